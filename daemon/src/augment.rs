@@ -1,0 +1,1 @@
+//! augment (to be built).

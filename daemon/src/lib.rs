@@ -1,0 +1,13 @@
+//! The stoker daemon's library: everything `stokerd` and `stoker` are made of.
+//!
+//! Data flow for one rank (see `../shared/DESIGN.md`):
+//! `sampler` → `reader` (io_uring) → `decode` (libjpeg-turbo / nvJPEG) → `augment` (fused
+//! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
+
+pub mod augment;
+pub mod dataset;
+pub mod decode;
+pub mod pipeline;
+pub mod reader;
+pub mod rng;
+pub mod sampler;

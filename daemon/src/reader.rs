@@ -1,0 +1,1 @@
+//! reader (to be built).

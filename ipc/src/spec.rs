@@ -1,0 +1,367 @@
+//! The pipeline spec: what a batch is.
+//!
+//! A spec is sent by every rank when it attaches; ranks of one job must send identical specs.
+//! It is serialisable (serde, JSON on the wire and in config), versioned, and validated by
+//! [`PipelineSpec::validate`] before anything uses it.
+//!
+//! # Design
+//! - Normalisation follows torchvision: `out = (px / 255 - mean) / std` with `mean`/`std` in
+//!   the 0..1 scale. It applies to float outputs only; `u8` output is the resized pixels as-is.
+//! - Sizes are `(height, width)` like torchvision.
+
+use serde::{Deserialize, Serialize};
+
+/// The spec version this build writes and accepts.
+pub const SPEC_VERSION: u32 = 1;
+
+/// ImageNet channel means (RGB, 0..1 scale), torchvision's defaults.
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet channel standard deviations (RGB, 0..1 scale).
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// Largest batch a spec may ask for.
+pub const MAX_BATCH_SIZE: u32 = 65_536;
+/// Largest output side a spec may ask for.
+pub const MAX_OUTPUT_SIDE: u32 = 16_384;
+
+/// Element type of the output images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    U8,
+    F16,
+    Bf16,
+    F32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 | DType::Bf16 => 2,
+            DType::F32 => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "u8",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+/// Memory layout of one output batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// `[batch, channel, height, width]` (PyTorch's default).
+    Nchw,
+    /// `[batch, height, width, channel]`.
+    Nhwc,
+}
+
+/// How the output crop is taken from the decoded image.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Crop {
+    /// torchvision's `RandomResizedCrop(size, scale, ratio, antialias=True)`.
+    RandomResized {
+        /// Output `(height, width)`.
+        size: [u32; 2],
+        /// Range of the crop's area as a fraction of the image's.
+        scale: [f32; 2],
+        /// Range of the crop's aspect ratio (width / height).
+        ratio: [f32; 2],
+    },
+    /// Evaluation: `Resize(resize)` (shorter side) then `CenterCrop(size)`.
+    CenterCrop {
+        /// The shorter side after the resize.
+        resize: u32,
+        /// Output `(height, width)`.
+        size: [u32; 2],
+    },
+}
+
+impl Crop {
+    /// torchvision's training default: RandomResizedCrop(224), scale (0.08, 1), ratio (3/4, 4/3).
+    pub fn random_resized(side: u32) -> Crop {
+        Crop::RandomResized {
+            size: [side, side],
+            scale: [0.08, 1.0],
+            ratio: [3.0 / 4.0, 4.0 / 3.0],
+        }
+    }
+
+    /// torchvision's evaluation default: Resize(side * 256 / 224) + CenterCrop(side).
+    pub fn center(side: u32) -> Crop {
+        Crop::CenterCrop {
+            resize: side * 256 / 224,
+            size: [side, side],
+        }
+    }
+
+    /// Output `(height, width)`.
+    pub fn output_size(&self) -> (u32, u32) {
+        match *self {
+            Crop::RandomResized { size, .. } | Crop::CenterCrop { size, .. } => (size[0], size[1]),
+        }
+    }
+}
+
+/// What a batch is. See the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    #[serde(default = "default_version")]
+    pub version: u32,
+    pub batch_size: u32,
+    pub crop: Crop,
+    /// Probability of a horizontal flip, 0..=1.
+    #[serde(default = "default_flip")]
+    pub flip_prob: f32,
+    #[serde(default = "default_mean")]
+    pub mean: [f32; 3],
+    #[serde(default = "default_std")]
+    pub std: [f32; 3],
+    #[serde(default = "default_dtype")]
+    pub dtype: DType,
+    #[serde(default = "default_layout")]
+    pub layout: Layout,
+    /// Drop each rank's final incomplete batch (and the sampler's uneven tail).
+    #[serde(default)]
+    pub drop_last: bool,
+    /// Epochs to serve; `None` serves until the client detaches.
+    #[serde(default)]
+    pub epochs: Option<u32>,
+}
+
+fn default_version() -> u32 {
+    SPEC_VERSION
+}
+fn default_flip() -> f32 {
+    0.5
+}
+fn default_mean() -> [f32; 3] {
+    IMAGENET_MEAN
+}
+fn default_std() -> [f32; 3] {
+    IMAGENET_STD
+}
+fn default_dtype() -> DType {
+    DType::F32
+}
+fn default_layout() -> Layout {
+    Layout::Nchw
+}
+
+/// A spec that cannot be served; the message names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("spec version {0} is not supported (this build speaks {SPEC_VERSION})")]
+    Version(u32),
+    #[error("batch_size must be 1..={MAX_BATCH_SIZE}, got {0}")]
+    BatchSize(u32),
+    #[error("crop size must be 1..={MAX_OUTPUT_SIDE} on each side, got {0}x{1}")]
+    OutputSize(u32, u32),
+    #[error("crop.{field} must be a finite, increasing, positive range, got [{lo}, {hi}]")]
+    Range {
+        field: &'static str,
+        lo: f32,
+        hi: f32,
+    },
+    #[error("crop.resize must be at least the crop size ({size}), got {resize}")]
+    Resize { resize: u32, size: u32 },
+    #[error("flip_prob must be within 0..=1, got {0}")]
+    FlipProb(f32),
+    #[error("std[{0}] must be finite and non-zero, got {1}")]
+    Std(usize, f32),
+    #[error("mean[{0}] must be finite, got {1}")]
+    Mean(usize, f32),
+    #[error("epochs must be at least 1 when given")]
+    Epochs,
+}
+
+impl PipelineSpec {
+    /// The standard training transform: RandomResizedCrop(side), flip 0.5, ImageNet
+    /// normalisation, f32 NCHW.
+    pub fn train(batch_size: u32, side: u32) -> PipelineSpec {
+        PipelineSpec {
+            version: SPEC_VERSION,
+            batch_size,
+            crop: Crop::random_resized(side),
+            flip_prob: 0.5,
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+            dtype: DType::F32,
+            layout: Layout::Nchw,
+            drop_last: false,
+            epochs: None,
+        }
+    }
+
+    /// The standard evaluation transform: Resize + CenterCrop, no flip.
+    pub fn eval(batch_size: u32, side: u32) -> PipelineSpec {
+        PipelineSpec {
+            crop: Crop::center(side),
+            flip_prob: 0.0,
+            ..PipelineSpec::train(batch_size, side)
+        }
+    }
+
+    /// Checks every field; the error names the first field that is off.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.version != SPEC_VERSION {
+            return Err(SpecError::Version(self.version));
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(SpecError::BatchSize(self.batch_size));
+        }
+        let (h, w) = self.crop.output_size();
+        if h == 0 || w == 0 || h > MAX_OUTPUT_SIDE || w > MAX_OUTPUT_SIDE {
+            return Err(SpecError::OutputSize(h, w));
+        }
+        match self.crop {
+            Crop::RandomResized { scale, ratio, .. } => {
+                check_range("scale", scale)?;
+                check_range("ratio", ratio)?;
+            }
+            Crop::CenterCrop { resize, size } => {
+                let smaller = size[0].min(size[1]);
+                if resize < smaller || resize > MAX_OUTPUT_SIDE {
+                    return Err(SpecError::Resize {
+                        resize,
+                        size: smaller,
+                    });
+                }
+            }
+        }
+        if !(0.0..=1.0).contains(&self.flip_prob) {
+            return Err(SpecError::FlipProb(self.flip_prob));
+        }
+        for c in 0..3 {
+            if !self.mean[c].is_finite() {
+                return Err(SpecError::Mean(c, self.mean[c]));
+            }
+            if !self.std[c].is_finite() || self.std[c] == 0.0 {
+                return Err(SpecError::Std(c, self.std[c]));
+            }
+        }
+        if self.epochs == Some(0) {
+            return Err(SpecError::Epochs);
+        }
+        Ok(())
+    }
+
+    /// Bytes of one output image.
+    pub fn image_bytes(&self) -> usize {
+        let (h, w) = self.crop.output_size();
+        h as usize * w as usize * 3 * self.dtype.size()
+    }
+
+    /// Names the first field in which `other` differs from `self`, for the error a rank gets
+    /// when its spec disagrees with the job's.
+    pub fn first_difference(&self, other: &PipelineSpec) -> Option<&'static str> {
+        if self.version != other.version {
+            Some("version")
+        } else if self.batch_size != other.batch_size {
+            Some("batch_size")
+        } else if self.crop != other.crop {
+            Some("crop")
+        } else if self.flip_prob != other.flip_prob {
+            Some("flip_prob")
+        } else if self.mean != other.mean {
+            Some("mean")
+        } else if self.std != other.std {
+            Some("std")
+        } else if self.dtype != other.dtype {
+            Some("dtype")
+        } else if self.layout != other.layout {
+            Some("layout")
+        } else if self.drop_last != other.drop_last {
+            Some("drop_last")
+        } else if self.epochs != other.epochs {
+            Some("epochs")
+        } else {
+            None
+        }
+    }
+}
+
+fn check_range(field: &'static str, r: [f32; 2]) -> Result<(), SpecError> {
+    let [lo, hi] = r;
+    if lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi {
+        Ok(())
+    } else {
+        Err(SpecError::Range { field, lo, hi })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_round_trip_through_json() {
+        let spec = PipelineSpec::train(64, 224);
+        spec.validate().unwrap();
+        let text = serde_json::to_string(&spec).unwrap();
+        let back: PipelineSpec = serde_json::from_str(&text).unwrap();
+        assert_eq!(spec, back);
+        PipelineSpec::eval(8, 224).validate().unwrap();
+        assert_eq!(spec.image_bytes(), 224 * 224 * 3 * 4);
+    }
+
+    #[test]
+    fn minimal_json_takes_defaults() {
+        let spec: PipelineSpec = serde_json::from_str(
+            r#"{"batch_size": 4, "crop": {"kind": "center_crop", "resize": 256, "size": [224, 224]}}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.dtype, DType::F32);
+        assert_eq!(spec.flip_prob, 0.5);
+        spec.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_str::<PipelineSpec>(
+            r#"{"batch_size": 4, "crop": {"kind": "center_crop", "resize": 256, "size": [224, 224]}, "colour": 1}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut spec = PipelineSpec::train(0, 224);
+        assert_eq!(spec.validate(), Err(SpecError::BatchSize(0)));
+        spec.batch_size = 2;
+        spec.flip_prob = 1.5;
+        assert_eq!(spec.validate(), Err(SpecError::FlipProb(1.5)));
+        spec.flip_prob = 0.5;
+        spec.crop = Crop::RandomResized {
+            size: [224, 224],
+            scale: [0.5, 0.1],
+            ratio: [0.75, 1.33],
+        };
+        assert!(spec.validate().unwrap_err().to_string().contains("scale"));
+        spec.crop = Crop::CenterCrop {
+            resize: 100,
+            size: [224, 224],
+        };
+        assert!(spec.validate().unwrap_err().to_string().contains("resize"));
+    }
+
+    #[test]
+    fn first_difference_names_the_field() {
+        let a = PipelineSpec::train(64, 224);
+        let mut b = a.clone();
+        assert_eq!(a.first_difference(&b), None);
+        b.dtype = DType::Bf16;
+        assert_eq!(a.first_difference(&b), Some("dtype"));
+    }
+}
