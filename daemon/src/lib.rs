@@ -5,6 +5,8 @@
 //! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
 
 pub mod augment;
+pub mod bench;
+pub mod config;
 pub mod dataset;
 pub mod decode;
 pub mod pipeline;
