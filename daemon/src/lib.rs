@@ -5,6 +5,7 @@
 //! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
 
 pub mod augment;
+pub mod cli;
 pub mod dataset;
 pub mod decode;
 pub mod pipeline;

@@ -261,7 +261,12 @@ impl JpegHeader {
 }
 
 /// Reads and checks the header of `bytes` with `tj`, leaving `tj` ready to decompress them.
-fn read_header(tj: &mut TjHandle, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+/// `max_pixels` only names the limit when libjpeg's own size limit trips.
+fn read_header(
+    tj: &mut TjHandle,
+    bytes: &[u8],
+    max_pixels: u64,
+) -> Result<JpegHeader, DecodeError> {
     if !bytes.starts_with(&sniff::JPEG_MAGIC) {
         if bytes.starts_with(&sniff::JPEG_MAGIC[..2]) && bytes.len() > 2 {
             return Err(DecodeError::Corrupt {
@@ -272,7 +277,20 @@ fn read_header(tj: &mut TjHandle, bytes: &[u8]) -> Result<JpegHeader, DecodeErro
             what: sniff::describe_non_jpeg(bytes),
         });
     }
-    tj.decompress_header(bytes).map_err(DecodeError::from_tj)?;
+    let frame = sniff::check_frame(bytes)?;
+    if let Err(e) = tj.decompress_header(bytes) {
+        return Err(match frame {
+            // libjpeg's own limit (65500 pixels a side) on a frame larger than ours.
+            Some((w, h)) if e.message.contains("Maximum supported image dimension") => {
+                DecodeError::TooLarge {
+                    w,
+                    h,
+                    limit: max_pixels.min(65500 * 65500),
+                }
+            }
+            _ => DecodeError::from_tj(e),
+        });
+    }
     let colorspace_raw = tj.get(Param::Colorspace);
     let header = JpegHeader {
         width: u32::try_from(tj.get(Param::JpegWidth)).unwrap_or(0),
@@ -304,10 +322,18 @@ pub fn probe(bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
             *slot = Some(new_handle()?);
         }
         let tj = slot.as_mut().expect("just created");
-        read_header(tj, bytes)
+        let result = read_header(tj, bytes, u64::MAX);
+        if result.is_err() {
+            // libjpeg may be left mid-header after an error: start afresh next time.
+            *slot = None;
+        }
+        result
     })
 }
 
+/// A decompressor with the settings every decode uses. After a failed call TurboJPEG can be
+/// left mid-header (`tj3DecompressHeader` does not abort on error), so a decoder replaces its
+/// instance after every error: a few microseconds, on the error path only.
 fn new_handle() -> Result<TjHandle, DecodeError> {
     let mut tj = TjHandle::new_decompressor().ok_or_else(|| DecodeError::Internal {
         detail: String::from("tj3Init failed"),
@@ -318,6 +344,9 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
         .map_err(DecodeError::from_tj)?;
     Ok(tj)
 }
+
+/// Scaled pixels decoded around a wanted box (see `plan_region`).
+const REGION_MARGIN: u32 = 2;
 
 /// Which part of the image a decode produces, at which scale (all in scaled pixels).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -371,10 +400,13 @@ fn plan_region(
     let sw = factor.scale(header.width);
     let sh = factor.scale(header.height);
     let clamp = |v: f64, hi: u32| (v.max(0.0) as u32).min(hi);
-    let mut rx0 = clamp((x0 * s).floor(), sw);
-    let ry0 = clamp((y0 * s).floor(), sh);
-    let rx1 = clamp((x1 * s).ceil(), sw).max(rx0 + 1).min(sw);
-    let ry1 = clamp((y1 * s).ceil(), sh).max(ry0 + 1).min(sh);
+    // A margin of REGION_MARGIN scaled pixels on every side keeps the box's own pixels away
+    // from the region's edges, where libjpeg's chroma upsampling lacks its neighbours and
+    // differs slightly from a full decode.
+    let mut rx0 = clamp((x0 * s).floor(), sw).saturating_sub(REGION_MARGIN);
+    let ry0 = clamp((y0 * s).floor(), sh).saturating_sub(REGION_MARGIN);
+    let rx1 = (clamp((x1 * s).ceil(), sw) + REGION_MARGIN).min(sw);
+    let ry1 = (clamp((y1 * s).ceil(), sh) + REGION_MARGIN).min(sh);
     let crop = match header.subsampling.mcu_width() {
         // TurboJPEG cannot crop an image whose subsampling it cannot name: decode it whole.
         None => None,
@@ -416,17 +448,31 @@ pub struct CpuDecoder {
 
 impl CpuDecoder {
     pub fn new(limits: Limits) -> Result<CpuDecoder, DecodeError> {
+        Ok(CpuDecoder {
+            tj: Self::new_limited_handle(&limits)?,
+            limits,
+            factors: Self::allowed_factors(false),
+            cmyk: Vec::new(),
+        })
+    }
+
+    fn new_limited_handle(limits: &Limits) -> Result<TjHandle, DecodeError> {
         let mut tj = new_handle()?;
         // TurboJPEG's own check (0 = none); ours in `check_limits` also covers larger limits.
         let tj_max = i32::try_from(limits.max_pixels).unwrap_or(0);
         tj.set(Param::MaxPixels, tj_max)
             .map_err(DecodeError::from_tj)?;
-        Ok(CpuDecoder {
-            tj,
-            limits,
-            factors: Self::allowed_factors(false),
-            cmyk: Vec::new(),
-        })
+        Ok(tj)
+    }
+
+    /// Passes `result` through, replacing the TurboJPEG instance if it is an error.
+    fn recover<T>(&mut self, result: Result<T, DecodeError>) -> Result<T, DecodeError> {
+        if result.is_err() {
+            if let Ok(tj) = Self::new_limited_handle(&self.limits) {
+                self.tj = tj;
+            }
+        }
+        result
     }
 
     fn allowed_factors(all: bool) -> Vec<ScalingFactor> {
@@ -451,8 +497,8 @@ impl CpuDecoder {
     /// Reads the header of `bytes` with this decoder's instance and checks it against the
     /// limits.
     pub fn probe(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
-        let header = self.begin(bytes)?;
-        Ok(header)
+        let result = self.begin(bytes);
+        self.recover(result)
     }
 
     fn begin(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
@@ -462,13 +508,18 @@ impl CpuDecoder {
                 limit: self.limits.max_file_bytes,
             });
         }
-        let header = read_header(&mut self.tj, bytes)?;
+        let header = read_header(&mut self.tj, bytes, self.limits.max_pixels)?;
         header.check_limits(&self.limits)?;
         Ok(header)
     }
 
     /// Decodes the whole image at full size into `out` (packed RGB).
     pub fn decode_full(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+        let result = self.decode_full_inner(bytes, out);
+        self.recover(result)
+    }
+
+    fn decode_full_inner(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
         let header = self.begin(bytes)?;
         let plan = RegionPlan {
             factor: ScalingFactor::ONE,
@@ -492,10 +543,12 @@ impl CpuDecoder {
         out_size: (u32, u32),
         out: &mut RgbImage,
     ) -> Result<CropBox, DecodeError> {
-        let header = self.begin(bytes)?;
-        let plan = plan_region(&header, want, out_size, &self.factors)?;
-        self.run(bytes, &header, &plan, out)?;
-        Ok(plan.box_out)
+        let result = self.begin(bytes).and_then(|header| {
+            let plan = plan_region(&header, want, out_size, &self.factors)?;
+            self.run(bytes, &header, &plan, out)?;
+            Ok(plan.box_out)
+        });
+        self.recover(result)
     }
 
     fn run(

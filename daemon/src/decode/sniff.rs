@@ -1,6 +1,8 @@
 //! Recognising a file by its first bytes: JPEG or, when it is not, what it most likely is, so
 //! that a PNG renamed `.jpg` is reported as "PNG image", not as a corrupt JPEG.
 
+use super::DecodeError;
+
 /// The three bytes every JPEG stream starts with: SOI (`FF D8`) and the `FF` of the next marker.
 pub(crate) const JPEG_MAGIC: [u8; 3] = [0xFF, 0xD8, 0xFF];
 
@@ -42,6 +44,67 @@ pub(crate) fn describe_non_jpeg(bytes: &[u8]) -> String {
         return format!("unknown data starting with {}", hex_prefix(bytes));
     };
     name.to_owned()
+}
+
+/// Walks the marker segments of a stream that starts with [`JPEG_MAGIC`] up to its frame
+/// header, and rejects what libjpeg would misreport: a tables-only stream (no frame before EOI,
+/// which `tj3DecompressHeader` accepts without setting any parameter) and frame types libjpeg
+/// does not know (JPEG-LS, hierarchical). Returns the frame's (width, height) when it finds one.
+/// Stops without a verdict at anything unexpected (libjpeg
+/// then has its say).
+pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeError> {
+    let mut pos = 2;
+    loop {
+        // A marker: one or more 0xFF fill bytes, then the code.
+        if bytes.get(pos) != Some(&0xFF) {
+            return Ok(None);
+        }
+        while bytes.get(pos) == Some(&0xFF) {
+            pos += 1;
+        }
+        let Some(&code) = bytes.get(pos) else {
+            return Ok(None);
+        };
+        pos += 1;
+        match code {
+            0xC0..=0xC3 | 0xC9..=0xCB => {
+                // Length (2), precision (1), height (2), width (2).
+                let dims = bytes.get(pos + 3..pos + 7).map(|d| {
+                    let h = u16::from_be_bytes([d[0], d[1]]) as u32;
+                    let w = u16::from_be_bytes([d[2], d[3]]) as u32;
+                    (w, h)
+                });
+                return Ok(dims);
+            }
+            0xC5..=0xC7 | 0xCD..=0xCF => {
+                return Err(DecodeError::Unsupported {
+                    what: format!("hierarchical JPEG (SOF{})", code - 0xC0),
+                })
+            }
+            0xF7 | 0xF8 => {
+                return Err(DecodeError::Unsupported {
+                    what: String::from("JPEG-LS (SOF55)"),
+                })
+            }
+            0xD9 => {
+                return Err(DecodeError::Corrupt {
+                    detail: String::from("no image: the stream ends before any frame header"),
+                })
+            }
+            0xDA => {
+                return Err(DecodeError::Corrupt {
+                    detail: String::from("scan data before any frame header"),
+                })
+            }
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
+                    return Ok(None);
+                };
+                pos += u16::from_be_bytes([hi, lo]) as usize;
+            }
+        }
+    }
 }
 
 fn looks_like_text(bytes: &[u8]) -> bool {

@@ -294,12 +294,13 @@ fn plan_picks_smallest_power_of_two_scale_covering_output() {
     )
     .unwrap();
     assert_eq!(p.factor, f(1, 4));
-    // Scaled x0 = floor(75.25) = 75, aligned down to 16/4 = 4 -> 72.
+    // Scaled x0 = floor(75.25) - 2 (margin) = 73, aligned down to 16/4 = 4 -> 72;
+    // y0 = floor(25.125) - 2 = 23; x1 = ceil(325.25) + 2; y1 = ceil(250.125) + 2.
     let (x, y, w, h) = p.crop.unwrap();
-    assert_eq!((x, y), (72, 25));
-    assert_eq!((w, h), (326 - 72, 251 - 25));
+    assert_eq!((x, y), (72, 23));
+    assert_eq!((w, h), (328 - 72, 253 - 23));
     assert!((p.box_out.x - (75.25 - 72.0)).abs() < 1e-9);
-    assert!((p.box_out.y - (25.125 - 25.0)).abs() < 1e-9);
+    assert!((p.box_out.y - (25.125 - 23.0)).abs() < 1e-9);
     assert!((p.box_out.w - 250.0).abs() < 1e-9 && (p.box_out.h - 225.0).abs() < 1e-9);
     // A box smaller than the output: never upsample, scale 1.
     let p = plan_region(
@@ -361,8 +362,8 @@ fn decode_for_crop_at_scale_one_matches_decode_full_exactly() {
         let b = d.decode_for_crop(&jpeg, want, (90, 120), &mut out).unwrap();
         assert_eq!((b.w, b.h), (120.0, 90.0));
         assert_eq!(b.x.fract(), 0.0);
-        assert!(b.x >= 0.0 && b.x < 16.0, "{b:?}");
-        assert_eq!(b.y, 0.0);
+        assert!(b.x >= 2.0 && b.x < 18.0, "{b:?}");
+        assert_eq!(b.y, 2.0);
         // Every pixel of the box equals the full decode's.
         for y in 0..90 {
             for x in 0..120 {
