@@ -346,7 +346,7 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
 }
 
 /// Scaled pixels decoded around a wanted box (see `plan_region`).
-const REGION_MARGIN: u32 = 2;
+pub const REGION_MARGIN: u32 = 2;
 
 /// Which part of the image a decode produces, at which scale (all in scaled pixels).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -533,9 +533,11 @@ impl CpuDecoder {
 
     /// Decodes only the part of the image covering `want` (full-image pixel coordinates), at
     /// the smallest DCT scale (1, 1/2, 1/4 or 1/8) that keeps `want` at least `out_size`
-    /// (height, width) big, never upscaling. Returns where `want` lies in `out`'s pixels: the
-    /// region's left edge is aligned down to the scaled iMCU width, so `out` may start a little
-    /// left of the box; it may also extend a pixel past it on the other sides.
+    /// (height, width) big, never upscaling. Returns where `want` lies in `out`'s pixels: `out`
+    /// holds the box plus a margin of up to [`REGION_MARGIN`] scaled pixels on each side (so the
+    /// box's pixels equal a full decode's), and its left edge is aligned down to the scaled iMCU
+    /// width as TurboJPEG requires, so it may start up to one iMCU further left. Images whose
+    /// subsampling TurboJPEG cannot name are decoded whole at the chosen scale.
     pub fn decode_for_crop(
         &mut self,
         bytes: &[u8],
