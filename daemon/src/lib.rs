@@ -6,6 +6,7 @@
 
 pub mod augment;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod decode;
