@@ -13,8 +13,10 @@
 //! - Files read at a nonzero offset (tar shards, read many times) keep their fds open in an LRU
 //!   of [`FD_CACHE_CAPACITY`] entries; whole files (offset 0: one image per file) are opened
 //!   per read and closed after the batch.
-//! - Buffers are the caller's `Vec<u8>`s, resized to each request's length: their capacity is
+//! - Buffers are the caller's `Vec<u8>`s, sized to each request's length: their capacity is
 //!   reused, so a steady state allocates nothing per batch beyond the returned result vector.
+//!   The io_uring reader reads into spare capacity and sets the length to what the kernel
+//!   wrote, skipping the zero-fill that the pread reader (which needs `&mut [u8]`) does.
 //! - Registered (fixed) buffers are not used: the buffers belong to the caller and change size
 //!   with every sample, so registering them would mean copying out of a registered pool; with
 //!   the page cache warm the copy would cost what registration saves. Not measured.
@@ -38,7 +40,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use io_uring::{opcode, types, IoUring, Probe};
+use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 /// Open fds kept for files read at an offset (tar shards).
 pub const FD_CACHE_CAPACITY: usize = 128;
@@ -206,15 +208,20 @@ fn effective_kind(kind: ReaderKind, env: Option<&str>) -> ReaderKind {
     }
 }
 
-/// Sizes `buf` for a request; `Err` when the length cannot be a buffer.
-fn size_buffer(req: &ReadRequest<'_>, buf: &mut Vec<u8>) -> Result<(), ReadError> {
-    let len = usize::try_from(req.len)
+/// A request's length as a buffer length; `Err` when it cannot be one.
+fn buffer_len(req: &ReadRequest<'_>) -> Result<usize, ReadError> {
+    usize::try_from(req.len)
         .ok()
         .filter(|&l| l <= isize::MAX as usize)
         .ok_or_else(|| ReadError::Io {
             path: req.path.to_owned(),
             source: io::Error::new(io::ErrorKind::InvalidInput, "request too large"),
-        })?;
+        })
+}
+
+/// Sizes `buf` for a request, zero-filling it.
+fn size_buffer(req: &ReadRequest<'_>, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    let len = buffer_len(req)?;
     buf.clear();
     buf.resize(len, 0);
     Ok(())
@@ -267,6 +274,9 @@ struct UringReader {
     fds: FdCache,
     pending: Vec<Pending>,
     ready: VecDeque<usize>,
+    /// Punt every read to io_uring's worker threads (IOSQE_ASYNC) instead of copying from
+    /// the page cache inline in `io_uring_enter`.
+    async_punt: bool,
 }
 
 fn setup_error(e: io::Error) -> ReadError {
@@ -308,6 +318,7 @@ impl UringReader {
             },
             pending: Vec::new(),
             ready: VecDeque::new(),
+            async_punt: false,
         })
     }
 
@@ -324,7 +335,10 @@ impl UringReader {
                 done: 0,
                 result: None,
             };
-            match size_buffer(req, buf) {
+            // Empty, with room for the request: the kernel fills the spare capacity and the
+            // length is set to what it wrote, so nothing is zero-filled first.
+            buf.clear();
+            match buffer_len(req).map(|len| buf.reserve(len)) {
                 Err(e) => p.result = Some(Err(e)),
                 Ok(()) if req.len == 0 => p.result = Some(Ok(())),
                 Ok(()) => match self.fds.get_or_open(req.path, req.offset) {
@@ -350,14 +364,19 @@ impl UringReader {
                 let (req, p) = (&reqs[i], &self.pending[i]);
                 let Some(file) = &p.file else { continue };
                 let op_len = (req.len - p.done).min(MAX_OP_LEN) as u32;
-                // `done < len <= isize::MAX` (checked by size_buffer), so this stays in the buffer.
+                // `done < len <= capacity` (reserved above), so this stays in the allocation.
                 let ptr = bufs[i].as_mut_ptr().wrapping_add(p.done as usize);
                 let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), ptr, op_len)
                     .offset(req.offset + p.done)
                     .build()
                     .user_data(i as u64);
-                // SAFETY: the buffer `bufs[i]` (borrowed mutably for this whole call, its
-                // length fixed) and the fd (held by `pending[i].file`) outlive the op: this
+                let entry = if self.async_punt {
+                    entry.flags(squeue::Flags::ASYNC)
+                } else {
+                    entry
+                };
+                // SAFETY: the allocation of `bufs[i]` (borrowed mutably for this whole call and
+                // not resized while ops are out) and the fd (held by `pending[i].file`) outlive the op: this
                 // function reaps every op before returning, and `InFlight`'s Drop reaps them
                 // on unwinding. The SQ has room: at most `depth <= cq_entries` ops are out and
                 // each push is submitted before the next loop turn.
@@ -422,9 +441,11 @@ impl UringReader {
         let mut out = Vec::with_capacity(reqs.len());
         for (p, buf) in self.pending.iter_mut().zip(bufs.iter_mut()) {
             let r = p.result.take().unwrap_or(Ok(()));
-            if r.is_err() {
-                buf.truncate(p.done as usize);
-            }
+            debug_assert!(p.done as usize <= buf.capacity());
+            // SAFETY: every op was reaped; the kernel wrote bytes `0..done` of the buffer
+            // (successful completions advance `done` by exactly what was written), and
+            // `done <= capacity` as reserved above.
+            unsafe { buf.set_len(p.done as usize) };
             p.file = None;
             out.push(r);
         }
