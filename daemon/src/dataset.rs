@@ -485,8 +485,11 @@ fn wait_with_progress<T>(
 ) -> Vec<T> {
     let started = Instant::now();
     let mut last = Instant::now();
+    let mut nap = Duration::from_micros(250);
     while !handles.iter().all(|h| h.is_finished()) {
-        std::thread::sleep(Duration::from_millis(20));
+        // Short naps first so small datasets open fast, up to 50 ms for long walks.
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(50));
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
             let n = done.load(Ordering::Relaxed);
