@@ -39,7 +39,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read, Seek, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -286,7 +286,7 @@ impl Dataset {
         let ds = match kind {
             DatasetKind::ImageFolder | DatasetKind::Flat => index_folder(&root, kind, threads)?,
             DatasetKind::FileList => index_file_list(&root, threads)?,
-            DatasetKind::TarShards => index_tar_shards(&root)?,
+            DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
         if ds.is_empty() {
             return Err(DatasetError::Empty {
@@ -699,7 +699,7 @@ fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, DatasetError>
     Ok(ds)
 }
 
-fn index_tar_shards(root: &Path) -> Result<Dataset, DatasetError> {
+fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(root, DatasetKind::TarShards);
     let meta = fs::metadata(root).map_err(|e| DatasetError::io(root, e))?;
     let shards: Vec<PathBuf> = if meta.is_dir() {
@@ -713,11 +713,39 @@ fn index_tar_shards(root: &Path) -> Result<Dataset, DatasetError> {
     } else {
         vec![root.to_owned()]
     };
-    for shard in &shards {
-        ds.stamps
-            .push(Stamp::of(shard).map_err(|e| DatasetError::io(shard, e))?);
+    // Shard headers are read in parallel, one shard per task, in any order.
+    let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    type Indexed = Vec<(usize, Result<(Stamp, Vec<TarMember>), DatasetError>)>;
+    let per_worker: Vec<Indexed> = std::thread::scope(|s| {
+        let handles = (0..threads.min(shards.len()).max(1))
+            .map(|_| {
+                let (next, shards, done) = (&next, &shards, &done);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(shard) = shards.get(i) else {
+                            return mine;
+                        };
+                        let stamp = Stamp::of(shard).map_err(|e| DatasetError::io(shard, e));
+                        mine.push((
+                            i,
+                            stamp.and_then(|st| Ok((st, read_tar_index(shard, done)?))),
+                        ));
+                    }
+                })
+            })
+            .collect();
+        wait_with_progress(root, "tar headers", &done, handles)
+    });
+    let mut indexed: Indexed = per_worker.into_iter().flatten().collect();
+    indexed.sort_unstable_by_key(|(i, _)| *i);
+    for (i, r) in indexed {
+        let shard = &shards[i];
+        let (stamp, members) = r?;
+        ds.stamps.push(stamp);
         let id = ds.push_file(shard.as_os_str().as_bytes())?;
-        let members = read_tar_index(shard)?;
         // Group by WebDataset key (the name up to the first dot of its last component).
         let mut by_key: HashMap<&[u8], usize> = HashMap::new();
         let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
@@ -834,7 +862,7 @@ fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
 }
 
 /// Reads the headers of a tar archive (ustar, GNU long names, pax), skipping member data.
-fn read_tar_index(path: &Path) -> Result<Vec<TarMember>, DatasetError> {
+fn read_tar_index(path: &Path, done: &AtomicU64) -> Result<Vec<TarMember>, DatasetError> {
     const MAX_META: u64 = 1 << 20;
     let file = File::open(path).map_err(|e| DatasetError::io(path, e))?;
     let file_len = file
@@ -955,7 +983,7 @@ fn read_tar_index(path: &Path) -> Result<Vec<TarMember>, DatasetError> {
             }
         }
         pos = data_off + padded;
-        debug_assert_eq!(r.stream_position().ok(), Some(pos));
+        done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(members)
 }

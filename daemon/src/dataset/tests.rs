@@ -448,3 +448,65 @@ fn measure_index_20k_files() {
         walk.as_secs_f64() / cached.as_secs_f64()
     );
 }
+
+#[test]
+fn parallel_indexing_keeps_a_deterministic_order() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("many");
+    for c in (0..40).rev() {
+        for i in (0..5).rev() {
+            write(&root.join(format!("c{c:02}/{i}.jpg")), &[c as u8; 3]);
+        }
+    }
+    let shards = t.path().join("shards");
+    for s in (0..12).rev() {
+        let mut a = Vec::new();
+        for k in 0..3 {
+            tar_member(&mut a, &format!("s{s:02}k{k}.jpg"), b"j", LongName::Plain);
+            tar_member(
+                &mut a,
+                &format!("s{s:02}k{k}.cls"),
+                format!("{s}").as_bytes(),
+                LongName::Plain,
+            );
+        }
+        tar_end(&mut a);
+        write(&shards.join(format!("shard-{s:02}.tar")), &a);
+    }
+    let mut orders = Vec::new();
+    for threads in [1, 3, 8] {
+        let o = OpenOptions {
+            threads,
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let ds = Dataset::open(&root, &o).unwrap();
+        assert_eq!(ds.len(), 200);
+        let paths: Vec<PathBuf> = (0..ds.len())
+            .map(|i| ds.sample(i).path.to_owned())
+            .collect();
+        assert!(
+            paths.windows(2).all(|w| w[0] < w[1]),
+            "sorted paths, {threads} threads"
+        );
+        assert!((0..200).all(|i| ds.sample(i).label == (i / 5) as i64));
+        let sh = Dataset::open(&shards, &o).unwrap();
+        assert_eq!(sh.len(), 36);
+        assert!(
+            (0..36).all(|i| sh.sample(i).label == (i / 3) as i64),
+            "{threads} threads"
+        );
+        assert!(sh.display_name(35).ends_with("shard-11.tar:s11k2.jpg"));
+        orders.push((
+            paths,
+            (0..36).map(|i| sh.sample(i).offset).collect::<Vec<_>>(),
+        ));
+    }
+    assert!(orders.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn dataset_is_send_and_sync() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Dataset>();
+}

@@ -284,3 +284,9 @@ fn measure_io_uring_vs_pread_photos() {
         );
     }
 }
+
+#[test]
+fn reader_can_move_to_another_thread() {
+    fn sendable<T: Send>() {}
+    sendable::<Reader>();
+}
