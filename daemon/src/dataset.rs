@@ -19,8 +19,8 @@
 //! - Storage is compact: one arena of path bytes for the files (one per image, or one per
 //!   shard), and per sample a u32 file id, a u64 offset, a u64 length and an i64 label
 //!   (28 bytes a sample, plus the path bytes).
-//! - Indexing lists class folders in parallel (std threads), then stats files in parallel
-//!   chunks; a `tracing` info line reports progress every second.
+//! - Indexing lists class folders, or reads shard headers, in parallel (std threads), then
+//!   stats files in parallel chunks; a `tracing` info line reports progress every second.
 //! - The index is cached under `$STOKER_CACHE_DIR`, else `$XDG_CACHE_HOME/stoker`, else
 //!   `~/.cache/stoker`, in a file named after a hash of the canonical path and the kind. The
 //!   cache records the mtime of every folder walked (entries added or removed change it) and

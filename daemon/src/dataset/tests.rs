@@ -418,16 +418,21 @@ fn pax_parser_reads_path_and_size() {
     );
 }
 
-/// Index time for a generated tree of 20,000 small files (run with --ignored --nocapture).
+/// Index time for a generated tree of 20,000 small files (run with --ignored --nocapture;
+/// `STOKER_MEASURE_FILES=100000` for another size).
 #[test]
 #[ignore = "measurement"]
 fn measure_index_20k_files() {
+    let n: usize = std::env::var("STOKER_MEASURE_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("tree");
     for c in 0..100 {
         let d = root.join(format!("class{c:03}"));
         fs::create_dir_all(&d).unwrap();
-        for i in 0..200 {
+        for i in 0..n / 100 {
             fs::write(d.join(format!("{i:05}.jpg")), b"small file").unwrap();
         }
     }
@@ -436,13 +441,17 @@ fn measure_index_20k_files() {
     let t0 = Instant::now();
     let ds = Dataset::open(&root, &o).unwrap();
     let walk = t0.elapsed();
-    assert_eq!((ds.origin(), ds.len()), (IndexOrigin::Walked, 20_000));
+    assert_eq!(
+        (ds.origin(), ds.len()),
+        (IndexOrigin::Walked, n / 100 * 100)
+    );
     let t1 = Instant::now();
     let ds = Dataset::open(&root, &o).unwrap();
     let cached = t1.elapsed();
     assert_eq!(ds.origin(), IndexOrigin::Cache);
     println!(
-        "index 20000 files: walk {:.1} ms, cache load {:.1} ms, ratio {:.1}x",
+        "index {} files: walk {:.1} ms, cache load {:.1} ms, ratio {:.1}x",
+        ds.len(),
         walk.as_secs_f64() * 1e3,
         cached.as_secs_f64() * 1e3,
         walk.as_secs_f64() / cached.as_secs_f64()
