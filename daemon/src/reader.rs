@@ -274,6 +274,8 @@ struct UringReader {
     fds: FdCache,
     pending: Vec<Pending>,
     ready: VecDeque<usize>,
+    /// The most bytes one op asks for ([`MAX_OP_LEN`]; tests lower it to split reads).
+    max_op_len: u64,
     /// Punt every read to io_uring's worker threads (IOSQE_ASYNC) instead of copying from
     /// the page cache inline in `io_uring_enter`.
     async_punt: bool,
@@ -318,6 +320,7 @@ impl UringReader {
             },
             pending: Vec::new(),
             ready: VecDeque::new(),
+            max_op_len: MAX_OP_LEN,
             async_punt: false,
         })
     }
@@ -363,7 +366,7 @@ impl UringReader {
                 };
                 let (req, p) = (&reqs[i], &self.pending[i]);
                 let Some(file) = &p.file else { continue };
-                let op_len = (req.len - p.done).min(MAX_OP_LEN) as u32;
+                let op_len = (req.len - p.done).min(self.max_op_len) as u32;
                 // `done < len <= capacity` (reserved above), so this stays in the allocation.
                 let ptr = bufs[i].as_mut_ptr().wrapping_add(p.done as usize);
                 let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), ptr, op_len)
