@@ -6,6 +6,7 @@
 //! The wheels are found in `$STOKER_NVIDIA_DIR` (default `~/.cache/stoker/nvidia`). Where they
 //! are missing the tests fail when `CI` is set and skip loudly otherwise.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use stoker_kernels::cuda::{self, CudaError};
@@ -26,7 +27,8 @@ fn wheels(test: &str) -> Option<PathBuf> {
         if std::env::var_os("CI").is_some() {
             panic!("{msg}");
         }
-        eprintln!("SKIPPED {msg}");
+        // Straight to stderr, past the test harness's capture, so a skip is seen.
+        let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
     }
     found
 }
@@ -236,7 +238,7 @@ fn a_library_without_the_driver_symbols_is_unavailable() {
     };
     let not_libcuda = root.join("nvidia/cu13/lib/libnvrtc.so.13");
     if !not_libcuda.is_file() {
-        eprintln!("SKIPPED: no {}", not_libcuda.display());
+        let _ = writeln!(std::io::stderr(), "SKIPPED: no {}", not_libcuda.display());
         return;
     }
     let err = cuda::try_driver_at(&not_libcuda).unwrap_err();
