@@ -82,11 +82,6 @@ __device__ Taps taps(double x0, double crop, u32 out, u32 o, u32 size) {
     double hi = floor(center + fs + 0.5);
     int xmin = lo < 0.0 ? 0 : (int)lo;
     int xmax = hi > (double)size ? (int)size : (int)hi;
-    if (xmax <= xmin) {
-        // A box outside the image: take the nearest edge pixel rather than divide by zero.
-        xmin = xmin >= (int)size ? (int)size - 1 : xmin;
-        xmax = xmin + 1;
-    }
     Taps t;
     t.min = xmin;
     t.count = xmax - xmin;
@@ -96,7 +91,18 @@ __device__ Taps taps(double x0, double crop, u32 out, u32 o, u32 size) {
     for (int k = 0; k < t.count; ++k) {
         sum += tri(((float)k - t.c) * t.inv_fs);
     }
-    t.inv_sum = sum > 0.0f ? 1.0f / sum : 1.0f;
+    if (!(sum > 0.0f)) {
+        // Only for a box outside the image: the nearest edge sample, weight 1 (as the CPU
+        // reference does).
+        double f = floor(center);
+        int nearest = f < 0.0 ? 0 : (int)f;
+        t.min = nearest > (int)size - 1 ? (int)size - 1 : nearest;
+        t.count = 1;
+        t.c = 0.0f;
+        t.inv_fs = 1.0f;
+        sum = 1.0f;
+    }
+    t.inv_sum = 1.0f / sum;
     return t;
 }
 

@@ -133,6 +133,13 @@ fn taps(x0: f64, crop: f64, out: u32, o: u32, size: u32) -> (usize, Vec<f64>) {
         .map(|x| (1.0 - ((x as f64 - center + 0.5) / fs).abs()).max(0.0))
         .collect();
     let sum: f64 = w.iter().sum();
+    if sum <= 0.0 {
+        // A box outside the image: the nearest edge sample.
+        return (
+            (center.floor().max(0.0) as usize).min(size as usize - 1),
+            vec![1.0],
+        );
+    }
     (xmin, w.iter().map(|v| v / sum).collect())
 }
 
@@ -270,6 +277,8 @@ fn augment_matches_the_formula_for_every_dtype_and_layout() {
         (1, CropBox::new(2.0, 3.0, 9.0, 7.0), false),
         (1, CropBox::new(0.7, 1.3, 18.3, 28.7), true),
         (0, CropBox::new(29.0, 17.0, 24.0, 24.0), false),
+        // Outside the image (never produced by the crop sampler, but must not divide by 0).
+        (1, CropBox::new(40.0, -20.0, 4.0, 4.0), true),
         (usize::MAX, CropBox::new(0.0, 0.0, 1.0, 1.0), false),
     ];
     let samples: Vec<AugmentSample> = cases
