@@ -17,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Measure the pipeline's images/s on a dataset, with the time per stage.
+    Bench(cli::bench::BenchArgs),
     /// Decode every sample under PATH and report each failure with its reason.
     Check(cli::check::CheckArgs),
     /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
@@ -25,7 +27,15 @@ enum Command {
 
 fn main() {
     let args = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let code = match &args.command {
+        Command::Bench(a) => cli::bench::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Decode(a) => cli::decode_file::run(a),
     };

@@ -1,6 +1,7 @@
 //! The `stoker` command-line tool's commands, as library code: `src/bin/stoker.rs` only parses
 //! the arguments and dispatches here. Each command returns its process exit code.
 
+pub mod bench;
 pub mod check;
 pub mod decode_file;
 
