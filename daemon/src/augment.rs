@@ -338,6 +338,29 @@ impl Augmenter {
         }
     }
 
+    /// (address, capacity) of every buffer, to show that steady state reallocates nothing.
+    #[cfg(test)]
+    fn buffers(&self) -> Vec<(usize, usize)> {
+        fn of<T>(v: &Vec<T>) -> (usize, usize) {
+            (v.as_ptr() as usize, v.capacity())
+        }
+        let (h, v) = (&self.horizontal, &self.vertical);
+        vec![
+            of(&h.first),
+            of(&h.count),
+            of(&h.weights),
+            of(&v.first),
+            of(&v.count),
+            of(&v.weights),
+            of(&self.source_row),
+            of(&self.ring),
+            of(&self.ring_holds),
+            of(&self.acc),
+            of(&self.values),
+            of(&self.halves),
+        ]
+    }
+
     /// Resamples source row `y` horizontally into ring slot `slot`.
     fn horizontal_pass(&mut self, img: &RgbImage, y: usize, slot: usize, w: usize) {
         let table = &self.horizontal;
@@ -412,7 +435,7 @@ impl Augmenter {
                     let dst = &mut out[oy * w * 3..(oy + 1) * w * 3];
                     for (d, a) in dst.chunks_exact_mut(3).zip(&self.acc) {
                         for c in 0..3 {
-                            d[c] = (a[c].clamp(0.0, 255.0) + 0.5) as u8;
+                            d[c] = to_byte(a[c]);
                         }
                     }
                 }
@@ -420,7 +443,7 @@ impl Augmenter {
                     for c in 0..3 {
                         let plane = &mut out[(c * h + oy) * w..(c * h + oy + 1) * w];
                         for (d, a) in plane.iter_mut().zip(&self.acc) {
-                            *d = (a[c].clamp(0.0, 255.0) + 0.5) as u8;
+                            *d = to_byte(a[c]);
                         }
                     }
                 }
@@ -480,6 +503,13 @@ fn horizontal_row<const K: usize>(table: &AxisTable, src: &[f32], dst: &mut [[f3
         }
         *d = a;
     }
+}
+
+/// Rounds half away from zero and clamps into 0..=255. The value is clamped before the cast,
+/// so the float-to-int conversion is a plain truncation (vectorisable, unlike `as u8`).
+#[inline(always)]
+fn to_byte(v: f32) -> u8 {
+    (v.clamp(0.0, 255.0) + 0.5) as i32 as u8
 }
 
 /// `(v / 255 - mean) / std` as `v * scale + bias`.
@@ -743,6 +773,30 @@ mod tests {
         });
         for other in threaded {
             assert!(serial == other, "output depends on thread or order");
+        }
+    }
+
+    #[test]
+    fn steady_state_reuses_every_buffer() {
+        let mut rng = KeyedRng::new(6, 0, 0, Stream::Augment);
+        let img = random_image(&mut rng, 320, 240);
+        let mut aug = Augmenter::new();
+        let mut spec = spec_for(DType::F16, Layout::Nhwc, 32, 32);
+        let mut out = vec![0u8; spec.image_bytes()];
+        // Warm up with the widest and tallest boxes this output size can meet.
+        aug.augment_into(&img, CropBox::full(320, 240), false, &spec, &mut out);
+        let warm = aug.buffers();
+        for index in 0..50 {
+            let (crop, flip) = sample_params(&spec, 320, 240, 3, 0, index);
+            spec.dtype = DTYPES[index as usize % 4];
+            spec.layout = LAYOUTS[index as usize % 2];
+            let mut out = vec![0u8; spec.image_bytes()];
+            aug.augment_into(&img, crop, flip, &spec, &mut out);
+            assert_eq!(
+                aug.buffers(),
+                warm,
+                "a buffer was reallocated at image {index}"
+            );
         }
     }
 
