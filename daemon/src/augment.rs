@@ -724,6 +724,32 @@ mod tests {
     }
 
     #[test]
+    fn one_pixel_image_fills_the_output_with_its_pixel() {
+        let mut img = RgbImage::default();
+        img.reset(1, 1);
+        img.data.copy_from_slice(&[10, 128, 250]);
+        let mut aug = Augmenter::new();
+        for crop in [CropBox::full(1, 1), CropBox::new(0.25, 0.5, 0.5, 0.25)] {
+            for layout in LAYOUTS {
+                let spec = spec_for(DType::U8, layout, 5, 7);
+                let mut out = vec![0u8; spec.image_bytes()];
+                aug.augment_into(&img, crop, true, &spec, &mut out);
+                for (i, &v) in out.iter().enumerate() {
+                    let c = match layout {
+                        Layout::Nhwc => i % 3,
+                        Layout::Nchw => i / 35,
+                    };
+                    assert_eq!(v, img.data[c], "element {i}, {layout:?}");
+                }
+                for dtype in DTYPES {
+                    let spec = spec_for(dtype, layout, 5, 7);
+                    check_against_reference(&mut aug, &img, crop, false, &spec);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn flip_mirrors_the_output_exactly() {
         let mut rng = KeyedRng::new(3, 0, 0, Stream::Augment);
         let img = random_image(&mut rng, 41, 29);
