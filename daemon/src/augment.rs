@@ -803,6 +803,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_table_never_carries_pixels_from_the_previous_image() {
+        let mut rng = KeyedRng::new(7, 0, 0, Stream::Augment);
+        // 4 source rows to 2 output rows: the ring can hold most rows the image has, so a
+        // stale ring would be read instead of resampled.
+        let (a, b) = (random_image(&mut rng, 50, 4), random_image(&mut rng, 50, 4));
+        let spec = spec_for(DType::U8, Layout::Nhwc, 2, 8);
+        let crop = CropBox::full(50, 4);
+        let mut reused = Augmenter::new();
+        let mut first = vec![0u8; spec.image_bytes()];
+        reused.augment_into(&a, crop, false, &spec, &mut first);
+        let mut second = vec![0u8; spec.image_bytes()];
+        reused.augment_into(&b, crop, false, &spec, &mut second);
+        let mut fresh = vec![0u8; spec.image_bytes()];
+        Augmenter::new().augment_into(&b, crop, false, &spec, &mut fresh);
+        assert_ne!(first, second);
+        assert!(
+            second == fresh,
+            "the reused augmenter kept rows of the first image"
+        );
+    }
+
+    #[test]
     fn steady_state_reuses_every_buffer() {
         let mut rng = KeyedRng::new(6, 0, 0, Stream::Augment);
         let img = random_image(&mut rng, 320, 240);
