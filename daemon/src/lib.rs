@@ -5,6 +5,9 @@
 //! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
 
 pub mod augment;
+pub mod bench;
+pub mod cli;
+pub mod config;
 pub mod dataset;
 pub mod decode;
 pub mod pipeline;

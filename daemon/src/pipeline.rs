@@ -73,6 +73,8 @@ pub enum PipelineError {
     Decoder(#[from] DecodeError),
     #[error("rank {rank} is out of range for world_size {world_size}")]
     Rank { rank: u32, world_size: u32 },
+    #[error("cannot start at epoch {epoch} step {step}: {reason}")]
+    Position { epoch: u64, step: u64, reason: String },
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
     RingTooSmall { slots: usize },
     #[error("ring layout does not match the job's spec")]
@@ -389,6 +391,13 @@ impl Engine {
         start: Position,
     ) -> Result<Feed, PipelineError> {
         let sampler = job.sampler(rank)?;
+        sampler
+            .check_position(start.step)
+            .map_err(|e| PipelineError::Position {
+                epoch: start.epoch,
+                step: start.step,
+                reason: e.to_string(),
+            })?;
         let layout = *ring.layout();
         if layout.slots < 2 {
             return Err(PipelineError::RingTooSmall {
@@ -410,8 +419,8 @@ impl Engine {
             job: job.clone(),
             rank,
             ring,
-            sampler,
             state: Mutex::new(FeedState {
+                sampler,
                 next: start,
                 free: (0..layout.slots).collect(),
                 slots,
@@ -462,6 +471,8 @@ struct SlotState {
 }
 
 struct FeedState {
+    /// This rank's share of each epoch (it caches the current epoch's permutation).
+    sampler: Sampler,
     /// The next batch to start.
     next: Position,
     free: VecDeque<usize>,
@@ -483,7 +494,6 @@ struct FeedShared {
     job: Arc<Job>,
     rank: u32,
     ring: Arc<dyn SlotMemory>,
-    sampler: Sampler,
     state: Mutex<FeedState>,
     /// Signalled when a batch becomes ready, a writer finishes, or the feed stops.
     changed: Condvar,
@@ -517,8 +527,10 @@ impl FeedShared {
             let slot = st.free.pop_front()?;
             let pos = st.next;
             st.next = self.advance(pos);
+            let st = &mut *st;
             let s = &mut st.slots[slot];
-            self.sampler.batch_indices_into(pos.epoch, pos.step, &mut s.indices);
+            st.sampler
+                .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
             s.chunks_left = s.indices.len().div_ceil(CHUNK).max(1);
             st.in_flight.insert(pos, slot);
             st.dispatching = Some((slot, pos, 0));

@@ -2,6 +2,12 @@
 //! straightforward CPU reference for every kernel (the oracle for both the CPU backend's fast
 //! code and the GPU kernels).
 //!
-//! This crate knows nothing of sockets.
+//! This crate knows nothing of sockets. NVIDIA libraries are loaded at run time (`loader`);
+//! nothing here needs CUDA to build (docs/cuda.md).
 
+pub mod augment;
+pub mod cuda;
+pub mod loader;
+pub mod nvjpeg;
+pub mod nvrtc;
 pub mod reference;

@@ -1,5 +1,43 @@
-//! `stoker`: the command-line tool (bench, check, decode, ...).
+//! `stoker`: the command-line tool. A thin main: parse the arguments, dispatch into
+//! `stoker_daemon::cli`, exit with the command's code.
+
+use clap::{Parser, Subcommand};
+use stoker_daemon::cli;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stoker",
+    version,
+    about = "stoker: decoded, augmented training batches"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure the pipeline's images/s on a dataset, with the time per stage.
+    Bench(cli::bench::BenchArgs),
+    /// Decode every sample under PATH and report each failure with its reason.
+    Check(cli::check::CheckArgs),
+    /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
+    Decode(cli::decode_file::DecodeArgs),
+}
+
 fn main() {
-    eprintln!("stoker: no commands yet");
-    std::process::exit(2);
+    let args = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match &args.command {
+        Command::Bench(a) => cli::bench::run(a),
+        Command::Check(a) => cli::check::run(a),
+        Command::Decode(a) => cli::decode_file::run(a),
+    };
+    std::process::exit(code);
 }

@@ -1,0 +1,251 @@
+//! `stoker check PATH`: decode every sample and report each failure with its reason.
+//!
+//! The core, [`check_samples`], takes `(display name, bytes)` pairs and does not care where they
+//! come from; for now `PATH` is walked recursively for regular files (sorted), skipping hidden
+//! files and known non-image sidecar files (`.tsv`, `.txt`, `.md`, `.json`, `.csv`, `.cls`).
+//! Everything else is decoded: a JPEG is recognised by its bytes, so a PNG named `.jpg` is
+//! reported as not JPEG, and a JPEG named `.png` is checked like any other.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Serialize;
+use stoker_kernels::reference::RgbImage;
+
+use crate::decode::{CpuDecoder, DecodeError, Limits};
+
+/// Reason code for a sample whose bytes could not be read.
+pub const REASON_IO: &str = "io_error";
+
+/// Extensions of files in a dataset tree that are metadata, not samples.
+const SIDECAR_EXTENSIONS: &[&str] = &["tsv", "txt", "md", "json", "csv", "cls"];
+
+/// Arguments of `stoker check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// A file or a directory (walked recursively).
+    pub path: PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Decode threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Options of [`check_samples`].
+#[derive(Debug, Clone, Copy)]
+pub struct CheckOptions {
+    pub threads: usize,
+    pub limits: Limits,
+}
+
+/// One sample that did not decode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckFailure {
+    pub name: String,
+    /// A stable code ([`DecodeError::reason`] or [`REASON_IO`]).
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The outcome of checking a set of samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CheckReport {
+    pub total: usize,
+    pub ok: usize,
+    /// In input order.
+    pub failures: Vec<CheckFailure>,
+    /// Number of failures per reason code.
+    pub by_reason: BTreeMap<&'static str, usize>,
+}
+
+impl CheckReport {
+    pub fn all_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Decodes every sample on `opts.threads` threads and reports the failures in input order.
+/// Each item is a display name (a path) and the sample's bytes, or the error reading them.
+pub fn check_samples<I>(samples: I, opts: &CheckOptions) -> CheckReport
+where
+    I: IntoIterator<Item = (String, io::Result<Vec<u8>>)>,
+    I::IntoIter: Send,
+{
+    let queue = Mutex::new(samples.into_iter().enumerate());
+    let results: Mutex<Vec<(usize, Option<CheckFailure>)>> = Mutex::new(Vec::new());
+    let threads = opts.threads.max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let mut decoder = CpuDecoder::new(opts.limits);
+                let mut img = RgbImage::default();
+                let mut local = Vec::new();
+                loop {
+                    // Take the next sample (reading it, if the iterator reads) under the lock.
+                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                    let Some((i, (name, bytes))) = next else {
+                        break;
+                    };
+                    let outcome = match (&mut decoder, bytes) {
+                        (_, Err(e)) => Err((REASON_IO, e.to_string())),
+                        (Err(e), _) => Err((e.reason(), e.to_string())),
+                        (Ok(d), Ok(bytes)) => d
+                            .decode_full(&bytes, &mut img)
+                            .map_err(|e: DecodeError| (e.reason(), e.to_string())),
+                    };
+                    let failure = outcome.err().map(|(reason, message)| CheckFailure {
+                        name,
+                        reason,
+                        message,
+                    });
+                    local.push((i, failure));
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(local);
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    let mut report = CheckReport {
+        total: results.len(),
+        ..CheckReport::default()
+    };
+    for (_, failure) in results {
+        match failure {
+            None => report.ok += 1,
+            Some(f) => {
+                *report.by_reason.entry(f.reason).or_insert(0) += 1;
+                report.failures.push(f);
+            }
+        }
+    }
+    report
+}
+
+/// Every regular file under `root` (or `root` itself if it is a file), sorted, without hidden
+/// files and sidecar files.
+pub fn sample_files(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    if std::fs::metadata(root)?.is_file() {
+        files.push(root.to_path_buf());
+        return Ok(files);
+    }
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            if name.as_deref().is_none_or(|n| n.starts_with('.')) {
+                continue;
+            }
+            let meta = std::fs::metadata(&path)?;
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if meta.is_file() && !is_sidecar(&path) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn is_sidecar(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| SIDECAR_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// Runs `stoker check`; returns the exit code (0: every sample decoded, 1: some did not).
+pub fn run(args: &CheckArgs) -> i32 {
+    let files = match sample_files(&args.path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("stoker check: {}: {e}", args.path.display());
+            return super::EXIT_USAGE;
+        }
+    };
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let opts = CheckOptions {
+        threads,
+        limits: Limits::default(),
+    };
+    let samples = files
+        .into_iter()
+        .map(|p| (p.display().to_string(), std::fs::read(&p)));
+    let report = check_samples(samples, &opts);
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("stoker check: cannot write JSON: {e}");
+                return super::EXIT_FAILURES;
+            }
+        }
+    } else {
+        print_text(&report);
+    }
+    if report.all_ok() {
+        super::EXIT_OK
+    } else {
+        super::EXIT_FAILURES
+    }
+}
+
+fn print_text(report: &CheckReport) {
+    for f in &report.failures {
+        println!("FAIL {}: {} ({})", f.name, f.message, f.reason);
+    }
+    println!(
+        "checked {} samples: {} ok, {} failed",
+        report.total,
+        report.ok,
+        report.failures.len()
+    );
+    for (reason, n) in &report.by_reason {
+        println!("  {reason:<16} {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_failures_in_input_order_with_reasons() {
+        let samples = vec![
+            ("a.jpg".to_owned(), Ok(b"\x89PNG\r\n\x1a\nxxxx".to_vec())),
+            ("b.jpg".to_owned(), Err(io::Error::other("gone"))),
+            ("c.jpg".to_owned(), Ok(b"hello".to_vec())),
+            ("d.jpg".to_owned(), Ok(vec![0xFF, 0xD8, 0xFF, 0xD9])),
+        ];
+        let opts = CheckOptions {
+            threads: 3,
+            limits: Limits::default(),
+        };
+        let r = check_samples(samples, &opts);
+        assert_eq!((r.total, r.ok), (4, 0));
+        let names: Vec<_> = r
+            .failures
+            .iter()
+            .map(|f| (f.name.as_str(), f.reason))
+            .collect();
+        assert_eq!(names[0], ("a.jpg", "not_jpeg"));
+        assert_eq!(names[1], ("b.jpg", REASON_IO));
+        assert_eq!(names[2], ("c.jpg", "not_jpeg"));
+        assert_eq!(names[3].0, "d.jpg");
+        assert_eq!(r.by_reason["not_jpeg"], 2);
+        assert!(r.failures[0].message.contains("PNG"));
+    }
+}

@@ -1,0 +1,350 @@
+//! The daemon's configuration: one TOML file, every key optional, unknown keys rejected with
+//! the key and its line. Command-line flags override the file. With no file at all the
+//! defaults serve a single-user workstation.
+//!
+//! Every key and its default is documented in `docs/operations.md`; the named constants below
+//! are those defaults.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::pipeline::BadSamplePolicy;
+
+/// Slots per rank's ring when the config does not say.
+pub const DEFAULT_SLOTS_PER_RANK: usize = 4;
+/// Socket file mode: owner and group may connect.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+/// Ring memory one client may hold, all its rings together (bytes).
+pub const DEFAULT_MAX_CLIENT_RING_BYTES: u64 = 8 << 30;
+/// Ring memory one job may hold, all its ranks together (bytes).
+pub const DEFAULT_MAX_JOB_RING_BYTES: u64 = 64 << 30;
+/// Most clients attached at once.
+pub const DEFAULT_MAX_CLIENTS: usize = 256;
+/// Most jobs at once.
+pub const DEFAULT_MAX_JOBS: usize = 64;
+/// Largest image (width x height) a sample may have.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+/// Largest encoded sample (bytes).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Exit code for a configuration error: systemd's `RestartPreventExitStatus=` names it so a
+/// broken config does not restart in a loop (EX_CONFIG from sysexits.h).
+pub const EXIT_CONFIG: i32 = 78;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Which decode backend serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// CUDA where a GPU and its libraries are present, else the CPU (and the log says why).
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// How samples are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReaderChoice {
+    #[default]
+    Auto,
+    IoUring,
+    Pread,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub pipeline: PipelineConfig,
+    pub limits: LimitsConfig,
+    pub access: AccessConfig,
+    pub metrics: MetricsConfig,
+    /// Registered datasets: name -> path. Clients may name these.
+    pub datasets: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Socket path; empty means the default for the user (see [`default_socket_path`]).
+    pub socket: Option<PathBuf>,
+    /// Socket file mode (octal in TOML: `socket_mode = 0o660`).
+    pub socket_mode: u32,
+    /// Group that owns the socket (clients in it may connect).
+    pub socket_group: Option<String>,
+    /// Slots in each rank's ring.
+    pub slots_per_rank: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket: None,
+            socket_mode: DEFAULT_SOCKET_MODE,
+            socket_group: None,
+            slots_per_rank: DEFAULT_SLOTS_PER_RANK,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    pub backend: BackendChoice,
+    /// Decode threads shared by every job; 0 means one per core.
+    pub threads: usize,
+    pub reader: ReaderChoice,
+    /// What happens to a sample that cannot be read or decoded.
+    pub bad_samples: BadSamplePolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_pixels: u64,
+    pub max_file_bytes: u64,
+    pub max_client_ring_bytes: u64,
+    pub max_job_ring_bytes: u64,
+    pub max_clients: usize,
+    pub max_jobs: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_client_ring_bytes: DEFAULT_MAX_CLIENT_RING_BYTES,
+            max_job_ring_bytes: DEFAULT_MAX_JOB_RING_BYTES,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            max_jobs: DEFAULT_MAX_JOBS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessConfig {
+    /// Client uids allowed to attach; empty with `allowed_gids` empty means the daemon's own
+    /// uid and root only.
+    pub allowed_uids: Vec<u32>,
+    /// Client gids allowed to attach (primary group of the peer).
+    pub allowed_gids: Vec<u32>,
+    /// Folders under which clients may name datasets by path. When empty, a client whose uid
+    /// is the daemon's own may name any path (it could read it itself) and other clients may
+    /// use registered datasets only.
+    pub dataset_roots: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address of the Prometheus text endpoint (`127.0.0.1:9464`); none disables it.
+    pub listen: Option<String>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: one_line(&e),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        if self.server.slots_per_rank < 2 {
+            return Err(invalid(format!(
+                "server.slots_per_rank must be at least 2, got {}",
+                self.server.slots_per_rank
+            )));
+        }
+        if self.server.socket_mode > 0o777 {
+            return Err(invalid(format!(
+                "server.socket_mode must be a file mode like 0o660, got {:#o}",
+                self.server.socket_mode
+            )));
+        }
+        for (name, p) in &self.datasets {
+            if name.is_empty() || name.contains('/') {
+                return Err(invalid(format!(
+                    "datasets: name {name:?} must be non-empty and contain no '/'"
+                )));
+            }
+            if !p.is_absolute() {
+                return Err(invalid(format!(
+                    "datasets.{name}: path {} must be absolute",
+                    p.display()
+                )));
+            }
+        }
+        for root in &self.access.dataset_roots {
+            if !root.is_absolute() {
+                return Err(invalid(format!(
+                    "access.dataset_roots: {} must be absolute",
+                    root.display()
+                )));
+            }
+        }
+        if let Some(addr) = &self.metrics.listen {
+            addr.parse::<std::net::SocketAddr>().map_err(|e| {
+                invalid(format!(
+                    "metrics.listen: {addr:?} is not an address like 127.0.0.1:9464 ({e})"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The socket path to listen on.
+    pub fn socket_path(&self) -> PathBuf {
+        self.server
+            .socket
+            .clone()
+            .unwrap_or_else(default_socket_path)
+    }
+}
+
+/// `$STOKER_SOCKET`, else `/run/stoker/stoker.sock` for root, else
+/// `$XDG_RUNTIME_DIR/stoker.sock`, else `/tmp/stoker-$UID.sock`.
+pub fn default_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("STOKER_SOCKET") {
+        return PathBuf::from(p);
+    }
+    // SAFETY: getuid cannot fail and has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/stoker/stoker.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join("stoker.sock"),
+        _ => PathBuf::from(format!("/tmp/stoker-{uid}.sock")),
+    }
+}
+
+/// toml's errors span several lines with a source excerpt; keep the key, line and reason.
+fn one_line(e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_string();
+    match e.span() {
+        Some(_) => {
+            let text = e.to_string();
+            // "TOML parse error at line 3, column 1" is the first line of the rendering.
+            let location = text.lines().next().unwrap_or("").trim();
+            let location = location.trim_start_matches("TOML parse error at ");
+            format!("{location}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.server.slots_per_rank, DEFAULT_SLOTS_PER_RANK);
+        assert_eq!(c.pipeline.bad_samples, BadSamplePolicy::Skip);
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = r#"
+[server]
+socket = "/run/stoker/stoker.sock"
+socket_mode = 0o660
+socket_group = "stoker"
+slots_per_rank = 6
+
+[pipeline]
+backend = "cpu"
+threads = 8
+reader = "pread"
+bad_samples = "fail"
+
+[limits]
+max_pixels = 50000000
+
+[access]
+allowed_uids = [1000]
+dataset_roots = ["/data"]
+
+[metrics]
+listen = "127.0.0.1:9464"
+
+[datasets]
+imagenet = "/data/imagenet/train"
+"#;
+        let c = Config::parse(text, Path::new("stoker.toml")).unwrap();
+        assert_eq!(c.server.slots_per_rank, 6);
+        assert_eq!(c.pipeline.backend, BackendChoice::Cpu);
+        assert_eq!(c.pipeline.reader, ReaderChoice::Pread);
+        assert_eq!(c.pipeline.bad_samples, BadSamplePolicy::Fail);
+        assert_eq!(c.limits.max_pixels, 50_000_000);
+        assert_eq!(c.limits.max_clients, DEFAULT_MAX_CLIENTS);
+        assert_eq!(
+            c.datasets["imagenet"],
+            PathBuf::from("/data/imagenet/train")
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = Config::parse("[server]\nslots = 3\n", Path::new("/etc/stoker.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc/stoker.toml"), "{err}");
+        assert!(err.contains("slots"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let err = Config::parse("[server]\nslots_per_rank = 1\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("slots_per_rank"), "{err}");
+        let err = Config::parse("[datasets]\nx = \"relative\"\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("absolute"), "{err}");
+        let err = Config::parse("[metrics]\nlisten = \"nowhere\"\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metrics.listen"), "{err}");
+    }
+}

@@ -1,1 +1,0 @@
-//! decode (to be built).

@@ -1,0 +1,611 @@
+//! CPU JPEG decoding with libjpeg-turbo (TurboJPEG 3 API): whole images, or only the region a
+//! crop needs at the smallest DCT scale that still covers the output size.
+//!
+//! # Design
+//! - One [`CpuDecoder`] per decode thread; it owns a TurboJPEG instance (RAII, in the private
+//!   `sys` module, the only unsafe code here) and a scratch buffer, so steady-state decoding does
+//!   not allocate once `out` has grown to the largest image.
+//! - JPEG is recognised by its first bytes (`FF D8 FF`), never by the file name; other formats
+//!   are named in [`DecodeError::NotJpeg`].
+//! - Output is always packed 8-bit RGB. Grayscale is expanded by libjpeg; CMYK and YCCK are
+//!   decoded to CMYK and converted here with the Adobe (inverted) convention, the same formula
+//!   as libjpeg-turbo's `djpeg`: `R = C * K / 255` on the stored values.
+//! - Any libjpeg warning is an error (`TJPARAM_STOPONWARNING`): corrupt or truncated data is
+//!   rejected, never passed on as a grey-padded image.
+//! - Limits: files over [`Limits::max_file_bytes`] and images over [`Limits::max_pixels`] are
+//!   rejected before any pixel is decoded (checked here and by `TJPARAM_MAXPIXELS`); progressive
+//!   files with more than [`MAX_SCANS`] scans are rejected (`TJPARAM_SCANLIMIT`).
+//! - [`CpuDecoder::decode_for_crop`] uses only the scaling factors 1, 1/2, 1/4 and 1/8: the
+//!   others (3/8, 5/8, 3/4, 7/8, ...) use libjpeg-turbo's plain C IDCT and measured no faster
+//!   than the next power of two up (see `docs/decode.md`).
+//!
+//! # Limitations
+//! - 12-bit and 16-bit samples, lossless (SOF3), hierarchical and JPEG-LS files are rejected as
+//!   [`DecodeError::Unsupported`].
+//! - EXIF orientation is metadata and is ignored: pixels come out in stored order, as
+//!   torchvision's `decode_jpeg` and DALI do by default.
+//! - ICC profiles are ignored (no colour management).
+
+mod sniff;
+mod sys;
+
+use std::cell::RefCell;
+
+use stoker_kernels::reference::{CropBox, RgbImage};
+
+use sys::{Param, PixelFormat, ScalingFactor, TjError, TjHandle};
+
+/// Default [`Limits::max_pixels`]: 100 megapixels (a 10000 x 10000 image). Larger images are
+/// almost always decompression bombs in a training set; RGB output alone would be 300 MB.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
+/// Default [`Limits::max_file_bytes`]: 64 MiB, far above any real photo.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// The most scans a progressive JPEG may have (`TJPARAM_SCANLIMIT`), against files made of
+/// thousands of tiny scans that each re-walk the whole coefficient buffer. libjpeg-turbo's own
+/// tools use the same figure; a real encoder writes at most a few dozen.
+pub const MAX_SCANS: u32 = 500;
+
+/// What a decoder refuses before decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest `width * height` decoded; larger images are [`DecodeError::TooLarge`].
+    pub max_pixels: u64,
+    /// Largest encoded file accepted; larger ones are [`DecodeError::FileTooLarge`].
+    pub max_file_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
+/// Why an image could not be decoded. Each variant has a stable [`DecodeError::reason`] code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// The data is not JPEG at all.
+    #[error("not a JPEG file: looks like {what}")]
+    NotJpeg { what: String },
+    /// The data ends before the image does.
+    #[error("truncated JPEG data: {detail}")]
+    Truncated { detail: String },
+    /// libjpeg found the data invalid and stopped.
+    #[error("corrupt JPEG data: {detail}")]
+    Corrupt { detail: String },
+    /// libjpeg found damaged data it would have patched over (a warning); treated as an error.
+    #[error("corrupt JPEG data (libjpeg warning, treated as an error): {detail}")]
+    Warning { detail: String },
+    /// A valid JPEG of a kind stoker does not decode (12-bit, lossless, ...).
+    #[error("unsupported JPEG: {what}")]
+    Unsupported { what: String },
+    /// More pixels than [`Limits::max_pixels`].
+    #[error("image too large: {w}x{h} is over the limit of {limit} pixels")]
+    TooLarge { w: u32, h: u32, limit: u64 },
+    /// A larger file than [`Limits::max_file_bytes`].
+    #[error("file too large: {len} bytes is over the limit of {limit} bytes")]
+    FileTooLarge { len: u64, limit: u64 },
+    /// A progressive file with more than [`MAX_SCANS`] scans.
+    #[error("too many progressive scans (limit {limit})")]
+    TooManyScans { limit: u32 },
+    /// `decode_for_crop` was given a box that does not overlap the image.
+    #[error("crop box {want:?} does not overlap the {w}x{h} image")]
+    BadCrop { want: CropBox, w: u32, h: u32 },
+    /// TurboJPEG failed for a reason unrelated to the data (for example out of memory).
+    #[error("internal decoder error: {detail}")]
+    Internal { detail: String },
+}
+
+impl DecodeError {
+    /// A short, stable snake_case code for counting failures by reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::NotJpeg { .. } => "not_jpeg",
+            DecodeError::Truncated { .. } => "truncated",
+            DecodeError::Corrupt { .. } => "corrupt",
+            DecodeError::Warning { .. } => "corrupt_warning",
+            DecodeError::Unsupported { .. } => "unsupported",
+            DecodeError::TooLarge { .. } => "too_large",
+            DecodeError::FileTooLarge { .. } => "file_too_large",
+            DecodeError::TooManyScans { .. } => "too_many_scans",
+            DecodeError::BadCrop { .. } => "bad_crop",
+            DecodeError::Internal { .. } => "internal",
+        }
+    }
+
+    /// Maps a TurboJPEG failure to the variant its message describes.
+    fn from_tj(e: TjError) -> DecodeError {
+        // TurboJPEG's own errors are prefixed with the function name ("tj3Decompress8(): ...").
+        let detail = match e.message.split_once("(): ") {
+            Some((prefix, rest)) if prefix.starts_with("tj") => rest.to_owned(),
+            _ => e.message.clone(),
+        };
+        let m = detail.as_str();
+        if m.contains("Premature end of JPEG file") {
+            DecodeError::Truncated { detail }
+        } else if m.contains("exceeds maximum scans")
+            || m.contains("Progressive JPEG image has more than")
+        {
+            DecodeError::TooManyScans { limit: MAX_SCANS }
+        } else if m.contains("Unsupported JPEG process")
+            || m.contains("Unsupported JPEG data precision")
+            || m.contains("Requested features are incompatible")
+        {
+            DecodeError::Unsupported { what: detail }
+        } else if m.contains("Memory allocation failure") || m.contains("Insufficient memory") {
+            DecodeError::Internal { detail }
+        } else if e.warning {
+            DecodeError::Warning { detail }
+        } else {
+            DecodeError::Corrupt { detail }
+        }
+    }
+}
+
+/// Chroma subsampling as TurboJPEG classifies it (`TJPARAM_SUBSAMP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subsampling {
+    S444,
+    S422,
+    S420,
+    Gray,
+    S440,
+    S411,
+    S441,
+    /// Sampling factors outside the standard set (decodable, but not croppable by TurboJPEG).
+    Unknown,
+}
+
+impl Subsampling {
+    fn from_raw(v: i32) -> Subsampling {
+        match v {
+            0 => Subsampling::S444,
+            1 => Subsampling::S422,
+            2 => Subsampling::S420,
+            3 => Subsampling::Gray,
+            4 => Subsampling::S440,
+            5 => Subsampling::S411,
+            6 => Subsampling::S441,
+            _ => Subsampling::Unknown,
+        }
+    }
+
+    /// Width in pixels of one iMCU (`tjMCUWidth`), `None` when unknown.
+    fn mcu_width(self) -> Option<u32> {
+        match self {
+            Subsampling::S444 | Subsampling::Gray | Subsampling::S440 | Subsampling::S441 => {
+                Some(8)
+            }
+            Subsampling::S422 | Subsampling::S420 => Some(16),
+            Subsampling::S411 => Some(32),
+            Subsampling::Unknown => None,
+        }
+    }
+}
+
+/// The JPEG colour space (`TJPARAM_COLORSPACE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorSpace {
+    Rgb,
+    YCbCr,
+    Gray,
+    Cmyk,
+    Ycck,
+}
+
+impl ColorSpace {
+    fn from_raw(v: i32) -> Option<ColorSpace> {
+        Some(match v {
+            0 => ColorSpace::Rgb,
+            1 => ColorSpace::YCbCr,
+            2 => ColorSpace::Gray,
+            3 => ColorSpace::Cmyk,
+            4 => ColorSpace::Ycck,
+            _ => return None,
+        })
+    }
+}
+
+/// What the JPEG header says, read without decoding any pixel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JpegHeader {
+    pub width: u32,
+    pub height: u32,
+    pub subsampling: Subsampling,
+    pub colorspace: ColorSpace,
+    pub progressive: bool,
+    pub arithmetic: bool,
+    pub lossless: bool,
+    /// Bits per sample (8 for nearly every JPEG; 12 and 16 are rejected).
+    pub precision: u8,
+}
+
+impl JpegHeader {
+    /// Rejects what stoker does not decode: not 8-bit, lossless, empty.
+    fn check_supported(&self) -> Result<(), DecodeError> {
+        if self.lossless {
+            return Err(DecodeError::Unsupported {
+                what: format!("lossless JPEG (SOF3), {}-bit", self.precision),
+            });
+        }
+        if self.precision != 8 {
+            return Err(DecodeError::Unsupported {
+                what: format!(
+                    "{}-bit samples (only 8-bit JPEG is decoded)",
+                    self.precision
+                ),
+            });
+        }
+        if self.width == 0 || self.height == 0 {
+            return Err(DecodeError::Corrupt {
+                detail: format!("empty image {}x{}", self.width, self.height),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_limits(&self, limits: &Limits) -> Result<(), DecodeError> {
+        if self.width as u64 * self.height as u64 > limits.max_pixels {
+            return Err(DecodeError::TooLarge {
+                w: self.width,
+                h: self.height,
+                limit: limits.max_pixels,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Reads and checks the header of `bytes` with `tj`, leaving `tj` ready to decompress them.
+/// `max_pixels` only names the limit when libjpeg's own size limit trips.
+fn read_header(
+    tj: &mut TjHandle,
+    bytes: &[u8],
+    max_pixels: u64,
+) -> Result<JpegHeader, DecodeError> {
+    if !bytes.starts_with(&sniff::JPEG_MAGIC) {
+        if bytes.starts_with(&sniff::JPEG_MAGIC[..2]) && bytes.len() > 2 {
+            return Err(DecodeError::Corrupt {
+                detail: String::from("no marker after the start-of-image marker"),
+            });
+        }
+        return Err(DecodeError::NotJpeg {
+            what: sniff::describe_non_jpeg(bytes),
+        });
+    }
+    let frame = sniff::check_frame(bytes)?;
+    if let Err(e) = tj.decompress_header(bytes) {
+        return Err(match frame {
+            // libjpeg's own limit (65500 pixels a side) on a frame larger than ours.
+            Some((w, h)) if e.message.contains("Maximum supported image dimension") => {
+                DecodeError::TooLarge {
+                    w,
+                    h,
+                    limit: max_pixels.min(65500 * 65500),
+                }
+            }
+            _ => DecodeError::from_tj(e),
+        });
+    }
+    let colorspace_raw = tj.get(Param::Colorspace);
+    let header = JpegHeader {
+        width: u32::try_from(tj.get(Param::JpegWidth)).unwrap_or(0),
+        height: u32::try_from(tj.get(Param::JpegHeight)).unwrap_or(0),
+        subsampling: Subsampling::from_raw(tj.get(Param::Subsamp)),
+        colorspace: ColorSpace::from_raw(colorspace_raw).ok_or_else(|| {
+            DecodeError::Unsupported {
+                what: format!("colour space {colorspace_raw}"),
+            }
+        })?,
+        progressive: tj.get(Param::Progressive) == 1,
+        arithmetic: tj.get(Param::Arithmetic) == 1,
+        lossless: tj.get(Param::Lossless) == 1,
+        precision: u8::try_from(tj.get(Param::Precision)).unwrap_or(0),
+    };
+    header.check_supported()?;
+    Ok(header)
+}
+
+/// Reads the header of `bytes` (no pixel is decoded) and checks that stoker can decode it
+/// (8-bit, not lossless). Size limits are applied by the decoder, not here.
+pub fn probe(bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+    thread_local! {
+        static PROBE: RefCell<Option<TjHandle>> = const { RefCell::new(None) };
+    }
+    PROBE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(new_handle()?);
+        }
+        let tj = slot.as_mut().expect("just created");
+        let result = read_header(tj, bytes, u64::MAX);
+        if result.is_err() {
+            // libjpeg may be left mid-header after an error: start afresh next time.
+            *slot = None;
+        }
+        result
+    })
+}
+
+/// A decompressor with the settings every decode uses. After a failed call TurboJPEG can be
+/// left mid-header (`tj3DecompressHeader` does not abort on error), so a decoder replaces its
+/// instance after every error: a few microseconds, on the error path only.
+fn new_handle() -> Result<TjHandle, DecodeError> {
+    let mut tj = TjHandle::new_decompressor().ok_or_else(|| DecodeError::Internal {
+        detail: String::from("tj3Init failed"),
+    })?;
+    tj.set(Param::StopOnWarning, 1)
+        .map_err(DecodeError::from_tj)?;
+    tj.set(Param::ScanLimit, MAX_SCANS as i32)
+        .map_err(DecodeError::from_tj)?;
+    Ok(tj)
+}
+
+/// Scaled pixels decoded around a wanted box (see `plan_region`).
+pub const REGION_MARGIN: u32 = 2;
+
+/// Which part of the image a decode produces, at which scale (all in scaled pixels).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RegionPlan {
+    factor: ScalingFactor,
+    /// The cropping region; `None` for the whole scaled image.
+    crop: Option<(u32, u32, u32, u32)>,
+    /// Output size.
+    width: u32,
+    height: u32,
+    /// Where the wanted box lies in the output.
+    box_out: CropBox,
+}
+
+/// Plans a region decode: the smallest allowed factor (`factors` sorted largest first, all
+/// <= 1) keeping `want` at least `out_size` (h, w) big, the scaled region covering `want` with
+/// its left edge aligned down to the scaled iMCU width.
+fn plan_region(
+    header: &JpegHeader,
+    want: CropBox,
+    out_size: (u32, u32),
+    factors: &[ScalingFactor],
+) -> Result<RegionPlan, DecodeError> {
+    let (iw, ih) = (header.width as f64, header.height as f64);
+    let bad = || DecodeError::BadCrop {
+        want,
+        w: header.width,
+        h: header.height,
+    };
+    let finite =
+        want.x.is_finite() && want.y.is_finite() && want.w.is_finite() && want.h.is_finite();
+    if !finite || want.w <= 0.0 || want.h <= 0.0 {
+        return Err(bad());
+    }
+    // The part of the box inside the image.
+    let x0 = want.x.max(0.0);
+    let y0 = want.y.max(0.0);
+    let x1 = (want.x + want.w).min(iw);
+    let y1 = (want.y + want.h).min(ih);
+    if x1 <= x0 || y1 <= y0 {
+        return Err(bad());
+    }
+    let (out_h, out_w) = (out_size.0 as f64, out_size.1 as f64);
+    let factor = factors
+        .iter()
+        .rev()
+        .copied()
+        .find(|f| want.w * f.as_f64() >= out_w && want.h * f.as_f64() >= out_h)
+        .unwrap_or(ScalingFactor::ONE);
+    let s = factor.as_f64();
+    let sw = factor.scale(header.width);
+    let sh = factor.scale(header.height);
+    let clamp = |v: f64, hi: u32| (v.max(0.0) as u32).min(hi);
+    // A margin of REGION_MARGIN scaled pixels on every side keeps the box's own pixels away
+    // from the region's edges, where libjpeg's chroma upsampling lacks its neighbours and
+    // differs slightly from a full decode.
+    let mut rx0 = clamp((x0 * s).floor(), sw).saturating_sub(REGION_MARGIN);
+    let ry0 = clamp((y0 * s).floor(), sh).saturating_sub(REGION_MARGIN);
+    let rx1 = (clamp((x1 * s).ceil(), sw) + REGION_MARGIN).min(sw);
+    let ry1 = (clamp((y1 * s).ceil(), sh) + REGION_MARGIN).min(sh);
+    let crop = match header.subsampling.mcu_width() {
+        // TurboJPEG cannot crop an image whose subsampling it cannot name: decode it whole.
+        None => None,
+        Some(mcu) => {
+            let step = factor.scale(mcu);
+            rx0 -= rx0 % step;
+            if rx0 == 0 && ry0 == 0 && rx1 == sw && ry1 == sh {
+                None
+            } else {
+                Some((rx0, ry0, rx1 - rx0, ry1 - ry0))
+            }
+        }
+    };
+    let (ox, oy, width, height) = crop.unwrap_or((0, 0, sw, sh));
+    Ok(RegionPlan {
+        factor,
+        crop,
+        width,
+        height,
+        box_out: CropBox::new(
+            want.x * s - ox as f64,
+            want.y * s - oy as f64,
+            want.w * s,
+            want.h * s,
+        ),
+    })
+}
+
+/// A JPEG decoder for one thread: owns its TurboJPEG instance and scratch memory.
+pub struct CpuDecoder {
+    // No field borrows another: drop order does not matter.
+    tj: TjHandle,
+    limits: Limits,
+    /// The scaling factors `decode_for_crop` may use, largest first, all <= 1.
+    factors: Vec<ScalingFactor>,
+    /// CMYK pixels before conversion to RGB.
+    cmyk: Vec<u8>,
+}
+
+impl CpuDecoder {
+    pub fn new(limits: Limits) -> Result<CpuDecoder, DecodeError> {
+        Ok(CpuDecoder {
+            tj: Self::new_limited_handle(&limits)?,
+            limits,
+            factors: Self::allowed_factors(false),
+            cmyk: Vec::new(),
+        })
+    }
+
+    fn new_limited_handle(limits: &Limits) -> Result<TjHandle, DecodeError> {
+        let mut tj = new_handle()?;
+        // TurboJPEG's own check (0 = none); ours in `check_limits` also covers larger limits.
+        let tj_max = i32::try_from(limits.max_pixels).unwrap_or(0);
+        tj.set(Param::MaxPixels, tj_max)
+            .map_err(DecodeError::from_tj)?;
+        Ok(tj)
+    }
+
+    /// Passes `result` through, replacing the TurboJPEG instance if it is an error.
+    fn recover<T>(&mut self, result: Result<T, DecodeError>) -> Result<T, DecodeError> {
+        if result.is_err() {
+            if let Ok(tj) = Self::new_limited_handle(&self.limits) {
+                self.tj = tj;
+            }
+        }
+        result
+    }
+
+    fn allowed_factors(all: bool) -> Vec<ScalingFactor> {
+        sys::scaling_factors()
+            .into_iter()
+            .filter(|f| f.num <= f.denom)
+            .filter(|f| all || (f.num == 1 && f.denom.is_power_of_two() && f.denom <= 8))
+            .collect()
+    }
+
+    /// Lets `decode_for_crop` use every libjpeg-turbo factor <= 1, not only powers of two.
+    /// For benchmarks only (see `docs/decode.md`).
+    #[doc(hidden)]
+    pub fn use_all_scaling_factors(&mut self, all: bool) {
+        self.factors = Self::allowed_factors(all);
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Reads the header of `bytes` with this decoder's instance and checks it against the
+    /// limits.
+    pub fn probe(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+        let result = self.begin(bytes);
+        self.recover(result)
+    }
+
+    fn begin(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+        if bytes.len() as u64 > self.limits.max_file_bytes {
+            return Err(DecodeError::FileTooLarge {
+                len: bytes.len() as u64,
+                limit: self.limits.max_file_bytes,
+            });
+        }
+        let header = read_header(&mut self.tj, bytes, self.limits.max_pixels)?;
+        header.check_limits(&self.limits)?;
+        Ok(header)
+    }
+
+    /// Decodes the whole image at full size into `out` (packed RGB).
+    pub fn decode_full(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+        let result = self.decode_full_inner(bytes, out);
+        self.recover(result)
+    }
+
+    fn decode_full_inner(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+        let header = self.begin(bytes)?;
+        let plan = RegionPlan {
+            factor: ScalingFactor::ONE,
+            crop: None,
+            width: header.width,
+            height: header.height,
+            box_out: CropBox::full(header.width, header.height),
+        };
+        self.run(bytes, &header, &plan, out)
+    }
+
+    /// Decodes only the part of the image covering `want` (full-image pixel coordinates), at
+    /// the smallest DCT scale (1, 1/2, 1/4 or 1/8) that keeps `want` at least `out_size`
+    /// (height, width) big, never upscaling. Returns where `want` lies in `out`'s pixels: `out`
+    /// holds the box plus a margin of up to [`REGION_MARGIN`] scaled pixels on each side (so the
+    /// box's pixels equal a full decode's), and its left edge is aligned down to the scaled iMCU
+    /// width as TurboJPEG requires, so it may start up to one iMCU further left. Images whose
+    /// subsampling TurboJPEG cannot name are decoded whole at the chosen scale.
+    pub fn decode_for_crop(
+        &mut self,
+        bytes: &[u8],
+        want: CropBox,
+        out_size: (u32, u32),
+        out: &mut RgbImage,
+    ) -> Result<CropBox, DecodeError> {
+        let result = self.begin(bytes).and_then(|header| {
+            let plan = plan_region(&header, want, out_size, &self.factors)?;
+            self.run(bytes, &header, &plan, out)?;
+            Ok(plan.box_out)
+        });
+        self.recover(result)
+    }
+
+    fn run(
+        &mut self,
+        bytes: &[u8],
+        header: &JpegHeader,
+        plan: &RegionPlan,
+        out: &mut RgbImage,
+    ) -> Result<(), DecodeError> {
+        let tj = &mut self.tj;
+        tj.set_scaling_factor(plan.factor)
+            .map_err(DecodeError::from_tj)?;
+        let (x, y, w, h) = plan.crop.unwrap_or((0, 0, 0, 0));
+        tj.set_cropping_region(x, y, w, h)
+            .map_err(DecodeError::from_tj)?;
+        out.reset(plan.width, plan.height);
+        match header.colorspace {
+            ColorSpace::Cmyk | ColorSpace::Ycck => {
+                let n = plan.width as usize * plan.height as usize * 4;
+                self.cmyk.resize(n, 0);
+                tj.decompress8(
+                    bytes,
+                    &mut self.cmyk,
+                    plan.width,
+                    plan.height,
+                    PixelFormat::Cmyk,
+                )
+                .map_err(DecodeError::from_tj)?;
+                inverted_cmyk_to_rgb(&self.cmyk, &mut out.data);
+            }
+            _ => tj
+                .decompress8(
+                    bytes,
+                    &mut out.data,
+                    plan.width,
+                    plan.height,
+                    PixelFormat::Rgb,
+                )
+                .map_err(DecodeError::from_tj)?,
+        }
+        Ok(())
+    }
+}
+
+/// Adobe-style CMYK (as stored by Photoshop and returned by libjpeg: 255 = no ink) to RGB:
+/// `R = C * K / 255`, rounded, exactly as libjpeg-turbo's `djpeg` does.
+fn inverted_cmyk_to_rgb(cmyk: &[u8], rgb: &mut [u8]) {
+    debug_assert_eq!(cmyk.len() / 4 * 3, rgb.len());
+    for (src, dst) in cmyk.chunks_exact(4).zip(rgb.chunks_exact_mut(3)) {
+        let k = src[3] as u32;
+        for i in 0..3 {
+            dst[i] = ((src[i] as u32 * k + 127) / 255) as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,144 @@
+//! Recognising a file by its first bytes: JPEG or, when it is not, what it most likely is, so
+//! that a PNG renamed `.jpg` is reported as "PNG image", not as a corrupt JPEG.
+
+use super::DecodeError;
+
+/// The three bytes every JPEG stream starts with: SOI (`FF D8`) and the `FF` of the next marker.
+pub(crate) const JPEG_MAGIC: [u8; 3] = [0xFF, 0xD8, 0xFF];
+
+/// What non-JPEG data looks like, for the error message ("PNG image", "text", ...).
+pub(crate) fn describe_non_jpeg(bytes: &[u8]) -> String {
+    let starts = |m: &[u8]| bytes.starts_with(m);
+    let at = |off: usize, m: &[u8]| bytes.len() >= off + m.len() && &bytes[off..off + m.len()] == m;
+    let name = if bytes.is_empty() {
+        "an empty file"
+    } else if starts(b"\x89PNG\r\n\x1a\n") {
+        "a PNG image"
+    } else if starts(b"GIF87a") || starts(b"GIF89a") {
+        "a GIF image"
+    } else if starts(b"BM") && bytes.len() >= 14 {
+        "a BMP image"
+    } else if starts(b"RIFF") && at(8, b"WEBP") {
+        "a WebP image"
+    } else if starts(b"II*\0") || starts(b"MM\0*") {
+        "a TIFF image"
+    } else if starts(b"\0\0\0\x0cjP  \r\n\x87\n") || starts(&[0xFF, 0x4F, 0xFF, 0x51]) {
+        "a JPEG 2000 image"
+    } else if at(4, b"ftypavif") || at(4, b"ftypavis") {
+        "an AVIF image"
+    } else if at(4, b"ftypheic") || at(4, b"ftypheix") || at(4, b"ftypmif1") {
+        "a HEIF image"
+    } else if starts(&[0xFF, 0x0A]) {
+        "a JPEG XL image"
+    } else if starts(b"%PDF") {
+        "a PDF document"
+    } else if starts(&[0x1F, 0x8B]) {
+        "gzip data"
+    } else if starts(b"PK\x03\x04") {
+        "a zip archive"
+    } else if bytes.len() > 262 && at(257, b"ustar") {
+        "a tar archive"
+    } else if looks_like_text(bytes) {
+        "text"
+    } else {
+        return format!("unknown data starting with {}", hex_prefix(bytes));
+    };
+    name.to_owned()
+}
+
+/// Walks the marker segments of a stream that starts with [`JPEG_MAGIC`] up to its frame
+/// header, and rejects what libjpeg would misreport: a tables-only stream (no frame before EOI,
+/// which `tj3DecompressHeader` accepts without setting any parameter) and frame types libjpeg
+/// does not know (JPEG-LS, hierarchical). Returns the frame's (width, height) when it finds one.
+/// Stops without a verdict at anything unexpected (libjpeg
+/// then has its say).
+pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeError> {
+    let mut pos = 2;
+    loop {
+        // A marker: one or more 0xFF fill bytes, then the code.
+        if bytes.get(pos) != Some(&0xFF) {
+            return Ok(None);
+        }
+        while bytes.get(pos) == Some(&0xFF) {
+            pos += 1;
+        }
+        let Some(&code) = bytes.get(pos) else {
+            return Ok(None);
+        };
+        pos += 1;
+        match code {
+            0xC0..=0xC3 | 0xC9..=0xCB => {
+                // Length (2), precision (1), height (2), width (2).
+                let dims = bytes.get(pos + 3..pos + 7).map(|d| {
+                    let h = u16::from_be_bytes([d[0], d[1]]) as u32;
+                    let w = u16::from_be_bytes([d[2], d[3]]) as u32;
+                    (w, h)
+                });
+                return Ok(dims);
+            }
+            0xC5..=0xC7 | 0xCD..=0xCF => {
+                return Err(DecodeError::Unsupported {
+                    what: format!("hierarchical JPEG (SOF{})", code - 0xC0),
+                })
+            }
+            0xF7 | 0xF8 => {
+                return Err(DecodeError::Unsupported {
+                    what: String::from("JPEG-LS (SOF55)"),
+                })
+            }
+            0xD9 => {
+                return Err(DecodeError::Corrupt {
+                    detail: String::from("no image: the stream ends before any frame header"),
+                })
+            }
+            0xDA => {
+                return Err(DecodeError::Corrupt {
+                    detail: String::from("scan data before any frame header"),
+                })
+            }
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
+                    return Ok(None);
+                };
+                pos += u16::from_be_bytes([hi, lo]) as usize;
+            }
+        }
+    }
+}
+
+fn looks_like_text(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(512)];
+    match std::str::from_utf8(head) {
+        Ok(s) => s.chars().all(|c| !c.is_control() || c.is_whitespace()),
+        // A multi-byte character cut at the 512-byte boundary is still text.
+        Err(e) => e.valid_up_to() + 4 > head.len() && e.valid_up_to() > 0,
+    }
+}
+
+fn hex_prefix(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_common_formats() {
+        assert_eq!(describe_non_jpeg(b"\x89PNG\r\n\x1a\n0000"), "a PNG image");
+        assert_eq!(describe_non_jpeg(b"GIF89a...."), "a GIF image");
+        assert_eq!(describe_non_jpeg(b"RIFF\0\0\0\0WEBPVP8 "), "a WebP image");
+        assert_eq!(describe_non_jpeg(b"hello, world\n"), "text");
+        assert_eq!(describe_non_jpeg(b""), "an empty file");
+        assert_eq!(
+            describe_non_jpeg(&[0x00, 0x01, 0x02, 0x03, 0x04]),
+            "unknown data starting with 00 01 02 03"
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! The only unsafe code of the decoder: an owning handle to a TurboJPEG 3 instance and one safe
+//! method per TurboJPEG call. Every call returns `Result<_, TjError>` carrying libjpeg's message.
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+use turbojpeg_sys as tj;
+
+/// A TurboJPEG failure: the message libjpeg-turbo recorded and whether it was only a warning
+/// (`TJERR_WARNING`, raised as an error because `TJPARAM_STOPONWARNING` is set).
+#[derive(Debug, Clone)]
+pub(crate) struct TjError {
+    pub(crate) message: String,
+    pub(crate) warning: bool,
+}
+
+/// A TurboJPEG 3 pixel format understood by [`TjHandle::decompress8`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PixelFormat {
+    Rgb,
+    #[cfg(test)]
+    Gray,
+    Cmyk,
+}
+
+impl PixelFormat {
+    pub(crate) fn bytes_per_pixel(self) -> usize {
+        match self {
+            PixelFormat::Rgb => 3,
+            #[cfg(test)]
+            PixelFormat::Gray => 1,
+            PixelFormat::Cmyk => 4,
+        }
+    }
+
+    fn raw(self) -> libc::c_int {
+        match self {
+            PixelFormat::Rgb => tj::TJPF_TJPF_RGB,
+            #[cfg(test)]
+            PixelFormat::Gray => tj::TJPF_TJPF_GRAY,
+            PixelFormat::Cmyk => tj::TJPF_TJPF_CMYK,
+        }
+    }
+}
+
+/// A TurboJPEG parameter this crate reads or writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Param {
+    StopOnWarning,
+    JpegWidth,
+    JpegHeight,
+    Subsamp,
+    Precision,
+    Colorspace,
+    Progressive,
+    Arithmetic,
+    Lossless,
+    ScanLimit,
+    MaxPixels,
+    #[cfg(test)]
+    Quality,
+    #[cfg(test)]
+    RestartRows,
+}
+
+impl Param {
+    fn raw(self) -> libc::c_int {
+        let p = match self {
+            Param::StopOnWarning => tj::TJPARAM_TJPARAM_STOPONWARNING,
+            Param::JpegWidth => tj::TJPARAM_TJPARAM_JPEGWIDTH,
+            Param::JpegHeight => tj::TJPARAM_TJPARAM_JPEGHEIGHT,
+            Param::Subsamp => tj::TJPARAM_TJPARAM_SUBSAMP,
+            Param::Precision => tj::TJPARAM_TJPARAM_PRECISION,
+            Param::Colorspace => tj::TJPARAM_TJPARAM_COLORSPACE,
+            Param::Progressive => tj::TJPARAM_TJPARAM_PROGRESSIVE,
+            Param::Arithmetic => tj::TJPARAM_TJPARAM_ARITHMETIC,
+            Param::Lossless => tj::TJPARAM_TJPARAM_LOSSLESS,
+            Param::ScanLimit => tj::TJPARAM_TJPARAM_SCANLIMIT,
+            Param::MaxPixels => tj::TJPARAM_TJPARAM_MAXPIXELS,
+            #[cfg(test)]
+            Param::Quality => tj::TJPARAM_TJPARAM_QUALITY,
+            #[cfg(test)]
+            Param::RestartRows => tj::TJPARAM_TJPARAM_RESTARTROWS,
+        };
+        p as libc::c_int
+    }
+}
+
+/// A scaling factor `num / denom` that libjpeg-turbo's IDCT supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScalingFactor {
+    pub(crate) num: u32,
+    pub(crate) denom: u32,
+}
+
+impl ScalingFactor {
+    pub(crate) const ONE: ScalingFactor = ScalingFactor { num: 1, denom: 1 };
+
+    /// `TJSCALED`: the size of a `dim`-pixel dimension after scaling (rounded up).
+    pub(crate) fn scale(self, dim: u32) -> u32 {
+        ((dim as u64 * self.num as u64).div_ceil(self.denom as u64)) as u32
+    }
+
+    pub(crate) fn as_f64(self) -> f64 {
+        self.num as f64 / self.denom as f64
+    }
+}
+
+/// Every scaling factor libjpeg-turbo supports (`tj3GetScalingFactors`), largest first.
+pub(crate) fn scaling_factors() -> Vec<ScalingFactor> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `n` is a valid out-pointer; the returned pointer is either null or points to a
+    // static array of `n` factors owned by the library for the life of the process.
+    let ptr = unsafe { tj::tj3GetScalingFactors(&mut n) };
+    if ptr.is_null() || n <= 0 {
+        return vec![ScalingFactor::ONE];
+    }
+    // SAFETY: see above: `ptr` points to `n` initialised, immutable `tjscalingfactor`s.
+    let raw = unsafe { std::slice::from_raw_parts(ptr, n as usize) };
+    let mut out: Vec<ScalingFactor> = raw
+        .iter()
+        .filter(|f| f.num > 0 && f.denom > 0)
+        .map(|f| ScalingFactor {
+            num: f.num as u32,
+            denom: f.denom as u32,
+        })
+        .collect();
+    out.sort_by(|a, b| b.as_f64().total_cmp(&a.as_f64()));
+    out
+}
+
+/// An owning handle to one TurboJPEG instance, destroyed on drop.
+pub(crate) struct TjHandle {
+    raw: NonNull<libc::c_void>,
+}
+
+// SAFETY: a TurboJPEG instance has no thread affinity (no thread-local state, no TLS-bound
+// allocations); it only must not be used from two threads at once, which `&mut self` on every
+// method that touches it guarantees. It is therefore `Send` but deliberately not `Sync`.
+unsafe impl Send for TjHandle {}
+
+impl TjHandle {
+    /// A decompressor instance, or `None` when TurboJPEG cannot allocate one.
+    pub(crate) fn new_decompressor() -> Option<TjHandle> {
+        Self::init(tj::TJINIT_TJINIT_DECOMPRESS)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new_compressor() -> Option<TjHandle> {
+        Self::init(tj::TJINIT_TJINIT_COMPRESS)
+    }
+
+    fn init(kind: tj::TJINIT) -> Option<TjHandle> {
+        // SAFETY: tj3Init has no preconditions; it returns an owned instance or null.
+        let raw = unsafe { tj::tj3Init(kind as libc::c_int) };
+        NonNull::new(raw).map(|raw| TjHandle { raw })
+    }
+
+    fn last_error(&mut self) -> TjError {
+        // SAFETY: the handle is live; tj3GetErrorStr returns a NUL-terminated string owned by
+        // the instance, valid until the next call on it; we copy it out at once.
+        let message = unsafe {
+            let s = tj::tj3GetErrorStr(self.raw.as_ptr());
+            if s.is_null() {
+                String::from("unknown TurboJPEG error")
+            } else {
+                CStr::from_ptr(s).to_string_lossy().into_owned()
+            }
+        };
+        // SAFETY: the handle is live.
+        let code = unsafe { tj::tj3GetErrorCode(self.raw.as_ptr()) };
+        TjError {
+            message,
+            warning: code == tj::TJERR_TJERR_WARNING as libc::c_int,
+        }
+    }
+
+    fn check(&mut self, rc: libc::c_int) -> Result<(), TjError> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(self.last_error())
+        }
+    }
+
+    pub(crate) fn set(&mut self, param: Param, value: i32) -> Result<(), TjError> {
+        // SAFETY: the handle is live; tj3Set validates `param` and `value`.
+        let rc = unsafe { tj::tj3Set(self.raw.as_ptr(), param.raw(), value) };
+        self.check(rc)
+    }
+
+    pub(crate) fn get(&mut self, param: Param) -> i32 {
+        // SAFETY: the handle is live; tj3Get returns -1 for unknown parameters.
+        unsafe { tj::tj3Get(self.raw.as_ptr(), param.raw()) }
+    }
+
+    /// Reads the JPEG header of `jpeg`; the parameters (width, height, subsampling, ...) can
+    /// then be read with [`TjHandle::get`]. A following [`TjHandle::decompress8`] must be given
+    /// the same buffer.
+    pub(crate) fn decompress_header(&mut self, jpeg: &[u8]) -> Result<(), TjError> {
+        // SAFETY: the handle is live; `jpeg` is valid for `jpeg.len()` bytes and is only read
+        // during the call (TurboJPEG keeps no pointer into it past the call).
+        let rc = unsafe {
+            tj::tj3DecompressHeader(self.raw.as_ptr(), jpeg.as_ptr(), jpeg.len() as tj::size_t)
+        };
+        self.check(rc)
+    }
+
+    pub(crate) fn set_scaling_factor(&mut self, f: ScalingFactor) -> Result<(), TjError> {
+        let raw = tj::tjscalingfactor {
+            num: f.num as libc::c_int,
+            denom: f.denom as libc::c_int,
+        };
+        // SAFETY: the handle is live; the factor is passed by value and validated.
+        let rc = unsafe { tj::tj3SetScalingFactor(self.raw.as_ptr(), raw) };
+        self.check(rc)
+    }
+
+    /// Sets the cropping region (in scaled pixels; all zero for none). Must follow
+    /// [`TjHandle::decompress_header`] and [`TjHandle::set_scaling_factor`].
+    pub(crate) fn set_cropping_region(
+        &mut self,
+        x: u32,
+        y: u32,
+        w: u32,
+        h: u32,
+    ) -> Result<(), TjError> {
+        let region = tj::tjregion {
+            x: x as libc::c_int,
+            y: y as libc::c_int,
+            w: w as libc::c_int,
+            h: h as libc::c_int,
+        };
+        // SAFETY: the handle is live; the region is passed by value and validated against the
+        // header read before.
+        let rc = unsafe { tj::tj3SetCroppingRegion(self.raw.as_ptr(), region) };
+        self.check(rc)
+    }
+
+    /// Decompresses `jpeg` (the buffer whose header was read last) into `dst`, which must hold
+    /// exactly `width * height * format.bytes_per_pixel()` bytes for the scaled, cropped size.
+    pub(crate) fn decompress8(
+        &mut self,
+        jpeg: &[u8],
+        dst: &mut [u8],
+        width: u32,
+        height: u32,
+        format: PixelFormat,
+    ) -> Result<(), TjError> {
+        let pitch = width as usize * format.bytes_per_pixel();
+        assert_eq!(
+            dst.len(),
+            pitch * height as usize,
+            "destination buffer does not match the output size"
+        );
+        let pitch = libc::c_int::try_from(pitch).map_err(|_| TjError {
+            message: String::from("row too wide"),
+            warning: false,
+        })?;
+        // SAFETY: the handle is live; `jpeg` is readable for its length; `dst` is writable for
+        // `pitch * height` bytes (asserted above), which is exactly what TurboJPEG writes for the
+        // scaled, cropped output the caller computed from the same header and settings.
+        let rc = unsafe {
+            tj::tj3Decompress8(
+                self.raw.as_ptr(),
+                jpeg.as_ptr(),
+                jpeg.len() as tj::size_t,
+                dst.as_mut_ptr(),
+                pitch,
+                format.raw(),
+            )
+        };
+        self.check(rc)
+    }
+
+    /// Compresses packed pixels (tests make their fixtures with this).
+    #[cfg(test)]
+    pub(crate) fn compress8(
+        &mut self,
+        src: &[u8],
+        width: u32,
+        height: u32,
+        format: PixelFormat,
+    ) -> Result<Vec<u8>, TjError> {
+        assert_eq!(
+            src.len(),
+            width as usize * height as usize * format.bytes_per_pixel()
+        );
+        let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
+        let mut size: tj::size_t = 0;
+        // SAFETY: the handle is a live compressor; `src` holds `width * height` pixels of
+        // `format` (asserted); with a null `buf` TurboJPEG allocates the output with tj3Alloc.
+        let rc = unsafe {
+            tj::tj3Compress8(
+                self.raw.as_ptr(),
+                src.as_ptr(),
+                width as libc::c_int,
+                0,
+                height as libc::c_int,
+                format.raw(),
+                &mut buf,
+                &mut size,
+            )
+        };
+        let result = self.check(rc).map(|()| {
+            // SAFETY: on success `buf` points to `size` bytes written by TurboJPEG.
+            unsafe { std::slice::from_raw_parts(buf, size as usize) }.to_vec()
+        });
+        if !buf.is_null() {
+            // SAFETY: `buf` was allocated by TurboJPEG (tj3Alloc) and is freed once, here.
+            unsafe { tj::tj3Free(buf.cast()) };
+        }
+        result
+    }
+}
+
+impl Drop for TjHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle was created by tj3Init, is owned by `self`, and is destroyed
+        // exactly once, here.
+        unsafe { tj::tj3Destroy(self.raw.as_ptr()) }
+    }
+}

@@ -1,0 +1,427 @@
+//! Decoder tests on fixtures encoded here with tj3Compress8 from a synthetic smooth image.
+
+use super::*;
+
+const W: u32 = 203;
+const H: u32 = 157;
+
+/// A smooth colour image (low-frequency gradients and waves): JPEG at high quality keeps it
+/// well above 40 dB.
+fn smooth_rgb(w: u32, h: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(w as usize * h as usize * 3);
+    for y in 0..h {
+        for x in 0..w {
+            let (fx, fy) = (x as f64 / w as f64, y as f64 / h as f64);
+            let r = 40.0 + 170.0 * fx;
+            let g = 128.0 + 90.0 * (std::f64::consts::PI * 2.0 * fy).sin() * 0.8;
+            let b = 60.0 + 120.0 * (fx * fy) + 30.0 * (std::f64::consts::PI * fx).cos();
+            v.extend([r, g, b].map(|c| c.round().clamp(0.0, 255.0) as u8));
+        }
+    }
+    v
+}
+
+fn to_gray(rgb: &[u8]) -> Vec<u8> {
+    rgb.chunks_exact(3)
+        .map(|p| (0.299 * p[0] as f64 + 0.587 * p[1] as f64 + 0.114 * p[2] as f64).round() as u8)
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+struct Enc {
+    subsamp: i32,
+    quality: i32,
+    progressive: bool,
+    restart_rows: i32,
+}
+
+impl Default for Enc {
+    fn default() -> Enc {
+        Enc {
+            subsamp: 0,
+            quality: 98,
+            progressive: false,
+            restart_rows: 0,
+        }
+    }
+}
+
+fn encode(pixels: &[u8], w: u32, h: u32, format: PixelFormat, enc: Enc) -> Vec<u8> {
+    let mut tj = TjHandle::new_compressor().expect("tj3Init(compress)");
+    tj.set(Param::Quality, enc.quality).unwrap();
+    tj.set(Param::Subsamp, enc.subsamp).unwrap();
+    tj.set(Param::Progressive, enc.progressive as i32).unwrap();
+    tj.set(Param::RestartRows, enc.restart_rows).unwrap();
+    tj.compress8(pixels, w, h, format).expect("compress")
+}
+
+fn encode_rgb(enc: Enc) -> (Vec<u8>, Vec<u8>) {
+    let src = smooth_rgb(W, H);
+    let jpeg = encode(&src, W, H, PixelFormat::Rgb, enc);
+    (src, jpeg)
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+fn decode(jpeg: &[u8]) -> Result<RgbImage, DecodeError> {
+    let mut d = CpuDecoder::new(Limits::default()).unwrap();
+    let mut out = RgbImage::default();
+    d.decode_full(jpeg, &mut out)?;
+    Ok(out)
+}
+
+fn assert_decodes_close(enc: Enc, expect: (Subsampling, bool)) {
+    let (src, jpeg) = encode_rgb(enc);
+    let header = probe(&jpeg).unwrap();
+    assert_eq!((header.width, header.height), (W, H));
+    assert_eq!((header.subsampling, header.progressive), expect);
+    assert_eq!(header.colorspace, ColorSpace::YCbCr);
+    let out = decode(&jpeg).unwrap();
+    assert_eq!((out.width, out.height), (W, H));
+    let p = psnr(&out.data, &src);
+    assert!(p >= 40.0, "PSNR {p:.1} dB < 40 dB");
+}
+
+#[test]
+fn baseline_444_decodes_close_to_source() {
+    assert_decodes_close(Enc::default(), (Subsampling::S444, false));
+}
+
+#[test]
+fn baseline_420_decodes_close_to_source() {
+    let enc = Enc {
+        subsamp: 2,
+        ..Enc::default()
+    };
+    assert_decodes_close(enc, (Subsampling::S420, false));
+}
+
+#[test]
+fn baseline_422_decodes_close_to_source() {
+    let enc = Enc {
+        subsamp: 1,
+        ..Enc::default()
+    };
+    assert_decodes_close(enc, (Subsampling::S422, false));
+}
+
+#[test]
+fn progressive_decodes_close_to_source() {
+    let enc = Enc {
+        subsamp: 2,
+        progressive: true,
+        ..Enc::default()
+    };
+    assert_decodes_close(enc, (Subsampling::S420, true));
+}
+
+#[test]
+fn restart_markers_decode_close_to_source() {
+    let enc = Enc {
+        subsamp: 2,
+        restart_rows: 1,
+        ..Enc::default()
+    };
+    let (src, jpeg) = encode_rgb(enc);
+    // DRI marker present, and RSTn markers in the scan.
+    assert!(jpeg.windows(2).any(|m| m == [0xFF, 0xDD]));
+    assert!(jpeg
+        .windows(2)
+        .any(|m| m[0] == 0xFF && (0xD0..=0xD7).contains(&m[1])));
+    let out = decode(&jpeg).unwrap();
+    assert!(psnr(&out.data, &src) >= 40.0);
+}
+
+#[test]
+fn grayscale_decodes_to_equal_rgb_channels() {
+    let gray = to_gray(&smooth_rgb(W, H));
+    let enc = Enc {
+        subsamp: 3,
+        ..Enc::default()
+    };
+    let jpeg = encode(&gray, W, H, PixelFormat::Gray, enc);
+    let header = probe(&jpeg).unwrap();
+    assert_eq!(header.colorspace, ColorSpace::Gray);
+    assert_eq!(header.subsampling, Subsampling::Gray);
+    let out = decode(&jpeg).unwrap();
+    assert!(out
+        .data
+        .chunks_exact(3)
+        .all(|p| p[0] == p[1] && p[1] == p[2]));
+    let luma: Vec<u8> = out.data.chunks_exact(3).map(|p| p[0]).collect();
+    assert!(psnr(&luma, &gray) >= 40.0);
+}
+
+#[test]
+fn cmyk_is_converted_with_the_adobe_convention() {
+    // Stored (inverted) CMYK values; expected RGB = C * K / 255.
+    let src = smooth_rgb(W, H);
+    let cmyk: Vec<u8> = src
+        .chunks_exact(3)
+        .flat_map(|p| [p[0], p[1], p[2], 230])
+        .collect();
+    let jpeg = encode(&cmyk, W, H, PixelFormat::Cmyk, Enc::default());
+    assert_eq!(probe(&jpeg).unwrap().colorspace, ColorSpace::Ycck);
+    let out = decode(&jpeg).unwrap();
+    let expect: Vec<u8> = src
+        .iter()
+        .map(|&c| ((c as u32 * 230 + 127) / 255) as u8)
+        .collect();
+    let p = psnr(&out.data, &expect);
+    assert!(p >= 40.0, "PSNR {p:.1}");
+}
+
+#[test]
+fn truncated_file_is_rejected_as_truncated() {
+    let (_, jpeg) = encode_rgb(Enc::default());
+    let cut = &jpeg[..jpeg.len() * 2 / 3];
+    let err = decode(cut).unwrap_err();
+    assert_eq!(err.reason(), "truncated", "{err}");
+    // Cut inside the headers: still an error, never a panic.
+    let err = decode(&jpeg[..40]).unwrap_err();
+    assert!(matches!(err.reason(), "truncated" | "corrupt"), "{err}");
+}
+
+#[test]
+fn progressive_truncated_is_rejected() {
+    let enc = Enc {
+        progressive: true,
+        ..Enc::default()
+    };
+    let (_, jpeg) = encode_rgb(enc);
+    let err = decode(&jpeg[..jpeg.len() / 2]).unwrap_err();
+    assert_eq!(err.reason(), "truncated", "{err}");
+}
+
+#[test]
+fn corrupt_scan_data_is_an_error_not_a_grey_image() {
+    let enc = Enc {
+        subsamp: 2,
+        restart_rows: 1,
+        ..Enc::default()
+    };
+    let (_, mut jpeg) = encode_rgb(enc);
+    // Overwrite the middle of the scan with a bogus marker sequence.
+    let mid = jpeg.len() / 2;
+    jpeg[mid..mid + 8].copy_from_slice(&[0xFF, 0xD3, 0x00, 0xFF, 0xD6, 0x12, 0xFF, 0xD1]);
+    let err = decode(&jpeg).unwrap_err();
+    assert!(
+        matches!(err.reason(), "corrupt_warning" | "corrupt"),
+        "{err}"
+    );
+}
+
+#[test]
+fn garbage_and_other_formats_are_not_jpeg() {
+    let err = decode(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap_err();
+    assert_eq!(err.reason(), "not_jpeg");
+    assert!(err.to_string().contains("PNG"), "{err}");
+    let garbage: Vec<u8> = (0..1000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    assert_eq!(decode(&garbage).unwrap_err().reason(), "not_jpeg");
+    assert_eq!(decode(&[]).unwrap_err().reason(), "not_jpeg");
+    // A JPEG start followed by garbage.
+    let mut fake = vec![0xFF, 0xD8, 0xFF, 0xE0];
+    fake.extend(&garbage);
+    assert!(matches!(
+        decode(&fake).unwrap_err().reason(),
+        "corrupt" | "corrupt_warning" | "truncated"
+    ));
+}
+
+#[test]
+fn limits_reject_before_decoding() {
+    let (_, jpeg) = encode_rgb(Enc::default());
+    let mut d = CpuDecoder::new(Limits {
+        max_pixels: (W * H - 1) as u64,
+        ..Limits::default()
+    })
+    .unwrap();
+    let mut out = RgbImage::default();
+    let err = d.decode_full(&jpeg, &mut out).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::TooLarge {
+            w: W,
+            h: H,
+            limit: (W * H - 1) as u64
+        }
+    );
+    let mut d = CpuDecoder::new(Limits {
+        max_file_bytes: 100,
+        ..Limits::default()
+    })
+    .unwrap();
+    assert_eq!(
+        d.decode_full(&jpeg, &mut out).unwrap_err().reason(),
+        "file_too_large"
+    );
+}
+
+#[test]
+fn plan_picks_smallest_power_of_two_scale_covering_output() {
+    let header = JpegHeader {
+        width: 1600,
+        height: 1200,
+        subsampling: Subsampling::S420,
+        colorspace: ColorSpace::YCbCr,
+        progressive: false,
+        arithmetic: false,
+        lossless: false,
+        precision: 8,
+    };
+    let factors = CpuDecoder::allowed_factors(false);
+    let f = |n, d| ScalingFactor { num: n, denom: d };
+    assert_eq!(factors, vec![f(1, 1), f(1, 2), f(1, 4), f(1, 8)]);
+    // 1000x900 box -> 224: 1/4 gives 250x225 >= 224; 1/8 gives 125 < 224.
+    let p = plan_region(
+        &header,
+        CropBox::new(301.0, 100.5, 1000.0, 900.0),
+        (224, 224),
+        &factors,
+    )
+    .unwrap();
+    assert_eq!(p.factor, f(1, 4));
+    // Scaled x0 = floor(75.25) - 2 (margin) = 73, aligned down to 16/4 = 4 -> 72;
+    // y0 = floor(25.125) - 2 = 23; x1 = ceil(325.25) + 2; y1 = ceil(250.125) + 2.
+    let (x, y, w, h) = p.crop.unwrap();
+    assert_eq!((x, y), (72, 23));
+    assert_eq!((w, h), (328 - 72, 253 - 23));
+    assert!((p.box_out.x - (75.25 - 72.0)).abs() < 1e-9);
+    assert!((p.box_out.y - (25.125 - 23.0)).abs() < 1e-9);
+    assert!((p.box_out.w - 250.0).abs() < 1e-9 && (p.box_out.h - 225.0).abs() < 1e-9);
+    // A box smaller than the output: never upsample, scale 1.
+    let p = plan_region(
+        &header,
+        CropBox::new(0.0, 0.0, 100.0, 100.0),
+        (224, 224),
+        &factors,
+    )
+    .unwrap();
+    assert_eq!(p.factor, f(1, 1));
+    // Outside the image.
+    assert!(plan_region(
+        &header,
+        CropBox::new(2000.0, 0.0, 10.0, 10.0),
+        (8, 8),
+        &factors
+    )
+    .is_err());
+}
+
+/// Resamples `img` at the box `b` (in img pixels) to `n x n` by bilinear sampling at cell
+/// centres: a crude but decoder-independent way to compare two decodes of the same box.
+fn sample_box(img: &RgbImage, b: CropBox, n: u32) -> Vec<u8> {
+    let mut v = Vec::new();
+    for j in 0..n {
+        for i in 0..n {
+            let x = b.x + (i as f64 + 0.5) * b.w / n as f64 - 0.5;
+            let y = b.y + (j as f64 + 0.5) * b.h / n as f64 - 0.5;
+            let x0 = x.floor().clamp(0.0, (img.width - 1) as f64) as u32;
+            let y0 = y.floor().clamp(0.0, (img.height - 1) as f64) as u32;
+            let x1 = (x0 + 1).min(img.width - 1);
+            let y1 = (y0 + 1).min(img.height - 1);
+            let (fx, fy) = (
+                (x - x0 as f64).clamp(0.0, 1.0),
+                (y - y0 as f64).clamp(0.0, 1.0),
+            );
+            for c in 0..3 {
+                let p = |x, y| img.pixel(x, y)[c] as f64;
+                let top = p(x0, y0) * (1.0 - fx) + p(x1, y0) * fx;
+                let bot = p(x0, y1) * (1.0 - fx) + p(x1, y1) * fx;
+                v.push((top * (1.0 - fy) + bot * fy).round() as u8);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn decode_for_crop_at_scale_one_matches_decode_full_exactly() {
+    for subsamp in [0, 1, 2] {
+        let (_, jpeg) = encode_rgb(Enc {
+            subsamp,
+            ..Enc::default()
+        });
+        let full = decode(&jpeg).unwrap();
+        let mut d = CpuDecoder::new(Limits::default()).unwrap();
+        let mut out = RgbImage::default();
+        let want = CropBox::new(37.0, 21.0, 120.0, 90.0);
+        let b = d.decode_for_crop(&jpeg, want, (90, 120), &mut out).unwrap();
+        assert_eq!((b.w, b.h), (120.0, 90.0));
+        assert_eq!(b.x.fract(), 0.0);
+        assert!(b.x >= 2.0 && b.x < 18.0, "{b:?}");
+        assert_eq!(b.y, 2.0);
+        // Every pixel of the box equals the full decode's.
+        for y in 0..90 {
+            for x in 0..120 {
+                let got = out.pixel(b.x as u32 + x, b.y as u32 + y);
+                let exp = full.pixel(37 + x, 21 + y);
+                assert_eq!(got, exp, "subsamp {subsamp} at ({x},{y})");
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_for_crop_scaled_box_maps_to_the_same_pixels() {
+    let (w, h) = (1024, 768);
+    let src = smooth_rgb(w, h);
+    let jpeg = encode(
+        &src,
+        w,
+        h,
+        PixelFormat::Rgb,
+        Enc {
+            subsamp: 2,
+            ..Enc::default()
+        },
+    );
+    let full = decode(&jpeg).unwrap();
+    let mut d = CpuDecoder::new(Limits::default()).unwrap();
+    let mut out = RgbImage::default();
+    let want = CropBox::new(203.3, 151.7, 700.0, 520.0);
+    let b = d
+        .decode_for_crop(&jpeg, want, (120, 160), &mut out)
+        .unwrap();
+    // 1/4: 175x130 >= 160x120; 1/8 would be too small.
+    assert!(
+        (b.w - 175.0).abs() < 1e-9 && (b.h - 130.0).abs() < 1e-9,
+        "{b:?}"
+    );
+    assert!(out.width < 200 && out.height < 140);
+    let a = sample_box(&full, want, 32);
+    let c = sample_box(&out, b, 32);
+    let p = psnr(&a, &c);
+    assert!(p >= 35.0, "scaled crop vs full decode: PSNR {p:.1} dB");
+}
+
+#[test]
+fn decoder_reuses_its_instance_after_errors() {
+    let (src, jpeg) = encode_rgb(Enc::default());
+    let mut d = CpuDecoder::new(Limits::default()).unwrap();
+    let mut out = RgbImage::default();
+    assert!(d.decode_full(&jpeg[..jpeg.len() / 2], &mut out).is_err());
+    assert!(d.decode_full(b"GIF89a", &mut out).is_err());
+    d.decode_for_crop(
+        &jpeg,
+        CropBox::new(50.0, 50.0, 60.0, 60.0),
+        (8, 8),
+        &mut out,
+    )
+    .unwrap();
+    d.decode_full(&jpeg, &mut out).unwrap();
+    assert!(psnr(&out.data, &src) >= 40.0);
+}

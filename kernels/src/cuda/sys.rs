@@ -1,0 +1,176 @@
+//! Raw libcuda driver API: the types stoker uses and a table of function pointers resolved at
+//! run time. Nothing here is safe to call; `result` wraps each call.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+
+use libloading::Library;
+
+use crate::loader::{symbol, LibrarySpec, Loaded};
+
+pub type CUresult = c_int;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = c_ulonglong;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUmemGenericAllocationHandle = c_ulonglong;
+
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+pub const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
+pub const CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: c_int = 103;
+
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 0x1;
+pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 0x1;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 0x1;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 0x3;
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_uint = 0x0;
+pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_uint = 0x1;
+
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUuuid {
+    pub bytes: [u8; 16],
+}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUmemLocation {
+    pub type_: c_uint,
+    pub id: c_int,
+}
+
+/// The `allocFlags` member of `CUmemAllocationProp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUmemAllocFlags {
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAllocationProp`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUmemAllocationProp {
+    pub type_: c_uint,
+    pub requested_handle_types: c_uint,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: CUmemAllocFlags,
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_uint,
+}
+
+macro_rules! driver_table {
+    ($( $field:ident = $sym:literal : fn($($arg:ty),*); )*) => {
+        /// Every libcuda entry point stoker calls, resolved once.
+        pub struct Driver {
+            $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
+            /// Kept last so the pointers above never outlive it (fields drop in order).
+            _library: Library,
+        }
+
+        impl Driver {
+            pub fn load(loaded: Loaded) -> Result<Driver, String> {
+                let library = loaded.library;
+                // SAFETY: each type below is copied from cuda.h for that symbol.
+                unsafe {
+                    Ok(Driver {
+                        $( $field: symbol(&library, $sym)?, )*
+                        _library: library,
+                    })
+                }
+            }
+        }
+    };
+}
+
+driver_table! {
+    init = "cuInit": fn(c_uint);
+    driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
+    get_error_name = "cuGetErrorName": fn(CUresult, *mut *const c_char);
+    device_get_count = "cuDeviceGetCount": fn(*mut c_int);
+    device_get = "cuDeviceGet": fn(*mut CUdevice, c_int);
+    device_get_uuid = "cuDeviceGetUuid_v2": fn(*mut CUuuid, CUdevice);
+    device_get_name = "cuDeviceGetName": fn(*mut c_char, c_int, CUdevice);
+    device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CUdevice);
+    device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CUdevice);
+    primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
+    primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
+    ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
+    stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
+    stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
+    stream_synchronize = "cuStreamSynchronize": fn(CUstream);
+    event_create = "cuEventCreate": fn(*mut CUevent, c_uint);
+    event_record = "cuEventRecord": fn(CUevent, CUstream);
+    event_synchronize = "cuEventSynchronize": fn(CUevent);
+    event_query = "cuEventQuery": fn(CUevent);
+    event_elapsed_time = "cuEventElapsedTime": fn(*mut f32, CUevent, CUevent);
+    event_destroy = "cuEventDestroy_v2": fn(CUevent);
+    module_load_data = "cuModuleLoadData": fn(*mut CUmodule, *const c_void);
+    module_unload = "cuModuleUnload": fn(CUmodule);
+    module_get_function = "cuModuleGetFunction": fn(*mut CUfunction, CUmodule, *const c_char);
+    launch_kernel = "cuLaunchKernel": fn(
+        CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream,
+        *mut *mut c_void, *mut *mut c_void);
+    mem_alloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
+    mem_free = "cuMemFree_v2": fn(CUdeviceptr);
+    memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(CUdeviceptr, *const c_void, usize, CUstream);
+    memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CUdeviceptr, usize);
+    mem_get_allocation_granularity = "cuMemGetAllocationGranularity":
+        fn(*mut usize, *const CUmemAllocationProp, c_uint);
+    mem_create = "cuMemCreate":
+        fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, c_ulonglong);
+    mem_export_to_shareable_handle = "cuMemExportToShareableHandle":
+        fn(*mut c_void, CUmemGenericAllocationHandle, c_uint, c_ulonglong);
+    mem_import_from_shareable_handle = "cuMemImportFromShareableHandle":
+        fn(*mut CUmemGenericAllocationHandle, *mut c_void, c_uint);
+    mem_address_reserve = "cuMemAddressReserve":
+        fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong);
+    mem_map = "cuMemMap":
+        fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, c_ulonglong);
+    mem_set_access = "cuMemSetAccess": fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize);
+    mem_unmap = "cuMemUnmap": fn(CUdeviceptr, usize);
+    mem_release = "cuMemRelease": fn(CUmemGenericAllocationHandle);
+    mem_address_free = "cuMemAddressFree": fn(CUdeviceptr, usize);
+}
+
+/// Where libcuda is looked for. The driver comes with the kernel module, never from a wheel.
+pub const LIBCUDA: LibrarySpec = LibrarySpec {
+    name: "libcuda",
+    env: "STOKER_LIBCUDA",
+    sonames: &["libcuda.so.1"],
+    wheel_dirs: &[],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn vmm_structs_match_cuda_h() {
+        assert_eq!(size_of::<CUuuid>(), 16);
+        assert_eq!(size_of::<CUmemLocation>(), 8);
+        assert_eq!(size_of::<CUmemAccessDesc>(), 12);
+        assert_eq!(size_of::<CUmemAllocationProp>(), 32);
+        assert_eq!(offset_of!(CUmemAllocationProp, location), 8);
+        assert_eq!(offset_of!(CUmemAllocationProp, win32_handle_meta_data), 16);
+        assert_eq!(offset_of!(CUmemAllocationProp, alloc_flags), 24);
+    }
+}

@@ -1,0 +1,224 @@
+//! Finding and opening NVIDIA's shared libraries at run time.
+//!
+//! stoker is one binary for every host: nothing links libcuda, libnvrtc or libnvjpeg at build
+//! time. Each library is looked for in a fixed, documented order (docs/cuda.md), and failing to
+//! find it is an error value saying every place that was tried, never a panic.
+//!
+//! # Search order
+//! 1. The library's own environment variable (`STOKER_NVRTC`, `STOKER_NVJPEG`, `STOKER_LIBCUDA`):
+//!    a path to the file. If set, only that path is tried.
+//! 2. The standard sonames, through the dynamic loader (`LD_LIBRARY_PATH`, ld.so.cache, RUNPATH).
+//! 3. The PyPI wheel layouts (`nvidia/cu13/lib/`, `nvidia/<component>/lib/`) under each wheel
+//!    root: `$STOKER_NVIDIA_DIR`, `$XDG_CACHE_HOME/stoker/nvidia` (or `~/.cache/stoker/nvidia`,
+//!    where `scripts/cuda-wheels` installs them), then the site-packages of `$VIRTUAL_ENV`,
+//!    `$CONDA_PREFIX`, `~/.local`, `/usr/local` and `/usr` (every `python3.*`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use libloading::Library;
+
+/// Where one NVIDIA library may be found.
+#[derive(Debug, Clone, Copy)]
+pub struct LibrarySpec {
+    /// Short name for messages: `libnvrtc`.
+    pub name: &'static str,
+    /// Environment variable naming the file directly.
+    pub env: &'static str,
+    /// Sonames tried through the dynamic loader, newest first.
+    pub sonames: &'static [&'static str],
+    /// Directories, relative to a wheel root (the folder holding `nvidia/`), that hold it.
+    pub wheel_dirs: &'static [&'static str],
+}
+
+/// Environment variable naming the folder the PyPI wheels were installed into (`pip --target`).
+pub const NVIDIA_DIR_ENV: &str = "STOKER_NVIDIA_DIR";
+
+/// A library that was opened, and the name or path it was opened by.
+#[derive(Debug)]
+pub struct Loaded {
+    pub library: Library,
+    pub origin: PathBuf,
+}
+
+/// The default wheel folder `scripts/cuda-wheels` installs into:
+/// `$XDG_CACHE_HOME/stoker/nvidia`, else `~/.cache/stoker/nvidia`.
+pub fn default_wheel_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("stoker/nvidia"));
+    }
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache/stoker/nvidia"))
+}
+
+/// The wheel folder tests use: `$STOKER_NVIDIA_DIR`, else [`default_wheel_dir`].
+pub fn wheel_dir() -> Option<PathBuf> {
+    std::env::var_os(NVIDIA_DIR_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(default_wheel_dir)
+}
+
+/// Every folder that may hold a `nvidia/` wheel tree, in search order.
+pub fn wheel_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os(NVIDIA_DIR_ENV).filter(|v| !v.is_empty()) {
+        roots.push(d.into());
+    }
+    roots.extend(default_wheel_dir());
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            prefixes.push(p.into());
+        }
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        prefixes.push(PathBuf::from(h).join(".local"));
+    }
+    prefixes.push("/usr/local".into());
+    prefixes.push("/usr".into());
+    for prefix in prefixes {
+        roots.extend(site_packages(&prefix));
+    }
+    roots.push("/usr/lib/python3/dist-packages".into());
+    roots.dedup();
+    roots
+}
+
+/// `<prefix>/lib/python3.*/{site,dist}-packages` that exist, sorted newest Python first.
+fn site_packages(prefix: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else {
+        return Vec::new();
+    };
+    let mut pythons: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .map(|e| e.path())
+        .collect();
+    pythons.sort();
+    pythons.reverse();
+    let mut out = Vec::new();
+    for p in pythons {
+        for sub in ["site-packages", "dist-packages"] {
+            let d = p.join(sub);
+            if d.is_dir() {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+impl LibrarySpec {
+    /// Every candidate in search order: the env path alone if set, else sonames then wheel files.
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        if let Some(p) = std::env::var_os(self.env).filter(|v| !v.is_empty()) {
+            return vec![PathBuf::from(p)];
+        }
+        let mut out: Vec<PathBuf> = self.sonames.iter().map(PathBuf::from).collect();
+        for root in wheel_roots() {
+            out.extend(self.wheel_candidates(&root));
+        }
+        out
+    }
+
+    /// The files this library would have in the wheel tree under `root`.
+    pub fn wheel_candidates(&self, root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for dir in self.wheel_dirs {
+            for so in self.sonames {
+                let p = root.join(dir).join(so);
+                if p.is_file() {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// Opens the first candidate that loads. The error lists every attempt and why it failed.
+    pub fn open(&self) -> Result<Loaded, String> {
+        open_first(&self.candidates(), self.env)
+    }
+
+    /// Opens the library from the wheel tree under `root` only (tests pin the wheel this way).
+    pub fn open_from_wheel(&self, root: &Path) -> Result<Loaded, String> {
+        let c = self.wheel_candidates(root);
+        if c.is_empty() {
+            return Err(format!(
+                "no {} under {} (looked in {})",
+                self.name,
+                root.display(),
+                self.wheel_dirs.join(", ")
+            ));
+        }
+        open_first(&c, self.env)
+    }
+}
+
+fn open_first(candidates: &[PathBuf], env: &str) -> Result<Loaded, String> {
+    let mut tried: Vec<String> = Vec::new();
+    for c in candidates {
+        // SAFETY: loading an NVIDIA library runs its initialisers; they have no preconditions on
+        // our side, and every library named here is a plain C library without global
+        // constructors that could conflict with ours.
+        match unsafe { Library::new(OsString::from(c.as_os_str())) } {
+            Ok(library) => {
+                return Ok(Loaded {
+                    library,
+                    origin: c.clone(),
+                })
+            }
+            Err(e) => tried.push(format!("{}: {e}", c.display())),
+        }
+    }
+    if tried.is_empty() {
+        return Err(format!("nothing to try (set {env})"));
+    }
+    Err(format!("tried {}", tried.join("; ")))
+}
+
+/// Looks up `name` in `lib` as a function pointer of type `T`.
+///
+/// # Safety
+/// `T` must be the `extern "C" fn` type the library's header declares for `name`.
+pub(crate) unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    // SAFETY: the caller promises `T` is the symbol's true type; the library outlives the
+    // returned pointer because every binding keeps its `Library` next to its function table.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("symbol {name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAKE: LibrarySpec = LibrarySpec {
+        name: "libstoker-does-not-exist",
+        env: "STOKER_TEST_FAKE_LIB",
+        sonames: &["libstoker-does-not-exist.so.1"],
+        wheel_dirs: &["nvidia/cu13/lib"],
+    };
+
+    #[test]
+    fn a_missing_library_is_an_error_listing_what_was_tried() {
+        let err = FAKE.open().unwrap_err();
+        assert!(err.contains("libstoker-does-not-exist.so.1"), "{err}");
+    }
+
+    #[test]
+    fn wheel_candidates_follow_the_wheel_layout() {
+        let dir = std::env::temp_dir().join(format!("stoker-loader-{}", std::process::id()));
+        let lib = dir.join("nvidia/cu13/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libstoker-does-not-exist.so.1"), b"not elf").unwrap();
+        let c = FAKE.wheel_candidates(&dir);
+        assert_eq!(c, vec![lib.join("libstoker-does-not-exist.so.1")]);
+        // A file that is not a library is an error, not a crash.
+        let err = FAKE.open_from_wheel(&dir).unwrap_err();
+        assert!(err.contains("libstoker-does-not-exist.so.1"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,362 @@
+//! NVRTC, loaded at run time: compiles stoker's `.cu` kernels to a cubin for one compute
+//! capability, with a disk cache so a daemon start does not recompile.
+//!
+//! # Design
+//! - libnvrtc is found as [`crate::loader`] says (`STOKER_NVRTC`, then `libnvrtc.so.13`,
+//!   `.so.12`, `libnvrtc.so`, then the PyPI wheel `nvidia-cuda-nvrtc` under a wheel root).
+//! - Options are fixed per build: `--gpu-architecture=sm_XX --std=c++17 --fmad=false`.
+//!   `--fmad=false` keeps the GPU's rounding that of the CPU reference (no fused multiply-add
+//!   contraction), so kernel and reference agree to the last bit in almost every pixel.
+//! - A compile error keeps NVRTC's log and the options in [`NvrtcError::Compile`].
+//! - [`KernelCache`]: cubins in `$STOKER_CACHE_DIR/kernels`, else
+//!   `$XDG_CACHE_HOME/stoker/kernels`, else `~/.cache/stoker/kernels`, named by a 128-bit
+//!   FNV-1a hash of (source, options, NVRTC version, arch). Written to a temporary file and
+//!   renamed, so a crash never leaves half a cubin; a file that is not an ELF image is ignored
+//!   and rebuilt.
+//!
+//! # Limitations
+//! - A device newer than the NVRTC in use (arch not in `nvrtcGetSupportedArchs`) is an error;
+//!   we do not fall back to PTX.
+
+mod result;
+mod sys;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub use result::NvrtcStatus;
+
+use crate::loader::Loaded;
+
+/// What can go wrong compiling a kernel.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NvrtcError {
+    /// libnvrtc or one of its symbols is missing.
+    #[error("{library} unavailable: {reason}")]
+    Unavailable { library: String, reason: String },
+    /// An NVRTC call other than the compile itself failed.
+    #[error("{call} failed: {status}")]
+    Call {
+        call: &'static str,
+        status: NvrtcStatus,
+    },
+    /// The source does not compile; the log says why.
+    #[error("{name} does not compile for {arch} (options: {options}):\n{log}", options = .options.join(" "))]
+    Compile {
+        name: String,
+        arch: String,
+        options: Vec<String>,
+        log: String,
+    },
+    /// This NVRTC cannot build for the device.
+    #[error("NVRTC {version} cannot compile for sm_{arch} (it supports {supported:?})")]
+    UnsupportedArch {
+        arch: u32,
+        version: String,
+        supported: Vec<i32>,
+    },
+    /// The source or an option is not a C string.
+    #[error("bad kernel source: {0}")]
+    Source(String),
+}
+
+impl NvrtcError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, NvrtcError::Unavailable { .. })
+    }
+}
+
+/// A kernel source file and its name (used in NVRTC's messages).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// The fused crop-resize-flip-normalise-convert kernel and the test kernels.
+pub const AUGMENT_CU: KernelSource = KernelSource {
+    name: "augment.cu",
+    source: include_str!("../../cu/augment.cu"),
+};
+
+/// Every kernel source built into this binary.
+pub const ALL_SOURCES: &[KernelSource] = &[AUGMENT_CU];
+
+/// A loaded libnvrtc.
+pub struct Nvrtc {
+    sys: sys::Nvrtc,
+    origin: PathBuf,
+    version: (i32, i32),
+}
+
+impl std::fmt::Debug for Nvrtc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nvrtc")
+            .field("origin", &self.origin)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+static GLOBAL: OnceLock<Result<Nvrtc, NvrtcError>> = OnceLock::new();
+
+fn unavailable(reason: String) -> NvrtcError {
+    NvrtcError::Unavailable {
+        library: "libnvrtc".into(),
+        reason,
+    }
+}
+
+impl Nvrtc {
+    /// The process's NVRTC, found by the search order on first use.
+    pub fn global() -> Result<&'static Nvrtc, NvrtcError> {
+        GLOBAL
+            .get_or_init(|| Nvrtc::open(sys::LIBNVRTC.open().map_err(unavailable)?))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// NVRTC from the PyPI wheel tree under `root` only (what CI tests).
+    pub fn load_from_wheel(root: &Path) -> Result<Nvrtc, NvrtcError> {
+        Nvrtc::open(sys::LIBNVRTC.open_from_wheel(root).map_err(unavailable)?)
+    }
+
+    fn open(loaded: Loaded) -> Result<Nvrtc, NvrtcError> {
+        let origin = loaded.origin.clone();
+        let sys = sys::Nvrtc::load(loaded)
+            .map_err(|r| unavailable(format!("{}: {r}", origin.display())))?;
+        let version = result::version(&sys)?;
+        tracing::debug!(library = %origin.display(), ?version, "loaded NVRTC");
+        Ok(Nvrtc {
+            sys,
+            origin,
+            version,
+        })
+    }
+
+    /// (major, minor), e.g. (13, 0).
+    pub fn version(&self) -> (i32, i32) {
+        self.version
+    }
+
+    /// The file or soname it was loaded from.
+    pub fn origin(&self) -> &Path {
+        &self.origin
+    }
+
+    /// Compute capabilities this NVRTC can target, as 10 * major + minor (80, 90, ...).
+    pub fn supported_archs(&self) -> Result<Vec<i32>, NvrtcError> {
+        result::supported_archs(&self.sys)
+    }
+
+    /// The options stoker compiles with for `sm_<arch>` (arch = 10 * major + minor).
+    pub fn options(arch: u32) -> Vec<String> {
+        vec![
+            format!("--gpu-architecture=sm_{arch}"),
+            "--std=c++17".into(),
+            "--fmad=false".into(),
+        ]
+    }
+
+    /// Compiles `src` to a cubin for `sm_<arch>`.
+    pub fn compile(&self, src: &KernelSource, arch: u32) -> Result<Vec<u8>, NvrtcError> {
+        self.compile_str(src.name, src.source, arch)
+    }
+
+    /// Compiles a source given as a string (tests use it for files on disk).
+    pub fn compile_str(&self, name: &str, source: &str, arch: u32) -> Result<Vec<u8>, NvrtcError> {
+        let supported = self.supported_archs()?;
+        if !supported.contains(&(arch as i32)) {
+            return Err(NvrtcError::UnsupportedArch {
+                arch,
+                version: format!("{}.{}", self.version.0, self.version.1),
+                supported,
+            });
+        }
+        let options = Nvrtc::options(arch);
+        let prog = result::create_program(&self.sys, source, name)?;
+        match prog.compile(&options) {
+            Ok(()) => {}
+            Err(NvrtcError::Call { status, .. })
+                if status == NvrtcStatus::COMPILATION || status == NvrtcStatus::INVALID_OPTION =>
+            {
+                let log = prog.log().unwrap_or_else(|e| format!("(no log: {e})"));
+                let log = if log.is_empty() {
+                    result::error_string(&self.sys, status)
+                } else {
+                    log
+                };
+                return Err(NvrtcError::Compile {
+                    name: name.to_string(),
+                    arch: format!("sm_{arch}"),
+                    options,
+                    log,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+        let log = prog.log().unwrap_or_default();
+        if !log.is_empty() {
+            tracing::debug!(kernel = name, arch, %log, "NVRTC warnings");
+        }
+        prog.cubin()
+    }
+}
+
+/// Cubins on disk, keyed by everything that changes them.
+#[derive(Debug, Clone)]
+pub struct KernelCache {
+    dir: PathBuf,
+}
+
+impl KernelCache {
+    /// `$STOKER_CACHE_DIR/kernels`, else `$XDG_CACHE_HOME/stoker/kernels`, else
+    /// `~/.cache/stoker/kernels`; `None` when none can be named (no HOME).
+    pub fn default_dir() -> Option<PathBuf> {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        if let Some(d) = var("STOKER_CACHE_DIR") {
+            return Some(d.join("kernels"));
+        }
+        if let Some(d) = var("XDG_CACHE_HOME") {
+            return Some(d.join("stoker/kernels"));
+        }
+        var("HOME").map(|h| h.join(".cache/stoker/kernels"))
+    }
+
+    pub fn new(dir: impl Into<PathBuf>) -> KernelCache {
+        KernelCache { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The cache key of a build: FNV-1a 128 over length-prefixed fields.
+    pub fn key(source: &str, options: &[String], nvrtc_version: (i32, i32), arch: u32) -> u128 {
+        let mut h = Fnv128::new();
+        h.field(source.as_bytes());
+        for o in options {
+            h.field(o.as_bytes());
+        }
+        h.field(format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
+        h.field(format!("sm_{arch}").as_bytes());
+        h.0
+    }
+
+    /// Where the cubin of this build lives.
+    pub fn path(&self, name: &str, key: u128, arch: u32) -> PathBuf {
+        let stem = name.trim_end_matches(".cu");
+        self.dir.join(format!("{stem}-sm_{arch}-{key:032x}.cubin"))
+    }
+
+    /// The cubin for `src` on `sm_<arch>`: from disk when present and well-formed, else
+    /// compiled and stored. A cache that cannot be written only costs a recompile next time.
+    pub fn get_or_compile(
+        &self,
+        nvrtc: &Nvrtc,
+        src: &KernelSource,
+        arch: u32,
+    ) -> Result<Vec<u8>, NvrtcError> {
+        let key = KernelCache::key(src.source, &Nvrtc::options(arch), nvrtc.version(), arch);
+        let path = self.path(src.name, key, arch);
+        if let Ok(bytes) = std::fs::read(&path) {
+            if is_elf(&bytes) {
+                return Ok(bytes);
+            }
+            tracing::warn!(path = %path.display(), "ignoring a corrupt cached cubin");
+        }
+        let cubin = nvrtc.compile(src, arch)?;
+        if let Err(e) = self.store(&path, &cubin) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot cache a cubin");
+        }
+        Ok(cubin)
+    }
+
+    fn store(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+fn is_elf(bytes: &[u8]) -> bool {
+    bytes.len() > 64 && bytes.starts_with(b"\x7fELF")
+}
+
+/// FNV-1a with 128-bit state: stable across builds and platforms (std's hasher is not).
+struct Fnv128(u128);
+
+impl Fnv128 {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+
+    fn new() -> Fnv128 {
+        Fnv128(Fnv128::OFFSET)
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 ^= x as u128;
+            self.0 = self.0.wrapping_mul(Fnv128::PRIME);
+        }
+    }
+
+    /// A length prefix keeps ("ab", "c") and ("a", "bc") apart.
+    fn field(&mut self, b: &[u8]) {
+        self.bytes(&(b.len() as u64).to_le_bytes());
+        self.bytes(b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv128_matches_the_published_vectors() {
+        let mut h = Fnv128::new();
+        h.bytes(b"");
+        assert_eq!(h.0, 0x6c62272e07bb014262b821756295c58d);
+        let mut h = Fnv128::new();
+        h.bytes(b"a");
+        assert_eq!(h.0, 0xd228cb696f1a8caf78912b704e4a8964);
+    }
+
+    #[test]
+    fn cache_keys_change_with_every_input() {
+        let o = Nvrtc::options(90);
+        let k = KernelCache::key("src", &o, (13, 0), 90);
+        assert_eq!(k, KernelCache::key("src", &o, (13, 0), 90));
+        assert_ne!(k, KernelCache::key("src ", &o, (13, 0), 90));
+        assert_ne!(k, KernelCache::key("src", &Nvrtc::options(80), (13, 0), 90));
+        assert_ne!(k, KernelCache::key("src", &o, (13, 1), 90));
+        assert_ne!(k, KernelCache::key("src", &o, (13, 0), 80));
+    }
+
+    #[test]
+    fn cache_paths_name_kernel_arch_and_key() {
+        let c = KernelCache::new("/c");
+        assert_eq!(
+            c.path("augment.cu", 0xab, 90),
+            Path::new("/c/augment-sm_90-000000000000000000000000000000ab.cubin")
+        );
+    }
+
+    #[test]
+    fn compile_errors_show_options_and_log() {
+        let e = NvrtcError::Compile {
+            name: "k.cu".into(),
+            arch: "sm_90".into(),
+            options: Nvrtc::options(90),
+            log: "k.cu(3): error: expected a \";\"".into(),
+        };
+        let s = e.to_string();
+        assert!(s.contains("--gpu-architecture=sm_90 --std=c++17"), "{s}");
+        assert!(s.contains("expected a"), "{s}");
+    }
+}
