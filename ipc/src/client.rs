@@ -46,7 +46,8 @@ pub const SYSTEM_SOCKET: &str = "/run/stoker/stoker.sock";
 
 /// Where the daemon listens, and clients connect, unless told otherwise:
 /// `$STOKER_SOCKET` if set; else [`SYSTEM_SOCKET`] for root; else
-/// `$XDG_RUNTIME_DIR/stoker.sock`; else `/tmp/stoker-<uid>/stoker.sock`.
+/// `$XDG_RUNTIME_DIR/stoker.sock`; else `/tmp/stoker-<uid>.sock`. The daemon's config
+/// (`stoker_daemon::config::default_socket_path`) follows the same rule.
 ///
 /// A client that finds no daemon at its per-user default may also try [`SYSTEM_SOCKET`];
 /// [`Client::attach_default`] does.
@@ -54,14 +55,14 @@ pub fn default_socket_path() -> PathBuf {
     if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
         return PathBuf::from(SYSTEM_SOCKET);
     }
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("stoker.sock"),
-        None => PathBuf::from(format!("/tmp/stoker-{euid}/stoker.sock")),
+        None => PathBuf::from(format!("/tmp/stoker-{uid}.sock")),
     }
 }
 

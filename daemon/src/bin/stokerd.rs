@@ -1,16 +1,16 @@
-//! `stokerd`: the stoker daemon. Parses flags, sets up logging, serves, and maps the
-//! top-level error to an exit code (configuration errors exit with 78, EX_CONFIG, so that
-//! systemd's `RestartPreventExitStatus=78` stops a restart loop).
+//! `stokerd`: the stoker daemon. Parses flags and the config file, sets up logging, serves,
+//! and maps the top-level error to an exit code: configuration errors exit with 78
+//! (EX_CONFIG) so that systemd's `RestartPreventExitStatus=78` stops a restart loop.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use stoker_daemon::pipeline::{EngineConfig, DEFAULT_SLOTS};
+use stoker_daemon::config::{Config, ReaderChoice, EXIT_CONFIG};
+use stoker_daemon::pipeline::EngineConfig;
+use stoker_daemon::reader::ReaderKind;
 use stoker_daemon::server::{Server, ServerConfig};
 
-/// Exit code for configuration errors (sysexits.h EX_CONFIG).
-const EXIT_CONFIG: u8 = 78;
 /// Exit code for failures at run time.
 const EXIT_FAILURE: u8 = 1;
 
@@ -18,25 +18,30 @@ const EXIT_FAILURE: u8 = 1;
 #[derive(Debug, Parser)]
 #[command(name = "stokerd", version)]
 struct Args {
-    /// Socket to listen on. Default: $STOKER_SOCKET; else /run/stoker/stoker.sock as root;
-    /// else $XDG_RUNTIME_DIR/stoker.sock; else /tmp/stoker-<uid>/stoker.sock.
+    /// Config file (TOML). Without it the defaults serve a single-user workstation.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Socket to listen on. Default: server.socket from the config; else $STOKER_SOCKET; else
+    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker.sock; else
+    /// /tmp/stoker-<uid>.sock.
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Decode worker threads shared by every job (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Slots in each rank's ring (at least 2).
-    #[arg(long, default_value_t = DEFAULT_SLOTS)]
-    slots: usize,
+    /// Decode worker threads shared by every job (0: one per core). Overrides the config.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Slots in each rank's ring (at least 2). Overrides the config.
+    #[arg(long)]
+    slots: Option<usize>,
 }
 
 fn main() -> ExitCode {
+    let config_exit = ExitCode::from(EXIT_CONFIG as u8);
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(EXIT_CONFIG)
+                config_exit
             } else {
                 ExitCode::SUCCESS
             };
@@ -49,25 +54,41 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    let file = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "bad configuration");
+                eprintln!("stokerd: {e}");
+                return config_exit;
+            }
+        },
+        None => Config::default(),
+    };
     let config = ServerConfig {
-        socket: args.socket.unwrap_or_else(stoker::default_socket_path),
-        slots: args.slots,
+        socket: args.socket.unwrap_or_else(|| file.socket_path()),
+        slots: args.slots.unwrap_or(file.server.slots_per_rank),
         engine: EngineConfig {
-            threads: args.threads,
+            threads: args.threads.unwrap_or(file.pipeline.threads),
+            reader: match file.pipeline.reader {
+                ReaderChoice::Auto => ReaderKind::Auto,
+                ReaderChoice::IoUring => ReaderKind::IoUring,
+                ReaderChoice::Pread => ReaderKind::Pread,
+            },
+            policy: file.pipeline.bad_samples,
             ..EngineConfig::default()
         },
     };
-    let result = Server::bind(config).and_then(|server| server.serve());
-    match result {
+    match Server::bind(config).and_then(|server| server.serve()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "stokerd stopped");
             eprintln!("stokerd: {e}");
-            ExitCode::from(if e.is_config() {
-                EXIT_CONFIG
+            if e.is_config() {
+                config_exit
             } else {
-                EXIT_FAILURE
-            })
+                ExitCode::from(EXIT_FAILURE)
+            }
         }
     }
 }
