@@ -313,3 +313,86 @@ fn bad_config_exits_78() {
         .unwrap();
     assert_eq!(status.code(), Some(78));
 }
+
+/// Set in the child process of `a_sigkilled_client_process_is_reclaimed`: the socket path and
+/// dataset the child attaches to.
+const CHILD_ENV: &str = "STOKER_TEST_CHILD_CLIENT";
+
+/// Not a test on its own: the client process the SIGKILL test starts (this same test binary,
+/// filtered to this function). Without the variable it does nothing.
+#[test]
+fn child_client_holds_leases() {
+    let Some(arg) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let arg = arg.into_string().unwrap();
+    let (socket, data) = arg.split_once('\n').unwrap();
+    let mut c =
+        Client::attach(Path::new(socket), options(Path::new(data), "kill", 0, 2, 2)).unwrap();
+    let held: Vec<_> = (0..2).map(|_| c.next_batch().unwrap().unwrap()).collect();
+    println!("HOLDING {}", held.len());
+    use std::io::Write as _;
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
+    use std::io::BufRead as _;
+    let (dir, data, _) = setup(4, 6); // world 2: 6 steps of 2 per rank
+    let daemon = Daemon::start(dir.path(), &["--threads", "2", "--slots", "2"]);
+    let mut rank1 = Client::attach(daemon.socket(), options(&data, "kill", 1, 2, 2)).unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_client_holds_leases",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            CHILD_ENV,
+            format!("{}\n{}", daemon.socket().display(), data.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert_ne!(
+            out.read_line(&mut line).unwrap(),
+            0,
+            "child client exited early"
+        );
+        if line.starts_with("HOLDING") {
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+
+    // The other rank goes on.
+    assert_eq!(rank1.next_batch().unwrap().unwrap().step(), 0);
+
+    // The killed rank re-attaches within a second and resumes at step 2.
+    let mut resumed = loop {
+        let mut o = options(&data, "kill", 0, 2, 2);
+        o.start = StartPosition { epoch: 0, step: 2 };
+        match Client::attach(daemon.socket(), o) {
+            Ok(c) => break c,
+            Err(e) if e.code() == Some(ErrorCode::RankTaken) => {
+                assert!(
+                    killed.elapsed() < Duration::from_secs(1),
+                    "rank not freed in 1 s"
+                );
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("re-attach failed: {e}"),
+        }
+    };
+    let steps: Vec<u64> = drain(&mut resumed).iter().map(|s| s.step).collect();
+    assert_eq!(steps, vec![2, 3, 4, 5]);
+}
