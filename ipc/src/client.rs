@@ -481,7 +481,7 @@ fn cast_slice<T: Plain>(bytes: &[u8]) -> &[T] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -507,20 +507,21 @@ mod tests {
         );
     }
 
-    /// A daemon stand-in on a real socket: answers the attach with a ring, fills slot 1 with a
-    /// known batch, sends READY then END_OF_DATA, and reports what the client sent back.
-    #[test]
-    fn attach_receive_release_against_a_fake_daemon() {
+    /// A daemon stand-in on a real socket at `path`: expects job "job-a" rank 1 of 2 from
+    /// (3, 4), answers with a 2-slot ring for `spec`, fills slot 1 with a known batch of 3
+    /// (bytes 9, labels 10.., indices 100.., status [0, 0, 1]), sends READY (generation 7)
+    /// then END_OF_DATA, and returns what the client sent back until it hung up.
+    pub(crate) fn fake_daemon(
+        path: &Path,
+        spec: PipelineSpec,
+    ) -> std::thread::JoinHandle<Vec<Message>> {
         use crate::protocol::Attached;
         use crate::sock::SeqPacketListener;
         use std::os::fd::AsFd;
 
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stoker.sock");
-        let listener = SeqPacketListener::bind(&path).unwrap();
-        let spec = PipelineSpec::train(4, 8);
+        let listener = SeqPacketListener::bind(path).unwrap();
         let layout = RingLayout::new(&spec, 2, page_size());
-        let daemon = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             let conn = listener.accept().unwrap();
             let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
             let r = conn.recv(&mut buf).unwrap().unwrap();
@@ -573,7 +574,15 @@ mod tests {
                 got.push(Message::decode(&buf[..r.len]).unwrap());
             }
             got
-        });
+        })
+    }
+
+    #[test]
+    fn attach_receive_release_against_a_fake_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stoker.sock");
+        let spec = PipelineSpec::train(4, 8);
+        let daemon = fake_daemon(&path, spec.clone());
 
         let mut opts = AttachOptions::new("job-a", "/data", spec);
         opts.rank = 1;
