@@ -156,9 +156,9 @@ impl Job {
         Sampler::new(
             dataset.len() as u64,
             seed,
-            rank,
-            world_size,
-            spec.batch_size,
+            rank as u64,
+            world_size as u64,
+            spec.batch_size as u64,
             spec.drop_last,
         )
         .map_err(|e| PipelineError::Sampler(e.to_string()))
@@ -344,7 +344,7 @@ impl Engine {
             config.threads
         };
         // Probe the reader once so the choice (and any fallback) is known and logged at start.
-        let reader_kind = Reader::new(config.reader, CHUNK as u32)?.kind();
+        let reader_kind = Reader::new(config.reader, CHUNK)?.kind();
         tracing::info!(threads, reader = reader_kind, "pipeline engine starting");
         let shared = Arc::new(Shared {
             sched: Mutex::new(Sched::default()),
@@ -711,7 +711,7 @@ struct Worker {
 impl Worker {
     fn new(shared: Arc<Shared>) -> Result<Worker, PipelineError> {
         Ok(Worker {
-            reader: Reader::new(shared.config.reader, CHUNK as u32)?,
+            reader: Reader::new(shared.config.reader, CHUNK)?,
             decoder: CpuDecoder::new(shared.config.limits)?,
             augmenter: Augmenter::default(),
             bufs: (0..CHUNK).map(|_| Vec::new()).collect(),
@@ -770,10 +770,10 @@ impl Worker {
     fn fill(&mut self, chunk: &Chunk) {
         let feed = &chunk.feed;
         let job = &feed.job;
-        let spec = &job.spec;
         let layout = feed.ring.layout().slot;
         let base = feed.ring.slot_ptr(chunk.slot);
-        let stats = &self.shared.stats;
+        let shared = self.shared.clone();
+        let stats = &shared.stats;
 
         self.chunk_indices.clear();
         {

@@ -44,3 +44,253 @@ impl RgbImage {
         [self.data[i], self.data[i + 1], self.data[i + 2]]
     }
 }
+
+use stoker::spec::{DType, Layout, PipelineSpec};
+
+/// What [`augment_reference`] writes besides the pixels: element type, layout and the
+/// normalisation applied to float outputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutputParams {
+    pub dtype: DType,
+    pub layout: Layout,
+    /// Channel means, 0..1 scale (float outputs only).
+    pub mean: [f32; 3],
+    /// Channel standard deviations, 0..1 scale (float outputs only).
+    pub std: [f32; 3],
+}
+
+impl From<&PipelineSpec> for OutputParams {
+    fn from(spec: &PipelineSpec) -> OutputParams {
+        OutputParams {
+            dtype: spec.dtype,
+            layout: spec.layout,
+            mean: spec.mean,
+            std: spec.std,
+        }
+    }
+}
+
+/// The triangle ("bilinear") filter: `max(0, 1 - |t|)`.
+fn triangle(t: f64) -> f64 {
+    (1.0 - t.abs()).max(0.0)
+}
+
+/// The source taps of one output sample along one axis: the first source index and the
+/// normalised weights of `first..first + weights.len()`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taps {
+    pub first: usize,
+    pub weights: Vec<f64>,
+}
+
+/// Pillow's / torchvision's antialiased bilinear taps for output sample `o` of `out_len`
+/// samples covering `[start, start + len)` of an axis of `in_size` source samples.
+///
+/// `scale = len / out_len`, `filterscale = max(scale, 1)`, `support = filterscale`,
+/// `center = start + (o + 0.5) * scale`; taps are the source samples
+/// `max(floor(center - support + 0.5), 0) .. min(floor(center + support + 0.5), in_size)`,
+/// weighted `triangle((x - center + 0.5) / filterscale)` and normalised to sum to 1.
+/// A box lying wholly outside the axis takes the nearest edge sample.
+pub fn antialias_taps(start: f64, len: f64, out_len: u32, in_size: u32, o: u32) -> Taps {
+    assert!(in_size > 0 && out_len > 0, "empty axis");
+    let scale = len / f64::from(out_len);
+    let filterscale = scale.max(1.0);
+    let support = filterscale;
+    let center = start + (f64::from(o) + 0.5) * scale;
+    let lo = (center - support + 0.5).floor().max(0.0);
+    let hi = (center + support + 0.5).floor().min(f64::from(in_size));
+    let mut first = lo as usize;
+    let end = hi as usize;
+    let mut weights: Vec<f64> = (first..end.max(first))
+        .map(|x| triangle((x as f64 - center + 0.5) / filterscale))
+        .collect();
+    let total: f64 = weights.iter().sum();
+    if total > 0.0 {
+        for w in &mut weights {
+            *w /= total;
+        }
+    } else {
+        // Only reachable for a box outside the image: take the nearest edge sample.
+        first = (center.floor().max(0.0) as usize).min(in_size as usize - 1);
+        weights = vec![1.0];
+    }
+    Taps { first, weights }
+}
+
+/// Rounds half away from zero and clamps into 0..=255.
+fn to_u8(v: f64) -> u8 {
+    v.round().clamp(0.0, 255.0) as u8
+}
+
+/// Crops `crop` out of `img`, resizes it to `out_h` x `out_w` with torchvision's antialiased
+/// bilinear filter, flips it horizontally if `flip`, normalises and converts it as `params`
+/// says, and returns the bytes of that one image (native byte order).
+///
+/// The oracle: f64 throughout, one direct 2-D weighted sum per output pixel. See
+/// `docs/augment.md` for the math and the rounding rules.
+pub fn augment_reference(
+    img: &RgbImage,
+    crop: CropBox,
+    flip: bool,
+    out_h: u32,
+    out_w: u32,
+    params: &OutputParams,
+) -> Vec<u8> {
+    let (h, w) = (out_h as usize, out_w as usize);
+    let mut values = vec![0.0f64; h * w * 3]; // HWC, 0..255 scale
+    for oy in 0..out_h {
+        let ty = antialias_taps(crop.y, crop.h, out_h, img.height, oy);
+        for ox in 0..out_w {
+            let src_ox = if flip { out_w - 1 - ox } else { ox };
+            let tx = antialias_taps(crop.x, crop.w, out_w, img.width, src_ox);
+            let mut acc = [0.0f64; 3];
+            for (dy, wy) in ty.weights.iter().enumerate() {
+                for (dx, wx) in tx.weights.iter().enumerate() {
+                    let px = img.pixel((tx.first + dx) as u32, (ty.first + dy) as u32);
+                    for c in 0..3 {
+                        acc[c] += wy * wx * f64::from(px[c]);
+                    }
+                }
+            }
+            let i = (oy as usize * w + ox as usize) * 3;
+            values[i..i + 3].copy_from_slice(&acc);
+        }
+    }
+
+    let mut out = Vec::with_capacity(h * w * 3 * params.dtype.size());
+    for n in 0..h * w * 3 {
+        // n walks the output in its own layout; find the HWC element it holds.
+        let (y, x, c) = match params.layout {
+            Layout::Nhwc => (n / (w * 3), n / 3 % w, n % 3),
+            Layout::Nchw => (n % (h * w) / w, n % w, n / (h * w)),
+        };
+        let v = values[(y * w + x) * 3 + c];
+        let norm = (v / 255.0 - f64::from(params.mean[c])) / f64::from(params.std[c]);
+        match params.dtype {
+            DType::U8 => out.push(to_u8(v)),
+            DType::F32 => out.extend_from_slice(&(norm as f32).to_ne_bytes()),
+            DType::F16 => out.extend_from_slice(&half::f16::from_f64(norm).to_ne_bytes()),
+            DType::Bf16 => out.extend_from_slice(&half::bf16::from_f64(norm).to_ne_bytes()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(dtype: DType, layout: Layout) -> OutputParams {
+        OutputParams {
+            dtype,
+            layout,
+            mean: [0.0; 3],
+            std: [1.0; 3],
+        }
+    }
+
+    fn gradient(width: u32, height: u32) -> RgbImage {
+        let mut img = RgbImage::default();
+        img.reset(width, height);
+        for y in 0..height {
+            for x in 0..width {
+                let i = ((y * width + x) * 3) as usize;
+                img.data[i] = (x * 10) as u8;
+                img.data[i + 1] = (y * 10) as u8;
+                img.data[i + 2] = 7;
+            }
+        }
+        img
+    }
+
+    #[test]
+    fn taps_match_pillow_for_a_halving() {
+        // 4 -> 2: scale 2, support 2, center of output 0 is 1.0; taps 0..3 with
+        // triangle((x - 0.5) / 2) = 0.75, 0.75, 0.25, normalised by 1.75.
+        let t = antialias_taps(0.0, 4.0, 2, 4, 0);
+        assert_eq!(t.first, 0);
+        let want = [0.75 / 1.75, 0.75 / 1.75, 0.25 / 1.75];
+        assert_eq!(t.weights.len(), 3);
+        for (a, b) in t.weights.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{:?}", t.weights);
+        }
+    }
+
+    #[test]
+    fn taps_for_an_upscale_interpolate_linearly() {
+        // 2 -> 4: scale 0.5, output 1 has center 0.75: taps 0..2, weights 0.75, 0.25.
+        let t = antialias_taps(0.0, 2.0, 4, 2, 1);
+        assert_eq!(t.first, 0);
+        assert!((t.weights[0] - 0.75).abs() < 1e-12 && (t.weights[1] - 0.25).abs() < 1e-12);
+        // Output 0 has center 0.25: tap -1 is clamped away, leaving pixel 0 alone.
+        let t = antialias_taps(0.0, 2.0, 4, 2, 0);
+        assert_eq!((t.first, t.weights.as_slice()), (0, &[1.0][..]));
+    }
+
+    #[test]
+    fn identity_crop_returns_the_pixels_and_flip_mirrors_them() {
+        let img = gradient(5, 3);
+        let p = params(DType::U8, Layout::Nhwc);
+        let out = augment_reference(&img, CropBox::full(5, 3), false, 3, 5, &p);
+        assert_eq!(out, img.data);
+        let flipped = augment_reference(&img, CropBox::full(5, 3), true, 3, 5, &p);
+        for y in 0..3u32 {
+            for x in 0..5u32 {
+                let i = ((y * 5 + x) * 3) as usize;
+                assert_eq!(flipped[i..i + 3], img.pixel(4 - x, y));
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_and_dtypes_hold_the_same_values() {
+        let img = gradient(6, 4);
+        let crop = CropBox::new(1.0, 0.5, 4.0, 3.0);
+        let hwc = augment_reference(&img, crop, false, 2, 3, &params(DType::U8, Layout::Nhwc));
+        let chw = augment_reference(&img, crop, false, 2, 3, &params(DType::U8, Layout::Nchw));
+        for y in 0..2 {
+            for x in 0..3 {
+                for c in 0..3 {
+                    assert_eq!(hwc[(y * 3 + x) * 3 + c], chw[c * 6 + y * 3 + x]);
+                }
+            }
+        }
+        let mut p = params(DType::F32, Layout::Nhwc);
+        p.mean = [0.5; 3];
+        p.std = [0.25; 3];
+        let f = augment_reference(&img, crop, false, 2, 3, &p);
+        assert_eq!(f.len(), 2 * 3 * 3 * 4);
+        for (i, bytes) in f.chunks_exact(4).enumerate() {
+            let v = f32::from_ne_bytes(bytes.try_into().unwrap());
+            let back = (v * 0.25 + 0.5) * 255.0;
+            assert!(
+                (back - f32::from(hwc[i])).abs() <= 0.51,
+                "{i}: {back} vs {}",
+                hwc[i]
+            );
+        }
+        for dtype in [DType::F16, DType::Bf16] {
+            p.dtype = dtype;
+            assert_eq!(
+                augment_reference(&img, crop, false, 2, 3, &p).len(),
+                2 * 3 * 3 * 2
+            );
+        }
+    }
+
+    #[test]
+    fn constant_image_stays_constant_at_any_scale() {
+        let mut img = RgbImage::default();
+        img.reset(7, 5);
+        img.data.fill(200);
+        let p = params(DType::U8, Layout::Nchw);
+        for (crop, oh, ow) in [
+            (CropBox::full(7, 5), 13, 2),
+            (CropBox::new(2.5, 1.25, 0.5, 0.75), 4, 4),
+            (CropBox::new(0.0, 0.0, 1.0, 1.0), 1, 1),
+        ] {
+            let out = augment_reference(&img, crop, true, oh, ow, &p);
+            assert!(out.iter().all(|&v| v == 200), "{crop:?}");
+        }
+    }
+}
