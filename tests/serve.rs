@@ -314,8 +314,8 @@ fn bad_config_exits_78() {
     assert_eq!(status.code(), Some(78));
 }
 
-/// Set in the child process of `a_sigkilled_client_process_is_reclaimed`: the socket path and
-/// dataset the child attaches to.
+/// Set in the child process of `a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes`:
+/// the socket path, the dataset, and a file to create once the child holds its leases.
 const CHILD_ENV: &str = "STOKER_TEST_CHILD_CLIENT";
 
 /// Not a test on its own: the client process the SIGKILL test starts (this same test binary,
@@ -326,49 +326,49 @@ fn child_client_holds_leases() {
         return;
     };
     let arg = arg.into_string().unwrap();
-    let (socket, data) = arg.split_once('\n').unwrap();
+    let mut parts = arg.split('\n');
+    let (socket, data, ready) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
     let mut c =
         Client::attach(Path::new(socket), options(Path::new(data), "kill", 0, 2, 2)).unwrap();
     let held: Vec<_> = (0..2).map(|_| c.next_batch().unwrap().unwrap()).collect();
-    println!("HOLDING {}", held.len());
-    use std::io::Write as _;
-    std::io::stdout().flush().unwrap();
-    std::thread::sleep(Duration::from_secs(600));
+    std::fs::write(ready, format!("holding {}", held.len())).unwrap();
+    std::thread::sleep(Duration::from_secs(120));
 }
 
 #[test]
 fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
-    use std::io::BufRead as _;
     let (dir, data, _) = setup(4, 6); // world 2: 6 steps of 2 per rank
     let daemon = Daemon::start(dir.path(), &["--threads", "2", "--slots", "2"]);
     let mut rank1 = Client::attach(daemon.socket(), options(&data, "kill", 1, 2, 2)).unwrap();
 
+    let ready = dir.path().join("child-holds");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_client_holds_leases",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_client_holds_leases", "--test-threads=1"])
         .env(
             CHILD_ENV,
-            format!("{}\n{}", daemon.socket().display(), data.display()),
+            format!(
+                "{}\n{}\n{}",
+                daemon.socket().display(),
+                data.display(),
+                ready.display()
+            ),
         )
-        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert_ne!(
-            out.read_line(&mut line).unwrap(),
-            0,
-            "child client exited early"
-        );
-        if line.starts_with("HOLDING") {
-            break;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("child client exited early: {status}");
         }
+        assert!(
+            Instant::now() < deadline,
+            "child client never held its leases"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();

@@ -44,6 +44,8 @@ use crate::pipeline::{
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Why a connection that hung up without a word ended (a liveness probe, typically).
+const CLOSED_BEFORE_ATTACH: &str = "closed before ATTACH";
 /// How often a forwarder looks up from its feed to see whether the connection ended.
 const FORWARD_POLL: Duration = Duration::from_millis(50);
 
@@ -399,6 +401,10 @@ impl Connection {
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let attach = match self.read_attach(&sock, &mut buf) {
             Ok(a) => a,
+            Err(r) if r.message == CLOSED_BEFORE_ATTACH => {
+                tracing::debug!(conn = id, "closed before ATTACH");
+                return;
+            }
             Err(r) => {
                 tracing::warn!(conn = id, code = %r.code, reason = %r.message, "attach refused");
                 send_error(&sock, r);
@@ -473,7 +479,7 @@ impl Connection {
         let _ = sock.set_read_timeout(None);
         let r = match got {
             Ok(Some(r)) => r,
-            Ok(None) => return Err(refuse(ErrorCode::BadMessage, "closed before ATTACH")),
+            Ok(None) => return Err(refuse(ErrorCode::BadMessage, CLOSED_BEFORE_ATTACH)),
             Err(e) if e.is_timeout() => {
                 return Err(refuse(
                     ErrorCode::BadMessage,
