@@ -1,2 +1,173 @@
 //! The root package: integration tests (`tests/`) and benchmarks (`benches/`) live here, and
 //! this library holds what they share (fixture builders, process helpers).
+//!
+//! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
+//! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
+pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
+    use turbojpeg_sys as tj;
+    assert_eq!(rgb.len(), width as usize * height as usize * 3);
+    // SAFETY: tj3Init has no preconditions; a null result is checked below.
+    let handle = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as libc::c_int) };
+    assert!(!handle.is_null(), "tj3Init failed");
+    let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
+    let mut size: tj::size_t = 0;
+    // SAFETY: `handle` is a live compressor; `rgb` holds width*height RGB pixels (asserted);
+    // with a null `buf` TurboJPEG allocates the output, freed below with tj3Free.
+    let rc = unsafe {
+        tj::tj3Set(handle, tj::TJPARAM_TJPARAM_QUALITY as libc::c_int, quality);
+        tj::tj3Set(
+            handle,
+            tj::TJPARAM_TJPARAM_SUBSAMP as libc::c_int,
+            tj::TJSAMP_TJSAMP_420 as libc::c_int,
+        );
+        tj::tj3Compress8(
+            handle,
+            rgb.as_ptr(),
+            width as libc::c_int,
+            0,
+            height as libc::c_int,
+            tj::TJPF_TJPF_RGB as libc::c_int,
+            &mut buf,
+            &mut size,
+        )
+    };
+    let out = (rc == 0).then(|| {
+        // SAFETY: on success `buf` holds `size` bytes written by TurboJPEG.
+        unsafe { std::slice::from_raw_parts(buf, size as usize) }.to_vec()
+    });
+    // SAFETY: `buf` (if any) came from TurboJPEG and is freed once; the handle is destroyed
+    // once.
+    unsafe {
+        if !buf.is_null() {
+            tj::tj3Free(buf.cast());
+        }
+        tj::tj3Destroy(handle);
+    }
+    out.expect("tj3Compress8 failed")
+}
+
+/// A smooth synthetic image whose colours depend on `seed`, so samples differ.
+pub fn synthetic_rgb(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(width as usize * height as usize * 3);
+    for y in 0..height {
+        for x in 0..width {
+            v.push(((x * 255 / width.max(1)) as u8).wrapping_add((seed * 37) as u8));
+            v.push(((y * 255 / height.max(1)) as u8).wrapping_add((seed * 91) as u8));
+            v.push((((x + y) * 4) as u8).wrapping_add((seed * 13) as u8));
+        }
+    }
+    v
+}
+
+/// Writes one synthetic JPEG.
+pub fn write_jpeg(path: &Path, width: u32, height: u32, seed: u32) {
+    let jpeg = encode_jpeg(&synthetic_rgb(width, height, seed), width, height, 90);
+    std::fs::write(path, jpeg).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// An ImageFolder dataset under `root`: `classes` subfolders `c0..`, `per_class` JPEGs each,
+/// of varying sizes around `side`. Returns the number of samples.
+pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) -> usize {
+    let mut n = 0;
+    for c in 0..classes {
+        let dir = root.join(format!("c{c}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..per_class {
+            let seed = c * 1000 + i;
+            let (w, h) = (side + (seed % 7) * 3, side + (seed % 5) * 4);
+            write_jpeg(&dir.join(format!("img{i:03}.jpg")), w, h, seed);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The `stokerd` binary of this build: next to the test executable's parent
+/// (`target/<profile>/stokerd`), built with cargo if it is not there yet.
+pub fn stokerd_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let path = dir.join("stokerd");
+    if !path.exists() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "stoker-daemon", "--bins"])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build -p stoker-daemon --bins failed"
+        );
+    }
+    assert!(path.exists(), "no stokerd at {}", path.display());
+    path
+}
+
+/// A running `stokerd` on a socket in a temp dir; killed (SIGKILL) and reaped on drop.
+pub struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `stokerd --socket <dir>/stoker.sock` with `extra` flags and waits until it
+    /// accepts connections.
+    pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        let socket = dir.join("stoker.sock");
+        let child = Command::new(stokerd_path())
+            .arg("--socket")
+            .arg(&socket)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("XDG_CACHE_HOME", dir.join("cache"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn stokerd");
+        let mut d = Daemon { child, socket };
+        d.wait_ready(Duration::from_secs(30));
+        d
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("stokerd exited before serving: {status}");
+            }
+            if stoker::sock::SeqPacket::connect(&self.socket).is_ok() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "stokerd did not listen in time");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the daemon still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

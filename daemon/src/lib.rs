@@ -14,4 +14,5 @@ pub mod pipeline;
 pub mod reader;
 pub mod rng;
 pub mod sampler;
+pub mod server;
 pub mod synth;
