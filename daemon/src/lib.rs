@@ -4,13 +4,16 @@
 //! `sampler` → `reader` (io_uring) → `decode` (libjpeg-turbo / nvJPEG) → `augment` (fused
 //! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
 
+pub mod access;
 pub mod augment;
+pub mod badsample;
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod decode;
 pub mod pipeline;
+pub mod ratelimit;
 pub mod reader;
 pub mod rng;
 pub mod sampler;

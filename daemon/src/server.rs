@@ -16,9 +16,13 @@
 //!   again with a start (epoch, step). Other ranks and jobs go on.
 //!
 //! # Limitations
+//! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
+//!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
+//!   says which rule refused it.
+//!
+//! # Limitations
 //! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing. Datasets are named by path; registered names, allowed roots,
-//!   peer credential checks and quotas come with the security work.
+//!   wait on a slow first indexing.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
 
 use std::collections::{BTreeSet, HashMap};
@@ -37,6 +41,7 @@ use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 use stoker::spec::PipelineSpec;
 
+use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
 use crate::dataset::{Dataset, OpenOptions};
 use crate::pipeline::{
     Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotMemory,
@@ -46,6 +51,8 @@ use crate::pipeline::{
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Why a connection that hung up without a word ended (a liveness probe, typically).
 const CLOSED_BEFORE_ATTACH: &str = "closed before ATTACH";
+/// How long a refused peer's first message is waited for before the refusal is sent.
+const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 /// How often a forwarder looks up from its feed to see whether the connection ended.
 const FORWARD_POLL: Duration = Duration::from_millis(50);
 
@@ -57,6 +64,10 @@ pub struct ServerConfig {
     /// Slots in each rank's ring.
     pub slots: usize,
     pub engine: EngineConfig,
+    /// Who may attach and which datasets they may name.
+    pub access: AccessPolicy,
+    /// Ring memory quotas and limits on clients and jobs.
+    pub quotas: QuotaLimits,
 }
 
 /// Why the server could not start or stopped.
@@ -162,9 +173,20 @@ struct JobEntry {
 }
 
 /// Job key → job. Shared by every connection.
-#[derive(Default)]
 struct Registry {
     jobs: Mutex<HashMap<String, JobEntry>>,
+    access: AccessPolicy,
+    max_jobs: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            jobs: Mutex::default(),
+            access: AccessPolicy::permissive_for_owner(),
+            max_jobs: usize::MAX,
+        }
+    }
 }
 
 /// A refusal sent to the client before the connection closes.
@@ -178,6 +200,16 @@ fn refuse(code: ErrorCode, message: impl Into<String>) -> Refusal {
     Refusal {
         code,
         message: message.into(),
+    }
+}
+
+impl From<AccessError> for Refusal {
+    fn from(e: AccessError) -> Refusal {
+        let code = match e {
+            AccessError::Peer(_) | AccessError::Dataset(_) => ErrorCode::PermissionDenied,
+            AccessError::Quota(_) => ErrorCode::Quota,
+        };
+        refuse(code, e.to_string())
     }
 }
 
@@ -203,10 +235,15 @@ impl Drop for RankSeat {
 }
 
 impl Registry {
-    /// Checks an attach against the job it names, creating the job for its first rank, and
-    /// takes the rank's seat. Returns the job, the seat, how many ranks are now attached,
-    /// and whether this attach created the job.
-    fn seat(self: &Arc<Self>, a: &Attach) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
+    /// Checks an attach against the job it names, creating the job for its first rank (from
+    /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
+    /// Returns the job, the seat, how many ranks are now attached, and whether this attach
+    /// created the job.
+    fn seat(
+        self: &Arc<Self>,
+        a: &Attach,
+        path: &Path,
+    ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
         let terms = JobTerms::of(a);
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let created = !jobs.contains_key(&a.job);
@@ -224,8 +261,20 @@ impl Registry {
                 ));
             }
         } else {
-            let dataset = Dataset::open(Path::new(&a.dataset), &OpenOptions::default())
+            if jobs.len() >= self.max_jobs {
+                return Err(refuse(
+                    ErrorCode::Quota,
+                    format!(
+                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                        a.job,
+                        jobs.len(),
+                        self.max_jobs
+                    ),
+                ));
+            }
+            let dataset = Dataset::open(path, &OpenOptions::default())
                 .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
+            self.access.check_dataset_files(&a.dataset, &dataset)?;
             let job =
                 Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
                     match e {
@@ -274,6 +323,7 @@ pub struct Server {
     slots: usize,
     engine: Arc<Engine>,
     registry: Arc<Registry>,
+    quotas: Arc<Quotas>,
 }
 
 impl Server {
@@ -309,7 +359,12 @@ impl Server {
             socket,
             slots: config.slots,
             engine,
-            registry: Arc::default(),
+            registry: Arc::new(Registry {
+                jobs: Mutex::default(),
+                access: config.access,
+                max_jobs: config.quotas.max_jobs,
+            }),
+            quotas: Quotas::new(config.quotas),
         })
     }
 
@@ -342,6 +397,7 @@ impl Server {
                 id,
                 engine: Arc::clone(&self.engine),
                 registry: Arc::clone(&self.registry),
+                quotas: Arc::clone(&self.quotas),
                 slots: self.slots,
             };
             let spawned = std::thread::Builder::new()
@@ -378,6 +434,7 @@ struct Connection {
     id: u64,
     engine: Arc<Engine>,
     registry: Arc<Registry>,
+    quotas: Arc<Quotas>,
     slots: usize,
 }
 
@@ -394,9 +451,30 @@ enum End {
 impl Connection {
     fn run(self, sock: SeqPacket) {
         let id = self.id;
-        match sock.peer_cred() {
-            Ok(c) => tracing::debug!(conn = id, pid = c.pid, uid = c.uid, "client connected"),
-            Err(e) => tracing::debug!(conn = id, error = %e, "client connected (no credentials)"),
+        // Nothing a peer sends is parsed before its credentials pass.
+        let peer = match sock.peer_cred() {
+            Ok(c) => Peer::from_cred(&c),
+            Err(e) => {
+                tracing::warn!(conn = id, error = %e, "no peer credentials; refused");
+                let why = format!("cannot read the peer's credentials: {e}");
+                send_error(&sock, refuse(ErrorCode::PermissionDenied, why));
+                return;
+            }
+        };
+        tracing::debug!(
+            conn = id,
+            pid = peer.pid,
+            uid = peer.uid,
+            "client connected"
+        );
+        if let Err(e) = self.registry.access.check_peer(&peer) {
+            tracing::warn!(conn = id, reason = %e, "client refused");
+            // Take the client's first message off the socket, unread, so that its send does
+            // not fail on a closed connection before it can read why.
+            let _ = sock.set_read_timeout(Some(REFUSED_PEER_DRAIN));
+            let _ = sock.recv(&mut [0u8; 64]);
+            send_error(&sock, e.into());
+            return;
         }
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let attach = match self.read_attach(&sock, &mut buf) {
@@ -415,7 +493,7 @@ impl Connection {
             "job {:?} rank {}/{}",
             attach.job, attach.rank, attach.world_size
         );
-        let (feed, _seat) = match self.start(&sock, &attach) {
+        let (feed, _seat, _grant) = match self.start(&sock, &attach, &peer) {
             Ok(v) => v,
             Err(r) => {
                 tracing::warn!(conn = id, %who, code = %r.code, reason = %r.message, "attach refused");
@@ -458,7 +536,8 @@ impl Connection {
         }
         let leased = feed.leased();
         // Drop of the last Arc<Feed> stops it and waits until no worker writes the ring; the
-        // seat (`_seat`) is freed after it, at the end of this function.
+        // seat (`_seat`) and the quota grant (`_grant`) are freed after it, at the end of this
+        // function.
         drop(feed);
         match end {
             End::Detached | End::Eof => {
@@ -501,11 +580,17 @@ impl Connection {
         }
     }
 
-    /// Validates the attach, seats the rank, makes its ring, starts its feed and answers
-    /// ATTACHED with the ring's fd.
-    fn start(&self, sock: &SeqPacket, a: &Attach) -> Result<(Feed, RankSeat), Refusal> {
+    /// Validates the attach, checks the dataset against the access rules, seats the rank,
+    /// reserves and makes its ring, starts its feed and answers ATTACHED with the ring's fd.
+    fn start(
+        &self,
+        sock: &SeqPacket,
+        a: &Attach,
+        peer: &Peer,
+    ) -> Result<(Feed, RankSeat, QuotaGrant), Refusal> {
         check_attach(a)?;
-        let (job, seat, ranks_attached, created_job) = self.registry.seat(a)?;
+        let path = self.registry.access.resolve_dataset(peer, &a.dataset)?;
+        let (job, seat, ranks_attached, created_job) = self.registry.seat(a, &path)?;
         let steps = job.steps_per_epoch();
         if steps > 0 && a.start.step >= steps {
             return Err(refuse(
@@ -517,6 +602,9 @@ impl Connection {
             ));
         }
         let layout = RingLayout::new(&a.spec, self.slots, page_size());
+        let grant = self
+            .quotas
+            .reserve(peer.uid, &a.job, layout.ring_bytes as u64)?;
         let name = CString::new(format!("stoker-ring-rank{}", a.rank)).expect("no NUL");
         let ring = MemfdRing::create(&name, layout)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot create the ring: {e}")))?;
@@ -546,7 +634,7 @@ impl Connection {
             .engine
             .start_feed(job, a.rank, ring, start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
-        Ok((feed, seat))
+        Ok((feed, seat, grant))
     }
 }
 
@@ -721,7 +809,10 @@ mod tests {
         let registry = Arc::new(Registry::default());
         let mut a = attach();
         a.dataset = "/nonexistent/stoker/dataset".into();
-        let r = registry.seat(&a).err().expect("refused");
+        let r = registry
+            .seat(&a, Path::new(&a.dataset))
+            .err()
+            .expect("refused");
         assert_eq!(r.code, ErrorCode::UnknownDataset);
         assert!(registry.jobs.lock().unwrap().is_empty());
     }

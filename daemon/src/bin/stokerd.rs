@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use stoker_daemon::access::{AccessPolicy, QuotaLimits};
 use stoker_daemon::config::{Config, ReaderChoice, EXIT_CONFIG};
+use stoker_daemon::decode::Limits;
 use stoker_daemon::pipeline::EngineConfig;
 use stoker_daemon::reader::ReaderKind;
 use stoker_daemon::server::{Server, ServerConfig};
@@ -76,8 +78,14 @@ fn main() -> ExitCode {
                 ReaderChoice::Pread => ReaderKind::Pread,
             },
             policy: file.pipeline.bad_samples,
-            ..EngineConfig::default()
+            limits: Limits {
+                max_pixels: file.limits.max_pixels,
+                max_file_bytes: file.limits.max_file_bytes,
+            },
+            bad_log_per_second: file.limits.log_bad_samples_per_second,
         },
+        access: AccessPolicy::new(&file.access, &file.datasets),
+        quotas: QuotaLimits::from(&file.limits),
     };
     match Server::bind(config).and_then(|server| server.serve()) {
         Ok(()) => ExitCode::SUCCESS,
