@@ -215,6 +215,7 @@ pub unsafe extern "C" fn stoker_attach(
                 epoch: o.start_epoch,
                 step: o.start_step,
             },
+            connect_timeout: crate::client::default_connect_timeout(),
         };
         let attached = match socket {
             Some(path) => Client::attach(Path::new(path), opts),
