@@ -122,14 +122,30 @@ impl Daemon {
     /// Starts `stokerd --socket <dir>/stoker.sock` with `extra` flags and waits until it
     /// accepts connections.
     pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with(dir, extra, Stdio::inherit())
+    }
+
+    /// As [`Daemon::start`], appending the daemon's log (stderr) to `log`.
+    pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Daemon {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        Daemon::start_with(dir, extra, Stdio::from(file))
+    }
+
+    fn start_with(dir: &Path, extra: &[&str], stderr: Stdio) -> Daemon {
         let socket = dir.join("stoker.sock");
         let child = Command::new(stokerd_path())
             .arg("--socket")
             .arg(&socket)
             .args(extra)
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .stdin(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn stokerd");
         let mut d = Daemon { child, socket };
@@ -163,6 +179,59 @@ impl Daemon {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Open fds of the daemon (entries of `/proc/<pid>/fd`).
+    pub fn fd_count(&self) -> usize {
+        proc_fd_targets(self.pid()).len()
+    }
+
+    /// Rings the daemon holds open: its fds on a `stoker-ring` memfd.
+    pub fn ring_count(&self) -> usize {
+        proc_fd_targets(self.pid())
+            .iter()
+            .filter(|t| t.contains("memfd:stoker-ring"))
+            .count()
+    }
+
+    /// Resident memory of the daemon in KiB (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> u64 {
+        proc_rss_kib(self.pid())
+    }
+}
+
+/// Where each fd of process `pid` points (`readlink /proc/<pid>/fd/*`).
+pub fn proc_fd_targets(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect()
+}
+
+/// `VmRSS` of process `pid` in KiB, 0 when unknown.
+pub fn proc_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 impl Drop for Daemon {
