@@ -64,6 +64,9 @@ pub fn default_connect_timeout() -> Duration {
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
 }
 
+/// How long dropping a [`Client`] waits for the daemon to confirm the detach.
+pub const DETACH_WAIT: Duration = Duration::from_secs(1);
+
 /// Environment variable naming the daemon's socket.
 pub const SOCKET_ENV: &str = "STOKER_SOCKET";
 /// The system daemon's socket (a daemon running as root, e.g. under systemd).
@@ -405,10 +408,28 @@ impl Client {
 }
 
 impl Drop for Client {
+    /// Sends DETACH and waits (at most [`DETACH_WAIT`]) until the daemon closes the
+    /// connection: by then it has freed the rank, so attaching the same rank again right away
+    /// is not refused as RANK_TAKEN.
     fn drop(&mut self) {
-        if let Ok(bytes) = Message::Detach.encode() {
-            // The daemon treats a vanished client like a detach; nothing to do on failure.
-            let _ = self.conn.sock.send(&bytes, &[]);
+        let Ok(bytes) = Message::Detach.encode() else {
+            return;
+        };
+        // The daemon treats a vanished client like a detach; nothing to do on failure.
+        if self.conn.sock.send(&bytes, &[]).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + DETACH_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.conn.sock.set_read_timeout(Some(left)).is_err() {
+                return;
+            }
+            // READY messages still in flight are skipped; end of file or an error ends it.
+            match self.conn.sock.recv(&mut self.buf) {
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return,
+            }
         }
     }
 }
