@@ -25,6 +25,7 @@
 
 use half::slice::HalfFloatSliceExt;
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
+use stoker_kernels::reference::tap_window;
 pub use stoker_kernels::reference::{CropBox, RgbImage};
 
 use crate::rng::{KeyedRng, Stream};
@@ -152,13 +153,14 @@ struct AxisKey {
     start: f64,
     len: f64,
     out_len: u32,
-    in_size: u32,
+    /// Readable source samples `window.0..window.1` (`reference::tap_window`).
+    window: (u32, u32),
     reversed: bool,
 }
 
 impl AxisTable {
     /// Builds the table for output samples `0..out_len` covering `[start, start + len)` of an
-    /// axis of `in_size` samples; `reversed` lists the output samples last to first (a flip).
+    /// axis readable within `window`; `reversed` lists the output samples last to first (a flip).
     /// The tap rule is `reference::antialias_taps`, computed here without allocating.
     fn build(&mut self, key: AxisKey) {
         if self.key == Some(key) {
@@ -168,7 +170,7 @@ impl AxisTable {
             start,
             len,
             out_len,
-            in_size,
+            window: (win_lo, win_hi),
             reversed,
         } = key;
         let scale = len / f64::from(out_len);
@@ -188,14 +190,14 @@ impl AxisTable {
         self.count.clear();
         for slot in 0..n {
             let c = center(slot);
-            let xmin = (c - support + 0.5).floor().max(0.0) as usize;
-            let xmax = ((c + support + 0.5).floor().min(f64::from(in_size)) as usize).max(xmin);
+            let xmin = (c - support + 0.5).floor().max(f64::from(win_lo)) as usize;
+            let xmax = ((c + support + 0.5).floor().min(f64::from(win_hi)) as usize).max(xmin);
             let total: f64 = (xmin..xmax).map(|x| weight(x, c)).sum();
             let (first, count) = if total > 0.0 {
                 (xmin, xmax - xmin)
             } else {
                 // Only reachable for a box outside the image: the nearest edge sample.
-                let nearest = (c.floor().max(0.0) as usize).min(in_size as usize - 1);
+                let nearest = (c.floor().max(f64::from(win_lo)) as usize).min(win_hi as usize - 1);
                 (nearest, 0)
             };
             self.first.push(first as u32);
@@ -286,18 +288,19 @@ impl Augmenter {
         assert!(img.width > 0 && img.height > 0, "empty image");
         assert_eq!(out.len(), spec.image_bytes(), "output buffer size");
         assert_eq!(img.data.len(), img.width as usize * img.height as usize * 3);
+        let clamp_to_crop = matches!(spec.crop, Crop::RandomResized { .. });
         self.horizontal.build(AxisKey {
             start: crop.x,
             len: crop.w,
             out_len: out_w,
-            in_size: img.width,
+            window: tap_window(crop.x, crop.w, img.width, clamp_to_crop),
             reversed: flip,
         });
         self.vertical.build(AxisKey {
             start: crop.y,
             len: crop.h,
             out_len: out_h,
-            in_size: img.height,
+            window: tap_window(crop.y, crop.h, img.height, clamp_to_crop),
             reversed: false,
         });
         let w = out_w as usize;

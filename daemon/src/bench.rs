@@ -128,7 +128,8 @@ pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
             FeedEvent::EndOfData => break,
         }
     }
-    let (t0, cpu0, stats0) = started.unwrap_or((Instant::now(), process_cpu_seconds(), engine.stats()));
+    let (t0, cpu0, stats0) =
+        started.unwrap_or((Instant::now(), process_cpu_seconds(), engine.stats()));
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = process_cpu_seconds() - cpu0;
     let s = engine.stats();

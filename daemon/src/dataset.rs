@@ -50,7 +50,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const RACY_WINDOW_NS: i128 = 100_000_000;
 
 /// File extensions (lowercase) taken as images in folder layouts.
-pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif"];
+pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo"];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
 const CACHE_VERSION: u32 = 1;

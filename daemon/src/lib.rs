@@ -15,3 +15,4 @@ pub mod reader;
 pub mod rng;
 pub mod sampler;
 pub mod server;
+pub mod synth;

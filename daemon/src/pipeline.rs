@@ -74,7 +74,11 @@ pub enum PipelineError {
     #[error("rank {rank} is out of range for world_size {world_size}")]
     Rank { rank: u32, world_size: u32 },
     #[error("cannot start at epoch {epoch} step {step}: {reason}")]
-    Position { epoch: u64, step: u64, reason: String },
+    Position {
+        epoch: u64,
+        step: u64,
+        reason: String,
+    },
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
     RingTooSmall { slots: usize },
     #[error("ring layout does not match the job's spec")]
@@ -626,8 +630,8 @@ impl Feed {
                 st.slots[ready.slot].leased = true;
                 return Ok(Some(FeedEvent::Ready(ready)));
             }
-            let finished = self.shared.job.is_past_end(st.next)
-                || self.shared.job.steps_per_epoch == 0;
+            let finished =
+                self.shared.job.is_past_end(st.next) || self.shared.job.steps_per_epoch == 0;
             if finished && st.dispatching.is_none() && st.in_flight.is_empty() {
                 return Ok(Some(FeedEvent::EndOfData));
             }
@@ -847,7 +851,9 @@ impl Worker {
             // batch_size entries.
             unsafe {
                 (base.add(layout.labels) as *mut i64).add(pos).write(label);
-                (base.add(layout.indices) as *mut u64).add(pos).write(delivered);
+                (base.add(layout.indices) as *mut u64)
+                    .add(pos)
+                    .write(delivered);
                 base.add(layout.status + pos).write(status as u8);
             }
         }
@@ -857,7 +863,10 @@ impl Worker {
             // Partial final batch: mark the unused tail so clients never mistake it for data.
             for pos in chunk.batch_len..layout.batch_size {
                 // SAFETY: pos < batch_size, inside the slot.
-                unsafe { base.add(layout.status + pos).write(SampleStatus::Empty as u8) };
+                unsafe {
+                    base.add(layout.status + pos)
+                        .write(SampleStatus::Empty as u8)
+                };
             }
         }
     }
@@ -892,7 +901,9 @@ impl Worker {
         stats
             .decode_ns
             .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
-        stats.augment_ns.fetch_add(elapsed_ns(t1), Ordering::Relaxed);
+        stats
+            .augment_ns
+            .fetch_add(elapsed_ns(t1), Ordering::Relaxed);
         Ok(())
     }
 

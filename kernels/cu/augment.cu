@@ -55,7 +55,7 @@ struct AugmentBatch {
     u32 out_h;
     u32 dtype;
     u32 layout;
-    u32 reserved;
+    u32 clamp_to_crop; // nonzero: taps stay inside the crop box widened to whole pixels
     float mean[3];
     float std[3];
 };
@@ -74,14 +74,33 @@ __device__ __forceinline__ float tri(float t) {
     return a > 0.0f ? a : 0.0f;
 }
 
-__device__ Taps taps(double x0, double crop, u32 out, u32 o, u32 size) {
+// The readable window [lo, hi) of an axis of `size` samples for a box [x0, x0 + crop): the
+// whole axis, or with clamp the box widened to whole pixels (reference::tap_window).
+__device__ void tap_window(double x0, double crop, u32 size, u32 clamp, int* lo, int* hi) {
+    *lo = 0;
+    *hi = (int)size;
+    if (clamp) {
+        double a = floor(x0);
+        double b = ceil(x0 + crop);
+        a = a < 0.0 ? 0.0 : a;
+        b = b > (double)size ? (double)size : b;
+        if (a < b) {
+            *lo = (int)a;
+            *hi = (int)b;
+        }
+    }
+}
+
+__device__ Taps taps(double x0, double crop, u32 out, u32 o, u32 size, u32 clamp) {
+    int win_lo, win_hi;
+    tap_window(x0, crop, size, clamp, &win_lo, &win_hi);
     double scale = crop / (double)out;
     double fs = scale > 1.0 ? scale : 1.0;
     double center = x0 + ((double)o + 0.5) * scale;
     double lo = floor(center - fs + 0.5);
     double hi = floor(center + fs + 0.5);
-    int xmin = lo < 0.0 ? 0 : (int)lo;
-    int xmax = hi > (double)size ? (int)size : (int)hi;
+    int xmin = lo < (double)win_lo ? win_lo : (int)lo;
+    int xmax = hi > (double)win_hi ? win_hi : (int)hi;
     Taps t;
     t.min = xmin;
     t.count = xmax - xmin;
@@ -95,8 +114,8 @@ __device__ Taps taps(double x0, double crop, u32 out, u32 o, u32 size) {
         // Only for a box outside the image: the nearest edge sample, weight 1 (as the CPU
         // reference does).
         double f = floor(center);
-        int nearest = f < 0.0 ? 0 : (int)f;
-        t.min = nearest > (int)size - 1 ? (int)size - 1 : nearest;
+        int nearest = f < (double)win_lo ? win_lo : (int)f;
+        t.min = nearest > win_hi - 1 ? win_hi - 1 : nearest;
         t.count = 1;
         t.c = 0.0f;
         t.inv_fs = 1.0f;
@@ -210,8 +229,8 @@ extern "C" __global__ void stoker_augment(AugmentBatch b) {
             continue;
         }
         u32 sx = s.flip ? b.out_w - 1u - ox : ox;
-        Taps tx = taps(s.crop_x, s.crop_w, b.out_w, sx, s.width);
-        Taps ty = taps(s.crop_y, s.crop_h, b.out_h, oy, s.height);
+        Taps tx = taps(s.crop_x, s.crop_w, b.out_w, sx, s.width, b.clamp_to_crop);
+        Taps ty = taps(s.crop_y, s.crop_h, b.out_h, oy, s.height, b.clamp_to_crop);
         const u8* src = (const u8*)s.src;
         float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f;
         for (int ky = 0; ky < ty.count; ++ky) {

@@ -101,7 +101,8 @@ pub struct AugmentBatch {
     pub out_h: u32,
     pub dtype: u32,
     pub layout: u32,
-    pub reserved: u32,
+    /// Nonzero: filter taps stay inside the crop box (`reference::tap_window`).
+    pub clamp_to_crop: u32,
     pub mean: [f32; 3],
     pub std: [f32; 3],
 }
@@ -136,7 +137,10 @@ impl AugmentBatch {
             out_h,
             dtype: dtype_code(spec.dtype),
             layout: layout_code(spec.layout),
-            reserved: 0,
+            clamp_to_crop: u32::from(matches!(
+                spec.crop,
+                stoker::spec::Crop::RandomResized { .. }
+            )),
             mean: spec.mean,
             std: spec.std,
         }

@@ -57,6 +57,9 @@ pub struct OutputParams {
     pub mean: [f32; 3],
     /// Channel standard deviations, 0..1 scale (float outputs only).
     pub std: [f32; 3],
+    /// Filter taps stay inside the crop box (torchvision's RandomResizedCrop crops, then
+    /// resizes) rather than the whole image (Resize + CenterCrop resizes, then crops).
+    pub clamp_to_crop: bool,
 }
 
 impl From<&PipelineSpec> for OutputParams {
@@ -66,6 +69,7 @@ impl From<&PipelineSpec> for OutputParams {
             layout: spec.layout,
             mean: spec.mean,
             std: spec.std,
+            clamp_to_crop: matches!(spec.crop, stoker::spec::Crop::RandomResized { .. }),
         }
     }
 }
@@ -83,22 +87,41 @@ pub struct Taps {
     pub weights: Vec<f64>,
 }
 
+/// The source window `[lo, hi)` filter taps may read along one axis of `in_size` samples for
+/// a box `[start, start + len)`: the whole axis, or with `clamp_to_crop` the box widened to
+/// whole pixels (exactly torchvision's crop for the integer boxes RandomResizedCrop draws).
+/// A box wholly outside the axis falls back to the whole axis.
+pub fn tap_window(start: f64, len: f64, in_size: u32, clamp_to_crop: bool) -> (u32, u32) {
+    if !clamp_to_crop {
+        return (0, in_size);
+    }
+    let lo = start.floor().max(0.0);
+    let hi = (start + len).ceil().min(f64::from(in_size));
+    if lo < hi {
+        (lo as u32, hi as u32)
+    } else {
+        (0, in_size)
+    }
+}
+
 /// Pillow's / torchvision's antialiased bilinear taps for output sample `o` of `out_len`
-/// samples covering `[start, start + len)` of an axis of `in_size` source samples.
+/// samples covering `[start, start + len)` of an axis whose readable samples are
+/// `window.0..window.1` (see [`tap_window`]).
 ///
 /// `scale = len / out_len`, `filterscale = max(scale, 1)`, `support = filterscale`,
 /// `center = start + (o + 0.5) * scale`; taps are the source samples
-/// `max(floor(center - support + 0.5), 0) .. min(floor(center + support + 0.5), in_size)`,
+/// `max(floor(center - support + 0.5), lo) .. min(floor(center + support + 0.5), hi)`,
 /// weighted `triangle((x - center + 0.5) / filterscale)` and normalised to sum to 1.
 /// A box lying wholly outside the axis takes the nearest edge sample.
-pub fn antialias_taps(start: f64, len: f64, out_len: u32, in_size: u32, o: u32) -> Taps {
-    assert!(in_size > 0 && out_len > 0, "empty axis");
+pub fn antialias_taps(start: f64, len: f64, out_len: u32, window: (u32, u32), o: u32) -> Taps {
+    let (win_lo, win_hi) = window;
+    assert!(win_hi > win_lo && out_len > 0, "empty axis");
     let scale = len / f64::from(out_len);
     let filterscale = scale.max(1.0);
     let support = filterscale;
     let center = start + (f64::from(o) + 0.5) * scale;
-    let lo = (center - support + 0.5).floor().max(0.0);
-    let hi = (center + support + 0.5).floor().min(f64::from(in_size));
+    let lo = (center - support + 0.5).floor().max(f64::from(win_lo));
+    let hi = (center + support + 0.5).floor().min(f64::from(win_hi));
     let mut first = lo as usize;
     let end = hi as usize;
     let mut weights: Vec<f64> = (first..end.max(first))
@@ -111,7 +134,7 @@ pub fn antialias_taps(start: f64, len: f64, out_len: u32, in_size: u32, o: u32) 
         }
     } else {
         // Only reachable for a box outside the image: take the nearest edge sample.
-        first = (center.floor().max(0.0) as usize).min(in_size as usize - 1);
+        first = (center.floor().max(f64::from(win_lo)) as usize).min(win_hi as usize - 1);
         weights = vec![1.0];
     }
     Taps { first, weights }
@@ -138,11 +161,13 @@ pub fn augment_reference(
 ) -> Vec<u8> {
     let (h, w) = (out_h as usize, out_w as usize);
     let mut values = vec![0.0f64; h * w * 3]; // HWC, 0..255 scale
+    let wx = tap_window(crop.x, crop.w, img.width, params.clamp_to_crop);
+    let wy = tap_window(crop.y, crop.h, img.height, params.clamp_to_crop);
     for oy in 0..out_h {
-        let ty = antialias_taps(crop.y, crop.h, out_h, img.height, oy);
+        let ty = antialias_taps(crop.y, crop.h, out_h, wy, oy);
         for ox in 0..out_w {
             let src_ox = if flip { out_w - 1 - ox } else { ox };
-            let tx = antialias_taps(crop.x, crop.w, out_w, img.width, src_ox);
+            let tx = antialias_taps(crop.x, crop.w, out_w, wx, src_ox);
             let mut acc = [0.0f64; 3];
             for (dy, wy) in ty.weights.iter().enumerate() {
                 for (dx, wx) in tx.weights.iter().enumerate() {
@@ -186,6 +211,7 @@ mod tests {
             layout,
             mean: [0.0; 3],
             std: [1.0; 3],
+            clamp_to_crop: false,
         }
     }
 
@@ -203,11 +229,64 @@ mod tests {
         img
     }
 
+    /// A deterministic test image with detail at every pixel.
+    fn textured(width: u32, height: u32) -> RgbImage {
+        let mut img = RgbImage::default();
+        img.reset(width, height);
+        for (i, v) in img.data.iter_mut().enumerate() {
+            *v = ((i * 7919) % 251) as u8;
+        }
+        img
+    }
+
+    #[test]
+    fn clamped_crop_equals_resizing_the_cropped_image() {
+        // torchvision's RandomResizedCrop crops first, then resizes: the taps of a clamped
+        // interior box must never read outside it.
+        let img = textured(40, 30);
+        let (x, y, w, h) = (7u32, 5u32, 19u32, 13u32);
+        let mut cropped = RgbImage::default();
+        cropped.reset(w, h);
+        for yy in 0..h {
+            for xx in 0..w {
+                let p = img.pixel(x + xx, y + yy);
+                let i = ((yy * w + xx) * 3) as usize;
+                cropped.data[i..i + 3].copy_from_slice(&p);
+            }
+        }
+        let mut params = params(DType::F32, Layout::Nhwc);
+        for (ow, oh) in [(8, 6), (19, 13), (31, 27)] {
+            params.clamp_to_crop = false;
+            let want = augment_reference(&cropped, CropBox::full(w, h), false, oh, ow, &params);
+            params.clamp_to_crop = true;
+            let box_ = CropBox::new(x as f64, y as f64, w as f64, h as f64);
+            let got = augment_reference(&img, box_, false, oh, ow, &params);
+            assert_eq!(got, want, "{ow}x{oh}");
+            if ow < w {
+                // Downscaling widens the filter past the box's edge: unclamped it reads there.
+                params.clamp_to_crop = false;
+                let unclamped = augment_reference(&img, box_, false, oh, ow, &params);
+                assert!(
+                    unclamped != want,
+                    "{ow}x{oh}: edge taps should differ unclamped"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tap_window_widens_to_whole_pixels_and_stays_inside() {
+        assert_eq!(tap_window(2.5, 3.0, 10, false), (0, 10));
+        assert_eq!(tap_window(2.5, 3.0, 10, true), (2, 6));
+        assert_eq!(tap_window(-3.0, 20.0, 10, true), (0, 10));
+        assert_eq!(tap_window(12.0, 3.0, 10, true), (0, 10));
+    }
+
     #[test]
     fn taps_match_pillow_for_a_halving() {
         // 4 -> 2: scale 2, support 2, center of output 0 is 1.0; taps 0..3 with
         // triangle((x - 0.5) / 2) = 0.75, 0.75, 0.25, normalised by 1.75.
-        let t = antialias_taps(0.0, 4.0, 2, 4, 0);
+        let t = antialias_taps(0.0, 4.0, 2, (0, 4), 0);
         assert_eq!(t.first, 0);
         let want = [0.75 / 1.75, 0.75 / 1.75, 0.25 / 1.75];
         assert_eq!(t.weights.len(), 3);
@@ -219,11 +298,11 @@ mod tests {
     #[test]
     fn taps_for_an_upscale_interpolate_linearly() {
         // 2 -> 4: scale 0.5, output 1 has center 0.75: taps 0..2, weights 0.75, 0.25.
-        let t = antialias_taps(0.0, 2.0, 4, 2, 1);
+        let t = antialias_taps(0.0, 2.0, 4, (0, 2), 1);
         assert_eq!(t.first, 0);
         assert!((t.weights[0] - 0.75).abs() < 1e-12 && (t.weights[1] - 0.25).abs() < 1e-12);
         // Output 0 has center 0.25: tap -1 is clamped away, leaving pixel 0 alone.
-        let t = antialias_taps(0.0, 2.0, 4, 2, 0);
+        let t = antialias_taps(0.0, 2.0, 4, (0, 2), 0);
         assert_eq!((t.first, t.weights.as_slice()), (0, &[1.0][..]));
     }
 

@@ -122,13 +122,21 @@ impl Rng {
     }
 }
 
-/// The formula of augment.cu's header, in f64: (first tap, normalised weights).
-fn taps(x0: f64, crop: f64, out: u32, o: u32, size: u32) -> (usize, Vec<f64>) {
+/// The formula of augment.cu's header, in f64: (first tap, normalised weights). With `clamp`
+/// the taps stay within the box widened to whole pixels (when that is not empty).
+fn taps(x0: f64, crop: f64, out: u32, o: u32, size: u32, clamp: bool) -> (usize, Vec<f64>) {
+    let (mut lo, mut hi) = (0.0, size as f64);
+    if clamp {
+        let (a, b) = (x0.floor().max(0.0), (x0 + crop).ceil().min(size as f64));
+        if a < b {
+            (lo, hi) = (a, b);
+        }
+    }
     let scale = crop / out as f64;
     let fs = scale.max(1.0);
     let center = x0 + (o as f64 + 0.5) * scale;
-    let xmin = ((center - fs + 0.5).floor()).max(0.0) as usize;
-    let xmax = ((center + fs + 0.5).floor()).min(size as f64) as usize;
+    let xmin = ((center - fs + 0.5).floor()).max(lo) as usize;
+    let xmax = ((center + fs + 0.5).floor()).min(hi) as usize;
     let w: Vec<f64> = (xmin..xmax)
         .map(|x| (1.0 - ((x as f64 - center + 0.5) / fs).abs()).max(0.0))
         .collect();
@@ -136,7 +144,7 @@ fn taps(x0: f64, crop: f64, out: u32, o: u32, size: u32) -> (usize, Vec<f64>) {
     if sum <= 0.0 {
         // A box outside the image: the nearest edge sample.
         return (
-            (center.floor().max(0.0) as usize).min(size as usize - 1),
+            (center.floor().max(lo) as usize).min(hi as usize - 1),
             vec![1.0],
         );
     }
@@ -159,11 +167,12 @@ fn oracle(
     ox: u32,
     oy: u32,
     c: usize,
+    clamp: bool,
 ) -> f64 {
     let (out_w, out_h) = out;
     let sx = if flip { out_w - 1 - ox } else { ox };
-    let (x0, wx) = taps(crop.x, crop.w, out_w, sx, img.w);
-    let (y0, wy) = taps(crop.y, crop.h, out_h, oy, img.h);
+    let (x0, wx) = taps(crop.x, crop.w, out_w, sx, img.w, clamp);
+    let (y0, wy) = taps(crop.y, crop.h, out_h, oy, img.h, clamp);
     let mut v = 0.0;
     for (j, wyj) in wy.iter().enumerate() {
         let mut row = 0.0;
@@ -299,7 +308,10 @@ fn augment_matches_the_formula_for_every_dtype_and_layout() {
     let std = [0.229f32, 0.224, 0.225];
     let n = samples.len();
     let plane = (out_w * out_h) as usize;
-    for dtype in [DTYPE_U8, DTYPE_F16, DTYPE_BF16, DTYPE_F32] {
+    for (dtype, clamp) in [DTYPE_U8, DTYPE_F16, DTYPE_BF16, DTYPE_F32]
+        .into_iter()
+        .flat_map(|d| [(d, false), (d, true)])
+    {
         for layout in [LAYOUT_NCHW, LAYOUT_NHWC] {
             let esize = [1usize, 2, 2, 4][dtype as usize];
             let image_bytes = plane * 3 * esize + 64; // gaps between images stay untouched
@@ -313,7 +325,7 @@ fn augment_matches_the_formula_for_every_dtype_and_layout() {
                 out_h,
                 dtype,
                 layout,
-                reserved: 0,
+                clamp_to_crop: u32::from(clamp),
                 mean,
                 std,
             };
@@ -342,7 +354,7 @@ fn augment_matches_the_formula_for_every_dtype_and_layout() {
                                 assert!(got.iter().all(|&b| b == 0), "zeroed sample");
                                 continue;
                             };
-                            let v = oracle(image, crop, flip, (out_w, out_h), ox, oy, c);
+                            let v = oracle(image, crop, flip, (out_w, out_h), ox, oy, c, clamp);
                             let norm = (v / 255.0 - mean[c] as f64) / std[c] as f64;
                             let ctx = || {
                                 format!("dtype {dtype} layout {layout} sample {s} ({ox},{oy}) c{c} v={v}")
@@ -401,7 +413,7 @@ fn augment_matches_the_formula_for_every_dtype_and_layout() {
             }
             let _ = writeln!(
                 std::io::stderr(),
-                "dtype {dtype} layout {layout}: worst difference {worst:e}, u8 off by one {off_by_one}"
+                "dtype {dtype} clamp {clamp} layout {layout}: worst difference {worst:e}, u8 off by one {off_by_one}"
             );
         }
     }

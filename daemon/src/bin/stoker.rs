@@ -23,6 +23,8 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
     Decode(cli::decode_file::DecodeArgs),
+    /// Write a generated dataset of realistic JPEGs (ImageFolder layout).
+    Synth(cli::synth::SynthArgs),
 }
 
 fn main() {
@@ -38,6 +40,7 @@ fn main() {
         Command::Bench(a) => cli::bench::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Decode(a) => cli::decode_file::run(a),
+        Command::Synth(a) => cli::synth::run(a),
     };
     std::process::exit(code);
 }

@@ -100,7 +100,9 @@ pub fn run(args: &BenchArgs) -> i32 {
         BackendArg::Cuda => BackendChoice::Cuda,
     };
     if backend == BackendChoice::Cuda {
-        eprintln!("stoker bench: the cuda backend is not wired into the pipeline yet; use --backend cpu");
+        eprintln!(
+            "stoker bench: the cuda backend is not wired into the pipeline yet; use --backend cpu"
+        );
         return EXIT_USAGE;
     }
     let spec = args.spec();

@@ -1,7 +1,8 @@
 //! `stoker check PATH`: decode every sample and report each failure with its reason.
 //!
 //! The core, [`check_samples`], takes `(display name, bytes)` pairs and does not care where they
-//! come from; for now `PATH` is walked recursively for regular files (sorted), skipping hidden
+//! come from; `stoker check PATH` reads every sample of the dataset at PATH (any layout), and
+//! `sample_files` walks a folder for regular files (sorted), skipping hidden
 //! files and known non-image sidecar files (`.tsv`, `.txt`, `.md`, `.json`, `.csv`, `.cls`).
 //! Everything else is decoded: a JPEG is recognised by its bytes, so a PNG named `.jpg` is
 //! reported as not JPEG, and a JPEG named `.png` is checked like any other.
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
+use crate::dataset::{Dataset, OpenOptions};
 use crate::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
@@ -164,8 +166,54 @@ fn is_sidecar(path: &Path) -> bool {
 }
 
 /// Runs `stoker check`; returns the exit code (0: every sample decoded, 1: some did not).
+/// Reads `len` bytes at `offset` of `path` (a whole file, or a member of a tar shard).
+fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(len).read_to_end(&mut buf)?;
+    if (buf.len() as u64) < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "file is shorter than indexed ({} of {len} bytes)",
+                buf.len()
+            ),
+        ));
+    }
+    Ok(buf)
+}
+
+/// The samples under `path`: a single image file, or every sample of a dataset in any
+/// layout (`crate::dataset`), named by path (or `shard.tar:member`).
+fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let is_dataset_file = path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+        matches!(
+            e.to_ascii_lowercase().as_str(),
+            "tar" | "txt" | "tsv" | "list"
+        )
+    });
+    if meta.is_file() && !is_dataset_file {
+        return Ok(vec![(
+            path.display().to_string(),
+            path.to_path_buf(),
+            0,
+            meta.len(),
+        )]);
+    }
+    let ds = Dataset::open(path, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    Ok((0..ds.len())
+        .map(|i| {
+            let s = ds.sample(i);
+            (ds.display_name(i), s.path.to_path_buf(), s.offset, s.len)
+        })
+        .collect())
+}
+
 pub fn run(args: &CheckArgs) -> i32 {
-    let files = match sample_files(&args.path) {
+    let files = match dataset_samples(&args.path) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("stoker check: {}: {e}", args.path.display());
@@ -183,7 +231,7 @@ pub fn run(args: &CheckArgs) -> i32 {
     };
     let samples = files
         .into_iter()
-        .map(|p| (p.display().to_string(), std::fs::read(&p)));
+        .map(|(name, path, offset, len)| (name, read_range(&path, offset, len)));
     let report = check_samples(samples, &opts);
     if args.json {
         match serde_json::to_string_pretty(&report) {

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod decode_file;
+pub mod synth;
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;

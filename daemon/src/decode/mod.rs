@@ -26,6 +26,7 @@
 //!   torchvision's `decode_jpeg` and DALI do by default.
 //! - ICC profiles are ignored (no colour management).
 
+mod encode;
 mod sniff;
 mod sys;
 
@@ -33,6 +34,7 @@ use std::cell::RefCell;
 
 use stoker_kernels::reference::{CropBox, RgbImage};
 
+pub use encode::{EncodeOptions, JpegEncoder};
 use sys::{Param, PixelFormat, ScalingFactor, TjError, TjHandle};
 
 /// Default [`Limits::max_pixels`]: 100 megapixels (a 10000 x 10000 image). Larger images are

@@ -18,7 +18,6 @@ pub(crate) struct TjError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PixelFormat {
     Rgb,
-    #[cfg(test)]
     Gray,
     Cmyk,
 }
@@ -27,7 +26,6 @@ impl PixelFormat {
     pub(crate) fn bytes_per_pixel(self) -> usize {
         match self {
             PixelFormat::Rgb => 3,
-            #[cfg(test)]
             PixelFormat::Gray => 1,
             PixelFormat::Cmyk => 4,
         }
@@ -36,7 +34,6 @@ impl PixelFormat {
     fn raw(self) -> libc::c_int {
         match self {
             PixelFormat::Rgb => tj::TJPF_TJPF_RGB,
-            #[cfg(test)]
             PixelFormat::Gray => tj::TJPF_TJPF_GRAY,
             PixelFormat::Cmyk => tj::TJPF_TJPF_CMYK,
         }
@@ -57,9 +54,7 @@ pub(crate) enum Param {
     Lossless,
     ScanLimit,
     MaxPixels,
-    #[cfg(test)]
     Quality,
-    #[cfg(test)]
     RestartRows,
 }
 
@@ -77,9 +72,7 @@ impl Param {
             Param::Lossless => tj::TJPARAM_TJPARAM_LOSSLESS,
             Param::ScanLimit => tj::TJPARAM_TJPARAM_SCANLIMIT,
             Param::MaxPixels => tj::TJPARAM_TJPARAM_MAXPIXELS,
-            #[cfg(test)]
             Param::Quality => tj::TJPARAM_TJPARAM_QUALITY,
-            #[cfg(test)]
             Param::RestartRows => tj::TJPARAM_TJPARAM_RESTARTROWS,
         };
         p as libc::c_int
@@ -145,7 +138,6 @@ impl TjHandle {
         Self::init(tj::TJINIT_TJINIT_DECOMPRESS)
     }
 
-    #[cfg(test)]
     pub(crate) fn new_compressor() -> Option<TjHandle> {
         Self::init(tj::TJINIT_TJINIT_COMPRESS)
     }
@@ -273,8 +265,7 @@ impl TjHandle {
         self.check(rc)
     }
 
-    /// Compresses packed pixels (tests make their fixtures with this).
-    #[cfg(test)]
+    /// Compresses packed pixels (fixtures and `stoker synth`).
     pub(crate) fn compress8(
         &mut self,
         src: &[u8],
