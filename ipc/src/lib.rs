@@ -3,6 +3,7 @@
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
+pub mod dlpack;
 pub mod ring;
 pub mod spec;
 
