@@ -1,11 +1,18 @@
-//! stoker's process boundary: the pipeline spec, the ring layout, and (as they land) the
-//! protocol messages, fd passing, the Rust client and the C ABI.
+//! stoker's process boundary: the pipeline spec, the ring layout, the protocol messages, fd
+//! passing, memfd rings and the Rust client (the C ABI comes next).
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
+pub mod client;
 pub mod dlpack;
+pub mod memfd;
+pub mod protocol;
 pub mod ring;
+pub mod sock;
 pub mod spec;
 
+pub use client::{AttachOptions, Batch, Client, ClientError};
+pub use memfd::{MemfdError, MemfdRing};
+pub use protocol::{ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
 pub use ring::{RingLayout, SampleStatus, SlotLayout};
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};

@@ -1,0 +1,585 @@
+//! The Rust client: attach to `stokerd`, receive batches, release them.
+//!
+//! ```no_run
+//! use stoker::{AttachOptions, Client, PipelineSpec};
+//! # fn main() -> Result<(), stoker::ClientError> {
+//! let opts = AttachOptions::new("run-1", "/data/train", PipelineSpec::train(64, 224));
+//! let mut client = Client::attach("/run/stoker/stoker.sock".as_ref(), opts)?;
+//! while let Some(batch) = client.next_batch()? {
+//!     let (images, labels) = (batch.images(), batch.labels());
+//!     // ... use them; dropping `batch` gives its slot back to the daemon.
+//! #   let _ = (images, labels);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Design
+//! - One connection per rank. The ring arrives as a sealed memfd with the ATTACHED answer; the
+//!   client recomputes the layout from its own spec and refuses a ring of another size.
+//! - A [`Batch`] is a lease on one slot. Several may be held at once (up to the ring's slot
+//!   count; holding all of them stops the daemon's producer for this rank). Dropping a batch
+//!   sends RELEASE.
+//! - [`Client::position`] is where to resume: attach again with it as the start and the
+//!   batches continue where they left off.
+//!
+//! # Limitations
+//! - Dropping the client detaches; the daemon stops filling the ring. Batches still alive keep
+//!   the mapping (their bytes stay readable), but their releases go nowhere.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::memfd::{page_size, MemfdError, MemfdRing};
+use crate::protocol::{
+    Attach, Attached, DecodeError, ErrorCode, Message, Ready, Release, StartPosition,
+    MAX_MESSAGE_BYTES,
+};
+use crate::ring::{RingLayout, SampleStatus};
+use crate::sock::{SeqPacket, SockError};
+use crate::spec::{PipelineSpec, SpecError};
+
+/// What a rank asks for when it attaches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttachOptions {
+    /// Names the job; every rank of a job uses the same key.
+    pub job: String,
+    pub rank: u32,
+    pub world_size: u32,
+    /// `"cpu"` or a GPU UUID.
+    pub device: String,
+    pub spec: PipelineSpec,
+    /// A registered dataset name or a path.
+    pub dataset: String,
+    pub seed: u64,
+    /// First batch to receive.
+    pub start: StartPosition,
+}
+
+impl AttachOptions {
+    /// Rank 0 of 1, on the CPU, seed 0, from the start.
+    pub fn new(job: impl Into<String>, dataset: impl Into<String>, spec: PipelineSpec) -> Self {
+        AttachOptions {
+            job: job.into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            spec,
+            dataset: dataset.into(),
+            seed: 0,
+            start: StartPosition::default(),
+        }
+    }
+}
+
+/// Why the client failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no stoker daemon at {}", .0.display())]
+    NoDaemon(PathBuf),
+    #[error("cannot connect to the stoker daemon at {}: {source}", path.display())]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: SockError,
+    },
+    #[error("daemon closed the connection")]
+    Closed,
+    #[error("daemon refused: {code}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    #[error("invalid attach: {0}")]
+    Invalid(String),
+    #[error("invalid spec: {0}")]
+    Spec(#[from] SpecError),
+    #[error("daemon sent a malformed message: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("daemon broke the protocol: {0}")]
+    Protocol(String),
+    #[error("socket: {0}")]
+    Socket(#[from] SockError),
+    #[error("ring: {0}")]
+    Ring(#[from] MemfdError),
+}
+
+impl ClientError {
+    /// True when the daemon is gone (not running, or went away): reconnect and resume.
+    pub fn is_disconnected(&self) -> bool {
+        match self {
+            ClientError::NoDaemon(_) | ClientError::Closed => true,
+            ClientError::Socket(e) => matches!(
+                e.raw_os_error(),
+                Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
+            ),
+            _ => false,
+        }
+    }
+
+    /// The daemon's error code, when it refused something.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Refused { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// What the socket and the ring are, shared by the client and its outstanding batches.
+#[derive(Debug)]
+struct Connection {
+    sock: SeqPacket,
+    ring: MemfdRing,
+}
+
+impl Connection {
+    fn release(&self, slot: u32, generation: u64) -> Result<(), ClientError> {
+        let msg = Message::Release(Release { slot, generation })
+            .encode()
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.sock.send(&msg, &[])?;
+        Ok(())
+    }
+}
+
+/// One attached rank.
+#[derive(Debug)]
+pub struct Client {
+    conn: Arc<Connection>,
+    attached: Attached,
+    spec: PipelineSpec,
+    position: StartPosition,
+    ended: bool,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    /// Connects to the daemon at `socket` and attaches as `opts.rank` of `opts.job`.
+    pub fn attach(socket: &Path, opts: AttachOptions) -> Result<Client, ClientError> {
+        opts.spec.validate()?;
+        if opts.world_size == 0 || opts.rank >= opts.world_size {
+            return Err(ClientError::Invalid(format!(
+                "rank {} is not within world_size {}",
+                opts.rank, opts.world_size
+            )));
+        }
+        let sock = SeqPacket::connect(socket).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => {
+                ClientError::NoDaemon(socket.to_owned())
+            }
+            _ => ClientError::Connect {
+                path: socket.to_owned(),
+                source: e,
+            },
+        })?;
+        let spec = opts.spec.clone();
+        let attach = Message::Attach(Box::new(Attach {
+            job: opts.job,
+            rank: opts.rank,
+            world_size: opts.world_size,
+            device: opts.device,
+            spec: opts.spec,
+            dataset: opts.dataset,
+            seed: opts.seed,
+            start: opts.start,
+        }));
+        let bytes = attach
+            .encode()
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        sock.send(&bytes, &[]).map_err(closed_or)?;
+        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+        let (msg, fds) = recv(&sock, &mut buf)?;
+        let attached = match msg {
+            Message::Attached(a) => a,
+            Message::Error(e) => {
+                return Err(ClientError::Refused {
+                    code: e.code,
+                    message: e.message,
+                })
+            }
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected ATTACHED, got {:?}",
+                    other.kind()
+                )))
+            }
+        };
+        let fd = match <[OwnedFd; 1]>::try_from(fds) {
+            Ok([fd]) => fd,
+            Err(fds) => {
+                return Err(ClientError::Protocol(format!(
+                    "ATTACHED carried {} fds, expected 1",
+                    fds.len()
+                )))
+            }
+        };
+        let layout = RingLayout::new(&spec, attached.slots as usize, page_size());
+        if attached.slots == 0
+            || layout.slot.slot_bytes as u64 != attached.slot_bytes
+            || layout.ring_bytes as u64 != attached.ring_bytes
+        {
+            return Err(ClientError::Protocol(format!(
+                "ring of {} slots x {} bytes ({} in all) does not match the spec's layout \
+                 ({} bytes per slot, {} in all)",
+                attached.slots,
+                attached.slot_bytes,
+                attached.ring_bytes,
+                layout.slot.slot_bytes,
+                layout.ring_bytes
+            )));
+        }
+        let ring = MemfdRing::from_fd(fd, layout)?;
+        Ok(Client {
+            conn: Arc::new(Connection { sock, ring }),
+            attached,
+            spec,
+            position: opts.start,
+            ended: false,
+            buf,
+        })
+    }
+
+    /// Waits for the next batch; `None` once the data has ended (the spec's epochs are done).
+    pub fn next_batch(&mut self) -> Result<Option<Batch>, ClientError> {
+        if self.ended {
+            return Ok(None);
+        }
+        let (msg, fds) = recv(&self.conn.sock, &mut self.buf)?;
+        if !fds.is_empty() {
+            return Err(ClientError::Protocol(format!(
+                "{:?} carried {} unexpected fds",
+                msg.kind(),
+                fds.len()
+            )));
+        }
+        match msg {
+            Message::Ready(r) => self.batch(r).map(Some),
+            Message::EndOfData => {
+                self.ended = true;
+                Ok(None)
+            }
+            Message::Error(e) => Err(ClientError::Refused {
+                code: e.code,
+                message: e.message,
+            }),
+            other => Err(ClientError::Protocol(format!(
+                "expected READY or END_OF_DATA, got {:?}",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn batch(&mut self, r: Ready) -> Result<Batch, ClientError> {
+        let layout = self.conn.ring.layout();
+        if r.slot as usize >= layout.slots || r.n as usize > layout.slot.batch_size {
+            return Err(ClientError::Protocol(format!(
+                "READY names slot {} with {} samples; the ring has {} slots of {}",
+                r.slot, r.n, layout.slots, layout.slot.batch_size
+            )));
+        }
+        let mut next = StartPosition {
+            epoch: r.epoch,
+            step: r.step + 1,
+        };
+        if self.attached.steps_per_epoch > 0 && next.step >= self.attached.steps_per_epoch {
+            next = StartPosition {
+                epoch: r.epoch + 1,
+                step: 0,
+            };
+        }
+        self.position = next;
+        Ok(Batch {
+            conn: Arc::clone(&self.conn),
+            ready: r,
+            released: false,
+        })
+    }
+
+    /// Where to resume: the (epoch, step) of the batch after the last one received.
+    pub fn position(&self) -> StartPosition {
+        self.position
+    }
+
+    /// The daemon's answer to the attach: ring size, steps per epoch, dataset size.
+    pub fn attached(&self) -> &Attached {
+        &self.attached
+    }
+
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+
+    pub fn layout(&self) -> &RingLayout {
+        self.conn.ring.layout()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Ok(bytes) = Message::Detach.encode() {
+            // The daemon treats a vanished client like a detach; nothing to do on failure.
+            let _ = self.conn.sock.send(&bytes, &[]);
+        }
+    }
+}
+
+fn closed_or(e: SockError) -> ClientError {
+    match e.raw_os_error() {
+        Some(libc::EPIPE) | Some(libc::ECONNRESET) => ClientError::Closed,
+        _ => ClientError::Socket(e),
+    }
+}
+
+fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), ClientError> {
+    match sock.recv(buf).map_err(closed_or)? {
+        None => Err(ClientError::Closed),
+        Some(r) => Ok((Message::decode(&buf[..r.len])?, r.fds)),
+    }
+}
+
+/// A lease on one filled slot. Dropping it gives the slot back to the daemon.
+#[derive(Debug)]
+pub struct Batch {
+    conn: Arc<Connection>,
+    ready: Ready,
+    released: bool,
+}
+
+impl Batch {
+    pub fn epoch(&self) -> u64 {
+        self.ready.epoch
+    }
+
+    pub fn step(&self) -> u64 {
+        self.ready.step
+    }
+
+    /// Samples in this batch (the spec's batch size, or fewer for a short last batch).
+    pub fn n(&self) -> usize {
+        self.ready.n as usize
+    }
+
+    pub fn slot(&self) -> usize {
+        self.ready.slot as usize
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.ready.generation
+    }
+
+    fn region(&self, offset: usize, len: usize) -> &[u8] {
+        // SAFETY: this batch holds the slot's lease, so the daemon does not write the slot
+        // until the RELEASE that `drop` sends, after every borrow of `self` has ended.
+        let slot = unsafe { self.conn.ring.slot_bytes(self.slot()) };
+        &slot[offset..offset + len]
+    }
+
+    /// The `n` images, packed in the spec's dtype and layout.
+    pub fn images(&self) -> &[u8] {
+        let s = &self.conn.ring.layout().slot;
+        self.region(s.images, self.n() * s.image_bytes)
+    }
+
+    /// Pointer to the first image (for zero-copy tensor views).
+    pub fn images_ptr(&self) -> *const u8 {
+        self.images().as_ptr()
+    }
+
+    pub fn labels(&self) -> &[i64] {
+        let s = &self.conn.ring.layout().slot;
+        cast_slice(self.region(s.labels, self.n() * 8))
+    }
+
+    /// Global sample indices in the dataset.
+    pub fn indices(&self) -> &[u64] {
+        let s = &self.conn.ring.layout().slot;
+        cast_slice(self.region(s.indices, self.n() * 8))
+    }
+
+    /// Per-sample [`SampleStatus`] bytes.
+    pub fn status(&self) -> &[u8] {
+        let s = &self.conn.ring.layout().slot;
+        self.region(s.status, self.n())
+    }
+
+    /// Per-sample status, decoded; unknown values read as `Failed`.
+    pub fn sample_status(&self, i: usize) -> SampleStatus {
+        SampleStatus::from_u8(self.status()[i]).unwrap_or(SampleStatus::Failed)
+    }
+
+    /// Releases now and reports a failure (drop releases too, silently).
+    pub fn release(mut self) -> Result<(), ClientError> {
+        self.released = true;
+        self.conn.release(self.ready.slot, self.ready.generation)
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if !self.released {
+            // A failed release means the daemon is gone; it reclaims the slot itself.
+            let _ = self.conn.release(self.ready.slot, self.ready.generation);
+        }
+    }
+}
+
+/// Integer types every bit pattern of which is a valid value.
+trait Plain: Copy {}
+impl Plain for i64 {}
+impl Plain for u64 {}
+
+/// Views aligned bytes as `T` (i64 or u64).
+fn cast_slice<T: Plain>(bytes: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    assert_eq!(bytes.as_ptr().align_offset(std::mem::align_of::<T>()), 0);
+    assert_eq!(bytes.len() % size, 0);
+    // SAFETY: alignment and length are checked above; T is i64/u64 here, for which every bit
+    // pattern is valid (the `Plain` bound); the slice borrows `bytes` so it cannot outlive the memory.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_daemon_is_named_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stoker.sock");
+        let opts = AttachOptions::new("j", "/nowhere", PipelineSpec::train(2, 8));
+        let err = Client::attach(&path, opts).unwrap_err();
+        assert!(err.is_disconnected());
+        assert_eq!(
+            err.to_string(),
+            format!("no stoker daemon at {}", path.display())
+        );
+    }
+
+    #[test]
+    fn an_invalid_spec_is_refused_before_connecting() {
+        let opts = AttachOptions::new("j", "/nowhere", PipelineSpec::train(0, 8));
+        let err = Client::attach(Path::new("/nonexistent/s.sock"), opts).unwrap_err();
+        assert!(
+            matches!(err, ClientError::Spec(SpecError::BatchSize(0))),
+            "{err}"
+        );
+    }
+
+    /// A daemon stand-in on a real socket: answers the attach with a ring, fills slot 1 with a
+    /// known batch, sends READY then END_OF_DATA, and reports what the client sent back.
+    #[test]
+    fn attach_receive_release_against_a_fake_daemon() {
+        use crate::protocol::Attached;
+        use crate::sock::SeqPacketListener;
+        use std::os::fd::AsFd;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stoker.sock");
+        let listener = SeqPacketListener::bind(&path).unwrap();
+        let spec = PipelineSpec::train(4, 8);
+        let layout = RingLayout::new(&spec, 2, page_size());
+        let daemon = std::thread::spawn(move || {
+            let conn = listener.accept().unwrap();
+            let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+            let r = conn.recv(&mut buf).unwrap().unwrap();
+            let Message::Attach(a) = Message::decode(&buf[..r.len]).unwrap() else {
+                panic!("expected attach")
+            };
+            assert_eq!((a.job.as_str(), a.rank, a.world_size), ("job-a", 1, 2));
+            assert_eq!(a.start, StartPosition { epoch: 3, step: 4 });
+            let ring = MemfdRing::create(c"fake", layout).unwrap();
+            let s = layout.slot;
+            let base = ring.slot_ptr(1);
+            // SAFETY: slot 1 is inside the ring and nobody else touches it yet.
+            unsafe {
+                std::ptr::write_bytes(base.add(s.images), 9, 3 * s.image_bytes);
+                for i in 0..3 {
+                    base.add(s.labels + 8 * i)
+                        .cast::<i64>()
+                        .write(10 + i as i64);
+                    base.add(s.indices + 8 * i)
+                        .cast::<u64>()
+                        .write(100 + i as u64);
+                }
+                base.add(s.status + 2).write(SampleStatus::Replaced as u8);
+            }
+            let attached = Message::Attached(Attached {
+                slots: 2,
+                slot_bytes: s.slot_bytes as u64,
+                ring_bytes: layout.ring_bytes as u64,
+                steps_per_epoch: 5,
+                dataset_len: 19,
+                classes: 3,
+                ranks_attached: 1,
+                created_job: true,
+                daemon_version: "test".into(),
+            });
+            conn.send(&attached.encode().unwrap(), &[ring.as_fd()])
+                .unwrap();
+            let ready = Message::Ready(Ready {
+                slot: 1,
+                generation: 7,
+                epoch: 3,
+                step: 4,
+                n: 3,
+            });
+            conn.send(&ready.encode().unwrap(), &[]).unwrap();
+            conn.send(&Message::EndOfData.encode().unwrap(), &[])
+                .unwrap();
+            let mut got = Vec::new();
+            while let Some(r) = conn.recv(&mut buf).unwrap() {
+                got.push(Message::decode(&buf[..r.len]).unwrap());
+            }
+            got
+        });
+
+        let mut opts = AttachOptions::new("job-a", "/data", spec);
+        opts.rank = 1;
+        opts.world_size = 2;
+        opts.start = StartPosition { epoch: 3, step: 4 };
+        let mut client = Client::attach(&path, opts).unwrap();
+        assert_eq!(client.attached().steps_per_epoch, 5);
+        let batch = client.next_batch().unwrap().unwrap();
+        assert_eq!((batch.epoch(), batch.step(), batch.n()), (3, 4, 3));
+        assert_eq!(batch.labels(), &[10, 11, 12]);
+        assert_eq!(batch.indices(), &[100, 101, 102]);
+        assert_eq!(batch.status(), &[0, 0, 1]);
+        assert_eq!(batch.sample_status(2), SampleStatus::Replaced);
+        assert!(batch.images().iter().all(|&b| b == 9));
+        assert_eq!(batch.images().len(), 3 * 8 * 8 * 3 * 4);
+        // Step 4 was the epoch's last (5 steps): resume at the next epoch's first.
+        assert_eq!(client.position(), StartPosition { epoch: 4, step: 0 });
+        assert!(client.next_batch().unwrap().is_none());
+        assert!(client.next_batch().unwrap().is_none());
+        drop(batch);
+        drop(client);
+        let got = daemon.join().unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Message::Release(Release {
+                    slot: 1,
+                    generation: 7
+                }),
+                Message::Detach
+            ]
+        );
+    }
+
+    #[test]
+    fn a_closed_connection_is_reported_as_such() {
+        use crate::sock::SeqPacketListener;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stoker.sock");
+        let listener = SeqPacketListener::bind(&path).unwrap();
+        let daemon = std::thread::spawn(move || {
+            let conn = listener.accept().unwrap();
+            let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+            conn.recv(&mut buf).unwrap();
+            // Hang up without answering.
+        });
+        let opts = AttachOptions::new("j", "/data", PipelineSpec::train(2, 8));
+        let err = Client::attach(&path, opts).unwrap_err();
+        daemon.join().unwrap();
+        assert!(matches!(err, ClientError::Closed), "{err}");
+        assert_eq!(err.to_string(), "daemon closed the connection");
+    }
+}
