@@ -1,8 +1,9 @@
 //! stoker's process boundary: the pipeline spec, the ring layout, the protocol messages, fd
-//! passing, memfd rings and the Rust client (the C ABI comes next).
+//! passing, memfd rings and the Rust client and the C ABI (`capi`, DLPack tensors in `dlpack`).
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
+pub mod capi;
 pub mod client;
 pub mod dlpack;
 pub mod memfd;
