@@ -11,3 +11,4 @@ pub mod pipeline;
 pub mod reader;
 pub mod rng;
 pub mod sampler;
+pub mod server;

@@ -39,6 +39,32 @@ use crate::ring::{RingLayout, SampleStatus};
 use crate::sock::{SeqPacket, SockError};
 use crate::spec::{PipelineSpec, SpecError};
 
+/// Environment variable naming the daemon's socket.
+pub const SOCKET_ENV: &str = "STOKER_SOCKET";
+/// The system daemon's socket (a daemon running as root, e.g. under systemd).
+pub const SYSTEM_SOCKET: &str = "/run/stoker/stoker.sock";
+
+/// Where the daemon listens, and clients connect, unless told otherwise:
+/// `$STOKER_SOCKET` if set; else [`SYSTEM_SOCKET`] for root; else
+/// `$XDG_RUNTIME_DIR/stoker.sock`; else `/tmp/stoker-<uid>/stoker.sock`.
+///
+/// A client that finds no daemon at its per-user default may also try [`SYSTEM_SOCKET`];
+/// [`Client::attach_default`] does.
+pub fn default_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        return PathBuf::from(SYSTEM_SOCKET);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("stoker.sock"),
+        None => PathBuf::from(format!("/tmp/stoker-{euid}/stoker.sock")),
+    }
+}
+
 /// What a rank asks for when it attaches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttachOptions {
@@ -235,6 +261,23 @@ impl Client {
             ended: false,
             buf,
         })
+    }
+
+    /// Attaches at [`default_socket_path`], falling back to [`SYSTEM_SOCKET`] when no daemon
+    /// listens there and `$STOKER_SOCKET` is unset.
+    pub fn attach_default(opts: AttachOptions) -> Result<Client, ClientError> {
+        let path = default_socket_path();
+        match Client::attach(&path, opts.clone()) {
+            Err(ClientError::NoDaemon(_))
+                if std::env::var_os(SOCKET_ENV).is_none() && path != Path::new(SYSTEM_SOCKET) =>
+            {
+                Client::attach(Path::new(SYSTEM_SOCKET), opts).map_err(|e| match e {
+                    ClientError::NoDaemon(_) => ClientError::NoDaemon(path),
+                    e => e,
+                })
+            }
+            r => r,
+        }
     }
 
     /// Waits for the next batch; `None` once the data has ended (the spec's epochs are done).

@@ -12,7 +12,7 @@ pub mod ring;
 pub mod sock;
 pub mod spec;
 
-pub use client::{AttachOptions, Batch, Client, ClientError};
+pub use client::{default_socket_path, AttachOptions, Batch, Client, ClientError};
 pub use memfd::{MemfdError, MemfdRing};
 pub use protocol::{ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
 pub use ring::{RingLayout, SampleStatus, SlotLayout};
