@@ -42,8 +42,6 @@ typedef struct DLManagedTensorVersioned {
 } DLManagedTensorVersioned;
 #endif /* DLPACK_MAJOR_VERSION */
 
-#define STOKER_DEFAULT_SOCKET "/run/stoker/stoker.sock"
-
 
 /**
  * What every function returns.
@@ -126,7 +124,9 @@ typedef struct stoker_attach_options {
    */
   size_t size;
   /**
-   * Daemon socket path; NULL: `$STOKER_SOCKET`, else `/run/stoker/stoker.sock`.
+   * Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
+   * else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
+   * `/run/stoker/stoker.sock` if no daemon listens there.
    */
   const char *socket;
   /**

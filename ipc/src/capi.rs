@@ -38,9 +38,6 @@ use crate::dlpack::{
 use crate::protocol::{ErrorCode, StartPosition};
 use crate::spec::{DType, Layout, PipelineSpec};
 
-/// Where `stoker_attach` connects when the options name no socket and `STOKER_SOCKET` is unset.
-pub const DEFAULT_SOCKET: &str = "/run/stoker/stoker.sock";
-
 /// What every function returns.
 #[allow(non_camel_case_types)]
 #[repr(i32)]
@@ -80,7 +77,9 @@ use stoker_result::*;
 pub struct stoker_attach_options {
     /// `sizeof(stoker_attach_options)` as the caller was compiled.
     pub size: usize,
-    /// Daemon socket path; NULL: `$STOKER_SOCKET`, else `/run/stoker/stoker.sock`.
+    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
+    /// else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
+    /// `/run/stoker/stoker.sock` if no daemon listens there.
     pub socket: *const c_char,
     /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
     /// process and attach.
@@ -465,9 +464,6 @@ pub unsafe extern "C" fn stoker_attach(
                 ))
             }
         };
-        let socket = socket
-            .or_else(|| std::env::var("STOKER_SOCKET").ok())
-            .unwrap_or_else(|| DEFAULT_SOCKET.to_owned());
         let mut opts = AttachOptions::new(job, dataset, spec);
         opts.rank = o.rank;
         opts.world_size = world_size;
@@ -477,7 +473,10 @@ pub unsafe extern "C" fn stoker_attach(
             epoch: o.start_epoch,
             step: o.start_step,
         };
-        let client = Client::attach(Path::new(&socket), opts)?;
+        let client = match socket {
+            Some(socket) => Client::attach(Path::new(&socket), opts)?,
+            None => Client::attach_default(opts)?,
+        };
         let handle = Box::new(stoker_client {
             client: Mutex::new(client),
         });
