@@ -233,17 +233,15 @@ def result_name(result):
 # --- DLPack capsules ----------------------------------------------------------------------
 
 _pyapi = ctypes.pythonapi
-_PyCapsule_New = _pyapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
-# The capsule is passed as a raw address: in a destructor its refcount is already 0, so it
-# must not travel as a py_object (that would resurrect and free it again).
-_PyCapsule_IsValid = _pyapi.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = c_int
-_PyCapsule_IsValid.argtypes = [c_void_p, c_char_p]
-_PyCapsule_GetPointer = _pyapi.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = c_void_p
-_PyCapsule_GetPointer.argtypes = [c_void_p, c_char_p]
+# Private function objects (prototypes), not the shared `ctypes.pythonapi.X` attributes whose
+# argtypes any other code may change. The capsule is passed as a raw address: in a destructor
+# its refcount is already 0, so it must not travel as a py_object.
+_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_char_p, c_void_p)(
+    ("PyCapsule_New", _pyapi))
+_PyCapsule_IsValid = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(("PyCapsule_IsValid", _pyapi))
+_PyCapsule_GetPointer = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(
+    ("PyCapsule_GetPointer", _pyapi))
+_Py_IncRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", _pyapi))
 
 # Capsule names must outlive their capsules: these module constants live as long as the
 # module (and the destructors below keep their own references).
@@ -265,7 +263,7 @@ def _make_destructor(name, delete):
 
     cb = _DESTRUCTOR(destructor)
     # Never freed: a capsule may be destroyed at interpreter exit after this module is gone.
-    _pyapi.Py_IncRef(ctypes.py_object(cb))
+    _Py_IncRef(cb)
     return cb
 
 
