@@ -4,6 +4,8 @@
 //! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
 //! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
 
+pub mod daemon_proc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,228 +1,234 @@
-"""The Loader: an iterable of (images, labels) DLPack tensors served by stokerd."""
+"""`stoker.Loader`: a DataLoader-like iterable of (images, labels) served by stokerd."""
 
 import ctypes
 import json
 import os
-from ctypes import POINTER, byref, c_uint64, c_void_p
+from ctypes import byref, c_void_p
 
 from . import _lib
-from ._lib import check, lib
+from ._lib import STOKER_END_OF_DATA, call, lib
+from .batch import Batch
 
-_CAPSULE_NAME = b"dltensor_versioned"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
-# Private prototypes: the shared ctypes.pythonapi function objects may be re-typed by others.
-_CapsuleDestructor = ctypes.CFUNCTYPE(None, c_void_p)
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, ctypes.c_char_p, _CapsuleDestructor)(
-    ("PyCapsule_New", ctypes.pythonapi))
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
-_capsule_get_pointer = ctypes.PYFUNCTYPE(c_void_p, c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+STATE_VERSION = 1
 
 
-@_CapsuleDestructor
-def _capsule_destructor(capsule):
-    # A consumer renames the capsule to "used_..." and owns the tensor; an unconsumed capsule
-    # still owns it and frees it here.
-    if _capsule_is_valid(capsule, _CAPSULE_NAME):
-        ptr = _capsule_get_pointer(capsule, _CAPSULE_NAME)
-        managed = ctypes.cast(ptr, POINTER(_lib.DLManagedTensorVersioned))
-        if managed.contents.deleter:
-            managed.contents.deleter(managed)
+def _pair(v):
+    if isinstance(v, int):
+        return [v, v]
+    h, w = v
+    return [int(h), int(w)]
 
 
-class Tensor:
-    """One part of a batch (images, labels, indices or status) as a DLPack producer.
-
-    ``torch.from_dlpack(t)``, ``np.from_dlpack(t)`` and ``jax.dlpack.from_dlpack(t)`` view the
-    daemon's ring without copying; the slot stays leased until every such view is gone.
-    """
-
-    def __init__(self, batch, which):
-        self._batch = batch
-        self._which = which
-
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU, device 0
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        if copy:
-            raise BufferError("stoker tensors are views of the ring; copy after import")
-        if max_version is None or tuple(max_version)[0] < 1:
-            raise BufferError(
-                "stoker exports DLPack 1.0 (versioned) tensors; "
-                "use a consumer that passes max_version (numpy >= 2.1, torch >= 2.4)"
-            )
-        out = POINTER(_lib.DLManagedTensorVersioned)()
-        check(lib.stoker_batch_dlpack(self._batch._handle, self._which, byref(out)))
-        return _capsule_new(ctypes.cast(out, c_void_p), _CAPSULE_NAME, _capsule_destructor)
-
-    def data_ptr(self):
-        """Address of the first element (in the ring: the same for every view)."""
-        info = self._batch._info
-        return {
-            _lib.TENSOR_IMAGES: info.images,
-            _lib.TENSOR_LABELS: ctypes.cast(info.labels, c_void_p).value,
-            _lib.TENSOR_INDICES: ctypes.cast(info.indices, c_void_p).value,
-            _lib.TENSOR_STATUS: ctypes.cast(info.status, c_void_p).value,
-        }[self._which]
-
-    def tolist(self):
-        """Labels, indices or status as Python ints (a copy; for tests and small uses)."""
-        info = self._batch._info
-        src = {
-            _lib.TENSOR_LABELS: info.labels,
-            _lib.TENSOR_INDICES: info.indices,
-            _lib.TENSOR_STATUS: info.status,
-        }.get(self._which)
-        if src is None:
-            raise TypeError("tolist() is for labels, indices and status")
-        return [src[i] for i in range(info.n)]
+def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
+               ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+               dtype="f32", layout="nchw", drop_last=False, epochs=None):
+    """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md."""
+    size = _pair(crop)
+    if train:
+        crop_spec = {"kind": "random_resized", "size": size, "scale": list(scale),
+                     "ratio": list(ratio)}
+    else:
+        crop_spec = {"kind": "center_crop", "size": size,
+                     "resize": int(resize if resize is not None else min(size) * 256 // 224)}
+    spec = {
+        "batch_size": int(batch_size),
+        "crop": crop_spec,
+        "flip_prob": float(flip_prob if flip_prob is not None else (0.5 if train else 0.0)),
+        "mean": list(mean),
+        "std": list(std),
+        "dtype": dtype,
+        "layout": layout,
+        "drop_last": bool(drop_last),
+    }
+    if epochs is not None:
+        spec["epochs"] = int(epochs)
+    return spec
 
 
-class Batch:
-    """A lease on one slot; its tensors keep it alive. ``release()`` or dropping it frees it."""
-
-    def __init__(self, handle):
-        self._handle = handle
-        self._info = _lib.BatchInfo(struct_size=ctypes.sizeof(_lib.BatchInfo))
-        check(lib.stoker_batch_get_info(handle, byref(self._info)))
-        self.epoch = self._info.epoch
-        self.step = self._info.step
-        self.n = self._info.n
-
-    # Tensors are made on demand: a tensor refers to its batch, never the other way round,
-    # so dropping the last reference releases the slot at once (no cycle to wait for).
-    @property
-    def images(self):
-        return Tensor(self, _lib.TENSOR_IMAGES)
-
-    @property
-    def labels(self):
-        return Tensor(self, _lib.TENSOR_LABELS)
-
-    @property
-    def indices(self):
-        return Tensor(self, _lib.TENSOR_INDICES)
-
-    @property
-    def status(self):
-        return Tensor(self, _lib.TENSOR_STATUS)
-
-    def release(self):
-        if self._handle:
-            lib.stoker_batch_free(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        self.release()
+def _env_int(name):
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+def job_from_env():
+    """The job key torchrun gives every rank alike, or None outside torchrun."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchrun-{run_id}"
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        return f"torchrun-{addr}:{port}"
+    return None
 
 
 class Loader:
-    """Batches of one rank of a job, one epoch per iteration.
+    """Batches of one rank of a stoker job, as `(images, labels)` DLPack tensors.
 
-    rank / world_size default to ``RANK`` / ``WORLD_SIZE`` (set by torchrun); the job key to
-    ``STOKER_JOB``, else ``TORCHELASTIC_RUN_ID``, else ``"default"``. ``spec`` is a dict or
-    JSON string (see docs/protocol.md). ``state_dict()`` / ``load_state_dict()`` resume at the
-    next batch, like torchdata's StatefulDataLoader.
+    Iterating yields one epoch (`len(loader)` batches); the next `for` continues with the next
+    epoch on the same connection. `batches()` yields `Batch` objects (with `indices`, `status`,
+    `epoch`, `step`) without stopping at epoch ends. See docs/python.md.
+
+    Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
+    derived from TORCHELASTIC_RUN_ID (or MASTER_ADDR:MASTER_PORT); `local_rank` is LOCAL_RANK.
     """
 
-    def __init__(self, dataset, spec, *, job=None, rank=None, world_size=None, seed=0,
-                 socket=None, device="cpu"):
+    def __init__(self, dataset, batch_size=64, crop=224, *, train=True, resize=None,
+                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
+                 std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
+                 job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
+                 spec=None, device="cpu"):
         self.dataset = str(dataset)
-        self.spec_json = spec if isinstance(spec, str) else json.dumps(spec)
-        self.job = job or os.environ.get("STOKER_JOB") or os.environ.get(
-            "TORCHELASTIC_RUN_ID") or "default"
-        self.rank = _env_int("RANK", 0) if rank is None else rank
-        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-        self.seed = seed
-        self.socket = None if socket is None else str(socket)
+        if spec is None:
+            spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
+                              ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
+                              layout=layout, drop_last=drop_last, epochs=epochs)
+        elif isinstance(spec, str):
+            spec = json.loads(spec)
+        self.spec = dict(spec)
+        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
+        self.world_size = world_size if world_size is not None else (_env_int("WORLD_SIZE") or 1)
+        self.local_rank = _env_int("LOCAL_RANK") or 0
+        if job is None:
+            base = job_from_env()
+            if base is not None:
+                # Several loaders of one run (train, val) are separate jobs.
+                job = f"{base}/{name or self.dataset}"
+        if job is None and self.world_size > 1:
+            raise ValueError("world_size > 1 needs a job key shared by every rank: pass job=... "
+                             "or run under torchrun")
+        self.job = job
+        self.seed = int(seed)
+        self.socket = str(socket) if socket is not None else None
         self.device = device
         self._client = None
-        self._start = (0, 0)
-        self._pending = None
+        self._info = None
+        self._epoch = 0
+        self._step = 0
         self._ended = False
+
+    # --- connection --------------------------------------------------------------------
 
     def _attach(self):
         if self._client is not None:
             return
-        opts = _lib.AttachOptions(
-            struct_size=ctypes.sizeof(_lib.AttachOptions),
-            rank=self.rank,
-            world_size=self.world_size,
-            socket=None if self.socket is None else self.socket.encode(),
-            job=self.job.encode(),
-            device=self.device.encode(),
-            spec_json=self.spec_json.encode(),
-            dataset=self.dataset.encode(),
-            seed=self.seed,
-            start_epoch=self._start[0],
-            start_step=self._start[1],
-        )
-        handle = c_void_p()
-        check(lib.stoker_attach(byref(opts), byref(handle)))
-        self._client = handle
-        self._info = _lib.ClientInfo(struct_size=ctypes.sizeof(_lib.ClientInfo))
-        check(lib.stoker_client_get_info(handle, byref(self._info)))
-
-    def _next(self):
-        handle = c_void_p()
-        if check(lib.stoker_next(self._client, byref(handle))) == _lib.END:
-            return None
-        return Batch(handle)
-
-    def batches(self):
-        """Yields the next epoch's Batch objects (images, labels, indices, status, step)."""
-        self._attach()
-        batch = self._pending or self._next()
-        self._pending = None
-        if batch is None:
-            self._ended = True
-            return
-        epoch = batch.epoch
-        while batch is not None:
-            if batch.epoch != epoch:
-                self._pending = batch  # the next epoch starts here
-                return
-            yield batch
-            batch = None  # hold no lease while waiting for the next one
-            batch = self._next()
-        self._ended = True
-
-    def __iter__(self):
-        for batch in self.batches():
-            yield batch.images, batch.labels
-
-    def __len__(self):
-        self._attach()
-        return self._info.steps_per_epoch
-
-    def state_dict(self):
-        """Where to resume: the batch after the last one yielded."""
-        if self._pending is not None:
-            return {"epoch": self._pending.epoch, "step": self._pending.step}
-        if self._client is None:
-            return {"epoch": self._start[0], "step": self._start[1]}
-        epoch, step = c_uint64(), c_uint64()
-        check(lib.stoker_position(self._client, byref(epoch), byref(step)))
-        return {"epoch": epoch.value, "step": step.value}
-
-    def load_state_dict(self, state):
-        """Resumes at ``state`` (from ``state_dict()``); re-attaches on the next iteration."""
-        self.close()
-        self._start = (int(state["epoch"]), int(state["step"]))
+        o = _lib.AttachOptions()
+        call("stoker_attach_options_init", byref(o))
+        # The ctypes struct holds char* into these bytes objects: keep them alive meanwhile.
+        keep = {
+            "socket": self.socket.encode() if self.socket else None,
+            "job": self.job.encode() if self.job else None,
+            "dataset": self.dataset.encode(),
+            "spec_json": json.dumps(self.spec).encode(),
+            "device": self.device.encode(),
+        }
+        for k, v in keep.items():
+            setattr(o, k, v)
+        o.rank = self.rank
+        o.world_size = self.world_size
+        o.seed = self.seed
+        o.start_epoch = self._epoch
+        o.start_step = self._step
+        client = c_void_p()
+        call("stoker_attach", byref(o), byref(client))
+        self._client = client
+        info = _lib.AttachInfo()
+        info.size = ctypes.sizeof(info)
+        try:
+            call("stoker_client_info", client, byref(info))
+        except BaseException:
+            self.close()
+            raise
+        self._info = info
 
     def close(self):
-        """Detaches. Tensors already handed out stay readable until freed."""
-        self._pending = None
-        if self._client is not None:
-            lib.stoker_detach(self._client)
-            self._client = None
+        """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
+        at `state_dict()`'s position."""
+        client, self._client = self._client, None
+        if client:
+            lib.stoker_detach(client)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def __del__(self):
+        if getattr(self, "_client", None):
+            self.close()
+
+    # --- iteration ----------------------------------------------------------------------
+
+    def next_batch(self):
+        """The next `Batch`, or None once the job's epochs are done."""
+        if self._ended:
+            return None
+        self._attach()
+        handle = c_void_p()
+        r = call("stoker_next", self._client, byref(handle))
+        if r == STOKER_END_OF_DATA:
+            self._ended = True
+            return None
+        batch = Batch(handle)
+        self._epoch, self._step = batch.epoch, batch.step + 1
+        if 0 < self._info.steps_per_epoch <= self._step:
+            self._epoch, self._step = batch.epoch + 1, 0
+        return batch
+
+    def batches(self):
+        """Yields `Batch` objects until the job's epochs are done (forever if unbounded)."""
+        while True:
+            b = self.next_batch()
+            if b is None:
+                return
+            yield b
+
+    def __iter__(self):
+        """Yields `(images, labels)` for the rest of the current epoch."""
+        epoch = self._epoch
+        while self._epoch == epoch:
+            b = self.next_batch()
+            if b is None:
+                return
+            yield b.images, b.labels
+
+    def __len__(self):
+        """Batches per epoch for this rank (attaches if needed)."""
+        self._attach()
+        return int(self._info.steps_per_epoch)
+
+    @property
+    def info(self):
+        """What the daemon said at attach: slots, steps_per_epoch, dataset_len, classes, ..."""
+        self._attach()
+        return {name: getattr(self._info, name) for name, _ in self._info._fields_
+                if name != "size"}
+
+    @property
+    def epoch(self):
+        """The epoch of the next batch."""
+        return self._epoch
+
+    # --- resume -------------------------------------------------------------------------
+
+    def state_dict(self):
+        """Where to resume: the (epoch, step) of the next batch, plus what must not change."""
+        return {"version": STATE_VERSION, "epoch": self._epoch, "step": self._step,
+                "seed": self.seed, "dataset": self.dataset, "rank": self.rank,
+                "world_size": self.world_size}
+
+    def load_state_dict(self, state):
+        """Resumes at `state`'s position: the next batch is the one after the last one the
+        saving loader yielded. Detaches if attached."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
+        for key in ("seed", "dataset", "world_size"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"state is for {key}={state[key]!r}, this loader has "
+                                 f"{getattr(self, key)!r}")
         self.close()
+        self._epoch, self._step = int(state["epoch"]), int(state["step"])
+        self._ended = False
