@@ -3,9 +3,12 @@
 //! read every byte as a training step would, release, and print throughput per epoch.
 //!
 //! usage: demo_client --socket PATH --dataset PATH [--epochs N] [--batch B] [--ranks R]
+//!                    [--job KEY] [--rank R --world W] [--seed S] [--json]
 //!
 //! With `--ranks R` the process attaches R ranks of one job (threads here; separate processes
-//! under torchrun) and shows that they split each epoch between them.
+//! under torchrun) and shows that they split each epoch between them. With `--rank r --world W`
+//! it attaches that one rank of a W-rank job (one process per rank, as torchrun would).
+//! `--json` prints one JSON line: images, seconds, and the steady-state rate after epoch 0.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +22,11 @@ struct Args {
     epochs: u32,
     batch: u32,
     ranks: u32,
+    job: String,
+    /// One rank of a `world`-rank job, instead of `ranks` ranks of a `ranks`-rank job.
+    one_rank: Option<(u32, u32)>,
+    seed: u64,
+    json: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -28,7 +36,12 @@ fn parse() -> Result<Args, String> {
         epochs: 3,
         batch: 64,
         ranks: 1,
+        job: "demo".into(),
+        one_rank: None,
+        seed: 0,
+        json: false,
     };
+    let (mut rank, mut world) = (None, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
@@ -38,11 +51,21 @@ fn parse() -> Result<Args, String> {
             "--epochs" => args.epochs = value()?.parse().map_err(|e| format!("--epochs: {e}"))?,
             "--batch" => args.batch = value()?.parse().map_err(|e| format!("--batch: {e}"))?,
             "--ranks" => args.ranks = value()?.parse().map_err(|e| format!("--ranks: {e}"))?,
+            "--job" => args.job = value()?,
+            "--rank" => rank = Some(value()?.parse().map_err(|e| format!("--rank: {e}"))?),
+            "--world" => world = Some(value()?.parse().map_err(|e| format!("--world: {e}"))?),
+            "--seed" => args.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--json" => args.json = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
     if args.dataset.is_empty() {
         return Err("--dataset is required".into());
+    }
+    match (rank, world) {
+        (Some(r), Some(w)) if r < w => args.one_rank = Some((r, w)),
+        (None, None) => {}
+        _ => return Err("--rank and --world go together, with rank < world".into()),
     }
     Ok(args)
 }
@@ -62,9 +85,9 @@ fn run_rank(args: &Args, rank: u32) -> Result<RankStats, String> {
         epochs: Some(args.epochs),
         ..PipelineSpec::train(args.batch, 224)
     };
-    let mut opts = AttachOptions::new("demo", args.dataset.clone(), spec);
-    opts.rank = rank;
-    opts.world_size = args.ranks;
+    let mut opts = AttachOptions::new(args.job.clone(), args.dataset.clone(), spec);
+    (opts.rank, opts.world_size) = args.one_rank.unwrap_or((rank, args.ranks));
+    opts.seed = args.seed;
     let mut client = Client::attach(&args.socket, opts).map_err(|e| e.to_string())?;
     let mut stats = RankStats::default();
     let mut epoch_start = Instant::now();
@@ -110,15 +133,23 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!(
-        "demo_client: {} rank(s) attaching to {} for dataset {}",
-        args.ranks,
-        args.socket.display(),
-        args.dataset
-    );
+    if !args.json {
+        println!(
+            "demo_client: {} rank(s) attaching to {} for dataset {}",
+            args.ranks,
+            args.socket.display(),
+            args.dataset
+        );
+    }
     let t0 = Instant::now();
+    let ranks: Vec<u32> = match args.one_rank {
+        Some((r, _)) => vec![r],
+        None => (0..args.ranks).collect(),
+    };
     let results: Vec<Result<RankStats, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..args.ranks)
+        let handles: Vec<_> = ranks
+            .iter()
+            .copied()
             .map(|r| {
                 let args = &args;
                 s.spawn(move || run_rank(args, r))
@@ -127,6 +158,26 @@ fn main() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let elapsed = t0.elapsed().as_secs_f64();
+    if args.json {
+        // Steady state: everything after epoch 0 (page cache warm-up, thread start). Ranks run
+        // side by side, so the slowest rank's time is the wall time of the steady part.
+        let (mut images, mut steady_images, mut steady_seconds) = (0u64, 0u64, 0f64);
+        for r in &results {
+            let st = r.as_ref().unwrap_or_else(|e| {
+                eprintln!("demo_client: {e}");
+                std::process::exit(1)
+            });
+            images += st.images;
+            steady_images += st.per_epoch.iter().skip(1).map(|&(n, _)| n).sum::<u64>();
+            let t: f64 = st.per_epoch.iter().skip(1).map(|&(_, t)| t).sum();
+            steady_seconds = steady_seconds.max(t);
+        }
+        println!(
+            "{{\"images\": {images}, \"seconds\": {elapsed:.4}, \"steady_images\": {steady_images}, \"steady_seconds\": {steady_seconds:.4}, \"steady_images_per_s\": {:.2}}}",
+            steady_images as f64 / steady_seconds.max(1e-9)
+        );
+        return;
+    }
     let mut total = 0u64;
     for (rank, r) in results.iter().enumerate() {
         match r {
