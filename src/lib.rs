@@ -4,52 +4,22 @@
 //! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
 //! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
 
+pub mod daemon_proc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
 pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
-    use turbojpeg_sys as tj;
-    assert_eq!(rgb.len(), width as usize * height as usize * 3);
-    // SAFETY: tj3Init has no preconditions; a null result is checked below.
-    let handle = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as libc::c_int) };
-    assert!(!handle.is_null(), "tj3Init failed");
-    let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
-    let mut size: tj::size_t = 0;
-    // SAFETY: `handle` is a live compressor; `rgb` holds width*height RGB pixels (asserted);
-    // with a null `buf` TurboJPEG allocates the output, freed below with tj3Free.
-    let rc = unsafe {
-        tj::tj3Set(handle, tj::TJPARAM_TJPARAM_QUALITY as libc::c_int, quality);
-        tj::tj3Set(
-            handle,
-            tj::TJPARAM_TJPARAM_SUBSAMP as libc::c_int,
-            tj::TJSAMP_TJSAMP_420 as libc::c_int,
-        );
-        tj::tj3Compress8(
-            handle,
-            rgb.as_ptr(),
-            width as libc::c_int,
-            0,
-            height as libc::c_int,
-            tj::TJPF_TJPF_RGB as libc::c_int,
-            &mut buf,
-            &mut size,
-        )
+    use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
+    let opts = EncodeOptions {
+        quality: quality.clamp(1, 100) as u8,
+        ..EncodeOptions::default()
     };
-    let out = (rc == 0).then(|| {
-        // SAFETY: on success `buf` holds `size` bytes written by TurboJPEG.
-        unsafe { std::slice::from_raw_parts(buf, size as usize) }.to_vec()
-    });
-    // SAFETY: `buf` (if any) came from TurboJPEG and is freed once; the handle is destroyed
-    // once.
-    unsafe {
-        if !buf.is_null() {
-            tj::tj3Free(buf.cast());
-        }
-        tj::tj3Destroy(handle);
-    }
-    out.expect("tj3Compress8 failed")
+    JpegEncoder::new()
+        .and_then(|mut e| e.encode_rgb(rgb, width, height, &opts))
+        .expect("encode a test JPEG")
 }
 
 /// A smooth synthetic image whose colours depend on `seed`, so samples differ.
@@ -88,28 +58,9 @@ pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) 
     n
 }
 
-/// The `stokerd` binary of this build: next to the test executable's parent
-/// (`target/<profile>/stokerd`), built with cargo if it is not there yet.
+/// The `stokerd` binary of this build (`$STOKERD` if set), built if missing.
 pub fn stokerd_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable lives in target/<profile>/deps");
-    let path = dir.join("stokerd");
-    if !path.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "stoker-daemon", "--bins"])
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build -p stoker-daemon --bins failed"
-        );
-    }
-    assert!(path.exists(), "no stokerd at {}", path.display());
-    path
+    daemon_proc::stokerd_path().unwrap_or_else(|e| panic!("no stokerd: {e}"))
 }
 
 /// A running `stokerd` on a socket in a temp dir; killed (SIGKILL) and reaped on drop.
