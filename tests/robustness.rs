@@ -492,7 +492,7 @@ fn a_thousand_attach_detach_cycles_leak_no_fds_rings_or_memory() {
         let job = format!("cycle-{i}");
         let mut c =
             Client::attach(daemon.socket(), options(&data, &job, 0, 1, spec.clone())).unwrap();
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             // Leave holding a lease now and then: the daemon reclaims it.
             let b = c.next_batch().unwrap().unwrap();
             std::mem::forget(b);
