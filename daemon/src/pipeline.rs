@@ -31,6 +31,8 @@ use stoker_kernels::reference::RgbImage;
 use crate::augment::{sample_params, Augmenter};
 use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
+use crate::logging::{Verdict, BAD_SAMPLE_LOG};
+use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
 use crate::sampler::Sampler;
@@ -799,8 +801,13 @@ impl Worker {
             .filter(|&k| results[k].is_ok())
             .map(|k| self.bufs[k].len() as u64)
             .sum();
-        stats.read_ns.fetch_add(elapsed_ns(t0), Ordering::Relaxed);
+        let read_ns = elapsed_ns(t0);
+        stats.read_ns.fetch_add(read_ns, Ordering::Relaxed);
         stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        let read_ok = results.iter().filter(|r| r.is_ok()).count() as u64;
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "read").increment(read_ok);
+        metrics::counter!(m::BYTES_READ_TOTAL).increment(bytes);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "read").record(read_ns as f64 * 1e-9);
 
         for (k, read) in results.into_iter().enumerate() {
             let pos = chunk.start + k;
@@ -818,19 +825,28 @@ impl Worker {
                     let data = std::mem::take(&mut self.bufs[k]);
                     let r = self.process(job, &data, index, chunk.pos, out);
                     self.bufs[k] = data;
-                    r
+                    r.map_err(|e| ("decode", e))
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(("read", e.to_string())),
             };
             let (status, delivered) = match first {
                 Ok(()) => (SampleStatus::Ok, index),
-                Err(reason) => {
+                Err((kind, reason)) => {
                     stats.bad.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        sample = %job.dataset.display_name(index as usize),
-                        %reason,
-                        "bad sample"
-                    );
+                    metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => kind).increment(1);
+                    if let Verdict::Log { suppressed_before } = BAD_SAMPLE_LOG.check() {
+                        if suppressed_before > 0 {
+                            tracing::warn!(
+                                suppressed = suppressed_before,
+                                "bad-sample lines suppressed (rate limit); see stoker_bad_samples_total"
+                            );
+                        }
+                        tracing::warn!(
+                            sample = %job.dataset.display_name(index as usize),
+                            %reason,
+                            "bad sample"
+                        );
+                    }
                     match self.shared.config.policy {
                         BadSamplePolicy::Skip => match self.replace(job, index, chunk.pos, out) {
                             Some(other) => (SampleStatus::Replaced, other),
@@ -898,12 +914,16 @@ impl Worker {
         let t1 = Instant::now();
         self.augmenter
             .augment_into(&self.image, within, flip, &job.spec, out);
-        stats
-            .decode_ns
-            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
-        stats
-            .augment_ns
-            .fetch_add(elapsed_ns(t1), Ordering::Relaxed);
+        let decode_ns = (t1 - t0).as_nanos() as u64;
+        let augment_ns = elapsed_ns(t1);
+        stats.decode_ns.fetch_add(decode_ns, Ordering::Relaxed);
+        stats.augment_ns.fetch_add(augment_ns, Ordering::Relaxed);
+        metrics::counter!(m::DECODE_TOTAL, "backend" => "cpu").increment(1);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "decode").increment(1);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "augment").increment(1);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "decode").record(decode_ns as f64 * 1e-9);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "augment")
+            .record(augment_ns as f64 * 1e-9);
         Ok(())
     }
 
