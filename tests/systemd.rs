@@ -549,7 +549,18 @@ fn sighup_adds_a_dataset_while_a_client_keeps_receiving() {
 
 /// An HTTP GET of `path` on `addr`; returns (status line, body).
 fn http_get(addr: &str, path: &str) -> (String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    // The metrics listener starts just after the unix socket: retry briefly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    };
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
