@@ -114,6 +114,11 @@ impl AccessPolicy {
         }
     }
 
+    /// The names of the registered datasets.
+    pub fn dataset_names(&self) -> Vec<String> {
+        self.registry.keys().cloned().collect()
+    }
+
     /// The defaults: the daemon's own uid and root, any path for them, no registry.
     pub fn permissive_for_owner() -> AccessPolicy {
         AccessPolicy::new(&AccessConfig::default(), &BTreeMap::new())

@@ -32,6 +32,7 @@ use crate::augment::{sample_params, Augmenter};
 use crate::badsample::{BadCounts, BadSample, BadSampleLog};
 use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
+use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
 use crate::sampler::Sampler;
@@ -816,8 +817,13 @@ impl Worker {
             .filter(|&k| results[k].is_ok())
             .map(|k| self.bufs[k].len() as u64)
             .sum();
-        stats.read_ns.fetch_add(elapsed_ns(t0), Ordering::Relaxed);
+        let read_ns = elapsed_ns(t0);
+        stats.read_ns.fetch_add(read_ns, Ordering::Relaxed);
         stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        let read_ok = results.iter().filter(|r| r.is_ok()).count() as u64;
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "read").increment(read_ok);
+        metrics::counter!(m::BYTES_READ_TOTAL).increment(bytes);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "read").record(read_ns as f64 * 1e-9);
 
         for (k, read) in results.into_iter().enumerate() {
             let pos = chunk.start + k;
@@ -847,6 +853,7 @@ impl Worker {
                     // rate-limited (crate::badsample).
                     stats.bad.fetch_add(1, Ordering::Relaxed);
                     stats.bad_by_reason.add(bad.reason);
+                    metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => bad.reason).increment(1);
                     self.shared
                         .bad_log
                         .log(&job.dataset.display_name(index as usize), &bad);
@@ -919,12 +926,16 @@ impl Worker {
         let t1 = Instant::now();
         self.augmenter
             .augment_into(&self.image, within, flip, &job.spec, out);
-        stats
-            .decode_ns
-            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
-        stats
-            .augment_ns
-            .fetch_add(elapsed_ns(t1), Ordering::Relaxed);
+        let decode_ns = (t1 - t0).as_nanos() as u64;
+        let augment_ns = elapsed_ns(t1);
+        stats.decode_ns.fetch_add(decode_ns, Ordering::Relaxed);
+        stats.augment_ns.fetch_add(augment_ns, Ordering::Relaxed);
+        metrics::counter!(m::DECODE_TOTAL, "backend" => "cpu").increment(1);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "decode").increment(1);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "augment").increment(1);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "decode").record(decode_ns as f64 * 1e-9);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "augment")
+            .record(augment_ns as f64 * 1e-9);
         Ok(())
     }
 

@@ -15,6 +15,13 @@
 //!   writes the ring), every slot the client held is reclaimed, and the rank is free to attach
 //!   again with a start (epoch, step). Other ranks and jobs go on.
 //!
+//! - Operations (issue 5): the accept loop polls so a drain can stop it; SIGTERM sets
+//!   [`ServerHandle::stop`], every forwarder then sends ERROR(STOPPING) "daemon stopping" and
+//!   shuts its socket, so connection threads end, feeds stop and rings are unmapped. Datasets
+//!   registered by name come from the config and are replaced on reload
+//!   ([`ServerHandle::set_datasets`]); jobs already running keep the path they opened. A STATUS
+//!   message instead of ATTACH gets a [`DaemonStatus`] and the connection closes.
+//!
 //! # Limitations
 //! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
 //!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
@@ -27,15 +34,16 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use stoker::memfd::{page_size, MemfdRing};
 use stoker::protocol::{
-    Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
+    Attach, Attached, DaemonStatus, EncodeError, ErrorCode, JobStatus, Message, Ready as ReadyMsg,
+    MAX_MESSAGE_BYTES,
 };
 use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
@@ -43,6 +51,7 @@ use stoker::spec::PipelineSpec;
 
 use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
 use crate::dataset::{Dataset, OpenOptions};
+use crate::metrics as m;
 use crate::pipeline::{
     Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotMemory,
 };
@@ -55,6 +64,10 @@ const CLOSED_BEFORE_ATTACH: &str = "closed before ATTACH";
 const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 /// How often a forwarder looks up from its feed to see whether the connection ended.
 const FORWARD_POLL: Duration = Duration::from_millis(50);
+/// How long the accept loop waits before it looks at the stop flag (and beats the heart).
+const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// What attached clients are told when the daemon drains.
+pub const STOPPING_MESSAGE: &str = "daemon stopping";
 
 /// What the server needs to run.
 #[derive(Debug, Clone)]
@@ -93,6 +106,8 @@ pub enum ServerError {
     Engine(#[from] PipelineError),
     #[error("accept failed: {0}")]
     Accept(SockError),
+    #[error("the activated socket: {0}")]
+    Activated(String),
 }
 
 impl ServerError {
@@ -101,6 +116,7 @@ impl ServerError {
         match self {
             ServerError::Slots(_) => true,
             ServerError::Bind { source, .. } => matches!(source, SockError::PathTooLong(_)),
+            ServerError::Activated(_) => true,
             _ => false,
         }
     }
@@ -170,12 +186,15 @@ struct JobEntry {
     terms: JobTerms,
     job: Arc<Job>,
     ranks: BTreeSet<u32>,
+    /// Images delivered to this job's ranks.
+    delivered: Arc<AtomicU64>,
 }
 
-/// Job key → job. Shared by every connection.
+/// Job key → job, and the access rules (which SIGHUP may replace). Shared by every
+/// connection.
 struct Registry {
     jobs: Mutex<HashMap<String, JobEntry>>,
-    access: AccessPolicy,
+    access: RwLock<AccessPolicy>,
     max_jobs: usize,
 }
 
@@ -183,7 +202,7 @@ impl Default for Registry {
     fn default() -> Self {
         Registry {
             jobs: Mutex::default(),
-            access: AccessPolicy::permissive_for_owner(),
+            access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
         }
     }
@@ -219,6 +238,7 @@ struct RankSeat {
     registry: Arc<Registry>,
     key: String,
     rank: u32,
+    delivered: Arc<AtomicU64>,
 }
 
 impl Drop for RankSeat {
@@ -235,6 +255,11 @@ impl Drop for RankSeat {
 }
 
 impl Registry {
+    /// The access rules in force.
+    fn access(&self) -> std::sync::RwLockReadGuard<'_, AccessPolicy> {
+        self.access.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Checks an attach against the job it names, creating the job for its first rank (from
     /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
     /// Returns the job, the seat, how many ranks are now attached, and whether this attach
@@ -274,7 +299,7 @@ impl Registry {
             }
             let dataset = Dataset::open(path, &OpenOptions::default())
                 .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
-            self.access.check_dataset_files(&a.dataset, &dataset)?;
+            self.access().check_dataset_files(&a.dataset, &dataset)?;
             let job =
                 Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
                     match e {
@@ -297,6 +322,7 @@ impl Registry {
                     terms,
                     job,
                     ranks: BTreeSet::new(),
+                    delivered: Arc::default(),
                 },
             );
         }
@@ -306,6 +332,7 @@ impl Registry {
             registry: Arc::clone(self),
             key: a.job.clone(),
             rank: a.rank,
+            delivered: Arc::clone(&entry.delivered),
         };
         Ok((
             Arc::clone(&entry.job),
@@ -316,14 +343,225 @@ impl Registry {
     }
 }
 
+/// Daemon-wide state the operations side reads and sets: the stop flag, counters for status
+/// and metrics, the accept loop's heartbeat.
+struct ServerState {
+    stopping: AtomicBool,
+    /// Connection threads running (attached ranks and status requests).
+    connections: AtomicU64,
+    /// Ranks attached.
+    clients: AtomicU64,
+    /// Images delivered to clients.
+    delivered: AtomicU64,
+    /// Ring bytes mapped for clients.
+    ring_bytes: AtomicU64,
+    started: Instant,
+    /// Milliseconds since `started` when the accept loop last looked up.
+    heartbeat_ms: AtomicU64,
+    /// (when, delivered then, images/s) for the throughput figure.
+    rate: Mutex<(Instant, u64, f64)>,
+}
+
+impl ServerState {
+    fn new() -> ServerState {
+        let now = Instant::now();
+        ServerState {
+            stopping: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
+            clients: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            ring_bytes: AtomicU64::new(0),
+            started: now,
+            heartbeat_ms: AtomicU64::new(0),
+            rate: Mutex::new((now, 0, 0.0)),
+        }
+    }
+
+    fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.heartbeat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// What the operations side (signals, watchdog, status, metrics) holds of a running server.
+#[derive(Clone)]
+pub struct ServerHandle {
+    state: Arc<ServerState>,
+    registry: Arc<Registry>,
+    engine: Arc<Engine>,
+    socket: PathBuf,
+    activated: bool,
+}
+
+impl ServerHandle {
+    /// Starts the drain: the accept loop ends and attached clients are told "daemon stopping".
+    pub fn stop(&self) {
+        self.state.stopping.store(true, Ordering::Release);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.state.stopping()
+    }
+
+    /// Connection threads still running.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::Acquire)
+    }
+
+    /// Waits until every connection has ended, or `timeout`; true if they all ended.
+    pub fn wait_drained(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.connections() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Replaces the access rules and registered datasets (config reload). Running jobs keep
+    /// what they opened; new attaches see the new rules.
+    pub fn set_access(&self, access: AccessPolicy) {
+        *self
+            .registry
+            .access
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    /// Whether the server still works: the accept loop looked up within `max_age` and the
+    /// registry can be locked. The watchdog pings only while this holds.
+    pub fn is_alive(&self, max_age: Duration) -> bool {
+        let now = self.state.started.elapsed().as_millis() as u64;
+        let beat = self.state.heartbeat_ms.load(Ordering::Relaxed);
+        let fresh = now.saturating_sub(beat) <= max_age.as_millis() as u64;
+        let lockable = match self.registry.jobs.try_lock() {
+            Ok(_) => true,
+            Err(std::sync::TryLockError::WouldBlock) => true,
+            Err(std::sync::TryLockError::Poisoned(_)) => false,
+        };
+        fresh && lockable
+    }
+
+    /// Recomputes images/s from the delivered count since the last call (call it every
+    /// second or so); returns it.
+    pub fn update_rate(&self) -> f64 {
+        let delivered = self.state.delivered.load(Ordering::Relaxed);
+        let mut r = self.state.rate.lock().unwrap_or_else(|e| e.into_inner());
+        let dt = r.0.elapsed().as_secs_f64();
+        if dt >= 0.5 {
+            r.2 = (delivered - r.1) as f64 / dt;
+            *r = (Instant::now(), delivered, r.2);
+        }
+        r.2
+    }
+
+    fn rate(&self) -> f64 {
+        self.state.rate.lock().unwrap_or_else(|e| e.into_inner()).2
+    }
+
+    /// Sets the gauges that are state rather than events (clients, jobs, ring bytes).
+    pub fn refresh_metrics(&self) {
+        let jobs = self
+            .registry
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        ::metrics::gauge!(m::JOBS).set(jobs as f64);
+        ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
+        ::metrics::gauge!(m::RING_BYTES, "memory" => "host")
+            .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
+    }
+
+    /// A one-line summary for systemd's STATUS=.
+    pub fn summary(&self) -> String {
+        let jobs = self
+            .registry
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        format!(
+            "{} jobs, {} clients, {:.0} img/s{}",
+            jobs,
+            self.state.clients.load(Ordering::Relaxed),
+            self.rate(),
+            if self.is_stopping() { ", stopping" } else { "" }
+        )
+    }
+
+    /// What `stoker status` shows.
+    pub fn status(&self) -> DaemonStatus {
+        let totals = self.engine.stats();
+        let mut jobs: Vec<JobStatus> = {
+            let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            reg.iter()
+                .map(|(key, e)| JobStatus {
+                    job: key.clone(),
+                    dataset: e.terms.dataset.clone(),
+                    samples: e.job.dataset.len() as u64,
+                    world_size: e.terms.world_size,
+                    ranks: e.ranks.iter().copied().collect(),
+                    batch_size: e.terms.spec.batch_size,
+                    steps_per_epoch: e.job.steps_per_epoch(),
+                    images_delivered: e.delivered.load(Ordering::Relaxed),
+                })
+                .collect()
+        };
+        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        DaemonStatus {
+            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            uptime_s: self.state.started.elapsed().as_secs_f64(),
+            socket: self.socket.display().to_string(),
+            activated: self.activated,
+            stopping: self.is_stopping(),
+            clients: self.state.clients.load(Ordering::Relaxed),
+            backend: "cpu".to_owned(),
+            reader: self.engine.reader_kind().to_owned(),
+            threads: self.engine.threads() as u64,
+            images_delivered: self.state.delivered.load(Ordering::Relaxed),
+            images_per_s: self.rate(),
+            bad_samples: totals.bad,
+            ring_bytes: self.state.ring_bytes.load(Ordering::Relaxed),
+            datasets: self.registry.access().dataset_names(),
+            jobs,
+            jobs_left_out: 0,
+        }
+    }
+}
+
+/// Encodes a status reply, leaving out jobs until it fits the message limit.
+fn encode_status(mut status: DaemonStatus) -> Result<Vec<u8>, EncodeError> {
+    loop {
+        match Message::StatusReply(Box::new(status.clone())).encode() {
+            Err(EncodeError::TooLong(_)) if !status.jobs.is_empty() => {
+                let drop = status.jobs.len().div_ceil(2);
+                status.jobs.truncate(status.jobs.len() - drop);
+                status.jobs_left_out += drop as u64;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The daemon: a listening socket, the engine, the job registry.
 pub struct Server {
     listener: SeqPacketListener,
     socket: PathBuf,
+    /// False for a socket systemd passed: systemd owns the file, we leave it on drop.
+    owns_socket: bool,
     slots: usize,
     engine: Arc<Engine>,
     registry: Arc<Registry>,
     quotas: Arc<Quotas>,
+    state: Arc<ServerState>,
 }
 
 impl Server {
@@ -333,7 +571,7 @@ impl Server {
         if config.slots < 2 {
             return Err(ServerError::Slots(config.slots));
         }
-        let socket = config.socket;
+        let socket = config.socket.clone();
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| ServerError::SocketDir {
                 path: dir.to_owned(),
@@ -353,18 +591,46 @@ impl Server {
             path: socket.clone(),
             source,
         })?;
+        Server::with_listener(listener, socket, true, config)
+    }
+
+    /// Serves on a listening socket systemd passed (socket activation), after checking it is
+    /// a listening unix SOCK_SEQPACKET socket. `socket` names it in logs and status.
+    pub fn from_activated(
+        fd: OwnedFd,
+        socket: PathBuf,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        if config.slots < 2 {
+            return Err(ServerError::Slots(config.slots));
+        }
+        crate::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
+        Server::with_listener(SeqPacketListener::from_fd(fd), socket, false, config)
+    }
+
+    fn with_listener(
+        listener: SeqPacketListener,
+        socket: PathBuf,
+        owns_socket: bool,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
         let engine = Engine::new(config.engine)?;
+        let registry = Arc::new(Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(config.access),
+            max_jobs: config.quotas.max_jobs,
+        });
+        let state = Arc::new(ServerState::new());
+        state.beat();
         Ok(Server {
             listener,
             socket,
+            owns_socket,
             slots: config.slots,
             engine,
-            registry: Arc::new(Registry {
-                jobs: Mutex::default(),
-                access: config.access,
-                max_jobs: config.quotas.max_jobs,
-            }),
+            registry,
             quotas: Quotas::new(config.quotas),
+            state,
         })
     }
 
@@ -372,7 +638,18 @@ impl Server {
         &self.socket
     }
 
-    /// Accepts clients until accepting fails.
+    /// What signals, the watchdog, status and metrics hold of this server.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            state: Arc::clone(&self.state),
+            registry: Arc::clone(&self.registry),
+            engine: Arc::clone(&self.engine),
+            socket: self.socket.clone(),
+            activated: !self.owns_socket,
+        }
+    }
+
+    /// Accepts clients until [`ServerHandle::stop`] (then returns `Ok`) or accepting fails.
     pub fn serve(&self) -> Result<(), ServerError> {
         tracing::info!(
             socket = %self.socket.display(),
@@ -382,6 +659,31 @@ impl Server {
         );
         let mut next_id: u64 = 0;
         loop {
+            self.state.beat();
+            if self.state.stopping() {
+                tracing::info!("no longer accepting connections (stopping)");
+                return Ok(());
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.listener.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL.as_millis() as libc::c_int) };
+            if rc == 0 {
+                continue;
+            }
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(ServerError::Accept(SockError::Io {
+                    op: "poll",
+                    source: e,
+                }));
+            }
             let conn = match self.listener.accept() {
                 Ok(c) => c,
                 Err(e) if is_transient_accept(&e) => {
@@ -393,17 +695,24 @@ impl Server {
             };
             next_id += 1;
             let id = next_id;
+            ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
             let ctx = Connection {
                 id,
-                engine: Arc::clone(&self.engine),
-                registry: Arc::clone(&self.registry),
+                handle: self.handle(),
                 quotas: Arc::clone(&self.quotas),
                 slots: self.slots,
             };
+            // Counted before the thread starts, so a drain never misses it.
+            self.state.connections.fetch_add(1, Ordering::AcqRel);
             let spawned = std::thread::Builder::new()
                 .name(format!("stoker-conn-{id}"))
-                .spawn(move || ctx.run(conn));
+                .spawn(move || {
+                    let state = Arc::clone(&ctx.handle.state);
+                    ctx.run(conn);
+                    state.connections.fetch_sub(1, Ordering::AcqRel);
+                });
             if let Err(e) = spawned {
+                self.state.connections.fetch_sub(1, Ordering::AcqRel);
                 tracing::error!(conn = id, error = %e, "cannot start a connection thread");
             }
         }
@@ -412,7 +721,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
+        if self.owns_socket {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 }
 
@@ -432,10 +743,15 @@ fn is_transient_accept(e: &SockError) -> bool {
 /// One client connection.
 struct Connection {
     id: u64,
-    engine: Arc<Engine>,
-    registry: Arc<Registry>,
+    handle: ServerHandle,
     quotas: Arc<Quotas>,
     slots: usize,
+}
+
+/// The first message of a connection.
+enum Opening {
+    Attach(Box<Attach>),
+    Status,
 }
 
 /// Why a connection ended.
@@ -467,7 +783,7 @@ impl Connection {
             uid = peer.uid,
             "client connected"
         );
-        if let Err(e) = self.registry.access.check_peer(&peer) {
+        if let Err(e) = self.handle.registry.access().check_peer(&peer) {
             tracing::warn!(conn = id, reason = %e, "client refused");
             // Take the client's first message off the socket, unread, so that its send does
             // not fail on a closed connection before it can read why.
@@ -478,7 +794,21 @@ impl Connection {
         }
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let attach = match self.read_attach(&sock, &mut buf) {
-            Ok(a) => a,
+            Ok(Opening::Attach(_)) if self.handle.is_stopping() => {
+                send_error(&sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
+                return;
+            }
+            Ok(Opening::Attach(a)) => a,
+            Ok(Opening::Status) => {
+                match encode_status(self.handle.status()) {
+                    Ok(bytes) => {
+                        let _ = sock.send(&bytes, &[]);
+                    }
+                    Err(e) => send_error(&sock, refuse(ErrorCode::Internal, e.to_string())),
+                }
+                tracing::debug!(conn = id, "status answered");
+                return;
+            }
             Err(r) if r.message == CLOSED_BEFORE_ATTACH => {
                 tracing::debug!(conn = id, "closed before ATTACH");
                 return;
@@ -493,7 +823,7 @@ impl Connection {
             "job {:?} rank {}/{}",
             attach.job, attach.rank, attach.world_size
         );
-        let (feed, _seat, _grant) = match self.start(&sock, &attach, &peer) {
+        let (feed, seat, _grant, ring_bytes) = match self.start(&sock, &attach, &peer) {
             Ok(v) => v,
             Err(r) => {
                 tracing::warn!(conn = id, %who, code = %r.code, reason = %r.message, "attach refused");
@@ -508,14 +838,21 @@ impl Connection {
             step = attach.start.step,
             "rank attached"
         );
+        let state = Arc::clone(&self.handle.state);
+        state.clients.fetch_add(1, Ordering::Relaxed);
+        state.ring_bytes.fetch_add(ring_bytes, Ordering::Relaxed);
         let feed = Arc::new(feed);
         let stop = Arc::new(AtomicBool::new(false));
         let forwarder = match sock.try_clone() {
             Ok(out) => {
                 let (feed, stop) = (Arc::clone(&feed), Arc::clone(&stop));
+                let counts = Delivered {
+                    daemon: Arc::clone(&state),
+                    job: Arc::clone(&seat.delivered),
+                };
                 std::thread::Builder::new()
                     .name(format!("stoker-fwd-{id}"))
-                    .spawn(move || forward(id, &feed, &out, &stop))
+                    .spawn(move || forward(id, &feed, &out, &stop, &counts))
                     .map_err(|e| e.to_string())
             }
             Err(e) => Err(e.to_string()),
@@ -539,6 +876,14 @@ impl Connection {
         // seat (`_seat`) and the quota grant (`_grant`) are freed after it, at the end of this
         // function.
         drop(feed);
+        ::metrics::gauge!(m::READY_SLOTS).decrement(leased as f64);
+        state.clients.fetch_sub(1, Ordering::Relaxed);
+        state.ring_bytes.fetch_sub(ring_bytes, Ordering::Relaxed);
+        drop(seat);
+        if state.stopping() {
+            tracing::info!(conn = id, %who, reclaimed = leased, "rank told: daemon stopping");
+            return;
+        }
         match end {
             End::Detached | End::Eof => {
                 tracing::info!(conn = id, %who, reclaimed = leased, how = ?end, "rank detached")
@@ -552,7 +897,7 @@ impl Connection {
         }
     }
 
-    fn read_attach(&self, sock: &SeqPacket, buf: &mut [u8]) -> Result<Box<Attach>, Refusal> {
+    fn read_attach(&self, sock: &SeqPacket, buf: &mut [u8]) -> Result<Opening, Refusal> {
         let _ = sock.set_read_timeout(Some(ATTACH_TIMEOUT));
         let got = sock.recv(buf);
         let _ = sock.set_read_timeout(None);
@@ -571,7 +916,8 @@ impl Connection {
             return Err(refuse(ErrorCode::BadMessage, "ATTACH may not carry fds"));
         }
         match Message::decode(&buf[..r.len]) {
-            Ok(Message::Attach(a)) => Ok(a),
+            Ok(Message::Attach(a)) => Ok(Opening::Attach(a)),
+            Ok(Message::Status) => Ok(Opening::Status),
             Ok(other) => Err(refuse(
                 ErrorCode::BadMessage,
                 format!("expected ATTACH, got {:?}", other.kind()),
@@ -587,10 +933,14 @@ impl Connection {
         sock: &SeqPacket,
         a: &Attach,
         peer: &Peer,
-    ) -> Result<(Feed, RankSeat, QuotaGrant), Refusal> {
+    ) -> Result<(Feed, RankSeat, QuotaGrant, u64), Refusal> {
         check_attach(a)?;
-        let path = self.registry.access.resolve_dataset(peer, &a.dataset)?;
-        let (job, seat, ranks_attached, created_job) = self.registry.seat(a, &path)?;
+        let path = self
+            .handle
+            .registry
+            .access()
+            .resolve_dataset(peer, &a.dataset)?;
+        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
         let steps = job.steps_per_epoch();
         if steps > 0 && a.start.step >= steps {
             return Err(refuse(
@@ -631,10 +981,11 @@ impl Connection {
             step: a.start.step,
         };
         let feed = self
+            .handle
             .engine
             .start_feed(job, a.rank, ring, start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
-        Ok((feed, seat, grant))
+        Ok((feed, seat, grant, layout.ring_bytes as u64))
     }
 }
 
@@ -695,6 +1046,7 @@ fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> End {
                     send_error(sock, refuse(ErrorCode::BadMessage, why.clone()));
                     return End::Violation(why);
                 }
+                ::metrics::gauge!(m::READY_SLOTS).decrement(1.0);
             }
             Ok(Message::Detach) => return End::Detached,
             Ok(other) => {
@@ -711,11 +1063,23 @@ fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> End {
     }
 }
 
+/// Where a forwarder counts the images it delivers.
+struct Delivered {
+    daemon: Arc<ServerState>,
+    job: Arc<AtomicU64>,
+}
+
 /// Sends the feed's READY and END_OF_DATA events to the client until `stop` is set, the
-/// data ends, or the client is gone.
-fn forward(id: u64, feed: &Feed, sock: &SeqPacket, stop: &AtomicBool) {
+/// data ends, or the client is gone. When the daemon drains it sends ERROR(STOPPING) and
+/// shuts the socket, which ends the connection thread's read.
+fn forward(id: u64, feed: &Feed, sock: &SeqPacket, stop: &AtomicBool, counts: &Delivered) {
     let mut bytes = Vec::with_capacity(64);
     while !stop.load(Ordering::Acquire) {
+        if counts.daemon.stopping() {
+            send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
+            sock.shutdown();
+            return;
+        }
         let msg = match feed.recv_timeout(FORWARD_POLL) {
             Ok(None) => continue,
             Ok(Some(FeedEvent::Ready(r))) => Message::Ready(ReadyMsg {
@@ -737,7 +1101,24 @@ fn forward(id: u64, feed: &Feed, sock: &SeqPacket, stop: &AtomicBool) {
             // The client is gone; the connection thread sees end of file and cleans up.
             return;
         }
+        if let Message::Ready(r) = &msg {
+            let n = u64::from(r.n);
+            counts.daemon.delivered.fetch_add(n, Ordering::Relaxed);
+            counts.job.fetch_add(n, Ordering::Relaxed);
+            ::metrics::counter!(m::IMAGES_TOTAL, "stage" => "delivered").increment(n);
+            ::metrics::gauge!(m::READY_SLOTS).increment(1.0);
+        }
         if last {
+            // Nothing more to send, but a drain must still end this connection: wait for the
+            // connection thread to finish, or tell the client the daemon stops.
+            while !stop.load(Ordering::Acquire) {
+                if counts.daemon.stopping() {
+                    send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
+                    sock.shutdown();
+                    return;
+                }
+                std::thread::sleep(FORWARD_POLL);
+            }
             return;
         }
     }

@@ -49,6 +49,8 @@ pub enum MessageType {
     Detach = 5,
     EndOfData = 6,
     Error = 7,
+    Status = 8,
+    StatusReply = 9,
 }
 
 impl MessageType {
@@ -61,6 +63,8 @@ impl MessageType {
             5 => MessageType::Detach,
             6 => MessageType::EndOfData,
             7 => MessageType::Error,
+            8 => MessageType::Status,
+            9 => MessageType::StatusReply,
             _ => return None,
         })
     }
@@ -133,6 +137,59 @@ pub struct Ready {
 pub struct Release {
     pub slot: u32,
     pub generation: u64,
+}
+
+/// Daemon → client, the answer to [`Message::Status`]: what the daemon serves now. JSON,
+/// bounded by [`MAX_MESSAGE_BYTES`] (the daemon leaves out jobs that do not fit and says so
+/// in `jobs_left_out`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonStatus {
+    pub daemon_version: String,
+    pub pid: u32,
+    pub uptime_s: f64,
+    /// The socket the daemon serves on.
+    pub socket: String,
+    /// Whether the socket came from systemd (socket activation).
+    pub activated: bool,
+    /// True once SIGTERM started the drain.
+    pub stopping: bool,
+    /// Attached ranks (all jobs).
+    pub clients: u64,
+    /// Decode backend in use (`cpu`, `cuda`).
+    pub backend: String,
+    /// Reader in use (`io_uring`, `pread`).
+    pub reader: String,
+    pub threads: u64,
+    /// Images delivered to clients since start.
+    pub images_delivered: u64,
+    /// Delivered images per second over the last few seconds.
+    pub images_per_s: f64,
+    /// Samples that could not be read or decoded since start.
+    pub bad_samples: u64,
+    /// Ring memory mapped for clients (bytes, host).
+    pub ring_bytes: u64,
+    /// Datasets registered in the config, by name.
+    pub datasets: Vec<String>,
+    pub jobs: Vec<JobStatus>,
+    /// Jobs not listed because the reply would exceed the message size limit.
+    pub jobs_left_out: u64,
+}
+
+/// One job in a [`DaemonStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStatus {
+    pub job: String,
+    pub dataset: String,
+    pub samples: u64,
+    pub world_size: u32,
+    /// Ranks attached now.
+    pub ranks: Vec<u32>,
+    pub batch_size: u32,
+    pub steps_per_epoch: u64,
+    /// Images delivered to this job's ranks.
+    pub images_delivered: u64,
 }
 
 /// Error codes. Stable numbers: never renumber, only add.
@@ -223,6 +280,9 @@ pub enum Message {
     Detach,
     EndOfData,
     Error(ErrorMessage),
+    /// Client → daemon, the only message of a status connection (no body).
+    Status,
+    StatusReply(Box<DaemonStatus>),
 }
 
 /// Why bytes are not a message.
@@ -286,6 +346,8 @@ impl Message {
             Message::Detach => MessageType::Detach,
             Message::EndOfData => MessageType::EndOfData,
             Message::Error(_) => MessageType::Error,
+            Message::Status => MessageType::Status,
+            Message::StatusReply(_) => MessageType::StatusReply,
         }
     }
 
@@ -327,7 +389,10 @@ impl Message {
                 out.extend_from_slice(&r.slot.to_le_bytes());
                 out.extend_from_slice(&r.generation.to_le_bytes());
             }
-            Message::Detach | Message::EndOfData => {}
+            Message::StatusReply(s) => {
+                serde_json::to_writer(&mut *out, s).map_err(|e| EncodeError::Json(e.to_string()))?
+            }
+            Message::Detach | Message::EndOfData | Message::Status => {}
             Message::Error(e) => {
                 out.extend_from_slice(&(e.code as u16).to_le_bytes());
                 out.extend_from_slice(e.message.as_bytes());
@@ -415,6 +480,13 @@ impl Message {
                 want(0)?;
                 Message::EndOfData
             }
+            MessageType::Status => {
+                want(0)?;
+                Message::Status
+            }
+            MessageType::StatusReply => {
+                Message::StatusReply(Box::new(serde_json::from_slice(body).map_err(json_err)?))
+            }
             MessageType::Error => {
                 let Some((code, text)) = body.split_first_chunk::<2>() else {
                     return Err(DecodeError::BodyLength {
@@ -501,6 +573,19 @@ mod tests {
             }),
             Message::Detach,
             Message::EndOfData,
+            Message::Status,
+            Message::StatusReply(Box::new(DaemonStatus {
+                daemon_version: "0.1.0".into(),
+                pid: 42,
+                clients: 2,
+                backend: "cpu".into(),
+                jobs: vec![JobStatus {
+                    job: "j".into(),
+                    ranks: vec![0, 1],
+                    ..JobStatus::default()
+                }],
+                ..DaemonStatus::default()
+            })),
             Message::error(
                 ErrorCode::SpecMismatch,
                 "spec differs from the job's in dtype",

@@ -23,6 +23,8 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
     Decode(cli::decode_file::DecodeArgs),
+    /// Ask the running daemon what it serves: jobs, ranks, img/s, backend, errors.
+    Status(cli::status::StatusArgs),
     /// Write a generated dataset of realistic JPEGs (ImageFolder layout).
     Synth(cli::synth::SynthArgs),
 }
@@ -40,6 +42,7 @@ fn main() {
         Command::Bench(a) => cli::bench::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Decode(a) => cli::decode_file::run(a),
+        Command::Status(a) => cli::status::run(a),
         Command::Synth(a) => cli::synth::run(a),
     };
     std::process::exit(code);

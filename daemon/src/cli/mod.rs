@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod decode_file;
+pub mod status;
 pub mod synth;
 
 /// Exit code: success.

@@ -1,0 +1,268 @@
+//! `stoker status`: asks the running daemon over its socket (a STATUS message instead of
+//! ATTACH) and prints what it serves: jobs, ranks, throughput, backend, errors. `--json`
+//! prints the daemon's reply as is, for scripts.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use stoker::protocol::{DaemonStatus, Message, MAX_MESSAGE_BYTES};
+use stoker::sock::SeqPacket;
+
+/// How long the daemon may take to answer.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Exit code when no daemon answers.
+pub const EXIT_NO_DAEMON: i32 = 3;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's socket. Default: $STOKER_SOCKET, else the default path for this user
+    /// (/run/stoker/stoker.sock for root, $XDG_RUNTIME_DIR/stoker.sock, /tmp/stoker-<uid>.sock).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Print the daemon's reply as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("cannot reach the daemon at {}: {source}", path.display())]
+    Connect {
+        path: PathBuf,
+        source: stoker::sock::SockError,
+    },
+    #[error("talking to the daemon: {0}")]
+    Socket(#[from] stoker::sock::SockError),
+    #[error("the daemon closed the connection without answering")]
+    Closed,
+    #[error("the daemon's answer: {0}")]
+    Protocol(String),
+}
+
+/// Asks the daemon at `socket` for its status.
+pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
+    let sock = SeqPacket::connect(socket).map_err(|source| StatusError::Connect {
+        path: socket.to_owned(),
+        source,
+    })?;
+    let bytes = Message::Status
+        .encode()
+        .map_err(|e| StatusError::Protocol(e.to_string()))?;
+    sock.send(&bytes, &[])?;
+    sock.set_read_timeout(Some(STATUS_TIMEOUT))?;
+    let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+    let Some(r) = sock.recv(&mut buf)? else {
+        return Err(StatusError::Closed);
+    };
+    match Message::decode(&buf[..r.len]) {
+        Ok(Message::StatusReply(s)) => Ok(*s),
+        Ok(Message::Error(e)) => Err(StatusError::Protocol(format!("{}: {}", e.code, e.message))),
+        Ok(other) => Err(StatusError::Protocol(format!(
+            "expected STATUS_REPLY, got {:?}",
+            other.kind()
+        ))),
+        Err(e) => Err(StatusError::Protocol(e.to_string())),
+    }
+}
+
+pub fn run(args: &StatusArgs) -> i32 {
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(crate::config::default_socket_path);
+    match query(&socket) {
+        Ok(s) if args.json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s).expect("status serialises")
+            );
+            super::EXIT_OK
+        }
+        Ok(s) => {
+            print!("{}", render(&s));
+            super::EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("stoker status: {e}");
+            EXIT_NO_DAEMON
+        }
+    }
+}
+
+/// The table a person reads.
+pub fn render(s: &DaemonStatus) -> String {
+    let mut out = String::new();
+    let state = if s.stopping { "stopping" } else { "serving" };
+    out.push_str(&format!(
+        "stokerd {} (pid {}) {state} on {}{} for {}\n",
+        s.daemon_version,
+        s.pid,
+        s.socket,
+        if s.activated {
+            " (socket-activated)"
+        } else {
+            ""
+        },
+        human_duration(s.uptime_s)
+    ));
+    out.push_str(&format!(
+        "backend {}  reader {}  threads {}  clients {}  {:.0} img/s  delivered {}  bad samples {}  rings {}\n",
+        s.backend,
+        s.reader,
+        s.threads,
+        s.clients,
+        s.images_per_s,
+        s.images_delivered,
+        s.bad_samples,
+        human_bytes(s.ring_bytes)
+    ));
+    if !s.datasets.is_empty() {
+        out.push_str(&format!("datasets: {}\n", s.datasets.join(", ")));
+    }
+    if s.jobs.is_empty() {
+        out.push_str("no jobs\n");
+        return out;
+    }
+    let header = [
+        "JOB",
+        "DATASET",
+        "SAMPLES",
+        "RANKS",
+        "BATCH",
+        "STEPS/EPOCH",
+        "DELIVERED",
+    ];
+    let rows: Vec<[String; 7]> = s
+        .jobs
+        .iter()
+        .map(|j| {
+            [
+                j.job.clone(),
+                j.dataset.clone(),
+                j.samples.to_string(),
+                format!("{}/{} {}", j.ranks.len(), j.world_size, rank_list(&j.ranks)),
+                j.batch_size.to_string(),
+                j.steps_per_epoch.to_string(),
+                j.images_delivered.to_string(),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(width).enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            l.push_str(&format!("{c:<w$}"));
+        }
+        l.trim_end().to_owned() + "\n"
+    };
+    out.push_str(&line(header.to_vec()));
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    if s.jobs_left_out > 0 {
+        out.push_str(&format!(
+            "({} more jobs not shown: the reply hit the message size limit)\n",
+            s.jobs_left_out
+        ));
+    }
+    out
+}
+
+/// `[0-3,5]`.
+fn rank_list(ranks: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let start = ranks[i];
+        let mut end = start;
+        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
+            i += 1;
+            end = ranks[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    format!("[{}]", parts.join(","))
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn human_duration(s: f64) -> String {
+    let s = s as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker::protocol::JobStatus;
+
+    #[test]
+    fn renders_a_table() {
+        let s = DaemonStatus {
+            daemon_version: "0.1.0".into(),
+            pid: 7,
+            uptime_s: 125.0,
+            socket: "/run/stoker/stoker.sock".into(),
+            backend: "cpu".into(),
+            reader: "io_uring".into(),
+            clients: 3,
+            images_per_s: 1234.4,
+            ring_bytes: 3 << 20,
+            jobs: vec![JobStatus {
+                job: "resnet".into(),
+                dataset: "imagenet".into(),
+                samples: 1000,
+                world_size: 4,
+                ranks: vec![0, 1, 2],
+                batch_size: 256,
+                steps_per_epoch: 1,
+                images_delivered: 768,
+            }],
+            ..DaemonStatus::default()
+        };
+        let t = render(&s);
+        assert!(t.contains("serving on /run/stoker/stoker.sock"), "{t}");
+        assert!(t.contains("2m05s"), "{t}");
+        assert!(t.contains("1234 img/s"), "{t}");
+        assert!(t.contains("3.0 MiB"), "{t}");
+        assert!(t.contains("JOB     DATASET   SAMPLES  RANKS"), "{t}");
+        assert!(t.contains("resnet  imagenet  1000     3/4 [0-2]"), "{t}");
+    }
+
+    #[test]
+    fn rank_lists_collapse_runs() {
+        assert_eq!(rank_list(&[0, 1, 2, 5, 7, 8]), "[0-2,5,7-8]");
+        assert_eq!(rank_list(&[]), "[]");
+    }
+}
