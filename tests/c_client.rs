@@ -64,7 +64,12 @@ fn c_client_reports_a_missing_daemon_with_the_connect_error() {
         return;
     };
     let sock = dir.path().join("nobody.sock");
-    let out = run(&exe, &[sock.to_str().unwrap(), "/data", "1", "4", "32"]);
+    // No retrying for a daemon that is not coming (the default waits 10 s).
+    let out = Command::new(&exe)
+        .args([sock.to_str().unwrap(), "/data", "1", "4", "32"])
+        .env("STOKER_CONNECT_TIMEOUT", "0")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("STOKER_ERR_CONNECT"), "{stderr}");
