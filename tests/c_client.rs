@@ -53,8 +53,14 @@ fn build_client(dir: &Path, test: &str) -> Option<PathBuf> {
     Some(exe)
 }
 
+/// Runs the C client. It does not retry connecting: every test here starts its daemon first,
+/// and the missing-daemon test would otherwise wait the 10 s default.
 fn run(exe: &Path, args: &[&str]) -> Output {
-    Command::new(exe).args(args).output().unwrap()
+    Command::new(exe)
+        .args(args)
+        .env("STOKER_CONNECT_TIMEOUT", "0")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -64,12 +70,7 @@ fn c_client_reports_a_missing_daemon_with_the_connect_error() {
         return;
     };
     let sock = dir.path().join("nobody.sock");
-    // No retrying for a daemon that is not coming (the default waits 10 s).
-    let out = Command::new(&exe)
-        .args([sock.to_str().unwrap(), "/data", "1", "4", "32"])
-        .env("STOKER_CONNECT_TIMEOUT", "0")
-        .output()
-        .unwrap();
+    let out = run(&exe, &[sock.to_str().unwrap(), "/data", "1", "4", "32"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("STOKER_ERR_CONNECT"), "{stderr}");
