@@ -53,8 +53,14 @@ fn build_client(dir: &Path, test: &str) -> Option<PathBuf> {
     Some(exe)
 }
 
+/// Runs the C client. It does not retry connecting: every test here starts its daemon first,
+/// and the missing-daemon test would otherwise wait the 10 s default.
 fn run(exe: &Path, args: &[&str]) -> Output {
-    Command::new(exe).args(args).output().unwrap()
+    Command::new(exe)
+        .args(args)
+        .env("STOKER_CONNECT_TIMEOUT", "0")
+        .output()
+        .unwrap()
 }
 
 #[test]

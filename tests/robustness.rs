@@ -936,3 +936,63 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
     stop.store(true, Ordering::Relaxed);
     good.join().unwrap();
 }
+
+/// Set in the child process of `a_process_of_another_uid_is_refused_by_its_credentials`: the
+/// socket to attach to.
+const UID_CHILD_ENV: &str = "STOKER_TEST_UID_CHILD";
+/// The uid the child runs as (nobody).
+const CHILD_UID: u32 = 65534;
+
+/// Not a test on its own: the client process, running as another uid, that the credential
+/// test starts. Without the variable it does nothing.
+#[test]
+fn child_attaches_as_another_uid() {
+    let Some(socket) = std::env::var_os(UID_CHILD_ENV) else {
+        return;
+    };
+    let err = Client::attach(
+        Path::new(&socket),
+        options("/nowhere", "j", 0, 1, spec(2, 8, Some(1))),
+    )
+    .expect_err("a process of another uid was let in");
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
+    assert!(
+        err.to_string().contains(&format!("uid {CHILD_UID}")),
+        "{err}"
+    );
+    println!("refused as expected: {err}");
+}
+
+#[test]
+fn a_process_of_another_uid_is_refused_by_its_credentials() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "SKIP a_process_of_another_uid_is_refused_by_its_credentials: needs root to start \
+             a client as uid {CHILD_UID}"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The default rules: the daemon's own uid (root) only.
+    let daemon = Daemon::start(dir.path(), &["--threads", "1"]);
+    // Let the other uid reach the socket, so that only the credential check stands.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_attaches_as_another_uid", "--nocapture"])
+        .env(UID_CHILD_ENV, daemon.socket())
+        .uid(CHILD_UID)
+        .gid(CHILD_UID)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed: {text}");
+    assert!(text.contains("refused as expected"), "{text}");
+}

@@ -395,6 +395,20 @@ fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
             Err(e) => panic!("re-attach failed: {e}"),
         }
     };
-    let steps: Vec<u64> = drain(&mut resumed).iter().map(|s| s.step).collect();
+    let rest = drain(&mut resumed);
+    let steps: Vec<u64> = rest.iter().map(|s| s.step).collect();
     assert_eq!(steps, vec![2, 3, 4, 5]);
+
+    // The resumed batches equal an uninterrupted run's from the same step on (batches depend
+    // on the job's terms, not its key).
+    let mut reference =
+        Client::attach(daemon.socket(), options(&data, "kill-ref", 0, 2, 2)).unwrap();
+    let whole = drain(&mut reference);
+    assert_eq!(whole.len(), 6);
+    for (a, b) in rest.iter().zip(&whole[2..]) {
+        assert_eq!(a.step, b.step);
+        assert_eq!(a.indices, b.indices, "step {}", a.step);
+        assert_eq!(a.labels, b.labels, "step {}", a.step);
+        assert!(a.images == b.images, "step {}: pixels differ", a.step);
+    }
 }

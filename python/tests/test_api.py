@@ -32,7 +32,9 @@ def test_struct_sizes_match_the_c_abi():
     assert (o.size, o.rank, o.world_size, o.seed) == (80, 0, 1, 0)
 
 
-def test_missing_daemon_raises_connect_error(tmp_path):
+def test_missing_daemon_raises_connect_error(tmp_path, monkeypatch):
+    # No retrying for a daemon that is not coming (the default waits 10 s).
+    monkeypatch.setenv("STOKER_CONNECT_TIMEOUT", "0")
     loader = stoker.Loader(tmp_path, batch_size=4, crop=32, socket=tmp_path / "nobody.sock")
     with pytest.raises(stoker.ConnectError) as e:
         next(iter(loader))
