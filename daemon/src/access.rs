@@ -38,6 +38,9 @@ pub enum AccessError {
     /// The dataset may not be named by this client.
     #[error("{0}")]
     Dataset(String),
+    /// A bare name that is not in the registry (and so not a path either).
+    #[error("{0}")]
+    UnknownName(String),
     /// A quota or limit would be exceeded.
     #[error("{0}")]
     Quota(String),
@@ -169,10 +172,17 @@ impl AccessPolicy {
             return refuse("a path may not contain '..' components".into());
         }
         if !path.is_absolute() {
-            return refuse(format!(
-                "not a registered dataset (registered: {:?}) and not an absolute path",
+            let message = format!(
+                "dataset {name:?}: not a registered dataset (registered: {:?}) and not an \
+                 absolute path",
                 self.registry.keys().collect::<Vec<_>>()
-            ));
+            );
+            // A bare name is a dataset the daemon does not know; a relative path breaks a rule.
+            return Err(if name.contains('/') {
+                AccessError::Dataset(message)
+            } else {
+                AccessError::UnknownName(message)
+            });
         }
         if self.roots.is_empty() {
             if self.is_owner(peer) {

@@ -226,6 +226,7 @@ impl From<AccessError> for Refusal {
     fn from(e: AccessError) -> Refusal {
         let code = match e {
             AccessError::Peer(_) | AccessError::Dataset(_) => ErrorCode::PermissionDenied,
+            AccessError::UnknownName(_) => ErrorCode::UnknownDataset,
             AccessError::Quota(_) => ErrorCode::Quota,
         };
         refuse(code, e.to_string())
