@@ -4,52 +4,22 @@
 //! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
 //! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
 
+pub mod daemon_proc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
 pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
-    use turbojpeg_sys as tj;
-    assert_eq!(rgb.len(), width as usize * height as usize * 3);
-    // SAFETY: tj3Init has no preconditions; a null result is checked below.
-    let handle = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as libc::c_int) };
-    assert!(!handle.is_null(), "tj3Init failed");
-    let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
-    let mut size: tj::size_t = 0;
-    // SAFETY: `handle` is a live compressor; `rgb` holds width*height RGB pixels (asserted);
-    // with a null `buf` TurboJPEG allocates the output, freed below with tj3Free.
-    let rc = unsafe {
-        tj::tj3Set(handle, tj::TJPARAM_TJPARAM_QUALITY as libc::c_int, quality);
-        tj::tj3Set(
-            handle,
-            tj::TJPARAM_TJPARAM_SUBSAMP as libc::c_int,
-            tj::TJSAMP_TJSAMP_420 as libc::c_int,
-        );
-        tj::tj3Compress8(
-            handle,
-            rgb.as_ptr(),
-            width as libc::c_int,
-            0,
-            height as libc::c_int,
-            tj::TJPF_TJPF_RGB as libc::c_int,
-            &mut buf,
-            &mut size,
-        )
+    use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
+    let opts = EncodeOptions {
+        quality: quality.clamp(1, 100) as u8,
+        ..EncodeOptions::default()
     };
-    let out = (rc == 0).then(|| {
-        // SAFETY: on success `buf` holds `size` bytes written by TurboJPEG.
-        unsafe { std::slice::from_raw_parts(buf, size as usize) }.to_vec()
-    });
-    // SAFETY: `buf` (if any) came from TurboJPEG and is freed once; the handle is destroyed
-    // once.
-    unsafe {
-        if !buf.is_null() {
-            tj::tj3Free(buf.cast());
-        }
-        tj::tj3Destroy(handle);
-    }
-    out.expect("tj3Compress8 failed")
+    JpegEncoder::new()
+        .and_then(|mut e| e.encode_rgb(rgb, width, height, &opts))
+        .expect("encode a test JPEG")
 }
 
 /// A smooth synthetic image whose colours depend on `seed`, so samples differ.
@@ -88,28 +58,9 @@ pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) 
     n
 }
 
-/// The `stokerd` binary of this build: next to the test executable's parent
-/// (`target/<profile>/stokerd`), built with cargo if it is not there yet.
+/// The `stokerd` binary of this build (`$STOKERD` if set), built if missing.
 pub fn stokerd_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable lives in target/<profile>/deps");
-    let path = dir.join("stokerd");
-    if !path.exists() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "stoker-daemon", "--bins"])
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build -p stoker-daemon --bins failed"
-        );
-    }
-    assert!(path.exists(), "no stokerd at {}", path.display());
-    path
+    daemon_proc::stokerd_path().unwrap_or_else(|e| panic!("no stokerd: {e}"))
 }
 
 /// A running `stokerd` on a socket in a temp dir; killed (SIGKILL) and reaped on drop.
@@ -122,14 +73,30 @@ impl Daemon {
     /// Starts `stokerd --socket <dir>/stoker.sock` with `extra` flags and waits until it
     /// accepts connections.
     pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with(dir, extra, Stdio::inherit())
+    }
+
+    /// As [`Daemon::start`], appending the daemon's log (stderr) to `log`.
+    pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Daemon {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        Daemon::start_with(dir, extra, Stdio::from(file))
+    }
+
+    fn start_with(dir: &Path, extra: &[&str], stderr: Stdio) -> Daemon {
         let socket = dir.join("stoker.sock");
         let child = Command::new(stokerd_path())
             .arg("--socket")
             .arg(&socket)
             .args(extra)
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .stdin(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn stokerd");
         let mut d = Daemon { child, socket };
@@ -163,6 +130,59 @@ impl Daemon {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Open fds of the daemon (entries of `/proc/<pid>/fd`).
+    pub fn fd_count(&self) -> usize {
+        proc_fd_targets(self.pid()).len()
+    }
+
+    /// Rings the daemon holds open: its fds on a `stoker-ring` memfd.
+    pub fn ring_count(&self) -> usize {
+        proc_fd_targets(self.pid())
+            .iter()
+            .filter(|t| t.contains("memfd:stoker-ring"))
+            .count()
+    }
+
+    /// Resident memory of the daemon in KiB (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> u64 {
+        proc_rss_kib(self.pid())
+    }
+}
+
+/// Where each fd of process `pid` points (`readlink /proc/<pid>/fd/*`).
+pub fn proc_fd_targets(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect()
+}
+
+/// `VmRSS` of process `pid` in KiB, 0 when unknown.
+pub fn proc_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 impl Drop for Daemon {

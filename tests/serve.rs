@@ -276,7 +276,9 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
 fn no_daemon_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stoker.sock");
-    let err = Client::attach(&path, options(dir.path(), "j", 0, 1, 2)).unwrap_err();
+    let mut o = options(dir.path(), "j", 0, 1, 2);
+    o.connect_timeout = Duration::ZERO;
+    let err = Client::attach(&path, o).unwrap_err();
     assert!(matches!(err, ClientError::NoDaemon(_)));
     assert_eq!(
         err.to_string(),

@@ -113,20 +113,15 @@ pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
 
     let mut started: Option<(Instant, f64, StageTotals)> = None;
     let (mut images, mut batches) = (0u64, 0u64);
-    loop {
-        match feed.recv()? {
-            FeedEvent::Ready(ready) => {
-                if ready.epoch >= opts.warmup_epochs {
-                    if started.is_none() {
-                        started = Some((Instant::now(), process_cpu_seconds(), engine.stats()));
-                    }
-                    images += ready.n as u64;
-                    batches += 1;
-                }
-                feed.release(ready.slot, ready.generation)?;
+    while let FeedEvent::Ready(ready) = feed.recv()? {
+        if ready.epoch >= opts.warmup_epochs {
+            if started.is_none() {
+                started = Some((Instant::now(), process_cpu_seconds(), engine.stats()));
             }
-            FeedEvent::EndOfData => break,
+            images += ready.n as u64;
+            batches += 1;
         }
+        feed.release(ready.slot, ready.generation)?;
     }
     let (t0, cpu0, stats0) =
         started.unwrap_or((Instant::now(), process_cpu_seconds(), engine.stats()));

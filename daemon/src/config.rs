@@ -124,6 +124,9 @@ pub struct LimitsConfig {
     pub max_job_ring_bytes: u64,
     pub max_clients: usize,
     pub max_jobs: usize,
+    /// Bad-sample log lines per second; past it lines are counted and reported as
+    /// "suppressed K" (each bad file is logged once anyway).
+    pub log_bad_samples_per_second: u32,
 }
 
 impl Default for LimitsConfig {
@@ -135,6 +138,7 @@ impl Default for LimitsConfig {
             max_job_ring_bytes: DEFAULT_MAX_JOB_RING_BYTES,
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
+            log_bad_samples_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
         }
     }
 }

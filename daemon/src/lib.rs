@@ -4,7 +4,9 @@
 //! `sampler` → `reader` (io_uring) → `decode` (libjpeg-turbo / nvJPEG) → `augment` (fused
 //! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
 
+pub mod access;
 pub mod augment;
+pub mod badsample;
 pub mod bench;
 pub mod cli;
 pub mod config;
@@ -13,6 +15,7 @@ pub mod decode;
 pub mod logging;
 pub mod metrics;
 pub mod pipeline;
+pub mod ratelimit;
 pub mod reader;
 pub mod rng;
 pub mod sampler;

@@ -29,9 +29,9 @@ use stoker::spec::PipelineSpec;
 use stoker_kernels::reference::RgbImage;
 
 use crate::augment::{sample_params, Augmenter};
+use crate::badsample::{BadCounts, BadSample, BadSampleLog};
 use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
-use crate::logging::{Verdict, BAD_SAMPLE_LOG};
 use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
@@ -101,6 +101,9 @@ pub struct EngineConfig {
     pub reader: ReaderKind,
     pub limits: Limits,
     pub policy: BadSamplePolicy,
+    /// Bad-sample log lines per second (each bad file is logged once; see
+    /// [`crate::badsample`]).
+    pub bad_log_per_second: u32,
 }
 
 impl Default for EngineConfig {
@@ -110,6 +113,7 @@ impl Default for EngineConfig {
             reader: ReaderKind::Auto,
             limits: Limits::default(),
             policy: BadSamplePolicy::Skip,
+            bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
         }
     }
 }
@@ -271,6 +275,8 @@ pub struct StageStats {
     pub decode_ns: AtomicU64,
     pub augment_ns: AtomicU64,
     pub batches: AtomicU64,
+    /// `bad`, split by reason code.
+    pub bad_by_reason: BadCounts,
 }
 
 /// A snapshot of [`StageStats`].
@@ -314,6 +320,7 @@ struct Shared {
     work: Condvar,
     config: EngineConfig,
     stats: StageStats,
+    bad_log: BadSampleLog,
 }
 
 #[derive(Default)]
@@ -355,6 +362,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             sched: Mutex::new(Sched::default()),
             work: Condvar::new(),
+            bad_log: BadSampleLog::new(config.bad_log_per_second),
             config,
             stats: StageStats::default(),
         });
@@ -386,6 +394,11 @@ impl Engine {
 
     pub fn stats(&self) -> StageTotals {
         self.shared.stats.totals()
+    }
+
+    /// Bad samples met so far, by reason code (see [`crate::badsample::REASONS`]).
+    pub fn bad_by_reason(&self) -> BTreeMap<&'static str, u64> {
+        self.shared.stats.bad_by_reason.snapshot()
     }
 
     /// Starts filling `ring` for `rank` of `job` from `start` on.
@@ -790,10 +803,13 @@ impl Worker {
         let count = self.chunk_indices.len();
 
         let t0 = Instant::now();
+        let max_file_bytes = self.shared.config.limits.max_file_bytes;
+        // Samples over the size limit are read as 0 bytes and reported as `file_too_large`
+        // below: a huge file is never read into memory.
         let requests: Vec<ReadRequest<'_>> = self
             .chunk_indices
             .iter()
-            .map(|&i| request(&job.dataset, i))
+            .map(|&i| capped(request(&job.dataset, i), max_file_bytes))
             .collect();
         let results = self.reader.read_batch(&requests, &mut self.bufs[..count]);
         drop(requests);
@@ -820,33 +836,27 @@ impl Worker {
                     layout.image_bytes,
                 )
             };
-            let first = match read {
-                Ok(()) => {
+            let first = match (too_large(&job.dataset, index, max_file_bytes), read) {
+                (Some(bad), _) => Err(bad),
+                (None, Ok(())) => {
                     let data = std::mem::take(&mut self.bufs[k]);
                     let r = self.process(job, &data, index, chunk.pos, out);
                     self.bufs[k] = data;
-                    r.map_err(|e| ("decode", e))
+                    r
                 }
-                Err(e) => Err(("read", e.to_string())),
+                (None, Err(e)) => Err(BadSample::from(&e)),
             };
             let (status, delivered) = match first {
                 Ok(()) => (SampleStatus::Ok, index),
-                Err((kind, reason)) => {
+                Err(bad) => {
+                    // Counted every time it is met, by reason; logged once per file,
+                    // rate-limited (crate::badsample).
                     stats.bad.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => kind).increment(1);
-                    if let Verdict::Log { suppressed_before } = BAD_SAMPLE_LOG.check() {
-                        if suppressed_before > 0 {
-                            tracing::warn!(
-                                suppressed = suppressed_before,
-                                "bad-sample lines suppressed (rate limit); see stoker_bad_samples_total"
-                            );
-                        }
-                        tracing::warn!(
-                            sample = %job.dataset.display_name(index as usize),
-                            %reason,
-                            "bad sample"
-                        );
-                    }
+                    stats.bad_by_reason.add(bad.reason);
+                    metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => bad.reason).increment(1);
+                    self.shared
+                        .bad_log
+                        .log(&job.dataset.display_name(index as usize), &bad);
                     match self.shared.config.policy {
                         BadSamplePolicy::Skip => match self.replace(job, index, chunk.pos, out) {
                             Some(other) => (SampleStatus::Replaced, other),
@@ -887,7 +897,7 @@ impl Worker {
         }
     }
 
-    /// Decodes and augments one sample into `out`; the error is the reason, for the log.
+    /// Decodes and augments one sample into `out`; the error says why it is bad.
     fn process(
         &mut self,
         job: &Job,
@@ -895,10 +905,10 @@ impl Worker {
         index: u64,
         pos: Position,
         out: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), BadSample> {
         let stats = &self.shared.stats;
         let t0 = Instant::now();
-        let header = probe(data).map_err(|e| e.to_string())?;
+        let header = probe(data)?;
         let (crop, flip) = sample_params(
             &job.spec,
             header.width,
@@ -907,10 +917,12 @@ impl Worker {
             pos.epoch,
             index,
         );
-        let within = self
-            .decoder
-            .decode_for_crop(data, crop, job.spec.crop.output_size(), &mut self.image)
-            .map_err(|e| e.to_string())?;
+        let within = self.decoder.decode_for_crop(
+            data,
+            crop,
+            job.spec.crop.output_size(),
+            &mut self.image,
+        )?;
         let t1 = Instant::now();
         self.augmenter
             .augment_into(&self.image, within, flip, &job.spec, out);
@@ -937,6 +949,10 @@ impl Worker {
             if other == bad {
                 continue;
             }
+            let max_file_bytes = self.shared.config.limits.max_file_bytes;
+            if too_large(&job.dataset, other, max_file_bytes).is_some() {
+                continue;
+            }
             let req = [request(&job.dataset, other)];
             let ok = self.reader.read_batch(&req, &mut self.replacement_buf[..1]);
             if ok.into_iter().next().is_some_and(|r| r.is_ok()) {
@@ -958,6 +974,26 @@ fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
         path: s.path,
         offset: s.offset,
         len: s.len,
+    }
+}
+
+/// `file_too_large` when the indexed length of sample `index` is over `max_file_bytes`.
+fn too_large(dataset: &Dataset, index: u64, max_file_bytes: u64) -> Option<BadSample> {
+    let len = dataset.sample(index as usize).len;
+    (len > max_file_bytes).then(|| {
+        BadSample::from(DecodeError::FileTooLarge {
+            len,
+            limit: max_file_bytes,
+        })
+    })
+}
+
+/// `req`, or an empty read of it when it is over `max_file_bytes`.
+fn capped(req: ReadRequest<'_>, max_file_bytes: u64) -> ReadRequest<'_> {
+    if req.len > max_file_bytes {
+        ReadRequest { len: 0, ..req }
+    } else {
+        req
     }
 }
 

@@ -19,16 +19,20 @@
 //!   [`ServerHandle::stop`], every forwarder then sends ERROR(STOPPING) "daemon stopping" and
 //!   shuts its socket, so connection threads end, feeds stop and rings are unmapped. Datasets
 //!   registered by name come from the config and are replaced on reload
-//!   ([`ServerHandle::set_datasets`]); jobs already running keep the path they opened. A STATUS
+//!   ([`ServerHandle::set_access`]); jobs already running keep the path they opened. A STATUS
 //!   message instead of ATTACH gets a [`DaemonStatus`] and the connection closes.
 //!
 //! # Limitations
+//! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
+//!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
+//!   says which rule refused it.
+//!
+//! # Limitations
 //! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing. Datasets are named by path; registered names, allowed roots,
-//!   peer credential checks and quotas come with the security work.
+//!   wait on a slow first indexing.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -45,6 +49,7 @@ use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 use stoker::spec::PipelineSpec;
 
+use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
 use crate::dataset::{Dataset, OpenOptions};
 use crate::metrics as m;
 use crate::pipeline::{
@@ -55,6 +60,8 @@ use crate::pipeline::{
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Why a connection that hung up without a word ended (a liveness probe, typically).
 const CLOSED_BEFORE_ATTACH: &str = "closed before ATTACH";
+/// How long a refused peer's first message is waited for before the refusal is sent.
+const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 /// How often a forwarder looks up from its feed to see whether the connection ended.
 const FORWARD_POLL: Duration = Duration::from_millis(50);
 /// How long the accept loop waits before it looks at the stop flag (and beats the heart).
@@ -70,8 +77,10 @@ pub struct ServerConfig {
     /// Slots in each rank's ring.
     pub slots: usize,
     pub engine: EngineConfig,
-    /// Datasets clients may name instead of a path (from the config's `[datasets]`).
-    pub datasets: BTreeMap<String, PathBuf>,
+    /// Who may attach and which datasets they may name.
+    pub access: AccessPolicy,
+    /// Ring memory quotas and limits on clients and jobs.
+    pub quotas: QuotaLimits,
 }
 
 /// Why the server could not start or stopped.
@@ -181,11 +190,22 @@ struct JobEntry {
     delivered: Arc<AtomicU64>,
 }
 
-/// Job key → job, and the registered dataset names. Shared by every connection.
-#[derive(Default)]
+/// Job key → job, and the access rules (registered datasets among them), which a reload
+/// replaces. Shared by every connection.
 struct Registry {
     jobs: Mutex<HashMap<String, JobEntry>>,
-    datasets: RwLock<BTreeMap<String, PathBuf>>,
+    access: RwLock<AccessPolicy>,
+    max_jobs: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(AccessPolicy::permissive_for_owner()),
+            max_jobs: usize::MAX,
+        }
+    }
 }
 
 /// A refusal sent to the client before the connection closes.
@@ -199,6 +219,16 @@ fn refuse(code: ErrorCode, message: impl Into<String>) -> Refusal {
     Refusal {
         code,
         message: message.into(),
+    }
+}
+
+impl From<AccessError> for Refusal {
+    fn from(e: AccessError) -> Refusal {
+        let code = match e {
+            AccessError::Peer(_) | AccessError::Dataset(_) => ErrorCode::PermissionDenied,
+            AccessError::Quota(_) => ErrorCode::Quota,
+        };
+        refuse(code, e.to_string())
     }
 }
 
@@ -225,10 +255,15 @@ impl Drop for RankSeat {
 }
 
 impl Registry {
-    /// Checks an attach against the job it names, creating the job for its first rank, and
-    /// takes the rank's seat. Returns the job, the seat, how many ranks are now attached,
-    /// and whether this attach created the job.
-    fn seat(self: &Arc<Self>, a: &Attach) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
+    /// Checks an attach against the job it names, creating the job for its first rank (from
+    /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
+    /// Returns the job, the seat, how many ranks are now attached, and whether this attach
+    /// created the job.
+    fn seat(
+        self: &Arc<Self>,
+        a: &Attach,
+        path: &Path,
+    ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
         let terms = JobTerms::of(a);
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let created = !jobs.contains_key(&a.job);
@@ -246,9 +281,23 @@ impl Registry {
                 ));
             }
         } else {
-            let path = self.resolve(&a.dataset)?;
-            let dataset = Dataset::open(&path, &OpenOptions::default())
+            if jobs.len() >= self.max_jobs {
+                return Err(refuse(
+                    ErrorCode::Quota,
+                    format!(
+                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                        a.job,
+                        jobs.len(),
+                        self.max_jobs
+                    ),
+                ));
+            }
+            let dataset = Dataset::open(path, &OpenOptions::default())
                 .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
+            self.access
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .check_dataset_files(&a.dataset, &dataset)?;
             let job =
                 Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
                     match e {
@@ -289,24 +338,6 @@ impl Registry {
             entry.ranks.len() as u32,
             created,
         ))
-    }
-}
-
-impl Registry {
-    /// A registered name → its path; anything else is taken as a path.
-    fn resolve(&self, dataset: &str) -> Result<PathBuf, Refusal> {
-        let names = self.datasets.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = names.get(dataset) {
-            return Ok(p.clone());
-        }
-        if !dataset.contains('/') {
-            let known: Vec<&str> = names.keys().map(String::as_str).collect();
-            return Err(refuse(
-                ErrorCode::UnknownDataset,
-                format!("dataset {dataset:?} is not registered (registered: {known:?}) and is not a path"),
-            ));
-        }
-        Ok(PathBuf::from(dataset))
     }
 }
 
@@ -360,6 +391,7 @@ pub struct ServerHandle {
     state: Arc<ServerState>,
     registry: Arc<Registry>,
     engine: Arc<Engine>,
+    quotas: Arc<Quotas>,
     socket: PathBuf,
     activated: bool,
 }
@@ -391,13 +423,21 @@ impl ServerHandle {
         true
     }
 
-    /// Replaces the registered datasets (config reload). Running jobs keep what they opened.
-    pub fn set_datasets(&self, datasets: BTreeMap<String, PathBuf>) {
+    /// Replaces the access rules and registered datasets (config reload). Running jobs keep
+    /// what they opened; attached clients are not checked again.
+    pub fn set_access(&self, access: AccessPolicy) {
         *self
             .registry
-            .datasets
+            .access
             .write()
-            .unwrap_or_else(|e| e.into_inner()) = datasets;
+            .unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    fn access(&self) -> std::sync::RwLockReadGuard<'_, AccessPolicy> {
+        self.registry
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the server still works: the accept loop looked up within `max_age` and the
@@ -496,14 +536,7 @@ impl ServerHandle {
             images_per_s: self.rate(),
             bad_samples: totals.bad,
             ring_bytes: self.state.ring_bytes.load(Ordering::Relaxed),
-            datasets: self
-                .registry
-                .datasets
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .keys()
-                .cloned()
-                .collect(),
+            datasets: self.access().dataset_names(),
             jobs,
             jobs_left_out: 0,
         }
@@ -534,6 +567,7 @@ pub struct Server {
     engine: Arc<Engine>,
     registry: Arc<Registry>,
     state: Arc<ServerState>,
+    quotas: Arc<Quotas>,
 }
 
 impl Server {
@@ -587,10 +621,6 @@ impl Server {
         config: ServerConfig,
     ) -> Result<Server, ServerError> {
         let engine = Engine::new(config.engine)?;
-        let registry = Arc::new(Registry {
-            jobs: Mutex::default(),
-            datasets: RwLock::new(config.datasets),
-        });
         let state = Arc::new(ServerState::new());
         state.beat();
         Ok(Server {
@@ -599,7 +629,12 @@ impl Server {
             owns_socket,
             slots: config.slots,
             engine,
-            registry,
+            registry: Arc::new(Registry {
+                jobs: Mutex::default(),
+                access: RwLock::new(config.access),
+                max_jobs: config.quotas.max_jobs,
+            }),
+            quotas: Quotas::new(config.quotas),
             state,
         })
     }
@@ -614,6 +649,7 @@ impl Server {
             state: Arc::clone(&self.state),
             registry: Arc::clone(&self.registry),
             engine: Arc::clone(&self.engine),
+            quotas: Arc::clone(&self.quotas),
             socket: self.socket.clone(),
             activated: !self.owns_socket,
         }
@@ -735,9 +771,30 @@ enum End {
 impl Connection {
     fn run(self, sock: SeqPacket) {
         let id = self.id;
-        match sock.peer_cred() {
-            Ok(c) => tracing::debug!(conn = id, pid = c.pid, uid = c.uid, "client connected"),
-            Err(e) => tracing::debug!(conn = id, error = %e, "client connected (no credentials)"),
+        // Nothing a peer sends is parsed before its credentials pass.
+        let peer = match sock.peer_cred() {
+            Ok(c) => Peer::from_cred(&c),
+            Err(e) => {
+                tracing::warn!(conn = id, error = %e, "no peer credentials; refused");
+                let why = format!("cannot read the peer's credentials: {e}");
+                send_error(&sock, refuse(ErrorCode::PermissionDenied, why));
+                return;
+            }
+        };
+        tracing::debug!(
+            conn = id,
+            pid = peer.pid,
+            uid = peer.uid,
+            "client connected"
+        );
+        if let Err(e) = self.handle.access().check_peer(&peer) {
+            tracing::warn!(conn = id, reason = %e, "client refused");
+            // Take the client's first message off the socket, unread, so that its send does
+            // not fail on a closed connection before it can read why.
+            let _ = sock.set_read_timeout(Some(REFUSED_PEER_DRAIN));
+            let _ = sock.recv(&mut [0u8; 64]);
+            send_error(&sock, e.into());
+            return;
         }
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let attach = match self.read_attach(&sock, &mut buf) {
@@ -770,7 +827,7 @@ impl Connection {
             "job {:?} rank {}/{}",
             attach.job, attach.rank, attach.world_size
         );
-        let (feed, seat, ring_bytes) = match self.start(&sock, &attach) {
+        let (feed, seat, _grant, ring_bytes) = match self.start(&sock, &attach, &peer) {
             Ok(v) => v,
             Err(r) => {
                 tracing::warn!(conn = id, %who, code = %r.code, reason = %r.message, "attach refused");
@@ -820,7 +877,7 @@ impl Connection {
         }
         let leased = feed.leased();
         // Drop of the last Arc<Feed> stops it and waits until no worker writes the ring; the
-        // seat is freed after it, at the end of this function.
+        // seat and the quota grant (`_grant`) are freed after it, at the end of this function.
         drop(feed);
         ::metrics::gauge!(m::READY_SLOTS).decrement(leased as f64);
         state.clients.fetch_sub(1, Ordering::Relaxed);
@@ -872,11 +929,17 @@ impl Connection {
         }
     }
 
-    /// Validates the attach, seats the rank, makes its ring, starts its feed and answers
-    /// ATTACHED with the ring's fd.
-    fn start(&self, sock: &SeqPacket, a: &Attach) -> Result<(Feed, RankSeat, u64), Refusal> {
+    /// Validates the attach, checks the dataset against the access rules, seats the rank,
+    /// reserves and makes its ring, starts its feed and answers ATTACHED with the ring's fd.
+    fn start(
+        &self,
+        sock: &SeqPacket,
+        a: &Attach,
+        peer: &Peer,
+    ) -> Result<(Feed, RankSeat, QuotaGrant, u64), Refusal> {
         check_attach(a)?;
-        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a)?;
+        let path = self.handle.access().resolve_dataset(peer, &a.dataset)?;
+        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
         let steps = job.steps_per_epoch();
         if steps > 0 && a.start.step >= steps {
             return Err(refuse(
@@ -888,6 +951,10 @@ impl Connection {
             ));
         }
         let layout = RingLayout::new(&a.spec, self.slots, page_size());
+        let grant = self
+            .handle
+            .quotas
+            .reserve(peer.uid, &a.job, layout.ring_bytes as u64)?;
         let name = CString::new(format!("stoker-ring-rank{}", a.rank)).expect("no NUL");
         let ring = MemfdRing::create(&name, layout)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot create the ring: {e}")))?;
@@ -918,7 +985,7 @@ impl Connection {
             .engine
             .start_feed(job, a.rank, ring, start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
-        Ok((feed, seat, layout.ring_bytes as u64))
+        Ok((feed, seat, grant, layout.ring_bytes as u64))
     }
 }
 
@@ -1123,27 +1190,12 @@ mod tests {
         let registry = Arc::new(Registry::default());
         let mut a = attach();
         a.dataset = "/nonexistent/stoker/dataset".into();
-        let r = registry.seat(&a).err().expect("refused");
+        let r = registry
+            .seat(&a, Path::new(&a.dataset))
+            .err()
+            .expect("refused");
         assert_eq!(r.code, ErrorCode::UnknownDataset);
         assert!(registry.jobs.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn registered_names_resolve_and_unknown_names_are_refused() {
-        let registry = Registry::default();
-        registry
-            .datasets
-            .write()
-            .unwrap()
-            .insert("imagenet".into(), "/data/imagenet".into());
-        assert_eq!(
-            registry.resolve("imagenet").unwrap(),
-            PathBuf::from("/data/imagenet")
-        );
-        assert_eq!(registry.resolve("/x/y").unwrap(), PathBuf::from("/x/y"));
-        let r = registry.resolve("cifar").unwrap_err();
-        assert_eq!(r.code, ErrorCode::UnknownDataset);
-        assert!(r.message.contains("imagenet"), "{}", r.message);
     }
 
     #[test]

@@ -166,7 +166,7 @@ pub fn generate(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
                             .map_err(|source| SynthError::Write { path, source })?;
                         bytes.fetch_add(jpeg.len() as u64, Ordering::Relaxed);
                         let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        if d % 1000 == 0 {
+                        if d.is_multiple_of(1000) {
                             tracing::info!("synth: {d}/{} images", opts.images);
                         }
                     }

@@ -1,908 +1,907 @@
-//! The C ABI of `libstoker.so`, declared in `stoker.h` (next to this file).
+//! The C ABI of `libstoker.so`: attach to `stokerd`, receive batches as DLPack tensors that
+//! point into the shared ring, release them. `ipc/include/stoker.h` is generated from this
+//! file by cbindgen (see `ipc/cbindgen.toml`); `docs/c-abi.md` is the guide.
 //!
 //! # Design
-//! - Opaque handles: `stoker_client` (one attached rank) and `stoker_batch` (one lease).
-//! - One result enum, [`StokerResult`]; the message of the last failure on this thread is
-//!   `stoker_last_error()`.
-//! - Structs that may grow carry their own size first (`struct_size`), so an older caller's
-//!   smaller struct is still read correctly.
-//! - Tensors are DLPack `DLManagedTensorVersioned` (DLPack 1.0) views of the ring: no copy.
-//!   Each tensor holds a reference on its batch; the slot is released when the batch handle
-//!   and every tensor made from it have been freed (`stoker_batch_free`, the deleters), in any
-//!   order. This is what lets Python hand a tensor to torch and forget the batch.
-//! - No panic crosses the boundary: every entry point catches unwinding and reports
-//!   `STOKER_ERR_INTERNAL`.
+//! - Opaque handles: `stoker_client` owns a [`Client`], `stoker_batch` one share of a batch's
+//!   lease. Each DLPack tensor exported from a batch holds another share; the slot goes back
+//!   to the daemon when the batch handle is released *and* every tensor is deleted.
+//! - Every function returns a `stoker_result`; on an error the message is kept per thread
+//!   and read with `stoker_last_error()`. No panic crosses the boundary: every entry point
+//!   runs under `catch_unwind`, and a panic becomes `STOKER_ERR_INTERNAL`.
+//! - Option and info structs start with `size_t size` (the caller's `sizeof`): fields past the
+//!   caller's size take their defaults (options) or are not written (info), so a program built
+//!   against an older header keeps working with a newer library. A caller that is newer than
+//!   the library may pass a larger struct only if the extra bytes are zero.
+//! - Tensors are `DLManagedTensorVersioned` (DLPack 1.0) on `kDLCPU`, not read-only: the ring
+//!   is mapped read-write and a consumer may normalise in place; it only ever touches its own
+//!   ring.
 //!
 //! # Limitations
-//! - CPU rings only (`kDLCPU`); the CUDA ring will report `kDLCUDA` with the device ordinal.
-//! - `stoker.h` is written by hand; `tests::header_declares_every_export` checks that it and
-//!   this file name the same functions.
+//! - One thread at a time per client for `stoker_next` (calls are serialised by a lock);
+//!   `stoker_detach` must not race with other calls on the same client. Batches and tensors
+//!   may be released or deleted from any thread, and may outlive their client (the mapping
+//!   stays; their releases go nowhere).
+//! - CPU rings only, until the CUDA backend lands.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::client::{AttachOptions, Batch, Client, ClientError};
-use crate::protocol::StartPosition;
+use crate::dlpack::{
+    self, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, TensorDesc,
+};
+use crate::protocol::{ErrorCode, StartPosition};
 use crate::spec::{DType, Layout, PipelineSpec};
 
-/// Result of every fallible call.
-#[repr(C)]
+/// What every function returns.
+#[allow(non_camel_case_types)]
+#[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StokerResult {
-    Ok = 0,
-    /// `stoker_next`: the data has ended (the spec's epochs are done).
-    End = 1,
-    ErrInvalidArgument = -1,
-    /// No daemon listens at the socket.
-    ErrNoDaemon = -2,
-    /// The daemon closed the connection or went away: attach again and resume.
-    ErrDisconnected = -3,
-    /// The daemon refused (spec mismatch, rank taken, unknown dataset, ...).
-    ErrRefused = -4,
-    /// The daemon broke the protocol or sent a bad ring.
-    ErrProtocol = -5,
-    ErrInternal = -6,
+pub enum stoker_result {
+    /// Success.
+    STOKER_OK = 0,
+    /// `stoker_next`: the job's epochs are all served; no batch was returned.
+    STOKER_END_OF_DATA = 1,
+    /// A NULL where a pointer is required, a bad struct size, text that is not UTF-8, a rank
+    /// outside the world size.
+    STOKER_ERR_INVALID_ARGUMENT = -1,
+    /// No daemon listens at the socket, or connecting failed.
+    STOKER_ERR_CONNECT = -2,
+    /// The daemon sent something this library does not understand (or another version).
+    STOKER_ERR_PROTOCOL = -3,
+    /// The pipeline spec is not valid JSON, is invalid, or differs from the job's.
+    STOKER_ERR_SPEC = -4,
+    /// The daemon closed the connection or is stopping: reconnect and resume.
+    STOKER_ERR_DAEMON_GONE = -5,
+    /// The daemon does not know the dataset or cannot open it.
+    STOKER_ERR_DATASET = -6,
+    /// The daemon refused the attach (rank taken, quota, permission, unsupported device).
+    STOKER_ERR_REFUSED = -7,
+    /// A system call failed (socket, mapping the ring).
+    STOKER_ERR_IO = -8,
+    /// A bug: the daemon's internal error, or a panic caught inside libstoker.
+    STOKER_ERR_INTERNAL = -9,
+}
+
+use stoker_result::*;
+
+/// Attach parameters. Initialise with `stoker_attach_options_init`, then set fields.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct stoker_attach_options {
+    /// `sizeof(stoker_attach_options)` as the caller was compiled.
+    pub size: usize,
+    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
+    /// else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
+    /// `/run/stoker/stoker.sock` if no daemon listens there.
+    pub socket: *const c_char,
+    /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
+    /// process and attach.
+    pub job: *const c_char,
+    pub rank: u32,
+    /// 0 is taken as 1.
+    pub world_size: u32,
+    /// Registered dataset name or path. Required.
+    pub dataset: *const c_char,
+    /// The pipeline spec as JSON (see docs/c-abi.md). Required.
+    pub spec_json: *const c_char,
+    pub seed: u64,
+    /// First batch to receive: `start_step` of `start_epoch`.
+    pub start_epoch: u64,
+    pub start_step: u64,
+    /// `"cpu"` or a GPU UUID; NULL: `"cpu"`.
+    pub device: *const c_char,
+}
+
+impl Default for stoker_attach_options {
+    fn default() -> Self {
+        stoker_attach_options {
+            size: std::mem::size_of::<stoker_attach_options>(),
+            socket: std::ptr::null(),
+            job: std::ptr::null(),
+            rank: 0,
+            world_size: 1,
+            dataset: std::ptr::null(),
+            spec_json: std::ptr::null(),
+            seed: 0,
+            start_epoch: 0,
+            start_step: 0,
+            device: std::ptr::null(),
+        }
+    }
+}
+
+/// What the daemon said when the client attached.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct stoker_attach_info {
+    /// Set by the caller to `sizeof(stoker_attach_info)`; only that many bytes are written.
+    pub size: usize,
+    /// Slots in this rank's ring (how many batches it may hold at once).
+    pub slots: u32,
+    /// Samples per batch (the spec's batch size).
+    pub batch_size: u32,
+    /// Batches per epoch for this rank.
+    pub steps_per_epoch: u64,
+    /// Samples in the dataset.
+    pub dataset_len: u64,
+    /// Classes in the dataset; labels are `0..classes`.
+    pub classes: u64,
+    /// Output image `(height, width)`; 3 channels.
+    pub height: u32,
+    pub width: u32,
+    /// Where a client would resume: the (epoch, step) after the last batch received.
+    pub next_epoch: u64,
+    pub next_step: u64,
+}
+
+/// One batch's header. The pointers address the ring and stay valid while the batch handle
+/// is held.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct stoker_batch_header {
+    /// Set by the caller to `sizeof(stoker_batch_header)`; only that many bytes are written.
+    pub size: usize,
+    pub epoch: u64,
+    pub step: u64,
+    /// Samples in this batch (the batch size, or fewer in a short last batch).
+    pub n: u32,
+    /// Ring slot holding it.
+    pub slot: u32,
+    /// `n` labels.
+    pub labels: *const i64,
+    /// `n` global sample indices in the dataset.
+    pub indices: *const u64,
+    /// `n` per-sample statuses: 0 ok, 1 replaced, 2 failed, 3 empty.
+    pub status: *const u8,
+}
+
+impl Default for stoker_batch_header {
+    fn default() -> Self {
+        stoker_batch_header {
+            size: std::mem::size_of::<stoker_batch_header>(),
+            epoch: 0,
+            step: 0,
+            n: 0,
+            slot: 0,
+            labels: std::ptr::null(),
+            indices: std::ptr::null(),
+            status: std::ptr::null(),
+        }
+    }
+}
+
+/// An attached client (opaque).
+#[allow(non_camel_case_types)]
+pub struct stoker_client {
+    client: Mutex<Client>,
+}
+
+/// A received batch (opaque): one share of the slot's lease.
+#[allow(non_camel_case_types)]
+pub struct stoker_batch {
+    lease: Arc<BatchLease>,
+}
+
+/// The slot lease and what is needed to describe its tensors. Dropping the last share drops
+/// the [`Batch`], which sends RELEASE.
+struct BatchLease {
+    batch: Batch,
+    dtype: DType,
+    layout: Layout,
+    height: u32,
+    width: u32,
+}
+
+/// An error on its way to the caller.
+struct Failure {
+    code: stoker_result,
+    message: String,
+}
+
+impl Failure {
+    fn invalid(message: impl Into<String>) -> Failure {
+        Failure {
+            code: STOKER_ERR_INVALID_ARGUMENT,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        let code = match &e {
+            ClientError::NoDaemon(_) | ClientError::Connect { .. } => STOKER_ERR_CONNECT,
+            ClientError::Closed => STOKER_ERR_DAEMON_GONE,
+            ClientError::Socket(_) if e.is_disconnected() => STOKER_ERR_DAEMON_GONE,
+            ClientError::Socket(_) | ClientError::Ring(_) => STOKER_ERR_IO,
+            ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,
+            ClientError::Spec(_) => STOKER_ERR_SPEC,
+            ClientError::Decode(_) | ClientError::Protocol(_) => STOKER_ERR_PROTOCOL,
+            ClientError::Refused { code, .. } => match code {
+                ErrorCode::SpecMismatch | ErrorCode::InvalidSpec => STOKER_ERR_SPEC,
+                ErrorCode::UnknownDataset => STOKER_ERR_DATASET,
+                ErrorCode::BadMessage | ErrorCode::VersionMismatch => STOKER_ERR_PROTOCOL,
+                ErrorCode::Stopping => STOKER_ERR_DAEMON_GONE,
+                ErrorCode::Internal => STOKER_ERR_INTERNAL,
+                ErrorCode::RankTaken
+                | ErrorCode::Quota
+                | ErrorCode::UnsupportedDevice
+                | ErrorCode::PermissionDenied => STOKER_ERR_REFUSED,
+            },
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
 }
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn set_error(msg: impl Into<String>) {
-    let msg = msg.into().replace('\0', " ");
-    let c = CString::new(msg).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+fn set_last_error(message: &str) {
+    let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
 }
 
-fn fail(r: StokerResult, msg: impl Into<String>) -> StokerResult {
-    set_error(msg);
-    r
-}
-
-fn client_error(e: ClientError) -> StokerResult {
-    let r = match &e {
-        ClientError::NoDaemon(_) => StokerResult::ErrNoDaemon,
-        _ if e.is_disconnected() => StokerResult::ErrDisconnected,
-        ClientError::Refused { .. } => StokerResult::ErrRefused,
-        ClientError::Invalid(_) | ClientError::Spec(_) => StokerResult::ErrInvalidArgument,
-        ClientError::Decode(_) | ClientError::Protocol(_) | ClientError::Ring(_) => {
-            StokerResult::ErrProtocol
-        }
-        _ => StokerResult::ErrInternal,
-    };
-    fail(r, e.to_string())
-}
-
-/// Runs `f`, turning a panic into `STOKER_ERR_INTERNAL`.
-fn guard(f: impl FnOnce() -> StokerResult) -> StokerResult {
+/// Runs one entry point: maps its failure or panic to a result and the thread's last error.
+fn entry(f: impl FnOnce() -> Result<stoker_result, Failure>) -> stoker_result {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(_) => fail(StokerResult::ErrInternal, "internal panic in libstoker"),
+        Ok(Ok(r)) => r,
+        Ok(Err(failure)) => {
+            set_last_error(&failure.message);
+            failure.code
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_last_error(&format!("internal error in libstoker: {what}"));
+            STOKER_ERR_INTERNAL
+        }
     }
 }
 
-/// The message of the last failed call on this thread ("" if none). Valid until the next
-/// call on this thread.
-#[no_mangle]
-pub extern "C" fn stoker_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
-}
-
-/// The protocol version this library speaks.
-#[no_mangle]
-pub extern "C" fn stoker_protocol_version() -> u32 {
-    u32::from(crate::protocol::PROTOCOL_VERSION)
-}
-
-/// What `stoker_attach` needs. Mirrors `stoker_attach_options` in stoker.h.
-#[repr(C)]
-pub struct StokerAttachOptions {
-    /// `sizeof(stoker_attach_options)` as the caller knows it.
-    pub struct_size: u32,
-    pub rank: u32,
-    pub world_size: u32,
-    /// Socket path; NULL for the default (`$STOKER_SOCKET`, ...).
-    pub socket: *const c_char,
-    pub job: *const c_char,
-    /// "cpu" or a GPU UUID; NULL means "cpu".
-    pub device: *const c_char,
-    /// The pipeline spec as JSON.
-    pub spec_json: *const c_char,
-    /// A registered dataset name or a path.
-    pub dataset: *const c_char,
-    pub seed: u64,
-    pub start_epoch: u64,
-    pub start_step: u64,
-}
-
-/// One attached rank.
-pub struct StokerClient {
-    client: Client,
-}
-
-/// One lease; the slot is released once this and every tensor made from it are freed.
-pub struct StokerBatch {
-    batch: Arc<Batch>,
-    spec: Arc<PipelineSpec>,
-}
-
+/// Reads an optional C string; `what` names the field for the error.
+///
 /// # Safety
-/// `p` is NULL or a valid NUL-terminated string.
-unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, StokerResult> {
+/// `p` is NULL or a NUL-terminated string that stays valid during the call.
+unsafe fn opt_str(p: *const c_char, what: &str) -> Result<Option<String>, Failure> {
     if p.is_null() {
         return Ok(None);
     }
-    // SAFETY: the caller guarantees a valid NUL-terminated string.
+    // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
     let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map(Some).map_err(|_| {
-        fail(
-            StokerResult::ErrInvalidArgument,
-            format!("{what} is not UTF-8"),
-        )
-    })
+    s.to_str()
+        .map(|s| Some(s.to_owned()))
+        .map_err(|_| Failure::invalid(format!("{what} is not UTF-8")))
 }
 
-/// # Safety
-/// As [`opt_str`].
-unsafe fn req_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, StokerResult> {
-    // SAFETY: forwarded contract.
-    unsafe { opt_str(p, what) }?.ok_or_else(|| {
-        fail(
-            StokerResult::ErrInvalidArgument,
-            format!("{what} must not be NULL"),
-        )
-    })
-}
-
-/// Connects and attaches. On success `*out` is a client to free with `stoker_detach`.
+/// Copies a caller's versioned struct (first field `size_t size`) over `T`'s defaults.
 ///
 /// # Safety
-/// `opts` points to a valid `stoker_attach_options` whose strings are NUL-terminated or NULL;
-/// `out` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn stoker_attach(
-    opts: *const StokerAttachOptions,
-    out: *mut *mut StokerClient,
-) -> StokerResult {
-    guard(|| {
-        if opts.is_null() || out.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
+/// `p` is non-NULL and valid for reads of its own `size` field's bytes.
+unsafe fn read_versioned<T: Copy + Default>(p: *const T, what: &str) -> Result<T, Failure> {
+    // SAFETY: the caller promises `p` is valid; every versioned struct starts with size_t.
+    let size = unsafe { p.cast::<usize>().read_unaligned() };
+    let ours = std::mem::size_of::<T>();
+    if size < std::mem::size_of::<usize>() {
+        return Err(Failure::invalid(format!(
+            "{what}.size is {size}: set it to sizeof({what})"
+        )));
+    }
+    if size > ours {
+        // SAFETY: the caller promises `size` readable bytes at `p`.
+        let extra = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(ours), size - ours) };
+        if extra.iter().any(|&b| b != 0) {
+            return Err(Failure::invalid(format!(
+                "{what} is {size} bytes with fields this libstoker ({ours} bytes) does not know"
+            )));
         }
-        // SAFETY: non-null and valid per the contract.
-        let o = unsafe { &*opts };
-        if (o.struct_size as usize) < std::mem::size_of::<StokerAttachOptions>() {
-            return fail(
-                StokerResult::ErrInvalidArgument,
-                format!(
-                    "stoker_attach_options.struct_size is {}, this library needs {}",
-                    o.struct_size,
-                    std::mem::size_of::<StokerAttachOptions>()
-                ),
-            );
-        }
-        // SAFETY: strings are valid or NULL per the contract.
-        let strings = unsafe {
-            (|| {
-                Ok::<_, StokerResult>((
-                    opt_str(o.socket, "socket")?,
-                    req_str(o.job, "job")?,
-                    opt_str(o.device, "device")?,
-                    req_str(o.spec_json, "spec_json")?,
-                    req_str(o.dataset, "dataset")?,
-                ))
-            })()
-        };
-        let (socket, job, device, spec_json, dataset) = match strings {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
-        let spec: PipelineSpec = match serde_json::from_str(spec_json) {
-            Ok(s) => s,
-            Err(e) => return fail(StokerResult::ErrInvalidArgument, format!("spec_json: {e}")),
-        };
-        let opts = AttachOptions {
-            job: job.to_owned(),
-            rank: o.rank,
-            world_size: o.world_size,
-            device: device.unwrap_or("cpu").to_owned(),
-            spec,
-            dataset: dataset.to_owned(),
-            seed: o.seed,
-            start: StartPosition {
-                epoch: o.start_epoch,
-                step: o.start_step,
-            },
-        };
-        let attached = match socket {
-            Some(path) => Client::attach(Path::new(path), opts),
-            None => Client::attach_default(opts),
-        };
-        match attached {
-            Ok(client) => {
-                let handle = Box::new(StokerClient { client });
-                // SAFETY: `out` is valid for a write per the contract.
-                unsafe { out.write(Box::into_raw(handle)) };
-                StokerResult::Ok
-            }
-            Err(e) => client_error(e),
-        }
-    })
+    }
+    let mut out = T::default();
+    // SAFETY: `min(size, ours)` bytes are readable at `p` and writable in `out`; T is a
+    // repr(C) plain struct of integers and pointers, for which any bytes are a valid value.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            p.cast::<u8>(),
+            (&mut out as *mut T).cast::<u8>(),
+            size.min(ours),
+        )
+    };
+    Ok(out)
 }
 
-/// Detaches and frees the client. Batches still held stay readable until freed.
+/// Writes `value` into the caller's versioned struct, at most its `size` bytes.
 ///
 /// # Safety
-/// `client` is NULL or a handle from `stoker_attach` not yet detached.
-#[no_mangle]
-pub unsafe extern "C" fn stoker_detach(client: *mut StokerClient) {
-    if !client.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: per the contract the handle came from Box::into_raw and is freed once.
-            drop(unsafe { Box::from_raw(client) })
-        }));
+/// `p` is non-NULL and valid for reads and writes of its own `size` field's bytes.
+unsafe fn write_versioned<T: Copy>(p: *mut T, value: T, what: &str) -> Result<(), Failure> {
+    // SAFETY: the caller promises `p` is valid; every versioned struct starts with size_t.
+    let size = unsafe { p.cast::<usize>().read_unaligned() };
+    if size < std::mem::size_of::<usize>() {
+        return Err(Failure::invalid(format!(
+            "{what}.size is {size}: set it to sizeof({what})"
+        )));
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    // SAFETY: `n` bytes are readable in `value` and writable at `p`; the size field is
+    // restored to the caller's own value below.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), p.cast::<u8>(), n);
+        p.cast::<usize>().write_unaligned(size);
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `p` is NULL or a live handle from this library.
+unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller promises a live handle or NULL; `as_ref` maps NULL to None.
+    unsafe { p.as_ref() }.ok_or_else(|| Failure::invalid(format!("{what} is NULL")))
+}
+
+fn check_out<T>(out: *mut T, what: &str) -> Result<(), Failure> {
+    if out.is_null() {
+        Err(Failure::invalid(format!("{what} is NULL")))
+    } else {
+        Ok(())
     }
 }
 
-/// What the daemon said about the rank's ring and data. Mirrors `stoker_client_info`.
-#[repr(C)]
-pub struct StokerClientInfo {
-    pub struct_size: u32,
-    pub slots: u32,
-    pub steps_per_epoch: u64,
-    pub dataset_len: u64,
-    pub classes: u64,
-    pub slot_bytes: u64,
-    pub ring_bytes: u64,
+static ANONYMOUS_JOBS: AtomicU64 = AtomicU64::new(0);
+
+/// The library's version, e.g. `"0.1.0"` (static storage).
+#[no_mangle]
+pub extern "C" fn stoker_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
 
-/// Fills `info` (up to `info->struct_size` bytes).
+/// The message of the last error returned on this thread; `""` if none. Valid until the next
+/// failing call on this thread. Successful calls leave it as it was.
+#[no_mangle]
+pub extern "C" fn stoker_last_error() -> *const c_char {
+    catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr()))
+        .unwrap_or(c"internal error in libstoker".as_ptr())
+}
+
+/// A constant name for a result, e.g. `"STOKER_ERR_SPEC"` (static storage).
+#[no_mangle]
+pub extern "C" fn stoker_result_name(result: i32) -> *const c_char {
+    let name: &CStr = match result {
+        0 => c"STOKER_OK",
+        1 => c"STOKER_END_OF_DATA",
+        -1 => c"STOKER_ERR_INVALID_ARGUMENT",
+        -2 => c"STOKER_ERR_CONNECT",
+        -3 => c"STOKER_ERR_PROTOCOL",
+        -4 => c"STOKER_ERR_SPEC",
+        -5 => c"STOKER_ERR_DAEMON_GONE",
+        -6 => c"STOKER_ERR_DATASET",
+        -7 => c"STOKER_ERR_REFUSED",
+        -8 => c"STOKER_ERR_IO",
+        -9 => c"STOKER_ERR_INTERNAL",
+        _ => c"STOKER_UNKNOWN_RESULT",
+    };
+    name.as_ptr()
+}
+
+/// Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its
+/// `size`.
 ///
 /// # Safety
-/// `client` is a live handle; `info` points to a struct whose `struct_size` is set.
+/// `options` is NULL or points to a writable `stoker_attach_options`.
 #[no_mangle]
-pub unsafe extern "C" fn stoker_client_get_info(
-    client: *const StokerClient,
-    info: *mut StokerClientInfo,
-) -> StokerResult {
-    guard(|| {
-        if client.is_null() || info.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
+pub unsafe extern "C" fn stoker_attach_options_init(
+    options: *mut stoker_attach_options,
+) -> stoker_result {
+    entry(|| {
+        check_out(options, "options")?;
+        // SAFETY: non-NULL and, by the caller's promise, a writable options struct.
+        unsafe { options.write(stoker_attach_options::default()) };
+        Ok(STOKER_OK)
+    })
+}
+
+/// Connects to the daemon and attaches; on success `*out` is a client to pass to
+/// `stoker_detach` eventually.
+///
+/// # Safety
+/// `options` points to a `stoker_attach_options` of at least its `size` bytes, whose strings
+/// are NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_attach(
+    options: *const stoker_attach_options,
+    out: *mut *mut stoker_client,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        // SAFETY: `out` is non-NULL and writable by the caller's promise.
+        unsafe { out.write(std::ptr::null_mut()) };
+        if options.is_null() {
+            return Err(Failure::invalid("options is NULL"));
         }
-        // SAFETY: live handle per the contract.
-        let c = unsafe { &(*client).client };
-        let a = c.attached();
-        let full = StokerClientInfo {
-            struct_size: std::mem::size_of::<StokerClientInfo>() as u32,
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        let o = unsafe { read_versioned(options, "stoker_attach_options") }?;
+        // SAFETY: each string is NULL or NUL-terminated by the caller's promise.
+        let (socket, job, dataset, spec_json, device) = unsafe {
+            (
+                opt_str(o.socket, "socket")?,
+                opt_str(o.job, "job")?,
+                opt_str(o.dataset, "dataset")?,
+                opt_str(o.spec_json, "spec_json")?,
+                opt_str(o.device, "device")?,
+            )
+        };
+        let dataset = dataset.ok_or_else(|| Failure::invalid("dataset is NULL"))?;
+        let spec_json = spec_json.ok_or_else(|| Failure::invalid("spec_json is NULL"))?;
+        let spec: PipelineSpec = serde_json::from_str(&spec_json).map_err(|e| Failure {
+            code: STOKER_ERR_SPEC,
+            message: format!("spec_json is not a pipeline spec: {e}"),
+        })?;
+        let world_size = o.world_size.max(1);
+        let job = match job {
+            Some(job) => job,
+            None if world_size == 1 => format!(
+                "anonymous-{}-{}",
+                std::process::id(),
+                ANONYMOUS_JOBS.fetch_add(1, Ordering::Relaxed)
+            ),
+            None => {
+                return Err(Failure::invalid(
+                    "job is NULL: ranks of a job of world_size > 1 must share a job key",
+                ))
+            }
+        };
+        let mut opts = AttachOptions::new(job, dataset, spec);
+        opts.rank = o.rank;
+        opts.world_size = world_size;
+        opts.device = device.unwrap_or_else(|| "cpu".into());
+        opts.seed = o.seed;
+        opts.start = StartPosition {
+            epoch: o.start_epoch,
+            step: o.start_step,
+        };
+        let client = match socket {
+            Some(socket) => Client::attach(Path::new(&socket), opts)?,
+            None => Client::attach_default(opts)?,
+        };
+        let handle = Box::new(stoker_client {
+            client: Mutex::new(client),
+        });
+        // SAFETY: `out` is non-NULL and writable (checked above).
+        unsafe { out.write(Box::into_raw(handle)) };
+        Ok(STOKER_OK)
+    })
+}
+
+/// Fills `*info` (up to `info->size` bytes) with what the daemon said at attach and where the
+/// client would resume now.
+///
+/// # Safety
+/// `client` is a live client; `info` points to a `stoker_attach_info` with `size` set.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_info(
+    client: *mut stoker_client,
+    info: *mut stoker_attach_info,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(info, "info")?;
+        let guard = lock(c)?;
+        let a = guard.attached();
+        let spec = guard.spec();
+        let (height, width) = spec.crop.output_size();
+        let position = guard.position();
+        let value = stoker_attach_info {
+            size: 0,
             slots: a.slots,
+            batch_size: spec.batch_size,
             steps_per_epoch: a.steps_per_epoch,
             dataset_len: a.dataset_len,
             classes: a.classes,
-            slot_bytes: a.slot_bytes,
-            ring_bytes: a.ring_bytes,
+            height,
+            width,
+            next_epoch: position.epoch,
+            next_step: position.step,
         };
-        // SAFETY: `info` is valid for at least `struct_size` bytes (the caller's struct).
-        unsafe { write_sized(info, &full) };
-        StokerResult::Ok
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_attach_info") }?;
+        Ok(STOKER_OK)
     })
 }
 
-/// Copies `min(caller's struct_size, ours)` bytes of `full` into `dst`, keeping the caller's
-/// `struct_size` (the first field of every sized struct).
-///
-/// # Safety
-/// `dst` points to a struct starting with a `u32` size, valid for that many bytes.
-unsafe fn write_sized<T>(dst: *mut T, full: &T) {
-    // SAFETY: every sized struct starts with its u32 size; the caller guarantees `dst` is
-    // valid for that many bytes, and we copy no more than ours.
-    unsafe {
-        let theirs = dst.cast::<u32>().read() as usize;
-        let n = theirs.min(std::mem::size_of::<T>());
-        if n > 4 {
-            std::ptr::copy_nonoverlapping(
-                (full as *const T).cast::<u8>().add(4),
-                dst.cast::<u8>().add(4),
-                n - 4,
-            );
-        }
-    }
-}
-
-/// Where to resume: the batch after the last one received.
-///
-/// # Safety
-/// `client` is a live handle; `epoch` and `step` are valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn stoker_position(
-    client: *const StokerClient,
-    epoch: *mut u64,
-    step: *mut u64,
-) -> StokerResult {
-    guard(|| {
-        if client.is_null() || epoch.is_null() || step.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
-        }
-        // SAFETY: live handle and writable outputs per the contract.
-        unsafe {
-            let p = (*client).client.position();
-            epoch.write(p.epoch);
-            step.write(p.step);
-        }
-        StokerResult::Ok
+fn lock(c: &stoker_client) -> Result<std::sync::MutexGuard<'_, Client>, Failure> {
+    c.client.lock().map_err(|_| Failure {
+        code: STOKER_ERR_INTERNAL,
+        message: "client is unusable: an earlier call panicked while holding it".into(),
     })
 }
 
-/// Waits for the next batch. `STOKER_OK` with `*out` set, or `STOKER_END` with `*out` NULL.
+/// Waits for the next batch. `STOKER_OK`: `*out` is a batch to pass to `stoker_batch_release`.
+/// `STOKER_END_OF_DATA`: the job's epochs are done and `*out` is NULL.
+///
+/// Holding every slot of the ring (see `stoker_attach_info.slots`) stops the daemon from
+/// filling more: release batches (and delete their tensors) as you go.
 ///
 /// # Safety
-/// `client` is a live handle used by one thread at a time; `out` is valid for a write.
+/// `client` is a live client; `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn stoker_next(
-    client: *mut StokerClient,
-    out: *mut *mut StokerBatch,
-) -> StokerResult {
-    guard(|| {
-        if client.is_null() || out.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
-        }
-        // SAFETY: `out` is valid for a write.
+    client: *mut stoker_client,
+    out: *mut *mut stoker_batch,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        // SAFETY: `out` is non-NULL and writable by the caller's promise.
         unsafe { out.write(std::ptr::null_mut()) };
-        // SAFETY: live handle, one thread at a time, per the contract.
-        let c = unsafe { &mut (*client).client };
-        match c.next_batch() {
-            Ok(Some(batch)) => {
-                let handle = Box::new(StokerBatch {
-                    batch: Arc::new(batch),
-                    spec: Arc::new(c.spec().clone()),
-                });
-                // SAFETY: as above.
-                unsafe { out.write(Box::into_raw(handle)) };
-                StokerResult::Ok
-            }
-            Ok(None) => StokerResult::End,
-            Err(e) => client_error(e),
-        }
-    })
-}
-
-/// dtype codes of `stoker_batch_info.dtype`.
-const DTYPE_U8: u32 = 0;
-const DTYPE_F16: u32 = 1;
-const DTYPE_BF16: u32 = 2;
-const DTYPE_F32: u32 = 3;
-
-/// A batch's metadata and raw pointers into the ring. Mirrors `stoker_batch_info`.
-#[repr(C)]
-pub struct StokerBatchInfo {
-    pub struct_size: u32,
-    pub n: u32,
-    pub epoch: u64,
-    pub step: u64,
-    pub images: *const c_void,
-    pub image_bytes: u64,
-    pub labels: *const i64,
-    pub indices: *const u64,
-    pub status: *const u8,
-    pub height: u32,
-    pub width: u32,
-    pub channels: u32,
-    /// 0 u8, 1 f16, 2 bf16, 3 f32.
-    pub dtype: u32,
-    /// 0 NCHW, 1 NHWC.
-    pub layout: u32,
-}
-
-/// Fills `info` (up to `info->struct_size` bytes). Pointers stay valid while the batch (or a
-/// tensor made from it) lives.
-///
-/// # Safety
-/// `batch` is a live handle; `info` points to a struct whose `struct_size` is set.
-#[no_mangle]
-pub unsafe extern "C" fn stoker_batch_get_info(
-    batch: *const StokerBatch,
-    info: *mut StokerBatchInfo,
-) -> StokerResult {
-    guard(|| {
-        if batch.is_null() || info.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
-        }
-        // SAFETY: live handle per the contract.
-        let b = unsafe { &*batch };
-        let (h, w) = b.spec.crop.output_size();
-        let full = StokerBatchInfo {
-            struct_size: std::mem::size_of::<StokerBatchInfo>() as u32,
-            n: b.batch.n() as u32,
-            epoch: b.batch.epoch(),
-            step: b.batch.step(),
-            images: b.batch.images().as_ptr().cast(),
-            image_bytes: b.spec.image_bytes() as u64,
-            labels: b.batch.labels().as_ptr(),
-            indices: b.batch.indices().as_ptr(),
-            status: b.batch.status().as_ptr(),
-            height: h,
-            width: w,
-            channels: 3,
-            dtype: match b.spec.dtype {
-                DType::U8 => DTYPE_U8,
-                DType::F16 => DTYPE_F16,
-                DType::Bf16 => DTYPE_BF16,
-                DType::F32 => DTYPE_F32,
-            },
-            layout: match b.spec.layout {
-                Layout::Nchw => 0,
-                Layout::Nhwc => 1,
-            },
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        let mut guard = lock(c)?;
+        let Some(batch) = guard.next_batch()? else {
+            return Ok(STOKER_END_OF_DATA);
         };
-        // SAFETY: `info` is valid for its `struct_size` bytes.
-        unsafe { write_sized(info, &full) };
-        StokerResult::Ok
+        let spec = guard.spec();
+        let (height, width) = spec.crop.output_size();
+        let lease = BatchLease {
+            batch,
+            dtype: spec.dtype,
+            layout: spec.layout,
+            height,
+            width,
+        };
+        let handle = Box::new(stoker_batch {
+            lease: Arc::new(lease),
+        });
+        // SAFETY: `out` is non-NULL and writable (checked above).
+        unsafe { out.write(Box::into_raw(handle)) };
+        Ok(STOKER_OK)
     })
 }
 
-/// Frees the batch handle. The slot is released once every tensor made from it is freed too.
+/// Fills `*info` (up to `info->size` bytes) with the batch's header.
 ///
 /// # Safety
-/// `batch` is NULL or a live handle from `stoker_next`, freed once.
+/// `batch` is a live batch; `info` points to a `stoker_batch_header` with `size` set.
 #[no_mangle]
-pub unsafe extern "C" fn stoker_batch_free(batch: *mut StokerBatch) {
-    if !batch.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: per the contract the handle came from Box::into_raw and is freed once.
-            drop(unsafe { Box::from_raw(batch) })
-        }));
-    }
+pub unsafe extern "C" fn stoker_batch_info(
+    batch: *mut stoker_batch,
+    info: *mut stoker_batch_header,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let b = unsafe { handle(batch, "batch") }?;
+        check_out(info, "info")?;
+        let batch = &b.lease.batch;
+        let value = stoker_batch_header {
+            size: 0,
+            epoch: batch.epoch(),
+            step: batch.step(),
+            n: batch.n() as u32,
+            slot: batch.slot() as u32,
+            labels: batch.labels().as_ptr(),
+            indices: batch.indices().as_ptr(),
+            status: batch.status().as_ptr(),
+        };
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_batch_header") }?;
+        Ok(STOKER_OK)
+    })
 }
 
-// ---- DLPack 1.0 ----------------------------------------------------------------------------
-
-/// `DLDevice`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct DLDevice {
-    pub device_type: i32,
-    pub device_id: i32,
+/// Which region of a batch a tensor views.
+#[derive(Clone, Copy)]
+enum Region {
+    Images,
+    Labels,
+    Indices,
+    Status,
 }
 
-/// `DLDataType`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DLDataType {
-    pub code: u8,
-    pub bits: u8,
-    pub lanes: u16,
+fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersioned {
+    let l = &b.lease;
+    let n = l.batch.n() as i64;
+    let (h, w) = (i64::from(l.height), i64::from(l.width));
+    let images_shape = match l.layout {
+        Layout::Nchw => [n, 3, h, w],
+        Layout::Nhwc => [n, h, w, 3],
+    };
+    let n_shape = [n];
+    let (data, dtype, shape): (*const u8, DLDataType, &[i64]) = match region {
+        Region::Images => (
+            l.batch.images().as_ptr(),
+            match l.dtype {
+                DType::U8 => DLDataType::new(dlpack::KDL_UINT, 8),
+                DType::F16 => DLDataType::new(dlpack::KDL_FLOAT, 16),
+                DType::Bf16 => DLDataType::new(dlpack::KDL_BFLOAT, 16),
+                DType::F32 => DLDataType::new(dlpack::KDL_FLOAT, 32),
+            },
+            &images_shape,
+        ),
+        Region::Labels => (
+            l.batch.labels().as_ptr().cast(),
+            DLDataType::new(dlpack::KDL_INT, 64),
+            &n_shape,
+        ),
+        Region::Indices => (
+            l.batch.indices().as_ptr().cast(),
+            DLDataType::new(dlpack::KDL_UINT, 64),
+            &n_shape,
+        ),
+        Region::Status => (
+            l.batch.status().as_ptr(),
+            DLDataType::new(dlpack::KDL_UINT, 8),
+            &n_shape,
+        ),
+    };
+    dlpack::export(
+        TensorDesc {
+            // The ring is mapped read-write and leased to this client (see the module docs).
+            data: data.cast_mut(),
+            device: DLDevice {
+                device_type: dlpack::KDL_CPU,
+                device_id: 0,
+            },
+            dtype,
+            shape,
+            read_only: false,
+        },
+        Arc::clone(l),
+    )
 }
 
-/// `DLTensor`.
-#[repr(C)]
-pub struct DLTensor {
-    pub data: *mut c_void,
-    pub device: DLDevice,
-    pub ndim: i32,
-    pub dtype: DLDataType,
-    pub shape: *mut i64,
-    pub strides: *mut i64,
-    pub byte_offset: u64,
+/// # Safety
+/// `batch` is a live batch or NULL; `out` is writable or NULL.
+unsafe fn batch_tensor(
+    batch: *mut stoker_batch,
+    region: Region,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        // SAFETY: `out` is non-NULL and writable by the caller's promise.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let b = unsafe { handle(batch, "batch") }?;
+        let t = export_region(b, region);
+        // SAFETY: `out` is non-NULL and writable (checked above).
+        unsafe { out.write(t) };
+        Ok(STOKER_OK)
+    })
 }
 
-/// `DLPackVersion`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct DLPackVersion {
-    pub major: u32,
-    pub minor: u32,
+/// The batch's images as a DLPack tensor viewing the ring (no copy): `uint8`/`float16`/
+/// `bfloat16`/`float32` per the spec, shape `[n, 3, h, w]` (NCHW) or `[n, h, w, 3]` (NHWC),
+/// on kDLCPU. The tensor holds the batch's lease until its deleter is called (exactly once).
+///
+/// # Safety
+/// `batch` is a live batch; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_batch_images(
+    batch: *mut stoker_batch,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    // SAFETY: same contract as this function's.
+    unsafe { batch_tensor(batch, Region::Images, out) }
 }
 
-/// `DLManagedTensorVersioned`.
-#[repr(C)]
-pub struct DLManagedTensorVersioned {
-    pub version: DLPackVersion,
-    pub manager_ctx: *mut c_void,
-    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
-    pub flags: u64,
-    pub dl_tensor: DLTensor,
+/// The batch's labels as a DLPack `int64` tensor of shape `[n]` viewing the ring.
+///
+/// # Safety
+/// `batch` is a live batch; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_batch_labels(
+    batch: *mut stoker_batch,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    // SAFETY: same contract as this function's.
+    unsafe { batch_tensor(batch, Region::Labels, out) }
 }
 
-const KDL_CPU: i32 = 1;
-const KDL_INT: u8 = 0;
-const KDL_UINT: u8 = 1;
-const KDL_FLOAT: u8 = 2;
-const KDL_BFLOAT: u8 = 4;
-
-/// Which tensor of a batch `stoker_batch_dlpack` makes.
-pub const STOKER_TENSOR_IMAGES: u32 = 0;
-pub const STOKER_TENSOR_LABELS: u32 = 1;
-pub const STOKER_TENSOR_INDICES: u32 = 2;
-pub const STOKER_TENSOR_STATUS: u32 = 3;
-
-/// What a DLPack tensor owns: its shape and strides, and a reference on the batch.
-/// `repr(C)` with the tensor first, so a pointer to the tensor is a pointer to the owner.
-#[repr(C)]
-struct TensorOwner {
-    tensor: DLManagedTensorVersioned,
-    shape: [i64; 4],
-    strides: [i64; 4],
-    _batch: Arc<Batch>,
+/// The batch's global sample indices as a DLPack `uint64` tensor of shape `[n]`.
+///
+/// # Safety
+/// `batch` is a live batch; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_batch_indices(
+    batch: *mut stoker_batch,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    // SAFETY: same contract as this function's.
+    unsafe { batch_tensor(batch, Region::Indices, out) }
 }
 
-unsafe extern "C" fn delete_tensor(t: *mut DLManagedTensorVersioned) {
-    if t.is_null() {
-        return;
-    }
+/// The batch's per-sample statuses as a DLPack `uint8` tensor of shape `[n]`.
+///
+/// # Safety
+/// `batch` is a live batch; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_batch_status(
+    batch: *mut stoker_batch,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    // SAFETY: same contract as this function's.
+    unsafe { batch_tensor(batch, Region::Status, out) }
+}
+
+/// Wraps a versioned tensor as a pre-1.0 `DLManagedTensor` (for consumers that only take
+/// DLPack 0.x). Ownership of `tensor` passes to `*out`; delete only `*out`.
+///
+/// # Safety
+/// `tensor` is a live tensor from this library; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_dlpack_to_legacy(
+    tensor: *mut DLManagedTensorVersioned,
+    out: *mut *mut DLManagedTensor,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        if tensor.is_null() {
+            return Err(Failure::invalid("tensor is NULL"));
+        }
+        // SAFETY: a live tensor whose ownership the caller hands over; `out` is writable.
+        unsafe { out.write(dlpack::to_legacy(tensor)) };
+        Ok(STOKER_OK)
+    })
+}
+
+/// Calls a versioned tensor's deleter (a convenience; NULL is ignored).
+///
+/// # Safety
+/// `tensor` is NULL or a live tensor, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_dlpack_delete(tensor: *mut DLManagedTensorVersioned) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: `t` is the first field of a boxed TensorOwner (repr(C)), created by
-        // `stoker_batch_dlpack` and deleted once, by its consumer, through this deleter.
-        drop(unsafe { Box::from_raw(t.cast::<TensorOwner>()) })
+        // SAFETY: NULL or a live tensor, by the caller's promise; deleted once.
+        if let Some(t) = unsafe { tensor.as_ref() } {
+            if let Some(deleter) = t.deleter {
+                // SAFETY: the tensor's own deleter, called once on it.
+                unsafe { deleter(tensor) };
+            }
+        }
     }));
 }
 
-/// Makes a DLPack tensor viewing one part of the batch, without copying. `which` is
-/// `STOKER_TENSOR_IMAGES` (`[n,3,H,W]` or `[n,H,W,3]`, the spec's dtype), `_LABELS` (`[n]`
-/// int64), `_INDICES` (`[n]` uint64) or `_STATUS` (`[n]` uint8). The consumer calls the
-/// tensor's deleter; the slot stays leased until then.
+/// Gives up this handle's share of the batch. The slot returns to the daemon once every
+/// tensor of the batch is deleted too. NULL is ignored.
 ///
 /// # Safety
-/// `batch` is a live handle; `out` is valid for a write.
+/// `batch` is NULL or a live batch, not used afterwards.
 #[no_mangle]
-pub unsafe extern "C" fn stoker_batch_dlpack(
-    batch: *const StokerBatch,
-    which: u32,
-    out: *mut *mut DLManagedTensorVersioned,
-) -> StokerResult {
-    guard(|| {
-        if batch.is_null() || out.is_null() {
-            return fail(StokerResult::ErrInvalidArgument, "NULL argument");
+pub unsafe extern "C" fn stoker_batch_release(batch: *mut stoker_batch) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if !batch.is_null() {
+            // SAFETY: a live handle from `stoker_next`, released once.
+            drop(unsafe { Box::from_raw(batch) });
         }
-        // SAFETY: live handle per the contract.
-        let b = unsafe { &*batch };
-        let n = b.batch.n() as i64;
-        let (data, ndim, dtype, shape): (*const u8, i32, DLDataType, [i64; 4]) = match which {
-            STOKER_TENSOR_IMAGES => {
-                let (h, w) = b.spec.crop.output_size();
-                let (h, w) = (i64::from(h), i64::from(w));
-                let dtype = match b.spec.dtype {
-                    DType::U8 => DLDataType {
-                        code: KDL_UINT,
-                        bits: 8,
-                        lanes: 1,
-                    },
-                    DType::F16 => DLDataType {
-                        code: KDL_FLOAT,
-                        bits: 16,
-                        lanes: 1,
-                    },
-                    DType::Bf16 => DLDataType {
-                        code: KDL_BFLOAT,
-                        bits: 16,
-                        lanes: 1,
-                    },
-                    DType::F32 => DLDataType {
-                        code: KDL_FLOAT,
-                        bits: 32,
-                        lanes: 1,
-                    },
-                };
-                let shape = match b.spec.layout {
-                    Layout::Nchw => [n, 3, h, w],
-                    Layout::Nhwc => [n, h, w, 3],
-                };
-                (b.batch.images().as_ptr(), 4, dtype, shape)
-            }
-            STOKER_TENSOR_LABELS => (
-                b.batch.labels().as_ptr().cast(),
-                1,
-                DLDataType {
-                    code: KDL_INT,
-                    bits: 64,
-                    lanes: 1,
-                },
-                [n, 0, 0, 0],
-            ),
-            STOKER_TENSOR_INDICES => (
-                b.batch.indices().as_ptr().cast(),
-                1,
-                DLDataType {
-                    code: KDL_UINT,
-                    bits: 64,
-                    lanes: 1,
-                },
-                [n, 0, 0, 0],
-            ),
-            STOKER_TENSOR_STATUS => (
-                b.batch.status().as_ptr(),
-                1,
-                DLDataType {
-                    code: KDL_UINT,
-                    bits: 8,
-                    lanes: 1,
-                },
-                [n, 0, 0, 0],
-            ),
-            other => {
-                return fail(
-                    StokerResult::ErrInvalidArgument,
-                    format!("unknown tensor kind {other}"),
-                )
-            }
-        };
-        // Compact row-major strides, in elements.
-        let mut strides = [0i64; 4];
-        let mut acc = 1i64;
-        for d in (0..ndim as usize).rev() {
-            strides[d] = acc;
-            acc *= shape[d];
+    }));
+}
+
+/// Detaches and frees the client. Batches and tensors still held stay readable; their
+/// releases go nowhere. NULL is ignored.
+///
+/// # Safety
+/// `client` is NULL or a live client that no other thread is using, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_detach(client: *mut stoker_client) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if !client.is_null() {
+            // SAFETY: a live handle from `stoker_attach`, detached once.
+            drop(unsafe { Box::from_raw(client) });
         }
-        let mut owner = Box::new(TensorOwner {
-            tensor: DLManagedTensorVersioned {
-                version: DLPackVersion { major: 1, minor: 0 },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_tensor),
-                flags: 0,
-                dl_tensor: DLTensor {
-                    data: data as *mut c_void,
-                    device: DLDevice {
-                        device_type: KDL_CPU,
-                        device_id: 0,
-                    },
-                    ndim,
-                    dtype,
-                    shape: std::ptr::null_mut(),
-                    strides: std::ptr::null_mut(),
-                    byte_offset: 0,
-                },
-            },
-            shape,
-            strides,
-            _batch: Arc::clone(&b.batch),
-        });
-        // The box's heap address is stable, so these pointers stay valid until the deleter.
-        owner.tensor.dl_tensor.shape = owner.shape.as_mut_ptr();
-        owner.tensor.dl_tensor.strides = owner.strides.as_mut_ptr();
-        let raw = Box::into_raw(owner);
-        // SAFETY: `raw` came from Box::into_raw just above and is not shared yet; `out` is
-        // valid for a write per the contract; the tensor is the owner's first field.
-        unsafe {
-            (*raw).tensor.manager_ctx = raw.cast();
-            out.write(raw.cast::<DLManagedTensorVersioned>());
-        }
-        StokerResult::Ok
-    })
+    }));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn header_declares_every_export() {
-        let header = include_str!("stoker.h");
-        let src = include_str!("capi.rs");
-        let exported: Vec<&str> = src
-            .lines()
-            .filter_map(|l| {
-                let l = l.trim();
-                let rest = l
-                    .strip_prefix("pub unsafe extern \"C\" fn ")
-                    .or_else(|| l.strip_prefix("pub extern \"C\" fn "))?;
-                rest.split('(').next()
-            })
-            .collect();
-        assert!(exported.len() >= 9, "{exported:?}");
-        for name in &exported {
-            assert!(
-                header.contains(&format!(" {name}(")) || header.contains(&format!("*{name}(")),
-                "stoker.h does not declare {name}"
-            );
-        }
-        for line in header.lines() {
-            if let Some(i) = line.find("stoker_") {
-                let name: String = line[i..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if line[i + name.len()..].starts_with('(') {
-                    assert!(exported.contains(&name.as_str()), "{name} is not exported");
-                }
-            }
-        }
-    }
-
-    /// The header compiles on its own as strict C11 (skipped, loudly, without a C compiler).
-    #[test]
-    fn header_compiles_as_c11() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = dir.path().join("only_header.c");
-        std::fs::write(
-            &c,
-            "#include \"stoker.h\"\n\
-             _Static_assert(sizeof(DLTensor) == 48, \"DLTensor\");\n\
-             _Static_assert(sizeof(DLManagedTensorVersioned) == 80, \"DLManagedTensorVersioned\");\n\
-             _Static_assert(sizeof(stoker_attach_options) == 80, \"stoker_attach_options\");\n\
-             _Static_assert(sizeof(stoker_batch_info) == 88, \"stoker_batch_info\");\n\
-             _Static_assert(sizeof(stoker_client_info) == 48, \"stoker_client_info\");\n\
-             int main(void) { stoker_client *c = 0; stoker_detach(c); return STOKER_OK; }\n",
-        )
-        .unwrap();
-        let out = match std::process::Command::new("cc")
-            .args([
-                "-std=c11",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pedantic",
-                "-fsyntax-only",
-            ])
-            .arg("-I")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))
-            .arg(&c)
-            .output()
-        {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("SKIPPED header_compiles_as_c11: no C compiler (cc): {e}");
-                return;
-            }
-        };
-        assert!(
-            out.status.success(),
-            "stoker.h does not compile as C11:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    fn last_error() -> String {
+        // SAFETY: stoker_last_error returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(stoker_last_error()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[test]
-    fn layouts_match_the_header() {
-        assert_eq!(std::mem::size_of::<StokerAttachOptions>(), 80);
-        assert_eq!(std::mem::size_of::<StokerBatchInfo>(), 88);
-        assert_eq!(std::mem::size_of::<StokerClientInfo>(), 48);
-        assert_eq!(std::mem::size_of::<DLDataType>(), 4);
-        assert_eq!(std::mem::size_of::<DLTensor>(), 48);
-        assert_eq!(std::mem::size_of::<DLManagedTensorVersioned>(), 80);
-        assert_eq!(std::mem::offset_of!(StokerAttachOptions, socket), 16);
-    }
-
-    #[test]
-    fn failures_set_the_thread_error() {
-        let mut out = std::ptr::null_mut();
-        // SAFETY: NULL options are refused without being read.
-        let r = unsafe { stoker_attach(std::ptr::null(), &mut out) };
-        assert_eq!(r, StokerResult::ErrInvalidArgument);
-        // SAFETY: the library returns a valid NUL-terminated string.
-        let msg = unsafe { CStr::from_ptr(stoker_last_error()) };
-        assert_eq!(msg.to_str().unwrap(), "NULL argument");
-    }
-
-    #[test]
-    fn attach_without_a_daemon_says_so() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = CString::new(dir.path().join("s.sock").to_str().unwrap()).unwrap();
-        let job = CString::new("j").unwrap();
-        let spec =
-            CString::new(serde_json::to_string(&PipelineSpec::train(2, 8)).unwrap()).unwrap();
-        let data = CString::new("/data").unwrap();
-        let opts = StokerAttachOptions {
-            struct_size: std::mem::size_of::<StokerAttachOptions>() as u32,
-            rank: 0,
-            world_size: 1,
-            socket: socket.as_ptr(),
-            job: job.as_ptr(),
-            device: std::ptr::null(),
-            spec_json: spec.as_ptr(),
-            dataset: data.as_ptr(),
-            seed: 0,
-            start_epoch: 0,
-            start_step: 0,
-        };
-        let mut out = std::ptr::null_mut();
-        // SAFETY: valid options and output.
-        let r = unsafe { stoker_attach(&opts, &mut out) };
-        assert_eq!(r, StokerResult::ErrNoDaemon);
-        assert!(out.is_null());
-        // SAFETY: as above.
-        let msg = unsafe { CStr::from_ptr(stoker_last_error()) }
-            .to_str()
-            .unwrap();
-        assert!(msg.starts_with("no stoker daemon at "), "{msg}");
-    }
-
-    /// The whole C ABI against the fake daemon: attach, next, info, a DLPack tensor that
-    /// outlives its batch handle, release only after the tensor's deleter, end of data.
-    #[test]
-    fn batches_and_tensors_release_after_their_last_owner() {
-        use crate::protocol::{Message, Release};
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stoker.sock");
-        let spec = PipelineSpec {
-            dtype: DType::U8,
-            ..PipelineSpec::train(4, 8)
-        };
-        let daemon = crate::client::tests::fake_daemon(&path, spec.clone());
-        let socket = CString::new(path.to_str().unwrap()).unwrap();
-        let job = CString::new("job-a").unwrap();
-        let spec_json = CString::new(serde_json::to_string(&spec).unwrap()).unwrap();
-        let data = CString::new("/data").unwrap();
-        let opts = StokerAttachOptions {
-            struct_size: std::mem::size_of::<StokerAttachOptions>() as u32,
-            rank: 1,
-            world_size: 2,
-            socket: socket.as_ptr(),
-            job: job.as_ptr(),
-            device: std::ptr::null(),
-            spec_json: spec_json.as_ptr(),
-            dataset: data.as_ptr(),
-            seed: 0,
-            start_epoch: 3,
-            start_step: 4,
-        };
-        let mut client = std::ptr::null_mut();
-        // SAFETY: valid options and outputs throughout; handles are used as documented.
+    fn null_arguments_are_errors_not_crashes() {
+        let mut client: *mut stoker_client = std::ptr::null_mut();
+        // SAFETY: NULL options are allowed and refused; `client` is writable.
+        let r = unsafe { stoker_attach(std::ptr::null(), &mut client) };
+        assert_eq!(r, STOKER_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error(), "options is NULL");
+        let mut batch: *mut stoker_batch = std::ptr::null_mut();
+        // SAFETY: NULL client is refused.
+        let r = unsafe { stoker_next(std::ptr::null_mut(), &mut batch) };
+        assert_eq!(r, STOKER_ERR_INVALID_ARGUMENT);
+        assert_eq!(last_error(), "client is NULL");
+        // SAFETY: NULL is ignored.
         unsafe {
-            assert_eq!(stoker_attach(&opts, &mut client), StokerResult::Ok);
-            let mut ci: StokerClientInfo = std::mem::zeroed();
-            ci.struct_size = std::mem::size_of::<StokerClientInfo>() as u32;
-            assert_eq!(stoker_client_get_info(client, &mut ci), StokerResult::Ok);
-            assert_eq!((ci.slots, ci.steps_per_epoch, ci.classes), (2, 5, 3));
-
-            let mut batch = std::ptr::null_mut();
-            assert_eq!(stoker_next(client, &mut batch), StokerResult::Ok);
-            let mut info: StokerBatchInfo = std::mem::zeroed();
-            info.struct_size = std::mem::size_of::<StokerBatchInfo>() as u32;
-            assert_eq!(stoker_batch_get_info(batch, &mut info), StokerResult::Ok);
-            assert_eq!((info.n, info.epoch, info.step), (3, 3, 4));
-            assert_eq!((info.height, info.width, info.dtype), (8, 8, DTYPE_U8));
-            assert_eq!(std::slice::from_raw_parts(info.labels, 3), &[10, 11, 12]);
-
-            let mut images = std::ptr::null_mut();
-            assert_eq!(
-                stoker_batch_dlpack(batch, STOKER_TENSOR_IMAGES, &mut images),
-                StokerResult::Ok
-            );
-            let t = &(*images).dl_tensor;
-            assert_eq!(t.ndim, 4);
-            assert_eq!(std::slice::from_raw_parts(t.shape, 4), &[3, 3, 8, 8]);
-            assert_eq!(std::slice::from_raw_parts(t.strides, 4), &[192, 64, 8, 1]);
-            assert_eq!(
-                t.dtype,
-                DLDataType {
-                    code: KDL_UINT,
-                    bits: 8,
-                    lanes: 1
-                }
-            );
-            assert_eq!(t.data as *const c_void, info.images, "a view, not a copy");
-            assert_eq!(*(t.data as *const u8), 9);
-            let mut labels = std::ptr::null_mut();
-            assert_eq!(
-                stoker_batch_dlpack(batch, STOKER_TENSOR_LABELS, &mut labels),
-                StokerResult::Ok
-            );
-            assert_eq!(*(*labels).dl_tensor.shape, 3);
-
-            // The batch handle goes first; the tensors still hold the lease.
-            stoker_batch_free(batch);
-            ((*labels).deleter.unwrap())(labels);
-            let mut next = std::ptr::null_mut();
-            assert_eq!(stoker_next(client, &mut next), StokerResult::End);
-            assert!(next.is_null());
-            let (mut e, mut s) = (0, 0);
-            assert_eq!(stoker_position(client, &mut e, &mut s), StokerResult::Ok);
-            assert_eq!((e, s), (4, 0));
-            // Still readable: the images tensor holds the slot.
-            assert_eq!(*((*images).dl_tensor.data as *const u8), 9);
-            ((*images).deleter.unwrap())(images);
-            stoker_detach(client);
+            stoker_batch_release(std::ptr::null_mut());
+            stoker_detach(std::ptr::null_mut());
         }
-        let got = daemon.join().unwrap();
-        assert_eq!(
-            got,
-            vec![
-                Message::Release(Release {
-                    slot: 1,
-                    generation: 7
-                }),
-                Message::Detach
-            ]
+    }
+
+    #[test]
+    fn attach_reports_bad_spec_and_missing_daemon() {
+        let mut o = stoker_attach_options::default();
+        // SAFETY: `o` is writable.
+        assert_eq!(unsafe { stoker_attach_options_init(&mut o) }, STOKER_OK);
+        let dir = tempfile::tempdir().unwrap();
+        let sock = CString::new(dir.path().join("none.sock").to_str().unwrap()).unwrap();
+        o.socket = sock.as_ptr();
+        o.dataset = c"/data".as_ptr();
+        o.spec_json = c"{\"batch_size\": 2}".as_ptr();
+        let mut client: *mut stoker_client = std::ptr::null_mut();
+        // SAFETY: valid options with live strings; `client` is writable.
+        let r = unsafe { stoker_attach(&o, &mut client) };
+        assert_eq!(r, STOKER_ERR_SPEC);
+        assert!(last_error().contains("crop"), "{}", last_error());
+
+        o.spec_json =
+            c"{\"batch_size\": 2, \"crop\": {\"kind\": \"center_crop\", \"resize\": 8, \"size\": [8, 8]}}"
+                .as_ptr();
+        // SAFETY: as above.
+        let r = unsafe { stoker_attach(&o, &mut client) };
+        assert_eq!(r, STOKER_ERR_CONNECT, "{}", last_error());
+        assert!(
+            last_error().contains("no stoker daemon"),
+            "{}",
+            last_error()
         );
+        assert!(client.is_null());
+
+        o.world_size = 2;
+        o.rank = 0;
+        // SAFETY: as above.
+        let r = unsafe { stoker_attach(&o, &mut client) };
+        assert_eq!(r, STOKER_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("job"), "{}", last_error());
+    }
+
+    #[test]
+    fn a_struct_from_a_newer_header_with_unknown_fields_is_refused() {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Newer {
+            base: stoker_attach_options,
+            extra: u64,
+        }
+        let mut n = Newer {
+            base: stoker_attach_options::default(),
+            extra: 7,
+        };
+        n.base.size = std::mem::size_of::<Newer>();
+        let mut client: *mut stoker_client = std::ptr::null_mut();
+        // SAFETY: `n` is valid for its declared size.
+        let r = unsafe { stoker_attach(&n.base, &mut client) };
+        assert_eq!(r, STOKER_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("does not know"), "{}", last_error());
+    }
+
+    #[test]
+    fn result_names_match_the_enum() {
+        for r in [
+            STOKER_OK,
+            STOKER_END_OF_DATA,
+            STOKER_ERR_SPEC,
+            STOKER_ERR_INTERNAL,
+        ] {
+            // SAFETY: static strings.
+            let name = unsafe { CStr::from_ptr(stoker_result_name(r as i32)) };
+            assert_eq!(name.to_str().unwrap(), format!("{r:?}"));
+        }
     }
 }

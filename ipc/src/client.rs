@@ -21,6 +21,10 @@
 //!   sends RELEASE.
 //! - [`Client::position`] is where to resume: attach again with it as the start and the
 //!   batches continue where they left off.
+//! - While no daemon answers (it is starting, or restarting after a crash), attach retries
+//!   with exponential backoff for [`AttachOptions::connect_timeout`] (default
+//!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
+//!   with [`ClientError::NoDaemon`].
 //!
 //! # Limitations
 //! - Dropping the client detaches; the daemon stops filling the ring. Batches still alive keep
@@ -29,6 +33,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::memfd::{page_size, MemfdError, MemfdRing};
 use crate::protocol::{
@@ -38,6 +43,29 @@ use crate::protocol::{
 use crate::ring::{RingLayout, SampleStatus};
 use crate::sock::{SeqPacket, SockError};
 use crate::spec::{PipelineSpec, SpecError};
+
+/// How long [`Client::attach`] retries while no daemon answers, unless
+/// `$STOKER_CONNECT_TIMEOUT` says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Environment variable overriding [`DEFAULT_CONNECT_TIMEOUT`], in seconds (`0` disables
+/// retrying).
+pub const CONNECT_TIMEOUT_ENV: &str = "STOKER_CONNECT_TIMEOUT";
+/// First pause between connection attempts; it doubles up to [`MAX_CONNECT_BACKOFF`].
+const FIRST_CONNECT_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_millis(500);
+
+/// `$STOKER_CONNECT_TIMEOUT` seconds if set and valid, else [`DEFAULT_CONNECT_TIMEOUT`].
+pub fn default_connect_timeout() -> Duration {
+    std::env::var(CONNECT_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+}
+
+/// How long dropping a [`Client`] waits for the daemon to confirm the detach.
+pub const DETACH_WAIT: Duration = Duration::from_secs(1);
 
 /// Environment variable naming the daemon's socket.
 pub const SOCKET_ENV: &str = "STOKER_SOCKET";
@@ -81,6 +109,8 @@ pub struct AttachOptions {
     pub seed: u64,
     /// First batch to receive.
     pub start: StartPosition,
+    /// How long to keep retrying while no daemon answers (see [`default_connect_timeout`]).
+    pub connect_timeout: Duration,
 }
 
 impl AttachOptions {
@@ -95,6 +125,35 @@ impl AttachOptions {
             dataset: dataset.into(),
             seed: 0,
             start: StartPosition::default(),
+            connect_timeout: default_connect_timeout(),
+        }
+    }
+}
+
+/// Connects to `socket`, retrying with exponential backoff while no daemon listens there,
+/// for up to `timeout`.
+fn connect_with_retry(socket: &Path, timeout: Duration) -> Result<SeqPacket, ClientError> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = FIRST_CONNECT_BACKOFF;
+    loop {
+        match SeqPacket::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::EAGAIN) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(ClientError::NoDaemon(socket.to_owned()));
+                    }
+                    std::thread::sleep(pause.min(deadline - now));
+                    pause = (pause * 2).min(MAX_CONNECT_BACKOFF);
+                }
+                _ => {
+                    return Err(ClientError::Connect {
+                        path: socket.to_owned(),
+                        source: e,
+                    })
+                }
+            },
         }
     }
 }
@@ -188,15 +247,7 @@ impl Client {
                 opts.rank, opts.world_size
             )));
         }
-        let sock = SeqPacket::connect(socket).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ECONNREFUSED) => {
-                ClientError::NoDaemon(socket.to_owned())
-            }
-            _ => ClientError::Connect {
-                path: socket.to_owned(),
-                source: e,
-            },
-        })?;
+        let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
         let attach = Message::Attach(Box::new(Attach {
             job: opts.job,
@@ -357,10 +408,28 @@ impl Client {
 }
 
 impl Drop for Client {
+    /// Sends DETACH and waits (at most [`DETACH_WAIT`]) until the daemon closes the
+    /// connection: by then it has freed the rank, so attaching the same rank again right away
+    /// is not refused as RANK_TAKEN.
     fn drop(&mut self) {
-        if let Ok(bytes) = Message::Detach.encode() {
-            // The daemon treats a vanished client like a detach; nothing to do on failure.
-            let _ = self.conn.sock.send(&bytes, &[]);
+        let Ok(bytes) = Message::Detach.encode() else {
+            return;
+        };
+        // The daemon treats a vanished client like a detach; nothing to do on failure.
+        if self.conn.sock.send(&bytes, &[]).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + DETACH_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.conn.sock.set_read_timeout(Some(left)).is_err() {
+                return;
+            }
+            // READY messages still in flight are skipped; end of file or an error ends it.
+            match self.conn.sock.recv(&mut self.buf) {
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return,
+            }
         }
     }
 }

@@ -1,10 +1,12 @@
 //! stoker's process boundary: the pipeline spec, the ring layout, the protocol messages, fd
-//! passing, memfd rings, the Rust client and the C ABI (`capi`, `stoker.h`).
+//! passing, memfd rings, the Rust client and the C ABI (`capi`, DLPack tensors in `dlpack`,
+//! header `include/stoker.h`).
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
 pub mod capi;
 pub mod client;
+pub mod dlpack;
 pub mod memfd;
 pub mod protocol;
 pub mod ring;

@@ -159,6 +159,7 @@ struct Image {
 }
 
 /// Resized value (0..255) of channel `c` at output (ox, oy), flip applied.
+#[allow(clippy::too_many_arguments)]
 fn oracle(
     img: &Image,
     crop: CropBox,

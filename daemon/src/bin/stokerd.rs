@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use stoker_daemon::access::{AccessPolicy, QuotaLimits};
 use stoker_daemon::config::{Config, ReaderChoice, EXIT_CONFIG};
+use stoker_daemon::decode::Limits;
 use stoker_daemon::metrics::MetricsListener;
 use stoker_daemon::pipeline::EngineConfig;
 use stoker_daemon::reader::ReaderKind;
@@ -208,14 +210,19 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
                 ReaderChoice::Pread => ReaderKind::Pread,
             },
             policy: file.pipeline.bad_samples,
-            ..EngineConfig::default()
+            limits: Limits {
+                max_pixels: file.limits.max_pixels,
+                max_file_bytes: file.limits.max_file_bytes,
+            },
+            bad_log_per_second: file.limits.log_bad_samples_per_second,
         },
-        datasets: file.datasets.clone(),
+        access: AccessPolicy::new(&file.access, &file.datasets),
+        quotas: QuotaLimits::from(&file.limits),
     }
 }
 
 /// SIGHUP: reads the config again and applies what can change while serving (registered
-/// datasets). A bad file is logged and the running config kept.
+/// datasets and the access rules). A bad file is logged and the running config kept.
 fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
     let Some(path) = path else {
         tracing::info!("SIGHUP: no config file to reload");
@@ -229,11 +236,9 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
         Ok(c) => {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
-            handle.set_datasets(c.datasets.clone());
+            handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
             metrics::counter!(stoker_daemon::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
-            tracing::info!(
-                "limits, pipeline and server settings apply to new jobs after a restart"
-            );
+            tracing::info!("access and datasets applied; limits, pipeline and server settings apply after a restart");
         }
         Err(e) => {
             tracing::error!(error = %e, "config reload failed: keeping the running config");

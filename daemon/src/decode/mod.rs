@@ -548,6 +548,13 @@ impl CpuDecoder {
         out: &mut RgbImage,
     ) -> Result<CropBox, DecodeError> {
         let result = self.begin(bytes).and_then(|header| {
+            // A region decode stops at the region's last row, so a file cut short below it
+            // would pass (and pass or fail by crop box, epoch to epoch): require its end.
+            if !sniff::has_end_after_scan(bytes) {
+                return Err(DecodeError::Truncated {
+                    detail: String::from("no end-of-image marker after the scan data"),
+                });
+            }
             let plan = plan_region(&header, want, out_size, &self.factors)?;
             self.run(bytes, &header, &plan, out)?;
             Ok(plan.box_out)

@@ -107,6 +107,42 @@ pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeErro
     }
 }
 
+/// Whether the stream has an EOI marker (`FF D9`) after its first scan header (SOS). A
+/// region decode stops at the last row it needs, so libjpeg never sees a file cut short below
+/// the region; this catches it. EOIs of embedded thumbnails (in APP segments, before the first
+/// SOS) do not count; trailing data after the EOI is allowed. Returns `true` when the marker
+/// walk cannot find the first SOS (libjpeg then has its say).
+pub(crate) fn has_end_after_scan(bytes: &[u8]) -> bool {
+    let mut pos = 2;
+    let sos = loop {
+        if bytes.get(pos) != Some(&0xFF) {
+            return true;
+        }
+        while bytes.get(pos) == Some(&0xFF) {
+            pos += 1;
+        }
+        let Some(&code) = bytes.get(pos) else {
+            return true;
+        };
+        pos += 1;
+        match code {
+            0xDA => break pos,
+            0xD9 => return true,
+            0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
+                    return true;
+                };
+                pos += u16::from_be_bytes([hi, lo]) as usize;
+            }
+        }
+    };
+    // Entropy-coded data stuffs every 0xFF as FF 00, so FF D9 after the SOS is a marker.
+    bytes
+        .get(sos..)
+        .is_some_and(|scan| scan.windows(2).rev().any(|w| w == [0xFF, 0xD9]))
+}
+
 fn looks_like_text(bytes: &[u8]) -> bool {
     let head = &bytes[..bytes.len().min(512)];
     match std::str::from_utf8(head) {
@@ -128,6 +164,21 @@ fn hex_prefix(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_needs_an_eoi_after_its_first_scan() {
+        // SOI, APP1 holding a thumbnail's EOI, SOS, data, EOI, trailing bytes.
+        let mut ok = vec![0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x04, 0xFF, 0xD9];
+        ok.extend_from_slice(&[0xFF, 0xDA, 0x00, 0x02, 0x12, 0xFF, 0x00, 0x34]);
+        let cut = ok.clone();
+        ok.extend_from_slice(&[0xFF, 0xD9, 1, 2, 3]);
+        assert!(has_end_after_scan(&ok));
+        assert!(
+            !has_end_after_scan(&cut),
+            "the thumbnail's EOI does not count"
+        );
+        assert!(has_end_after_scan(&[0xFF, 0xD8, 0x00]), "no verdict");
+    }
 
     #[test]
     fn names_common_formats() {

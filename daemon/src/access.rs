@@ -1,0 +1,506 @@
+//! Who may attach, which datasets they may name, and how much ring memory they may hold.
+//!
+//! The daemon may run as a service user that can read datasets its clients cannot, so an
+//! attach is checked before anything is opened or allocated:
+//! 1. **Peer**: the uid, gid and supplementary groups of the connecting process (SO_PEERCRED,
+//!    plus the `Groups:` line of `/proc/<pid>/status`) against `[access] allowed_uids` /
+//!    `allowed_gids`. With both lists empty: the daemon's own uid and root only. A list that is
+//!    set replaces that default entirely.
+//! 2. **Dataset**: a name registered in `[datasets]` (trusted as configured), or an absolute
+//!    path. A path may have no `..` component; with `dataset_roots` set it must lie under a
+//!    root both as written and once canonicalised (so a symlink cannot leave the root), and
+//!    every file of the opened dataset must too (a file list naming `/etc/shadow`, a symlinked
+//!    image). With no roots set, only the daemon's own uid and root may name paths: they could
+//!    read them anyway.
+//! 3. **Quotas**: ring bytes per client (all connections of one uid), ring bytes per job (all
+//!    its ranks), clients attached, jobs. A [`QuotaGrant`] holds its share until dropped.
+//!
+//! Every refusal names the path or the numbers and the rule that refused it.
+//!
+//! # Limitations
+//! - A registered dataset is trusted: its files are not checked against the roots.
+//! - Paths are checked when a job is created; a file swapped for a symlink afterwards is read
+//!   with the daemon's permissions (the reader does not open with `O_NOFOLLOW`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::config::{AccessConfig, LimitsConfig};
+use crate::dataset::Dataset;
+
+/// Why an attach was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// The peer's credentials are not allowed.
+    #[error("{0}")]
+    Peer(String),
+    /// The dataset may not be named by this client.
+    #[error("{0}")]
+    Dataset(String),
+    /// A quota or limit would be exceeded.
+    #[error("{0}")]
+    Quota(String),
+}
+
+/// The connecting process, as the kernel vouches for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (empty when `/proc/<pid>/status` could not be read).
+    pub groups: Vec<u32>,
+}
+
+impl Peer {
+    /// From SO_PEERCRED, adding the supplementary groups from `/proc/<pid>/status`.
+    pub fn from_cred(cred: &libc::ucred) -> Peer {
+        let groups = std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
+            .map(|s| parse_groups(&s))
+            .unwrap_or_default();
+        Peer {
+            pid: cred.pid,
+            uid: cred.uid,
+            gid: cred.gid,
+            groups,
+        }
+    }
+}
+
+/// The numbers of the `Groups:` line of a `/proc/<pid>/status` text.
+fn parse_groups(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The access rules of one daemon.
+#[derive(Debug, Clone)]
+pub struct AccessPolicy {
+    daemon_uid: u32,
+    allowed_uids: Vec<u32>,
+    allowed_gids: Vec<u32>,
+    /// As configured and canonicalised (a root that does not exist is kept as written).
+    roots: Vec<(PathBuf, PathBuf)>,
+    registry: BTreeMap<String, PathBuf>,
+}
+
+impl AccessPolicy {
+    pub fn new(access: &AccessConfig, registry: &BTreeMap<String, PathBuf>) -> AccessPolicy {
+        // SAFETY: geteuid cannot fail and has no preconditions.
+        let daemon_uid = unsafe { libc::geteuid() };
+        AccessPolicy {
+            daemon_uid,
+            allowed_uids: access.allowed_uids.clone(),
+            allowed_gids: access.allowed_gids.clone(),
+            roots: access
+                .dataset_roots
+                .iter()
+                .map(|r| {
+                    (
+                        r.clone(),
+                        std::fs::canonicalize(r).unwrap_or_else(|_| r.clone()),
+                    )
+                })
+                .collect(),
+            registry: registry.clone(),
+        }
+    }
+
+    /// The registered dataset names (for `stoker status`).
+    pub fn dataset_names(&self) -> Vec<String> {
+        self.registry.keys().cloned().collect()
+    }
+
+    /// The defaults: the daemon's own uid and root, any path for them, no registry.
+    pub fn permissive_for_owner() -> AccessPolicy {
+        AccessPolicy::new(&AccessConfig::default(), &BTreeMap::new())
+    }
+
+    fn is_owner(&self, peer: &Peer) -> bool {
+        peer.uid == self.daemon_uid || peer.uid == 0
+    }
+
+    /// Whether `peer` may attach at all.
+    pub fn check_peer(&self, peer: &Peer) -> Result<(), AccessError> {
+        let allowed = if self.allowed_uids.is_empty() && self.allowed_gids.is_empty() {
+            self.is_owner(peer)
+        } else {
+            self.allowed_uids.contains(&peer.uid)
+                || self.allowed_gids.contains(&peer.gid)
+                || peer.groups.iter().any(|g| self.allowed_gids.contains(g))
+        };
+        if allowed {
+            return Ok(());
+        }
+        let rule = if self.allowed_uids.is_empty() && self.allowed_gids.is_empty() {
+            format!(
+                "only the daemon's own uid {} and root may attach (set access.allowed_uids or \
+                 access.allowed_gids)",
+                self.daemon_uid
+            )
+        } else {
+            format!(
+                "allowed uids {:?}, allowed gids {:?}",
+                self.allowed_uids, self.allowed_gids
+            )
+        };
+        Err(AccessError::Peer(format!(
+            "peer pid {} uid {} gid {} (groups {:?}) is not allowed: {rule}",
+            peer.pid, peer.uid, peer.gid, peer.groups
+        )))
+    }
+
+    /// The path to open for the dataset a client named, or why it may not.
+    pub fn resolve_dataset(&self, peer: &Peer, name: &str) -> Result<PathBuf, AccessError> {
+        if let Some(path) = self.registry.get(name) {
+            return Ok(path.clone());
+        }
+        let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
+        let path = Path::new(name);
+        if path.components().any(|c| c == Component::ParentDir) {
+            return refuse("a path may not contain '..' components".into());
+        }
+        if !path.is_absolute() {
+            return refuse(format!(
+                "not a registered dataset (registered: {:?}) and not an absolute path",
+                self.registry.keys().collect::<Vec<_>>()
+            ));
+        }
+        if self.roots.is_empty() {
+            if self.is_owner(peer) {
+                return Ok(path.to_owned());
+            }
+            return refuse(format!(
+                "not a registered dataset, and no access.dataset_roots are configured, so uid {} \
+                 may name registered datasets only",
+                peer.uid
+            ));
+        }
+        let Some((root, canonical_root)) = self
+            .roots
+            .iter()
+            .find(|(r, c)| path.starts_with(r) || path.starts_with(c))
+        else {
+            return refuse(format!(
+                "absolute path outside the allowed roots {:?}",
+                self.root_list()
+            ));
+        };
+        let canonical = std::fs::canonicalize(path).map_err(|e| {
+            AccessError::Dataset(format!("dataset {name:?}: cannot resolve the path: {e}"))
+        })?;
+        if !canonical.starts_with(canonical_root) {
+            return refuse(format!(
+                "resolves to {} through a symlink, leaving the root {}",
+                canonical.display(),
+                root.display()
+            ));
+        }
+        Ok(canonical)
+    }
+
+    /// For a dataset named by path with roots configured: every file it reads must resolve
+    /// under a root too (a file list or a symlink could point anywhere).
+    pub fn check_dataset_files(&self, name: &str, dataset: &Dataset) -> Result<(), AccessError> {
+        if self.roots.is_empty() || self.registry.contains_key(name) {
+            return Ok(());
+        }
+        let mut last: Option<&Path> = None;
+        for i in 0..dataset.len() {
+            let file = dataset.sample(i).path;
+            if last == Some(file) {
+                continue; // samples of one tar shard
+            }
+            last = Some(file);
+            let canonical = std::fs::canonicalize(file).map_err(|e| {
+                AccessError::Dataset(format!(
+                    "dataset {name:?}: cannot resolve its file {}: {e}",
+                    file.display()
+                ))
+            })?;
+            if !self.roots.iter().any(|(_, c)| canonical.starts_with(c)) {
+                return Err(AccessError::Dataset(format!(
+                    "dataset {name:?}: its file {} resolves to {}, outside the allowed roots {:?}",
+                    file.display(),
+                    canonical.display(),
+                    self.root_list()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn root_list(&self) -> Vec<String> {
+        self.roots
+            .iter()
+            .map(|(r, _)| r.display().to_string())
+            .collect()
+    }
+}
+
+/// Ring memory and attachment counts, shared by every connection.
+#[derive(Debug)]
+pub struct Quotas {
+    limits: QuotaLimits,
+    used: Mutex<Usage>,
+}
+
+/// The numbers [`Quotas`] enforces (from `[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLimits {
+    pub max_client_ring_bytes: u64,
+    pub max_job_ring_bytes: u64,
+    pub max_clients: usize,
+    pub max_jobs: usize,
+}
+
+impl From<&LimitsConfig> for QuotaLimits {
+    fn from(l: &LimitsConfig) -> Self {
+        QuotaLimits {
+            max_client_ring_bytes: l.max_client_ring_bytes,
+            max_job_ring_bytes: l.max_job_ring_bytes,
+            max_clients: l.max_clients,
+            max_jobs: l.max_jobs,
+        }
+    }
+}
+
+impl Default for QuotaLimits {
+    fn default() -> Self {
+        QuotaLimits::from(&LimitsConfig::default())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Usage {
+    clients: usize,
+    by_uid: HashMap<u32, u64>,
+    by_job: HashMap<String, u64>,
+}
+
+/// One attached rank's share of the quotas; dropping it gives the share back.
+#[derive(Debug)]
+pub struct QuotaGrant {
+    quotas: Arc<Quotas>,
+    uid: u32,
+    job: String,
+    bytes: u64,
+}
+
+impl Quotas {
+    pub fn new(limits: QuotaLimits) -> Arc<Quotas> {
+        Arc::new(Quotas {
+            limits,
+            used: Mutex::default(),
+        })
+    }
+
+    pub fn limits(&self) -> QuotaLimits {
+        self.limits
+    }
+
+    /// Reserves a ring of `bytes` for a client of `uid` in `job`, or says which limit it is
+    /// over, with the numbers.
+    pub fn reserve(
+        self: &Arc<Self>,
+        uid: u32,
+        job: &str,
+        bytes: u64,
+    ) -> Result<QuotaGrant, AccessError> {
+        let l = self.limits;
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        if u.clients >= l.max_clients {
+            return Err(AccessError::Quota(format!(
+                "{} clients are attached, the limit (limits.max_clients) is {}",
+                u.clients, l.max_clients
+            )));
+        }
+        let by_uid = u.by_uid.get(&uid).copied().unwrap_or(0);
+        if by_uid.saturating_add(bytes) > l.max_client_ring_bytes {
+            return Err(AccessError::Quota(format!(
+                "a ring of {bytes} bytes for uid {uid}, who holds {by_uid} bytes of rings already, \
+                 is over the per-client quota (limits.max_client_ring_bytes) of {} bytes",
+                l.max_client_ring_bytes
+            )));
+        }
+        let by_job = u.by_job.get(job).copied().unwrap_or(0);
+        if by_job.saturating_add(bytes) > l.max_job_ring_bytes {
+            return Err(AccessError::Quota(format!(
+                "a ring of {bytes} bytes for job {job:?}, whose ranks hold {by_job} bytes already, \
+                 is over the per-job quota (limits.max_job_ring_bytes) of {} bytes",
+                l.max_job_ring_bytes
+            )));
+        }
+        u.clients += 1;
+        *u.by_uid.entry(uid).or_default() += bytes;
+        *u.by_job.entry(job.to_owned()).or_default() += bytes;
+        Ok(QuotaGrant {
+            quotas: Arc::clone(self),
+            uid,
+            job: job.to_owned(),
+            bytes,
+        })
+    }
+
+    /// Clients attached now and ring bytes they hold.
+    pub fn usage(&self) -> (usize, u64) {
+        let u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        (u.clients, u.by_uid.values().sum())
+    }
+}
+
+impl Drop for QuotaGrant {
+    fn drop(&mut self) {
+        let mut u = self.quotas.used.lock().unwrap_or_else(|e| e.into_inner());
+        u.clients -= 1;
+        let give_back = |m: &mut u64| *m -= self.bytes;
+        if let Some(v) = u.by_uid.get_mut(&self.uid) {
+            give_back(v);
+            if *v == 0 {
+                u.by_uid.remove(&self.uid);
+            }
+        }
+        if let Some(v) = u.by_job.get_mut(&self.job) {
+            give_back(v);
+            if *v == 0 {
+                u.by_job.remove(&self.job);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
+        Peer {
+            pid: 1,
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        }
+    }
+
+    fn policy(uids: &[u32], gids: &[u32], roots: &[&Path]) -> AccessPolicy {
+        let mut registry = BTreeMap::new();
+        registry.insert("imagenet".to_owned(), PathBuf::from("/data/imagenet"));
+        AccessPolicy::new(
+            &AccessConfig {
+                allowed_uids: uids.to_vec(),
+                allowed_gids: gids.to_vec(),
+                dataset_roots: roots.iter().map(|r| r.to_path_buf()).collect(),
+            },
+            &registry,
+        )
+    }
+
+    #[test]
+    fn peers_are_checked_by_uid_gid_and_groups() {
+        let p = policy(&[], &[], &[]);
+        p.check_peer(&peer(0, 0, &[])).unwrap();
+        p.check_peer(&peer(p.daemon_uid, 5, &[])).unwrap();
+        if p.daemon_uid != 4242 {
+            let e = p.check_peer(&peer(4242, 4242, &[])).unwrap_err();
+            assert!(e.to_string().contains("uid 4242"), "{e}");
+        }
+        let p = policy(&[1000], &[300], &[]);
+        p.check_peer(&peer(1000, 1, &[])).unwrap();
+        p.check_peer(&peer(2000, 300, &[])).unwrap();
+        p.check_peer(&peer(2000, 1, &[7, 300])).unwrap();
+        let e = p.check_peer(&peer(0, 0, &[])).unwrap_err();
+        assert!(e.to_string().contains("allowed uids [1000]"), "{e}");
+    }
+
+    #[test]
+    fn groups_are_parsed_from_proc_status() {
+        let status = "Name:\tx\nUid:\t1 1 1 1\nGroups:\t4 24 27 \nNgid:\t0\n";
+        assert_eq!(parse_groups(status), vec![4, 24, 27]);
+        assert_eq!(parse_groups("Groups:\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn dataset_paths_follow_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("ok")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        let p = policy(&[], &[], &[&root]);
+        let me = peer(p.daemon_uid, 0, &[]);
+        assert_eq!(
+            p.resolve_dataset(&me, "imagenet").unwrap(),
+            PathBuf::from("/data/imagenet")
+        );
+        let ok = root.join("ok");
+        assert_eq!(
+            p.resolve_dataset(&me, ok.to_str().unwrap()).unwrap(),
+            std::fs::canonicalize(&ok).unwrap()
+        );
+        let dotdot = format!("{}/ok/../../outside", root.display());
+        let e = p.resolve_dataset(&me, &dotdot).unwrap_err().to_string();
+        assert!(e.contains("'..'") && e.contains(&dotdot), "{e}");
+        let e = p.resolve_dataset(&me, "/etc").unwrap_err().to_string();
+        assert!(
+            e.contains("outside the allowed roots") && e.contains("/etc"),
+            "{e}"
+        );
+        let esc = root.join("escape");
+        let e = p
+            .resolve_dataset(&me, esc.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("symlink") && e.contains("leaving the root"),
+            "{e}"
+        );
+        let e = p.resolve_dataset(&me, "relative").unwrap_err().to_string();
+        assert!(e.contains("not an absolute path"), "{e}");
+
+        let open = policy(&[], &[], &[]);
+        open.resolve_dataset(&me, "/anything").unwrap();
+        let stranger = peer(open.daemon_uid.wrapping_add(12345), 1, &[]);
+        let e = open
+            .resolve_dataset(&stranger, "/anything")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("registered datasets only"), "{e}");
+    }
+
+    #[test]
+    fn quotas_refuse_with_numbers_and_are_given_back() {
+        let q = Quotas::new(QuotaLimits {
+            max_client_ring_bytes: 100,
+            max_job_ring_bytes: 150,
+            max_clients: 3,
+            max_jobs: 10,
+        });
+        let a = q.reserve(1, "j", 60).unwrap();
+        let e = q.reserve(1, "k", 50).unwrap_err().to_string();
+        assert!(
+            e.contains("50 bytes") && e.contains("60 bytes") && e.contains("100"),
+            "{e}"
+        );
+        let b = q.reserve(2, "j", 80).unwrap();
+        let e = q.reserve(3, "j", 20).unwrap_err().to_string();
+        assert!(
+            e.contains("per-job") && e.contains("140") && e.contains("150"),
+            "{e}"
+        );
+        let _c = q.reserve(3, "x", 1).unwrap();
+        let e = q.reserve(4, "y", 1).unwrap_err().to_string();
+        assert!(e.contains("max_clients"), "{e}");
+        drop((a, b));
+        assert_eq!(q.usage(), (1, 1));
+        q.reserve(1, "j", 100).unwrap();
+    }
+}

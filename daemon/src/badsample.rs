@@ -1,0 +1,222 @@
+//! Bad samples: why a sample could not be delivered ([`BadSample`], with the stable reason
+//! codes of [`crate::reader::ReadError::reason`] and [`crate::decode::DecodeError::reason`]),
+//! counted by reason ([`BadCounts`]), and logged once per file, rate-limited
+//! ([`BadSampleLog`]).
+//!
+//! # Design
+//! - Counters are a fixed array of atomics indexed by [`REASONS`]: no lock, no allocation on
+//!   the error path. A code not in the list counts as `other`.
+//! - A file is logged the first time it is met (path and reason); later meetings (other
+//!   epochs, other jobs) are counted but not logged. The set of logged files is capped at
+//!   [`MAX_REMEMBERED_FILES`]; past it every meeting is logged, still rate-limited.
+//! - Logging goes through [`RateLimit`]: at most N lines a second, then one "suppressed K".
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::decode::DecodeError;
+use crate::ratelimit::{Admit, RateLimit};
+use crate::reader::ReadError;
+
+/// Every reason a sample can be bad: read reasons, then decode reasons, then `other`.
+pub const REASONS: &[&str] = &[
+    // ReadError::reason
+    "setup",
+    "not_found",
+    "permission",
+    "short_read",
+    "io",
+    // DecodeError::reason
+    "not_jpeg",
+    "truncated",
+    "corrupt",
+    "corrupt_warning",
+    "unsupported",
+    "too_large",
+    "file_too_large",
+    "too_many_scans",
+    "bad_crop",
+    "internal",
+    "other",
+];
+
+/// Files remembered as already logged.
+pub const MAX_REMEMBERED_FILES: usize = 1 << 20;
+
+/// Why one sample could not be delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadSample {
+    /// A code from [`REASONS`].
+    pub reason: &'static str,
+    /// The full message, for the log.
+    pub detail: String,
+}
+
+impl From<&ReadError> for BadSample {
+    fn from(e: &ReadError) -> BadSample {
+        BadSample {
+            reason: e.reason(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl From<DecodeError> for BadSample {
+    fn from(e: DecodeError) -> BadSample {
+        BadSample {
+            reason: e.reason(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// Bad samples met, by reason.
+#[derive(Debug)]
+pub struct BadCounts {
+    counts: [AtomicU64; REASONS.len()],
+}
+
+impl Default for BadCounts {
+    fn default() -> Self {
+        BadCounts {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl BadCounts {
+    pub fn add(&self, reason: &str) {
+        let i = REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(REASONS.len() - 1);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reasons met so far and how often (reasons never met are left out).
+    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
+        REASONS
+            .iter()
+            .zip(&self.counts)
+            .map(|(r, c)| (*r, c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// Logs each bad file once, at most `per_second` lines a second.
+#[derive(Debug)]
+pub struct BadSampleLog {
+    inner: Mutex<LogState>,
+}
+
+#[derive(Debug)]
+struct LogState {
+    seen: HashSet<String>,
+    limit: RateLimit,
+}
+
+impl BadSampleLog {
+    pub fn new(per_second: u32) -> BadSampleLog {
+        BadSampleLog {
+            inner: Mutex::new(LogState {
+                seen: HashSet::new(),
+                limit: RateLimit::new(per_second),
+            }),
+        }
+    }
+
+    /// Logs `bad` for the file `path` unless it was logged before or the rate limit says no.
+    /// Returns whether a line was written.
+    pub fn log(&self, path: &str, bad: &BadSample) -> bool {
+        let mut st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if st.seen.contains(path) {
+            return false;
+        }
+        if st.seen.len() < MAX_REMEMBERED_FILES {
+            st.seen.insert(path.to_owned());
+        }
+        match st.limit.admit(Instant::now()) {
+            Admit::Suppress => false,
+            Admit::Log { suppressed } => {
+                drop(st);
+                if suppressed > 0 {
+                    tracing::warn!(suppressed, "bad sample lines suppressed by the rate limit");
+                }
+                tracing::warn!(
+                    sample = %path,
+                    reason = bad.reason,
+                    detail = %bad.detail,
+                    "bad sample"
+                );
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_read_and_decode_reason_has_a_counter() {
+        let read = [
+            ReadError::Setup(String::new()),
+            ReadError::NotFound { path: "p".into() },
+            ReadError::Permission { path: "p".into() },
+            ReadError::ShortRead {
+                path: "p".into(),
+                offset: 0,
+                want: 1,
+                got: 0,
+            },
+        ];
+        for e in &read {
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+        let decode = [
+            DecodeError::NotJpeg { what: "x".into() },
+            DecodeError::Truncated { detail: "x".into() },
+            DecodeError::FileTooLarge { len: 2, limit: 1 },
+            DecodeError::TooLarge {
+                w: 1,
+                h: 1,
+                limit: 0,
+            },
+            DecodeError::TooManyScans { limit: 1 },
+            DecodeError::Internal { detail: "x".into() },
+        ];
+        for e in decode {
+            assert!(REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+    }
+
+    #[test]
+    fn counts_by_reason_and_unknown_as_other() {
+        let c = BadCounts::default();
+        c.add("truncated");
+        c.add("truncated");
+        c.add("not_found");
+        c.add("something new");
+        let s = c.snapshot();
+        assert_eq!(s["truncated"], 2);
+        assert_eq!(s["not_found"], 1);
+        assert_eq!(s["other"], 1);
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_file_is_logged_once() {
+        let log = BadSampleLog::new(100);
+        let bad = BadSample {
+            reason: "corrupt",
+            detail: "x".into(),
+        };
+        assert!(log.log("/a.jpg", &bad));
+        assert!(!log.log("/a.jpg", &bad));
+        assert!(log.log("/b.jpg", &bad));
+    }
+}

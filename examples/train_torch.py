@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A minimal PyTorch training loop fed by stokerd.
+
+    stokerd --socket /tmp/stoker.sock &
+    python examples/train_torch.py /path/to/imagefolder --socket /tmp/stoker.sock --steps 20
+
+Under torchrun every rank gets its share of each epoch (rank, world size and the job key come
+from the environment torchrun sets):
+
+    torchrun --nproc-per-node 2 examples/train_torch.py /path/to/imagefolder --socket ...
+
+Batches arrive as DLPack tensors viewing the daemon's shared ring; `torch.from_dlpack` wraps
+them without a copy. The slot goes back to the daemon once the tensors made from it are freed,
+so the loop drops them each step (here by rebinding the names). `--resume` shows
+state_dict()/load_state_dict(): the loader's position is saved with the model.
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import stoker
+
+
+class TinyCNN(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    p.add_argument("dataset", help="dataset path (or a name registered with the daemon)")
+    p.add_argument("--socket", default=None, help="stokerd socket (default: $STOKER_SOCKET, ...)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--crop", type=int, default=64)
+    p.add_argument("--steps", type=int, default=20, help="optimiser steps to run")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", default=None, help="save model + loader state here at the end")
+    p.add_argument("--resume", default=None, help="checkpoint to resume from")
+    args = p.parse_args()
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    torch.manual_seed(args.seed)
+
+    loader = stoker.Loader(args.dataset, batch_size=args.batch_size, crop=args.crop,
+                           seed=args.seed, socket=args.socket)
+    classes = loader.info["classes"]
+    model = TinyCNN(classes)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    if args.resume:
+        ckpt = torch.load(args.resume)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        loader.load_state_dict(ckpt["loader"])
+
+    rank = loader.rank
+    step, seen, t0 = 0, 0, time.perf_counter()
+    while step < args.steps:
+        for images, labels in loader:  # one epoch of this rank's share
+            x = torch.from_dlpack(images)  # [B, 3, H, W] float32, a view of the ring
+            y = torch.from_dlpack(labels)  # [B] int64
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            seen += x.shape[0]
+            if rank == 0 and (step % 5 == 0 or step == 1):
+                rate = seen / (time.perf_counter() - t0)
+                print(f"epoch {loader.epoch} step {step} loss {loss.item():.4f} "
+                      f"({rate:.0f} images/s on rank 0)", flush=True)
+            # Dropping the views hands the slot back before the next batch is awaited.
+            del x, y, images, labels
+            if step >= args.steps:
+                break
+
+    if args.checkpoint and rank == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                    "loader": loader.state_dict()}, args.checkpoint)
+        print(f"saved {args.checkpoint} at loader position {loader.state_dict()}")
+    loader.close()
+    if distributed:
+        dist.destroy_process_group()
+    if rank == 0:
+        print(f"done: {step} steps, {seen} images on rank 0")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""`stoker.Loader`: a DataLoader-like iterable of (images, labels) served by stokerd."""
+
+import ctypes
+import json
+import os
+from ctypes import byref, c_void_p
+
+from . import _lib
+from ._lib import STOKER_END_OF_DATA, call, lib
+from .batch import Batch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+STATE_VERSION = 1
+
+
+def _pair(v):
+    if isinstance(v, int):
+        return [v, v]
+    h, w = v
+    return [int(h), int(w)]
+
+
+def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
+               ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+               dtype="f32", layout="nchw", drop_last=False, epochs=None):
+    """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md."""
+    size = _pair(crop)
+    if train:
+        crop_spec = {"kind": "random_resized", "size": size, "scale": list(scale),
+                     "ratio": list(ratio)}
+    else:
+        crop_spec = {"kind": "center_crop", "size": size,
+                     "resize": int(resize if resize is not None else min(size) * 256 // 224)}
+    spec = {
+        "batch_size": int(batch_size),
+        "crop": crop_spec,
+        "flip_prob": float(flip_prob if flip_prob is not None else (0.5 if train else 0.0)),
+        "mean": list(mean),
+        "std": list(std),
+        "dtype": dtype,
+        "layout": layout,
+        "drop_last": bool(drop_last),
+    }
+    if epochs is not None:
+        spec["epochs"] = int(epochs)
+    return spec
+
+
+def _env_int(name):
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+def job_from_env():
+    """The job key torchrun gives every rank alike, or None outside torchrun."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchrun-{run_id}"
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if addr and port:
+        return f"torchrun-{addr}:{port}"
+    return None
+
+
+class Loader:
+    """Batches of one rank of a stoker job, as `(images, labels)` DLPack tensors.
+
+    Iterating yields one epoch (`len(loader)` batches); the next `for` continues with the next
+    epoch on the same connection. `batches()` yields `Batch` objects (with `indices`, `status`,
+    `epoch`, `step`) without stopping at epoch ends. See docs/python.md.
+
+    Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
+    derived from TORCHELASTIC_RUN_ID (or MASTER_ADDR:MASTER_PORT); `local_rank` is LOCAL_RANK.
+    """
+
+    def __init__(self, dataset, batch_size=64, crop=224, *, train=True, resize=None,
+                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
+                 std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
+                 job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
+                 spec=None, device="cpu"):
+        self.dataset = str(dataset)
+        if spec is None:
+            spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
+                              ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
+                              layout=layout, drop_last=drop_last, epochs=epochs)
+        elif isinstance(spec, str):
+            spec = json.loads(spec)
+        self.spec = dict(spec)
+        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
+        self.world_size = world_size if world_size is not None else (_env_int("WORLD_SIZE") or 1)
+        self.local_rank = _env_int("LOCAL_RANK") or 0
+        if job is None:
+            base = job_from_env()
+            if base is not None:
+                # Several loaders of one run (train, val) are separate jobs.
+                job = f"{base}/{name or self.dataset}"
+        if job is None and self.world_size > 1:
+            raise ValueError("world_size > 1 needs a job key shared by every rank: pass job=... "
+                             "or run under torchrun")
+        self.job = job
+        self.seed = int(seed)
+        self.socket = str(socket) if socket is not None else None
+        self.device = device
+        self._client = None
+        self._info = None
+        self._epoch = 0
+        self._step = 0
+        self._ended = False
+
+    # --- connection --------------------------------------------------------------------
+
+    def _attach(self):
+        if self._client is not None:
+            return
+        o = _lib.AttachOptions()
+        call("stoker_attach_options_init", byref(o))
+        # The ctypes struct holds char* into these bytes objects: keep them alive meanwhile.
+        keep = {
+            "socket": self.socket.encode() if self.socket else None,
+            "job": self.job.encode() if self.job else None,
+            "dataset": self.dataset.encode(),
+            "spec_json": json.dumps(self.spec).encode(),
+            "device": self.device.encode(),
+        }
+        for k, v in keep.items():
+            setattr(o, k, v)
+        o.rank = self.rank
+        o.world_size = self.world_size
+        o.seed = self.seed
+        o.start_epoch = self._epoch
+        o.start_step = self._step
+        client = c_void_p()
+        call("stoker_attach", byref(o), byref(client))
+        self._client = client
+        info = _lib.AttachInfo()
+        info.size = ctypes.sizeof(info)
+        try:
+            call("stoker_client_info", client, byref(info))
+        except BaseException:
+            self.close()
+            raise
+        self._info = info
+
+    def close(self):
+        """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
+        at `state_dict()`'s position."""
+        client, self._client = self._client, None
+        if client:
+            lib.stoker_detach(client)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_client", None):
+            self.close()
+
+    # --- iteration ----------------------------------------------------------------------
+
+    def next_batch(self):
+        """The next `Batch`, or None once the job's epochs are done."""
+        if self._ended:
+            return None
+        self._attach()
+        handle = c_void_p()
+        r = call("stoker_next", self._client, byref(handle))
+        if r == STOKER_END_OF_DATA:
+            self._ended = True
+            return None
+        batch = Batch(handle)
+        self._epoch, self._step = batch.epoch, batch.step + 1
+        if 0 < self._info.steps_per_epoch <= self._step:
+            self._epoch, self._step = batch.epoch + 1, 0
+        return batch
+
+    def batches(self):
+        """Yields `Batch` objects until the job's epochs are done (forever if unbounded)."""
+        while True:
+            b = self.next_batch()
+            if b is None:
+                return
+            yield b
+
+    def __iter__(self):
+        """Yields `(images, labels)` for the rest of the current epoch."""
+        epoch = self._epoch
+        while self._epoch == epoch:
+            b = self.next_batch()
+            if b is None:
+                return
+            yield b.images, b.labels
+
+    def __len__(self):
+        """Batches per epoch for this rank (attaches if needed)."""
+        self._attach()
+        return int(self._info.steps_per_epoch)
+
+    @property
+    def info(self):
+        """What the daemon said at attach: slots, steps_per_epoch, dataset_len, classes, ..."""
+        self._attach()
+        return {name: getattr(self._info, name) for name, _ in self._info._fields_
+                if name != "size"}
+
+    @property
+    def epoch(self):
+        """The epoch of the next batch."""
+        return self._epoch
+
+    # --- resume -------------------------------------------------------------------------
+
+    def state_dict(self):
+        """Where to resume: the (epoch, step) of the next batch, plus what must not change."""
+        return {"version": STATE_VERSION, "epoch": self._epoch, "step": self._step,
+                "seed": self.seed, "dataset": self.dataset, "rank": self.rank,
+                "world_size": self.world_size}
+
+    def load_state_dict(self, state):
+        """Resumes at `state`'s position: the next batch is the one after the last one the
+        saving loader yielded. Detaches if attached."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
+        for key in ("seed", "dataset", "world_size"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"state is for {key}={state[key]!r}, this loader has "
+                                 f"{getattr(self, key)!r}")
+        self.close()
+        self._epoch, self._step = int(state["epoch"]), int(state["step"])
+        self._ended = False

@@ -1,0 +1,98 @@
+"""What works without a daemon: loading libstoker, typed errors, spec and environment handling."""
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+import stoker
+from stoker import _lib
+
+
+def test_library_loads_and_reports_its_version():
+    assert stoker.library_version() == "0.1.0"
+    assert Path(stoker.library_path()).is_file()
+
+
+def test_every_header_function_is_bound():
+    header = (Path(__file__).resolve().parents[2] / "ipc/include/stoker.h").read_text()
+    declared = {line.split("(")[0].split()[-1].lstrip("*")
+                for line in header.splitlines()
+                if line.startswith(("stoker_result stoker_", "const char *stoker_", "void stoker_"))}
+    assert declared == set(_lib._SIGNATURES), declared ^ set(_lib._SIGNATURES)
+
+
+def test_struct_sizes_match_the_c_abi():
+    assert ctypes.sizeof(_lib.AttachOptions) == 80
+    assert ctypes.sizeof(_lib.DLTensor) == 48
+    assert ctypes.sizeof(_lib.DLManagedTensorVersioned) == 80
+    assert ctypes.sizeof(_lib.DLManagedTensor) == 64
+    o = _lib.AttachOptions()
+    _lib.call("stoker_attach_options_init", ctypes.byref(o))
+    assert (o.size, o.rank, o.world_size, o.seed) == (80, 0, 1, 0)
+
+
+def test_missing_daemon_raises_connect_error(tmp_path):
+    loader = stoker.Loader(tmp_path, batch_size=4, crop=32, socket=tmp_path / "nobody.sock")
+    with pytest.raises(stoker.ConnectError) as e:
+        next(iter(loader))
+    assert "no stoker daemon at" in str(e.value)
+    assert isinstance(e.value, stoker.StokerError) and isinstance(e.value, ConnectionError)
+    assert e.value.code == -2
+
+
+def test_invalid_spec_raises_spec_error_naming_the_field(tmp_path):
+    loader = stoker.Loader(tmp_path, batch_size=0, crop=32, socket=tmp_path / "s.sock")
+    with pytest.raises(stoker.SpecError, match="batch_size"):
+        len(loader)
+    loader = stoker.Loader(tmp_path, spec='{"batch_size": 2}', socket=tmp_path / "s.sock")
+    with pytest.raises(stoker.SpecError, match="crop"):
+        len(loader)
+
+
+def test_rank_outside_world_size_is_an_invalid_argument(tmp_path):
+    loader = stoker.Loader(tmp_path, batch_size=2, crop=8, rank=3, world_size=2, job="j",
+                           socket=tmp_path / "s.sock")
+    with pytest.raises(stoker.InvalidArgument, match="world_size"):
+        len(loader)
+
+
+def test_world_size_above_one_needs_a_job_key(monkeypatch, tmp_path):
+    for var in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError, match="job"):
+        stoker.Loader(tmp_path, rank=0, world_size=2)
+
+
+def test_rank_world_size_and_job_come_from_torchrun(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
+    loader = stoker.Loader(tmp_path, batch_size=2, crop=8)
+    assert (loader.rank, loader.world_size, loader.local_rank) == (3, 4, 1)
+    assert loader.job == f"torchrun-abc/{tmp_path}"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert stoker.Loader(tmp_path, name="val").job == "torchrun-10.0.0.1:29500/val"
+
+
+def test_spec_follows_torchvision_defaults():
+    s = stoker.build_spec(8, 224)
+    assert s["crop"] == {"kind": "random_resized", "size": [224, 224], "scale": [0.08, 1.0],
+                         "ratio": [0.75, 4 / 3]}
+    assert s["flip_prob"] == 0.5
+    e = stoker.build_spec(8, (160, 224), train=False)
+    assert e["crop"] == {"kind": "center_crop", "size": [160, 224], "resize": 182}
+    assert e["flip_prob"] == 0.0
+
+
+def test_state_dict_round_trips_and_refuses_another_seed(tmp_path):
+    a = stoker.Loader(tmp_path, seed=5)
+    state = a.state_dict()
+    state.update(epoch=2, step=7)
+    a.load_state_dict(state)
+    assert (a.state_dict()["epoch"], a.state_dict()["step"]) == (2, 7)
+    with pytest.raises(ValueError, match="seed"):
+        stoker.Loader(tmp_path, seed=6).load_state_dict(state)

@@ -1,0 +1,129 @@
+//! The C test client (`tests/c/client.c`, which includes only `stoker.h`) compiled with the
+//! system C compiler against `libstoker.so`, run as real processes against a real `stokerd`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use stoker_suite::daemon_proc::{libstoker_path, repo_root};
+use stoker_suite::{write_image_folder, Daemon};
+
+fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Compiles the C client into `dir`; `None` (skipped loudly) without a C compiler.
+fn build_client(dir: &Path, test: &str) -> Option<PathBuf> {
+    if !have_cc() {
+        eprintln!("SKIPPED {test}: no C compiler (cc)");
+        return None;
+    }
+    let lib = libstoker_path().unwrap();
+    let libdir = lib.parent().unwrap();
+    let exe = dir.join("client");
+    let root = repo_root();
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+        ])
+        .arg("-I")
+        .arg(root.join("ipc/include"))
+        .arg(root.join("tests/c/client.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(libdir)
+        .arg("-lstoker")
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compiling tests/c/client.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+fn run(exe: &Path, args: &[&str]) -> Output {
+    Command::new(exe).args(args).output().unwrap()
+}
+
+#[test]
+fn c_client_reports_a_missing_daemon_with_the_connect_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_client(dir.path(), "c_client_reports_a_missing_daemon") else {
+        return;
+    };
+    let sock = dir.path().join("nobody.sock");
+    let out = run(&exe, &[sock.to_str().unwrap(), "/data", "1", "4", "32"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("STOKER_ERR_CONNECT"), "{stderr}");
+    assert!(stderr.contains("no stoker daemon at"), "{stderr}");
+}
+
+/// Two C clients, ranks 0 and 1 of one job, read one epoch each: every sample index appears
+/// exactly once across them (DistributedSampler semantics), and every check in client.c holds
+/// (labels < classes, statuses, DLPack shape/dtype, zero-copy labels/indices).
+#[test]
+fn two_c_client_ranks_share_one_epoch_exactly() {
+    const TEST: &str = "two_c_client_ranks_share_one_epoch_exactly";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_client(dir.path(), TEST) else {
+        return;
+    };
+    let data = dir.path().join("data");
+    assert_eq!(write_image_folder(&data, 3, 8, 64), 24);
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let sock = daemon.socket().to_str().unwrap().to_owned();
+    let data = data.to_str().unwrap().to_owned();
+    // 24 samples, 2 ranks, batches of 4: 3 steps per epoch per rank.
+    let spawn = |rank: &str| {
+        Command::new(&exe)
+            .args([&sock, &data, "3", "4", "32", rank, "2", "c-job", "7"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children = [spawn("0"), spawn("1")];
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "client failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        );
+        let summary = stdout.lines().find(|l| l.starts_with("summary")).unwrap();
+        assert!(summary.contains("batches=3 samples=12"), "{summary}");
+        assert!(summary.contains("classes=3 dataset_len=24"), "{summary}");
+        for line in stdout.lines().filter(|l| l.starts_with("batch ")) {
+            let f: Vec<u64> = line[6..].split(' ').map(|x| x.parse().unwrap()).collect();
+            assert_eq!(f[0], 0, "epoch of {line}");
+            assert_eq!(f[2] as usize, f.len() - 3, "n of {line}");
+            for &i in &f[3..] {
+                total += 1;
+                seen.insert(i);
+            }
+        }
+    }
+    assert_eq!(total, 24, "every rank got its 12 samples");
+    assert_eq!(
+        seen,
+        (0..24).collect(),
+        "ranks are disjoint and cover the epoch"
+    );
+}
