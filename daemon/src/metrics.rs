@@ -30,7 +30,7 @@ pub const BYTES_READ_TOTAL: &str = "stoker_bytes_read_total";
 pub const STAGE_SECONDS: &str = "stoker_stage_seconds";
 /// Images decoded, by `backend` (cpu, cuda, hybrid).
 pub const DECODE_TOTAL: &str = "stoker_decode_total";
-/// Samples that could not be used, by `reason` (read, decode).
+/// Samples that could not be used, by `reason` (`crate::badsample::REASONS`).
 pub const BAD_SAMPLES_TOTAL: &str = "stoker_bad_samples_total";
 /// Filled slots sent to clients and not yet released (queue depth on the client side).
 pub const READY_SLOTS: &str = "stoker_ready_slots";
@@ -142,7 +142,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     }
     metrics::counter!(BYTES_READ_TOTAL).increment(0);
     metrics::counter!(DECODE_TOTAL, "backend" => "cpu").increment(0);
-    for reason in ["read", "decode"] {
+    for &reason in crate::badsample::REASONS {
         metrics::counter!(BAD_SAMPLES_TOTAL, "reason" => reason).increment(0);
     }
     for result in ["ok", "error"] {

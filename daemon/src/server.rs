@@ -19,7 +19,7 @@
 //!   [`ServerHandle::stop`], every forwarder then sends ERROR(STOPPING) "daemon stopping" and
 //!   shuts its socket, so connection threads end, feeds stop and rings are unmapped. Datasets
 //!   registered by name come from the config and are replaced on reload
-//!   ([`ServerHandle::set_datasets`]); jobs already running keep the path they opened. A STATUS
+//!   ([`ServerHandle::set_access`]); jobs already running keep the path they opened. A STATUS
 //!   message instead of ATTACH gets a [`DaemonStatus`] and the connection closes.
 //!
 //! # Limitations
@@ -394,6 +394,7 @@ pub struct ServerHandle {
     state: Arc<ServerState>,
     registry: Arc<Registry>,
     engine: Arc<Engine>,
+    quotas: Arc<Quotas>,
     socket: PathBuf,
     activated: bool,
 }
@@ -645,6 +646,7 @@ impl Server {
             state: Arc::clone(&self.state),
             registry: Arc::clone(&self.registry),
             engine: Arc::clone(&self.engine),
+            quotas: Arc::clone(&self.quotas),
             socket: self.socket.clone(),
             activated: !self.owns_socket,
         }
@@ -954,6 +956,7 @@ impl Connection {
         }
         let layout = RingLayout::new(&a.spec, self.slots, page_size());
         let grant = self
+            .handle
             .quotas
             .reserve(peer.uid, &a.job, layout.ring_bytes as u64)?;
         let name = CString::new(format!("stoker-ring-rank{}", a.rank)).expect("no NUL");

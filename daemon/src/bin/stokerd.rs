@@ -222,7 +222,7 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
 }
 
 /// SIGHUP: reads the config again and applies what can change while serving (registered
-/// datasets). A bad file is logged and the running config kept.
+/// datasets and the access rules). A bad file is logged and the running config kept.
 fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
     let Some(path) = path else {
         tracing::info!("SIGHUP: no config file to reload");
