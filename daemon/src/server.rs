@@ -702,7 +702,6 @@ impl Server {
             let ctx = Connection {
                 id,
                 handle: self.handle(),
-                quotas: Arc::clone(&self.quotas),
                 slots: self.slots,
             };
             // Counted before the thread starts, so a drain never misses it.
@@ -747,7 +746,6 @@ fn is_transient_accept(e: &SockError) -> bool {
 struct Connection {
     id: u64,
     handle: ServerHandle,
-    quotas: Arc<Quotas>,
     slots: usize,
 }
 
