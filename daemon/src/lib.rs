@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod decode;
+pub mod pack;
 pub mod pipeline;
 pub mod reader;
 pub mod rng;

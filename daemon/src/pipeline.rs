@@ -99,6 +99,18 @@ pub struct EngineConfig {
     pub reader: ReaderKind,
     pub limits: Limits,
     pub policy: BadSamplePolicy,
+    /// Test and benchmark hook: deliberately slows the reader and the decoder, so that the
+    /// benchmark's bottleneck verdict can be checked on constructed cases. `None` in service.
+    pub throttle: Option<Throttle>,
+}
+
+/// Artificial delays per image (a slow disk, a slow decoder), for `stoker bench` tests only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttle {
+    /// Slept by a worker after each read, per image read.
+    pub read_delay: Duration,
+    /// Slept before each decode, and counted as decode time.
+    pub decode_delay: Duration,
 }
 
 impl Default for EngineConfig {
@@ -108,6 +120,7 @@ impl Default for EngineConfig {
             reader: ReaderKind::Auto,
             limits: Limits::default(),
             policy: BadSamplePolicy::Skip,
+            throttle: None,
         }
     }
 }
@@ -794,6 +807,9 @@ impl Worker {
             .map(|&i| request(&job.dataset, i))
             .collect();
         let results = self.reader.read_batch(&requests, &mut self.bufs[..count]);
+        if let Some(t) = self.shared.config.throttle {
+            std::thread::sleep(t.read_delay * count as u32);
+        }
         drop(requests);
         let bytes: u64 = (0..count)
             .filter(|&k| results[k].is_ok())
@@ -882,6 +898,9 @@ impl Worker {
     ) -> Result<(), String> {
         let stats = &self.shared.stats;
         let t0 = Instant::now();
+        if let Some(t) = self.shared.config.throttle {
+            std::thread::sleep(t.decode_delay);
+        }
         let header = probe(data).map_err(|e| e.to_string())?;
         let (crop, flip) = sample_params(
             &job.spec,
