@@ -86,6 +86,10 @@ pub struct BenchArgs {
     /// Also measure with a cold page cache (storage, pipeline and end to end).
     #[arg(long)]
     pub cold: bool,
+    /// Only indexing and storage (warm, and cold with --cold): for datasets too large to
+    /// decode in a benchmark's time, e.g. folder vs shards at 100,000 images.
+    #[arg(long)]
+    pub storage_only: bool,
     /// At most this many samples are held in memory for the decode stages.
     #[arg(long, default_value_t = 2000)]
     pub decode_sample: usize,
@@ -204,9 +208,13 @@ pub struct PeerResult {
 /// Everything `stoker bench` measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct FullReport {
-    /// The in-process pipeline run (its fields at the top level, as earlier versions wrote).
-    #[serde(flatten)]
-    pub pipeline: BenchReport,
+    /// The in-process pipeline run (its fields at the top level, as earlier versions wrote);
+    /// absent with `--storage-only`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<BenchReport>,
+    pub dataset: String,
+    pub decode_threads: usize,
+    pub read_with: &'static str,
     pub backend: &'static str,
     pub spec: PipelineSpec,
     pub index: IndexTiming,
@@ -214,7 +222,8 @@ pub struct FullReport {
     pub end_to_end: Vec<ServedResult>,
     pub thread_scaling: Vec<StageResult>,
     pub eviction: Option<Eviction>,
-    pub verdict: Verdict,
+    /// Absent with `--storage-only`.
+    pub verdict: Option<Verdict>,
     pub peers: Vec<PeerResult>,
     pub bench_peak_rss_mb: Option<f64>,
 }
@@ -286,10 +295,38 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     progress("storage only (warm page cache)");
     storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?;
     stages.push(storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?);
+    let read_with =
+        crate::reader::Reader::new(opts.engine.reader, 1).map_or("unavailable", |r| r.kind());
     progress(&format!(
         "loading up to {} samples into memory for the decode stages",
         args.decode_sample
     ));
+    if args.storage_only {
+        let mut eviction = None;
+        if args.cold {
+            progress("storage only (cold page cache)");
+            eviction = Some(evict(&ds));
+            stages.push(
+                storage_only(&ds, &opts.engine, args.seed, "cold").map_err(|e| e.to_string())?,
+            );
+        }
+        return Ok(FullReport {
+            pipeline: None,
+            dataset: data.display().to_string(),
+            decode_threads: threads,
+            read_with,
+            backend: "cpu",
+            spec,
+            index,
+            stages,
+            end_to_end: Vec::new(),
+            thread_scaling: Vec::new(),
+            eviction,
+            verdict: None,
+            peers: Vec::new(),
+            bench_peak_rss_mb: peak_rss_mb(None),
+        });
+    }
     let samples = load_samples(&ds, args.decode_sample, args.seed);
     let min_images = 1000.max(samples.len());
     progress("decode only");
@@ -401,7 +438,10 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     }
 
     Ok(FullReport {
-        pipeline,
+        pipeline: Some(pipeline),
+        dataset: data.display().to_string(),
+        decode_threads: threads,
+        read_with,
         backend: "cpu",
         spec,
         index,
@@ -409,7 +449,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         end_to_end,
         thread_scaling,
         eviction,
-        verdict,
+        verdict: Some(verdict),
         peers,
         bench_peak_rss_mb: peak_rss_mb(None),
     })
@@ -685,24 +725,23 @@ fn parse_rate(text: &str) -> Option<f64> {
 }
 
 fn table(r: &FullReport) -> String {
-    let p = &r.pipeline;
     let mut s = format!(
         "stoker bench {}: {} samples ({}, {} files), backend {}, reader {}, batch {}, {} {} {}, \
          {} threads\n",
-        p.data,
+        r.dataset,
         r.index.samples,
         r.index.kind,
         r.index.files,
         r.backend,
-        p.reader,
-        p.batch_size,
+        r.read_with,
+        r.spec.batch_size,
         match r.spec.crop {
             Crop::RandomResized { .. } => "RandomResizedCrop+flip",
             _ => "Resize+CenterCrop",
         },
         r.spec.crop.output_size().1,
         format!("{:?} {:?}", r.spec.dtype, r.spec.layout).to_lowercase(),
-        p.threads,
+        r.decode_threads,
     );
     s += &format!(
         "indexing: walk {:.3}s, from the index cache {:.3}s{}\n\n",
@@ -733,7 +772,7 @@ fn table(r: &FullReport) -> String {
                 if e.clients == 1 { "" } else { "s" }
             ),
             e.cache,
-            p.threads,
+            r.decode_threads,
             e.images_per_s,
             e.mb_per_s,
             e.cpu_s_per_1000.map_or("-".into(), |c| format!("{c:.2}")),
@@ -741,7 +780,9 @@ fn table(r: &FullReport) -> String {
             e.wait_p99_ms
         );
     }
-    s += &format!("\nverdict: {}\n", r.verdict.line);
+    if let Some(v) = &r.verdict {
+        s += &format!("\nverdict: {}\n", v.line);
+    }
     if let Some(e) = r.end_to_end.first() {
         s += &format!(
             "peak RSS: daemon {}, client {:.1} MB, bench process {:.1} MB\n",
@@ -835,7 +876,13 @@ fn chart(r: &FullReport) -> String {
         groups.push(("peers, same run".into(), peers));
     }
     svg_chart(
-        &format!("stoker bench {}: {}", r.pipeline.data, r.verdict.line),
+        &format!(
+            "stoker bench {}: {}",
+            r.dataset,
+            r.verdict
+                .as_ref()
+                .map_or("storage only", |v| v.line.as_str())
+        ),
         &groups,
     )
 }
