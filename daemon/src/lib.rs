@@ -14,6 +14,7 @@ pub mod dataset;
 pub mod decode;
 pub mod logging;
 pub mod metrics;
+pub mod pack;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod reader;

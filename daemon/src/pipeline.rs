@@ -104,6 +104,18 @@ pub struct EngineConfig {
     /// Bad-sample log lines per second (each bad file is logged once; see
     /// [`crate::badsample`]).
     pub bad_log_per_second: u32,
+    /// Test and benchmark hook: deliberately slows the reader and the decoder, so that the
+    /// benchmark's bottleneck verdict can be checked on constructed cases. `None` in service.
+    pub throttle: Option<Throttle>,
+}
+
+/// Artificial delays per image (a slow disk, a slow decoder), for `stoker bench` tests only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttle {
+    /// Slept by a worker after each read, per image read.
+    pub read_delay: Duration,
+    /// Slept before each decode, and counted as decode time.
+    pub decode_delay: Duration,
 }
 
 impl Default for EngineConfig {
@@ -114,6 +126,7 @@ impl Default for EngineConfig {
             limits: Limits::default(),
             policy: BadSamplePolicy::Skip,
             bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
+            throttle: None,
         }
     }
 }
@@ -812,6 +825,9 @@ impl Worker {
             .map(|&i| capped(request(&job.dataset, i), max_file_bytes))
             .collect();
         let results = self.reader.read_batch(&requests, &mut self.bufs[..count]);
+        if let Some(t) = self.shared.config.throttle {
+            std::thread::sleep(t.read_delay * count as u32);
+        }
         drop(requests);
         let bytes: u64 = (0..count)
             .filter(|&k| results[k].is_ok())
@@ -908,6 +924,9 @@ impl Worker {
     ) -> Result<(), BadSample> {
         let stats = &self.shared.stats;
         let t0 = Instant::now();
+        if let Some(t) = self.shared.config.throttle {
+            std::thread::sleep(t.decode_delay);
+        }
         let header = probe(data)?;
         let (crop, flip) = sample_params(
             &job.spec,

@@ -1,5 +1,5 @@
-//! Generated datasets: N JPEGs of realistic size and quality in ImageFolder layout, for the
-//! demo, tests and scale benchmarks (`stoker synth`).
+//! Generated datasets: N JPEGs of realistic size and quality in ImageFolder layout or in
+//! WebDataset tar shards, for the demo, tests and scale benchmarks (`stoker synth`).
 //!
 //! # Design
 //! Each image is a pure function of (seed, index): sizes are drawn from ImageNet's common
@@ -23,6 +23,9 @@ pub struct SynthOptions {
     /// Scale of image sides (1.0: ImageNet-like, about 500x375).
     pub size_scale: f64,
     pub threads: usize,
+    /// Write this many tar shards (`shard-NNNNNN.tar`, members `KEY.jpg` + `KEY.cls`) instead
+    /// of an ImageFolder; 0 writes the folder. Image `i` is the same either way.
+    pub shards: usize,
 }
 
 impl Default for SynthOptions {
@@ -34,6 +37,7 @@ impl Default for SynthOptions {
             quality: 90,
             size_scale: 1.0,
             threads: 0,
+            shards: 0,
         }
     }
 }
@@ -49,6 +53,8 @@ pub enum SynthError {
     Encode(#[from] crate::decode::DecodeError),
     #[error("classes must be at least 1")]
     NoClasses,
+    #[error(transparent)]
+    Shard(#[from] crate::pack::PackError),
 }
 
 /// ImageNet's most common (width, height) shapes.
@@ -131,15 +137,14 @@ pub fn generate(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
     if opts.classes == 0 {
         return Err(SynthError::NoClasses);
     }
+    if opts.shards > 0 {
+        return generate_shards(root, opts);
+    }
     for c in 0..opts.classes.min(opts.images.max(1)) {
         let dir = root.join(format!("class_{c:04}"));
         std::fs::create_dir_all(&dir).map_err(|source| SynthError::Write { path: dir, source })?;
     }
-    let threads = if opts.threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        opts.threads
-    };
+    let threads = effective_threads(opts);
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
@@ -169,6 +174,73 @@ pub fn generate(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
                         if d.is_multiple_of(1000) {
                             tracing::info!("synth: {d}/{} images", opts.images);
                         }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("synth worker panicked")?;
+        }
+        Ok(())
+    })?;
+    Ok(bytes.into_inner())
+}
+
+fn effective_threads(opts: &SynthOptions) -> usize {
+    if opts.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        opts.threads
+    }
+}
+
+/// Images `[start, end)` of shard `s` of `opts.shards`: contiguous, sizes differ by at most one.
+pub fn shard_range(opts: &SynthOptions, s: usize) -> (usize, usize) {
+    let (n, k) = (opts.images, opts.shards.max(1));
+    (s * n / k, (s + 1) * n / k)
+}
+
+/// Writes `opts.shards` tar shards under `root`, shards spread over the threads.
+fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
+    std::fs::create_dir_all(root).map_err(|source| SynthError::Write {
+        path: root.to_owned(),
+        source,
+    })?;
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let bytes = std::sync::atomic::AtomicU64::new(0);
+    let enc_opts = EncodeOptions {
+        quality: opts.quality,
+        subsampling: Subsampling::S420,
+        progressive: false,
+        restart_rows: 0,
+    };
+    let threads = effective_threads(opts).min(opts.shards);
+    std::thread::scope(|s| -> Result<(), SynthError> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<(), SynthError> {
+                    let mut enc = JpegEncoder::new()?;
+                    loop {
+                        let shard = next.fetch_add(1, Ordering::Relaxed);
+                        if shard >= opts.shards {
+                            return Ok(());
+                        }
+                        let (start, end) = shard_range(opts, shard);
+                        let mut tar =
+                            crate::pack::TarWriter::create(&crate::pack::shard_path(root, shard))?;
+                        for i in start..end {
+                            let (w, h, px) = image_pixels(opts, i);
+                            let jpeg = enc.encode_rgb(&px, w, h, &enc_opts)?;
+                            let label = (i % opts.classes) as i64;
+                            crate::pack::append_sample(&mut tar, &format!("{i:09}"), &jpeg, label)?;
+                            bytes.fetch_add(jpeg.len() as u64, Ordering::Relaxed);
+                            let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                            if d.is_multiple_of(1000) {
+                                tracing::info!("synth: {d}/{} images", opts.images);
+                            }
+                        }
+                        tar.finish()?;
                     }
                 })
             })
@@ -211,5 +283,38 @@ mod tests {
         // Same (seed, index), same pixels.
         assert_eq!(image_pixels(&opts, 5), image_pixels(&opts, 5));
         assert_ne!(image_pixels(&opts, 5).2, image_pixels(&opts, 6).2);
+    }
+
+    #[test]
+    fn shards_hold_the_same_images_and_labels_as_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = SynthOptions {
+            images: 10,
+            classes: 3,
+            size_scale: 0.1,
+            threads: 2,
+            ..SynthOptions::default()
+        };
+        let shards = SynthOptions {
+            shards: 3,
+            ..folder.clone()
+        };
+        generate(&dir.path().join("f"), &folder).unwrap();
+        generate(&dir.path().join("s"), &shards).unwrap();
+        let no_cache = OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let f = Dataset::open(&dir.path().join("f"), &no_cache).unwrap();
+        let s = Dataset::open(&dir.path().join("s"), &no_cache).unwrap();
+        assert_eq!(s.len(), 10);
+        // Shards hold images in index order; the folder sorts by class first.
+        for i in 0..10 {
+            let fi = (0..10)
+                .find(|&k| f.sample(k).path.ends_with(format!("img_{i:08}.jpg")))
+                .unwrap();
+            assert_eq!(s.sample(i).label, f.sample(fi).label);
+            assert_eq!(s.sample(i).len, f.sample(fi).len);
+        }
     }
 }

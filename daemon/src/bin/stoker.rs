@@ -19,13 +19,18 @@ struct Cli {
 enum Command {
     /// Measure the pipeline's images/s on a dataset, with the time per stage.
     Bench(cli::bench::BenchArgs),
+    /// One client process of `stoker bench` (internal).
+    #[command(hide = true)]
+    BenchClient(cli::bench_client::BenchClientArgs),
     /// Decode every sample under PATH and report each failure with its reason.
     Check(cli::check::CheckArgs),
     /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
     Decode(cli::decode_file::DecodeArgs),
     /// Ask the running daemon what it serves: jobs, ranks, img/s, backend, errors.
     Status(cli::status::StatusArgs),
-    /// Write a generated dataset of realistic JPEGs (ImageFolder layout).
+    /// Turn a dataset (folder, file list, shards) into WebDataset tar shards of a target size.
+    Pack(cli::pack::PackArgs),
+    /// Write a generated dataset of realistic JPEGs (ImageFolder layout or tar shards).
     Synth(cli::synth::SynthArgs),
 }
 
@@ -40,9 +45,11 @@ fn main() {
         .init();
     let code = match &args.command {
         Command::Bench(a) => cli::bench::run(a),
+        Command::BenchClient(a) => cli::bench_client::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Decode(a) => cli::decode_file::run(a),
         Command::Status(a) => cli::status::run(a),
+        Command::Pack(a) => cli::pack::run(a),
         Command::Synth(a) => cli::synth::run(a),
     };
     std::process::exit(code);

@@ -215,6 +215,7 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
                 max_file_bytes: file.limits.max_file_bytes,
             },
             bad_log_per_second: file.limits.log_bad_samples_per_second,
+            throttle: None,
         },
         access: AccessPolicy::new(&file.access, &file.datasets),
         quotas: QuotaLimits::from(&file.limits),

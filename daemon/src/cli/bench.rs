@@ -1,26 +1,40 @@
-//! `stoker bench DATA`: measures the CPU pipeline in this process on a dataset and prints
-//! images/s with the time per stage.
+//! `stoker bench DATA`: where the time goes, what limits throughput, and how stoker compares.
+//!
+//! Runs, on the user's data and machine: indexing (cache off and on), storage only (the reader,
+//! no decode), decode only and decode + augment (bytes in memory), the whole pipeline in this
+//! process, and end to end: a real `stokerd` (or `--socket` of a running one) serving N real
+//! client processes (`stoker bench-client`) that read every byte. Then a one-line verdict naming
+//! the bottleneck, scaling by client count and decode threads, optional cold-cache rows
+//! (`--cold`) and the CPU peers side by side (`--compare`). Progress goes to stderr; results to
+//! the terminal as a table, to JSON (`--json`) and to an SVG chart (`--svg`).
+//!
+//! # Limitations
+//! - The cuda backend is not wired into the pipeline yet; `--backend cuda` is refused.
+//! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
+//! - Cold rows drop the page cache with posix_fadvise(DONTNEED) per file (pages another process
+//!   maps stay cached); as root, /proc/sys/vm/drop_caches.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use serde::Serialize;
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 
-use crate::bench::{run_in_process, BenchOptions};
+use crate::bench::{
+    decode_stage, effective_threads, evict, index_timing, load_samples, peak_rss_mb,
+    pipeline_stage, run_in_process, storage_only, svg_chart, verdict, BenchOptions, BenchReport,
+    Eviction, IndexTiming, StageResult, Verdict,
+};
 use crate::config::BackendChoice;
 
-use super::{EXIT_OK, EXIT_USAGE};
+use super::bench_client::ClientStats;
+use super::{EXIT_FAILURES, EXIT_OK, EXIT_USAGE};
 
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
-    pub data: PathBuf,
-    /// Decode backend (only `cpu` is built so far; `auto` means cpu here).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
-    /// Worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+/// The pipeline spec, shared by `bench` and `bench-client`.
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
     #[arg(long, default_value_t = 64)]
     pub batch: u32,
     /// Output side (RandomResizedCrop, or CenterCrop with --eval).
@@ -33,16 +47,67 @@ pub struct BenchArgs {
     pub dtype: DTypeArg,
     #[arg(long, value_enum, default_value = "nchw")]
     pub layout: LayoutArg,
-    /// Timed epochs (after one warm-up epoch).
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
+    pub data: PathBuf,
+    /// Decode backend (only `cpu` is built so far; `auto` means cpu here).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// Decode worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Timed epochs (after the warm-up epochs).
     #[arg(long, default_value_t = 2)]
     pub epochs: u64,
     #[arg(long, default_value_t = 1)]
     pub warmup: u64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Also write the report as JSON to this file.
+    /// Client process counts for the end-to-end runs (ranks of one job), e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub clients: Vec<usize>,
+    /// Use this running daemon instead of starting one.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// The stokerd binary to start (default: next to this `stoker`).
+    #[arg(long)]
+    pub stokerd: Option<PathBuf>,
+    /// Only the in-process stages: no daemon, no clients.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Skip the scaling runs (client counts after the first, decode threads 1..cores).
+    #[arg(long)]
+    pub no_scaling: bool,
+    /// Also measure with a cold page cache (storage, pipeline and end to end).
+    #[arg(long)]
+    pub cold: bool,
+    /// Only indexing and storage (warm, and cold with --cold): for datasets too large to
+    /// decode in a benchmark's time, e.g. folder vs shards at 100,000 images.
+    #[arg(long)]
+    pub storage_only: bool,
+    /// At most this many samples are held in memory for the decode stages.
+    #[arg(long, default_value_t = 2000)]
+    pub decode_sample: usize,
+    /// Run the CPU peers (../shared/peers) on the same files and print stoker's ratio to each.
+    #[arg(long)]
+    pub compare: bool,
+    /// The peers' Python (default /tmp/peer/bin/python if it exists).
+    #[arg(long)]
+    pub peer_python: Option<PathBuf>,
+    /// The peers' folder (default ../shared/peers beside the repository or the dataset).
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
+    /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write an SVG chart (images/s by stage, by client count, by threads) to this file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -66,8 +131,8 @@ pub enum LayoutArg {
     Nhwc,
 }
 
-impl BenchArgs {
-    fn spec(&self) -> PipelineSpec {
+impl SpecArgs {
+    pub fn spec(&self) -> PipelineSpec {
         let base = if self.eval {
             PipelineSpec::eval(self.batch, self.size)
         } else {
@@ -92,6 +157,79 @@ impl BenchArgs {
             ..base
         }
     }
+
+    /// The same flags, to pass on to a `bench-client`.
+    fn to_flags(&self) -> Vec<String> {
+        let mut v = vec![
+            "--batch".into(),
+            self.batch.to_string(),
+            "--size".into(),
+            self.size.to_string(),
+            "--dtype".into(),
+            format!("{:?}", self.dtype).to_lowercase(),
+            "--layout".into(),
+            format!("{:?}", self.layout).to_lowercase(),
+        ];
+        if self.eval {
+            v.push("--eval".into());
+        }
+        v
+    }
+}
+
+/// One end-to-end run: a daemon serving `clients` client processes.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServedResult {
+    pub clients: usize,
+    pub cache: &'static str,
+    pub images: u64,
+    pub seconds: f64,
+    pub images_per_s: f64,
+    /// Image bytes delivered to the clients per second.
+    pub mb_per_s: f64,
+    pub wait_p50_ms: f64,
+    pub wait_p99_ms: f64,
+    /// Daemon + clients CPU seconds per 1000 images (`None` with `--socket`).
+    pub cpu_s_per_1000: Option<f64>,
+    pub daemon_peak_rss_mb: Option<f64>,
+    pub client_peak_rss_mb: f64,
+}
+
+/// A peer's figure from the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerResult {
+    pub name: String,
+    pub images_per_s: Option<f64>,
+    /// stoker's images/s (end to end with one client, else in-process) over the peer's.
+    pub ratio: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Everything `stoker bench` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct FullReport {
+    /// The in-process pipeline run (its fields at the top level, as earlier versions wrote);
+    /// absent with `--storage-only`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<BenchReport>,
+    pub dataset: String,
+    pub decode_threads: usize,
+    pub read_with: &'static str,
+    pub backend: &'static str,
+    pub spec: PipelineSpec,
+    pub index: IndexTiming,
+    pub stages: Vec<StageResult>,
+    pub end_to_end: Vec<ServedResult>,
+    pub thread_scaling: Vec<StageResult>,
+    pub eviction: Option<Eviction>,
+    /// Absent with `--storage-only`.
+    pub verdict: Option<Verdict>,
+    pub peers: Vec<PeerResult>,
+    pub bench_peak_rss_mb: Option<f64>,
+}
+
+fn progress(step: &str) {
+    eprintln!("stoker bench: {step}");
 }
 
 pub fn run(args: &BenchArgs) -> i32 {
@@ -105,22 +243,23 @@ pub fn run(args: &BenchArgs) -> i32 {
         );
         return EXIT_USAGE;
     }
-    let spec = args.spec();
+    let spec = args.spec.spec();
     if let Err(e) = spec.validate() {
         eprintln!("stoker bench: {e}");
         return EXIT_USAGE;
     }
-    let mut opts = BenchOptions::standard(&args.data, args.threads);
-    opts.spec = spec;
-    opts.epochs = args.epochs.max(1);
-    opts.warmup_epochs = args.warmup;
-    opts.seed = args.seed;
-    match run_in_process(&opts) {
+    match bench(args, spec) {
         Ok(report) => {
-            println!("{}", report.table());
+            println!("{}", table(&report));
             if let Some(path) = &args.json {
                 let text = serde_json::to_string_pretty(&report).expect("report serialises");
                 if let Err(e) = std::fs::write(path, text + "\n") {
+                    eprintln!("stoker bench: cannot write {}: {e}", path.display());
+                    return EXIT_USAGE;
+                }
+            }
+            if let Some(path) = &args.svg {
+                if let Err(e) = std::fs::write(path, chart(&report)) {
                     eprintln!("stoker bench: cannot write {}: {e}", path.display());
                     return EXIT_USAGE;
                 }
@@ -129,7 +268,633 @@ pub fn run(args: &BenchArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("stoker bench: {e}");
-            super::EXIT_FAILURES
+            EXIT_FAILURES
         }
+    }
+}
+
+fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
+    let data =
+        std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let threads = effective_threads(args.threads);
+    let mut opts = BenchOptions::standard(&data, threads);
+    opts.spec = spec.clone();
+    opts.epochs = args.epochs.max(1);
+    opts.warmup_epochs = args.warmup;
+    opts.seed = args.seed;
+
+    progress("indexing (cache off, then on)");
+    let index = index_timing(&data).map_err(|e| e.to_string())?;
+    let (ds, _) = crate::bench::open_timed(&data, None).map_err(|e| e.to_string())?;
+    progress(&format!(
+        "{} samples in {} files ({}); walk {:.3}s, from cache {:.3}s",
+        index.samples, index.files, index.kind, index.walk_s, index.cached_s
+    ));
+
+    let mut stages = Vec::new();
+    progress("storage only (warm page cache)");
+    storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?;
+    stages.push(storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?);
+    let read_with =
+        crate::reader::Reader::new(opts.engine.reader, 1).map_or("unavailable", |r| r.kind());
+    progress(&format!(
+        "loading up to {} samples into memory for the decode stages",
+        args.decode_sample
+    ));
+    if args.storage_only {
+        let mut eviction = None;
+        if args.cold {
+            progress("storage only (cold page cache)");
+            eviction = Some(evict(&ds));
+            stages.push(
+                storage_only(&ds, &opts.engine, args.seed, "cold").map_err(|e| e.to_string())?,
+            );
+        }
+        return Ok(FullReport {
+            pipeline: None,
+            dataset: data.display().to_string(),
+            decode_threads: threads,
+            read_with,
+            backend: "cpu",
+            spec,
+            index,
+            stages,
+            end_to_end: Vec::new(),
+            thread_scaling: Vec::new(),
+            eviction,
+            verdict: None,
+            peers: Vec::new(),
+            bench_peak_rss_mb: peak_rss_mb(None),
+        });
+    }
+    let samples = load_samples(&ds, args.decode_sample, args.seed);
+    let min_images = 1000.max(samples.len());
+    progress("decode only");
+    stages.push(
+        decode_stage(&samples, &spec, &opts.engine, args.seed, false, min_images)
+            .map_err(|e| e.to_string())?,
+    );
+    progress("decode + augment");
+    stages.push(
+        decode_stage(&samples, &spec, &opts.engine, args.seed, true, min_images)
+            .map_err(|e| e.to_string())?,
+    );
+    drop(samples);
+    progress(&format!(
+        "pipeline in process ({} warm-up + {} timed epochs)",
+        opts.warmup_epochs, opts.epochs
+    ));
+    let pipeline = run_in_process(&opts).map_err(|e| e.to_string())?;
+    stages.push(pipeline_stage(&pipeline, "warm"));
+
+    let mut eviction = None;
+    if args.cold {
+        progress("storage only (cold page cache)");
+        eviction = Some(evict(&ds));
+        stages.push(storage_only(&ds, &opts.engine, args.seed, "cold").map_err(|e| e.to_string())?);
+        progress("pipeline in process (cold page cache, one epoch)");
+        evict(&ds);
+        let cold = BenchOptions {
+            warmup_epochs: 0,
+            epochs: 1,
+            ..opts.clone()
+        };
+        let r = run_in_process(&cold).map_err(|e| e.to_string())?;
+        stages.push(pipeline_stage(&r, "cold"));
+    }
+
+    let mut end_to_end = Vec::new();
+    if !args.in_process {
+        let counts: Vec<usize> = if args.no_scaling {
+            args.clients.iter().copied().take(1).collect()
+        } else {
+            args.clients.clone()
+        };
+        for &n in counts.iter().filter(|&&n| n > 0) {
+            progress(&format!("end to end: stokerd + {n} client process(es)"));
+            match run_served(args, &data, n, threads, "warm", None) {
+                Ok(r) => end_to_end.push(r),
+                Err(e) => {
+                    eprintln!("stoker bench: end to end with {n} clients skipped: {e}");
+                    break;
+                }
+            }
+        }
+        if args.cold && !end_to_end.is_empty() {
+            progress("end to end, cold page cache: stokerd + 1 client, one epoch");
+            match run_served(args, &data, 1, threads, "cold", Some(&ds)) {
+                Ok(r) => end_to_end.push(r),
+                Err(e) => eprintln!("stoker bench: cold end to end skipped: {e}"),
+            }
+        }
+    }
+
+    let mut thread_scaling = Vec::new();
+    if !args.no_scaling {
+        let cores = effective_threads(0);
+        for t in 1..=cores.max(threads) {
+            progress(&format!(
+                "scaling: pipeline in process with {t} decode thread(s)"
+            ));
+            let o = BenchOptions {
+                engine: crate::pipeline::EngineConfig {
+                    threads: t,
+                    ..opts.engine.clone()
+                },
+                epochs: 1,
+                ..opts.clone()
+            };
+            let r = run_in_process(&o).map_err(|e| e.to_string())?;
+            thread_scaling.push(pipeline_stage(&r, "warm"));
+        }
+    }
+
+    let rate = |name: &str| {
+        stages
+            .iter()
+            .find(|s| s.stage == name && s.cache != "cold")
+            .map_or(0.0, |s| s.images_per_s)
+    };
+    let best_e2e = end_to_end
+        .iter()
+        .filter(|r| r.cache == "warm")
+        .map(|r| r.images_per_s)
+        .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+    let verdict = verdict(
+        rate("storage"),
+        rate("decode"),
+        rate("decode+augment"),
+        Some(pipeline.images_per_s),
+        best_e2e,
+    );
+
+    let mut peers = Vec::new();
+    if args.compare {
+        let ours = end_to_end
+            .iter()
+            .find(|r| r.clients == 1 && r.cache == "warm")
+            .map_or(pipeline.images_per_s, |r| r.images_per_s);
+        peers = compare(args, &data, threads, ours);
+    }
+
+    Ok(FullReport {
+        pipeline: Some(pipeline),
+        dataset: data.display().to_string(),
+        decode_threads: threads,
+        read_with,
+        backend: "cpu",
+        spec,
+        index,
+        stages,
+        end_to_end,
+        thread_scaling,
+        eviction,
+        verdict: Some(verdict),
+        peers,
+        bench_peak_rss_mb: peak_rss_mb(None),
+    })
+}
+
+fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
+    if let Some(p) = &args.stokerd {
+        return Ok(p.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let p = exe.with_file_name("stokerd");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!("no stokerd at {} (give --stokerd)", p.display()))
+    }
+}
+
+/// Kills and reaps the daemon this bench started, on every path out.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts (or uses) a daemon, runs `clients` client processes as the ranks of one job, and
+/// gathers their figures. `cold`: evict `ds` from the page cache first and time one epoch.
+fn run_served(
+    args: &BenchArgs,
+    data: &Path,
+    clients: usize,
+    threads: usize,
+    cache: &'static str,
+    cold: Option<&crate::dataset::Dataset>,
+) -> Result<ServedResult, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "stoker-bench-{}-{clients}-{cache}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _cleanup = RemoveDir(dir.clone());
+    let (socket, daemon) = match &args.socket {
+        Some(s) => (s.clone(), None),
+        None => {
+            let socket = dir.join("stoker.sock");
+            let child = Command::new(stokerd_path(args)?)
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--threads")
+                .arg(threads.to_string())
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start stokerd: {e}"))?;
+            let mut guard = ChildGuard(child);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while stoker::sock::SeqPacket::connect(&socket).is_err() {
+                if let Ok(Some(status)) = guard.0.try_wait() {
+                    return Err(format!("stokerd exited before serving: {status}"));
+                }
+                if Instant::now() > deadline {
+                    return Err("stokerd did not listen within 30s".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (socket, Some(guard))
+        }
+    };
+    if let Some(ds) = cold {
+        evict(ds);
+    }
+    let pid = daemon.as_ref().map(|d| d.0.id());
+    let cpu0 = pid.and_then(crate::bench::cpu_seconds_of);
+    let (warmup, epochs) = if cold.is_some() {
+        (0, 1)
+    } else {
+        (args.warmup, args.epochs.max(1))
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let job = format!("bench-{}-{clients}-{cache}", std::process::id());
+    let children: Vec<std::process::Child> = (0..clients)
+        .map(|rank| {
+            Command::new(&exe)
+                .arg("bench-client")
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--data")
+                .arg(data)
+                .args(["--job", &job])
+                .args(["--rank", &rank.to_string()])
+                .args(["--world", &clients.to_string()])
+                .args(["--seed", &args.seed.to_string()])
+                .args(["--warmup", &warmup.to_string()])
+                .args(["--epochs", &epochs.to_string()])
+                .args(args.spec.to_flags())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start bench-client: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut stats: Vec<ClientStats> = Vec::new();
+    let mut failure = None;
+    for c in children {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| format!("bench-client: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text.lines().last().map(serde_json::from_str::<ClientStats>) {
+            Some(Ok(s)) if out.status.success() => stats.push(s),
+            _ => failure = Some(format!("a bench-client failed ({})", out.status)),
+        }
+    }
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    let daemon_cpu = match (pid.and_then(crate::bench::cpu_seconds_of), cpu0) {
+        (Some(b), Some(a)) => Some(b - a),
+        _ => None,
+    };
+    let daemon_rss = pid.and_then(|p| peak_rss_mb(Some(p)));
+    drop(daemon);
+
+    let images: u64 = stats.iter().map(|s| s.images).sum();
+    let images_all: u64 = stats.iter().map(|s| s.images_all).sum();
+    let bytes: u64 = stats.iter().map(|s| s.bytes).sum();
+    let seconds = stats.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let mut waits: Vec<f64> = stats.iter().flat_map(|s| s.waits_ms.clone()).collect();
+    waits.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if waits.is_empty() {
+            0.0
+        } else {
+            waits[((waits.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    let clients_cpu: f64 = stats.iter().map(|s| s.cpu_s).sum();
+    Ok(ServedResult {
+        clients,
+        cache,
+        images,
+        seconds,
+        images_per_s: images as f64 / seconds.max(1e-9),
+        mb_per_s: bytes as f64 / 1e6 / seconds.max(1e-9),
+        wait_p50_ms: pct(0.5),
+        wait_p99_ms: pct(0.99),
+        cpu_s_per_1000: daemon_cpu.map(|d| (d + clients_cpu) / images_all.max(1) as f64 * 1000.0),
+        daemon_peak_rss_mb: daemon_rss,
+        client_peak_rss_mb: stats.iter().map(|s| s.peak_rss_mb).fold(0.0, f64::max),
+    })
+}
+
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where the peer scripts are: `--peers`, else `../shared/peers` beside the repository, the
+/// working directory or the dataset's parent.
+fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
+    if let Some(p) = &args.peers {
+        return Some(p.clone());
+    }
+    let mut candidates = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers")];
+    if let Ok(cwd) = std::env::current_dir() {
+        candidates.push(cwd.join("../shared/peers"));
+    }
+    if let Some(parent) = data.parent() {
+        candidates.push(parent.join("../peers"));
+        candidates.push(parent.join("../shared/peers"));
+        candidates.push(parent.join("peers"));
+    }
+    candidates
+        .into_iter()
+        .find(|p| p.join("torch_loader.py").exists())
+}
+
+/// Runs the three CPU peers on the same files with the same threads, batch and epochs.
+fn compare(args: &BenchArgs, data: &Path, threads: usize, ours: f64) -> Vec<PeerResult> {
+    let python = args.peer_python.clone().or_else(|| {
+        let p = PathBuf::from("/tmp/peer/bin/python");
+        p.exists().then_some(p)
+    });
+    let runs: [(&str, &str, &[&str], &str); 3] = [
+        (
+            "PyTorch DataLoader + Pillow",
+            "torch_loader.py",
+            &["--decoder", "pil"],
+            "--workers",
+        ),
+        (
+            "PyTorch DataLoader + torchvision.io",
+            "torch_loader.py",
+            &["--decoder", "tv"],
+            "--workers",
+        ),
+        ("DALI CPU-only", "dali_cpu.py", &[], "--threads"),
+    ];
+    let (Some(python), Some(dir)) = (python, peers_dir(args, data)) else {
+        let why = "no peer Python or peers folder (give --peer-python and --peers)".to_string();
+        eprintln!("stoker bench: --compare: {why}");
+        return runs
+            .iter()
+            .map(|r| PeerResult {
+                name: r.0.into(),
+                images_per_s: None,
+                ratio: None,
+                error: Some(why.clone()),
+            })
+            .collect();
+    };
+    runs.iter()
+        .map(|(name, script, extra, threads_flag)| {
+            progress(&format!("peer: {name}"));
+            let out = Command::new(&python)
+                .arg(dir.join(script))
+                .arg(data)
+                .args(*extra)
+                .args([*threads_flag, &threads.to_string()])
+                .args(["--batch", &args.spec.batch.to_string()])
+                .args(["--epochs", &(args.warmup + args.epochs.max(1)).to_string()])
+                .stdin(Stdio::null())
+                .output();
+            let (rate, error) = match out {
+                Ok(o) => {
+                    let text = String::from_utf8_lossy(&o.stdout).to_string()
+                        + &String::from_utf8_lossy(&o.stderr);
+                    match parse_rate(&text) {
+                        Some(r) if o.status.success() => (Some(r), None),
+                        _ => (
+                            None,
+                            Some(format!(
+                                "{} ({}): {}",
+                                script,
+                                o.status,
+                                text.lines().last().unwrap_or("")
+                            )),
+                        ),
+                    }
+                }
+                Err(e) => (None, Some(format!("{}: {e}", python.display()))),
+            };
+            if let Some(e) = &error {
+                eprintln!("stoker bench: peer {name} failed: {e}");
+            }
+            PeerResult {
+                name: name.to_string(),
+                images_per_s: rate,
+                ratio: rate.map(|r| ours / r.max(1e-9)),
+                error,
+            }
+        })
+        .collect()
+}
+
+/// The last "= N img/s" figure a peer printed.
+fn parse_rate(text: &str) -> Option<f64> {
+    text.lines()
+        .rev()
+        .filter_map(|l| {
+            let i = l.rfind("= ")?;
+            let rest = l[i + 2..].strip_suffix("img/s")?.trim();
+            rest.parse().ok()
+        })
+        .next()
+}
+
+fn table(r: &FullReport) -> String {
+    let mut s = format!(
+        "stoker bench {}: {} samples ({}, {} files), backend {}, reader {}, batch {}, {} {} {}, \
+         {} threads\n",
+        r.dataset,
+        r.index.samples,
+        r.index.kind,
+        r.index.files,
+        r.backend,
+        r.read_with,
+        r.spec.batch_size,
+        match r.spec.crop {
+            Crop::RandomResized { .. } => "RandomResizedCrop+flip",
+            _ => "Resize+CenterCrop",
+        },
+        r.spec.crop.output_size().1,
+        format!("{:?} {:?}", r.spec.dtype, r.spec.layout).to_lowercase(),
+        r.decode_threads,
+    );
+    s += &format!(
+        "indexing: walk {:.3}s, from the index cache {:.3}s{}\n\n",
+        r.index.walk_s,
+        r.index.cached_s,
+        if r.index.cache_hit {
+            ""
+        } else {
+            " (cache miss)"
+        }
+    );
+    s += &format!(
+        "{:<28} {:>6} {:>7} {:>10} {:>9} {:>12}\n",
+        "stage", "cache", "threads", "images/s", "MB/s", "CPU s/1000"
+    );
+    for st in &r.stages {
+        s += &format!(
+            "{:<28} {:>6} {:>7} {:>10.1} {:>9.1} {:>12.2}\n",
+            st.stage, st.cache, st.threads, st.images_per_s, st.mb_per_s, st.cpu_s_per_1000
+        );
+    }
+    for e in &r.end_to_end {
+        s += &format!(
+            "{:<28} {:>6} {:>7} {:>10.1} {:>9.1} {:>12}   wait p50 {:.2} ms, p99 {:.2} ms\n",
+            format!(
+                "end to end ({} client{})",
+                e.clients,
+                if e.clients == 1 { "" } else { "s" }
+            ),
+            e.cache,
+            r.decode_threads,
+            e.images_per_s,
+            e.mb_per_s,
+            e.cpu_s_per_1000.map_or("-".into(), |c| format!("{c:.2}")),
+            e.wait_p50_ms,
+            e.wait_p99_ms
+        );
+    }
+    if let Some(v) = &r.verdict {
+        s += &format!("\nverdict: {}\n", v.line);
+    }
+    if let Some(e) = r.end_to_end.first() {
+        s += &format!(
+            "peak RSS: daemon {}, client {:.1} MB, bench process {:.1} MB\n",
+            e.daemon_peak_rss_mb
+                .map_or("unknown".into(), |m| format!("{m:.1} MB")),
+            e.client_peak_rss_mb,
+            r.bench_peak_rss_mb.unwrap_or(0.0)
+        );
+    }
+    let warm: Vec<&ServedResult> = r.end_to_end.iter().filter(|e| e.cache == "warm").collect();
+    if warm.len() > 1 {
+        s += "scaling by clients: ";
+        s += &warm
+            .iter()
+            .map(|e| format!("{} -> {:.1} img/s", e.clients, e.images_per_s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        s += "\n";
+    }
+    if !r.thread_scaling.is_empty() {
+        s += "scaling by decode threads (in process): ";
+        s += &r
+            .thread_scaling
+            .iter()
+            .map(|t| format!("{} -> {:.1} img/s", t.threads, t.images_per_s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        s += "\n";
+    }
+    if !r.peers.is_empty() {
+        s += "\npeers (same files, threads, batch and epochs, this run):\n";
+        for peer in &r.peers {
+            match (peer.images_per_s, peer.ratio) {
+                (Some(v), Some(ratio)) => {
+                    s += &format!(
+                        "  {:<38} {:>8.1} img/s   stoker {:.2}x\n",
+                        peer.name, v, ratio
+                    )
+                }
+                _ => {
+                    s += &format!(
+                        "  {:<38} failed: {}\n",
+                        peer.name,
+                        peer.error.as_deref().unwrap_or("?")
+                    )
+                }
+            }
+        }
+    }
+    s
+}
+
+fn chart(r: &FullReport) -> String {
+    let mut groups = vec![(
+        "images/s by stage".to_string(),
+        r.stages
+            .iter()
+            .map(|s| (format!("{} ({})", s.stage, s.cache), s.images_per_s))
+            .chain(
+                r.end_to_end
+                    .iter()
+                    .filter(|e| e.clients == 1)
+                    .map(|e| (format!("end to end ({})", e.cache), e.images_per_s)),
+            )
+            .collect(),
+    )];
+    let warm: Vec<(String, f64)> = r
+        .end_to_end
+        .iter()
+        .filter(|e| e.cache == "warm")
+        .map(|e| (format!("{} client(s)", e.clients), e.images_per_s))
+        .collect();
+    if !warm.is_empty() {
+        groups.push(("end to end by client count".into(), warm));
+    }
+    if !r.thread_scaling.is_empty() {
+        groups.push((
+            "in-process pipeline by decode threads".into(),
+            r.thread_scaling
+                .iter()
+                .map(|t| (format!("{} thread(s)", t.threads), t.images_per_s))
+                .collect(),
+        ));
+    }
+    let peers: Vec<(String, f64)> = r
+        .peers
+        .iter()
+        .filter_map(|p| p.images_per_s.map(|v| (p.name.clone(), v)))
+        .collect();
+    if !peers.is_empty() {
+        groups.push(("peers, same run".into(), peers));
+    }
+    svg_chart(
+        &format!(
+            "stoker bench {}: {}",
+            r.dataset,
+            r.verdict
+                .as_ref()
+                .map_or("storage only", |v| v.line.as_str())
+        ),
+        &groups,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rate;
+
+    #[test]
+    fn parses_the_peers_rate_line() {
+        let text = "warming up\nDALI cpu threads=2 batch=64: 1000 images in 1.00s = 912.5 img/s\n";
+        assert_eq!(parse_rate(text), Some(912.5));
+        assert_eq!(parse_rate("nothing here"), None);
     }
 }

@@ -2,8 +2,10 @@
 //! the arguments and dispatches here. Each command returns its process exit code.
 
 pub mod bench;
+pub mod bench_client;
 pub mod check;
 pub mod decode_file;
+pub mod pack;
 pub mod status;
 pub mod synth;
 

@@ -1,4 +1,5 @@
-//! `stoker synth DIR`: writes a generated ImageFolder dataset of realistic JPEGs.
+//! `stoker synth DIR`: writes a generated dataset of realistic JPEGs, as an ImageFolder or
+//! (`--shards N`) as WebDataset tar shards.
 
 use std::path::PathBuf;
 
@@ -24,6 +25,9 @@ pub struct SynthArgs {
     /// Encoding threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Write N WebDataset tar shards (KEY.jpg + KEY.cls) instead of an ImageFolder.
+    #[arg(long, default_value_t = 0)]
+    pub shards: usize,
 }
 
 pub fn run(args: &SynthArgs) -> i32 {
@@ -34,15 +38,21 @@ pub fn run(args: &SynthArgs) -> i32 {
         quality: args.quality,
         size_scale: args.scale,
         threads: args.threads,
+        shards: args.shards,
     };
     let t0 = std::time::Instant::now();
     match generate(&args.dir, &opts) {
         Ok(bytes) => {
             println!(
-                "wrote {} images ({:.1} MB) in {} classes to {} in {:.1}s",
+                "wrote {} images ({:.1} MB) in {} classes{} to {} in {:.1}s",
                 args.images,
                 bytes as f64 / 1e6,
                 args.classes,
+                if args.shards > 0 {
+                    format!(", {} tar shards,", args.shards)
+                } else {
+                    String::new()
+                },
                 args.dir.display(),
                 t0.elapsed().as_secs_f64()
             );

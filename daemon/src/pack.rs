@@ -1,0 +1,285 @@
+//! Tar shards (WebDataset layout) written by stoker: `stoker pack` turns any dataset into
+//! shards of a target size, and `stoker synth --shards` writes generated images straight into
+//! shards. Each sample is two members, `KEY.jpg` and `KEY.cls` (the label as ASCII, omitted
+//! when the sample has none), which is what [`crate::dataset`] reads back.
+//!
+//! # Design
+//! - Plain ustar headers (names up to 100 bytes, sizes below 8 GiB), written with one buffered
+//!   writer per shard; nothing is compressed (the reader reads samples by offset).
+//! - A shard is closed once it reaches the target size, so shards are at most one sample
+//!   larger than the target.
+//! - Shards are written to `NAME.tar.partial` and renamed when complete, so an interrupted
+//!   pack never leaves a truncated shard that looks finished.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::dataset::{Dataset, DatasetError, OpenOptions};
+
+/// Default target shard size: 256 MB.
+pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read sample {sample}: {source}")]
+    Read {
+        sample: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    #[error("tar member name {0:?} is longer than 100 bytes")]
+    NameTooLong(String),
+}
+
+/// Writes one tar file member by member.
+pub struct TarWriter {
+    out: BufWriter<File>,
+    path: PathBuf,
+    partial: PathBuf,
+    bytes: u64,
+}
+
+impl TarWriter {
+    /// Creates `path` (written as `path.partial` until [`TarWriter::finish`]).
+    pub fn create(path: &Path) -> Result<TarWriter, PackError> {
+        let partial = path.with_extension("tar.partial");
+        let file = File::create(&partial).map_err(|source| PackError::Write {
+            path: partial.clone(),
+            source,
+        })?;
+        Ok(TarWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+            path: path.to_owned(),
+            partial,
+            bytes: 0,
+        })
+    }
+
+    /// Bytes written so far (headers and padding included).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Appends a regular file member.
+    pub fn append(&mut self, name: &str, data: &[u8]) -> Result<(), PackError> {
+        let header = ustar_header(name, data.len() as u64)?;
+        let pad = (512 - data.len() % 512) % 512;
+        let w = |out: &mut BufWriter<File>, b: &[u8]| out.write_all(b);
+        w(&mut self.out, &header)
+            .and_then(|()| w(&mut self.out, data))
+            .and_then(|()| w(&mut self.out, &[0u8; 512][..pad]))
+            .map_err(|source| PackError::Write {
+                path: self.partial.clone(),
+                source,
+            })?;
+        self.bytes += 512 + (data.len() + pad) as u64;
+        Ok(())
+    }
+
+    /// Writes the end-of-archive blocks, flushes, and renames the shard into place.
+    pub fn finish(mut self) -> Result<u64, PackError> {
+        let err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| PackError::Write { path, source }
+        };
+        self.out
+            .write_all(&[0u8; 1024])
+            .map_err(err(&self.partial))?;
+        let file = self.out.into_inner().map_err(|e| PackError::Write {
+            path: self.partial.clone(),
+            source: e.into_error(),
+        })?;
+        file.sync_data().map_err(err(&self.partial))?;
+        std::fs::rename(&self.partial, &self.path).map_err(err(&self.path))?;
+        Ok(self.bytes + 1024)
+    }
+}
+
+/// A ustar header block for a regular file of `size` bytes named `name`.
+fn ustar_header(name: &str, size: u64) -> Result<[u8; 512], PackError> {
+    if name.len() > 100 {
+        return Err(PackError::NameTooLong(name.into()));
+    }
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    let octal = |field: &mut [u8], v: u64| {
+        let s = format!("{:0width$o}\0", v, width = field.len() - 1);
+        field.copy_from_slice(s.as_bytes());
+    };
+    octal(&mut h[100..108], 0o644); // mode
+    octal(&mut h[108..116], 0); // uid
+    octal(&mut h[116..124], 0); // gid
+    octal(&mut h[124..136], size);
+    octal(&mut h[136..148], 0); // mtime: fixed, so packs are reproducible
+    h[156] = b'0'; // regular file
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    let s = format!("{sum:06o}\0 ");
+    h[148..156].copy_from_slice(s.as_bytes());
+    Ok(h)
+}
+
+/// The name of shard `n` in `out`.
+pub fn shard_path(out: &Path, n: usize) -> PathBuf {
+    out.join(format!("shard-{n:06}.tar"))
+}
+
+/// Appends one sample (`KEY.jpg`, and `KEY.cls` when the label is not negative).
+pub fn append_sample(
+    tar: &mut TarWriter,
+    key: &str,
+    jpeg: &[u8],
+    label: i64,
+) -> Result<(), PackError> {
+    tar.append(&format!("{key}.jpg"), jpeg)?;
+    if label >= 0 {
+        tar.append(&format!("{key}.cls"), label.to_string().as_bytes())?;
+    }
+    Ok(())
+}
+
+/// What a pack wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackSummary {
+    pub samples: usize,
+    pub shards: usize,
+    pub bytes: u64,
+}
+
+/// Packs every sample of the dataset at `src` (any layout) into shards of about
+/// `shard_bytes` under `out`, in dataset order, labels preserved. Progress goes to stderr
+/// about once a second when `progress` is set.
+pub fn pack(
+    src: &Path,
+    out: &Path,
+    shard_bytes: u64,
+    progress: bool,
+) -> Result<PackSummary, PackError> {
+    let ds = Dataset::open(src, &OpenOptions::default())?;
+    std::fs::create_dir_all(out).map_err(|source| PackError::Write {
+        path: out.to_owned(),
+        source,
+    })?;
+    pack_dataset(&ds, out, shard_bytes, progress)
+}
+
+/// [`pack`] for an opened dataset.
+pub fn pack_dataset(
+    ds: &Dataset,
+    out: &Path,
+    shard_bytes: u64,
+    progress: bool,
+) -> Result<PackSummary, PackError> {
+    let t0 = Instant::now();
+    let mut last = Instant::now();
+    let mut summary = PackSummary {
+        samples: 0,
+        shards: 0,
+        bytes: 0,
+    };
+    let mut tar: Option<TarWriter> = None;
+    let mut buf = Vec::new();
+    let mut open: Option<(&Path, File)> = None;
+    for i in 0..ds.len() {
+        let s = ds.sample(i);
+        if open.as_ref().map(|(p, _)| *p) != Some(s.path) {
+            let f = File::open(s.path).map_err(|source| PackError::Read {
+                sample: ds.display_name(i),
+                source,
+            })?;
+            open = Some((s.path, f));
+        }
+        let file = &open.as_ref().expect("opened above").1;
+        buf.resize(s.len as usize, 0);
+        file.read_exact_at(&mut buf, s.offset)
+            .map_err(|source| PackError::Read {
+                sample: ds.display_name(i),
+                source,
+            })?;
+        if tar.is_none() {
+            tar = Some(TarWriter::create(&shard_path(out, summary.shards))?);
+        }
+        let t = tar.as_mut().expect("created above");
+        append_sample(t, &format!("{i:09}"), &buf, s.label)?;
+        summary.samples += 1;
+        if t.bytes() >= shard_bytes {
+            summary.bytes += tar.take().expect("open shard").finish()?;
+            summary.shards += 1;
+        }
+        if progress && last.elapsed() >= Duration::from_secs(1) {
+            last = Instant::now();
+            eprintln!(
+                "stoker pack: {}/{} samples, {} shards, {:.1} MB/s",
+                summary.samples,
+                ds.len(),
+                summary.shards,
+                (summary.bytes + tar.as_ref().map_or(0, TarWriter::bytes)) as f64
+                    / 1e6
+                    / t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if let Some(t) = tar {
+        summary.bytes += t.finish()?;
+        summary.shards += 1;
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{generate, SynthOptions};
+
+    #[test]
+    fn a_packed_folder_reads_back_with_the_same_bytes_and_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        let opts = SynthOptions {
+            images: 30,
+            classes: 4,
+            size_scale: 0.1,
+            threads: 2,
+            ..SynthOptions::default()
+        };
+        generate(&src, &opts).unwrap();
+        let out = dir.path().join("shards");
+        // Small target: several shards.
+        let summary = pack(&src, &out, 4000, false).unwrap();
+        assert_eq!(summary.samples, 30);
+        assert!(summary.shards > 1, "{summary:?}");
+        let no_cache = OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let a = Dataset::open(&src, &no_cache).unwrap();
+        let b = Dataset::open(&out, &no_cache).unwrap();
+        assert_eq!(b.kind().as_str(), "tar_shards");
+        assert_eq!(a.len(), b.len());
+        for i in 0..a.len() {
+            let (sa, sb) = (a.sample(i), b.sample(i));
+            assert_eq!(sa.label, sb.label, "sample {i}");
+            let read = |s: crate::dataset::SampleRef<'_>| {
+                let mut v = vec![0u8; s.len as usize];
+                File::open(s.path)
+                    .unwrap()
+                    .read_exact_at(&mut v, s.offset)
+                    .unwrap();
+                v
+            };
+            assert_eq!(read(sa), read(sb), "sample {i}");
+        }
+        assert!(!out.join("shard-000000.tar.partial").exists());
+    }
+}

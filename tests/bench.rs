@@ -1,0 +1,166 @@
+//! `stoker bench`, `stoker synth --shards` and `stoker pack` as a user runs them: real
+//! processes, a real stokerd and real client processes, on generated JPEGs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `stoker` binary beside the test's `stokerd`, rebuilt once per run: cargo builds no
+/// other package's binaries for an integration test, and a stale one lacks new flags.
+fn stoker() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let path = stoker_suite::stokerd_path().with_file_name("stoker");
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "stoker-daemon", "--bins"])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build -p stoker-daemon --bins failed"
+        );
+    });
+    path
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(stoker())
+        .args(args)
+        .output()
+        .expect("run stoker");
+    assert!(
+        out.status.success(),
+        "stoker {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    run(&[
+        "synth",
+        d,
+        "--images",
+        "40",
+        "--classes",
+        "2",
+        "--scale",
+        "0.2",
+    ]);
+    let (j, svg) = (dir.path().join("r.json"), dir.path().join("r.svg"));
+    let table = run(&[
+        "bench",
+        d,
+        "--threads",
+        "2",
+        "--batch",
+        "8",
+        "--size",
+        "64",
+        "--epochs",
+        "1",
+        "--clients",
+        "2",
+        "--no-scaling",
+        "--json",
+        j.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(table.contains("verdict: "), "{table}");
+    let r = json(&j);
+    let stages: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "storage",
+            "decode",
+            "decode+augment",
+            "pipeline (in-process)"
+        ]
+    );
+    let e2e = &r["end_to_end"][0];
+    assert_eq!(e2e["clients"], 2);
+    // Two ranks share one epoch of 40 samples.
+    assert_eq!(e2e["images"], 40);
+    assert!(e2e["images_per_s"].as_f64().unwrap() > 0.0);
+    assert!(e2e["daemon_peak_rss_mb"].as_f64().unwrap() > 1.0);
+    assert!(e2e["wait_p99_ms"].as_f64().unwrap() >= e2e["wait_p50_ms"].as_f64().unwrap());
+    let bound = r["verdict"]["bottleneck"].as_str().unwrap();
+    assert!(
+        ["storage", "decode", "augment", "delivery"].contains(&bound),
+        "{bound}"
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("end to end"));
+}
+
+#[test]
+fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, packed, shards) = (
+        dir.path().join("folder"),
+        dir.path().join("packed"),
+        dir.path().join("shards"),
+    );
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    run(&[
+        "synth",
+        &s(&folder),
+        "--images",
+        "30",
+        "--classes",
+        "3",
+        "--scale",
+        "0.2",
+    ]);
+    run(&[
+        "synth",
+        &s(&shards),
+        "--images",
+        "30",
+        "--classes",
+        "3",
+        "--scale",
+        "0.2",
+        "--shards",
+        "2",
+    ]);
+    let out = run(&["pack", &s(&folder), &s(&packed), "--shard-mb", "1"]);
+    assert!(out.contains("packed 30 samples"), "{out}");
+    for layout in [&folder, &packed, &shards] {
+        let j = dir.path().join("r.json");
+        run(&[
+            "bench",
+            &s(layout),
+            "--storage-only",
+            "--cold",
+            "--json",
+            &s(&j),
+        ]);
+        let r = json(&j);
+        assert_eq!(r["index"]["samples"], 30, "{}", layout.display());
+        let caches: Vec<&str> = r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["cache"].as_str().unwrap())
+            .collect();
+        assert_eq!(caches, ["warm", "cold"]);
+        assert!(r["index"]["walk_s"].as_f64().unwrap() > 0.0);
+    }
+}
