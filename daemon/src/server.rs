@@ -81,6 +81,10 @@ pub struct ServerConfig {
     pub access: AccessPolicy,
     /// Ring memory quotas and limits on clients and jobs.
     pub quotas: QuotaLimits,
+    /// File mode of a socket the server creates itself (systemd's socket unit sets its own).
+    pub socket_mode: u32,
+    /// Group given the socket the server creates, so its members may connect.
+    pub socket_group: Option<String>,
 }
 
 /// Why the server could not start or stopped.
@@ -88,6 +92,14 @@ pub struct ServerConfig {
 pub enum ServerError {
     #[error("a ring needs at least 2 slots, configured {0}")]
     Slots(usize),
+    #[error("socket {path}: group {group:?} does not exist (server.socket_group)")]
+    SocketGroup { path: PathBuf, group: String },
+    #[error("socket {path}: cannot set mode {mode:#o} / group: {source}")]
+    SocketPermissions {
+        path: PathBuf,
+        mode: u32,
+        source: std::io::Error,
+    },
     #[error("cannot create the socket directory {}: {source}", path.display())]
     SocketDir {
         path: PathBuf,
@@ -117,6 +129,7 @@ impl ServerError {
             ServerError::Slots(_) => true,
             ServerError::Bind { source, .. } => matches!(source, SockError::PathTooLong(_)),
             ServerError::Activated(_) => true,
+            ServerError::SocketGroup { .. } => true,
             _ => false,
         }
     }
@@ -566,6 +579,49 @@ pub struct Server {
     state: Arc<ServerState>,
 }
 
+/// Gives a socket file the configured mode and group (who may connect is who may write it).
+fn set_socket_permissions(path: &Path, mode: u32, group: Option<&str>) -> Result<(), ServerError> {
+    use std::os::unix::fs::PermissionsExt;
+    let perms_err = |source| ServerError::SocketPermissions {
+        path: path.to_owned(),
+        mode,
+        source,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
+    if let Some(group) = group {
+        let gid = group_id(group).ok_or_else(|| ServerError::SocketGroup {
+            path: path.to_owned(),
+            group: group.to_owned(),
+        })?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(perms_err)?;
+    }
+    Ok(())
+}
+
+/// The gid of a group name (or a numeric gid), from the system's group database.
+fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Some(gid);
+    }
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: a zeroed libc::group is a valid out-parameter for getgrnam_r.
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer refers to live memory of the stated size for the call's duration;
+    // the result only points into `grp` and `buf`, which we do not read beyond gr_gid.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            cname.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    (rc == 0 && !found.is_null()).then_some(grp.gr_gid)
+}
+
 impl Server {
     /// Checks the config, starts the engine, and listens at `config.socket` (creating its
     /// directory, and replacing a stale socket no daemon answers on).
@@ -593,6 +649,7 @@ impl Server {
             path: socket.clone(),
             source,
         })?;
+        set_socket_permissions(&socket, config.socket_mode, config.socket_group.as_deref())?;
         Server::with_listener(listener, socket, true, config)
     }
 
@@ -1198,6 +1255,24 @@ mod tests {
             .expect("refused");
         assert_eq!(r.code, ErrorCode::UnknownDataset);
         assert!(registry.jobs.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_created_socket_gets_the_configured_mode_and_group() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let _listener = stoker::sock::SeqPacketListener::bind(&path).unwrap();
+        // SAFETY: getegid has no preconditions and cannot fail.
+        let gid = unsafe { libc::getegid() };
+        set_socket_permissions(&path, 0o640, Some(&gid.to_string())).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        assert_eq!(meta.gid(), gid);
+        let err = set_socket_permissions(&path, 0o660, Some("no-such-group-stoker")).unwrap_err();
+        assert!(err.is_config(), "{err}");
+        assert!(err.to_string().contains("no-such-group-stoker"), "{err}");
+        assert_eq!(group_id("root"), Some(0));
     }
 
     #[test]

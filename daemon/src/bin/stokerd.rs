@@ -219,6 +219,8 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
         },
         access: AccessPolicy::new(&file.access, &file.datasets),
         quotas: QuotaLimits::from(&file.limits),
+        socket_mode: file.server.socket_mode,
+        socket_group: file.server.socket_group.clone(),
     }
 }
 
