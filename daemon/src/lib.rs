@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod augment;
+pub mod backend;
 pub mod badsample;
 pub mod bench;
 pub mod cli;

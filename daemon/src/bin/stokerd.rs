@@ -9,13 +9,20 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use stoker_daemon::access::{AccessPolicy, QuotaLimits};
-use stoker_daemon::config::{Config, ReaderChoice, EXIT_CONFIG};
+use stoker_daemon::config::{BackendChoice, Config, ReaderChoice, EXIT_CONFIG};
 use stoker_daemon::decode::Limits;
 use stoker_daemon::metrics::MetricsListener;
 use stoker_daemon::pipeline::EngineConfig;
 use stoker_daemon::reader::ReaderKind;
 use stoker_daemon::server::{Server, ServerConfig, ServerHandle};
 use stoker_daemon::systemd::{self, Notifier, Signal, Signals};
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
 
 /// Exit code for failures at run time.
 const EXIT_FAILURE: u8 = 1;
@@ -49,6 +56,11 @@ struct Args {
     /// metrics.listen.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Decode backend: auto (CUDA where a GPU and its libraries are present, else the CPU, and
+    /// the log says why), cpu, or cuda (refused with the reason where it cannot serve).
+    /// Overrides pipeline.backend.
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
 }
 
 fn main() -> ExitCode {
@@ -114,6 +126,17 @@ fn main() -> ExitCode {
             .as_deref()
             .map(|a| a.parse().expect("validated by Config")),
     };
+    let choice = match args.backend {
+        Some(BackendArg::Auto) => BackendChoice::Auto,
+        Some(BackendArg::Cpu) => BackendChoice::Cpu,
+        Some(BackendArg::Cuda) => BackendChoice::Cuda,
+        None => file.pipeline.backend,
+    };
+    let backend = match stoker_daemon::backend::choose(choice) {
+        Ok(b) => b,
+        Err(e) => return fail(&e, true),
+    };
+    tracing::info!(backend = backend.name(), "decode backend");
     let socket = args.socket.clone().unwrap_or_else(|| file.socket_path());
     let config = server_config(&args, &file, socket.clone());
     let bound = match activated {

@@ -1,0 +1,76 @@
+//! Which decode backend serves: the choice (`--backend auto|cpu|cuda`, `pipeline.backend`)
+//! against what this host has.
+//!
+//! # Limitations
+//! The CUDA serving pipeline (nvJPEG decode, the fused kernel, CUDA IPC rings) is built in
+//! `kernels` but not yet wired into the engine, so every choice serves from the CPU today:
+//! `auto` says why in the log, and `cuda` is refused with the reason rather than silently
+//! served from the CPU (see docs/cuda.md).
+
+use crate::config::BackendChoice;
+
+/// The backend that serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("--backend cuda: no usable GPU here: {0}")]
+    NoGpu(String),
+    #[error(
+        "--backend cuda: a GPU is present ({0}) but this build serves from the CPU only; the \
+         CUDA serving pipeline is not wired yet (docs/cuda.md): use --backend auto or cpu"
+    )]
+    NotWired(String),
+}
+
+/// Resolves `choice` on this host, logging the reason when `auto` falls back to the CPU.
+pub fn choose(choice: BackendChoice) -> Result<Backend, BackendError> {
+    match choice {
+        BackendChoice::Cpu => Ok(Backend::Cpu),
+        BackendChoice::Auto => {
+            match stoker_kernels::cuda::probe() {
+                Ok(info) => tracing::warn!(
+                    gpus = info.devices.len(),
+                    "backend auto: a GPU is present but the CUDA serving pipeline is not wired \
+                     yet; serving from the CPU backend"
+                ),
+                Err(e) => tracing::info!(
+                    reason = %e,
+                    "backend auto: the cuda backend is unavailable; serving from the CPU backend"
+                ),
+            }
+            Ok(Backend::Cpu)
+        }
+        BackendChoice::Cuda => match stoker_kernels::cuda::probe() {
+            Ok(info) => Err(BackendError::NotWired(format!(
+                "{} device(s)",
+                info.devices.len()
+            ))),
+            Err(e) => Err(BackendError::NoGpu(e.to_string())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_and_auto_serve_from_the_cpu_and_cuda_says_why_not() {
+        assert_eq!(choose(BackendChoice::Cpu).unwrap(), Backend::Cpu);
+        assert_eq!(choose(BackendChoice::Auto).unwrap(), Backend::Cpu);
+        let err = choose(BackendChoice::Cuda).unwrap_err().to_string();
+        assert!(err.starts_with("--backend cuda:"), "{err}");
+    }
+}
