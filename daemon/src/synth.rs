@@ -144,36 +144,69 @@ pub fn generate(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
         let dir = root.join(format!("class_{c:04}"));
         std::fs::create_dir_all(&dir).map_err(|source| SynthError::Write { path: dir, source })?;
     }
-    let threads = effective_threads(opts);
+    let encoded = Encoded::new(opts);
+    in_parallel(effective_threads(opts), opts.images, |enc, i| {
+        let jpeg = encoded.image(enc, i)?;
+        let path = image_path(root, opts, i);
+        std::fs::write(&path, &jpeg).map_err(|source| SynthError::Write { path, source })
+    })?;
+    Ok(encoded.bytes.into_inner())
+}
+
+/// Encodes images and counts what was encoded, with progress every 1000 images.
+struct Encoded<'a> {
+    opts: &'a SynthOptions,
+    enc_opts: EncodeOptions,
+    done: AtomicUsize,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl<'a> Encoded<'a> {
+    fn new(opts: &'a SynthOptions) -> Encoded<'a> {
+        Encoded {
+            opts,
+            enc_opts: EncodeOptions {
+                quality: opts.quality,
+                subsampling: Subsampling::S420,
+                progressive: false,
+                restart_rows: 0,
+            },
+            done: AtomicUsize::new(0),
+            bytes: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The JPEG of image `i`.
+    fn image(&self, enc: &mut JpegEncoder, i: usize) -> Result<Vec<u8>, SynthError> {
+        let (w, h, px) = image_pixels(self.opts, i);
+        let jpeg = enc.encode_rgb(&px, w, h, &self.enc_opts)?;
+        self.bytes.fetch_add(jpeg.len() as u64, Ordering::Relaxed);
+        let d = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if d.is_multiple_of(1000) {
+            tracing::info!("synth: {d}/{} images", self.opts.images);
+        }
+        Ok(jpeg)
+    }
+}
+
+/// Runs `work(encoder, job)` for every job in `0..jobs` on `threads` threads, each with its
+/// own encoder; the first error ends the run.
+fn in_parallel<F>(threads: usize, jobs: usize, work: F) -> Result<(), SynthError>
+where
+    F: Fn(&mut JpegEncoder, usize) -> Result<(), SynthError> + Sync,
+{
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let bytes = std::sync::atomic::AtomicU64::new(0);
-    let enc_opts = EncodeOptions {
-        quality: opts.quality,
-        subsampling: Subsampling::S420,
-        progressive: false,
-        restart_rows: 0,
-    };
     std::thread::scope(|s| -> Result<(), SynthError> {
-        let workers: Vec<_> = (0..threads)
+        let workers: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 s.spawn(|| -> Result<(), SynthError> {
                     let mut enc = JpegEncoder::new()?;
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= opts.images {
+                        let job = next.fetch_add(1, Ordering::Relaxed);
+                        if job >= jobs {
                             return Ok(());
                         }
-                        let (w, h, px) = image_pixels(opts, i);
-                        let jpeg = enc.encode_rgb(&px, w, h, &enc_opts)?;
-                        let path = image_path(root, opts, i);
-                        std::fs::write(&path, &jpeg)
-                            .map_err(|source| SynthError::Write { path, source })?;
-                        bytes.fetch_add(jpeg.len() as u64, Ordering::Relaxed);
-                        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        if d.is_multiple_of(1000) {
-                            tracing::info!("synth: {d}/{} images", opts.images);
-                        }
+                        work(&mut enc, job)?;
                     }
                 })
             })
@@ -182,8 +215,7 @@ pub fn generate(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> {
             w.join().expect("synth worker panicked")?;
         }
         Ok(())
-    })?;
-    Ok(bytes.into_inner())
+    })
 }
 
 fn effective_threads(opts: &SynthOptions) -> usize {
@@ -206,51 +238,20 @@ fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> 
         path: root.to_owned(),
         source,
     })?;
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let bytes = std::sync::atomic::AtomicU64::new(0);
-    let enc_opts = EncodeOptions {
-        quality: opts.quality,
-        subsampling: Subsampling::S420,
-        progressive: false,
-        restart_rows: 0,
-    };
+    let encoded = Encoded::new(opts);
     let threads = effective_threads(opts).min(opts.shards);
-    std::thread::scope(|s| -> Result<(), SynthError> {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> Result<(), SynthError> {
-                    let mut enc = JpegEncoder::new()?;
-                    loop {
-                        let shard = next.fetch_add(1, Ordering::Relaxed);
-                        if shard >= opts.shards {
-                            return Ok(());
-                        }
-                        let (start, end) = shard_range(opts, shard);
-                        let mut tar =
-                            crate::pack::TarWriter::create(&crate::pack::shard_path(root, shard))?;
-                        for i in start..end {
-                            let (w, h, px) = image_pixels(opts, i);
-                            let jpeg = enc.encode_rgb(&px, w, h, &enc_opts)?;
-                            let label = (i % opts.classes) as i64;
-                            crate::pack::append_sample(&mut tar, &format!("{i:09}"), &jpeg, label)?;
-                            bytes.fetch_add(jpeg.len() as u64, Ordering::Relaxed);
-                            let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                            if d.is_multiple_of(1000) {
-                                tracing::info!("synth: {d}/{} images", opts.images);
-                            }
-                        }
-                        tar.finish()?;
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().expect("synth worker panicked")?;
+    in_parallel(threads, opts.shards, |enc, shard| {
+        let (start, end) = shard_range(opts, shard);
+        let mut tar = crate::pack::TarWriter::create(&crate::pack::shard_path(root, shard))?;
+        for i in start..end {
+            let jpeg = encoded.image(enc, i)?;
+            let label = (i % opts.classes) as i64;
+            crate::pack::append_sample(&mut tar, &format!("{i:09}"), &jpeg, label)?;
         }
+        tar.finish()?;
         Ok(())
     })?;
-    Ok(bytes.into_inner())
+    Ok(encoded.bytes.into_inner())
 }
 
 #[cfg(test)]
