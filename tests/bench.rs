@@ -72,6 +72,8 @@ fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
         "64",
         "--epochs",
         "1",
+        "--min-seconds",
+        "0",
         "--clients",
         "2",
         "--no-scaling",
@@ -82,6 +84,7 @@ fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
     ]);
     assert!(table.contains("verdict: "), "{table}");
     let r = json(&j);
+    assert_eq!(r["timed_epochs"], 1, "--min-seconds 0 keeps --epochs");
     let stages: Vec<&str> = r["stages"]
         .as_array()
         .unwrap()
@@ -166,5 +169,6 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
             .collect();
         assert_eq!(caches, ["warm", "cold"]);
         assert!(r["index"]["walk_s"].as_f64().unwrap() > 0.0);
+        assert!(r["index"]["walk_cold_s"].as_f64().unwrap() > 0.0);
     }
 }

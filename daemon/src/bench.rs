@@ -260,15 +260,29 @@ pub struct IndexTiming {
     pub samples: usize,
     /// Files holding the samples (one per image in folders, one per shard in tar layouts).
     pub files: usize,
+    /// The walk with the index cache off: the caches as they were found, or, with `cold`,
+    /// right after the cold walk (everything it read cached).
     pub walk_s: f64,
+    /// The same walk right after [`evict`] (with `--cold`): as root the dentries and inodes
+    /// are dropped too, so this is the walk of a freshly booted host.
+    pub walk_cold_s: Option<f64>,
     pub cached_s: f64,
     /// Whether the second open really came from the cache.
     pub cache_hit: bool,
 }
 
-/// Measures indexing of `path` with the cache off, then on (in a private cache folder).
-pub fn index_timing(path: &Path) -> Result<IndexTiming, BenchError> {
-    let (ds, walk_s) = open_timed(path, None)?;
+/// Measures indexing of `path` with the cache off, then on (in a private cache folder);
+/// with `cold`, also the walk after the dataset was evicted from the caches.
+pub fn index_timing(path: &Path, cold: bool) -> Result<IndexTiming, BenchError> {
+    let (ds, first_s) = open_timed(path, None)?;
+    let (walk_s, walk_cold_s) = if cold {
+        // Evicted, walked cold, then walked again with everything the cold walk cached.
+        evict(&ds);
+        let cold_s = open_timed(path, None)?.1;
+        (open_timed(path, None)?.1, Some(cold_s))
+    } else {
+        (first_s, None)
+    };
     let cache = std::env::temp_dir().join(format!("stoker-bench-index-{}", std::process::id()));
     let _ = open_timed(path, Some(&cache))?; // writes the cache
     let (cached, cached_s) = open_timed(path, Some(&cache))?;
@@ -278,6 +292,7 @@ pub fn index_timing(path: &Path) -> Result<IndexTiming, BenchError> {
         samples: ds.len(),
         files: distinct_files(&ds).len(),
         walk_s,
+        walk_cold_s,
         cached_s,
         cache_hit: cached.origin() == crate::dataset::IndexOrigin::Cache,
     })
@@ -299,20 +314,22 @@ pub fn distinct_files(ds: &Dataset) -> Vec<PathBuf> {
 /// How the page cache was dropped for a cold measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Eviction {
-    /// `/proc/sys/vm/drop_caches` (root).
+    /// `/proc/sys/vm/drop_caches` = 3 (root): page cache, dentries and inodes, as after a
+    /// reboot.
     DropCaches,
     /// `posix_fadvise(POSIX_FADV_DONTNEED)` on every file of the dataset (any user who can
     /// read them; pages mapped by other processes stay).
     Fadvise,
 }
 
-/// Drops the dataset's files from the page cache: `drop_caches` as root, else fadvise.
+/// Drops the dataset's files from the page cache: `drop_caches` as root (with the dentries
+/// and inodes, so a folder's metadata is cold too), else fadvise (data pages only).
 pub fn evict(ds: &Dataset) -> Eviction {
     // SAFETY: sync and geteuid take no arguments and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         // SAFETY: as above.
         unsafe { libc::sync() };
-        if std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok() {
+        if std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
             return Eviction::DropCaches;
         }
     }
@@ -458,25 +475,35 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
 /// Decode only (`augment == false`) or decode + augment, from bytes in memory, on `threads`
 /// threads, each image decoded as the pipeline does (ROI at the smallest DCT scale that covers
 /// the crop). Repeats the set until at least `min_images` were done.
+/// How long a stage that cycles through its samples runs: until both bounds are reached (whole
+/// passes over the samples for `images`).
+#[derive(Debug, Clone, Copy)]
+pub struct AtLeast {
+    pub images: usize,
+    pub seconds: f64,
+}
+
 pub fn decode_stage(
     samples: &[(u64, Vec<u8>)],
     spec: &PipelineSpec,
     engine: &EngineConfig,
     seed: u64,
     augment: bool,
-    min_images: usize,
+    at_least: AtLeast,
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let total = if samples.is_empty() {
         0
     } else {
-        min_images.div_ceil(samples.len()).max(1) * samples.len()
+        at_least.images.div_ceil(samples.len()).max(1) * samples.len()
     };
     let image_bytes = stoker::ring::SlotLayout::new(spec).image_bytes;
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let bad = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
+    let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
         let mut decoder = match crate::decode::CpuDecoder::new(engine.limits) {
             Ok(d) => d,
@@ -490,7 +517,8 @@ pub fn decode_stage(
         let mut out = vec![0u8; image_bytes];
         loop {
             let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if k >= total {
+            if samples.is_empty() || (k >= total && t0.elapsed().as_secs_f64() >= at_least.seconds)
+            {
                 return;
             }
             let (index, data) = &samples[k % samples.len()];
@@ -512,6 +540,7 @@ pub fn decode_stage(
                 Ok(()) => bytes.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed),
                 Err(_) => bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             };
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
     if let Some(e) = failed.into_inner().unwrap() {
@@ -521,7 +550,7 @@ pub fn decode_stage(
     Ok(StageResult::new(
         name,
         threads,
-        total as u64,
+        done.into_inner(),
         bytes.into_inner(),
         secs,
         cpu,
@@ -709,8 +738,12 @@ mod tests {
         let storage = storage_only(&ds, &engine, 0, "warm").unwrap();
         let samples = load_samples(&ds, 48, 0);
         assert_eq!(samples.len(), 48);
-        let decode = decode_stage(&samples, &spec, &engine, 0, false, 48).unwrap();
-        let both = decode_stage(&samples, &spec, &engine, 0, true, 48).unwrap();
+        let once = AtLeast {
+            images: 48,
+            seconds: 0.0,
+        };
+        let decode = decode_stage(&samples, &spec, &engine, 0, false, once).unwrap();
+        let both = decode_stage(&samples, &spec, &engine, 0, true, once).unwrap();
         assert_eq!(storage.images, 48);
         assert!(storage.mb_per_s > 0.0 && decode.images_per_s > 0.0);
         verdict(

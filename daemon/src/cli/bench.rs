@@ -12,7 +12,8 @@
 //! - The cuda backend is not wired into the pipeline yet; `--backend cuda` is refused.
 //! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
 //! - Cold rows drop the page cache with posix_fadvise(DONTNEED) per file (pages another process
-//!   maps stay cached); as root, /proc/sys/vm/drop_caches.
+//!   maps stay cached, and so do dentries and inodes); as root, /proc/sys/vm/drop_caches = 3
+//!   drops data and metadata, as after a reboot.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,8 +25,8 @@ use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 
 use crate::bench::{
     decode_stage, effective_threads, evict, index_timing, load_samples, peak_rss_mb,
-    pipeline_stage, run_in_process, storage_only, svg_chart, verdict, BenchOptions, BenchReport,
-    Eviction, IndexTiming, StageResult, Verdict,
+    pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
+    BenchReport, Eviction, IndexTiming, StageResult, Verdict,
 };
 use crate::config::BackendChoice;
 
@@ -49,7 +50,7 @@ pub struct SpecArgs {
     pub layout: LayoutArg,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
     pub data: PathBuf,
@@ -61,9 +62,15 @@ pub struct BenchArgs {
     pub threads: usize,
     #[command(flatten)]
     pub spec: SpecArgs,
-    /// Timed epochs (after the warm-up epochs).
+    /// Timed epochs (after the warm-up epochs), at least; see --min-seconds.
     #[arg(long, default_value_t = 2)]
     pub epochs: u64,
+    /// Warm runs last at least this long: the decode stages repeat their samples, and the
+    /// timed epochs grow from --epochs until, at the measured decode+augment rate, they take
+    /// this long. The pipeline, the clients, the scaling runs and the peers all run that many
+    /// epochs. Cold runs are one epoch whatever its length.
+    #[arg(long, default_value_t = 5.0)]
+    pub min_seconds: f64,
     #[arg(long, default_value_t = 1)]
     pub warmup: u64,
     #[arg(long, default_value_t = 0)]
@@ -83,7 +90,7 @@ pub struct BenchArgs {
     /// Skip the scaling runs (client counts after the first, decode threads 1..cores).
     #[arg(long)]
     pub no_scaling: bool,
-    /// Also measure with a cold page cache (storage, pipeline and end to end).
+    /// Also measure with a cold page cache (indexing walk, storage, pipeline and end to end).
     #[arg(long)]
     pub cold: bool,
     /// Only indexing and storage (warm, and cold with --cold): for datasets too large to
@@ -217,6 +224,9 @@ pub struct FullReport {
     pub read_with: &'static str,
     pub backend: &'static str,
     pub spec: PipelineSpec,
+    /// Warm-up and timed epochs of every warm run (cold runs time one epoch).
+    pub warmup_epochs: u64,
+    pub timed_epochs: u64,
     pub index: IndexTiming,
     pub stages: Vec<StageResult>,
     pub end_to_end: Vec<ServedResult>,
@@ -284,7 +294,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     opts.seed = args.seed;
 
     progress("indexing (cache off, then on)");
-    let index = index_timing(&data).map_err(|e| e.to_string())?;
+    let index = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
     let (ds, _) = crate::bench::open_timed(&data, None).map_err(|e| e.to_string())?;
     progress(&format!(
         "{} samples in {} files ({}); walk {:.3}s, from cache {:.3}s",
@@ -317,6 +327,8 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
             read_with,
             backend: "cpu",
             spec,
+            warmup_epochs: args.warmup,
+            timed_epochs: args.epochs,
             index,
             stages,
             end_to_end: Vec::new(),
@@ -328,18 +340,27 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         });
     }
     let samples = load_samples(&ds, args.decode_sample, args.seed);
-    let min_images = 1000.max(samples.len());
+    let min_s = args.min_seconds.max(0.0);
+    let at_least = AtLeast {
+        images: 1000.max(samples.len()),
+        seconds: min_s,
+    };
     progress("decode only");
     stages.push(
-        decode_stage(&samples, &spec, &opts.engine, args.seed, false, min_images)
+        decode_stage(&samples, &spec, &opts.engine, args.seed, false, at_least)
             .map_err(|e| e.to_string())?,
     );
     progress("decode + augment");
-    stages.push(
-        decode_stage(&samples, &spec, &opts.engine, args.seed, true, min_images)
-            .map_err(|e| e.to_string())?,
-    );
+    let both = decode_stage(&samples, &spec, &opts.engine, args.seed, true, at_least)
+        .map_err(|e| e.to_string())?;
     drop(samples);
+    // From here on every warm run (pipeline, clients, scaling, peers) runs this many epochs.
+    opts.epochs = timed_epochs(args.epochs, min_s, both.images_per_s, ds.len());
+    stages.push(both);
+    let args = &BenchArgs {
+        epochs: opts.epochs,
+        ..args.clone()
+    };
     progress(&format!(
         "pipeline in process ({} warm-up + {} timed epochs)",
         opts.warmup_epochs, opts.epochs
@@ -401,7 +422,6 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
                     threads: t,
                     ..opts.engine.clone()
                 },
-                epochs: 1,
                 ..opts.clone()
             };
             let r = run_in_process(&o).map_err(|e| e.to_string())?;
@@ -444,6 +464,8 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         read_with,
         backend: "cpu",
         spec,
+        warmup_epochs: args.warmup,
+        timed_epochs: args.epochs,
         index,
         stages,
         end_to_end,
@@ -453,6 +475,14 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         peers,
         bench_peak_rss_mb: peak_rss_mb(None),
     })
+}
+
+/// Timed epochs: at least `epochs`, and enough to last `min_seconds` at `rate` images/s.
+fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64 {
+    let per_epoch = samples.max(1) as f64 / rate.max(1e-9);
+    let needed = (min_seconds / per_epoch).ceil();
+    // A dataset that decodes absurdly fast must not ask for millions of epochs.
+    epochs.max(1).max(needed.min(10_000.0) as u64)
 }
 
 fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
@@ -743,9 +773,18 @@ fn table(r: &FullReport) -> String {
         format!("{:?} {:?}", r.spec.dtype, r.spec.layout).to_lowercase(),
         r.decode_threads,
     );
+    if r.pipeline.is_some() {
+        s += &format!(
+            "timing: {} warm-up + {} timed epochs per warm run, one epoch per cold run\n",
+            r.warmup_epochs, r.timed_epochs
+        );
+    }
     s += &format!(
-        "indexing: walk {:.3}s, from the index cache {:.3}s{}\n\n",
+        "indexing: walk {:.3}s{}, from the index cache {:.3}s{}\n\n",
         r.index.walk_s,
+        r.index
+            .walk_cold_s
+            .map_or(String::new(), |c| format!(" (cold caches {c:.3}s)")),
         r.index.cached_s,
         if r.index.cache_hit {
             ""
@@ -889,7 +928,19 @@ fn chart(r: &FullReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rate;
+    use super::{parse_rate, timed_epochs};
+
+    #[test]
+    fn timed_epochs_last_the_minimum_and_never_fewer_than_asked() {
+        // 500 samples at 1000 img/s: 0.5 s an epoch, so 5 s needs 10.
+        assert_eq!(timed_epochs(2, 5.0, 1000.0, 500), 10);
+        // A long epoch keeps the asked count.
+        assert_eq!(timed_epochs(2, 5.0, 1000.0, 100_000), 2);
+        assert_eq!(timed_epochs(0, 0.0, 1000.0, 10), 1);
+        // A zero rate (every sample bad) or an empty dataset stays bounded.
+        assert_eq!(timed_epochs(1, 5.0, 0.0, 10), 1);
+        assert_eq!(timed_epochs(1, 5.0, 1e12, 1), 10_000);
+    }
 
     #[test]
     fn parses_the_peers_rate_line() {
