@@ -653,24 +653,22 @@ pub fn verdict(
 // ---------------------------------------------------------------------------------------------
 
 /// A horizontal bar chart, one group per title: (group title, [(label, images/s)]).
-pub fn svg_chart(title: &str, groups: &[(String, Vec<(String, f64)>)]) -> String {
+pub fn svg_chart(title: &str, subtitle: &str, groups: &[(String, Vec<(String, f64)>)]) -> String {
     const W: f64 = 760.0;
     const LABEL_W: f64 = 230.0;
     const BAR_H: f64 = 20.0;
     const GAP: f64 = 6.0;
-    let max = groups
-        .iter()
-        .flat_map(|(_, bars)| bars.iter().map(|b| b.1))
-        .fold(1.0f64, f64::max);
     let esc = |s: &str| {
         s.replace('&', "&amp;")
             .replace('<', "&lt;")
             .replace('>', "&gt;")
     };
-    let mut y = 40.0;
+    let mut y = 58.0;
     let mut body = String::new();
     let colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2"];
     for (g, (gtitle, bars)) in groups.iter().enumerate() {
+        // Each group has its own scale: storage runs orders of magnitude above decode.
+        let max = bars.iter().map(|b| b.1).fold(1.0f64, f64::max);
         body.push_str(&format!(
             "<text x=\"10\" y=\"{:.0}\" font-weight=\"bold\">{}</text>\n",
             y + 14.0,
@@ -699,9 +697,11 @@ pub fn svg_chart(title: &str, groups: &[(String, Vec<(String, f64)>)]) -> String
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W:.0}\" height=\"{:.0}\" \
          font-family=\"sans-serif\" font-size=\"13\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"10\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n{body}</svg>\n",
+         <text x=\"10\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"10\" y=\"46\">{}</text>\n{body}</svg>\n",
         y + 10.0,
-        esc(title)
+        esc(title),
+        esc(subtitle)
     )
 }
 
@@ -830,6 +830,7 @@ mod tests {
     fn the_chart_is_svg_with_one_bar_per_value() {
         let svg = svg_chart(
             "t <1>",
+            "verdict",
             &[("g".into(), vec![("a".into(), 10.0), ("b".into(), 20.0)])],
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -450,11 +450,8 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
 
     let mut peers = Vec::new();
     if args.compare {
-        let ours = end_to_end
-            .iter()
-            .find(|r| r.clients == 1 && r.cache == "warm")
-            .map_or(pipeline.images_per_s, |r| r.images_per_s);
-        peers = compare(args, &data, threads, ours);
+        let (_, rate) = ours(&end_to_end, Some(&pipeline)).expect("the pipeline ran");
+        peers = compare(args, &data, threads, rate);
     }
 
     Ok(FullReport {
@@ -475,6 +472,19 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         peers,
         bench_peak_rss_mb: peak_rss_mb(None),
     })
+}
+
+/// stoker's figure the peers are compared with: end to end with one warm client, like the
+/// peers' single training process, else the in-process pipeline.
+fn ours(
+    end_to_end: &[ServedResult],
+    pipeline: Option<&BenchReport>,
+) -> Option<(&'static str, f64)> {
+    end_to_end
+        .iter()
+        .find(|e| e.clients == 1 && e.cache == "warm")
+        .map(|e| ("end to end (1 client)", e.images_per_s))
+        .or_else(|| pipeline.map(|p| ("pipeline in process", p.images_per_s)))
 }
 
 /// Timed epochs: at least `epochs`, and enough to last `min_seconds` at `rate` images/s.
@@ -906,22 +916,22 @@ fn chart(r: &FullReport) -> String {
                 .collect(),
         ));
     }
-    let peers: Vec<(String, f64)> = r
+    let mut peers: Vec<(String, f64)> = r
         .peers
         .iter()
         .filter_map(|p| p.images_per_s.map(|v| (p.name.clone(), v)))
         .collect();
     if !peers.is_empty() {
-        groups.push(("peers, same run".into(), peers));
+        if let Some((name, v)) = ours(&r.end_to_end, r.pipeline.as_ref()) {
+            peers.insert(0, (format!("stoker, {name}"), v));
+        }
+        groups.push(("stoker and the peers, same run".into(), peers));
     }
     svg_chart(
-        &format!(
-            "stoker bench {}: {}",
-            r.dataset,
-            r.verdict
-                .as_ref()
-                .map_or("storage only", |v| v.line.as_str())
-        ),
+        &format!("stoker bench {}", r.dataset),
+        r.verdict
+            .as_ref()
+            .map_or("storage only", |v| v.line.as_str()),
         &groups,
     )
 }
