@@ -20,6 +20,11 @@ use stoker_daemon::pipeline::{
 };
 use stoker_suite::{fnv1a, write_image_folder, Daemon};
 
+#[path = "support/edge_manifest.rs"]
+mod edge_manifest;
+
+use edge_manifest::Expected;
+
 fn spec(batch: u32, side: u32, epochs: Option<u32>) -> PipelineSpec {
     PipelineSpec {
         dtype: DType::U8,
@@ -102,13 +107,6 @@ fn read_log(path: &Path) -> String {
 // ---------------------------------------------------------------------------------------
 // Bad samples: the edge corpus plus real photos, two epochs, four ranks.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expected {
-    DecodeOk,
-    MustReject,
-    MayReject,
-}
-
 fn shared_data() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
     if dir.join("edge/MANIFEST.tsv").is_file() && dir.join("photos").is_dir() {
@@ -121,27 +119,6 @@ fn shared_data() -> Option<PathBuf> {
         );
         None
     }
-}
-
-fn edge_manifest(edge: &Path) -> Vec<(PathBuf, Expected)> {
-    let text = std::fs::read_to_string(edge.join("MANIFEST.tsv")).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
-    let file_col = header.iter().position(|c| *c == "file").unwrap();
-    let exp_col = header.iter().position(|c| *c == "expected").unwrap();
-    lines
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let cols: Vec<&str> = l.split('\t').collect();
-            let e = match cols[exp_col] {
-                "decode OK" => Expected::DecodeOk,
-                "must be rejected with a clear error" => Expected::MustReject,
-                "may be rejected" => Expected::MayReject,
-                other => panic!("unknown expectation {other:?}"),
-            };
-            (edge.join(cols[file_col]), e)
-        })
-        .collect()
 }
 
 /// Serves the file list for two epochs to four ranks; returns every rank's batches and the
@@ -175,7 +152,11 @@ fn edge_and_photos_serve_two_epochs_to_four_ranks_bit_identically() {
     let Some(shared) = shared_data() else {
         return;
     };
-    let manifest = edge_manifest(&shared.join("edge"));
+    let edge = shared.join("edge");
+    let manifest: Vec<(PathBuf, Expected)> = edge_manifest::read(&edge)
+        .into_iter()
+        .map(|(name, e)| (edge.join(name), e))
+        .collect();
     let mut photos: Vec<PathBuf> = std::fs::read_dir(shared.join("photos"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -12,16 +12,14 @@ use std::time::Duration;
 
 use stoker_daemon::cli::check::{check_samples, sample_files, CheckOptions};
 use stoker_daemon::decode::{CpuDecoder, DecodeError, Limits};
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_kernels::reference::{psnr, CropBox, RgbImage};
+
+#[path = "../../tests/support/edge_manifest.rs"]
+mod manifest;
+
+use manifest::Expected;
 
 const PER_FILE_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expected {
-    DecodeOk,
-    MustReject,
-    MayReject,
-}
 
 fn edge_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/edge");
@@ -34,27 +32,6 @@ fn edge_dir() -> Option<PathBuf> {
         );
         None
     }
-}
-
-fn manifest(dir: &Path) -> Vec<(String, Expected)> {
-    let text = std::fs::read_to_string(dir.join("MANIFEST.tsv")).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
-    let file_col = header.iter().position(|c| *c == "file").unwrap();
-    let exp_col = header.iter().position(|c| *c == "expected").unwrap();
-    lines
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let cols: Vec<&str> = l.split('\t').collect();
-            let expected = match cols[exp_col] {
-                "decode OK" => Expected::DecodeOk,
-                "must be rejected with a clear error" => Expected::MustReject,
-                "may be rejected" => Expected::MayReject,
-                other => panic!("unknown expectation {other:?} in MANIFEST.tsv"),
-            };
-            (cols[file_col].to_owned(), expected)
-        })
-        .collect()
 }
 
 /// Decodes with `djpeg -ppm`; `None` when djpeg is missing or fails.
@@ -103,20 +80,6 @@ fn parse_pnm(b: &[u8]) -> Option<RgbImage> {
         height: h,
         data,
     })
-}
-
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
 }
 
 /// The reasons that make sense for a "must be rejected" file, by its category prefix.
@@ -215,7 +178,7 @@ fn edge_files_get_the_manifest_outcome() {
     let mut problems = Vec::new();
     let mut table = Vec::new();
     let mut crop_scores = Vec::new();
-    for (name, expected) in manifest(&dir) {
+    for (name, expected) in manifest::read(&dir) {
         let path = dir.join(&name);
         let outcome = decode_with_timeout(path.clone());
         let verdict = match &outcome.full {
@@ -290,7 +253,7 @@ fn edge_files_get_the_manifest_outcome() {
 fn check_reports_exactly_the_rejected_files() {
     let Some(dir) = edge_dir() else { return };
     let files = sample_files(&dir).unwrap();
-    let expected: BTreeMap<String, Expected> = manifest(&dir).into_iter().collect();
+    let expected: BTreeMap<String, Expected> = manifest::read(&dir).into_iter().collect();
     assert_eq!(
         files.len(),
         expected.len(),

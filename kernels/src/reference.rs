@@ -201,6 +201,23 @@ pub fn augment_reference(
     out
 }
 
+/// Peak signal-to-noise ratio of two 8-bit images of the same length, in dB (infinite when
+/// they are equal): how the decoders and the augment kernels are compared with each other.
+pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len(), "psnr of images of different sizes");
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / a.len().max(1) as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,5 +388,12 @@ mod tests {
             let out = augment_reference(&img, crop, true, oh, ow, &p);
             assert!(out.iter().all(|&v| v == 200), "{crop:?}");
         }
+    }
+
+    #[test]
+    fn psnr_is_infinite_for_equal_images_and_48db_for_an_error_of_one() {
+        assert_eq!(psnr(&[1, 2, 3], &[1, 2, 3]), f64::INFINITY);
+        let p = psnr(&[10; 64], &[11; 64]);
+        assert!((p - 48.1308).abs() < 1e-3, "{p}");
     }
 }

@@ -1,6 +1,7 @@
 //! Decoder tests on fixtures encoded here with tj3Compress8 from a synthetic smooth image.
 
 use super::*;
+use stoker_kernels::reference::psnr;
 
 const W: u32 = 203;
 const H: u32 = 157;
@@ -59,21 +60,6 @@ fn encode_rgb(enc: Enc) -> (Vec<u8>, Vec<u8>) {
     let src = smooth_rgb(W, H);
     let jpeg = encode(&src, W, H, PixelFormat::Rgb, enc);
     (src, jpeg)
-}
-
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let mse: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
 }
 
 fn decode(jpeg: &[u8]) -> Result<RgbImage, DecodeError> {
