@@ -45,6 +45,15 @@ fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// `field` of every object in the JSON array `list`, as strings.
+fn strings<'a>(list: &'a serde_json::Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o[field].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,12 +94,7 @@ fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
     assert!(table.contains("verdict: "), "{table}");
     let r = json(&j);
     assert_eq!(r["timed_epochs"], 1, "--min-seconds 0 keeps --epochs");
-    let stages: Vec<&str> = r["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["stage"].as_str().unwrap())
-        .collect();
+    let stages = strings(&r["stages"], "stage");
     assert_eq!(
         stages,
         [
@@ -161,12 +165,7 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
         ]);
         let r = json(&j);
         assert_eq!(r["index"]["samples"], 30, "{}", layout.display());
-        let caches: Vec<&str> = r["stages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["cache"].as_str().unwrap())
-            .collect();
+        let caches = strings(&r["stages"], "cache");
         assert_eq!(caches, ["warm", "cold"]);
         assert!(r["index"]["walk_s"].as_f64().unwrap() > 0.0);
         assert!(r["index"]["walk_cold_s"].as_f64().unwrap() > 0.0);

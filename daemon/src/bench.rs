@@ -713,9 +713,8 @@ mod tests {
     use crate::pipeline::Throttle;
     use crate::synth::{generate, SynthOptions};
 
-    /// Measures the three stages on a small generated dataset with `throttle` and returns the
-    /// verdict.
-    fn verdict_with(throttle: Throttle) -> Verdict {
+    /// 48 small generated images in two classes.
+    fn small_dataset() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         generate(
             dir.path(),
@@ -728,6 +727,13 @@ mod tests {
             },
         )
         .unwrap();
+        dir
+    }
+
+    /// Measures the three stages on a small generated dataset with `throttle` and returns the
+    /// verdict.
+    fn verdict_with(throttle: Throttle) -> Verdict {
+        let dir = small_dataset();
         let (ds, _) = open_timed(dir.path(), None).unwrap();
         let engine = EngineConfig {
             threads: 2,
@@ -786,18 +792,7 @@ mod tests {
     #[test]
     fn the_throttled_pipeline_slows_down_by_the_delay() {
         // The hook in the engine itself: 48 images at 8 ms each on 2 threads take >= 192 ms.
-        let dir = tempfile::tempdir().unwrap();
-        generate(
-            dir.path(),
-            &SynthOptions {
-                images: 48,
-                classes: 2,
-                size_scale: 0.2,
-                threads: 2,
-                ..SynthOptions::default()
-            },
-        )
-        .unwrap();
+        let dir = small_dataset();
         let mut opts = BenchOptions::standard(dir.path(), 2);
         opts.spec = PipelineSpec::train(16, 64);
         opts.warmup_epochs = 0;

@@ -93,8 +93,8 @@ pub struct BenchArgs {
     /// Also measure with a cold page cache (indexing walk, storage, pipeline and end to end).
     #[arg(long)]
     pub cold: bool,
-    /// Only indexing and storage (warm, and cold with --cold): for datasets too large to
-    /// decode in a benchmark's time, e.g. folder vs shards at 100,000 images.
+    /// Only indexing and storage (warm, and cold with --cold), no decoding: to compare
+    /// layouts or filesystems quickly, or on datasets too large to decode in a benchmark's time.
     #[arg(long)]
     pub storage_only: bool,
     /// At most this many samples are held in memory for the decode stages.
