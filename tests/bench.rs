@@ -28,8 +28,14 @@ fn stoker() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> String {
+    run_in(Path::new("."), args)
+}
+
+/// Runs stoker in the folder `cwd`.
+fn run_in(cwd: &Path, args: &[&str]) -> String {
     let out = Command::new(stoker())
         .args(args)
+        .current_dir(cwd)
         .output()
         .expect("run stoker");
     assert!(
@@ -154,15 +160,15 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
     let out = run(&["pack", &s(&folder), &s(&packed), "--shard-mb", "1"]);
     assert!(out.contains("packed 30 samples"), "{out}");
     for layout in [&folder, &packed, &shards] {
-        let j = dir.path().join("r.json");
-        run(&[
-            "bench",
-            &s(layout),
-            "--storage-only",
-            "--cold",
-            "--json",
-            &s(&j),
-        ]);
+        // No --json or --svg: the report goes to stoker-bench-NAME.json and .svg here.
+        run_in(
+            dir.path(),
+            &["bench", &s(layout), "--storage-only", "--cold"],
+        );
+        let name = layout.file_name().unwrap().to_str().unwrap();
+        let j = dir.path().join(format!("stoker-bench-{name}.json"));
+        let svg = std::fs::read_to_string(dir.path().join(format!("stoker-bench-{name}.svg")));
+        assert!(svg.unwrap().starts_with("<svg"), "{name}");
         let r = json(&j);
         assert_eq!(r["index"]["samples"], 30, "{}", layout.display());
         let caches = strings(&r["stages"], "cache");
@@ -170,4 +176,15 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
         assert!(r["index"]["walk_s"].as_f64().unwrap() > 0.0);
         assert!(r["index"]["walk_cold_s"].as_f64().unwrap() > 0.0);
     }
+    // An output folder that is not there is refused before anything runs.
+    let out = Command::new(stoker())
+        .args(["bench", &s(&folder), "--json", "/nonexistent-stoker/r.json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/nonexistent-stoker/r.json: no such folder"),
+        "{err}"
+    );
 }

@@ -109,10 +109,12 @@ pub struct BenchArgs {
     /// The peers' folder (default ../shared/peers beside the repository or the dataset).
     #[arg(long)]
     pub peers: Option<PathBuf>,
-    /// Write the report as JSON to this file.
+    /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
+    /// the dataset's folder or file name).
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Write an SVG chart (images/s by stage, by client count, by threads) to this file.
+    /// Write an SVG chart (images/s by stage, by client count, by threads, beside the peers) to
+    /// this file (default: stoker-bench-NAME.svg here).
     #[arg(long)]
     pub svg: Option<PathBuf>,
 }
@@ -258,22 +260,33 @@ pub fn run(args: &BenchArgs) -> i32 {
         eprintln!("stoker bench: {e}");
         return EXIT_USAGE;
     }
+    let (json_path, svg_path) = output_paths(args);
+    // Refuse a folder that is not there before the run, not after it.
+    for path in [&json_path, &svg_path] {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            eprintln!(
+                "stoker bench: cannot write {}: no such folder",
+                path.display()
+            );
+            return EXIT_USAGE;
+        }
+    }
     match bench(args, spec) {
         Ok(report) => {
             println!("{}", table(&report));
-            if let Some(path) = &args.json {
-                let text = serde_json::to_string_pretty(&report).expect("report serialises");
-                if let Err(e) = std::fs::write(path, text + "\n") {
+            let text = serde_json::to_string_pretty(&report).expect("report serialises") + "\n";
+            for (path, content) in [(&json_path, text), (&svg_path, chart(&report))] {
+                if let Err(e) = std::fs::write(path, content) {
                     eprintln!("stoker bench: cannot write {}: {e}", path.display());
-                    return EXIT_USAGE;
+                    return EXIT_FAILURES;
                 }
             }
-            if let Some(path) = &args.svg {
-                if let Err(e) = std::fs::write(path, chart(&report)) {
-                    eprintln!("stoker bench: cannot write {}: {e}", path.display());
-                    return EXIT_USAGE;
-                }
-            }
+            eprintln!(
+                "stoker bench: wrote {} and {}",
+                json_path.display(),
+                svg_path.display()
+            );
             EXIT_OK
         }
         Err(e) => {
@@ -472,6 +485,22 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         peers,
         bench_peak_rss_mb: peak_rss_mb(None),
     })
+}
+
+/// Where the report goes: --json and --svg, else `stoker-bench-NAME.json` and `.svg` in the
+/// working folder, NAME being the dataset's file name.
+fn output_paths(args: &BenchArgs) -> (PathBuf, PathBuf) {
+    let name = args
+        .data
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "data".into());
+    let default = |ext: &str| PathBuf::from(format!("stoker-bench-{name}.{ext}"));
+    (
+        args.json.clone().unwrap_or_else(|| default("json")),
+        args.svg.clone().unwrap_or_else(|| default("svg")),
+    )
 }
 
 /// stoker's figure the peers are compared with: end to end with one warm client, like the
