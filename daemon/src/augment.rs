@@ -508,11 +508,19 @@ fn horizontal_row<const K: usize>(table: &AxisTable, src: &[f32], dst: &mut [[f3
     }
 }
 
-/// Rounds half away from zero and clamps into 0..=255. The value is clamped before the cast,
-/// so the float-to-int conversion is a plain truncation (vectorisable, unlike `as u8`).
+/// Rounds half away from zero and clamps into 0..=255 (NaN gives 0).
+///
+/// `as i32` would saturate and map NaN to 0 on every element, which keeps the compiler from
+/// vectorising the conversion (u8 output measured 40% slower than f32 with it); the value is
+/// made finite and in range first, so the unchecked truncation is exact.
 #[inline(always)]
 fn to_byte(v: f32) -> u8 {
-    (v.clamp(0.0, 255.0) + 0.5) as i32 as u8
+    // `max` returns the other operand when one is NaN, so `x` is a number in 0.5..=255.5.
+    #[allow(clippy::manual_clamp, reason = "clamp keeps NaN, max drops it")]
+    let x = v.max(0.0).min(255.0) + 0.5;
+    // SAFETY: `x` is finite and within i32's range, as to_int_unchecked requires.
+    let i: i32 = unsafe { x.to_int_unchecked() };
+    i as u8
 }
 
 /// `(v / 255 - mean) / std` as `v * scale + bias`.
@@ -580,6 +588,27 @@ mod tests {
             }
         }
         img
+    }
+
+    #[test]
+    fn to_byte_rounds_half_away_from_zero_and_clamps_everything_else() {
+        let cases = [
+            (f32::NAN, 0),
+            (f32::NEG_INFINITY, 0),
+            (-3.0, 0),
+            (0.0, 0),
+            (0.49, 0),
+            (0.5, 1),
+            (127.5, 128),
+            (254.49, 254),
+            (254.5, 255),
+            (255.0, 255),
+            (1e9, 255),
+            (f32::INFINITY, 255),
+        ];
+        for (v, want) in cases {
+            assert_eq!(to_byte(v), want, "{v}");
+        }
     }
 
     fn spec_for(dtype: DType, layout: Layout, out_h: u32, out_w: u32) -> PipelineSpec {
