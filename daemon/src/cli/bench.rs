@@ -91,6 +91,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_scaling: bool,
     /// Also measure with a cold page cache (indexing walk, storage, pipeline and end to end).
+    /// As root this drops the whole host's page cache, dentries and inodes (drop_caches = 3);
+    /// as another user only the dataset's data pages (posix_fadvise).
     #[arg(long)]
     pub cold: bool,
     /// Only indexing and storage (warm, and cold with --cold), no decoding: to compare
