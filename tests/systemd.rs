@@ -202,6 +202,21 @@ fn wait_listening(d: &mut Stokerd, socket: &Path) {
     }
 }
 
+/// A fresh folder with a small dataset, and a stokerd (2 threads) listening on a socket there.
+fn serving() -> (tempfile::TempDir, PathBuf, PathBuf, Stokerd) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let socket = dir.path().join("stoker.sock");
+    let mut d = spawn(
+        dir.path(),
+        &["--socket", socket.to_str().unwrap(), "--threads", "2"],
+        &[],
+        None,
+    );
+    wait_listening(&mut d, &socket);
+    (dir, data, socket, d)
+}
+
 /// A datagram socket standing in for systemd's notification socket.
 struct NotifySocket {
     fd: OwnedFd,
@@ -420,16 +435,7 @@ fn a_bad_config_at_start_exits_78() {
 
 #[test]
 fn sigterm_tells_attached_clients_and_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dataset(dir.path(), "data", 4);
-    let socket = dir.path().join("stoker.sock");
-    let mut d = spawn(
-        dir.path(),
-        &["--socket", socket.to_str().unwrap(), "--threads", "2"],
-        &[],
-        None,
-    );
-    wait_listening(&mut d, &socket);
+    let (_dir, data, socket, mut d) = serving();
     let data = data.to_str().unwrap().to_owned();
     let clients: Vec<_> = (0..2)
         .map(|r| {
@@ -747,16 +753,7 @@ fn metrics_count_exactly_what_clients_received() {
 
 #[test]
 fn stoker_status_prints_jobs_and_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dataset(dir.path(), "data", 4);
-    let socket = dir.path().join("stoker.sock");
-    let mut d = spawn(
-        dir.path(),
-        &["--socket", socket.to_str().unwrap(), "--threads", "2"],
-        &[],
-        None,
-    );
-    wait_listening(&mut d, &socket);
+    let (dir, data, socket, _d) = serving();
     let mut c = Client::attach(&socket, options(data.to_str().unwrap(), "resnet", None)).unwrap();
     for _ in 0..3 {
         assert!(c.next_batch().unwrap().is_some());
