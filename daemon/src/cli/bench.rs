@@ -309,8 +309,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     opts.seed = args.seed;
 
     progress("indexing (cache off, then on)");
-    let index = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
-    let (ds, _) = crate::bench::open_timed(&data, None).map_err(|e| e.to_string())?;
+    let (index, ds) = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
     progress(&format!(
         "{} samples in {} files ({}); walk {:.3}s, from cache {:.3}s",
         index.samples, index.files, index.kind, index.walk_s, index.cached_s
