@@ -13,14 +13,10 @@ use proptest::prelude::*;
 use stoker_daemon::decode::{probe, CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling};
 use stoker_kernels::reference::{CropBox, RgbImage};
 
-const DEFAULT_CASES: u32 = 3000;
+#[path = "../../tests/support/fuzz_cases.rs"]
+mod fuzz_cases;
 
-fn cases() -> u32 {
-    std::env::var("STOKER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
+use fuzz_cases::{cases, DEFAULT_CASES};
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut enc = JpegEncoder::new().unwrap();

@@ -15,15 +15,10 @@ use stoker::protocol::{
 };
 use stoker::{ErrorCode, PipelineSpec, RingLayout};
 
-/// Cases per property in CI.
-const DEFAULT_CASES: u32 = 3000;
+#[path = "../../tests/support/fuzz_cases.rs"]
+mod fuzz_cases;
 
-fn cases() -> u32 {
-    std::env::var("STOKER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
+use fuzz_cases::{cases, DEFAULT_CASES};
 
 fn samples() -> Vec<Vec<u8>> {
     let attach = Attach {

@@ -1,0 +1,12 @@
+//! How many cases each fuzz property runs: [`DEFAULT_CASES`] in CI, `STOKER_FUZZ_CASES` for
+//! long runs. Included by path by the fuzz tests of the daemon and ipc crates.
+
+/// Cases per property in CI.
+pub const DEFAULT_CASES: u32 = 3000;
+
+pub fn cases() -> u32 {
+    std::env::var("STOKER_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
