@@ -4,7 +4,7 @@
 //! progressive) with bytes flipped, cut or repeated. Nothing may panic; whatever is accepted
 //! must have a sane size; a rejected file has a reason code.
 //!
-//! Short mode (CI): [`DEFAULT_CASES`] cases per property (the decode property a tenth of it).
+//! Short mode (CI): [`fuzz_cases::DEFAULT_CASES`] cases per property (the decode property a tenth of it).
 //! Long mode: `STOKER_FUZZ_CASES=200000 cargo test -p stoker-daemon --release --test
 //! fuzz_jpeg_header`. proptest saves failing inputs under `proptest-regressions/` and replays
 //! them first; a crash found becomes a named test below too.
@@ -16,7 +16,7 @@ use stoker_kernels::reference::{CropBox, RgbImage};
 #[path = "../../tests/support/fuzz_cases.rs"]
 mod fuzz_cases;
 
-use fuzz_cases::{cases, DEFAULT_CASES};
+use fuzz_cases::cases;
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut enc = JpegEncoder::new().unwrap();

@@ -3,7 +3,7 @@
 //! or an error, never panic; what it accepts must re-encode, and an accepted ATTACH's spec must
 //! validate or be refused without a panic (the daemon sizes a ring from it).
 //!
-//! Short mode (CI): [`DEFAULT_CASES`] cases per property. Long mode:
+//! Short mode (CI): [`fuzz_cases::DEFAULT_CASES`] cases per property. Long mode:
 //! `STOKER_FUZZ_CASES=1000000 cargo test -p stoker-ipc --release --test fuzz_protocol`.
 //! A failing case is saved by proptest under `proptest-regressions/` and replayed first on
 //! every later run; add it as a named test below as well.
@@ -18,7 +18,7 @@ use stoker::{ErrorCode, PipelineSpec, RingLayout};
 #[path = "../../tests/support/fuzz_cases.rs"]
 mod fuzz_cases;
 
-use fuzz_cases::{cases, DEFAULT_CASES};
+use fuzz_cases::cases;
 
 fn samples() -> Vec<Vec<u8>> {
     let attach = Attach {
