@@ -544,3 +544,35 @@ fn a_world_4_checkpoint_resumes_at_world_2_and_8() {
         }
     }
 }
+
+/// The `stoker.toml` the Kubernetes ConfigMap gives every node's daemon is one stokerd
+/// accepts, and agrees with the DaemonSet: the socket in the hostPath folder, metrics on the
+/// port the scrape annotation names. (scripts/k8s-validate checks the manifests themselves
+/// against the Kubernetes schemas.)
+#[test]
+fn the_kubernetes_config_map_holds_a_valid_config() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let manifest = std::fs::read_to_string(deploy.join("configmap.yaml")).unwrap();
+    // The block scalar under `stoker.toml: |`, indented by four spaces.
+    let toml: String = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "stoker.toml: |")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+        .collect();
+    assert!(toml.contains("[server]"), "no stoker.toml block found");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("stoker.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let config = stoker_daemon::config::Config::load(&path).unwrap();
+    assert_eq!(
+        config.server.socket.as_deref(),
+        Some(Path::new("/run/stoker/stoker.sock"))
+    );
+    assert_eq!(config.metrics.listen.as_deref(), Some("0.0.0.0:9464"));
+    let daemonset = std::fs::read_to_string(deploy.join("daemonset.yaml")).unwrap();
+    assert!(daemonset.contains("prometheus.io/port: \"9464\""));
+    assert!(daemonset.contains("mountPath: /run/stoker\n"));
+    assert!(daemonset.contains("value: compute,utility,video"));
+}
