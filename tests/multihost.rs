@@ -621,11 +621,11 @@ fn the_slurm_node_script_serves_the_job_on_its_own_socket_and_cleans_up() {
     let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "the job's folder is private");
 
+    // Slurm ends the step.
+    let pid = step.id() as libc::pid_t;
     // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(
-        unsafe { libc::kill(step.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0);
     let status = step.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!folder.exists(), "the job's folder is removed");
