@@ -545,6 +545,60 @@ fn a_world_4_checkpoint_resumes_at_world_2_and_8() {
     }
 }
 
+/// The Rust client's view of an elastic resume: its position keeps the offset (so a reconnect
+/// resumes the same job), its checkpoint counts from the epoch's start, and the resumed epoch
+/// is as long as the daemon said.
+#[test]
+fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut host = Host::new(tmp.path(), "host", 4, 10);
+    host.start(None);
+    let point = EpochOffset {
+        epoch: 0,
+        consumed: 16,
+    };
+    let mut o = orders(tmp.path(), &host.socket(), "one", 0, 2);
+    o.start = StartPosition::resume(point);
+    let mut client = Client::attach(&host.socket(), o.options()).unwrap();
+    assert_eq!(client.attached().offset_epoch_steps, Some(6)); // 24 left: 12 per rank
+    assert_eq!(client.steps_in(0), 6);
+    assert_eq!(client.steps_in(1), 10);
+    for _ in 0..2 {
+        client.next_batch().unwrap().unwrap();
+    }
+    let pos = StartPosition {
+        epoch: 0,
+        step: 2,
+        offset: Some(point),
+    };
+    assert_eq!(client.position(), pos);
+    let at = EpochOffset {
+        epoch: 0,
+        consumed: 16 + 2 * 2 * 2,
+    };
+    assert_eq!(client.checkpoint(), at);
+    for _ in 2..6 {
+        client.next_batch().unwrap().unwrap();
+    }
+    assert_eq!(
+        client.position(),
+        StartPosition {
+            epoch: 1,
+            step: 0,
+            offset: Some(point)
+        }
+    );
+    assert_eq!(
+        client.checkpoint(),
+        EpochOffset {
+            epoch: 1,
+            consumed: 0
+        }
+    );
+    let b = client.next_batch().unwrap().unwrap();
+    assert_eq!((b.epoch(), b.step()), (1, 0));
+}
+
 /// The `stoker.toml` the Kubernetes ConfigMap gives every node's daemon is one stokerd
 /// accepts, and agrees with the DaemonSet: the socket in the hostPath folder, metrics on the
 /// port the scrape annotation names. (scripts/k8s-validate checks the manifests themselves
