@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use stoker::protocol::{EpochOffset, StartPosition};
+use stoker::protocol::{EpochOffset, ErrorCode, StartPosition};
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
 use stoker_daemon::sampler::Sampler;
 use stoker_suite::{fnv1a, write_image_folder, Daemon};
@@ -597,6 +597,29 @@ fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start(
     );
     let b = client.next_batch().unwrap().unwrap();
     assert_eq!((b.epoch(), b.step()), (1, 0));
+
+    // Another rank of the job without the offset is refused, naming it.
+    let plain = orders(tmp.path(), &host.socket(), "one", 1, 2);
+    let err = Client::attach(&host.socket(), plain.options()).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::SpecMismatch), "{err}");
+    assert!(
+        err.to_string()
+            .contains("elastic offset (none) differs from the job's (epoch 0 after 16 samples)"),
+        "{err}"
+    );
+    // An offset past the end of the epoch is refused, naming the numbers.
+    let mut past = orders(tmp.path(), &host.socket(), "past", 0, 2);
+    past.start = StartPosition::resume(EpochOffset {
+        epoch: 0,
+        consumed: 41,
+    });
+    let err = Client::attach(&host.socket(), past.options()).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidSpec), "{err}");
+    assert!(
+        err.to_string().contains("41 samples consumed of epoch 0"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("only 40"), "{err}");
 }
 
 /// The `stoker.toml` the Kubernetes ConfigMap gives every node's daemon is one stokerd

@@ -193,9 +193,11 @@ impl JobTerms {
             ));
         }
         if self.offset != other.offset {
+            let show = |o: Option<EpochOffset>| o.map_or("none".to_owned(), |o| o.to_string());
             return Some(format!(
-                "elastic offset {:?} differs from the job's {:?}",
-                other.offset, self.offset
+                "elastic offset ({}) differs from the job's ({})",
+                show(other.offset),
+                show(self.offset)
             ));
         }
         self.spec

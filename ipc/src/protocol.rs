@@ -132,6 +132,12 @@ pub struct EpochOffset {
     pub consumed: u64,
 }
 
+impl std::fmt::Display for EpochOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "epoch {} after {} samples", self.epoch, self.consumed)
+    }
+}
+
 /// Client → daemon, first message of a connection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
