@@ -87,8 +87,23 @@ impl Daemon {
     }
 
     fn start_with(dir: &Path, extra: &[&str], stderr: Stdio) -> Daemon {
+        Daemon::start_wrapped(dir, &[], extra, stderr)
+    }
+
+    /// As [`Daemon::start`], with `stokerd` run by a wrapper command that ends by exec-ing
+    /// its arguments (`wrapper` then the daemon's command line), e.g. `unshare --net`: the
+    /// process (and [`Daemon::pid`]) is the daemon's own.
+    pub fn start_wrapped(dir: &Path, wrapper: &[&str], extra: &[&str], stderr: Stdio) -> Daemon {
         let socket = dir.join("stoker.sock");
-        let child = Command::new(stokerd_path())
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(stokerd_path());
+                cmd
+            }
+            None => Command::new(stokerd_path()),
+        };
+        let child = cmd
             .arg("--socket")
             .arg(&socket)
             .args(extra)

@@ -35,7 +35,8 @@ use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
 use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
-use crate::sampler::Sampler;
+use crate::sampler::{ResumedEpoch, Sampler};
+use stoker::protocol::EpochOffset;
 
 /// Most samples one worker takes from a batch at a time.
 pub const CHUNK: usize = 16;
@@ -138,6 +139,10 @@ pub struct Job {
     pub seed: u64,
     pub world_size: u32,
     steps_per_epoch: u64,
+    /// The elastic resume point every rank of the job shares, if any (see [`crate::sampler`]).
+    offset: Option<EpochOffset>,
+    /// Batches per rank of the offset's epoch.
+    resumed: Option<ResumedEpoch>,
 }
 
 impl std::fmt::Debug for Job {
@@ -158,10 +163,24 @@ impl Job {
         seed: u64,
         world_size: u32,
     ) -> Result<Arc<Job>, PipelineError> {
+        Job::resumed(dataset, spec, seed, world_size, None)
+    }
+
+    /// A job whose epoch `offset.epoch` serves only what is left after an elastic checkpoint.
+    pub fn resumed(
+        dataset: Arc<Dataset>,
+        spec: PipelineSpec,
+        seed: u64,
+        world_size: u32,
+        offset: Option<EpochOffset>,
+    ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
-        let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size)?;
+        let offset = offset.filter(|o| o.consumed > 0);
+        let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
         Ok(Arc::new(Job {
             steps_per_epoch: sampler.steps_per_epoch(),
+            resumed: sampler.resumed_epoch(),
+            offset,
             dataset,
             spec,
             seed,
@@ -175,16 +194,46 @@ impl Job {
         seed: u64,
         rank: u32,
         world_size: u32,
+        offset: Option<EpochOffset>,
     ) -> Result<Sampler, PipelineError> {
-        Sampler::new(
+        let sampler = Sampler::new(
             dataset.len() as u64,
             seed,
             rank as u64,
             world_size as u64,
             spec.batch_size as u64,
             spec.drop_last,
-        )
+        );
+        match offset {
+            Some(o) => sampler.and_then(|s| s.with_offset(o)),
+            None => sampler,
+        }
         .map_err(|e| PipelineError::Sampler(e.to_string()))
+    }
+
+    /// The elastic resume point of this job, if any.
+    pub fn offset(&self) -> Option<EpochOffset> {
+        self.offset
+    }
+
+    /// Batches each rank receives in `epoch` (the offset's epoch may have fewer, even none).
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        match self.resumed {
+            Some(r) if r.epoch == epoch => r.steps,
+            _ => self.steps_per_epoch,
+        }
+    }
+
+    /// The first batch at or after `pos` that exists: past the end of an epoch (or in an
+    /// elastic epoch with nothing left) is the start of the next.
+    pub fn settle(&self, mut pos: Position) -> Position {
+        while pos.step >= self.steps_in(pos.epoch) && self.steps_per_epoch > 0 {
+            pos = Position {
+                epoch: pos.epoch + 1,
+                step: 0,
+            };
+        }
+        pos
     }
 
     /// Batches each rank receives per epoch.
@@ -200,7 +249,14 @@ impl Job {
                 world_size: self.world_size,
             });
         }
-        Self::make_sampler(&self.dataset, &self.spec, self.seed, rank, self.world_size)
+        Self::make_sampler(
+            &self.dataset,
+            &self.spec,
+            self.seed,
+            rank,
+            self.world_size,
+            self.offset,
+        )
     }
 
     /// Whether `pos` lies past the job's last epoch.
@@ -423,8 +479,14 @@ impl Engine {
         start: Position,
     ) -> Result<Feed, PipelineError> {
         let sampler = job.sampler(rank)?;
+        // Step 0 of an elastic epoch with nothing left is the next epoch's start.
+        let start = if start.step == 0 {
+            job.settle(start)
+        } else {
+            start
+        };
         sampler
-            .check_position(start.step)
+            .check_position(start.epoch, start.step)
             .map_err(|e| PipelineError::Position {
                 epoch: start.epoch,
                 step: start.step,
@@ -533,17 +595,10 @@ struct FeedShared {
 
 impl FeedShared {
     fn advance(&self, pos: Position) -> Position {
-        if pos.step + 1 >= self.job.steps_per_epoch {
-            Position {
-                epoch: pos.epoch + 1,
-                step: 0,
-            }
-        } else {
-            Position {
-                epoch: pos.epoch,
-                step: pos.step + 1,
-            }
-        }
+        self.job.settle(Position {
+            epoch: pos.epoch,
+            step: pos.step + 1,
+        })
     }
 
     /// Hands out the next chunk of this feed, starting a new batch if a slot is free.

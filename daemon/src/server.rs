@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 
 use stoker::memfd::{page_size, MemfdRing};
 use stoker::protocol::{
-    Attach, Attached, DaemonStatus, EncodeError, ErrorCode, JobStatus, Message, Ready as ReadyMsg,
-    MAX_MESSAGE_BYTES,
+    Attach, Attached, DaemonStatus, EncodeError, EpochOffset, ErrorCode, JobStatus, Message,
+    Ready as ReadyMsg, MAX_MESSAGE_BYTES,
 };
 use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
@@ -157,6 +157,8 @@ struct JobTerms {
     world_size: u32,
     dataset: String,
     seed: u64,
+    /// The elastic resume point (an offset of 0 is none).
+    offset: Option<EpochOffset>,
 }
 
 impl JobTerms {
@@ -166,6 +168,7 @@ impl JobTerms {
             world_size: a.world_size,
             dataset: a.dataset.clone(),
             seed: a.seed,
+            offset: a.start.offset.filter(|o| o.consumed > 0),
         }
     }
 
@@ -187,6 +190,14 @@ impl JobTerms {
             return Some(format!(
                 "seed {} differs from the job's {}",
                 other.seed, self.seed
+            ));
+        }
+        if self.offset != other.offset {
+            let show = |o: Option<EpochOffset>| o.map_or("none".to_owned(), |o| o.to_string());
+            return Some(format!(
+                "elastic offset ({}) differs from the job's ({})",
+                show(other.offset),
+                show(self.offset)
             ));
         }
         self.spec
@@ -314,20 +325,25 @@ impl Registry {
             let dataset = Dataset::open(path, &OpenOptions::default())
                 .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
             self.access().check_dataset_files(&a.dataset, &dataset)?;
-            let job =
-                Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
-                    match e {
-                        PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
-                        PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
-                        e => refuse(ErrorCode::Internal, e.to_string()),
-                    }
-                })?;
+            let job = Job::resumed(
+                Arc::new(dataset),
+                a.spec.clone(),
+                a.seed,
+                a.world_size,
+                terms.offset,
+            )
+            .map_err(|e| match e {
+                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+                e => refuse(ErrorCode::Internal, e.to_string()),
+            })?;
             tracing::info!(
                 job = %a.job,
                 dataset = %a.dataset,
                 samples = job.dataset.len(),
                 world_size = a.world_size,
                 steps_per_epoch = job.steps_per_epoch(),
+                offset = ?terms.offset,
                 "job created"
             );
             jobs.insert(
@@ -1000,12 +1016,13 @@ impl Connection {
             .resolve_dataset(peer, &a.dataset)?;
         let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
         let steps = job.steps_per_epoch();
-        if steps > 0 && a.start.step >= steps {
+        let start_steps = job.steps_in(a.start.epoch);
+        if a.start.step > 0 && a.start.step >= start_steps {
             return Err(refuse(
                 ErrorCode::InvalidSpec,
                 format!(
-                    "start step {} is beyond the {steps} steps of an epoch",
-                    a.start.step
+                    "start step {} is beyond the {start_steps} steps of epoch {}",
+                    a.start.step, a.start.epoch
                 ),
             ));
         }
@@ -1022,6 +1039,7 @@ impl Connection {
             slot_bytes: layout.slot.slot_bytes as u64,
             ring_bytes: layout.ring_bytes as u64,
             steps_per_epoch: steps,
+            offset_epoch_steps: job.offset().map(|o| job.steps_in(o.epoch)),
             dataset_len: job.dataset.len() as u64,
             classes: job.dataset.classes().len() as u64,
             ranks_attached,

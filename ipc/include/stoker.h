@@ -157,6 +157,13 @@ typedef struct stoker_attach_options {
    * `"cpu"` or a GPU UUID; NULL: `"cpu"`.
    */
   const char *device;
+  /**
+   * Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
+   * first `offset_consumed` samples of its permutation, over this attach's world size.
+   * `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
+   */
+  uint64_t offset_epoch;
+  uint64_t offset_consumed;
 } stoker_attach_options;
 
 /**
@@ -197,6 +204,16 @@ typedef struct stoker_attach_info {
    */
   uint64_t next_epoch;
   uint64_t next_step;
+  /**
+   * The same place as an elastic resume point: samples of epoch `next_epoch`'s
+   * permutation every rank together consumed before it (pass it as `offset_consumed`, with
+   * `offset_epoch = next_epoch` and start (next_epoch, 0), to resume at any world size).
+   */
+  uint64_t next_consumed;
+  /**
+   * Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
+   */
+  uint64_t offset_epoch_steps;
 } stoker_attach_info;
 
 /**

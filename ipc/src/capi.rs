@@ -35,7 +35,7 @@ use crate::client::{AttachOptions, Batch, Client, ClientError};
 use crate::dlpack::{
     self, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, TensorDesc,
 };
-use crate::protocol::{ErrorCode, StartPosition};
+use crate::protocol::{EpochOffset, ErrorCode, StartPosition};
 use crate::spec::{DType, Layout, PipelineSpec};
 
 /// What every function returns.
@@ -97,6 +97,11 @@ pub struct stoker_attach_options {
     pub start_step: u64,
     /// `"cpu"` or a GPU UUID; NULL: `"cpu"`.
     pub device: *const c_char,
+    /// Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
+    /// first `offset_consumed` samples of its permutation, over this attach's world size.
+    /// `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
+    pub offset_epoch: u64,
+    pub offset_consumed: u64,
 }
 
 impl Default for stoker_attach_options {
@@ -113,6 +118,8 @@ impl Default for stoker_attach_options {
             start_epoch: 0,
             start_step: 0,
             device: std::ptr::null(),
+            offset_epoch: 0,
+            offset_consumed: 0,
         }
     }
 }
@@ -140,6 +147,12 @@ pub struct stoker_attach_info {
     /// Where a client would resume: the (epoch, step) after the last batch received.
     pub next_epoch: u64,
     pub next_step: u64,
+    /// The same place as an elastic resume point: samples of epoch `next_epoch`'s
+    /// permutation every rank together consumed before it (pass it as `offset_consumed`, with
+    /// `offset_epoch = next_epoch` and start (next_epoch, 0), to resume at any world size).
+    pub next_consumed: u64,
+    /// Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
+    pub offset_epoch_steps: u64,
 }
 
 /// One batch's header. The pointers address the ring and stay valid while the batch handle
@@ -472,6 +485,10 @@ pub unsafe extern "C" fn stoker_attach(
         opts.start = StartPosition {
             epoch: o.start_epoch,
             step: o.start_step,
+            offset: (o.offset_consumed > 0).then_some(EpochOffset {
+                epoch: o.offset_epoch,
+                consumed: o.offset_consumed,
+            }),
         };
         let client = match socket {
             Some(socket) => Client::attach(Path::new(&socket), opts)?,
@@ -516,6 +533,12 @@ pub unsafe extern "C" fn stoker_client_info(
             width,
             next_epoch: position.epoch,
             next_step: position.step,
+            next_consumed: position
+                .consumed(guard.world_size(), spec.batch_size)
+                .consumed,
+            offset_epoch_steps: position
+                .offset
+                .map_or(a.steps_per_epoch, |o| guard.steps_in(o.epoch)),
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_attach_info") }?;

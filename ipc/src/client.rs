@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::memfd::{page_size, MemfdError, MemfdRing};
 use crate::protocol::{
-    Attach, Attached, DecodeError, ErrorCode, Message, Ready, Release, StartPosition,
+    Attach, Attached, DecodeError, EpochOffset, ErrorCode, Message, Ready, Release, StartPosition,
     MAX_MESSAGE_BYTES,
 };
 use crate::ring::{RingLayout, SampleStatus};
@@ -232,6 +232,7 @@ pub struct Client {
     conn: Arc<Connection>,
     attached: Attached,
     spec: PipelineSpec,
+    world_size: u32,
     position: StartPosition,
     ended: bool,
     buf: Vec<u8>,
@@ -249,6 +250,7 @@ impl Client {
         }
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
+        let world_size = opts.world_size;
         let attach = Message::Attach(Box::new(Attach {
             job: opts.job,
             rank: opts.rank,
@@ -309,6 +311,7 @@ impl Client {
             conn: Arc::new(Connection { sock, ring }),
             attached,
             spec,
+            world_size,
             position: opts.start,
             ended: false,
             buf,
@@ -370,14 +373,17 @@ impl Client {
                 r.slot, r.n, layout.slots, layout.slot.batch_size
             )));
         }
+        let offset = self.position.offset;
         let mut next = StartPosition {
             epoch: r.epoch,
             step: r.step + 1,
+            offset,
         };
-        if self.attached.steps_per_epoch > 0 && next.step >= self.attached.steps_per_epoch {
+        if next.step >= self.steps_in(r.epoch) {
             next = StartPosition {
                 epoch: r.epoch + 1,
                 step: 0,
+                offset,
             };
         }
         self.position = next;
@@ -388,9 +394,32 @@ impl Client {
         })
     }
 
-    /// Where to resume: the (epoch, step) of the batch after the last one received.
+    /// Where to resume: the (epoch, step) of the batch after the last one received, with the
+    /// elastic offset this client attached with (attach again with it to continue at the same
+    /// world size; [`StartPosition::consumed`] turns it into a point to resume at another).
     pub fn position(&self) -> StartPosition {
         self.position
+    }
+
+    /// Where to resume at any world size: [`Client::position`] as an elastic resume point
+    /// (attach with `StartPosition::resume(point)`).
+    pub fn checkpoint(&self) -> EpochOffset {
+        self.position
+            .consumed(self.world_size, self.spec.batch_size)
+    }
+
+    /// Ranks in the job this client attached to.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// Batches of `epoch` for this rank: the daemon's `steps_per_epoch`, or fewer in the
+    /// epoch an elastic offset resumed.
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        match (self.position.offset, self.attached.offset_epoch_steps) {
+            (Some(o), Some(steps)) if o.epoch == epoch => steps,
+            _ => self.attached.steps_per_epoch,
+        }
     }
 
     /// The daemon's answer to the attach: ring size, steps per epoch, dataset size.
@@ -598,7 +627,7 @@ pub(crate) mod tests {
                 panic!("expected attach")
             };
             assert_eq!((a.job.as_str(), a.rank, a.world_size), ("job-a", 1, 2));
-            assert_eq!(a.start, StartPosition { epoch: 3, step: 4 });
+            assert_eq!(a.start, StartPosition::at(3, 4));
             let ring = MemfdRing::create(c"fake", layout).unwrap();
             let s = layout.slot;
             let base = ring.slot_ptr(1);
@@ -620,6 +649,7 @@ pub(crate) mod tests {
                 slot_bytes: s.slot_bytes as u64,
                 ring_bytes: layout.ring_bytes as u64,
                 steps_per_epoch: 5,
+                offset_epoch_steps: None,
                 dataset_len: 19,
                 classes: 3,
                 ranks_attached: 1,
@@ -656,7 +686,7 @@ pub(crate) mod tests {
         let mut opts = AttachOptions::new("job-a", "/data", spec);
         opts.rank = 1;
         opts.world_size = 2;
-        opts.start = StartPosition { epoch: 3, step: 4 };
+        opts.start = StartPosition::at(3, 4);
         let mut client = Client::attach(&path, opts).unwrap();
         assert_eq!(client.attached().steps_per_epoch, 5);
         let batch = client.next_batch().unwrap().unwrap();
@@ -668,7 +698,7 @@ pub(crate) mod tests {
         assert!(batch.images().iter().all(|&b| b == 9));
         assert_eq!(batch.images().len(), 3 * 8 * 8 * 3 * 4);
         // Step 4 was the epoch's last (5 steps): resume at the next epoch's first.
-        assert_eq!(client.position(), StartPosition { epoch: 4, step: 0 });
+        assert_eq!(client.position(), StartPosition::at(4, 0));
         assert!(client.next_batch().unwrap().is_none());
         assert!(client.next_batch().unwrap().is_none());
         drop(batch);

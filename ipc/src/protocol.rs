@@ -71,11 +71,71 @@ impl MessageType {
 }
 
 /// Where a client wants to start (or resume): the first batch it receives is `step` of `epoch`.
+///
+/// With an `offset` (an elastic resume, see `docs/multi-host.md`), epoch `offset.epoch` covers
+/// only its permutation after the first `offset.consumed` samples, split over this attach's
+/// world size, and its steps count from 0 in that reduced epoch. Every rank of a job sends the
+/// same offset (it is part of the job, like the seed). Without one (the only form before it was
+/// added, and still the JSON an old client sends) every epoch is the usual partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartPosition {
     pub epoch: u64,
     pub step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<EpochOffset>,
+}
+
+impl StartPosition {
+    /// Batch `step` of `epoch`, no elastic offset.
+    pub fn at(epoch: u64, step: u64) -> StartPosition {
+        StartPosition {
+            epoch,
+            step,
+            offset: None,
+        }
+    }
+
+    /// The start of what is left of an epoch after an elastic checkpoint `point`: step 0 of
+    /// `point.epoch`, whose partition begins after `point.consumed` samples.
+    pub fn resume(point: EpochOffset) -> StartPosition {
+        StartPosition {
+            epoch: point.epoch,
+            step: 0,
+            offset: (point.consumed > 0).then_some(point),
+        }
+    }
+
+    /// The elastic checkpoint of this position for a job of `world_size` ranks and batches of
+    /// `batch_size`: samples of the epoch's permutation every rank together consumed before
+    /// it (`offset.consumed` if it is the offset's epoch, plus `step * batch_size *
+    /// world_size`). Exact for any position inside an epoch (padding and drop_last only touch
+    /// an epoch's last step).
+    pub fn consumed(&self, world_size: u32, batch_size: u32) -> EpochOffset {
+        let base = self
+            .offset
+            .filter(|o| o.epoch == self.epoch)
+            .map_or(0, |o| o.consumed);
+        EpochOffset {
+            epoch: self.epoch,
+            consumed: base + self.step * u64::from(batch_size) * u64::from(world_size),
+        }
+    }
+}
+
+/// An elastic resume point: the first `consumed` samples of epoch `epoch`'s permutation were
+/// served (at whatever world size); the rest of that epoch is still to come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochOffset {
+    pub epoch: u64,
+    pub consumed: u64,
+}
+
+impl std::fmt::Display for EpochOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "epoch {} after {} samples", self.epoch, self.consumed)
+    }
 }
 
 /// Client → daemon, first message of a connection.
@@ -108,6 +168,10 @@ pub struct Attached {
     pub ring_bytes: u64,
     /// Batches per epoch for this rank.
     pub steps_per_epoch: u64,
+    /// Batches of the elastic offset's epoch for this rank, when the attach had an offset
+    /// (only then is it sent, so clients that never send one never see it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_epoch_steps: Option<u64>,
     /// Samples in the dataset.
     pub dataset_len: u64,
     /// Classes in the dataset (labels are `0..classes`).
@@ -542,7 +606,7 @@ mod tests {
             spec: PipelineSpec::train(256, 224),
             dataset: "/data/imagenet/train".into(),
             seed: 42,
-            start: StartPosition { epoch: 2, step: 17 },
+            start: StartPosition::at(2, 17),
         }
     }
 
@@ -554,6 +618,7 @@ mod tests {
                 slot_bytes: 1 << 20,
                 ring_bytes: 4 << 20,
                 steps_per_epoch: 625,
+                offset_epoch_steps: None,
                 dataset_len: 1_281_167,
                 classes: 1000,
                 ranks_attached: 2,
@@ -601,6 +666,76 @@ mod tests {
             assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), m.kind() as u16);
             assert_eq!(Message::decode(&bytes).unwrap(), m, "{:?}", m.kind());
         }
+    }
+
+    #[test]
+    fn both_start_position_forms_are_understood() {
+        // The form every client sent before elastic offsets existed still decodes, as no offset.
+        let mut json = serde_json::to_value(attach()).unwrap();
+        assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
+        json["start"] = serde_json::json!({"epoch": 4, "step": 1});
+        let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+        bytes.extend(serde_json::to_vec(&json).unwrap());
+        let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
+            panic!("not an attach")
+        };
+        assert_eq!(a.start, StartPosition::at(4, 1));
+        // The elastic form round-trips, and so does the answer that goes with it.
+        let mut a = attach();
+        a.start = StartPosition::resume(EpochOffset {
+            epoch: 3,
+            consumed: 5120,
+        });
+        let m = Message::Attach(Box::new(a));
+        assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+        let answer = Attached {
+            slots: 2,
+            slot_bytes: 64,
+            ring_bytes: 4096,
+            steps_per_epoch: 10,
+            offset_epoch_steps: Some(3),
+            dataset_len: 80,
+            classes: 2,
+            ranks_attached: 1,
+            created_job: true,
+            daemon_version: "0.1.0".into(),
+        };
+        let m = Message::Attached(answer);
+        assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+        // An offset of nothing is no offset.
+        assert_eq!(
+            StartPosition::resume(EpochOffset {
+                epoch: 3,
+                consumed: 0
+            }),
+            StartPosition::at(3, 0)
+        );
+    }
+
+    #[test]
+    fn consumed_counts_every_rank_and_the_offset_of_its_own_epoch_only() {
+        let offset = Some(EpochOffset {
+            epoch: 2,
+            consumed: 100,
+        });
+        let in_offset_epoch = StartPosition {
+            epoch: 2,
+            step: 3,
+            offset,
+        };
+        assert_eq!(
+            in_offset_epoch.consumed(4, 8),
+            EpochOffset {
+                epoch: 2,
+                consumed: 100 + 3 * 8 * 4
+            }
+        );
+        let later = StartPosition {
+            epoch: 3,
+            step: 3,
+            offset,
+        };
+        assert_eq!(later.consumed(4, 8).consumed, 3 * 8 * 4);
     }
 
     #[test]

@@ -103,6 +103,8 @@ class AttachOptions(Structure):
         ("start_epoch", c_uint64),
         ("start_step", c_uint64),
         ("device", c_char_p),
+        ("offset_epoch", c_uint64),
+        ("offset_consumed", c_uint64),
     ]
 
 
@@ -120,6 +122,8 @@ class AttachInfo(Structure):
         ("width", c_uint32),
         ("next_epoch", c_uint64),
         ("next_step", c_uint64),
+        ("next_consumed", c_uint64),
+        ("offset_epoch_steps", c_uint64),
     ]
 
 

@@ -12,7 +12,9 @@ from .batch import Batch
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+# Version 1 states ({epoch, step} at an unchanged world size) still load.
+STATE_VERSIONS = (1, 2)
 
 
 def _pair(v):
@@ -107,6 +109,8 @@ class Loader:
         self._info = None
         self._epoch = 0
         self._step = 0
+        # The elastic offset (epoch, consumed) this loader resumed from, or None.
+        self._offset = None
         self._ended = False
 
     # --- connection --------------------------------------------------------------------
@@ -131,6 +135,8 @@ class Loader:
         o.seed = self.seed
         o.start_epoch = self._epoch
         o.start_step = self._step
+        if self._offset is not None:
+            o.offset_epoch, o.offset_consumed = self._offset
         client = c_void_p()
         call("stoker_attach", byref(o), byref(client))
         self._client = client
@@ -142,6 +148,9 @@ class Loader:
             self.close()
             raise
         self._info = info
+        if self._step == 0 and self._steps_in(self._epoch) == 0:
+            # Nothing was left of the resumed epoch: the daemon starts with the next one.
+            self._epoch += 1
 
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
@@ -174,9 +183,15 @@ class Loader:
             return None
         batch = Batch(handle)
         self._epoch, self._step = batch.epoch, batch.step + 1
-        if 0 < self._info.steps_per_epoch <= self._step:
+        if self._steps_in(batch.epoch) <= self._step:
             self._epoch, self._step = batch.epoch + 1, 0
         return batch
+
+    def _steps_in(self, epoch):
+        """Batches of `epoch` for this rank (fewer in an elastic resume's epoch)."""
+        if self._offset is not None and self._offset[0] == epoch:
+            return int(self._info.offset_epoch_steps)
+        return int(self._info.steps_per_epoch)
 
     def batches(self):
         """Yields `Batch` objects until the job's epochs are done (forever if unbounded)."""
@@ -196,9 +211,10 @@ class Loader:
             yield b.images, b.labels
 
     def __len__(self):
-        """Batches per epoch for this rank (attaches if needed)."""
+        """Batches of the current epoch for this rank (attaches if needed); fewer than usual
+        in the epoch an elastic resume continues."""
         self._attach()
-        return int(self._info.steps_per_epoch)
+        return self._steps_in(self._epoch)
 
     @property
     def info(self):
@@ -214,21 +230,48 @@ class Loader:
 
     # --- resume -------------------------------------------------------------------------
 
+    def _consumed(self):
+        """Samples of the current epoch's permutation all ranks consumed before the next
+        batch (exact: padding and drop_last only touch an epoch's last step)."""
+        base = self._offset[1] if self._offset is not None and self._offset[0] == self._epoch \
+            else 0
+        return base + self._step * int(self.spec["batch_size"]) * self.world_size
+
     def state_dict(self):
-        """Where to resume: the (epoch, step) of the next batch, plus what must not change."""
+        """Where to resume, at this or another world size: the (epoch, step) of the next batch,
+        the same place as samples of the epoch consumed by every rank together, and what must
+        not change. See docs/multi-host.md ("Elastic state")."""
+        offset = None
+        if self._offset is not None:
+            offset = {"epoch": self._offset[0], "consumed": self._offset[1]}
         return {"version": STATE_VERSION, "epoch": self._epoch, "step": self._step,
-                "seed": self.seed, "dataset": self.dataset, "rank": self.rank,
-                "world_size": self.world_size}
+                "consumed": self._consumed(), "offset": offset,
+                "batch_size": int(self.spec["batch_size"]), "seed": self.seed,
+                "dataset": self.dataset, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state):
         """Resumes at `state`'s position: the next batch is the one after the last one the
-        saving loader yielded. Detaches if attached."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
-        for key in ("seed", "dataset", "world_size"):
+        saving loader yielded. At another world size or batch size (an elastic restart), the
+        rest of the saved epoch is split over this loader's ranks, each sample of it once, and
+        later epochs follow the usual partition. Detaches if attached."""
+        version = state.get("version")
+        if version not in STATE_VERSIONS:
+            raise ValueError(f"state version {version!r}, expected one of {STATE_VERSIONS}")
+        keys = ("seed", "dataset", "world_size") if version == 1 else ("seed", "dataset")
+        for key in keys:
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(f"state is for {key}={state[key]!r}, this loader has "
                                  f"{getattr(self, key)!r}")
         self.close()
-        self._epoch, self._step = int(state["epoch"]), int(state["step"])
         self._ended = False
+        epoch, step = int(state["epoch"]), int(state["step"])
+        same_shape = version == 1 or (state["world_size"] == self.world_size
+                                      and state["batch_size"] == int(self.spec["batch_size"]))
+        if same_shape:
+            offset = state.get("offset")
+            self._epoch, self._step = epoch, step
+            self._offset = (int(offset["epoch"]), int(offset["consumed"])) if offset else None
+        else:
+            consumed = int(state["consumed"])
+            self._epoch, self._step = epoch, 0
+            self._offset = (epoch, consumed) if consumed > 0 else None
