@@ -34,6 +34,7 @@ pub fn use_emulator() {
     ONCE.call_once(|| {
         std::env::set_var("STOKER_GPU_EMULATOR", "1");
         std::env::set_var("STOKER_LIBCUDA", built_library("stoker_emu_cuda"));
+        std::env::set_var("STOKER_NVJPEG", built_library("stoker_emu_nvjpeg"));
         std::env::remove_var("STOKER_EMU_CONFIG");
         std::env::remove_var("STOKER_EMU_FAULTS");
         std::env::remove_var("CUDA_VISIBLE_DEVICES");
