@@ -69,8 +69,10 @@ pub fn run_child(test: &str, role: &str, env: &[(&str, String)]) -> std::process
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
+    // A name that matched no test would run nothing and succeed.
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
     assert!(
-        out.status.success(),
+        out.status.success() && ran,
         "child {role} failed: {:?}\n{}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),

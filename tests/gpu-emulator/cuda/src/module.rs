@@ -1,5 +1,5 @@
-//! Modules and launches: `cuModuleLoadData` takes only a real cubin for the device's
-//! architecture; `cuLaunchKernel` runs the host build of the same `.cu` source on the stream.
+//! Modules and launches: `cuModuleLoadData` takes only a real cubin the device can run (same
+//! major architecture, minor not above the device's); `cuLaunchKernel` runs the host build of the same `.cu` source on the stream.
 //!
 //! # Design
 //! The cubin's own parameter table decides the parameter buffer: each argument is copied from
@@ -58,7 +58,9 @@ pub extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_voi
         let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
         let cubin = elf::parse(bytes)?;
         let [major, minor] = e.machine.devices[dev].config.compute_capability;
-        if cubin.arch != major * 10 + minor {
+        // SASS runs on the architecture it was built for and on later minor revisions of the
+        // same major one (sm_80 on sm_86), never across majors (sm_80 on sm_90).
+        if cubin.arch / 10 != major || cubin.arch % 10 > minor {
             eprintln!(
                 "stoker GPU emulator: cubin for sm_{} refused by a sm_{major}{minor} device",
                 cubin.arch

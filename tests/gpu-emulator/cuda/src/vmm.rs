@@ -118,6 +118,16 @@ impl VmmState {
         self.allocs.values()
     }
 
+    /// The mappings of reservation `base` that overlap `ptr..ptr+size`.
+    fn overlapping(&self, base: u64, ptr: u64, size: u64) -> Vec<(u64, Mapping)> {
+        self.reservations[&base]
+            .mappings
+            .iter()
+            .filter(|(&m, map)| m < ptr + size && ptr < m + map.size)
+            .map(|(&m, map)| (m, *map))
+            .collect()
+    }
+
     pub fn mapping_count(&self) -> usize {
         self.reservations.values().map(|r| r.mappings.len()).sum()
     }
@@ -415,16 +425,12 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, h: u64, flags: 
             return Err(status::INVALID_VALUE);
         }
         let fd = alloc.fd.as_raw_fd();
-        let (base, r) = e
+        let (base, _) = e
             .mem
             .vmm
             .reservation_of(ptr, size)
             .ok_or(status::INVALID_VALUE)?;
-        let overlaps = r
-            .mappings
-            .iter()
-            .any(|(&m, map)| m < ptr + size && ptr < m + map.size);
-        if overlaps {
+        if !e.mem.vmm.overlapping(base, ptr, size).is_empty() {
             return Err(status::INVALID_VALUE);
         }
         // SAFETY: replaces part of our own PROT_NONE reservation with the memfd, still
@@ -495,23 +501,15 @@ pub extern "C" fn cuMemSetAccess(
         let size = size as u64;
         granular(size)?;
         let prot = prot_of(&e, desc, count)?;
-        let (base, r) = e
+        let (base, _) = e
             .mem
             .vmm
             .reservation_of(ptr, size)
             .ok_or(status::INVALID_VALUE)?;
-        let hit: Vec<u64> = r
-            .mappings
-            .iter()
-            .filter(|(&m, map)| m < ptr + size && ptr < m + map.size)
-            .map(|(&m, _)| m)
-            .collect();
+        let hit = e.mem.vmm.overlapping(base, ptr, size);
         let covered: u64 = hit
             .iter()
-            .map(|m| {
-                let map = r.mappings[m];
-                (m + map.size).min(ptr + size) - (*m).max(ptr)
-            })
+            .map(|(m, map)| (m + map.size).min(ptr + size) - (*m).max(ptr))
             .sum();
         if covered != size {
             return Err(status::INVALID_VALUE);
@@ -521,7 +519,7 @@ pub extern "C" fn cuMemSetAccess(
             return Err(status::INVALID_VALUE);
         }
         let r = e.mem.vmm.reservations.get_mut(&base).expect("found above");
-        for m in hit {
+        for (m, _) in hit {
             r.mappings.get_mut(&m).expect("found above").prot = prot;
         }
         Ok(())
@@ -534,17 +532,12 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CUresult {
         let mut e = a.lock();
         let size = size as u64;
         granular(size)?;
-        let (base, r) = e
+        let (base, _) = e
             .mem
             .vmm
             .reservation_of(ptr, size)
             .ok_or(status::INVALID_VALUE)?;
-        let hit: Vec<(u64, Mapping)> = r
-            .mappings
-            .iter()
-            .filter(|(&m, map)| m < ptr + size && ptr < m + map.size)
-            .map(|(&m, map)| (m, *map))
-            .collect();
+        let hit = e.mem.vmm.overlapping(base, ptr, size);
         let whole = hit
             .iter()
             .all(|(m, map)| *m >= ptr && m + map.size <= ptr + size);

@@ -118,7 +118,7 @@ fn devices_come_from_the_configuration() {
             v
         };
         assert_eq!((attr(75, 0), attr(76, 0)), (9, 0));
-        assert_eq!((attr(75, 2), attr(76, 2)), (8, 0));
+        assert_eq!((attr(75, 2), attr(76, 2)), (8, 6));
         assert_eq!(attr(103, 1), 1, "POSIX-fd sharing");
         let (mut engines, mut cores) = (0, 0);
         ok((c.device_jpeg)(0, &mut engines, &mut cores));

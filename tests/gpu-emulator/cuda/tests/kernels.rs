@@ -57,8 +57,9 @@ fn only_a_cubin_for_the_devices_architecture_loads() {
         assert_eq!(function(m, "stoker_augmen").unwrap_err(), NOT_FOUND);
         // SAFETY: a live module.
         ok(unsafe { (cuda().module_unload)(m) });
-        bind(2); // sm_80
+        bind(2); // sm_86: runs sm_80 code (same major, lower minor), not sm_90's
         load(&sm80).unwrap();
+        assert_eq!(load(&sm90).unwrap_err(), NO_BINARY_FOR_GPU);
     })
     .join()
     .unwrap();

@@ -304,3 +304,44 @@ fn another_process_maps_the_same_pages() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn live_allocations_are_written_to_the_stats_file() {
+    if child_role().as_deref() == Some("stats") {
+        let c = init();
+        bind(0);
+        let dir = std::path::PathBuf::from(std::env::var("STOKER_EMU_STATS_DIR").unwrap());
+        let file = dir.join(format!("{}.json", std::process::id()));
+        let read = || std::fs::read_to_string(&file).unwrap();
+        let mut p = 0u64;
+        // SAFETY: a local out-parameter; the allocation is freed.
+        unsafe { ok((c.mem_alloc)(&mut p, 3 * 4096)) };
+        let text = read();
+        assert!(text.contains("\"device_allocations\": 1,"), "{text}");
+        assert!(text.contains("\"device_bytes\": 12288,"), "{text}");
+        let m = map(2 * MIB, None, true);
+        assert!(read().contains("\"vmm_mappings\": 1,"), "{}", read());
+        unmap(&m);
+        // SAFETY: ours, freed once.
+        unsafe { ok((c.mem_free)(p)) };
+        let text = read();
+        for key in [
+            "device_allocations",
+            "vmm_allocations",
+            "vmm_mappings",
+            "reservations",
+        ] {
+            assert!(text.contains(&format!("\"{key}\": 0")), "{key}: {text}");
+        }
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("stoker-emu-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = child(
+        "live_allocations_are_written_to_the_stats_file",
+        "stats",
+        &[("STOKER_EMU_STATS_DIR", dir.to_str().unwrap())],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    child_ok(&out);
+}

@@ -198,7 +198,7 @@ pub const CONFIG: &str = r#"{"devices": [
   {"uuid": "GPU-11111111-2222-4333-8444-555555555551", "name": "Emu Beta",
    "compute_capability": [9, 0], "memory_mib": 64},
   {"uuid": "GPU-11111111-2222-4333-8444-555555555552", "name": "Emu Gamma",
-   "compute_capability": [8, 0], "memory_mib": 16, "jpeg_engines": 0}
+   "compute_capability": [8, 6], "memory_mib": 16, "jpeg_engines": 0}
 ]}"#;
 
 /// Sets the test environment (unless this is a child given its own) and runs `cuInit`.
@@ -272,8 +272,10 @@ pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> std::process::Outp
 
 #[track_caller]
 pub fn child_ok(out: &std::process::Output) {
+    // A name that matched no test would run nothing and succeed.
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
     assert!(
-        out.status.success(),
+        out.status.success() && ran,
         "child failed: {:?}\nstdout:\n{}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
