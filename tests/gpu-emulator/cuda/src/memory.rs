@@ -17,7 +17,6 @@
 //! # Limitations
 //! - Kernels are not checked: a host kernel touching memory it should not faults the process
 //!   (SIGSEGV) instead of returning `CUDA_ERROR_ILLEGAL_ADDRESS`.
-//! - `cuMemHostRegister` is not emulated.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -41,6 +40,8 @@ pub struct MemState {
     pub device: BTreeMap<u64, Region>,
     /// Pinned host allocations by address.
     pub pinned: BTreeMap<u64, Region>,
+    /// Host ranges pinned with `cuMemHostRegister` (owned by the caller, never unmapped here).
+    pub registered: BTreeMap<u64, Region>,
     pub vmm: VmmState,
 }
 
@@ -92,7 +93,7 @@ impl Emu {
     }
 
     pub fn is_pinned(&self, p: u64, len: u64) -> bool {
-        find(&self.mem.pinned, p, len).is_some()
+        find(&self.mem.pinned, p, len).is_some() || find(&self.mem.registered, p, len).is_some()
     }
 
     fn reserve_device_bytes(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
@@ -131,6 +132,7 @@ pub fn free_context(e: &mut Emu, dev: usize) {
             }
         }
     }
+    e.mem.registered.retain(|_, r| r.dev != dev);
     e.unaccount(dev, device_bytes);
 }
 
@@ -236,6 +238,62 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
         unmap(p as u64, r.size);
         crate::stats::changed(&e);
         Ok(())
+    })
+}
+
+/// Pins an existing host range (`cuMemHostRegister`): async copies from and to it then run
+/// when the stream reaches them, as with `cuMemHostAlloc` memory.
+#[no_mangle]
+pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, flags: u32) -> CUresult {
+    api("cuMemHostRegister_v2", |a| {
+        let mut e = a.lock();
+        let dev = e.current()?;
+        if p.is_null() || bytes == 0 || flags & !0xf != 0 {
+            return Err(status::INVALID_VALUE);
+        }
+        let (start, size) = (p as u64, bytes as u64);
+        let overlaps = e
+            .mem
+            .registered
+            .iter()
+            .chain(&e.mem.pinned)
+            .any(|(&q, r)| q < start + size && start < q + r.size);
+        if overlaps {
+            return Err(status::HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        e.mem.registered.insert(start, Region { size, dev });
+        crate::stats::changed(&e);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    api("cuMemHostUnregister", |a| {
+        let mut e = a.lock();
+        e.current()?;
+        match e.mem.registered.remove(&(p as u64)) {
+            Some(_) => Ok(()),
+            None => Err(status::HOST_MEMORY_NOT_REGISTERED),
+        }
+    })
+}
+
+/// With unified addressing a pinned host pointer is also its device pointer.
+#[no_mangle]
+pub extern "C" fn cuMemHostGetDevicePointer_v2(
+    dptr: *mut u64,
+    p: *mut c_void,
+    flags: u32,
+) -> CUresult {
+    api("cuMemHostGetDevicePointer_v2", |a| {
+        let e = a.lock();
+        e.current()?;
+        if flags != 0 || !e.is_pinned(p as u64, 1) {
+            return Err(status::INVALID_VALUE);
+        }
+        // SAFETY: out-parameter from the caller.
+        unsafe { out(dptr, p as u64) }
     })
 }
 

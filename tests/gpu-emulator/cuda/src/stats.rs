@@ -37,8 +37,13 @@ fn live(e: &Emu) -> EmuLive {
         modules: e.modules.len() as u64,
         device_allocations: m.device.len() as u64,
         device_bytes: m.device.values().map(|r| r.size).sum(),
-        pinned_allocations: m.pinned.len() as u64,
-        pinned_bytes: m.pinned.values().map(|r| r.size).sum(),
+        pinned_allocations: (m.pinned.len() + m.registered.len()) as u64,
+        pinned_bytes: m
+            .pinned
+            .values()
+            .chain(m.registered.values())
+            .map(|r| r.size)
+            .sum(),
         vmm_allocations: m.vmm.live().count() as u64,
         vmm_bytes: m.vmm.live().map(|a| a.size).sum(),
         vmm_mappings: m.vmm.mapping_count() as u64,

@@ -170,6 +170,23 @@ fn pageable_sources_are_staged_and_pinned_ones_are_read_later() {
         assert_eq!(back, [1u8; 64], "pageable memory is staged at the call");
         ok((c.memcpy_dtoh)(back.as_mut_ptr().cast(), d2, 64));
         assert_eq!(back, [2u8; 64], "pinned memory is read when the copy runs");
+        // Registered (cuMemHostRegister) memory counts as pinned too.
+        let mut registered = vec![3u8; 64];
+        ok((c.mem_host_register)(registered.as_mut_ptr().cast(), 64, 0));
+        assert_eq!(
+            (c.mem_host_register)(registered.as_mut_ptr().cast(), 64, 0),
+            712
+        );
+        ok((c.memcpy_htod_async)(d1, registered.as_ptr().cast(), 64, s));
+        registered.fill(4);
+        ok((c.stream_synchronize)(s));
+        ok((c.memcpy_dtoh)(back.as_mut_ptr().cast(), d1, 64));
+        assert_eq!(
+            back, [4u8; 64],
+            "registered memory is read when the copy runs"
+        );
+        ok((c.mem_host_unregister)(registered.as_mut_ptr().cast()));
+        assert_eq!((c.mem_host_unregister)(registered.as_mut_ptr().cast()), 713);
         ok((c.mem_free_host)(pinned));
         ok((c.mem_free)(d1));
         ok((c.mem_free)(d2));

@@ -84,6 +84,8 @@ table! {
     mem_alloc_host = "cuMemAllocHost_v2": fn(*mut *mut c_void, usize) -> R;
     mem_host_alloc = "cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint) -> R;
     mem_free_host = "cuMemFreeHost": fn(*mut c_void) -> R;
+    mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint) -> R;
+    mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void) -> R;
     memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(u64, *const c_void, usize, *mut c_void) -> R;
     memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, u64, usize) -> R;
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, u64, usize, *mut c_void) -> R;
