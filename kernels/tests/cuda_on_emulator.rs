@@ -34,6 +34,12 @@ fn probe_lists_the_emulated_devices_by_uuid() {
         assert!(d.posix_fd_sharing);
         assert!(d.name.contains("Emulated"), "{}", d.name);
     }
+    let driver = stoker_kernels::emulator::emulated_driver().expect("the emulator is recognised");
+    assert!(
+        driver.ends_with("libstoker_emu_cuda.so"),
+        "{}",
+        driver.display()
+    );
     let missing: GpuUuid = "GPU-00000000-0000-4000-8000-00000000dead".parse().unwrap();
     assert!(matches!(
         Device::open(missing),
