@@ -90,7 +90,7 @@ fn launches_run_the_kernel_on_the_stream() {
         let out = child(
             "launches_run_the_kernel_on_the_stream",
             "delay",
-            &[("STOKER_EMU_OP_DELAY_US", "30000")],
+            &[("STOKER_EMU_OP_DELAY_US", "200000")],
         );
         child_ok(&out);
         return;

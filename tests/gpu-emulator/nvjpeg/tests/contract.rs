@@ -26,7 +26,7 @@ struct Libs {
     nvjpeg: Library,
 }
 
-/// Both stand-ins, with the environment a test process needs; a 20 ms delay per stream
+/// Both stand-ins, with the environment a test process needs; a 200 ms delay per stream
 /// operation so output that arrives before synchronisation would be seen.
 fn libs() -> &'static Libs {
     static L: OnceLock<Libs> = OnceLock::new();
@@ -36,7 +36,7 @@ fn libs() -> &'static Libs {
             std::env::set_var("STOKER_GPU_EMULATOR", "1");
         }
         std::env::set_var("STOKER_LIBCUDA", &cuda);
-        std::env::set_var("STOKER_EMU_OP_DELAY_US", "20000");
+        std::env::set_var("STOKER_EMU_OP_DELAY_US", "200000");
         std::env::remove_var("STOKER_EMU_CONFIG");
         // SAFETY: the emulator libraries have no initialisers with preconditions.
         unsafe {
