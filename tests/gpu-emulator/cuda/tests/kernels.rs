@@ -176,3 +176,43 @@ fn a_kernel_without_a_host_build_is_not_supported() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn a_launch_failure_surfaces_at_synchronisation_and_breaks_the_context() {
+    if child_role().is_none() {
+        let test = "a_launch_failure_surfaces_at_synchronisation_and_breaks_the_context";
+        child_ok(&child(test, "launch-fault", &[]));
+        return;
+    }
+    let c = init();
+    let Some(cubin) = nvrtc_compile(&augment_cu(), 90) else {
+        return;
+    };
+    bind(0);
+    let m = load(&cubin).unwrap();
+    let fill = function(m, "stoker_fill_pattern").unwrap();
+    let (mut d, mut s) = (0u64, null_mut());
+    // SAFETY: a live 4 KiB allocation for a kernel writing 4 KiB; synchronised below.
+    unsafe {
+        ok((c.stream_create)(&mut s, 1));
+        ok((c.mem_alloc)(&mut d, 4096));
+        ok((c.inject_fault)(c"cuLaunchKernel".as_ptr(), 1, 719));
+        let (mut dst, mut len, mut seed) = (d, 4096u64, 1u32);
+        let mut args = [
+            (&mut dst as *mut u64).cast(),
+            (&mut len as *mut u64).cast(),
+            (&mut seed as *mut u32).cast(),
+        ];
+        ok(launch(fill, 4, 256, s, &mut args));
+        assert_eq!(
+            (c.stream_synchronize)(s),
+            719,
+            "CUDA_ERROR_LAUNCH_FAILED at sync"
+        );
+        assert_eq!(
+            launch(fill, 4, 256, s, &mut args),
+            719,
+            "the context stays broken"
+        );
+    }
+}

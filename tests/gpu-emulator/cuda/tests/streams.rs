@@ -194,3 +194,36 @@ fn pageable_sources_are_staged_and_pinned_ones_are_read_later() {
         ok((c.stream_destroy)(s));
     }
 }
+
+#[test]
+fn timing_events_measure_the_work_between_them() {
+    if !in_child("timing_events_measure_the_work_between_them") {
+        return;
+    }
+    let c = init();
+    bind(0);
+    let s = stream();
+    let (mut a, mut b, mut untimed) = (null_mut(), null_mut(), null_mut());
+    let mut ms = 0f32;
+    // SAFETY: events and a host function on a live stream, synchronised before reading.
+    unsafe {
+        ok((c.event_create)(&mut a, 0));
+        ok((c.event_create)(&mut b, 0));
+        ok((c.event_create)(&mut untimed, 0x2));
+        ok((c.event_record)(a, s));
+        ok((c.launch_host_func)(s, push, 99 as *mut c_void));
+        ok((c.event_record)(b, s));
+        assert_eq!((c.event_elapsed_time)(&mut ms, a, b), NOT_READY);
+        ok((c.event_synchronize)(b));
+        ok((c.event_elapsed_time)(&mut ms, a, b));
+        // Two operations of 200 ms each ran between the markers' own runs.
+        assert!((350.0..5000.0).contains(&ms), "{ms} ms");
+        ok((c.event_record)(untimed, s));
+        ok((c.event_synchronize)(untimed));
+        assert_eq!(
+            (c.event_elapsed_time)(&mut ms, a, untimed),
+            400,
+            "timing disabled"
+        );
+    }
+}

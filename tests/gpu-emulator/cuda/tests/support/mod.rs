@@ -79,6 +79,7 @@ table! {
     event_query = "cuEventQuery": fn(*mut c_void) -> R;
     event_synchronize = "cuEventSynchronize": fn(*mut c_void) -> R;
     event_destroy = "cuEventDestroy_v2": fn(*mut c_void) -> R;
+    event_elapsed_time = "cuEventElapsedTime": fn(*mut f32, *mut c_void, *mut c_void) -> R;
     mem_alloc = "cuMemAlloc_v2": fn(*mut u64, usize) -> R;
     mem_free = "cuMemFree_v2": fn(u64) -> R;
     mem_alloc_host = "cuMemAllocHost_v2": fn(*mut *mut c_void, usize) -> R;
