@@ -318,7 +318,8 @@ enum Direction {
     DeviceToDevice,
 }
 
-/// Enqueues a copy of `n` bytes on `stream`; `sync` waits for it.
+/// Enqueues a copy of `n` bytes on `stream`; `sync` waits for it (so does a copy into
+/// pageable host memory, as the driver's does).
 fn copy(
     a: &Api,
     dir: Direction,
@@ -329,7 +330,7 @@ fn copy(
     sync: bool,
 ) -> Result<(), CUresult> {
     let fault = a.take_async_fault();
-    let (w, ticket) = {
+    let (worker, ticket, wait) = {
         let mut e = a.lock();
         let dev = e.current()?;
         if n == 0 {
@@ -363,10 +364,11 @@ fn copy(
             _ => copy_op(dst, src, n, fault),
         };
         let pageable_out = dir == Direction::DeviceToHost && !e.is_pinned(dst, len);
-        (w.clone(), (w.submit(op), sync || pageable_out))
+        let ticket = w.submit(op);
+        (w, ticket, sync || pageable_out)
     };
-    if ticket.1 {
-        w.wait(ticket.0);
+    if wait {
+        worker.wait(ticket);
     }
     Ok(())
 }
