@@ -98,13 +98,22 @@ pub struct Device {
     pub config: DeviceConfig,
 }
 
+/// A fault to inject: the `nth` call (from 1) of the exported symbol `call` fails with
+/// `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFault {
+    pub call: String,
+    pub nth: u64,
+    pub status: i32,
+}
+
 /// The machine after reading every source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Machine {
     /// Visible devices, in ordinal order.
     pub devices: Vec<Device>,
     pub op_delay_us: u64,
-    pub faults: Vec<(String, u64, i32)>,
+    pub faults: Vec<PlannedFault>,
 }
 
 /// Parses `GPU-` + 8-4-4-4-12 hex digits.
@@ -191,13 +200,17 @@ pub fn load() -> Result<Machine, String> {
     })
 }
 
-fn fault(call: &str, nth: u64, error: &str, source: &str) -> Result<(String, u64, i32), String> {
+fn fault(call: &str, nth: u64, error: &str, source: &str) -> Result<PlannedFault, String> {
     if nth == 0 {
         return Err(format!("{source}: fault on {call}: nth counts from 1"));
     }
     let code = crate::status::parse(error)
         .ok_or_else(|| format!("{source}: fault on {call}: unknown error {error:?}"))?;
-    Ok((call.to_string(), nth, code))
+    Ok(PlannedFault {
+        call: call.to_string(),
+        nth,
+        status: code,
+    })
 }
 
 fn physical_devices(devices: &[DeviceConfig]) -> Result<Vec<Device>, String> {

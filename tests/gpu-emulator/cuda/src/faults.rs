@@ -15,17 +15,18 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 
+use crate::config::PlannedFault;
 use crate::state::api;
 use crate::status::{self, CUresult};
 
 pub struct Faults {
     calls: HashMap<String, u64>,
-    /// (call, the count at which it fails, status).
-    planned: Vec<(String, u64, CUresult)>,
+    /// `nth` counts calls from `cuInit` on.
+    planned: Vec<PlannedFault>,
 }
 
 impl Faults {
-    pub fn new(planned: &[(String, u64, CUresult)]) -> Faults {
+    pub fn new(planned: &[PlannedFault]) -> Faults {
         Faults {
             calls: HashMap::new(),
             planned: planned.to_vec(),
@@ -40,14 +41,18 @@ impl Faults {
         let at = self
             .planned
             .iter()
-            .position(|(call, nth, _)| call == name && *nth == n)?;
-        Some(self.planned.remove(at).2)
+            .position(|f| f.call == name && f.nth == n)?;
+        Some(self.planned.remove(at).status)
     }
 
     /// Plans a fault on the `nth` call of `name` from now on.
     pub fn plan(&mut self, name: &str, nth: u64, code: CUresult) {
         let done = self.calls.get(name).copied().unwrap_or(0);
-        self.planned.push((name.to_string(), done + nth, code));
+        self.planned.push(PlannedFault {
+            call: name.to_string(),
+            nth: done + nth,
+            status: code,
+        });
     }
 }
 
@@ -80,7 +85,11 @@ mod tests {
 
     #[test]
     fn the_nth_call_fails_once() {
-        let mut f = Faults::new(&[("cuMemAlloc_v2".into(), 2, 2)]);
+        let mut f = Faults::new(&[PlannedFault {
+            call: "cuMemAlloc_v2".into(),
+            nth: 2,
+            status: 2,
+        }]);
         assert_eq!(f.hit("cuMemAlloc_v2"), None);
         assert_eq!(f.hit("cuMemFree_v2"), None);
         assert_eq!(f.hit("cuMemAlloc_v2"), Some(2));
