@@ -7,6 +7,7 @@
 
 pub mod augment;
 pub mod cuda;
+pub mod emulator;
 pub mod loader;
 pub mod nvjpeg;
 pub mod nvrtc;
