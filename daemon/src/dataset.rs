@@ -53,7 +53,12 @@ pub const RACY_WINDOW_NS: i128 = 100_000_000;
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo"];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
-const CACHE_VERSION: u32 = 1;
+
+mod walk;
+pub use walk::WalkLimits;
+use walk::{Walk, WalkBudget};
+/// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
+const CACHE_VERSION: u32 = 2;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +87,8 @@ pub enum DatasetError {
     WrongKind { path: PathBuf, reason: String },
     #[error("dataset {path}: more than {max} files", max = u32::MAX)]
     TooManyFiles { path: PathBuf },
+    #[error("dataset indexing stopped at {path}: {reason}")]
+    WalkLimit { path: PathBuf, reason: String },
 }
 
 impl DatasetError {
@@ -162,6 +169,8 @@ pub struct OpenOptions {
     pub cache_dir: Option<PathBuf>,
     /// Indexing threads; 0 means the number of cores.
     pub threads: usize,
+    /// How far a folder walk may go (see [`walk`]).
+    pub limits: WalkLimits,
 }
 
 impl Default for OpenOptions {
@@ -171,6 +180,7 @@ impl Default for OpenOptions {
             use_cache: true,
             cache_dir: None,
             threads: 0,
+            limits: WalkLimits::default(),
         }
     }
 }
@@ -216,12 +226,15 @@ impl PathArena {
     }
 }
 
-/// What the cache checks to decide whether a dataset changed: a path's mtime and size.
+/// What the cache checks to decide whether a dataset changed: a path's mtime and size, and
+/// which file it is (device, inode: a file replaced by rename is another file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stamp {
     path: PathBuf,
     mtime_ns: i128,
     size: u64,
+    dev: u64,
+    ino: u64,
 }
 
 impl Stamp {
@@ -232,7 +245,14 @@ impl Stamp {
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
             // A folder's size says nothing useful; its mtime does.
             size: if m.is_dir() { 0 } else { m.size() },
+            dev: m.dev(),
+            ino: m.ino(),
         })
+    }
+
+    fn same_file(&self, other: &Stamp) -> bool {
+        (self.mtime_ns, self.size, self.dev, self.ino)
+            == (other.mtime_ns, other.size, other.dev, other.ino)
     }
 }
 
@@ -258,6 +278,7 @@ impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
+        walk::refuse_root(&root)?;
         let kind = match opts.kind {
             Some(k) => k,
             None => detect_kind(&root)?,
@@ -284,7 +305,9 @@ impl Dataset {
         };
         let written_at = now_ns();
         let ds = match kind {
-            DatasetKind::ImageFolder | DatasetKind::Flat => index_folder(&root, kind, threads)?,
+            DatasetKind::ImageFolder | DatasetKind::Flat => {
+                index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
+            }
             DatasetKind::FileList => index_file_list(&root, threads)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
@@ -341,6 +364,33 @@ impl Dataset {
     /// Whether this index came from the cache or a walk.
     pub fn origin(&self) -> IndexOrigin {
         self.origin
+    }
+
+    /// For tar shards: the identity each shard had when indexed, which the reader checks at
+    /// every open (a shard replaced by rename is not read at the old one's offsets). Empty
+    /// for other layouts.
+    pub fn file_identities(&self) -> HashMap<PathBuf, crate::fsopen::FileIdentity> {
+        if self.kind != DatasetKind::TarShards {
+            return HashMap::new();
+        }
+        self.stamps
+            .iter()
+            .filter(|s| is_tar_name(s.path.as_os_str()))
+            .map(|s| {
+                let id = crate::fsopen::FileIdentity {
+                    dev: s.dev,
+                    ino: s.ino,
+                    size: s.size,
+                    mtime_ns: s.mtime_ns,
+                };
+                (s.path.clone(), id)
+            })
+            .collect()
+    }
+
+    /// The folders and files the index was made from (folders walked, file lists, shards).
+    pub fn indexed_paths(&self) -> impl Iterator<Item = &Path> {
+        self.stamps.iter().map(|s| s.path.as_path())
     }
 
     /// Sample `i` for messages: its path, or `shard.tar:member` for tar shards.
@@ -508,33 +558,6 @@ fn wait_with_progress<T>(
         .collect()
 }
 
-/// Lists image files under `dir` (recursively when `recurse`), recording folder stamps.
-fn list_images(
-    dir: &Path,
-    recurse: bool,
-    out: &mut Vec<PathBuf>,
-    stamps: &mut Vec<Stamp>,
-    done: &AtomicU64,
-) -> Result<(), DatasetError> {
-    stamps.push(
-        Stamp::of(dir).map_err(|source| DatasetError::UnreadableDir {
-            path: dir.to_owned(),
-            source,
-        })?,
-    );
-    for e in read_dir_sorted(dir)? {
-        if entry_is_dir(&e) {
-            if recurse {
-                list_images(&e.path(), true, out, stamps, done)?;
-            }
-        } else if is_image_name(&e.file_name()) {
-            out.push(e.path());
-            done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    Ok(())
-}
-
 /// Sizes of `paths`, statted in parallel chunks.
 fn stat_sizes(
     root: &Path,
@@ -566,7 +589,12 @@ fn stat_sizes(
     })
 }
 
-fn index_folder(root: &Path, kind: DatasetKind, threads: usize) -> Result<Dataset, DatasetError> {
+fn index_folder(
+    root: &Path,
+    kind: DatasetKind,
+    threads: usize,
+    budget: &WalkBudget,
+) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(root, kind);
     let done = AtomicU64::new(0);
     // (class label, folder, recurse)
@@ -599,7 +627,15 @@ fn index_folder(root: &Path, kind: DatasetKind, threads: usize) -> Result<Datase
                             return Ok(mine);
                         };
                         let (mut files, mut stamps) = (Vec::new(), Vec::new());
-                        list_images(dir, *recurse, &mut files, &mut stamps, done)?;
+                        let depth = u32::from(*recurse);
+                        Walk::new(budget, root).list_images(
+                            dir,
+                            *recurse,
+                            depth,
+                            &mut files,
+                            &mut stamps,
+                            done,
+                        )?;
                         files.sort_unstable_by(|a, b| {
                             a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
                         });
@@ -1084,6 +1120,8 @@ fn encode(ds: &Dataset, written_at: i128) -> Vec<u8> {
         e.bytes(s.path.as_os_str().as_bytes());
         e.0.extend_from_slice(&s.mtime_ns.to_le_bytes());
         e.u64(s.size);
+        e.u64(s.dev);
+        e.u64(s.ino);
     }
     e.u64(ds.classes.len() as u64);
     for c in &ds.classes {
@@ -1133,6 +1171,8 @@ fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dataset, i128)
             path,
             mtime_ns,
             size: d.u64()?,
+            dev: d.u64()?,
+            ino: d.u64()?,
         });
     }
     for _ in 0..d.u64()? {
@@ -1190,9 +1230,7 @@ fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<Dataset> {
     };
     for s in &ds.stamps {
         let now = Stamp::of(&s.path).ok();
-        let same = now
-            .as_ref()
-            .is_some_and(|n| n.mtime_ns == s.mtime_ns && n.size == s.size);
+        let same = now.as_ref().is_some_and(|n| n.same_file(s));
         if !same || s.mtime_ns >= written_at - RACY_WINDOW_NS {
             tracing::info!(dataset = %root.display(), changed = %s.path.display(), "dataset changed since it was indexed; re-indexing");
             return None;

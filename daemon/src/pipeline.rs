@@ -32,6 +32,7 @@ use crate::augment::{sample_params, Augmenter};
 use crate::badsample::{BadCounts, BadSample, BadSampleLog};
 use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
+use crate::fsopen::{OpenPolicy, OpenRules};
 use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
@@ -138,6 +139,8 @@ pub struct Job {
     pub seed: u64,
     pub world_size: u32,
     steps_per_epoch: u64,
+    /// How the job's files are opened (credentials, symlinks, shard identities).
+    rules: Arc<OpenRules>,
 }
 
 impl std::fmt::Debug for Job {
@@ -158,14 +161,28 @@ impl Job {
         seed: u64,
         world_size: u32,
     ) -> Result<Arc<Job>, PipelineError> {
+        Job::with_policy(dataset, spec, seed, world_size, OpenPolicy::default())
+    }
+
+    /// A job whose files are opened under `policy` (a client's credentials, no symlinks);
+    /// its tar shards must stay the files indexed (see [`crate::fsopen`]).
+    pub fn with_policy(
+        dataset: Arc<Dataset>,
+        spec: PipelineSpec,
+        seed: u64,
+        world_size: u32,
+        policy: OpenPolicy,
+    ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size)?;
+        let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
         Ok(Arc::new(Job {
             steps_per_epoch: sampler.steps_per_epoch(),
             dataset,
             spec,
             seed,
             world_size,
+            rules,
         }))
     }
 
@@ -185,6 +202,11 @@ impl Job {
             spec.drop_last,
         )
         .map_err(|e| PipelineError::Sampler(e.to_string()))
+    }
+
+    /// How the job's files are opened.
+    pub fn open_policy(&self) -> &OpenPolicy {
+        &self.rules.policy
     }
 
     /// Batches each rank receives per epoch.
@@ -814,6 +836,7 @@ impl Worker {
                 .extend_from_slice(&st.slots[chunk.slot].indices[chunk.start..chunk.end]);
         }
         let count = self.chunk_indices.len();
+        self.reader.set_rules(&job.rules);
 
         let t0 = Instant::now();
         let max_file_bytes = self.shared.config.limits.max_file_bytes;

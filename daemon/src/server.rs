@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -49,8 +49,13 @@ use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 use stoker::spec::PipelineSpec;
 
-use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
-use crate::dataset::{Dataset, OpenOptions};
+use crate::access::{
+    open_dataset, AccessError, AccessPolicy, OpenDatasetError, Peer, QuotaGrant, QuotaLimits,
+    Quotas,
+};
+use crate::dataset::{OpenOptions, WalkLimits};
+use crate::fsopen::OpenPolicy;
+use crate::lobby::{Lobby, LobbyLimits};
 use crate::metrics as m;
 use crate::pipeline::{
     Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotMemory,
@@ -66,6 +71,8 @@ const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 const FORWARD_POLL: Duration = Duration::from_millis(50);
 /// How long the accept loop waits before it looks at the stop flag (and beats the heart).
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// "accept failed" lines a second at most.
+const ACCEPT_LOG_PER_SECOND: u32 = 2;
 /// What attached clients are told when the daemon drains.
 pub const STOPPING_MESSAGE: &str = "daemon stopping";
 
@@ -85,6 +92,10 @@ pub struct ServerConfig {
     pub socket_mode: u32,
     /// Group given the socket the server creates, so its members may connect.
     pub socket_group: Option<String>,
+    /// Caps and deadline of connections that have not attached ([`crate::lobby`]).
+    pub lobby: LobbyLimits,
+    /// How far indexing a dataset may walk.
+    pub walk: WalkLimits,
 }
 
 /// Why the server could not start or stopped.
@@ -209,6 +220,7 @@ struct Registry {
     jobs: Mutex<HashMap<String, JobEntry>>,
     access: RwLock<AccessPolicy>,
     max_jobs: usize,
+    walk: WalkLimits,
 }
 
 impl Default for Registry {
@@ -217,6 +229,7 @@ impl Default for Registry {
             jobs: Mutex::default(),
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
+            walk: WalkLimits::default(),
         }
     }
 }
@@ -282,6 +295,7 @@ impl Registry {
         self: &Arc<Self>,
         a: &Attach,
         path: &Path,
+        (policy, peer_uid): (&OpenPolicy, u32),
     ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
         let terms = JobTerms::of(a);
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -291,6 +305,16 @@ impl Registry {
                 return Err(refuse(
                     ErrorCode::SpecMismatch,
                     format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+                ));
+            }
+            if entry.job.open_policy() != policy {
+                return Err(refuse(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "job {:?} reads its files with other credentials than uid {}'s: \
+                         another user's job cannot be joined",
+                        a.job, peer_uid
+                    ),
                 ));
             }
             if entry.ranks.contains(&a.rank) {
@@ -311,11 +335,18 @@ impl Registry {
                     ),
                 ));
             }
-            let dataset = Dataset::open(path, &OpenOptions::default())
-                .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
+            let opts = OpenOptions {
+                limits: self.walk,
+                ..OpenOptions::default()
+            };
+            let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+                OpenDatasetError::Access(e) => Refusal::from(e),
+                OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+            })?;
             self.access().check_dataset_files(&a.dataset, &dataset)?;
+            let (ds, spec) = (Arc::new(dataset), a.spec.clone());
             let job =
-                Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
+                Job::with_policy(ds, spec, a.seed, a.world_size, policy.clone()).map_err(|e| {
                     match e {
                         PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
                         PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
@@ -577,6 +608,9 @@ pub struct Server {
     registry: Arc<Registry>,
     quotas: Arc<Quotas>,
     state: Arc<ServerState>,
+    lobby: LobbyLimits,
+    /// Rate limit of "accept failed" lines.
+    accept_log: Mutex<crate::ratelimit::RateLimit>,
 }
 
 /// Gives a socket file the configured mode and group (who may connect is who may write it).
@@ -678,6 +712,7 @@ impl Server {
             jobs: Mutex::default(),
             access: RwLock::new(config.access),
             max_jobs: config.quotas.max_jobs,
+            walk: config.walk,
         });
         let state = Arc::new(ServerState::new());
         state.beat();
@@ -690,6 +725,8 @@ impl Server {
             registry,
             quotas: Quotas::new(config.quotas),
             state,
+            lobby: config.lobby,
+            accept_log: Mutex::new(crate::ratelimit::RateLimit::new(ACCEPT_LOG_PER_SECOND)),
         })
     }
 
@@ -718,22 +755,24 @@ impl Server {
             "stokerd serving"
         );
         let mut next_id: u64 = 0;
+        // Connections that have not sent their first message wait here, without a thread.
+        let mut lobby = Lobby::new(self.lobby);
         loop {
             self.state.beat();
             if self.state.stopping() {
                 tracing::info!("no longer accepting connections (stopping)");
                 return Ok(());
             }
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
+            let mut pfds = lobby.poll_fds(&self.listener);
+            let wait = lobby.timeout(ACCEPT_POLL);
+            // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
+            let rc = unsafe {
+                libc::poll(
+                    pfds.as_mut_ptr(),
+                    pfds.len() as libc::nfds_t,
+                    wait.as_millis() as libc::c_int,
+                )
             };
-            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL.as_millis() as libc::c_int) };
-            if rc == 0 {
-                continue;
-            }
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EINTR) {
@@ -744,36 +783,62 @@ impl Server {
                     source: e,
                 }));
             }
+            for arrived in lobby.sort_out(&pfds) {
+                self.spawn_connection(arrived.id, arrived.sock);
+            }
+            if pfds[0].revents & libc::POLLIN == 0 {
+                continue;
+            }
             let conn = match self.listener.accept() {
                 Ok(c) => c,
+                Err(e) if is_fd_exhaustion(&e) => {
+                    // Make room by closing a waiting connection; else wait for fds to free.
+                    if !lobby.evict_one() {
+                        self.warn_accept(&e);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
                 Err(e) if is_transient_accept(&e) => {
-                    tracing::warn!(error = %e, "accept failed; going on");
+                    self.warn_accept(&e);
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
                 Err(e) => return Err(ServerError::Accept(e)),
             };
             next_id += 1;
-            let id = next_id;
             ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
-            let ctx = Connection {
-                id,
-                handle: self.handle(),
-                slots: self.slots,
-            };
-            // Counted before the thread starts, so a drain never misses it.
-            self.state.connections.fetch_add(1, Ordering::AcqRel);
-            let spawned = std::thread::Builder::new()
-                .name(format!("stoker-conn-{id}"))
-                .spawn(move || {
-                    let state = Arc::clone(&ctx.handle.state);
-                    ctx.run(conn);
-                    state.connections.fetch_sub(1, Ordering::AcqRel);
-                });
-            if let Err(e) = spawned {
-                self.state.connections.fetch_sub(1, Ordering::AcqRel);
-                tracing::error!(conn = id, error = %e, "cannot start a connection thread");
-            }
+            lobby.admit(next_id, conn);
+        }
+    }
+
+    /// Logs a failed accept, at most a few lines a second.
+    fn warn_accept(&self, e: &SockError) {
+        let mut log = self.accept_log.lock().unwrap_or_else(|p| p.into_inner());
+        if let crate::ratelimit::Admit::Log { suppressed } = log.admit(Instant::now()) {
+            tracing::warn!(error = %e, suppressed, "accept failed; going on");
+        }
+    }
+
+    /// Starts the thread of a connection whose first message has arrived.
+    fn spawn_connection(&self, id: u64, conn: SeqPacket) {
+        let ctx = Connection {
+            id,
+            handle: self.handle(),
+            slots: self.slots,
+        };
+        // Counted before the thread starts, so a drain never misses it.
+        self.state.connections.fetch_add(1, Ordering::AcqRel);
+        let spawned = std::thread::Builder::new()
+            .name(format!("stoker-conn-{id}"))
+            .spawn(move || {
+                let state = Arc::clone(&ctx.handle.state);
+                ctx.run(conn);
+                state.connections.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.state.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::error!(conn = id, error = %e, "cannot start a connection thread");
         }
     }
 }
@@ -784,6 +849,10 @@ impl Drop for Server {
             let _ = std::fs::remove_file(&self.socket);
         }
     }
+}
+
+fn is_fd_exhaustion(e: &SockError) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 fn is_transient_accept(e: &SockError) -> bool {
@@ -998,7 +1067,9 @@ impl Connection {
             .registry
             .access()
             .resolve_dataset(peer, &a.dataset)?;
-        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
+        let policy = self.handle.registry.access().open_policy(peer, &a.dataset);
+        let (job, seat, ranks_attached, created_job) =
+            self.handle.registry.seat(a, &path, (&policy, peer.uid))?;
         let steps = job.steps_per_epoch();
         if steps > 0 && a.start.step >= steps {
             return Err(refuse(
@@ -1250,7 +1321,7 @@ mod tests {
         let mut a = attach();
         a.dataset = "/nonexistent/stoker/dataset".into();
         let r = registry
-            .seat(&a, Path::new(&a.dataset))
+            .seat(&a, Path::new(&a.dataset), (&OpenPolicy::default(), 0))
             .err()
             .expect("refused");
         assert_eq!(r.code, ErrorCode::UnknownDataset);
