@@ -24,7 +24,10 @@
 //! - The index is cached under `$STOKER_CACHE_DIR`, else `$XDG_CACHE_HOME/stoker`, else
 //!   `~/.cache/stoker`, in a file named after a hash of the canonical path and the kind. The
 //!   cache records the mtime of every folder walked (entries added or removed change it) and
-//!   the mtime and size of file lists and shards; any difference re-indexes. A cache whose
+//!   the mtime and size of file lists and shards, with the (device, inode) of each (a file
+//!   replaced by rename is another file); any difference re-indexes.
+//! - Folder walks are bounded and loop-proof (see [`walk`]): folders met twice are skipped,
+//!   entries and depth are capped by [`WalkLimits`], `/` is refused. A cache whose
 //!   recorded times are within [`RACY_WINDOW_NS`] of the time it was written is not trusted
 //!   (a change in the same timestamp tick would go unseen). A corrupt or stale cache is
 //!   ignored and rewritten; failure to write it is a warning.

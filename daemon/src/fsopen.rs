@@ -89,6 +89,8 @@ pub const MAX_HELD_SHARDS: usize = 1024;
 /// the shards it holds open.
 #[derive(Debug, Default)]
 pub struct OpenRules {
+    /// Unique per rules made (a job): what cached fds are keyed by.
+    id: u64,
     pub policy: OpenPolicy,
     /// Files that must still be the ones indexed (tar shards), by path.
     pub identities: HashMap<PathBuf, FileIdentity>,
@@ -100,11 +102,18 @@ pub struct OpenRules {
 
 impl OpenRules {
     pub fn new(policy: OpenPolicy, identities: HashMap<PathBuf, FileIdentity>) -> OpenRules {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         OpenRules {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             policy,
             identities,
             held: Mutex::default(),
         }
+    }
+
+    /// Tells these rules from any other made in this process (0: the default rules).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Opens `path` under these rules (see [`open_sample`]); a tar shard through the fd this

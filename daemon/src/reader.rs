@@ -298,9 +298,7 @@ fn size_buffer(req: &ReadRequest<'_>, buf: &mut Vec<u8>) -> Result<(), ReadError
 /// rules they were opened under (one job's) and the path: a job reads its shards through fds
 /// opened under its own credentials and checked against its own index.
 struct FdCache {
-    files: HashMap<(usize, PathBuf), (Arc<File>, u64)>,
-    /// Holds the rules of cached fds alive, so their address (the key) is not reused.
-    rules: HashMap<usize, Arc<OpenRules>>,
+    files: HashMap<(u64, PathBuf), (Arc<File>, u64)>,
     tick: u64,
 }
 
@@ -312,7 +310,7 @@ impl FdCache {
         rules: &Arc<OpenRules>,
     ) -> Result<Arc<File>, OpenError> {
         self.tick += 1;
-        let key = (Arc::as_ptr(rules) as usize, path.to_owned());
+        let key = (rules.id(), path.to_owned());
         if let Some((f, used)) = self.files.get_mut(&key) {
             *used = self.tick;
             return Ok(f.clone());
@@ -329,11 +327,7 @@ impl FdCache {
                     // In-flight reads hold their own Arc: evicting never closes a busy fd.
                     self.files.remove(&p);
                 }
-                let live: std::collections::HashSet<usize> =
-                    self.files.keys().map(|(r, _)| *r).collect();
-                self.rules.retain(|r, _| live.contains(r) || *r == key.0);
             }
-            self.rules.insert(key.0, Arc::clone(rules));
             self.files.insert(key, (f.clone(), self.tick));
         }
         Ok(f)
@@ -396,7 +390,6 @@ impl UringReader {
             depth,
             fds: FdCache {
                 files: HashMap::new(),
-                rules: HashMap::new(),
                 tick: 0,
             },
             pending: Vec::new(),

@@ -2,7 +2,9 @@
 //! forwarding of READY / RELEASE between a client and its rank's [`Feed`].
 //!
 //! # Design
-//! - One SOCK_SEQPACKET listener; one thread per connection (ranks per host are few). Each
+//! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
+//!   [`Lobby`](crate::lobby) (no thread, per-uid caps, a deadline) until its first message
+//!   arrives; then it gets its thread (ranks per host are few). Each
 //!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
 //!   messages, while the connection thread reads RELEASE / DETACH from the socket.
 //! - The registry maps a job key to its [`Job`] and the terms every rank must agree on (spec,
