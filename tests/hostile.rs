@@ -181,6 +181,25 @@ fn a_fifo_swapped_in_mid_job_is_a_bad_sample_and_other_jobs_keep_their_rate() {
         }
     }
     assert_eq!(failed, 4, "two FIFOs in each of two epochs");
+    // A FIFO named as a shard is refused when the dataset is indexed, not waited on.
+    let shards = dir.path().join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    mkfifo(&shards.join("shard-000000.tar"));
+    let socket = daemon.socket().to_owned();
+    let err = within(
+        "indexing a FIFO shard",
+        Duration::from_secs(30),
+        move || {
+            Client::attach(
+                &socket,
+                options(shards.to_str().unwrap(), "fifo-shard", spec(4, 16, Some(1))),
+            )
+            .err()
+            .map(|e| e.to_string())
+        },
+    );
+    let err = err.expect("a FIFO shard is refused");
+    assert!(err.contains("FIFO"), "{err}");
     drop(daemon);
     let text = read_log(&log);
     assert!(

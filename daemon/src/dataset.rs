@@ -493,6 +493,19 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<fs::DirEntry>, DatasetError> {
     Ok(entries)
 }
 
+/// Opens a file list or a shard without blocking (a FIFO swapped in is refused, not waited
+/// on), regular files only.
+fn open_regular(path: &Path) -> Result<File, DatasetError> {
+    use crate::fsopen::{open_sample, OpenError, OpenPolicy};
+    open_sample(path, &OpenPolicy::default(), None).map_err(|e| match e {
+        OpenError::Io(e) => DatasetError::io(path, e),
+        e => DatasetError::WrongKind {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        },
+    })
+}
+
 /// Detects the layout of `root` (canonical).
 fn detect_kind(root: &Path) -> Result<DatasetKind, DatasetError> {
     let meta = fs::metadata(root).map_err(|e| DatasetError::io(root, e))?;
@@ -685,7 +698,10 @@ fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, DatasetError>
     }
     ds.stamps
         .push(Stamp::of(list).map_err(|e| DatasetError::io(list, e))?);
-    let text = fs::read(list).map_err(|e| DatasetError::io(list, e))?;
+    let mut text = Vec::new();
+    open_regular(list)?
+        .read_to_end(&mut text)
+        .map_err(|e| DatasetError::io(list, e))?;
     let base = list.parent().unwrap_or(Path::new("/"));
     let mut paths = Vec::new();
     let mut labels = Vec::new();
@@ -903,7 +919,7 @@ fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
 /// Reads the headers of a tar archive (ustar, GNU long names, pax), skipping member data.
 fn read_tar_index(path: &Path, done: &AtomicU64) -> Result<Vec<TarMember>, DatasetError> {
     const MAX_META: u64 = 1 << 20;
-    let file = File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let file = open_regular(path)?;
     let file_len = file
         .metadata()
         .map_err(|e| DatasetError::io(path, e))?
