@@ -289,6 +289,30 @@ impl Registry {
         self.access.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Opens the dataset of a job's first rank under `policy` and makes the job.
+    fn create_job(
+        &self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+    ) -> Result<Arc<Job>, Refusal> {
+        let opts = OpenOptions {
+            limits: self.walk,
+            ..OpenOptions::default()
+        };
+        let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+            OpenDatasetError::Access(e) => Refusal::from(e),
+            OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+        })?;
+        self.access().check_dataset_files(&a.dataset, &dataset)?;
+        let (ds, spec) = (Arc::new(dataset), a.spec.clone());
+        Job::with_policy(ds, spec, a.seed, a.world_size, policy.clone()).map_err(|e| match e {
+            PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+            PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+            e => refuse(ErrorCode::Internal, e.to_string()),
+        })
+    }
+
     /// Checks an attach against the job it names, creating the job for its first rank (from
     /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
     /// Returns the job, the seat, how many ranks are now attached, and whether this attach
@@ -337,24 +361,7 @@ impl Registry {
                     ),
                 ));
             }
-            let opts = OpenOptions {
-                limits: self.walk,
-                ..OpenOptions::default()
-            };
-            let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
-                OpenDatasetError::Access(e) => Refusal::from(e),
-                OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
-            })?;
-            self.access().check_dataset_files(&a.dataset, &dataset)?;
-            let (ds, spec) = (Arc::new(dataset), a.spec.clone());
-            let job =
-                Job::with_policy(ds, spec, a.seed, a.world_size, policy.clone()).map_err(|e| {
-                    match e {
-                        PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
-                        PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
-                        e => refuse(ErrorCode::Internal, e.to_string()),
-                    }
-                })?;
+            let job = self.create_job(a, path, policy)?;
             tracing::info!(
                 job = %a.job,
                 dataset = %a.dataset,

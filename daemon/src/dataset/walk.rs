@@ -196,3 +196,55 @@ impl<'a> Walk<'a> {
 fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::{Dataset, OpenOptions};
+
+    fn open(root: &Path, limits: WalkLimits) -> Result<Dataset, DatasetError> {
+        let opts = OpenOptions {
+            use_cache: false,
+            limits,
+            ..OpenOptions::default()
+        };
+        Dataset::open(root, &opts)
+    }
+
+    #[test]
+    fn a_symlink_loop_is_walked_once_and_limits_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("L");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/x.jpg"), b"x").unwrap();
+        std::fs::write(root.join("a/b/y.jpg"), b"y").unwrap();
+        std::os::unix::fs::symlink("..", root.join("a/up")).unwrap();
+        std::os::unix::fs::symlink("../..", root.join("a/b/up")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/b"), root.join("a/again")).unwrap();
+        let ds = open(&root, WalkLimits::default()).unwrap();
+        assert_eq!(ds.len(), 2, "each image once");
+        let shallow = WalkLimits {
+            max_depth: 1,
+            ..WalkLimits::default()
+        };
+        let e = open(&root, shallow).unwrap_err().to_string();
+        assert!(
+            e.contains("limits.max_index_depth") && e.contains("L/a/"),
+            "{e}"
+        );
+        let narrow = WalkLimits {
+            max_entries: 3,
+            ..WalkLimits::default()
+        };
+        let e = open(&root, narrow).unwrap_err().to_string();
+        assert!(e.contains("limits.max_index_entries"), "{e}");
+        let e = open(Path::new("/"), WalkLimits::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("filesystem root"), "{e}");
+        let e = open(Path::new("/proc/self"), WalkLimits::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("proc pseudo filesystem"), "{e}");
+    }
+}
