@@ -30,8 +30,9 @@
 //!   says which rule refused it.
 //!
 //! # Limitations
-//! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing.
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
 
 use std::collections::{BTreeSet, HashMap};
@@ -289,6 +290,22 @@ impl Registry {
         self.access.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Refuses a new job when `limits.max_jobs` run already.
+    fn check_job_count(&self, jobs: &HashMap<String, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+        if jobs.len() < self.max_jobs {
+            return Ok(());
+        }
+        Err(refuse(
+            ErrorCode::Quota,
+            format!(
+                "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                a.job,
+                jobs.len(),
+                self.max_jobs
+            ),
+        ))
+    }
+
     /// Opens the dataset of a job's first rank under `policy` and makes the job.
     fn create_job(
         &self,
@@ -324,61 +341,59 @@ impl Registry {
         (policy, peer_uid): (&OpenPolicy, u32),
     ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
         let terms = JobTerms::of(a);
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let created = !jobs.contains_key(&a.job);
-        if let Some(entry) = jobs.get(&a.job) {
-            if let Some(diff) = entry.terms.mismatch(&terms) {
-                return Err(refuse(
-                    ErrorCode::SpecMismatch,
-                    format!("job {:?}, rank {}: {diff}", a.job, a.rank),
-                ));
-            }
-            if entry.job.open_policy() != policy {
-                return Err(refuse(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "job {:?} reads its files with other credentials than uid {}'s: \
-                         another user's job cannot be joined",
-                        a.job, peer_uid
-                    ),
-                ));
-            }
-            if entry.ranks.contains(&a.rank) {
-                return Err(refuse(
-                    ErrorCode::RankTaken,
-                    format!("job {:?}: rank {} is attached already", a.job, a.rank),
-                ));
-            }
-        } else {
-            if jobs.len() >= self.max_jobs {
-                return Err(refuse(
-                    ErrorCode::Quota,
-                    format!(
-                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
-                        a.job,
-                        jobs.len(),
-                        self.max_jobs
-                    ),
-                ));
-            }
+        let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = lock();
+        let mut created = false;
+        if !jobs.contains_key(&a.job) {
+            self.check_job_count(&jobs, a)?;
+            // Indexing may take long (a large or hostile tree): not under the lock, so status
+            // and other attaches go on meanwhile.
+            drop(jobs);
             let job = self.create_job(a, path, policy)?;
-            tracing::info!(
-                job = %a.job,
-                dataset = %a.dataset,
-                samples = job.dataset.len(),
-                world_size = a.world_size,
-                steps_per_epoch = job.steps_per_epoch(),
-                "job created"
-            );
-            jobs.insert(
-                a.job.clone(),
-                JobEntry {
-                    terms,
+            jobs = lock();
+            // Another first rank of the same job may have made it meanwhile: join that one.
+            if !jobs.contains_key(&a.job) {
+                self.check_job_count(&jobs, a)?;
+                tracing::info!(
+                    job = %a.job,
+                    dataset = %a.dataset,
+                    samples = job.dataset.len(),
+                    world_size = a.world_size,
+                    steps_per_epoch = job.steps_per_epoch(),
+                    "job created"
+                );
+                let entry = JobEntry {
+                    terms: terms.clone(),
                     job,
                     ranks: BTreeSet::new(),
                     delivered: Arc::default(),
-                },
-            );
+                };
+                jobs.insert(a.job.clone(), entry);
+                created = true;
+            }
+        }
+        let entry = jobs.get(&a.job).expect("inserted or present above");
+        if let Some(diff) = entry.terms.mismatch(&terms) {
+            return Err(refuse(
+                ErrorCode::SpecMismatch,
+                format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+            ));
+        }
+        if entry.job.open_policy() != policy {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "job {:?} reads its files with other credentials than uid {}'s: \
+                     another user's job cannot be joined",
+                    a.job, peer_uid
+                ),
+            ));
+        }
+        if entry.ranks.contains(&a.rank) {
+            return Err(refuse(
+                ErrorCode::RankTaken,
+                format!("job {:?}: rank {} is attached already", a.job, a.rank),
+            ));
         }
         let entry = jobs.get_mut(&a.job).expect("inserted or present above");
         entry.ranks.insert(a.rank);
