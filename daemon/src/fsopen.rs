@@ -5,8 +5,9 @@
 //! # Design
 //! - **Never blocks**: every open is `O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, so a FIFO
 //!   (or a device) swapped in for a sample returns at once; `fstat` on the opened fd then
-//!   refuses anything but a regular file ([`OpenError::NotRegular`]). `O_NONBLOCK` is left
-//!   set: it means nothing for regular files.
+//!   refuses anything but a regular file ([`OpenError::NotRegular`]). `O_NONBLOCK` is then
+//!   cleared: read(2) ignores it on regular files, but io_uring would answer EAGAIN for data
+//!   not yet in the page cache.
 //! - **No symlinks** (datasets a client named by path under `access.dataset_roots`): opened
 //!   with `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so a component swapped for a
 //!   symlink after the attach is refused ([`OpenError::Symlink`]); where the kernel has no
@@ -194,7 +195,28 @@ pub fn open_sample(
             });
         }
     }
+    clear_nonblock(&file)?;
     Ok(file)
+}
+
+/// Clears `O_NONBLOCK` on a regular file: read(2) ignores it, but io_uring would return
+/// EAGAIN for data not yet in the page cache instead of reading it.
+fn clear_nonblock(file: &File) -> Result<(), OpenError> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL / F_SETFL on an fd this function borrows; no memory is passed.
+    let rc = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            flags
+        } else {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK)
+        }
+    };
+    if rc < 0 {
+        return Err(OpenError::Io(io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 fn c_path(path: &Path) -> Result<CString, OpenError> {
@@ -365,6 +387,14 @@ mod tests {
         let file = dir.path().join("a.jpg");
         std::fs::write(&file, b"abc").unwrap();
         let f = open_sample(&file, &OpenPolicy::default(), None).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETFL on a live fd.
+        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(
+            flags & libc::O_NONBLOCK,
+            0,
+            "O_NONBLOCK is cleared after the check"
+        );
         let id = FileIdentity::of(&f.metadata().unwrap());
         open_sample(&file, &OpenPolicy::default(), Some(&id)).unwrap();
         let other = dir.path().join("b.jpg");
