@@ -127,6 +127,16 @@ pub struct LimitsConfig {
     /// Bad-sample log lines per second; past it lines are counted and reported as
     /// "suppressed K" (each bad file is logged once anyway).
     pub log_bad_samples_per_second: u32,
+    /// Connections of one uid that may wait, not yet attached (see `crate::lobby`).
+    pub max_waiting_per_uid: usize,
+    /// Connections that may wait in all, not yet attached (also at most half the fd limit).
+    pub max_waiting: usize,
+    /// Milliseconds a new connection has to send its ATTACH (or STATUS).
+    pub attach_deadline_ms: u64,
+    /// Directory entries indexing one dataset may look at.
+    pub max_index_entries: u64,
+    /// Folder depth below a dataset's root that indexing may reach.
+    pub max_index_depth: u32,
 }
 
 impl Default for LimitsConfig {
@@ -139,6 +149,11 @@ impl Default for LimitsConfig {
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
             log_bad_samples_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
+            max_waiting_per_uid: crate::lobby::DEFAULT_MAX_WAITING_PER_UID,
+            max_waiting: crate::lobby::DEFAULT_MAX_WAITING,
+            attach_deadline_ms: crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis() as u64,
+            max_index_entries: crate::dataset::WalkLimits::default().max_entries,
+            max_index_depth: crate::dataset::WalkLimits::default().max_depth,
         }
     }
 }
@@ -162,6 +177,25 @@ pub struct AccessConfig {
 pub struct MetricsConfig {
     /// Address of the Prometheus text endpoint (`127.0.0.1:9464`); none disables it.
     pub listen: Option<String>,
+}
+
+impl LimitsConfig {
+    /// The lobby's caps and deadline.
+    pub fn lobby(&self) -> crate::lobby::LobbyLimits {
+        crate::lobby::LobbyLimits {
+            per_uid: self.max_waiting_per_uid.max(1),
+            total: self.max_waiting.max(1),
+            deadline: std::time::Duration::from_millis(self.attach_deadline_ms.max(1)),
+        }
+    }
+
+    /// How far indexing may walk.
+    pub fn walk(&self) -> crate::dataset::WalkLimits {
+        crate::dataset::WalkLimits {
+            max_entries: self.max_index_entries,
+            max_depth: self.max_index_depth,
+        }
+    }
 }
 
 impl Config {

@@ -24,7 +24,10 @@
 //! - The index is cached under `$STOKER_CACHE_DIR`, else `$XDG_CACHE_HOME/stoker`, else
 //!   `~/.cache/stoker`, in a file named after a hash of the canonical path and the kind. The
 //!   cache records the mtime of every folder walked (entries added or removed change it) and
-//!   the mtime and size of file lists and shards; any difference re-indexes. A cache whose
+//!   the mtime and size of file lists and shards, with the (device, inode) of each (a file
+//!   replaced by rename is another file); any difference re-indexes.
+//! - Folder walks are bounded and loop-proof (see [`walk`]): folders met twice are skipped,
+//!   entries and depth are capped by [`WalkLimits`], `/` is refused. A cache whose
 //!   recorded times are within [`RACY_WINDOW_NS`] of the time it was written is not trusted
 //!   (a change in the same timestamp tick would go unseen). A corrupt or stale cache is
 //!   ignored and rewritten; failure to write it is a warning.
@@ -53,7 +56,12 @@ pub const RACY_WINDOW_NS: i128 = 100_000_000;
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo"];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
-const CACHE_VERSION: u32 = 1;
+
+mod walk;
+pub use walk::WalkLimits;
+use walk::{Walk, WalkBudget};
+/// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
+const CACHE_VERSION: u32 = 2;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +90,8 @@ pub enum DatasetError {
     WrongKind { path: PathBuf, reason: String },
     #[error("dataset {path}: more than {max} files", max = u32::MAX)]
     TooManyFiles { path: PathBuf },
+    #[error("dataset indexing stopped at {path}: {reason}")]
+    WalkLimit { path: PathBuf, reason: String },
 }
 
 impl DatasetError {
@@ -162,6 +172,8 @@ pub struct OpenOptions {
     pub cache_dir: Option<PathBuf>,
     /// Indexing threads; 0 means the number of cores.
     pub threads: usize,
+    /// How far a folder walk may go (see [`walk`]).
+    pub limits: WalkLimits,
 }
 
 impl Default for OpenOptions {
@@ -171,6 +183,7 @@ impl Default for OpenOptions {
             use_cache: true,
             cache_dir: None,
             threads: 0,
+            limits: WalkLimits::default(),
         }
     }
 }
@@ -216,12 +229,15 @@ impl PathArena {
     }
 }
 
-/// What the cache checks to decide whether a dataset changed: a path's mtime and size.
+/// What the cache checks to decide whether a dataset changed: a path's mtime and size, and
+/// which file it is (device, inode: a file replaced by rename is another file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stamp {
     path: PathBuf,
     mtime_ns: i128,
     size: u64,
+    dev: u64,
+    ino: u64,
 }
 
 impl Stamp {
@@ -232,7 +248,14 @@ impl Stamp {
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
             // A folder's size says nothing useful; its mtime does.
             size: if m.is_dir() { 0 } else { m.size() },
+            dev: m.dev(),
+            ino: m.ino(),
         })
+    }
+
+    fn same_file(&self, other: &Stamp) -> bool {
+        (self.mtime_ns, self.size, self.dev, self.ino)
+            == (other.mtime_ns, other.size, other.dev, other.ino)
     }
 }
 
@@ -258,6 +281,7 @@ impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
+        walk::refuse_root(&root)?;
         let kind = match opts.kind {
             Some(k) => k,
             None => detect_kind(&root)?,
@@ -284,7 +308,9 @@ impl Dataset {
         };
         let written_at = now_ns();
         let ds = match kind {
-            DatasetKind::ImageFolder | DatasetKind::Flat => index_folder(&root, kind, threads)?,
+            DatasetKind::ImageFolder | DatasetKind::Flat => {
+                index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
+            }
             DatasetKind::FileList => index_file_list(&root, threads)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
@@ -341,6 +367,33 @@ impl Dataset {
     /// Whether this index came from the cache or a walk.
     pub fn origin(&self) -> IndexOrigin {
         self.origin
+    }
+
+    /// For tar shards: the identity each shard had when indexed, which the reader checks at
+    /// every open (a shard replaced by rename is not read at the old one's offsets). Empty
+    /// for other layouts.
+    pub fn file_identities(&self) -> HashMap<PathBuf, crate::fsopen::FileIdentity> {
+        if self.kind != DatasetKind::TarShards {
+            return HashMap::new();
+        }
+        self.stamps
+            .iter()
+            .filter(|s| is_tar_name(s.path.as_os_str()))
+            .map(|s| {
+                let id = crate::fsopen::FileIdentity {
+                    dev: s.dev,
+                    ino: s.ino,
+                    size: s.size,
+                    mtime_ns: s.mtime_ns,
+                };
+                (s.path.clone(), id)
+            })
+            .collect()
+    }
+
+    /// The folders and files the index was made from (folders walked, file lists, shards).
+    pub fn indexed_paths(&self) -> impl Iterator<Item = &Path> {
+        self.stamps.iter().map(|s| s.path.as_path())
     }
 
     /// Sample `i` for messages: its path, or `shard.tar:member` for tar shards.
@@ -440,6 +493,19 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<fs::DirEntry>, DatasetError> {
     Ok(entries)
 }
 
+/// Opens a file list or a shard without blocking (a FIFO swapped in is refused, not waited
+/// on), regular files only.
+fn open_regular(path: &Path) -> Result<File, DatasetError> {
+    use crate::fsopen::{open_sample, OpenError, OpenPolicy};
+    open_sample(path, &OpenPolicy::default(), None).map_err(|e| match e {
+        OpenError::Io(e) => DatasetError::io(path, e),
+        e => DatasetError::WrongKind {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        },
+    })
+}
+
 /// Detects the layout of `root` (canonical).
 fn detect_kind(root: &Path) -> Result<DatasetKind, DatasetError> {
     let meta = fs::metadata(root).map_err(|e| DatasetError::io(root, e))?;
@@ -508,33 +574,6 @@ fn wait_with_progress<T>(
         .collect()
 }
 
-/// Lists image files under `dir` (recursively when `recurse`), recording folder stamps.
-fn list_images(
-    dir: &Path,
-    recurse: bool,
-    out: &mut Vec<PathBuf>,
-    stamps: &mut Vec<Stamp>,
-    done: &AtomicU64,
-) -> Result<(), DatasetError> {
-    stamps.push(
-        Stamp::of(dir).map_err(|source| DatasetError::UnreadableDir {
-            path: dir.to_owned(),
-            source,
-        })?,
-    );
-    for e in read_dir_sorted(dir)? {
-        if entry_is_dir(&e) {
-            if recurse {
-                list_images(&e.path(), true, out, stamps, done)?;
-            }
-        } else if is_image_name(&e.file_name()) {
-            out.push(e.path());
-            done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    Ok(())
-}
-
 /// Sizes of `paths`, statted in parallel chunks.
 fn stat_sizes(
     root: &Path,
@@ -566,7 +605,12 @@ fn stat_sizes(
     })
 }
 
-fn index_folder(root: &Path, kind: DatasetKind, threads: usize) -> Result<Dataset, DatasetError> {
+fn index_folder(
+    root: &Path,
+    kind: DatasetKind,
+    threads: usize,
+    budget: &WalkBudget,
+) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(root, kind);
     let done = AtomicU64::new(0);
     // (class label, folder, recurse)
@@ -599,7 +643,15 @@ fn index_folder(root: &Path, kind: DatasetKind, threads: usize) -> Result<Datase
                             return Ok(mine);
                         };
                         let (mut files, mut stamps) = (Vec::new(), Vec::new());
-                        list_images(dir, *recurse, &mut files, &mut stamps, done)?;
+                        let depth = u32::from(*recurse);
+                        Walk::new(budget, root).list_images(
+                            dir,
+                            *recurse,
+                            depth,
+                            &mut files,
+                            &mut stamps,
+                            done,
+                        )?;
                         files.sort_unstable_by(|a, b| {
                             a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
                         });
@@ -646,7 +698,10 @@ fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, DatasetError>
     }
     ds.stamps
         .push(Stamp::of(list).map_err(|e| DatasetError::io(list, e))?);
-    let text = fs::read(list).map_err(|e| DatasetError::io(list, e))?;
+    let mut text = Vec::new();
+    open_regular(list)?
+        .read_to_end(&mut text)
+        .map_err(|e| DatasetError::io(list, e))?;
     let base = list.parent().unwrap_or(Path::new("/"));
     let mut paths = Vec::new();
     let mut labels = Vec::new();
@@ -864,7 +919,7 @@ fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
 /// Reads the headers of a tar archive (ustar, GNU long names, pax), skipping member data.
 fn read_tar_index(path: &Path, done: &AtomicU64) -> Result<Vec<TarMember>, DatasetError> {
     const MAX_META: u64 = 1 << 20;
-    let file = File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let file = open_regular(path)?;
     let file_len = file
         .metadata()
         .map_err(|e| DatasetError::io(path, e))?
@@ -1084,6 +1139,8 @@ fn encode(ds: &Dataset, written_at: i128) -> Vec<u8> {
         e.bytes(s.path.as_os_str().as_bytes());
         e.0.extend_from_slice(&s.mtime_ns.to_le_bytes());
         e.u64(s.size);
+        e.u64(s.dev);
+        e.u64(s.ino);
     }
     e.u64(ds.classes.len() as u64);
     for c in &ds.classes {
@@ -1133,6 +1190,8 @@ fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dataset, i128)
             path,
             mtime_ns,
             size: d.u64()?,
+            dev: d.u64()?,
+            ino: d.u64()?,
         });
     }
     for _ in 0..d.u64()? {
@@ -1190,9 +1249,7 @@ fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<Dataset> {
     };
     for s in &ds.stamps {
         let now = Stamp::of(&s.path).ok();
-        let same = now
-            .as_ref()
-            .is_some_and(|n| n.mtime_ns == s.mtime_ns && n.size == s.size);
+        let same = now.as_ref().is_some_and(|n| n.same_file(s));
         if !same || s.mtime_ns >= written_at - RACY_WINDOW_NS {
             tracing::info!(dataset = %root.display(), changed = %s.path.display(), "dataset changed since it was indexed; re-indexing");
             return None;

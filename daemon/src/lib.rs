@@ -13,6 +13,8 @@ pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod decode;
+pub mod fsopen;
+pub mod lobby;
 pub mod logging;
 pub mod metrics;
 pub mod pack;

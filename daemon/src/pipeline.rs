@@ -32,6 +32,7 @@ use crate::augment::{sample_params, Augmenter};
 use crate::badsample::{BadCounts, BadSample, BadSampleLog};
 use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
+use crate::fsopen::{OpenPolicy, OpenRules};
 use crate::metrics as m;
 use crate::reader::{ReadError, ReadRequest, Reader, ReaderKind};
 use crate::rng::{KeyedRng, Stream};
@@ -143,6 +144,8 @@ pub struct Job {
     offset: Option<EpochOffset>,
     /// Batches per rank of the offset's epoch.
     resumed: Option<ResumedEpoch>,
+    /// How the job's files are opened (credentials, symlinks, shard identities).
+    rules: Arc<OpenRules>,
 }
 
 impl std::fmt::Debug for Job {
@@ -163,20 +166,24 @@ impl Job {
         seed: u64,
         world_size: u32,
     ) -> Result<Arc<Job>, PipelineError> {
-        Job::resumed(dataset, spec, seed, world_size, None)
+        Job::with_policy(dataset, spec, seed, world_size, None, OpenPolicy::default())
     }
 
-    /// A job whose epoch `offset.epoch` serves only what is left after an elastic checkpoint.
-    pub fn resumed(
+    /// A job whose files are opened under `policy` (a client's credentials, no symlinks;
+    /// its tar shards must stay the files indexed, see [`crate::fsopen`]), and whose epoch
+    /// `offset.epoch` serves only what is left after an elastic checkpoint, if any.
+    pub fn with_policy(
         dataset: Arc<Dataset>,
         spec: PipelineSpec,
         seed: u64,
         world_size: u32,
         offset: Option<EpochOffset>,
+        policy: OpenPolicy,
     ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
         let offset = offset.filter(|o| o.consumed > 0);
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
+        let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
         Ok(Arc::new(Job {
             steps_per_epoch: sampler.steps_per_epoch(),
             resumed: sampler.resumed_epoch(),
@@ -185,6 +192,7 @@ impl Job {
             spec,
             seed,
             world_size,
+            rules,
         }))
     }
 
@@ -234,6 +242,11 @@ impl Job {
             };
         }
         pos
+    }
+
+    /// How the job's files are opened.
+    pub fn open_policy(&self) -> &OpenPolicy {
+        &self.rules.policy
     }
 
     /// Batches each rank receives per epoch.
@@ -869,6 +882,7 @@ impl Worker {
                 .extend_from_slice(&st.slots[chunk.slot].indices[chunk.start..chunk.end]);
         }
         let count = self.chunk_indices.len();
+        self.reader.set_rules(&job.rules);
 
         let t0 = Instant::now();
         let max_file_bytes = self.shared.config.limits.max_file_bytes;

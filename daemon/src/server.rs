@@ -2,7 +2,9 @@
 //! forwarding of READY / RELEASE between a client and its rank's [`Feed`].
 //!
 //! # Design
-//! - One SOCK_SEQPACKET listener; one thread per connection (ranks per host are few). Each
+//! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
+//!   [`Lobby`](crate::lobby) (no thread, per-uid caps, a deadline) until its first message
+//!   arrives; then it gets its thread (ranks per host are few). Each
 //!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
 //!   messages, while the connection thread reads RELEASE / DETACH from the socket.
 //! - The registry maps a job key to its [`Job`] and the terms every rank must agree on (spec,
@@ -28,13 +30,14 @@
 //!   says which rule refused it.
 //!
 //! # Limitations
-//! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing.
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -49,8 +52,13 @@ use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 use stoker::spec::PipelineSpec;
 
-use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
-use crate::dataset::{Dataset, OpenOptions};
+use crate::access::{
+    open_dataset, AccessError, AccessPolicy, OpenDatasetError, Peer, QuotaGrant, QuotaLimits,
+    Quotas,
+};
+use crate::dataset::{OpenOptions, WalkLimits};
+use crate::fsopen::OpenPolicy;
+use crate::lobby::{Lobby, LobbyLimits};
 use crate::metrics as m;
 use crate::pipeline::{
     Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotMemory,
@@ -66,6 +74,8 @@ const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 const FORWARD_POLL: Duration = Duration::from_millis(50);
 /// How long the accept loop waits before it looks at the stop flag (and beats the heart).
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// "accept failed" lines a second at most.
+const ACCEPT_LOG_PER_SECOND: u32 = 2;
 /// What attached clients are told when the daemon drains.
 pub const STOPPING_MESSAGE: &str = "daemon stopping";
 
@@ -85,6 +95,10 @@ pub struct ServerConfig {
     pub socket_mode: u32,
     /// Group given the socket the server creates, so its members may connect.
     pub socket_group: Option<String>,
+    /// Caps and deadline of connections that have not attached ([`crate::lobby`]).
+    pub lobby: LobbyLimits,
+    /// How far indexing a dataset may walk.
+    pub walk: WalkLimits,
 }
 
 /// Why the server could not start or stopped.
@@ -220,6 +234,7 @@ struct Registry {
     jobs: Mutex<HashMap<String, JobEntry>>,
     access: RwLock<AccessPolicy>,
     max_jobs: usize,
+    walk: WalkLimits,
 }
 
 impl Default for Registry {
@@ -228,6 +243,7 @@ impl Default for Registry {
             jobs: Mutex::default(),
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
+            walk: WalkLimits::default(),
         }
     }
 }
@@ -285,6 +301,49 @@ impl Registry {
         self.access.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Refuses a new job when `limits.max_jobs` run already.
+    fn check_job_count(&self, jobs: &HashMap<String, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+        if jobs.len() < self.max_jobs {
+            return Ok(());
+        }
+        Err(refuse(
+            ErrorCode::Quota,
+            format!(
+                "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                a.job,
+                jobs.len(),
+                self.max_jobs
+            ),
+        ))
+    }
+
+    /// Opens the dataset of a job's first rank under `policy` and makes the job.
+    fn create_job(
+        &self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        offset: Option<EpochOffset>,
+    ) -> Result<Arc<Job>, Refusal> {
+        let opts = OpenOptions {
+            limits: self.walk,
+            ..OpenOptions::default()
+        };
+        let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+            OpenDatasetError::Access(e) => Refusal::from(e),
+            OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+        })?;
+        self.access().check_dataset_files(&a.dataset, &dataset)?;
+        let (ds, spec) = (Arc::new(dataset), a.spec.clone());
+        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy.clone()).map_err(
+            |e| match e {
+                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+                e => refuse(ErrorCode::Internal, e.to_string()),
+            },
+        )
+    }
+
     /// Checks an attach against the job it names, creating the job for its first rank (from
     /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
     /// Returns the job, the seat, how many ranks are now attached, and whether this attach
@@ -293,68 +352,63 @@ impl Registry {
         self: &Arc<Self>,
         a: &Attach,
         path: &Path,
+        (policy, peer_uid): (&OpenPolicy, u32),
     ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
         let terms = JobTerms::of(a);
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let created = !jobs.contains_key(&a.job);
-        if let Some(entry) = jobs.get(&a.job) {
-            if let Some(diff) = entry.terms.mismatch(&terms) {
-                return Err(refuse(
-                    ErrorCode::SpecMismatch,
-                    format!("job {:?}, rank {}: {diff}", a.job, a.rank),
-                ));
-            }
-            if entry.ranks.contains(&a.rank) {
-                return Err(refuse(
-                    ErrorCode::RankTaken,
-                    format!("job {:?}: rank {} is attached already", a.job, a.rank),
-                ));
-            }
-        } else {
-            if jobs.len() >= self.max_jobs {
-                return Err(refuse(
-                    ErrorCode::Quota,
-                    format!(
-                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
-                        a.job,
-                        jobs.len(),
-                        self.max_jobs
-                    ),
-                ));
-            }
-            let dataset = Dataset::open(path, &OpenOptions::default())
-                .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
-            self.access().check_dataset_files(&a.dataset, &dataset)?;
-            let job = Job::resumed(
-                Arc::new(dataset),
-                a.spec.clone(),
-                a.seed,
-                a.world_size,
-                terms.offset,
-            )
-            .map_err(|e| match e {
-                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
-                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
-                e => refuse(ErrorCode::Internal, e.to_string()),
-            })?;
-            tracing::info!(
-                job = %a.job,
-                dataset = %a.dataset,
-                samples = job.dataset.len(),
-                world_size = a.world_size,
-                steps_per_epoch = job.steps_per_epoch(),
-                offset = ?terms.offset,
-                "job created"
-            );
-            jobs.insert(
-                a.job.clone(),
-                JobEntry {
-                    terms,
+        let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = lock();
+        let mut created = false;
+        if !jobs.contains_key(&a.job) {
+            self.check_job_count(&jobs, a)?;
+            // Indexing may take long (a large or hostile tree): not under the lock, so status
+            // and other attaches go on meanwhile.
+            drop(jobs);
+            let job = self.create_job(a, path, policy, terms.offset)?;
+            jobs = lock();
+            // Another first rank of the same job may have made it meanwhile: join that one.
+            if !jobs.contains_key(&a.job) {
+                self.check_job_count(&jobs, a)?;
+                tracing::info!(
+                    job = %a.job,
+                    dataset = %a.dataset,
+                    samples = job.dataset.len(),
+                    world_size = a.world_size,
+                    steps_per_epoch = job.steps_per_epoch(),
+                    offset = ?terms.offset,
+                    "job created"
+                );
+                let entry = JobEntry {
+                    terms: terms.clone(),
                     job,
                     ranks: BTreeSet::new(),
                     delivered: Arc::default(),
-                },
-            );
+                };
+                jobs.insert(a.job.clone(), entry);
+                created = true;
+            }
+        }
+        let entry = jobs.get(&a.job).expect("inserted or present above");
+        if let Some(diff) = entry.terms.mismatch(&terms) {
+            return Err(refuse(
+                ErrorCode::SpecMismatch,
+                format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+            ));
+        }
+        if entry.job.open_policy() != policy {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "job {:?} reads its files with other credentials than uid {}'s: \
+                     another user's job cannot be joined",
+                    a.job, peer_uid
+                ),
+            ));
+        }
+        if entry.ranks.contains(&a.rank) {
+            return Err(refuse(
+                ErrorCode::RankTaken,
+                format!("job {:?}: rank {} is attached already", a.job, a.rank),
+            ));
         }
         let entry = jobs.get_mut(&a.job).expect("inserted or present above");
         entry.ranks.insert(a.rank);
@@ -593,6 +647,9 @@ pub struct Server {
     registry: Arc<Registry>,
     quotas: Arc<Quotas>,
     state: Arc<ServerState>,
+    lobby: LobbyLimits,
+    /// Rate limit of "accept failed" lines.
+    accept_log: Mutex<crate::ratelimit::RateLimit>,
 }
 
 /// Gives a socket file the configured mode and group (who may connect is who may write it).
@@ -694,6 +751,7 @@ impl Server {
             jobs: Mutex::default(),
             access: RwLock::new(config.access),
             max_jobs: config.quotas.max_jobs,
+            walk: config.walk,
         });
         let state = Arc::new(ServerState::new());
         state.beat();
@@ -706,6 +764,8 @@ impl Server {
             registry,
             quotas: Quotas::new(config.quotas),
             state,
+            lobby: config.lobby,
+            accept_log: Mutex::new(crate::ratelimit::RateLimit::new(ACCEPT_LOG_PER_SECOND)),
         })
     }
 
@@ -734,22 +794,24 @@ impl Server {
             "stokerd serving"
         );
         let mut next_id: u64 = 0;
+        // Connections that have not sent their first message wait here, without a thread.
+        let mut lobby = Lobby::new(self.lobby);
         loop {
             self.state.beat();
             if self.state.stopping() {
                 tracing::info!("no longer accepting connections (stopping)");
                 return Ok(());
             }
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
+            let mut pfds = lobby.poll_fds(&self.listener);
+            let wait = lobby.timeout(ACCEPT_POLL);
+            // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
+            let rc = unsafe {
+                libc::poll(
+                    pfds.as_mut_ptr(),
+                    pfds.len() as libc::nfds_t,
+                    wait.as_millis() as libc::c_int,
+                )
             };
-            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL.as_millis() as libc::c_int) };
-            if rc == 0 {
-                continue;
-            }
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EINTR) {
@@ -760,36 +822,62 @@ impl Server {
                     source: e,
                 }));
             }
+            for arrived in lobby.sort_out(&pfds) {
+                self.spawn_connection(arrived.id, arrived.sock);
+            }
+            if pfds[0].revents & libc::POLLIN == 0 {
+                continue;
+            }
             let conn = match self.listener.accept() {
                 Ok(c) => c,
+                Err(e) if is_fd_exhaustion(&e) => {
+                    // Make room by closing a waiting connection; else wait for fds to free.
+                    if !lobby.evict_one() {
+                        self.warn_accept(&e);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
                 Err(e) if is_transient_accept(&e) => {
-                    tracing::warn!(error = %e, "accept failed; going on");
+                    self.warn_accept(&e);
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
                 Err(e) => return Err(ServerError::Accept(e)),
             };
             next_id += 1;
-            let id = next_id;
             ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
-            let ctx = Connection {
-                id,
-                handle: self.handle(),
-                slots: self.slots,
-            };
-            // Counted before the thread starts, so a drain never misses it.
-            self.state.connections.fetch_add(1, Ordering::AcqRel);
-            let spawned = std::thread::Builder::new()
-                .name(format!("stoker-conn-{id}"))
-                .spawn(move || {
-                    let state = Arc::clone(&ctx.handle.state);
-                    ctx.run(conn);
-                    state.connections.fetch_sub(1, Ordering::AcqRel);
-                });
-            if let Err(e) = spawned {
-                self.state.connections.fetch_sub(1, Ordering::AcqRel);
-                tracing::error!(conn = id, error = %e, "cannot start a connection thread");
-            }
+            lobby.admit(next_id, conn);
+        }
+    }
+
+    /// Logs a failed accept, at most a few lines a second.
+    fn warn_accept(&self, e: &SockError) {
+        let mut log = self.accept_log.lock().unwrap_or_else(|p| p.into_inner());
+        if let crate::ratelimit::Admit::Log { suppressed } = log.admit(Instant::now()) {
+            tracing::warn!(error = %e, suppressed, "accept failed; going on");
+        }
+    }
+
+    /// Starts the thread of a connection whose first message has arrived.
+    fn spawn_connection(&self, id: u64, conn: SeqPacket) {
+        let ctx = Connection {
+            id,
+            handle: self.handle(),
+            slots: self.slots,
+        };
+        // Counted before the thread starts, so a drain never misses it.
+        self.state.connections.fetch_add(1, Ordering::AcqRel);
+        let spawned = std::thread::Builder::new()
+            .name(format!("stoker-conn-{id}"))
+            .spawn(move || {
+                let state = Arc::clone(&ctx.handle.state);
+                ctx.run(conn);
+                state.connections.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.state.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::error!(conn = id, error = %e, "cannot start a connection thread");
         }
     }
 }
@@ -800,6 +888,10 @@ impl Drop for Server {
             let _ = std::fs::remove_file(&self.socket);
         }
     }
+}
+
+fn is_fd_exhaustion(e: &SockError) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 fn is_transient_accept(e: &SockError) -> bool {
@@ -1014,7 +1106,9 @@ impl Connection {
             .registry
             .access()
             .resolve_dataset(peer, &a.dataset)?;
-        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
+        let policy = self.handle.registry.access().open_policy(peer, &a.dataset);
+        let (job, seat, ranks_attached, created_job) =
+            self.handle.registry.seat(a, &path, (&policy, peer.uid))?;
         let steps = job.steps_per_epoch();
         let start_steps = job.steps_in(a.start.epoch);
         if a.start.step > 0 && a.start.step >= start_steps {
@@ -1268,7 +1362,7 @@ mod tests {
         let mut a = attach();
         a.dataset = "/nonexistent/stoker/dataset".into();
         let r = registry
-            .seat(&a, Path::new(&a.dataset))
+            .seat(&a, Path::new(&a.dataset), (&OpenPolicy::default(), 0))
             .err()
             .expect("refused");
         assert_eq!(r.code, ErrorCode::UnknownDataset);

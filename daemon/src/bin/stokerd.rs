@@ -244,6 +244,8 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
         quotas: QuotaLimits::from(&file.limits),
         socket_mode: file.server.socket_mode,
         socket_group: file.server.socket_group.clone(),
+        lobby: file.limits.lobby(),
+        walk: file.limits.walk(),
     }
 }
 
