@@ -30,6 +30,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
@@ -76,16 +77,20 @@ class BuildPyWithBinaries(build_py):
             sys.stderr.write(f"stoker: bundling {src}\n")
 
 
+class BinaryDistribution(Distribution):
+    """Native files inside: installed as platform-specific (platlib), never as pure Python."""
+
+    def has_ext_modules(self):
+        return True
+
+
 class PlatformWheel(bdist_wheel):
     """Native binaries but no Python extension: `py3-none-<platform>`."""
-
-    def finalize_options(self):
-        super().finalize_options()
-        self.root_is_pure = False
 
     def get_tag(self):
         _, _, plat = super().get_tag()
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": BuildPyWithBinaries, "bdist_wheel": PlatformWheel})
+setup(cmdclass={"build_py": BuildPyWithBinaries, "bdist_wheel": PlatformWheel},
+      distclass=BinaryDistribution)

@@ -22,10 +22,13 @@ def test_jax_takes_the_batch_without_a_copy(dataset, own_daemon):
     loader = stoker.Loader(str(dataset), batch_size=8, crop=32, seed=0)
     batch = loader.next_batch()
     x = jax.dlpack.from_dlpack(batch.images)
-    y = jax.dlpack.from_dlpack(batch.labels)
     assert x.shape == (8, 3, 32, 32) and str(x.dtype) == "float32"
-    assert y.shape == (8,)
     assert x.unsafe_buffer_pointer() == batch.images.data_ptr, "JAX copied the images"
+    # Labels are int64: JAX keeps them as they are only in 64-bit mode (by default it narrows
+    # them to int32, which is a copy). docs/python.md says so.
+    jax.config.update("jax_enable_x64", True)
+    y = jax.dlpack.from_dlpack(batch.labels)
+    assert y.shape == (8,) and str(y.dtype) == "int64"
     assert y.unsafe_buffer_pointer() == batch.labels.data_ptr, "JAX copied the labels"
     assert list(y.tolist()) == list(batch.labels.numpy())
     del x, y, batch
