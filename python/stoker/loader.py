@@ -170,7 +170,10 @@ class Loader:
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
         at `state_dict()`'s position."""
         if self._client:
-            now = self._client_stall()
+            try:
+                now = self._client_stall()
+            except Exception:  # noqa: BLE001 - closing (maybe at interpreter exit) goes on
+                now = dict.fromkeys(self._stall_before, 0)
             for key in self._stall_before:
                 self._stall_before[key] += now[key]
         client, self._client = self._client, None
