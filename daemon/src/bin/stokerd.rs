@@ -51,8 +51,8 @@ struct Args {
     /// File mode of the socket, in octal (e.g. 600). Overrides server.socket_mode.
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
     socket_mode: Option<u32>,
-    /// Exit after SECS seconds with no client connected (0: never). Overrides
-    /// server.idle_exit_s.
+    /// Exit after SECS seconds with no client connected (0: never; checked every quarter of
+    /// SECS, at most every second). Overrides server.idle_exit_s.
     #[arg(long, value_name = "SECS")]
     idle_exit: Option<u64>,
     /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
