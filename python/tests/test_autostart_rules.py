@@ -55,3 +55,23 @@ def test_idle_exit_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("STOKER_IDLE_EXIT", "soon")
     with pytest.raises(ValueError, match="STOKER_IDLE_EXIT"):
         _daemon.idle_exit()
+
+
+def test_a_system_daemon_that_answers_comes_before_the_users_own(monkeypatch, tmp_path):
+    import socket
+
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    system = tmp_path / "system.sock"
+    monkeypatch.setattr(_daemon, "SYSTEM_SOCKET", str(system))
+    assert _daemon.resolve(None, True)[1] is True  # nothing listens there yet
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(system))
+    listener.listen(4)
+    try:
+        assert _daemon.resolve(None, True) == (str(system), False)
+        # STOKER_SOCKET still wins.
+        monkeypatch.setenv("STOKER_SOCKET", str(tmp_path / "mine.sock"))
+        assert _daemon.resolve(None, True) == (str(tmp_path / "mine.sock"), False)
+    finally:
+        listener.close()
