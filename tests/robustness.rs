@@ -721,6 +721,7 @@ fn a_second_connection_cannot_obtain_the_first_ones_ring() {
         ranks_attached: 1,
         created_job: false,
         daemon_version: "x".into(),
+        accepts_stats: false,
     };
     let mut probes: Vec<Vec<u8>> = [
         Message::Attach(Box::new(a.clone())), // the same rank: RANK_TAKEN

@@ -91,6 +91,9 @@ pub struct ServerConfig {
     pub socket_group: Option<String>,
     /// Slots in each rank's ring.
     pub slots_per_rank: usize,
+    /// Exit after this many seconds with no connection at all; 0 (the default): never. The
+    /// per-user daemon `stoker.Loader` starts uses it (`--idle-exit`).
+    pub idle_exit_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             socket_mode: DEFAULT_SOCKET_MODE,
             socket_group: None,
             slots_per_rank: DEFAULT_SLOTS_PER_RANK,
+            idle_exit_s: 0,
         }
     }
 }
@@ -275,21 +279,11 @@ impl Config {
     }
 }
 
-/// `$STOKER_SOCKET`, else `/run/stoker/stoker.sock` for root, else
-/// `$XDG_RUNTIME_DIR/stoker.sock`, else `/tmp/stoker-$UID.sock`.
+/// Where the daemon listens unless told: [`stoker::default_socket_path`] (`$STOKER_SOCKET`,
+/// else `/run/stoker/stoker.sock` for root, else the user's own
+/// `$XDG_RUNTIME_DIR/stoker/stoker.sock` or `/tmp/stoker-$UID/stoker.sock`).
 pub fn default_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("STOKER_SOCKET") {
-        return PathBuf::from(p);
-    }
-    // SAFETY: getuid cannot fail and has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if uid == 0 {
-        return PathBuf::from("/run/stoker/stoker.sock");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => Path::new(&dir).join("stoker.sock"),
-        _ => PathBuf::from(format!("/tmp/stoker-{uid}.sock")),
-    }
+    stoker::default_socket_path()
 }
 
 /// toml's errors span several lines with a source excerpt; keep the key, line and reason.

@@ -63,6 +63,7 @@ use crate::metrics as m;
 use crate::pipeline::{
     Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotMemory,
 };
+use crate::stall::{RankStallEntry, StallBoard};
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -444,6 +445,8 @@ struct ServerState {
     heartbeat_ms: AtomicU64,
     /// (when, delivered then, images/s) for the throughput figure.
     rate: Mutex<(Instant, u64, f64)>,
+    /// Every attached rank's data stall, as its client reports it.
+    stalls: Arc<StallBoard>,
 }
 
 impl ServerState {
@@ -458,6 +461,7 @@ impl ServerState {
             started: now,
             heartbeat_ms: AtomicU64::new(0),
             rate: Mutex::new((now, 0, 0.0)),
+            stalls: Arc::default(),
         }
     }
 
@@ -564,6 +568,11 @@ impl ServerHandle {
             .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
     }
 
+    /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).
+    pub fn stall_metrics(&self) -> String {
+        self.state.stalls.prometheus_text()
+    }
+
     /// A one-line summary for systemd's STATUS=.
     pub fn summary(&self) -> String {
         let jobs = self
@@ -596,6 +605,7 @@ impl ServerHandle {
                     batch_size: e.terms.spec.batch_size,
                     steps_per_epoch: e.job.steps_per_epoch(),
                     images_delivered: e.delivered.load(Ordering::Relaxed),
+                    stalls: self.state.stalls.of_job(key),
                 })
                 .collect()
         };
@@ -1023,8 +1033,9 @@ impl Connection {
             }
             Err(e) => Err(e.to_string()),
         };
+        let stall = state.stalls.entry(&attach.job, attach.rank);
         let end = match &forwarder {
-            Ok(_) => serve_releases(&sock, &feed, &mut buf),
+            Ok(_) => serve_releases(&sock, &feed, &stall, &mut buf),
             Err(e) => {
                 send_error(
                     &sock,
@@ -1139,6 +1150,7 @@ impl Connection {
             ranks_attached,
             created_job,
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            accepts_stats: true,
         };
         let bytes = Message::Attached(answer)
             .encode()
@@ -1191,8 +1203,9 @@ fn send_error(sock: &SeqPacket, r: Refusal) {
     }
 }
 
-/// Reads RELEASE messages until the client detaches, hangs up, or breaks the protocol.
-fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> End {
+/// Reads RELEASE (and STATS) messages until the client detaches, hangs up, or breaks the
+/// protocol.
+fn serve_releases(sock: &SeqPacket, feed: &Feed, stall: &RankStallEntry, buf: &mut [u8]) -> End {
     loop {
         let r = match sock.recv(buf) {
             Ok(Some(r)) => r,
@@ -1219,6 +1232,7 @@ fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> End {
                 }
                 ::metrics::gauge!(m::READY_SLOTS).decrement(1.0);
             }
+            Ok(Message::Stats(stats)) => stall.record(stats),
             Ok(Message::Detach) => return End::Detached,
             Ok(other) => {
                 let why = format!("unexpected {:?} after attach", other.kind());

@@ -77,9 +77,9 @@ use stoker_result::*;
 pub struct stoker_attach_options {
     /// `sizeof(stoker_attach_options)` as the caller was compiled.
     pub size: usize,
-    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
-    /// else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
-    /// `/run/stoker/stoker.sock` if no daemon listens there.
+    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` if a daemon
+    /// answers there; else this user's own, `$XDG_RUNTIME_DIR/stoker/stoker.sock` or
+    /// `/tmp/stoker-<uid>/stoker.sock`.
     pub socket: *const c_char,
     /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
     /// process and attach.
@@ -153,6 +153,24 @@ pub struct stoker_attach_info {
     pub next_consumed: u64,
     /// Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
     pub offset_epoch_steps: u64,
+}
+
+/// Where the training loop's time went since the attach (the data stall), as the client
+/// measured it: time blocked in `stoker_next` and time between its calls.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct stoker_stall_info {
+    /// Set by the caller to `sizeof(stoker_stall_info)`; only that many bytes are written.
+    pub size: usize,
+    /// Seconds spent inside `stoker_next` waiting for a batch.
+    pub wait_s: f64,
+    /// Seconds spent between a `stoker_next` returning and the following call.
+    pub compute_s: f64,
+    /// `wait_s / (wait_s + compute_s)`, 0 before anything was measured.
+    pub wait_fraction: f64,
+    /// Batches received.
+    pub batches: u64,
 }
 
 /// One batch's header. The pointers address the ring and stay valid while the batch handle
@@ -542,6 +560,34 @@ pub unsafe extern "C" fn stoker_client_info(
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_attach_info") }?;
+        Ok(STOKER_OK)
+    })
+}
+
+/// Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
+/// The client also reports it to the daemon, which shows it per rank (`stoker status`).
+///
+/// # Safety
+/// `client` is a live client; `info` points to a `stoker_stall_info` with `size` set.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_stall(
+    client: *mut stoker_client,
+    info: *mut stoker_stall_info,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(info, "info")?;
+        let stall = lock(c)?.stall();
+        let value = stoker_stall_info {
+            size: 0,
+            wait_s: stall.wait.as_secs_f64(),
+            compute_s: stall.compute.as_secs_f64(),
+            wait_fraction: stall.wait_fraction(),
+            batches: stall.batches,
+        };
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_stall_info") }?;
         Ok(STOKER_OK)
     })
 }

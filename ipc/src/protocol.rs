@@ -51,6 +51,7 @@ pub enum MessageType {
     Error = 7,
     Status = 8,
     StatusReply = 9,
+    Stats = 10,
 }
 
 impl MessageType {
@@ -65,6 +66,7 @@ impl MessageType {
             7 => MessageType::Error,
             8 => MessageType::Status,
             9 => MessageType::StatusReply,
+            10 => MessageType::Stats,
             _ => return None,
         })
     }
@@ -182,6 +184,10 @@ pub struct Attached {
     pub created_job: bool,
     /// The daemon's version, for logs.
     pub daemon_version: String,
+    /// Whether the daemon takes [`Message::Stats`] on this connection (a daemon from before
+    /// STATS omits the field: the client then sends none).
+    #[serde(default)]
+    pub accepts_stats: bool,
 }
 
 /// Daemon → client: a slot is filled and leased to the client until it sends [`Release`].
@@ -201,6 +207,21 @@ pub struct Ready {
 pub struct Release {
     pub slot: u32,
     pub generation: u64,
+}
+
+/// Client → daemon: where the training loop's time went since the attach (the data stall).
+/// Totals, not deltas, so a lost or late report costs nothing; sent every
+/// [`STATS_EVERY`](crate::client::STATS_EVERY) or so, only to a daemon whose ATTACHED said
+/// `accepts_stats`. Fixed body of [`STATS_BODY`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Nanoseconds spent inside `next()` waiting for a batch.
+    pub wait_ns: u64,
+    /// Nanoseconds spent between a `next()` returning and the following call (the loop's own
+    /// work).
+    pub compute_ns: u64,
+    /// Batches received.
+    pub batches: u64,
 }
 
 /// Daemon → client, the answer to [`Message::Status`]: what the daemon serves now. JSON,
@@ -241,7 +262,7 @@ pub struct DaemonStatus {
 }
 
 /// One job in a [`DaemonStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobStatus {
     pub job: String,
@@ -254,6 +275,24 @@ pub struct JobStatus {
     pub steps_per_epoch: u64,
     /// Images delivered to this job's ranks.
     pub images_delivered: u64,
+    /// The data stall of each attached rank that reported one (see [`Stats`]), by rank.
+    #[serde(default)]
+    pub stalls: Vec<RankStall>,
+}
+
+/// One rank's data stall in a [`JobStatus`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankStall {
+    pub rank: u32,
+    /// Share of the training loop's time spent waiting for data, over the interval between
+    /// the rank's last two reports (the whole attach after its first report).
+    pub wait_fraction: f64,
+    /// Seconds waited inside `next()` since the attach.
+    pub wait_s: f64,
+    /// Seconds spent between `next()` calls since the attach.
+    pub compute_s: f64,
+    pub batches: u64,
 }
 
 /// Error codes. Stable numbers: never renumber, only add.
@@ -347,6 +386,7 @@ pub enum Message {
     /// Client → daemon, the only message of a status connection (no body).
     Status,
     StatusReply(Box<DaemonStatus>),
+    Stats(Stats),
 }
 
 /// Why bytes are not a message.
@@ -399,6 +439,8 @@ pub enum EncodeError {
 
 const READY_BODY: usize = 4 + 8 + 8 + 8 + 4;
 const RELEASE_BODY: usize = 4 + 8;
+/// Bytes of a [`Stats`] body: three u64.
+pub const STATS_BODY: usize = 3 * 8;
 
 impl Message {
     pub fn kind(&self) -> MessageType {
@@ -412,6 +454,7 @@ impl Message {
             Message::Error(_) => MessageType::Error,
             Message::Status => MessageType::Status,
             Message::StatusReply(_) => MessageType::StatusReply,
+            Message::Stats(_) => MessageType::Stats,
         }
     }
 
@@ -455,6 +498,11 @@ impl Message {
             }
             Message::StatusReply(s) => {
                 serde_json::to_writer(&mut *out, s).map_err(|e| EncodeError::Json(e.to_string()))?
+            }
+            Message::Stats(st) => {
+                out.extend_from_slice(&st.wait_ns.to_le_bytes());
+                out.extend_from_slice(&st.compute_ns.to_le_bytes());
+                out.extend_from_slice(&st.batches.to_le_bytes());
             }
             Message::Detach | Message::EndOfData | Message::Status => {}
             Message::Error(e) => {
@@ -551,6 +599,14 @@ impl Message {
             MessageType::StatusReply => {
                 Message::StatusReply(Box::new(serde_json::from_slice(body).map_err(json_err)?))
             }
+            MessageType::Stats => {
+                want(STATS_BODY)?;
+                Message::Stats(Stats {
+                    wait_ns: r.u64(),
+                    compute_ns: r.u64(),
+                    batches: r.u64(),
+                })
+            }
             MessageType::Error => {
                 let Some((code, text)) = body.split_first_chunk::<2>() else {
                     return Err(DecodeError::BodyLength {
@@ -624,6 +680,7 @@ mod tests {
                 ranks_attached: 2,
                 created_job: false,
                 daemon_version: "0.1.0".into(),
+                accepts_stats: true,
             }),
             Message::Ready(Ready {
                 slot: 3,
@@ -647,6 +704,13 @@ mod tests {
                 jobs: vec![JobStatus {
                     job: "j".into(),
                     ranks: vec![0, 1],
+                    stalls: vec![RankStall {
+                        rank: 1,
+                        wait_fraction: 0.25,
+                        wait_s: 1.0,
+                        compute_s: 3.0,
+                        batches: 40,
+                    }],
                     ..JobStatus::default()
                 }],
                 ..DaemonStatus::default()
@@ -655,6 +719,11 @@ mod tests {
                 ErrorCode::SpecMismatch,
                 "spec differs from the job's in dtype",
             ),
+            Message::Stats(Stats {
+                wait_ns: 1_500_000_000,
+                compute_ns: u64::MAX,
+                batches: 12,
+            }),
         ]
     }
 
@@ -699,6 +768,7 @@ mod tests {
             ranks_attached: 1,
             created_job: true,
             daemon_version: "0.1.0".into(),
+            accepts_stats: true,
         };
         let m = Message::Attached(answer);
         assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
@@ -753,6 +823,20 @@ mod tests {
             generation: 0,
         });
         assert_eq!(release.encode().unwrap().len(), HEADER_BYTES + RELEASE_BODY);
+        let stats = Message::Stats(Stats::default());
+        assert_eq!(stats.encode().unwrap().len(), HEADER_BYTES + STATS_BODY);
+    }
+
+    #[test]
+    fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
+        // A daemon from before STATS sends no `accepts_stats`.
+        let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
+        let mut bytes = b"SK\x01\x00\x02\x00\x00\x00".to_vec();
+        bytes.extend_from_slice(json);
+        let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
+            panic!("expected ATTACHED")
+        };
+        assert!(!a.accepts_stats);
     }
 
     #[test]
@@ -830,7 +914,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bodies_behind_a_valid_header_never_panic(
-            ty in 0u16..10,
+            ty in 0u16..11,
             body in proptest::collection::vec(any::<u8>(), 0..128),
         ) {
             let mut bytes = b"SK\x01\x00".to_vec();
@@ -845,7 +929,7 @@ mod tests {
 
         #[test]
         fn mutated_valid_messages_never_panic(
-            which in 0usize..7,
+            which in 0usize..10,
             flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
             cut in any::<usize>(),
         ) {

@@ -98,7 +98,7 @@ proptest! {
 
     #[test]
     fn any_body_behind_a_valid_header_never_panics(
-        ty in 0u16..10,
+        ty in 0u16..11,
         body in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
         let mut bytes = header(ty);

@@ -5,9 +5,10 @@ import json
 import os
 from ctypes import byref, c_void_p
 
-from . import _lib
+from . import _daemon, _lib
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
+from .errors import ConnectError, DaemonGone
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -75,14 +76,21 @@ class Loader:
 
     Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
     derived from TORCHELASTIC_RUN_ID (or MASTER_ADDR:MASTER_PORT); `local_rank` is LOCAL_RANK.
+
+    Without `socket=` (or `$STOKER_SOCKET`) it uses the system daemon when one answers, else
+    this user's own, which it starts when none answers (`autostart=False` turns that off).
+    `stats()` is the data stall: time spent waiting in `next()` vs between calls.
     """
 
     def __init__(self, dataset, batch_size=64, crop=224, *, train=True, resize=None,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
-                 spec=None, device="cpu"):
+                 spec=None, device="cpu", autostart=True):
         self.dataset = str(dataset)
+        # The daemon resolves paths itself, from its own working directory: send absolute ones.
+        self._dataset_arg = (os.path.abspath(self.dataset) if os.path.exists(self.dataset)
+                             else self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
@@ -104,7 +112,10 @@ class Loader:
         self.job = job
         self.seed = int(seed)
         self.socket = str(socket) if socket is not None else None
+        self.autostart = bool(autostart)
         self.device = device
+        # The stall of connections closed earlier (a re-attach starts the client's from 0).
+        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0}
         self._client = None
         self._info = None
         self._epoch = 0
@@ -118,13 +129,25 @@ class Loader:
     def _attach(self):
         if self._client is not None:
             return
+        socket, may_start = _daemon.resolve(self.socket, self.autostart)
+        if not may_start:
+            return self._attach_at(socket)
+        _daemon.ensure_daemon(socket)
+        try:
+            self._attach_at(socket)
+        except (ConnectError, DaemonGone):
+            # The daemon answered but was just leaving (its idle time ran out): start another.
+            _daemon.ensure_daemon(socket)
+            self._attach_at(socket)
+
+    def _attach_at(self, socket):
         o = _lib.AttachOptions()
         call("stoker_attach_options_init", byref(o))
         # The ctypes struct holds char* into these bytes objects: keep them alive meanwhile.
         keep = {
-            "socket": self.socket.encode() if self.socket else None,
+            "socket": socket.encode(),
             "job": self.job.encode() if self.job else None,
-            "dataset": self.dataset.encode(),
+            "dataset": self._dataset_arg.encode(),
             "spec_json": json.dumps(self.spec).encode(),
             "device": self.device.encode(),
         }
@@ -155,9 +178,35 @@ class Loader:
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
         at `state_dict()`'s position."""
+        if self._client:
+            try:
+                now = self._client_stall()
+            except Exception:  # noqa: BLE001 - closing (maybe at interpreter exit) goes on
+                now = dict.fromkeys(self._stall_before, 0)
+            for key in self._stall_before:
+                self._stall_before[key] += now[key]
         client, self._client = self._client, None
         if client:
             lib.stoker_detach(client)
+
+    def _client_stall(self):
+        info = _lib.StallInfo()
+        info.size = ctypes.sizeof(info)
+        call("stoker_client_stall", self._client, byref(info))
+        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches}
+
+    def stats(self):
+        """The data stall since this loader was made: `wait_s` (time spent inside `next()`
+        waiting for a batch), `compute_s` (time between calls: the training loop's own work),
+        `wait_fraction` (wait / both) and `batches`. The daemon shows the same per rank
+        (`stoker status`, metric `stoker_client_wait_fraction`)."""
+        out = dict(self._stall_before)
+        if self._client:
+            for key, value in self._client_stall().items():
+                out[key] += value
+        total = out["wait_s"] + out["compute_s"]
+        out["wait_fraction"] = out["wait_s"] / total if total > 0 else 0.0
+        return out
 
     def __enter__(self):
         return self

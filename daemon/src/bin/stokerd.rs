@@ -11,6 +11,7 @@ use clap::Parser;
 use stoker_daemon::access::{AccessPolicy, QuotaLimits};
 use stoker_daemon::config::{BackendChoice, Config, ReaderChoice, EXIT_CONFIG};
 use stoker_daemon::decode::Limits;
+use stoker_daemon::detach::{self, ReadyNotice, Role};
 use stoker_daemon::metrics::MetricsListener;
 use stoker_daemon::pipeline::EngineConfig;
 use stoker_daemon::reader::ReaderKind;
@@ -42,10 +43,22 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Socket to listen on. Default: server.socket from the config; else $STOKER_SOCKET; else
-    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker.sock; else
-    /// /tmp/stoker-<uid>.sock. Ignored when systemd passes the socket (socket activation).
+    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker/stoker.sock; else
+    /// /tmp/stoker-<uid>/stoker.sock. Ignored when systemd passes the socket (socket
+    /// activation).
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// File mode of the socket, in octal (e.g. 600). Overrides server.socket_mode.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    socket_mode: Option<u32>,
+    /// Exit after SECS seconds with no client connected (0: never; checked every quarter of
+    /// SECS, at most every second). Overrides server.idle_exit_s.
+    #[arg(long, value_name = "SECS")]
+    idle_exit: Option<u64>,
+    /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
+    /// exit code if it fails first; the daemon runs on in a new session.
+    #[arg(long)]
+    detach: bool,
     /// Decode worker threads shared by every job (0: one per core). Overrides the config.
     #[arg(long)]
     threads: Option<usize>,
@@ -63,6 +76,16 @@ struct Args {
     backend: Option<BackendArg>,
 }
 
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a file mode in octal, like 600 or 660"
+        )),
+    }
+}
+
 fn main() -> ExitCode {
     let config_exit = ExitCode::from(EXIT_CONFIG as u8);
     let args = match Args::try_parse() {
@@ -76,6 +99,24 @@ fn main() -> ExitCode {
             };
         }
     };
+    // Still one thread: the only moment a fork is safe.
+    let ready = if args.detach {
+        match detach::detach() {
+            Ok(Role::Parent(code)) => return code,
+            Ok(Role::Daemon(notice)) => notice,
+            Err(e) => {
+                eprintln!("stokerd: {e}");
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        }
+    } else {
+        ReadyNotice::none()
+    };
+    run(args, ready)
+}
+
+fn run(args: Args, mut ready: ReadyNotice) -> ExitCode {
+    let config_exit = ExitCode::from(EXIT_CONFIG as u8);
     // Before any thread exists, so every thread inherits the mask and only the signal
     // thread takes SIGTERM / SIGHUP.
     let signals = match Signals::block() {
@@ -158,7 +199,10 @@ fn main() -> ExitCode {
     if let Some(addr) = metrics_addr {
         let started = stoker_daemon::metrics::install().and_then(|prom| {
             let h = handle.clone();
-            MetricsListener::spawn(addr, prom, move || h.refresh_metrics())
+            MetricsListener::spawn(addr, prom, move || {
+                h.refresh_metrics();
+                h.stall_metrics()
+            })
         });
         if let Err(e) = started {
             let config = e.is_config();
@@ -191,11 +235,15 @@ fn main() -> ExitCode {
             return fail(&e, false);
         }
     }
+    let idle_exit = match args.idle_exit.unwrap_or(file.server.idle_exit_s) {
+        0 => None,
+        s => Some(Duration::from_secs(s)),
+    };
     {
         let (handle, notifier) = (handle.clone(), Arc::clone(&notifier));
         let spawned = std::thread::Builder::new()
             .name("stoker-supervisor".into())
-            .spawn(move || supervise(&handle, &notifier, watchdog));
+            .spawn(move || supervise(&handle, &notifier, watchdog, idle_exit));
         if let Err(e) = spawned {
             return fail(&e, false);
         }
@@ -206,6 +254,7 @@ fn main() -> ExitCode {
         server.socket_path().display(),
         std::process::id()
     ));
+    ready.ready();
     if let Err(e) = server.serve() {
         return fail(&e, false);
     }
@@ -242,7 +291,7 @@ fn server_config(args: &Args, file: &Config, socket: PathBuf) -> ServerConfig {
         },
         access: AccessPolicy::new(&file.access, &file.datasets),
         quotas: QuotaLimits::from(&file.limits),
-        socket_mode: file.server.socket_mode,
+        socket_mode: args.socket_mode.unwrap_or(file.server.socket_mode),
         socket_group: file.server.socket_group.clone(),
         lobby: file.limits.lobby(),
         walk: file.limits.walk(),
@@ -280,16 +329,34 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
     notifier.notify(&format!("READY=1\nSTATUS={}", handle.summary()));
 }
 
-/// Feeds the watchdog at half its interval while the server is alive, and keeps STATUS=
-/// and the throughput figure current.
-fn supervise(handle: &ServerHandle, notifier: &Notifier, watchdog: Option<Duration>) {
+/// Feeds the watchdog at half its interval while the server is alive, keeps STATUS= and the
+/// throughput figure current, and starts the drain once no client was connected for
+/// `idle_exit`.
+fn supervise(
+    handle: &ServerHandle,
+    notifier: &Notifier,
+    watchdog: Option<Duration>,
+    idle_exit: Option<Duration>,
+) {
     let tick = watchdog.map_or(Duration::from_secs(1), |w| {
         (w / 2).min(Duration::from_secs(1))
     });
+    let tick = idle_exit.map_or(tick, |i| tick.min((i / 4).max(Duration::from_millis(100))));
     let mut last_status = Instant::now();
     let mut last_line = String::new();
+    let mut idle_since = Instant::now();
     loop {
         std::thread::sleep(tick);
+        if handle.connections() > 0 {
+            idle_since = Instant::now();
+        } else if idle_exit.is_some_and(|i| idle_since.elapsed() >= i) && !handle.is_stopping() {
+            tracing::info!(
+                idle_s = idle_since.elapsed().as_secs(),
+                "no client for the idle time (--idle-exit): stopping"
+            );
+            notifier.notify("STOPPING=1\nSTATUS=idle");
+            handle.stop();
+        }
         if watchdog.is_some() {
             if handle.is_alive(ALIVE_WITHIN) {
                 notifier.notify("WATCHDOG=1");
