@@ -82,6 +82,12 @@ pub enum DatasetError {
     WrongKind { path: PathBuf, reason: String },
     #[error("dataset {path}: more than {max} files", max = u32::MAX)]
     TooManyFiles { path: PathBuf },
+    #[error("dataset {path}: S3 error {code}: {reason}")]
+    Remote {
+        path: PathBuf,
+        code: String,
+        reason: String,
+    },
 }
 
 impl DatasetError {
@@ -257,6 +263,9 @@ pub struct Dataset {
 impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+        if crate::s3::is_url(path) {
+            return crate::s3::open_dataset(path, opts);
+        }
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
         let kind = match opts.kind {
             Some(k) => k,
@@ -1223,6 +1232,9 @@ fn save_cache(file: &Path, ds: &Dataset, written_at: i128) -> io::Result<()> {
     }
     result
 }
+
+mod remote;
+pub use remote::default_cache_dir;
 
 #[cfg(test)]
 mod tests;
