@@ -452,3 +452,89 @@ fn walk_sizes(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+#[test]
+fn a_server_restarted_mid_epoch_loses_no_batch() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let mut weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    // Retries back off 0.1 s, 0.2 s, ... up to 5 s: about 26 s in all, longer than the restart.
+    let keys = "prefetch = false\nretries = 10\nbackoff_ms = 100";
+    let config = write_config(dir.path(), &weed, keys, "");
+    let daemon = Daemon::start(
+        dir.path(),
+        &[
+            "--threads",
+            "1",
+            "--slots",
+            "2",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let local = run(daemon.socket(), folder.to_str().unwrap(), "local", 2);
+    let mut c = Client::attach(
+        daemon.socket(),
+        options(&format!("s3://{BUCKET}/folder"), "restart", 0, 1, 2),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let b = c.next_batch().unwrap().unwrap();
+        seen.push(Seen {
+            indices: b.indices().to_vec(),
+            labels: b.labels().to_vec(),
+            status: b.status().to_vec(),
+            images: b.images().to_vec(),
+        });
+    }
+    weed.stop();
+    std::thread::sleep(Duration::from_secs(2));
+    weed.spawn();
+    seen.extend(drain(&mut c));
+    assert!(all_ok(&seen), "every sample fetched after the restart");
+    assert!(seen == local, "the batches of the local files, none lost");
+}
+
+#[test]
+fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let mut weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    let keys = "prefetch = false\nretries = 2\nbackoff_ms = 20";
+    let config = write_config(dir.path(), &weed, keys, "");
+    let daemon = Daemon::start(
+        dir.path(),
+        &[
+            "--threads",
+            "2",
+            "--slots",
+            "2",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let url = format!("s3://{BUCKET}/folder");
+    let mut remote = Client::attach(daemon.socket(), options(&url, "down", 0, 1, 2)).unwrap();
+    weed.stop();
+    let socket = daemon.socket().to_owned();
+    let local_folder = folder.clone();
+    let other =
+        std::thread::spawn(move || run(&socket, local_folder.to_str().unwrap(), "local", 3));
+    let failed = drain(&mut remote);
+    let local = other.join().unwrap();
+    assert!(all_ok(&local), "the local job is served in full");
+    assert_eq!(local.len(), 6);
+    let statuses: Vec<u8> = failed.iter().flat_map(|s| s.status.clone()).collect();
+    assert_eq!(statuses.len(), 18, "the s3 job still ends its epoch");
+    // Samples read before the stop are fine; the rest failed (no replacement could be read).
+    let bad = statuses
+        .iter()
+        .filter(|&&s| s == SampleStatus::Failed as u8)
+        .count();
+    assert!(bad >= 18 - 4, "{statuses:?}");
+}
