@@ -538,3 +538,34 @@ fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
         .count();
     assert!(bad >= 18 - 4, "{statuses:?}");
 }
+
+/// `stoker check` takes an `s3://` URL, with the connection from the standard environment.
+#[test]
+fn stoker_check_reads_s3_with_credentials_from_the_environment() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let check = |secret: &str| {
+        Command::new(&stoker)
+            .args(["check", &format!("s3://{BUCKET}/folder")])
+            .env("AWS_ENDPOINT_URL", weed.endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("STOKER_CACHE_DIR", dir.path().join("check-cache"))
+            .output()
+            .unwrap()
+    };
+    let out = check(SECRET);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
+    let out = check("wrong");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+}

@@ -407,6 +407,25 @@ pub fn localize(reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<PathBuf, R
     )
 }
 
+/// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
+/// its node-cache copy (fetched first if needed).
+pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
+    let req = [ReadRequest {
+        path,
+        offset: 0,
+        len: 0,
+    }];
+    match localize(&req).and_then(|mut l| l.pop().flatten()) {
+        None => Ok(path.to_owned()),
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(match e {
+            ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
+            ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
+            e => std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
 /// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
 /// request whose object could not be fetched gets that error and an empty buffer.
 pub fn read_localized(
