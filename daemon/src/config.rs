@@ -216,7 +216,7 @@ impl Config {
                 )));
             }
         }
-        if let Some(problem) = self.s3.problem() {
+        if let Some(problem) = self.s3.problem(&self.datasets) {
             return Err(invalid(problem));
         }
         for root in &self.access.dataset_roots {

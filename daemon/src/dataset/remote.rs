@@ -1,4 +1,11 @@
 //! What `crate::s3` needs to build a dataset whose files are `s3://` URLs.
+//!
+//! # Design
+//! A child module, so the dataset's storage stays private: `s3` pushes samples through these
+//! few methods only.
+//!
+//! # Limitations
+//! Remote datasets carry no stamps: the on-disk index cache is not used for them.
 
 use std::path::{Path, PathBuf};
 

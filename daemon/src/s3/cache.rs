@@ -6,6 +6,14 @@
 //! Downloads go to a temporary name in the same folder and are renamed into place, so a
 //! reader never sees a partial file. One download per object at a time: later askers wait for
 //! the one in flight.
+//!
+//! # Design
+//! The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
+//! map; waiters block on the download's condition variable, woken when it ends.
+//!
+//! # Limitations
+//! Eviction scans the map (linear in objects cached). Use order is not persisted: after a
+//! restart every file already there is equally old.
 
 use std::collections::HashMap;
 use std::fs;

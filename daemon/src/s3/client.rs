@@ -1,6 +1,15 @@
 //! One bucket on one S3-compatible service, through `object_store`: listing, whole-object
 //! downloads to a file, uploads and deletes, with retries and backoff on throttling and
 //! server errors, and errors that carry the S3 error code.
+//!
+//! # Design
+//! object_store's own retries are off: ours count every retry in the metrics and back off
+//! from `s3.backoff_ms`. The S3 error code is read from the response body object_store puts in
+//! its message (`<Code>...</Code>`), else the HTTP status, else `connection`.
+//!
+//! # Limitations
+//! Downloads are whole objects (no ranged GETs yet). Recognising the code from the message
+//! text depends on object_store keeping the body in it.
 
 use std::io::Write;
 use std::path::Path;

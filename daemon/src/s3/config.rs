@@ -2,6 +2,14 @@
 //! lives. Every key is optional; absent connection keys fall back to the standard AWS
 //! environment variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ...), then to
 //! web identity, container and instance credentials.
+//!
+//! # Design
+//! `[s3.default]` is the connection of every `s3://` dataset; `[s3.datasets.<name>]` replaces
+//! it whole for one registered dataset. The rest (in-flight limit, retries, cache) is per host.
+//!
+//! # Limitations
+//! Secrets in the file are plain text: keep the file readable by the daemon's user only, or
+//! leave them out and use the environment or instance credentials.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -74,8 +82,16 @@ impl Default for S3Config {
 }
 
 impl S3Config {
-    /// Why this section is invalid, if it is.
-    pub fn problem(&self) -> Option<String> {
+    /// Why this section is invalid, if it is; `datasets` are the registered datasets.
+    pub fn problem(&self, datasets: &BTreeMap<String, PathBuf>) -> Option<String> {
+        for name in self.datasets.keys() {
+            if !datasets.get(name).is_some_and(|p| super::is_url(p)) {
+                return Some(format!(
+                    "s3.datasets.{name}: no registered dataset {name:?} with an s3:// URL in \
+                     [datasets]"
+                ));
+            }
+        }
         if self.max_in_flight == 0 {
             return Some("s3.max_in_flight must be at least 1".into());
         }
@@ -86,5 +102,25 @@ impl S3Config {
             return Some("s3.timeout_ms must be at least 1".into());
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dataset_connection_must_name_a_registered_s3_dataset() {
+        let mut cfg = S3Config::default();
+        let mut datasets = BTreeMap::new();
+        assert_eq!(cfg.problem(&datasets), None);
+        cfg.datasets.insert("net".into(), Connection::default());
+        assert!(cfg.problem(&datasets).unwrap().contains("s3.datasets.net"));
+        datasets.insert("net".into(), PathBuf::from("/data/net"));
+        assert!(cfg.problem(&datasets).is_some());
+        datasets.insert("net".into(), PathBuf::from("s3://bucket/net"));
+        assert_eq!(cfg.problem(&datasets), None);
+        cfg.max_in_flight = 0;
+        assert!(cfg.problem(&datasets).unwrap().contains("max_in_flight"));
     }
 }

@@ -1,4 +1,12 @@
 //! Indexing an `s3://bucket/prefix` dataset: a paginated listing, then the layout's samples.
+//!
+//! # Design
+//! Layout detection and order follow the local rules (`crate::dataset`), so a dataset gives
+//! the same samples in the same order from a bucket as from a local copy.
+//!
+//! # Limitations
+//! Shards are downloaded to read their headers (no sidecar index, no ranged header reads);
+//! the index is not cached on disk (listing again is cheap next to reading).
 
 use std::path::Path;
 use std::sync::Arc;
