@@ -265,6 +265,10 @@ fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String>
             let permits = permits();
             runtime()?.spawn(async move {
                 let Ok(_permit) = permits.acquire_owned().await else {
+                    // Never closed; should it be, the waiters still wake, with an error.
+                    let url = obj.remote.url(&obj.key);
+                    let err = S3Error::local(&url, "the request limiter is closed".into());
+                    let _ = cache.finish(&name, &p, &cache.temp_path(&name), Err(err), &url);
                     return;
                 };
                 download(&cache, &obj, &name, &p).await;
