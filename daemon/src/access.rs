@@ -174,6 +174,17 @@ impl AccessPolicy {
         }
         let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
         let path = Path::new(name);
+        if crate::s3::is_url(path) {
+            // Object storage is read with the daemon's credentials: only the daemon's own
+            // user may name a bucket that is not registered.
+            if self.is_owner(peer) {
+                return Ok(path.to_owned());
+            }
+            return refuse(format!(
+                "not a registered dataset; uid {} may name registered s3:// datasets only",
+                peer.uid
+            ));
+        }
         if path.components().any(|c| c == Component::ParentDir) {
             return refuse("a path may not contain '..' components".into());
         }
@@ -244,7 +255,10 @@ impl AccessPolicy {
     /// For a dataset named by path with roots configured: every file it reads must resolve
     /// under a root too (a file list or a symlink could point anywhere).
     pub fn check_dataset_files(&self, name: &str, dataset: &Dataset) -> Result<(), AccessError> {
-        if self.roots.is_empty() || self.registry.contains_key(name) {
+        if self.roots.is_empty()
+            || self.registry.contains_key(name)
+            || crate::s3::is_url(dataset.root())
+        {
             return Ok(());
         }
         let mut last: Option<&Path> = None;

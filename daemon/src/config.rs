@@ -78,6 +78,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Registered datasets: name -> path. Clients may name these.
     pub datasets: BTreeMap<String, PathBuf>,
+    /// Object storage (`s3://` datasets) and the node cache.
+    pub s3: crate::s3::S3Config,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,12 +247,15 @@ impl Config {
                     "datasets: name {name:?} must be non-empty and contain no '/'"
                 )));
             }
-            if !p.is_absolute() {
+            if !p.is_absolute() && !crate::s3::is_url(p) {
                 return Err(invalid(format!(
-                    "datasets.{name}: path {} must be absolute",
+                    "datasets.{name}: path {} must be absolute (or an s3:// URL)",
                     p.display()
                 )));
             }
+        }
+        if let Some(problem) = self.s3.problem(&self.datasets) {
+            return Err(invalid(problem));
         }
         for root in &self.access.dataset_roots {
             if !root.is_absolute() {

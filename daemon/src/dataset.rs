@@ -92,6 +92,12 @@ pub enum DatasetError {
     TooManyFiles { path: PathBuf },
     #[error("dataset indexing stopped at {path}: {reason}")]
     WalkLimit { path: PathBuf, reason: String },
+    #[error("dataset {path}: S3 error {code}: {reason}")]
+    Remote {
+        path: PathBuf,
+        code: String,
+        reason: String,
+    },
 }
 
 impl DatasetError {
@@ -280,6 +286,9 @@ pub struct Dataset {
 impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+        if crate::s3::is_url(path) {
+            return crate::s3::open_dataset(path, opts);
+        }
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
         walk::refuse_root(&root)?;
         let kind = match opts.kind {
@@ -1280,6 +1289,9 @@ fn save_cache(file: &Path, ds: &Dataset, written_at: i128) -> io::Result<()> {
     }
     result
 }
+
+mod remote;
+pub use remote::default_cache_dir;
 
 #[cfg(test)]
 mod tests;

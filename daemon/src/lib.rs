@@ -23,6 +23,7 @@ pub mod pipeline;
 pub mod ratelimit;
 pub mod reader;
 pub mod rng;
+pub mod s3;
 pub mod sampler;
 pub mod server;
 pub mod stall;

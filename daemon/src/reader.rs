@@ -240,6 +240,17 @@ impl Reader {
             reqs.len()
         );
         let bufs = &mut bufs[..reqs.len()];
+        if let Some(local) = crate::s3::localize(reqs) {
+            return crate::s3::read_localized(reqs, local, bufs, |r, b| self.read_local(r, b));
+        }
+        self.read_local(reqs, bufs)
+    }
+
+    fn read_local(
+        &mut self,
+        reqs: &[ReadRequest<'_>],
+        bufs: &mut [Vec<u8>],
+    ) -> Vec<Result<(), ReadError>> {
         if let Some(why) = &self.rules_error {
             return reqs
                 .iter()

@@ -147,6 +147,7 @@ fn run(args: Args, mut ready: ReadyNotice) -> ExitCode {
         },
         None => Config::default(),
     };
+    stoker_daemon::s3::configure(&file.s3, &file.datasets);
     let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "not notifying systemd");
         Notifier::disabled()
@@ -314,6 +315,7 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
             handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
+            stoker_daemon::s3::configure(&c.s3, &c.datasets);
             metrics::counter!(stoker_daemon::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
             tracing::info!(
                 "access rules and datasets apply to new attaches now; limits, pipeline and server \
