@@ -15,10 +15,14 @@ CLIENT = """
 import json, sys, time, stoker
 loader = stoker.Loader({data!r}, batch_size={batch}, crop={crop}, seed=0, job={job!r})
 it = loader.batches()
-for _ in range({n}):
+# At least n batches and at least 1.5 s: the client reports to the daemon every 0.5 s from
+# inside next(), so a loop shorter than that would have nothing to show there.
+start, done = time.monotonic(), 0
+while done < {n} or time.monotonic() - start < 1.5:
     batch = next(it)
     del batch
     time.sleep({sleep})
+    done += 1
 s = loader.stats()
 print(json.dumps(s), flush=True)
 sys.stdin.readline()  # stay attached while the test looks at the daemon
