@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod dataset;
 pub mod decode;
+pub mod engine;
 pub mod logging;
 pub mod metrics;
 pub mod pack;

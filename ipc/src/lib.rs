@@ -16,5 +16,5 @@ pub mod spec;
 pub use client::{default_socket_path, AttachOptions, Batch, Client, ClientError};
 pub use memfd::{MemfdError, MemfdRing};
 pub use protocol::{ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
-pub use ring::{RingLayout, SampleStatus, SlotLayout};
+pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};

@@ -25,6 +25,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ring::ImageMemory;
 use crate::spec::PipelineSpec;
 
 /// Wire protocol version this build speaks.
@@ -96,8 +97,9 @@ pub struct Attach {
     pub start: StartPosition,
 }
 
-/// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS),
+/// followed by the device allocation's fd when the images are device memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Attached {
     /// Slots in the ring.
@@ -118,6 +120,17 @@ pub struct Attached {
     pub created_job: bool,
     /// The daemon's version, for logs.
     pub daemon_version: String,
+    /// Where the images live: host (in the memfd, the only fd) or device (a CUDA VMM
+    /// allocation, exported as a second fd). Left out on the wire for host.
+    #[serde(default, skip_serializing_if = "ImageMemory::is_host")]
+    pub image_memory: ImageMemory,
+    /// Bytes of the device allocation holding the images; left out (0) for host images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_ring_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Daemon → client: a slot is filled and leased to the client until it sends [`Release`].
@@ -559,6 +572,15 @@ mod tests {
                 ranks_attached: 2,
                 created_job: false,
                 daemon_version: "0.1.0".into(),
+                ..Attached::default()
+            }),
+            Message::Attached(Attached {
+                slots: 3,
+                slot_bytes: 1 << 20,
+                ring_bytes: 1 << 16,
+                image_memory: ImageMemory::Device,
+                image_ring_bytes: 4 << 20,
+                ..Attached::default()
             }),
             Message::Ready(Ready {
                 slot: 3,

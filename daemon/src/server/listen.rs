@@ -1,0 +1,248 @@
+//! The listening socket and the accept loop: binding (or taking systemd's socket), its mode
+//! and group, and one thread per accepted connection.
+//!
+//! # Design
+//! - A stale socket no daemon answers on is replaced; a live one is an error.
+//! - Connections are counted before their thread starts, so a drain never misses one.
+//!
+//! # Limitations
+//! - One thread per connection: ranks per host are few.
+
+use super::*;
+
+/// The daemon: a listening socket, the engine, the job registry.
+pub struct Server {
+    pub(super) listener: SeqPacketListener,
+    pub(super) socket: PathBuf,
+    /// False for a socket systemd passed: systemd owns the file, we leave it on drop.
+    pub(super) owns_socket: bool,
+    pub(super) slots: usize,
+    pub(super) engine: Arc<Engine>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) quotas: Arc<Quotas>,
+    pub(super) state: Arc<ServerState>,
+}
+
+/// Gives a socket file the configured mode and group (who may connect is who may write it).
+pub(super) fn set_socket_permissions(
+    path: &Path,
+    mode: u32,
+    group: Option<&str>,
+) -> Result<(), ServerError> {
+    use std::os::unix::fs::PermissionsExt;
+    let perms_err = |source| ServerError::SocketPermissions {
+        path: path.to_owned(),
+        mode,
+        source,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
+    if let Some(group) = group {
+        let gid = group_id(group).ok_or_else(|| ServerError::SocketGroup {
+            path: path.to_owned(),
+            group: group.to_owned(),
+        })?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(perms_err)?;
+    }
+    Ok(())
+}
+
+/// The gid of a group name (or a numeric gid), from the system's group database.
+pub(super) fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Some(gid);
+    }
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: a zeroed libc::group is a valid out-parameter for getgrnam_r.
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer refers to live memory of the stated size for the call's duration;
+    // the result only points into `grp` and `buf`, which we do not read beyond gr_gid.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            cname.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    (rc == 0 && !found.is_null()).then_some(grp.gr_gid)
+}
+
+impl Server {
+    /// Checks the config, starts the engine, and listens at `config.socket` (creating its
+    /// directory, and replacing a stale socket no daemon answers on).
+    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        if config.slots < 2 {
+            return Err(ServerError::Slots(config.slots));
+        }
+        let socket = config.socket.clone();
+        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| ServerError::SocketDir {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        if std::fs::symlink_metadata(&socket).is_ok() {
+            match SeqPacket::connect(&socket) {
+                Ok(_) => return Err(ServerError::InUse(socket)),
+                Err(_) => {
+                    tracing::info!(socket = %socket.display(), "removing stale socket");
+                    let _ = std::fs::remove_file(&socket);
+                }
+            }
+        }
+        let listener = SeqPacketListener::bind(&socket).map_err(|source| ServerError::Bind {
+            path: socket.clone(),
+            source,
+        })?;
+        set_socket_permissions(&socket, config.socket_mode, config.socket_group.as_deref())?;
+        Server::with_listener(listener, socket, true, config)
+    }
+
+    /// Serves on a listening socket systemd passed (socket activation), after checking it is
+    /// a listening unix SOCK_SEQPACKET socket. `socket` names it in logs and status.
+    pub fn from_activated(
+        fd: OwnedFd,
+        socket: PathBuf,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        if config.slots < 2 {
+            return Err(ServerError::Slots(config.slots));
+        }
+        crate::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
+        Server::with_listener(SeqPacketListener::from_fd(fd), socket, false, config)
+    }
+
+    pub(super) fn with_listener(
+        listener: SeqPacketListener,
+        socket: PathBuf,
+        owns_socket: bool,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        let engine = Engine::new(config.engine)?;
+        let registry = Arc::new(Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(config.access),
+            max_jobs: config.quotas.max_jobs,
+        });
+        let state = Arc::new(ServerState::new());
+        state.beat();
+        Ok(Server {
+            listener,
+            socket,
+            owns_socket,
+            slots: config.slots,
+            engine,
+            registry,
+            quotas: Quotas::new(config.quotas),
+            state,
+        })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// What signals, the watchdog, status and metrics hold of this server.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            state: Arc::clone(&self.state),
+            registry: Arc::clone(&self.registry),
+            engine: Arc::clone(&self.engine),
+            quotas: Arc::clone(&self.quotas),
+            socket: self.socket.clone(),
+            activated: !self.owns_socket,
+        }
+    }
+
+    /// Accepts clients until [`ServerHandle::stop`] (then returns `Ok`) or accepting fails.
+    pub fn serve(&self) -> Result<(), ServerError> {
+        tracing::info!(
+            socket = %self.socket.display(),
+            slots = self.slots,
+            threads = self.engine.threads(),
+            "stokerd serving"
+        );
+        let mut next_id: u64 = 0;
+        loop {
+            self.state.beat();
+            if self.state.stopping() {
+                tracing::info!("no longer accepting connections (stopping)");
+                return Ok(());
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.listener.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+            let rc = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL.as_millis() as libc::c_int) };
+            if rc == 0 {
+                continue;
+            }
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(ServerError::Accept(SockError::Io {
+                    op: "poll",
+                    source: e,
+                }));
+            }
+            let conn = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if is_transient_accept(&e) => {
+                    tracing::warn!(error = %e, "accept failed; going on");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return Err(ServerError::Accept(e)),
+            };
+            next_id += 1;
+            let id = next_id;
+            ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
+            let ctx = Connection {
+                id,
+                handle: self.handle(),
+                slots: self.slots,
+            };
+            // Counted before the thread starts, so a drain never misses it.
+            self.state.connections.fetch_add(1, Ordering::AcqRel);
+            let spawned = std::thread::Builder::new()
+                .name(format!("stoker-conn-{id}"))
+                .spawn(move || {
+                    let state = Arc::clone(&ctx.handle.state);
+                    ctx.run(conn);
+                    state.connections.fetch_sub(1, Ordering::AcqRel);
+                });
+            if let Err(e) = spawned {
+                self.state.connections.fetch_sub(1, Ordering::AcqRel);
+                tracing::error!(conn = id, error = %e, "cannot start a connection thread");
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.owns_socket {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+pub(super) fn is_transient_accept(e: &SockError) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNABORTED)
+            | Some(libc::EMFILE)
+            | Some(libc::ENFILE)
+            | Some(libc::ENOBUFS)
+            | Some(libc::ENOMEM)
+            | Some(libc::EPROTO)
+            | Some(libc::EPERM)
+    )
+}

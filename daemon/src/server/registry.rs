@@ -1,0 +1,195 @@
+//! The job registry: job key -> job, the terms every rank of a job must agree on, and each
+//! rank's seat.
+//!
+//! # Design
+//! - The first rank of a job creates it (opening the dataset); a later rank whose terms differ
+//!   is refused naming the field; a rank attached twice is refused. Dropping a [`RankSeat`]
+//!   frees the rank, and the job with its last rank.
+//!
+//! # Limitations
+//! - The registry lock is held while the first rank of a job opens the dataset, so attaches
+//!   wait on a slow first indexing.
+
+use super::*;
+
+/// What every rank of a job must agree on.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct JobTerms {
+    pub(super) spec: PipelineSpec,
+    pub(super) world_size: u32,
+    pub(super) dataset: String,
+    pub(super) seed: u64,
+}
+
+impl JobTerms {
+    pub(super) fn of(a: &Attach) -> JobTerms {
+        JobTerms {
+            spec: a.spec.clone(),
+            world_size: a.world_size,
+            dataset: a.dataset.clone(),
+            seed: a.seed,
+        }
+    }
+
+    /// The first field in which `other` differs, for a SPEC_MISMATCH refusal.
+    pub(super) fn mismatch(&self, other: &JobTerms) -> Option<String> {
+        if self.world_size != other.world_size {
+            return Some(format!(
+                "world_size {} differs from the job's {}",
+                other.world_size, self.world_size
+            ));
+        }
+        if self.dataset != other.dataset {
+            return Some(format!(
+                "dataset {:?} differs from the job's {:?}",
+                other.dataset, self.dataset
+            ));
+        }
+        if self.seed != other.seed {
+            return Some(format!(
+                "seed {} differs from the job's {}",
+                other.seed, self.seed
+            ));
+        }
+        self.spec
+            .first_difference(&other.spec)
+            .map(|field| format!("spec field {field} differs from the job's"))
+    }
+}
+
+pub(super) struct JobEntry {
+    pub(super) terms: JobTerms,
+    pub(super) job: Arc<Job>,
+    pub(super) ranks: BTreeSet<u32>,
+    /// Images delivered to this job's ranks.
+    pub(super) delivered: Arc<AtomicU64>,
+}
+
+/// Job key → job, and the access rules (which SIGHUP may replace). Shared by every
+/// connection.
+pub(super) struct Registry {
+    pub(super) jobs: Mutex<HashMap<String, JobEntry>>,
+    pub(super) access: RwLock<AccessPolicy>,
+    pub(super) max_jobs: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(AccessPolicy::permissive_for_owner()),
+            max_jobs: usize::MAX,
+        }
+    }
+}
+
+/// One rank's place in the registry; dropping it frees the rank (and the job, if it was the
+/// last rank).
+pub(super) struct RankSeat {
+    pub(super) registry: Arc<Registry>,
+    pub(super) key: String,
+    pub(super) rank: u32,
+    pub(super) delivered: Arc<AtomicU64>,
+}
+
+impl Drop for RankSeat {
+    fn drop(&mut self) {
+        let mut jobs = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = jobs.get_mut(&self.key) {
+            entry.ranks.remove(&self.rank);
+            if entry.ranks.is_empty() {
+                jobs.remove(&self.key);
+                tracing::info!(job = %self.key, "job ended: no ranks attached");
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// The access rules in force.
+    pub(super) fn access(&self) -> std::sync::RwLockReadGuard<'_, AccessPolicy> {
+        self.access.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks an attach against the job it names, creating the job for its first rank (from
+    /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
+    /// Returns the job, the seat, how many ranks are now attached, and whether this attach
+    /// created the job.
+    pub(super) fn seat(
+        self: &Arc<Self>,
+        a: &Attach,
+        path: &Path,
+    ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
+        let terms = JobTerms::of(a);
+        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let created = !jobs.contains_key(&a.job);
+        if let Some(entry) = jobs.get(&a.job) {
+            if let Some(diff) = entry.terms.mismatch(&terms) {
+                return Err(refuse(
+                    ErrorCode::SpecMismatch,
+                    format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+                ));
+            }
+            if entry.ranks.contains(&a.rank) {
+                return Err(refuse(
+                    ErrorCode::RankTaken,
+                    format!("job {:?}: rank {} is attached already", a.job, a.rank),
+                ));
+            }
+        } else {
+            if jobs.len() >= self.max_jobs {
+                return Err(refuse(
+                    ErrorCode::Quota,
+                    format!(
+                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                        a.job,
+                        jobs.len(),
+                        self.max_jobs
+                    ),
+                ));
+            }
+            let dataset = Dataset::open(path, &OpenOptions::default())
+                .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
+            self.access().check_dataset_files(&a.dataset, &dataset)?;
+            let job =
+                Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
+                    match e {
+                        PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+                        PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+                        e => refuse(ErrorCode::Internal, e.to_string()),
+                    }
+                })?;
+            tracing::info!(
+                job = %a.job,
+                dataset = %a.dataset,
+                samples = job.dataset.len(),
+                world_size = a.world_size,
+                steps_per_epoch = job.steps_per_epoch(),
+                "job created"
+            );
+            jobs.insert(
+                a.job.clone(),
+                JobEntry {
+                    terms,
+                    job,
+                    ranks: BTreeSet::new(),
+                    delivered: Arc::default(),
+                },
+            );
+        }
+        let entry = jobs.get_mut(&a.job).expect("inserted or present above");
+        entry.ranks.insert(a.rank);
+        let seat = RankSeat {
+            registry: Arc::clone(self),
+            key: a.job.clone(),
+            rank: a.rank,
+            delivered: Arc::clone(&entry.delivered),
+        };
+        Ok((
+            Arc::clone(&entry.job),
+            seat,
+            entry.ranks.len() as u32,
+            created,
+        ))
+    }
+}
