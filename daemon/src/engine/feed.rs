@@ -66,6 +66,8 @@ pub(super) struct FeedState {
     /// Why the backend can no longer fill this feed's ring (a GPU fault); the consumer is
     /// told instead of receiving more batches.
     pub(super) failed: Option<BackendFault>,
+    /// Set by a [`FeedWaker`], consumed by the consumer's next wake-able wait.
+    pub(super) woken: bool,
 }
 
 /// The batch whose units are being handed out.
@@ -115,6 +117,7 @@ impl FeedShared {
                 stopped: false,
                 writers: 0,
                 failed: None,
+                woken: false,
             }),
             job,
             rank,
@@ -220,6 +223,18 @@ impl FeedShared {
     }
 }
 
+/// Wakes a feed's consumer (see [`Feed::waker`]); a wake is remembered until consumed, so
+/// one sent just before the consumer waits is not lost.
+#[derive(Clone)]
+pub struct FeedWaker(Arc<FeedShared>);
+
+impl FeedWaker {
+    pub fn wake(&self) {
+        self.0.state.lock().unwrap().woken = true;
+        self.0.changed.notify_all();
+    }
+}
+
 /// One rank's stream of ready batches. Dropping it stops the feed and waits until no worker
 /// writes into its ring any more, so the ring may be unmapped afterwards.
 pub struct Feed {
@@ -240,6 +255,54 @@ impl Feed {
         &self.shared.ring
     }
 
+    /// A handle that wakes this feed's consumer out of [`Feed::recv_wakeable`] or
+    /// [`Feed::wait_woken`] (the connection ended, the daemon drains).
+    pub fn waker(&self) -> FeedWaker {
+        FeedWaker(Arc::clone(&self.shared))
+    }
+
+    /// Waits for the next batch in order, or until woken (`None`).
+    pub fn recv_wakeable(&self) -> Result<Option<FeedEvent>, PipelineError> {
+        let mut st = self.shared.state.lock().unwrap();
+        loop {
+            if std::mem::take(&mut st.woken) {
+                return Ok(None);
+            }
+            if let Some(ev) = self.poll_event(&mut st)? {
+                return Ok(Some(ev));
+            }
+            st = self.shared.changed.wait(st).unwrap();
+        }
+    }
+
+    /// Waits until woken, whatever the feed does meanwhile.
+    pub fn wait_woken(&self) {
+        let mut st = self.shared.state.lock().unwrap();
+        while !std::mem::take(&mut st.woken) {
+            st = self.shared.changed.wait(st).unwrap();
+        }
+    }
+
+    /// The next event if there is one now: a batch (leased to the consumer from here on), the
+    /// end of the data, or why the feed cannot go on.
+    fn poll_event(&self, st: &mut FeedState) -> Result<Option<FeedEvent>, PipelineError> {
+        if st.stopped {
+            return Err(PipelineError::Stopped);
+        }
+        if let Some(fault) = &st.failed {
+            return Err(PipelineError::Backend(fault.clone()));
+        }
+        if let Some(ready) = st.ready.pop_front() {
+            st.slots[ready.slot].leased = true;
+            return Ok(Some(FeedEvent::Ready(ready)));
+        }
+        let finished = self.shared.job.is_past_end(st.next) || self.shared.job.steps_per_epoch == 0;
+        if finished && st.dispatching.is_none() && st.in_flight.is_empty() {
+            return Ok(Some(FeedEvent::EndOfData));
+        }
+        Ok(None)
+    }
+
     /// Waits for the next batch in order.
     pub fn recv(&self) -> Result<FeedEvent, PipelineError> {
         loop {
@@ -254,20 +317,8 @@ impl Feed {
         let deadline = Instant::now() + timeout;
         let mut st = self.shared.state.lock().unwrap();
         loop {
-            if st.stopped {
-                return Err(PipelineError::Stopped);
-            }
-            if let Some(fault) = &st.failed {
-                return Err(PipelineError::Backend(fault.clone()));
-            }
-            if let Some(ready) = st.ready.pop_front() {
-                st.slots[ready.slot].leased = true;
-                return Ok(Some(FeedEvent::Ready(ready)));
-            }
-            let finished =
-                self.shared.job.is_past_end(st.next) || self.shared.job.steps_per_epoch == 0;
-            if finished && st.dispatching.is_none() && st.in_flight.is_empty() {
-                return Ok(Some(FeedEvent::EndOfData));
+            if let Some(ev) = self.poll_event(&mut st)? {
+                return Ok(Some(ev));
             }
             let now = Instant::now();
             if now >= deadline {

@@ -52,7 +52,7 @@ pub use backend::{
 };
 pub use cpu::{CpuBackend, CpuBackendFactory};
 use feed::FeedShared;
-pub use feed::{Feed, FeedEvent, Ready};
+pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
 pub use job::Job;
 pub use memory::{HeapRing, SlotImages, SlotMemory};
 use scheduler::{JobFeeds, Sched, Shared};

@@ -44,6 +44,8 @@ pub(super) struct Connection {
 pub(super) enum Opening {
     Attach(Box<Attach>),
     Status,
+    /// The peer hung up without a word (a liveness probe, typically).
+    Closed,
 }
 
 /// Why a connection ended.
@@ -56,17 +58,37 @@ pub(super) enum End {
     Socket(SockError),
 }
 
+/// What an accepted attach holds until the rank leaves. Field order is drop order: the feed
+/// stops (and waits until no worker writes the ring) before the seat and the quota are freed.
+pub(super) struct Started {
+    pub(super) feed: Feed,
+    pub(super) seat: RankSeat,
+    pub(super) grant: QuotaGrant,
+    pub(super) ring_bytes: u64,
+}
+
 impl Connection {
     pub(super) fn run(self, sock: SeqPacket) {
-        let id = self.id;
         // Nothing a peer sends is parsed before its credentials pass.
+        let Some(peer) = self.check_peer(&sock) else {
+            return;
+        };
+        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
+        if let Some(attach) = self.open(&sock, &mut buf) {
+            self.serve_rank(&sock, &attach, &peer, &mut buf);
+        }
+    }
+
+    /// The peer's credentials, if the access rules let it in; else it is told why.
+    fn check_peer(&self, sock: &SeqPacket) -> Option<Peer> {
+        let id = self.id;
         let peer = match sock.peer_cred() {
             Ok(c) => Peer::from_cred(&c),
             Err(e) => {
                 tracing::warn!(conn = id, error = %e, "no peer credentials; refused");
                 let why = format!("cannot read the peer's credentials: {e}");
-                send_error(&sock, refuse(ErrorCode::PermissionDenied, why));
-                return;
+                send_error(sock, refuse(ErrorCode::PermissionDenied, why));
+                return None;
             }
         };
         tracing::debug!(
@@ -81,45 +103,56 @@ impl Connection {
             // not fail on a closed connection before it can read why.
             let _ = sock.set_read_timeout(Some(REFUSED_PEER_DRAIN));
             let _ = sock.recv(&mut [0u8; 64]);
-            send_error(&sock, e.into());
-            return;
+            send_error(sock, e.into());
+            return None;
         }
-        let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
-        let attach = match self.read_attach(&sock, &mut buf) {
+        Some(peer)
+    }
+
+    /// Reads the opening message: answers a STATUS, refuses what cannot attach, and returns
+    /// an ATTACH to serve.
+    fn open(&self, sock: &SeqPacket, buf: &mut [u8]) -> Option<Box<Attach>> {
+        let id = self.id;
+        match self.read_attach(sock, buf) {
             Ok(Opening::Attach(_)) if self.handle.is_stopping() => {
-                send_error(&sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
-                return;
+                send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
+                None
             }
-            Ok(Opening::Attach(a)) => a,
+            Ok(Opening::Attach(a)) => Some(a),
             Ok(Opening::Status) => {
                 match encode_status(self.handle.status()) {
                     Ok(bytes) => {
                         let _ = sock.send(&bytes, &[]);
                     }
-                    Err(e) => send_error(&sock, refuse(ErrorCode::Internal, e.to_string())),
+                    Err(e) => send_error(sock, refuse(ErrorCode::Internal, e.to_string())),
                 }
                 tracing::debug!(conn = id, "status answered");
-                return;
+                None
             }
-            Err(r) if r.message == CLOSED_BEFORE_ATTACH => {
+            Ok(Opening::Closed) => {
                 tracing::debug!(conn = id, "closed before ATTACH");
-                return;
+                None
             }
             Err(r) => {
                 tracing::warn!(conn = id, code = %r.code, reason = %r.message, "attach refused");
-                send_error(&sock, r);
-                return;
+                send_error(sock, r);
+                None
             }
-        };
+        }
+    }
+
+    /// Serves an attached rank until it leaves: READY out (forwarder thread), RELEASE in.
+    fn serve_rank(&self, sock: &SeqPacket, attach: &Attach, peer: &Peer, buf: &mut [u8]) {
+        let id = self.id;
         let who = format!(
             "job {:?} rank {}/{}",
             attach.job, attach.rank, attach.world_size
         );
-        let (feed, seat, _grant, ring_bytes) = match self.start(&sock, &attach, &peer) {
+        let started = match self.start(sock, attach, peer) {
             Ok(v) => v,
             Err(r) => {
                 tracing::warn!(conn = id, %who, code = %r.code, reason = %r.message, "attach refused");
-                send_error(&sock, r);
+                send_error(sock, r);
                 return;
             }
         };
@@ -132,14 +165,50 @@ impl Connection {
         );
         let state = Arc::clone(&self.handle.state);
         state.clients.fetch_add(1, Ordering::Relaxed);
-        state.ring_bytes.fetch_add(ring_bytes, Ordering::Relaxed);
+        state
+            .ring_bytes
+            .fetch_add(started.ring_bytes, Ordering::Relaxed);
+        let Started {
+            feed,
+            seat,
+            grant,
+            ring_bytes,
+        } = started;
         let feed = Arc::new(feed);
+        let end = self.exchange(sock, &feed, &seat, buf);
+        let leased = feed.leased();
+        // Drop of the last Arc<Feed> stops it and waits until no worker writes the ring; only
+        // then are the seat and the quota grant freed.
+        drop(feed);
+        ::metrics::gauge!(m::READY_SLOTS).decrement(leased as f64);
+        state.clients.fetch_sub(1, Ordering::Relaxed);
+        state.ring_bytes.fetch_sub(ring_bytes, Ordering::Relaxed);
+        drop(seat);
+        drop(grant);
+        if state.stopping() {
+            tracing::info!(conn = id, %who, reclaimed = leased, "rank told: daemon stopping");
+            return;
+        }
+        log_end(id, &who, leased, &end);
+    }
+
+    /// Runs the forwarder thread and reads RELEASE until the connection ends; returns once the
+    /// forwarder has ended too.
+    fn exchange(&self, sock: &SeqPacket, feed: &Arc<Feed>, seat: &RankSeat, buf: &mut [u8]) -> End {
+        let id = self.id;
+        let state = &self.handle.state;
         let stop = Arc::new(AtomicBool::new(false));
+        let waker = feed.waker();
+        state
+            .forwarders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, waker.clone());
         let forwarder = match sock.try_clone() {
             Ok(out) => {
-                let (feed, stop) = (Arc::clone(&feed), Arc::clone(&stop));
+                let (feed, stop) = (Arc::clone(feed), Arc::clone(&stop));
                 let counts = Delivered {
-                    daemon: Arc::clone(&state),
+                    daemon: Arc::clone(state),
                     job: Arc::clone(&seat.delivered),
                 };
                 std::thread::Builder::new()
@@ -150,43 +219,24 @@ impl Connection {
             Err(e) => Err(e.to_string()),
         };
         let end = match &forwarder {
-            Ok(_) => serve_releases(&sock, &feed, &mut buf),
+            Ok(_) => serve_releases(sock, feed, buf),
             Err(e) => {
-                send_error(
-                    &sock,
-                    refuse(ErrorCode::Internal, format!("cannot forward: {e}")),
-                );
-                End::Violation(format!("cannot start the forwarder: {e}"))
+                let why = format!("cannot forward: {e}");
+                send_error(sock, refuse(ErrorCode::Internal, why.clone()));
+                End::Violation(why)
             }
         };
         stop.store(true, Ordering::Release);
+        waker.wake();
         if let Ok(handle) = forwarder {
             let _ = handle.join();
         }
-        let leased = feed.leased();
-        // Drop of the last Arc<Feed> stops it and waits until no worker writes the ring; the
-        // seat (`_seat`) and the quota grant (`_grant`) are freed after it, at the end of this
-        // function.
-        drop(feed);
-        ::metrics::gauge!(m::READY_SLOTS).decrement(leased as f64);
-        state.clients.fetch_sub(1, Ordering::Relaxed);
-        state.ring_bytes.fetch_sub(ring_bytes, Ordering::Relaxed);
-        drop(seat);
-        if state.stopping() {
-            tracing::info!(conn = id, %who, reclaimed = leased, "rank told: daemon stopping");
-            return;
-        }
-        match end {
-            End::Detached | End::Eof => {
-                tracing::info!(conn = id, %who, reclaimed = leased, how = ?end, "rank detached")
-            }
-            End::Malformed(ref why) | End::Violation(ref why) => {
-                tracing::warn!(conn = id, %who, reclaimed = leased, reason = %why, "connection closed")
-            }
-            End::Socket(ref e) => {
-                tracing::warn!(conn = id, %who, reclaimed = leased, error = %e, "connection failed")
-            }
-        }
+        state
+            .forwarders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        end
     }
 
     pub(super) fn read_attach(&self, sock: &SeqPacket, buf: &mut [u8]) -> Result<Opening, Refusal> {
@@ -195,7 +245,7 @@ impl Connection {
         let _ = sock.set_read_timeout(None);
         let r = match got {
             Ok(Some(r)) => r,
-            Ok(None) => return Err(refuse(ErrorCode::BadMessage, CLOSED_BEFORE_ATTACH)),
+            Ok(None) => return Ok(Opening::Closed),
             Err(e) if e.is_timeout() => {
                 return Err(refuse(
                     ErrorCode::BadMessage,
@@ -225,14 +275,19 @@ impl Connection {
         sock: &SeqPacket,
         a: &Attach,
         peer: &Peer,
-    ) -> Result<(Feed, RankSeat, QuotaGrant, u64), Refusal> {
+    ) -> Result<Started, Refusal> {
         check_attach(a)?;
         let path = self
             .handle
             .registry
             .access()
             .resolve_dataset(peer, &a.dataset)?;
-        let (job, seat, ranks_attached, created_job) = self.handle.registry.seat(a, &path)?;
+        let Seated {
+            job,
+            seat,
+            ranks_attached,
+            created_job,
+        } = self.handle.registry.seat(a, &path)?;
         let steps = job.steps_per_epoch();
         if steps > 0 && a.start.step >= steps {
             return Err(refuse(
@@ -279,7 +334,12 @@ impl Connection {
             .engine
             .start_feed(job, a.rank, ring, start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
-        Ok((feed, seat, grant, layout.ring_bytes as u64))
+        Ok(Started {
+            feed,
+            seat,
+            grant,
+            ring_bytes: layout.ring_bytes as u64,
+        })
     }
 }
 
@@ -365,7 +425,8 @@ pub(super) struct Delivered {
 
 /// Sends the feed's READY and END_OF_DATA events to the client until `stop` is set, the
 /// data ends, or the client is gone. When the daemon drains it sends ERROR(STOPPING) and
-/// shuts the socket, which ends the connection thread's read.
+/// shuts the socket, which ends the connection thread's read. Whoever sets `stop`, or starts
+/// the drain, wakes the feed, so this thread sleeps until there is something to do.
 pub(super) fn forward(
     id: u64,
     feed: &Feed,
@@ -374,13 +435,11 @@ pub(super) fn forward(
     counts: &Delivered,
 ) {
     let mut bytes = Vec::with_capacity(64);
-    while !stop.load(Ordering::Acquire) {
-        if counts.daemon.stopping() {
-            send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
-            sock.shutdown();
+    loop {
+        if stop.load(Ordering::Acquire) || told_stopping(sock, counts) {
             return;
         }
-        let msg = match feed.recv_timeout(FORWARD_POLL) {
+        let msg = match feed.recv_wakeable() {
             Ok(None) => continue,
             Ok(Some(FeedEvent::Ready(r))) => Message::Ready(ReadyMsg {
                 slot: r.slot as u32,
@@ -396,30 +455,47 @@ pub(super) fn forward(
                 Message::error(ErrorCode::Internal, format!("feed failed: {e}"))
             }
         };
-        let last = !matches!(msg, Message::Ready(_));
         if msg.encode_into(&mut bytes).is_err() || sock.send(&bytes, &[]).is_err() {
             // The client is gone; the connection thread sees end of file and cleans up.
             return;
         }
-        if let Message::Ready(r) = &msg {
-            let n = u64::from(r.n);
-            counts.daemon.delivered.fetch_add(n, Ordering::Relaxed);
-            counts.job.fetch_add(n, Ordering::Relaxed);
-            ::metrics::counter!(m::IMAGES_TOTAL, "stage" => "delivered").increment(n);
-            ::metrics::gauge!(m::READY_SLOTS).increment(1.0);
-        }
-        if last {
+        let Message::Ready(r) = &msg else {
             // Nothing more to send, but a drain must still end this connection: wait for the
             // connection thread to finish, or tell the client the daemon stops.
-            while !stop.load(Ordering::Acquire) {
-                if counts.daemon.stopping() {
-                    send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
-                    sock.shutdown();
-                    return;
-                }
-                std::thread::sleep(FORWARD_POLL);
+            while !stop.load(Ordering::Acquire) && !told_stopping(sock, counts) {
+                feed.wait_woken();
             }
             return;
+        };
+        let n = u64::from(r.n);
+        counts.daemon.delivered.fetch_add(n, Ordering::Relaxed);
+        counts.job.fetch_add(n, Ordering::Relaxed);
+        ::metrics::counter!(m::IMAGES_TOTAL, "stage" => "delivered").increment(n);
+        ::metrics::gauge!(m::READY_SLOTS).increment(1.0);
+    }
+}
+
+/// When the daemon drains: tells the client and shuts the socket; true if it did.
+fn told_stopping(sock: &SeqPacket, counts: &Delivered) -> bool {
+    if !counts.daemon.stopping() {
+        return false;
+    }
+    send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
+    sock.shutdown();
+    true
+}
+
+/// Logs how an attached rank's connection ended.
+fn log_end(id: u64, who: &str, leased: usize, end: &End) {
+    match end {
+        End::Detached | End::Eof => {
+            tracing::info!(conn = id, %who, reclaimed = leased, how = ?end, "rank detached")
+        }
+        End::Malformed(why) | End::Violation(why) => {
+            tracing::warn!(conn = id, %who, reclaimed = leased, reason = %why, "connection closed")
+        }
+        End::Socket(e) => {
+            tracing::warn!(conn = id, %who, reclaimed = leased, error = %e, "connection failed")
         }
     }
 }

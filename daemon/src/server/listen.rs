@@ -127,7 +127,7 @@ impl Server {
             access: RwLock::new(config.access),
             max_jobs: config.quotas.max_jobs,
         });
-        let state = Arc::new(ServerState::new());
+        let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
         state.beat();
         Ok(Server {
             listener,
@@ -172,58 +172,89 @@ impl Server {
                 tracing::info!("no longer accepting connections (stopping)");
                 return Ok(());
             }
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-            let rc = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL.as_millis() as libc::c_int) };
-            if rc == 0 {
+            if self.wait_for_client()? == Woke::Heartbeat {
                 continue;
-            }
-            if rc < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(ServerError::Accept(SockError::Io {
-                    op: "poll",
-                    source: e,
-                }));
             }
             let conn = match self.listener.accept() {
                 Ok(c) => c,
                 Err(e) if is_transient_accept(&e) => {
                     tracing::warn!(error = %e, "accept failed; going on");
+                    // Back off a little: the cause (no fds, no memory) needs time to clear.
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
                 Err(e) => return Err(ServerError::Accept(e)),
             };
             next_id += 1;
-            let id = next_id;
-            ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
-            let ctx = Connection {
-                id,
-                handle: self.handle(),
-                slots: self.slots,
-            };
-            // Counted before the thread starts, so a drain never misses it.
-            self.state.connections.fetch_add(1, Ordering::AcqRel);
-            let spawned = std::thread::Builder::new()
-                .name(format!("stoker-conn-{id}"))
-                .spawn(move || {
-                    let state = Arc::clone(&ctx.handle.state);
-                    ctx.run(conn);
-                    state.connections.fetch_sub(1, Ordering::AcqRel);
-                });
-            if let Err(e) = spawned {
-                self.state.connections.fetch_sub(1, Ordering::AcqRel);
-                tracing::error!(conn = id, error = %e, "cannot start a connection thread");
-            }
+            self.spawn_connection(next_id, conn);
         }
     }
+
+    /// Blocks until a client connects, the server stops, or the heartbeat is due.
+    fn wait_for_client(&self) -> Result<Woke, ServerError> {
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.listener.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.state.stop_event.as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let timeout = HEARTBEAT_INTERVAL.as_millis() as libc::c_int;
+        // SAFETY: `pfds` is a valid array of 2 pollfds for the duration of the call.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, timeout) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(Woke::Heartbeat);
+            }
+            return Err(ServerError::Accept(SockError::Io {
+                op: "poll",
+                source: e,
+            }));
+        }
+        Ok(if pfds[0].revents != 0 && pfds[1].revents == 0 {
+            Woke::Client
+        } else {
+            Woke::Heartbeat
+        })
+    }
+
+    /// Serves one accepted connection on a thread of its own.
+    fn spawn_connection(&self, id: u64, conn: SeqPacket) {
+        ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
+        let ctx = Connection {
+            id,
+            handle: self.handle(),
+            slots: self.slots,
+        };
+        // Counted before the thread starts, so a drain never misses it.
+        self.state.connection_opened();
+        let spawned = std::thread::Builder::new()
+            .name(format!("stoker-conn-{id}"))
+            .spawn(move || {
+                let state = Arc::clone(&ctx.handle.state);
+                ctx.run(conn);
+                state.connection_closed();
+            });
+        if let Err(e) = spawned {
+            self.state.connection_closed();
+            tracing::error!(conn = id, error = %e, "cannot start a connection thread");
+        }
+    }
+}
+
+/// Why the accept loop's wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    /// A client is waiting to be accepted.
+    Client,
+    /// The heartbeat is due, or the server stops (the loop looks at the flag).
+    Heartbeat,
 }
 
 impl Drop for Server {

@@ -37,6 +37,7 @@ mod listen;
 mod ops;
 mod refusal;
 mod registry;
+mod wake;
 
 use connection::*;
 pub use listen::Server;
@@ -44,13 +45,14 @@ pub use ops::ServerHandle;
 use ops::*;
 use refusal::*;
 use registry::*;
+use wake::EventFd;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use stoker::memfd::{page_size, MemfdRing};
@@ -65,20 +67,18 @@ use stoker::spec::PipelineSpec;
 use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
 use crate::dataset::{Dataset, OpenOptions};
 use crate::engine::{
-    Engine, EngineConfig, Feed, FeedEvent, Job, PipelineError, Position, SlotImages, SlotMemory,
+    Engine, EngineConfig, Feed, FeedEvent, FeedWaker, Job, PipelineError, Position, SlotImages,
+    SlotMemory,
 };
 use crate::metrics as m;
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
-/// Why a connection that hung up without a word ended (a liveness probe, typically).
-const CLOSED_BEFORE_ATTACH: &str = "closed before ATTACH";
 /// How long a refused peer's first message is waited for before the refusal is sent.
 const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
-/// How often a forwarder looks up from its feed to see whether the connection ended.
-const FORWARD_POLL: Duration = Duration::from_millis(50);
-/// How long the accept loop waits before it looks at the stop flag (and beats the heart).
-const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// How often the accept loop beats the heart the watchdog checks ([`ServerHandle::is_alive`])
+/// when no client connects; a stop wakes it at once.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
 /// What attached clients are told when the daemon drains.
 pub const STOPPING_MESSAGE: &str = "daemon stopping";
 
@@ -133,6 +133,8 @@ pub enum ServerError {
     Accept(SockError),
     #[error("the activated socket: {0}")]
     Activated(String),
+    #[error("cannot create the eventfd that wakes the accept loop: {0}")]
+    Wake(std::io::Error),
 }
 
 impl ServerError {

@@ -4,6 +4,8 @@
 //! # Design
 //! - [`ServerState`] is shared by the accept loop, every connection and the handle; signals,
 //!   the watchdog, status and metrics only ever go through the handle.
+//! - Nothing waits by polling: a stop wakes the accept loop (an eventfd) and every forwarder
+//!   (its feed's waker); a drain waits on a condvar the last connection signals.
 //!
 //! # Limitations
 //! - Rates are computed when asked (`update_rate`), not on a timer of their own.
@@ -14,8 +16,14 @@ use super::*;
 /// and metrics, the accept loop's heartbeat.
 pub(super) struct ServerState {
     pub(super) stopping: AtomicBool,
+    /// Wakes the accept loop when the server stops.
+    pub(super) stop_event: EventFd,
     /// Connection threads running (attached ranks and status requests).
-    pub(super) connections: AtomicU64,
+    pub(super) connections: Mutex<u64>,
+    /// Signalled when the last connection ends.
+    pub(super) drained: Condvar,
+    /// The feed wakers of the connections' forwarders, by connection id: a stop wakes them.
+    pub(super) forwarders: Mutex<HashMap<u64, FeedWaker>>,
     /// Ranks attached.
     pub(super) clients: AtomicU64,
     /// Images delivered to clients.
@@ -25,22 +33,53 @@ pub(super) struct ServerState {
     pub(super) started: Instant,
     /// Milliseconds since `started` when the accept loop last looked up.
     pub(super) heartbeat_ms: AtomicU64,
-    /// (when, delivered then, images/s) for the throughput figure.
-    pub(super) rate: Mutex<(Instant, u64, f64)>,
+    /// The throughput figure.
+    pub(super) rate: Mutex<Rate>,
+}
+
+/// Delivered images per second, as last computed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rate {
+    /// When it was computed.
+    pub(super) at: Instant,
+    /// Images delivered by then.
+    pub(super) delivered: u64,
+    pub(super) per_s: f64,
 }
 
 impl ServerState {
-    pub(super) fn new() -> ServerState {
+    pub(super) fn new() -> Result<ServerState, std::io::Error> {
         let now = Instant::now();
-        ServerState {
+        Ok(ServerState {
             stopping: AtomicBool::new(false),
-            connections: AtomicU64::new(0),
+            stop_event: EventFd::new()?,
+            connections: Mutex::new(0),
+            drained: Condvar::new(),
+            forwarders: Mutex::default(),
             clients: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             ring_bytes: AtomicU64::new(0),
             started: now,
             heartbeat_ms: AtomicU64::new(0),
-            rate: Mutex::new((now, 0, 0.0)),
+            rate: Mutex::new(Rate {
+                at: now,
+                delivered: 0,
+                per_s: 0.0,
+            }),
+        })
+    }
+
+    /// Counts a connection thread about to start.
+    pub(super) fn connection_opened(&self) {
+        *self.connections.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    /// Counts a connection thread that ended; the last one wakes a drain.
+    pub(super) fn connection_closed(&self) {
+        let mut n = self.connections.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            self.drained.notify_all();
         }
     }
 
@@ -69,6 +108,15 @@ impl ServerHandle {
     /// Starts the drain: the accept loop ends and attached clients are told "daemon stopping".
     pub fn stop(&self) {
         self.state.stopping.store(true, Ordering::Release);
+        self.state.stop_event.signal();
+        let forwarders = self
+            .state
+            .forwarders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for waker in forwarders.values() {
+            waker.wake();
+        }
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -77,19 +125,26 @@ impl ServerHandle {
 
     /// Connection threads still running.
     pub fn connections(&self) -> u64 {
-        self.state.connections.load(Ordering::Acquire)
+        *self
+            .state
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until every connection has ended, or `timeout`; true if they all ended.
     pub fn wait_drained(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while self.connections() > 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
+        let n = self
+            .state
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (n, _) = self
+            .state
+            .drained
+            .wait_timeout_while(n, timeout, |n| *n > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        *n == 0
     }
 
     /// Replaces the access rules and registered datasets (config reload). Running jobs keep
@@ -121,16 +176,23 @@ impl ServerHandle {
     pub fn update_rate(&self) -> f64 {
         let delivered = self.state.delivered.load(Ordering::Relaxed);
         let mut r = self.state.rate.lock().unwrap_or_else(|e| e.into_inner());
-        let dt = r.0.elapsed().as_secs_f64();
+        let dt = r.at.elapsed().as_secs_f64();
         if dt >= 0.5 {
-            r.2 = (delivered - r.1) as f64 / dt;
-            *r = (Instant::now(), delivered, r.2);
+            *r = Rate {
+                at: Instant::now(),
+                delivered,
+                per_s: (delivered - r.delivered) as f64 / dt,
+            };
         }
-        r.2
+        r.per_s
     }
 
     pub(super) fn rate(&self) -> f64 {
-        self.state.rate.lock().unwrap_or_else(|e| e.into_inner()).2
+        self.state
+            .rate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .per_s
     }
 
     /// Sets the gauges that are state rather than events (clients, jobs, ring bytes).

@@ -83,6 +83,16 @@ impl Default for Registry {
     }
 }
 
+/// A rank seated in the registry.
+pub(super) struct Seated {
+    pub(super) job: Arc<Job>,
+    pub(super) seat: RankSeat,
+    /// Ranks of the job attached now, this one included.
+    pub(super) ranks_attached: u32,
+    /// Whether this attach created the job.
+    pub(super) created_job: bool,
+}
+
 /// One rank's place in the registry; dropping it frees the rank (and the job, if it was the
 /// last rank).
 pub(super) struct RankSeat {
@@ -114,12 +124,8 @@ impl Registry {
     /// Checks an attach against the job it names, creating the job for its first rank (from
     /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
     /// Returns the job, the seat, how many ranks are now attached, and whether this attach
-    /// created the job.
-    pub(super) fn seat(
-        self: &Arc<Self>,
-        a: &Attach,
-        path: &Path,
-    ) -> Result<(Arc<Job>, RankSeat, u32, bool), Refusal> {
+    /// created the job ([`Seated`]).
+    pub(super) fn seat(self: &Arc<Self>, a: &Attach, path: &Path) -> Result<Seated, Refusal> {
         let terms = JobTerms::of(a);
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let created = !jobs.contains_key(&a.job);
@@ -185,11 +191,11 @@ impl Registry {
             rank: a.rank,
             delivered: Arc::clone(&entry.delivered),
         };
-        Ok((
-            Arc::clone(&entry.job),
+        Ok(Seated {
+            job: Arc::clone(&entry.job),
             seat,
-            entry.ranks.len() as u32,
-            created,
-        ))
+            ranks_attached: entry.ranks.len() as u32,
+            created_job: created,
+        })
     }
 }
