@@ -56,7 +56,7 @@ pub struct BenchArgs {
     pub data: PathBuf,
     /// Decode backend (only `cpu` is built so far; `auto` means cpu here).
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendArg,
+    pub backend: BackendChoice,
     /// Decode worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -119,13 +119,6 @@ pub struct BenchArgs {
     /// this file (default: stoker-bench-NAME.svg here).
     #[arg(long)]
     pub svg: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Cpu,
-    Cuda,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -247,11 +240,7 @@ fn progress(step: &str) {
 }
 
 pub fn run(args: &BenchArgs) -> i32 {
-    let backend = match args.backend {
-        BackendArg::Auto | BackendArg::Cpu => BackendChoice::Cpu,
-        BackendArg::Cuda => BackendChoice::Cuda,
-    };
-    if backend == BackendChoice::Cuda {
+    if args.backend == BackendChoice::Cuda {
         eprintln!(
             "stoker bench: the cuda backend is not wired into the pipeline yet; use --backend cpu"
         );

@@ -253,7 +253,7 @@ impl ServerHandle {
             activated: self.activated,
             stopping: self.is_stopping(),
             clients: self.state.clients.load(Ordering::Relaxed),
-            backend: "cpu".to_owned(),
+            backend: self.engine.backend().name().to_owned(),
             reader: self.engine.reader_kind().to_owned(),
             threads: self.engine.threads() as u64,
             images_delivered: self.state.delivered.load(Ordering::Relaxed),
