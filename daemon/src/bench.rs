@@ -187,11 +187,68 @@ impl BenchReport {
 // slowest one names the bottleneck.
 // ---------------------------------------------------------------------------------------------
 
+/// The page cache's state during a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheState {
+    /// The files were read in a warm-up pass first.
+    Warm,
+    /// The dataset's pages were dropped first.
+    Cold,
+    /// Samples held in memory (the decode stages).
+    Memory,
+}
+
+impl CacheState {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheState::Warm => "warm",
+            CacheState::Cold => "cold",
+            CacheState::Memory => "memory",
+        }
+    }
+}
+
+impl std::fmt::Display for CacheState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stage measured on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Stage {
+    #[serde(rename = "storage")]
+    Storage,
+    #[serde(rename = "decode")]
+    Decode,
+    #[serde(rename = "decode+augment")]
+    DecodeAugment,
+    #[serde(rename = "pipeline (in-process)")]
+    Pipeline,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Storage => "storage",
+            Stage::Decode => "decode",
+            Stage::DecodeAugment => "decode+augment",
+            Stage::Pipeline => "pipeline (in-process)",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One stage's measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageResult {
-    /// "storage", "decode", "decode+augment", "pipeline (in-process)", "end to end", ...
-    pub stage: String,
+    pub stage: Stage,
     pub threads: usize,
     pub images: u64,
     pub seconds: f64,
@@ -201,23 +258,22 @@ pub struct StageResult {
     pub mb_per_s: f64,
     /// CPU seconds (user + system, every process involved) per 1000 images.
     pub cpu_s_per_1000: f64,
-    /// "warm" or "cold" page cache.
-    pub cache: &'static str,
+    pub cache: CacheState,
 }
 
 impl StageResult {
     fn new(
-        stage: &str,
+        stage: Stage,
         threads: usize,
         images: u64,
         bytes: u64,
         seconds: f64,
         cpu: f64,
-        cache: &'static str,
+        cache: CacheState,
     ) -> StageResult {
         let secs = seconds.max(1e-9);
         StageResult {
-            stage: stage.to_string(),
+            stage,
             threads,
             images,
             seconds,
@@ -393,7 +449,7 @@ pub fn storage_only(
     ds: &Dataset,
     engine: &EngineConfig,
     seed: u64,
-    cache: &'static str,
+    cache: CacheState,
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let mut order = Vec::new();
@@ -444,7 +500,7 @@ pub fn storage_only(
         return Err(BenchError::Reader(e));
     }
     Ok(StageResult::new(
-        "storage",
+        Stage::Storage,
         threads,
         ds.len() as u64,
         bytes.into_inner(),
@@ -546,7 +602,11 @@ pub fn decode_stage(
     if let Some(e) = failed.into_inner().unwrap() {
         return Err(BenchError::Decoder(e));
     }
-    let name = if augment { "decode+augment" } else { "decode" };
+    let name = if augment {
+        Stage::DecodeAugment
+    } else {
+        Stage::Decode
+    };
     Ok(StageResult::new(
         name,
         threads,
@@ -554,14 +614,14 @@ pub fn decode_stage(
         bytes.into_inner(),
         secs,
         cpu,
-        "memory",
+        CacheState::Memory,
     ))
 }
 
 /// Images/s of a pipeline in this process, as a stage row.
-pub fn pipeline_stage(report: &BenchReport, cache: &'static str) -> StageResult {
+pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
     let mut r = StageResult::new(
-        "pipeline (in-process)",
+        Stage::Pipeline,
         report.threads,
         report.images,
         (report.mb_per_s_read * 1e6 * report.seconds) as u64,
@@ -741,7 +801,7 @@ mod tests {
             ..EngineConfig::default()
         };
         let spec = PipelineSpec::train(16, 64);
-        let storage = storage_only(&ds, &engine, 0, "warm").unwrap();
+        let storage = storage_only(&ds, &engine, 0, CacheState::Warm).unwrap();
         let samples = load_samples(&ds, 48, 0);
         assert_eq!(samples.len(), 48);
         let once = AtLeast {

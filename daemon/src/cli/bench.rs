@@ -26,7 +26,7 @@ use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use crate::bench::{
     decode_stage, effective_threads, evict, index_timing, load_samples, peak_rss_mb,
     pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
-    BenchReport, Eviction, IndexTiming, StageResult, Verdict,
+    BenchReport, CacheState, Eviction, IndexTiming, Stage, StageResult, Verdict,
 };
 use crate::config::BackendChoice;
 
@@ -108,7 +108,8 @@ pub struct BenchArgs {
     /// The peers' Python (default /tmp/peer/bin/python if it exists).
     #[arg(long)]
     pub peer_python: Option<PathBuf>,
-    /// The peers' folder (default ../shared/peers beside the repository or the dataset).
+    /// The peers' folder (default: $STOKER_PEERS, else ../shared/peers beside the working
+    /// directory or the dataset).
     #[arg(long)]
     pub peers: Option<PathBuf>,
     /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
@@ -185,7 +186,7 @@ impl SpecArgs {
 #[derive(Debug, Clone, Serialize)]
 pub struct ServedResult {
     pub clients: usize,
-    pub cache: &'static str,
+    pub cache: CacheState,
     pub images: u64,
     pub seconds: f64,
     pub images_per_s: f64,
@@ -306,8 +307,10 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
 
     let mut stages = Vec::new();
     progress("storage only (warm page cache)");
-    storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?;
-    stages.push(storage_only(&ds, &opts.engine, args.seed, "warm").map_err(|e| e.to_string())?);
+    storage_only(&ds, &opts.engine, args.seed, CacheState::Warm).map_err(|e| e.to_string())?;
+    stages.push(
+        storage_only(&ds, &opts.engine, args.seed, CacheState::Warm).map_err(|e| e.to_string())?,
+    );
     let read_with =
         crate::reader::Reader::new(opts.engine.reader, 1).map_or("unavailable", |r| r.kind());
     progress(&format!(
@@ -320,7 +323,8 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
             progress("storage only (cold page cache)");
             eviction = Some(evict(&ds));
             stages.push(
-                storage_only(&ds, &opts.engine, args.seed, "cold").map_err(|e| e.to_string())?,
+                storage_only(&ds, &opts.engine, args.seed, CacheState::Cold)
+                    .map_err(|e| e.to_string())?,
             );
         }
         return Ok(FullReport {
@@ -369,13 +373,16 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         opts.warmup_epochs, opts.epochs
     ));
     let pipeline = run_in_process(&opts).map_err(|e| e.to_string())?;
-    stages.push(pipeline_stage(&pipeline, "warm"));
+    stages.push(pipeline_stage(&pipeline, CacheState::Warm));
 
     let mut eviction = None;
     if args.cold {
         progress("storage only (cold page cache)");
         eviction = Some(evict(&ds));
-        stages.push(storage_only(&ds, &opts.engine, args.seed, "cold").map_err(|e| e.to_string())?);
+        stages.push(
+            storage_only(&ds, &opts.engine, args.seed, CacheState::Cold)
+                .map_err(|e| e.to_string())?,
+        );
         progress("pipeline in process (cold page cache, one epoch)");
         evict(&ds);
         let cold = BenchOptions {
@@ -384,7 +391,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
             ..opts.clone()
         };
         let r = run_in_process(&cold).map_err(|e| e.to_string())?;
-        stages.push(pipeline_stage(&r, "cold"));
+        stages.push(pipeline_stage(&r, CacheState::Cold));
     }
 
     let mut end_to_end = Vec::new();
@@ -396,7 +403,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         };
         for &n in counts.iter().filter(|&&n| n > 0) {
             progress(&format!("end to end: stokerd + {n} client process(es)"));
-            match run_served(args, &data, n, threads, "warm", None) {
+            match run_served(args, &data, n, threads, CacheState::Warm, None) {
                 Ok(r) => end_to_end.push(r),
                 Err(e) => {
                     eprintln!("stoker bench: end to end with {n} clients skipped: {e}");
@@ -406,7 +413,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         }
         if args.cold && !end_to_end.is_empty() {
             progress("end to end, cold page cache: stokerd + 1 client, one epoch");
-            match run_served(args, &data, 1, threads, "cold", Some(&ds)) {
+            match run_served(args, &data, 1, threads, CacheState::Cold, Some(&ds)) {
                 Ok(r) => end_to_end.push(r),
                 Err(e) => eprintln!("stoker bench: cold end to end skipped: {e}"),
             }
@@ -428,25 +435,25 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
                 ..opts.clone()
             };
             let r = run_in_process(&o).map_err(|e| e.to_string())?;
-            thread_scaling.push(pipeline_stage(&r, "warm"));
+            thread_scaling.push(pipeline_stage(&r, CacheState::Warm));
         }
     }
 
-    let rate = |name: &str| {
+    let rate = |stage: Stage| {
         stages
             .iter()
-            .find(|s| s.stage == name && s.cache != "cold")
+            .find(|s| s.stage == stage && s.cache != CacheState::Cold)
             .map_or(0.0, |s| s.images_per_s)
     };
     let best_e2e = end_to_end
         .iter()
-        .filter(|r| r.cache == "warm")
+        .filter(|r| r.cache == CacheState::Warm)
         .map(|r| r.images_per_s)
         .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
     let verdict = verdict(
-        rate("storage"),
-        rate("decode"),
-        rate("decode+augment"),
+        rate(Stage::Storage),
+        rate(Stage::Decode),
+        rate(Stage::DecodeAugment),
         Some(pipeline.images_per_s),
         best_e2e,
     );
@@ -501,7 +508,7 @@ fn ours(
 ) -> Option<(&'static str, f64)> {
     end_to_end
         .iter()
-        .find(|e| e.clients == 1 && e.cache == "warm")
+        .find(|e| e.clients == 1 && e.cache == CacheState::Warm)
         .map(|e| ("end to end (1 client)", e.images_per_s))
         .or_else(|| pipeline.map(|p| ("pipeline in process", p.images_per_s)))
 }
@@ -544,7 +551,7 @@ fn run_served(
     data: &Path,
     clients: usize,
     threads: usize,
-    cache: &'static str,
+    cache: CacheState,
     cold: Option<&crate::dataset::Dataset>,
 ) -> Result<ServedResult, String> {
     let dir = std::env::temp_dir().join(format!(
@@ -673,13 +680,21 @@ impl Drop for RemoveDir {
     }
 }
 
-/// Where the peer scripts are: `--peers`, else `../shared/peers` beside the repository, the
-/// working directory or the dataset's parent.
+/// Environment variable naming the peers' folder (below `--peers`, above the search).
+pub const PEERS_ENV: &str = "STOKER_PEERS";
+
+/// Where the peer scripts are, found at run time: `--peers`, else `$STOKER_PEERS`, else
+/// `../shared/peers` beside the working directory or beside the dataset (its parent's
+/// `../peers`, `../shared/peers` or `peers`). Never a path of the source tree: the shipped
+/// binary runs where the source is not.
 fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
     if let Some(p) = &args.peers {
         return Some(p.clone());
     }
-    let mut candidates = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers")];
+    if let Some(p) = std::env::var_os(PEERS_ENV).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let mut candidates = Vec::new();
     if let Ok(cwd) = std::env::current_dir() {
         candidates.push(cwd.join("../shared/peers"));
     }
@@ -860,7 +875,11 @@ fn table(r: &FullReport) -> String {
             r.bench_peak_rss_mb.unwrap_or(0.0)
         );
     }
-    let warm: Vec<&ServedResult> = r.end_to_end.iter().filter(|e| e.cache == "warm").collect();
+    let warm: Vec<&ServedResult> = r
+        .end_to_end
+        .iter()
+        .filter(|e| e.cache == CacheState::Warm)
+        .collect();
     if warm.len() > 1 {
         s += "scaling by clients: ";
         s += &warm
@@ -920,7 +939,7 @@ fn chart(r: &FullReport) -> String {
     let warm: Vec<(String, f64)> = r
         .end_to_end
         .iter()
-        .filter(|e| e.cache == "warm")
+        .filter(|e| e.cache == CacheState::Warm)
         .map(|e| (format!("{} client(s)", e.clients), e.images_per_s))
         .collect();
     if !warm.is_empty() {
