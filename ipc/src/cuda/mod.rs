@@ -334,7 +334,7 @@ impl Device {
         })
     }
 
-    /// Loads a cubin (from [`crate::nvrtc`]) into this device's context.
+    /// Loads a cubin (from `stoker_kernels::nvrtc`) into this device's context.
     pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
         self.bind()?;
         let raw = result::module_load_data(self.inner.d, cubin)?;
@@ -520,7 +520,7 @@ impl Function<'_> {
     ///
     /// # Safety
     /// `params` must hold one pointer per kernel parameter, each to a value of exactly that
-    /// parameter's type (see the `#[repr(C)]` mirrors in [`crate::augment`]), and every device
+    /// parameter's type (see the `#[repr(C)]` mirrors in `stoker_kernels::augment`), and every device
     /// pointer the kernel dereferences must stay valid until the launch completes on `stream`.
     pub unsafe fn launch(
         &self,

@@ -4,7 +4,7 @@
 //!
 //! # Design
 //! The size plan is pure arithmetic ([`VmmPlan`]) so it is tested without a GPU: the ring's
-//! images' bytes come from [`stoker::ring::RingLayout::with_device_images`] (slots 256-byte
+//! images' bytes come from [`crate::ring::RingLayout::with_device_images`] (slots 256-byte
 //! aligned) rounded up to the device's allocation granularity; labels, indices and status stay
 //! in the ring's host memfd beside the allocation. Mapping is the same on both sides: reserve a virtual range,
 //! map the allocation into it, grant read-write access to the ring's device. The daemon keeps
@@ -20,8 +20,8 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use stoker::ring::RingLayout;
-use stoker::spec::PipelineSpec;
+use crate::ring::RingLayout;
+use crate::spec::PipelineSpec;
 
 use super::{log_drop_error, result, sys, CudaError, Device};
 
@@ -52,10 +52,10 @@ impl VmmPlan {
             return Err(CudaError::Invalid("a ring of 0 slots".into()));
         }
         let layout =
-            RingLayout::with_device_images(spec, slots, stoker::memfd::page_size(), granularity);
+            RingLayout::with_device_images(spec, slots, crate::memfd::page_size(), granularity);
         Ok(VmmPlan {
             layout,
-            granularity: granularity.max(stoker::ring::SLOT_ALIGN),
+            granularity: granularity.max(crate::ring::SLOT_ALIGN),
             bytes: layout.image_ring_bytes,
         })
     }
@@ -202,7 +202,7 @@ impl Drop for DeviceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker::ring::SLOT_ALIGN;
+    use crate::ring::SLOT_ALIGN;
 
     #[test]
     fn plans_round_to_granularity_and_align_slots() {
