@@ -4,7 +4,9 @@
 //! # Design
 //! Three layers, as in cudarc: `sys` (raw symbols through `libloading`), `result` (one function
 //! per call returning `Result<_, CudaError>` with named statuses) and the safe types here.
-//! Only `sys` and `result` hold unsafe code.
+//! `sys` is a [`crate::symbol_table!`]; `result` makes every call; this module's unsafe code is
+//! where raw handles become owning types (`Send`/`Sync`, `Drop`) and the kernel launch, whose
+//! parameters only the caller can vouch for (docs/cuda.md lists every place).
 //!
 //! We bind the driver ourselves instead of using the `cudarc` crate: cudarc panics when libcuda
 //! is missing (one must remember `is_culib_present()` before every first touch), pulls in far
