@@ -170,6 +170,51 @@ pub(super) fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
     Some((path, size))
 }
 
+/// Checks a header block's checksum (the sum of its bytes, the checksum field read as spaces).
+fn check_checksum(header: &[u8; 512]) -> Result<(), String> {
+    let want = parse_octal(&header[148..156]).ok_or("bad checksum field")?;
+    let sum: u64 = header
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u64::from(b)
+            }
+        })
+        .sum();
+    if sum != want {
+        return Err(format!("header checksum {want} != computed {sum}"));
+    }
+    Ok(())
+}
+
+/// A preceding pax header's path and size override the ustar header's.
+fn apply_pax(pax: Option<(Option<Vec<u8>>, Option<u64>)>, name: &mut Vec<u8>, size: &mut u64) {
+    let Some((path, len)) = pax else {
+        return;
+    };
+    if let Some(p) = path {
+        *name = p;
+    }
+    if let Some(s) = len {
+        *size = s;
+    }
+}
+
+/// A header's member name, with the ustar prefix when there is one.
+fn header_name(header: &[u8; 512]) -> Vec<u8> {
+    let name = cstr(&header[0..100]).to_vec();
+    if &header[257..263] == b"ustar\0" {
+        let prefix = cstr(&header[345..500]);
+        if !prefix.is_empty() {
+            return [prefix, b"/", &name[..]].concat();
+        }
+    }
+    name
+}
+
 /// Reads the headers of a tar archive (ustar, GNU long names, pax), skipping member data.
 pub(super) fn read_tar_index(
     path: &Path,
@@ -204,44 +249,13 @@ pub(super) fn read_tar_index(
         if header.iter().all(|&b| b == 0) {
             break; // End of archive.
         }
-        let want =
-            parse_octal(&header[148..156]).ok_or_else(|| bad(pos, "bad checksum field".into()))?;
-        let sum: u64 = header
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    32
-                } else {
-                    u64::from(b)
-                }
-            })
-            .sum();
-        if sum != want {
-            return Err(bad(
-                pos,
-                format!("header checksum {want} != computed {sum}"),
-            ));
-        }
+        check_checksum(&header).map_err(|reason| bad(pos, reason))?;
         let mut size =
             parse_octal(&header[124..136]).ok_or_else(|| bad(pos, "bad size field".into()))?;
         let typeflag = header[156];
         let data_off = pos + 512;
-        let mut name = cstr(&header[0..100]).to_vec();
-        if &header[257..263] == b"ustar\0" {
-            let prefix = cstr(&header[345..500]);
-            if !prefix.is_empty() {
-                name = [prefix, b"/", &name[..]].concat();
-            }
-        }
-        if let Some((p, s)) = pax.take() {
-            if let Some(p) = p {
-                name = p;
-            }
-            if let Some(s) = s {
-                size = s;
-            }
-        }
+        let mut name = header_name(&header);
+        apply_pax(pax.take(), &mut name, &mut size);
         if let Some(l) = long_name.take() {
             name = l;
         }
