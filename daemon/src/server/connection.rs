@@ -9,8 +9,26 @@
 //! # Limitations
 //! - Only `cpu` devices are served.
 
-use super::*;
+use std::ffi::CString;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
+use stoker::memfd::{page_size, MemfdRing};
+use stoker::protocol::{
+    Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
+};
+use stoker::ring::RingLayout;
+use stoker::sock::{SeqPacket, SockError};
+
+use crate::access::{Peer, QuotaGrant};
+use crate::engine::{Feed, FeedEvent, PipelineError, Position, SlotImages, SlotMemory};
+use crate::metrics as m;
+
+use super::ops::{encode_status, ServerHandle, ServerState};
+use super::refusal::{refuse, Refusal};
+use super::registry::{RankSeat, Seated};
+use super::{ATTACH_TIMEOUT, REFUSED_PEER_DRAIN, STOPPING_MESSAGE};
 /// A served rank's ring: a sealed memfd the pipeline writes into.
 pub(super) struct ServedRing(pub(super) MemfdRing);
 

@@ -8,8 +8,21 @@
 //! # Limitations
 //! - One thread per connection: ranks per host are few.
 
-use super::*;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
+use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
+
+use crate::access::Quotas;
+use crate::engine::Engine;
+use crate::metrics as m;
+
+use super::connection::Connection;
+use super::ops::{ServerHandle, ServerState};
+use super::registry::Registry;
+use super::{ServerConfig, ServerError, HEARTBEAT_INTERVAL};
 /// The daemon: a listening socket, the engine, the job registry.
 pub struct Server {
     pub(super) listener: SeqPacketListener,

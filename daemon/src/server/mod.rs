@@ -1,11 +1,15 @@
-//! `stokerd`'s serving side: the Unix socket, the registry of jobs, one ring per rank, and the
-//! forwarding of READY / RELEASE between a client and its rank's [`Feed`].
+//! `stokerd`'s serving room: the Unix socket, the registry of jobs, one ring per rank, and the
+//! forwarding of READY / RELEASE between a client and its rank's [`crate::engine::Feed`].
+//!
+//! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
+//! client's state machine), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
+//! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`.
 //!
 //! # Design
 //! - One SOCK_SEQPACKET listener; one thread per connection (ranks per host are few). Each
 //!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
 //!   messages, while the connection thread reads RELEASE / DETACH from the socket.
-//! - The registry maps a job key to its [`Job`] and the terms every rank must agree on (spec,
+//! - The registry maps a job key to its job and the terms every rank must agree on (spec,
 //!   world_size, dataset, seed). The first rank creates the job; a later rank whose terms differ
 //!   is refused with the field that differs; a rank attached twice is refused. The job is
 //!   dropped when its last rank leaves, so a key can later name a new job.
@@ -14,15 +18,13 @@
 //!   message, or a protocol violation. Then the feed stops (its Drop waits until no worker
 //!   writes the ring), every slot the client held is reclaimed, and the rank is free to attach
 //!   again with a start (epoch, step). Other ranks and jobs go on.
-//!
-//! - Operations (issue 5): the accept loop polls so a drain can stop it; SIGTERM sets
-//!   [`ServerHandle::stop`], every forwarder then sends ERROR(STOPPING) "daemon stopping" and
-//!   shuts its socket, so connection threads end, feeds stop and rings are unmapped. Datasets
-//!   registered by name come from the config and are replaced on reload
+//! - Nothing polls: SIGTERM's [`ServerHandle::stop`] signals an eventfd the accept loop waits
+//!   on and wakes every forwarder through its feed, which then sends ERROR(STOPPING) "daemon
+//!   stopping" and shuts its socket, so connection threads end, feeds stop and rings are
+//!   unmapped. Datasets registered by name come from the config and are replaced on reload
 //!   ([`ServerHandle::set_access`]); jobs already running keep the path they opened. A STATUS
-//!   message instead of ATTACH gets a [`DaemonStatus`] and the connection closes.
-//!
-//! # Limitations
+//!   message instead of ATTACH gets a [`stoker::protocol::DaemonStatus`] and the connection
+//!   closes.
 //! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
 //!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
 //!   says which rule refused it.
@@ -31,6 +33,8 @@
 //! - The registry lock is held while the first rank of a job opens the dataset, so attaches
 //!   wait on a slow first indexing.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
+//! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
+//!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
 mod connection;
 mod listen;
@@ -39,38 +43,16 @@ mod refusal;
 mod registry;
 mod wake;
 
-use connection::*;
 pub use listen::Server;
 pub use ops::ServerHandle;
-use ops::*;
-use refusal::*;
-use registry::*;
-use wake::EventFd;
 
-use std::collections::{BTreeSet, HashMap};
-use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
-use stoker::memfd::{page_size, MemfdRing};
-use stoker::protocol::{
-    Attach, Attached, DaemonStatus, EncodeError, ErrorCode, JobStatus, Message, Ready as ReadyMsg,
-    MAX_MESSAGE_BYTES,
-};
-use stoker::ring::RingLayout;
-use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
-use stoker::spec::PipelineSpec;
+use stoker::sock::SockError;
 
-use crate::access::{AccessError, AccessPolicy, Peer, QuotaGrant, QuotaLimits, Quotas};
-use crate::dataset::{Dataset, OpenOptions};
-use crate::engine::{
-    Engine, EngineConfig, Feed, FeedEvent, FeedWaker, Job, PipelineError, Position, SlotImages,
-    SlotMemory,
-};
-use crate::metrics as m;
+use crate::access::{AccessPolicy, QuotaLimits};
+use crate::engine::{EngineConfig, PipelineError};
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,101 +133,4 @@ impl ServerError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::listen::{group_id, set_socket_permissions};
-    use super::*;
-    use stoker::protocol::StartPosition;
-
-    fn attach() -> Attach {
-        Attach {
-            job: "j".into(),
-            rank: 0,
-            world_size: 2,
-            device: "cpu".into(),
-            spec: PipelineSpec::train(4, 16),
-            dataset: "/data".into(),
-            seed: 7,
-            start: StartPosition::default(),
-        }
-    }
-
-    #[test]
-    fn terms_mismatch_names_the_field() {
-        let a = JobTerms::of(&attach());
-        assert_eq!(a.mismatch(&a.clone()), None);
-        let mut b = attach();
-        b.world_size = 4;
-        assert!(a
-            .mismatch(&JobTerms::of(&b))
-            .unwrap()
-            .contains("world_size 4"));
-        let mut b = attach();
-        b.seed = 8;
-        assert!(a.mismatch(&JobTerms::of(&b)).unwrap().contains("seed 8"));
-        let mut b = attach();
-        b.dataset = "/other".into();
-        assert!(a.mismatch(&JobTerms::of(&b)).unwrap().contains("/other"));
-        let mut b = attach();
-        b.spec.drop_last = true;
-        assert_eq!(
-            a.mismatch(&JobTerms::of(&b)).unwrap(),
-            "spec field drop_last differs from the job's"
-        );
-    }
-
-    #[test]
-    fn attach_checks_refuse_with_codes() {
-        let mut a = attach();
-        a.rank = 2;
-        assert_eq!(check_attach(&a).unwrap_err().code, ErrorCode::InvalidSpec);
-        let mut a = attach();
-        a.device = "GPU-1234".into();
-        assert_eq!(
-            check_attach(&a).unwrap_err().code,
-            ErrorCode::UnsupportedDevice
-        );
-        let mut a = attach();
-        a.spec.batch_size = 0;
-        let r = check_attach(&a).unwrap_err();
-        assert_eq!(r.code, ErrorCode::InvalidSpec);
-        assert!(r.message.contains("batch_size"), "{}", r.message);
-        check_attach(&attach()).unwrap();
-    }
-
-    #[test]
-    fn an_unopenable_dataset_is_refused_and_leaves_no_job() {
-        let registry = Arc::new(Registry::default());
-        let mut a = attach();
-        a.dataset = "/nonexistent/stoker/dataset".into();
-        let r = registry
-            .seat(&a, Path::new(&a.dataset))
-            .err()
-            .expect("refused");
-        assert_eq!(r.code, ErrorCode::UnknownDataset);
-        assert!(registry.jobs.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_created_socket_gets_the_configured_mode_and_group() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.sock");
-        let _listener = stoker::sock::SeqPacketListener::bind(&path).unwrap();
-        // SAFETY: getegid has no preconditions and cannot fail.
-        let gid = unsafe { libc::getegid() };
-        set_socket_permissions(&path, 0o640, Some(&gid.to_string())).unwrap();
-        let meta = std::fs::metadata(&path).unwrap();
-        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
-        assert_eq!(meta.gid(), gid);
-        let err = set_socket_permissions(&path, 0o660, Some("no-such-group-stoker")).unwrap_err();
-        assert!(err.is_config(), "{err}");
-        assert!(err.to_string().contains("no-such-group-stoker"), "{err}");
-        assert_eq!(group_id("root"), Some(0));
-    }
-
-    #[test]
-    fn config_errors_are_told_apart() {
-        assert!(ServerError::Slots(1).is_config());
-        assert!(!ServerError::InUse("/x".into()).is_config());
-    }
-}
+mod tests;

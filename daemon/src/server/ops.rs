@@ -10,8 +10,20 @@
 //! # Limitations
 //! - Rates are computed when asked (`update_rate`), not on a timer of their own.
 
-use super::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
+use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
+
+use crate::access::{AccessPolicy, Quotas};
+use crate::engine::{Engine, FeedWaker};
+use crate::metrics as m;
+
+use super::registry::Registry;
+use super::wake::EventFd;
 /// Daemon-wide state the operations side reads and sets: the stop flag, counters for status
 /// and metrics, the accept loop's heartbeat.
 pub(super) struct ServerState {

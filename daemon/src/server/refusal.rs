@@ -6,8 +6,9 @@
 //! # Limitations
 //! - One refusal per connection: it always ends the connection.
 
-use super::*;
+use stoker::protocol::ErrorCode;
 
+use crate::access::AccessError;
 /// A refusal sent to the client before the connection closes.
 #[derive(Debug)]
 pub(super) struct Refusal {

@@ -10,8 +10,19 @@
 //! - The registry lock is held while the first rank of a job opens the dataset, so attaches
 //!   wait on a slow first indexing.
 
-use super::*;
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
 
+use stoker::protocol::{Attach, ErrorCode};
+use stoker::spec::PipelineSpec;
+
+use crate::access::AccessPolicy;
+use crate::dataset::{Dataset, OpenOptions};
+use crate::engine::{Job, PipelineError};
+
+use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct JobTerms {
