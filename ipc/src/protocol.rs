@@ -616,6 +616,39 @@ mod tests {
     }
 
     #[test]
+    fn a_host_ring_attached_keeps_the_old_wire_form() {
+        let host = Attached {
+            slots: 2,
+            slot_bytes: 512,
+            ring_bytes: 4096,
+            daemon_version: "x".into(),
+            ..Attached::default()
+        };
+        let bytes = Message::Attached(host.clone()).encode().unwrap();
+        let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+        assert!(
+            !json.contains("image_memory") && !json.contains("image_ring_bytes"),
+            "{json}"
+        );
+        // A message without the fields (every daemon before them) reads as host images.
+        let old = r#"{"slots":2,"slot_bytes":512,"ring_bytes":4096,"steps_per_epoch":0,
+            "dataset_len":0,"classes":0,"ranks_attached":0,"created_job":false,
+            "daemon_version":"x"}"#;
+        let parsed: Attached = serde_json::from_str(old).unwrap();
+        assert_eq!(parsed, host);
+        assert_eq!(parsed.image_memory, ImageMemory::Host);
+        // Device images are named on the wire.
+        let device = Attached {
+            image_memory: ImageMemory::Device,
+            image_ring_bytes: 2 << 20,
+            ..host
+        };
+        let bytes = Message::Attached(device).encode().unwrap();
+        let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+        assert!(json.contains(r#""image_memory":"device""#), "{json}");
+    }
+
+    #[test]
     fn every_message_round_trips() {
         for m in all_messages() {
             let bytes = m.encode().unwrap();
