@@ -280,6 +280,13 @@ impl Client {
                 )))
             }
         };
+        if !attached.image_memory.is_host() {
+            return Err(ClientError::Protocol(format!(
+                "the daemon serves this rank's images in {:?} memory; this client maps host \
+                 rings only (attach with device \"cpu\")",
+                attached.image_memory
+            )));
+        }
         let fd = match <[OwnedFd; 1]>::try_from(fds) {
             Ok([fd]) => fd,
             Err(fds) => {
@@ -289,13 +296,6 @@ impl Client {
                 )))
             }
         };
-        if !attached.image_memory.is_host() {
-            return Err(ClientError::Protocol(format!(
-                "the daemon serves this rank's images in {:?} memory; this client maps host \
-                 rings only (attach with device \"cpu\")",
-                attached.image_memory
-            )));
-        }
         let layout = RingLayout::new(&spec, attached.slots as usize, page_size());
         if attached.slots == 0
             || layout.slot.slot_bytes as u64 != attached.slot_bytes
