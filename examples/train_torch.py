@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """A minimal PyTorch training loop fed by stokerd.
 
-    stokerd --socket /tmp/stoker.sock &
-    python examples/train_torch.py /path/to/imagefolder --socket /tmp/stoker.sock --steps 20
+    pip install ./python torch      # the wheel carries the daemon: nothing else to start
+    python examples/train_torch.py /path/to/imagefolder --steps 20
+
+It trains a classifier, so the dataset must carry labels: an ImageFolder tree (one subfolder
+per class), a file list with labels, or labelled tar shards. On a flat folder of JPEGs (no
+classes, every label -1) it stops before training with a message saying so and exit code 2.
 
 Under torchrun every rank gets its share of each epoch (rank, world size and the job key come
 from the environment torchrun sets):
@@ -17,32 +21,40 @@ state_dict()/load_state_dict(): the loader's position is saved with the model.
 
 import argparse
 import os
+import sys
 import time
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import stoker
 
+# Exit code when the dataset has no labels to train on.
+EXIT_UNLABELED = 2
 
-class TinyCNN(nn.Module):
-    def __init__(self, classes):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        self.head = nn.Linear(32, classes)
 
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.relu(self.conv2(x))
-        return self.head(x.mean(dim=(2, 3)))
+def tiny_cnn(classes):
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class TinyCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+            self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+            self.head = nn.Linear(32, classes)
+
+        def forward(self, x):
+            x = F.relu(self.conv1(x))
+            x = F.relu(self.conv2(x))
+            return self.head(x.mean(dim=(2, 3)))
+
+    return TinyCNN()
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("dataset", help="dataset path (or a name registered with the daemon)")
-    p.add_argument("--socket", default=None, help="stokerd socket (default: $STOKER_SOCKET, ...)")
+    p.add_argument("--socket", default=None,
+                   help="stokerd socket (default: $STOKER_SOCKET, the system daemon, else this "
+                        "user's own, started on first use)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--crop", type=int, default=64)
     p.add_argument("--steps", type=int, default=20, help="optimiser steps to run")
@@ -52,19 +64,30 @@ def main():
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
     args = p.parse_args()
 
+    loader = stoker.Loader(args.dataset, batch_size=args.batch_size, crop=args.crop,
+                           seed=args.seed, socket=args.socket)
+    classes = loader.info["classes"]
+    if classes == 0:
+        # A flat folder: every label is -1, which no classification loss accepts.
+        loader.close()
+        sys.stderr.write(
+            f"train_torch.py: {args.dataset} has no class labels (a flat folder of images: "
+            "every label is -1), so there is nothing to train a classifier on. Arrange it as an "
+            "ImageFolder tree (one subfolder per class) or a file list with labels.\n")
+        return EXIT_UNLABELED
+
+    import torch
+    import torch.nn.functional as F
+
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
     torch.manual_seed(args.seed)
-
-    loader = stoker.Loader(args.dataset, batch_size=args.batch_size, crop=args.crop,
-                           seed=args.seed, socket=args.socket)
-    classes = loader.info["classes"]
-    model = TinyCNN(classes)
+    model = tiny_cnn(classes)
     if distributed:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     if args.resume:
         ckpt = torch.load(args.resume)
@@ -101,8 +124,11 @@ def main():
     if distributed:
         dist.destroy_process_group()
     if rank == 0:
-        print(f"done: {step} steps, {seen} images on rank 0")
+        stall = loader.stats()
+        print(f"done: {step} steps, {seen} images on rank 0; waited for data "
+              f"{stall['wait_fraction']:.0%} of the time")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

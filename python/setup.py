@@ -1,14 +1,30 @@
-"""Copies libstoker.so from the Cargo target directory into the package at build time.
+"""Builds the stoker wheel: this package plus libstoker.so, stokerd and stoker, compiled with
+cargo from the checkout this folder sits in.
 
-`pip install ./python` after `cargo build --release -p stoker-ipc` (or any cargo build of the
-workspace). The library is looked up, in order, at `$STOKER_LIB`, then in
-`$CARGO_TARGET_DIR/{release,debug}`, then in `<repo>/target/{release,debug}`. When none is
-found the package installs without it and `import stoker` searches again at run time (see
-stoker/_lib.py), failing with a message that says what to build.
+    pip install ./python            # from the repository root; needs cargo (a Rust toolchain)
+    pip wheel --no-deps -w dist ./python
+
+`build_py` runs `cargo build --locked --release -p stoker-ipc --lib -p stoker-daemon --bins`
+and puts the results into the package: `stoker/libstoker.so`, `stoker/bin/stokerd`,
+`stoker/bin/stoker`. Installing the wheel needs no Rust, cmake or nasm. The `stoker` and
+`stokerd` commands are console entry points that run the bundled binaries.
+
+The wheel is tagged `py3-none-<platform>`: no Python extension is inside (ctypes only), so
+any CPython 3 takes it, but the binaries are for this platform only.
+
+Environment: `STOKER_CARGO_PROFILE` (`release`, the default, or `dev`: CI's Python tests
+reuse the debug build), `CARGO` (the cargo to run), `CARGO_TARGET_DIR`.
+
+Why plain setuptools and not setuptools-rust: its `RustBin` installs binaries into the
+environment's scripts folder, outside the package, where the library cannot find them
+reliably (user installs, `--prefix`, relocated venvs), and its no-binding cdylib is renamed
+with the interpreter's extension suffix although libstoker.so belongs to no interpreter. One
+cargo command and three copies are all this needs (docs/python.md, "Building the wheel").
 """
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,47 +32,65 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
 HERE = Path(__file__).resolve().parent
-LIB = "libstoker.so"
+REPO = HERE.parent
+# (file in the cargo target folder, where it goes in the package)
+ARTIFACTS = [("libstoker.so", "libstoker.so"), ("stokerd", "bin/stokerd"), ("stoker", "bin/stoker")]
 
 
-def find_library():
-    env = os.environ.get("STOKER_LIB")
-    if env:
-        return Path(env)
-    dirs = []
-    if os.environ.get("CARGO_TARGET_DIR"):
-        dirs.append(Path(os.environ["CARGO_TARGET_DIR"]))
-    dirs.append(HERE.parent / "target")
-    for d in dirs:
-        for profile in ("release", "debug"):
-            if (d / profile / LIB).is_file():
-                return d / profile / LIB
-    return None
+def cargo_build():
+    """Builds the three artifacts; returns the folder they are in."""
+    if not (REPO / "Cargo.toml").is_file() or not (REPO / "daemon").is_dir():
+        sys.exit(f"stoker: building the wheel needs the stoker source checkout around {HERE} "
+                 "(its Cargo workspace); install a built wheel instead")
+    profile = os.environ.get("STOKER_CARGO_PROFILE", "release")
+    if profile not in ("release", "dev"):
+        sys.exit(f"stoker: STOKER_CARGO_PROFILE={profile!r}: use release or dev")
+    cargo = os.environ.get("CARGO") or shutil.which("cargo")
+    if not cargo:
+        sys.exit("stoker: building from source needs cargo (a Rust toolchain, see "
+                 "https://rustup.rs) on PATH or in $CARGO; or install a built wheel")
+    cmd = [cargo, "build", "--locked", "--profile", profile, "-p", "stoker-ipc", "--lib",
+           "-p", "stoker-daemon", "--bins"]
+    sys.stderr.write(f"stoker: {' '.join(cmd)}\n")
+    subprocess.run(cmd, cwd=REPO, check=True)
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    if not target.is_absolute():
+        target = REPO / target
+    return target / ("debug" if profile == "dev" else profile)
 
 
-class BuildPyWithLibrary(build_py):
+class BuildPyWithBinaries(build_py):
     def run(self):
         super().run()
-        lib = find_library()
-        if lib is None or not lib.is_file():
-            sys.stderr.write(
-                "stoker: WARNING: libstoker.so not found (run `cargo build --release` first, "
-                "or set STOKER_LIB); installing without it, `import stoker` will search for it "
-                "at run time\n"
-            )
-            return
-        dest = Path(self.build_lib) / "stoker" / LIB
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lib, dest)
-        sys.stderr.write(f"stoker: bundling {lib}\n")
+        built = cargo_build()
+        for name, dest in ARTIFACTS:
+            src = built / name
+            out = Path(self.build_lib) / "stoker" / dest
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out)
+            sys.stderr.write(f"stoker: bundling {src}\n")
 
 
 class BinaryDistribution(Distribution):
-    """The wheel carries a native library: tag it for this platform, not `any`."""
+    """Native files inside: installed as platform-specific (platlib), never as pure Python."""
 
     def has_ext_modules(self):
         return True
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary}, distclass=BinaryDistribution)
+class PlatformWheel(bdist_wheel):
+    """Native binaries but no Python extension: `py3-none-<platform>`."""
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        return "py3", "none", plat
+
+
+setup(cmdclass={"build_py": BuildPyWithBinaries, "bdist_wheel": PlatformWheel},
+      distclass=BinaryDistribution)

@@ -73,22 +73,63 @@ impl Daemon {
     /// Starts `stokerd --socket <dir>/stoker.sock` with `extra` flags and waits until it
     /// accepts connections.
     pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
-        Daemon::start_with(dir, extra, Stdio::inherit())
+        Daemon::start_with(dir, extra, Stdio::inherit(), |_| {})
     }
 
     /// As [`Daemon::start`], appending the daemon's log (stderr) to `log`.
     pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Daemon {
+        Daemon::start_logged_with(dir, extra, log, |_| {})
+    }
+
+    /// As [`Daemon::start_logged`], with `setup` applied to the command before it is spawned
+    /// (a resource limit set in `pre_exec`, say).
+    pub fn start_logged_with(
+        dir: &Path,
+        extra: &[&str],
+        log: &Path,
+        setup: impl FnOnce(&mut Command),
+    ) -> Daemon {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        Daemon::start_with(dir, extra, Stdio::from(file))
+        Daemon::start_with(dir, extra, Stdio::from(file), setup)
     }
 
-    fn start_with(dir: &Path, extra: &[&str], stderr: Stdio) -> Daemon {
+    fn start_with(
+        dir: &Path,
+        extra: &[&str],
+        stderr: Stdio,
+        setup: impl FnOnce(&mut Command),
+    ) -> Daemon {
+        Daemon::start_wrapped_with(dir, &[], extra, stderr, setup)
+    }
+
+    /// As [`Daemon::start`], with `stokerd` run by a wrapper command that ends by exec-ing
+    /// its arguments (`wrapper` then the daemon's command line), e.g. `unshare --net`: the
+    /// process (and [`Daemon::pid`]) is the daemon's own.
+    pub fn start_wrapped(dir: &Path, wrapper: &[&str], extra: &[&str], stderr: Stdio) -> Daemon {
+        Daemon::start_wrapped_with(dir, wrapper, extra, stderr, |_| {})
+    }
+
+    fn start_wrapped_with(
+        dir: &Path,
+        wrapper: &[&str],
+        extra: &[&str],
+        stderr: Stdio,
+        setup: impl FnOnce(&mut Command),
+    ) -> Daemon {
         let socket = dir.join("stoker.sock");
-        let child = Command::new(stokerd_path())
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(stokerd_path());
+                command
+            }
+            None => Command::new(stokerd_path()),
+        };
+        command
             .arg("--socket")
             .arg(&socket)
             .args(extra)
@@ -96,9 +137,9 @@ impl Daemon {
             .env("NO_COLOR", "1")
             .env("XDG_CACHE_HOME", dir.join("cache"))
             .stdin(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn stokerd");
+            .stderr(stderr);
+        setup(&mut command);
+        let child = command.spawn().expect("spawn stokerd");
         let mut d = Daemon { child, socket };
         d.wait_ready(Duration::from_secs(30));
         d

@@ -392,20 +392,14 @@ fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() 
         .map(|s| {
             let last = s.last().unwrap();
             if last.step + 1 == 6 {
-                StartPosition {
-                    epoch: last.epoch + 1,
-                    step: 0,
-                }
+                StartPosition::at(last.epoch + 1, 0)
             } else {
-                StartPosition {
-                    epoch: last.epoch,
-                    step: last.step + 1,
-                }
+                StartPosition::at(last.epoch, last.step + 1)
             }
         })
         .collect();
-    assert_eq!(positions[0], StartPosition { epoch: 0, step: 4 });
-    assert_eq!(positions[1], StartPosition { epoch: 1, step: 1 });
+    assert_eq!(positions[0], StartPosition::at(0, 4));
+    assert_eq!(positions[1], StartPosition::at(1, 1));
 
     // systemd restarts the daemon a little later; the clients retry meanwhile.
     let restart_dir = dir.path().to_owned();
@@ -721,11 +715,13 @@ fn a_second_connection_cannot_obtain_the_first_ones_ring() {
         slot_bytes: 1,
         ring_bytes: 1,
         steps_per_epoch: 1,
+        offset_epoch_steps: None,
         dataset_len: 1,
         classes: 1,
         ranks_attached: 1,
         created_job: false,
         daemon_version: "x".into(),
+        accepts_stats: false,
         ..Attached::default()
     };
     let mut probes: Vec<Vec<u8>> = [

@@ -88,7 +88,7 @@ fn one_rank_receives_the_whole_epoch_in_order() {
     for c in 0..3 {
         assert_eq!(labels.iter().filter(|&&l| l == c).count(), 5);
     }
-    assert_eq!(client.position(), StartPosition { epoch: 1, step: 0 });
+    assert_eq!(client.position(), StartPosition::at(1, 0));
 }
 
 #[test]
@@ -255,7 +255,7 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut resumed = loop {
         let mut o = options(&data, "k", 0, 2, 2);
-        o.start = StartPosition { epoch: 0, step: 2 };
+        o.start = StartPosition::at(0, 2);
         match Client::attach(daemon.socket(), o) {
             Ok(c) => break c,
             Err(e) if e.code() == Some(ErrorCode::RankTaken) && Instant::now() < deadline => {
@@ -401,7 +401,7 @@ fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
     // The killed rank re-attaches within a second and resumes at step 2.
     let mut resumed = loop {
         let mut o = options(&data, "kill", 0, 2, 2);
-        o.start = StartPosition { epoch: 0, step: 2 };
+        o.start = StartPosition::at(0, 2);
         match Client::attach(daemon.socket(), o) {
             Ok(c) => break c,
             Err(e) if e.code() == Some(ErrorCode::RankTaken) => {

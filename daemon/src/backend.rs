@@ -36,12 +36,30 @@ pub enum BackendError {
     NotWired(String),
 }
 
+/// Says loudly when the GPU found is the emulated one of tests/gpu-emulator.
+fn warn_if_emulated() {
+    if let Some(path) = stoker_kernels::emulator::emulated_driver() {
+        tracing::warn!(
+            driver = %path.display(),
+            "THE GPU IS EMULATED (STOKER_LIBCUDA is the stoker GPU emulator): for tests only; \
+             nothing measured on it says anything about a real GPU"
+        );
+    }
+}
+
 /// Resolves `choice` on this host, logging the reason when `auto` falls back to the CPU.
 pub fn choose(choice: BackendChoice) -> Result<BackendKind, BackendError> {
+    let probe = || {
+        let info = stoker_kernels::cuda::probe();
+        if info.is_ok() {
+            warn_if_emulated();
+        }
+        info
+    };
     match choice {
         BackendChoice::Cpu => Ok(BackendKind::Cpu),
         BackendChoice::Auto => {
-            match stoker_kernels::cuda::probe() {
+            match probe() {
                 Ok(info) => tracing::warn!(
                     gpus = info.devices.len(),
                     "backend auto: a GPU is present but the CUDA serving pipeline is not wired \
@@ -54,7 +72,7 @@ pub fn choose(choice: BackendChoice) -> Result<BackendKind, BackendError> {
             }
             Ok(BackendKind::Cpu)
         }
-        BackendChoice::Cuda => match stoker_kernels::cuda::probe() {
+        BackendChoice::Cuda => match probe() {
             Ok(info) => Err(BackendError::NotWired(format!(
                 "{} device(s)",
                 info.devices.len()

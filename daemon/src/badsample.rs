@@ -28,6 +28,10 @@ pub const REASONS: &[&str] = &[
     "permission",
     "short_read",
     "io",
+    "not_regular",
+    "symlink",
+    "changed",
+    "credentials",
     // DecodeError::reason
     "not_jpeg",
     "truncated",

@@ -26,6 +26,12 @@
 //!   `pread`s. Spawning them per batch costs tens of microseconds, small beside the reads, and
 //!   keeps the borrowed buffers safe without unsafe code.
 //!
+//! - Every open goes through [`crate::fsopen::open_sample`] under the job's
+//!   [`OpenRules`](crate::fsopen::OpenRules) (set with [`Reader::set_rules`]): non-blocking,
+//!   regular files only, the client's credentials, no symlinks where the job says so, and a
+//!   tar shard must still be the indexed inode. Cached fds are keyed by (rules, path), so
+//!   one job never reads through an fd opened for another (or with other credentials).
+//!
 //! # Limitations
 //! - Opens are synchronous (one `openat` each); on cold network filesystems they dominate. The
 //!   io_uring `openat` opcode would overlap them.
@@ -41,6 +47,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
+
+use crate::fsopen::{self, OpenError, OpenRules};
 
 /// Open fds kept for files read at an offset (tar shards).
 pub const FD_CACHE_CAPACITY: usize = 128;
@@ -68,6 +76,14 @@ pub enum ReadError {
     },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {source}")]
+    NotRegular { path: PathBuf, source: OpenError },
+    #[error("{path}: {source}")]
+    Symlink { path: PathBuf, source: OpenError },
+    #[error("{path}: {source}")]
+    Changed { path: PathBuf, source: OpenError },
+    #[error("{path}: {source}")]
+    Credentials { path: PathBuf, source: OpenError },
 }
 
 impl ReadError {
@@ -79,6 +95,21 @@ impl ReadError {
             ReadError::Permission { .. } => "permission",
             ReadError::ShortRead { .. } => "short_read",
             ReadError::Io { .. } => "io",
+            ReadError::NotRegular { .. } => "not_regular",
+            ReadError::Symlink { .. } => "symlink",
+            ReadError::Changed { .. } => "changed",
+            ReadError::Credentials { .. } => "credentials",
+        }
+    }
+
+    fn from_open(path: &Path, e: OpenError) -> ReadError {
+        let path = path.to_owned();
+        match e {
+            OpenError::Io(e) => ReadError::from_io(&path, e),
+            e @ OpenError::NotRegular { .. } => ReadError::NotRegular { path, source: e },
+            e @ OpenError::Symlink => ReadError::Symlink { path, source: e },
+            e @ OpenError::Changed { .. } => ReadError::Changed { path, source: e },
+            e @ OpenError::Credentials { .. } => ReadError::Credentials { path, source: e },
         }
     }
 
@@ -125,6 +156,10 @@ pub fn probe_io_uring() -> Result<(), ReadError> {
 /// Reads batches of requests into caller-owned buffers.
 pub struct Reader {
     backend: Backend,
+    /// How files are opened (the job being served); see [`Reader::set_rules`].
+    rules: Arc<OpenRules>,
+    /// Why the calling thread could not take the rules' credentials: every read fails so.
+    rules_error: Option<String>,
 }
 
 enum Backend {
@@ -157,7 +192,27 @@ impl Reader {
                 }
             },
         };
-        Ok(Reader { backend })
+        Ok(Reader::from_backend(backend))
+    }
+
+    fn from_backend(backend: Backend) -> Reader {
+        Reader {
+            backend,
+            rules: Arc::default(),
+            rules_error: None,
+        }
+    }
+
+    /// Opens files from now on under `rules` (the job about to be read), assuming its
+    /// credentials on the calling thread; does nothing when they are in force already.
+    pub fn set_rules(&mut self, rules: &Arc<OpenRules>) {
+        if Arc::ptr_eq(&self.rules, rules) {
+            return;
+        }
+        self.rules_error = fsopen::assume(rules.policy.credentials.as_ref())
+            .err()
+            .map(|e| e.to_string());
+        self.rules = Arc::clone(rules);
     }
 
     /// "io_uring" or "pread".
@@ -185,9 +240,32 @@ impl Reader {
             reqs.len()
         );
         let bufs = &mut bufs[..reqs.len()];
+        if let Some(local) = crate::s3::localize(reqs) {
+            return crate::s3::read_localized(reqs, local, bufs, |r, b| self.read_local(r, b));
+        }
+        self.read_local(reqs, bufs)
+    }
+
+    fn read_local(
+        &mut self,
+        reqs: &[ReadRequest<'_>],
+        bufs: &mut [Vec<u8>],
+    ) -> Vec<Result<(), ReadError>> {
+        if let Some(why) = &self.rules_error {
+            return reqs
+                .iter()
+                .map(|r| {
+                    Err(ReadError::Credentials {
+                        path: r.path.to_owned(),
+                        source: OpenError::Io(io::Error::other(why.clone())),
+                    })
+                })
+                .collect();
+        }
+        let rules = &self.rules;
         match &mut self.backend {
-            Backend::Uring(u) => u.read_batch(reqs, bufs),
-            Backend::Pread(p) => p.read_batch(reqs, bufs),
+            Backend::Uring(u) => u.read_batch(reqs, bufs, rules),
+            Backend::Pread(p) => p.read_batch(reqs, bufs, rules),
         }
     }
 }
@@ -227,21 +305,28 @@ fn size_buffer(req: &ReadRequest<'_>, buf: &mut Vec<u8>) -> Result<(), ReadError
     Ok(())
 }
 
-/// Open fds of files read at an offset, least recently used evicted first.
+/// Open fds of files read at an offset, least recently used evicted first. Keyed by the
+/// rules they were opened under (one job's) and the path: a job reads its shards through fds
+/// opened under its own credentials and checked against its own index.
 struct FdCache {
-    files: HashMap<PathBuf, (Arc<File>, u64)>,
+    files: HashMap<(u64, PathBuf), (Arc<File>, u64)>,
     tick: u64,
 }
 
 impl FdCache {
-    fn get_or_open(&mut self, path: &Path, offset: u64) -> io::Result<Arc<File>> {
+    fn get_or_open(
+        &mut self,
+        path: &Path,
+        offset: u64,
+        rules: &Arc<OpenRules>,
+    ) -> Result<Arc<File>, OpenError> {
         self.tick += 1;
-        if let Some((f, used)) = self.files.get_mut(path) {
+        let key = (rules.id(), path.to_owned());
+        if let Some((f, used)) = self.files.get_mut(&key) {
             *used = self.tick;
             return Ok(f.clone());
         }
-        // std opens with O_RDONLY | O_CLOEXEC.
-        let f = Arc::new(File::open(path)?);
+        let f = rules.open(path)?;
         if offset > 0 {
             if self.files.len() >= FD_CACHE_CAPACITY {
                 let oldest = self
@@ -254,7 +339,7 @@ impl FdCache {
                     self.files.remove(&p);
                 }
             }
-            self.files.insert(path.to_owned(), (f.clone(), self.tick));
+            self.files.insert(key, (f.clone(), self.tick));
         }
         Ok(f)
     }
@@ -329,6 +414,7 @@ impl UringReader {
         &mut self,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
+        rules: &Arc<OpenRules>,
     ) -> Vec<Result<(), ReadError>> {
         self.pending.clear();
         self.ready.clear();
@@ -344,12 +430,12 @@ impl UringReader {
             match buffer_len(req).map(|len| buf.reserve(len)) {
                 Err(e) => p.result = Some(Err(e)),
                 Ok(()) if req.len == 0 => p.result = Some(Ok(())),
-                Ok(()) => match self.fds.get_or_open(req.path, req.offset) {
+                Ok(()) => match self.fds.get_or_open(req.path, req.offset, rules) {
                     Ok(f) => {
                         p.file = Some(f);
                         self.ready.push_back(i);
                     }
-                    Err(e) => p.result = Some(Err(ReadError::from_io(req.path, e))),
+                    Err(e) => p.result = Some(Err(ReadError::from_open(req.path, e))),
                 },
             }
             self.pending.push(p);
@@ -509,12 +595,18 @@ impl PreadReader {
         }
     }
 
-    fn read_one(req: &ReadRequest<'_>, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    fn read_one(
+        req: &ReadRequest<'_>,
+        buf: &mut Vec<u8>,
+        rules: &OpenRules,
+    ) -> Result<(), ReadError> {
         size_buffer(req, buf)?;
         if req.len == 0 {
             return Ok(());
         }
-        let file = File::open(req.path).map_err(|e| ReadError::from_io(req.path, e))?;
+        let file = rules
+            .open(req.path)
+            .map_err(|e| ReadError::from_open(req.path, e))?;
         let mut done = 0usize;
         while done < buf.len() {
             match file.read_at(&mut buf[done..], req.offset + done as u64) {
@@ -543,13 +635,14 @@ impl PreadReader {
         &mut self,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
+        rules: &OpenRules,
     ) -> Vec<Result<(), ReadError>> {
         let chunk = reqs.len().div_ceil(self.threads).max(1);
         if reqs.len() <= 1 {
             return reqs
                 .iter()
                 .zip(bufs.iter_mut())
-                .map(|(r, b)| Self::read_one(r, b))
+                .map(|(r, b)| Self::read_one(r, b, rules))
                 .collect();
         }
         std::thread::scope(|s| {
@@ -560,7 +653,7 @@ impl PreadReader {
                     s.spawn(move || {
                         rs.iter()
                             .zip(bs.iter_mut())
-                            .map(|(r, b)| Self::read_one(r, b))
+                            .map(|(r, b)| Self::read_one(r, b, rules))
                             .collect::<Vec<_>>()
                     })
                 })

@@ -1,9 +1,10 @@
 //! The sampler: which global sample indices make up batch `step` of `epoch` for one rank.
 //!
 //! A pure function of (dataset length, seed, rank, world size, batch size, drop_last, epoch,
-//! step). The epoch's permutation of `0..len` is a Fisher-Yates shuffle drawn from
-//! `KeyedRng::new(seed, epoch, 0, Stream::Permutation)`; ranks then take the
-//! `torch.utils.data.DistributedSampler` share of it, and the share is cut into batches.
+//! step), and of an optional elastic [`EpochOffset`]. The epoch's permutation of `0..len` is a
+//! Fisher-Yates shuffle drawn from `KeyedRng::new(seed, epoch, 0, Stream::Permutation)`; ranks
+//! then take the `torch.utils.data.DistributedSampler` share of it, and the share is cut into
+//! batches.
 //!
 //! # Design
 //! - `drop_last = false`: the permutation is padded to a multiple of `world_size` by wrapping
@@ -12,11 +13,26 @@
 //! - `drop_last = true`: the permutation is truncated to a multiple of `world_size`, and the
 //!   final incomplete batch of each rank is dropped.
 //! - Rank `r` gets `padded[r], padded[r + W], padded[r + 2W], ...`.
+//! - Elastic resume (`docs/multi-host.md`): after `s` steps of every rank at world size `W`
+//!   and batch size `B`, the samples consumed are exactly positions `[0, s*B*W)` of the
+//!   epoch's permutation (padding only ever falls in an epoch's last step, so no mid-epoch
+//!   position is a duplicate). An [`EpochOffset`] `(epoch, consumed)` makes that epoch's
+//!   partition cover only the rest, positions `[consumed, len)`, split the same way over the
+//!   *current* world size: rank `r`'s `j`-th sample is `perm[(consumed + r + j*W) % len]`, so
+//!   the padding wraps to the epoch's first samples (already served before the checkpoint) and
+//!   every sample of the rest is served exactly once. With drop_last the rest is truncated to
+//!   a multiple of `W`, then each rank's short batch is dropped. Other epochs are the usual
+//!   partition. At an unchanged world size an offset of `s*B*W` gives exactly steps `s..` of
+//!   the uninterrupted epoch (renumbered from 0).
 //! - Resuming at any (epoch, step) costs one permutation (O(len)); the last epoch's permutation
 //!   is kept, so consecutive steps of one epoch cost O(batch_size).
 //!
 //! # Limitations
 //! - The permutation of a dataset of `len` samples holds `8 * len` bytes while cached.
+//! - Only one epoch (the offset's) can be partial; a checkpoint taken inside it carries its
+//!   own offset (`consumed` counts from the epoch's start), so chains of resumes stay exact.
+
+use stoker::protocol::EpochOffset;
 
 use crate::rng::{KeyedRng, Stream};
 
@@ -40,8 +56,50 @@ pub enum SamplerError {
         world_size: u64,
         batch_size: u64,
     },
-    #[error("step {step} is out of range: an epoch has {steps_per_epoch} steps")]
-    StepOutOfRange { step: u64, steps_per_epoch: u64 },
+    #[error("step {step} is out of range: epoch {epoch} has {steps} steps")]
+    StepOutOfRange { epoch: u64, step: u64, steps: u64 },
+    #[error(
+        "elastic offset: {consumed} samples consumed of epoch {epoch}, but an epoch has only \
+         {len}"
+    )]
+    OffsetBeyondEpoch { epoch: u64, consumed: u64, len: u64 },
+}
+
+/// How one epoch is cut over the ranks: the part of the permutation it covers and the batch
+/// counts (equal for every rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Partition {
+    /// Permutation positions consumed before this partition (0 unless elastic).
+    offset: u64,
+    /// Samples each rank sees, before batching (padding included).
+    samples_per_rank: u64,
+    /// Batches per rank.
+    steps: u64,
+}
+
+impl Partition {
+    fn new(len: u64, world_size: u64, batch_size: u64, drop_last: bool, offset: u64) -> Self {
+        let rest = len - offset;
+        let (samples_per_rank, steps) = if drop_last {
+            let per_rank = rest / world_size;
+            (per_rank, per_rank / batch_size)
+        } else {
+            let per_rank = rest.div_ceil(world_size);
+            (per_rank, per_rank.div_ceil(batch_size))
+        };
+        Partition {
+            offset,
+            samples_per_rank,
+            steps,
+        }
+    }
+}
+
+/// The epoch an elastic offset resumes, and how many batches each rank gets in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumedEpoch {
+    pub epoch: u64,
+    pub steps: u64,
 }
 
 /// One rank's view of a job's sample order. Cheap to build; holds the last permutation.
@@ -53,8 +111,10 @@ pub struct Sampler {
     world_size: u64,
     batch_size: u64,
     drop_last: bool,
-    samples_per_rank: u64,
-    steps_per_epoch: u64,
+    /// Every epoch's partition but the elastic one.
+    regular: Partition,
+    /// The epoch an [`EpochOffset`] resumes, and its partition.
+    resumed: Option<(u64, Partition)>,
     /// The epoch whose permutation `perm` holds, if any.
     perm_epoch: Option<u64>,
     perm: Vec<u64>,
@@ -94,17 +154,8 @@ impl Sampler {
         if batch_size == 0 {
             return Err(SamplerError::ZeroBatchSize);
         }
-        let samples_per_rank = if drop_last {
-            len / world_size
-        } else {
-            len.div_ceil(world_size)
-        };
-        let steps_per_epoch = if drop_last {
-            samples_per_rank / batch_size
-        } else {
-            samples_per_rank.div_ceil(batch_size)
-        };
-        if steps_per_epoch == 0 {
+        let regular = Partition::new(len, world_size, batch_size, drop_last, 0);
+        if regular.steps == 0 {
             return Err(SamplerError::NoBatches {
                 len,
                 world_size,
@@ -118,11 +169,42 @@ impl Sampler {
             world_size,
             batch_size,
             drop_last,
-            samples_per_rank,
-            steps_per_epoch,
+            regular,
+            resumed: None,
             perm_epoch: None,
             perm: Vec::new(),
         })
+    }
+
+    /// This sampler with epoch `offset.epoch` covering only the samples after the first
+    /// `offset.consumed` of its permutation (an elastic resume). An offset of 0 changes
+    /// nothing; the resumed epoch may have no step left (see [`Sampler::steps_in`]).
+    pub fn with_offset(mut self, offset: EpochOffset) -> Result<Sampler, SamplerError> {
+        if offset.consumed > self.len {
+            return Err(SamplerError::OffsetBeyondEpoch {
+                epoch: offset.epoch,
+                consumed: offset.consumed,
+                len: self.len,
+            });
+        }
+        self.resumed = (offset.consumed > 0).then(|| {
+            let p = Partition::new(
+                self.len,
+                self.world_size,
+                self.batch_size,
+                self.drop_last,
+                offset.consumed,
+            );
+            (offset.epoch, p)
+        });
+        Ok(self)
+    }
+
+    fn partition(&self, epoch: u64) -> &Partition {
+        match &self.resumed {
+            Some((e, p)) if *e == epoch => p,
+            _ => &self.regular,
+        }
     }
 
     /// Whether short batches and the tail of the permutation are dropped.
@@ -130,31 +212,44 @@ impl Sampler {
         self.drop_last
     }
 
-    /// Batches per epoch for this rank (the same for every rank).
+    /// Batches per epoch for this rank (the same for every rank), in every epoch but an
+    /// elastic offset's (see [`Sampler::steps_in`]).
     pub fn steps_per_epoch(&self) -> u64 {
-        self.steps_per_epoch
+        self.regular.steps
+    }
+
+    /// Batches of `epoch` for this rank (the same for every rank). Never 0 except for an
+    /// elastic offset's epoch with nothing left to serve.
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        self.partition(epoch).steps
+    }
+
+    /// The elastic offset's epoch and its batch count, if this sampler has one.
+    pub fn resumed_epoch(&self) -> Option<ResumedEpoch> {
+        self.resumed.map(|(epoch, p)| ResumedEpoch {
+            epoch,
+            steps: p.steps,
+        })
     }
 
     /// Samples this rank sees per epoch, before batching (padding included).
     pub fn samples_per_rank(&self) -> u64 {
-        self.samples_per_rank
+        self.regular.samples_per_rank
     }
 
-    /// The number of samples in batch `step` (`batch_size`, or less for the last batch
-    /// without drop_last).
+    /// The number of samples in batch `step` of a regular epoch (`batch_size`, or less for the
+    /// last batch without drop_last).
     pub fn batch_len(&self, step: u64) -> u64 {
         let start = step * self.batch_size;
         self.batch_size
-            .min(self.samples_per_rank.saturating_sub(start))
+            .min(self.regular.samples_per_rank.saturating_sub(start))
     }
 
     /// Whether (epoch, step) is a position this sampler can produce.
-    pub fn check_position(&self, step: u64) -> Result<(), SamplerError> {
-        if step >= self.steps_per_epoch {
-            return Err(SamplerError::StepOutOfRange {
-                step,
-                steps_per_epoch: self.steps_per_epoch,
-            });
+    pub fn check_position(&self, epoch: u64, step: u64) -> Result<(), SamplerError> {
+        let steps = self.steps_in(epoch);
+        if step >= steps {
+            return Err(SamplerError::StepOutOfRange { epoch, step, steps });
         }
         Ok(())
     }
@@ -162,7 +257,7 @@ impl Sampler {
     /// The global sample indices of batch `step` of `epoch` for this rank.
     ///
     /// # Panics
-    /// If `step >= steps_per_epoch()` (see [`Sampler::check_position`]).
+    /// If `step >= steps_in(epoch)` (see [`Sampler::check_position`]).
     pub fn batch_indices(&mut self, epoch: u64, step: u64) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.batch_size as usize);
         self.batch_indices_into(epoch, step, &mut out);
@@ -172,21 +267,22 @@ impl Sampler {
     /// Like [`Sampler::batch_indices`], into `out` (cleared first; its capacity is reused).
     ///
     /// # Panics
-    /// If `step >= steps_per_epoch()` (see [`Sampler::check_position`]).
+    /// If `step >= steps_in(epoch)` (see [`Sampler::check_position`]).
     pub fn batch_indices_into(&mut self, epoch: u64, step: u64, out: &mut Vec<u64>) {
-        if let Err(e) = self.check_position(step) {
+        if let Err(e) = self.check_position(epoch, step) {
             panic!("{e}");
         }
+        let part = *self.partition(epoch);
         if self.perm_epoch != Some(epoch) {
             permutation_into(self.len, self.seed, epoch, &mut self.perm);
             self.perm_epoch = Some(epoch);
         }
         out.clear();
         let start = step * self.batch_size;
-        let end = (start + self.batch_size).min(self.samples_per_rank);
+        let end = (start + self.batch_size).min(part.samples_per_rank);
         for j in start..end {
             // Position in the padded permutation; wrap around for the padding.
-            let k = self.rank + j * self.world_size;
+            let k = part.offset + self.rank + j * self.world_size;
             out.push(self.perm[(k % self.len) as usize]);
         }
     }
@@ -196,6 +292,7 @@ impl Sampler {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use stoker::protocol::StartPosition;
 
     fn epoch_of(s: &mut Sampler, epoch: u64) -> Vec<u64> {
         (0..s.steps_per_epoch())
@@ -266,12 +363,193 @@ mod tests {
         );
         let s = Sampler::new(5, 0, 0, 1, 2, false).unwrap();
         assert_eq!(
-            s.check_position(3).unwrap_err(),
+            s.check_position(0, 3).unwrap_err(),
             SamplerError::StepOutOfRange {
+                epoch: 0,
                 step: 3,
-                steps_per_epoch: 3
+                steps: 3
             }
         );
+    }
+
+    /// Every batch of `epoch` for every rank of a world of `world` ranks, by rank.
+    fn world_epoch(
+        len: u64,
+        world: u64,
+        batch: u64,
+        drop_last: bool,
+        offset: Option<EpochOffset>,
+        epoch: u64,
+    ) -> Vec<Vec<Vec<u64>>> {
+        (0..world)
+            .map(|r| {
+                let mut s = Sampler::new(len, 7, r, world, batch, drop_last).unwrap();
+                if let Some(o) = offset {
+                    s = s.with_offset(o).unwrap();
+                }
+                (0..s.steps_in(epoch))
+                    .map(|step| s.batch_indices(epoch, step))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_offset_at_the_end_of_the_epoch_leaves_nothing_and_past_it_is_refused() {
+        let s = Sampler::new(10, 0, 0, 2, 2, false).unwrap();
+        let end = EpochOffset {
+            epoch: 4,
+            consumed: 10,
+        };
+        let s = s.with_offset(end).unwrap();
+        assert_eq!(s.steps_in(4), 0);
+        assert_eq!(s.steps_in(5), 3);
+        assert_eq!(s.resumed_epoch(), Some(ResumedEpoch { epoch: 4, steps: 0 }));
+        let past = EpochOffset {
+            epoch: 4,
+            consumed: 11,
+        };
+        assert_eq!(
+            s.with_offset(past).unwrap_err(),
+            SamplerError::OffsetBeyondEpoch {
+                epoch: 4,
+                consumed: 11,
+                len: 10
+            }
+        );
+        // drop_last: 3 left over 2 ranks in batches of 2 is no batch at all.
+        let s = Sampler::new(10, 0, 1, 2, 2, true).unwrap();
+        let s = s
+            .with_offset(EpochOffset {
+                epoch: 0,
+                consumed: 7,
+            })
+            .unwrap();
+        assert_eq!(s.steps_in(0), 0);
+        // An offset of 0 is no offset.
+        let s = Sampler::new(10, 0, 1, 2, 2, true).unwrap();
+        let s = s.with_offset(EpochOffset::default()).unwrap();
+        assert_eq!(s.resumed_epoch(), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn an_offset_at_the_same_world_size_is_the_rest_of_the_uninterrupted_epoch(
+            len in 1u64..400, world in 1u64..9, batch in 1u64..17, drop_last in any::<bool>(),
+            epoch in 0u64..100, at in any::<u64>(),
+        ) {
+            let Ok(s) = Sampler::new(len, 7, 0, world, batch, drop_last) else {
+                return Ok(());
+            };
+            let steps = s.steps_per_epoch();
+            let step = at % steps;
+            let offset = StartPosition::at(epoch, step).consumed(world as u32, batch as u32);
+            let full = world_epoch(len, world, batch, drop_last, None, epoch);
+            let rest = world_epoch(len, world, batch, drop_last, Some(offset), epoch);
+            for r in 0..world as usize {
+                prop_assert_eq!(&full[r][step as usize..], &rest[r][..]);
+            }
+        }
+
+        #[test]
+        fn the_rest_of_an_epoch_is_served_once_at_another_world_size(
+            len in 1u64..400, world in 1u64..9, batch in 1u64..17, drop_last in any::<bool>(),
+            new_world in 1u64..13, new_batch in 1u64..17, epoch in 0u64..100, at in any::<u64>(),
+        ) {
+            let Ok(s) = Sampler::new(len, 7, 0, world, batch, drop_last) else {
+                return Ok(());
+            };
+            let step = at % s.steps_per_epoch();
+            let offset = StartPosition::at(epoch, step).consumed(world as u32, batch as u32);
+            let mut perm = Vec::new();
+            permutation_into(len, 7, epoch, &mut perm);
+            // Before the checkpoint: exactly the first `consumed` positions, once each.
+            let before: Vec<u64> = world_epoch(len, world, batch, drop_last, None, epoch)
+                .iter()
+                .flat_map(|rank| rank[..step as usize].iter().flatten().copied())
+                .collect();
+            let mut sorted_before = before.clone();
+            sorted_before.sort_unstable();
+            let mut want_before = perm[..offset.consumed as usize].to_vec();
+            want_before.sort_unstable();
+            prop_assert_eq!(sorted_before, want_before);
+            // After: the rest over the new world, equal batch counts and batch sizes per step.
+            if Sampler::new(len, 7, 0, new_world, new_batch, drop_last).is_err() {
+                return Ok(()); // drop_last leaves the new world no batch in any epoch
+            }
+            let after = world_epoch(len, new_world, new_batch, drop_last, Some(offset), epoch);
+            let steps = after[0].len();
+            for rank in &after {
+                prop_assert_eq!(rank.len(), steps);
+                for (k, b) in rank.iter().enumerate() {
+                    prop_assert_eq!(b.len(), after[0][k].len());
+                    if drop_last {
+                        prop_assert_eq!(b.len() as u64, new_batch);
+                    }
+                }
+            }
+            let mut count = vec![0u32; len as usize];
+            for i in after.iter().flatten().flatten() {
+                count[*i as usize] += 1;
+            }
+            let rest = &perm[offset.consumed as usize..];
+            let served: u64 = count.iter().map(|&c| u64::from(c)).sum();
+            if drop_last {
+                // A prefix of the rest, once each; the tail (less than one batch per rank and
+                // the remainder of the division by the world size) is dropped.
+                prop_assert!(count.iter().all(|&c| c <= 1));
+                prop_assert_eq!(served, steps as u64 * new_batch * new_world);
+                let dropped = rest.len() as u64 - served;
+                prop_assert!(dropped < new_world * new_batch + new_world);
+                prop_assert!(rest[..served as usize].iter().all(|&i| count[i as usize] == 1));
+            } else {
+                // Every sample of the rest once, then padding wrapped to the epoch's start
+                // (fewer than one sample per new rank): samples served before the checkpoint,
+                // unless fewer than the padding were.
+                let padding = served - rest.len() as u64;
+                prop_assert!(padding < new_world);
+                for (p, &i) in perm.iter().enumerate().skip(offset.consumed as usize) {
+                    let pads = (0..padding).filter(|q| q % len == p as u64).count() as u32;
+                    prop_assert_eq!(count[i as usize], 1 + pads);
+                }
+                if !rest.is_empty() {
+                    prop_assert_eq!(padding, (rest.len() as u64).div_ceil(new_world) * new_world
+                        - rest.len() as u64);
+                }
+            }
+            // The next epoch is the usual partition at the new world size.
+            let next = world_epoch(len, new_world, new_batch, drop_last, Some(offset), epoch + 1);
+            prop_assert_eq!(next, world_epoch(len, new_world, new_batch, drop_last, None, epoch + 1));
+        }
+
+        #[test]
+        fn a_resume_of_a_resume_still_serves_the_epoch_once(
+            len in 1u64..300, worlds in proptest::collection::vec(1u64..9, 3),
+            batch in 1u64..9, at in proptest::collection::vec(any::<u64>(), 2),
+        ) {
+            let epoch = 5;
+            let mut offset: Option<EpochOffset> = None;
+            let mut count = vec![0u32; len as usize];
+            for (phase, &world) in worlds.iter().enumerate() {
+                let all = world_epoch(len, world, batch, false, offset, epoch);
+                let steps = all[0].len() as u64;
+                // The last phase runs to the end of the epoch; the others stop part-way.
+                let stop = match at.get(phase) {
+                    Some(a) if steps > 0 => a % steps,
+                    _ => steps,
+                };
+                for i in all.iter().flat_map(|r| r[..stop as usize].iter().flatten()) {
+                    count[*i as usize] += 1;
+                }
+                let pos = StartPosition { epoch, step: stop, offset };
+                offset = Some(pos.consumed(world as u32, batch as u32));
+            }
+            prop_assert!(count.iter().all(|&c| c >= 1));
+            let extra: u64 = count.iter().map(|&c| u64::from(c) - 1).sum();
+            prop_assert!(extra < worlds[2]);
+        }
     }
 
     proptest! {

@@ -21,6 +21,7 @@ use crate::access::{AccessPolicy, QuotaLimits};
 use crate::backend::BackendError;
 use crate::config::{BackendChoice, Config, ConfigError, ReaderChoice, EXIT_CONFIG};
 use crate::decode::Limits;
+use crate::detach::ReadyNotice;
 use crate::engine::EngineConfig;
 use crate::metrics::{MetricsError, MetricsListener};
 use crate::reader::ReaderKind;
@@ -45,10 +46,22 @@ pub struct StokerdArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Socket to listen on. Default: server.socket from the config; else $STOKER_SOCKET; else
-    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker.sock; else
-    /// /tmp/stoker-<uid>.sock. Ignored when systemd passes the socket (socket activation).
+    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker/stoker.sock; else
+    /// /tmp/stoker-<uid>/stoker.sock. Ignored when systemd passes the socket (socket
+    /// activation).
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// File mode of the socket, in octal (e.g. 600). Overrides server.socket_mode.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    pub socket_mode: Option<u32>,
+    /// Exit after SECS seconds with no client connected (0: never; checked every quarter of
+    /// SECS, at most every second). Overrides server.idle_exit_s.
+    #[arg(long, value_name = "SECS")]
+    pub idle_exit: Option<u64>,
+    /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
+    /// exit code if it fails first; the daemon runs on in a new session.
+    #[arg(long)]
+    pub detach: bool,
     /// Decode worker threads shared by every job (0: one per core). Overrides the config.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -64,6 +77,16 @@ pub struct StokerdArgs {
     /// Overrides pipeline.backend.
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a file mode in octal, like 600 or 660"
+        )),
+    }
 }
 
 /// Why the service could not start or stopped.
@@ -109,12 +132,18 @@ impl ServiceError {
 }
 
 /// Runs the daemon until it has drained after SIGTERM. `signals` must have been blocked
-/// before any thread started, so only the signal thread takes SIGTERM / SIGHUP.
-pub fn run(args: &StokerdArgs, signals: Signals) -> Result<(), ServiceError> {
+/// before any thread started, so only the signal thread takes SIGTERM / SIGHUP. `ready` is
+/// told once the socket listens (`--detach`'s starter then exits 0).
+pub fn run(
+    args: &StokerdArgs,
+    signals: Signals,
+    mut ready: ReadyNotice,
+) -> Result<(), ServiceError> {
     let file = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
+    crate::s3::configure(&file.s3, &file.datasets);
     let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "not notifying systemd");
         Notifier::disabled()
@@ -145,14 +174,21 @@ pub fn run(args: &StokerdArgs, signals: Signals) -> Result<(), ServiceError> {
     if let Some(addr) = metrics_addr {
         let prom = crate::metrics::install()?;
         let h = handle.clone();
-        MetricsListener::spawn(addr, prom, move || h.refresh_metrics())?;
+        MetricsListener::spawn(addr, prom, move || {
+            h.refresh_metrics();
+            h.stall_metrics()
+        })?;
     }
     spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
+    let idle_exit = match args.idle_exit.unwrap_or(file.server.idle_exit_s) {
+        0 => None,
+        s => Some(Duration::from_secs(s)),
+    };
     {
         let (handle, notifier) = (handle.clone(), Arc::clone(&notifier));
         std::thread::Builder::new()
             .name("stoker-supervisor".into())
-            .spawn(move || supervise(&handle, &notifier, watchdog))
+            .spawn(move || supervise(&handle, &notifier, watchdog, idle_exit))
             .map_err(|source| ServiceError::Thread {
                 name: "supervisor",
                 source,
@@ -164,6 +200,7 @@ pub fn run(args: &StokerdArgs, signals: Signals) -> Result<(), ServiceError> {
         server.socket_path().display(),
         std::process::id()
     ));
+    ready.ready();
     server.serve()?;
     if !handle.wait_drained(DRAIN_TIMEOUT) {
         tracing::warn!(
@@ -232,8 +269,10 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
         },
         access: AccessPolicy::new(&file.access, &file.datasets),
         quotas: QuotaLimits::from(&file.limits),
-        socket_mode: file.server.socket_mode,
+        socket_mode: args.socket_mode.unwrap_or(file.server.socket_mode),
         socket_group: file.server.socket_group.clone(),
+        lobby: file.limits.lobby(),
+        walk: file.limits.walk(),
     }
 }
 
@@ -253,6 +292,7 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
             handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
+            crate::s3::configure(&c.s3, &c.datasets);
             metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
             tracing::info!(
                 "access rules and datasets apply to new attaches now; limits, pipeline and server \
@@ -267,17 +307,35 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
     notifier.notify(&format!("READY=1\nSTATUS={}", handle.summary()));
 }
 
-/// Feeds the watchdog at half its interval while the server is alive, and keeps STATUS=
-/// and the throughput figure current.
-fn supervise(handle: &ServerHandle, notifier: &Notifier, watchdog: Option<Duration>) {
+/// Feeds the watchdog at half its interval while the server is alive, keeps STATUS= and the
+/// throughput figure current, and starts the drain once no client was connected for
+/// `idle_exit`.
+fn supervise(
+    handle: &ServerHandle,
+    notifier: &Notifier,
+    watchdog: Option<Duration>,
+    idle_exit: Option<Duration>,
+) {
     let tick = watchdog.map_or(Duration::from_secs(1), |w| {
         (w / 2).min(Duration::from_secs(1))
     });
+    let tick = idle_exit.map_or(tick, |i| tick.min((i / 4).max(Duration::from_millis(100))));
     let mut last_status = Instant::now();
     let mut last_line = String::new();
+    let mut idle_since = Instant::now();
     loop {
         // A timer, not a poll: the watchdog wants a ping at this rate.
         std::thread::sleep(tick);
+        if handle.connections() > 0 {
+            idle_since = Instant::now();
+        } else if idle_exit.is_some_and(|i| idle_since.elapsed() >= i) && !handle.is_stopping() {
+            tracing::info!(
+                idle_s = idle_since.elapsed().as_secs(),
+                "no client for the idle time (--idle-exit): stopping"
+            );
+            notifier.notify("STOPPING=1\nSTATUS=idle");
+            handle.stop();
+        }
         if watchdog.is_some() {
             if handle.is_alive(ALIVE_WITHIN) {
                 notifier.notify("WATCHDOG=1");

@@ -124,9 +124,9 @@ typedef struct stoker_attach_options {
    */
   size_t size;
   /**
-   * Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
-   * else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
-   * `/run/stoker/stoker.sock` if no daemon listens there.
+   * Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` if a daemon
+   * answers there; else this user's own, `$XDG_RUNTIME_DIR/stoker/stoker.sock` or
+   * `/tmp/stoker-<uid>/stoker.sock`.
    */
   const char *socket;
   /**
@@ -157,6 +157,13 @@ typedef struct stoker_attach_options {
    * `"cpu"` or a GPU UUID; NULL: `"cpu"`.
    */
   const char *device;
+  /**
+   * Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
+   * first `offset_consumed` samples of its permutation, over this attach's world size.
+   * `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
+   */
+  uint64_t offset_epoch;
+  uint64_t offset_consumed;
 } stoker_attach_options;
 
 /**
@@ -197,7 +204,44 @@ typedef struct stoker_attach_info {
    */
   uint64_t next_epoch;
   uint64_t next_step;
+  /**
+   * The same place as an elastic resume point: samples of epoch `next_epoch`'s
+   * permutation every rank together consumed before it (pass it as `offset_consumed`, with
+   * `offset_epoch = next_epoch` and start (next_epoch, 0), to resume at any world size).
+   */
+  uint64_t next_consumed;
+  /**
+   * Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
+   */
+  uint64_t offset_epoch_steps;
 } stoker_attach_info;
+
+/**
+ * Where the training loop's time went since the attach (the data stall), as the client
+ * measured it: time blocked in `stoker_next` and time between its calls.
+ */
+typedef struct stoker_stall_info {
+  /**
+   * Set by the caller to `sizeof(stoker_stall_info)`; only that many bytes are written.
+   */
+  size_t size;
+  /**
+   * Seconds spent inside `stoker_next` waiting for a batch.
+   */
+  double wait_s;
+  /**
+   * Seconds spent between a `stoker_next` returning and the following call.
+   */
+  double compute_s;
+  /**
+   * `wait_s / (wait_s + compute_s)`, 0 before anything was measured.
+   */
+  double wait_fraction;
+  /**
+   * Batches received.
+   */
+  uint64_t batches;
+} stoker_stall_info;
 
 /**
  * One batch's header. The pointers address the ring and stay valid while the batch handle
@@ -280,6 +324,15 @@ stoker_result stoker_attach(const struct stoker_attach_options *options,
  * `client` is a live client; `info` points to a `stoker_attach_info` with `size` set.
  */
 stoker_result stoker_client_info(struct stoker_client *client, struct stoker_attach_info *info);
+
+/**
+ * Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
+ * The client also reports it to the daemon, which shows it per rank (`stoker status`).
+ *
+ * # Safety
+ * `client` is a live client; `info` points to a `stoker_stall_info` with `size` set.
+ */
+stoker_result stoker_client_stall(struct stoker_client *client, struct stoker_stall_info *info);
 
 /**
  * Waits for the next batch. `STOKER_OK`: `*out` is a batch to pass to `stoker_batch_release`.

@@ -35,7 +35,7 @@ use crate::client::{AttachOptions, Batch, Client, ClientError};
 use crate::dlpack::{
     self, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, TensorDesc,
 };
-use crate::protocol::{ErrorCode, StartPosition};
+use crate::protocol::{EpochOffset, ErrorCode, StartPosition};
 use crate::spec::{DType, Layout, PipelineSpec};
 
 /// What every function returns.
@@ -77,9 +77,9 @@ use stoker_result::*;
 pub struct stoker_attach_options {
     /// `sizeof(stoker_attach_options)` as the caller was compiled.
     pub size: usize,
-    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` for root;
-    /// else `$XDG_RUNTIME_DIR/stoker.sock` or `/tmp/stoker-<uid>/stoker.sock`, then
-    /// `/run/stoker/stoker.sock` if no daemon listens there.
+    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` if a daemon
+    /// answers there; else this user's own, `$XDG_RUNTIME_DIR/stoker/stoker.sock` or
+    /// `/tmp/stoker-<uid>/stoker.sock`.
     pub socket: *const c_char,
     /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
     /// process and attach.
@@ -97,6 +97,11 @@ pub struct stoker_attach_options {
     pub start_step: u64,
     /// `"cpu"` or a GPU UUID; NULL: `"cpu"`.
     pub device: *const c_char,
+    /// Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
+    /// first `offset_consumed` samples of its permutation, over this attach's world size.
+    /// `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
+    pub offset_epoch: u64,
+    pub offset_consumed: u64,
 }
 
 impl Default for stoker_attach_options {
@@ -113,6 +118,8 @@ impl Default for stoker_attach_options {
             start_epoch: 0,
             start_step: 0,
             device: std::ptr::null(),
+            offset_epoch: 0,
+            offset_consumed: 0,
         }
     }
 }
@@ -140,6 +147,30 @@ pub struct stoker_attach_info {
     /// Where a client would resume: the (epoch, step) after the last batch received.
     pub next_epoch: u64,
     pub next_step: u64,
+    /// The same place as an elastic resume point: samples of epoch `next_epoch`'s
+    /// permutation every rank together consumed before it (pass it as `offset_consumed`, with
+    /// `offset_epoch = next_epoch` and start (next_epoch, 0), to resume at any world size).
+    pub next_consumed: u64,
+    /// Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
+    pub offset_epoch_steps: u64,
+}
+
+/// Where the training loop's time went since the attach (the data stall), as the client
+/// measured it: time blocked in `stoker_next` and time between its calls.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct stoker_stall_info {
+    /// Set by the caller to `sizeof(stoker_stall_info)`; only that many bytes are written.
+    pub size: usize,
+    /// Seconds spent inside `stoker_next` waiting for a batch.
+    pub wait_s: f64,
+    /// Seconds spent between a `stoker_next` returning and the following call.
+    pub compute_s: f64,
+    /// `wait_s / (wait_s + compute_s)`, 0 before anything was measured.
+    pub wait_fraction: f64,
+    /// Batches received.
+    pub batches: u64,
 }
 
 /// One batch's header. The pointers address the ring and stay valid while the batch handle
@@ -472,6 +503,10 @@ pub unsafe extern "C" fn stoker_attach(
         opts.start = StartPosition {
             epoch: o.start_epoch,
             step: o.start_step,
+            offset: (o.offset_consumed > 0).then_some(EpochOffset {
+                epoch: o.offset_epoch,
+                consumed: o.offset_consumed,
+            }),
         };
         let client = match socket {
             Some(socket) => Client::attach(Path::new(&socket), opts)?,
@@ -516,9 +551,43 @@ pub unsafe extern "C" fn stoker_client_info(
             width,
             next_epoch: position.epoch,
             next_step: position.step,
+            next_consumed: position
+                .consumed(guard.world_size(), spec.batch_size)
+                .consumed,
+            offset_epoch_steps: position
+                .offset
+                .map_or(a.steps_per_epoch, |o| guard.steps_in(o.epoch)),
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_attach_info") }?;
+        Ok(STOKER_OK)
+    })
+}
+
+/// Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
+/// The client also reports it to the daemon, which shows it per rank (`stoker status`).
+///
+/// # Safety
+/// `client` is a live client; `info` points to a `stoker_stall_info` with `size` set.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_stall(
+    client: *mut stoker_client,
+    info: *mut stoker_stall_info,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(info, "info")?;
+        let stall = lock(c)?.stall();
+        let value = stoker_stall_info {
+            size: 0,
+            wait_s: stall.wait.as_secs_f64(),
+            compute_s: stall.compute.as_secs_f64(),
+            wait_fraction: stall.wait_fraction(),
+            batches: stall.batches,
+        };
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_stall_info") }?;
         Ok(STOKER_OK)
     })
 }

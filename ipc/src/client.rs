@@ -26,7 +26,15 @@
 //!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
 //!   with [`ClientError::NoDaemon`].
 //!
+//! - The data stall is measured here, where it happens: [`Client::next_batch`] adds the time
+//!   it blocks to `wait` and the time since the previous call returned to `compute`
+//!   ([`StallClock`]). [`Client::stall`] returns the totals; every [`STATS_EVERY`] they go to
+//!   the daemon in a STATS message (piggy-backed on `next_batch`, never a thread of its own),
+//!   which shows the wait fraction per rank.
+//!
 //! # Limitations
+//! - The time before the first `next_batch` is neither wait nor compute; a loop that holds
+//!   batches across calls is measured the same way (the clock sees only the calls).
 //! - Dropping the client detaches; the daemon stops filling the ring. Batches still alive keep
 //!   the mapping (their bytes stay readable), but their releases go nowhere.
 
@@ -37,8 +45,8 @@ use std::time::{Duration, Instant};
 
 use crate::memfd::{page_size, MemfdError, MemfdRing};
 use crate::protocol::{
-    Attach, Attached, DecodeError, ErrorCode, Message, Ready, Release, StartPosition,
-    MAX_MESSAGE_BYTES,
+    Attach, Attached, DecodeError, EpochOffset, ErrorCode, Message, Ready, Release, StartPosition,
+    Stats, MAX_MESSAGE_BYTES,
 };
 use crate::ring::{RingLayout, SampleStatus};
 use crate::sock::{SeqPacket, SockError};
@@ -64,6 +72,90 @@ pub fn default_connect_timeout() -> Duration {
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
 }
 
+/// How often a client reports its data stall to the daemon (at most; a loop that never calls
+/// `next_batch` reports nothing until it does).
+pub const STATS_EVERY: Duration = Duration::from_millis(500);
+
+/// Where a training loop's time went, as measured by the client: the totals since the attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StallStats {
+    /// Time spent inside `next_batch` waiting for a batch (or the end of the data).
+    pub wait: Duration,
+    /// Time between a `next_batch` returning and the following call.
+    pub compute: Duration,
+    /// Batches received.
+    pub batches: u64,
+}
+
+impl StallStats {
+    /// Share of the measured time spent waiting for data, 0 when nothing is measured yet.
+    pub fn wait_fraction(&self) -> f64 {
+        let total = (self.wait + self.compute).as_secs_f64();
+        if total > 0.0 {
+            self.wait.as_secs_f64() / total
+        } else {
+            0.0
+        }
+    }
+
+    fn message(&self) -> Message {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Message::Stats(Stats {
+            wait_ns: ns(self.wait),
+            compute_ns: ns(self.compute),
+            batches: self.batches,
+        })
+    }
+}
+
+/// Times the calls of `next_batch`: what is inside a call is wait, what is between two calls
+/// is compute.
+#[derive(Debug)]
+struct StallClock {
+    totals: StallStats,
+    /// When the last call returned (None before the first call).
+    returned: Option<Instant>,
+    /// When the totals were last sent.
+    sent: Instant,
+}
+
+impl StallClock {
+    fn new() -> StallClock {
+        StallClock {
+            totals: StallStats::default(),
+            returned: None,
+            sent: Instant::now(),
+        }
+    }
+
+    /// A call begins: the time since the previous one returned was the loop's own work.
+    fn enter(&mut self) -> Instant {
+        let now = Instant::now();
+        if let Some(r) = self.returned {
+            self.totals.compute += now - r;
+        }
+        now
+    }
+
+    /// The call that began at `entered` returns, with a batch or not.
+    fn leave(&mut self, entered: Instant, got_batch: bool) {
+        let now = Instant::now();
+        self.totals.wait += now - entered;
+        self.totals.batches += u64::from(got_batch);
+        self.returned = Some(now);
+    }
+
+    /// Whether the totals are due to be sent, and if so marks them sent.
+    fn due(&mut self) -> bool {
+        if self.sent.elapsed() >= STATS_EVERY {
+            self.sent = Instant::now();
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// How long dropping a [`Client`] waits for the daemon to confirm the detach.
 pub const DETACH_WAIT: Duration = Duration::from_secs(1);
 
@@ -72,13 +164,27 @@ pub const SOCKET_ENV: &str = "STOKER_SOCKET";
 /// The system daemon's socket (a daemon running as root, e.g. under systemd).
 pub const SYSTEM_SOCKET: &str = "/run/stoker/stoker.sock";
 
-/// Where the daemon listens, and clients connect, unless told otherwise:
-/// `$STOKER_SOCKET` if set; else [`SYSTEM_SOCKET`] for root; else
-/// `$XDG_RUNTIME_DIR/stoker.sock`; else `/tmp/stoker-<uid>.sock`. The daemon's config
-/// (`stoker_daemon::config::default_socket_path`) follows the same rule.
-///
-/// A client that finds no daemon at its per-user default may also try [`SYSTEM_SOCKET`];
-/// [`Client::attach_default`] does.
+/// The folder of this user's own daemon (socket, start lock, log):
+/// `$XDG_RUNTIME_DIR/stoker`, else `/tmp/stoker-<uid>`. Whoever creates it makes it mode 0700.
+pub fn user_daemon_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("stoker"),
+        None => {
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::getuid() };
+            PathBuf::from(format!("/tmp/stoker-{uid}"))
+        }
+    }
+}
+
+/// The socket of this user's own daemon: `stoker.sock` in [`user_daemon_dir`].
+pub fn user_socket_path() -> PathBuf {
+    user_daemon_dir().join("stoker.sock")
+}
+
+/// Where the daemon listens unless told otherwise: `$STOKER_SOCKET` if set; else
+/// [`SYSTEM_SOCKET`] for root; else [`user_socket_path`]. The daemon's config
+/// (`stoker_daemon::config::default_socket_path`) is this.
 pub fn default_socket_path() -> PathBuf {
     if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
@@ -88,10 +194,20 @@ pub fn default_socket_path() -> PathBuf {
     if uid == 0 {
         return PathBuf::from(SYSTEM_SOCKET);
     }
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("stoker.sock"),
-        None => PathBuf::from(format!("/tmp/stoker-{uid}.sock")),
+    user_socket_path()
+}
+
+/// Where a client connects unless told otherwise: `$STOKER_SOCKET` if set; else
+/// [`SYSTEM_SOCKET`] when a daemon answers there (a system daemon serves the whole host);
+/// else [`user_socket_path`] (the Python package starts a daemon there when none answers).
+pub fn client_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
     }
+    if SeqPacket::connect(Path::new(SYSTEM_SOCKET)).is_ok() {
+        return PathBuf::from(SYSTEM_SOCKET);
+    }
+    user_socket_path()
 }
 
 /// What a rank asks for when it attaches.
@@ -232,9 +348,11 @@ pub struct Client {
     conn: Arc<Connection>,
     attached: Attached,
     spec: PipelineSpec,
+    world_size: u32,
     position: StartPosition,
     ended: bool,
     buf: Vec<u8>,
+    clock: StallClock,
 }
 
 impl Client {
@@ -249,6 +367,7 @@ impl Client {
         }
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
+        let world_size = opts.world_size;
         let attach = Message::Attach(Box::new(Attach {
             job: opts.job,
             rank: opts.rank,
@@ -316,31 +435,46 @@ impl Client {
             conn: Arc::new(Connection { sock, ring }),
             attached,
             spec,
+            world_size,
             position: opts.start,
             ended: false,
             buf,
+            clock: StallClock::new(),
         })
     }
 
-    /// Attaches at [`default_socket_path`], falling back to [`SYSTEM_SOCKET`] when no daemon
-    /// listens there and `$STOKER_SOCKET` is unset.
+    /// Attaches at [`client_socket_path`]: `$STOKER_SOCKET`, else the system daemon when it
+    /// answers, else this user's own daemon.
     pub fn attach_default(opts: AttachOptions) -> Result<Client, ClientError> {
-        let path = default_socket_path();
-        match Client::attach(&path, opts.clone()) {
-            Err(ClientError::NoDaemon(_))
-                if std::env::var_os(SOCKET_ENV).is_none() && path != Path::new(SYSTEM_SOCKET) =>
-            {
-                Client::attach(Path::new(SYSTEM_SOCKET), opts).map_err(|e| match e {
-                    ClientError::NoDaemon(_) => ClientError::NoDaemon(path),
-                    e => e,
-                })
-            }
-            r => r,
-        }
+        Client::attach(&client_socket_path(), opts)
     }
 
     /// Waits for the next batch; `None` once the data has ended (the spec's epochs are done).
+    /// The time spent here, and between calls, is the data stall ([`Client::stall`]).
     pub fn next_batch(&mut self) -> Result<Option<Batch>, ClientError> {
+        let entered = self.clock.enter();
+        let got = self.receive();
+        self.clock.leave(entered, matches!(got, Ok(Some(_))));
+        if got.is_ok() && self.attached.accepts_stats && self.clock.due() {
+            self.send_stats();
+        }
+        got
+    }
+
+    /// Where the training loop's time went since the attach.
+    pub fn stall(&self) -> StallStats {
+        self.clock.totals
+    }
+
+    /// Sends the stall totals. A failed send is not reported here: a daemon that is gone
+    /// shows on the next receive.
+    fn send_stats(&mut self) {
+        if let Ok(bytes) = self.clock.totals.message().encode() {
+            let _ = self.conn.sock.send(&bytes, &[]);
+        }
+    }
+
+    fn receive(&mut self) -> Result<Option<Batch>, ClientError> {
         if self.ended {
             return Ok(None);
         }
@@ -377,14 +511,17 @@ impl Client {
                 r.slot, r.n, layout.slots, layout.slot.batch_size
             )));
         }
+        let offset = self.position.offset;
         let mut next = StartPosition {
             epoch: r.epoch,
             step: r.step + 1,
+            offset,
         };
-        if self.attached.steps_per_epoch > 0 && next.step >= self.attached.steps_per_epoch {
+        if next.step >= self.steps_in(r.epoch) {
             next = StartPosition {
                 epoch: r.epoch + 1,
                 step: 0,
+                offset,
             };
         }
         self.position = next;
@@ -395,9 +532,32 @@ impl Client {
         })
     }
 
-    /// Where to resume: the (epoch, step) of the batch after the last one received.
+    /// Where to resume: the (epoch, step) of the batch after the last one received, with the
+    /// elastic offset this client attached with (attach again with it to continue at the same
+    /// world size; [`StartPosition::consumed`] turns it into a point to resume at another).
     pub fn position(&self) -> StartPosition {
         self.position
+    }
+
+    /// Where to resume at any world size: [`Client::position`] as an elastic resume point
+    /// (attach with `StartPosition::resume(point)`).
+    pub fn checkpoint(&self) -> EpochOffset {
+        self.position
+            .consumed(self.world_size, self.spec.batch_size)
+    }
+
+    /// Ranks in the job this client attached to.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// Batches of `epoch` for this rank: the daemon's `steps_per_epoch`, or fewer in the
+    /// epoch an elastic offset resumed.
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        match (self.position.offset, self.attached.offset_epoch_steps) {
+            (Some(o), Some(steps)) if o.epoch == epoch => steps,
+            _ => self.attached.steps_per_epoch,
+        }
     }
 
     /// The daemon's answer to the attach: ring size, steps per epoch, dataset size.
@@ -609,7 +769,7 @@ pub(crate) mod tests {
                 panic!("expected attach")
             };
             assert_eq!((a.job.as_str(), a.rank, a.world_size), ("job-a", 1, 2));
-            assert_eq!(a.start, StartPosition { epoch: 3, step: 4 });
+            assert_eq!(a.start, StartPosition::at(3, 4));
             let ring = MemfdRing::create(c"fake", layout).unwrap();
             let s = layout.slot;
             let base = ring.host_ptr(1);
@@ -632,11 +792,13 @@ pub(crate) mod tests {
                 slot_bytes: s.slot_bytes as u64,
                 ring_bytes: layout.ring_bytes as u64,
                 steps_per_epoch: 5,
+                offset_epoch_steps: None,
                 dataset_len: 19,
                 classes: 3,
                 ranks_attached: 1,
                 created_job: true,
                 daemon_version: "test".into(),
+                accepts_stats: false,
                 ..Attached::default()
             });
             conn.send(&attached.encode().unwrap(), &[ring.as_fd()])
@@ -669,7 +831,7 @@ pub(crate) mod tests {
         let mut opts = AttachOptions::new("job-a", "/data", spec);
         opts.rank = 1;
         opts.world_size = 2;
-        opts.start = StartPosition { epoch: 3, step: 4 };
+        opts.start = StartPosition::at(3, 4);
         let mut client = Client::attach(&path, opts).unwrap();
         assert_eq!(client.attached().steps_per_epoch, 5);
         let batch = client.next_batch().unwrap().unwrap();
@@ -681,7 +843,7 @@ pub(crate) mod tests {
         assert!(batch.images().iter().all(|&b| b == 9));
         assert_eq!(batch.images().len(), 3 * 8 * 8 * 3 * 4);
         // Step 4 was the epoch's last (5 steps): resume at the next epoch's first.
-        assert_eq!(client.position(), StartPosition { epoch: 4, step: 0 });
+        assert_eq!(client.position(), StartPosition::at(4, 0));
         assert!(client.next_batch().unwrap().is_none());
         assert!(client.next_batch().unwrap().is_none());
         drop(batch);
@@ -697,6 +859,28 @@ pub(crate) mod tests {
                 Message::Detach
             ]
         );
+    }
+
+    #[test]
+    fn the_stall_clock_splits_wait_from_compute() {
+        let mut clock = StallClock::new();
+        let t = clock.enter();
+        std::thread::sleep(Duration::from_millis(30));
+        clock.leave(t, true);
+        std::thread::sleep(Duration::from_millis(60));
+        let t = clock.enter();
+        clock.leave(t, false);
+        let s = clock.totals;
+        assert_eq!(s.batches, 1);
+        assert!(s.wait >= Duration::from_millis(30), "{s:?}");
+        assert!(s.compute >= Duration::from_millis(60), "{s:?}");
+        assert!(s.wait_fraction() > 0.0 && s.wait_fraction() < 0.5, "{s:?}");
+        assert_eq!(StallStats::default().wait_fraction(), 0.0);
+        let Message::Stats(m) = s.message() else {
+            panic!("a STATS message")
+        };
+        assert_eq!(m.batches, 1);
+        assert_eq!(m.wait_ns, s.wait.as_nanos() as u64);
     }
 
     #[test]

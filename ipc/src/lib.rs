@@ -22,8 +22,11 @@ pub mod ring;
 pub mod sock;
 pub mod spec;
 
-pub use client::{default_socket_path, AttachOptions, Batch, Client, ClientError};
+pub use client::{
+    client_socket_path, default_socket_path, user_socket_path, AttachOptions, Batch, Client,
+    ClientError, StallStats,
+};
 pub use memfd::{MemfdError, MemfdRing};
-pub use protocol::{ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
+pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};

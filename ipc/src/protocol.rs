@@ -52,6 +52,7 @@ pub enum MessageType {
     Error = 7,
     Status = 8,
     StatusReply = 9,
+    Stats = 10,
 }
 
 impl MessageType {
@@ -66,17 +67,78 @@ impl MessageType {
             7 => MessageType::Error,
             8 => MessageType::Status,
             9 => MessageType::StatusReply,
+            10 => MessageType::Stats,
             _ => return None,
         })
     }
 }
 
 /// Where a client wants to start (or resume): the first batch it receives is `step` of `epoch`.
+///
+/// With an `offset` (an elastic resume, see `docs/multi-host.md`), epoch `offset.epoch` covers
+/// only its permutation after the first `offset.consumed` samples, split over this attach's
+/// world size, and its steps count from 0 in that reduced epoch. Every rank of a job sends the
+/// same offset (it is part of the job, like the seed). Without one (the only form before it was
+/// added, and still the JSON an old client sends) every epoch is the usual partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartPosition {
     pub epoch: u64,
     pub step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<EpochOffset>,
+}
+
+impl StartPosition {
+    /// Batch `step` of `epoch`, no elastic offset.
+    pub fn at(epoch: u64, step: u64) -> StartPosition {
+        StartPosition {
+            epoch,
+            step,
+            offset: None,
+        }
+    }
+
+    /// The start of what is left of an epoch after an elastic checkpoint `point`: step 0 of
+    /// `point.epoch`, whose partition begins after `point.consumed` samples.
+    pub fn resume(point: EpochOffset) -> StartPosition {
+        StartPosition {
+            epoch: point.epoch,
+            step: 0,
+            offset: (point.consumed > 0).then_some(point),
+        }
+    }
+
+    /// The elastic checkpoint of this position for a job of `world_size` ranks and batches of
+    /// `batch_size`: samples of the epoch's permutation every rank together consumed before
+    /// it (`offset.consumed` if it is the offset's epoch, plus `step * batch_size *
+    /// world_size`). Exact for any position inside an epoch (padding and drop_last only touch
+    /// an epoch's last step).
+    pub fn consumed(&self, world_size: u32, batch_size: u32) -> EpochOffset {
+        let base = self
+            .offset
+            .filter(|o| o.epoch == self.epoch)
+            .map_or(0, |o| o.consumed);
+        EpochOffset {
+            epoch: self.epoch,
+            consumed: base + self.step * u64::from(batch_size) * u64::from(world_size),
+        }
+    }
+}
+
+/// An elastic resume point: the first `consumed` samples of epoch `epoch`'s permutation were
+/// served (at whatever world size); the rest of that epoch is still to come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochOffset {
+    pub epoch: u64,
+    pub consumed: u64,
+}
+
+impl std::fmt::Display for EpochOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "epoch {} after {} samples", self.epoch, self.consumed)
+    }
 }
 
 /// Client → daemon, first message of a connection.
@@ -110,6 +172,10 @@ pub struct Attached {
     pub ring_bytes: u64,
     /// Batches per epoch for this rank.
     pub steps_per_epoch: u64,
+    /// Batches of the elastic offset's epoch for this rank, when the attach had an offset
+    /// (only then is it sent, so clients that never send one never see it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_epoch_steps: Option<u64>,
     /// Samples in the dataset.
     pub dataset_len: u64,
     /// Classes in the dataset (labels are `0..classes`).
@@ -120,6 +186,10 @@ pub struct Attached {
     pub created_job: bool,
     /// The daemon's version, for logs.
     pub daemon_version: String,
+    /// Whether the daemon takes [`Message::Stats`] on this connection (a daemon from before
+    /// STATS omits the field: the client then sends none).
+    #[serde(default)]
+    pub accepts_stats: bool,
     /// Where the images live: host (in the memfd, the only fd) or device (a CUDA VMM
     /// allocation, exported as a second fd). Left out on the wire for host.
     #[serde(default, skip_serializing_if = "ImageMemory::is_host")]
@@ -150,6 +220,21 @@ pub struct Ready {
 pub struct Release {
     pub slot: u32,
     pub generation: u64,
+}
+
+/// Client → daemon: where the training loop's time went since the attach (the data stall).
+/// Totals, not deltas, so a lost or late report costs nothing; sent every
+/// [`STATS_EVERY`](crate::client::STATS_EVERY) or so, only to a daemon whose ATTACHED said
+/// `accepts_stats`. Fixed body of [`STATS_BODY`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Nanoseconds spent inside `next()` waiting for a batch.
+    pub wait_ns: u64,
+    /// Nanoseconds spent between a `next()` returning and the following call (the loop's own
+    /// work).
+    pub compute_ns: u64,
+    /// Batches received.
+    pub batches: u64,
 }
 
 /// Daemon → client, the answer to [`Message::Status`]: what the daemon serves now. JSON,
@@ -190,7 +275,7 @@ pub struct DaemonStatus {
 }
 
 /// One job in a [`DaemonStatus`].
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobStatus {
     pub job: String,
@@ -203,6 +288,24 @@ pub struct JobStatus {
     pub steps_per_epoch: u64,
     /// Images delivered to this job's ranks.
     pub images_delivered: u64,
+    /// The data stall of each attached rank that reported one (see [`Stats`]), by rank.
+    #[serde(default)]
+    pub stalls: Vec<RankStall>,
+}
+
+/// One rank's data stall in a [`JobStatus`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankStall {
+    pub rank: u32,
+    /// Share of the training loop's time spent waiting for data, over the interval between
+    /// the rank's last two reports (the whole attach after its first report).
+    pub wait_fraction: f64,
+    /// Seconds waited inside `next()` since the attach.
+    pub wait_s: f64,
+    /// Seconds spent between `next()` calls since the attach.
+    pub compute_s: f64,
+    pub batches: u64,
 }
 
 /// Error codes. Stable numbers: never renumber, only add.
@@ -296,6 +399,7 @@ pub enum Message {
     /// Client → daemon, the only message of a status connection (no body).
     Status,
     StatusReply(Box<DaemonStatus>),
+    Stats(Stats),
 }
 
 /// Why bytes are not a message.
@@ -348,6 +452,8 @@ pub enum EncodeError {
 
 const READY_BODY: usize = 4 + 8 + 8 + 8 + 4;
 const RELEASE_BODY: usize = 4 + 8;
+/// Bytes of a [`Stats`] body: three u64.
+pub const STATS_BODY: usize = 3 * 8;
 
 impl Message {
     pub fn kind(&self) -> MessageType {
@@ -361,6 +467,7 @@ impl Message {
             Message::Error(_) => MessageType::Error,
             Message::Status => MessageType::Status,
             Message::StatusReply(_) => MessageType::StatusReply,
+            Message::Stats(_) => MessageType::Stats,
         }
     }
 
@@ -405,6 +512,11 @@ impl Message {
             Message::StatusReply(s) => {
                 serde_json::to_writer(&mut *out, s).map_err(|e| EncodeError::Json(e.to_string()))?
             }
+            Message::Stats(st) => {
+                out.extend_from_slice(&st.wait_ns.to_le_bytes());
+                out.extend_from_slice(&st.compute_ns.to_le_bytes());
+                out.extend_from_slice(&st.batches.to_le_bytes());
+            }
             Message::Detach | Message::EndOfData | Message::Status => {}
             Message::Error(e) => {
                 out.extend_from_slice(&(e.code as u16).to_le_bytes());
@@ -423,8 +535,8 @@ impl Message {
         Ok(out)
     }
 
-    /// Decodes one whole datagram. Never panics.
-    pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    /// Checks a datagram's header; returns its message type and body.
+    fn decode_header(bytes: &[u8]) -> Result<(MessageType, &[u8]), DecodeError> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(DecodeError::TooLong(bytes.len()));
         }
@@ -445,6 +557,12 @@ impl Message {
         if reserved != 0 {
             return Err(DecodeError::Reserved(reserved));
         }
+        Ok((kind, body))
+    }
+
+    /// Decodes one whole datagram. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+        let (kind, body) = Message::decode_header(bytes)?;
         let want = |want: usize| {
             if body.len() == want {
                 Ok(())
@@ -499,6 +617,14 @@ impl Message {
             }
             MessageType::StatusReply => {
                 Message::StatusReply(Box::new(serde_json::from_slice(body).map_err(json_err)?))
+            }
+            MessageType::Stats => {
+                want(STATS_BODY)?;
+                Message::Stats(Stats {
+                    wait_ns: r.u64(),
+                    compute_ns: r.u64(),
+                    batches: r.u64(),
+                })
             }
             MessageType::Error => {
                 let Some((code, text)) = body.split_first_chunk::<2>() else {
@@ -555,7 +681,7 @@ mod tests {
             spec: PipelineSpec::train(256, 224),
             dataset: "/data/imagenet/train".into(),
             seed: 42,
-            start: StartPosition { epoch: 2, step: 17 },
+            start: StartPosition::at(2, 17),
         }
     }
 
@@ -567,11 +693,13 @@ mod tests {
                 slot_bytes: 1 << 20,
                 ring_bytes: 4 << 20,
                 steps_per_epoch: 625,
+                offset_epoch_steps: None,
                 dataset_len: 1_281_167,
                 classes: 1000,
                 ranks_attached: 2,
                 created_job: false,
                 daemon_version: "0.1.0".into(),
+                accepts_stats: true,
                 ..Attached::default()
             }),
             Message::Attached(Attached {
@@ -604,6 +732,13 @@ mod tests {
                 jobs: vec![JobStatus {
                     job: "j".into(),
                     ranks: vec![0, 1],
+                    stalls: vec![RankStall {
+                        rank: 1,
+                        wait_fraction: 0.25,
+                        wait_s: 1.0,
+                        compute_s: 3.0,
+                        batches: 40,
+                    }],
                     ..JobStatus::default()
                 }],
                 ..DaemonStatus::default()
@@ -612,6 +747,11 @@ mod tests {
                 ErrorCode::SpecMismatch,
                 "spec differs from the job's in dtype",
             ),
+            Message::Stats(Stats {
+                wait_ns: 1_500_000_000,
+                compute_ns: u64::MAX,
+                batches: 12,
+            }),
         ]
     }
 
@@ -659,6 +799,78 @@ mod tests {
     }
 
     #[test]
+    fn both_start_position_forms_are_understood() {
+        // The form every client sent before elastic offsets existed still decodes, as no offset.
+        let mut json = serde_json::to_value(attach()).unwrap();
+        assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
+        json["start"] = serde_json::json!({"epoch": 4, "step": 1});
+        let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+        bytes.extend(serde_json::to_vec(&json).unwrap());
+        let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
+            panic!("not an attach")
+        };
+        assert_eq!(a.start, StartPosition::at(4, 1));
+        // The elastic form round-trips, and so does the answer that goes with it.
+        let mut a = attach();
+        a.start = StartPosition::resume(EpochOffset {
+            epoch: 3,
+            consumed: 5120,
+        });
+        let m = Message::Attach(Box::new(a));
+        assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+        let answer = Attached {
+            slots: 2,
+            slot_bytes: 64,
+            ring_bytes: 4096,
+            steps_per_epoch: 10,
+            offset_epoch_steps: Some(3),
+            dataset_len: 80,
+            classes: 2,
+            ranks_attached: 1,
+            created_job: true,
+            daemon_version: "0.1.0".into(),
+            accepts_stats: true,
+            ..Attached::default()
+        };
+        let m = Message::Attached(answer);
+        assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+        // An offset of nothing is no offset.
+        assert_eq!(
+            StartPosition::resume(EpochOffset {
+                epoch: 3,
+                consumed: 0
+            }),
+            StartPosition::at(3, 0)
+        );
+    }
+
+    #[test]
+    fn consumed_counts_every_rank_and_the_offset_of_its_own_epoch_only() {
+        let offset = Some(EpochOffset {
+            epoch: 2,
+            consumed: 100,
+        });
+        let in_offset_epoch = StartPosition {
+            epoch: 2,
+            step: 3,
+            offset,
+        };
+        assert_eq!(
+            in_offset_epoch.consumed(4, 8),
+            EpochOffset {
+                epoch: 2,
+                consumed: 100 + 3 * 8 * 4
+            }
+        );
+        let later = StartPosition {
+            epoch: 3,
+            step: 3,
+            offset,
+        };
+        assert_eq!(later.consumed(4, 8).consumed, 3 * 8 * 4);
+    }
+
+    #[test]
     fn hot_messages_have_fixed_sizes() {
         let ready = Message::Ready(Ready {
             slot: 0,
@@ -673,6 +885,20 @@ mod tests {
             generation: 0,
         });
         assert_eq!(release.encode().unwrap().len(), HEADER_BYTES + RELEASE_BODY);
+        let stats = Message::Stats(Stats::default());
+        assert_eq!(stats.encode().unwrap().len(), HEADER_BYTES + STATS_BODY);
+    }
+
+    #[test]
+    fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
+        // A daemon from before STATS sends no `accepts_stats`.
+        let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
+        let mut bytes = b"SK\x01\x00\x02\x00\x00\x00".to_vec();
+        bytes.extend_from_slice(json);
+        let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
+            panic!("expected ATTACHED")
+        };
+        assert!(!a.accepts_stats);
     }
 
     #[test]
@@ -750,7 +976,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bodies_behind_a_valid_header_never_panic(
-            ty in 0u16..10,
+            ty in 0u16..11,
             body in proptest::collection::vec(any::<u8>(), 0..128),
         ) {
             let mut bytes = b"SK\x01\x00".to_vec();
@@ -765,7 +991,7 @@ mod tests {
 
         #[test]
         fn mutated_valid_messages_never_panic(
-            which in 0usize..7,
+            which in 0usize..10,
             flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
             cut in any::<usize>(),
         ) {

@@ -10,8 +10,8 @@
 
 use proptest::prelude::*;
 use stoker::protocol::{
-    Attach, Message, Ready, Release, StartPosition, HEADER_BYTES, MAGIC, MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
+    Attach, EpochOffset, Message, Ready, Release, StartPosition, HEADER_BYTES, MAGIC,
+    MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
 use stoker::{ErrorCode, PipelineSpec, RingLayout};
 
@@ -29,7 +29,15 @@ fn samples() -> Vec<Vec<u8>> {
         spec: PipelineSpec::train(8, 32),
         dataset: "/data/train".into(),
         seed: 9,
-        start: StartPosition { epoch: 1, step: 3 },
+        // The elastic form, so mutations reach the offset's fields too.
+        start: StartPosition {
+            epoch: 1,
+            step: 3,
+            offset: Some(EpochOffset {
+                epoch: 1,
+                consumed: 40,
+            }),
+        },
     };
     [
         Message::Attach(Box::new(attach)),
@@ -90,7 +98,7 @@ proptest! {
 
     #[test]
     fn any_body_behind_a_valid_header_never_panics(
-        ty in 0u16..10,
+        ty in 0u16..11,
         body in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
         let mut bytes = header(ty);

@@ -10,6 +10,7 @@
 pub use stoker::{cuda, loader};
 
 pub mod augment;
+pub mod emulator;
 pub mod nvjpeg;
 pub mod nvrtc;
 pub mod reference;

@@ -202,6 +202,19 @@ fn nvjpeg_loads_from_the_wheel_and_reports_its_version() {
 }
 
 #[test]
+fn an_nvidia_library_or_a_missing_one_is_not_taken_for_the_emulator() {
+    use stoker_kernels::emulator::is_emulator;
+    assert!(!is_emulator(Path::new("/nonexistent/libcuda.so.1")));
+    let Some(root) = wheels("an_nvidia_library_or_a_missing_one_is_not_taken_for_the_emulator")
+    else {
+        return;
+    };
+    let nvrtc = root.join("nvidia/cu13/lib/libnvrtc.so.13");
+    assert!(nvrtc.is_file(), "{}", nvrtc.display());
+    assert!(!is_emulator(&nvrtc));
+}
+
+#[test]
 fn probe_never_panics_and_says_why_cuda_is_unavailable() {
     match cuda::probe() {
         Ok(info) => {

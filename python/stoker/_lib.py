@@ -6,7 +6,7 @@ per-thread message.
 
 The library is found, in order, at:
 1. `$STOKER_LIB` (a path to libstoker.so);
-2. next to this package (copied in by `pip install ./python`, see setup.py);
+2. next to this package (built into the wheel by `pip install ./python`, see setup.py);
 3. the Cargo target directory of the repository this file sits in (a source checkout):
    `$CARGO_TARGET_DIR/{release,debug}`, then `<repo>/target/{release,debug}`.
 """
@@ -103,6 +103,8 @@ class AttachOptions(Structure):
         ("start_epoch", c_uint64),
         ("start_step", c_uint64),
         ("device", c_char_p),
+        ("offset_epoch", c_uint64),
+        ("offset_consumed", c_uint64),
     ]
 
 
@@ -120,6 +122,20 @@ class AttachInfo(Structure):
         ("width", c_uint32),
         ("next_epoch", c_uint64),
         ("next_step", c_uint64),
+        ("next_consumed", c_uint64),
+        ("offset_epoch_steps", c_uint64),
+    ]
+
+
+class StallInfo(Structure):
+    """stoker_stall_info"""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("wait_s", ctypes.c_double),
+        ("compute_s", ctypes.c_double),
+        ("wait_fraction", ctypes.c_double),
+        ("batches", c_uint64),
     ]
 
 
@@ -151,6 +167,7 @@ _SIGNATURES = {
     "stoker_attach_options_init": (_RESULT, [POINTER(AttachOptions)]),
     "stoker_attach": (_RESULT, [POINTER(AttachOptions), POINTER(_CLIENT)]),
     "stoker_client_info": (_RESULT, [_CLIENT, POINTER(AttachInfo)]),
+    "stoker_client_stall": (_RESULT, [_CLIENT, POINTER(StallInfo)]),
     "stoker_next": (_RESULT, [_CLIENT, POINTER(_BATCH)]),
     "stoker_batch_info": (_RESULT, [_BATCH, POINTER(BatchHeader)]),
     "stoker_batch_images": (_RESULT, [_BATCH, _TENSOR_OUT]),

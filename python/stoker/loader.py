@@ -5,14 +5,17 @@ import json
 import os
 from ctypes import byref, c_void_p
 
-from . import _lib
+from . import _daemon, _lib
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
+from .errors import ConnectError, DaemonGone
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+# Version 1 states ({epoch, step} at an unchanged world size) still load.
+STATE_VERSIONS = (1, 2)
 
 
 def _pair(v):
@@ -73,14 +76,21 @@ class Loader:
 
     Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
     derived from TORCHELASTIC_RUN_ID (or MASTER_ADDR:MASTER_PORT); `local_rank` is LOCAL_RANK.
+
+    Without `socket=` (or `$STOKER_SOCKET`) it uses the system daemon when one answers, else
+    this user's own, which it starts when none answers (`autostart=False` turns that off).
+    `stats()` is the data stall: time spent waiting in `next()` vs between calls.
     """
 
     def __init__(self, dataset, batch_size=64, crop=224, *, train=True, resize=None,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
-                 spec=None, device="cpu"):
+                 spec=None, device="cpu", autostart=True):
         self.dataset = str(dataset)
+        # The daemon resolves paths itself, from its own working directory: send absolute ones.
+        self._dataset_arg = (os.path.abspath(self.dataset) if os.path.exists(self.dataset)
+                             else self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
@@ -102,11 +112,16 @@ class Loader:
         self.job = job
         self.seed = int(seed)
         self.socket = str(socket) if socket is not None else None
+        self.autostart = bool(autostart)
         self.device = device
+        # The stall of connections closed earlier (a re-attach starts the client's from 0).
+        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0}
         self._client = None
         self._info = None
         self._epoch = 0
         self._step = 0
+        # The elastic offset (epoch, consumed) this loader resumed from, or None.
+        self._offset = None
         self._ended = False
 
     # --- connection --------------------------------------------------------------------
@@ -114,13 +129,25 @@ class Loader:
     def _attach(self):
         if self._client is not None:
             return
+        socket, may_start = _daemon.resolve(self.socket, self.autostart)
+        if not may_start:
+            return self._attach_at(socket)
+        _daemon.ensure_daemon(socket)
+        try:
+            self._attach_at(socket)
+        except (ConnectError, DaemonGone):
+            # The daemon answered but was just leaving (its idle time ran out): start another.
+            _daemon.ensure_daemon(socket)
+            self._attach_at(socket)
+
+    def _attach_at(self, socket):
         o = _lib.AttachOptions()
         call("stoker_attach_options_init", byref(o))
         # The ctypes struct holds char* into these bytes objects: keep them alive meanwhile.
         keep = {
-            "socket": self.socket.encode() if self.socket else None,
+            "socket": socket.encode(),
             "job": self.job.encode() if self.job else None,
-            "dataset": self.dataset.encode(),
+            "dataset": self._dataset_arg.encode(),
             "spec_json": json.dumps(self.spec).encode(),
             "device": self.device.encode(),
         }
@@ -131,6 +158,8 @@ class Loader:
         o.seed = self.seed
         o.start_epoch = self._epoch
         o.start_step = self._step
+        if self._offset is not None:
+            o.offset_epoch, o.offset_consumed = self._offset
         client = c_void_p()
         call("stoker_attach", byref(o), byref(client))
         self._client = client
@@ -142,13 +171,42 @@ class Loader:
             self.close()
             raise
         self._info = info
+        if self._step == 0 and self._steps_in(self._epoch) == 0:
+            # Nothing was left of the resumed epoch: the daemon starts with the next one.
+            self._epoch += 1
 
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
         at `state_dict()`'s position."""
+        if self._client:
+            try:
+                now = self._client_stall()
+            except Exception:  # noqa: BLE001 - closing (maybe at interpreter exit) goes on
+                now = dict.fromkeys(self._stall_before, 0)
+            for key in self._stall_before:
+                self._stall_before[key] += now[key]
         client, self._client = self._client, None
         if client:
             lib.stoker_detach(client)
+
+    def _client_stall(self):
+        info = _lib.StallInfo()
+        info.size = ctypes.sizeof(info)
+        call("stoker_client_stall", self._client, byref(info))
+        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches}
+
+    def stats(self):
+        """The data stall since this loader was made: `wait_s` (time spent inside `next()`
+        waiting for a batch), `compute_s` (time between calls: the training loop's own work),
+        `wait_fraction` (wait / both) and `batches`. The daemon shows the same per rank
+        (`stoker status`, metric `stoker_client_wait_fraction`)."""
+        out = dict(self._stall_before)
+        if self._client:
+            for key, value in self._client_stall().items():
+                out[key] += value
+        total = out["wait_s"] + out["compute_s"]
+        out["wait_fraction"] = out["wait_s"] / total if total > 0 else 0.0
+        return out
 
     def __enter__(self):
         return self
@@ -174,9 +232,15 @@ class Loader:
             return None
         batch = Batch(handle)
         self._epoch, self._step = batch.epoch, batch.step + 1
-        if 0 < self._info.steps_per_epoch <= self._step:
+        if self._steps_in(batch.epoch) <= self._step:
             self._epoch, self._step = batch.epoch + 1, 0
         return batch
+
+    def _steps_in(self, epoch):
+        """Batches of `epoch` for this rank (fewer in an elastic resume's epoch)."""
+        if self._offset is not None and self._offset[0] == epoch:
+            return int(self._info.offset_epoch_steps)
+        return int(self._info.steps_per_epoch)
 
     def batches(self):
         """Yields `Batch` objects until the job's epochs are done (forever if unbounded)."""
@@ -196,9 +260,10 @@ class Loader:
             yield b.images, b.labels
 
     def __len__(self):
-        """Batches per epoch for this rank (attaches if needed)."""
+        """Batches of the current epoch for this rank (attaches if needed); fewer than usual
+        in the epoch an elastic resume continues."""
         self._attach()
-        return int(self._info.steps_per_epoch)
+        return self._steps_in(self._epoch)
 
     @property
     def info(self):
@@ -214,21 +279,48 @@ class Loader:
 
     # --- resume -------------------------------------------------------------------------
 
+    def _consumed(self):
+        """Samples of the current epoch's permutation all ranks consumed before the next
+        batch (exact: padding and drop_last only touch an epoch's last step)."""
+        base = self._offset[1] if self._offset is not None and self._offset[0] == self._epoch \
+            else 0
+        return base + self._step * int(self.spec["batch_size"]) * self.world_size
+
     def state_dict(self):
-        """Where to resume: the (epoch, step) of the next batch, plus what must not change."""
+        """Where to resume, at this or another world size: the (epoch, step) of the next batch,
+        the same place as samples of the epoch consumed by every rank together, and what must
+        not change. See docs/multi-host.md ("Elastic state")."""
+        offset = None
+        if self._offset is not None:
+            offset = {"epoch": self._offset[0], "consumed": self._offset[1]}
         return {"version": STATE_VERSION, "epoch": self._epoch, "step": self._step,
-                "seed": self.seed, "dataset": self.dataset, "rank": self.rank,
-                "world_size": self.world_size}
+                "consumed": self._consumed(), "offset": offset,
+                "batch_size": int(self.spec["batch_size"]), "seed": self.seed,
+                "dataset": self.dataset, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state):
         """Resumes at `state`'s position: the next batch is the one after the last one the
-        saving loader yielded. Detaches if attached."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r}, expected {STATE_VERSION}")
-        for key in ("seed", "dataset", "world_size"):
+        saving loader yielded. At another world size or batch size (an elastic restart), the
+        rest of the saved epoch is split over this loader's ranks, each sample of it once, and
+        later epochs follow the usual partition. Detaches if attached."""
+        version = state.get("version")
+        if version not in STATE_VERSIONS:
+            raise ValueError(f"state version {version!r}, expected one of {STATE_VERSIONS}")
+        keys = ("seed", "dataset", "world_size") if version == 1 else ("seed", "dataset")
+        for key in keys:
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(f"state is for {key}={state[key]!r}, this loader has "
                                  f"{getattr(self, key)!r}")
         self.close()
-        self._epoch, self._step = int(state["epoch"]), int(state["step"])
         self._ended = False
+        epoch, step = int(state["epoch"]), int(state["step"])
+        same_shape = version == 1 or (state["world_size"] == self.world_size
+                                      and state["batch_size"] == int(self.spec["batch_size"]))
+        if same_shape:
+            offset = state.get("offset")
+            self._epoch, self._step = epoch, step
+            self._offset = (int(offset["epoch"]), int(offset["consumed"])) if offset else None
+        else:
+            consumed = int(state["consumed"])
+            self._epoch, self._step = epoch, 0
+            self._offset = (epoch, consumed) if consumed > 0 else None

@@ -23,13 +23,15 @@ def test_every_header_function_is_bound():
 
 
 def test_struct_sizes_match_the_c_abi():
-    assert ctypes.sizeof(_lib.AttachOptions) == 80
+    assert ctypes.sizeof(_lib.AttachOptions) == 96
+    assert ctypes.sizeof(_lib.AttachInfo) == 80
     assert ctypes.sizeof(_lib.DLTensor) == 48
     assert ctypes.sizeof(_lib.DLManagedTensorVersioned) == 80
     assert ctypes.sizeof(_lib.DLManagedTensor) == 64
     o = _lib.AttachOptions()
     _lib.call("stoker_attach_options_init", ctypes.byref(o))
-    assert (o.size, o.rank, o.world_size, o.seed) == (80, 0, 1, 0)
+    assert (o.size, o.rank, o.world_size, o.seed) == (96, 0, 1, 0)
+    assert (o.offset_epoch, o.offset_consumed) == (0, 0)
 
 
 def test_missing_daemon_raises_connect_error(tmp_path, monkeypatch):
@@ -98,3 +100,27 @@ def test_state_dict_round_trips_and_refuses_another_seed(tmp_path):
     assert (a.state_dict()["epoch"], a.state_dict()["step"]) == (2, 7)
     with pytest.raises(ValueError, match="seed"):
         stoker.Loader(tmp_path, seed=6).load_state_dict(state)
+
+
+def test_state_dict_moves_to_another_world_size_as_an_elastic_offset(tmp_path):
+    a = stoker.Loader(tmp_path, seed=5, batch_size=8, job="j", rank=1, world_size=4)
+    state = a.state_dict()
+    state.update(epoch=2, step=7, consumed=7 * 8 * 4)
+    assert a.state_dict()["version"] == 2
+    # Same world size and batch size: the very same position.
+    a.load_state_dict(state)
+    assert (a.state_dict()["epoch"], a.state_dict()["step"]) == (2, 7)
+    assert a.state_dict()["consumed"] == 224 and a.state_dict()["offset"] is None
+    # Another world size: step 0 of what is left of epoch 2.
+    b = stoker.Loader(tmp_path, seed=5, batch_size=8, job="j", rank=0, world_size=2)
+    b.load_state_dict(state)
+    s = b.state_dict()
+    assert (s["epoch"], s["step"], s["consumed"]) == (2, 0, 224)
+    assert s["offset"] == {"epoch": 2, "consumed": 224}
+    # A version 1 state (no consumed count) only loads at its own world size.
+    old = {"version": 1, "epoch": 1, "step": 3, "seed": 5, "dataset": str(tmp_path),
+           "rank": 0, "world_size": 4}
+    a.load_state_dict(old)
+    assert (a.state_dict()["epoch"], a.state_dict()["step"]) == (1, 3)
+    with pytest.raises(ValueError, match="world_size"):
+        b.load_state_dict(old)

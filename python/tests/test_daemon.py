@@ -2,6 +2,7 @@
 
 import ctypes
 import gc
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -149,3 +150,41 @@ def test_jax_from_dlpack(dataset, daemon):
         images, _ = next(iter(ld))
         x = jax.dlpack.from_dlpack(images)
         assert x.shape == (4, 3, SIDE, SIDE)
+
+
+def test_a_checkpoint_resumes_at_another_world_size_serving_the_epoch_once(dataset, daemon):
+    # World 2, batches of 2: both ranks take 2 batches (8 of the 24 samples), then stop.
+    before = []
+    state = None
+    for rank in range(2):
+        ld = loader(dataset, daemon, seed=8, job="elastic-2", rank=rank, world_size=2,
+                    batch_size=2, epochs=2)
+        for _ in range(2):
+            before.extend(int(i) for i in np.from_dlpack(ld.next_batch().indices))
+        if rank == 0:
+            state = ld.state_dict()
+        ld.close()
+    assert (state["epoch"], state["step"], state["consumed"]) == (0, 2, 8)
+
+    # World 3: the rest of epoch 0 (16 samples) over 3 ranks, then epoch 1 as usual.
+    after, counts = [], []
+    for rank in range(3):
+        ld = loader(dataset, daemon, seed=8, job="elastic-3", rank=rank, world_size=3,
+                    batch_size=2, epochs=2)
+        ld.load_state_dict(state)
+        assert len(ld) == 3  # ceil(ceil(16 / 3) / 2)
+        n = 0
+        for images, labels in ld:  # the rest of epoch 0
+            after.extend(int(i) for i in np.from_dlpack(images.batch.indices))
+            n += 1
+        counts.append(n)
+        assert ld.epoch == 1 and len(ld) == 4  # ceil(ceil(24 / 3) / 2)
+        assert ld.state_dict()["consumed"] == 0
+        ld.close()
+    assert counts == [3, 3, 3], "equal batch counts, so DDP never hangs"
+    seen = Counter(before + after)
+    assert sorted(seen) == list(range(N)), "nothing missed"
+    assert len(set(after) - set(before)) == 16, "the rest, each sample once"
+    # 16 over 3 ranks pads 2 samples, wrapped to the epoch's start (served before).
+    twice = [i for i, k in seen.items() if k > 1]
+    assert len(twice) == 2 and set(twice) <= set(before) and max(seen.values()) == 2

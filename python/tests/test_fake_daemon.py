@@ -146,3 +146,23 @@ def test_the_daemon_going_away_raises_daemon_gone_then_connect_error(tmp_path):
     ld.load_state_dict(state)  # what a trainer does to resume: reattach at the position
     with pytest.raises(stoker.ConnectError):
         ld.next_batch()
+
+
+def test_stats_split_waiting_from_the_loops_own_time(fake):
+    import time
+
+    with loader(fake, epochs=1) as ld:
+        assert ld.stats() == {"wait_s": 0.0, "compute_s": 0.0, "batches": 0,
+                              "wait_fraction": 0.0}
+        # The fake daemon ends the data once every slot is back: hold none while waiting.
+        while (b := ld.next_batch()) is not None:
+            del b
+            time.sleep(0.02)
+        s = ld.stats()
+        assert s["batches"] == 6
+        # Six sleeps between calls (the last one before the call that saw the end).
+        assert s["compute_s"] >= 6 * 0.02
+        assert 0.0 <= s["wait_fraction"] < 1.0
+        assert s["wait_fraction"] == pytest.approx(s["wait_s"] / (s["wait_s"] + s["compute_s"]))
+    # Closing keeps what was measured.
+    assert ld.stats()["batches"] == 6

@@ -519,10 +519,12 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
     for i in order {
         let s = ds.sample(i as usize);
         let mut buf = vec![0u8; s.len as usize];
-        let ok = std::fs::File::open(s.path).and_then(|f| {
-            use std::os::unix::fs::FileExt;
-            f.read_exact_at(&mut buf, s.offset)
-        });
+        let ok = crate::s3::local_file(s.path)
+            .and_then(std::fs::File::open)
+            .and_then(|f| {
+                use std::os::unix::fs::FileExt;
+                f.read_exact_at(&mut buf, s.offset)
+            });
         if ok.is_ok() {
             out.push((i, buf));
         }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use stoker_daemon::config::EXIT_CONFIG;
+use stoker_daemon::detach::{self, ReadyNotice, Role};
 use stoker_daemon::service::{self, StokerdArgs, EXIT_FAILURE};
 use stoker_daemon::systemd::Signals;
 
@@ -22,6 +23,19 @@ fn main() -> ExitCode {
             };
         }
     };
+    // Still one thread: the only moment a fork is safe.
+    let ready = if args.detach {
+        match detach::detach() {
+            Ok(Role::Parent(code)) => return code,
+            Ok(Role::Daemon(notice)) => notice,
+            Err(e) => {
+                eprintln!("stokerd: {e}");
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        }
+    } else {
+        ReadyNotice::none()
+    };
     // Before any thread exists, so every thread inherits the mask and only the signal
     // thread takes SIGTERM / SIGHUP.
     let signals = match Signals::block() {
@@ -32,7 +46,7 @@ fn main() -> ExitCode {
         }
     };
     stoker_daemon::logging::init_daemon();
-    match service::run(&args, signals) {
+    match service::run(&args, signals, ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, config = e.is_config(), "stokerd stopped");

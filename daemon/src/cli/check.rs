@@ -169,7 +169,7 @@ fn is_sidecar(path: &Path) -> bool {
 /// Reads `len` bytes at `offset` of `path` (a whole file, or a member of a tar shard).
 fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
+    let mut f = std::fs::File::open(crate::s3::local_file(path)?)?;
     f.seek(SeekFrom::Start(offset))?;
     let mut buf = Vec::with_capacity(len as usize);
     f.take(len).read_to_end(&mut buf)?;
@@ -188,14 +188,17 @@ fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
 /// The samples under `path`: a single image file, or every sample of a dataset in any
 /// layout (`crate::dataset`), named by path (or `shard.tar:member`).
 fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let meta = match crate::s3::is_url(path) {
+        true => None,
+        false => Some(std::fs::metadata(path).map_err(|e| e.to_string())?),
+    };
     let is_dataset_file = path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
         matches!(
             e.to_ascii_lowercase().as_str(),
             "tar" | "txt" | "tsv" | "list"
         )
     });
-    if meta.is_file() && !is_dataset_file {
+    if let Some(meta) = meta.filter(|m| m.is_file() && !is_dataset_file) {
         return Ok(vec![(
             path.display().to_string(),
             path.to_path_buf(),

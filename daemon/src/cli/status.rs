@@ -16,8 +16,9 @@ pub const EXIT_NO_DAEMON: i32 = 3;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The daemon's socket. Default: $STOKER_SOCKET, else the default path for this user
-    /// (/run/stoker/stoker.sock for root, $XDG_RUNTIME_DIR/stoker.sock, /tmp/stoker-<uid>.sock).
+    /// The daemon's socket. Default: $STOKER_SOCKET, else /run/stoker/stoker.sock if a daemon
+    /// answers there, else this user's own ($XDG_RUNTIME_DIR/stoker/stoker.sock, else
+    /// /tmp/stoker-<uid>/stoker.sock), where `stoker.Loader` starts one.
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// Print the daemon's reply as JSON.
@@ -70,7 +71,7 @@ pub fn run(args: &StatusArgs) -> i32 {
     let socket = args
         .socket
         .clone()
-        .unwrap_or_else(crate::config::default_socket_path);
+        .unwrap_or_else(stoker::client::client_socket_path);
     match query(&socket) {
         Ok(s) if args.json => {
             println!(
@@ -174,6 +175,30 @@ pub fn render(s: &DaemonStatus) -> String {
             s.jobs_left_out
         ));
     }
+    out.push_str(&render_stalls(s));
+    out
+}
+
+/// The data stall of every rank that reported one: the share of its training loop's time
+/// spent waiting for data (recent), and the totals since it attached.
+fn render_stalls(s: &DaemonStatus) -> String {
+    let mut out = String::new();
+    for j in s.jobs.iter().filter(|j| !j.stalls.is_empty()) {
+        if out.is_empty() {
+            out.push_str("data stall (share of each rank's loop time spent waiting in next()):\n");
+        }
+        for r in &j.stalls {
+            out.push_str(&format!(
+                "  {} rank {}: wait {:.0}%  ({:.1}s waiting, {:.1}s computing, {} batches)\n",
+                j.job,
+                r.rank,
+                r.wait_fraction * 100.0,
+                r.wait_s,
+                r.compute_s,
+                r.batches
+            ));
+        }
+    }
     out
 }
 
@@ -248,6 +273,13 @@ mod tests {
                 batch_size: 256,
                 steps_per_epoch: 1,
                 images_delivered: 768,
+                stalls: vec![stoker::protocol::RankStall {
+                    rank: 2,
+                    wait_fraction: 0.376,
+                    wait_s: 3.0,
+                    compute_s: 5.0,
+                    batches: 3,
+                }],
             }],
             ..DaemonStatus::default()
         };
@@ -258,6 +290,10 @@ mod tests {
         assert!(t.contains("3.0 MiB"), "{t}");
         assert!(t.contains("JOB     DATASET   SAMPLES  RANKS"), "{t}");
         assert!(t.contains("resnet  imagenet  1000     3/4 [0-2]"), "{t}");
+        assert!(
+            t.contains("resnet rank 2: wait 38%  (3.0s waiting, 5.0s computing, 3 batches)"),
+            "{t}"
+        );
     }
 
     #[test]

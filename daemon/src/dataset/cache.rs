@@ -104,6 +104,8 @@ pub(super) fn encode(ds: &Dataset, written_at: i128) -> Vec<u8> {
         e.bytes(s.path.as_os_str().as_bytes());
         e.0.extend_from_slice(&s.mtime_ns.to_le_bytes());
         e.u64(s.size);
+        e.u64(s.dev);
+        e.u64(s.ino);
     }
     e.u64(ds.classes.len() as u64);
     for c in &ds.classes {
@@ -153,6 +155,8 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
             path,
             mtime_ns,
             size: d.u64()?,
+            dev: d.u64()?,
+            ino: d.u64()?,
         });
     }
     for _ in 0..d.u64()? {
@@ -210,9 +214,7 @@ pub(super) fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<
     };
     for s in &ds.stamps {
         let now = Stamp::of(&s.path).ok();
-        let same = now
-            .as_ref()
-            .is_some_and(|n| n.mtime_ns == s.mtime_ns && n.size == s.size);
+        let same = now.as_ref().is_some_and(|n| n.same_file(s));
         if !same || s.mtime_ns >= written_at - RACY_WINDOW_NS {
             tracing::info!(dataset = %root.display(), changed = %s.path.display(), "dataset changed since it was indexed; re-indexing");
             return None;

@@ -21,7 +21,10 @@ pub(super) fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, Da
     }
     ds.stamps
         .push(Stamp::of(list).map_err(|e| DatasetError::io(list, e))?);
-    let text = fs::read(list).map_err(|e| DatasetError::io(list, e))?;
+    let mut text = Vec::new();
+    open_regular(list)?
+        .read_to_end(&mut text)
+        .map_err(|e| DatasetError::io(list, e))?;
     let base = list.parent().unwrap_or(Path::new("/"));
     let mut paths = Vec::new();
     let mut labels = Vec::new();

@@ -8,33 +8,6 @@
 //! - A file rewritten in place with another size is not noticed (see the cache).
 use super::*;
 
-/// Lists image files under `dir` (recursively when `recurse`), recording folder stamps.
-pub(super) fn list_images(
-    dir: &Path,
-    recurse: bool,
-    out: &mut Vec<PathBuf>,
-    stamps: &mut Vec<Stamp>,
-    done: &AtomicU64,
-) -> Result<(), DatasetError> {
-    stamps.push(
-        Stamp::of(dir).map_err(|source| DatasetError::UnreadableDir {
-            path: dir.to_owned(),
-            source,
-        })?,
-    );
-    for e in read_dir_sorted(dir)? {
-        if entry_is_dir(&e) {
-            if recurse {
-                list_images(&e.path(), true, out, stamps, done)?;
-            }
-        } else if is_image_name(&e.file_name()) {
-            out.push(e.path());
-            done.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    Ok(())
-}
-
 /// Sizes of `paths`, statted in parallel chunks.
 pub(super) fn stat_sizes(
     root: &Path,
@@ -70,6 +43,7 @@ pub(super) fn index_folder(
     root: &Path,
     kind: DatasetKind,
     threads: usize,
+    budget: &WalkBudget,
 ) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(root, kind);
     let done = AtomicU64::new(0);
@@ -103,7 +77,15 @@ pub(super) fn index_folder(
                             return Ok(mine);
                         };
                         let (mut files, mut stamps) = (Vec::new(), Vec::new());
-                        list_images(dir, *recurse, &mut files, &mut stamps, done)?;
+                        let depth = u32::from(*recurse);
+                        Walk::new(budget, root).list_images(
+                            dir,
+                            *recurse,
+                            depth,
+                            &mut files,
+                            &mut stamps,
+                            done,
+                        )?;
                         files.sort_unstable_by(|a, b| {
                             a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
                         });

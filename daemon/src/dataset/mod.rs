@@ -24,7 +24,10 @@
 //! - The index is cached under `$STOKER_CACHE_DIR`, else `$XDG_CACHE_HOME/stoker`, else
 //!   `~/.cache/stoker`, in a file named after a hash of the canonical path and the kind. The
 //!   cache records the mtime of every folder walked (entries added or removed change it) and
-//!   the mtime and size of file lists and shards; any difference re-indexes. A cache whose
+//!   the mtime and size of file lists and shards, with the (device, inode) of each (a file
+//!   replaced by rename is another file); any difference re-indexes.
+//! - Folder walks are bounded and loop-proof (see [`walk`]): folders met twice are skipped,
+//!   entries and depth are capped by [`WalkLimits`], `/` is refused. A cache whose
 //!   recorded times are within [`RACY_WINDOW_NS`] of the time it was written is not trusted
 //!   (a change in the same timestamp tick would go unseen). A corrupt or stale cache is
 //!   ignored and rewritten; failure to write it is a warning.
@@ -63,7 +66,12 @@ pub const RACY_WINDOW_NS: i128 = 100_000_000;
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo"];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
-const CACHE_VERSION: u32 = 1;
+
+mod walk;
+pub use walk::WalkLimits;
+use walk::{Walk, WalkBudget};
+/// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
+const CACHE_VERSION: u32 = 2;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +100,14 @@ pub enum DatasetError {
     WrongKind { path: PathBuf, reason: String },
     #[error("dataset {path}: more than {max} files", max = u32::MAX)]
     TooManyFiles { path: PathBuf },
+    #[error("dataset indexing stopped at {path}: {reason}")]
+    WalkLimit { path: PathBuf, reason: String },
+    #[error("dataset {path}: S3 error {code}: {reason}")]
+    Remote {
+        path: PathBuf,
+        code: String,
+        reason: String,
+    },
 }
 
 impl DatasetError {
@@ -172,6 +188,8 @@ pub struct OpenOptions {
     pub cache_dir: Option<PathBuf>,
     /// Indexing threads; 0 means the number of cores.
     pub threads: usize,
+    /// How far a folder walk may go (see [`walk`]).
+    pub limits: WalkLimits,
 }
 
 impl Default for OpenOptions {
@@ -181,6 +199,7 @@ impl Default for OpenOptions {
             use_cache: true,
             cache_dir: None,
             threads: 0,
+            limits: WalkLimits::default(),
         }
     }
 }
@@ -226,12 +245,15 @@ impl PathArena {
     }
 }
 
-/// What the cache checks to decide whether a dataset changed: a path's mtime and size.
+/// What the cache checks to decide whether a dataset changed: a path's mtime and size, and
+/// which file it is (device, inode: a file replaced by rename is another file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stamp {
     path: PathBuf,
     mtime_ns: i128,
     size: u64,
+    dev: u64,
+    ino: u64,
 }
 
 impl Stamp {
@@ -242,7 +264,14 @@ impl Stamp {
             mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
             // A folder's size says nothing useful; its mtime does.
             size: if m.is_dir() { 0 } else { m.size() },
+            dev: m.dev(),
+            ino: m.ino(),
         })
+    }
+
+    fn same_file(&self, other: &Stamp) -> bool {
+        (self.mtime_ns, self.size, self.dev, self.ino)
+            == (other.mtime_ns, other.size, other.dev, other.ino)
     }
 }
 
@@ -267,7 +296,11 @@ pub struct Dataset {
 impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+        if crate::s3::is_url(path) {
+            return crate::s3::open_dataset(path, opts);
+        }
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
+        walk::refuse_root(&root)?;
         let kind = match opts.kind {
             Some(k) => k,
             None => detect_kind(&root)?,
@@ -294,7 +327,9 @@ impl Dataset {
         };
         let written_at = now_ns();
         let ds = match kind {
-            DatasetKind::ImageFolder | DatasetKind::Flat => index_folder(&root, kind, threads)?,
+            DatasetKind::ImageFolder | DatasetKind::Flat => {
+                index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
+            }
             DatasetKind::FileList => index_file_list(&root, threads)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
@@ -351,6 +386,33 @@ impl Dataset {
     /// Whether this index came from the cache or a walk.
     pub fn origin(&self) -> IndexOrigin {
         self.origin
+    }
+
+    /// For tar shards: the identity each shard had when indexed, which the reader checks at
+    /// every open (a shard replaced by rename is not read at the old one's offsets). Empty
+    /// for other layouts.
+    pub fn file_identities(&self) -> HashMap<PathBuf, crate::fsopen::FileIdentity> {
+        if self.kind != DatasetKind::TarShards {
+            return HashMap::new();
+        }
+        self.stamps
+            .iter()
+            .filter(|s| is_tar_name(s.path.as_os_str()))
+            .map(|s| {
+                let id = crate::fsopen::FileIdentity {
+                    dev: s.dev,
+                    ino: s.ino,
+                    size: s.size,
+                    mtime_ns: s.mtime_ns,
+                };
+                (s.path.clone(), id)
+            })
+            .collect()
+    }
+
+    /// The folders and files the index was made from (folders walked, file lists, shards).
+    pub fn indexed_paths(&self) -> impl Iterator<Item = &Path> {
+        self.stamps.iter().map(|s| s.path.as_path())
     }
 
     /// Sample `i` for messages: its path, or `shard.tar:member` for tar shards.
@@ -450,6 +512,19 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<fs::DirEntry>, DatasetError> {
     Ok(entries)
 }
 
+/// Opens a file list or a shard without blocking (a FIFO swapped in is refused, not waited
+/// on), regular files only.
+fn open_regular(path: &Path) -> Result<File, DatasetError> {
+    use crate::fsopen::{open_sample, OpenError, OpenPolicy};
+    open_sample(path, &OpenPolicy::default(), None).map_err(|e| match e {
+        OpenError::Io(e) => DatasetError::io(path, e),
+        e => DatasetError::WrongKind {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        },
+    })
+}
+
 /// Detects the layout of `root` (canonical).
 fn detect_kind(root: &Path) -> Result<DatasetKind, DatasetError> {
     let meta = fs::metadata(root).map_err(|e| DatasetError::io(root, e))?;
@@ -517,6 +592,9 @@ fn wait_with_progress<T>(
         })
         .collect()
 }
+
+mod remote;
+pub use remote::default_cache_dir;
 
 #[cfg(test)]
 mod tests;

@@ -221,7 +221,7 @@ pub(super) fn read_tar_index(
     done: &AtomicU64,
 ) -> Result<Vec<TarMember>, DatasetError> {
     const MAX_META: u64 = 1 << 20;
-    let file = File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let file = open_regular(path)?;
     let file_len = file
         .metadata()
         .map_err(|e| DatasetError::io(path, e))?

@@ -24,7 +24,9 @@
 //!   [`DecodeError::Unsupported`].
 //! - EXIF orientation is metadata and is ignored: pixels come out in stored order, as
 //!   torchvision's `decode_jpeg` and DALI do by default.
-//! - ICC profiles are ignored (no colour management).
+//! - ICC profiles are ignored (no colour management): APP2 markers are not saved
+//!   (`TJPARAM_SAVEMARKERS = 0`), so a malformed or duplicated ICC sequence cannot fail a
+//!   decode.
 
 mod encode;
 mod sniff;
@@ -343,6 +345,13 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
     tj.set(Param::StopOnWarning, 1)
         .map_err(DecodeError::from_tj)?;
     tj.set(Param::ScanLimit, MAX_SCANS as i32)
+        .map_err(DecodeError::from_tj)?;
+    // TurboJPEG 3 saves APP2 markers and extracts the ICC profile by default
+    // (TJPARAM_SAVEMARKERS = 2); an ICC sequence it finds inconsistent (a second profile, parts
+    // around the frame header) raises "bad ICC marker", a warning, fatal under
+    // STOPONWARNING. ICC profiles are ignored, so no marker is saved: APP2 is skipped unread,
+    // as djpeg does without -icc.
+    tj.set(Param::SaveMarkers, 0)
         .map_err(DecodeError::from_tj)?;
     Ok(tj)
 }

@@ -56,6 +56,7 @@ pub(crate) enum Param {
     MaxPixels,
     Quality,
     RestartRows,
+    SaveMarkers,
 }
 
 impl Param {
@@ -74,6 +75,7 @@ impl Param {
             Param::MaxPixels => tj::TJPARAM_TJPARAM_MAXPIXELS,
             Param::Quality => tj::TJPARAM_TJPARAM_QUALITY,
             Param::RestartRows => tj::TJPARAM_TJPARAM_RESTARTROWS,
+            Param::SaveMarkers => tj::TJPARAM_TJPARAM_SAVEMARKERS,
         };
         p as libc::c_int
     }

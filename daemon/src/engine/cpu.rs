@@ -108,6 +108,7 @@ impl CpuBackend {
             .iter()
             .map(|&i| capped(request(&unit.job.dataset, i), max_file_bytes))
             .collect();
+        self.reader.set_rules(&unit.job.rules);
         let results = self.reader.read_batch(&requests, &mut self.bufs[..count]);
         if let Some(t) = unit.config.throttle {
             std::thread::sleep(t.read_delay * count as u32);
@@ -227,6 +228,7 @@ impl Backend for CpuBackend {
             return Err(bad);
         }
         let req = [request(&work.job.dataset, work.index)];
+        self.reader.set_rules(&work.job.rules);
         let read = self.reader.read_batch(&req, &mut self.replacement_buf[..1]);
         if let Some(Err(e)) = read.into_iter().next() {
             return Err(BadSample::from(&e));

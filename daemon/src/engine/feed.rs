@@ -127,17 +127,10 @@ impl FeedShared {
     }
 
     pub(super) fn advance(&self, pos: Position) -> Position {
-        if pos.step + 1 >= self.job.steps_per_epoch {
-            Position {
-                epoch: pos.epoch + 1,
-                step: 0,
-            }
-        } else {
-            Position {
-                epoch: pos.epoch,
-                step: pos.step + 1,
-            }
-        }
+        self.job.settle(Position {
+            epoch: pos.epoch,
+            step: pos.step + 1,
+        })
     }
 
     /// Hands out the next chunk of this feed, starting a new batch if a slot is free.

@@ -12,9 +12,12 @@ use std::sync::Arc;
 
 use stoker::spec::PipelineSpec;
 
+use stoker::protocol::EpochOffset;
+
 use super::{PipelineError, Position};
 use crate::dataset::Dataset;
-use crate::sampler::Sampler;
+use crate::fsopen::{OpenPolicy, OpenRules};
+use crate::sampler::{ResumedEpoch, Sampler};
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
 pub struct Job {
@@ -23,6 +26,12 @@ pub struct Job {
     pub seed: u64,
     pub world_size: u32,
     pub(super) steps_per_epoch: u64,
+    /// The elastic resume point every rank of the job shares, if any (see [`crate::sampler`]).
+    offset: Option<EpochOffset>,
+    /// Batches per rank of the offset's epoch.
+    resumed: Option<ResumedEpoch>,
+    /// How the job's files are opened (credentials, symlinks, shard identities).
+    pub(super) rules: Arc<OpenRules>,
 }
 
 impl std::fmt::Debug for Job {
@@ -43,14 +52,33 @@ impl Job {
         seed: u64,
         world_size: u32,
     ) -> Result<Arc<Job>, PipelineError> {
+        Job::with_policy(dataset, spec, seed, world_size, None, OpenPolicy::default())
+    }
+
+    /// A job whose files are opened under `policy` (a client's credentials, no symlinks;
+    /// its tar shards must stay the files indexed, see [`crate::fsopen`]), and whose epoch
+    /// `offset.epoch` serves only what is left after an elastic checkpoint, if any.
+    pub fn with_policy(
+        dataset: Arc<Dataset>,
+        spec: PipelineSpec,
+        seed: u64,
+        world_size: u32,
+        offset: Option<EpochOffset>,
+        policy: OpenPolicy,
+    ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
-        let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size)?;
+        let offset = offset.filter(|o| o.consumed > 0);
+        let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
+        let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
         Ok(Arc::new(Job {
             steps_per_epoch: sampler.steps_per_epoch(),
+            resumed: sampler.resumed_epoch(),
+            offset,
             dataset,
             spec,
             seed,
             world_size,
+            rules,
         }))
     }
 
@@ -60,16 +88,51 @@ impl Job {
         seed: u64,
         rank: u32,
         world_size: u32,
+        offset: Option<EpochOffset>,
     ) -> Result<Sampler, PipelineError> {
-        Sampler::new(
+        let sampler = Sampler::new(
             dataset.len() as u64,
             seed,
             rank as u64,
             world_size as u64,
             spec.batch_size as u64,
             spec.drop_last,
-        )
+        );
+        match offset {
+            Some(o) => sampler.and_then(|s| s.with_offset(o)),
+            None => sampler,
+        }
         .map_err(|e| PipelineError::Sampler(e.to_string()))
+    }
+
+    /// The elastic resume point of this job, if any.
+    pub fn offset(&self) -> Option<EpochOffset> {
+        self.offset
+    }
+
+    /// Batches each rank receives in `epoch` (the offset's epoch may have fewer, even none).
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        match self.resumed {
+            Some(r) if r.epoch == epoch => r.steps,
+            _ => self.steps_per_epoch,
+        }
+    }
+
+    /// The first batch at or after `pos` that exists: past the end of an epoch (or in an
+    /// elastic epoch with nothing left) is the start of the next.
+    pub fn settle(&self, mut pos: Position) -> Position {
+        while pos.step >= self.steps_in(pos.epoch) && self.steps_per_epoch > 0 {
+            pos = Position {
+                epoch: pos.epoch + 1,
+                step: 0,
+            };
+        }
+        pos
+    }
+
+    /// How the job's files are opened.
+    pub fn open_policy(&self) -> &OpenPolicy {
+        &self.rules.policy
     }
 
     /// Batches each rank receives per epoch.
@@ -85,7 +148,14 @@ impl Job {
                 world_size: self.world_size,
             });
         }
-        Self::make_sampler(&self.dataset, &self.spec, self.seed, rank, self.world_size)
+        Self::make_sampler(
+            &self.dataset,
+            &self.spec,
+            self.seed,
+            rank,
+            self.world_size,
+            self.offset,
+        )
     }
 
     /// Whether `pos` lies past the job's last epoch.

@@ -271,8 +271,14 @@ impl Engine {
         start: Position,
     ) -> Result<Feed, PipelineError> {
         let sampler = job.sampler(rank)?;
+        // Step 0 of an elastic epoch with nothing left is the next epoch's start.
+        let start = if start.step == 0 {
+            job.settle(start)
+        } else {
+            start
+        };
         sampler
-            .check_position(start.step)
+            .check_position(start.epoch, start.step)
             .map_err(|e| PipelineError::Position {
                 epoch: start.epoch,
                 step: start.step,

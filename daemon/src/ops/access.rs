@@ -15,19 +15,25 @@
 //! 3. **Quotas**: ring bytes per client (all connections of one uid), ring bytes per job (all
 //!    its ranks), clients attached, jobs. A [`QuotaGrant`] holds its share until dropped.
 //!
+//! 4. **Opening** ([`AccessPolicy::open_policy`]): a dataset a client named by path is indexed
+//!    and read with that client's filesystem credentials when its uid is not the daemon's
+//!    (so the kernel decides what it may read, at every open, not only at attach), and with
+//!    no symlink followed when `dataset_roots` is set (a file swapped for a symlink after the
+//!    attach is refused). See [`crate::fsopen`].
+//!
 //! Every refusal names the path or the numbers and the rule that refused it.
 //!
 //! # Limitations
-//! - A registered dataset is trusted: its files are not checked against the roots.
-//! - Paths are checked when a job is created; a file swapped for a symlink afterwards is read
-//!   with the daemon's permissions (the reader does not open with `O_NOFOLLOW`).
+//! - A registered dataset is trusted: its files are not checked against the roots, and are
+//!   read with the daemon's credentials.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{AccessConfig, LimitsConfig};
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, DatasetError, OpenOptions};
+use crate::fsopen::{self, Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -168,6 +174,17 @@ impl AccessPolicy {
         }
         let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
         let path = Path::new(name);
+        if crate::s3::is_url(path) {
+            // Object storage is read with the daemon's credentials: only the daemon's own
+            // user may name a bucket that is not registered.
+            if self.is_owner(peer) {
+                return Ok(path.to_owned());
+            }
+            return refuse(format!(
+                "not a registered dataset; uid {} may name registered s3:// datasets only",
+                peer.uid
+            ));
+        }
         if path.components().any(|c| c == Component::ParentDir) {
             return refuse("a path may not contain '..' components".into());
         }
@@ -217,10 +234,31 @@ impl AccessPolicy {
         Ok(canonical)
     }
 
+    /// How the files of the dataset `name` are opened for `peer`: registered datasets and
+    /// the daemon's own uid (or root) with the daemon's credentials; any other uid with its
+    /// own. With roots configured, a path-named dataset is read without following symlinks.
+    pub fn open_policy(&self, peer: &Peer, name: &str) -> OpenPolicy {
+        if self.registry.contains_key(name) {
+            return OpenPolicy::default();
+        }
+        let credentials = (!self.is_owner(peer)).then(|| Credentials {
+            uid: peer.uid,
+            gid: peer.gid,
+            groups: peer.groups.clone(),
+        });
+        OpenPolicy {
+            credentials,
+            no_symlinks: !self.roots.is_empty(),
+        }
+    }
+
     /// For a dataset named by path with roots configured: every file it reads must resolve
     /// under a root too (a file list or a symlink could point anywhere).
     pub fn check_dataset_files(&self, name: &str, dataset: &Dataset) -> Result<(), AccessError> {
-        if self.roots.is_empty() || self.registry.contains_key(name) {
+        if self.roots.is_empty()
+            || self.registry.contains_key(name)
+            || crate::s3::is_url(dataset.root())
+        {
             return Ok(());
         }
         let mut last: Option<&Path> = None;
@@ -254,6 +292,64 @@ impl AccessPolicy {
             .map(|(r, _)| r.display().to_string())
             .collect()
     }
+}
+
+/// Opens (indexes) the dataset `name` at `path` under `policy`: with the client's credentials
+/// when it has them, and then checks that the client may list every folder and read every
+/// file list and shard the index was made from (an index loaded from the cache was made by
+/// someone else). A refusal for lack of permission is [`AccessError::Dataset`].
+pub fn open_dataset(
+    name: &str,
+    path: &Path,
+    opts: &OpenOptions,
+    policy: &OpenPolicy,
+) -> Result<Dataset, OpenDatasetError> {
+    let creds = policy.credentials.as_ref();
+    let denied = |what: String| {
+        let uid = creds.map_or(String::new(), |c| format!("uid {} ", c.uid));
+        OpenDatasetError::Access(AccessError::Dataset(format!(
+            "dataset {name:?}: {uid}may not read it: {what}"
+        )))
+    };
+    let opened = fsopen::as_client(creds, || Dataset::open(path, opts))
+        .map_err(|e| denied(e.to_string()))?;
+    let dataset = match opened {
+        Ok(d) => d,
+        Err(e) if is_permission(&e) => return Err(denied(e.to_string())),
+        Err(e) => return Err(OpenDatasetError::Dataset(e)),
+    };
+    if creds.is_some() {
+        let check = || -> Result<(), String> {
+            for p in dataset.indexed_paths() {
+                fsopen::check_readable(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            }
+            Ok(())
+        };
+        fsopen::as_client(creds, check)
+            .map_err(|e| denied(e.to_string()))?
+            .map_err(denied)?;
+    }
+    Ok(dataset)
+}
+
+/// Whether indexing failed for lack of permission.
+fn is_permission(e: &DatasetError) -> bool {
+    let source = match e {
+        DatasetError::UnreadableDir { source, .. } | DatasetError::Io { source, .. } => source,
+        _ => return false,
+    };
+    source.kind() == std::io::ErrorKind::PermissionDenied
+}
+
+/// Why [`open_dataset`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenDatasetError {
+    /// The client may not read it.
+    #[error("{0}")]
+    Access(AccessError),
+    /// It is no dataset (or cannot be indexed).
+    #[error("{0}")]
+    Dataset(DatasetError),
 }
 
 /// Ring memory and attachment counts, shared by every connection.

@@ -79,6 +79,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Registered datasets: name -> path. Clients may name these.
     pub datasets: BTreeMap<String, PathBuf>,
+    /// Object storage (`s3://` datasets) and the node cache.
+    pub s3: crate::s3::S3Config,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,6 +94,9 @@ pub struct ServerConfig {
     pub socket_group: Option<String>,
     /// Slots in each rank's ring.
     pub slots_per_rank: usize,
+    /// Exit after this many seconds with no connection at all; 0 (the default): never. The
+    /// per-user daemon `stoker.Loader` starts uses it (`--idle-exit`).
+    pub idle_exit_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +106,7 @@ impl Default for ServerConfig {
             socket_mode: DEFAULT_SOCKET_MODE,
             socket_group: None,
             slots_per_rank: DEFAULT_SLOTS_PER_RANK,
+            idle_exit_s: 0,
         }
     }
 }
@@ -128,6 +134,16 @@ pub struct LimitsConfig {
     /// Bad-sample log lines per second; past it lines are counted and reported as
     /// "suppressed K" (each bad file is logged once anyway).
     pub log_bad_samples_per_second: u32,
+    /// Connections of one uid that may wait, not yet attached (see `crate::lobby`).
+    pub max_waiting_per_uid: usize,
+    /// Connections that may wait in all, not yet attached (also at most half the fd limit).
+    pub max_waiting: usize,
+    /// Milliseconds a new connection has to send its ATTACH (or STATUS).
+    pub attach_deadline_ms: u64,
+    /// Directory entries indexing one dataset may look at.
+    pub max_index_entries: u64,
+    /// Folder depth below a dataset's root that indexing may reach.
+    pub max_index_depth: u32,
 }
 
 impl Default for LimitsConfig {
@@ -140,6 +156,11 @@ impl Default for LimitsConfig {
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
             log_bad_samples_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
+            max_waiting_per_uid: crate::lobby::DEFAULT_MAX_WAITING_PER_UID,
+            max_waiting: crate::lobby::DEFAULT_MAX_WAITING,
+            attach_deadline_ms: crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis() as u64,
+            max_index_entries: crate::dataset::WalkLimits::default().max_entries,
+            max_index_depth: crate::dataset::WalkLimits::default().max_depth,
         }
     }
 }
@@ -163,6 +184,25 @@ pub struct AccessConfig {
 pub struct MetricsConfig {
     /// Address of the Prometheus text endpoint (`127.0.0.1:9464`); none disables it.
     pub listen: Option<String>,
+}
+
+impl LimitsConfig {
+    /// The lobby's caps and deadline.
+    pub fn lobby(&self) -> crate::lobby::LobbyLimits {
+        crate::lobby::LobbyLimits {
+            per_uid: self.max_waiting_per_uid.max(1),
+            total: self.max_waiting.max(1),
+            deadline: std::time::Duration::from_millis(self.attach_deadline_ms.max(1)),
+        }
+    }
+
+    /// How far indexing may walk.
+    pub fn walk(&self) -> crate::dataset::WalkLimits {
+        crate::dataset::WalkLimits {
+            max_entries: self.max_index_entries,
+            max_depth: self.max_index_depth,
+        }
+    }
 }
 
 impl Config {
@@ -208,12 +248,15 @@ impl Config {
                     "datasets: name {name:?} must be non-empty and contain no '/'"
                 )));
             }
-            if !p.is_absolute() {
+            if !p.is_absolute() && !crate::s3::is_url(p) {
                 return Err(invalid(format!(
-                    "datasets.{name}: path {} must be absolute",
+                    "datasets.{name}: path {} must be absolute (or an s3:// URL)",
                     p.display()
                 )));
             }
+        }
+        if let Some(problem) = self.s3.problem(&self.datasets) {
+            return Err(invalid(problem));
         }
         for root in &self.access.dataset_roots {
             if !root.is_absolute() {
@@ -242,21 +285,11 @@ impl Config {
     }
 }
 
-/// `$STOKER_SOCKET`, else `/run/stoker/stoker.sock` for root, else
-/// `$XDG_RUNTIME_DIR/stoker.sock`, else `/tmp/stoker-$UID.sock`.
+/// Where the daemon listens unless told: [`stoker::default_socket_path`] (`$STOKER_SOCKET`,
+/// else `/run/stoker/stoker.sock` for root, else the user's own
+/// `$XDG_RUNTIME_DIR/stoker/stoker.sock` or `/tmp/stoker-$UID/stoker.sock`).
 pub fn default_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("STOKER_SOCKET") {
-        return PathBuf::from(p);
-    }
-    // SAFETY: getuid cannot fail and has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if uid == 0 {
-        return PathBuf::from("/run/stoker/stoker.sock");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => Path::new(&dir).join("stoker.sock"),
-        _ => PathBuf::from(format!("/tmp/stoker-{uid}.sock")),
-    }
+    stoker::default_socket_path()
 }
 
 /// toml's errors span several lines with a source excerpt; keep the key, line and reason.

@@ -9,7 +9,9 @@
 //!   documented series from the start.
 //! - [`MetricsListener`] is one thread: accept, read one request of at most
 //!   [`MAX_REQUEST_BYTES`] within [`REQUEST_TIMEOUT`], answer, close. Gauges that are state
-//!   (clients, jobs) are refreshed by a callback just before each render.
+//!   (clients, jobs) are refreshed by a callback just before each render; the text it returns
+//!   (series that come and go with ranks, such as the data stall of `crate::stall`) is
+//!   appended to the render.
 //!
 //! # Limitations
 //! - No keep-alive, no TLS, no authentication: bind it to a local address.
@@ -162,11 +164,12 @@ pub struct MetricsListener {
 }
 
 impl MetricsListener {
-    /// Binds `addr` and serves on a thread of its own. `refresh` runs before each render.
+    /// Binds `addr` and serves on a thread of its own. `refresh` runs before each render;
+    /// the Prometheus text it returns is appended to the recorder's.
     pub fn spawn(
         addr: SocketAddr,
         handle: PrometheusHandle,
-        refresh: impl Fn() + Send + 'static,
+        refresh: impl Fn() -> String + Send + 'static,
     ) -> Result<MetricsListener, MetricsError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
@@ -234,7 +237,7 @@ fn route(head: &[u8]) -> Route {
 fn answer(
     s: &mut TcpStream,
     handle: &PrometheusHandle,
-    refresh: &impl Fn(),
+    refresh: &impl Fn() -> String,
 ) -> std::io::Result<()> {
     s.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     s.set_write_timeout(Some(REQUEST_TIMEOUT))?;
@@ -255,12 +258,13 @@ fn answer(
     };
     let (status, ctype, body) = match (complete, route(&head)) {
         (true, Route::Metrics) => {
-            refresh();
-            (
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                handle.render(),
-            )
+            let extra = refresh();
+            let mut body = handle.render();
+            if !body.is_empty() && !body.ends_with('\n') {
+                body.push('\n');
+            }
+            body.push_str(&extra);
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         (true, Route::NotFound) => ("404 Not Found", "text/plain", "only /metrics\n".into()),
         (true, Route::MethodNotAllowed) => (

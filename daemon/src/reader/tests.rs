@@ -17,9 +17,7 @@ fn uring_or_skip(test: &str, depth: usize) -> Option<Reader> {
 }
 
 fn pread() -> Reader {
-    Reader {
-        backend: Backend::Pread(PreadReader::new()),
-    }
+    Reader::from_backend(Backend::Pread(PreadReader::new()))
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -242,9 +240,7 @@ fn measure_io_uring_vs_pread_photos() {
         (total * rounds as u64) as f64 / t.elapsed().as_secs_f64() / 1e6
     };
     let mut p = pread();
-    let mut p1 = Reader {
-        backend: Backend::Pread(PreadReader { threads: 1 }),
-    };
+    let mut p1 = Reader::from_backend(Backend::Pread(PreadReader { threads: 1 }));
     let Some(mut u) = uring_or_skip("measure_io_uring_vs_pread_photos", 64) else {
         return;
     };

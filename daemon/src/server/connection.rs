@@ -24,6 +24,7 @@ use stoker::sock::{SeqPacket, SockError};
 use crate::access::{Peer, QuotaGrant};
 use crate::engine::{Feed, FeedEvent, PipelineError, Position, SlotImages, SlotMemory};
 use crate::metrics as m;
+use crate::stall::RankStallEntry;
 
 use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, Refusal};
@@ -236,8 +237,9 @@ impl Connection {
             }
             Err(e) => Err(e.to_string()),
         };
+        let stall = state.stalls.entry(&seat.key, seat.rank);
         let end = match &forwarder {
-            Ok(_) => serve_releases(sock, feed, buf),
+            Ok(_) => serve_releases(sock, feed, &stall, buf),
             Err(e) => {
                 let why = format!("cannot forward: {e}");
                 send_error(sock, refuse(ErrorCode::Internal, why.clone()));
@@ -300,19 +302,21 @@ impl Connection {
             .registry
             .access()
             .resolve_dataset(peer, &a.dataset)?;
+        let policy = self.handle.registry.access().open_policy(peer, &a.dataset);
         let Seated {
             job,
             seat,
             ranks_attached,
             created_job,
-        } = self.handle.registry.seat(a, &path)?;
+        } = self.handle.registry.seat(a, &path, &policy, peer.uid)?;
         let steps = job.steps_per_epoch();
-        if steps > 0 && a.start.step >= steps {
+        let start_steps = job.steps_in(a.start.epoch);
+        if a.start.step > 0 && a.start.step >= start_steps {
             return Err(refuse(
                 ErrorCode::InvalidSpec,
                 format!(
-                    "start step {} is beyond the {steps} steps of an epoch",
-                    a.start.step
+                    "start step {} is beyond the {start_steps} steps of epoch {}",
+                    a.start.step, a.start.epoch
                 ),
             ));
         }
@@ -329,11 +333,13 @@ impl Connection {
             slot_bytes: layout.slot.slot_bytes as u64,
             ring_bytes: layout.ring_bytes as u64,
             steps_per_epoch: steps,
+            offset_epoch_steps: job.offset().map(|o| job.steps_in(o.epoch)),
             dataset_len: job.dataset.len() as u64,
             classes: job.dataset.classes().len() as u64,
             ranks_attached,
             created_job,
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            accepts_stats: true,
             ..Attached::default()
         };
         let bytes = Message::Attached(answer)
@@ -392,8 +398,14 @@ pub(super) fn send_error(sock: &SeqPacket, r: Refusal) {
     }
 }
 
-/// Reads RELEASE messages until the client detaches, hangs up, or breaks the protocol.
-pub(super) fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> End {
+/// Reads RELEASE (and STATS) messages until the client detaches, hangs up, or breaks the
+/// protocol.
+pub(super) fn serve_releases(
+    sock: &SeqPacket,
+    feed: &Feed,
+    stall: &RankStallEntry,
+    buf: &mut [u8],
+) -> End {
     loop {
         let r = match sock.recv(buf) {
             Ok(Some(r)) => r,
@@ -420,6 +432,7 @@ pub(super) fn serve_releases(sock: &SeqPacket, feed: &Feed, buf: &mut [u8]) -> E
                 }
                 ::metrics::gauge!(m::READY_SLOTS).decrement(1.0);
             }
+            Ok(Message::Stats(stats)) => stall.record(stats),
             Ok(Message::Detach) => return End::Detached,
             Ok(other) => {
                 let why = format!("unexpected {:?} after attach", other.kind());

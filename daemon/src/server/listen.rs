@@ -1,7 +1,11 @@
 //! The listening socket and the accept loop: binding (or taking systemd's socket), its mode
-//! and group, and one thread per accepted connection.
+//! and group, and one thread per connection once its first message arrives.
 //!
 //! # Design
+//! - A new connection waits in the accept loop's [`Lobby`](crate::lobby) (no thread, per-uid
+//!   caps, a deadline) until its first message arrives; then it gets its thread. Out of fds,
+//!   the loop closes a waiting connection to make room. "accept failed" lines are rate
+//!   limited.
 //! - A stale socket no daemon answers on is replaced; a live one is an error.
 //! - Connections are counted before their thread starts, so a drain never misses one.
 //!
@@ -11,18 +15,24 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::access::Quotas;
 use crate::engine::Engine;
+use crate::lobby::{Lobby, LobbyLimits};
 use crate::metrics as m;
+use crate::ratelimit::{Admit, RateLimit};
 
 use super::connection::Connection;
 use super::ops::{ServerHandle, ServerState};
 use super::registry::Registry;
 use super::{ServerConfig, ServerError, HEARTBEAT_INTERVAL};
+
+/// "accept failed" lines a second at most.
+const ACCEPT_LOG_PER_SECOND: u32 = 2;
+
 /// The daemon: a listening socket, the engine, the job registry.
 pub struct Server {
     pub(super) listener: SeqPacketListener,
@@ -34,6 +44,9 @@ pub struct Server {
     pub(super) registry: Arc<Registry>,
     pub(super) quotas: Arc<Quotas>,
     pub(super) state: Arc<ServerState>,
+    pub(super) lobby: LobbyLimits,
+    /// Rate limit of "accept failed" lines.
+    pub(super) accept_log: Mutex<RateLimit>,
 }
 
 /// Gives a socket file the configured mode and group (who may connect is who may write it).
@@ -139,6 +152,7 @@ impl Server {
             jobs: Mutex::default(),
             access: RwLock::new(config.access),
             max_jobs: config.quotas.max_jobs,
+            walk: config.walk,
         });
         let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
         state.beat();
@@ -151,6 +165,8 @@ impl Server {
             registry,
             quotas: Quotas::new(config.quotas),
             state,
+            lobby: config.lobby,
+            accept_log: Mutex::new(RateLimit::new(ACCEPT_LOG_PER_SECOND)),
         })
     }
 
@@ -179,47 +195,62 @@ impl Server {
             "stokerd serving"
         );
         let mut next_id: u64 = 0;
+        // Connections that have not sent their first message wait here, without a thread.
+        let mut lobby = Lobby::new(self.lobby);
         loop {
             self.state.beat();
             if self.state.stopping() {
                 tracing::info!("no longer accepting connections (stopping)");
                 return Ok(());
             }
-            if self.wait_for_client()? == Woke::Heartbeat {
+            if self.wait_for_client(&mut lobby)? == Woke::Heartbeat {
                 continue;
             }
             let conn = match self.listener.accept() {
                 Ok(c) => c,
+                Err(e) if is_fd_exhaustion(&e) => {
+                    // Make room by closing a waiting connection; else wait for fds to free.
+                    if !lobby.evict_one() {
+                        self.warn_accept(&e);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
                 Err(e) if is_transient_accept(&e) => {
-                    tracing::warn!(error = %e, "accept failed; going on");
-                    // Back off a little: the cause (no fds, no memory) needs time to clear.
+                    self.warn_accept(&e);
+                    // Back off a little: the cause (no memory) needs time to clear.
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 }
                 Err(e) => return Err(ServerError::Accept(e)),
             };
             next_id += 1;
-            self.spawn_connection(next_id, conn);
+            ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
+            lobby.admit(next_id, conn);
         }
     }
 
-    /// Blocks until a client connects, the server stops, or the heartbeat is due.
-    fn wait_for_client(&self) -> Result<Woke, ServerError> {
-        let mut pfds = [
-            libc::pollfd {
-                fd: self.listener.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.state.stop_event.as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let timeout = HEARTBEAT_INTERVAL.as_millis() as libc::c_int;
-        // SAFETY: `pfds` is a valid array of 2 pollfds for the duration of the call.
-        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, timeout) };
+    /// Logs a failed accept, at most a few lines a second.
+    fn warn_accept(&self, e: &SockError) {
+        let mut log = self.accept_log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Admit::Log { suppressed } = log.admit(Instant::now()) {
+            tracing::warn!(error = %e, suppressed, "accept failed; going on");
+        }
+    }
+
+    /// Blocks until a client connects, a waiting connection's first message arrives (its
+    /// thread is started) or its deadline passes, the server stops, or the heartbeat is due.
+    fn wait_for_client(&self, lobby: &mut Lobby) -> Result<Woke, ServerError> {
+        // The listener first, then the lobby's connections, then the stop event last.
+        let mut pfds = lobby.poll_fds(&self.listener);
+        pfds.push(libc::pollfd {
+            fd: self.state.stop_event.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let timeout = lobby.timeout(HEARTBEAT_INTERVAL).as_millis() as libc::c_int;
+        // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
@@ -230,16 +261,19 @@ impl Server {
                 source: e,
             }));
         }
-        Ok(if pfds[0].revents != 0 && pfds[1].revents == 0 {
+        for arrived in lobby.sort_out(&pfds) {
+            self.spawn_connection(arrived.id, arrived.sock);
+        }
+        let stopped = pfds.last().is_some_and(|p| p.revents != 0);
+        Ok(if pfds[0].revents & libc::POLLIN != 0 && !stopped {
             Woke::Client
         } else {
             Woke::Heartbeat
         })
     }
 
-    /// Serves one accepted connection on a thread of its own.
+    /// Serves a connection whose first message has arrived on a thread of its own.
     fn spawn_connection(&self, id: u64, conn: SeqPacket) {
-        ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
         let ctx = Connection {
             id,
             handle: self.handle(),
@@ -266,7 +300,8 @@ impl Server {
 enum Woke {
     /// A client is waiting to be accepted.
     Client,
-    /// The heartbeat is due, or the server stops (the loop looks at the flag).
+    /// Nothing to accept: the heartbeat is due, the lobby moved, or the server stops (the
+    /// loop looks at the flag).
     Heartbeat,
 }
 
@@ -276,6 +311,10 @@ impl Drop for Server {
             let _ = std::fs::remove_file(&self.socket);
         }
     }
+}
+
+fn is_fd_exhaustion(e: &SockError) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 pub(super) fn is_transient_accept(e: &SockError) -> bool {

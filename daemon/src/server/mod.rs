@@ -6,7 +6,9 @@
 //! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`.
 //!
 //! # Design
-//! - One SOCK_SEQPACKET listener; one thread per connection (ranks per host are few). Each
+//! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
+//!   [`Lobby`](crate::lobby) (no thread, per-uid caps, a deadline) until its first message
+//!   arrives; then it gets its thread (ranks per host are few). Each
 //!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
 //!   messages, while the connection thread reads RELEASE / DETACH from the socket.
 //! - The registry maps a job key to its job and the terms every rank must agree on (spec,
@@ -30,8 +32,9 @@
 //!   says which rule refused it.
 //!
 //! # Limitations
-//! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing.
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
 //! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
 //! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
@@ -52,7 +55,9 @@ use std::time::Duration;
 use stoker::sock::SockError;
 
 use crate::access::{AccessPolicy, QuotaLimits};
+use crate::dataset::WalkLimits;
 use crate::engine::{EngineConfig, PipelineError};
+use crate::lobby::LobbyLimits;
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,6 +85,10 @@ pub struct ServerConfig {
     pub socket_mode: u32,
     /// Group given the socket the server creates, so its members may connect.
     pub socket_group: Option<String>,
+    /// Caps and deadline of connections that have not attached ([`crate::lobby`]).
+    pub lobby: LobbyLimits,
+    /// How far indexing a dataset may walk.
+    pub walk: WalkLimits,
 }
 
 /// Why the server could not start or stopped.

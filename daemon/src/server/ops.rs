@@ -21,6 +21,7 @@ use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
 use crate::access::{AccessPolicy, Quotas};
 use crate::engine::{Engine, FeedWaker};
 use crate::metrics as m;
+use crate::stall::StallBoard;
 
 use super::registry::Registry;
 use super::wake::EventFd;
@@ -47,6 +48,8 @@ pub(super) struct ServerState {
     pub(super) heartbeat_ms: AtomicU64,
     /// The throughput figure.
     pub(super) rate: Mutex<Rate>,
+    /// Every attached rank's data stall, as its client reports it.
+    pub(super) stalls: Arc<StallBoard>,
 }
 
 /// Delivered images per second, as last computed.
@@ -78,6 +81,7 @@ impl ServerState {
                 delivered: 0,
                 per_s: 0.0,
             }),
+            stalls: Arc::default(),
         })
     }
 
@@ -221,6 +225,11 @@ impl ServerHandle {
             .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
     }
 
+    /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).
+    pub fn stall_metrics(&self) -> String {
+        self.state.stalls.prometheus_text()
+    }
+
     /// A one-line summary for systemd's STATUS=.
     pub fn summary(&self) -> String {
         let jobs = self
@@ -253,6 +262,7 @@ impl ServerHandle {
                     batch_size: e.terms.spec.batch_size,
                     steps_per_epoch: e.job.steps_per_epoch(),
                     images_delivered: e.delivered.load(Ordering::Relaxed),
+                    stalls: self.state.stalls.of_job(key),
                 })
                 .collect()
         };

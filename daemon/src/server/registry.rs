@@ -7,20 +7,22 @@
 //!   frees the rank, and the job with its last rank.
 //!
 //! # Limitations
-//! - The registry lock is held while the first rank of a job opens the dataset, so attaches
-//!   wait on a slow first indexing.
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use stoker::protocol::{Attach, ErrorCode};
+use stoker::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker::spec::PipelineSpec;
 
-use crate::access::AccessPolicy;
-use crate::dataset::{Dataset, OpenOptions};
+use crate::access::{open_dataset, AccessPolicy, OpenDatasetError};
+use crate::dataset::{OpenOptions, WalkLimits};
 use crate::engine::{Job, PipelineError};
+use crate::fsopen::OpenPolicy;
 
 use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.
@@ -30,6 +32,8 @@ pub(super) struct JobTerms {
     pub(super) world_size: u32,
     pub(super) dataset: String,
     pub(super) seed: u64,
+    /// The elastic resume point (an offset of 0 is none).
+    pub(super) offset: Option<EpochOffset>,
 }
 
 impl JobTerms {
@@ -39,6 +43,7 @@ impl JobTerms {
             world_size: a.world_size,
             dataset: a.dataset.clone(),
             seed: a.seed,
+            offset: a.start.offset.filter(|o| o.consumed > 0),
         }
     }
 
@@ -62,6 +67,14 @@ impl JobTerms {
                 other.seed, self.seed
             ));
         }
+        if self.offset != other.offset {
+            let show = |o: Option<EpochOffset>| o.map_or("none".to_owned(), |o| o.to_string());
+            return Some(format!(
+                "elastic offset ({}) differs from the job's ({})",
+                show(other.offset),
+                show(self.offset)
+            ));
+        }
         self.spec
             .first_difference(&other.spec)
             .map(|field| format!("spec field {field} differs from the job's"))
@@ -82,6 +95,7 @@ pub(super) struct Registry {
     pub(super) jobs: Mutex<HashMap<String, JobEntry>>,
     pub(super) access: RwLock<AccessPolicy>,
     pub(super) max_jobs: usize,
+    pub(super) walk: WalkLimits,
 }
 
 impl Default for Registry {
@@ -90,6 +104,7 @@ impl Default for Registry {
             jobs: Mutex::default(),
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
+            walk: WalkLimits::default(),
         }
     }
 }
@@ -132,67 +147,129 @@ impl Registry {
         self.access.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Refuses a new job when `limits.max_jobs` run already.
+    fn check_job_count(&self, jobs: &HashMap<String, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+        if jobs.len() < self.max_jobs {
+            return Ok(());
+        }
+        Err(refuse(
+            ErrorCode::Quota,
+            format!(
+                "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                a.job,
+                jobs.len(),
+                self.max_jobs
+            ),
+        ))
+    }
+
+    /// Opens the dataset of a job's first rank under `policy` and makes the job.
+    fn create_job(
+        &self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        offset: Option<EpochOffset>,
+    ) -> Result<Arc<Job>, Refusal> {
+        let opts = OpenOptions {
+            limits: self.walk,
+            ..OpenOptions::default()
+        };
+        let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+            OpenDatasetError::Access(e) => Refusal::from(e),
+            OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+        })?;
+        self.access().check_dataset_files(&a.dataset, &dataset)?;
+        let (ds, spec) = (Arc::new(dataset), a.spec.clone());
+        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy.clone()).map_err(
+            |e| match e {
+                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+                e => refuse(ErrorCode::Internal, e.to_string()),
+            },
+        )
+    }
+
+    /// Makes the job `a` names for its first rank, unless another first rank made it while
+    /// this one indexed. Returns whether this call made it.
+    fn create_if_absent<'r>(
+        &'r self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        terms: &JobTerms,
+    ) -> Result<(MutexGuard<'r, HashMap<String, JobEntry>>, bool), Refusal> {
+        let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = lock();
+        if jobs.contains_key(&a.job) {
+            return Ok((jobs, false));
+        }
+        self.check_job_count(&jobs, a)?;
+        // Indexing may take long (a large or hostile tree): not under the lock, so status
+        // and other attaches go on meanwhile.
+        drop(jobs);
+        let job = self.create_job(a, path, policy, terms.offset)?;
+        jobs = lock();
+        // Another first rank of the same job may have made it meanwhile: join that one.
+        if jobs.contains_key(&a.job) {
+            return Ok((jobs, false));
+        }
+        self.check_job_count(&jobs, a)?;
+        tracing::info!(
+            job = %a.job,
+            dataset = %a.dataset,
+            samples = job.dataset.len(),
+            world_size = a.world_size,
+            steps_per_epoch = job.steps_per_epoch(),
+            offset = ?terms.offset,
+            "job created"
+        );
+        let entry = JobEntry {
+            terms: terms.clone(),
+            job,
+            ranks: BTreeSet::new(),
+            delivered: Arc::default(),
+        };
+        jobs.insert(a.job.clone(), entry);
+        Ok((jobs, true))
+    }
+
     /// Checks an attach against the job it names, creating the job for its first rank (from
-    /// the dataset at `path`, which the access rules resolved), and takes the rank's seat.
-    /// Returns the job, the seat, how many ranks are now attached, and whether this attach
-    /// created the job ([`Seated`]).
-    pub(super) fn seat(self: &Arc<Self>, a: &Attach, path: &Path) -> Result<Seated, Refusal> {
+    /// the dataset at `path`, which the access rules resolved, read under `policy`, the
+    /// credentials of the peer `peer_uid`), and takes the rank's seat. Returns the job, the
+    /// seat, how many ranks are now attached, and whether this attach created the job
+    /// ([`Seated`]).
+    pub(super) fn seat(
+        self: &Arc<Self>,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        peer_uid: u32,
+    ) -> Result<Seated, Refusal> {
         let terms = JobTerms::of(a);
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let created = !jobs.contains_key(&a.job);
-        if let Some(entry) = jobs.get(&a.job) {
-            if let Some(diff) = entry.terms.mismatch(&terms) {
-                return Err(refuse(
-                    ErrorCode::SpecMismatch,
-                    format!("job {:?}, rank {}: {diff}", a.job, a.rank),
-                ));
-            }
-            if entry.ranks.contains(&a.rank) {
-                return Err(refuse(
-                    ErrorCode::RankTaken,
-                    format!("job {:?}: rank {} is attached already", a.job, a.rank),
-                ));
-            }
-        } else {
-            if jobs.len() >= self.max_jobs {
-                return Err(refuse(
-                    ErrorCode::Quota,
-                    format!(
-                        "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
-                        a.job,
-                        jobs.len(),
-                        self.max_jobs
-                    ),
-                ));
-            }
-            let dataset = Dataset::open(path, &OpenOptions::default())
-                .map_err(|e| refuse(ErrorCode::UnknownDataset, e.to_string()))?;
-            self.access().check_dataset_files(&a.dataset, &dataset)?;
-            let job =
-                Job::new(Arc::new(dataset), a.spec.clone(), a.seed, a.world_size).map_err(|e| {
-                    match e {
-                        PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
-                        PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
-                        e => refuse(ErrorCode::Internal, e.to_string()),
-                    }
-                })?;
-            tracing::info!(
-                job = %a.job,
-                dataset = %a.dataset,
-                samples = job.dataset.len(),
-                world_size = a.world_size,
-                steps_per_epoch = job.steps_per_epoch(),
-                "job created"
-            );
-            jobs.insert(
-                a.job.clone(),
-                JobEntry {
-                    terms,
-                    job,
-                    ranks: BTreeSet::new(),
-                    delivered: Arc::default(),
-                },
-            );
+        let (mut jobs, created) = self.create_if_absent(a, path, policy, &terms)?;
+        let entry = jobs.get(&a.job).expect("inserted or present above");
+        if let Some(diff) = entry.terms.mismatch(&terms) {
+            return Err(refuse(
+                ErrorCode::SpecMismatch,
+                format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+            ));
+        }
+        if entry.job.open_policy() != policy {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "job {:?} reads its files with other credentials than uid {}'s: \
+                     another user's job cannot be joined",
+                    a.job, peer_uid
+                ),
+            ));
+        }
+        if entry.ranks.contains(&a.rank) {
+            return Err(refuse(
+                ErrorCode::RankTaken,
+                format!("job {:?}: rank {} is attached already", a.job, a.rank),
+            ));
         }
         let entry = jobs.get_mut(&a.job).expect("inserted or present above");
         entry.ranks.insert(a.rank);

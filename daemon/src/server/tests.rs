@@ -10,6 +10,7 @@ use super::connection::check_attach;
 use super::listen::{group_id, set_socket_permissions};
 use super::registry::{JobTerms, Registry};
 use super::ServerError;
+use crate::fsopen::OpenPolicy;
 use stoker::protocol::StartPosition;
 
 fn attach() -> Attach {
@@ -74,7 +75,7 @@ fn an_unopenable_dataset_is_refused_and_leaves_no_job() {
     let mut a = attach();
     a.dataset = "/nonexistent/stoker/dataset".into();
     let r = registry
-        .seat(&a, Path::new(&a.dataset))
+        .seat(&a, Path::new(&a.dataset), &OpenPolicy::default(), 0)
         .err()
         .expect("refused");
     assert_eq!(r.code, ErrorCode::UnknownDataset);

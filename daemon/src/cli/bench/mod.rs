@@ -290,8 +290,11 @@ pub fn run(args: &BenchArgs) -> i32 {
 }
 
 fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
-    let data =
-        std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
+    let data = if crate::s3::is_url(&args.data) {
+        args.data.clone()
+    } else {
+        std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?
+    };
     let threads = effective_threads(args.threads);
     let mut opts = BenchOptions::standard(&data, threads);
     opts.spec = spec.clone();

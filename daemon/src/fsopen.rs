@@ -1,0 +1,423 @@
+//! Opening a sample file the way a hostile filesystem cannot exploit: never blocking, regular
+//! files only, optionally with no symlink anywhere in the path, with the client's filesystem
+//! credentials, and checked against the identity the index recorded.
+//!
+//! # Design
+//! - **Never blocks**: every open is `O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, so a FIFO
+//!   (or a device) swapped in for a sample returns at once; `fstat` on the opened fd then
+//!   refuses anything but a regular file ([`OpenError::NotRegular`]). `O_NONBLOCK` is then
+//!   cleared: read(2) ignores it on regular files, but io_uring would answer EAGAIN for data
+//!   not yet in the page cache.
+//! - **No symlinks** (datasets a client named by path under `access.dataset_roots`): opened
+//!   with `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so a component swapped for a
+//!   symlink after the attach is refused ([`OpenError::Symlink`]); where the kernel has no
+//!   `openat2` (before 5.6), `O_NOFOLLOW` guards the last component only.
+//! - **The client's credentials**: [`assume`] sets the calling thread's fsuid, fsgid and
+//!   supplementary groups (raw `setfsuid` / `setfsgid` / `setgroups` syscalls, which on Linux
+//!   change the calling thread only; glibc's `setgroups` wrapper would change every thread).
+//!   The kernel then decides each open as it would for the client (modes, ACLs, every
+//!   directory on the path). Threads remember what they assumed, so a worker switches only
+//!   when the job it serves changes. Threads spawned while credentials are assumed inherit
+//!   them (the pread reader's helpers).
+//! - **Identity**: a file with an expected [`FileIdentity`] (a tar shard: device, inode, size,
+//!   mtime at indexing) must still be that file, else [`OpenError::Changed`]: a shard replaced
+//!   by rename is never read at the offsets of the old one. A job holds the shards it opened
+//!   ([`OpenRules`], up to [`MAX_HELD_SHARDS`]) for its lifetime: a running job reads the
+//!   files it indexed (a snapshot); a new job indexes again and reads the new files.
+//!
+//! # Limitations
+//! - Assuming another uid needs `CAP_SETUID` and `CAP_SETGID` (a root daemon); without them
+//!   [`assume`] fails and the attach is refused, naming the reason.
+//! - A device node is opened (non-blocking) before `fstat` refuses it; opening some devices
+//!   has side effects. Files named by a dataset are data, so this is accepted.
+//! - A job with more than [`MAX_HELD_SHARDS`] shards opens the rest per use: if one of those
+//!   is replaced while the job runs, its samples are `changed` bad samples (never the new
+//!   bytes at the old offsets).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Whose filesystem credentials open a job's files.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// Which file a path must still name: what `fstat` said when it was indexed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+impl FileIdentity {
+    pub fn of(meta: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        }
+    }
+}
+
+/// How a job's files are opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenPolicy {
+    /// Open as this client; `None`: with the daemon's own credentials.
+    pub credentials: Option<Credentials>,
+    /// Refuse a symlink anywhere in the path.
+    pub no_symlinks: bool,
+}
+
+/// Shard fds one job holds open at most (its snapshot); past it shards are opened per use.
+pub const MAX_HELD_SHARDS: usize = 1024;
+
+/// How one job opens its files: the policy, the identity each tar shard must still have, and
+/// the shards it holds open.
+#[derive(Debug, Default)]
+pub struct OpenRules {
+    /// Unique per rules made (a job): what cached fds are keyed by.
+    id: u64,
+    pub policy: OpenPolicy,
+    /// Files that must still be the ones indexed (tar shards), by path.
+    pub identities: HashMap<PathBuf, FileIdentity>,
+    /// Shards opened (and checked against `identities`) by this job, kept for its lifetime:
+    /// every worker reads a shard through the same fd, so a running job keeps reading the
+    /// inode it indexed even after the path is replaced (a snapshot, never a mix).
+    held: Mutex<HashMap<PathBuf, Arc<File>>>,
+}
+
+impl OpenRules {
+    pub fn new(policy: OpenPolicy, identities: HashMap<PathBuf, FileIdentity>) -> OpenRules {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        OpenRules {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            policy,
+            identities,
+            held: Mutex::default(),
+        }
+    }
+
+    /// Tells these rules from any other made in this process (0: the default rules).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Opens `path` under these rules (see [`open_sample`]); a tar shard through the fd this
+    /// job holds for it.
+    pub fn open(&self, path: &Path) -> Result<Arc<File>, OpenError> {
+        let Some(expected) = self.identities.get(path) else {
+            return open_sample(path, &self.policy, None).map(Arc::new);
+        };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = held.get(path) {
+            return Ok(Arc::clone(f));
+        }
+        let f = Arc::new(open_sample(path, &self.policy, Some(expected))?);
+        if held.len() < MAX_HELD_SHARDS {
+            held.insert(path.to_owned(), Arc::clone(&f));
+        }
+        Ok(f)
+    }
+}
+
+/// Why a file could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Io(io::Error),
+    #[error("not a regular file but a {kind}: refused without reading")]
+    NotRegular { kind: &'static str },
+    #[error("a symlink on the path: refused (datasets named by path are read without symlinks)")]
+    Symlink,
+    #[error("changed since it was indexed ({was:?} then, {now:?} now): refused")]
+    Changed {
+        was: Box<FileIdentity>,
+        now: Box<FileIdentity>,
+    },
+    #[error("cannot take the client's credentials (uid {uid}, gid {gid}): {reason}")]
+    Credentials { uid: u32, gid: u32, reason: String },
+}
+
+/// What kind of non-regular file a mode is, for messages.
+fn file_kind(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFIFO => "FIFO",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFSOCK => "socket",
+        libc::S_IFDIR => "directory",
+        libc::S_IFLNK => "symlink",
+        _ => "special file",
+    }
+}
+
+/// Opens `path` for reading under `policy` (with the credentials the calling thread has
+/// assumed), refusing anything but a regular file, and one that is not `expected`.
+pub fn open_sample(
+    path: &Path,
+    policy: &OpenPolicy,
+    expected: Option<&FileIdentity>,
+) -> Result<File, OpenError> {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let fd = if policy.no_symlinks {
+        open_no_symlinks(path, flags)?
+    } else {
+        open_raw(path, flags)?
+    };
+    let file = File::from(fd);
+    let meta = file.metadata().map_err(OpenError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(OpenError::NotRegular {
+            kind: file_kind(meta.mode()),
+        });
+    }
+    if let Some(want) = expected {
+        let now = FileIdentity::of(&meta);
+        if now != *want {
+            return Err(OpenError::Changed {
+                was: Box::new(*want),
+                now: Box::new(now),
+            });
+        }
+    }
+    clear_nonblock(&file)?;
+    Ok(file)
+}
+
+/// Clears `O_NONBLOCK` on a regular file: read(2) ignores it, but io_uring would return
+/// EAGAIN for data not yet in the page cache instead of reading it.
+fn clear_nonblock(file: &File) -> Result<(), OpenError> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL / F_SETFL on an fd this function borrows; no memory is passed.
+    let rc = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            flags
+        } else {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK)
+        }
+    };
+    if rc < 0 {
+        return Err(OpenError::Io(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn c_path(path: &Path) -> Result<CString, OpenError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        OpenError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path holds a NUL byte",
+        ))
+    })
+}
+
+fn open_raw(path: &Path, flags: libc::c_int) -> Result<OwnedFd, OpenError> {
+    let c = c_path(path)?;
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ELOOP) && flags & libc::O_NOFOLLOW != 0 {
+            return Err(OpenError::Symlink);
+        }
+        return Err(OpenError::Io(e));
+    }
+    // SAFETY: `fd` was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, OpenError> {
+    let c = c_path(path)?;
+    // SAFETY: open_how is plain data; all-zero is its documented "no options" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `c` is a NUL-terminated path and `how` an open_how of the size passed, both
+    // live across the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ELOOP) => Err(OpenError::Symlink),
+            // No openat2 (Linux < 5.6, or a seccomp filter): guard the last component.
+            Some(libc::ENOSYS) | Some(libc::EPERM) => open_raw(path, flags | libc::O_NOFOLLOW),
+            _ => Err(OpenError::Io(e)),
+        };
+    }
+    let fd = libc::c_int::try_from(fd)
+        .map_err(|_| OpenError::Io(io::Error::other("openat2 fd overflow")))?;
+    // SAFETY: `fd` was just returned by openat2 and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+thread_local! {
+    /// The credentials this thread has assumed (`None`: the daemon's own).
+    static ASSUMED: RefCell<Option<Credentials>> = const { RefCell::new(None) };
+}
+
+/// The daemon's own credentials, read once (supplementary groups as the process has them).
+fn own_credentials() -> &'static Credentials {
+    static OWN: std::sync::OnceLock<Credentials> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        // SAFETY: geteuid and getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        // SAFETY: getgroups(0, null) only returns the count.
+        let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+        let mut groups = vec![0; usize::try_from(n).unwrap_or(0)];
+        // SAFETY: `groups` has room for `n` gids.
+        let got = unsafe { libc::getgroups(n.max(0), groups.as_mut_ptr()) };
+        groups.truncate(usize::try_from(got).unwrap_or(0));
+        Credentials { uid, gid, groups }
+    })
+}
+
+/// Sets the calling thread's filesystem credentials to `creds` (`None`: back to the daemon's
+/// own). Does nothing when the thread holds them already.
+pub fn assume(creds: Option<&Credentials>) -> Result<(), OpenError> {
+    let same = ASSUMED.with(|a| a.borrow().as_ref() == creds);
+    if same {
+        return Ok(());
+    }
+    let target = creds.unwrap_or_else(|| own_credentials());
+    let fail = |reason: String| OpenError::Credentials {
+        uid: target.uid,
+        gid: target.gid,
+        reason,
+    };
+    // SAFETY: raw setgroups on the calling thread only; the pointer and count describe
+    // `target.groups`, live across the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            target.groups.len(),
+            target.groups.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        // Without CAP_SETGID the daemon can only keep its own groups.
+        if creds.is_some() || e.raw_os_error() != Some(libc::EPERM) {
+            return Err(fail(format!("setgroups: {e}")));
+        }
+    }
+    // setfsgid / setfsuid return the previous value and never fail visibly; calling them
+    // again with -1 (an invalid id, changing nothing) returns the value in force.
+    // SAFETY: the raw syscalls change only the calling thread's fs ids.
+    let gid_now = unsafe {
+        libc::syscall(libc::SYS_setfsgid, target.gid);
+        libc::syscall(libc::SYS_setfsgid, u32::MAX)
+    };
+    // SAFETY: as above.
+    let uid_now = unsafe {
+        libc::syscall(libc::SYS_setfsuid, target.uid);
+        libc::syscall(libc::SYS_setfsuid, u32::MAX)
+    };
+    if gid_now != i64::from(target.gid) || uid_now != i64::from(target.uid) {
+        return Err(fail(format!(
+            "the daemon lacks CAP_SETUID / CAP_SETGID (fsuid is {uid_now}, fsgid {gid_now})"
+        )));
+    }
+    ASSUMED.with(|a| *a.borrow_mut() = creds.cloned());
+    Ok(())
+}
+
+/// Runs `f` with the calling thread's filesystem credentials set to `creds`, then restores
+/// the daemon's own.
+pub fn as_client<T>(creds: Option<&Credentials>, f: impl FnOnce() -> T) -> Result<T, OpenError> {
+    assume(creds)?;
+    let out = f();
+    // Going back to the daemon's own credentials is always permitted.
+    let _ = assume(None);
+    Ok(out)
+}
+
+/// Whether the client (credentials assumed by the calling thread) may read `path`: a folder
+/// must be listable, a file readable. Refuses FIFOs and devices without blocking.
+pub fn check_readable(path: &Path) -> Result<(), OpenError> {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let fd = open_raw(path, flags)?;
+    let meta = File::from(fd).metadata().map_err(OpenError::Io)?;
+    if meta.is_dir() || meta.is_file() {
+        Ok(())
+    } else {
+        Err(OpenError::NotRegular {
+            kind: file_kind(meta.mode()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking_and_a_file_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f.jpg");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = open_sample(&fifo, &OpenPolicy::default(), None).unwrap_err();
+        assert!(matches!(e, OpenError::NotRegular { kind: "FIFO" }), "{e}");
+        let file = dir.path().join("a.jpg");
+        std::fs::write(&file, b"abc").unwrap();
+        let f = open_sample(&file, &OpenPolicy::default(), None).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETFL on a live fd.
+        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(
+            flags & libc::O_NONBLOCK,
+            0,
+            "O_NONBLOCK is cleared after the check"
+        );
+        let id = FileIdentity::of(&f.metadata().unwrap());
+        open_sample(&file, &OpenPolicy::default(), Some(&id)).unwrap();
+        let other = dir.path().join("b.jpg");
+        std::fs::write(&other, b"abcd").unwrap();
+        std::fs::rename(&other, &file).unwrap();
+        let e = open_sample(&file, &OpenPolicy::default(), Some(&id)).unwrap_err();
+        assert!(matches!(e, OpenError::Changed { .. }), "{e}");
+    }
+
+    #[test]
+    fn symlinks_are_refused_when_the_policy_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.jpg");
+        std::fs::write(&file, b"abc").unwrap();
+        let link = dir.path().join("l.jpg");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let strict = OpenPolicy {
+            no_symlinks: true,
+            ..OpenPolicy::default()
+        };
+        open_sample(&link, &OpenPolicy::default(), None).unwrap();
+        let e = open_sample(&link, &strict, None).unwrap_err();
+        assert!(matches!(e, OpenError::Symlink), "{e}");
+        open_sample(&file.canonicalize().unwrap(), &strict, None).unwrap();
+    }
+}

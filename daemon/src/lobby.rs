@@ -1,0 +1,312 @@
+//! Connections that have not yet sent their first message (ATTACH or STATUS): held by the
+//! accept loop itself, with no thread, under caps and a deadline.
+//!
+//! # Design
+//! - **No thread per idle connection**: a new connection waits in the [`Lobby`]; the accept
+//!   loop polls the listener and every waiting socket together. A connection gets its thread
+//!   only once its first message has arrived (the thread then reads it at once); one that
+//!   hangs up first is closed right there.
+//! - **Caps**: at most [`LobbyLimits::per_uid`] waiting connections per peer uid
+//!   (SO_PEERCRED, read at accept) and [`LobbyLimits::total`] in all, the latter also at most
+//!   half the daemon's fd limit (`RLIMIT_NOFILE`), so one uid's idle connections can neither
+//!   lock other uids out nor use up the fds attached clients need. A connection over a cap is
+//!   closed at once.
+//! - **Deadline**: a connection that sends nothing within [`LobbyLimits::deadline`] is closed.
+//! - **fd exhaustion**: when `accept` fails with EMFILE/ENFILE, the oldest waiting connection
+//!   of the uid holding the most is closed to make room.
+//! - Refusals are logged through a [`RateLimit`] (20 lines a second, then "suppressed K"):
+//!   a flood cannot flood the journal.
+//!
+//! # Limitations
+//! - Caps are per uid: many uids together can still fill the total (each to its own cap).
+//! - A connection over a cap is closed without an ERROR message (writing to it could block).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use stoker::sock::SeqPacket;
+
+use crate::ratelimit::{Admit, RateLimit};
+
+/// Waiting connections one uid may hold, by default.
+pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
+/// Waiting connections in all, by default (also capped at half the fd limit).
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+/// How long a new connection may take to send its first message, by default.
+pub const DEFAULT_ATTACH_DEADLINE: Duration = Duration::from_secs(5);
+/// Lobby log lines a second.
+const LOG_PER_SECOND: u32 = 20;
+
+/// The lobby's caps and deadline (`[limits] max_waiting_per_uid`, `max_waiting`,
+/// `attach_deadline_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LobbyLimits {
+    pub per_uid: usize,
+    pub total: usize,
+    pub deadline: Duration,
+}
+
+impl Default for LobbyLimits {
+    fn default() -> Self {
+        LobbyLimits {
+            per_uid: DEFAULT_MAX_WAITING_PER_UID,
+            total: DEFAULT_MAX_WAITING,
+            deadline: DEFAULT_ATTACH_DEADLINE,
+        }
+    }
+}
+
+/// One connection waiting for its first message.
+struct Waiting {
+    id: u64,
+    sock: SeqPacket,
+    uid: u32,
+    since: Instant,
+}
+
+/// A connection whose first message has arrived: its thread may start.
+pub struct Arrived {
+    pub id: u64,
+    pub sock: SeqPacket,
+}
+
+/// Why a connection left the lobby without a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    UidCap,
+    TotalCap,
+    Deadline,
+    HungUp,
+    NoCredentials,
+    Evicted,
+}
+
+impl Closed {
+    fn reason(self) -> &'static str {
+        match self {
+            Closed::UidCap => "too many connections of this uid waiting to attach",
+            Closed::TotalCap => "too many connections waiting to attach",
+            Closed::Deadline => "nothing sent within the attach deadline",
+            Closed::HungUp => "closed before its first message",
+            Closed::NoCredentials => "no peer credentials",
+            Closed::Evicted => "evicted: the daemon ran out of fds",
+        }
+    }
+}
+
+/// The waiting connections.
+pub struct Lobby {
+    limits: LobbyLimits,
+    waiting: Vec<Waiting>,
+    by_uid: HashMap<u32, usize>,
+    log: RateLimit,
+}
+
+/// Half the soft fd limit: what the lobby may hold at most.
+fn fd_share() -> usize {
+    // SAFETY: rlimit is plain data; getrlimit fills it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a valid rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return usize::MAX;
+    }
+    usize::try_from(r.rlim_cur / 2).unwrap_or(usize::MAX)
+}
+
+impl Lobby {
+    pub fn new(limits: LobbyLimits) -> Lobby {
+        let limits = LobbyLimits {
+            total: limits.total.min(fd_share()).max(1),
+            ..limits
+        };
+        Lobby {
+            limits,
+            waiting: Vec::new(),
+            by_uid: HashMap::new(),
+            log: RateLimit::new(LOG_PER_SECOND),
+        }
+    }
+
+    /// Connections waiting now.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Takes a new connection in, or closes it when its uid or the lobby is full.
+    pub fn admit(&mut self, id: u64, sock: SeqPacket) {
+        let uid = match sock.peer_cred() {
+            Ok(c) => c.uid,
+            Err(_) => return self.closed(id, None, Closed::NoCredentials),
+        };
+        let mine = self.by_uid.get(&uid).copied().unwrap_or(0);
+        if mine >= self.limits.per_uid {
+            return self.closed(id, Some(uid), Closed::UidCap);
+        }
+        if self.waiting.len() >= self.limits.total {
+            return self.closed(id, Some(uid), Closed::TotalCap);
+        }
+        *self.by_uid.entry(uid).or_default() += 1;
+        self.waiting.push(Waiting {
+            id,
+            sock,
+            uid,
+            since: Instant::now(),
+        });
+    }
+
+    /// The fds to poll: the listener first, then every waiting connection in order.
+    pub fn poll_fds(&self, listener: &impl AsFd) -> Vec<libc::pollfd> {
+        let pfd = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        std::iter::once(pfd(listener.as_fd().as_raw_fd()))
+            .chain(self.waiting.iter().map(|w| pfd(w.sock.as_fd().as_raw_fd())))
+            .collect()
+    }
+
+    /// How long the accept loop may sleep: `max`, or less when a deadline comes sooner.
+    pub fn timeout(&self, max: Duration) -> Duration {
+        let now = Instant::now();
+        self.waiting
+            .iter()
+            .map(|w| (w.since + self.limits.deadline).saturating_duration_since(now))
+            .fold(max, Duration::min)
+    }
+
+    /// After a poll over [`Lobby::poll_fds`]: removes the connections whose first message has
+    /// arrived (returned, for their threads), closes those that hung up or are past the
+    /// deadline.
+    pub fn sort_out(&mut self, polled: &[libc::pollfd]) -> Vec<Arrived> {
+        let now = Instant::now();
+        let mut arrived = Vec::new();
+        let mut keep = Vec::with_capacity(self.waiting.len());
+        let waiting = std::mem::take(&mut self.waiting);
+        for (i, w) in waiting.into_iter().enumerate() {
+            // Connections admitted after the poll have no entry: they wait on.
+            let revents = polled.get(i + 1).map_or(0, |p| p.revents);
+            let verdict = if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                if has_message(&w.sock) {
+                    None
+                } else {
+                    Some(Closed::HungUp)
+                }
+            } else if now >= w.since + self.limits.deadline {
+                Some(Closed::Deadline)
+            } else {
+                keep.push(w);
+                continue;
+            };
+            self.leave(w.uid);
+            match verdict {
+                None => arrived.push(Arrived {
+                    id: w.id,
+                    sock: w.sock,
+                }),
+                Some(why) => self.closed(w.id, Some(w.uid), why),
+            }
+        }
+        self.waiting = keep;
+        arrived
+    }
+
+    /// Closes the oldest waiting connection of the uid holding the most (the daemon is out
+    /// of fds); false when none waits.
+    pub fn evict_one(&mut self) -> bool {
+        let Some((&uid, _)) = self.by_uid.iter().max_by_key(|(_, n)| **n) else {
+            return false;
+        };
+        let Some(i) = self.waiting.iter().position(|w| w.uid == uid) else {
+            return false;
+        };
+        let w = self.waiting.remove(i);
+        self.leave(uid);
+        self.closed(w.id, Some(uid), Closed::Evicted);
+        true
+    }
+
+    fn leave(&mut self, uid: u32) {
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_uid.remove(&uid);
+            }
+        }
+    }
+
+    fn closed(&mut self, id: u64, uid: Option<u32>, why: Closed) {
+        let quiet = matches!(why, Closed::HungUp);
+        if quiet {
+            tracing::debug!(conn = id, uid, reason = why.reason(), "connection closed");
+            return;
+        }
+        if let Admit::Log { suppressed } = self.log.admit(Instant::now()) {
+            tracing::warn!(
+                conn = id,
+                uid,
+                reason = why.reason(),
+                per_uid = self.limits.per_uid,
+                total = self.limits.total,
+                suppressed,
+                "connection closed before attaching"
+            );
+        }
+    }
+}
+
+/// Whether a readable connection holds a message (not only the end of file).
+fn has_message(sock: &SeqPacket) -> bool {
+    let mut byte = [0u8; 1];
+    // SAFETY: `byte` is a valid 1-byte buffer; MSG_PEEK leaves the message queued.
+    let n = unsafe {
+        libc::recv(
+            sock.as_fd().as_raw_fd(),
+            byte.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    // > 0: a message (peeked, possibly truncated); 0: end of file; < 0 with EAGAIN cannot
+    // happen after POLLIN, any other error is for the thread to report.
+    n != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_over_its_cap_is_closed_and_others_still_get_in() {
+        let mut lobby = Lobby::new(LobbyLimits {
+            per_uid: 2,
+            total: 10,
+            deadline: Duration::from_millis(50),
+        });
+        let mut clients = Vec::new();
+        for id in 0..4 {
+            let (a, b) = SeqPacket::pair().unwrap();
+            lobby.admit(id, a);
+            clients.push(b);
+        }
+        assert_eq!(lobby.len(), 2, "the same uid holds at most its cap");
+        // Connection 1 speaks; connection 0 stays silent past the deadline.
+        clients[1].send(b"hello", &[]).unwrap();
+        let pfds = lobby.poll_fds(&clients[0]);
+        let mut pfds = pfds;
+        // SAFETY: valid pollfds for the call.
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+        let arrived = lobby.sort_out(&pfds);
+        assert_eq!(arrived.len(), 1);
+        assert_eq!(arrived[0].id, 1);
+        std::thread::sleep(Duration::from_millis(60));
+        let pfds = lobby.poll_fds(&clients[0]);
+        assert!(lobby.sort_out(&pfds).is_empty());
+        assert!(lobby.is_empty(), "the silent one is closed at its deadline");
+    }
+}

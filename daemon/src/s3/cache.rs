@@ -1,0 +1,301 @@
+//! The node cache: one local copy of every fetched object, shared by every job and rank the
+//! daemon serves, under a size cap with least-recently-used eviction.
+//!
+//! Files are named `<hash of service, bucket, key>-<hash of ETag>-<size>`, so a changed object
+//! (new ETag or size) never reuses a stale copy; on reuse the file's size is checked again.
+//! Downloads go to a temporary name in the same folder and are renamed into place, so a
+//! reader never sees a partial file. One download per object at a time: later askers wait for
+//! the one in flight.
+//!
+//! # Design
+//! The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
+//! map; waiters block on the download's condition variable, woken when it ends.
+//!
+//! # Limitations
+//! Eviction scans the map (linear in objects cached). Use order is not persisted: after a
+//! restart every file already there is equally old.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::client::S3Error;
+
+/// The outcome of one download, shared by everyone waiting for it.
+#[derive(Debug, Default)]
+pub struct Pending {
+    done: Mutex<Option<Result<PathBuf, S3Error>>>,
+    cond: Condvar,
+}
+
+impl Pending {
+    /// Blocks until the download finished.
+    pub fn wait(&self) -> Result<PathBuf, S3Error> {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = &*g {
+                return r.clone();
+            }
+            g = self.cond.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn set(&self, r: Result<PathBuf, S3Error>) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        self.cond.notify_all();
+    }
+}
+
+/// What asking the cache for an object gives.
+#[derive(Debug)]
+pub enum Claim {
+    /// It is here.
+    Ready(PathBuf),
+    /// Someone is downloading it: wait on this.
+    Wait(Arc<Pending>),
+    /// Nobody is: the caller downloads it to [`NodeCache::temp_path`], then calls
+    /// [`NodeCache::finish`].
+    Fetch(Arc<Pending>),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    size: u64,
+    tick: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    total: u64,
+    tick: u64,
+    pending: HashMap<String, Arc<Pending>>,
+}
+
+/// The folder, its cap and what is in it.
+#[derive(Debug)]
+pub struct NodeCache {
+    dir: PathBuf,
+    cap: u64,
+    state: Mutex<State>,
+    temp_counter: AtomicU64,
+}
+
+impl NodeCache {
+    /// Opens (creating) `dir`, takes in the complete files already there and removes leftover
+    /// temporary files.
+    pub fn open(dir: &Path, cap: u64) -> std::io::Result<NodeCache> {
+        fs::create_dir_all(dir)?;
+        let mut st = State::default();
+        for e in fs::read_dir(dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains(".tmp.") {
+                let _ = fs::remove_file(e.path());
+                continue;
+            }
+            let (Some(size), Ok(meta)) = (size_of_name(&name), e.metadata()) else {
+                continue;
+            };
+            if meta.len() == size {
+                st.total += size;
+                st.entries.insert(name, Entry { size, tick: 0 });
+            }
+        }
+        Ok(NodeCache {
+            dir: dir.to_owned(),
+            cap,
+            state: Mutex::new(st),
+            temp_counter: AtomicU64::new(0),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes held now.
+    pub fn total(&self) -> u64 {
+        self.lock().total
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The file name of an object.
+    pub fn name(origin: &str, bucket: &str, key: &str, etag: &str, size: u64) -> String {
+        let k = fnv1a(&[origin.as_bytes(), bucket.as_bytes(), key.as_bytes()]);
+        format!("{k:016x}-{:016x}-{size}", fnv1a(&[etag.as_bytes()]))
+    }
+
+    /// Asks for the object stored as `name` (see [`NodeCache::name`]).
+    pub fn claim(&self, name: &str) -> Claim {
+        let mut st = self.lock();
+        if let Some(e) = st.entries.get(name).copied() {
+            let path = self.dir.join(name);
+            if fs::metadata(&path).is_ok_and(|m| m.len() == e.size) {
+                st.tick += 1;
+                let tick = st.tick;
+                st.entries.insert(name.to_owned(), Entry { tick, ..e });
+                return Claim::Ready(path);
+            }
+            // Removed or changed behind our back: fetch it again.
+            st.total -= e.size;
+            st.entries.remove(name);
+        }
+        if let Some(p) = st.pending.get(name) {
+            return Claim::Wait(p.clone());
+        }
+        let p = Arc::new(Pending::default());
+        st.pending.insert(name.to_owned(), p.clone());
+        Claim::Fetch(p)
+    }
+
+    /// A fresh temporary path for a download of `name`.
+    pub fn temp_path(&self, name: &str) -> PathBuf {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        self.dir
+            .join(format!("{name}.tmp.{}.{n}", std::process::id()))
+    }
+
+    /// Ends the download of `name` that [`Claim::Fetch`] gave: on success moves `temp` into
+    /// place (evicting the least recently used objects over the cap), and wakes the waiters.
+    pub fn finish(
+        &self,
+        name: &str,
+        pending: &Pending,
+        temp: &Path,
+        result: Result<u64, S3Error>,
+        url: &str,
+    ) -> Result<PathBuf, S3Error> {
+        let path = self.dir.join(name);
+        let result = result.and_then(|size| {
+            fs::rename(temp, &path)
+                .map(|()| size)
+                .map_err(|e| S3Error::local(url, format!("{}: {e}", path.display())))
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(temp);
+        }
+        let mut st = self.lock();
+        st.pending.remove(name);
+        let out = result.map(|size| {
+            st.tick += 1;
+            let tick = st.tick;
+            if let Some(old) = st.entries.insert(name.to_owned(), Entry { size, tick }) {
+                st.total -= old.size;
+            }
+            st.total += size;
+            self.evict(&mut st, name);
+            path
+        });
+        drop(st);
+        pending.set(out.clone());
+        out
+    }
+
+    /// Removes least recently used objects (never `keep`) until the total fits the cap.
+    fn evict(&self, st: &mut State, keep: &str) {
+        while st.total > self.cap {
+            let Some((victim, e)) = st
+                .entries
+                .iter()
+                .filter(|(n, _)| n.as_str() != keep)
+                .min_by_key(|(_, e)| e.tick)
+                .map(|(n, e)| (n.clone(), *e))
+            else {
+                return;
+            };
+            st.entries.remove(&victim);
+            st.total -= e.size;
+            // A reader that opened the file already keeps reading it.
+            let _ = fs::remove_file(self.dir.join(&victim));
+            tracing::debug!(file = %victim, bytes = e.size, "node cache evicted an object");
+        }
+    }
+}
+
+/// The size at the end of a cache file name.
+fn size_of_name(name: &str) -> Option<u64> {
+    let mut parts = name.split('-');
+    let (_, _, size) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    size.parse().ok()
+}
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(c: &NodeCache, name: &str, bytes: &[u8]) -> PathBuf {
+        let Claim::Fetch(p) = c.claim(name) else {
+            panic!("{name} should be fetched");
+        };
+        let tmp = c.temp_path(name);
+        fs::write(&tmp, bytes).unwrap();
+        c.finish(name, &p, &tmp, Ok(bytes.len() as u64), "s3://b/k")
+            .unwrap()
+    }
+
+    #[test]
+    fn objects_are_reused_and_least_recently_used_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = NodeCache::open(dir.path(), 10).unwrap();
+        let a = NodeCache::name("e", "b", "a", "etag", 4);
+        let b = NodeCache::name("e", "b", "b", "etag", 4);
+        let d = NodeCache::name("e", "b", "d", "etag", 4);
+        put(&c, &a, b"aaaa");
+        put(&c, &b, b"bbbb");
+        assert!(matches!(c.claim(&a), Claim::Ready(_)));
+        put(&c, &d, b"dddd"); // over the cap: b is the least recently used
+        assert_eq!(c.total(), 8);
+        assert!(matches!(c.claim(&a), Claim::Ready(_)));
+        assert!(!dir.path().join(&b).exists());
+        // A new ETag is another object.
+        assert_ne!(NodeCache::name("e", "b", "a", "other", 4), a);
+        // Reopening takes the files in; a file of the wrong size is not reused.
+        fs::write(dir.path().join(&d), b"short").unwrap();
+        let c2 = NodeCache::open(dir.path(), 10).unwrap();
+        assert!(matches!(c2.claim(&a), Claim::Ready(_)));
+        assert!(matches!(c2.claim(&d), Claim::Fetch(_)));
+    }
+
+    #[test]
+    fn a_failed_download_wakes_waiters_with_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = NodeCache::open(dir.path(), 100).unwrap();
+        let Claim::Fetch(p) = c.claim("x-y-3") else {
+            panic!("first claim fetches")
+        };
+        let Claim::Wait(w) = c.claim("x-y-3") else {
+            panic!("second claim waits")
+        };
+        let tmp = c.temp_path("x-y-3");
+        let err = S3Error::local("s3://b/x", "boom".into());
+        assert!(c.finish("x-y-3", &p, &tmp, Err(err), "s3://b/x").is_err());
+        assert!(w.wait().is_err());
+        assert!(matches!(c.claim("x-y-3"), Claim::Fetch(_)));
+    }
+}

@@ -1,0 +1,360 @@
+//! One bucket on one S3-compatible service, through `object_store`: listing, whole-object
+//! downloads to a file, uploads and deletes, with retries and backoff on throttling and
+//! server errors, and errors that carry the S3 error code.
+//!
+//! # Design
+//! object_store's own retries are off: ours count every retry in the metrics and back off
+//! from `s3.backoff_ms`. The S3 error code is read from the response body object_store puts in
+//! its message (`<Code>...</Code>`), else the HTTP status, else `connection`.
+//!
+//! # Limitations
+//! Downloads are whole objects (no ranged GETs yet). Recognising the code from the message
+//! text depends on object_store keeping the body in it.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig};
+
+use super::config::{Connection, S3Config, MAX_BACKOFF_MS};
+use super::metric;
+
+/// What kind of failure an S3 request met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum S3ErrorKind {
+    NotFound,
+    Permission,
+    /// Anything else: the server is down, a timeout, a 5xx after every retry, a local error.
+    Other,
+}
+
+/// A failed S3 request: the URL, the S3 error code (`NoSuchKey`, `SignatureDoesNotMatch`,
+/// `InvalidAccessKeyId`, `NoSuchBucket`, `SlowDown`, or `HTTP <status>` / `connection` when the
+/// server said nothing better) and the message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{url}: S3 error {code}: {message}")]
+pub struct S3Error {
+    pub url: String,
+    pub kind: S3ErrorKind,
+    pub code: String,
+    pub message: String,
+}
+
+impl S3Error {
+    pub fn local(url: &str, message: String) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Other,
+            code: "local".into(),
+            message,
+        }
+    }
+
+    fn of(url: &str, e: &object_store::Error) -> S3Error {
+        let text = format!("{e}");
+        let debug = format!("{e:?}");
+        let code = xml_code(&text)
+            .or_else(|| xml_code(&debug))
+            .or_else(|| http_status(&text).map(|s| format!("HTTP {s}")))
+            .unwrap_or_else(|| match e {
+                object_store::Error::NotFound { .. } => "NoSuchKey".into(),
+                object_store::Error::PermissionDenied { .. } => "AccessDenied".into(),
+                object_store::Error::Unauthenticated { .. } => "Unauthenticated".into(),
+                _ if looks_like_connection(&debug) => "connection".into(),
+                _ => "unknown".into(),
+            });
+        let kind = match e {
+            object_store::Error::NotFound { .. } => S3ErrorKind::NotFound,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => S3ErrorKind::Permission,
+            _ if code == "NoSuchKey" || code == "NoSuchBucket" => S3ErrorKind::NotFound,
+            _ if code == "AccessDenied"
+                || code.contains("Signature")
+                || code.contains("AccessKey") =>
+            {
+                S3ErrorKind::Permission
+            }
+            _ => S3ErrorKind::Other,
+        };
+        S3Error {
+            url: url.to_owned(),
+            kind,
+            code,
+            message: text,
+        }
+    }
+
+    /// Whether trying again may help: throttling, 5xx, timeouts, connection errors.
+    fn retryable(&self) -> bool {
+        if self.kind != S3ErrorKind::Other {
+            return false;
+        }
+        match self.code.strip_prefix("HTTP ") {
+            Some(status) => status.starts_with('5') || status == "429" || status == "408",
+            None => !matches!(
+                self.code.as_str(),
+                "NoSuchBucket" | "InvalidBucketName" | "InvalidAccessKeyId" | "local"
+            ),
+        }
+    }
+}
+
+/// The text of the first `<Code>...</Code>` in `s`.
+fn xml_code(s: &str) -> Option<String> {
+    let start = s.find("<Code>")? + "<Code>".len();
+    let end = s[start..].find("</Code>")? + start;
+    Some(s[start..end].to_owned()).filter(|c| !c.is_empty() && c.len() < 64)
+}
+
+/// The HTTP status in object_store's message (`... status 503 Service Unavailable ...`).
+fn http_status(s: &str) -> Option<String> {
+    let at = s.find("status ")? + "status ".len();
+    let digits: String = s[at..].chars().take_while(char::is_ascii_digit).collect();
+    (digits.len() == 3).then_some(digits)
+}
+
+fn looks_like_connection(debug: &str) -> bool {
+    let d = debug.to_ascii_lowercase();
+    [
+        "connect",
+        "timed out",
+        "timeout",
+        "reset",
+        "broken pipe",
+        "sending request",
+    ]
+    .iter()
+    .any(|w| d.contains(w))
+}
+
+/// One object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
+
+/// One bucket of one service.
+#[derive(Debug)]
+pub struct Remote {
+    store: Arc<dyn ObjectStore>,
+    bucket: String,
+    /// Identifies the service in cache file names (the endpoint, or the region).
+    pub origin: String,
+    retries: u32,
+    backoff: Duration,
+}
+
+impl Remote {
+    /// A client for `bucket` over `conn` (keys it leaves out come from the environment).
+    pub fn new(conn: &Connection, bucket: &str, cfg: &S3Config) -> Result<Remote, S3Error> {
+        let url = format!("s3://{bucket}");
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let endpoint = conn
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+            .or_else(|| std::env::var("AWS_ENDPOINT").ok());
+        if let Some(e) = &endpoint {
+            b = b.with_endpoint(e);
+        }
+        if let Some(r) = &conn.region {
+            b = b.with_region(r);
+        }
+        if let Some(p) = conn.path_style {
+            b = b.with_virtual_hosted_style_request(!p);
+        }
+        if let Some(k) = &conn.access_key_id {
+            b = b.with_access_key_id(k);
+        }
+        if let Some(s) = &conn.secret_access_key {
+            b = b.with_secret_access_key(s);
+        }
+        if let Some(t) = &conn.session_token {
+            b = b.with_token(t);
+        }
+        // allow_http goes inside ClientOptions: with_client_options would reset it otherwise.
+        let allow_http = endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"))
+            || std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true" || v == "1");
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let options = ClientOptions::new()
+            .with_allow_http(allow_http)
+            .with_timeout(timeout)
+            .with_connect_timeout(timeout.min(Duration::from_secs(5)));
+        // Retries are ours (counted, and with the configured backoff), not object_store's.
+        let retry = RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        };
+        let store = b
+            .with_client_options(options)
+            .with_retry(retry)
+            .build()
+            .map_err(|e| S3Error::of(&url, &e))?;
+        Ok(Remote {
+            store: Arc::new(store),
+            bucket: bucket.to_owned(),
+            origin: endpoint.or(conn.region.clone()).unwrap_or_default(),
+            retries: cfg.retries,
+            backoff: Duration::from_millis(cfg.backoff_ms),
+        })
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// `s3://bucket/key`.
+    pub fn url(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.bucket)
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or the retries are spent.
+    async fn with_retries<T, F, Fut>(&self, url: &str, mut op: F) -> Result<T, S3Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, S3Error>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.retryable() && attempt < self.retries => {
+                    let wait = (self.backoff * 2u32.saturating_pow(attempt))
+                        .min(Duration::from_millis(MAX_BACKOFF_MS));
+                    attempt += 1;
+                    metrics::counter!(metric::RETRIES_TOTAL).increment(1);
+                    tracing::debug!(url, code = %e.code, attempt, "retrying an S3 request");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => {
+                    metrics::counter!(metric::ERRORS_TOTAL, "code" => e.code.clone()).increment(1);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Every object under `prefix` (paginated listing), in key order.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, S3Error> {
+        let url = self.url(prefix);
+        let prefix_path = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
+        let mut out = self
+            .with_retries(&url, || async {
+                let mut stream = self.store.list(prefix_path.as_ref());
+                let mut out = Vec::new();
+                while let Some(meta) = stream.next().await {
+                    let meta = meta.map_err(|e| S3Error::of(&url, &e))?;
+                    out.push(ObjectInfo {
+                        key: meta.location.to_string(),
+                        size: meta.size,
+                        etag: meta.e_tag.unwrap_or_default(),
+                    });
+                }
+                Ok(out)
+            })
+            .await?;
+        out.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+        Ok(out)
+    }
+
+    /// Downloads the whole object `key` into `file` (created or truncated); returns its size.
+    pub async fn download(&self, key: &str, file: &Path) -> Result<u64, S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        self.with_retries(&url, || async {
+            let got = self
+                .store
+                .get(&path)
+                .await
+                .map_err(|e| S3Error::of(&url, &e))?;
+            let mut out = std::fs::File::create(file)
+                .map_err(|e| S3Error::local(&url, format!("{}: {e}", file.display())))?;
+            let mut stream = got.into_stream();
+            let mut n = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
+                out.write_all(&chunk)
+                    .map_err(|e| S3Error::local(&url, format!("{}: {e}", file.display())))?;
+                n += chunk.len() as u64;
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    /// Uploads `data` as `key`.
+    pub async fn put(&self, key: &str, data: Vec<u8>) -> Result<(), S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        let payload = PutPayload::from(data);
+        self.with_retries(&url, || async {
+            self.store
+                .put(&path, payload.clone())
+                .await
+                .map(|_| ())
+                .map_err(|e| S3Error::of(&url, &e))
+        })
+        .await
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&self, key: &str) -> Result<(), S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        self.with_retries(&url, || async {
+            self.store
+                .delete(&path)
+                .await
+                .map_err(|e| S3Error::of(&url, &e))
+        })
+        .await
+    }
+}
+
+/// A key as object_store wants it: as listed (already valid) or encoded.
+fn object_path(key: &str) -> ObjectPath {
+    ObjectPath::parse(key).unwrap_or_else(|_| ObjectPath::from(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_come_from_the_xml_body_or_the_status() {
+        let body = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?><Error>\
+                    <Code>SignatureDoesNotMatch</Code><Message>x</Message></Error>";
+        assert_eq!(xml_code(body).as_deref(), Some("SignatureDoesNotMatch"));
+        assert_eq!(http_status(body).as_deref(), Some("403"));
+        assert_eq!(xml_code("no code here"), None);
+        assert_eq!(
+            http_status("Server error with status 503 x").as_deref(),
+            Some("503")
+        );
+    }
+
+    #[test]
+    fn only_transient_failures_are_retried() {
+        let e = |kind, code: &str| S3Error {
+            url: "s3://b/k".into(),
+            kind,
+            code: code.into(),
+            message: String::new(),
+        };
+        assert!(e(S3ErrorKind::Other, "HTTP 503").retryable());
+        assert!(e(S3ErrorKind::Other, "SlowDown").retryable());
+        assert!(e(S3ErrorKind::Other, "connection").retryable());
+        assert!(!e(S3ErrorKind::Other, "HTTP 400").retryable());
+        assert!(!e(S3ErrorKind::NotFound, "NoSuchKey").retryable());
+        assert!(!e(S3ErrorKind::Permission, "SignatureDoesNotMatch").retryable());
+    }
+}

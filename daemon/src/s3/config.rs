@@ -1,0 +1,126 @@
+//! The `[s3]` section of stoker.toml: how to reach object storage and where the node cache
+//! lives. Every key is optional; absent connection keys fall back to the standard AWS
+//! environment variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ...), then to
+//! web identity, container and instance credentials.
+//!
+//! # Design
+//! `[s3.default]` is the connection of every `s3://` dataset; `[s3.datasets.<name>]` replaces
+//! it whole for one registered dataset. The rest (in-flight limit, retries, cache) is per host.
+//!
+//! # Limitations
+//! Secrets in the file are plain text: keep the file readable by the daemon's user only, or
+//! leave them out and use the environment or instance credentials.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Requests in flight per host when the config does not say.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Retries of a throttled or failed request (5xx, 429, connection errors, timeouts).
+pub const DEFAULT_RETRIES: u32 = 5;
+/// First backoff between retries; doubled each retry, capped at [`MAX_BACKOFF_MS`].
+pub const DEFAULT_BACKOFF_MS: u64 = 100;
+/// The longest wait between two retries.
+pub const MAX_BACKOFF_MS: u64 = 5_000;
+/// Timeout of one request, connection included.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Size cap of the node cache (bytes).
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 20 << 30;
+
+/// How to reach one S3-compatible service. Keys left out come from the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Connection {
+    /// `https://s3.us-east-1.amazonaws.com`, `http://127.0.0.1:9000`, ... Plain `http://` is
+    /// allowed when the endpoint says so.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Path-style addressing (`endpoint/bucket/key`), as MinIO, SeaweedFS and most
+    /// self-hosted services need; virtual-hosted style (`bucket.endpoint/key`) otherwise.
+    pub path_style: Option<bool>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub session_token: Option<String>,
+}
+
+/// The `[s3]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3Config {
+    /// The connection of every `s3://` dataset that has none of its own.
+    pub default: Connection,
+    /// Connections of registered datasets, by their name in `[datasets]`.
+    pub datasets: BTreeMap<String, Connection>,
+    /// Requests in flight at once, all datasets together.
+    pub max_in_flight: usize,
+    pub retries: u32,
+    pub backoff_ms: u64,
+    pub timeout_ms: u64,
+    /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
+    pub cache_dir: Option<PathBuf>,
+    pub cache_max_bytes: u64,
+    /// Whether opening a dataset starts fetching all its objects in the background.
+    pub prefetch: bool,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        S3Config {
+            default: Connection::default(),
+            datasets: BTreeMap::new(),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            retries: DEFAULT_RETRIES,
+            backoff_ms: DEFAULT_BACKOFF_MS,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            cache_dir: None,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
+            prefetch: true,
+        }
+    }
+}
+
+impl S3Config {
+    /// Why this section is invalid, if it is; `datasets` are the registered datasets.
+    pub fn problem(&self, datasets: &BTreeMap<String, PathBuf>) -> Option<String> {
+        for name in self.datasets.keys() {
+            if !datasets.get(name).is_some_and(|p| super::is_url(p)) {
+                return Some(format!(
+                    "s3.datasets.{name}: no registered dataset {name:?} with an s3:// URL in \
+                     [datasets]"
+                ));
+            }
+        }
+        if self.max_in_flight == 0 {
+            return Some("s3.max_in_flight must be at least 1".into());
+        }
+        if self.cache_max_bytes == 0 {
+            return Some("s3.cache_max_bytes must be at least 1".into());
+        }
+        if self.timeout_ms == 0 {
+            return Some("s3.timeout_ms must be at least 1".into());
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dataset_connection_must_name_a_registered_s3_dataset() {
+        let mut cfg = S3Config::default();
+        let mut datasets = BTreeMap::new();
+        assert_eq!(cfg.problem(&datasets), None);
+        cfg.datasets.insert("net".into(), Connection::default());
+        assert!(cfg.problem(&datasets).unwrap().contains("s3.datasets.net"));
+        datasets.insert("net".into(), PathBuf::from("/data/net"));
+        assert!(cfg.problem(&datasets).is_some());
+        datasets.insert("net".into(), PathBuf::from("s3://bucket/net"));
+        assert_eq!(cfg.problem(&datasets), None);
+        cfg.max_in_flight = 0;
+        assert!(cfg.problem(&datasets).unwrap().contains("max_in_flight"));
+    }
+}

@@ -1,0 +1,185 @@
+//! Indexing an `s3://bucket/prefix` dataset: a paginated listing, then the layout's samples.
+//!
+//! # Design
+//! Layout detection and order follow the local rules (`crate::dataset`), so a dataset gives
+//! the same samples in the same order from a bucket as from a local copy.
+//!
+//! # Limitations
+//! Shards are downloaded to read their headers (no sidecar index, no ranged header reads);
+//! the index is not cached on disk (listing again is cheap next to reading).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::client::{ObjectInfo, Remote, S3Error};
+use super::{block_on, fetch_all, prefetch, remember, remote_for, ObjectRef, S3Url};
+use crate::dataset::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
+
+/// Opens the dataset at the `s3://` URL `path`: lists the prefix, detects (or takes) the
+/// layout, and for shards reads their tar headers from the node cache's copies.
+pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+    let wrong = |reason: String| DatasetError::WrongKind {
+        path: path.to_owned(),
+        reason,
+    };
+    let url = match S3Url::parse(path) {
+        Some(Ok(u)) => u,
+        Some(Err(reason)) => return Err(wrong(reason)),
+        None => return Err(wrong("not an s3:// URL".into())),
+    };
+    let started = std::time::Instant::now();
+    let remote = remote_for(&url).map_err(|e| refused(path, e))?;
+    let listed = block_on(remote.list(&url.prefix))
+        .map_err(|reason| remote_error(path, "local".into(), reason))?
+        .map_err(|e| refused(path, e))?;
+    let prefix_len = url.prefix.trim_end_matches('/').len();
+    let rel = |o: &ObjectInfo| -> String {
+        o.key[prefix_len.min(o.key.len())..]
+            .trim_start_matches('/')
+            .to_owned()
+    };
+    let visible: Vec<(String, ObjectInfo)> = listed
+        .into_iter()
+        .map(|o| (rel(&o), o))
+        .filter(|(r, _)| !r.is_empty() && !r.split('/').any(|c| c.starts_with('.')))
+        .collect();
+    let kind = match opts.kind {
+        Some(k) => k,
+        None => detect(path, &visible)?,
+    };
+    let ds = match kind {
+        DatasetKind::TarShards => index_shards(path, &remote, &visible)?,
+        DatasetKind::ImageFolder | DatasetKind::Flat => {
+            index_images(path, kind, &remote, &visible)?
+        }
+        DatasetKind::FileList => {
+            return Err(DatasetError::WrongKind {
+                path: path.to_owned(),
+                reason: "file lists in object storage are not supported; name a prefix of \
+                         shards or image objects"
+                    .into(),
+            })
+        }
+    };
+    if ds.is_empty() {
+        return Err(DatasetError::Empty {
+            path: path.to_owned(),
+            reason: format!("no images found as {} under the prefix", kind.as_str()),
+        });
+    }
+    tracing::info!(
+        dataset = %path.display(), kind = kind.as_str(), samples = ds.len(),
+        seconds = started.elapsed().as_secs_f64(), "s3 dataset indexed"
+    );
+    Ok(ds)
+}
+
+fn is_image(rel: &str) -> bool {
+    rel.rsplit_once('.')
+        .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.iter().any(|e| ext.eq_ignore_ascii_case(e)))
+}
+
+fn is_tar(rel: &str) -> bool {
+    rel.rsplit_once('.')
+        .is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("tar"))
+}
+
+/// As for a local folder: images at the top make it flat, else `.tar` objects make shards,
+/// else sub-prefixes are classes.
+fn detect(path: &Path, objects: &[(String, ObjectInfo)]) -> Result<DatasetKind, DatasetError> {
+    let top = |f: fn(&str) -> bool| objects.iter().any(|(r, _)| !r.contains('/') && f(r));
+    if top(is_image) {
+        Ok(DatasetKind::Flat)
+    } else if top(is_tar) {
+        Ok(DatasetKind::TarShards)
+    } else if objects.iter().any(|(r, _)| r.contains('/') && is_image(r)) {
+        Ok(DatasetKind::ImageFolder)
+    } else {
+        Err(DatasetError::Empty {
+            path: path.to_owned(),
+            reason: "no image objects, class prefixes or .tar shards under the prefix".into(),
+        })
+    }
+}
+
+fn index_images(
+    path: &Path,
+    kind: DatasetKind,
+    remote: &Arc<Remote>,
+    objects: &[(String, ObjectInfo)],
+) -> Result<Dataset, DatasetError> {
+    let mut ds = Dataset::remote(path, kind);
+    let mut used = Vec::new();
+    // Objects come sorted by key: classes in sorted order, files by path within a class.
+    for (rel, o) in objects {
+        if !is_image(rel) {
+            continue;
+        }
+        let label = match (kind, rel.split_once('/')) {
+            (DatasetKind::ImageFolder, Some((class, _))) => ds.class_label(class),
+            (DatasetKind::ImageFolder, None) => continue,
+            (_, Some(_)) => continue,
+            (_, None) => -1,
+        };
+        ds.push_object(remote.url(&o.key).as_bytes(), o.size, label)?;
+        used.push(o.clone());
+    }
+    remember(remote, &used);
+    prefetch(used.iter().map(|o| object_ref(remote, o)).collect());
+    Ok(ds)
+}
+
+fn index_shards(
+    path: &Path,
+    remote: &Arc<Remote>,
+    objects: &[(String, ObjectInfo)],
+) -> Result<Dataset, DatasetError> {
+    let shards: Vec<ObjectInfo> = objects
+        .iter()
+        .filter(|(r, _)| !r.contains('/') && is_tar(r))
+        .map(|(_, o)| o.clone())
+        .collect();
+    remember(remote, &shards);
+    let refs: Vec<ObjectRef> = shards.iter().map(|o| object_ref(remote, o)).collect();
+    let local = fetch_all(&refs);
+    let mut ds = Dataset::remote(path, DatasetKind::TarShards);
+    let no_cache = OpenOptions {
+        kind: Some(DatasetKind::TarShards),
+        use_cache: false,
+        cache_dir: None,
+        threads: 1,
+        ..OpenOptions::default()
+    };
+    for (o, file) in shards.iter().zip(local) {
+        let file = file.map_err(|e| refused(path, e))?;
+        let url = remote.url(&o.key);
+        let shard = Dataset::open(&file, &no_cache).map_err(|e| DatasetError::BadTar {
+            path: url.clone().into(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        ds.append_shard(url.as_bytes(), &shard)?;
+    }
+    Ok(ds)
+}
+
+fn object_ref(remote: &Arc<Remote>, o: &ObjectInfo) -> ObjectRef {
+    ObjectRef {
+        remote: remote.clone(),
+        key: o.key.clone(),
+        size: o.size,
+        etag: o.etag.clone(),
+    }
+}
+
+fn refused(path: &Path, e: S3Error) -> DatasetError {
+    remote_error(path, e.code, e.message)
+}
+
+fn remote_error(path: &Path, code: String, reason: String) -> DatasetError {
+    DatasetError::Remote {
+        path: path.to_owned(),
+        code,
+        reason,
+    }
+}

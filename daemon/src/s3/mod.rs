@@ -1,0 +1,588 @@
+//! Datasets in object storage: `s3://bucket/prefix` wherever a dataset path is accepted.
+//!
+//! A prefix holding `.tar` objects is a set of WebDataset tar shards; otherwise its image
+//! objects form an ImageFolder (the first path component under the prefix is the class) or,
+//! when no object is under a sub-prefix, a flat dataset. Samples keep their `s3://` URL as
+//! their path; the reader turns it into a file of the node cache before reading.
+//!
+//! # Design
+//! - [`configure`] installs the `[s3]` section once at start; without it, connections come
+//!   from the standard AWS environment and the node cache lives in `<cache dir>/objects`.
+//! - One tokio runtime (two threads) runs every request; at most `max_in_flight` downloads are
+//!   in flight at once, all datasets together. Decode workers never run a request: they ask
+//!   the [`cache::NodeCache`] for a chunk's objects, which starts the missing downloads all at
+//!   once, and wait only for those. Opening a dataset also starts fetching all its objects in
+//!   index order in the background (up to the cache cap), so a worker usually finds its
+//!   object already local.
+//! - Objects are cached whole: a shard is downloaded once and its samples are read from the
+//!   local copy by the usual reader (offset, length); an image object likewise.
+//! - Failures are per object: a missing object is `not_found`, a refused one `permission`,
+//!   anything else (server down after every retry) `io`; the bad-sample policy does the rest.
+//!
+//! # Limitations
+//! - Objects are fetched whole, not by per-sample ranged GETs; a shard is local before any of
+//!   its samples is read.
+//! - Shard indexing downloads each shard (into the node cache) to read its tar headers; there
+//!   is no sidecar index yet. The listing is redone at each open (no on-disk index cache).
+//! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
+//!   web identity, container and instance credentials are.
+//! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
+//!   other's use (files stay consistent; the cap may be overrun).
+//! - Every listed object is remembered in memory (URL, size, ETag) while the daemon runs.
+
+pub mod cache;
+pub mod client;
+pub mod config;
+mod index;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use tokio::runtime::Runtime;
+use tokio::sync::Semaphore;
+
+use crate::reader::{ReadError, ReadRequest};
+use cache::{Claim, NodeCache, Pending};
+use client::{ObjectInfo, Remote, S3Error, S3ErrorKind};
+pub use config::{Connection, S3Config};
+pub use index::open_dataset;
+
+/// Metric names (recorded through the `metrics` facade).
+pub mod metric {
+    /// Bytes of samples' objects, by `source`: `s3` (downloaded) or `cache` (found local).
+    pub const BYTES_TOTAL: &str = "stoker_s3_bytes_total";
+    /// Objects asked of the node cache, by `result`: `hit` or `miss`.
+    pub const CACHE_REQUESTS_TOTAL: &str = "stoker_s3_cache_requests_total";
+    /// Downloads in flight now.
+    pub const IN_FLIGHT: &str = "stoker_s3_requests_in_flight";
+    /// Requests tried again (throttling, 5xx, timeouts, connection errors).
+    pub const RETRIES_TOTAL: &str = "stoker_s3_retries_total";
+    /// Requests that failed for good, by S3 error `code`.
+    pub const ERRORS_TOTAL: &str = "stoker_s3_errors_total";
+}
+
+/// `s3://bucket/prefix`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct S3Url {
+    pub bucket: String,
+    /// The key prefix, without a leading `/`; may be empty.
+    pub prefix: String,
+}
+
+impl S3Url {
+    /// The URL in `path`, if it is one (`None` for local paths).
+    pub fn parse(path: &Path) -> Option<Result<S3Url, String>> {
+        let s = path.to_str()?;
+        let rest = s.strip_prefix("s3://")?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Some(Err(format!("{s}: no bucket name")));
+        }
+        Some(Ok(S3Url {
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_start_matches('/').to_owned(),
+        }))
+    }
+
+    pub fn as_string(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix)
+    }
+}
+
+/// Whether `path` names object storage.
+pub fn is_url(path: &Path) -> bool {
+    path.as_os_str().as_encoded_bytes().starts_with(b"s3://")
+}
+
+/// An object a sample lives in: its bucket's client, size and ETag.
+#[derive(Debug, Clone)]
+struct ObjectRef {
+    remote: Arc<Remote>,
+    key: String,
+    size: u64,
+    etag: String,
+}
+
+impl ObjectRef {
+    fn cache_name(&self) -> String {
+        NodeCache::name(
+            &self.remote.origin,
+            self.remote.bucket(),
+            &self.key,
+            &self.etag,
+            self.size,
+        )
+    }
+}
+
+/// Everything the daemon shares for object storage.
+struct Hub {
+    config: RwLock<S3Config>,
+    /// Connections of registered datasets, by their URL.
+    by_url: RwLock<HashMap<String, Connection>>,
+    remotes: Mutex<HashMap<(Connection, String), Arc<Remote>>>,
+    objects: RwLock<HashMap<String, ObjectRef>>,
+    cache: OnceLock<Result<Arc<NodeCache>, String>>,
+    runtime: OnceLock<Result<Runtime, String>>,
+    permits: OnceLock<Arc<Semaphore>>,
+}
+
+fn hub() -> &'static Hub {
+    static HUB: OnceLock<Hub> = OnceLock::new();
+    HUB.get_or_init(|| Hub {
+        config: RwLock::new(S3Config::default()),
+        by_url: RwLock::default(),
+        remotes: Mutex::default(),
+        objects: RwLock::default(),
+        cache: OnceLock::new(),
+        runtime: OnceLock::new(),
+        permits: OnceLock::new(),
+    })
+}
+
+/// Installs the `[s3]` section; `datasets` are the registered datasets (name -> path), whose
+/// `s3://` URLs get the connection `[s3.datasets.<name>]` gives them. The cache folder, cap
+/// and in-flight limit take effect at the first use of object storage.
+pub fn configure(cfg: &S3Config, datasets: &BTreeMap<String, PathBuf>) {
+    let h = hub();
+    *h.config.write().unwrap_or_else(|e| e.into_inner()) = cfg.clone();
+    let mut by_url = h.by_url.write().unwrap_or_else(|e| e.into_inner());
+    by_url.clear();
+    for (name, path) in datasets {
+        if let (Some(conn), Some(Ok(url))) = (cfg.datasets.get(name), S3Url::parse(path)) {
+            by_url.insert(url.as_string(), conn.clone());
+        }
+    }
+}
+
+fn config() -> S3Config {
+    hub()
+        .config
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+fn runtime() -> Result<&'static Runtime, String> {
+    hub()
+        .runtime
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("stoker-s3")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the S3 runtime: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn permits() -> Arc<Semaphore> {
+    hub()
+        .permits
+        .get_or_init(|| Arc::new(Semaphore::new(config().max_in_flight)))
+        .clone()
+}
+
+/// The node cache (opened at first use).
+pub fn node_cache() -> Result<Arc<NodeCache>, String> {
+    hub()
+        .cache
+        .get_or_init(|| {
+            let cfg = config();
+            let dir = cfg
+                .cache_dir
+                .clone()
+                .or_else(crate::dataset::default_cache_dir)
+                .map(|d| {
+                    if cfg.cache_dir.is_some() {
+                        d
+                    } else {
+                        d.join("objects")
+                    }
+                })
+                .ok_or("no cache folder: set s3.cache_dir or HOME")?;
+            let c = NodeCache::open(&dir, cfg.cache_max_bytes)
+                .map_err(|e| format!("node cache {}: {e}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), cap = cfg.cache_max_bytes, "node cache opened");
+            Ok(Arc::new(c))
+        })
+        .clone()
+}
+
+/// The client for the bucket of `url` (shared by every dataset on the same connection).
+fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
+    let h = hub();
+    let cfg = config();
+    let conn = h
+        .by_url
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&url.as_string())
+        .cloned()
+        .unwrap_or(cfg.default.clone());
+    let mut remotes = h.remotes.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (conn, url.bucket.clone());
+    if let Some(r) = remotes.get(&key) {
+        return Ok(r.clone());
+    }
+    let r = Arc::new(Remote::new(&key.0, &url.bucket, &cfg)?);
+    remotes.insert(key, r.clone());
+    Ok(r)
+}
+
+/// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
+    Ok(runtime()?.block_on(f))
+}
+
+/// Remembers the objects of an indexed dataset, so the reader can find them by URL.
+fn remember(remote: &Arc<Remote>, objects: &[ObjectInfo]) {
+    let mut map = hub().objects.write().unwrap_or_else(|e| e.into_inner());
+    for o in objects {
+        map.insert(
+            remote.url(&o.key),
+            ObjectRef {
+                remote: remote.clone(),
+                key: o.key.clone(),
+                size: o.size,
+                etag: o.etag.clone(),
+            },
+        );
+    }
+}
+
+/// Starts the download of `obj` unless it is local or under way already.
+fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String> {
+    let name = obj.cache_name();
+    let claim = cache.claim(&name);
+    match &claim {
+        Claim::Ready(_) | Claim::Wait(_) => {}
+        Claim::Fetch(p) => {
+            let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
+            let permits = permits();
+            runtime()?.spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    // Never closed; should it be, the waiters still wake, with an error.
+                    let url = obj.remote.url(&obj.key);
+                    let err = S3Error::local(&url, "the request limiter is closed".into());
+                    let _ = cache.finish(&name, &p, &cache.temp_path(&name), Err(err), &url);
+                    return;
+                };
+                download(&cache, &obj, &name, &p).await;
+            });
+        }
+    }
+    Ok(claim)
+}
+
+async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending) {
+    metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
+    let url = obj.remote.url(&obj.key);
+    let temp = cache.temp_path(name);
+    let got = obj.remote.download(&obj.key, &temp).await;
+    metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+    let got = got.and_then(|n| {
+        if n == obj.size {
+            Ok(n)
+        } else {
+            Err(S3Error::local(
+                &url,
+                format!(
+                    "got {n} bytes, the listing said {} (changed since indexed?)",
+                    obj.size
+                ),
+            ))
+        }
+    });
+    if let Ok(n) = got {
+        metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
+        tracing::debug!(url, bytes = n, "object fetched into the node cache");
+    }
+    let _ = cache.finish(name, p, &temp, got, &url);
+}
+
+/// Makes every object in `objects` local, all downloads in flight at once; one result each.
+fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
+    let cache = match node_cache() {
+        Ok(c) => c,
+        Err(e) => {
+            return objects
+                .iter()
+                .map(|o| Err(S3Error::local(&o.remote.url(&o.key), e.clone())))
+                .collect()
+        }
+    };
+    let claims: Vec<Result<Claim, String>> = objects
+        .iter()
+        .map(|o| {
+            let c = start_fetch(&cache, o);
+            // A download started here is a miss; one found local or already under way is a
+            // hit: its bytes come from the server once, whoever asked first.
+            let hit = matches!(c, Ok(Claim::Ready(_) | Claim::Wait(_)));
+            let result = if hit { "hit" } else { "miss" };
+            metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(1);
+            if hit {
+                metrics::counter!(metric::BYTES_TOTAL, "source" => "cache").increment(o.size);
+            }
+            c
+        })
+        .collect();
+    claims
+        .into_iter()
+        .zip(objects)
+        .map(|(c, o)| match c {
+            Ok(Claim::Ready(p)) => Ok(p),
+            Ok(Claim::Wait(p) | Claim::Fetch(p)) => p.wait(),
+            Err(e) => Err(S3Error::local(&o.remote.url(&o.key), e)),
+        })
+        .collect()
+}
+
+/// Starts fetching `objects` in the background, in order, while they fit in the cache.
+fn prefetch(objects: Vec<ObjectRef>) {
+    if !config().prefetch {
+        return;
+    }
+    let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
+        return;
+    };
+    rt.spawn(async move {
+        let mut budget = cache.cap().saturating_sub(cache.total());
+        for o in objects {
+            if o.size > budget {
+                break;
+            }
+            budget -= o.size;
+            // Waits for a free request slot before claiming the next object, so the claims
+            // stay near the downloads.
+            let Ok(permit) = permits().acquire_owned().await else {
+                return;
+            };
+            drop(permit);
+            if start_fetch(&cache, &o).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// The local files of the `s3://` requests among `reqs`; `None` when there are none.
+pub fn localize(reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<PathBuf, ReadError>>>> {
+    if !reqs.iter().any(|r| is_url(r.path)) {
+        return None;
+    }
+    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
+    let mut wanted: Vec<ObjectRef> = Vec::new();
+    let mut slot: Vec<Option<Result<usize, ReadError>>> = Vec::with_capacity(reqs.len());
+    let mut seen: HashMap<&Path, usize> = HashMap::new();
+    for r in reqs {
+        if !is_url(r.path) {
+            slot.push(None);
+            continue;
+        }
+        if let Some(&i) = seen.get(r.path) {
+            slot.push(Some(Ok(i)));
+            continue;
+        }
+        let url = r.path.to_string_lossy();
+        slot.push(Some(match map.get(url.as_ref()) {
+            Some(o) => {
+                wanted.push(o.clone());
+                seen.insert(r.path, wanted.len() - 1);
+                Ok(wanted.len() - 1)
+            }
+            None => Err(ReadError::NotFound {
+                path: r.path.to_owned(),
+            }),
+        }));
+    }
+    drop(map);
+    let got = fetch_all(&wanted);
+    Some(
+        slot.into_iter()
+            .zip(reqs)
+            .map(|(s, r)| {
+                s.map(|s| s.and_then(|i| got[i].clone().map_err(|e| read_error(r.path, e))))
+            })
+            .collect(),
+    )
+}
+
+/// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
+/// its node-cache copy (fetched first if needed).
+pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
+    let req = [ReadRequest {
+        path,
+        offset: 0,
+        len: 0,
+    }];
+    match localize(&req).and_then(|mut l| l.pop().flatten()) {
+        None => Ok(path.to_owned()),
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(match e {
+            ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
+            ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
+            e => std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+/// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
+/// request whose object could not be fetched gets that error and an empty buffer.
+pub fn read_localized(
+    reqs: &[ReadRequest<'_>],
+    local: Vec<Option<Result<PathBuf, ReadError>>>,
+    bufs: &mut [Vec<u8>],
+    read: impl FnOnce(&[ReadRequest<'_>], &mut [Vec<u8>]) -> Vec<Result<(), ReadError>>,
+) -> Vec<Result<(), ReadError>> {
+    let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
+    let mut which = Vec::new();
+    let mut sub = Vec::new();
+    let mut sub_bufs = Vec::new();
+    for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
+        let path = match l {
+            None => r.path,
+            Some(Ok(p)) => p.as_path(),
+            Some(Err(_)) => {
+                out.push(None);
+                bufs[i].clear();
+                continue;
+            }
+        };
+        out.push(None);
+        which.push(i);
+        sub.push(ReadRequest { path, ..*r });
+        sub_bufs.push(std::mem::take(&mut bufs[i]));
+    }
+    let results = read(&sub, &mut sub_bufs);
+    for ((i, r), b) in which.into_iter().zip(results).zip(sub_bufs) {
+        bufs[i] = b;
+        // Errors name the URL, not the cache file.
+        out[i] = Some(r.map_err(|e| rename_error(e, reqs[i].path)));
+    }
+    out.into_iter()
+        .zip(local)
+        .map(|(o, l)| match (o, l) {
+            (Some(r), _) => r,
+            (None, Some(Err(e))) => Err(e),
+            (None, _) => Ok(()),
+        })
+        .collect()
+}
+
+fn rename_error(e: ReadError, url: &Path) -> ReadError {
+    let path = url.to_owned();
+    match e {
+        ReadError::NotFound { .. } => ReadError::NotFound { path },
+        ReadError::Permission { .. } => ReadError::Permission { path },
+        ReadError::ShortRead {
+            offset, want, got, ..
+        } => ReadError::ShortRead {
+            path,
+            offset,
+            want,
+            got,
+        },
+        ReadError::Io { source, .. } => ReadError::Io { path, source },
+        ReadError::NotRegular { source, .. } => ReadError::NotRegular { path, source },
+        ReadError::Symlink { source, .. } => ReadError::Symlink { path, source },
+        ReadError::Changed { source, .. } => ReadError::Changed { path, source },
+        ReadError::Credentials { source, .. } => ReadError::Credentials { path, source },
+        e @ ReadError::Setup(_) => e,
+    }
+}
+
+fn read_error(path: &Path, e: S3Error) -> ReadError {
+    let path = path.to_owned();
+    match e.kind {
+        S3ErrorKind::NotFound => ReadError::NotFound { path },
+        S3ErrorKind::Permission => ReadError::Permission { path },
+        S3ErrorKind::Other => ReadError::Io {
+            path,
+            source: std::io::Error::other(format!("S3 error {}: {}", e.code, e.message)),
+        },
+    }
+}
+
+/// Uploads every file under `dir` to `url` (keys: the prefix, then the file's path relative
+/// to `dir`), for tests, `pack` and users moving a dataset into a bucket.
+pub fn upload_dir(dir: &Path, url: &S3Url) -> Result<usize, S3Error> {
+    let remote = remote_for(url)?;
+    let mut files = Vec::new();
+    walk(dir, &mut files)
+        .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", dir.display())))?;
+    let run = async {
+        let mut tasks = Vec::new();
+        for f in &files {
+            let rel = f
+                .strip_prefix(dir)
+                .unwrap_or(f)
+                .to_string_lossy()
+                .into_owned();
+            let key = join_key(&url.prefix, &rel);
+            let data = std::fs::read(f)
+                .map_err(|e| S3Error::local(&remote.url(&key), format!("{}: {e}", f.display())))?;
+            let remote = remote.clone();
+            tasks.push(tokio::spawn(async move { remote.put(&key, data).await }));
+        }
+        for t in tasks {
+            t.await
+                .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))??;
+        }
+        Ok(files.len())
+    };
+    block_on(run).map_err(|e| S3Error::local(&url.as_string(), e))?
+}
+
+/// Deletes the object at `url` (the prefix is the key).
+pub fn delete(url: &S3Url) -> Result<(), S3Error> {
+    let remote = remote_for(url)?;
+    block_on(remote.delete(&url.prefix)).map_err(|e| S3Error::local(&url.as_string(), e))?
+}
+
+fn join_key(prefix: &str, rel: &str) -> String {
+    if prefix.is_empty() {
+        rel.to_owned()
+    } else {
+        format!("{}/{rel}", prefix.trim_end_matches('/'))
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if e.file_type()?.is_dir() {
+            walk(&e.path(), out)?;
+        } else {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_bucket_and_prefix() {
+        let u = S3Url::parse(Path::new("s3://data/imagenet/train"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (u.bucket.as_str(), u.prefix.as_str()),
+            ("data", "imagenet/train")
+        );
+        let u = S3Url::parse(Path::new("s3://data")).unwrap().unwrap();
+        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("data", ""));
+        assert!(S3Url::parse(Path::new("s3:///x")).unwrap().is_err());
+        assert!(S3Url::parse(Path::new("/data/s3://x")).is_none());
+        assert!(is_url(Path::new("s3://b/k")) && !is_url(Path::new("/s3/b")));
+        assert_eq!(join_key("a/b/", "c.tar"), "a/b/c.tar");
+        assert_eq!(join_key("", "c.tar"), "c.tar");
+    }
+}

@@ -1,0 +1,224 @@
+//! The data stall of every attached rank, as its client reports it: how long the training
+//! loop waited inside `next()` and how long it worked between calls. Shown per job and rank by
+//! `stoker status` and as Prometheus series.
+//!
+//! # Design
+//! - The client measures (it is where the waiting happens) and sends totals since its attach
+//!   in STATS messages; the daemon only keeps the last two reports of each rank. The wait
+//!   fraction shown is over the interval between those two reports, so it follows what the
+//!   loop does now, not its warm-up an hour ago; until a second report it is the fraction of
+//!   the first.
+//! - A rank's entry lives as long as its connection: [`RankStallEntry`] removes it on drop, so
+//!   a detached rank leaves no stale series behind. The Prometheus lines are rendered from the
+//!   board at scrape time for the same reason (the `metrics` facade cannot forget a series).
+//!
+//! # Limitations
+//! - Reports are trusted as sent: a client can claim any figures about its own loop (it can
+//!   only mislead its own owner's dashboards). Totals that go backwards reset the window.
+//! - A rank that never calls `next()` again reports nothing; its last figure stays until it
+//!   detaches.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use stoker::protocol::{RankStall, Stats};
+
+/// Share of time waiting for data, per rank: `job`, `rank` labels.
+pub const WAIT_FRACTION: &str = "stoker_client_wait_fraction";
+/// Seconds the training loop waited inside `next()`, per rank.
+pub const WAIT_SECONDS: &str = "stoker_client_wait_seconds_total";
+/// Seconds the training loop spent between `next()` calls, per rank.
+pub const COMPUTE_SECONDS: &str = "stoker_client_compute_seconds_total";
+
+/// Which rank of which job.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RankKey {
+    job: String,
+    rank: u32,
+}
+
+/// The last two reports of one rank.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reports {
+    last: Stats,
+    before: Option<Stats>,
+}
+
+impl Reports {
+    fn wait_fraction(&self) -> f64 {
+        let base = self.before.unwrap_or_default();
+        let wait = self.last.wait_ns.saturating_sub(base.wait_ns) as f64;
+        let compute = self.last.compute_ns.saturating_sub(base.compute_ns) as f64;
+        if wait + compute > 0.0 {
+            wait / (wait + compute)
+        } else {
+            0.0
+        }
+    }
+
+    fn shown(&self, rank: u32) -> RankStall {
+        RankStall {
+            rank,
+            wait_fraction: self.wait_fraction(),
+            wait_s: self.last.wait_ns as f64 / 1e9,
+            compute_s: self.last.compute_ns as f64 / 1e9,
+            batches: self.last.batches,
+        }
+    }
+}
+
+/// Every attached rank's latest reports.
+#[derive(Debug, Default)]
+pub struct StallBoard {
+    ranks: Mutex<BTreeMap<RankKey, Reports>>,
+}
+
+impl StallBoard {
+    /// A place for `rank` of `job` to report into, for as long as the returned entry lives.
+    pub fn entry(self: &Arc<Self>, job: &str, rank: u32) -> RankStallEntry {
+        RankStallEntry {
+            board: Arc::clone(self),
+            key: RankKey {
+                job: job.to_owned(),
+                rank,
+            },
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RankKey, Reports>> {
+        self.ranks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ranks of `job` that reported, by rank.
+    pub fn of_job(&self, job: &str) -> Vec<RankStall> {
+        self.lock()
+            .iter()
+            .filter(|(k, _)| k.job == job)
+            .map(|(k, r)| r.shown(k.rank))
+            .collect()
+    }
+
+    /// Prometheus text for every rank that reported (HELP and TYPE lines always, so the
+    /// series are documented before the first report).
+    pub fn prometheus_text(&self) -> String {
+        let ranks = self.lock();
+        let mut out = String::new();
+        let families: [(&str, &str, &str); 3] = [
+            (
+                WAIT_FRACTION,
+                "gauge",
+                "Share of the training loop's time spent waiting for data (recent), per rank.",
+            ),
+            (
+                WAIT_SECONDS,
+                "counter",
+                "Seconds the training loop waited inside next(), per rank.",
+            ),
+            (
+                COMPUTE_SECONDS,
+                "counter",
+                "Seconds the training loop spent between next() calls, per rank.",
+            ),
+        ];
+        for (name, kind, help) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (k, r) in ranks.iter() {
+                let shown = r.shown(k.rank);
+                let value = match name {
+                    WAIT_FRACTION => shown.wait_fraction,
+                    WAIT_SECONDS => shown.wait_s,
+                    _ => shown.compute_s,
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{job=\"{}\",rank=\"{}\"}} {value}",
+                    label_value(&k.job),
+                    k.rank
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Escapes a Prometheus label value (backslash, double quote, newline).
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One attached rank's place on the board; dropping it removes the rank.
+#[derive(Debug)]
+pub struct RankStallEntry {
+    board: Arc<StallBoard>,
+    key: RankKey,
+}
+
+impl RankStallEntry {
+    /// Takes a STATS report.
+    pub fn record(&self, stats: Stats) {
+        let mut ranks = self.board.lock();
+        let r = ranks.entry(self.key.clone()).or_default();
+        let backwards = stats.wait_ns < r.last.wait_ns || stats.compute_ns < r.last.compute_ns;
+        *r = Reports {
+            before: if backwards { None } else { Some(r.last) },
+            last: stats,
+        };
+    }
+}
+
+impl Drop for RankStallEntry {
+    fn drop(&mut self) {
+        self.board.lock().remove(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(wait_ms: u64, compute_ms: u64, batches: u64) -> Stats {
+        Stats {
+            wait_ns: wait_ms * 1_000_000,
+            compute_ns: compute_ms * 1_000_000,
+            batches,
+        }
+    }
+
+    #[test]
+    fn the_fraction_follows_the_last_interval() {
+        let board = Arc::new(StallBoard::default());
+        let e = board.entry("job \"a\"", 3);
+        e.record(stats(900, 100, 1));
+        let s = &board.of_job("job \"a\"")[0];
+        assert_eq!((s.rank, s.batches), (3, 1));
+        assert!((s.wait_fraction - 0.9).abs() < 1e-9, "{s:?}");
+        // Since then: 100 ms waited, 900 ms computed.
+        e.record(stats(1000, 1000, 10));
+        let s = &board.of_job("job \"a\"")[0];
+        assert!((s.wait_fraction - 0.1).abs() < 1e-9, "{s:?}");
+        assert_eq!((s.wait_s, s.compute_s, s.batches), (1.0, 1.0, 10));
+        assert!(board.of_job("other").is_empty());
+        let text = board.prometheus_text();
+        assert!(
+            text.contains("stoker_client_wait_fraction{job=\"job \\\"a\\\"\",rank=\"3\"} 0.1"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE stoker_client_wait_seconds_total counter"));
+        drop(e);
+        assert!(board.of_job("job \"a\"").is_empty());
+        assert!(!board.prometheus_text().contains("rank=\"3\""));
+    }
+
+    #[test]
+    fn totals_that_go_backwards_restart_the_window() {
+        let board = Arc::new(StallBoard::default());
+        let e = board.entry("j", 0);
+        e.record(stats(500, 500, 5));
+        e.record(stats(100, 300, 1));
+        let s = &board.of_job("j")[0];
+        assert!((s.wait_fraction - 0.25).abs() < 1e-9, "{s:?}");
+    }
+}

@@ -1,0 +1,265 @@
+//! The CUDA tests that stop at "no GPU" in `cuda_without_gpu.rs`, run on the emulated GPU:
+//! `probe()` lists the configured devices; augment.cu compiled by NVRTC and launched through
+//! `cuLaunchKernel` equals `reference::augment_reference` for every dtype and layout; a VMM
+//! ring made and filled in one process is read by a real child process. What this proves and
+//! what only a GPU proves: docs/cuda.md.
+
+mod emulator;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use emulator::*;
+use stoker::spec::{DType, Layout, PipelineSpec};
+use stoker_kernels::augment::{
+    dtype_code, layout_code, pattern_byte, AugmentBatch, AugmentKernels, AugmentSample,
+};
+use stoker_kernels::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
+use stoker_kernels::cuda::{self, Device, GpuUuid};
+use stoker_kernels::reference::{augment_reference, CropBox, OutputParams, RgbImage};
+
+fn device(i: usize) -> Device {
+    use_emulator();
+    Device::open(UUIDS[i].parse().unwrap()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn probe_lists_the_emulated_devices_by_uuid() {
+    use_emulator();
+    let info = cuda::probe().unwrap_or_else(|e| panic!("{e}"));
+    let uuids: Vec<String> = info.devices.iter().map(|d| d.uuid.to_string()).collect();
+    assert_eq!(uuids, UUIDS);
+    for d in &info.devices {
+        assert_eq!(d.compute_capability, (9, 0));
+        assert_eq!(d.total_memory, 4096 << 20);
+        assert!(d.posix_fd_sharing);
+        assert!(d.name.contains("Emulated"), "{}", d.name);
+    }
+    let driver = stoker_kernels::emulator::emulated_driver().expect("the emulator is recognised");
+    assert!(
+        driver.ends_with("libstoker_emu_cuda.so"),
+        "{}",
+        driver.display()
+    );
+    let missing: GpuUuid = "GPU-00000000-0000-4000-8000-00000000dead".parse().unwrap();
+    assert!(matches!(
+        Device::open(missing),
+        Err(cuda::CudaError::NoSuchDevice(..))
+    ));
+}
+
+/// A deterministic image with smooth and noisy parts.
+fn image(w: u32, h: u32, seed: u64) -> RgbImage {
+    let mut x = seed;
+    let data = (0..w * h * 3)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (i / 3) % w < w / 2 {
+                (i % 251) as u8
+            } else {
+                x as u8
+            }
+        })
+        .collect();
+    RgbImage {
+        width: w,
+        height: h,
+        data,
+    }
+}
+
+/// The largest difference between the kernel's output and the reference, in units of the
+/// documented tolerance (docs/cuda.md): u8 1, f32 1e-3, f16/bf16 one unit in the last place.
+fn worst_in_tolerances(got: &[u8], want: &[u8], dtype: DType) -> f64 {
+    let mut worst = 0f64;
+    match dtype {
+        DType::U8 => {
+            for (a, b) in got.iter().zip(want) {
+                worst = worst.max((f64::from(*a) - f64::from(*b)).abs());
+            }
+        }
+        DType::F32 => {
+            for (a, b) in got.chunks_exact(4).zip(want.chunks_exact(4)) {
+                let a = f32::from_ne_bytes(a.try_into().unwrap());
+                let b = f32::from_ne_bytes(b.try_into().unwrap());
+                worst = worst.max(f64::from((a - b).abs()) / 1e-3);
+            }
+        }
+        DType::F16 | DType::Bf16 => {
+            for (a, b) in got.chunks_exact(2).zip(want.chunks_exact(2)) {
+                let (a, b) = (
+                    u16::from_ne_bytes(a.try_into().unwrap()),
+                    u16::from_ne_bytes(b.try_into().unwrap()),
+                );
+                let (va, vb, ulp) = if dtype == DType::F16 {
+                    let b16 = half::f16::from_bits(b);
+                    let next = half::f16::from_bits(b + 1).to_f64() - b16.to_f64();
+                    (half::f16::from_bits(a).to_f64(), b16.to_f64(), next.abs())
+                } else {
+                    let b16 = half::bf16::from_bits(b);
+                    let next = half::bf16::from_bits(b + 1).to_f64() - b16.to_f64();
+                    (half::bf16::from_bits(a).to_f64(), b16.to_f64(), next.abs())
+                };
+                worst = worst.max((va - vb).abs() / (ulp + 1e-6));
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn augment_through_cu_launch_kernel_matches_the_reference() {
+    let Some(nvrtc) = nvrtc("augment_through_cu_launch_kernel_matches_the_reference") else {
+        return;
+    };
+    let dev = device(0);
+    let kernels = AugmentKernels::load(&dev, &nvrtc, None).unwrap_or_else(|e| panic!("{e}"));
+    let stream = dev.stream().unwrap();
+    let images = [image(97, 61, 1), image(40, 75, 2)];
+    let mut sources = Vec::new();
+    for img in &images {
+        let buf = dev.alloc(img.data.len()).unwrap();
+        stream.copy_to_device(&buf, 0, &img.data).unwrap();
+        sources.push(buf);
+    }
+    // (image, crop, flip): downscale, upscale, fractional, flipped, touching the edges.
+    let cases = [
+        (0usize, CropBox::new(0.0, 0.0, 97.0, 61.0), false),
+        (0, CropBox::new(10.25, 3.5, 60.5, 40.75), true),
+        (1, CropBox::new(2.0, 3.0, 9.0, 7.0), false),
+        (1, CropBox::new(0.7, 30.3, 39.3, 44.7), true),
+    ];
+    let (out_h, out_w) = (23u32, 31u32);
+    let mean = [0.485f32, 0.456, 0.406];
+    let std = [0.229f32, 0.224, 0.225];
+    for dtype in [DType::U8, DType::F16, DType::Bf16, DType::F32] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for clamp in [false, true] {
+                let samples: Vec<AugmentSample> = cases
+                    .iter()
+                    .map(|&(i, crop, flip)| {
+                        let img = &images[i];
+                        let pitch = u64::from(img.width) * 3;
+                        AugmentSample::new(
+                            sources[i].ptr(),
+                            pitch,
+                            img.width,
+                            img.height,
+                            crop,
+                            flip,
+                        )
+                    })
+                    .collect();
+                let sample_buf = dev.alloc(64 * samples.len()).unwrap();
+                stream
+                    .copy_to_device(&sample_buf, 0, AugmentSample::as_bytes(&samples))
+                    .unwrap();
+                let image_bytes = (out_h * out_w * 3) as usize * dtype.size();
+                let out = dev.alloc(image_bytes * cases.len()).unwrap();
+                let batch = AugmentBatch {
+                    dst: out.ptr(),
+                    samples: sample_buf.ptr(),
+                    image_bytes: image_bytes as u64,
+                    n: cases.len() as u32,
+                    out_w,
+                    out_h,
+                    dtype: dtype_code(dtype),
+                    layout: layout_code(layout),
+                    clamp_to_crop: u32::from(clamp),
+                    mean,
+                    std,
+                };
+                // SAFETY: every address in `batch` is a live device buffer of the size the
+                // kernel touches; all are kept until the stream is synchronised below.
+                unsafe { kernels.augment(&stream, &batch) }.unwrap();
+                stream.synchronize().unwrap();
+                let mut got = vec![0u8; image_bytes * cases.len()];
+                out.read(&mut got).unwrap();
+                let params = OutputParams {
+                    dtype,
+                    layout,
+                    mean,
+                    std,
+                    clamp_to_crop: clamp,
+                };
+                for (k, &(i, crop, flip)) in cases.iter().enumerate() {
+                    let want = augment_reference(&images[i], crop, flip, out_h, out_w, &params);
+                    let part = &got[k * image_bytes..(k + 1) * image_bytes];
+                    let worst = worst_in_tolerances(part, &want, dtype);
+                    assert!(
+                        worst <= 1.0,
+                        "{dtype:?} {layout:?} clamp {clamp} sample {k}: {worst} tolerances off"
+                    );
+                }
+            }
+        }
+    }
+}
+
+const SEED: u32 = 0x5eed;
+
+fn ring_plan(dev: &Device) -> VmmPlan {
+    let spec = PipelineSpec::train(8, 64);
+    VmmPlan::new(&spec, 3, ring_granularity(dev).unwrap()).unwrap()
+}
+
+/// Counts bytes of the ring that differ from the pattern with the kernel, and reads them all
+/// back to the host as well.
+fn check_ring(dev: &Device, kernels: &AugmentKernels, ring: &DeviceRing) -> (u32, usize) {
+    let stream = dev.stream().unwrap();
+    let counter = dev.alloc(4).unwrap();
+    stream.copy_to_device(&counter, 0, &[0; 4]).unwrap();
+    // SAFETY: the ring and the counter are live device memory until the sync below.
+    unsafe {
+        kernels
+            .check_pattern_raw(&stream, ring.ptr(), ring.len() as u64, SEED, counter.ptr())
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+    let mut n = [0u8; 4];
+    counter.read(&mut n).unwrap();
+    let mut bytes = vec![0u8; ring.len()];
+    // SAFETY: the ring is `len` bytes of mapped device memory.
+    unsafe { cuda::result::memcpy_dtoh(cuda::driver().unwrap(), &mut bytes, ring.ptr()) }.unwrap();
+    let wrong = bytes
+        .iter()
+        .enumerate()
+        .filter(|(i, &b)| b != pattern_byte(*i as u64, SEED))
+        .count();
+    (u32::from_ne_bytes(n), wrong)
+}
+
+#[test]
+fn a_vmm_ring_written_here_is_read_by_a_child_process() {
+    let test = "a_vmm_ring_written_here_is_read_by_a_child_process";
+    let Some(nvrtc) = nvrtc(test) else { return };
+    let dev = device(1);
+    let kernels = AugmentKernels::load(&dev, &nvrtc, None).unwrap();
+    let plan = ring_plan(&dev);
+    if child_role().as_deref() == Some("reader") {
+        let fd: i32 = std::env::var("STOKER_TEST_RING_FD")
+            .unwrap()
+            .parse()
+            .unwrap();
+        // SAFETY: the parent passed us this descriptor; nothing else owns it here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ring = DeviceRing::import(&dev, &fd, &plan).unwrap_or_else(|e| panic!("{e}"));
+        drop(fd);
+        assert_eq!(check_ring(&dev, &kernels, &ring), (0, 0));
+        println!("reader: {} bytes as written", ring.len());
+        return;
+    }
+    let ring = DeviceRing::create(&dev, &plan).unwrap();
+    let stream = dev.stream().unwrap();
+    // SAFETY: the ring is live until the end of the test; the stream is synchronised.
+    unsafe { kernels.fill_pattern_raw(&stream, ring.ptr(), ring.len() as u64, SEED) }.unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(check_ring(&dev, &kernels, &ring), (0, 0));
+    let fd = ring.export_fd().unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: clears close-on-exec on our own descriptor so the child inherits it.
+    assert_eq!(unsafe { libc::fcntl(raw, libc::F_SETFD, 0) }, 0);
+    let out = run_child(test, "reader", &[("STOKER_TEST_RING_FD", raw.to_string())]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bytes as written"));
+}

@@ -1,0 +1,82 @@
+//! Running `stoker_kernels`' real CUDA code on the emulated GPU (tests/gpu-emulator): the
+//! emulated libcuda and libnvjpeg are loaded through the same run-time loading path a GPU host
+//! uses (`STOKER_LIBCUDA`, `STOKER_NVJPEG`), with `STOKER_GPU_EMULATOR=1`.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Once;
+
+use stoker_kernels::loader;
+use stoker_kernels::nvrtc::Nvrtc;
+
+/// The default emulated machine: two sm_90 devices with these UUIDs.
+pub const UUIDS: [&str; 2] = [
+    "GPU-57e0e3c0-0000-4000-8000-000000000000",
+    "GPU-57e0e3c0-0000-4000-8000-000000000001",
+];
+
+/// `lib<name>.so` as cargo built it beside this test (a dev-dependency of `stoker-kernels`).
+pub fn built_library(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let file = format!("lib{name}.so");
+    [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join(&file))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{file} not found beside {}", exe.display()))
+}
+
+/// Points the loaders at the emulator (before anything loads a driver in this process).
+pub fn use_emulator() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("STOKER_GPU_EMULATOR", "1");
+        std::env::set_var("STOKER_LIBCUDA", built_library("stoker_emu_cuda"));
+        std::env::set_var("STOKER_NVJPEG", built_library("stoker_emu_nvjpeg"));
+        std::env::remove_var("STOKER_EMU_CONFIG");
+        std::env::remove_var("STOKER_EMU_FAULTS");
+        std::env::remove_var("CUDA_VISIBLE_DEVICES");
+    });
+}
+
+/// NVRTC from the PyPI wheel, or `None` said loudly (a failure when `CI` is set).
+pub fn nvrtc(test: &str) -> Option<Nvrtc> {
+    let root = loader::wheel_dir().filter(|r| r.join("nvidia").is_dir());
+    let Some(root) = root else {
+        let msg = format!("{test}: NVIDIA wheels not found (run scripts/cuda-wheels)");
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+        return None;
+    };
+    Some(Nvrtc::load_from_wheel(&root).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Environment variable naming a child process's role.
+pub const CHILD_ENV: &str = "STOKER_KERNELS_TEST_CHILD";
+
+pub fn child_role() -> Option<String> {
+    std::env::var(CHILD_ENV).ok()
+}
+
+/// Runs test `test` of this binary again in a child process with `role` and `env`.
+pub fn run_child(test: &str, role: &str, env: &[(&str, String)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    // A name that matched no test would run nothing and succeed.
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
+    assert!(
+        out.status.success() && ran,
+        "child {role} failed: {:?}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

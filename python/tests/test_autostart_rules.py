@@ -1,0 +1,77 @@
+"""Which socket a Loader uses and when it may start a daemon (no daemon needed)."""
+
+import os
+
+import pytest
+
+import stoker
+from stoker import _daemon
+
+
+def test_an_explicit_socket_or_stoker_socket_is_used_as_given(monkeypatch, tmp_path):
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    assert _daemon.resolve(tmp_path / "s.sock", True) == (str(tmp_path / "s.sock"), False)
+    monkeypatch.setenv("STOKER_SOCKET", "/elsewhere/s.sock")
+    assert _daemon.resolve(None, True) == ("/elsewhere/s.sock", False)
+
+
+def test_the_user_socket_is_under_xdg_runtime_dir_else_tmp(monkeypatch, tmp_path):
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    monkeypatch.setattr(_daemon, "SYSTEM_SOCKET", str(tmp_path / "no-system.sock"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert _daemon.resolve(None, True) == (str(tmp_path / "stoker" / "stoker.sock"), True)
+    assert _daemon.resolve(None, False) == (str(tmp_path / "stoker" / "stoker.sock"), False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert _daemon.user_socket() == _daemon.Path(f"/tmp/stoker-{os.getuid()}/stoker.sock")
+
+
+def test_a_daemon_folder_of_another_user_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED: chown to another user needs root")
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(stoker.ConnectError, match="belongs to uid 65534"):
+        _daemon.private_dir(d)
+
+
+def test_the_daemon_folder_is_made_private(tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    _daemon.private_dir(d)
+    assert os.stat(d).st_mode & 0o777 == 0o700
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    with pytest.raises(stoker.ConnectError, match="not a directory"):
+        _daemon.private_dir(link)
+
+
+def test_idle_exit_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("STOKER_IDLE_EXIT", raising=False)
+    assert _daemon.idle_exit() == _daemon.DEFAULT_IDLE_EXIT
+    monkeypatch.setenv("STOKER_IDLE_EXIT", "7")
+    assert _daemon.idle_exit() == 7
+    monkeypatch.setenv("STOKER_IDLE_EXIT", "soon")
+    with pytest.raises(ValueError, match="STOKER_IDLE_EXIT"):
+        _daemon.idle_exit()
+
+
+def test_a_system_daemon_that_answers_comes_before_the_users_own(monkeypatch, tmp_path):
+    import socket
+
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    system = tmp_path / "system.sock"
+    monkeypatch.setattr(_daemon, "SYSTEM_SOCKET", str(system))
+    assert _daemon.resolve(None, True)[1] is True  # nothing listens there yet
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(system))
+    listener.listen(4)
+    try:
+        assert _daemon.resolve(None, True) == (str(system), False)
+        # STOKER_SOCKET still wins.
+        monkeypatch.setenv("STOKER_SOCKET", str(tmp_path / "mine.sock"))
+        assert _daemon.resolve(None, True) == (str(tmp_path / "mine.sock"), False)
+    finally:
+        listener.close()

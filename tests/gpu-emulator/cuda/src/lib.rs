@@ -1,0 +1,43 @@
+//! An emulated CUDA driver: a stand-in for libcuda that stoker's real run-time loading code
+//! opens through `STOKER_LIBCUDA`, so CI without a GPU runs the CUDA paths end to end.
+//!
+//! It refuses to initialise (`cuInit` returns `CUDA_ERROR_STUB_LIBRARY`) unless
+//! `STOKER_GPU_EMULATOR=1`: it never loads by accident. The driver's documented contract is
+//! kept strictly, so code that works here has followed the rules a GPU enforces.
+//!
+//! # Design
+//! - [`config`]: devices (UUIDs, names, compute capability, memory, JPEG engines), the delay of
+//!   each stream operation and the faults to inject, from the environment.
+//! - [`state`]: `cuInit` first; primary contexts reference-counted; the current context per
+//!   thread; every exported call goes through one wrapper (fault injection, panics caught).
+//! - [`stream`]: a worker thread per stream, in order and asynchronous; events.
+//! - [`memory`]: device memory is host memory at the same address (so the host build of a
+//!   kernel can dereference device pointers); pinned host memory; copies.
+//! - [`vmm`]: `cuMemCreate` on memfds, POSIX-fd export/import across processes, reserve / map
+//!   / set access with real page protections.
+//! - [`module`] + [`elf`]: cubins checked and read; launches run the host build of the
+//!   kernel source (`build.rs`) with the parameter buffer the cubin describes.
+//! - [`faults`], [`stats`]: faults on demand; live allocations for leak checks.
+//!
+//! What this proves and what only a GPU proves: docs/cuda.md, "The emulated GPU".
+//!
+//! # Limitations
+//! Only what stoker calls is exported (a program needing more fails to resolve a symbol).
+//! Kernels run one thread after another on the CPU: correct, never fast.
+
+// Every exported function is a C ABI entry point taking the driver's raw pointers: C callers
+// cannot see a Rust `unsafe` marker, and the pointer contract is the one cuda.h documents.
+// Each dereference still carries its own `// SAFETY:` comment.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod config;
+pub mod device;
+pub mod elf;
+pub mod faults;
+pub mod memory;
+pub mod module;
+pub mod state;
+pub mod stats;
+pub mod status;
+pub mod stream;
+pub mod vmm;

@@ -1,0 +1,296 @@
+//! The emulated driver's process-wide state, the current context of each thread, and the
+//! wrapper every exported call goes through (initialisation check, fault injection, panics).
+//!
+//! # Design
+//! One mutex guards the state. It is held only for bookkeeping, never while waiting for a
+//! stream: stream workers take it too (to mark a context broken), so a caller that waited
+//! with it held would deadlock.
+//!
+//! Primary contexts: one per device, its handle fixed for the life of the process (as the
+//! real driver's is). `cuDevicePrimaryCtxRetain` counts up; the release that brings the count
+//! to 0 destroys everything made in the context (streams drained, modules unloaded, memory
+//! freed) and clears a context-sticky error.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::config::Machine;
+use crate::faults::Faults;
+use crate::memory::MemState;
+use crate::module::ModuleEntry;
+use crate::status::{self, CUresult, Stickiness};
+use crate::stream::{EventState, Worker};
+
+/// Handles of different kinds come from different ranges, so one passed as another is
+/// `CUDA_ERROR_INVALID_HANDLE`, not a silent success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleKind {
+    Context = 1,
+    Stream = 2,
+    Event = 3,
+    Module = 4,
+    Function = 5,
+    Vmm = 6,
+}
+
+const HANDLE_BASE: u64 = 0x57e0_0000_0000;
+
+pub fn handle(kind: HandleKind, n: u64) -> u64 {
+    HANDLE_BASE + ((kind as u64) << 36) + n * 16
+}
+
+pub fn handle_kind_is(h: u64, kind: HandleKind) -> bool {
+    h >= HANDLE_BASE && ((h - HANDLE_BASE) >> 36) == kind as u64
+}
+
+/// The primary context of device `dev`.
+pub fn ctx_handle(dev: usize) -> u64 {
+    handle(HandleKind::Context, dev as u64 + 1)
+}
+
+#[derive(Debug, Default)]
+pub struct CtxState {
+    pub refs: u32,
+    /// The status every call in this context returns after a sticky error.
+    pub sticky: Option<CUresult>,
+}
+
+pub struct DeviceState {
+    pub ctx: CtxState,
+    /// Bytes of device memory in use (`cuMemAlloc`, `cuMemCreate`).
+    pub used: u64,
+    /// The status every call on this device returns after it was lost.
+    pub broken: Option<CUresult>,
+    /// The legacy default stream (handle 0) of the context, made on first use.
+    pub null_stream: Option<Arc<Worker>>,
+}
+
+pub struct StreamEntry {
+    pub dev: usize,
+    pub worker: Arc<Worker>,
+}
+
+pub struct Emu {
+    pub machine: Machine,
+    pub devices: Vec<DeviceState>,
+    pub faults: Faults,
+    pub streams: HashMap<u64, StreamEntry>,
+    pub events: HashMap<u64, (usize, Arc<EventState>)>,
+    pub modules: HashMap<u64, ModuleEntry>,
+    /// Function handle -> (module handle, kernel name).
+    pub functions: HashMap<u64, (u64, String)>,
+    pub mem: MemState,
+    next: u64,
+}
+
+impl Emu {
+    pub fn new_handle(&mut self, kind: HandleKind) -> u64 {
+        self.next += 1;
+        handle(kind, self.next)
+    }
+
+    /// The device of the calling thread's current context, if that context is usable.
+    pub fn current(&self) -> Result<usize, CUresult> {
+        let h = CURRENT.with(Cell::get);
+        if h == 0 {
+            return Err(status::INVALID_CONTEXT);
+        }
+        let dev = self.ctx_device(h)?;
+        self.usable(dev)?;
+        Ok(dev)
+    }
+
+    /// The device a context handle belongs to.
+    pub fn ctx_device(&self, h: u64) -> Result<usize, CUresult> {
+        (0..self.devices.len())
+            .find(|&d| ctx_handle(d) == h)
+            .ok_or(status::INVALID_CONTEXT)
+    }
+
+    /// Whether work may be done on `dev`'s context: it is alive and not broken.
+    pub fn usable(&self, dev: usize) -> Result<(), CUresult> {
+        let d = &self.devices[dev];
+        if let Some(s) = d.broken {
+            return Err(s);
+        }
+        if d.ctx.refs == 0 {
+            return Err(status::CONTEXT_IS_DESTROYED);
+        }
+        if let Some(s) = d.ctx.sticky {
+            return Err(s);
+        }
+        Ok(())
+    }
+
+    /// Records a sticky error on `dev`'s context or on the whole device.
+    pub fn break_with(&mut self, dev: usize, code: CUresult) {
+        match status::stickiness(code) {
+            Stickiness::Call => {}
+            Stickiness::Context => self.devices[dev].ctx.sticky = Some(code),
+            Stickiness::Device => self.devices[dev].broken = Some(code),
+        }
+    }
+
+    /// The null stream's worker of `dev`, made on first use. It runs without the configured
+    /// delay: synchronous copies go there, and a read that overtook the delayed work of
+    /// another stream is exactly what the delay is meant to expose.
+    pub fn null_stream(&mut self, dev: usize) -> Arc<Worker> {
+        self.devices[dev]
+            .null_stream
+            .get_or_insert_with(|| Worker::spawn(dev, 0))
+            .clone()
+    }
+
+    /// The worker of `stream` (0 or the legacy/per-thread markers: the null stream), which
+    /// must belong to `dev`.
+    pub fn stream(&mut self, stream: u64, dev: usize) -> Result<Arc<Worker>, CUresult> {
+        if stream <= 2 {
+            return Ok(self.null_stream(dev));
+        }
+        match self.streams.get(&stream) {
+            Some(s) if s.dev == dev => Ok(s.worker.clone()),
+            Some(_) => Err(status::INVALID_CONTEXT),
+            None => Err(status::INVALID_HANDLE),
+        }
+    }
+}
+
+thread_local! {
+    /// The calling thread's current context handle (0: none).
+    pub static CURRENT: Cell<u64> = const { Cell::new(0) };
+}
+
+static EMU: OnceLock<Result<Mutex<Emu>, CUresult>> = OnceLock::new();
+
+/// Environment variable that must be `1` for the emulator to initialise.
+pub const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
+
+fn init() -> Result<Mutex<Emu>, CUresult> {
+    if std::env::var(GATE_ENV).as_deref() != Ok("1") {
+        eprintln!(
+            "stoker GPU emulator: refusing to initialise: {GATE_ENV}=1 is not set (this \
+             library is a stand-in for libcuda, for tests only)"
+        );
+        return Err(status::STUB_LIBRARY);
+    }
+    let machine = crate::config::load().map_err(|e| {
+        eprintln!("stoker GPU emulator: bad configuration: {e}");
+        status::INVALID_VALUE
+    })?;
+    let devices = machine
+        .devices
+        .iter()
+        .map(|_| DeviceState {
+            ctx: CtxState::default(),
+            used: 0,
+            broken: None,
+            null_stream: None,
+        })
+        .collect();
+    Ok(Mutex::new(Emu {
+        faults: Faults::new(&machine.faults),
+        machine,
+        devices,
+        streams: HashMap::new(),
+        events: HashMap::new(),
+        modules: HashMap::new(),
+        functions: HashMap::new(),
+        mem: MemState::default(),
+        next: 0,
+    }))
+}
+
+/// `cuInit`: the first call decides for the whole process.
+pub fn initialize() -> CUresult {
+    match EMU.get_or_init(init) {
+        Ok(_) => status::SUCCESS,
+        Err(e) => *e,
+    }
+}
+
+/// The state, once `cuInit` succeeded.
+pub fn emu() -> Result<&'static Mutex<Emu>, CUresult> {
+    match EMU.get() {
+        Some(Ok(m)) => Ok(m),
+        _ => Err(status::NOT_INITIALIZED),
+    }
+}
+
+pub fn lock(m: &Mutex<Emu>) -> MutexGuard<'_, Emu> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an exported call gets: the state, and a fault to raise from its stream work.
+pub struct Api {
+    pub emu: &'static Mutex<Emu>,
+    async_fault: Cell<Option<CUresult>>,
+}
+
+impl Api {
+    pub fn lock(&self) -> MutexGuard<'static, Emu> {
+        lock(self.emu)
+    }
+
+    /// A sticky fault injected into this call, which its stream work must raise when it runs
+    /// (a GPU reports a kernel's illegal address at the next synchronisation, not at launch).
+    pub fn take_async_fault(&self) -> Option<CUresult> {
+        self.async_fault.take()
+    }
+}
+
+/// Calls that enqueue stream work: a sticky fault injected into them surfaces asynchronously.
+const STREAM_CALLS: &[&str] = &[
+    "cuLaunchKernel",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8Async",
+];
+
+/// Runs one exported call: checks `cuInit` happened, injects a configured fault, catches
+/// panics (a bug here must not unwind into C).
+pub fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> CUresult {
+    let run = || -> Result<(), CUresult> {
+        let api = Api {
+            emu: emu()?,
+            async_fault: Cell::new(None),
+        };
+        let fault = api.lock().faults.hit(name);
+        if let Some(code) = fault {
+            let sticky = status::stickiness(code) != Stickiness::Call;
+            if sticky && STREAM_CALLS.contains(&name) {
+                api.async_fault.set(Some(code));
+            } else {
+                let mut e = api.lock();
+                if let Ok(dev) = e.ctx_device(CURRENT.with(Cell::get)) {
+                    e.break_with(dev, code);
+                }
+                return Err(code);
+            }
+        }
+        f(&api)
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(())) => status::SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            eprintln!("stoker GPU emulator: internal panic in {name}");
+            status::UNKNOWN
+        }
+    }
+}
+
+/// Writes `v` through an out-parameter, `CUDA_ERROR_INVALID_VALUE` for a null pointer.
+///
+/// # Safety
+/// `p` must be null or valid for a write of `T`.
+pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(status::INVALID_VALUE);
+    }
+    // SAFETY: non-null and valid by the caller's promise.
+    unsafe { p.write(v) };
+    Ok(())
+}

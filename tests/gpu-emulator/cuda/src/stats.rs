@@ -1,0 +1,103 @@
+//! What is alive in this process: contexts, streams, events, modules, device and pinned
+//! memory, VMM allocations, mappings and reservations. Tests (and issue 13's leak checks) ask
+//! through [`stoker_emu_live`], or read `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a
+//! temporary name, then renamed) after every change.
+
+use std::io::Write;
+
+use crate::state::{api, Emu};
+use crate::status::{self, CUresult};
+
+/// What is alive. `size` must be set by the caller to `sizeof(EmuLive)` (versioning).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmuLive {
+    pub size: u64,
+    pub contexts: u64,
+    pub streams: u64,
+    pub events: u64,
+    pub modules: u64,
+    pub device_allocations: u64,
+    pub device_bytes: u64,
+    pub pinned_allocations: u64,
+    pub pinned_bytes: u64,
+    pub vmm_allocations: u64,
+    pub vmm_bytes: u64,
+    pub vmm_mappings: u64,
+    pub reservations: u64,
+}
+
+fn live(e: &Emu) -> EmuLive {
+    let m = &e.mem;
+    EmuLive {
+        size: std::mem::size_of::<EmuLive>() as u64,
+        contexts: e.devices.iter().filter(|d| d.ctx.refs > 0).count() as u64,
+        streams: e.streams.len() as u64,
+        events: e.events.len() as u64,
+        modules: e.modules.len() as u64,
+        device_allocations: m.device.len() as u64,
+        device_bytes: m.device.values().map(|r| r.size).sum(),
+        pinned_allocations: (m.pinned.len() + m.registered.len()) as u64,
+        pinned_bytes: m
+            .pinned
+            .values()
+            .chain(m.registered.values())
+            .map(|r| r.size)
+            .sum(),
+        vmm_allocations: m.vmm.live().count() as u64,
+        vmm_bytes: m.vmm.live().map(|a| a.size).sum(),
+        vmm_mappings: m.vmm.mapping_count() as u64,
+        reservations: m.vmm.reservations.len() as u64,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn stoker_emu_live(out: *mut EmuLive) -> CUresult {
+    api("stoker_emu_live", |a| {
+        if out.is_null() {
+            return Err(status::INVALID_VALUE);
+        }
+        // SAFETY: the caller passes an EmuLive whose first field says its size.
+        if unsafe { (*out).size } != std::mem::size_of::<EmuLive>() as u64 {
+            return Err(status::INVALID_VALUE);
+        }
+        let l = live(&a.lock());
+        // SAFETY: checked non-null and of our size above.
+        unsafe { out.write(l) };
+        Ok(())
+    })
+}
+
+/// Rewrites the stats file, if `STOKER_EMU_STATS_DIR` asks for one.
+pub fn changed(e: &Emu) {
+    let Some(dir) = std::env::var_os("STOKER_EMU_STATS_DIR").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let l = live(e);
+    let json = format!(
+        "{{\"pid\": {}, \"contexts\": {}, \"streams\": {}, \"events\": {}, \"modules\": {}, \
+         \"device_allocations\": {}, \"device_bytes\": {}, \"pinned_allocations\": {}, \
+         \"pinned_bytes\": {}, \"vmm_allocations\": {}, \"vmm_bytes\": {}, \"vmm_mappings\": {}, \
+         \"reservations\": {}}}\n",
+        std::process::id(),
+        l.contexts,
+        l.streams,
+        l.events,
+        l.modules,
+        l.device_allocations,
+        l.device_bytes,
+        l.pinned_allocations,
+        l.pinned_bytes,
+        l.vmm_allocations,
+        l.vmm_bytes,
+        l.vmm_mappings,
+        l.reservations
+    );
+    let dir = std::path::PathBuf::from(dir);
+    let pid = std::process::id();
+    let tmp = dir.join(format!(".{pid}.json.tmp"));
+    let write = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(json.as_bytes()));
+    if write.is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join(format!("{pid}.json")));
+    }
+}

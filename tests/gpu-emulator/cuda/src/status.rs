@@ -1,0 +1,168 @@
+//! The driver's status codes the emulator returns, with the names and messages
+//! `cuGetErrorName` / `cuGetErrorString` give for them.
+
+use std::ffi::CStr;
+
+/// `CUresult`.
+pub type CUresult = i32;
+
+pub const SUCCESS: CUresult = 0;
+pub const INVALID_VALUE: CUresult = 1;
+pub const OUT_OF_MEMORY: CUresult = 2;
+pub const NOT_INITIALIZED: CUresult = 3;
+pub const STUB_LIBRARY: CUresult = 34;
+pub const DEVICE_UNAVAILABLE: CUresult = 46;
+pub const INVALID_DEVICE: CUresult = 101;
+pub const INVALID_IMAGE: CUresult = 200;
+pub const INVALID_CONTEXT: CUresult = 201;
+pub const NO_BINARY_FOR_GPU: CUresult = 209;
+pub const ECC_UNCORRECTABLE: CUresult = 214;
+pub const INVALID_HANDLE: CUresult = 400;
+pub const NOT_FOUND: CUresult = 500;
+pub const NOT_READY: CUresult = 600;
+pub const ILLEGAL_ADDRESS: CUresult = 700;
+pub const LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
+pub const CONTEXT_IS_DESTROYED: CUresult = 709;
+pub const HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
+pub const HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
+pub const LAUNCH_FAILED: CUresult = 719;
+pub const NOT_PERMITTED: CUresult = 800;
+pub const NOT_SUPPORTED: CUresult = 801;
+pub const UNKNOWN: CUresult = 999;
+
+/// (code, name, message) of every status the emulator can return or be told to inject.
+const TABLE: &[(CUresult, &CStr, &CStr)] = &[
+    (0, c"CUDA_SUCCESS", c"no error"),
+    (1, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+    (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
+    (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
+    (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
+    (
+        34,
+        c"CUDA_ERROR_STUB_LIBRARY",
+        c"CUDA driver is a stub library",
+    ),
+    (
+        46,
+        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
+        c"CUDA-capable device(s) is/are busy or unavailable",
+    ),
+    (
+        100,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
+    (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+    (
+        200,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        201,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        209,
+        c"CUDA_ERROR_NO_BINARY_FOR_GPU",
+        c"no kernel image is available for execution on the device",
+    ),
+    (
+        214,
+        c"CUDA_ERROR_ECC_UNCORRECTABLE",
+        c"uncorrectable ECC error encountered",
+    ),
+    (
+        400,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
+    (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
+    (
+        700,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        701,
+        c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        c"too many resources requested for launch",
+    ),
+    (
+        709,
+        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        c"context is destroyed",
+    ),
+    (
+        719,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
+    ),
+    (800, c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
+    (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+    (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+];
+
+/// The `CUDA_ERROR_*` name of `code`.
+pub fn name(code: CUresult) -> Option<&'static CStr> {
+    TABLE.iter().find(|t| t.0 == code).map(|t| t.1)
+}
+
+/// The message of `code`.
+pub fn message(code: CUresult) -> Option<&'static CStr> {
+    TABLE.iter().find(|t| t.0 == code).map(|t| t.2)
+}
+
+/// A status from its name (`CUDA_ERROR_OUT_OF_MEMORY`, or without the prefix) or its number.
+pub fn parse(s: &str) -> Option<CUresult> {
+    if let Ok(n) = s.parse::<CUresult>() {
+        return name(n).map(|_| n);
+    }
+    let full = if s.starts_with("CUDA_") {
+        s.to_string()
+    } else {
+        format!("CUDA_ERROR_{s}")
+    };
+    TABLE
+        .iter()
+        .find(|t| t.1.to_str() == Ok(full.as_str()))
+        .map(|t| t.0)
+}
+
+/// How far a status spreads once it happened (a real GPU's "sticky" errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stickiness {
+    /// Only the call that returned it failed.
+    Call,
+    /// The context is unusable: every later call in it returns the same status.
+    Context,
+    /// The whole device is unusable (ECC, fallen off the bus).
+    Device,
+}
+
+pub fn stickiness(code: CUresult) -> Stickiness {
+    match code {
+        ILLEGAL_ADDRESS | LAUNCH_FAILED | LAUNCH_OUT_OF_RESOURCES => Stickiness::Context,
+        ECC_UNCORRECTABLE | DEVICE_UNAVAILABLE => Stickiness::Device,
+        _ => Stickiness::Call,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_parse_by_name_short_name_and_number() {
+        assert_eq!(parse("CUDA_ERROR_OUT_OF_MEMORY"), Some(OUT_OF_MEMORY));
+        assert_eq!(parse("ILLEGAL_ADDRESS"), Some(ILLEGAL_ADDRESS));
+        assert_eq!(parse("719"), Some(LAUNCH_FAILED));
+        assert_eq!(parse("NO_SUCH_ERROR"), None);
+        assert_eq!(parse("12345"), None);
+        assert_eq!(stickiness(ILLEGAL_ADDRESS), Stickiness::Context);
+        assert_eq!(stickiness(ECC_UNCORRECTABLE), Stickiness::Device);
+        assert_eq!(stickiness(OUT_OF_MEMORY), Stickiness::Call);
+    }
+}

@@ -1,0 +1,396 @@
+//! Streams and events: each stream is a worker thread running its operations in order, so an
+//! async copy or a launch returns before its work is done, as on a GPU.
+//!
+//! # Design
+//! A [`Worker`] holds a queue of operations and two counters, submitted and completed; a
+//! position in the queue (a ticket) is complete when `completed >= ticket`. Threads are woken
+//! by condition variables, never polled. Each operation on a stream the program created waits
+//! the configured delay (`STOKER_EMU_OP_DELAY_US`) first, so a host that reads results without synchronising reads
+//! stale bytes in tests instead of being lucky. An event records (worker, ticket) of the
+//! stream it was recorded on; it completes when that ticket does, so events complete in
+//! stream order. An operation that fails (an injected sticky fault) breaks its context.
+//!
+//! # Limitations
+//! - Blocking streams (flags 0) do not synchronise with the null stream: every stream behaves
+//!   as `CU_STREAM_NON_BLOCKING` (stoker creates only those). The null stream (0,
+//!   `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`) is one more in-order worker per context.
+//! - Stream priorities and graph capture are not emulated.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::state::{api, emu, lock, out, HandleKind, StreamEntry};
+use crate::status::{self, CUresult};
+
+pub type Op = Box<dyn FnOnce() -> Result<(), CUresult> + Send>;
+
+struct Queue {
+    ops: VecDeque<Op>,
+    submitted: u64,
+    completed: u64,
+    closing: bool,
+}
+
+/// One stream's in-order executor.
+pub struct Worker {
+    dev: usize,
+    delay: Duration,
+    q: Mutex<Queue>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+impl Worker {
+    pub fn spawn(dev: usize, delay_us: u64) -> Arc<Worker> {
+        let w = Arc::new(Worker {
+            dev,
+            delay: Duration::from_micros(delay_us),
+            q: Mutex::new(Queue {
+                ops: VecDeque::new(),
+                submitted: 0,
+                completed: 0,
+                closing: false,
+            }),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let run = w.clone();
+        thread::Builder::new()
+            .name(format!("emu-stream-{dev}"))
+            .spawn(move || run.run())
+            .expect("spawning a stream worker thread");
+        w
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run(&self) {
+        loop {
+            let op = {
+                let mut q = self.queue();
+                loop {
+                    if let Some(op) = q.ops.pop_front() {
+                        break op;
+                    }
+                    if q.closing {
+                        return;
+                    }
+                    q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            if !self.delay.is_zero() {
+                thread::sleep(self.delay);
+            }
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(op))
+                .unwrap_or(Err(status::LAUNCH_FAILED));
+            if let Err(code) = r {
+                if let Ok(m) = emu() {
+                    lock(m).break_with(self.dev, code);
+                }
+            }
+            self.queue().completed += 1;
+            self.done.notify_all();
+        }
+    }
+
+    /// Enqueues `op`; returns its ticket.
+    pub fn submit(&self, op: Op) -> u64 {
+        let mut q = self.queue();
+        q.ops.push_back(op);
+        q.submitted += 1;
+        self.wake.notify_one();
+        q.submitted
+    }
+
+    /// The ticket of the last operation submitted so far.
+    pub fn tail(&self) -> u64 {
+        self.queue().submitted
+    }
+
+    pub fn is_done(&self, ticket: u64) -> bool {
+        self.queue().completed >= ticket
+    }
+
+    /// Blocks until the operation with `ticket` (and all before it) completed.
+    pub fn wait(&self, ticket: u64) {
+        let mut q = self.queue();
+        while q.completed < ticket {
+            q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets the thread exit once the queue is empty (`cuStreamDestroy` does not wait).
+    pub fn close(&self) {
+        self.queue().closing = true;
+        self.wake.notify_all();
+    }
+}
+
+const CU_EVENT_DISABLE_TIMING: u32 = 0x2;
+
+/// Where an event was last recorded.
+#[derive(Clone)]
+pub struct Recorded {
+    pub worker: Arc<Worker>,
+    pub ticket: u64,
+    /// When the marker ran (timing events).
+    pub at: Arc<Mutex<Option<Instant>>>,
+}
+
+pub struct EventState {
+    pub flags: u32,
+    pub rec: Mutex<Option<Recorded>>,
+}
+
+impl EventState {
+    fn recorded(&self) -> Option<Recorded> {
+        self.rec.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+fn event(a: &crate::state::Api, e: u64) -> Result<(usize, Arc<EventState>), CUresult> {
+    let emu = a.lock();
+    let dev = emu.current()?;
+    match emu.events.get(&e) {
+        Some((d, ev)) if *d == dev => Ok((dev, ev.clone())),
+        Some(_) => Err(status::INVALID_CONTEXT),
+        None => Err(status::INVALID_HANDLE),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamCreate(out_stream: *mut *mut c_void, flags: u32) -> CUresult {
+    api("cuStreamCreate", |a| {
+        let mut e = a.lock();
+        let dev = e.current()?;
+        if flags > 1 {
+            return Err(status::INVALID_VALUE);
+        }
+        let h = e.new_handle(HandleKind::Stream);
+        let worker = Worker::spawn(dev, e.machine.op_delay_us);
+        // SAFETY: out-parameter from the caller.
+        unsafe { out(out_stream, h as *mut c_void) }?;
+        e.streams.insert(h, StreamEntry { dev, worker });
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> CUresult {
+    api("cuStreamDestroy_v2", |a| {
+        let mut e = a.lock();
+        let dev = e.current()?;
+        let h = stream as u64;
+        match e.streams.get(&h) {
+            Some(s) if s.dev == dev => {}
+            Some(_) => return Err(status::INVALID_CONTEXT),
+            None => return Err(status::INVALID_HANDLE),
+        }
+        let s = e.streams.remove(&h).expect("checked above");
+        s.worker.close();
+        crate::stats::changed(&e);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
+    api("cuStreamSynchronize", |a| {
+        let (dev, w) = {
+            let mut e = a.lock();
+            let dev = e.current()?;
+            (dev, e.stream(stream as u64, dev)?)
+        };
+        w.wait(w.tail());
+        a.lock().usable(dev)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> CUresult {
+    api("cuStreamQuery", |a| {
+        let mut e = a.lock();
+        let dev = e.current()?;
+        let w = e.stream(stream as u64, dev)?;
+        if w.is_done(w.tail()) {
+            Ok(())
+        } else {
+            Err(status::NOT_READY)
+        }
+    })
+}
+
+/// `cuCtxSynchronize`: waits for every stream of the current context.
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    api("cuCtxSynchronize", |a| {
+        let (dev, workers) = {
+            let mut e = a.lock();
+            let dev = e.current()?;
+            let mut w: Vec<Arc<Worker>> = e
+                .streams
+                .values()
+                .filter(|s| s.dev == dev)
+                .map(|s| s.worker.clone())
+                .collect();
+            w.push(e.null_stream(dev));
+            (dev, w)
+        };
+        for w in workers {
+            w.wait(w.tail());
+        }
+        a.lock().usable(dev)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, ev: *mut c_void, flags: u32) -> CUresult {
+    api("cuStreamWaitEvent", |a| {
+        if flags > 1 {
+            return Err(status::INVALID_VALUE);
+        }
+        let (dev, e) = event(a, ev as u64)?;
+        let w = a.lock().stream(stream as u64, dev)?;
+        if let Some(r) = e.recorded() {
+            w.submit(Box::new(move || {
+                r.worker.wait(r.ticket);
+                Ok(())
+            }));
+        }
+        Ok(())
+    })
+}
+
+/// `CUhostFn`.
+pub type HostFn = unsafe extern "C" fn(*mut c_void);
+
+#[no_mangle]
+pub extern "C" fn cuLaunchHostFunc(
+    stream: *mut c_void,
+    f: Option<HostFn>,
+    user_data: *mut c_void,
+) -> CUresult {
+    api("cuLaunchHostFunc", |a| {
+        let f = f.ok_or(status::INVALID_VALUE)?;
+        let mut e = a.lock();
+        let dev = e.current()?;
+        let w = e.stream(stream as u64, dev)?;
+        let data = user_data as usize;
+        w.submit(Box::new(move || {
+            // SAFETY: the caller's function, called with the caller's pointer, in stream
+            // order, as the driver does.
+            unsafe { f(data as *mut c_void) };
+            Ok(())
+        }));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventCreate(out_event: *mut *mut c_void, flags: u32) -> CUresult {
+    api("cuEventCreate", |a| {
+        let mut e = a.lock();
+        let dev = e.current()?;
+        if flags & !0x7 != 0 {
+            return Err(status::INVALID_VALUE);
+        }
+        let h = e.new_handle(HandleKind::Event);
+        // SAFETY: out-parameter from the caller.
+        unsafe { out(out_event, h as *mut c_void) }?;
+        let state = EventState {
+            flags,
+            rec: Mutex::new(None),
+        };
+        e.events.insert(h, (dev, Arc::new(state)));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(ev: *mut c_void) -> CUresult {
+    api("cuEventDestroy_v2", |a| {
+        event(a, ev as u64)?;
+        let mut e = a.lock();
+        e.events.remove(&(ev as u64));
+        crate::stats::changed(&e);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(ev: *mut c_void, stream: *mut c_void) -> CUresult {
+    api("cuEventRecord", |a| {
+        let (dev, e) = event(a, ev as u64)?;
+        let w = a.lock().stream(stream as u64, dev)?;
+        let at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let mark = at.clone();
+        let ticket = w.submit(Box::new(move || {
+            *mark.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            Ok(())
+        }));
+        *e.rec.lock().unwrap_or_else(|p| p.into_inner()) = Some(Recorded {
+            worker: w,
+            ticket,
+            at,
+        });
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(ev: *mut c_void) -> CUresult {
+    api("cuEventQuery", |a| {
+        let (_, e) = event(a, ev as u64)?;
+        match e.recorded() {
+            Some(r) if !r.worker.is_done(r.ticket) => Err(status::NOT_READY),
+            _ => Ok(()),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(ev: *mut c_void) -> CUresult {
+    api("cuEventSynchronize", |a| {
+        let (dev, e) = event(a, ev as u64)?;
+        if let Some(r) = e.recorded() {
+            r.worker.wait(r.ticket);
+        }
+        a.lock().usable(dev)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    api("cuEventElapsedTime", |a| {
+        let (_, s) = event(a, start as u64)?;
+        let (_, e) = event(a, end as u64)?;
+        if (s.flags | e.flags) & CU_EVENT_DISABLE_TIMING != 0 {
+            return Err(status::INVALID_HANDLE);
+        }
+        let time = |ev: &EventState| -> Result<Instant, CUresult> {
+            let r = ev.recorded().ok_or(status::INVALID_HANDLE)?;
+            if !r.worker.is_done(r.ticket) {
+                return Err(status::NOT_READY);
+            }
+            let t = *r.at.lock().unwrap_or_else(|p| p.into_inner());
+            t.ok_or(status::NOT_READY)
+        };
+        let (t0, t1) = (time(&s)?, time(&e)?);
+        let d = if t1 >= t0 {
+            t1.duration_since(t0).as_secs_f32()
+        } else {
+            -t0.duration_since(t1).as_secs_f32()
+        };
+        // SAFETY: out-parameter from the caller.
+        unsafe { out(ms, d * 1000.0) }
+    })
+}

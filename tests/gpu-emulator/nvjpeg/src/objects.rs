@@ -1,0 +1,165 @@
+//! nvJPEG's opaque objects (handles, states, streams, parameters, decoders, buffers) and the
+//! record of which path decoded each image.
+//!
+//! # Design
+//! Objects live in one registry keyed by the handle value handed out, so a handle of the wrong
+//! kind or one already destroyed is `NVJPEG_STATUS_INVALID_PARAMETER`, never a wild pointer.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::decode::{OutputFormat, Planes, Roi};
+use crate::header::{Header, Path};
+use crate::status::{self, Status};
+
+pub const BACKEND_DEFAULT: c_int = 0;
+pub const BACKEND_HYBRID: c_int = 1;
+pub const BACKEND_GPU_HYBRID: c_int = 2;
+pub const BACKEND_HARDWARE: c_int = 3;
+
+pub struct HandleObj {
+    pub backend: c_int,
+    pub engines: u32,
+    pub cores: u32,
+}
+
+/// The decoupled API's progress through one image.
+pub enum Phase {
+    Idle,
+    Host(Planes),
+    Transferred(Planes),
+}
+
+pub struct StateObj {
+    /// `nvjpegDecodeBatchedInitialize`: (batch size, output format).
+    pub batch: Option<(usize, OutputFormat)>,
+    pub pinned: bool,
+    pub device: bool,
+    pub phase: Phase,
+}
+
+pub struct StreamObj {
+    pub data: Vec<u8>,
+    pub header: Header,
+}
+
+#[derive(Clone, Copy)]
+pub struct ParamsObj {
+    pub format: OutputFormat,
+    pub roi: Option<Roi>,
+}
+
+pub enum Object {
+    Handle(HandleObj),
+    State(StateObj),
+    Stream(Option<StreamObj>),
+    Params(ParamsObj),
+    Decoder(c_int),
+    Pinned,
+    Device,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    next: usize,
+    pub objects: HashMap<usize, Object>,
+    /// FNV-1a of an image's bytes -> the path that last decoded it.
+    pub paths: HashMap<u64, Path>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+pub struct Reg(MutexGuard<'static, Option<Registry>>);
+
+impl std::ops::Deref for Reg {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        self.0.as_ref().expect("made in reg()")
+    }
+}
+impl std::ops::DerefMut for Reg {
+    fn deref_mut(&mut self) -> &mut Registry {
+        self.0.as_mut().expect("made in reg()")
+    }
+}
+
+pub fn reg() -> Reg {
+    let mut g = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    g.get_or_insert_with(Registry::default);
+    Reg(g)
+}
+
+/// Handles look like pointers but are never dereferenced.
+const BASE: usize = 0x6e76_0000_0000;
+
+impl Registry {
+    pub fn insert(&mut self, o: Object) -> *mut c_void {
+        self.next += 1;
+        let h = BASE + self.next * 16;
+        self.objects.insert(h, o);
+        h as *mut c_void
+    }
+
+    pub fn remove(&mut self, h: *mut c_void, same_kind: fn(&Object) -> bool) -> Result<(), Status> {
+        match self.objects.get(&(h as usize)) {
+            Some(o) if same_kind(o) => {
+                self.objects.remove(&(h as usize));
+                Ok(())
+            }
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    pub fn get(&mut self, h: *mut c_void) -> Result<&mut Object, Status> {
+        self.objects
+            .get_mut(&(h as usize))
+            .ok_or(status::INVALID_PARAMETER)
+    }
+
+    pub fn handle(&mut self, h: *mut c_void) -> Result<&mut HandleObj, Status> {
+        match self.get(h)? {
+            Object::Handle(x) => Ok(x),
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    pub fn state(&mut self, h: *mut c_void) -> Result<&mut StateObj, Status> {
+        match self.get(h)? {
+            Object::State(x) => Ok(x),
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    /// A stream that was parsed (`nvjpegJpegStreamParse[Header]`).
+    pub fn stream(&mut self, h: *mut c_void) -> Result<&StreamObj, Status> {
+        match self.get(h)? {
+            Object::Stream(Some(x)) => Ok(x),
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    pub fn params(&mut self, h: *mut c_void) -> Result<&mut ParamsObj, Status> {
+        match self.get(h)? {
+            Object::Params(x) => Ok(x),
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    pub fn decoder(&mut self, h: *mut c_void) -> Result<c_int, Status> {
+        match self.get(h)? {
+            Object::Decoder(b) => Ok(*b),
+            _ => Err(status::INVALID_PARAMETER),
+        }
+    }
+
+    pub fn record(&mut self, jpeg: &[u8], path: Path) {
+        self.paths.insert(fnv1a(jpeg), path);
+    }
+}
+
+pub fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
+}

