@@ -62,6 +62,42 @@ pub mod metric {
     pub const ERRORS_TOTAL: &str = "stoker_s3_errors_total";
 }
 
+/// Describes the `s3://` metrics and registers their series at zero, so a scrape shows them
+/// before the first `s3://` dataset is opened. `stoker_s3_errors_total` has one series per S3
+/// error code and appears with the first failed request.
+pub fn register_metrics() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_counter!(
+        metric::BYTES_TOTAL,
+        Unit::Bytes,
+        "Bytes of s3:// objects, by source (s3: downloaded, cache: found in the node cache)."
+    );
+    describe_counter!(
+        metric::CACHE_REQUESTS_TOTAL,
+        Unit::Count,
+        "Node-cache lookups, by result."
+    );
+    describe_gauge!(metric::IN_FLIGHT, Unit::Count, "S3 downloads in flight.");
+    describe_counter!(
+        metric::RETRIES_TOTAL,
+        Unit::Count,
+        "S3 requests tried again."
+    );
+    describe_counter!(
+        metric::ERRORS_TOTAL,
+        Unit::Count,
+        "S3 requests failed for good, by S3 error code."
+    );
+    for source in ["s3", "cache"] {
+        metrics::counter!(metric::BYTES_TOTAL, "source" => source).increment(0);
+    }
+    for result in ["hit", "miss"] {
+        metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(0);
+    }
+    metrics::gauge!(metric::IN_FLIGHT).set(0.0);
+    metrics::counter!(metric::RETRIES_TOTAL).increment(0);
+}
+
 /// `s3://bucket/prefix`, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct S3Url {
