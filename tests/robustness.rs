@@ -321,7 +321,7 @@ fn oversized_files_are_bad_samples_counted_by_reason_without_being_read() {
     let mut failed = 0;
     while let FeedEvent::Ready(r) = feed.recv().unwrap() {
         let l = ring.layout().slot;
-        failed += ring.slot(r.slot)[l.status..l.status + r.n]
+        failed += ring.host_of(r.slot)[l.status..l.status + r.n]
             .iter()
             .filter(|&&s| s == SampleStatus::Failed as u8)
             .count();
@@ -722,6 +722,7 @@ fn a_second_connection_cannot_obtain_the_first_ones_ring() {
         created_job: false,
         daemon_version: "x".into(),
         accepts_stats: false,
+        ..Attached::default()
     };
     let mut probes: Vec<Vec<u8>> = [
         Message::Attach(Box::new(a.clone())), // the same rank: RANK_TAKEN

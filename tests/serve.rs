@@ -136,7 +136,7 @@ fn ranks_split_the_permutation_disjointly_and_match_the_in_process_pipeline() {
             panic!("in-process feed ended early")
         };
         assert_eq!((r.epoch, r.step), (s.epoch, s.step));
-        let slot = ring.slot(r.slot);
+        let slot = ring.images_of(r.slot);
         assert_eq!(
             &slot[..s.images.len()],
             &s.images[..],

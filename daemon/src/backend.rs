@@ -9,16 +9,18 @@
 
 use crate::config::BackendChoice;
 
-/// The backend that serves.
+/// The backend that serves (the engine's backends say which they are with it; see
+/// [`crate::engine::Backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum BackendKind {
     Cpu,
 }
 
-impl Backend {
+impl BackendKind {
+    /// The name in metrics labels, logs and status.
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Cpu => "cpu",
+            BackendKind::Cpu => "cpu",
         }
     }
 }
@@ -46,7 +48,7 @@ fn warn_if_emulated() {
 }
 
 /// Resolves `choice` on this host, logging the reason when `auto` falls back to the CPU.
-pub fn choose(choice: BackendChoice) -> Result<Backend, BackendError> {
+pub fn choose(choice: BackendChoice) -> Result<BackendKind, BackendError> {
     let probe = || {
         let info = stoker_kernels::cuda::probe();
         if info.is_ok() {
@@ -55,7 +57,7 @@ pub fn choose(choice: BackendChoice) -> Result<Backend, BackendError> {
         info
     };
     match choice {
-        BackendChoice::Cpu => Ok(Backend::Cpu),
+        BackendChoice::Cpu => Ok(BackendKind::Cpu),
         BackendChoice::Auto => {
             match probe() {
                 Ok(info) => tracing::warn!(
@@ -68,7 +70,7 @@ pub fn choose(choice: BackendChoice) -> Result<Backend, BackendError> {
                     "backend auto: the cuda backend is unavailable; serving from the CPU backend"
                 ),
             }
-            Ok(Backend::Cpu)
+            Ok(BackendKind::Cpu)
         }
         BackendChoice::Cuda => match probe() {
             Ok(info) => Err(BackendError::NotWired(format!(
@@ -86,8 +88,8 @@ mod tests {
 
     #[test]
     fn cpu_and_auto_serve_from_the_cpu_and_cuda_says_why_not() {
-        assert_eq!(choose(BackendChoice::Cpu).unwrap(), Backend::Cpu);
-        assert_eq!(choose(BackendChoice::Auto).unwrap(), Backend::Cpu);
+        assert_eq!(choose(BackendChoice::Cpu).unwrap(), BackendKind::Cpu);
+        assert_eq!(choose(BackendChoice::Auto).unwrap(), BackendKind::Cpu);
         let err = choose(BackendChoice::Cuda).unwrap_err().to_string();
         assert!(err.starts_with("--backend cuda:"), "{err}");
     }

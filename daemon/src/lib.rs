@@ -1,31 +1,40 @@
 //! The stoker daemon's library: everything `stokerd` and `stoker` are made of.
 //!
+//! Rooms (docs/architecture.md draws them and what each may touch):
+//! - **stages**: `dataset` (layouts, index cache), `sampler`, `rng`, `reader` (io_uring),
+//!   `decode` (libjpeg-turbo), `augment` (crop-resize-flip-normalize-convert), `badsample`;
+//! - **engine**: `engine` (jobs, fair-share scheduler, feeds, in-order publishing on
+//!   completion, the backend trait and the CPU backend); `backend` resolves `--backend`;
+//!   `pipeline` is the engine's former path, kept as a re-export;
+//! - **serving**: `server` (registry, connection state machine, accept loop, ops handle);
+//! - **operations**: `ops` (`config`, `access`, `metrics`, `systemd`, `logging`, `ratelimit`,
+//!   re-exported here) and `service` (what `stokerd` runs);
+//! - **tools**: `cli` (the `stoker` commands), `bench`, `synth`, `pack`.
+//!
 //! Data flow for one rank (see `../shared/DESIGN.md`):
 //! `sampler` → `reader` (io_uring) → `decode` (libjpeg-turbo / nvJPEG) → `augment` (fused
-//! crop-resize-flip-normalize-convert into the slot) → `pipeline` publishes the slot.
+//! crop-resize-flip-normalize-convert into the slot) → the `engine` publishes the slot.
 
-pub mod access;
 pub mod augment;
 pub mod backend;
 pub mod badsample;
 pub mod bench;
 pub mod cli;
-pub mod config;
 pub mod dataset;
 pub mod decode;
 pub mod detach;
+pub mod engine;
 pub mod fsopen;
 pub mod lobby;
-pub mod logging;
-pub mod metrics;
+pub mod ops;
+pub use ops::{access, config, logging, metrics, ratelimit, systemd};
 pub mod pack;
 pub mod pipeline;
-pub mod ratelimit;
 pub mod reader;
 pub mod rng;
 pub mod s3;
 pub mod sampler;
 pub mod server;
+pub mod service;
 pub mod stall;
 pub mod synth;
-pub mod systemd;

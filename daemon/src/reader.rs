@@ -494,52 +494,67 @@ impl UringReader {
             for cqe in &mut cq {
                 reaped += 1;
                 let i = cqe.user_data() as usize;
-                let (req, p) = (&reqs[i], &mut self.pending[i]);
-                let res = cqe.result();
-                if res < 0 {
-                    match -res {
-                        libc::EINTR | libc::EAGAIN => self.ready.push_back(i),
-                        errno => {
-                            p.result = Some(Err(ReadError::from_io(
-                                req.path,
-                                io::Error::from_raw_os_error(errno),
-                            )))
-                        }
-                    }
-                } else if res == 0 {
-                    p.result = Some(Err(ReadError::ShortRead {
-                        path: req.path.to_owned(),
-                        offset: req.offset,
-                        want: req.len,
-                        got: p.done,
-                    }));
-                } else {
-                    p.done += res as u64;
-                    if p.done < req.len {
-                        self.ready.push_back(i);
-                    } else {
-                        p.result = Some(Ok(()));
-                    }
+                let more = settle(&reqs[i], &mut self.pending[i], cqe.result());
+                if more {
+                    self.ready.push_back(i);
                 }
             }
             drop(cq);
             inflight.count -= reaped;
         }
         drop(inflight);
+        // SAFETY: `inflight` was dropped, which reaps every op still out.
+        unsafe { self.finish(bufs) }
+    }
 
-        let mut out = Vec::with_capacity(reqs.len());
+    /// Sets each buffer's length to what was read into it; returns the results.
+    ///
+    /// # Safety
+    /// Every op of the batch must have been reaped (no kernel write is still pending).
+    unsafe fn finish(&mut self, bufs: &mut [Vec<u8>]) -> Vec<Result<(), ReadError>> {
+        let mut out = Vec::with_capacity(self.pending.len());
         for (p, buf) in self.pending.iter_mut().zip(bufs.iter_mut()) {
             let r = p.result.take().unwrap_or(Ok(()));
             debug_assert!(p.done as usize <= buf.capacity());
-            // SAFETY: every op was reaped; the kernel wrote bytes `0..done` of the buffer
-            // (successful completions advance `done` by exactly what was written), and
-            // `done <= capacity` as reserved above.
+            // SAFETY: every op was reaped (the caller's promise); the kernel wrote bytes
+            // `0..done` of the buffer (successful completions advance `done` by exactly what was
+            // written), and `done <= capacity` as reserved by read_batch.
             unsafe { buf.set_len(p.done as usize) };
             p.file = None;
             out.push(r);
         }
         out
     }
+}
+
+/// Records one completion (`res`: bytes read, or a negated errno) of `req`'s read; true when
+/// the read must be submitted again (interrupted, or short of the requested length).
+fn settle(req: &ReadRequest<'_>, p: &mut Pending, res: i32) -> bool {
+    if res < 0 {
+        match -res {
+            libc::EINTR | libc::EAGAIN => return true,
+            errno => {
+                p.result = Some(Err(ReadError::from_io(
+                    req.path,
+                    io::Error::from_raw_os_error(errno),
+                )))
+            }
+        }
+    } else if res == 0 {
+        p.result = Some(Err(ReadError::ShortRead {
+            path: req.path.to_owned(),
+            offset: req.offset,
+            want: req.len,
+            got: p.done,
+        }));
+    } else {
+        p.done += res as u64;
+        if p.done < req.len {
+            return true;
+        }
+        p.result = Some(Ok(()));
+    }
+    false
 }
 
 /// Counts ops the kernel may still write for; on drop (also when unwinding) waits for them, so

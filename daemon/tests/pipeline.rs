@@ -66,7 +66,8 @@ fn engine(threads: usize, policy: BadSamplePolicy) -> Arc<Engine> {
 
 fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_daemon::pipeline::Ready) -> Got {
     let l = SlotLayout::new(spec);
-    let slot = ring.slot(ready.slot);
+    let images = ring.images_of(ready.slot);
+    let slot = ring.host_of(ready.slot);
     let b = l.batch_size;
     let words = |off: usize| -> Vec<[u8; 8]> {
         (0..b)
@@ -77,7 +78,7 @@ fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_daemon::pipeline
         epoch: ready.epoch,
         step: ready.step,
         n: ready.n,
-        images: slot[l.images..l.images + b * l.image_bytes].to_vec(),
+        images: images[l.images..l.images + b * l.image_bytes].to_vec(),
         labels: words(l.labels)
             .into_iter()
             .map(i64::from_ne_bytes)

@@ -399,6 +399,13 @@ impl Client {
                 )))
             }
         };
+        if !attached.image_memory.is_host() {
+            return Err(ClientError::Protocol(format!(
+                "the daemon serves this rank's images in {:?} memory; this client maps host \
+                 rings only (attach with device \"cpu\")",
+                attached.image_memory
+            )));
+        }
         let fd = match <[OwnedFd; 1]>::try_from(fds) {
             Ok([fd]) => fd,
             Err(fds) => {
@@ -638,17 +645,21 @@ impl Batch {
         self.ready.generation
     }
 
+    /// `len` bytes at `offset` in the slot's host part (labels, indices, status).
     fn region(&self, offset: usize, len: usize) -> &[u8] {
         // SAFETY: this batch holds the slot's lease, so the daemon does not write the slot
         // until the RELEASE that `drop` sends, after every borrow of `self` has ended.
-        let slot = unsafe { self.conn.ring.slot_bytes(self.slot()) };
+        let slot = unsafe { self.conn.ring.host_bytes(self.slot()) };
         &slot[offset..offset + len]
     }
 
     /// The `n` images, packed in the spec's dtype and layout.
     pub fn images(&self) -> &[u8] {
         let s = &self.conn.ring.layout().slot;
-        self.region(s.images, self.n() * s.image_bytes)
+        // SAFETY: as in `region`: the lease keeps the daemon from writing the slot.
+        let slot = unsafe { self.conn.ring.image_bytes(self.slot()) }
+            .expect("attach accepts host-memory images only");
+        &slot[s.images..s.images + self.n() * s.image_bytes]
     }
 
     /// Pointer to the first image (for zero-copy tensor views).
@@ -761,10 +772,11 @@ pub(crate) mod tests {
             assert_eq!(a.start, StartPosition::at(3, 4));
             let ring = MemfdRing::create(c"fake", layout).unwrap();
             let s = layout.slot;
-            let base = ring.slot_ptr(1);
+            let base = ring.host_ptr(1);
+            let images = ring.image_ptr(1).unwrap();
             // SAFETY: slot 1 is inside the ring and nobody else touches it yet.
             unsafe {
-                std::ptr::write_bytes(base.add(s.images), 9, 3 * s.image_bytes);
+                std::ptr::write_bytes(images.add(s.images), 9, 3 * s.image_bytes);
                 for i in 0..3 {
                     base.add(s.labels + 8 * i)
                         .cast::<i64>()
@@ -787,6 +799,7 @@ pub(crate) mod tests {
                 created_job: true,
                 daemon_version: "test".into(),
                 accepts_stats: false,
+                ..Attached::default()
             });
             conn.send(&attached.encode().unwrap(), &[ring.as_fd()])
                 .unwrap();

@@ -151,15 +151,32 @@ impl MemfdRing {
         &self.layout
     }
 
-    /// Start of slot `slot`. Valid for `layout().slot.slot_bytes` bytes while `self` lives.
+    /// Start of slot `slot`'s host part (labels, indices, status). Valid for
+    /// `layout().slot.host_slot_bytes` bytes while `self` lives.
     ///
     /// # Panics
     /// If `slot >= layout().slots`.
-    pub fn slot_ptr(&self, slot: usize) -> *mut u8 {
-        let off = self.layout.slot_offset(slot);
-        // SAFETY: `slot_offset` asserts `slot < slots`, and `slots * slot_bytes <=
-        // ring_bytes == map.len`, so the offset stays inside the mapping.
+    pub fn host_ptr(&self, slot: usize) -> *mut u8 {
+        let off = self.layout.host_offset(slot);
+        // SAFETY: `host_offset` asserts `slot < slots`, and the host part's slots end within
+        // `ring_bytes == map.len` (RingLayout), so the offset stays inside the mapping.
         unsafe { self.map.ptr.as_ptr().add(off) }
+    }
+
+    /// Start of slot `slot`'s images when they are host memory (in this memfd); `None` when
+    /// the ring's images are device memory. Valid for `layout().slot.image_slot_bytes` bytes
+    /// while `self` lives.
+    ///
+    /// # Panics
+    /// If `slot >= layout().slots`.
+    pub fn image_ptr(&self, slot: usize) -> Option<*mut u8> {
+        let off = self.layout.image_offset(slot);
+        if !self.layout.image_memory.is_host() {
+            return None;
+        }
+        // SAFETY: `image_offset` asserts `slot < slots`; host images lie at the start of the
+        // memfd, within `ring_bytes == map.len` (RingLayout).
+        Some(unsafe { self.map.ptr.as_ptr().add(off) })
     }
 
     /// Start of the mapping.
@@ -167,15 +184,26 @@ impl MemfdRing {
         self.map.ptr.as_ptr()
     }
 
-    /// The bytes of slot `slot`.
+    /// The bytes of slot `slot`'s host part.
     ///
     /// # Safety
     /// No one may write the slot while the slice lives: on the client, hold the slot's lease
     /// (the daemon does not write a leased slot); on the daemon, only while no feed writes it.
-    pub unsafe fn slot_bytes(&self, slot: usize) -> &[u8] {
-        // SAFETY: the pointer is valid for slot_bytes bytes (see `slot_ptr`); the caller
+    pub unsafe fn host_bytes(&self, slot: usize) -> &[u8] {
+        // SAFETY: the pointer is valid for host_slot_bytes bytes (see `host_ptr`); the caller
         // guarantees there is no concurrent writer.
-        unsafe { std::slice::from_raw_parts(self.slot_ptr(slot), self.layout.slot.slot_bytes) }
+        unsafe { std::slice::from_raw_parts(self.host_ptr(slot), self.layout.slot.host_slot_bytes) }
+    }
+
+    /// The bytes of slot `slot`'s images, when they are host memory.
+    ///
+    /// # Safety
+    /// As for [`MemfdRing::host_bytes`].
+    pub unsafe fn image_bytes(&self, slot: usize) -> Option<&[u8]> {
+        let ptr = self.image_ptr(slot)?;
+        // SAFETY: the pointer is valid for image_slot_bytes bytes (see `image_ptr`); the
+        // caller guarantees there is no concurrent writer.
+        Some(unsafe { std::slice::from_raw_parts(ptr, self.layout.slot.image_slot_bytes) })
     }
 }
 
@@ -233,14 +261,22 @@ mod tests {
         // A second mapping through a duplicate fd sees the writes of the first.
         let other =
             MemfdRing::from_fd(ring.as_fd().try_clone_to_owned().unwrap(), layout()).unwrap();
-        let n = layout().slot.slot_bytes;
-        // SAFETY: slot 2 is valid for slot_bytes bytes; this test is its only user.
-        unsafe { std::ptr::write_bytes(ring.slot_ptr(2), 0xab, n) };
+        let s = layout().slot;
+        // SAFETY: slot 2's parts are valid for their sizes; this test is their only user.
+        unsafe {
+            std::ptr::write_bytes(ring.image_ptr(2).unwrap(), 0xab, s.image_slot_bytes);
+            std::ptr::write_bytes(ring.host_ptr(2), 0xcd, s.host_slot_bytes);
+        }
         // SAFETY: nothing writes slot 2 any more.
-        let seen = unsafe { other.slot_bytes(2) };
-        assert!(seen.iter().all(|&b| b == 0xab));
+        let (images, host) = unsafe { (other.image_bytes(2).unwrap(), other.host_bytes(2)) };
+        assert!(images.iter().all(|&b| b == 0xab));
+        assert!(host.iter().all(|&b| b == 0xcd));
         // SAFETY: as above, for slot 1 which nobody wrote.
-        assert!(unsafe { other.slot_bytes(1) }.iter().all(|&b| b == 0));
+        assert!(unsafe { other.image_bytes(1).unwrap() }
+            .iter()
+            .all(|&b| b == 0));
+        // SAFETY: as above.
+        assert!(unsafe { other.host_bytes(1) }.iter().all(|&b| b == 0));
     }
 
     #[test]

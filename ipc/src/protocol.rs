@@ -25,6 +25,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ring::ImageMemory;
 use crate::spec::PipelineSpec;
 
 /// Wire protocol version this build speaks.
@@ -158,8 +159,9 @@ pub struct Attach {
     pub start: StartPosition,
 }
 
-/// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS),
+/// followed by the device allocation's fd when the images are device memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Attached {
     /// Slots in the ring.
@@ -188,6 +190,17 @@ pub struct Attached {
     /// STATS omits the field: the client then sends none).
     #[serde(default)]
     pub accepts_stats: bool,
+    /// Where the images live: host (in the memfd, the only fd) or device (a CUDA VMM
+    /// allocation, exported as a second fd). Left out on the wire for host.
+    #[serde(default, skip_serializing_if = "ImageMemory::is_host")]
+    pub image_memory: ImageMemory,
+    /// Bytes of the device allocation holding the images; left out (0) for host images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_ring_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Daemon → client: a slot is filled and leased to the client until it sends [`Release`].
@@ -522,8 +535,8 @@ impl Message {
         Ok(out)
     }
 
-    /// Decodes one whole datagram. Never panics.
-    pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    /// Checks a datagram's header; returns its message type and body.
+    fn decode_header(bytes: &[u8]) -> Result<(MessageType, &[u8]), DecodeError> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(DecodeError::TooLong(bytes.len()));
         }
@@ -544,6 +557,12 @@ impl Message {
         if reserved != 0 {
             return Err(DecodeError::Reserved(reserved));
         }
+        Ok((kind, body))
+    }
+
+    /// Decodes one whole datagram. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+        let (kind, body) = Message::decode_header(bytes)?;
         let want = |want: usize| {
             if body.len() == want {
                 Ok(())
@@ -681,6 +700,15 @@ mod tests {
                 created_job: false,
                 daemon_version: "0.1.0".into(),
                 accepts_stats: true,
+                ..Attached::default()
+            }),
+            Message::Attached(Attached {
+                slots: 3,
+                slot_bytes: 1 << 20,
+                ring_bytes: 1 << 16,
+                image_memory: ImageMemory::Device,
+                image_ring_bytes: 4 << 20,
+                ..Attached::default()
             }),
             Message::Ready(Ready {
                 slot: 3,
@@ -728,6 +756,39 @@ mod tests {
     }
 
     #[test]
+    fn a_host_ring_attached_keeps_the_old_wire_form() {
+        let host = Attached {
+            slots: 2,
+            slot_bytes: 512,
+            ring_bytes: 4096,
+            daemon_version: "x".into(),
+            ..Attached::default()
+        };
+        let bytes = Message::Attached(host.clone()).encode().unwrap();
+        let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+        assert!(
+            !json.contains("image_memory") && !json.contains("image_ring_bytes"),
+            "{json}"
+        );
+        // A message without the fields (every daemon before them) reads as host images.
+        let old = r#"{"slots":2,"slot_bytes":512,"ring_bytes":4096,"steps_per_epoch":0,
+            "dataset_len":0,"classes":0,"ranks_attached":0,"created_job":false,
+            "daemon_version":"x"}"#;
+        let parsed: Attached = serde_json::from_str(old).unwrap();
+        assert_eq!(parsed, host);
+        assert_eq!(parsed.image_memory, ImageMemory::Host);
+        // Device images are named on the wire.
+        let device = Attached {
+            image_memory: ImageMemory::Device,
+            image_ring_bytes: 2 << 20,
+            ..host
+        };
+        let bytes = Message::Attached(device).encode().unwrap();
+        let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+        assert!(json.contains(r#""image_memory":"device""#), "{json}");
+    }
+
+    #[test]
     fn every_message_round_trips() {
         for m in all_messages() {
             let bytes = m.encode().unwrap();
@@ -769,6 +830,7 @@ mod tests {
             created_job: true,
             daemon_version: "0.1.0".into(),
             accepts_stats: true,
+            ..Attached::default()
         };
         let m = Message::Attached(answer);
         assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);

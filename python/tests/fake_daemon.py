@@ -33,17 +33,22 @@ def message(kind, body=b""):
 
 
 class Layout:
-    """ipc/src/ring.rs SlotLayout / RingLayout."""
+    """ipc/src/ring.rs SlotLayout / RingLayout for host images: the image part (slots of
+    image_slot_bytes) at the start of the memfd, then the host part (labels, indices, status;
+    slots of host_slot_bytes) at host_offset."""
 
     def __init__(self, spec, slots):
         self.b = spec["batch_size"]
         h, w = spec["crop"]["size"]
         self.h, self.w = h, w
         self.image_bytes = h * w * 3 * DTYPE_SIZE[spec.get("dtype", "f32")]
-        self.labels = align(self.b * self.image_bytes)
+        self.image_slot_bytes = align(self.b * self.image_bytes)
+        self.labels = 0
         self.indices = align(self.labels + self.b * 8)
         self.status = align(self.indices + self.b * 8)
-        self.slot_bytes = align(self.status + self.b)
+        self.host_slot_bytes = align(self.status + self.b)
+        self.slot_bytes = self.image_slot_bytes + self.host_slot_bytes
+        self.host_offset = self.image_slot_bytes * slots
         page = max(mmap.PAGESIZE, SLOT_ALIGN)
         self.slots = slots
         self.ring_bytes = (self.slot_bytes * slots + page - 1) // page * page
@@ -140,13 +145,14 @@ class FakeDaemon:
     def _fill(self, ring, layout, slot, epoch, step, rank, world):
         import array
 
-        base = slot * layout.slot_bytes
+        images = slot * layout.image_slot_bytes
+        base = layout.host_offset + slot * layout.host_slot_bytes
         b = layout.b
         pixels = layout.image_bytes // 4
         for i in range(b):
             index = (epoch * 7 + step * world * b + rank * b + i) % self.dataset_len
             img = array.array("f", [index + epoch / 1000]) * pixels
-            off = base + i * layout.image_bytes
+            off = images + i * layout.image_bytes
             ring[off:off + layout.image_bytes] = img.tobytes()
             struct.pack_into("<q", ring, base + layout.labels + 8 * i, index % self.classes)
             struct.pack_into("<Q", ring, base + layout.indices + 8 * i, index)

@@ -372,41 +372,60 @@ impl NvjpegDecoder {
                 "nvjpegDecodeParamsSetOutputFormat",
                 (s.decode_params_set_output_format)(h.params, sys::OUTPUT_RGBI),
             )?;
-            if hw {
-                let (mut engines, mut cores): (c_uint, c_uint) = (0, 0);
-                check(
-                    "nvjpegGetHardwareDecoderInfo",
-                    (s.get_hardware_decoder_info)(handle, &mut engines, &mut cores),
-                )?;
-                d.engines = engines;
-                d.cores_per_engine = cores;
-                let mut batch = HardwareBatch {
-                    state: ptr::null_mut(),
-                    params: Vec::with_capacity(max_batch),
-                    initialized: 0,
-                };
-                let created = check(
-                    "nvjpegJpegStateCreate",
-                    (s.jpeg_state_create)(handle, &mut batch.state),
-                );
-                d.hardware = Some(batch);
-                created?;
-                let batch = d.hardware.as_mut().expect("just set");
-                for _ in 0..max_batch {
-                    let mut p: sys::DecodeParams = ptr::null_mut();
-                    check(
-                        "nvjpegDecodeParamsCreate",
-                        (s.decode_params_create)(handle, &mut p),
-                    )?;
-                    batch.params.push(p);
-                    check(
-                        "nvjpegDecodeParamsSetOutputFormat",
-                        (s.decode_params_set_output_format)(p, sys::OUTPUT_RGBI),
-                    )?;
-                }
-            }
+        }
+        if hw {
+            // SAFETY: `d.handle` is live and owned by `d`.
+            unsafe { d.init_hardware(max_batch)? };
         }
         Ok(d)
+    }
+
+    /// Asks the hardware engines' size and creates the batched decoder's state and
+    /// per-image parameters, owned by `self` from creation on (so an error releases them).
+    ///
+    /// # Safety
+    /// `self.handle` must be a live nvJPEG handle with the hardware backend.
+    unsafe fn init_hardware(&mut self, max_batch: usize) -> Result<(), NvjpegError> {
+        let lib = Arc::clone(&self.lib);
+        let s = &lib.sys;
+        let handle = self.handle;
+        let d = self;
+        // SAFETY: (whole block) the handle is live (the caller's promise), and every
+        // out-pointer is a field of `d` or a local.
+        unsafe {
+            let (mut engines, mut cores): (c_uint, c_uint) = (0, 0);
+            check(
+                "nvjpegGetHardwareDecoderInfo",
+                (s.get_hardware_decoder_info)(handle, &mut engines, &mut cores),
+            )?;
+            d.engines = engines;
+            d.cores_per_engine = cores;
+            let mut batch = HardwareBatch {
+                state: ptr::null_mut(),
+                params: Vec::with_capacity(max_batch),
+                initialized: 0,
+            };
+            let created = check(
+                "nvjpegJpegStateCreate",
+                (s.jpeg_state_create)(handle, &mut batch.state),
+            );
+            d.hardware = Some(batch);
+            created?;
+            let batch = d.hardware.as_mut().expect("just set");
+            for _ in 0..max_batch {
+                let mut p: sys::DecodeParams = ptr::null_mut();
+                check(
+                    "nvjpegDecodeParamsCreate",
+                    (s.decode_params_create)(handle, &mut p),
+                )?;
+                batch.params.push(p);
+                check(
+                    "nvjpegDecodeParamsSetOutputFormat",
+                    (s.decode_params_set_output_format)(p, sys::OUTPUT_RGBI),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the hardware engines are in use.

@@ -3,9 +3,7 @@
 
 use std::ffi::{c_int, c_uchar, c_uint, c_void};
 
-use libloading::Library;
-
-use crate::loader::{symbol, LibrarySpec, Loaded};
+use crate::loader::LibrarySpec;
 
 pub type NvjpegStatus = c_int;
 pub type Handle = *mut c_void;
@@ -57,31 +55,9 @@ pub const LIBNVJPEG: LibrarySpec = LibrarySpec {
     wheel_dirs: &["nvidia/cu13/lib", "nvidia/nvjpeg/lib"],
 };
 
-macro_rules! nvjpeg_table {
-    ($( $field:ident = $sym:literal : fn($($arg:ty),*); )*) => {
-        /// Every libnvjpeg entry point stoker calls, resolved once.
-        pub struct Nvjpeg {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> NvjpegStatus, )*
-            /// Kept last so the pointers above never outlive it.
-            _library: Library,
-        }
-
-        impl Nvjpeg {
-            pub fn load(loaded: Loaded) -> Result<Nvjpeg, String> {
-                let library = loaded.library;
-                // SAFETY: each type below is copied from nvjpeg.h for that symbol.
-                unsafe {
-                    Ok(Nvjpeg {
-                        $( $field: symbol(&library, $sym)?, )*
-                        _library: library,
-                    })
-                }
-            }
-        }
-    };
-}
-
-nvjpeg_table! {
+stoker::symbol_table! {
+    /// Every libnvjpeg entry point stoker calls, resolved once.
+    pub struct Nvjpeg, status NvjpegStatus, from "nvjpeg.h" {
     get_property = "nvjpegGetProperty": fn(c_int, *mut c_int);
     create_ex = "nvjpegCreateEx": fn(c_int, *mut c_void, *mut c_void, c_uint, *mut Handle);
     destroy = "nvjpegDestroy": fn(Handle);
@@ -128,6 +104,7 @@ nvjpeg_table! {
         fn(Handle, JpegDecoder, JpegState, JpegStream, CudaStream);
     decode_jpeg_device = "nvjpegDecodeJpegDevice":
         fn(Handle, JpegDecoder, JpegState, *mut NvjpegImage, CudaStream);
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use libloading::Library;
+pub use libloading::Library;
 
 /// Where one NVIDIA library may be found.
 #[derive(Debug, Clone, Copy)]
@@ -183,12 +183,61 @@ fn open_first(candidates: &[PathBuf], env: &str) -> Result<Loaded, String> {
 ///
 /// # Safety
 /// `T` must be the `extern "C" fn` type the library's header declares for `name`.
-pub(crate) unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
     // SAFETY: the caller promises `T` is the symbol's true type; the library outlives the
     // returned pointer because every binding keeps its `Library` next to its function table.
     unsafe { lib.get::<T>(name.as_bytes()) }
         .map(|s| *s)
         .map_err(|e| format!("symbol {name}: {e}"))
+}
+
+/// Declares a loaded library's function table: one struct holding a pointer per symbol (and
+/// the library, last, so no pointer outlives it), and its `load(Loaded)` that resolves them
+/// all or says which one is missing. The one way libcuda, NVRTC and nvJPEG are bound.
+///
+/// Each entry is `field = "symbol": fn(ARGS);` for a function returning `$status`, or
+/// `field = "symbol": fn(ARGS) -> RET;` for one returning something else. The argument and
+/// return types must be copied from the library's header: that is what makes the `load`
+/// sound, and why the macro is the only place (besides `sys` modules' own FFI structs) where
+/// these bindings are unsafe.
+#[macro_export]
+macro_rules! symbol_table {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident, status $status:ty, from $header:literal {
+            $( $field:ident = $sym:literal : fn($($arg:ty),* $(,)?) $(-> $ret:ty)?; )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( pub $field: unsafe extern "C" fn($($arg),*) -> $crate::symbol_table!(@ret $status $(, $ret)?), )*
+            /// Kept last so the pointers above never outlive it (fields drop in order).
+            _library: $crate::loader::Library,
+        }
+
+        impl $name {
+            /// Resolves every symbol of the table in `loaded`.
+            // The metavariables inside `unsafe` are identifiers and string literals only (the
+            // macro's grammar admits no expressions), so no caller code runs unsafely.
+            #[allow(clippy::macro_metavars_in_unsafe)]
+            pub fn load(loaded: $crate::loader::Loaded) -> Result<$name, String> {
+                let library = loaded.library;
+                // SAFETY: each entry's type is copied from the library's header (named in the
+                // table) for that symbol; the library is kept beside the pointers.
+                unsafe {
+                    Ok($name {
+                        $( $field: $crate::loader::symbol(&library, $sym)?, )*
+                        _library: library,
+                    })
+                }
+            }
+
+            /// The header the table's types come from.
+            pub const HEADER: &'static str = $header;
+        }
+    };
+    (@ret $status:ty) => { $status };
+    (@ret $status:ty, $ret:ty) => { $ret };
 }
 
 #[cfg(test)]

@@ -187,11 +187,68 @@ impl BenchReport {
 // slowest one names the bottleneck.
 // ---------------------------------------------------------------------------------------------
 
+/// The page cache's state during a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheState {
+    /// The files were read in a warm-up pass first.
+    Warm,
+    /// The dataset's pages were dropped first.
+    Cold,
+    /// Samples held in memory (the decode stages).
+    Memory,
+}
+
+impl CacheState {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheState::Warm => "warm",
+            CacheState::Cold => "cold",
+            CacheState::Memory => "memory",
+        }
+    }
+}
+
+impl std::fmt::Display for CacheState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stage measured on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Stage {
+    #[serde(rename = "storage")]
+    Storage,
+    #[serde(rename = "decode")]
+    Decode,
+    #[serde(rename = "decode+augment")]
+    DecodeAugment,
+    #[serde(rename = "pipeline (in-process)")]
+    Pipeline,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Storage => "storage",
+            Stage::Decode => "decode",
+            Stage::DecodeAugment => "decode+augment",
+            Stage::Pipeline => "pipeline (in-process)",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One stage's measurement.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageResult {
-    /// "storage", "decode", "decode+augment", "pipeline (in-process)", "end to end", ...
-    pub stage: String,
+    pub stage: Stage,
     pub threads: usize,
     pub images: u64,
     pub seconds: f64,
@@ -201,23 +258,22 @@ pub struct StageResult {
     pub mb_per_s: f64,
     /// CPU seconds (user + system, every process involved) per 1000 images.
     pub cpu_s_per_1000: f64,
-    /// "warm" or "cold" page cache.
-    pub cache: &'static str,
+    pub cache: CacheState,
 }
 
 impl StageResult {
     fn new(
-        stage: &str,
+        stage: Stage,
         threads: usize,
         images: u64,
         bytes: u64,
         seconds: f64,
         cpu: f64,
-        cache: &'static str,
+        cache: CacheState,
     ) -> StageResult {
         let secs = seconds.max(1e-9);
         StageResult {
-            stage: stage.to_string(),
+            stage,
             threads,
             images,
             seconds,
@@ -393,7 +449,7 @@ pub fn storage_only(
     ds: &Dataset,
     engine: &EngineConfig,
     seed: u64,
-    cache: &'static str,
+    cache: CacheState,
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let mut order = Vec::new();
@@ -444,7 +500,7 @@ pub fn storage_only(
         return Err(BenchError::Reader(e));
     }
     Ok(StageResult::new(
-        "storage",
+        Stage::Storage,
         threads,
         ds.len() as u64,
         bytes.into_inner(),
@@ -548,7 +604,11 @@ pub fn decode_stage(
     if let Some(e) = failed.into_inner().unwrap() {
         return Err(BenchError::Decoder(e));
     }
-    let name = if augment { "decode+augment" } else { "decode" };
+    let name = if augment {
+        Stage::DecodeAugment
+    } else {
+        Stage::Decode
+    };
     Ok(StageResult::new(
         name,
         threads,
@@ -556,14 +616,14 @@ pub fn decode_stage(
         bytes.into_inner(),
         secs,
         cpu,
-        "memory",
+        CacheState::Memory,
     ))
 }
 
 /// Images/s of a pipeline in this process, as a stage row.
-pub fn pipeline_stage(report: &BenchReport, cache: &'static str) -> StageResult {
+pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
     let mut r = StageResult::new(
-        "pipeline (in-process)",
+        Stage::Pipeline,
         report.threads,
         report.images,
         (report.mb_per_s_read * 1e6 * report.seconds) as u64,
@@ -575,263 +635,8 @@ pub fn pipeline_stage(report: &BenchReport, cache: &'static str) -> StageResult 
     r
 }
 
-// ---------------------------------------------------------------------------------------------
-// The verdict.
-// ---------------------------------------------------------------------------------------------
-
-/// Which stage limits throughput, and how far the others are from it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Verdict {
-    /// "storage", "decode", "augment" or "delivery".
-    pub bottleneck: &'static str,
-    /// Images/s each part could give alone: (part, images/s).
-    pub capacity: Vec<(&'static str, f64)>,
-    /// One line: "decode-bound: storage could give 3.1x more, augment 4.0x more".
-    pub line: String,
-}
-
-/// Names the bottleneck from the stage rates (images/s). Augment's own rate is derived from
-/// decode and decode+augment (time per image is additive). `pipeline` and `end_to_end`, when
-/// given, detect a delivery bottleneck: end to end well below what the pipeline makes in
-/// process means the daemon-to-client path (or the clients) limits.
-pub fn verdict(
-    storage: f64,
-    decode: f64,
-    decode_augment: f64,
-    pipeline: Option<f64>,
-    end_to_end: Option<f64>,
-) -> Verdict {
-    let augment = if decode_augment > 0.0 && decode > decode_augment {
-        1.0 / (1.0 / decode_augment - 1.0 / decode)
-    } else {
-        f64::INFINITY
-    };
-    let mut capacity = vec![
-        ("storage", storage),
-        ("decode", decode),
-        ("augment", augment),
-    ];
-    if let (Some(p), Some(e)) = (pipeline, end_to_end) {
-        if e < 0.7 * p {
-            // Delivery can give no more than what was measured end to end.
-            capacity.push(("delivery", e));
-        }
-    }
-    let (bottleneck, min) =
-        capacity.iter().copied().fold(
-            ("storage", f64::INFINITY),
-            |a, b| if b.1 < a.1 { b } else { a },
-        );
-    let others: Vec<String> = capacity
-        .iter()
-        .filter(|(name, _)| *name != bottleneck)
-        .map(|(name, rate)| {
-            if rate.is_finite() {
-                format!("{name} could give {:.1}x more", rate / min.max(1e-9))
-            } else {
-                format!("{name} costs nothing measurable")
-            }
-        })
-        .collect();
-    let mut line = format!("{bottleneck}-bound: {}", others.join(", "));
-    if let (Some(p), Some(e)) = (pipeline, end_to_end) {
-        line.push_str(&format!(
-            "; end to end delivers {:.2}x of the in-process pipeline",
-            e / p.max(1e-9)
-        ));
-    }
-    Verdict {
-        bottleneck,
-        capacity: capacity
-            .into_iter()
-            .map(|(n, r)| (n, if r.is_finite() { r } else { -1.0 }))
-            .collect(),
-        line,
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The SVG chart.
-// ---------------------------------------------------------------------------------------------
-
-/// A horizontal bar chart, one group per title: (group title, [(label, images/s)]).
-pub fn svg_chart(title: &str, subtitle: &str, groups: &[(String, Vec<(String, f64)>)]) -> String {
-    const W: f64 = 760.0;
-    const LABEL_W: f64 = 230.0;
-    const BAR_H: f64 = 20.0;
-    const GAP: f64 = 6.0;
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let mut y = 58.0;
-    let mut body = String::new();
-    let colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2"];
-    for (g, (gtitle, bars)) in groups.iter().enumerate() {
-        // Each group has its own scale: storage runs orders of magnitude above decode.
-        let max = bars.iter().map(|b| b.1).fold(1.0f64, f64::max);
-        body.push_str(&format!(
-            "<text x=\"10\" y=\"{:.0}\" font-weight=\"bold\">{}</text>\n",
-            y + 14.0,
-            esc(gtitle)
-        ));
-        y += 24.0;
-        for (label, v) in bars {
-            let w = (W - LABEL_W - 110.0) * v / max;
-            body.push_str(&format!(
-                "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{}</text>\
-                 <rect x=\"{LABEL_W:.0}\" y=\"{y:.0}\" width=\"{w:.1}\" height=\"{BAR_H:.0}\" fill=\"{}\"/>\
-                 <text x=\"{:.1}\" y=\"{:.0}\">{:.0} img/s</text>\n",
-                LABEL_W - 8.0,
-                y + 15.0,
-                esc(label),
-                colours[g % colours.len()],
-                LABEL_W + w + 6.0,
-                y + 15.0,
-                v
-            ));
-            y += BAR_H + GAP;
-        }
-        y += 10.0;
-    }
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W:.0}\" height=\"{:.0}\" \
-         font-family=\"sans-serif\" font-size=\"13\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"10\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n\
-         <text x=\"10\" y=\"46\">{}</text>\n{body}</svg>\n",
-        y + 10.0,
-        esc(title),
-        esc(subtitle)
-    )
-}
+mod report;
+pub use report::{svg_chart, verdict, Verdict};
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::pipeline::Throttle;
-    use crate::synth::{generate, SynthOptions};
-
-    /// 48 small generated images in two classes.
-    fn small_dataset() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        generate(
-            dir.path(),
-            &SynthOptions {
-                images: 48,
-                classes: 2,
-                size_scale: 0.2,
-                threads: 2,
-                ..SynthOptions::default()
-            },
-        )
-        .unwrap();
-        dir
-    }
-
-    /// Measures the three stages on a small generated dataset with `throttle` and returns the
-    /// verdict.
-    fn verdict_with(throttle: Throttle) -> Verdict {
-        let dir = small_dataset();
-        let (ds, _) = open_timed(dir.path(), None).unwrap();
-        let engine = EngineConfig {
-            threads: 2,
-            throttle: Some(throttle),
-            ..EngineConfig::default()
-        };
-        let spec = PipelineSpec::train(16, 64);
-        let storage = storage_only(&ds, &engine, 0, "warm").unwrap();
-        let samples = load_samples(&ds, 48, 0);
-        assert_eq!(samples.len(), 48);
-        let once = AtLeast {
-            images: 48,
-            seconds: 0.0,
-        };
-        let decode = decode_stage(&samples, &spec, &engine, 0, false, once).unwrap();
-        let both = decode_stage(&samples, &spec, &engine, 0, true, once).unwrap();
-        assert_eq!(storage.images, 48);
-        assert!(storage.mb_per_s > 0.0 && decode.images_per_s > 0.0);
-        verdict(
-            storage.images_per_s,
-            decode.images_per_s,
-            both.images_per_s,
-            None,
-            None,
-        )
-    }
-
-    #[test]
-    fn a_slow_reader_is_storage_bound() {
-        let v = verdict_with(Throttle {
-            read_delay: Duration::from_millis(8),
-            decode_delay: Duration::ZERO,
-        });
-        assert_eq!(v.bottleneck, "storage", "{}", v.line);
-        assert!(
-            v.line.starts_with("storage-bound: decode could give "),
-            "{}",
-            v.line
-        );
-    }
-
-    #[test]
-    fn a_slow_decoder_is_decode_bound() {
-        let v = verdict_with(Throttle {
-            read_delay: Duration::ZERO,
-            decode_delay: Duration::from_millis(8),
-        });
-        assert_eq!(v.bottleneck, "decode", "{}", v.line);
-        assert!(
-            v.line.starts_with("decode-bound: storage could give "),
-            "{}",
-            v.line
-        );
-    }
-
-    #[test]
-    fn the_throttled_pipeline_slows_down_by_the_delay() {
-        // The hook in the engine itself: 48 images at 8 ms each on 2 threads take >= 192 ms.
-        let dir = small_dataset();
-        let mut opts = BenchOptions::standard(dir.path(), 2);
-        opts.spec = PipelineSpec::train(16, 64);
-        opts.warmup_epochs = 0;
-        opts.epochs = 1;
-        opts.engine.throttle = Some(Throttle {
-            read_delay: Duration::from_millis(8),
-            decode_delay: Duration::ZERO,
-        });
-        let r = run_in_process(&opts).unwrap();
-        assert_eq!(r.images, 48);
-        assert!(r.images_per_s < 48.0 / 0.19, "{}", r.images_per_s);
-        assert!(r.read_ms_per_image >= 7.0, "{}", r.read_ms_per_image);
-    }
-
-    #[test]
-    fn the_verdict_names_the_slowest_part_and_the_headroom_of_the_others() {
-        let v = verdict(3100.0, 1000.0, 800.0, Some(790.0), Some(780.0));
-        assert_eq!(v.bottleneck, "decode");
-        // augment alone: 1 / (1/800 - 1/1000) = 4000 img/s.
-        assert_eq!(
-            v.line,
-            "decode-bound: storage could give 3.1x more, augment could give 4.0x more; \
-             end to end delivers 0.99x of the in-process pipeline"
-        );
-        let v = verdict(3100.0, 1000.0, 800.0, Some(790.0), Some(200.0));
-        assert_eq!(v.bottleneck, "delivery", "{}", v.line);
-    }
-
-    #[test]
-    fn the_chart_is_svg_with_one_bar_per_value() {
-        let svg = svg_chart(
-            "t <1>",
-            "verdict",
-            &[("g".into(), vec![("a".into(), 10.0), ("b".into(), 20.0)])],
-        );
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<rect x=").count(), 2);
-        assert!(svg.contains("t &lt;1&gt;"));
-    }
-}
+mod tests;

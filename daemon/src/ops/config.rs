@@ -46,8 +46,9 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// Which decode backend serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Which decode backend serves: `pipeline.backend` in the config, `--backend` on the command
+/// line of `stokerd` and `stoker bench` (the one type for all three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// CUDA where a GPU and its libraries are present, else the CPU (and the log says why).

@@ -4,7 +4,9 @@
 //! # Design
 //! Three layers, as in cudarc: `sys` (raw symbols through `libloading`), `result` (one function
 //! per call returning `Result<_, CudaError>` with named statuses) and the safe types here.
-//! Only `sys` and `result` hold unsafe code.
+//! `sys` is a [`crate::symbol_table!`]; `result` makes every call; this module's unsafe code is
+//! where raw handles become owning types (`Send`/`Sync`, `Drop`) and the kernel launch, whose
+//! parameters only the caller can vouch for (docs/cuda.md lists every place).
 //!
 //! We bind the driver ourselves instead of using the `cudarc` crate: cudarc panics when libcuda
 //! is missing (one must remember `is_culib_present()` before every first touch), pulls in far
@@ -334,7 +336,7 @@ impl Device {
         })
     }
 
-    /// Loads a cubin (from [`crate::nvrtc`]) into this device's context.
+    /// Loads a cubin (from `stoker_kernels::nvrtc`) into this device's context.
     pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
         self.bind()?;
         let raw = result::module_load_data(self.inner.d, cubin)?;
@@ -520,7 +522,7 @@ impl Function<'_> {
     ///
     /// # Safety
     /// `params` must hold one pointer per kernel parameter, each to a value of exactly that
-    /// parameter's type (see the `#[repr(C)]` mirrors in [`crate::augment`]), and every device
+    /// parameter's type (see the `#[repr(C)]` mirrors in `stoker_kernels::augment`), and every device
     /// pointer the kernel dereferences must stay valid until the launch completes on `stream`.
     pub unsafe fn launch(
         &self,

@@ -4,8 +4,9 @@
 //!
 //! # Design
 //! The size plan is pure arithmetic ([`VmmPlan`]) so it is tested without a GPU: the ring's
-//! bytes come from [`stoker::ring::RingLayout`] (slots 256-byte aligned) rounded up to the
-//! device's allocation granularity. Mapping is the same on both sides: reserve a virtual range,
+//! images' bytes come from [`crate::ring::RingLayout::with_device_images`] (slots 256-byte
+//! aligned) rounded up to the device's allocation granularity; labels, indices and status stay
+//! in the ring's host memfd beside the allocation. Mapping is the same on both sides: reserve a virtual range,
 //! map the allocation into it, grant read-write access to the ring's device. The daemon keeps
 //! the allocation handle; the exported fd travels with SCM_RIGHTS; the client imports it,
 //! closes its copy of the fd, and maps.
@@ -19,8 +20,8 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use stoker::ring::RingLayout;
-use stoker::spec::PipelineSpec;
+use crate::ring::RingLayout;
+use crate::spec::PipelineSpec;
 
 use super::{log_drop_error, result, sys, CudaError, Device};
 
@@ -30,7 +31,8 @@ pub struct VmmPlan {
     pub layout: RingLayout,
     /// The device's allocation granularity (`cuMemGetAllocationGranularity`, recommended).
     pub granularity: usize,
-    /// Bytes allocated, reserved and mapped: `layout.ring_bytes`, a multiple of `granularity`.
+    /// Bytes allocated, reserved and mapped: `layout.image_ring_bytes`, a multiple of
+    /// `granularity`.
     pub bytes: usize,
 }
 
@@ -49,11 +51,12 @@ impl VmmPlan {
         if slots == 0 {
             return Err(CudaError::Invalid("a ring of 0 slots".into()));
         }
-        let layout = RingLayout::new(spec, slots, granularity);
+        let layout =
+            RingLayout::with_device_images(spec, slots, crate::memfd::page_size(), granularity);
         Ok(VmmPlan {
             layout,
-            granularity: granularity.max(stoker::ring::SLOT_ALIGN),
-            bytes: layout.ring_bytes,
+            granularity: granularity.max(crate::ring::SLOT_ALIGN),
+            bytes: layout.image_ring_bytes,
         })
     }
 
@@ -199,7 +202,7 @@ impl Drop for DeviceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker::ring::SLOT_ALIGN;
+    use crate::ring::SLOT_ALIGN;
 
     #[test]
     fn plans_round_to_granularity_and_align_slots() {
@@ -207,10 +210,10 @@ mod tests {
         let g = 2 << 20;
         let plan = VmmPlan::new(&spec, 4, g).unwrap();
         assert_eq!(plan.bytes % g, 0);
-        assert!(plan.bytes >= 4 * plan.layout.slot.slot_bytes);
-        assert!(plan.bytes < 4 * plan.layout.slot.slot_bytes + g);
+        assert!(plan.bytes >= 4 * plan.layout.slot.image_slot_bytes);
+        assert!(plan.bytes < 4 * plan.layout.slot.image_slot_bytes + g);
         for i in 0..4 {
-            assert_eq!(plan.layout.slot_offset(i) % SLOT_ALIGN, 0);
+            assert_eq!(plan.layout.image_offset(i) % SLOT_ALIGN, 0);
         }
         plan.check_size(plan.bytes).unwrap();
         assert!(plan.check_size(plan.bytes + g).is_err());

@@ -3,9 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
-use libloading::Library;
-
-use crate::loader::{symbol, LibrarySpec, Loaded};
+use crate::loader::LibrarySpec;
 
 pub type CUresult = c_int;
 pub type CUdevice = c_int;
@@ -76,31 +74,9 @@ pub struct CUmemAccessDesc {
     pub flags: c_uint,
 }
 
-macro_rules! driver_table {
-    ($( $field:ident = $sym:literal : fn($($arg:ty),*); )*) => {
-        /// Every libcuda entry point stoker calls, resolved once.
-        pub struct Driver {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
-            /// Kept last so the pointers above never outlive it (fields drop in order).
-            _library: Library,
-        }
-
-        impl Driver {
-            pub fn load(loaded: Loaded) -> Result<Driver, String> {
-                let library = loaded.library;
-                // SAFETY: each type below is copied from cuda.h for that symbol.
-                unsafe {
-                    Ok(Driver {
-                        $( $field: symbol(&library, $sym)?, )*
-                        _library: library,
-                    })
-                }
-            }
-        }
-    };
-}
-
-driver_table! {
+crate::symbol_table! {
+    /// Every libcuda entry point stoker calls, resolved once.
+    pub struct Driver, status CUresult, from "cuda.h" {
     init = "cuInit": fn(c_uint);
     driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
     get_error_name = "cuGetErrorName": fn(CUresult, *mut *const c_char);
@@ -148,6 +124,7 @@ driver_table! {
     mem_unmap = "cuMemUnmap": fn(CUdeviceptr, usize);
     mem_release = "cuMemRelease": fn(CUmemGenericAllocationHandle);
     mem_address_free = "cuMemAddressFree": fn(CUdeviceptr, usize);
+    }
 }
 
 /// Where libcuda is looked for. The driver comes with the kernel module, never from a wheel.

@@ -1,0 +1,611 @@
+//! `stoker bench DATA`: where the time goes, what limits throughput, and how stoker compares.
+//!
+//! Runs, on the user's data and machine: indexing (cache off and on), storage only (the reader,
+//! no decode), decode only and decode + augment (bytes in memory), the whole pipeline in this
+//! process, and end to end: a real `stokerd` (or `--socket` of a running one) serving N real
+//! client processes (`stoker bench-client`) that read every byte. Then a one-line verdict naming
+//! the bottleneck, scaling by client count and decode threads, optional cold-cache rows
+//! (`--cold`) and the CPU peers side by side (`--compare`). Progress goes to stderr; results to
+//! the terminal as a table, to JSON (`--json`) and to an SVG chart (`--svg`).
+//!
+//! # Limitations
+//! - The cuda backend is not wired into the pipeline yet; `--backend cuda` is refused.
+//! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
+//! - Cold rows drop the page cache with posix_fadvise(DONTNEED) per file (pages another process
+//!   maps stay cached, and so do dentries and inodes); as root, /proc/sys/vm/drop_caches = 3
+//!   drops data and metadata, as after a reboot.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+use stoker::spec::{Crop, DType, Layout, PipelineSpec};
+
+use crate::bench::{
+    decode_stage, effective_threads, evict, index_timing, load_samples, peak_rss_mb,
+    pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
+    BenchReport, CacheState, Eviction, IndexTiming, Stage, StageResult, Verdict,
+};
+use crate::config::BackendChoice;
+use crate::dataset::Dataset;
+
+use super::bench_client::ClientStats;
+use super::{EXIT_FAILURES, EXIT_OK, EXIT_USAGE};
+
+/// The pipeline spec, shared by `bench` and `bench-client`.
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
+    #[arg(long, default_value_t = 64)]
+    pub batch: u32,
+    /// Output side (RandomResizedCrop, or CenterCrop with --eval).
+    #[arg(long, default_value_t = 224)]
+    pub size: u32,
+    /// Evaluation transform (Resize + CenterCrop) instead of RandomResizedCrop + flip.
+    #[arg(long)]
+    pub eval: bool,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
+    #[arg(long, value_enum, default_value = "nchw")]
+    pub layout: LayoutArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
+    pub data: PathBuf,
+    /// Decode backend (only `cpu` is built so far; `auto` means cpu here).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Decode worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Timed epochs (after the warm-up epochs), at least; see --min-seconds.
+    #[arg(long, default_value_t = 2)]
+    pub epochs: u64,
+    /// Warm runs last at least this long: the decode stages repeat their samples, and the
+    /// timed epochs grow from --epochs until, at the measured decode+augment rate, they take
+    /// this long. The pipeline, the clients, the scaling runs and the peers all run that many
+    /// epochs. Cold runs are one epoch whatever its length.
+    #[arg(long, default_value_t = 5.0)]
+    pub min_seconds: f64,
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Client process counts for the end-to-end runs (ranks of one job), e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub clients: Vec<usize>,
+    /// Use this running daemon instead of starting one.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// The stokerd binary to start (default: next to this `stoker`).
+    #[arg(long)]
+    pub stokerd: Option<PathBuf>,
+    /// Only the in-process stages: no daemon, no clients.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Skip the scaling runs (client counts after the first, decode threads 1..cores).
+    #[arg(long)]
+    pub no_scaling: bool,
+    /// Also measure with a cold page cache (indexing walk, storage, pipeline and end to end).
+    /// As root this drops the whole host's page cache, dentries and inodes (drop_caches = 3);
+    /// as another user only the dataset's data pages (posix_fadvise).
+    #[arg(long)]
+    pub cold: bool,
+    /// Only indexing and storage (warm, and cold with --cold), no decoding: to compare
+    /// layouts or filesystems quickly, or on datasets too large to decode in a benchmark's time.
+    #[arg(long)]
+    pub storage_only: bool,
+    /// At most this many samples are held in memory for the decode stages.
+    #[arg(long, default_value_t = 2000)]
+    pub decode_sample: usize,
+    /// Run the CPU peers (../shared/peers) on the same files and print stoker's ratio to each.
+    #[arg(long)]
+    pub compare: bool,
+    /// The peers' Python (default /tmp/peer/bin/python if it exists).
+    #[arg(long)]
+    pub peer_python: Option<PathBuf>,
+    /// The peers' folder (default: $STOKER_PEERS, else ../shared/peers beside the working
+    /// directory or the dataset).
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
+    /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
+    /// the dataset's folder or file name).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write an SVG chart (images/s by stage, by client count, by threads, beside the peers) to
+    /// this file (default: stoker-bench-NAME.svg here).
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DTypeArg {
+    U8,
+    F16,
+    Bf16,
+    F32,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LayoutArg {
+    Nchw,
+    Nhwc,
+}
+
+impl SpecArgs {
+    pub fn spec(&self) -> PipelineSpec {
+        let base = if self.eval {
+            PipelineSpec::eval(self.batch, self.size)
+        } else {
+            PipelineSpec::train(self.batch, self.size)
+        };
+        PipelineSpec {
+            crop: if self.eval {
+                Crop::center(self.size)
+            } else {
+                base.crop
+            },
+            dtype: match self.dtype {
+                DTypeArg::U8 => DType::U8,
+                DTypeArg::F16 => DType::F16,
+                DTypeArg::Bf16 => DType::Bf16,
+                DTypeArg::F32 => DType::F32,
+            },
+            layout: match self.layout {
+                LayoutArg::Nchw => Layout::Nchw,
+                LayoutArg::Nhwc => Layout::Nhwc,
+            },
+            ..base
+        }
+    }
+
+    /// The same flags, to pass on to a `bench-client`.
+    fn to_flags(&self) -> Vec<String> {
+        let mut v = vec![
+            "--batch".into(),
+            self.batch.to_string(),
+            "--size".into(),
+            self.size.to_string(),
+            "--dtype".into(),
+            format!("{:?}", self.dtype).to_lowercase(),
+            "--layout".into(),
+            format!("{:?}", self.layout).to_lowercase(),
+        ];
+        if self.eval {
+            v.push("--eval".into());
+        }
+        v
+    }
+}
+
+/// One end-to-end run: a daemon serving `clients` client processes.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServedResult {
+    pub clients: usize,
+    pub cache: CacheState,
+    pub images: u64,
+    pub seconds: f64,
+    pub images_per_s: f64,
+    /// Image bytes delivered to the clients per second.
+    pub mb_per_s: f64,
+    pub wait_p50_ms: f64,
+    pub wait_p99_ms: f64,
+    /// Daemon + clients CPU seconds per 1000 images (`None` with `--socket`).
+    pub cpu_s_per_1000: Option<f64>,
+    pub daemon_peak_rss_mb: Option<f64>,
+    pub client_peak_rss_mb: f64,
+}
+
+/// A peer's figure from the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerResult {
+    pub name: String,
+    pub images_per_s: Option<f64>,
+    /// stoker's images/s (end to end with one client, else in-process) over the peer's.
+    pub ratio: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Everything `stoker bench` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct FullReport {
+    /// The in-process pipeline run (its fields at the top level, as earlier versions wrote);
+    /// absent with `--storage-only`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<BenchReport>,
+    pub dataset: String,
+    pub decode_threads: usize,
+    pub read_with: &'static str,
+    pub backend: &'static str,
+    pub spec: PipelineSpec,
+    /// Warm-up and timed epochs of every warm run (cold runs time one epoch).
+    pub warmup_epochs: u64,
+    pub timed_epochs: u64,
+    pub index: IndexTiming,
+    pub stages: Vec<StageResult>,
+    pub end_to_end: Vec<ServedResult>,
+    pub thread_scaling: Vec<StageResult>,
+    pub eviction: Option<Eviction>,
+    /// Absent with `--storage-only`.
+    pub verdict: Option<Verdict>,
+    pub peers: Vec<PeerResult>,
+    pub bench_peak_rss_mb: Option<f64>,
+}
+
+fn progress(step: &str) {
+    eprintln!("stoker bench: {step}");
+}
+
+pub fn run(args: &BenchArgs) -> i32 {
+    if args.backend == BackendChoice::Cuda {
+        eprintln!(
+            "stoker bench: the cuda backend is not wired into the pipeline yet; use --backend cpu"
+        );
+        return EXIT_USAGE;
+    }
+    let spec = args.spec.spec();
+    if let Err(e) = spec.validate() {
+        eprintln!("stoker bench: {e}");
+        return EXIT_USAGE;
+    }
+    let (json_path, svg_path) = output_paths(args);
+    // Refuse a folder that is not there before the run, not after it.
+    for path in [&json_path, &svg_path] {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            eprintln!(
+                "stoker bench: cannot write {}: no such folder",
+                path.display()
+            );
+            return EXIT_USAGE;
+        }
+    }
+    match bench(args, spec) {
+        Ok(report) => {
+            println!("{}", table(&report));
+            let text = serde_json::to_string_pretty(&report).expect("report serialises") + "\n";
+            for (path, content) in [(&json_path, text), (&svg_path, chart(&report))] {
+                if let Err(e) = std::fs::write(path, content) {
+                    eprintln!("stoker bench: cannot write {}: {e}", path.display());
+                    return EXIT_FAILURES;
+                }
+            }
+            eprintln!(
+                "stoker bench: wrote {} and {}",
+                json_path.display(),
+                svg_path.display()
+            );
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("stoker bench: {e}");
+            EXIT_FAILURES
+        }
+    }
+}
+
+fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
+    let data = if crate::s3::is_url(&args.data) {
+        args.data.clone()
+    } else {
+        std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?
+    };
+    let threads = effective_threads(args.threads);
+    let mut opts = BenchOptions::standard(&data, threads);
+    opts.spec = spec.clone();
+    opts.epochs = args.epochs.max(1);
+    opts.warmup_epochs = args.warmup;
+    opts.seed = args.seed;
+
+    progress("indexing (cache off, then on)");
+    let (index, ds) = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
+    progress(&format!(
+        "{} samples in {} files ({}); walk {:.3}s, from cache {:.3}s",
+        index.samples, index.files, index.kind, index.walk_s, index.cached_s
+    ));
+
+    let mut stages = Vec::new();
+    progress("storage only (warm page cache)");
+    storage_only(&ds, &opts.engine, args.seed, CacheState::Warm).map_err(|e| e.to_string())?;
+    stages.push(
+        storage_only(&ds, &opts.engine, args.seed, CacheState::Warm).map_err(|e| e.to_string())?,
+    );
+    let read_with =
+        crate::reader::Reader::new(opts.engine.reader, 1).map_or("unavailable", |r| r.kind());
+    progress(&format!(
+        "loading up to {} samples into memory for the decode stages",
+        args.decode_sample
+    ));
+    if args.storage_only {
+        let mut eviction = None;
+        if args.cold {
+            progress("storage only (cold page cache)");
+            eviction = Some(evict(&ds));
+            stages.push(
+                storage_only(&ds, &opts.engine, args.seed, CacheState::Cold)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        return Ok(FullReport {
+            stages,
+            eviction,
+            ..FullReport::empty(args, &data, threads, read_with, spec, index)
+        });
+    }
+    decode_stages(args, &spec, &mut opts, &ds, &mut stages)?;
+    let args = &BenchArgs {
+        epochs: opts.epochs,
+        ..args.clone()
+    };
+    progress(&format!(
+        "pipeline in process ({} warm-up + {} timed epochs)",
+        opts.warmup_epochs, opts.epochs
+    ));
+    let pipeline = run_in_process(&opts).map_err(|e| e.to_string())?;
+    stages.push(pipeline_stage(&pipeline, CacheState::Warm));
+
+    let eviction = if args.cold {
+        Some(cold_in_process(&ds, &opts, &mut stages)?)
+    } else {
+        None
+    };
+    let end_to_end = if args.in_process {
+        Vec::new()
+    } else {
+        end_to_end_runs(args, &data, threads, &ds)
+    };
+    let thread_scaling = if args.no_scaling {
+        Vec::new()
+    } else {
+        scaling_runs(&opts, threads)?
+    };
+    let verdict = bench_verdict(&stages, &end_to_end, &pipeline);
+
+    let mut peers = Vec::new();
+    if args.compare {
+        let (_, rate) = ours(&end_to_end, Some(&pipeline)).expect("the pipeline ran");
+        peers = compare(args, &data, threads, rate);
+    }
+
+    Ok(FullReport {
+        pipeline: Some(pipeline),
+        stages,
+        end_to_end,
+        thread_scaling,
+        eviction,
+        verdict: Some(verdict),
+        peers,
+        ..FullReport::empty(args, &data, threads, read_with, spec, index)
+    })
+}
+
+impl FullReport {
+    /// A report of what every run knows, with no measurement beyond the index yet.
+    fn empty(
+        args: &BenchArgs,
+        data: &Path,
+        threads: usize,
+        read_with: &'static str,
+        spec: PipelineSpec,
+        index: IndexTiming,
+    ) -> FullReport {
+        FullReport {
+            pipeline: None,
+            dataset: data.display().to_string(),
+            decode_threads: threads,
+            read_with,
+            backend: "cpu",
+            spec,
+            warmup_epochs: args.warmup,
+            timed_epochs: args.epochs,
+            index,
+            stages: Vec::new(),
+            end_to_end: Vec::new(),
+            thread_scaling: Vec::new(),
+            eviction: None,
+            verdict: None,
+            peers: Vec::new(),
+            bench_peak_rss_mb: peak_rss_mb(None),
+        }
+    }
+}
+
+/// Decode only and decode + augment on samples held in memory; sets `opts.epochs` to what
+/// every later warm run times, from the measured rate.
+fn decode_stages(
+    args: &BenchArgs,
+    spec: &PipelineSpec,
+    opts: &mut BenchOptions,
+    ds: &Dataset,
+    stages: &mut Vec<StageResult>,
+) -> Result<(), String> {
+    let samples = load_samples(ds, args.decode_sample, args.seed);
+    let min_s = args.min_seconds.max(0.0);
+    let at_least = AtLeast {
+        images: 1000.max(samples.len()),
+        seconds: min_s,
+    };
+    progress("decode only");
+    stages.push(
+        decode_stage(&samples, spec, &opts.engine, args.seed, false, at_least)
+            .map_err(|e| e.to_string())?,
+    );
+    progress("decode + augment");
+    let both = decode_stage(&samples, spec, &opts.engine, args.seed, true, at_least)
+        .map_err(|e| e.to_string())?;
+    drop(samples);
+    // From here on every warm run (pipeline, clients, scaling, peers) runs this many epochs.
+    opts.epochs = timed_epochs(args.epochs, min_s, both.images_per_s, ds.len());
+    stages.push(both);
+    Ok(())
+}
+
+/// The cold-cache storage and in-process pipeline rows; returns how the cache was emptied.
+fn cold_in_process(
+    ds: &Dataset,
+    opts: &BenchOptions,
+    stages: &mut Vec<StageResult>,
+) -> Result<Eviction, String> {
+    progress("storage only (cold page cache)");
+    let eviction = evict(ds);
+    stages.push(
+        storage_only(ds, &opts.engine, opts.seed, CacheState::Cold).map_err(|e| e.to_string())?,
+    );
+    progress("pipeline in process (cold page cache, one epoch)");
+    evict(ds);
+    let cold = BenchOptions {
+        warmup_epochs: 0,
+        epochs: 1,
+        ..opts.clone()
+    };
+    let r = run_in_process(&cold).map_err(|e| e.to_string())?;
+    stages.push(pipeline_stage(&r, CacheState::Cold));
+    Ok(eviction)
+}
+
+/// stokerd + N client processes for each client count (the first only with --no-scaling),
+/// then the cold run with --cold. A failed run is reported and ends the series.
+fn end_to_end_runs(
+    args: &BenchArgs,
+    data: &Path,
+    threads: usize,
+    ds: &Dataset,
+) -> Vec<ServedResult> {
+    let mut end_to_end = Vec::new();
+    let counts: Vec<usize> = if args.no_scaling {
+        args.clients.iter().copied().take(1).collect()
+    } else {
+        args.clients.clone()
+    };
+    for &n in counts.iter().filter(|&&n| n > 0) {
+        progress(&format!("end to end: stokerd + {n} client process(es)"));
+        match run_served(args, data, n, threads, CacheState::Warm, None) {
+            Ok(r) => end_to_end.push(r),
+            Err(e) => {
+                eprintln!("stoker bench: end to end with {n} clients skipped: {e}");
+                break;
+            }
+        }
+    }
+    if args.cold && !end_to_end.is_empty() {
+        progress("end to end, cold page cache: stokerd + 1 client, one epoch");
+        match run_served(args, data, 1, threads, CacheState::Cold, Some(ds)) {
+            Ok(r) => end_to_end.push(r),
+            Err(e) => eprintln!("stoker bench: cold end to end skipped: {e}"),
+        }
+    }
+    end_to_end
+}
+
+/// The in-process pipeline with 1..cores decode threads.
+fn scaling_runs(opts: &BenchOptions, threads: usize) -> Result<Vec<StageResult>, String> {
+    let mut thread_scaling = Vec::new();
+    let cores = effective_threads(0);
+    for t in 1..=cores.max(threads) {
+        progress(&format!(
+            "scaling: pipeline in process with {t} decode thread(s)"
+        ));
+        let o = BenchOptions {
+            engine: crate::pipeline::EngineConfig {
+                threads: t,
+                ..opts.engine.clone()
+            },
+            ..opts.clone()
+        };
+        let r = run_in_process(&o).map_err(|e| e.to_string())?;
+        thread_scaling.push(pipeline_stage(&r, CacheState::Warm));
+    }
+    Ok(thread_scaling)
+}
+
+/// The verdict from the warm stage rows and the best warm end-to-end figure.
+fn bench_verdict(
+    stages: &[StageResult],
+    end_to_end: &[ServedResult],
+    pipeline: &BenchReport,
+) -> Verdict {
+    let rate = |stage: Stage| {
+        stages
+            .iter()
+            .find(|s| s.stage == stage && s.cache != CacheState::Cold)
+            .map_or(0.0, |s| s.images_per_s)
+    };
+    let best_e2e = end_to_end
+        .iter()
+        .filter(|r| r.cache == CacheState::Warm)
+        .map(|r| r.images_per_s)
+        .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+    verdict(
+        rate(Stage::Storage),
+        rate(Stage::Decode),
+        rate(Stage::DecodeAugment),
+        Some(pipeline.images_per_s),
+        best_e2e,
+    )
+}
+
+/// Where the report goes: --json and --svg, else `stoker-bench-NAME.json` and `.svg` in the
+/// working folder, NAME being the dataset's file name.
+fn output_paths(args: &BenchArgs) -> (PathBuf, PathBuf) {
+    let name = args
+        .data
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "data".into());
+    let default = |ext: &str| PathBuf::from(format!("stoker-bench-{name}.{ext}"));
+    (
+        args.json.clone().unwrap_or_else(|| default("json")),
+        args.svg.clone().unwrap_or_else(|| default("svg")),
+    )
+}
+
+/// stoker's figure the peers are compared with: end to end with one warm client, like the
+/// peers' single training process, else the in-process pipeline.
+fn ours(
+    end_to_end: &[ServedResult],
+    pipeline: Option<&BenchReport>,
+) -> Option<(&'static str, f64)> {
+    end_to_end
+        .iter()
+        .find(|e| e.clients == 1 && e.cache == CacheState::Warm)
+        .map(|e| ("end to end (1 client)", e.images_per_s))
+        .or_else(|| pipeline.map(|p| ("pipeline in process", p.images_per_s)))
+}
+
+/// Timed epochs: at least `epochs`, and enough to last `min_seconds` at `rate` images/s.
+fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64 {
+    let per_epoch = samples.max(1) as f64 / rate.max(1e-9);
+    let needed = (min_seconds / per_epoch).ceil();
+    // A dataset that decodes absurdly fast must not ask for millions of epochs.
+    epochs.max(1).max(needed.min(10_000.0) as u64)
+}
+
+fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
+    if let Some(p) = &args.stokerd {
+        return Ok(p.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let p = exe.with_file_name("stokerd");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!("no stokerd at {} (give --stokerd)", p.display()))
+    }
+}
+
+mod peers;
+mod report;
+mod served;
+
+use peers::*;
+use report::*;
+use served::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! `stoker bench`'s end-to-end runs: a real `stokerd` and real `stoker bench-client`
+//! processes, timed together.
+//!
+//! # Design
+//! - Children are killed on drop (`ChildGuard`); temp folders removed (`RemoveDir`).
+//!
+//! # Limitations
+//! - One job per run; client counts come from `--clients`.
+
+use super::*;
+
+pub(super) struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts (or uses) a daemon, runs `clients` client processes as the ranks of one job, and
+/// gathers their figures. `cold`: evict `ds` from the page cache first and time one epoch.
+pub(super) fn run_served(
+    args: &BenchArgs,
+    data: &Path,
+    clients: usize,
+    threads: usize,
+    cache: CacheState,
+    cold: Option<&crate::dataset::Dataset>,
+) -> Result<ServedResult, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "stoker-bench-{}-{clients}-{cache}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _cleanup = RemoveDir(dir.clone());
+    let (socket, daemon) = match &args.socket {
+        Some(s) => (s.clone(), None),
+        None => start_stokerd(args, &dir, threads)?,
+    };
+    if let Some(ds) = cold {
+        evict(ds);
+    }
+    let pid = daemon.as_ref().map(|d| d.0.id());
+    let cpu0 = pid.and_then(crate::bench::cpu_seconds_of);
+    let (warmup, epochs) = if cold.is_some() {
+        (0, 1)
+    } else {
+        (args.warmup, args.epochs.max(1))
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let job = format!("bench-{}-{clients}-{cache}", std::process::id());
+    let children: Vec<std::process::Child> = (0..clients)
+        .map(|rank| {
+            Command::new(&exe)
+                .arg("bench-client")
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--data")
+                .arg(data)
+                .args(["--job", &job])
+                .args(["--rank", &rank.to_string()])
+                .args(["--world", &clients.to_string()])
+                .args(["--seed", &args.seed.to_string()])
+                .args(["--warmup", &warmup.to_string()])
+                .args(["--epochs", &epochs.to_string()])
+                .args(args.spec.to_flags())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start bench-client: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut stats: Vec<ClientStats> = Vec::new();
+    let mut failure = None;
+    for c in children {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| format!("bench-client: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text.lines().last().map(serde_json::from_str::<ClientStats>) {
+            Some(Ok(s)) if out.status.success() => stats.push(s),
+            _ => failure = Some(format!("a bench-client failed ({})", out.status)),
+        }
+    }
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    let daemon_cpu = match (pid.and_then(crate::bench::cpu_seconds_of), cpu0) {
+        (Some(b), Some(a)) => Some(b - a),
+        _ => None,
+    };
+    let daemon_rss = pid.and_then(|p| peak_rss_mb(Some(p)));
+    drop(daemon);
+
+    let images: u64 = stats.iter().map(|s| s.images).sum();
+    let images_all: u64 = stats.iter().map(|s| s.images_all).sum();
+    let bytes: u64 = stats.iter().map(|s| s.bytes).sum();
+    let seconds = stats.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let mut waits: Vec<f64> = stats.iter().flat_map(|s| s.waits_ms.clone()).collect();
+    waits.sort_by(f64::total_cmp);
+    let pct = |p: f64| percentile(&waits, p);
+    let clients_cpu: f64 = stats.iter().map(|s| s.cpu_s).sum();
+    Ok(ServedResult {
+        clients,
+        cache,
+        images,
+        seconds,
+        images_per_s: images as f64 / seconds.max(1e-9),
+        mb_per_s: bytes as f64 / 1e6 / seconds.max(1e-9),
+        wait_p50_ms: pct(0.5),
+        wait_p99_ms: pct(0.99),
+        cpu_s_per_1000: daemon_cpu.map(|d| (d + clients_cpu) / images_all.max(1) as f64 * 1000.0),
+        daemon_peak_rss_mb: daemon_rss,
+        client_peak_rss_mb: stats.iter().map(|s| s.peak_rss_mb).fold(0.0, f64::max),
+    })
+}
+
+/// The `p` quantile (0..=1) of sorted `values`, 0 when there are none.
+fn percentile(values: &[f64], p: f64) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values[((values.len() - 1) as f64 * p).round() as usize]
+    }
+}
+
+/// Starts `stokerd` on a socket in `dir` and waits until it listens.
+fn start_stokerd(
+    args: &BenchArgs,
+    dir: &Path,
+    threads: usize,
+) -> Result<(PathBuf, Option<ChildGuard>), String> {
+    let socket = dir.join("stoker.sock");
+    let child = Command::new(stokerd_path(args)?)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--threads")
+        .arg(threads.to_string())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start stokerd: {e}"))?;
+    let mut guard = ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Another process's readiness: nothing to be woken by, so look every 20 ms.
+    while stoker::sock::SeqPacket::connect(&socket).is_err() {
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            return Err(format!("stokerd exited before serving: {status}"));
+        }
+        if Instant::now() > deadline {
+            return Err("stokerd did not listen within 30s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((socket, Some(guard)))
+}
+
+pub(super) struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,315 @@
+//! Tar shards (WebDataset-style): reading ustar / GNU / pax headers without extracting, and
+//! pairing `key.jpg` with `key.cls`.
+//!
+//! # Design
+//! - Only headers are read; member data is skipped by seeking, so indexing is cheap.
+//!
+//! # Limitations
+//! - Uncompressed archives only.
+use super::*;
+
+pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, DatasetError> {
+    let mut ds = Dataset::empty(root, DatasetKind::TarShards);
+    let meta = fs::metadata(root).map_err(|e| DatasetError::io(root, e))?;
+    let shards: Vec<PathBuf> = if meta.is_dir() {
+        ds.stamps
+            .push(Stamp::of(root).map_err(|e| DatasetError::io(root, e))?);
+        read_dir_sorted(root)?
+            .into_iter()
+            .filter(|e| is_tar_name(&e.file_name()) && !entry_is_dir(e))
+            .map(|e| e.path())
+            .collect()
+    } else {
+        vec![root.to_owned()]
+    };
+    // Shard headers are read in parallel, one shard per task, in any order.
+    let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    type Indexed = Vec<(usize, Result<(Stamp, Vec<TarMember>), DatasetError>)>;
+    let per_worker: Vec<Indexed> = std::thread::scope(|s| {
+        let handles = (0..threads.min(shards.len()).max(1))
+            .map(|_| {
+                let (next, shards, done) = (&next, &shards, &done);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(shard) = shards.get(i) else {
+                            return mine;
+                        };
+                        let stamp = Stamp::of(shard).map_err(|e| DatasetError::io(shard, e));
+                        mine.push((
+                            i,
+                            stamp.and_then(|st| Ok((st, read_tar_index(shard, done)?))),
+                        ));
+                    }
+                })
+            })
+            .collect();
+        wait_with_progress(root, "tar headers", &done, handles)
+    });
+    let mut indexed: Indexed = per_worker.into_iter().flatten().collect();
+    indexed.sort_unstable_by_key(|(i, _)| *i);
+    for (i, r) in indexed {
+        let shard = &shards[i];
+        let (stamp, members) = r?;
+        ds.stamps.push(stamp);
+        let id = ds.push_file(shard.as_os_str().as_bytes())?;
+        // Group by WebDataset key (the name up to the first dot of its last component).
+        let mut by_key: HashMap<&[u8], usize> = HashMap::new();
+        let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
+        for (m, member) in members.iter().enumerate() {
+            let name = &member.name[..];
+            let base_start = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+            let Some(dot) = name[base_start..].iter().position(|&b| b == b'.') else {
+                continue;
+            };
+            let (key, ext) = (&name[..base_start + dot], &name[base_start + dot + 1..]);
+            let is_image = IMAGE_EXTENSIONS
+                .iter()
+                .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
+            let is_cls = ext.eq_ignore_ascii_case(b"cls");
+            if !is_image && !is_cls {
+                continue;
+            }
+            let s = *by_key.entry(key).or_insert_with(|| {
+                samples.push((None, -1));
+                samples.len() - 1
+            });
+            if is_image {
+                samples[s].0 = Some(m);
+            } else {
+                let text = member.data.as_deref().unwrap_or_default();
+                samples[s].1 = std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .ok_or_else(|| DatasetError::BadTar {
+                        path: shard.clone(),
+                        offset: member.offset,
+                        reason: format!(
+                            "member {} is not an integer label",
+                            String::from_utf8_lossy(name)
+                        ),
+                    })?;
+            }
+        }
+        for (image, label) in samples {
+            if let Some(m) = image {
+                let member = &members[m];
+                ds.push_sample(id, member.offset, member.size, label);
+                ds.members.push(&member.name);
+            }
+        }
+    }
+    Ok(ds)
+}
+
+/// One regular-file member of a tar archive.
+#[derive(Debug)]
+pub(super) struct TarMember {
+    pub(super) name: Vec<u8>,
+    /// Byte offset of the member's data in the archive.
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    /// The contents, read only for small label members.
+    pub(super) data: Option<Vec<u8>>,
+}
+
+pub(super) fn parse_octal(field: &[u8]) -> Option<u64> {
+    if field.first().is_some_and(|&b| b & 0x80 != 0) {
+        // GNU base-256: big-endian, the top bit of the first byte is the marker.
+        let mut v: u64 = u64::from(field[0] & 0x7f);
+        for &b in &field[1..] {
+            v = v.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(v);
+    }
+    let s = field
+        .iter()
+        .copied()
+        .skip_while(|&b| b == b' ')
+        .take_while(|&b| b != 0 && b != b' ');
+    let mut v: u64 = 0;
+    let mut any = false;
+    for b in s {
+        if !(b'0'..=b'7').contains(&b) {
+            return None;
+        }
+        v = v.checked_mul(8)?.checked_add(u64::from(b - b'0'))?;
+        any = true;
+    }
+    any.then_some(v)
+}
+
+pub(super) fn cstr(field: &[u8]) -> &[u8] {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    &field[..end]
+}
+
+/// Parses pax extended header records (`"<len> <key>=<value>\n"`), returning path and size.
+pub(super) fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
+    let (mut path, mut size) = (None, None);
+    let mut rest = data;
+    while !rest.is_empty() {
+        let sp = rest.iter().position(|&b| b == b' ')?;
+        let len: usize = std::str::from_utf8(&rest[..sp]).ok()?.parse().ok()?;
+        if len <= sp + 1 || len > rest.len() {
+            return None;
+        }
+        let rec = &rest[sp + 1..len];
+        let rec = rec.strip_suffix(b"\n").unwrap_or(rec);
+        let eq = rec.iter().position(|&b| b == b'=')?;
+        let (k, v) = (&rec[..eq], &rec[eq + 1..]);
+        match k {
+            b"path" => path = Some(v.to_vec()),
+            b"size" => size = Some(std::str::from_utf8(v).ok()?.parse().ok()?),
+            _ => {}
+        }
+        rest = &rest[len..];
+    }
+    Some((path, size))
+}
+
+/// Checks a header block's checksum (the sum of its bytes, the checksum field read as spaces).
+fn check_checksum(header: &[u8; 512]) -> Result<(), String> {
+    let want = parse_octal(&header[148..156]).ok_or("bad checksum field")?;
+    let sum: u64 = header
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u64::from(b)
+            }
+        })
+        .sum();
+    if sum != want {
+        return Err(format!("header checksum {want} != computed {sum}"));
+    }
+    Ok(())
+}
+
+/// A preceding pax header's path and size override the ustar header's.
+fn apply_pax(pax: Option<(Option<Vec<u8>>, Option<u64>)>, name: &mut Vec<u8>, size: &mut u64) {
+    let Some((path, len)) = pax else {
+        return;
+    };
+    if let Some(p) = path {
+        *name = p;
+    }
+    if let Some(s) = len {
+        *size = s;
+    }
+}
+
+/// A header's member name, with the ustar prefix when there is one.
+fn header_name(header: &[u8; 512]) -> Vec<u8> {
+    let name = cstr(&header[0..100]).to_vec();
+    if &header[257..263] == b"ustar\0" {
+        let prefix = cstr(&header[345..500]);
+        if !prefix.is_empty() {
+            return [prefix, b"/", &name[..]].concat();
+        }
+    }
+    name
+}
+
+/// Reads the headers of a tar archive (ustar, GNU long names, pax), skipping member data.
+pub(super) fn read_tar_index(
+    path: &Path,
+    done: &AtomicU64,
+) -> Result<Vec<TarMember>, DatasetError> {
+    const MAX_META: u64 = 1 << 20;
+    let file = open_regular(path)?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| DatasetError::io(path, e))?
+        .len();
+    let mut r = BufReader::with_capacity(64 * 1024, file);
+    let mut members = Vec::new();
+    let mut pos: u64 = 0;
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut pax: Option<(Option<Vec<u8>>, Option<u64>)> = None;
+    let mut header = [0u8; 512];
+    let bad = |offset: u64, reason: String| DatasetError::BadTar {
+        path: path.to_owned(),
+        offset,
+        reason,
+    };
+    loop {
+        if pos == file_len {
+            break; // No end-of-archive blocks: accepted, as GNU tar does with a warning.
+        }
+        if pos + 512 > file_len {
+            return Err(bad(pos, "truncated header".into()));
+        }
+        r.read_exact(&mut header)
+            .map_err(|e| DatasetError::io(path, e))?;
+        if header.iter().all(|&b| b == 0) {
+            break; // End of archive.
+        }
+        check_checksum(&header).map_err(|reason| bad(pos, reason))?;
+        let mut size =
+            parse_octal(&header[124..136]).ok_or_else(|| bad(pos, "bad size field".into()))?;
+        let typeflag = header[156];
+        let data_off = pos + 512;
+        let mut name = header_name(&header);
+        apply_pax(pax.take(), &mut name, &mut size);
+        if let Some(l) = long_name.take() {
+            name = l;
+        }
+        let padded = size.div_ceil(512) * 512;
+        if data_off + size > file_len {
+            return Err(bad(
+                pos,
+                format!("member data of {size} bytes runs past the end of the file"),
+            ));
+        }
+        let read_meta = |r: &mut BufReader<File>| -> Result<Vec<u8>, DatasetError> {
+            if size > MAX_META {
+                return Err(bad(
+                    pos,
+                    format!("metadata member of {size} bytes is too large"),
+                ));
+            }
+            let mut buf = vec![0u8; padded as usize];
+            r.read_exact(&mut buf)
+                .map_err(|e| DatasetError::io(path, e))?;
+            buf.truncate(size as usize);
+            Ok(buf)
+        };
+        match typeflag {
+            b'L' => long_name = Some(cstr(&read_meta(&mut r)?).to_vec()),
+            b'x' => {
+                let data = read_meta(&mut r)?;
+                pax =
+                    Some(parse_pax(&data).ok_or_else(|| bad(pos, "malformed pax header".into()))?);
+            }
+            b'0' | 0 | b'7' => {
+                let is_cls = has_ext(&name, &["cls"]);
+                let data = if is_cls && size <= 64 {
+                    Some(read_meta(&mut r)?)
+                } else {
+                    r.seek_relative(padded as i64)
+                        .map_err(|e| DatasetError::io(path, e))?;
+                    None
+                };
+                members.push(TarMember {
+                    name,
+                    offset: data_off,
+                    size,
+                    data,
+                });
+            }
+            _ => {
+                // Directories, links, global pax headers, GNU long link names: skipped.
+                r.seek_relative(padded as i64)
+                    .map_err(|e| DatasetError::io(path, e))?;
+            }
+        }
+        pos = data_off + padded;
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(members)
+}

@@ -1,0 +1,139 @@
+//! The backend trait: how a unit of work is filled, and when it is complete.
+//!
+//! The engine (jobs, the fair-share scheduler, in-order publishing, backpressure, bad-sample
+//! policy, metrics) is one; a backend is what differs between hardware:
+//! - the **CPU backend** ([`super::cpu`]) takes units of up to [`super::CHUNK`] samples, one
+//!   per worker thread at a time, and is complete when `fill` returns;
+//! - a **CUDA backend** (issue 13) takes whole batches ([`UnitSize::Batch`]), enqueues decode and
+//!   the fused kernel on a stream, and returns [`Completion::Pending`] holding the batch's CUDA
+//!   event. The engine publishes the slot only once that completion has been waited for.
+//!
+//! # Design
+//! - A [`BackendFactory`] says the unit size and makes one [`Backend`] per worker thread (a
+//!   backend value owns its reader, decoder and scratch memory, so steady state allocates
+//!   nothing).
+//! - `fill` reports one [`SampleOutcome`] per sample as soon as it knows it (a sample that
+//!   cannot be read or decoded is known on the host); the engine then applies the bad-sample
+//!   policy, asking the backend to fill deterministic replacements one at a time
+//!   ([`Backend::fill_sample`]), and writes labels, indices and status into the slot's host
+//!   part. Backends write images only.
+//! - A [`Completion::Pending`] is waited for on the engine's completion thread, in the order
+//!   the units were filled; a failed wait is a [`BackendFault`] that fails the rank's feed.
+//!
+//! # Limitations
+//! - `fill_sample` and `clear_sample` must be complete when they return (a GPU backend decodes
+//!   a replacement on the CPU and uploads it synchronously); replacements are rare.
+//! - A backend must not write a sample's images after reporting it bad, since the engine may
+//!   write a replacement there.
+
+use stoker::ring::{ImageMemory, SlotLayout};
+
+use super::job::Job;
+use super::memory::SlotImages;
+use super::stats::StageStats;
+use super::{EngineConfig, PipelineError, Position};
+use crate::backend::BackendKind;
+use crate::badsample::BadSample;
+
+/// What became of one sample a backend was asked to fill.
+pub type SampleOutcome = Result<(), BadSample>;
+
+/// How many samples of one batch a unit of work holds at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitSize {
+    /// Up to this many samples (the CPU backend: [`super::CHUNK`]).
+    Samples(usize),
+    /// The whole batch (a GPU backend).
+    Batch,
+}
+
+impl UnitSize {
+    /// The unit's size in samples for a batch of `batch_len` samples (at least 1).
+    pub fn samples(self, batch_len: usize) -> usize {
+        match self {
+            UnitSize::Samples(n) => n.max(1),
+            UnitSize::Batch => batch_len.max(1),
+        }
+    }
+}
+
+/// One unit of work as a backend sees it: samples `start..start + indices.len()` of the batch
+/// at `pos` of `job`, to be written into the slot whose images are at `images`.
+pub struct UnitWork<'a> {
+    pub job: &'a Job,
+    /// The batch's position: with the job's seed and a sample's index it draws the sample's
+    /// crop and flip (see [`crate::augment::sample_params`]).
+    pub pos: Position,
+    /// Position within the batch of the unit's first sample.
+    pub start: usize,
+    /// Global dataset indices of the unit's samples, in batch order.
+    pub indices: &'a [u64],
+    /// The slot's images (its first image, not the unit's).
+    pub images: SlotImages,
+    pub layout: SlotLayout,
+    pub config: &'a EngineConfig,
+    pub stats: &'a StageStats,
+}
+
+/// One sample filled on its own (a replacement for a bad one): sample `index` into position
+/// `at` of the batch at `pos`.
+pub struct SampleWork<'a> {
+    pub job: &'a Job,
+    pub pos: Position,
+    pub index: u64,
+    pub at: usize,
+    pub images: SlotImages,
+    pub layout: SlotLayout,
+    pub config: &'a EngineConfig,
+    pub stats: &'a StageStats,
+}
+
+/// A GPU (or other hardware) failure that leaves a unit's images unwritten.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{device}: {reason}")]
+pub struct BackendFault {
+    /// The device, as users know it (e.g. "GPU 0 (GPU-6f1c...)").
+    pub device: String,
+    pub reason: String,
+}
+
+/// Work a backend enqueued and that completes later (a CUDA event).
+pub trait PendingWork: Send {
+    /// Blocks until the work is complete; an error says why it never will be.
+    fn wait(self: Box<Self>) -> Result<(), BackendFault>;
+}
+
+/// When a filled unit's images are complete.
+pub enum Completion {
+    /// When `fill` returned (the CPU backend).
+    Done,
+    /// When this completes; the slot is published only after.
+    Pending(Box<dyn PendingWork>),
+}
+
+/// Fills units of work into ring slots. One value per worker thread.
+pub trait Backend: Send {
+    /// Which backend this is (metrics labels, status).
+    fn kind(&self) -> BackendKind;
+
+    /// Starts filling the unit's images, pushes one outcome per sample in order onto
+    /// `outcomes` (which is empty on entry), and says when the images are complete.
+    fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion;
+
+    /// Fills one sample, complete on return.
+    fn fill_sample(&mut self, work: &SampleWork<'_>) -> SampleOutcome;
+
+    /// Zeroes the images of position `at` (a sample reported failed), complete on return.
+    fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize);
+}
+
+/// Makes the backends of an engine and says how their work is cut.
+pub trait BackendFactory: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    /// The unit of work.
+    fn unit_size(&self) -> UnitSize;
+    /// Where the backend writes images (rings given to the engine must hold them there).
+    fn image_memory(&self) -> ImageMemory;
+    /// One worker thread's backend.
+    fn make(&self, config: &EngineConfig) -> Result<Box<dyn Backend>, PipelineError>;
+}

@@ -1,0 +1,288 @@
+//! The CPU backend: reads a unit's files with one batched read, then decodes (libjpeg-turbo,
+//! only the crop region) and augments each sample straight into its place in the slot.
+//!
+//! # Design
+//! - Units of up to [`CHUNK`] samples, complete when `fill` returns.
+//! - Each worker thread owns one [`CpuBackend`]: its reader, decoder, augmenter and buffers,
+//!   so steady state allocates nothing per batch.
+//! - A sample over the size limit is never read (it is read as 0 bytes and reported as
+//!   `file_too_large`).
+//!
+//! # Limitations
+//! - Host memory only: a ring with device images is refused when the unit is filled (the
+//!   engine never pairs the two).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use stoker::ring::{ImageMemory, SlotLayout};
+use stoker_kernels::reference::RgbImage;
+
+use super::backend::{
+    Backend, BackendFactory, Completion, SampleOutcome, SampleWork, UnitSize, UnitWork,
+};
+use super::job::Job;
+use super::memory::SlotImages;
+use super::stats::StageStats;
+use super::{EngineConfig, PipelineError, Position, CHUNK};
+use crate::augment::{sample_params, Augmenter};
+use crate::backend::BackendKind;
+use crate::badsample::BadSample;
+use crate::dataset::Dataset;
+use crate::decode::{probe, CpuDecoder, DecodeError};
+use crate::metrics as m;
+use crate::reader::{ReadRequest, Reader};
+
+/// Makes [`CpuBackend`]s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackendFactory;
+
+impl BackendFactory for CpuBackendFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+    fn unit_size(&self) -> UnitSize {
+        UnitSize::Samples(CHUNK)
+    }
+    fn image_memory(&self) -> ImageMemory {
+        ImageMemory::Host
+    }
+    fn make(&self, config: &EngineConfig) -> Result<Box<dyn Backend>, PipelineError> {
+        Ok(Box::new(CpuBackend::new(config)?))
+    }
+}
+
+/// One worker thread's tools, reused for every unit.
+pub struct CpuBackend {
+    reader: Reader,
+    decoder: CpuDecoder,
+    augmenter: Augmenter,
+    bufs: Vec<Vec<u8>>,
+    image: RgbImage,
+    replacement_buf: Vec<Vec<u8>>,
+}
+
+/// The sample in position `at` of a slot whose images start at `images`.
+///
+/// # Safety
+/// `images` must be the slot's host images, valid for `layout.image_slot_bytes` bytes, and no
+/// one else may touch position `at` while the slice lives (the worker holds the unit).
+unsafe fn sample_out<'a>(images: SlotImages, layout: &SlotLayout, at: usize) -> &'a mut [u8] {
+    let SlotImages::Host(base) = images else {
+        panic!("the CPU backend writes host memory only, got {images:?}");
+    };
+    assert!(
+        at < layout.batch_size,
+        "sample {at} of {}",
+        layout.batch_size
+    );
+    // SAFETY: at < batch_size, so the image lies inside the slot's image part (SlotLayout);
+    // the caller guarantees exclusive access.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            base.add(layout.images + at * layout.image_bytes),
+            layout.image_bytes,
+        )
+    }
+}
+
+impl CpuBackend {
+    pub fn new(config: &EngineConfig) -> Result<CpuBackend, PipelineError> {
+        Ok(CpuBackend {
+            reader: Reader::new(config.reader, CHUNK)?,
+            decoder: CpuDecoder::new(config.limits)?,
+            augmenter: Augmenter::default(),
+            bufs: (0..CHUNK).map(|_| Vec::new()).collect(),
+            image: RgbImage::default(),
+            replacement_buf: vec![Vec::new()],
+        })
+    }
+
+    /// Reads every sample of the unit with one batched read; records read stats.
+    fn read_unit(&mut self, unit: &UnitWork<'_>) -> Vec<Result<(), crate::reader::ReadError>> {
+        let count = unit.indices.len();
+        let t0 = Instant::now();
+        let max_file_bytes = unit.config.limits.max_file_bytes;
+        let requests: Vec<ReadRequest<'_>> = unit
+            .indices
+            .iter()
+            .map(|&i| capped(request(&unit.job.dataset, i), max_file_bytes))
+            .collect();
+        self.reader.set_rules(&unit.job.rules);
+        let results = self.reader.read_batch(&requests, &mut self.bufs[..count]);
+        if let Some(t) = unit.config.throttle {
+            std::thread::sleep(t.read_delay * count as u32);
+        }
+        drop(requests);
+        let bytes: u64 = (0..count)
+            .filter(|&k| results[k].is_ok())
+            .map(|k| self.bufs[k].len() as u64)
+            .sum();
+        let read_ns = elapsed_ns(t0);
+        unit.stats.read_ns.fetch_add(read_ns, Ordering::Relaxed);
+        unit.stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        let read_ok = results.iter().filter(|r| r.is_ok()).count() as u64;
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "read").increment(read_ok);
+        metrics::counter!(m::BYTES_READ_TOTAL).increment(bytes);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "read").record(read_ns as f64 * 1e-9);
+        results
+    }
+
+    /// Decodes and augments one sample into `out`; the error says why it is bad.
+    fn process(
+        &mut self,
+        sample: Sample<'_>,
+        data: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), BadSample> {
+        let job = sample.job;
+        let t0 = Instant::now();
+        if let Some(t) = sample.config.throttle {
+            std::thread::sleep(t.decode_delay);
+        }
+        let header = probe(data)?;
+        let (crop, flip) = sample_params(
+            &job.spec,
+            header.width,
+            header.height,
+            job.seed,
+            sample.pos.epoch,
+            sample.index,
+        );
+        let within = self.decoder.decode_for_crop(
+            data,
+            crop,
+            job.spec.crop.output_size(),
+            &mut self.image,
+        )?;
+        let t1 = Instant::now();
+        self.augmenter
+            .augment_into(&self.image, within, flip, &job.spec, out);
+        let decode_ns = (t1 - t0).as_nanos() as u64;
+        let augment_ns = elapsed_ns(t1);
+        sample
+            .stats
+            .decode_ns
+            .fetch_add(decode_ns, Ordering::Relaxed);
+        sample
+            .stats
+            .augment_ns
+            .fetch_add(augment_ns, Ordering::Relaxed);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "decode").increment(1);
+        metrics::counter!(m::IMAGES_TOTAL, "stage" => "augment").increment(1);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "decode").record(decode_ns as f64 * 1e-9);
+        metrics::histogram!(m::STAGE_SECONDS, "stage" => "augment")
+            .record(augment_ns as f64 * 1e-9);
+        Ok(())
+    }
+}
+
+/// What `process` needs to know of the sample beyond its bytes.
+#[derive(Clone, Copy)]
+struct Sample<'a> {
+    job: &'a Job,
+    pos: Position,
+    index: u64,
+    config: &'a EngineConfig,
+    stats: &'a StageStats,
+}
+
+impl Backend for CpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
+        let results = self.read_unit(unit);
+        let max_file_bytes = unit.config.limits.max_file_bytes;
+        for (k, read) in results.into_iter().enumerate() {
+            let index = unit.indices[k];
+            // SAFETY: the slot's images are host memory of image_slot_bytes (SlotMemory), and
+            // the worker holds this unit, so no one else writes position start + k.
+            let out = unsafe { sample_out(unit.images, &unit.layout, unit.start + k) };
+            let outcome = match (too_large(&unit.job.dataset, index, max_file_bytes), read) {
+                (Some(bad), _) => Err(bad),
+                (None, Ok(())) => {
+                    let data = std::mem::take(&mut self.bufs[k]);
+                    let sample = Sample {
+                        job: unit.job,
+                        pos: unit.pos,
+                        index,
+                        config: unit.config,
+                        stats: unit.stats,
+                    };
+                    let r = self.process(sample, &data, out);
+                    self.bufs[k] = data;
+                    r
+                }
+                (None, Err(e)) => Err(BadSample::from(&e)),
+            };
+            outcomes.push(outcome);
+        }
+        Completion::Done
+    }
+
+    fn fill_sample(&mut self, work: &SampleWork<'_>) -> SampleOutcome {
+        let max_file_bytes = work.config.limits.max_file_bytes;
+        if let Some(bad) = too_large(&work.job.dataset, work.index, max_file_bytes) {
+            return Err(bad);
+        }
+        let req = [request(&work.job.dataset, work.index)];
+        self.reader.set_rules(&work.job.rules);
+        let read = self.reader.read_batch(&req, &mut self.replacement_buf[..1]);
+        if let Some(Err(e)) = read.into_iter().next() {
+            return Err(BadSample::from(&e));
+        }
+        // SAFETY: as in `fill`: host images, and the worker holds the sample's unit.
+        let out = unsafe { sample_out(work.images, &work.layout, work.at) };
+        let data = std::mem::take(&mut self.replacement_buf[0]);
+        let sample = Sample {
+            job: work.job,
+            pos: work.pos,
+            index: work.index,
+            config: work.config,
+            stats: work.stats,
+        };
+        let r = self.process(sample, &data, out);
+        self.replacement_buf[0] = data;
+        r
+    }
+
+    fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize) {
+        // SAFETY: as in `fill`.
+        unsafe { sample_out(images, layout, at) }.fill(0);
+    }
+}
+
+fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
+    let s = dataset.sample(index as usize);
+    ReadRequest {
+        path: s.path,
+        offset: s.offset,
+        len: s.len,
+    }
+}
+
+/// `file_too_large` when the indexed length of sample `index` is over `max_file_bytes`.
+fn too_large(dataset: &Dataset, index: u64, max_file_bytes: u64) -> Option<BadSample> {
+    let len = dataset.sample(index as usize).len;
+    (len > max_file_bytes).then(|| {
+        BadSample::from(DecodeError::FileTooLarge {
+            len,
+            limit: max_file_bytes,
+        })
+    })
+}
+
+/// `req`, or an empty read of it when it is over `max_file_bytes`.
+fn capped(req: ReadRequest<'_>, max_file_bytes: u64) -> ReadRequest<'_> {
+    if req.len > max_file_bytes {
+        ReadRequest { len: 0, ..req }
+    } else {
+        req
+    }
+}
+
+fn elapsed_ns(t0: Instant) -> u64 {
+    t0.elapsed().as_nanos() as u64
+}

@@ -1,0 +1,378 @@
+//! One attached rank's feed: its ring's slots, the batches in flight, and in-order publishing.
+//!
+//! # Design
+//! - A batch is split into chunks; a batch is published once all its chunks are done, and
+//!   batches are published in (epoch, step) order even when they finish out of order.
+//! - A slot leased by the consumer is never handed out until released.
+//! - Dropping a [`Feed`] waits until no worker writes into its ring any more.
+//!
+//! # Limitations
+//! - One consumer per feed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::backend::{BackendFault, UnitSize};
+use super::job::Job;
+use super::memory::SlotMemory;
+use super::scheduler::{Chunk, Shared};
+use super::{PipelineError, Position};
+use crate::sampler::Sampler;
+
+/// A batch handed to the consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ready {
+    pub slot: usize,
+    pub generation: u64,
+    pub epoch: u64,
+    pub step: u64,
+    /// Samples in the batch (less than the batch size only in a final partial batch).
+    pub n: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedEvent {
+    Ready(Ready),
+    /// The job's last epoch is done.
+    EndOfData,
+}
+pub(super) struct SlotState {
+    pub(super) generation: u64,
+    /// Global sample indices of the batch being written into the slot.
+    pub(super) indices: Vec<u64>,
+    pub(super) chunks_left: usize,
+    pub(super) leased: bool,
+}
+
+pub(super) struct FeedState {
+    /// This rank's share of each epoch (it caches the current epoch's permutation).
+    pub(super) sampler: Sampler,
+    /// The next batch to start.
+    pub(super) next: Position,
+    pub(super) free: VecDeque<usize>,
+    pub(super) slots: Vec<SlotState>,
+    /// The batch whose chunks are being handed out.
+    pub(super) dispatching: Option<Dispatch>,
+    /// Batches started and not yet published, by position.
+    pub(super) in_flight: BTreeMap<Position, usize>,
+    /// Completed batches, in order, not yet received by the consumer.
+    pub(super) ready: VecDeque<Ready>,
+    /// The position the consumer sees next.
+    pub(super) publish_next: Position,
+    pub(super) stopped: bool,
+    /// Chunks handed to workers and not yet finished (complete, for pending backends).
+    pub(super) writers: usize,
+    /// Why the backend can no longer fill this feed's ring (a GPU fault); the consumer is
+    /// told instead of receiving more batches.
+    pub(super) failed: Option<BackendFault>,
+    /// Set by a [`FeedWaker`], consumed by the consumer's next wake-able wait.
+    pub(super) woken: bool,
+}
+
+/// The batch whose units are being handed out.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dispatch {
+    pub(super) slot: usize,
+    pub(super) pos: Position,
+    /// Where in the batch the next unit starts.
+    pub(super) next_start: usize,
+}
+
+pub(super) struct FeedShared {
+    pub(super) job: Arc<Job>,
+    pub(super) rank: u32,
+    pub(super) ring: Arc<dyn SlotMemory>,
+    pub(super) state: Mutex<FeedState>,
+    /// Signalled when a batch becomes ready, a writer finishes, or the feed stops.
+    pub(super) changed: Condvar,
+}
+
+impl FeedShared {
+    pub(super) fn new(
+        job: Arc<Job>,
+        rank: u32,
+        ring: Arc<dyn SlotMemory>,
+        sampler: Sampler,
+        start: Position,
+    ) -> FeedShared {
+        let slots = ring.layout().slots;
+        FeedShared {
+            state: Mutex::new(FeedState {
+                sampler,
+                next: start,
+                free: (0..slots).collect(),
+                slots: (0..slots)
+                    .map(|_| SlotState {
+                        generation: 0,
+                        indices: Vec::with_capacity(job.spec.batch_size as usize),
+                        chunks_left: 0,
+                        leased: false,
+                    })
+                    .collect(),
+                dispatching: None,
+                in_flight: BTreeMap::new(),
+                ready: VecDeque::new(),
+                publish_next: start,
+                stopped: false,
+                writers: 0,
+                failed: None,
+                woken: false,
+            }),
+            job,
+            rank,
+            ring,
+            changed: Condvar::new(),
+        }
+    }
+
+    pub(super) fn advance(&self, pos: Position) -> Position {
+        self.job.settle(Position {
+            epoch: pos.epoch,
+            step: pos.step + 1,
+        })
+    }
+
+    /// Hands out the next chunk of this feed, starting a new batch if a slot is free.
+    pub(super) fn take_chunk(self: &Arc<Self>, unit: UnitSize) -> Option<Chunk> {
+        let mut st = self.state.lock().unwrap();
+        if st.stopped || st.failed.is_some() {
+            return None;
+        }
+        if st.dispatching.is_none() {
+            if self.job.is_past_end(st.next) || self.job.steps_per_epoch == 0 {
+                return None;
+            }
+            let slot = st.free.pop_front()?;
+            let pos = st.next;
+            st.next = self.advance(pos);
+            let st = &mut *st;
+            let s = &mut st.slots[slot];
+            st.sampler
+                .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
+            let len = s.indices.len();
+            s.chunks_left = len.div_ceil(unit.samples(len)).max(1);
+            st.in_flight.insert(pos, slot);
+            st.dispatching = Some(Dispatch {
+                slot,
+                pos,
+                next_start: 0,
+            });
+        }
+        let Dispatch {
+            slot,
+            pos,
+            next_start: start,
+        } = st.dispatching.expect("set above");
+        let n = st.slots[slot].indices.len();
+        let end = (start + unit.samples(n)).min(n);
+        st.dispatching = (end < n).then_some(Dispatch {
+            slot,
+            pos,
+            next_start: end,
+        });
+        st.writers += 1;
+        Some(Chunk {
+            feed: self.clone(),
+            slot,
+            pos,
+            start,
+            end,
+            batch_len: n,
+        })
+    }
+
+    /// Records a completed chunk and publishes every batch that is now complete and next in
+    /// order; a fault fails the feed instead.
+    pub(super) fn finish_chunk(&self, chunk: &Chunk, done: Result<(), BackendFault>) {
+        let mut st = self.state.lock().unwrap();
+        st.writers -= 1;
+        st.slots[chunk.slot].chunks_left -= 1;
+        if let Err(fault) = done {
+            st.failed.get_or_insert(fault);
+        }
+        while let Some((&pos, &slot)) = st.in_flight.first_key_value() {
+            if pos != st.publish_next || st.slots[slot].chunks_left > 0 {
+                break;
+            }
+            if st.failed.is_some() || st.dispatching.is_some_and(|d| d.slot == slot) {
+                break;
+            }
+            st.in_flight.remove(&pos);
+            let s = &mut st.slots[slot];
+            s.generation += 1;
+            let ready = Ready {
+                slot,
+                generation: s.generation,
+                epoch: pos.epoch,
+                step: pos.step,
+                n: s.indices.len(),
+            };
+            st.ready.push_back(ready);
+            st.publish_next = self.advance(pos);
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+}
+
+/// Wakes a feed's consumer (see [`Feed::waker`]); a wake is remembered until consumed, so
+/// one sent just before the consumer waits is not lost.
+#[derive(Clone)]
+pub struct FeedWaker(Arc<FeedShared>);
+
+impl FeedWaker {
+    pub fn wake(&self) {
+        self.0.state.lock().unwrap().woken = true;
+        self.0.changed.notify_all();
+    }
+}
+
+/// One rank's stream of ready batches. Dropping it stops the feed and waits until no worker
+/// writes into its ring any more, so the ring may be unmapped afterwards.
+pub struct Feed {
+    pub(super) shared: Arc<FeedShared>,
+    pub(super) engine: Arc<Shared>,
+}
+
+impl Feed {
+    pub fn rank(&self) -> u32 {
+        self.shared.rank
+    }
+
+    pub fn job(&self) -> &Arc<Job> {
+        &self.shared.job
+    }
+
+    pub fn ring(&self) -> &Arc<dyn SlotMemory> {
+        &self.shared.ring
+    }
+
+    /// A handle that wakes this feed's consumer out of [`Feed::recv_wakeable`] or
+    /// [`Feed::wait_woken`] (the connection ended, the daemon drains).
+    pub fn waker(&self) -> FeedWaker {
+        FeedWaker(Arc::clone(&self.shared))
+    }
+
+    /// Waits for the next batch in order, or until woken (`None`).
+    pub fn recv_wakeable(&self) -> Result<Option<FeedEvent>, PipelineError> {
+        let mut st = self.shared.state.lock().unwrap();
+        loop {
+            if std::mem::take(&mut st.woken) {
+                return Ok(None);
+            }
+            if let Some(ev) = self.poll_event(&mut st)? {
+                return Ok(Some(ev));
+            }
+            st = self.shared.changed.wait(st).unwrap();
+        }
+    }
+
+    /// Waits until woken, whatever the feed does meanwhile.
+    pub fn wait_woken(&self) {
+        let mut st = self.shared.state.lock().unwrap();
+        while !std::mem::take(&mut st.woken) {
+            st = self.shared.changed.wait(st).unwrap();
+        }
+    }
+
+    /// The next event if there is one now: a batch (leased to the consumer from here on), the
+    /// end of the data, or why the feed cannot go on.
+    fn poll_event(&self, st: &mut FeedState) -> Result<Option<FeedEvent>, PipelineError> {
+        if st.stopped {
+            return Err(PipelineError::Stopped);
+        }
+        if let Some(fault) = &st.failed {
+            return Err(PipelineError::Backend(fault.clone()));
+        }
+        if let Some(ready) = st.ready.pop_front() {
+            st.slots[ready.slot].leased = true;
+            return Ok(Some(FeedEvent::Ready(ready)));
+        }
+        let finished = self.shared.job.is_past_end(st.next) || self.shared.job.steps_per_epoch == 0;
+        if finished && st.dispatching.is_none() && st.in_flight.is_empty() {
+            return Ok(Some(FeedEvent::EndOfData));
+        }
+        Ok(None)
+    }
+
+    /// Waits for the next batch in order.
+    pub fn recv(&self) -> Result<FeedEvent, PipelineError> {
+        loop {
+            if let Some(ev) = self.recv_timeout(Duration::from_secs(3600))? {
+                return Ok(ev);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next batch; `None` if none came.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<FeedEvent>, PipelineError> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.state.lock().unwrap();
+        loop {
+            if let Some(ev) = self.poll_event(&mut st)? {
+                return Ok(Some(ev));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// Gives a received slot back to the producer.
+    pub fn release(&self, slot: usize, generation: u64) -> Result<(), PipelineError> {
+        let mut st = self.shared.state.lock().unwrap();
+        match st.slots.get_mut(slot) {
+            Some(s) if s.leased && s.generation == generation => {
+                s.leased = false;
+                st.free.push_back(slot);
+            }
+            _ => return Err(PipelineError::NotLeased { slot, generation }),
+        }
+        drop(st);
+        self.engine.work.notify_all();
+        Ok(())
+    }
+
+    /// Gives back every slot the consumer holds (the client went away).
+    pub fn release_all(&self) {
+        let mut st = self.shared.state.lock().unwrap();
+        let st = &mut *st;
+        for (i, s) in st.slots.iter_mut().enumerate() {
+            if s.leased {
+                s.leased = false;
+                st.free.push_back(i);
+            }
+        }
+        self.engine.work.notify_all();
+    }
+
+    /// Slots currently held by the consumer.
+    pub fn leased(&self) -> usize {
+        let st = self.shared.state.lock().unwrap();
+        st.slots.iter().filter(|s| s.leased).count()
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock().unwrap();
+        st.stopped = true;
+        while st.writers > 0 {
+            st = self.shared.changed.wait(st).unwrap();
+        }
+        drop(st);
+        let mut sched = self.engine.sched.lock().unwrap();
+        for j in sched.jobs.iter_mut() {
+            j.feeds.retain(|f| !Arc::ptr_eq(f, &self.shared));
+        }
+        sched.jobs.retain(|j| !j.feeds.is_empty());
+    }
+}

@@ -1,0 +1,165 @@
+//! A job: one training run's dataset, spec, seed and world size, shared by its ranks, and the
+//! sampler each rank draws its batches from.
+//!
+//! # Design
+//! - The job is immutable once made; ranks hold an `Arc` of it, and the scheduler groups feeds
+//!   by its identity for fair share.
+//!
+//! # Limitations
+//! - The spec and world size are fixed for the job's life.
+
+use std::sync::Arc;
+
+use stoker::spec::PipelineSpec;
+
+use stoker::protocol::EpochOffset;
+
+use super::{PipelineError, Position};
+use crate::dataset::Dataset;
+use crate::fsopen::{OpenPolicy, OpenRules};
+use crate::sampler::{ResumedEpoch, Sampler};
+
+/// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
+pub struct Job {
+    pub dataset: Arc<Dataset>,
+    pub spec: PipelineSpec,
+    pub seed: u64,
+    pub world_size: u32,
+    pub(super) steps_per_epoch: u64,
+    /// The elastic resume point every rank of the job shares, if any (see [`crate::sampler`]).
+    offset: Option<EpochOffset>,
+    /// Batches per rank of the offset's epoch.
+    resumed: Option<ResumedEpoch>,
+    /// How the job's files are opened (credentials, symlinks, shard identities).
+    pub(super) rules: Arc<OpenRules>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("samples", &self.dataset.len())
+            .field("spec", &self.spec)
+            .field("seed", &self.seed)
+            .field("world_size", &self.world_size)
+            .finish()
+    }
+}
+
+impl Job {
+    pub fn new(
+        dataset: Arc<Dataset>,
+        spec: PipelineSpec,
+        seed: u64,
+        world_size: u32,
+    ) -> Result<Arc<Job>, PipelineError> {
+        Job::with_policy(dataset, spec, seed, world_size, None, OpenPolicy::default())
+    }
+
+    /// A job whose files are opened under `policy` (a client's credentials, no symlinks;
+    /// its tar shards must stay the files indexed, see [`crate::fsopen`]), and whose epoch
+    /// `offset.epoch` serves only what is left after an elastic checkpoint, if any.
+    pub fn with_policy(
+        dataset: Arc<Dataset>,
+        spec: PipelineSpec,
+        seed: u64,
+        world_size: u32,
+        offset: Option<EpochOffset>,
+        policy: OpenPolicy,
+    ) -> Result<Arc<Job>, PipelineError> {
+        spec.validate()?;
+        let offset = offset.filter(|o| o.consumed > 0);
+        let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
+        let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
+        Ok(Arc::new(Job {
+            steps_per_epoch: sampler.steps_per_epoch(),
+            resumed: sampler.resumed_epoch(),
+            offset,
+            dataset,
+            spec,
+            seed,
+            world_size,
+            rules,
+        }))
+    }
+
+    fn make_sampler(
+        dataset: &Dataset,
+        spec: &PipelineSpec,
+        seed: u64,
+        rank: u32,
+        world_size: u32,
+        offset: Option<EpochOffset>,
+    ) -> Result<Sampler, PipelineError> {
+        let sampler = Sampler::new(
+            dataset.len() as u64,
+            seed,
+            rank as u64,
+            world_size as u64,
+            spec.batch_size as u64,
+            spec.drop_last,
+        );
+        match offset {
+            Some(o) => sampler.and_then(|s| s.with_offset(o)),
+            None => sampler,
+        }
+        .map_err(|e| PipelineError::Sampler(e.to_string()))
+    }
+
+    /// The elastic resume point of this job, if any.
+    pub fn offset(&self) -> Option<EpochOffset> {
+        self.offset
+    }
+
+    /// Batches each rank receives in `epoch` (the offset's epoch may have fewer, even none).
+    pub fn steps_in(&self, epoch: u64) -> u64 {
+        match self.resumed {
+            Some(r) if r.epoch == epoch => r.steps,
+            _ => self.steps_per_epoch,
+        }
+    }
+
+    /// The first batch at or after `pos` that exists: past the end of an epoch (or in an
+    /// elastic epoch with nothing left) is the start of the next.
+    pub fn settle(&self, mut pos: Position) -> Position {
+        while pos.step >= self.steps_in(pos.epoch) && self.steps_per_epoch > 0 {
+            pos = Position {
+                epoch: pos.epoch + 1,
+                step: 0,
+            };
+        }
+        pos
+    }
+
+    /// How the job's files are opened.
+    pub fn open_policy(&self) -> &OpenPolicy {
+        &self.rules.policy
+    }
+
+    /// Batches each rank receives per epoch.
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.steps_per_epoch
+    }
+
+    /// The sampler of one rank of this job.
+    pub fn sampler(&self, rank: u32) -> Result<Sampler, PipelineError> {
+        if rank >= self.world_size {
+            return Err(PipelineError::Rank {
+                rank,
+                world_size: self.world_size,
+            });
+        }
+        Self::make_sampler(
+            &self.dataset,
+            &self.spec,
+            self.seed,
+            rank,
+            self.world_size,
+            self.offset,
+        )
+    }
+
+    /// Whether `pos` lies past the job's last epoch.
+    pub(super) fn is_past_end(&self, pos: Position) -> bool {
+        matches!(self.spec.epochs, Some(e) if pos.epoch >= e as u64)
+    }
+}

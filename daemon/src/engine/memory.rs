@@ -1,0 +1,96 @@
+//! Ring memory as the engine sees it: a slot's images (host or device memory) and its host
+//! part (labels, indices, status; always host memory).
+//!
+//! # Design
+//! - [`SlotMemory`] is the only way the engine reaches a ring; [`HeapRing`] is the in-process
+//!   kind (benchmarks, tests), the server's memfd rings another, and a CUDA backend's rings
+//!   (device images, host memfd beside them) a third.
+//! - The engine itself writes only the host part; a backend writes the images, through
+//!   [`SlotImages`]: a host pointer it may write with the CPU, or a device address.
+//!
+//! # Limitations
+//! - Raw pointers: which slot may be written when is the feed's business (`feed.rs`).
+
+use stoker::ring::RingLayout;
+use stoker::spec::PipelineSpec;
+
+/// Where one slot's images are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotImages {
+    /// Host memory, valid for `layout().slot.image_slot_bytes` bytes.
+    Host(*mut u8),
+    /// A device address (CUDA `CUdeviceptr`) on the ring's GPU, valid for
+    /// `layout().slot.image_slot_bytes` bytes.
+    Device(u64),
+}
+
+/// Memory a feed writes slots into: host memory for the in-process pipeline, a memfd mapping
+/// for served rings, device memory plus a host memfd for the CUDA backend.
+///
+/// # Safety
+/// For every `i < layout().slots`, for as long as the value lives: `host_ptr(i)` must be valid
+/// host memory for reads and writes of `layout().slot.host_slot_bytes` bytes, and
+/// `images(i)` must be valid for `layout().slot.image_slot_bytes` bytes in the memory it
+/// names (host, or device for [`SlotImages::Device`], matching `layout().image_memory`). No
+/// two of these ranges overlap.
+pub unsafe trait SlotMemory: Send + Sync {
+    fn layout(&self) -> &RingLayout;
+    /// Slot `slot`'s images.
+    fn images(&self, slot: usize) -> SlotImages;
+    /// Start of slot `slot`'s host part (labels, indices, status).
+    fn host_ptr(&self, slot: usize) -> *mut u8;
+}
+
+/// A ring in ordinary heap memory (benchmarks, tests, in-process use).
+pub struct HeapRing {
+    layout: RingLayout,
+    // Boxed [u128] keeps 16-byte alignment; slots are SLOT_ALIGN multiples from its start.
+    mem: Box<[std::cell::UnsafeCell<u128>]>,
+}
+
+// SAFETY: the memory is only ever accessed through raw pointers handed out by `images` and
+// `host_ptr`, and the pipeline's slot protocol keeps writers and readers of one slot apart.
+unsafe impl Sync for HeapRing {}
+
+impl HeapRing {
+    pub fn new(spec: &PipelineSpec, slots: usize) -> HeapRing {
+        let layout = RingLayout::new(spec, slots, 4096);
+        let words = layout.ring_bytes.div_ceil(16);
+        let mem = (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect();
+        HeapRing { layout, mem }
+    }
+
+    fn at(&self, offset: usize) -> *mut u8 {
+        // SAFETY: callers pass offsets of RingLayout, all < ring_bytes <= mem.len() * 16.
+        unsafe { (self.mem.as_ptr() as *mut u8).add(offset) }
+    }
+
+    /// The bytes of one slot's images. The caller must hold the slot's lease (it is READY and
+    /// not yet released), so no worker writes into it meanwhile.
+    pub fn images_of(&self, slot: usize) -> &[u8] {
+        let ptr = self.at(self.layout.image_offset(slot));
+        // SAFETY: valid for image_slot_bytes (RingLayout); the lease keeps writers away.
+        unsafe { std::slice::from_raw_parts(ptr, self.layout.slot.image_slot_bytes) }
+    }
+
+    /// The bytes of one slot's host part (labels, indices, status); the lease rule of
+    /// [`HeapRing::images_of`] applies.
+    pub fn host_of(&self, slot: usize) -> &[u8] {
+        // SAFETY: valid for host_slot_bytes (RingLayout); the lease keeps writers away.
+        unsafe { std::slice::from_raw_parts(self.host_ptr(slot), self.layout.slot.host_slot_bytes) }
+    }
+}
+
+// SAFETY: both parts of every slot are disjoint ranges of `mem` (RingLayout), which lives as
+// long as the ring and covers ring_bytes; the images are host memory.
+unsafe impl SlotMemory for HeapRing {
+    fn layout(&self) -> &RingLayout {
+        &self.layout
+    }
+    fn images(&self, slot: usize) -> SlotImages {
+        SlotImages::Host(self.at(self.layout.image_offset(slot)))
+    }
+    fn host_ptr(&self, slot: usize) -> *mut u8 {
+        self.at(self.layout.host_offset(slot))
+    }
+}

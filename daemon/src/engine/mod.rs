@@ -1,0 +1,339 @@
+//! The engine room: an [`Engine`] of worker threads shared by every job, and one [`Feed`] per
+//! attached rank that fills that rank's ring slots in order and publishes them. What differs
+//! between hardware is a [`Backend`] (see [`backend`]); everything here is shared by all.
+//!
+//! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
+//! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
+//! trait), `cpu` (the CPU backend), `memory` (ring memory), `stats`.
+//!
+//! # Design
+//! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
+//!   up to [`CHUNK`] samples for the CPU, whole batches for a GPU). A worker takes a unit and
+//!   has its backend fill the images; the engine settles bad samples and writes labels,
+//!   indices and status into the slot's host part. A batch is published once all its units
+//!   are *complete* (for a GPU, once its event completed, not when `fill` returned); batches
+//!   are published in (epoch, step) order even when they finish out of order.
+//! - Fair share: workers pick work round-robin over jobs, then over the ranks of a job. A rank
+//!   whose ring has no free slot is skipped (backpressure), so it never holds others back.
+//! - Every stage is bounded by the ring: nothing is produced without a free slot, and a slot
+//!   leased by a client is never written until it is released.
+//! - Steady state allocates nothing per batch: backends own their reader, decoder, augmenter
+//!   and buffers; slots own their index lists.
+//! - Determinism: each sample's output is a function of (seed, epoch, index) alone (see
+//!   [`crate::rng`]), so thread count, backend and timing change nothing.
+//!
+//! # Limitations
+//! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
+
+pub mod backend;
+mod cpu;
+mod feed;
+mod job;
+mod memory;
+mod scheduler;
+mod stats;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use stoker::ring::ImageMemory;
+
+use crate::backend::BackendKind;
+use crate::badsample::BadSampleLog;
+use crate::decode::{DecodeError, Limits};
+use crate::reader::{ReadError, Reader, ReaderKind};
+
+pub use backend::{
+    Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
+    UnitSize, UnitWork,
+};
+pub use cpu::{CpuBackend, CpuBackendFactory};
+use feed::FeedShared;
+pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
+pub use job::Job;
+pub use memory::{HeapRing, SlotImages, SlotMemory};
+use scheduler::{JobFeeds, Sched, Shared};
+pub use stats::{StageStats, StageTotals};
+use worker::{PendingUnit, Worker};
+
+/// Most samples one worker takes from a batch at a time.
+pub const CHUNK: usize = 16;
+/// How many other samples are tried, in order, before a bad sample is given up as failed
+/// under the `skip` policy.
+pub const MAX_REPLACEMENT_TRIES: usize = 16;
+/// Default number of slots in a rank's ring.
+pub const DEFAULT_SLOTS: usize = 4;
+
+/// A position in a job's stream of batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Position {
+    pub epoch: u64,
+    pub step: u64,
+}
+
+/// What happens to a sample that cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadSamplePolicy {
+    /// Replace it deterministically with another sample (every rank and rerun agrees).
+    #[default]
+    Skip,
+    /// Leave its pixels zeroed and report it as failed in the batch's status.
+    Fail,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("invalid pipeline spec: {0}")]
+    Spec(#[from] stoker::spec::SpecError),
+    #[error("{0}")]
+    Sampler(String),
+    #[error("reader: {0}")]
+    Reader(#[from] ReadError),
+    #[error("decoder: {0}")]
+    Decoder(#[from] DecodeError),
+    #[error("rank {rank} is out of range for world_size {world_size}")]
+    Rank { rank: u32, world_size: u32 },
+    #[error("cannot start at epoch {epoch} step {step}: {reason}")]
+    Position {
+        epoch: u64,
+        step: u64,
+        reason: String,
+    },
+    #[error("ring of {slots} slots is too small: at least 2 are needed")]
+    RingTooSmall { slots: usize },
+    #[error("ring layout does not match the job's spec")]
+    RingMismatch,
+    #[error("slot {slot} (generation {generation}) is not leased")]
+    NotLeased { slot: usize, generation: u64 },
+    #[error("the feed has stopped")]
+    Stopped,
+    #[error("could not start worker thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the {backend} backend writes {wants:?} memory, the ring's images are {got:?}")]
+    RingMemory {
+        backend: &'static str,
+        wants: ImageMemory,
+        got: ImageMemory,
+    },
+    #[error("backend fault: {0}")]
+    Backend(BackendFault),
+}
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+    pub reader: ReaderKind,
+    pub limits: Limits,
+    pub policy: BadSamplePolicy,
+    /// Bad-sample log lines per second (each bad file is logged once; see
+    /// [`crate::badsample`]).
+    pub bad_log_per_second: u32,
+    /// Test and benchmark hook: deliberately slows the reader and the decoder, so that the
+    /// benchmark's bottleneck verdict can be checked on constructed cases. `None` in service.
+    pub throttle: Option<Throttle>,
+}
+
+/// Artificial delays per image (a slow disk, a slow decoder), for `stoker bench` tests only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttle {
+    /// Slept by a worker after each read, per image read.
+    pub read_delay: Duration,
+    /// Slept before each decode, and counted as decode time.
+    pub decode_delay: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threads: 0,
+            reader: ReaderKind::Auto,
+            limits: Limits::default(),
+            policy: BadSamplePolicy::Skip,
+            bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
+            throttle: None,
+        }
+    }
+}
+
+/// The worker threads shared by every job and rank, and the completion thread.
+pub struct Engine {
+    shared: Arc<Shared>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Waits for pending units; ends once every worker (and so every sender) is gone.
+    completer: Mutex<Option<JoinHandle<()>>>,
+    threads: usize,
+    reader_kind: &'static str,
+    kind: BackendKind,
+    image_memory: ImageMemory,
+}
+
+impl Engine {
+    /// An engine serving from the CPU backend.
+    pub fn new(config: EngineConfig) -> Result<Arc<Engine>, PipelineError> {
+        Engine::with_backend(config, &CpuBackendFactory)
+    }
+
+    /// An engine whose workers each own a backend made by `factory`.
+    pub fn with_backend(
+        config: EngineConfig,
+        factory: &dyn BackendFactory,
+    ) -> Result<Arc<Engine>, PipelineError> {
+        let threads = if config.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            config.threads
+        };
+        // Probe the reader once so the choice (and any fallback) is known and logged at start.
+        let reader_kind = Reader::new(config.reader, CHUNK)?.kind();
+        let kind = factory.kind();
+        tracing::info!(
+            threads,
+            reader = reader_kind,
+            backend = kind.name(),
+            "pipeline engine starting"
+        );
+        let backends = (0..threads)
+            .map(|_| factory.make(&config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shared = Arc::new(Shared {
+            sched: Mutex::new(Sched::default()),
+            work: Condvar::new(),
+            bad_log: BadSampleLog::new(config.bad_log_per_second),
+            config,
+            stats: StageStats::default(),
+            unit: factory.unit_size(),
+        });
+        let (completions, pending) = crossbeam_channel::unbounded::<PendingUnit>();
+        let completer = std::thread::Builder::new()
+            .name("stoker-complete".to_owned())
+            .spawn(move || worker::complete(pending))
+            .map_err(PipelineError::Thread)?;
+        let engine = Arc::new(Engine {
+            shared: shared.clone(),
+            workers: Mutex::new(Vec::with_capacity(threads)),
+            completer: Mutex::new(Some(completer)),
+            threads,
+            reader_kind,
+            kind,
+            image_memory: factory.image_memory(),
+        });
+        for (i, backend) in backends.into_iter().enumerate() {
+            let mut worker = Worker::new(shared.clone(), backend, completions.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("stoker-worker-{i}"))
+                .spawn(move || worker.run())
+                .map_err(PipelineError::Thread)?;
+            engine.workers.lock().unwrap().push(handle);
+        }
+        Ok(engine)
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// "io_uring" or "pread".
+    pub fn reader_kind(&self) -> &'static str {
+        self.reader_kind
+    }
+
+    /// The backend the workers fill with.
+    pub fn backend(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// Where this engine's backend writes images: what rings it is given must hold.
+    pub fn image_memory(&self) -> ImageMemory {
+        self.image_memory
+    }
+
+    pub fn stats(&self) -> StageTotals {
+        self.shared.stats.totals()
+    }
+
+    /// Bad samples met so far, by reason code (see [`crate::badsample::REASONS`]).
+    pub fn bad_by_reason(&self) -> BTreeMap<&'static str, u64> {
+        self.shared.stats.bad_by_reason.snapshot()
+    }
+
+    /// Starts filling `ring` for `rank` of `job` from `start` on.
+    pub fn start_feed(
+        self: &Arc<Self>,
+        job: Arc<Job>,
+        rank: u32,
+        ring: Arc<dyn SlotMemory>,
+        start: Position,
+    ) -> Result<Feed, PipelineError> {
+        let sampler = job.sampler(rank)?;
+        // Step 0 of an elastic epoch with nothing left is the next epoch's start.
+        let start = if start.step == 0 {
+            job.settle(start)
+        } else {
+            start
+        };
+        sampler
+            .check_position(start.epoch, start.step)
+            .map_err(|e| PipelineError::Position {
+                epoch: start.epoch,
+                step: start.step,
+                reason: e.to_string(),
+            })?;
+        let layout = *ring.layout();
+        if layout.slots < 2 {
+            return Err(PipelineError::RingTooSmall {
+                slots: layout.slots,
+            });
+        }
+        if layout.slot != stoker::ring::SlotLayout::new(&job.spec) {
+            return Err(PipelineError::RingMismatch);
+        }
+        if layout.image_memory != self.image_memory {
+            return Err(PipelineError::RingMemory {
+                backend: self.kind.name(),
+                wants: self.image_memory,
+                got: layout.image_memory,
+            });
+        }
+        let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
+        {
+            let mut sched = self.shared.sched.lock().unwrap();
+            match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {
+                Some(j) => j.feeds.push(feed.clone()),
+                None => sched.jobs.push(JobFeeds {
+                    job,
+                    feeds: vec![feed.clone()],
+                    next_feed: 0,
+                }),
+            }
+        }
+        self.shared.work.notify_all();
+        Ok(Feed {
+            shared: feed,
+            engine: self.shared.clone(),
+        })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.sched.lock().unwrap().shutdown = true;
+        self.shared.work.notify_all();
+        for handle in self.workers.get_mut().unwrap().drain(..) {
+            let _ = handle.join();
+        }
+        // Every worker, and with it every sender of pending units, is gone: the completion
+        // thread finishes what is left and ends.
+        if let Some(handle) = self.completer.get_mut().unwrap().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,99 @@
+//! The engine's shared state and its fair-share scheduler: which rank's batch a worker fills
+//! next.
+//!
+//! # Design
+//! - Round-robin over jobs, then over the ranks (feeds) of a job, so two jobs get equal shares
+//!   whatever their rank counts. A feed without a free slot yields nothing (backpressure stops
+//!   that rank only).
+//! - The chunks of one batch are handed out back to back, so batches finish in order.
+//! - Workers sleep on a condvar and are woken when work may have appeared.
+//!
+//! # Limitations
+//! - One lock for the scheduler; fine for the handful of ranks a host serves.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::backend::UnitSize;
+use super::feed::FeedShared;
+use super::job::Job;
+use super::stats::StageStats;
+use super::{EngineConfig, Position};
+use crate::badsample::BadSampleLog;
+
+pub(super) struct Shared {
+    pub(super) sched: Mutex<Sched>,
+    /// Signalled when work may have appeared (a slot freed, a feed started) or on shutdown.
+    pub(super) work: Condvar,
+    pub(super) config: EngineConfig,
+    pub(super) stats: StageStats,
+    pub(super) bad_log: BadSampleLog,
+    /// How the backend cuts batches into units.
+    pub(super) unit: UnitSize,
+}
+
+#[derive(Default)]
+pub(super) struct Sched {
+    /// Feeds grouped by job (by `Arc<Job>` identity), for round-robin over jobs.
+    pub(super) jobs: Vec<JobFeeds>,
+    pub(super) next_job: usize,
+    pub(super) shutdown: bool,
+}
+
+pub(super) struct JobFeeds {
+    pub(super) job: Arc<Job>,
+    pub(super) feeds: Vec<Arc<FeedShared>>,
+    pub(super) next_feed: usize,
+}
+
+/// One unit of work handed to a worker: samples `start..end` of the batch in `slot`.
+pub(super) struct Chunk {
+    pub(super) feed: Arc<FeedShared>,
+    pub(super) slot: usize,
+    pub(super) pos: Position,
+    /// Range of positions within the batch.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// Samples in the whole batch.
+    pub(super) batch_len: usize,
+}
+
+impl Shared {
+    /// Blocks until a chunk is available, or returns `None` on shutdown.
+    pub(super) fn next_chunk(&self) -> Option<Chunk> {
+        let mut sched = self.sched.lock().unwrap();
+        loop {
+            if sched.shutdown {
+                return None;
+            }
+            if let Some(chunk) = Sched::pick(&mut sched, self.unit) {
+                return Some(chunk);
+            }
+            sched = self.work.wait(sched).unwrap();
+        }
+    }
+}
+
+impl Sched {
+    /// Round-robin over jobs, then over the feeds of the chosen job.
+    pub(super) fn pick(sched: &mut MutexGuard<'_, Sched>, unit: UnitSize) -> Option<Chunk> {
+        let jobs = sched.jobs.len();
+        for j in 0..jobs {
+            let ji = (sched.next_job + j) % jobs;
+            let job = &mut sched.jobs[ji];
+            let feeds = job.feeds.len();
+            for f in 0..feeds {
+                let fi = (job.next_feed + f) % feeds;
+                if let Some(chunk) = job.feeds[fi].take_chunk(unit) {
+                    // Keep handing out this batch's chunks before moving on, so batches finish
+                    // in order; rotate once the batch is fully dispatched.
+                    if chunk.end == chunk.batch_len {
+                        job.next_feed = (fi + 1) % feeds;
+                    }
+                    sched.next_job = (ji + 1) % jobs;
+                    return Some(chunk);
+                }
+            }
+        }
+        None
+    }
+}

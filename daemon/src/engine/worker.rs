@@ -1,0 +1,271 @@
+//! The engine's worker threads and its completion thread: take a unit from the scheduler,
+//! have the backend fill it, apply the bad-sample policy, write labels, indices and status,
+//! and publish once the unit is complete.
+//!
+//! # Design
+//! - Everything here is backend-agnostic; the backend only fills images (see
+//!   [`super::backend`]).
+//! - Bad samples: counted by reason, logged once per file (rate-limited), then under policy
+//!   `skip` replaced by the first of a deterministic sequence of other samples (drawn from
+//!   (seed, epoch, bad index)) that the backend fills; under `fail`, or when no replacement
+//!   works, zeroed and reported failed.
+//! - A unit whose completion is pending goes to the completion thread, which waits for each
+//!   in the order they were filled and only then finishes the unit, so a slot is never
+//!   published before its images are complete.
+//!
+//! # Limitations
+//! - One completion thread per engine: a GPU backend's completions wait one after another
+//!   (they complete in stream order anyway).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use stoker::ring::{SampleStatus, SlotLayout};
+
+use super::backend::UnitWork;
+use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};
+use super::job::Job;
+use super::memory::SlotImages;
+use super::scheduler::{Chunk, Shared};
+use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
+use crate::badsample::BadSample;
+use crate::metrics as m;
+use crate::rng::{KeyedRng, Stream};
+
+/// A unit filled with a pending completion, on its way to the completion thread.
+pub(super) struct PendingUnit {
+    pub(super) chunk: Chunk,
+    pub(super) work: Box<dyn PendingWork>,
+}
+
+/// One worker thread: a backend and the buffers it reuses for every unit.
+pub(super) struct Worker {
+    shared: Arc<Shared>,
+    backend: Box<dyn Backend>,
+    /// Global index of the sample actually delivered at each unit position.
+    indices: Vec<u64>,
+    outcomes: Vec<SampleOutcome>,
+    completions: crossbeam_channel::Sender<PendingUnit>,
+}
+
+/// A position in a slot being settled: the batch, the sample's place in it, the slot's memory.
+struct Spot<'a> {
+    job: &'a Job,
+    pos: Position,
+    at: usize,
+    images: SlotImages,
+    layout: SlotLayout,
+}
+
+/// Where the engine writes one sample's label, index and status.
+struct Delivery {
+    at: usize,
+    status: SampleStatus,
+    index: u64,
+    label: i64,
+}
+
+impl Worker {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        backend: Box<dyn Backend>,
+        completions: crossbeam_channel::Sender<PendingUnit>,
+    ) -> Worker {
+        Worker {
+            shared,
+            backend,
+            indices: Vec::new(),
+            outcomes: Vec::new(),
+            completions,
+        }
+    }
+
+    pub(super) fn run(&mut self) {
+        while let Some(chunk) = self.shared.next_chunk() {
+            match self.fill(&chunk) {
+                Completion::Done => chunk.feed.finish_chunk(&chunk, Ok(())),
+                Completion::Pending(work) => {
+                    if let Err(e) = self.completions.send(PendingUnit { chunk, work }) {
+                        // Only at shutdown: wait here rather than publish unfinished work.
+                        let PendingUnit { chunk, work } = e.into_inner();
+                        chunk.feed.finish_chunk(&chunk, work.wait());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Has the backend fill one unit, then settles every sample's outcome.
+    fn fill(&mut self, chunk: &Chunk) -> Completion {
+        let feed = &chunk.feed;
+        let job = &feed.job;
+        let layout = feed.ring.layout().slot;
+        let images = feed.ring.images(chunk.slot);
+        self.indices.clear();
+        {
+            let st = feed.state.lock().unwrap();
+            self.indices
+                .extend_from_slice(&st.slots[chunk.slot].indices[chunk.start..chunk.end]);
+        }
+        let shared = Arc::clone(&self.shared);
+        let unit = UnitWork {
+            job,
+            pos: chunk.pos,
+            start: chunk.start,
+            indices: &self.indices,
+            images,
+            layout,
+            config: &shared.config,
+            stats: &shared.stats,
+        };
+        self.outcomes.clear();
+        let completion = self.backend.fill(&unit, &mut self.outcomes);
+        assert_eq!(
+            self.outcomes.len(),
+            self.indices.len(),
+            "one outcome per sample"
+        );
+        let host = feed.ring.host_ptr(chunk.slot);
+        let outcomes = std::mem::take(&mut self.outcomes);
+        for (k, outcome) in outcomes.iter().enumerate() {
+            let at = chunk.start + k;
+            let index = self.indices[k];
+            let (status, delivered) = match outcome {
+                Ok(()) => {
+                    self.count_decoded();
+                    (SampleStatus::Ok, index)
+                }
+                Err(bad) => {
+                    let spot = Spot {
+                        job,
+                        pos: chunk.pos,
+                        at,
+                        images,
+                        layout,
+                    };
+                    self.settle_bad(&spot, index, bad)
+                }
+            };
+            let label = job.dataset.sample(delivered as usize).label;
+            let d = Delivery {
+                at,
+                status,
+                index: delivered,
+                label,
+            };
+            // SAFETY: `host` is the slot's host part (SlotMemory), which the worker alone
+            // writes while it holds the unit.
+            unsafe { write_delivery(host, &layout, &d) };
+        }
+        self.outcomes = outcomes;
+        let stats = &self.shared.stats;
+        stats
+            .images
+            .fetch_add(self.indices.len() as u64, Ordering::Relaxed);
+        if chunk.end == chunk.batch_len {
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            // Partial final batch: mark the unused tail so clients never mistake it for data.
+            for at in chunk.batch_len..layout.batch_size {
+                // SAFETY: as above; at < batch_size.
+                unsafe {
+                    host.add(layout.status + at)
+                        .write(SampleStatus::Empty as u8)
+                };
+            }
+        }
+        completion
+    }
+
+    fn count_decoded(&self) {
+        metrics::counter!(m::DECODE_TOTAL, "backend" => self.backend.kind().name()).increment(1);
+    }
+
+    /// Counts and logs a bad sample, then applies the policy; returns its status and the
+    /// index of the sample delivered in its place.
+    fn settle_bad(&mut self, spot: &Spot<'_>, index: u64, bad: &BadSample) -> (SampleStatus, u64) {
+        let job = spot.job;
+        // Counted every time it is met, by reason; logged once per file, rate-limited
+        // (crate::badsample).
+        let stats = &self.shared.stats;
+        stats.bad.fetch_add(1, Ordering::Relaxed);
+        stats.bad_by_reason.add(bad.reason);
+        metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => bad.reason).increment(1);
+        self.shared
+            .bad_log
+            .log(&job.dataset.display_name(index as usize), bad);
+        let replaced = match self.shared.config.policy {
+            BadSamplePolicy::Skip => self.replace(spot, index),
+            BadSamplePolicy::Fail => None,
+        };
+        match replaced {
+            Some(other) => (SampleStatus::Replaced, other),
+            None => {
+                self.backend
+                    .clear_sample(spot.images, &spot.layout, spot.at);
+                (SampleStatus::Failed, index)
+            }
+        }
+    }
+
+    /// Tries other samples, chosen deterministically from (seed, epoch, bad index), until one
+    /// fills; returns the index of the one delivered.
+    fn replace(&mut self, spot: &Spot<'_>, bad: u64) -> Option<u64> {
+        let (job, pos) = (spot.job, spot.pos);
+        let mut rng = KeyedRng::new(job.seed, pos.epoch, bad, Stream::Replacement);
+        let len = job.dataset.len() as u64;
+        let shared = Arc::clone(&self.shared);
+        for _ in 0..MAX_REPLACEMENT_TRIES {
+            let other = rng.below(len);
+            if other == bad {
+                continue;
+            }
+            let work = SampleWork {
+                job,
+                pos,
+                index: other,
+                at: spot.at,
+                images: spot.images,
+                layout: spot.layout,
+                config: &shared.config,
+                stats: &shared.stats,
+            };
+            if self.backend.fill_sample(&work).is_ok() {
+                self.count_decoded();
+                return Some(other);
+            }
+        }
+        None
+    }
+}
+
+/// Writes one sample's label, index and status into a slot's host part.
+///
+/// # Safety
+/// `host` must be the slot's host part, valid for `layout.host_slot_bytes` bytes, written by
+/// no one else meanwhile; `d.at < layout.batch_size`.
+unsafe fn write_delivery(host: *mut u8, layout: &SlotLayout, d: &Delivery) {
+    assert!(d.at < layout.batch_size);
+    // SAFETY: the regions are 8-byte aligned (SLOT_ALIGN) and hold batch_size entries
+    // (SlotLayout); the caller guarantees validity and exclusive access.
+    unsafe {
+        (host.add(layout.labels) as *mut i64)
+            .add(d.at)
+            .write(d.label);
+        (host.add(layout.indices) as *mut u64)
+            .add(d.at)
+            .write(d.index);
+        host.add(layout.status + d.at).write(d.status as u8);
+    }
+}
+
+/// The completion thread: waits for each pending unit in turn, then finishes it (publishing
+/// its batch when complete and next in order, or failing the feed with the fault).
+pub(super) fn complete(pending: crossbeam_channel::Receiver<PendingUnit>) {
+    for PendingUnit { chunk, work } in pending {
+        let result: Result<(), BackendFault> = work.wait();
+        if let Err(fault) = &result {
+            tracing::error!(rank = chunk.feed.rank, error = %fault, "backend fault");
+        }
+        chunk.feed.finish_chunk(&chunk, result);
+    }
+}

@@ -1,0 +1,331 @@
+//! The listening socket and the accept loop: binding (or taking systemd's socket), its mode
+//! and group, and one thread per connection once its first message arrives.
+//!
+//! # Design
+//! - A new connection waits in the accept loop's [`Lobby`](crate::lobby) (no thread, per-uid
+//!   caps, a deadline) until its first message arrives; then it gets its thread. Out of fds,
+//!   the loop closes a waiting connection to make room. "accept failed" lines are rate
+//!   limited.
+//! - A stale socket no daemon answers on is replaced; a live one is an error.
+//! - Connections are counted before their thread starts, so a drain never misses one.
+//!
+//! # Limitations
+//! - One thread per connection: ranks per host are few.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
+
+use crate::access::Quotas;
+use crate::engine::Engine;
+use crate::lobby::{Lobby, LobbyLimits};
+use crate::metrics as m;
+use crate::ratelimit::{Admit, RateLimit};
+
+use super::connection::Connection;
+use super::ops::{ServerHandle, ServerState};
+use super::registry::Registry;
+use super::{ServerConfig, ServerError, HEARTBEAT_INTERVAL};
+
+/// "accept failed" lines a second at most.
+const ACCEPT_LOG_PER_SECOND: u32 = 2;
+
+/// The daemon: a listening socket, the engine, the job registry.
+pub struct Server {
+    pub(super) listener: SeqPacketListener,
+    pub(super) socket: PathBuf,
+    /// False for a socket systemd passed: systemd owns the file, we leave it on drop.
+    pub(super) owns_socket: bool,
+    pub(super) slots: usize,
+    pub(super) engine: Arc<Engine>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) quotas: Arc<Quotas>,
+    pub(super) state: Arc<ServerState>,
+    pub(super) lobby: LobbyLimits,
+    /// Rate limit of "accept failed" lines.
+    pub(super) accept_log: Mutex<RateLimit>,
+}
+
+/// Gives a socket file the configured mode and group (who may connect is who may write it).
+pub(super) fn set_socket_permissions(
+    path: &Path,
+    mode: u32,
+    group: Option<&str>,
+) -> Result<(), ServerError> {
+    use std::os::unix::fs::PermissionsExt;
+    let perms_err = |source| ServerError::SocketPermissions {
+        path: path.to_owned(),
+        mode,
+        source,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
+    if let Some(group) = group {
+        let gid = group_id(group).ok_or_else(|| ServerError::SocketGroup {
+            path: path.to_owned(),
+            group: group.to_owned(),
+        })?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(perms_err)?;
+    }
+    Ok(())
+}
+
+/// The gid of a group name (or a numeric gid), from the system's group database.
+pub(super) fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Some(gid);
+    }
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: a zeroed libc::group is a valid out-parameter for getgrnam_r.
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer refers to live memory of the stated size for the call's duration;
+    // the result only points into `grp` and `buf`, which we do not read beyond gr_gid.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            cname.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    (rc == 0 && !found.is_null()).then_some(grp.gr_gid)
+}
+
+impl Server {
+    /// Checks the config, starts the engine, and listens at `config.socket` (creating its
+    /// directory, and replacing a stale socket no daemon answers on).
+    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        if config.slots < 2 {
+            return Err(ServerError::Slots(config.slots));
+        }
+        let socket = config.socket.clone();
+        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| ServerError::SocketDir {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        if std::fs::symlink_metadata(&socket).is_ok() {
+            match SeqPacket::connect(&socket) {
+                Ok(_) => return Err(ServerError::InUse(socket)),
+                Err(_) => {
+                    tracing::info!(socket = %socket.display(), "removing stale socket");
+                    let _ = std::fs::remove_file(&socket);
+                }
+            }
+        }
+        let listener = SeqPacketListener::bind(&socket).map_err(|source| ServerError::Bind {
+            path: socket.clone(),
+            source,
+        })?;
+        set_socket_permissions(&socket, config.socket_mode, config.socket_group.as_deref())?;
+        Server::with_listener(listener, socket, true, config)
+    }
+
+    /// Serves on a listening socket systemd passed (socket activation), after checking it is
+    /// a listening unix SOCK_SEQPACKET socket. `socket` names it in logs and status.
+    pub fn from_activated(
+        fd: OwnedFd,
+        socket: PathBuf,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        if config.slots < 2 {
+            return Err(ServerError::Slots(config.slots));
+        }
+        crate::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
+        Server::with_listener(SeqPacketListener::from_fd(fd), socket, false, config)
+    }
+
+    pub(super) fn with_listener(
+        listener: SeqPacketListener,
+        socket: PathBuf,
+        owns_socket: bool,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        let engine = Engine::new(config.engine)?;
+        let registry = Arc::new(Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(config.access),
+            max_jobs: config.quotas.max_jobs,
+            walk: config.walk,
+        });
+        let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
+        state.beat();
+        Ok(Server {
+            listener,
+            socket,
+            owns_socket,
+            slots: config.slots,
+            engine,
+            registry,
+            quotas: Quotas::new(config.quotas),
+            state,
+            lobby: config.lobby,
+            accept_log: Mutex::new(RateLimit::new(ACCEPT_LOG_PER_SECOND)),
+        })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// What signals, the watchdog, status and metrics hold of this server.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            state: Arc::clone(&self.state),
+            registry: Arc::clone(&self.registry),
+            engine: Arc::clone(&self.engine),
+            quotas: Arc::clone(&self.quotas),
+            socket: self.socket.clone(),
+            activated: !self.owns_socket,
+        }
+    }
+
+    /// Accepts clients until [`ServerHandle::stop`] (then returns `Ok`) or accepting fails.
+    pub fn serve(&self) -> Result<(), ServerError> {
+        tracing::info!(
+            socket = %self.socket.display(),
+            slots = self.slots,
+            threads = self.engine.threads(),
+            "stokerd serving"
+        );
+        let mut next_id: u64 = 0;
+        // Connections that have not sent their first message wait here, without a thread.
+        let mut lobby = Lobby::new(self.lobby);
+        loop {
+            self.state.beat();
+            if self.state.stopping() {
+                tracing::info!("no longer accepting connections (stopping)");
+                return Ok(());
+            }
+            if self.wait_for_client(&mut lobby)? == Woke::Heartbeat {
+                continue;
+            }
+            let conn = match self.listener.accept() {
+                Ok(c) => c,
+                Err(e) if is_fd_exhaustion(&e) => {
+                    // Make room by closing a waiting connection; else wait for fds to free.
+                    if !lobby.evict_one() {
+                        self.warn_accept(&e);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
+                Err(e) if is_transient_accept(&e) => {
+                    self.warn_accept(&e);
+                    // Back off a little: the cause (no memory) needs time to clear.
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                Err(e) => return Err(ServerError::Accept(e)),
+            };
+            next_id += 1;
+            ::metrics::counter!(m::CONNECTIONS_TOTAL).increment(1);
+            lobby.admit(next_id, conn);
+        }
+    }
+
+    /// Logs a failed accept, at most a few lines a second.
+    fn warn_accept(&self, e: &SockError) {
+        let mut log = self.accept_log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Admit::Log { suppressed } = log.admit(Instant::now()) {
+            tracing::warn!(error = %e, suppressed, "accept failed; going on");
+        }
+    }
+
+    /// Blocks until a client connects, a waiting connection's first message arrives (its
+    /// thread is started) or its deadline passes, the server stops, or the heartbeat is due.
+    fn wait_for_client(&self, lobby: &mut Lobby) -> Result<Woke, ServerError> {
+        // The listener first, then the lobby's connections, then the stop event last.
+        let mut pfds = lobby.poll_fds(&self.listener);
+        pfds.push(libc::pollfd {
+            fd: self.state.stop_event.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let timeout = lobby.timeout(HEARTBEAT_INTERVAL).as_millis() as libc::c_int;
+        // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(Woke::Heartbeat);
+            }
+            return Err(ServerError::Accept(SockError::Io {
+                op: "poll",
+                source: e,
+            }));
+        }
+        for arrived in lobby.sort_out(&pfds) {
+            self.spawn_connection(arrived.id, arrived.sock);
+        }
+        let stopped = pfds.last().is_some_and(|p| p.revents != 0);
+        Ok(if pfds[0].revents & libc::POLLIN != 0 && !stopped {
+            Woke::Client
+        } else {
+            Woke::Heartbeat
+        })
+    }
+
+    /// Serves a connection whose first message has arrived on a thread of its own.
+    fn spawn_connection(&self, id: u64, conn: SeqPacket) {
+        let ctx = Connection {
+            id,
+            handle: self.handle(),
+            slots: self.slots,
+        };
+        // Counted before the thread starts, so a drain never misses it.
+        self.state.connection_opened();
+        let spawned = std::thread::Builder::new()
+            .name(format!("stoker-conn-{id}"))
+            .spawn(move || {
+                let state = Arc::clone(&ctx.handle.state);
+                ctx.run(conn);
+                state.connection_closed();
+            });
+        if let Err(e) = spawned {
+            self.state.connection_closed();
+            tracing::error!(conn = id, error = %e, "cannot start a connection thread");
+        }
+    }
+}
+
+/// Why the accept loop's wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    /// A client is waiting to be accepted.
+    Client,
+    /// Nothing to accept: the heartbeat is due, the lobby moved, or the server stops (the
+    /// loop looks at the flag).
+    Heartbeat,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.owns_socket {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+fn is_fd_exhaustion(e: &SockError) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+pub(super) fn is_transient_accept(e: &SockError) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNABORTED)
+            | Some(libc::EMFILE)
+            | Some(libc::ENFILE)
+            | Some(libc::ENOBUFS)
+            | Some(libc::ENOMEM)
+            | Some(libc::EPROTO)
+            | Some(libc::EPERM)
+    )
+}

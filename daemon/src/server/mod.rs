@@ -1,0 +1,145 @@
+//! `stokerd`'s serving room: the Unix socket, the registry of jobs, one ring per rank, and the
+//! forwarding of READY / RELEASE between a client and its rank's [`crate::engine::Feed`].
+//!
+//! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
+//! client's state machine), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
+//! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`.
+//!
+//! # Design
+//! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
+//!   [`Lobby`](crate::lobby) (no thread, per-uid caps, a deadline) until its first message
+//!   arrives; then it gets its thread (ranks per host are few). Each
+//!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
+//!   messages, while the connection thread reads RELEASE / DETACH from the socket.
+//! - The registry maps a job key to its job and the terms every rank must agree on (spec,
+//!   world_size, dataset, seed). The first rank creates the job; a later rank whose terms differ
+//!   is refused with the field that differs; a rank attached twice is refused. The job is
+//!   dropped when its last rank leaves, so a key can later name a new job.
+//! - Each rank gets its own sealed memfd ring, sent with SCM_RIGHTS in ATTACHED, mapped once.
+//! - A connection ends on DETACH, end of file (the client exited or was killed), a malformed
+//!   message, or a protocol violation. Then the feed stops (its Drop waits until no worker
+//!   writes the ring), every slot the client held is reclaimed, and the rank is free to attach
+//!   again with a start (epoch, step). Other ranks and jobs go on.
+//! - Nothing polls: SIGTERM's [`ServerHandle::stop`] signals an eventfd the accept loop waits
+//!   on and wakes every forwarder through its feed, which then sends ERROR(STOPPING) "daemon
+//!   stopping" and shuts its socket, so connection threads end, feeds stop and rings are
+//!   unmapped. Datasets registered by name come from the config and are replaced on reload
+//!   ([`ServerHandle::set_access`]); jobs already running keep the path they opened. A STATUS
+//!   message instead of ATTACH gets a [`stoker::protocol::DaemonStatus`] and the connection
+//!   closes.
+//! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
+//!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
+//!   says which rule refused it.
+//!
+//! # Limitations
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
+//! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
+//! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
+//!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
+
+mod connection;
+mod listen;
+mod ops;
+mod refusal;
+mod registry;
+mod wake;
+
+pub use listen::Server;
+pub use ops::ServerHandle;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use stoker::sock::SockError;
+
+use crate::access::{AccessPolicy, QuotaLimits};
+use crate::dataset::WalkLimits;
+use crate::engine::{EngineConfig, PipelineError};
+use crate::lobby::LobbyLimits;
+
+/// How long a new connection may take to send its ATTACH.
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a refused peer's first message is waited for before the refusal is sent.
+const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
+/// How often the accept loop beats the heart the watchdog checks ([`ServerHandle::is_alive`])
+/// when no client connects; a stop wakes it at once.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
+/// What attached clients are told when the daemon drains.
+pub const STOPPING_MESSAGE: &str = "daemon stopping";
+
+/// What the server needs to run.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen (see [`stoker::default_socket_path`]).
+    pub socket: PathBuf,
+    /// Slots in each rank's ring.
+    pub slots: usize,
+    pub engine: EngineConfig,
+    /// Who may attach and which datasets they may name.
+    pub access: AccessPolicy,
+    /// Ring memory quotas and limits on clients and jobs.
+    pub quotas: QuotaLimits,
+    /// File mode of a socket the server creates itself (systemd's socket unit sets its own).
+    pub socket_mode: u32,
+    /// Group given the socket the server creates, so its members may connect.
+    pub socket_group: Option<String>,
+    /// Caps and deadline of connections that have not attached ([`crate::lobby`]).
+    pub lobby: LobbyLimits,
+    /// How far indexing a dataset may walk.
+    pub walk: WalkLimits,
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("a ring needs at least 2 slots, configured {0}")]
+    Slots(usize),
+    #[error("socket {path}: group {group:?} does not exist (server.socket_group)")]
+    SocketGroup { path: PathBuf, group: String },
+    #[error("socket {path}: cannot set mode {mode:#o} / group: {source}")]
+    SocketPermissions {
+        path: PathBuf,
+        mode: u32,
+        source: std::io::Error,
+    },
+    #[error("cannot create the socket directory {}: {source}", path.display())]
+    SocketDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("another stoker daemon is serving at {}", .0.display())]
+    InUse(PathBuf),
+    #[error("cannot listen at {}: {source}", path.display())]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: SockError,
+    },
+    #[error("cannot start the pipeline engine: {0}")]
+    Engine(#[from] PipelineError),
+    #[error("accept failed: {0}")]
+    Accept(SockError),
+    #[error("the activated socket: {0}")]
+    Activated(String),
+    #[error("cannot create the eventfd that wakes the accept loop: {0}")]
+    Wake(std::io::Error),
+}
+
+impl ServerError {
+    /// True for errors in the configuration itself (exit code 78, no restart).
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServerError::Slots(_) => true,
+            ServerError::Bind { source, .. } => matches!(source, SockError::PathTooLong(_)),
+            ServerError::Activated(_) => true,
+            ServerError::SocketGroup { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+//! The operations side of a running server: the stop flag, counters, the heartbeat, status and
+//! metrics, held through a [`ServerHandle`].
+//!
+//! # Design
+//! - [`ServerState`] is shared by the accept loop, every connection and the handle; signals,
+//!   the watchdog, status and metrics only ever go through the handle.
+//! - Nothing waits by polling: a stop wakes the accept loop (an eventfd) and every forwarder
+//!   (its feed's waker); a drain waits on a condvar the last connection signals.
+//!
+//! # Limitations
+//! - Rates are computed when asked (`update_rate`), not on a timer of their own.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
+
+use crate::access::{AccessPolicy, Quotas};
+use crate::engine::{Engine, FeedWaker};
+use crate::metrics as m;
+use crate::stall::StallBoard;
+
+use super::registry::Registry;
+use super::wake::EventFd;
+/// Daemon-wide state the operations side reads and sets: the stop flag, counters for status
+/// and metrics, the accept loop's heartbeat.
+pub(super) struct ServerState {
+    pub(super) stopping: AtomicBool,
+    /// Wakes the accept loop when the server stops.
+    pub(super) stop_event: EventFd,
+    /// Connection threads running (attached ranks and status requests).
+    pub(super) connections: Mutex<u64>,
+    /// Signalled when the last connection ends.
+    pub(super) drained: Condvar,
+    /// The feed wakers of the connections' forwarders, by connection id: a stop wakes them.
+    pub(super) forwarders: Mutex<HashMap<u64, FeedWaker>>,
+    /// Ranks attached.
+    pub(super) clients: AtomicU64,
+    /// Images delivered to clients.
+    pub(super) delivered: AtomicU64,
+    /// Ring bytes mapped for clients.
+    pub(super) ring_bytes: AtomicU64,
+    pub(super) started: Instant,
+    /// Milliseconds since `started` when the accept loop last looked up.
+    pub(super) heartbeat_ms: AtomicU64,
+    /// The throughput figure.
+    pub(super) rate: Mutex<Rate>,
+    /// Every attached rank's data stall, as its client reports it.
+    pub(super) stalls: Arc<StallBoard>,
+}
+
+/// Delivered images per second, as last computed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rate {
+    /// When it was computed.
+    pub(super) at: Instant,
+    /// Images delivered by then.
+    pub(super) delivered: u64,
+    pub(super) per_s: f64,
+}
+
+impl ServerState {
+    pub(super) fn new() -> Result<ServerState, std::io::Error> {
+        let now = Instant::now();
+        Ok(ServerState {
+            stopping: AtomicBool::new(false),
+            stop_event: EventFd::new()?,
+            connections: Mutex::new(0),
+            drained: Condvar::new(),
+            forwarders: Mutex::default(),
+            clients: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            ring_bytes: AtomicU64::new(0),
+            started: now,
+            heartbeat_ms: AtomicU64::new(0),
+            rate: Mutex::new(Rate {
+                at: now,
+                delivered: 0,
+                per_s: 0.0,
+            }),
+            stalls: Arc::default(),
+        })
+    }
+
+    /// Counts a connection thread about to start.
+    pub(super) fn connection_opened(&self) {
+        *self.connections.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    /// Counts a connection thread that ended; the last one wakes a drain.
+    pub(super) fn connection_closed(&self) {
+        let mut n = self.connections.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            self.drained.notify_all();
+        }
+    }
+
+    pub(super) fn beat(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.heartbeat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// What the operations side (signals, watchdog, status, metrics) holds of a running server.
+#[derive(Clone)]
+pub struct ServerHandle {
+    pub(super) state: Arc<ServerState>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) engine: Arc<Engine>,
+    pub(super) quotas: Arc<Quotas>,
+    pub(super) socket: PathBuf,
+    pub(super) activated: bool,
+}
+
+impl ServerHandle {
+    /// Starts the drain: the accept loop ends and attached clients are told "daemon stopping".
+    pub fn stop(&self) {
+        self.state.stopping.store(true, Ordering::Release);
+        self.state.stop_event.signal();
+        let forwarders = self
+            .state
+            .forwarders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for waker in forwarders.values() {
+            waker.wake();
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.state.stopping()
+    }
+
+    /// Connection threads still running.
+    pub fn connections(&self) -> u64 {
+        *self
+            .state
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every connection has ended, or `timeout`; true if they all ended.
+    pub fn wait_drained(&self, timeout: Duration) -> bool {
+        let n = self
+            .state
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (n, _) = self
+            .state
+            .drained
+            .wait_timeout_while(n, timeout, |n| *n > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        *n == 0
+    }
+
+    /// Replaces the access rules and registered datasets (config reload). Running jobs keep
+    /// what they opened; new attaches see the new rules.
+    pub fn set_access(&self, access: AccessPolicy) {
+        *self
+            .registry
+            .access
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = access;
+    }
+
+    /// Whether the server still works: the accept loop looked up within `max_age` and the
+    /// registry can be locked. The watchdog pings only while this holds.
+    pub fn is_alive(&self, max_age: Duration) -> bool {
+        let now = self.state.started.elapsed().as_millis() as u64;
+        let beat = self.state.heartbeat_ms.load(Ordering::Relaxed);
+        let fresh = now.saturating_sub(beat) <= max_age.as_millis() as u64;
+        let lockable = match self.registry.jobs.try_lock() {
+            Ok(_) => true,
+            Err(std::sync::TryLockError::WouldBlock) => true,
+            Err(std::sync::TryLockError::Poisoned(_)) => false,
+        };
+        fresh && lockable
+    }
+
+    /// Recomputes images/s from the delivered count since the last call (call it every
+    /// second or so); returns it.
+    pub fn update_rate(&self) -> f64 {
+        let delivered = self.state.delivered.load(Ordering::Relaxed);
+        let mut r = self.state.rate.lock().unwrap_or_else(|e| e.into_inner());
+        let dt = r.at.elapsed().as_secs_f64();
+        if dt >= 0.5 {
+            *r = Rate {
+                at: Instant::now(),
+                delivered,
+                per_s: (delivered - r.delivered) as f64 / dt,
+            };
+        }
+        r.per_s
+    }
+
+    pub(super) fn rate(&self) -> f64 {
+        self.state
+            .rate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .per_s
+    }
+
+    /// Sets the gauges that are state rather than events (clients, jobs, ring bytes).
+    pub fn refresh_metrics(&self) {
+        let jobs = self
+            .registry
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        ::metrics::gauge!(m::JOBS).set(jobs as f64);
+        ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
+        ::metrics::gauge!(m::RING_BYTES, "memory" => "host")
+            .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
+    }
+
+    /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).
+    pub fn stall_metrics(&self) -> String {
+        self.state.stalls.prometheus_text()
+    }
+
+    /// A one-line summary for systemd's STATUS=.
+    pub fn summary(&self) -> String {
+        let jobs = self
+            .registry
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        format!(
+            "{} jobs, {} clients, {:.0} img/s{}",
+            jobs,
+            self.state.clients.load(Ordering::Relaxed),
+            self.rate(),
+            if self.is_stopping() { ", stopping" } else { "" }
+        )
+    }
+
+    /// What `stoker status` shows.
+    pub fn status(&self) -> DaemonStatus {
+        let totals = self.engine.stats();
+        let mut jobs: Vec<JobStatus> = {
+            let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            reg.iter()
+                .map(|(key, e)| JobStatus {
+                    job: key.clone(),
+                    dataset: e.terms.dataset.clone(),
+                    samples: e.job.dataset.len() as u64,
+                    world_size: e.terms.world_size,
+                    ranks: e.ranks.iter().copied().collect(),
+                    batch_size: e.terms.spec.batch_size,
+                    steps_per_epoch: e.job.steps_per_epoch(),
+                    images_delivered: e.delivered.load(Ordering::Relaxed),
+                    stalls: self.state.stalls.of_job(key),
+                })
+                .collect()
+        };
+        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        DaemonStatus {
+            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            uptime_s: self.state.started.elapsed().as_secs_f64(),
+            socket: self.socket.display().to_string(),
+            activated: self.activated,
+            stopping: self.is_stopping(),
+            clients: self.state.clients.load(Ordering::Relaxed),
+            backend: self.engine.backend().name().to_owned(),
+            reader: self.engine.reader_kind().to_owned(),
+            threads: self.engine.threads() as u64,
+            images_delivered: self.state.delivered.load(Ordering::Relaxed),
+            images_per_s: self.rate(),
+            bad_samples: totals.bad,
+            ring_bytes: self.state.ring_bytes.load(Ordering::Relaxed),
+            datasets: self.registry.access().dataset_names(),
+            jobs,
+            jobs_left_out: 0,
+        }
+    }
+}
+
+/// Encodes a status reply, leaving out jobs until it fits the message limit.
+pub(super) fn encode_status(mut status: DaemonStatus) -> Result<Vec<u8>, EncodeError> {
+    loop {
+        match Message::StatusReply(Box::new(status.clone())).encode() {
+            Err(EncodeError::TooLong(_)) if !status.jobs.is_empty() => {
+                let drop = status.jobs.len().div_ceil(2);
+                status.jobs.truncate(status.jobs.len() - drop);
+                status.jobs_left_out += drop as u64;
+            }
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The job registry: job key -> job, the terms every rank of a job must agree on, and each
+//! rank's seat.
+//!
+//! # Design
+//! - The first rank of a job creates it (opening the dataset); a later rank whose terms differ
+//!   is refused naming the field; a rank attached twice is refused. Dropping a [`RankSeat`]
+//!   frees the rank, and the job with its last rank.
+//!
+//! # Limitations
+//! - The first rank of a job indexes its dataset outside the registry lock (status and other
+//!   attaches go on); two first ranks of one job arriving together both index, and the later
+//!   one joins the job the earlier one made.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use stoker::protocol::{Attach, EpochOffset, ErrorCode};
+use stoker::spec::PipelineSpec;
+
+use crate::access::{open_dataset, AccessPolicy, OpenDatasetError};
+use crate::dataset::{OpenOptions, WalkLimits};
+use crate::engine::{Job, PipelineError};
+use crate::fsopen::OpenPolicy;
+
+use super::refusal::{refuse, Refusal};
+/// What every rank of a job must agree on.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct JobTerms {
+    pub(super) spec: PipelineSpec,
+    pub(super) world_size: u32,
+    pub(super) dataset: String,
+    pub(super) seed: u64,
+    /// The elastic resume point (an offset of 0 is none).
+    pub(super) offset: Option<EpochOffset>,
+}
+
+impl JobTerms {
+    pub(super) fn of(a: &Attach) -> JobTerms {
+        JobTerms {
+            spec: a.spec.clone(),
+            world_size: a.world_size,
+            dataset: a.dataset.clone(),
+            seed: a.seed,
+            offset: a.start.offset.filter(|o| o.consumed > 0),
+        }
+    }
+
+    /// The first field in which `other` differs, for a SPEC_MISMATCH refusal.
+    pub(super) fn mismatch(&self, other: &JobTerms) -> Option<String> {
+        if self.world_size != other.world_size {
+            return Some(format!(
+                "world_size {} differs from the job's {}",
+                other.world_size, self.world_size
+            ));
+        }
+        if self.dataset != other.dataset {
+            return Some(format!(
+                "dataset {:?} differs from the job's {:?}",
+                other.dataset, self.dataset
+            ));
+        }
+        if self.seed != other.seed {
+            return Some(format!(
+                "seed {} differs from the job's {}",
+                other.seed, self.seed
+            ));
+        }
+        if self.offset != other.offset {
+            let show = |o: Option<EpochOffset>| o.map_or("none".to_owned(), |o| o.to_string());
+            return Some(format!(
+                "elastic offset ({}) differs from the job's ({})",
+                show(other.offset),
+                show(self.offset)
+            ));
+        }
+        self.spec
+            .first_difference(&other.spec)
+            .map(|field| format!("spec field {field} differs from the job's"))
+    }
+}
+
+pub(super) struct JobEntry {
+    pub(super) terms: JobTerms,
+    pub(super) job: Arc<Job>,
+    pub(super) ranks: BTreeSet<u32>,
+    /// Images delivered to this job's ranks.
+    pub(super) delivered: Arc<AtomicU64>,
+}
+
+/// Job key → job, and the access rules (which SIGHUP may replace). Shared by every
+/// connection.
+pub(super) struct Registry {
+    pub(super) jobs: Mutex<HashMap<String, JobEntry>>,
+    pub(super) access: RwLock<AccessPolicy>,
+    pub(super) max_jobs: usize,
+    pub(super) walk: WalkLimits,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            jobs: Mutex::default(),
+            access: RwLock::new(AccessPolicy::permissive_for_owner()),
+            max_jobs: usize::MAX,
+            walk: WalkLimits::default(),
+        }
+    }
+}
+
+/// A rank seated in the registry.
+pub(super) struct Seated {
+    pub(super) job: Arc<Job>,
+    pub(super) seat: RankSeat,
+    /// Ranks of the job attached now, this one included.
+    pub(super) ranks_attached: u32,
+    /// Whether this attach created the job.
+    pub(super) created_job: bool,
+}
+
+/// One rank's place in the registry; dropping it frees the rank (and the job, if it was the
+/// last rank).
+pub(super) struct RankSeat {
+    pub(super) registry: Arc<Registry>,
+    pub(super) key: String,
+    pub(super) rank: u32,
+    pub(super) delivered: Arc<AtomicU64>,
+}
+
+impl Drop for RankSeat {
+    fn drop(&mut self) {
+        let mut jobs = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = jobs.get_mut(&self.key) {
+            entry.ranks.remove(&self.rank);
+            if entry.ranks.is_empty() {
+                jobs.remove(&self.key);
+                tracing::info!(job = %self.key, "job ended: no ranks attached");
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// The access rules in force.
+    pub(super) fn access(&self) -> std::sync::RwLockReadGuard<'_, AccessPolicy> {
+        self.access.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses a new job when `limits.max_jobs` run already.
+    fn check_job_count(&self, jobs: &HashMap<String, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+        if jobs.len() < self.max_jobs {
+            return Ok(());
+        }
+        Err(refuse(
+            ErrorCode::Quota,
+            format!(
+                "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
+                a.job,
+                jobs.len(),
+                self.max_jobs
+            ),
+        ))
+    }
+
+    /// Opens the dataset of a job's first rank under `policy` and makes the job.
+    fn create_job(
+        &self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        offset: Option<EpochOffset>,
+    ) -> Result<Arc<Job>, Refusal> {
+        let opts = OpenOptions {
+            limits: self.walk,
+            ..OpenOptions::default()
+        };
+        let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+            OpenDatasetError::Access(e) => Refusal::from(e),
+            OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+        })?;
+        self.access().check_dataset_files(&a.dataset, &dataset)?;
+        let (ds, spec) = (Arc::new(dataset), a.spec.clone());
+        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy.clone()).map_err(
+            |e| match e {
+                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+                e => refuse(ErrorCode::Internal, e.to_string()),
+            },
+        )
+    }
+
+    /// Makes the job `a` names for its first rank, unless another first rank made it while
+    /// this one indexed. Returns whether this call made it.
+    fn create_if_absent<'r>(
+        &'r self,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        terms: &JobTerms,
+    ) -> Result<(MutexGuard<'r, HashMap<String, JobEntry>>, bool), Refusal> {
+        let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = lock();
+        if jobs.contains_key(&a.job) {
+            return Ok((jobs, false));
+        }
+        self.check_job_count(&jobs, a)?;
+        // Indexing may take long (a large or hostile tree): not under the lock, so status
+        // and other attaches go on meanwhile.
+        drop(jobs);
+        let job = self.create_job(a, path, policy, terms.offset)?;
+        jobs = lock();
+        // Another first rank of the same job may have made it meanwhile: join that one.
+        if jobs.contains_key(&a.job) {
+            return Ok((jobs, false));
+        }
+        self.check_job_count(&jobs, a)?;
+        tracing::info!(
+            job = %a.job,
+            dataset = %a.dataset,
+            samples = job.dataset.len(),
+            world_size = a.world_size,
+            steps_per_epoch = job.steps_per_epoch(),
+            offset = ?terms.offset,
+            "job created"
+        );
+        let entry = JobEntry {
+            terms: terms.clone(),
+            job,
+            ranks: BTreeSet::new(),
+            delivered: Arc::default(),
+        };
+        jobs.insert(a.job.clone(), entry);
+        Ok((jobs, true))
+    }
+
+    /// Checks an attach against the job it names, creating the job for its first rank (from
+    /// the dataset at `path`, which the access rules resolved, read under `policy`, the
+    /// credentials of the peer `peer_uid`), and takes the rank's seat. Returns the job, the
+    /// seat, how many ranks are now attached, and whether this attach created the job
+    /// ([`Seated`]).
+    pub(super) fn seat(
+        self: &Arc<Self>,
+        a: &Attach,
+        path: &Path,
+        policy: &OpenPolicy,
+        peer_uid: u32,
+    ) -> Result<Seated, Refusal> {
+        let terms = JobTerms::of(a);
+        let (mut jobs, created) = self.create_if_absent(a, path, policy, &terms)?;
+        let entry = jobs.get(&a.job).expect("inserted or present above");
+        if let Some(diff) = entry.terms.mismatch(&terms) {
+            return Err(refuse(
+                ErrorCode::SpecMismatch,
+                format!("job {:?}, rank {}: {diff}", a.job, a.rank),
+            ));
+        }
+        if entry.job.open_policy() != policy {
+            return Err(refuse(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "job {:?} reads its files with other credentials than uid {}'s: \
+                     another user's job cannot be joined",
+                    a.job, peer_uid
+                ),
+            ));
+        }
+        if entry.ranks.contains(&a.rank) {
+            return Err(refuse(
+                ErrorCode::RankTaken,
+                format!("job {:?}: rank {} is attached already", a.job, a.rank),
+            ));
+        }
+        let entry = jobs.get_mut(&a.job).expect("inserted or present above");
+        entry.ranks.insert(a.rank);
+        let seat = RankSeat {
+            registry: Arc::clone(self),
+            key: a.job.clone(),
+            rank: a.rank,
+            delivered: Arc::clone(&entry.delivered),
+        };
+        Ok(Seated {
+            job: Arc::clone(&entry.job),
+            seat,
+            ranks_attached: entry.ranks.len() as u32,
+            created_job: created,
+        })
+    }
+}

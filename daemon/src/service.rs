@@ -1,0 +1,356 @@
+//! The daemon as a service: what `stokerd` runs once its flags are parsed. Reads the config,
+//! chooses the backend, binds (or takes systemd's socket), starts metrics, the signal and
+//! supervisor threads, serves, and drains on SIGTERM.
+//!
+//! # Design
+//! - `stokerd`'s `main` parses flags, blocks signals, sets up logging and calls [`run`]; every
+//!   failure comes back as a [`ServiceError`] whose [`ServiceError::exit_code`] tells
+//!   configuration errors (78, EX_CONFIG, so systemd's `RestartPreventExitStatus=78` stops a
+//!   restart loop) from failures at run time (1).
+//! - SIGTERM drains (clients are told the daemon stops), a second SIGTERM exits at once,
+//!   SIGHUP reloads the access rules and registered datasets.
+//!
+//! # Limitations
+//! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::access::{AccessPolicy, QuotaLimits};
+use crate::backend::BackendError;
+use crate::config::{BackendChoice, Config, ConfigError, ReaderChoice, EXIT_CONFIG};
+use crate::decode::Limits;
+use crate::detach::ReadyNotice;
+use crate::engine::EngineConfig;
+use crate::metrics::{MetricsError, MetricsListener};
+use crate::reader::ReaderKind;
+use crate::server::{Server, ServerConfig, ServerError, ServerHandle};
+use crate::systemd::{self, Notifier, Signal, Signals, SystemdError};
+
+/// Exit code for failures at run time.
+pub const EXIT_FAILURE: u8 = 1;
+/// How long attached clients get to go after SIGTERM before the daemon exits anyway.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often STATUS= is sent to systemd (and images/s recomputed).
+const STATUS_EVERY: Duration = Duration::from_secs(2);
+/// The accept loop must have looked up this recently for the watchdog to be fed.
+const ALIVE_WITHIN: Duration = Duration::from_secs(5);
+
+/// Serve decoded, augmented training batches to local processes over a Unix socket.
+#[derive(Debug, clap::Parser)]
+#[command(name = "stokerd", version)]
+pub struct StokerdArgs {
+    /// Config file (TOML). Without it the defaults serve a single-user workstation. SIGHUP
+    /// reads it again.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Socket to listen on. Default: server.socket from the config; else $STOKER_SOCKET; else
+    /// /run/stoker/stoker.sock as root; else $XDG_RUNTIME_DIR/stoker/stoker.sock; else
+    /// /tmp/stoker-<uid>/stoker.sock. Ignored when systemd passes the socket (socket
+    /// activation).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// File mode of the socket, in octal (e.g. 600). Overrides server.socket_mode.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    pub socket_mode: Option<u32>,
+    /// Exit after SECS seconds with no client connected (0: never; checked every quarter of
+    /// SECS, at most every second). Overrides server.idle_exit_s.
+    #[arg(long, value_name = "SECS")]
+    pub idle_exit: Option<u64>,
+    /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
+    /// exit code if it fails first; the daemon runs on in a new session.
+    #[arg(long)]
+    pub detach: bool,
+    /// Decode worker threads shared by every job (0: one per core). Overrides the config.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Slots in each rank's ring (at least 2). Overrides the config.
+    #[arg(long)]
+    pub slots: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464). Overrides
+    /// metrics.listen.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Decode backend: auto (CUDA where a GPU and its libraries are present, else the CPU, and
+    /// the log says why), cpu, or cuda (refused with the reason where it cannot serve).
+    /// Overrides pipeline.backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim_start_matches("0o");
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not a file mode in octal, like 600 or 660"
+        )),
+    }
+}
+
+/// Why the service could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Systemd(#[from] SystemdError),
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    #[error("{0}")]
+    Server(#[from] ServerError),
+    #[error("{0}")]
+    Metrics(#[from] MetricsError),
+    #[error("cannot start the {name} thread: {source}")]
+    Thread {
+        name: &'static str,
+        source: std::io::Error,
+    },
+}
+
+impl ServiceError {
+    /// True when the configuration (file, flags, environment systemd set) is at fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServiceError::Config(_) | ServiceError::Systemd(_) | ServiceError::Backend(_) => true,
+            ServiceError::Server(e) => e.is_config(),
+            ServiceError::Metrics(e) => e.is_config(),
+            ServiceError::Thread { .. } => false,
+        }
+    }
+
+    /// The process exit code: [`EXIT_CONFIG`] for configuration errors, else
+    /// [`EXIT_FAILURE`].
+    pub fn exit_code(&self) -> u8 {
+        if self.is_config() {
+            EXIT_CONFIG as u8
+        } else {
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Runs the daemon until it has drained after SIGTERM. `signals` must have been blocked
+/// before any thread started, so only the signal thread takes SIGTERM / SIGHUP. `ready` is
+/// told once the socket listens (`--detach`'s starter then exits 0).
+pub fn run(
+    args: &StokerdArgs,
+    signals: Signals,
+    mut ready: ReadyNotice,
+) -> Result<(), ServiceError> {
+    let file = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    crate::s3::configure(&file.s3, &file.datasets);
+    let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "not notifying systemd");
+        Notifier::disabled()
+    }));
+    let watchdog = systemd::watchdog_interval()?;
+    let activated = systemd::listen_fd()?;
+    let metrics_addr = match args.metrics_listen {
+        Some(a) => Some(a),
+        None => file
+            .metrics
+            .listen
+            .as_deref()
+            .map(|a| a.parse().expect("validated by Config")),
+    };
+    let backend = crate::backend::choose(args.backend.unwrap_or(file.pipeline.backend))?;
+    tracing::info!(backend = backend.name(), "decode backend");
+    let socket = args.socket.clone().unwrap_or_else(|| file.socket_path());
+    let config = server_config(args, &file, socket.clone());
+    let server = match activated {
+        Some((fd, name)) => {
+            tracing::info!(name, "using the socket systemd passed (socket activation)");
+            let path = systemd::socket_path(&fd).unwrap_or(socket);
+            Server::from_activated(fd, path, config)?
+        }
+        None => Server::bind(config)?,
+    };
+    let handle = server.handle();
+    if let Some(addr) = metrics_addr {
+        let prom = crate::metrics::install()?;
+        let h = handle.clone();
+        MetricsListener::spawn(addr, prom, move || {
+            h.refresh_metrics();
+            h.stall_metrics()
+        })?;
+    }
+    spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
+    let idle_exit = match args.idle_exit.unwrap_or(file.server.idle_exit_s) {
+        0 => None,
+        s => Some(Duration::from_secs(s)),
+    };
+    {
+        let (handle, notifier) = (handle.clone(), Arc::clone(&notifier));
+        std::thread::Builder::new()
+            .name("stoker-supervisor".into())
+            .spawn(move || supervise(&handle, &notifier, watchdog, idle_exit))
+            .map_err(|source| ServiceError::Thread {
+                name: "supervisor",
+                source,
+            })?;
+    }
+    // The socket is listening: a client that connects now is accepted by serve() below.
+    notifier.notify(&format!(
+        "READY=1\nSTATUS=serving on {}\nMAINPID={}",
+        server.socket_path().display(),
+        std::process::id()
+    ));
+    ready.ready();
+    server.serve()?;
+    if !handle.wait_drained(DRAIN_TIMEOUT) {
+        tracing::warn!(
+            clients = handle.connections(),
+            "drain timed out: exiting with clients still attached"
+        );
+        std::process::exit(0);
+    }
+    drop(server);
+    tracing::info!("stokerd stopped");
+    Ok(())
+}
+
+/// The thread that takes SIGTERM (drain; a second one exits) and SIGHUP (reload).
+fn spawn_signal_thread(
+    signals: Signals,
+    handle: &ServerHandle,
+    notifier: &Arc<Notifier>,
+    config_path: Option<PathBuf>,
+) -> Result<(), ServiceError> {
+    let (handle, notifier) = (handle.clone(), Arc::clone(notifier));
+    std::thread::Builder::new()
+        .name("stoker-signals".into())
+        .spawn(move || loop {
+            match signals.wait() {
+                Signal::Terminate if handle.is_stopping() => {
+                    tracing::warn!("second SIGTERM: exiting without waiting for clients");
+                    std::process::exit(0);
+                }
+                Signal::Terminate => {
+                    tracing::info!(
+                        clients = handle.connections(),
+                        "SIGTERM: draining (clients are told the daemon stops)"
+                    );
+                    notifier.notify("STOPPING=1\nSTATUS=draining");
+                    handle.stop();
+                }
+                Signal::Reload => reload(config_path.as_deref(), &handle, &notifier),
+            }
+        })
+        .map_err(|source| ServiceError::Thread {
+            name: "signal",
+            source,
+        })?;
+    Ok(())
+}
+
+fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerConfig {
+    ServerConfig {
+        socket,
+        slots: args.slots.unwrap_or(file.server.slots_per_rank),
+        engine: EngineConfig {
+            threads: args.threads.unwrap_or(file.pipeline.threads),
+            reader: match file.pipeline.reader {
+                ReaderChoice::Auto => ReaderKind::Auto,
+                ReaderChoice::IoUring => ReaderKind::IoUring,
+                ReaderChoice::Pread => ReaderKind::Pread,
+            },
+            policy: file.pipeline.bad_samples,
+            limits: Limits {
+                max_pixels: file.limits.max_pixels,
+                max_file_bytes: file.limits.max_file_bytes,
+            },
+            bad_log_per_second: file.limits.log_bad_samples_per_second,
+            throttle: None,
+        },
+        access: AccessPolicy::new(&file.access, &file.datasets),
+        quotas: QuotaLimits::from(&file.limits),
+        socket_mode: args.socket_mode.unwrap_or(file.server.socket_mode),
+        socket_group: file.server.socket_group.clone(),
+        lobby: file.limits.lobby(),
+        walk: file.limits.walk(),
+    }
+}
+
+/// SIGHUP: reads the config again and applies what can change while serving (registered
+/// datasets and the access rules). A bad file is logged and the running config kept.
+fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
+    let Some(path) = path else {
+        tracing::info!("SIGHUP: no config file to reload");
+        return;
+    };
+    notifier.notify(&format!(
+        "RELOADING=1\nMONOTONIC_USEC={}",
+        systemd::monotonic_usec()
+    ));
+    match Config::load(path) {
+        Ok(c) => {
+            let names: Vec<&String> = c.datasets.keys().collect();
+            tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
+            handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
+            crate::s3::configure(&c.s3, &c.datasets);
+            metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
+            tracing::info!(
+                "access rules and datasets apply to new attaches now; limits, pipeline and server \
+                 settings after a restart"
+            );
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "config reload failed: keeping the running config");
+            metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "error").increment(1);
+        }
+    }
+    notifier.notify(&format!("READY=1\nSTATUS={}", handle.summary()));
+}
+
+/// Feeds the watchdog at half its interval while the server is alive, keeps STATUS= and the
+/// throughput figure current, and starts the drain once no client was connected for
+/// `idle_exit`.
+fn supervise(
+    handle: &ServerHandle,
+    notifier: &Notifier,
+    watchdog: Option<Duration>,
+    idle_exit: Option<Duration>,
+) {
+    let tick = watchdog.map_or(Duration::from_secs(1), |w| {
+        (w / 2).min(Duration::from_secs(1))
+    });
+    let tick = idle_exit.map_or(tick, |i| tick.min((i / 4).max(Duration::from_millis(100))));
+    let mut last_status = Instant::now();
+    let mut last_line = String::new();
+    let mut idle_since = Instant::now();
+    loop {
+        // A timer, not a poll: the watchdog wants a ping at this rate.
+        std::thread::sleep(tick);
+        if handle.connections() > 0 {
+            idle_since = Instant::now();
+        } else if idle_exit.is_some_and(|i| idle_since.elapsed() >= i) && !handle.is_stopping() {
+            tracing::info!(
+                idle_s = idle_since.elapsed().as_secs(),
+                "no client for the idle time (--idle-exit): stopping"
+            );
+            notifier.notify("STOPPING=1\nSTATUS=idle");
+            handle.stop();
+        }
+        if watchdog.is_some() {
+            if handle.is_alive(ALIVE_WITHIN) {
+                notifier.notify("WATCHDOG=1");
+            } else {
+                tracing::error!("server not responding: not feeding the watchdog");
+            }
+        }
+        if last_status.elapsed() >= STATUS_EVERY {
+            last_status = Instant::now();
+            handle.update_rate();
+            let line = handle.summary();
+            if line != last_line {
+                notifier.notify(&format!("STATUS={line}"));
+                last_line = line;
+            }
+        }
+    }
+}
