@@ -3,7 +3,9 @@
 //!
 //! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
 //! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
+//! - [`batches`]: batches reduced to what identifies them ([`batches::Got`]), a config file.
 
+pub mod batches;
 pub mod daemon_proc;
 
 use std::path::{Path, PathBuf};

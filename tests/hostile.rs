@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use stoker::sock::SeqPacket;
 use stoker::{AttachOptions, Client, DType, ErrorCode, PipelineSpec, SampleStatus};
 use stoker_daemon::pack::TarWriter;
-use stoker_suite::{encode_jpeg, fnv1a, synthetic_rgb, write_jpeg, Daemon};
+use stoker_suite::batches::{drain, got, write_config, Got};
+use stoker_suite::{encode_jpeg, synthetic_rgb, write_jpeg, Daemon};
 
 fn spec(batch: u32, side: u32, epochs: Option<u32>) -> PipelineSpec {
     PipelineSpec {
@@ -28,12 +29,6 @@ fn options(data: &str, job: &str, spec: PipelineSpec) -> AttachOptions {
         connect_timeout: Duration::ZERO,
         ..AttachOptions::new(job, data, spec)
     }
-}
-
-fn write_config(dir: &Path, text: &str) -> PathBuf {
-    let path = dir.join("stoker.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 fn read_log(path: &Path) -> String {
@@ -56,34 +51,6 @@ fn within<T: Send + 'static>(
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: blocked for {limit:?}"),
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked (see above)"),
     }
-}
-
-/// One received batch: its epoch, a hash of everything in it, its indices and statuses.
-#[derive(Debug, Clone, PartialEq)]
-struct Got {
-    epoch: u64,
-    hash: u64,
-    indices: Vec<u64>,
-    status: Vec<u8>,
-}
-
-fn got(b: &stoker::Batch) -> Got {
-    let labels: Vec<u8> = b.labels().iter().flat_map(|l| l.to_le_bytes()).collect();
-    let indices: Vec<u8> = b.indices().iter().flat_map(|i| i.to_le_bytes()).collect();
-    Got {
-        epoch: b.epoch(),
-        hash: fnv1a(&[b.images(), &labels, &indices, b.status()]),
-        indices: b.indices().to_vec(),
-        status: b.status().to_vec(),
-    }
-}
-
-fn drain(c: &mut Client) -> Vec<Got> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().unwrap() {
-        out.push(got(&b));
-    }
-    out
 }
 
 fn is_root() -> bool {

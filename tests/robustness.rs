@@ -18,7 +18,8 @@ use stoker_daemon::decode::Limits;
 use stoker_daemon::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory,
 };
-use stoker_suite::{fnv1a, write_image_folder, Daemon};
+use stoker_suite::batches::{drain, got, write_config, Got};
+use stoker_suite::{write_image_folder, Daemon};
 
 #[path = "support/edge_manifest.rs"]
 mod edge_manifest;
@@ -41,42 +42,6 @@ fn options(data: &str, job: &str, rank: u32, world: u32, spec: PipelineSpec) -> 
         connect_timeout: Duration::ZERO,
         ..AttachOptions::new(job, data, spec)
     }
-}
-
-/// One received batch, reduced to what identifies it.
-#[derive(Debug, Clone, PartialEq)]
-struct Got {
-    epoch: u64,
-    step: u64,
-    hash: u64,
-    indices: Vec<u64>,
-    status: Vec<u8>,
-}
-
-fn got(b: &stoker::Batch) -> Got {
-    let labels: Vec<u8> = b.labels().iter().flat_map(|l| l.to_le_bytes()).collect();
-    let indices: Vec<u8> = b.indices().iter().flat_map(|i| i.to_le_bytes()).collect();
-    Got {
-        epoch: b.epoch(),
-        step: b.step(),
-        hash: fnv1a(&[b.images(), &labels, &indices, b.status()]),
-        indices: b.indices().to_vec(),
-        status: b.status().to_vec(),
-    }
-}
-
-fn drain(c: &mut Client) -> Vec<Got> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().unwrap() {
-        out.push(got(&b));
-    }
-    out
-}
-
-fn write_config(dir: &Path, text: &str) -> PathBuf {
-    let path = dir.join("stoker.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 fn tiny_dataset(dir: &Path, classes: u32, per_class: u32) -> PathBuf {
