@@ -195,3 +195,82 @@ fn selftest_without_a_gpu_fails_with_the_reason() {
     assert!(stdout.contains("no-libcuda.so.1"), "{stdout}");
     assert!(stdout.contains("selftest: FAIL"), "{stdout}");
 }
+
+/// `scripts/gpu-check --emulated`: the self-test, the GPU benchmark and the peer in one run,
+/// every output in the folder it is given, and the summary table last, saying EMULATED.
+#[test]
+fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
+    let Some(_nvrtc) = emulator::nvrtc("gpu_check_runs_everything_on_the_emulator") else {
+        return;
+    };
+    emulator::use_emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let (photos, edge, out) = (
+        dir.path().join("photos"),
+        dir.path().join("edge"),
+        dir.path().join("results"),
+    );
+    write_photos(&photos);
+    write_edge(&edge, &edge_rows());
+    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-check");
+    let run = Command::new(script)
+        .arg("--emulated")
+        .arg("--stoker")
+        .arg(&stoker)
+        .arg("--photos")
+        .arg(&photos)
+        .arg("--edge")
+        .arg(&edge)
+        .arg("--peers")
+        .arg(dir.path().join("no-peers"))
+        .args(["--batch", "4", "--min-seconds", "0.2"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    for file in [
+        "environment.txt",
+        "selftest.txt",
+        "selftest.json",
+        "bench.txt",
+        "bench.json",
+        "peer.txt",
+        "summary.txt",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing: {stdout}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(stdout.ends_with(&format!("{summary}outputs in {}\n", out.display())));
+    let row = |name: &str| {
+        summary
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name:?} in {summary}"))[44..]
+            .trim()
+            .to_string()
+    };
+    assert!(
+        summary.starts_with("stoker gpu-check summary (EMULATED GPU"),
+        "{summary}"
+    );
+    assert_eq!(row("self-test"), "PASSED (24 checks)");
+    assert_eq!(row("decode mix (hardware / hybrid / cpu)"), "5 / 1 / 0");
+    assert!(
+        row("hardware decoder ceiling, images/s")
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    // No torchvision with CUDA on the emulated host: the peer row says why.
+    assert!(row("torchvision GPU decode (peer)").starts_with("not available: "));
+    assert_eq!(row("stoker / torchvision (goal >= 2x)"), "n/a");
+    let e2e = row("stoker end to end, images/s");
+    assert!(
+        e2e.parse::<f64>().is_ok_and(|r| r > 0.0) || e2e.starts_with("not available: stokerd"),
+        "{e2e}"
+    );
+}
