@@ -14,6 +14,7 @@ use crate::config::BackendChoice;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Cpu,
+    Cuda,
 }
 
 impl BackendKind {
@@ -21,6 +22,7 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
         }
     }
 }
