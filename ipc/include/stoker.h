@@ -96,6 +96,11 @@ enum stoker_result
    * A bug: the daemon's internal error, or a panic caught inside libstoker.
    */
   STOKER_ERR_INTERNAL = -9,
+  /**
+   * The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
+   * device ring cannot be imported or mapped on it (the message says which and why).
+   */
+  STOKER_ERR_DEVICE = -10,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

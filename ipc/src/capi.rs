@@ -66,6 +66,9 @@ pub enum stoker_result {
     STOKER_ERR_IO = -8,
     /// A bug: the daemon's internal error, or a panic caught inside libstoker.
     STOKER_ERR_INTERNAL = -9,
+    /// The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
+    /// device ring cannot be imported or mapped on it (the message says which and why).
+    STOKER_ERR_DEVICE = -10,
 }
 
 use stoker_result::*;
@@ -257,6 +260,7 @@ impl From<ClientError> for Failure {
             ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,
             ClientError::Spec(_) => STOKER_ERR_SPEC,
             ClientError::Decode(_) | ClientError::Protocol(_) => STOKER_ERR_PROTOCOL,
+            ClientError::Device(_) => STOKER_ERR_DEVICE,
             ClientError::Refused { code, .. } => match code {
                 ErrorCode::SpecMismatch | ErrorCode::InvalidSpec => STOKER_ERR_SPEC,
                 ErrorCode::UnknownDataset => STOKER_ERR_DATASET,
@@ -423,6 +427,7 @@ pub extern "C" fn stoker_result_name(result: i32) -> *const c_char {
         -7 => c"STOKER_ERR_REFUSED",
         -8 => c"STOKER_ERR_IO",
         -9 => c"STOKER_ERR_INTERNAL",
+        -10 => c"STOKER_ERR_DEVICE",
         _ => c"STOKER_UNKNOWN_RESULT",
     };
     name.as_ptr()

@@ -434,6 +434,19 @@ impl Event {
         unsafe { result::event_record(self.device.driver(), self.raw, stream.raw) }
     }
 
+    /// Records the event on a stream this crate did not create: a consumer's (a framework's
+    /// stream handed over as a raw `CUstream`), or the null stream (`0`, `CU_STREAM_LEGACY` = 1,
+    /// `CU_STREAM_PER_THREAD` = 2).
+    ///
+    /// # Safety
+    /// `stream` must be one of the null-stream handles or a live stream of this device's
+    /// primary context.
+    pub unsafe fn record_raw(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        self.device.bind()?;
+        // SAFETY: the event is live; the caller vouches for the stream.
+        unsafe { result::event_record(self.device.driver(), self.raw, stream) }
+    }
+
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.device.bind()?;
         // SAFETY: the event is live.
