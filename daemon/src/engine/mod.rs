@@ -52,7 +52,7 @@ pub use backend::{
     UnitSize, UnitWork,
 };
 pub use cpu::{CpuBackend, CpuBackendFactory};
-pub use cuda::{CudaBackendFactory, Gpu, GpuSnapshot};
+pub use cuda::{CudaBackendFactory, Gpu};
 use feed::FeedShared;
 pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
 pub use job::Job;

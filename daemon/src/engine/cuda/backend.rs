@@ -212,7 +212,11 @@ impl CudaBackend {
 
     /// An nvJPEG call's outcome: images it refused go to the CPU path; a device failure is a
     /// fault.
-    fn settle_nvjpeg(&mut self, r: Result<(), NvjpegError>, ks: &[usize]) -> Result<(), BackendFault> {
+    fn settle_nvjpeg(
+        &mut self,
+        r: Result<(), NvjpegError>,
+        ks: &[usize],
+    ) -> Result<(), BackendFault> {
         match r {
             Ok(()) => Ok(()),
             Err(e) if e.is_bad_image() => {
@@ -278,7 +282,10 @@ impl CudaBackend {
     /// events. Returns the batch's pending work.
     fn enqueue(&mut self, unit: &UnitWork<'_>) -> Result<PendingBatch, BackendFault> {
         let SlotImages::Device(dst) = unit.images else {
-            panic!("the CUDA backend writes device memory only, got {:?}", unit.images);
+            panic!(
+                "the CUDA backend writes device memory only, got {:?}",
+                unit.images
+            );
         };
         let t0 = Instant::now();
         self.place().map_err(|e| self.fault("decode scratch", &e))?;
@@ -297,7 +304,7 @@ impl CudaBackend {
         self.stream
             .copy_to_device(samples_dev, 0, AugmentSample::as_bytes(&self.samples))
             .map_err(|e| self.fault("sample array upload", &e))?;
-        let first = dst + (unit.start * unit.layout.image_bytes) as u64;
+        let first = dst + (unit.layout.images + unit.start * unit.layout.image_bytes) as u64;
         let n = self.samples.len() as u32;
         let batch = AugmentBatch::new(&unit.job.spec, first, samples_dev.ptr(), n);
         // SAFETY: `first` is the unit's first image in the slot's device memory, which holds
@@ -374,7 +381,11 @@ impl CudaBackend {
         let SlotImages::Device(base) = images else {
             panic!("the CUDA backend writes device memory only, got {images:?}");
         };
-        assert!(at < layout.batch_size, "sample {at} of {}", layout.batch_size);
+        assert!(
+            at < layout.batch_size,
+            "sample {at} of {}",
+            layout.batch_size
+        );
         let dst = base + (layout.images + at * layout.image_bytes) as u64;
         let done = self.upload(dst, src).and_then(|()| {
             self.stream
@@ -478,11 +489,19 @@ impl Backend for CudaBackend {
             ..*work
         };
         self.cpu.fill_sample(&host)?;
-        if !self.put_sample(work.images, &work.layout, work.at, &self.host_images[..bytes]) {
+        if !self.put_sample(
+            work.images,
+            &work.layout,
+            work.at,
+            &self.host_images[..bytes],
+        ) {
             // The GPU failed, not the file: the batch's completion reports the fault.
             return Err(BadSample {
                 reason: "internal",
-                detail: format!("the replacement could not be uploaded to GPU {}", self.gpu.label),
+                detail: format!(
+                    "the replacement could not be uploaded to GPU {}",
+                    self.gpu.label
+                ),
             });
         }
         Ok(())

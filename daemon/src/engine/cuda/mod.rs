@@ -37,6 +37,7 @@ mod pending;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use stoker::protocol::GpuStatus;
 use stoker::ring::ImageMemory;
 use stoker_kernels::augment::{AugmentKernels, KernelError};
 use stoker_kernels::cuda::result::CuStatus;
@@ -81,23 +82,6 @@ pub struct GpuStats {
     pub in_flight: AtomicI64,
     /// Device memory of the rings on this GPU.
     pub ring_bytes: AtomicU64,
-}
-
-/// A snapshot of one GPU for status and metrics.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct GpuSnapshot {
-    pub uuid: String,
-    pub name: String,
-    pub emulated: bool,
-    pub broken: Option<String>,
-    pub decoded_hardware: u64,
-    pub decoded_hybrid: u64,
-    pub decoded_cpu: u64,
-    pub batches: u64,
-    pub batches_in_flight: i64,
-    pub ring_device_bytes: u64,
-    pub decode_ms_per_batch: f64,
-    pub kernel_ms_per_batch: f64,
 }
 
 /// One GPU: its context, kernels, nvJPEG, health and counters, shared by its engine's
@@ -178,12 +162,12 @@ impl Gpu {
         })
     }
 
-    pub fn snapshot(&self) -> GpuSnapshot {
+    pub fn snapshot(&self) -> GpuStatus {
         let s = &self.stats;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let batches = g(&s.batches);
         let per_batch = |ns: u64| ns as f64 * 1e-6 / batches.max(1) as f64;
-        GpuSnapshot {
+        GpuStatus {
             uuid: self.uuid.to_string(),
             name: self.device.info().name.clone(),
             emulated: self.emulated,

@@ -53,7 +53,11 @@ impl PendingWork for PendingBatch {
         let done = events.done.synchronize();
         gpu.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = done {
-            return Err(gpu.fault("the batch's decode or kernel failed", &e, breaks_context(&e)));
+            return Err(gpu.fault(
+                "the batch's decode or kernel failed",
+                &e,
+                breaks_context(&e),
+            ));
         }
         if let Ok(ms) = events.done.elapsed_ms_since(&events.decoded) {
             let ns = (f64::from(ms) * 1e6) as u64;
