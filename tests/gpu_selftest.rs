@@ -224,7 +224,7 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         .arg(&edge)
         .arg("--peers")
         .arg(dir.path().join("no-peers"))
-        .args(["--batch", "4", "--min-seconds", "0.2"])
+        .args(["--batch", "4", "--min-seconds", "0"])
         .arg("--out")
         .arg(&out)
         .output()
@@ -268,9 +268,22 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
     // No torchvision with CUDA on the emulated host: the peer row says why.
     assert!(row("torchvision GPU decode (peer)").starts_with("not available: "));
     assert_eq!(row("stoker / torchvision (goal >= 2x)"), "n/a");
+    // stokerd --backend cuda served a separate client process from the emulated GPU.
     let e2e = row("stoker end to end, images/s");
+    assert!(e2e.parse::<f64>().is_ok_and(|r| r > 0.0), "{e2e}\n{stdout}");
+    let fraction = row("fraction of the hardware decoder ceiling");
+    assert!(fraction.parse::<f64>().is_ok_and(|f| f > 0.0), "{fraction}");
+    assert!(row("CPU-seconds per 1000 images, end to end")
+        .parse::<f64>()
+        .is_ok());
+    let bench: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    let mix = &bench["end_to_end"]["mix"];
+    let decoded = ["hardware", "hybrid", "cpu"].map(|k| mix[k].as_u64().unwrap());
+    // Every image the client received was decoded on a path the daemon counted: 5 baseline
+    // photos on the engines and the progressive one on the hybrid decoder, each epoch.
     assert!(
-        e2e.parse::<f64>().is_ok_and(|r| r > 0.0) || e2e.starts_with("not available: stokerd"),
-        "{e2e}"
+        decoded[0] > 0 && decoded[0] == 5 * decoded[1] && decoded[2] == 0,
+        "{mix}"
     );
 }

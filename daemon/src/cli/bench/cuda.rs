@@ -22,6 +22,9 @@
 //! # Limitations
 //! - Decode only waits for each batch before the next (one decoder state, one stream): a
 //!   floor of the engines' rate with several batches in flight.
+//! - End to end runs as many epochs as last `--min-seconds` at the ceiling's rate (the client
+//!   must know its epochs before it starts): where end to end is much slower than the ceiling
+//!   (the emulator, tiny images), it runs longer than that.
 //! - On the emulated GPU the figures measure libjpeg-turbo and a CPU core, not a GPU; the
 //!   output says so.
 
@@ -48,6 +51,12 @@ pub struct CudaRow {
     /// End to end: the client's wait for a batch, p50 and p99, in ms.
     pub wait_p50_ms: Option<f64>,
     pub wait_p99_ms: Option<f64>,
+    /// End to end: what the daemon decoded on each path, from its status.
+    pub mix: Option<DecodeMix>,
+    /// End to end: the daemon's mean host time in decode and device time in the kernel, per
+    /// batch, in ms.
+    pub decode_ms_per_batch: Option<f64>,
+    pub kernel_ms_per_batch: Option<f64>,
 }
 
 impl CudaRow {
@@ -130,7 +139,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         CudaRow::unavailable("not asked for (--decode-only or --in-process)".into())
     } else {
         progress("end to end: stokerd --backend cuda + 1 client process");
-        served_row(args, &data, &ds, decode_only.images_per_s)
+        served_row(args, &uuid, &data, &ds, decode_only.images_per_s)
     };
     let fraction_of_ceiling = end_to_end
         .images_per_s
@@ -261,8 +270,7 @@ fn time_decodes(
         images_per_s: Some(count as f64 / seconds.max(1e-9)),
         mb_per_s: Some(bytes as f64 / 1e6 / seconds.max(1e-9)),
         cpu_s_per_1000: Some(cpu / count.max(1) as f64 * 1000.0),
-        wait_p50_ms: None,
-        wait_p99_ms: None,
+        ..CudaRow::default()
     })
 }
 
@@ -270,6 +278,7 @@ fn time_decodes(
 /// at the ceiling's rate.
 fn served_row(
     args: &BenchArgs,
+    uuid: &str,
     data: &Path,
     ds: &crate::dataset::Dataset,
     ceiling: Option<f64>,
@@ -286,17 +295,27 @@ fn served_row(
     };
     let threads = effective_threads(args.threads);
     match run_served(&args, data, 1, threads, CacheState::Warm, None) {
-        Ok(r) => CudaRow {
-            available: true,
-            reason: None,
-            images: r.images,
-            seconds: r.seconds,
-            images_per_s: Some(r.images_per_s),
-            mb_per_s: Some(r.mb_per_s),
-            cpu_s_per_1000: r.cpu_s_per_1000,
-            wait_p50_ms: Some(r.wait_p50_ms),
-            wait_p99_ms: Some(r.wait_p99_ms),
-        },
+        Ok(r) => {
+            let gpu = r.gpus.iter().find(|g| g.uuid == uuid);
+            CudaRow {
+                available: true,
+                reason: None,
+                images: r.images,
+                seconds: r.seconds,
+                images_per_s: Some(r.images_per_s),
+                mb_per_s: Some(r.mb_per_s),
+                cpu_s_per_1000: r.cpu_s_per_1000,
+                wait_p50_ms: Some(r.wait_p50_ms),
+                wait_p99_ms: Some(r.wait_p99_ms),
+                mix: gpu.map(|g| DecodeMix {
+                    hardware: g.decoded_hardware,
+                    hybrid: g.decoded_hybrid,
+                    cpu: g.decoded_cpu,
+                }),
+                decode_ms_per_batch: gpu.map(|g| g.decode_ms_per_batch),
+                kernel_ms_per_batch: gpu.map(|g| g.kernel_ms_per_batch),
+            }
+        }
         Err(e) => CudaRow::unavailable(e),
     }
 }
@@ -345,6 +364,14 @@ fn cuda_table(r: &CudaBenchReport) -> String {
                 reason.as_deref().unwrap_or("unknown")
             ),
         };
+    }
+    if let Some(mix) = r.end_to_end.mix {
+        s += &format!(
+            "end to end, the daemon's decode mix: {mix}; per batch: decode {:.2} ms (host), \
+             kernel {:.2} ms (device)\n",
+            r.end_to_end.decode_ms_per_batch.unwrap_or(0.0),
+            r.end_to_end.kernel_ms_per_batch.unwrap_or(0.0)
+        );
     }
     if let Some(f) = r.fraction_of_ceiling {
         s += &format!("\nend to end / hardware decode ceiling: {f:.2}\n");

@@ -209,6 +209,10 @@ pub struct ServedResult {
     pub cpu_s_per_1000: Option<f64>,
     pub daemon_peak_rss_mb: Option<f64>,
     pub client_peak_rss_mb: f64,
+    /// The daemon's GPUs as `stoker status` showed them when the clients were done (decode
+    /// mix, time per batch); empty for the CPU backend.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<stoker::protocol::GpuStatus>,
 }
 
 /// A peer's figure from the same run.

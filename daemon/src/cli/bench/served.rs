@@ -92,6 +92,7 @@ pub(super) fn run_served(
         _ => None,
     };
     let daemon_rss = pid.and_then(|p| peak_rss_mb(Some(p)));
+    let gpus = crate::cli::status::query(&socket).map_or_else(|_| Vec::new(), |s| s.gpus);
     drop(daemon);
 
     let images: u64 = stats.iter().map(|s| s.images).sum();
@@ -114,6 +115,7 @@ pub(super) fn run_served(
         cpu_s_per_1000: daemon_cpu.map(|d| (d + clients_cpu) / images_all.max(1) as f64 * 1000.0),
         daemon_peak_rss_mb: daemon_rss,
         client_peak_rss_mb: stats.iter().map(|s| s.peak_rss_mb).fold(0.0, f64::max),
+        gpus,
     })
 }
 
