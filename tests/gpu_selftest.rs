@@ -249,7 +249,7 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         summary
             .lines()
             .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("no row {name:?} in {summary}"))[44..]
+            .unwrap_or_else(|| panic!("no row {name:?} in {summary}"))[50..]
             .trim()
             .to_string()
     };
@@ -258,7 +258,10 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         "{summary}"
     );
     assert_eq!(row("self-test"), "PASSED (24 checks)");
-    assert_eq!(row("decode mix (hardware / hybrid / cpu)"), "5 / 1 / 0");
+    assert_eq!(
+        row("decode mix of the files (hardware / hybrid / cpu)"),
+        "5 / 1 / 0"
+    );
     assert!(
         row("hardware decoder ceiling, images/s")
             .parse::<f64>()
@@ -286,4 +289,6 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         decoded[0] > 0 && decoded[0] == 5 * decoded[1] && decoded[2] == 0,
         "{mix}"
     );
+    let served = row("decode mix served (hardware / hybrid / cpu)");
+    assert_eq!(served, format!("{} / {} / 0", decoded[0], decoded[1]));
 }
