@@ -1,7 +1,8 @@
 //! `stokerd --backend auto|cuda` against what the host has (the real binary): without a GPU,
 //! `cuda` exits with status 78 and the reason (no panic) and `auto` serves from the CPU,
-//! saying why; on the emulated GPU, `auto` serves from CUDA and `stoker status` says so
-//! (tests/gpu_emulator_daemon.rs checks its log line and serves from it).
+//! saying why (the reason in its log, `stoker status` showing cpu). The host is made GPU-less
+//! whatever it has (no libcuda, or a stub one). `auto` serving from CUDA on the emulated host
+//! is tests/gpu_emulator_daemon.rs's.
 
 #[path = "../kernels/tests/emulator/mod.rs"]
 mod emulator;
@@ -79,24 +80,4 @@ fn auto_without_a_gpu_serves_from_the_cpu_and_says_why() {
     let json: serde_json::Value = serde_json::from_slice(&status.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status.stdout)));
     assert_eq!(json["backend"], "cpu", "{json}");
-}
-
-#[test]
-fn auto_on_the_emulated_host_serves_from_cuda() {
-    let Some(_nvrtc) = emulator::nvrtc("auto_on_the_emulated_host_serves_from_cuda") else {
-        return;
-    };
-    emulator::use_emulator();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("stokerd.log");
-    // The daemon's XDG_CACHE_HOME is its own: it finds the NVIDIA wheels by name.
-    let wheels = stoker::loader::wheel_dir().expect("a wheel dir");
-    let daemon = Daemon::start_logged_with(dir.path(), &["--backend", "auto"], &log, |cmd| {
-        cmd.env("STOKER_NVIDIA_DIR", wheels);
-    });
-    let status = stoker_daemon::cli::status::query(daemon.socket()).unwrap();
-    drop(daemon);
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(status.backend, "cuda", "{text}");
-    assert!(text.contains("THE GPU IS EMULATED"), "{text}");
 }
