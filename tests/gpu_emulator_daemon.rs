@@ -117,6 +117,30 @@ fn check_status(socket: &Path, rank: usize) {
     assert!(text.contains("decode mix hardware/hybrid/cpu"), "{text}");
 }
 
+/// The per-GPU series on `/metrics`: both GPUs, marked emulated, their decode mix.
+fn check_metrics(addr: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    for uuid in emulator::UUIDS {
+        for series in [
+            format!(r#"stoker_gpu_decode_total{{gpu="{uuid}",path="hardware"}}"#),
+            format!(r#"stoker_gpu_batches_in_flight{{gpu="{uuid}"}}"#),
+            format!(r#"stoker_ring_bytes{{memory="device",gpu="{uuid}"}}"#),
+            format!(r#"stoker_gpu_kernel_seconds_count{{gpu="{uuid}"}}"#),
+        ] {
+            assert!(text.contains(&series), "{series} missing:\n{text}");
+        }
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("stoker_gpu_info") && l.contains(uuid));
+        let info = info.unwrap_or_else(|| panic!("no stoker_gpu_info for {uuid}:\n{text}"));
+        assert!(info.contains(r#"emulated="true""#), "{info}");
+    }
+}
+
 fn psnr(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     let mse = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>() / a.len() as f64;
@@ -133,10 +157,10 @@ fn setup(test: &str) -> Option<()> {
 
 /// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
 /// and keeping compiled kernels between runs.
-fn gpu_daemon(dir: &Path, backend: &str, log: &Path, faults: Option<&str>) -> Daemon {
+fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Daemon {
     let wheels = stoker::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    Daemon::start_logged_with(dir, &["--backend", backend], log, |cmd| {
+    Daemon::start_logged_with(dir, args, log, |cmd| {
         cmd.env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .env("STOKER_NVIDIA_DIR", wheels)
@@ -158,7 +182,16 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
     let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
     std::fs::create_dir_all(&gpu_dir).unwrap();
     std::fs::create_dir_all(&cpu_dir).unwrap();
-    let gpu = gpu_daemon(&gpu_dir, "cuda", &log, None);
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let gpu = gpu_daemon(
+        &gpu_dir,
+        &["--backend", "cuda", "--metrics-listen", &addr],
+        &log,
+        None,
+    );
     let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
     let u8_nhwc = PipelineSpec {
         dtype: DType::U8,
@@ -191,6 +224,7 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
             }
         }
     }
+    check_metrics(&addr);
     drop(gpu);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
@@ -221,7 +255,7 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
     let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
-    let daemon = gpu_daemon(dir.path(), "cuda", &log, Some(faults));
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(faults));
     let spec = PipelineSpec::train(4, 16);
     let gpu0 = emulator::UUIDS[0];
 
@@ -258,6 +292,69 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     assert!(text.contains("rebuilding a broken GPU's engine"), "{text}");
 }
 
+/// A sticky fault on GPU 0's first batch: the rank fails naming the GPU and `status`, a job
+/// on GPU 1 is served meanwhile, and GPU 0 is then refused with the cause (`rebuilt: false`,
+/// a lost device) or rebuilt and serving again.
+fn sticky_fault_case(status: &str, rebuilt: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let fault = format!("cuLaunchKernel:1:{status}");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(&fault));
+    let spec = PipelineSpec::train(4, 16);
+    let (gpu0, gpu1) = (emulator::UUIDS[0], emulator::UUIDS[1]);
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = a
+        .next_batch()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2, "{status}: GPU 1 serves on");
+    drop(a);
+    let status_text = stoker_daemon::cli::status::render(
+        &stoker_daemon::cli::status::query(daemon.socket()).unwrap(),
+    );
+    if rebuilt {
+        let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
+        assert_eq!(drain(&mut a, &spec).len(), 2, "{status}: rebuilt");
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let e = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+        let text = e.to_string();
+        if !text.contains("rebuilt once") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    assert!(text.contains("cannot serve"), "{status}: {text}");
+    assert!(status_text.contains("BROKEN"), "{status_text}");
+}
+
+#[test]
+fn an_illegal_address_breaks_only_its_gpu_which_is_rebuilt() {
+    if setup("an_illegal_address_breaks_only_its_gpu_which_is_rebuilt").is_some() {
+        sticky_fault_case("CUDA_ERROR_ILLEGAL_ADDRESS", true);
+    }
+}
+
+#[test]
+fn a_lost_device_fails_its_ranks_and_is_refused_with_the_reason() {
+    if setup("a_lost_device_fails_its_ranks_and_is_refused_with_the_reason").is_some() {
+        sticky_fault_case("CUDA_ERROR_DEVICE_UNAVAILABLE", false);
+    }
+}
+
 #[test]
 fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     let Some(()) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
@@ -265,7 +362,7 @@ fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stokerd.log");
-    drop(gpu_daemon(dir.path(), "auto", &log, None));
+    drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, None));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("backend auto: serving from CUDA"), "{text}");
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");

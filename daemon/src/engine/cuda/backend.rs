@@ -22,11 +22,7 @@ use crate::engine::backend::{
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
-
-/// Seconds of host time per batch spent decoding (nvJPEG calls and the CPU path).
-pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
-/// Images decoded on a GPU, by `gpu` and `path` (hardware, hybrid, cpu).
-pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
+use crate::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
 
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
