@@ -53,8 +53,8 @@ def test_torch_takes_the_batch_without_a_copy(dataset, own_daemon):
 
 def test_torch_takes_gpu_batches_without_a_copy(dataset, own_daemon, monkeypatch):
     """On a machine with a GPU (skipped elsewhere): the images of `device="cuda"` are CUDA
-    tensors on cuda:0 whose data pointer is the slot's, and computing on them on PyTorch's
-    current stream while batches keep coming never shows a refilled slot."""
+    tensors on cuda:0 whose data pointer is the slot's, and work queued on them on PyTorch's
+    current stream runs while the loader keeps releasing and receiving slots."""
     try:
         import torch
     except ImportError as e:
