@@ -1,37 +1,272 @@
-//! The real `stokerd` on the emulated GPU: it finds the emulated devices through its normal
-//! loading path and says loudly, in its log, that the GPU is emulated. (Serving from CUDA is
-//! issue 13; until then `--backend cuda` is refused with the reason, `auto` serves from the
-//! CPU.)
+//! The real `stokerd` serving from CUDA on the emulated GPU (two devices): it says loudly that
+//! the GPU is emulated; a job of 2 ranks, one per GPU, read by the Rust client from device
+//! rings, gets the CPU backend's batches (indices, labels, statuses equal, pixels at PSNR >= 40
+//! dB), corrupt files replaced alike; injected faults (out of memory at attach, a launch
+//! failure) fail only what they hit, with the GPU and the cause named, and the broken GPU is
+//! rebuilt once its ranks have left.
 
 #[path = "../kernels/tests/emulator/mod.rs"]
 mod emulator;
 
-use stoker_suite::Daemon;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
+use stoker_suite::{write_image_folder, Daemon};
+
+/// A dataset of small synthetic JPEGs and one corrupt file.
+fn dataset(dir: &Path) -> PathBuf {
+    let root = dir.join("data");
+    write_image_folder(&root, 2, 7, 64);
+    std::fs::write(
+        root.join("c0/zz_corrupt.jpg"),
+        b"\xff\xd8\xff\xe0 not really",
+    )
+    .unwrap();
+    root
+}
+
+fn options(data: &Path, job: &str, spec: &PipelineSpec, rank: u32, device: &str) -> AttachOptions {
+    let mut o = AttachOptions::new(job, data.to_str().unwrap(), spec.clone());
+    o.rank = rank;
+    o.world_size = 2;
+    o.seed = 7;
+    o.device = device.into();
+    o.connect_timeout = Duration::from_secs(10);
+    o
+}
+
+/// One batch as the test compares it: pixels as f64 on the 0..255 scale.
+struct Seen {
+    indices: Vec<u64>,
+    labels: Vec<i64>,
+    status: Vec<u8>,
+    pixels: Vec<f64>,
+}
+
+fn pixels(spec: &PipelineSpec, bytes: &[u8]) -> Vec<f64> {
+    let n = spec.image_bytes() / 3 / spec.dtype.size();
+    let channel = |i: usize| match spec.layout {
+        Layout::Nchw => (i / n) % 3,
+        Layout::Nhwc => i % 3,
+    };
+    match spec.dtype {
+        DType::U8 => bytes.iter().map(|&b| f64::from(b)).collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .enumerate()
+            .map(|(i, c)| {
+                let v = f64::from(f32::from_ne_bytes(c.try_into().unwrap()));
+                let c = channel(i);
+                (v * f64::from(spec.std[c]) + f64::from(spec.mean[c])) * 255.0
+            })
+            .collect(),
+        other => panic!("dtype {other:?} not compared here"),
+    }
+}
+
+/// Every batch of the epoch for one rank.
+fn drain(client: &mut Client, spec: &PipelineSpec) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while let Some(batch) = client.next_batch().unwrap() {
+        if batch.epoch() > 0 {
+            break;
+        }
+        let mut host = vec![0u8; batch.images_len()];
+        match batch.image_memory() {
+            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
+            ImageMemory::Host => {
+                let n = host.len();
+                host.copy_from_slice(&batch.images()[..n])
+            }
+        }
+        out.push(Seen {
+            indices: batch.indices().to_vec(),
+            labels: batch.labels().to_vec(),
+            status: batch.status().to_vec(),
+            pixels: pixels(spec, &host),
+        });
+    }
+    out
+}
+
+/// `stoker status` while rank `rank`'s GPU serves: marked emulated, its decode mix (the
+/// synthetic JPEGs are baseline: hardware) and its ring's device memory shown.
+fn check_status(socket: &Path, rank: usize) {
+    let status = stoker_daemon::cli::status::query(socket).unwrap();
+    assert_eq!(status.backend, "cuda");
+    let g = status
+        .gpus
+        .iter()
+        .find(|g| g.uuid == emulator::UUIDS[rank])
+        .unwrap();
+    assert!(g.emulated && g.broken.is_none(), "{g:?}");
+    assert!(
+        g.decoded_hardware >= 7 && g.ring_device_bytes >= 2 << 20,
+        "{g:?}"
+    );
+    assert!(g.batches >= 2 && g.decode_ms_per_batch > 0.0, "{g:?}");
+    let text = stoker_daemon::cli::status::render(&status);
+    assert!(
+        text.contains(&format!(
+            "GPU {} (Stoker Emulated GPU {rank}) EMULATED",
+            g.uuid
+        )),
+        "{text}"
+    );
+    assert!(text.contains("decode mix hardware/hybrid/cpu"), "{text}");
+}
+
+fn psnr(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>() / a.len() as f64;
+    10.0 * (255.0f64.powi(2) / mse).log10()
+}
+
+/// The emulator for this process and its daemons, and NVRTC from the wheels; `None` (said
+/// loudly, a failure in CI) without the wheels.
+fn setup(test: &str) -> Option<()> {
+    emulator::use_emulator();
+    emulator::nvrtc(test)?;
+    Some(())
+}
+
+/// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
+/// and keeping compiled kernels between runs.
+fn gpu_daemon(dir: &Path, backend: &str, log: &Path, faults: Option<&str>) -> Daemon {
+    let wheels = stoker::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    Daemon::start_logged_with(dir, &["--backend", backend], log, |cmd| {
+        cmd.env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", cache);
+        if let Some(f) = faults {
+            cmd.env("STOKER_EMU_FAULTS", f);
+        }
+    })
+}
 
 #[test]
-fn stokerd_says_the_gpu_is_emulated() {
-    emulator::use_emulator();
+fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
+    let Some(()) = setup("two_ranks_on_two_gpus_get_the_cpu_backends_batches") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(stoker_suite::stokerd_path())
-        .arg("--socket")
-        .arg(dir.path().join("s.sock"))
-        .args(["--backend", "cuda"])
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(stderr.contains("THE GPU IS EMULATED"), "{stderr}");
-    assert!(
-        stderr.contains("a GPU is present (2 device(s))"),
-        "{stderr}"
-    );
-
+    let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
-    let daemon = Daemon::start_logged(dir.path(), &["--backend", "auto"], &log);
-    drop(daemon);
+    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let gpu = gpu_daemon(&gpu_dir, "cuda", &log, None);
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let u8_nhwc = PipelineSpec {
+        dtype: DType::U8,
+        layout: Layout::Nhwc,
+        ..PipelineSpec::train(4, 32)
+    };
+    for (job, spec) in [("f32", PipelineSpec::train(4, 32)), ("u8", u8_nhwc)] {
+        let mut ranks = Vec::new();
+        for rank in 0..2u32 {
+            let opts = options(&data, job, &spec, rank, emulator::UUIDS[rank as usize]);
+            let client = Client::attach(gpu.socket(), opts).unwrap();
+            assert_eq!(client.image_memory(), ImageMemory::Device);
+            assert_eq!(client.device_ordinal(), Some(rank as i32));
+            ranks.push(client);
+        }
+        for (rank, client) in ranks.iter_mut().enumerate() {
+            let got = drain(client, &spec);
+            check_status(gpu.socket(), rank);
+            let opts = options(&data, job, &spec, rank as u32, "cpu");
+            let want = drain(&mut Client::attach(cpu.socket(), opts).unwrap(), &spec);
+            assert_eq!(got.len(), want.len(), "{job} rank {rank}: batches");
+            assert!(got.len() >= 2, "{job} rank {rank}: {} batches", got.len());
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                let at = format!("{job} rank {rank} batch {step}");
+                assert_eq!(g.indices, w.indices, "{at}: indices");
+                assert_eq!(g.labels, w.labels, "{at}: labels");
+                assert_eq!(g.status, w.status, "{at}: statuses");
+                let p = psnr(&g.pixels, &w.pixels);
+                assert!(p >= 40.0, "{at}: PSNR {p:.1} dB");
+            }
+        }
+    }
+    drop(gpu);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
     assert!(text.contains("libstoker_emu_cuda.so"), "{text}");
+    assert!(text.contains("GPU opened for serving"), "{text}");
+}
+
+/// Attaches, retrying while the daemon says the GPU is still held by ranks that are leaving.
+fn attach_when_rebuilt(socket: &Path, opts: AttachOptions) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match Client::attach(socket, opts.clone()) {
+            Ok(c) => return c,
+            Err(e) if e.to_string().contains("rebuilt once") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("attach after the fault: {e}"),
+        }
+    }
+}
+
+#[test]
+fn faults_fail_only_what_they_hit_and_name_the_gpu() {
+    let Some(()) = setup("faults_fail_only_what_they_hit_and_name_the_gpu") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
+    let daemon = gpu_daemon(dir.path(), "cuda", &log, Some(faults));
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+
+    // Out of memory at attach: refused with the sizes.
+    let err = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(gpu0), "{text}");
+    assert!(text.contains("bytes of device memory"), "{text}");
+    assert!(text.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+
+    // A launch failure: that rank gets an error naming the GPU and the cause.
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = match a.next_batch() {
+        Err(e) => e.to_string(),
+        Ok(b) => panic!(
+            "a batch from a failed launch: {:?}",
+            b.map(|b| b.indices().to_vec())
+        ),
+    };
+    assert!(text.contains(gpu0), "{text}");
+    assert!(text.contains("CUDA_ERROR_LAUNCH_FAILED"), "{text}");
+    drop(a);
+
+    // The other GPU serves another job meanwhile.
+    let gpu1 = emulator::UUIDS[1];
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2);
+
+    // Once its ranks have left, the broken GPU is rebuilt (a fresh context) and serves.
+    let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
+    assert_eq!(drain(&mut a, &spec).len(), 2);
+    drop((a, b, daemon));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("rebuilding a broken GPU's engine"), "{text}");
+}
+
+#[test]
+fn backend_auto_serves_from_cuda_on_the_emulated_host() {
+    let Some(()) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stokerd.log");
+    drop(gpu_daemon(dir.path(), "auto", &log, None));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("backend auto: serving from CUDA"), "{text}");
+    assert!(text.contains("THE GPU IS EMULATED"), "{text}");
 }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
 
 use crate::access::{AccessPolicy, Quotas};
-use crate::engine::{Engine, FeedWaker};
+use crate::engine::FeedWaker;
+
+use super::gpus::Engines;
 use crate::metrics as m;
 use crate::stall::StallBoard;
 
@@ -114,7 +116,7 @@ impl ServerState {
 pub struct ServerHandle {
     pub(super) state: Arc<ServerState>,
     pub(super) registry: Arc<Registry>,
-    pub(super) engine: Arc<Engine>,
+    pub(super) engines: Arc<Engines>,
     pub(super) quotas: Arc<Quotas>,
     pub(super) socket: PathBuf,
     pub(super) activated: bool,
@@ -249,7 +251,7 @@ impl ServerHandle {
 
     /// What `stoker status` shows.
     pub fn status(&self) -> DaemonStatus {
-        let totals = self.engine.stats();
+        let totals = self.engines.cpu.stats();
         let mut jobs: Vec<JobStatus> = {
             let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
             reg.iter()
@@ -275,9 +277,9 @@ impl ServerHandle {
             activated: self.activated,
             stopping: self.is_stopping(),
             clients: self.state.clients.load(Ordering::Relaxed),
-            backend: self.engine.backend().name().to_owned(),
-            reader: self.engine.reader_kind().to_owned(),
-            threads: self.engine.threads() as u64,
+            backend: self.engines.backend.name().to_owned(),
+            reader: self.engines.cpu.reader_kind().to_owned(),
+            threads: self.engines.cpu.threads() as u64,
             images_delivered: self.state.delivered.load(Ordering::Relaxed),
             images_per_s: self.rate(),
             bad_samples: totals.bad,
@@ -285,6 +287,7 @@ impl ServerHandle {
             datasets: self.registry.access().dataset_names(),
             jobs,
             jobs_left_out: 0,
+            gpus: self.engines.gpu_status(),
         }
     }
 }
