@@ -20,9 +20,10 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::cuda::DeviceBuffer;
 use stoker_kernels::nvjpeg::Roi;
-use stoker_kernels::reference::psnr;
+use stoker_kernels::reference::{psnr, RgbImage};
 
 use super::GpuUnderTest;
+use crate::cli::decode_file::write_ppm;
 use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage, Route};
 use crate::decode::{CpuDecoder, Limits};
 
@@ -174,7 +175,7 @@ fn decode_items(
             })
             .collect()
     };
-    let max = gpu.decoder.hardware_batch().max(items.len());
+    let max = items.len();
     let all = decode_sync(
         &mut gpu.decoder,
         &gpu.stream,
@@ -214,10 +215,15 @@ fn alloc(gpu: &GpuUnderTest, items: &[&Item]) -> Result<Vec<DeviceBuffer>, Strin
 }
 
 /// nvJPEG on every photo it takes, at PSNR >= 40 dB against the CPU decoder.
-pub fn photos(gpu: &mut GpuUnderTest, files: &[PathBuf]) -> Result<String, String> {
+pub fn photos(
+    gpu: &mut GpuUnderTest,
+    files: &[PathBuf],
+    save: Option<&Path>,
+) -> Result<String, String> {
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
     let mut tally = Tally::default();
-    let chunk = gpu.decoder.hardware_batch().max(8);
+    // Batches as the engines take them, within the decoder's maximum.
+    let chunk = gpu.decoder.hardware_batch().clamp(8, super::MAX_BATCH);
     for (c, paths) in files.chunks(chunk).enumerate() {
         let items: Vec<Item> = paths
             .iter()
@@ -238,7 +244,13 @@ pub fn photos(gpu: &mut GpuUnderTest, files: &[PathBuf]) -> Result<String, Strin
                     let got = read_back(buf, it)?;
                     let want = cpu_reference(&mut cpu, &it.jpeg, it.roi)
                         .map_err(|e| format!("the CPU decoder refused what nvJPEG took: {e}"))?;
-                    Ok(psnr(&got, &want))
+                    let p = psnr(&got, &want);
+                    if p < MIN_PSNR_DB {
+                        if let Some(dir) = save {
+                            save_pair(dir, it, got, want)?;
+                        }
+                    }
+                    Ok(p)
                 });
                 match compared {
                     Ok(p) => tally.psnr(&it.name, p),
@@ -259,6 +271,21 @@ pub fn photos(gpu: &mut GpuUnderTest, files: &[PathBuf]) -> Result<String, Strin
         return Err("no JPEG files in the photos folder".into());
     }
     tally.outcome(format!("{} photos", files.len()))
+}
+
+/// Writes nvJPEG's and the CPU decoder's pixels of `it` into `dir` as PPM.
+fn save_pair(dir: &Path, it: &Item, nvjpeg: Vec<u8>, cpu: Vec<u8>) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (which, data) in [("nvjpeg", nvjpeg), ("cpu", cpu)] {
+        let path = dir.join(format!("{}.{which}.ppm", it.name));
+        let img = RgbImage {
+            width: it.width,
+            height: it.height,
+            data,
+        };
+        write_ppm(&path, &img).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// What a manifest says an edge file must do.

@@ -62,10 +62,17 @@ pub struct SelftestArgs {
     /// Output side of the kernel checks.
     #[arg(long, default_value_t = 224)]
     pub kernel_size: u32,
+    /// Write the pixels of every photo below 40 dB here, as PPM: NAME.nvjpeg.ppm and
+    /// NAME.cpu.ppm (created if missing).
+    #[arg(long)]
+    pub save_failures: Option<PathBuf>,
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
+
+/// The largest batch the self-test decodes at once.
+pub(crate) const MAX_BATCH: usize = 64;
 
 /// One check's outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -232,7 +239,8 @@ fn check_gpu(
         let cache = KernelCache::default_dir().map(KernelCache::new);
         let kernels = AugmentKernels::load(&device, nvrtc, cache.as_ref())
             .map_err(|e| format!("augment.cu: {e}"))?;
-        let decoder = NvjpegDecoder::new(&device, lib, 64).map_err(|e| format!("nvJPEG: {e}"))?;
+        let decoder =
+            NvjpegDecoder::new(&device, lib, MAX_BATCH).map_err(|e| format!("nvJPEG: {e}"))?;
         let stream = device.stream().map_err(|e| e.to_string())?;
         Ok(GpuUnderTest {
             device,
@@ -268,7 +276,7 @@ fn check_gpu(
         photos = decode::photo_files(dir, args.max_photos);
         checks.push(check(
             &format!("nvJPEG vs CPU decoder: {} photos", photos.len()),
-            decode::photos(&mut gpu, &photos),
+            decode::photos(&mut gpu, &photos, args.save_failures.as_deref()),
         ));
     }
     if let Some(dir) = &args.edge {
