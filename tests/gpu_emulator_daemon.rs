@@ -161,8 +161,11 @@ fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Da
     let wheels = stoker::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
     Daemon::start_logged_with(dir, args, log, |cmd| {
+        // Every stream operation waits first: a slot published before its kernel finished
+        // would be read stale.
         cmd.env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .env("STOKER_EMU_OP_DELAY_US", "1000")
             .env("STOKER_NVIDIA_DIR", wheels)
             .env("STOKER_CACHE_DIR", cache);
         if let Some(f) = faults {
