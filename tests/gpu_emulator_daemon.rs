@@ -459,3 +459,25 @@ fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
     let decoded = g.decoded_hardware + g.decoded_hybrid + g.decoded_cpu;
     assert_eq!(decoded, delivered, "{g:?}");
 }
+
+#[test]
+fn device_memory_counts_against_the_ring_quota() {
+    let Some(()) = setup("device_memory_counts_against_the_ring_quota") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let config = dir.path().join("stoker.toml");
+    // Room for a host ring of this spec (about 50 KiB), not for a 2 MiB device allocation.
+    std::fs::write(&config, "[limits]\nmax_client_ring_bytes = 1048576\n").unwrap();
+    let log = dir.path().join("stokerd.log");
+    let args = ["--backend", "cuda", "--config", config.to_str().unwrap()];
+    let daemon = gpu_daemon(dir.path(), &args, &log, None);
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+    let err = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("limits.max_client_ring_bytes"), "{text}");
+    let cpu = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, "cpu")).unwrap();
+    assert_eq!(cpu.image_memory(), ImageMemory::Host);
+}
