@@ -5,6 +5,7 @@
 //! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
 
 pub mod daemon_proc;
+pub mod device_batches;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -248,3 +248,103 @@ fn a_device_that_is_not_there_is_named() {
         "device cuda:7: only 2 CUDA device(s) visible"
     );
 }
+
+/// The same through the C ABI: the images tensor is kDLCUDA with the client's ordinal and the
+/// slot's device address, the copy-to-host call reads the bytes, and the slot goes back only
+/// after the stream named with `stoker_batch_record_stream` finished its work, once the batch
+/// handle is released and the tensor deleted.
+#[test]
+fn the_c_abi_hands_out_cuda_tensors_and_fences_their_release() {
+    use stoker::capi::*;
+    use stoker::dlpack::{DLManagedTensorVersioned, KDL_CUDA};
+    setup();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let (tx, rx) = mpsc::channel();
+    let (received, messages) = mpsc::channel();
+    let daemon = stand_in(
+        &path,
+        PipelineSpec::train(4, 8),
+        Script {
+            size_error: 0,
+            consumer_done: Some(rx),
+            received,
+        },
+    );
+    let socket = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let spec = serde_json::to_string(&PipelineSpec::train(4, 8)).unwrap();
+    let spec = std::ffi::CString::new(spec).unwrap();
+    let o = stoker_attach_options {
+        socket: socket.as_ptr(),
+        job: c"job-d".as_ptr(),
+        dataset: c"/data".as_ptr(),
+        device: c"cuda:1".as_ptr(),
+        spec_json: spec.as_ptr(),
+        ..Default::default()
+    };
+    let mut client = std::ptr::null_mut();
+    let mut batch = std::ptr::null_mut();
+    let mut info = stoker_attach_info {
+        size: std::mem::size_of::<stoker_attach_info>(),
+        ..Default::default()
+    };
+    let mut header = stoker_batch_header::default();
+    let mut tensor: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: every pointer is live and writable; handles are used while live, released once.
+    unsafe {
+        assert_eq!(stoker_attach(&o, &mut client), stoker_result::STOKER_OK);
+        assert_eq!(
+            stoker_client_info(client, &mut info),
+            stoker_result::STOKER_OK
+        );
+        assert_eq!((info.image_memory, info.device_id), (1, 1));
+        assert_eq!(stoker_next(client, &mut batch), stoker_result::STOKER_OK);
+        assert_eq!(
+            stoker_batch_info(batch, &mut header),
+            stoker_result::STOKER_OK
+        );
+        assert_eq!(
+            (header.images_device_type, header.images_device_id),
+            (KDL_CUDA, 1)
+        );
+        assert_eq!(header.images_bytes, 3 * 8 * 8 * 3 * 4);
+        assert_eq!(
+            stoker_batch_images(batch, &mut tensor),
+            stoker_result::STOKER_OK
+        );
+        let t = &(*tensor).dl_tensor;
+        assert_eq!((t.device.device_type, t.device.device_id), (KDL_CUDA, 1));
+        assert_eq!(t.data as u64, header.images);
+        let mut host = vec![0u8; header.images_bytes as usize];
+        let r = stoker_batch_copy_images_to_host(batch, host.as_mut_ptr().cast(), host.len());
+        assert_eq!(r, stoker_result::STOKER_OK);
+        assert!(host.iter().all(|&b| b == 0xA5));
+        let r = stoker_batch_copy_images_to_host(batch, host.as_mut_ptr().cast(), 7);
+        assert_eq!(r, stoker_result::STOKER_ERR_INVALID_ARGUMENT);
+
+        let dev = device(1);
+        let stream = dev.stream().unwrap();
+        let zeros = vec![0u8; header.images_bytes as usize];
+        cuda::result::memcpy_htod_async(
+            cuda::driver().unwrap(),
+            header.images,
+            &zeros,
+            stream.raw(),
+        )
+        .unwrap();
+        let done = dev.event(false).unwrap();
+        done.record(&stream).unwrap();
+        tx.send(done).unwrap();
+        let r = stoker_batch_record_stream(batch, stream.raw() as usize);
+        assert_eq!(r, stoker_result::STOKER_OK);
+        stoker_batch_release(batch);
+        // The tensor still holds the lease: nothing is released yet.
+        assert!(messages.recv_timeout(Duration::from_millis(100)).is_err());
+        stoker_dlpack_delete(tensor);
+        let first = messages.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert!(matches!(first, Message::Release(_)), "{first:?}");
+        stoker_detach(client);
+        drop(stream);
+    }
+    daemon.join().unwrap();
+}

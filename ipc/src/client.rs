@@ -26,6 +26,12 @@
 //!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
 //!   with [`ClientError::NoDaemon`].
 //!
+//! - Device rings (the daemon's CUDA backend, `device: "cuda:N"` or a GPU UUID): the images
+//!   are a VMM allocation on the client's GPU, imported and mapped once per attach
+//!   (`client_device`); a batch hands out its device address ([`Batch::device_images`]) and
+//!   its release is fenced by events on the consumer's streams ([`Batch::record_stream`]),
+//!   waited for on a client thread, never on the caller's.
+//!
 //! - The data stall is measured here, where it happens: [`Client::next_batch`] adds the time
 //!   it blocks to `wait` and the time since the previous call returned to `compute`
 //!   ([`StallClock`]). [`Client::stall`] returns the totals; every [`STATS_EVERY`] they go to

@@ -19,6 +19,9 @@
 //!   reads. That thread holds the mapping, so the ring stays mapped until the last pending
 //!   release's events completed, even when the client and its batches are gone.
 //!
+//! - Recording and copying may run on threads the client does not own (a framework deleting a
+//!   tensor): the thread's current CUDA context is restored afterwards.
+//!
 //! # Limitations
 //! - If no event can be recorded (a broken context: nothing of this process runs on the GPU
 //!   any more), the slot is released at once, with a warning.
@@ -252,6 +255,7 @@ impl DeviceImages {
             )));
         }
         let dev = self.ring.device();
+        let _restore = cuda::ContextRestore::save()?;
         dev.bind()?;
         // SAFETY: the range lies inside the slot's images (checked above), which lie inside
         // the mapped ring (RingLayout); the ring stays mapped while `self` lives.
@@ -267,6 +271,8 @@ impl DeviceImages {
         streams: &[ConsumerStream],
         sock: &SeqPacket,
     ) {
+        // This may run on a framework's thread (a tensor's deleter): leave its context as found.
+        let _restore = cuda::ContextRestore::save();
         let streams = if streams.is_empty() {
             &[ConsumerStream::LEGACY][..]
         } else {
