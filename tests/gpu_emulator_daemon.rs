@@ -161,8 +161,11 @@ fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Da
     let wheels = stoker::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
     Daemon::start_logged_with(dir, args, log, |cmd| {
+        // Every stream operation waits first: a slot published before its kernel finished
+        // would be read stale.
         cmd.env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .env("STOKER_EMU_OP_DELAY_US", "1000")
             .env("STOKER_NVIDIA_DIR", wheels)
             .env("STOKER_CACHE_DIR", cache);
         if let Some(f) = faults {
@@ -366,4 +369,115 @@ fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("backend auto: serving from CUDA"), "{text}");
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
+}
+
+#[path = "support/edge_manifest.rs"]
+mod edge_manifest;
+
+/// Images of the edge corpus the emulated nvJPEG decodes on the (hardware, hybrid) path, by
+/// its rules (`nvjpegDecodeBatchedSupportedEx`, `nvjpegDecoderJpegSupported`, then the decode
+/// itself), among those whose header the daemon's probe reads.
+fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
+    use stoker_kernels::cuda::Device;
+    use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
+    let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
+    let stream = dev.stream().unwrap();
+    let (mut hardware, mut hybrid) = (0, 0);
+    for name in names {
+        let jpeg = std::fs::read(dir.join(name)).unwrap();
+        let (Ok(_), Ok(info)) = (stoker_daemon::decode::probe(&jpeg), d.info(&jpeg)) else {
+            continue;
+        };
+        let out = dev
+            .alloc((info.width as usize * info.height as usize * 3).max(1))
+            .unwrap();
+        let img = DeviceImage {
+            ptr: out.ptr(),
+            pitch: info.width as usize * 3,
+        };
+        // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
+        unsafe {
+            if d.hardware_supports(&jpeg, None).unwrap_or(false) {
+                hardware += u64::from(
+                    d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
+                        .is_ok(),
+                );
+            } else if d.hybrid_supports(&jpeg, None).unwrap_or(false) {
+                hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok());
+            }
+        }
+        stream.synchronize().unwrap();
+    }
+    (hardware, hybrid)
+}
+
+#[test]
+fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
+    let test = "the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say";
+    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
+    if !edge.join("MANIFEST.tsv").is_file() {
+        eprintln!("SKIPPED {test}: no {}", edge.display());
+        return;
+    }
+    let Some(()) = setup(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("edge");
+    std::fs::create_dir_all(data.join("c0")).unwrap();
+    let names: Vec<String> = edge_manifest::read(&edge)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for n in &names {
+        std::fs::copy(edge.join(n), data.join("c0").join(n)).unwrap();
+    }
+    let (hardware, hybrid) = expected_mix(&edge, &names);
+    let log = dir.path().join("stokerd.log");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, None);
+    // One epoch, so nothing of a next one is decoded ahead.
+    let spec = PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        ..PipelineSpec::train(8, 16)
+    };
+    let mut opts = options(&data, "edge", &spec, 0, emulator::UUIDS[0]);
+    opts.world_size = 1;
+    let mut client = Client::attach(daemon.socket(), opts).unwrap();
+    let batches = drain(&mut client, &spec);
+    let delivered = batches
+        .iter()
+        .flat_map(|b| &b.status)
+        .filter(|&&s| s == 0 || s == 1)
+        .count() as u64;
+    let status = stoker_daemon::cli::status::query(daemon.socket()).unwrap();
+    let g = &status.gpus[0];
+    eprintln!("edge mix: {g:?}; expected hardware {hardware}, hybrid {hybrid}");
+    assert_eq!(g.decoded_hardware, hardware, "{g:?}");
+    assert_eq!(g.decoded_hybrid, hybrid, "{g:?}");
+    assert!(hardware > 0 && hybrid > 0 && g.decoded_cpu > 0, "{g:?}");
+    // Every delivered sample was decoded once, on one path (replacements on the CPU).
+    let decoded = g.decoded_hardware + g.decoded_hybrid + g.decoded_cpu;
+    assert_eq!(decoded, delivered, "{g:?}");
+}
+
+#[test]
+fn device_memory_counts_against_the_ring_quota() {
+    let Some(()) = setup("device_memory_counts_against_the_ring_quota") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let config = dir.path().join("stoker.toml");
+    // Room for a host ring of this spec (about 50 KiB), not for a 2 MiB device allocation.
+    std::fs::write(&config, "[limits]\nmax_client_ring_bytes = 1048576\n").unwrap();
+    let log = dir.path().join("stokerd.log");
+    let args = ["--backend", "cuda", "--config", config.to_str().unwrap()];
+    let daemon = gpu_daemon(dir.path(), &args, &log, None);
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+    let err = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("limits.max_client_ring_bytes"), "{text}");
+    let cpu = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, "cpu")).unwrap();
+    assert_eq!(cpu.image_memory(), ImageMemory::Host);
 }
