@@ -121,7 +121,7 @@ class Tensor:
         and tests, not the training path). bfloat16 comes as its uint16 bit patterns."""
         import numpy
 
-        if not self.is_cuda:
+        if self.kind != "images":
             return numpy.array(self.numpy(), copy=True)
         handle = self.batch._handle
         if not handle:
