@@ -117,6 +117,30 @@ fn check_status(socket: &Path, rank: usize) {
     assert!(text.contains("decode mix hardware/hybrid/cpu"), "{text}");
 }
 
+/// The per-GPU series on `/metrics`: both GPUs, marked emulated, their decode mix.
+fn check_metrics(addr: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    for uuid in emulator::UUIDS {
+        for series in [
+            format!(r#"stoker_gpu_decode_total{{gpu="{uuid}",path="hardware"}}"#),
+            format!(r#"stoker_gpu_batches_in_flight{{gpu="{uuid}"}}"#),
+            format!(r#"stoker_ring_bytes{{memory="device",gpu="{uuid}"}}"#),
+            format!(r#"stoker_gpu_kernel_seconds_count{{gpu="{uuid}"}}"#),
+        ] {
+            assert!(text.contains(&series), "{series} missing:\n{text}");
+        }
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("stoker_gpu_info") && l.contains(uuid));
+        let info = info.unwrap_or_else(|| panic!("no stoker_gpu_info for {uuid}:\n{text}"));
+        assert!(info.contains(r#"emulated="true""#), "{info}");
+    }
+}
+
 fn psnr(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     let mse = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>() / a.len() as f64;
@@ -133,12 +157,15 @@ fn setup(test: &str) -> Option<()> {
 
 /// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
 /// and keeping compiled kernels between runs.
-fn gpu_daemon(dir: &Path, backend: &str, log: &Path, faults: Option<&str>) -> Daemon {
+fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Daemon {
     let wheels = stoker::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    Daemon::start_logged_with(dir, &["--backend", backend], log, |cmd| {
+    Daemon::start_logged_with(dir, args, log, |cmd| {
+        // Every stream operation waits first: a slot published before its kernel finished
+        // would be read stale.
         cmd.env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .env("STOKER_EMU_OP_DELAY_US", "1000")
             .env("STOKER_NVIDIA_DIR", wheels)
             .env("STOKER_CACHE_DIR", cache);
         if let Some(f) = faults {
@@ -158,7 +185,16 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
     let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
     std::fs::create_dir_all(&gpu_dir).unwrap();
     std::fs::create_dir_all(&cpu_dir).unwrap();
-    let gpu = gpu_daemon(&gpu_dir, "cuda", &log, None);
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let gpu = gpu_daemon(
+        &gpu_dir,
+        &["--backend", "cuda", "--metrics-listen", &addr],
+        &log,
+        None,
+    );
     let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
     let u8_nhwc = PipelineSpec {
         dtype: DType::U8,
@@ -191,6 +227,7 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
             }
         }
     }
+    check_metrics(&addr);
     drop(gpu);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
@@ -221,7 +258,7 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
     let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
-    let daemon = gpu_daemon(dir.path(), "cuda", &log, Some(faults));
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(faults));
     let spec = PipelineSpec::train(4, 16);
     let gpu0 = emulator::UUIDS[0];
 
@@ -258,6 +295,69 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     assert!(text.contains("rebuilding a broken GPU's engine"), "{text}");
 }
 
+/// A sticky fault on GPU 0's first batch: the rank fails naming the GPU and `status`, a job
+/// on GPU 1 is served meanwhile, and GPU 0 is then refused with the cause (`rebuilt: false`,
+/// a lost device) or rebuilt and serving again.
+fn sticky_fault_case(status: &str, rebuilt: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let fault = format!("cuLaunchKernel:1:{status}");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(&fault));
+    let spec = PipelineSpec::train(4, 16);
+    let (gpu0, gpu1) = (emulator::UUIDS[0], emulator::UUIDS[1]);
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = a
+        .next_batch()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2, "{status}: GPU 1 serves on");
+    drop(a);
+    let status_text = stoker_daemon::cli::status::render(
+        &stoker_daemon::cli::status::query(daemon.socket()).unwrap(),
+    );
+    if rebuilt {
+        let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
+        assert_eq!(drain(&mut a, &spec).len(), 2, "{status}: rebuilt");
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let e = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+        let text = e.to_string();
+        if !text.contains("rebuilt once") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    assert!(text.contains("cannot serve"), "{status}: {text}");
+    assert!(status_text.contains("BROKEN"), "{status_text}");
+}
+
+#[test]
+fn an_illegal_address_breaks_only_its_gpu_which_is_rebuilt() {
+    if setup("an_illegal_address_breaks_only_its_gpu_which_is_rebuilt").is_some() {
+        sticky_fault_case("CUDA_ERROR_ILLEGAL_ADDRESS", true);
+    }
+}
+
+#[test]
+fn a_lost_device_fails_its_ranks_and_is_refused_with_the_reason() {
+    if setup("a_lost_device_fails_its_ranks_and_is_refused_with_the_reason").is_some() {
+        sticky_fault_case("CUDA_ERROR_DEVICE_UNAVAILABLE", false);
+    }
+}
+
 #[test]
 fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     let Some(()) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
@@ -265,8 +365,119 @@ fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stokerd.log");
-    drop(gpu_daemon(dir.path(), "auto", &log, None));
+    drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, None));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("backend auto: serving from CUDA"), "{text}");
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
+}
+
+#[path = "support/edge_manifest.rs"]
+mod edge_manifest;
+
+/// Images of the edge corpus the emulated nvJPEG decodes on the (hardware, hybrid) path, by
+/// its rules (`nvjpegDecodeBatchedSupportedEx`, `nvjpegDecoderJpegSupported`, then the decode
+/// itself), among those whose header the daemon's probe reads.
+fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
+    use stoker_kernels::cuda::Device;
+    use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
+    let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
+    let stream = dev.stream().unwrap();
+    let (mut hardware, mut hybrid) = (0, 0);
+    for name in names {
+        let jpeg = std::fs::read(dir.join(name)).unwrap();
+        let (Ok(_), Ok(info)) = (stoker_daemon::decode::probe(&jpeg), d.info(&jpeg)) else {
+            continue;
+        };
+        let out = dev
+            .alloc((info.width as usize * info.height as usize * 3).max(1))
+            .unwrap();
+        let img = DeviceImage {
+            ptr: out.ptr(),
+            pitch: info.width as usize * 3,
+        };
+        // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
+        unsafe {
+            if d.hardware_supports(&jpeg, None).unwrap_or(false) {
+                hardware += u64::from(
+                    d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
+                        .is_ok(),
+                );
+            } else if d.hybrid_supports(&jpeg, None).unwrap_or(false) {
+                hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok());
+            }
+        }
+        stream.synchronize().unwrap();
+    }
+    (hardware, hybrid)
+}
+
+#[test]
+fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
+    let test = "the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say";
+    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
+    if !edge.join("MANIFEST.tsv").is_file() {
+        eprintln!("SKIPPED {test}: no {}", edge.display());
+        return;
+    }
+    let Some(()) = setup(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("edge");
+    std::fs::create_dir_all(data.join("c0")).unwrap();
+    let names: Vec<String> = edge_manifest::read(&edge)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for n in &names {
+        std::fs::copy(edge.join(n), data.join("c0").join(n)).unwrap();
+    }
+    let (hardware, hybrid) = expected_mix(&edge, &names);
+    let log = dir.path().join("stokerd.log");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, None);
+    // One epoch, so nothing of a next one is decoded ahead.
+    let spec = PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        ..PipelineSpec::train(8, 16)
+    };
+    let mut opts = options(&data, "edge", &spec, 0, emulator::UUIDS[0]);
+    opts.world_size = 1;
+    let mut client = Client::attach(daemon.socket(), opts).unwrap();
+    let batches = drain(&mut client, &spec);
+    let delivered = batches
+        .iter()
+        .flat_map(|b| &b.status)
+        .filter(|&&s| s == 0 || s == 1)
+        .count() as u64;
+    let status = stoker_daemon::cli::status::query(daemon.socket()).unwrap();
+    let g = &status.gpus[0];
+    eprintln!("edge mix: {g:?}; expected hardware {hardware}, hybrid {hybrid}");
+    assert_eq!(g.decoded_hardware, hardware, "{g:?}");
+    assert_eq!(g.decoded_hybrid, hybrid, "{g:?}");
+    assert!(hardware > 0 && hybrid > 0 && g.decoded_cpu > 0, "{g:?}");
+    // Every delivered sample was decoded once, on one path (replacements on the CPU).
+    let decoded = g.decoded_hardware + g.decoded_hybrid + g.decoded_cpu;
+    assert_eq!(decoded, delivered, "{g:?}");
+}
+
+#[test]
+fn device_memory_counts_against_the_ring_quota() {
+    let Some(()) = setup("device_memory_counts_against_the_ring_quota") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let config = dir.path().join("stoker.toml");
+    // Room for a host ring of this spec (about 50 KiB), not for a 2 MiB device allocation.
+    std::fs::write(&config, "[limits]\nmax_client_ring_bytes = 1048576\n").unwrap();
+    let log = dir.path().join("stokerd.log");
+    let args = ["--backend", "cuda", "--config", config.to_str().unwrap()];
+    let daemon = gpu_daemon(dir.path(), &args, &log, None);
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+    let err = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("limits.max_client_ring_bytes"), "{text}");
+    let cpu = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, "cpu")).unwrap();
+    assert_eq!(cpu.image_memory(), ImageMemory::Host);
 }

@@ -223,8 +223,25 @@ impl ServerHandle {
             .len();
         ::metrics::gauge!(m::JOBS).set(jobs as f64);
         ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
-        ::metrics::gauge!(m::RING_BYTES, "memory" => "host")
-            .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
+        let gpus = self.engines.gpu_status();
+        let device: u64 = gpus.iter().map(|g| g.ring_device_bytes).sum();
+        let all = self.state.ring_bytes.load(Ordering::Relaxed);
+        ::metrics::gauge!(m::RING_BYTES, "memory" => "host").set(all.saturating_sub(device) as f64);
+        for g in gpus {
+            let gpu = g.uuid.clone();
+            ::metrics::gauge!(m::RING_BYTES, "memory" => "device", "gpu" => gpu.clone())
+                .set(g.ring_device_bytes as f64);
+            ::metrics::gauge!(m::GPU_BATCHES_IN_FLIGHT, "gpu" => gpu.clone())
+                .set(g.batches_in_flight as f64);
+            ::metrics::gauge!(
+                m::GPU_INFO,
+                "gpu" => gpu,
+                "name" => g.name,
+                "emulated" => g.emulated.to_string(),
+                "broken" => g.broken.is_some().to_string()
+            )
+            .set(1.0);
+        }
     }
 
     /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).

@@ -22,11 +22,7 @@ use crate::engine::backend::{
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
-
-/// Seconds of host time per batch spent decoding (nvJPEG calls and the CPU path).
-pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
-/// Images decoded on a GPU, by `gpu` and `path` (hardware, hybrid, cpu).
-pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
+use crate::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
 
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
@@ -176,17 +172,17 @@ impl CudaBackend {
         let hw: Vec<usize> = self.routed(&Route::Hardware);
         let chunk = self.decoder.hardware_batch().min(MAX_HARDWARE_BATCH);
         for ks in hw.chunks(chunk) {
-            let jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
-            let rois: Vec<Option<Roi>> = ks.iter().map(|&k| self.plan[k].roi).collect();
-            let outs: Vec<DeviceImage> = ks.iter().map(|&k| self.out(k)).collect();
-            // SAFETY: each output is a region of the scratch sized height * pitch (`place`),
-            // which lives until the stream's work on it is done (it is only replaced after a
-            // synchronise); each image was accepted by `hardware_supports` with its ROI.
-            let r = unsafe {
-                self.decoder
-                    .decode_hardware_batch(&self.stream, &jpegs, &rois, &outs)
-            };
-            self.settle_nvjpeg(r, ks)?;
+            match self.decode_hardware(ks) {
+                // One image the engines fail on: decode the others one by one, so only that
+                // one goes to the CPU path.
+                Err(e) if e.is_bad_image() && ks.len() > 1 => {
+                    for k in ks {
+                        let r = self.decode_hardware(std::slice::from_ref(k));
+                        self.settle_nvjpeg(r, std::slice::from_ref(k))?;
+                    }
+                }
+                r => self.settle_nvjpeg(r, ks)?,
+            }
         }
         for k in self.routed(&Route::Hybrid) {
             let out = self.out(k);
@@ -202,6 +198,20 @@ impl CudaBackend {
                 .map_err(|e| self.fault("hybrid decode", &e))?;
         }
         Ok(())
+    }
+
+    /// Enqueues images `ks` of the plan on the hardware engines.
+    fn decode_hardware(&mut self, ks: &[usize]) -> Result<(), NvjpegError> {
+        let jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
+        let rois: Vec<Option<Roi>> = ks.iter().map(|&k| self.plan[k].roi).collect();
+        let outs: Vec<DeviceImage> = ks.iter().map(|&k| self.out(k)).collect();
+        // SAFETY: each output is a region of the scratch sized height * pitch (`place`), which
+        // lives until the stream's work on it is done (it is only replaced after a
+        // synchronise); each image was accepted by `hardware_supports` with its ROI.
+        unsafe {
+            self.decoder
+                .decode_hardware_batch(&self.stream, &jpegs, &rois, &outs)
+        }
     }
 
     fn routed(&self, route: &Route) -> Vec<usize> {
@@ -489,6 +499,10 @@ impl Backend for CudaBackend {
             ..*work
         };
         self.cpu.fill_sample(&host)?;
+        // Replacements are decoded on the CPU: they count in the GPU's decode mix as such.
+        self.gpu.stats.cpu.fetch_add(1, Ordering::Relaxed);
+        let gpu = self.gpu.uuid.to_string();
+        metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu, "path" => "cpu").increment(1);
         if !self.put_sample(
             work.images,
             &work.layout,

@@ -18,9 +18,7 @@ use stoker_kernels::cuda::{CudaError, Device, Event};
 
 use super::{breaks_context, Gpu};
 use crate::engine::backend::{BackendFault, PendingWork};
-
-/// Seconds of device time per batch in the kernel (from the end of decode).
-pub const GPU_KERNEL_SECONDS: &str = "stoker_gpu_kernel_seconds";
+use crate::metrics::GPU_KERNEL_SECONDS;
 
 /// The events of one batch: after its decode, after its kernel and uploads.
 pub struct EventSet {
