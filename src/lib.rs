@@ -7,6 +7,7 @@
 
 pub mod batches;
 pub mod daemon_proc;
+pub mod device_batches;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

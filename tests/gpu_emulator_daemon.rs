@@ -1,37 +1,483 @@
-//! The real `stokerd` on the emulated GPU: it finds the emulated devices through its normal
-//! loading path and says loudly, in its log, that the GPU is emulated. (Serving from CUDA is
-//! issue 13; until then `--backend cuda` is refused with the reason, `auto` serves from the
-//! CPU.)
+//! The real `stokerd` serving from CUDA on the emulated GPU (two devices): it says loudly that
+//! the GPU is emulated; a job of 2 ranks, one per GPU, read by the Rust client from device
+//! rings, gets the CPU backend's batches (indices, labels, statuses equal, pixels at PSNR >= 40
+//! dB), corrupt files replaced alike; injected faults (out of memory at attach, a launch
+//! failure) fail only what they hit, with the GPU and the cause named, and the broken GPU is
+//! rebuilt once its ranks have left.
 
 #[path = "../kernels/tests/emulator/mod.rs"]
 mod emulator;
 
-use stoker_suite::Daemon;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
+use stoker_suite::{write_image_folder, Daemon};
+
+/// A dataset of small synthetic JPEGs and one corrupt file.
+fn dataset(dir: &Path) -> PathBuf {
+    let root = dir.join("data");
+    write_image_folder(&root, 2, 7, 64);
+    std::fs::write(
+        root.join("c0/zz_corrupt.jpg"),
+        b"\xff\xd8\xff\xe0 not really",
+    )
+    .unwrap();
+    root
+}
+
+fn options(data: &Path, job: &str, spec: &PipelineSpec, rank: u32, device: &str) -> AttachOptions {
+    let mut o = AttachOptions::new(job, data.to_str().unwrap(), spec.clone());
+    o.rank = rank;
+    o.world_size = 2;
+    o.seed = 7;
+    o.device = device.into();
+    o.connect_timeout = Duration::from_secs(10);
+    o
+}
+
+/// One batch as the test compares it: pixels as f64 on the 0..255 scale.
+struct Seen {
+    indices: Vec<u64>,
+    labels: Vec<i64>,
+    status: Vec<u8>,
+    pixels: Vec<f64>,
+}
+
+fn pixels(spec: &PipelineSpec, bytes: &[u8]) -> Vec<f64> {
+    let n = spec.image_bytes() / 3 / spec.dtype.size();
+    let channel = |i: usize| match spec.layout {
+        Layout::Nchw => (i / n) % 3,
+        Layout::Nhwc => i % 3,
+    };
+    match spec.dtype {
+        DType::U8 => bytes.iter().map(|&b| f64::from(b)).collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .enumerate()
+            .map(|(i, c)| {
+                let v = f64::from(f32::from_ne_bytes(c.try_into().unwrap()));
+                let c = channel(i);
+                (v * f64::from(spec.std[c]) + f64::from(spec.mean[c])) * 255.0
+            })
+            .collect(),
+        other => panic!("dtype {other:?} not compared here"),
+    }
+}
+
+/// Every batch of the epoch for one rank.
+fn drain(client: &mut Client, spec: &PipelineSpec) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while let Some(batch) = client.next_batch().unwrap() {
+        if batch.epoch() > 0 {
+            break;
+        }
+        let mut host = vec![0u8; batch.images_len()];
+        match batch.image_memory() {
+            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
+            ImageMemory::Host => {
+                let n = host.len();
+                host.copy_from_slice(&batch.images()[..n])
+            }
+        }
+        out.push(Seen {
+            indices: batch.indices().to_vec(),
+            labels: batch.labels().to_vec(),
+            status: batch.status().to_vec(),
+            pixels: pixels(spec, &host),
+        });
+    }
+    out
+}
+
+/// `stoker status` while rank `rank`'s GPU serves: marked emulated, its decode mix (the
+/// synthetic JPEGs are baseline: hardware) and its ring's device memory shown.
+fn check_status(socket: &Path, rank: usize) {
+    let status = stoker_daemon::cli::status::query(socket).unwrap();
+    assert_eq!(status.backend, "cuda");
+    let g = status
+        .gpus
+        .iter()
+        .find(|g| g.uuid == emulator::UUIDS[rank])
+        .unwrap();
+    assert!(g.emulated && g.broken.is_none(), "{g:?}");
+    assert!(
+        g.decoded_hardware >= 7 && g.ring_device_bytes >= 2 << 20,
+        "{g:?}"
+    );
+    assert!(g.batches >= 2 && g.decode_ms_per_batch > 0.0, "{g:?}");
+    let text = stoker_daemon::cli::status::render(&status);
+    assert!(
+        text.contains(&format!(
+            "GPU {} (Stoker Emulated GPU {rank}) EMULATED",
+            g.uuid
+        )),
+        "{text}"
+    );
+    assert!(text.contains("decode mix hardware/hybrid/cpu"), "{text}");
+}
+
+/// The per-GPU series on `/metrics`: both GPUs, marked emulated, their decode mix.
+fn check_metrics(addr: &str) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    for uuid in emulator::UUIDS {
+        for series in [
+            format!(r#"stoker_gpu_decode_total{{gpu="{uuid}",path="hardware"}}"#),
+            format!(r#"stoker_gpu_batches_in_flight{{gpu="{uuid}"}}"#),
+            format!(r#"stoker_ring_bytes{{memory="device",gpu="{uuid}"}}"#),
+            format!(r#"stoker_gpu_kernel_seconds_count{{gpu="{uuid}"}}"#),
+        ] {
+            assert!(text.contains(&series), "{series} missing:\n{text}");
+        }
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("stoker_gpu_info") && l.contains(uuid));
+        let info = info.unwrap_or_else(|| panic!("no stoker_gpu_info for {uuid}:\n{text}"));
+        assert!(info.contains(r#"emulated="true""#), "{info}");
+    }
+}
+
+fn psnr(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>() / a.len() as f64;
+    10.0 * (255.0f64.powi(2) / mse).log10()
+}
+
+/// The emulator for this process and its daemons, and NVRTC from the wheels; `None` (said
+/// loudly, a failure in CI) without the wheels.
+fn setup(test: &str) -> Option<()> {
+    emulator::use_emulator();
+    emulator::nvrtc(test)?;
+    Some(())
+}
+
+/// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
+/// and keeping compiled kernels between runs.
+fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Daemon {
+    let wheels = stoker::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    Daemon::start_logged_with(dir, args, log, |cmd| {
+        // Every stream operation waits first: a slot published before its kernel finished
+        // would be read stale.
+        cmd.env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("STOKER_EMU_OP_DELAY_US", "1000")
+            .env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", cache);
+        if let Some(f) = faults {
+            cmd.env("STOKER_EMU_FAULTS", f);
+        }
+    })
+}
 
 #[test]
-fn stokerd_says_the_gpu_is_emulated() {
-    emulator::use_emulator();
+fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
+    let Some(()) = setup("two_ranks_on_two_gpus_get_the_cpu_backends_batches") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(stoker_suite::stokerd_path())
-        .arg("--socket")
-        .arg(dir.path().join("s.sock"))
-        .args(["--backend", "cuda"])
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(stderr.contains("THE GPU IS EMULATED"), "{stderr}");
-    assert!(
-        stderr.contains("a GPU is present (2 device(s))"),
-        "{stderr}"
-    );
-
+    let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
-    let daemon = Daemon::start_logged(dir.path(), &["--backend", "auto"], &log);
-    drop(daemon);
+    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let gpu = gpu_daemon(
+        &gpu_dir,
+        &["--backend", "cuda", "--metrics-listen", &addr],
+        &log,
+        None,
+    );
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let u8_nhwc = PipelineSpec {
+        dtype: DType::U8,
+        layout: Layout::Nhwc,
+        ..PipelineSpec::train(4, 32)
+    };
+    for (job, spec) in [("f32", PipelineSpec::train(4, 32)), ("u8", u8_nhwc)] {
+        let mut ranks = Vec::new();
+        for rank in 0..2u32 {
+            let opts = options(&data, job, &spec, rank, emulator::UUIDS[rank as usize]);
+            let client = Client::attach(gpu.socket(), opts).unwrap();
+            assert_eq!(client.image_memory(), ImageMemory::Device);
+            assert_eq!(client.device_ordinal(), Some(rank as i32));
+            ranks.push(client);
+        }
+        for (rank, client) in ranks.iter_mut().enumerate() {
+            let got = drain(client, &spec);
+            check_status(gpu.socket(), rank);
+            let opts = options(&data, job, &spec, rank as u32, "cpu");
+            let want = drain(&mut Client::attach(cpu.socket(), opts).unwrap(), &spec);
+            assert_eq!(got.len(), want.len(), "{job} rank {rank}: batches");
+            assert!(got.len() >= 2, "{job} rank {rank}: {} batches", got.len());
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                let at = format!("{job} rank {rank} batch {step}");
+                assert_eq!(g.indices, w.indices, "{at}: indices");
+                assert_eq!(g.labels, w.labels, "{at}: labels");
+                assert_eq!(g.status, w.status, "{at}: statuses");
+                let p = psnr(&g.pixels, &w.pixels);
+                assert!(p >= 40.0, "{at}: PSNR {p:.1} dB");
+            }
+        }
+    }
+    check_metrics(&addr);
+    drop(gpu);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
     assert!(text.contains("libstoker_emu_cuda.so"), "{text}");
+    assert!(text.contains("GPU opened for serving"), "{text}");
+}
+
+/// Attaches, retrying while the daemon says the GPU is still held by ranks that are leaving.
+fn attach_when_rebuilt(socket: &Path, opts: AttachOptions) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match Client::attach(socket, opts.clone()) {
+            Ok(c) => return c,
+            Err(e) if e.to_string().contains("rebuilt once") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("attach after the fault: {e}"),
+        }
+    }
+}
+
+#[test]
+fn faults_fail_only_what_they_hit_and_name_the_gpu() {
+    let Some(()) = setup("faults_fail_only_what_they_hit_and_name_the_gpu") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(faults));
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+
+    // Out of memory at attach: refused with the sizes.
+    let err = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(gpu0), "{text}");
+    assert!(text.contains("bytes of device memory"), "{text}");
+    assert!(text.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+
+    // A launch failure: that rank gets an error naming the GPU and the cause.
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = match a.next_batch() {
+        Err(e) => e.to_string(),
+        Ok(b) => panic!(
+            "a batch from a failed launch: {:?}",
+            b.map(|b| b.indices().to_vec())
+        ),
+    };
+    assert!(text.contains(gpu0), "{text}");
+    assert!(text.contains("CUDA_ERROR_LAUNCH_FAILED"), "{text}");
+    drop(a);
+
+    // The other GPU serves another job meanwhile.
+    let gpu1 = emulator::UUIDS[1];
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2);
+
+    // Once its ranks have left, the broken GPU is rebuilt (a fresh context) and serves.
+    let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
+    assert_eq!(drain(&mut a, &spec).len(), 2);
+    drop((a, b, daemon));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("rebuilding a broken GPU's engine"), "{text}");
+}
+
+/// A sticky fault on GPU 0's first batch: the rank fails naming the GPU and `status`, a job
+/// on GPU 1 is served meanwhile, and GPU 0 is then refused with the cause (`rebuilt: false`,
+/// a lost device) or rebuilt and serving again.
+fn sticky_fault_case(status: &str, rebuilt: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let fault = format!("cuLaunchKernel:1:{status}");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(&fault));
+    let spec = PipelineSpec::train(4, 16);
+    let (gpu0, gpu1) = (emulator::UUIDS[0], emulator::UUIDS[1]);
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = a
+        .next_batch()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2, "{status}: GPU 1 serves on");
+    drop(a);
+    let status_text = stoker_daemon::cli::status::render(
+        &stoker_daemon::cli::status::query(daemon.socket()).unwrap(),
+    );
+    if rebuilt {
+        let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
+        assert_eq!(drain(&mut a, &spec).len(), 2, "{status}: rebuilt");
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let e = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+        let text = e.to_string();
+        if !text.contains("rebuilt once") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        text.contains(gpu0) && text.contains(status),
+        "{status}: {text}"
+    );
+    assert!(text.contains("cannot serve"), "{status}: {text}");
+    assert!(status_text.contains("BROKEN"), "{status_text}");
+}
+
+#[test]
+fn an_illegal_address_breaks_only_its_gpu_which_is_rebuilt() {
+    if setup("an_illegal_address_breaks_only_its_gpu_which_is_rebuilt").is_some() {
+        sticky_fault_case("CUDA_ERROR_ILLEGAL_ADDRESS", true);
+    }
+}
+
+#[test]
+fn a_lost_device_fails_its_ranks_and_is_refused_with_the_reason() {
+    if setup("a_lost_device_fails_its_ranks_and_is_refused_with_the_reason").is_some() {
+        sticky_fault_case("CUDA_ERROR_DEVICE_UNAVAILABLE", false);
+    }
+}
+
+#[test]
+fn backend_auto_serves_from_cuda_on_the_emulated_host() {
+    let Some(()) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stokerd.log");
+    drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, None));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("backend auto: serving from CUDA"), "{text}");
+    assert!(text.contains("THE GPU IS EMULATED"), "{text}");
+}
+
+#[path = "support/edge_manifest.rs"]
+mod edge_manifest;
+
+/// Images of the edge corpus the emulated nvJPEG decodes on the (hardware, hybrid) path, by
+/// its rules (`nvjpegDecodeBatchedSupportedEx`, `nvjpegDecoderJpegSupported`, then the decode
+/// itself), among those whose header the daemon's probe reads.
+fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
+    use stoker_kernels::cuda::Device;
+    use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
+    let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
+    let stream = dev.stream().unwrap();
+    let (mut hardware, mut hybrid) = (0, 0);
+    for name in names {
+        let jpeg = std::fs::read(dir.join(name)).unwrap();
+        let (Ok(_), Ok(info)) = (stoker_daemon::decode::probe(&jpeg), d.info(&jpeg)) else {
+            continue;
+        };
+        let out = dev
+            .alloc((info.width as usize * info.height as usize * 3).max(1))
+            .unwrap();
+        let img = DeviceImage {
+            ptr: out.ptr(),
+            pitch: info.width as usize * 3,
+        };
+        // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
+        unsafe {
+            if d.hardware_supports(&jpeg, None).unwrap_or(false) {
+                hardware += u64::from(
+                    d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
+                        .is_ok(),
+                );
+            } else if d.hybrid_supports(&jpeg, None).unwrap_or(false) {
+                hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok());
+            }
+        }
+        stream.synchronize().unwrap();
+    }
+    (hardware, hybrid)
+}
+
+#[test]
+fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
+    let test = "the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say";
+    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
+    if !edge.join("MANIFEST.tsv").is_file() {
+        eprintln!("SKIPPED {test}: no {}", edge.display());
+        return;
+    }
+    let Some(()) = setup(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("edge");
+    std::fs::create_dir_all(data.join("c0")).unwrap();
+    let names: Vec<String> = edge_manifest::read(&edge)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for n in &names {
+        std::fs::copy(edge.join(n), data.join("c0").join(n)).unwrap();
+    }
+    let (hardware, hybrid) = expected_mix(&edge, &names);
+    let log = dir.path().join("stokerd.log");
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, None);
+    // One epoch, so nothing of a next one is decoded ahead.
+    let spec = PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        ..PipelineSpec::train(8, 16)
+    };
+    let mut opts = options(&data, "edge", &spec, 0, emulator::UUIDS[0]);
+    opts.world_size = 1;
+    let mut client = Client::attach(daemon.socket(), opts).unwrap();
+    let batches = drain(&mut client, &spec);
+    let delivered = batches
+        .iter()
+        .flat_map(|b| &b.status)
+        .filter(|&&s| s == 0 || s == 1)
+        .count() as u64;
+    let status = stoker_daemon::cli::status::query(daemon.socket()).unwrap();
+    let g = &status.gpus[0];
+    eprintln!("edge mix: {g:?}; expected hardware {hardware}, hybrid {hybrid}");
+    assert_eq!(g.decoded_hardware, hardware, "{g:?}");
+    assert_eq!(g.decoded_hybrid, hybrid, "{g:?}");
+    assert!(hardware > 0 && hybrid > 0 && g.decoded_cpu > 0, "{g:?}");
+    // Every delivered sample was decoded once, on one path (replacements on the CPU).
+    let decoded = g.decoded_hardware + g.decoded_hybrid + g.decoded_cpu;
+    assert_eq!(decoded, delivered, "{g:?}");
+}
+
+#[test]
+fn device_memory_counts_against_the_ring_quota() {
+    let Some(()) = setup("device_memory_counts_against_the_ring_quota") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path());
+    let config = dir.path().join("stoker.toml");
+    // Room for a host ring of this spec (about 50 KiB), not for a 2 MiB device allocation.
+    std::fs::write(&config, "[limits]\nmax_client_ring_bytes = 1048576\n").unwrap();
+    let log = dir.path().join("stokerd.log");
+    let args = ["--backend", "cuda", "--config", config.to_str().unwrap()];
+    let daemon = gpu_daemon(dir.path(), &args, &log, None);
+    let spec = PipelineSpec::train(4, 16);
+    let gpu0 = emulator::UUIDS[0];
+    let err = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, gpu0)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("limits.max_client_ring_bytes"), "{text}");
+    let cpu = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, "cpu")).unwrap();
+    assert_eq!(cpu.image_memory(), ImageMemory::Host);
 }

@@ -240,3 +240,33 @@ fn edge_files_are_sorted_into_hardware_hybrid_and_refused() {
     }
     assert!(table.len() == 3, "every route is exercised: {table:?}");
 }
+
+/// SOI and a baseline frame header of `width` x `height` with three components sampled
+/// `sampling` ((h, v) each): enough for `nvjpegGetImageInfo`.
+fn frame_header(width: u16, height: u16, sampling: [(u8, u8); 3]) -> Vec<u8> {
+    let mut b = vec![0xff, 0xd8, 0xff, 0xc0, 0, 17, 8];
+    b.extend_from_slice(&height.to_be_bytes());
+    b.extend_from_slice(&width.to_be_bytes());
+    b.push(3);
+    for (id, (h, v)) in sampling.into_iter().enumerate() {
+        b.extend_from_slice(&[id as u8 + 1, (h << 4) | v, 0]);
+    }
+    b
+}
+
+#[test]
+fn info_sizes_outputs_from_the_largest_component() {
+    let (_dev, d, _stream) = decoder();
+    // Chroma (Cb) sampled finer than luma: component 0 is half the image's size.
+    let finer = frame_header(100, 60, [(1, 1), (2, 2), (1, 1)]);
+    let info = d.info(&finer).unwrap();
+    assert_eq!((info.width, info.height, info.components), (100, 60, 3));
+    // Ordinary 4:2:0: luma is the largest.
+    let usual = frame_header(101, 61, [(2, 2), (1, 1), (1, 1)]);
+    let info = d.info(&usual).unwrap();
+    assert_eq!((info.width, info.height), (101, 61));
+    // Not a JPEG: a bad-image error naming the call.
+    let e = d.info(b"not a jpeg").unwrap_err();
+    assert!(e.is_bad_image(), "{e}");
+    assert!(e.to_string().contains("nvjpegGetImageInfo"), "{e}");
+}

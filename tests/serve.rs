@@ -316,8 +316,8 @@ fn bad_config_exits_78() {
     assert_eq!(status.code(), Some(78));
 }
 
-/// `--backend cuda` where the CUDA pipeline cannot serve (no GPU here, and not wired into the
-/// engine yet anywhere) is refused at start with the reason and the config exit code, never
+/// `--backend cuda` where the CUDA pipeline cannot serve (no GPU or NVIDIA libraries here) is
+/// refused at start with the reason and the config exit code, never
 /// served from the CPU behind the user's back; `--backend auto` serves.
 #[test]
 fn backend_cuda_is_refused_with_the_reason_and_auto_serves() {

@@ -1,11 +1,17 @@
 //! Which decode backend serves: the choice (`--backend auto|cpu|cuda`, `pipeline.backend`)
 //! against what this host has.
 //!
+//! # Design
+//! - CUDA is usable when the driver loads with at least one visible device and NVRTC and
+//!   libnvjpeg load too (the GPUs themselves are opened when a rank first attaches on one).
+//! - `auto` serves from CUDA when it is usable and from the CPU otherwise, logging why;
+//!   `cuda` refuses to start with the reason where it is not usable.
+//! - Serving from CUDA still serves ranks that attach with `device: "cpu"` from the CPU
+//!   engine (`server/gpus.rs`).
+//!
 //! # Limitations
-//! The CUDA serving pipeline (nvJPEG decode, the fused kernel, CUDA IPC rings) is built in
-//! `kernels` but not yet wired into the engine, so every choice serves from the CPU today:
-//! `auto` says why in the log, and `cuda` is refused with the reason rather than silently
-//! served from the CPU (see docs/cuda.md).
+//! - Usable libraries do not prove a GPU works: a GPU that fails to open is refused at attach
+//!   with the reason.
 
 use crate::config::BackendChoice;
 
@@ -14,6 +20,7 @@ use crate::config::BackendChoice;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Cpu,
+    Cuda,
 }
 
 impl BackendKind {
@@ -21,6 +28,7 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
         }
     }
 }
@@ -29,11 +37,6 @@ impl BackendKind {
 pub enum BackendError {
     #[error("--backend cuda: no usable GPU here: {0}")]
     NoGpu(String),
-    #[error(
-        "--backend cuda: a GPU is present ({0}) but this build serves from the CPU only; the \
-         CUDA serving pipeline is not wired yet (docs/cuda.md): use --backend auto or cpu"
-    )]
-    NotWired(String),
 }
 
 /// Says loudly when the GPU found is the emulated one of tests/gpu-emulator.
@@ -47,37 +50,41 @@ fn warn_if_emulated() {
     }
 }
 
+/// Whether CUDA can serve here: the driver with a device, NVRTC and libnvjpeg; else why not.
+fn cuda_usable() -> Result<usize, String> {
+    let info = stoker_kernels::cuda::probe().map_err(|e| e.to_string())?;
+    if info.devices.is_empty() {
+        return Err("the CUDA driver sees no device".into());
+    }
+    warn_if_emulated();
+    stoker_kernels::nvrtc::Nvrtc::global().map_err(|e| format!("NVRTC: {e}"))?;
+    stoker_kernels::nvjpeg::NvjpegLib::global().map_err(|e| format!("nvJPEG: {e}"))?;
+    Ok(info.devices.len())
+}
+
 /// Resolves `choice` on this host, logging the reason when `auto` falls back to the CPU.
 pub fn choose(choice: BackendChoice) -> Result<BackendKind, BackendError> {
-    let probe = || {
-        let info = stoker_kernels::cuda::probe();
-        if info.is_ok() {
-            warn_if_emulated();
-        }
-        info
-    };
     match choice {
         BackendChoice::Cpu => Ok(BackendKind::Cpu),
-        BackendChoice::Auto => {
-            match probe() {
-                Ok(info) => tracing::warn!(
-                    gpus = info.devices.len(),
-                    "backend auto: a GPU is present but the CUDA serving pipeline is not wired \
-                     yet; serving from the CPU backend"
-                ),
-                Err(e) => tracing::info!(
-                    reason = %e,
-                    "backend auto: the cuda backend is unavailable; serving from the CPU backend"
-                ),
+        BackendChoice::Auto => match cuda_usable() {
+            Ok(gpus) => {
+                tracing::info!(gpus, "backend auto: serving from CUDA");
+                Ok(BackendKind::Cuda)
             }
-            Ok(BackendKind::Cpu)
-        }
-        BackendChoice::Cuda => match probe() {
-            Ok(info) => Err(BackendError::NotWired(format!(
-                "{} device(s)",
-                info.devices.len()
-            ))),
-            Err(e) => Err(BackendError::NoGpu(e.to_string())),
+            Err(reason) => {
+                tracing::info!(
+                    %reason,
+                    "backend auto: the cuda backend is unavailable; serving from the CPU backend"
+                );
+                Ok(BackendKind::Cpu)
+            }
+        },
+        BackendChoice::Cuda => match cuda_usable() {
+            Ok(gpus) => {
+                tracing::info!(gpus, "backend cuda: serving from CUDA");
+                Ok(BackendKind::Cuda)
+            }
+            Err(reason) => Err(BackendError::NoGpu(reason)),
         },
     }
 }

@@ -161,7 +161,8 @@ pub fn run(
     let backend = crate::backend::choose(args.backend.unwrap_or(file.pipeline.backend))?;
     tracing::info!(backend = backend.name(), "decode backend");
     let socket = args.socket.clone().unwrap_or_else(|| file.socket_path());
-    let config = server_config(args, &file, socket.clone());
+    let mut config = server_config(args, &file, socket.clone());
+    config.backend = backend;
     let server = match activated {
         Some((fd, name)) => {
             tracing::info!(name, "using the socket systemd passed (socket activation)");
@@ -252,6 +253,7 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
     ServerConfig {
         socket,
         slots: args.slots.unwrap_or(file.server.slots_per_rank),
+        backend: crate::backend::BackendKind::Cpu,
         engine: EngineConfig {
             threads: args.threads.unwrap_or(file.pipeline.threads),
             reader: match file.pipeline.reader {

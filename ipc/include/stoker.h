@@ -96,6 +96,11 @@ enum stoker_result
    * A bug: the daemon's internal error, or a panic caught inside libstoker.
    */
   STOKER_ERR_INTERNAL = -9,
+  /**
+   * The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
+   * device ring cannot be imported or mapped on it (the message says which and why).
+   */
+  STOKER_ERR_DEVICE = -10,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -214,6 +219,16 @@ typedef struct stoker_attach_info {
    * Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
    */
   uint64_t offset_epoch_steps;
+  /**
+   * Where the images are: 0 host memory (the ring's memfd), 1 the client GPU's memory (the
+   * daemon's CUDA backend: the images tensor is on kDLCUDA).
+   */
+  uint32_t image_memory;
+  /**
+   * For device images, the CUDA device ordinal as this process numbers devices (under its
+   * `CUDA_VISIBLE_DEVICES`); -1 for host images.
+   */
+  int32_t device_id;
 } stoker_attach_info;
 
 /**
@@ -274,6 +289,20 @@ typedef struct stoker_batch_header {
    * `n` per-sample statuses: 0 ok, 1 replaced, 2 failed, 3 empty.
    */
   const uint8_t *status;
+  /**
+   * Address of the first image: a host pointer, or a device address on the client's GPU
+   * when `images_device_type` is kDLCUDA (2).
+   */
+  uint64_t images;
+  /**
+   * Bytes of the `n` images.
+   */
+  uint64_t images_bytes;
+  /**
+   * DLPack device of the images: kDLCPU (1) or kDLCUDA (2), and its ordinal.
+   */
+  int32_t images_device_type;
+  int32_t images_device_id;
 } stoker_batch_header;
 
 #ifdef __cplusplus
@@ -357,7 +386,10 @@ stoker_result stoker_batch_info(struct stoker_batch *batch, struct stoker_batch_
 /**
  * The batch's images as a DLPack tensor viewing the ring (no copy): `uint8`/`float16`/
  * `bfloat16`/`float32` per the spec, shape `[n, 3, h, w]` (NCHW) or `[n, h, w, 3]` (NHWC),
- * on kDLCPU. The tensor holds the batch's lease until its deleter is called (exactly once).
+ * on kDLCPU, or on kDLCUDA with the client's device ordinal when the daemon serves the images
+ * in GPU memory (`data` is then the slot's device address). The tensor holds the batch's lease
+ * until its deleter is called (exactly once); for device images, see
+ * `stoker_batch_record_stream` for when the slot goes back.
  *
  * # Safety
  * `batch` is a live batch; `out` is writable.
@@ -422,6 +454,31 @@ void stoker_batch_release(struct stoker_batch *batch);
  * `client` is NULL or a live client that no other thread is using, not used afterwards.
  */
 void stoker_detach(struct stoker_client *client);
+
+/**
+ * Declares that the batch's images are (or will be) used on the CUDA stream `stream`: a
+ * `CUstream`/`cudaStream_t` of the client GPU's primary context as an integer, or `1`
+ * (legacy default stream), `2` (per-thread default stream), `0` (the null stream), the
+ * numbers DLPack's `stream` argument uses. When the batch is finally released, an event is
+ * recorded on each stream named, and the slot goes back to the daemon only once they
+ * completed; the thread that releases never waits for the GPU. Without any named stream the
+ * release fences the legacy default stream. Has no effect on host images.
+ *
+ * # Safety
+ * `batch` is a live batch; `stream` stays a live stream until the batch is released.
+ */
+stoker_result stoker_batch_record_stream(struct stoker_batch *batch, size_t stream);
+
+/**
+ * Copies the batch's `n` images (`stoker_batch_header.images_bytes` bytes, in the spec's dtype
+ * and layout) into `dst`, from host or GPU memory. Synchronous and slow: for inspection and
+ * tests, never the training path (use the DLPack tensor there). `bytes` must equal the
+ * images' size.
+ *
+ * # Safety
+ * `batch` is a live batch; `dst` is writable for `bytes` bytes.
+ */
+stoker_result stoker_batch_copy_images_to_host(struct stoker_batch *batch, void *dst, size_t bytes);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -22,7 +22,10 @@
 //!   `stoker_detach` must not race with other calls on the same client. Batches and tensors
 //!   may be released or deleted from any thread, and may outlive their client (the mapping
 //!   stays; their releases go nowhere).
-//! - CPU rings only, until the CUDA backend lands.
+//! - Device rings (the CUDA backend): the images tensor is on kDLCUDA; the slot goes back only
+//!   after an event on each consumer stream (`stoker_batch_record_stream`) completed, waited
+//!   for by a library thread. `stoker_batch_copy_images_to_host` copies images out for
+//!   inspection (`device.rs`).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
@@ -36,7 +39,11 @@ use crate::dlpack::{
     self, DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, TensorDesc,
 };
 use crate::protocol::{EpochOffset, ErrorCode, StartPosition};
+use crate::ring::ImageMemory;
 use crate::spec::{DType, Layout, PipelineSpec};
+
+mod device;
+pub use device::{stoker_batch_copy_images_to_host, stoker_batch_record_stream};
 
 /// What every function returns.
 #[allow(non_camel_case_types)]
@@ -66,6 +73,9 @@ pub enum stoker_result {
     STOKER_ERR_IO = -8,
     /// A bug: the daemon's internal error, or a panic caught inside libstoker.
     STOKER_ERR_INTERNAL = -9,
+    /// The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
+    /// device ring cannot be imported or mapped on it (the message says which and why).
+    STOKER_ERR_DEVICE = -10,
 }
 
 use stoker_result::*;
@@ -153,6 +163,12 @@ pub struct stoker_attach_info {
     pub next_consumed: u64,
     /// Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
     pub offset_epoch_steps: u64,
+    /// Where the images are: 0 host memory (the ring's memfd), 1 the client GPU's memory (the
+    /// daemon's CUDA backend: the images tensor is on kDLCUDA).
+    pub image_memory: u32,
+    /// For device images, the CUDA device ordinal as this process numbers devices (under its
+    /// `CUDA_VISIBLE_DEVICES`); -1 for host images.
+    pub device_id: i32,
 }
 
 /// Where the training loop's time went since the attach (the data stall), as the client
@@ -193,6 +209,14 @@ pub struct stoker_batch_header {
     pub indices: *const u64,
     /// `n` per-sample statuses: 0 ok, 1 replaced, 2 failed, 3 empty.
     pub status: *const u8,
+    /// Address of the first image: a host pointer, or a device address on the client's GPU
+    /// when `images_device_type` is kDLCUDA (2).
+    pub images: u64,
+    /// Bytes of the `n` images.
+    pub images_bytes: u64,
+    /// DLPack device of the images: kDLCPU (1) or kDLCUDA (2), and its ordinal.
+    pub images_device_type: i32,
+    pub images_device_id: i32,
 }
 
 impl Default for stoker_batch_header {
@@ -206,6 +230,10 @@ impl Default for stoker_batch_header {
             labels: std::ptr::null(),
             indices: std::ptr::null(),
             status: std::ptr::null(),
+            images: 0,
+            images_bytes: 0,
+            images_device_type: 0,
+            images_device_id: 0,
         }
     }
 }
@@ -257,6 +285,7 @@ impl From<ClientError> for Failure {
             ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,
             ClientError::Spec(_) => STOKER_ERR_SPEC,
             ClientError::Decode(_) | ClientError::Protocol(_) => STOKER_ERR_PROTOCOL,
+            ClientError::Device(_) => STOKER_ERR_DEVICE,
             ClientError::Refused { code, .. } => match code {
                 ErrorCode::SpecMismatch | ErrorCode::InvalidSpec => STOKER_ERR_SPEC,
                 ErrorCode::UnknownDataset => STOKER_ERR_DATASET,
@@ -423,6 +452,7 @@ pub extern "C" fn stoker_result_name(result: i32) -> *const c_char {
         -7 => c"STOKER_ERR_REFUSED",
         -8 => c"STOKER_ERR_IO",
         -9 => c"STOKER_ERR_INTERNAL",
+        -10 => c"STOKER_ERR_DEVICE",
         _ => c"STOKER_UNKNOWN_RESULT",
     };
     name.as_ptr()
@@ -557,6 +587,11 @@ pub unsafe extern "C" fn stoker_client_info(
             offset_epoch_steps: position
                 .offset
                 .map_or(a.steps_per_epoch, |o| guard.steps_in(o.epoch)),
+            image_memory: match guard.image_memory() {
+                ImageMemory::Host => 0,
+                ImageMemory::Device => 1,
+            },
+            device_id: guard.device_ordinal().unwrap_or(-1),
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_attach_info") }?;
@@ -654,6 +689,10 @@ pub unsafe extern "C" fn stoker_batch_info(
         let b = unsafe { handle(batch, "batch") }?;
         check_out(info, "info")?;
         let batch = &b.lease.batch;
+        let (images, device) = match batch.device_images() {
+            Some(d) => (d.ptr, DLDevice::cuda(d.ordinal)),
+            None => (batch.images().as_ptr() as u64, DLDevice::CPU),
+        };
         let value = stoker_batch_header {
             size: 0,
             epoch: batch.epoch(),
@@ -663,6 +702,10 @@ pub unsafe extern "C" fn stoker_batch_info(
             labels: batch.labels().as_ptr(),
             indices: batch.indices().as_ptr(),
             status: batch.status().as_ptr(),
+            images,
+            images_bytes: batch.images_len() as u64,
+            images_device_type: device.device_type,
+            images_device_id: device.device_id,
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_batch_header") }?;
@@ -688,9 +731,16 @@ fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersio
         Layout::Nhwc => [n, h, w, 3],
     };
     let n_shape = [n];
+    let mut device = DLDevice::CPU;
     let (data, dtype, shape): (*const u8, DLDataType, &[i64]) = match region {
         Region::Images => (
-            l.batch.images().as_ptr(),
+            match l.batch.device_images() {
+                Some(d) => {
+                    device = DLDevice::cuda(d.ordinal);
+                    d.ptr as usize as *const u8
+                }
+                None => l.batch.images().as_ptr(),
+            },
             match l.dtype {
                 DType::U8 => DLDataType::new(dlpack::KDL_UINT, 8),
                 DType::F16 => DLDataType::new(dlpack::KDL_FLOAT, 16),
@@ -719,10 +769,7 @@ fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersio
         TensorDesc {
             // The ring is mapped read-write and leased to this client (see the module docs).
             data: data.cast_mut(),
-            device: DLDevice {
-                device_type: dlpack::KDL_CPU,
-                device_id: 0,
-            },
+            device,
             dtype,
             shape,
             read_only: false,
@@ -753,7 +800,10 @@ unsafe fn batch_tensor(
 
 /// The batch's images as a DLPack tensor viewing the ring (no copy): `uint8`/`float16`/
 /// `bfloat16`/`float32` per the spec, shape `[n, 3, h, w]` (NCHW) or `[n, h, w, 3]` (NHWC),
-/// on kDLCPU. The tensor holds the batch's lease until its deleter is called (exactly once).
+/// on kDLCPU, or on kDLCUDA with the client's device ordinal when the daemon serves the images
+/// in GPU memory (`data` is then the slot's device address). The tensor holds the batch's lease
+/// until its deleter is called (exactly once); for device images, see
+/// `stoker_batch_record_stream` for when the slot goes back.
 ///
 /// # Safety
 /// `batch` is a live batch; `out` is writable.

@@ -26,6 +26,12 @@
 //!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
 //!   with [`ClientError::NoDaemon`].
 //!
+//! - Device rings (the daemon's CUDA backend, `device: "cuda:N"` or a GPU UUID): the images
+//!   are a VMM allocation on the client's GPU, imported and mapped once per attach
+//!   (`client_device`); a batch hands out its device address ([`Batch::device_images`]) and
+//!   its release is fenced by events on the consumer's streams ([`Batch::record_stream`]),
+//!   waited for on a client thread, never on the caller's.
+//!
 //! - The data stall is measured here, where it happens: [`Client::next_batch`] adds the time
 //!   it blocks to `wait` and the time since the previous call returned to `compute`
 //!   ([`StallClock`]). [`Client::stall`] returns the totals; every [`STATS_EVERY`] they go to
@@ -40,15 +46,17 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::client_device::{map_device_ring, resolve_device, send_release, DeviceImages};
+pub use crate::client_device::{ConsumerStream, DeviceError};
 use crate::memfd::{page_size, MemfdError, MemfdRing};
 use crate::protocol::{
-    Attach, Attached, DecodeError, EpochOffset, ErrorCode, Message, Ready, Release, StartPosition,
-    Stats, MAX_MESSAGE_BYTES,
+    Attach, Attached, DecodeError, EpochOffset, ErrorCode, Message, Ready, StartPosition, Stats,
+    MAX_MESSAGE_BYTES,
 };
-use crate::ring::{RingLayout, SampleStatus};
+use crate::ring::{ImageMemory, RingLayout, SampleStatus};
 use crate::sock::{SeqPacket, SockError};
 use crate::spec::{PipelineSpec, SpecError};
 
@@ -217,7 +225,8 @@ pub struct AttachOptions {
     pub job: String,
     pub rank: u32,
     pub world_size: u32,
-    /// `"cpu"` or a GPU UUID.
+    /// `"cpu"`, a GPU UUID, or `"cuda"` / `"cuda:N"` (ordinal `N` under this process's
+    /// `CUDA_VISIBLE_DEVICES`, resolved to the UUID before the attach is sent).
     pub device: String,
     pub spec: PipelineSpec,
     /// A registered dataset name or a path.
@@ -301,6 +310,8 @@ pub enum ClientError {
     Socket(#[from] SockError),
     #[error("ring: {0}")]
     Ring(#[from] MemfdError),
+    #[error("{0}")]
+    Device(#[from] DeviceError),
 }
 
 impl ClientError {
@@ -329,15 +340,23 @@ impl ClientError {
 #[derive(Debug)]
 struct Connection {
     sock: SeqPacket,
+    /// The memfd: the whole ring for host images, the host part (labels, indices, status)
+    /// for device images.
     ring: MemfdRing,
+    /// The images' device mapping, when the daemon serves them in device memory.
+    device: Option<DeviceImages>,
 }
 
 impl Connection {
-    fn release(&self, slot: u32, generation: u64) -> Result<(), ClientError> {
-        let msg = Message::Release(Release { slot, generation })
-            .encode()
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.sock.send(&msg, &[])?;
+    /// Gives a slot back: at once for host images; for device images after an event on each
+    /// consumer stream completed (waited for by the release thread, not here).
+    /// A failed send (host images) is reported; the daemon is then gone and reclaims the
+    /// slot itself.
+    fn release(&self, ready: &Ready, streams: &[ConsumerStream]) -> Result<(), ClientError> {
+        match &self.device {
+            None => send_release(&self.sock, ready.slot, ready.generation)?,
+            Some(d) => d.release(ready.slot, ready.generation, streams, &self.sock),
+        }
         Ok(())
     }
 }
@@ -365,6 +384,7 @@ impl Client {
                 opts.rank, opts.world_size
             )));
         }
+        let device = resolve_device(&opts.device)?;
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
         let world_size = opts.world_size;
@@ -372,7 +392,7 @@ impl Client {
             job: opts.job,
             rank: opts.rank,
             world_size: opts.world_size,
-            device: opts.device,
+            device: device.clone(),
             spec: opts.spec,
             dataset: opts.dataset,
             seed: opts.seed,
@@ -399,13 +419,36 @@ impl Client {
                 )))
             }
         };
-        if !attached.image_memory.is_host() {
-            return Err(ClientError::Protocol(format!(
-                "the daemon serves this rank's images in {:?} memory; this client maps host \
-                 rings only (attach with device \"cpu\")",
-                attached.image_memory
-            )));
-        }
+        let (ring, device) = if attached.image_memory == ImageMemory::Device {
+            let fds = <[OwnedFd; 2]>::try_from(fds).map_err(|fds| {
+                ClientError::Protocol(format!(
+                    "ATTACHED for a device ring carried {} fds, expected 2 (memfd, VMM fd)",
+                    fds.len()
+                ))
+            })?;
+            let (ring, images) = map_device_ring(&spec, &attached, fds, &device, &sock)?;
+            (ring, Some(images))
+        } else {
+            (Client::map_host_ring(&spec, &attached, fds)?, None)
+        };
+        Ok(Client {
+            conn: Arc::new(Connection { sock, ring, device }),
+            attached,
+            spec,
+            world_size,
+            position: opts.start,
+            ended: false,
+            buf,
+            clock: StallClock::new(),
+        })
+    }
+
+    /// Maps a host ring (the CPU backend) from ATTACHED's one fd.
+    fn map_host_ring(
+        spec: &PipelineSpec,
+        attached: &Attached,
+        fds: Vec<OwnedFd>,
+    ) -> Result<MemfdRing, ClientError> {
         let fd = match <[OwnedFd; 1]>::try_from(fds) {
             Ok([fd]) => fd,
             Err(fds) => {
@@ -415,7 +458,7 @@ impl Client {
                 )))
             }
         };
-        let layout = RingLayout::new(&spec, attached.slots as usize, page_size());
+        let layout = RingLayout::new(spec, attached.slots as usize, page_size());
         if attached.slots == 0
             || layout.slot.slot_bytes as u64 != attached.slot_bytes
             || layout.ring_bytes as u64 != attached.ring_bytes
@@ -430,17 +473,7 @@ impl Client {
                 layout.ring_bytes
             )));
         }
-        let ring = MemfdRing::from_fd(fd, layout)?;
-        Ok(Client {
-            conn: Arc::new(Connection { sock, ring }),
-            attached,
-            spec,
-            world_size,
-            position: opts.start,
-            ended: false,
-            buf,
-            clock: StallClock::new(),
-        })
+        Ok(MemfdRing::from_fd(fd, layout)?)
     }
 
     /// Attaches at [`client_socket_path`]: `$STOKER_SOCKET`, else the system daemon when it
@@ -529,6 +562,7 @@ impl Client {
             conn: Arc::clone(&self.conn),
             ready: r,
             released: false,
+            streams: Mutex::new(Vec::new()),
         })
     }
 
@@ -571,6 +605,22 @@ impl Client {
 
     pub fn layout(&self) -> &RingLayout {
         self.conn.ring.layout()
+    }
+
+    /// Where this client's images live: host memory (the CPU backend) or its GPU's.
+    pub fn image_memory(&self) -> ImageMemory {
+        self.conn.ring.layout().image_memory
+    }
+
+    /// The ordinal (under this process's `CUDA_VISIBLE_DEVICES`) of the GPU holding the
+    /// images, for device rings.
+    pub fn device_ordinal(&self) -> Option<i32> {
+        self.conn.device.as_ref().map(DeviceImages::ordinal)
+    }
+
+    /// The UUID of the GPU holding the images, for device rings.
+    pub fn device_uuid(&self) -> Option<crate::cuda::GpuUuid> {
+        self.conn.device.as_ref().map(DeviceImages::uuid)
     }
 }
 
@@ -615,12 +665,25 @@ fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), Cli
     }
 }
 
-/// A lease on one filled slot. Dropping it gives the slot back to the daemon.
+/// A lease on one filled slot. Dropping it gives the slot back to the daemon (for device
+/// images: once the consumers' GPU work recorded so far completed, see
+/// [`Batch::record_stream`]).
 #[derive(Debug)]
 pub struct Batch {
     conn: Arc<Connection>,
     ready: Ready,
     released: bool,
+    /// The consumer streams to fence the release on (device images only).
+    streams: Mutex<Vec<ConsumerStream>>,
+}
+
+/// Where a device batch's images are: `bytes` at device address `ptr` on the client's GPU
+/// `ordinal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSlice {
+    pub ptr: u64,
+    pub bytes: usize,
+    pub ordinal: i32,
 }
 
 impl Batch {
@@ -654,12 +717,75 @@ impl Batch {
     }
 
     /// The `n` images, packed in the spec's dtype and layout.
+    ///
+    /// # Panics
+    /// When the images are in device memory ([`Batch::image_memory`]): use
+    /// [`Batch::device_images`] or [`Batch::copy_images_to_host`].
     pub fn images(&self) -> &[u8] {
         let s = &self.conn.ring.layout().slot;
         // SAFETY: as in `region`: the lease keeps the daemon from writing the slot.
-        let slot = unsafe { self.conn.ring.image_bytes(self.slot()) }
-            .expect("attach accepts host-memory images only");
+        let slot = unsafe { self.conn.ring.image_bytes(self.slot()) }.expect(
+            "the images are in device memory: use device_images() or copy_images_to_host()",
+        );
         &slot[s.images..s.images + self.n() * s.image_bytes]
+    }
+
+    /// Where the images live: host memory or the client's GPU.
+    pub fn image_memory(&self) -> ImageMemory {
+        self.conn.ring.layout().image_memory
+    }
+
+    /// Bytes of the `n` images.
+    pub fn images_len(&self) -> usize {
+        self.n() * self.conn.ring.layout().slot.image_bytes
+    }
+
+    /// The images' device address, when they are in device memory. Valid while the batch
+    /// (its lease) lives; work a consumer enqueues on it must be fenced with
+    /// [`Batch::record_stream`] unless it runs on the legacy default stream.
+    pub fn device_images(&self) -> Option<DeviceSlice> {
+        let d = self.conn.device.as_ref()?;
+        Some(DeviceSlice {
+            ptr: d.slot_ptr(self.slot()),
+            bytes: self.images_len(),
+            ordinal: d.ordinal(),
+        })
+    }
+
+    /// Copies the `n` images to `out` (exactly [`Batch::images_len`] bytes), from host or
+    /// device memory; synchronous, for inspection and tests, not for the training path.
+    pub fn copy_images_to_host(&self, out: &mut [u8]) -> Result<(), ClientError> {
+        if out.len() != self.images_len() {
+            return Err(ClientError::Invalid(format!(
+                "copy of the images into {} bytes; they are {} bytes",
+                out.len(),
+                self.images_len()
+            )));
+        }
+        match &self.conn.device {
+            None => out.copy_from_slice(self.images()),
+            Some(d) => d.copy_to_host(self.slot(), out).map_err(|source| {
+                ClientError::Device(DeviceError::Cuda {
+                    device: d.uuid().to_string(),
+                    source,
+                })
+            })?,
+        }
+        Ok(())
+    }
+
+    /// Declares that a consumer used the images on `stream` (a stream of the client GPU's
+    /// primary context, or a null-stream handle): the release then waits for the work
+    /// enqueued there before the slot goes back. Without any, the release fences the legacy
+    /// default stream. Ignored for host images.
+    pub fn record_stream(&self, stream: ConsumerStream) {
+        if self.conn.device.is_none() {
+            return;
+        }
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if !streams.contains(&stream) {
+            streams.push(stream);
+        }
     }
 
     /// Pointer to the first image (for zero-copy tensor views).
@@ -689,19 +815,27 @@ impl Batch {
         SampleStatus::from_u8(self.status()[i]).unwrap_or(SampleStatus::Failed)
     }
 
-    /// Releases now and reports a failure (drop releases too, silently).
+    /// Releases now and reports a failure to send (drop releases too, silently): host slots
+    /// at once, device slots once the consumers' recorded work completed (the send then
+    /// happens on the release thread, where a failure means the daemon is gone).
     pub fn release(mut self) -> Result<(), ClientError> {
+        self.release_now()
+    }
+
+    fn release_now(&mut self) -> Result<(), ClientError> {
+        if self.released {
+            return Ok(());
+        }
         self.released = true;
-        self.conn.release(self.ready.slot, self.ready.generation)
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|p| p.into_inner()));
+        self.conn.release(&self.ready, &streams)
     }
 }
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        if !self.released {
-            // A failed release means the daemon is gone; it reclaims the slot itself.
-            let _ = self.conn.release(self.ready.slot, self.ready.generation);
-        }
+        // A failed release means the daemon is gone; it reclaims the slot itself.
+        let _ = self.release_now();
     }
 }
 
@@ -723,6 +857,7 @@ fn cast_slice<T: Plain>(bytes: &[u8]) -> &[T] {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::protocol::Release;
 
     #[test]
     fn missing_daemon_is_named_clearly() {

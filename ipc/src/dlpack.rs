@@ -54,6 +54,23 @@ pub struct DLDevice {
     pub device_id: i32,
 }
 
+impl DLDevice {
+    /// Host memory.
+    pub const CPU: DLDevice = DLDevice {
+        device_type: KDL_CPU,
+        device_id: 0,
+    };
+
+    /// Memory of CUDA device `ordinal`, numbered as the consuming process sees devices (its
+    /// own `CUDA_VISIBLE_DEVICES`): what frameworks match against their `cuda:N`.
+    pub const fn cuda(ordinal: i32) -> DLDevice {
+        DLDevice {
+            device_type: KDL_CUDA,
+            device_id: ordinal,
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDataType {

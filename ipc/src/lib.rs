@@ -12,6 +12,8 @@
 pub mod capi;
 pub mod client;
 /// cbindgen:ignore
+mod client_device;
+/// cbindgen:ignore
 pub mod cuda;
 pub mod dlpack;
 /// cbindgen:ignore
@@ -24,8 +26,9 @@ pub mod spec;
 
 pub use client::{
     client_socket_path, default_socket_path, user_socket_path, AttachOptions, Batch, Client,
-    ClientError, StallStats,
+    ClientError, ConsumerStream, DeviceError, DeviceSlice, StallStats,
 };
+pub use client_device::resolve_device;
 pub use memfd::{MemfdError, MemfdRing};
 pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};

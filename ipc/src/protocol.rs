@@ -272,6 +272,34 @@ pub struct DaemonStatus {
     pub jobs: Vec<JobStatus>,
     /// Jobs not listed because the reply would exceed the message size limit.
     pub jobs_left_out: u64,
+    /// Each GPU the cuda backend serves from (one once a rank attached on it); left out when
+    /// there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// One GPU in a [`DaemonStatus`]: its health, decode mix, ring memory and time per batch.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuStatus {
+    pub uuid: String,
+    pub name: String,
+    /// The GPU is stoker's emulator (tests/gpu-emulator), not a real device.
+    pub emulated: bool,
+    /// Why the GPU stopped serving (its context broke), if it did.
+    pub broken: Option<String>,
+    /// Images decoded on the hardware JPEG engines, the GPU-hybrid decoder, the CPU.
+    pub decoded_hardware: u64,
+    pub decoded_hybrid: u64,
+    pub decoded_cpu: u64,
+    pub batches: u64,
+    pub batches_in_flight: i64,
+    /// Device memory of the rings on this GPU.
+    pub ring_device_bytes: u64,
+    /// Mean host time per batch in decode (nvJPEG calls and the CPU path).
+    pub decode_ms_per_batch: f64,
+    /// Mean device time per batch from the end of decode to the end of the kernel.
+    pub kernel_ms_per_batch: f64,
 }
 
 /// One job in a [`DaemonStatus`].

@@ -201,6 +201,71 @@ pub fn augment_reference(
     out
 }
 
+/// A deterministic test image: a repeating ramp on the left half, xorshift noise (from
+/// `seed`, nonzero) on the right: smooth and sharp parts for the kernel checks.
+pub fn test_image(w: u32, h: u32, seed: u64) -> RgbImage {
+    let mut x = seed.max(1);
+    let data = (0..w * h * 3)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (i / 3) % w < w / 2 {
+                (i % 251) as u8
+            } else {
+                x as u8
+            }
+        })
+        .collect();
+    RgbImage {
+        width: w,
+        height: h,
+        data,
+    }
+}
+
+/// The largest difference between a kernel's output `got` and the reference `want` (both of
+/// `dtype`), in units of the GPU self-test's tolerance (docs/cuda.md): u8 1, f32 1e-3, f16 and
+/// bf16 one unit in the last place of the reference value. At most 1.0 passes.
+pub fn tolerance_units(got: &[u8], want: &[u8], dtype: DType) -> f64 {
+    assert_eq!(got.len(), want.len(), "outputs of different sizes");
+    let mut worst = 0f64;
+    match dtype {
+        DType::U8 => {
+            for (a, b) in got.iter().zip(want) {
+                worst = worst.max((f64::from(*a) - f64::from(*b)).abs());
+            }
+        }
+        DType::F32 => {
+            for (a, b) in got.chunks_exact(4).zip(want.chunks_exact(4)) {
+                let a = f32::from_ne_bytes(a.try_into().expect("4 bytes"));
+                let b = f32::from_ne_bytes(b.try_into().expect("4 bytes"));
+                // NaN never passes.
+                let d = f64::from((a - b).abs());
+                worst = worst.max(if d.is_nan() { f64::INFINITY } else { d / 1e-3 });
+            }
+        }
+        DType::F16 | DType::Bf16 => {
+            for (a, b) in got.chunks_exact(2).zip(want.chunks_exact(2)) {
+                let a = u16::from_ne_bytes(a.try_into().expect("2 bytes"));
+                let b = u16::from_ne_bytes(b.try_into().expect("2 bytes"));
+                let (va, vb, ulp) = if dtype == DType::F16 {
+                    let next = half::f16::from_bits(b.wrapping_add(1)).to_f64();
+                    let vb = half::f16::from_bits(b).to_f64();
+                    (half::f16::from_bits(a).to_f64(), vb, (next - vb).abs())
+                } else {
+                    let next = half::bf16::from_bits(b.wrapping_add(1)).to_f64();
+                    let vb = half::bf16::from_bits(b).to_f64();
+                    (half::bf16::from_bits(a).to_f64(), vb, (next - vb).abs())
+                };
+                let d = (va - vb).abs() / (ulp + 1e-6);
+                worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
+            }
+        }
+    }
+    worst
+}
+
 /// Peak signal-to-noise ratio of two 8-bit images of the same length, in dB (infinite when
 /// they are equal): how the decoders and the augment kernels are compared with each other.
 pub fn psnr(a: &[u8], b: &[u8]) -> f64 {

@@ -15,7 +15,9 @@ use stoker_kernels::augment::{
 };
 use stoker_kernels::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
 use stoker_kernels::cuda::{self, Device, GpuUuid};
-use stoker_kernels::reference::{augment_reference, CropBox, OutputParams, RgbImage};
+use stoker_kernels::reference::{
+    augment_reference, test_image, tolerance_units, CropBox, OutputParams,
+};
 
 fn device(i: usize) -> Device {
     use_emulator();
@@ -47,67 +49,6 @@ fn probe_lists_the_emulated_devices_by_uuid() {
     ));
 }
 
-/// A deterministic image with smooth and noisy parts.
-fn image(w: u32, h: u32, seed: u64) -> RgbImage {
-    let mut x = seed;
-    let data = (0..w * h * 3)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if (i / 3) % w < w / 2 {
-                (i % 251) as u8
-            } else {
-                x as u8
-            }
-        })
-        .collect();
-    RgbImage {
-        width: w,
-        height: h,
-        data,
-    }
-}
-
-/// The largest difference between the kernel's output and the reference, in units of the
-/// documented tolerance (docs/cuda.md): u8 1, f32 1e-3, f16/bf16 one unit in the last place.
-fn worst_in_tolerances(got: &[u8], want: &[u8], dtype: DType) -> f64 {
-    let mut worst = 0f64;
-    match dtype {
-        DType::U8 => {
-            for (a, b) in got.iter().zip(want) {
-                worst = worst.max((f64::from(*a) - f64::from(*b)).abs());
-            }
-        }
-        DType::F32 => {
-            for (a, b) in got.chunks_exact(4).zip(want.chunks_exact(4)) {
-                let a = f32::from_ne_bytes(a.try_into().unwrap());
-                let b = f32::from_ne_bytes(b.try_into().unwrap());
-                worst = worst.max(f64::from((a - b).abs()) / 1e-3);
-            }
-        }
-        DType::F16 | DType::Bf16 => {
-            for (a, b) in got.chunks_exact(2).zip(want.chunks_exact(2)) {
-                let (a, b) = (
-                    u16::from_ne_bytes(a.try_into().unwrap()),
-                    u16::from_ne_bytes(b.try_into().unwrap()),
-                );
-                let (va, vb, ulp) = if dtype == DType::F16 {
-                    let b16 = half::f16::from_bits(b);
-                    let next = half::f16::from_bits(b + 1).to_f64() - b16.to_f64();
-                    (half::f16::from_bits(a).to_f64(), b16.to_f64(), next.abs())
-                } else {
-                    let b16 = half::bf16::from_bits(b);
-                    let next = half::bf16::from_bits(b + 1).to_f64() - b16.to_f64();
-                    (half::bf16::from_bits(a).to_f64(), b16.to_f64(), next.abs())
-                };
-                worst = worst.max((va - vb).abs() / (ulp + 1e-6));
-            }
-        }
-    }
-    worst
-}
-
 #[test]
 fn augment_through_cu_launch_kernel_matches_the_reference() {
     let Some(nvrtc) = nvrtc("augment_through_cu_launch_kernel_matches_the_reference") else {
@@ -116,7 +57,7 @@ fn augment_through_cu_launch_kernel_matches_the_reference() {
     let dev = device(0);
     let kernels = AugmentKernels::load(&dev, &nvrtc, None).unwrap_or_else(|e| panic!("{e}"));
     let stream = dev.stream().unwrap();
-    let images = [image(97, 61, 1), image(40, 75, 2)];
+    let images = [test_image(97, 61, 1), test_image(40, 75, 2)];
     let mut sources = Vec::new();
     for img in &images {
         let buf = dev.alloc(img.data.len()).unwrap();
@@ -186,7 +127,7 @@ fn augment_through_cu_launch_kernel_matches_the_reference() {
                 for (k, &(i, crop, flip)) in cases.iter().enumerate() {
                     let want = augment_reference(&images[i], crop, flip, out_h, out_w, &params);
                     let part = &got[k * image_bytes..(k + 1) * image_bytes];
-                    let worst = worst_in_tolerances(part, &want, dtype);
+                    let worst = tolerance_units(part, &want, dtype);
                     assert!(
                         worst <= 1.0,
                         "{dtype:?} {layout:?} clamp {clamp} sample {k}: {worst} tolerances off"

@@ -14,6 +14,7 @@ from .errors import (
     ConnectError,
     DaemonGone,
     DatasetError,
+    DeviceError,
     InternalError,
     InvalidArgument,
     ProtocolError,
@@ -22,7 +23,7 @@ from .errors import (
     StokerError,
     StokerIOError,
 )
-from .loader import IMAGENET_MEAN, IMAGENET_STD, Loader, build_spec, job_from_env
+from .loader import IMAGENET_MEAN, IMAGENET_STD, Loader, build_spec, job_from_env, resolve_device
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "ConnectError",
     "DaemonGone",
     "DatasetError",
+    "DeviceError",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "InternalError",
@@ -57,4 +59,5 @@ __all__ = [
     "job_from_env",
     "library_path",
     "library_version",
+    "resolve_device",
 ]

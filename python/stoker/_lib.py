@@ -39,6 +39,7 @@ STOKER_END_OF_DATA = 1
 
 # DLPack constants (dlpack.h 1.0).
 KDL_CPU = 1
+KDL_CUDA = 2
 KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
 DLPACK_FLAG_BITMASK_READ_ONLY = 1
 
@@ -124,6 +125,8 @@ class AttachInfo(Structure):
         ("next_step", c_uint64),
         ("next_consumed", c_uint64),
         ("offset_epoch_steps", c_uint64),
+        ("image_memory", c_uint32),
+        ("device_id", c_int32),
     ]
 
 
@@ -151,6 +154,10 @@ class BatchHeader(Structure):
         ("labels", POINTER(c_int64)),
         ("indices", POINTER(c_uint64)),
         ("status", POINTER(c_uint8)),
+        ("images", c_uint64),
+        ("images_bytes", c_uint64),
+        ("images_device_type", c_int32),
+        ("images_device_id", c_int32),
     ]
 
 
@@ -174,6 +181,8 @@ _SIGNATURES = {
     "stoker_batch_labels": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_indices": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_status": (_RESULT, [_BATCH, _TENSOR_OUT]),
+    "stoker_batch_record_stream": (_RESULT, [_BATCH, c_size_t]),
+    "stoker_batch_copy_images_to_host": (_RESULT, [_BATCH, c_void_p, c_size_t]),
     "stoker_dlpack_to_legacy": (
         _RESULT,
         [POINTER(DLManagedTensorVersioned), POINTER(POINTER(DLManagedTensor))],

@@ -4,9 +4,14 @@ A `Batch` holds one share of a ring slot's lease (a `stoker_batch*`). Its `Tenso
 of the slot: each `__dlpack__` call exports a fresh `DLManagedTensorVersioned` that holds its
 own share, so the slot goes back to the daemon only when the batch, its Tensor wrappers, and
 every array imported from them (numpy, torch, jax) are gone.
+
+When the daemon serves the images from a GPU (`Loader(device="cuda")`), the images tensor is
+on kDLCUDA: `__dlpack__(stream=s)` names the consumer's stream to libstoker, which records an
+event there when the slot is released and gives the slot back only once it completed.
 """
 
 import ctypes
+import sys
 from ctypes import POINTER, byref
 
 from . import _lib
@@ -21,6 +26,10 @@ _DTYPE_NAMES = {
     (_lib.KDL_FLOAT, 32): "float32",
     (_lib.KDL_BFLOAT, 16): "bfloat16",
 }
+
+# numpy dtype names for copy_to_host(); bfloat16 (which numpy lacks) comes as its uint16 bits.
+_HOST_DTYPES = {"uint8": "uint8", "uint64": "uint64", "int64": "int64", "float16": "float16",
+                "float32": "float32", "bfloat16": "uint16"}
 
 _EXPORTS = {
     "images": "stoker_batch_images",
@@ -37,7 +46,7 @@ class Tensor:
     `shape`, `dtype` (a name such as "float32") and `data_ptr` describe it.
     """
 
-    __slots__ = ("batch", "kind", "shape", "dtype", "data_ptr")
+    __slots__ = ("batch", "kind", "shape", "dtype", "data_ptr", "device")
 
     def __init__(self, batch, kind):
         self.batch = batch
@@ -48,8 +57,14 @@ class Tensor:
             self.shape = tuple(t.shape[i] for i in range(t.ndim))
             self.dtype = _DTYPE_NAMES.get((t.dtype.code, t.dtype.bits), "unknown")
             self.data_ptr = t.data or 0
+            # (DLDeviceType, id): (1, 0) on the host, (2, N) on the client's cuda:N.
+            self.device = (t.device.device_type, t.device.device_id)
         finally:
             lib.stoker_dlpack_delete(ptr)
+
+    @property
+    def is_cuda(self):
+        return self.device[0] == _lib.KDL_CUDA
 
     def _export(self):
         handle = self.batch._handle
@@ -61,10 +76,13 @@ class Tensor:
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"stoker tensors live on the CPU, not device {dl_device}")
+            raise BufferError(f"this stoker tensor lives on device {self.__dlpack_device__()}, "
+                              f"not {tuple(dl_device)}")
         if copy:
             raise BufferError("stoker tensors are views of the shared ring; copy after import")
-        if stream is not None and stream != -1:
+        if self.is_cuda:
+            self._record_stream(stream)
+        elif stream is not None and stream != -1:
             raise BufferError(f"stream must be None for a CPU tensor, got {stream!r}")
         addr = ctypes.cast(self._export(), ctypes.c_void_p).value
         if max_version is None or tuple(max_version)[0] < 1:
@@ -72,24 +90,70 @@ class Tensor:
         return _lib.versioned_capsule(addr)
 
     def __dlpack_device__(self):
-        return (_lib.KDL_CPU, 0)
+        return self.device
+
+    def _record_stream(self, stream):
+        """Names the consumer's stream: the slot goes back only after the work queued there
+        when the batch is released completed. DLPack's numbers: 1 legacy default stream, 2
+        per-thread default, else a cudaStream_t; None or -1: the current stream of PyTorch
+        when it is in use, else the legacy default stream."""
+        if stream is None or stream == -1:
+            stream = current_stream(self.device[1])
+        if not isinstance(stream, int) or stream < 0:
+            raise BufferError(f"stream must be a CUDA stream handle (int), got {stream!r}")
+        handle = self.batch._handle
+        if not handle:
+            raise StokerError(f"the batch's {self.kind} tensor was used after release()")
+        call("stoker_batch_record_stream", handle, stream)
 
     def numpy(self):
-        """A numpy array viewing the ring (needs numpy >= 1.22)."""
+        """A numpy array viewing the ring (needs numpy >= 1.22); host tensors only (see
+        `copy_to_host` for images on a GPU)."""
         import numpy
 
+        if self.is_cuda:
+            raise BufferError(f"the {self.kind} tensor is on cuda:{self.device[1]}; "
+                              "use copy_to_host() for a host copy")
         return numpy.from_dlpack(self)
+
+    def copy_to_host(self):
+        """A numpy copy of this tensor, from the ring or the GPU (synchronous: for inspection
+        and tests, not the training path). bfloat16 comes as its uint16 bit patterns."""
+        import numpy
+
+        if self.kind != "images":
+            return numpy.array(self.numpy(), copy=True)
+        handle = self.batch._handle
+        if not handle:
+            raise StokerError(f"the batch's {self.kind} tensor was used after release()")
+        out = numpy.empty(self.shape, dtype=_HOST_DTYPES[self.dtype])
+        call("stoker_batch_copy_images_to_host", handle, out.ctypes.data, out.nbytes)
+        return out
 
     def __len__(self):
         return self.shape[0]
 
     def __repr__(self):
-        return f"stoker.Tensor({self.kind}, shape={self.shape}, dtype={self.dtype})"
+        where = f", device=cuda:{self.device[1]}" if self.is_cuda else ""
+        return f"stoker.Tensor({self.kind}, shape={self.shape}, dtype={self.dtype}{where})"
+
+
+def current_stream(device_id):
+    """The stream a consumer that named none works on: PyTorch's current stream on
+    `cuda:device_id` when PyTorch has initialised CUDA in this process, else 1 (the legacy
+    default stream)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        handle = cuda.current_stream(device_id).cuda_stream
+        return handle if handle != 0 else 1
+    return 1
 
 
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
-    1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`."""
+    1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
+    slot's images address, host or device)."""
 
     def __init__(self, handle):
         self._handle = handle
@@ -104,6 +168,9 @@ class Batch:
         self.step = header.step
         self.n = header.n
         self.slot = header.slot
+        # Address of the first image in the ring: host memory, or the slot's device address
+        # on the client's GPU (what a CUDA tensor made from `images` points at).
+        self.images_ptr = header.images
 
     # Tensors reference the batch, never the other way round: no reference cycle, so the
     # lease goes back as soon as the last reference does, not at the next GC pass.

@@ -66,6 +66,13 @@ class InternalError(StokerError):
     code = -9
 
 
+class DeviceError(StokerError):
+    """The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
+    device ring cannot be imported on it (the message names the GPU and the reason)."""
+
+    code = -10
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -78,6 +85,7 @@ _BY_CODE = {
         RefusedError,
         StokerIOError,
         InternalError,
+        DeviceError,
     )
 }
 

@@ -56,6 +56,25 @@ def _env_int(name):
     return int(v) if v not in (None, "") else None
 
 
+def resolve_device(device):
+    """What a Loader sends as its device: "cpu", "cuda:N", or a GPU UUID, from `device` as a
+    user gives it ("cpu", "cuda", "cuda:N", a GPU UUID, a `torch.device`, None for "cpu").
+    A bare "cuda" is "cuda:<LOCAL_RANK>" (torchrun's one GPU per process), "cuda:0" outside
+    torchrun. Ordinals count the devices this process sees (its CUDA_VISIBLE_DEVICES);
+    libstoker turns them into the GPU's UUID for the daemon."""
+    if device is None:
+        return "cpu"
+    name = str(device).strip()
+    if name == "cpu" or name.upper().startswith("GPU-"):
+        return name
+    if name == "cuda":
+        return f"cuda:{_env_int('LOCAL_RANK') or 0}"
+    if name.startswith("cuda:") and name[5:].isdigit():
+        return f"cuda:{int(name[5:])}"
+    raise ValueError(f"device {device!r} is not 'cpu', 'cuda', 'cuda:N' or a GPU UUID "
+                     "(GPU-xxxxxxxx-...)")
+
+
 def job_from_env():
     """The job key torchrun gives every rank alike, or None outside torchrun."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
@@ -76,6 +95,10 @@ class Loader:
 
     Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
     derived from TORCHELASTIC_RUN_ID (or MASTER_ADDR:MASTER_PORT); `local_rank` is LOCAL_RANK.
+
+    `device="cuda"` (or "cuda:N") asks the daemon for the images in that GPU's memory: the
+    images tensors are then CUDA tensors (DLPack kDLCUDA) viewing the ring, and a bare "cuda"
+    is cuda:LOCAL_RANK under torchrun.
 
     Without `socket=` (or `$STOKER_SOCKET`) it uses the system daemon when one answers, else
     this user's own, which it starts when none answers (`autostart=False` turns that off).
@@ -113,7 +136,8 @@ class Loader:
         self.seed = int(seed)
         self.socket = str(socket) if socket is not None else None
         self.autostart = bool(autostart)
-        self.device = device
+        # "cpu", "cuda:N" or a GPU UUID (see resolve_device).
+        self.device = resolve_device(device)
         # The stall of connections closed earlier (a re-attach starts the client's from 0).
         self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0}
         self._client = None

@@ -49,3 +49,29 @@ def test_torch_takes_the_batch_without_a_copy(dataset, own_daemon):
     assert y.data_ptr() == batch.labels.data_ptr
     del x, y, batch
     loader.close()
+
+
+def test_torch_takes_gpu_batches_without_a_copy(dataset, own_daemon, monkeypatch):
+    """On a machine with a GPU (skipped elsewhere): the images of `device="cuda"` are CUDA
+    tensors on cuda:0 whose data pointer is the slot's, and work queued on them on PyTorch's
+    current stream runs while the loader keeps releasing and receiving slots."""
+    try:
+        import torch
+    except ImportError as e:
+        pytest.skip(f"SKIPPED PyTorch GPU test: torch is not installed ({e})")
+    if not torch.cuda.is_available():
+        pytest.skip("SKIPPED PyTorch GPU test: torch sees no CUDA device")
+    monkeypatch.setenv("STOKER_DAEMON_ARGS", "--backend cuda")
+    loader = stoker.Loader(str(dataset), batch_size=8, crop=32, seed=0, device="cuda",
+                           epochs=2)
+    sums = []
+    for batch in loader.batches():
+        assert batch.images.__dlpack_device__() == (2, 0)
+        x = torch.from_dlpack(batch.images)
+        assert x.device == torch.device("cuda", 0)
+        assert x.data_ptr() == batch.images.data_ptr, "PyTorch copied the images"
+        sums.append((x.float() * 2).sum())      # queued on the current stream
+        del x, batch                            # release fenced by that stream's work
+    torch.cuda.synchronize()
+    assert len(sums) > 0 and all(torch.isfinite(s) for s in sums)
+    loader.close()

@@ -30,6 +30,12 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// Turn a dataset (folder, file list, shards) into WebDataset tar shards of a target size.
     Pack(cli::pack::PackArgs),
+    /// Check this machine's GPUs: nvJPEG and the kernels against the CPU, rings across
+    /// processes.
+    Selftest(cli::selftest::SelftestArgs),
+    /// The second process of `stoker selftest --gpu`'s ring check (internal).
+    #[command(hide = true)]
+    SelftestRingReader(cli::selftest::RingReaderArgs),
     /// Write a generated dataset of realistic JPEGs (ImageFolder layout or tar shards).
     Synth(cli::synth::SynthArgs),
 }
@@ -50,6 +56,8 @@ fn main() {
         Command::Decode(a) => cli::decode_file::run(a),
         Command::Status(a) => cli::status::run(a),
         Command::Pack(a) => cli::pack::run(a),
+        Command::Selftest(a) => cli::selftest::run(a),
+        Command::SelftestRingReader(a) => cli::selftest::run_reader(a),
         Command::Synth(a) => cli::synth::run(a),
     };
     std::process::exit(code);

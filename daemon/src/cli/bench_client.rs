@@ -7,8 +7,11 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
-use stoker::client::{AttachOptions, Client};
+use stoker::client::{AttachOptions, Client, ClientError, ConsumerStream, DeviceSlice};
 use stoker::spec::PipelineSpec;
+use stoker_kernels::augment::AugmentKernels;
+use stoker_kernels::cuda::{Device, DeviceBuffer, Stream};
+use stoker_kernels::nvrtc::{KernelCache, Nvrtc};
 
 use super::bench::SpecArgs;
 use super::{EXIT_FAILURES, EXIT_OK};
@@ -33,6 +36,10 @@ pub struct BenchClientArgs {
     pub warmup: u64,
     #[arg(long, default_value_t = 2)]
     pub epochs: u64,
+    /// Where the batches go: `cpu` (host memory, every byte read here), or `cuda`, `cuda:N`, a
+    /// GPU UUID (device memory, every byte read by a kernel on this process's stream).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -80,6 +87,8 @@ fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::Client
     opts.rank = args.rank;
     opts.world_size = args.world;
     opts.seed = args.seed;
+    opts.device = args.device.clone();
+    let gpu = GpuReader::for_device(&args.device)?;
     let mut client = Client::attach(&args.socket, opts)?;
     let mut start = Instant::now();
     let mut timing = args.warmup == 0;
@@ -91,16 +100,16 @@ fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::Client
             break;
         };
         let waited = t0.elapsed().as_secs_f64() * 1e3;
-        let data = batch.images();
-        // Read every byte: a training step copies the whole batch to the GPU.
-        let mut sum = 0u64;
-        for c in data.chunks_exact(8) {
-            sum = sum.wrapping_add(u64::from_ne_bytes(c.try_into().expect("8 bytes")));
-        }
-        for &b in data.chunks_exact(8).remainder() {
-            sum = sum.wrapping_add(u64::from(b));
-        }
-        checksum = checksum.wrapping_add(sum);
+        let len = match (&gpu, batch.device_images()) {
+            (Some(g), Some(d)) => {
+                g.read(&batch, d)?;
+                d.bytes
+            }
+            _ => {
+                checksum = checksum.wrapping_add(read_host(batch.images()));
+                batch.images().len()
+            }
+        };
         images_all += batch.n() as u64;
         if batch.epoch() >= args.warmup {
             if !timing {
@@ -109,10 +118,13 @@ fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::Client
                 start = t0;
             }
             images += batch.n() as u64;
-            bytes += data.len() as u64;
+            bytes += len as u64;
             waits_ms.push(waited);
         }
         batch.release()?;
+    }
+    if let Some(g) = &gpu {
+        checksum = g.finish()?;
     }
     Ok(ClientStats {
         rank: args.rank,
@@ -125,4 +137,85 @@ fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::Client
         peak_rss_mb: crate::bench::peak_rss_mb(None).unwrap_or(0.0),
         checksum,
     })
+}
+
+/// Reads every byte of host images (a training step copies the whole batch to the GPU);
+/// returns their sum, so the reads cannot be optimised away.
+fn read_host(data: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    for c in data.chunks_exact(8) {
+        sum = sum.wrapping_add(u64::from_ne_bytes(c.try_into().expect("8 bytes")));
+    }
+    for &b in data.chunks_exact(8).remainder() {
+        sum = sum.wrapping_add(u64::from(b));
+    }
+    sum
+}
+
+/// Reads device batches on the GPU, as a training step would: `stoker_check_pattern` reads
+/// every byte of the images on this process's stream, and the batch's release waits for it
+/// (the client records an event on that stream and sends RELEASE once it completed).
+struct GpuReader {
+    device: Device,
+    stream: Stream,
+    kernels: AugmentKernels,
+    /// The kernel's counter of bytes that differ from its pattern: a checksum of sorts.
+    counter: DeviceBuffer,
+}
+
+impl GpuReader {
+    /// `None` for `cpu`; else the GPU this process will attach with, ready to read.
+    fn for_device(name: &str) -> Result<Option<GpuReader>, ClientError> {
+        let uuid = stoker::resolve_device(name).map_err(ClientError::Device)?;
+        if uuid == "cpu" {
+            return Ok(None);
+        }
+        let invalid = |e: &dyn std::fmt::Display| ClientError::Invalid(format!("{uuid}: {e}"));
+        let parsed = uuid.parse().map_err(|e| invalid(&e))?;
+        let device = Device::open(parsed).map_err(|e| invalid(&e))?;
+        let nvrtc = Nvrtc::global().map_err(|e| invalid(&e))?;
+        let cache = KernelCache::default_dir().map(KernelCache::new);
+        let kernels =
+            AugmentKernels::load(&device, nvrtc, cache.as_ref()).map_err(|e| invalid(&e))?;
+        let stream = device.stream().map_err(|e| invalid(&e))?;
+        let counter = device.alloc(4).map_err(|e| invalid(&e))?;
+        stream
+            .copy_to_device(&counter, 0, &[0; 4])
+            .map_err(|e| invalid(&e))?;
+        Ok(Some(GpuReader {
+            device,
+            stream,
+            kernels,
+            counter,
+        }))
+    }
+
+    fn read(&self, batch: &stoker::client::Batch, d: DeviceSlice) -> Result<(), ClientError> {
+        let invalid = |e: &dyn std::fmt::Display| ClientError::Invalid(e.to_string());
+        self.device.bind().map_err(|e| invalid(&e))?;
+        // SAFETY: the batch's images are `d.bytes` of the mapped ring, leased to us until the
+        // release, which waits for the event recorded on this stream after the kernel; the
+        // counter lives as long as `self`, whose stream is synchronised in `finish`.
+        unsafe {
+            self.kernels.check_pattern_raw(
+                &self.stream,
+                d.ptr,
+                d.bytes as u64,
+                0,
+                self.counter.ptr(),
+            )
+        }
+        .map_err(|e| invalid(&e))?;
+        batch.record_stream(ConsumerStream(self.stream.raw() as usize));
+        Ok(())
+    }
+
+    /// Waits for every read; returns the counter.
+    fn finish(&self) -> Result<u64, ClientError> {
+        let invalid = |e: &dyn std::fmt::Display| ClientError::Invalid(e.to_string());
+        self.stream.synchronize().map_err(|e| invalid(&e))?;
+        let mut n = [0u8; 4];
+        self.counter.read(&mut n).map_err(|e| invalid(&e))?;
+        Ok(u64::from(u32::from_ne_bytes(n)))
+    }
 }

@@ -5,7 +5,9 @@ pub mod bench;
 pub mod bench_client;
 pub mod check;
 pub mod decode_file;
+pub mod gpu;
 pub mod pack;
+pub mod selftest;
 pub mod status;
 pub mod synth;
 

@@ -121,6 +121,9 @@ pub fn render(s: &DaemonStatus) -> String {
     if !s.datasets.is_empty() {
         out.push_str(&format!("datasets: {}\n", s.datasets.join(", ")));
     }
+    for g in &s.gpus {
+        out.push_str(&render_gpu(g));
+    }
     if s.jobs.is_empty() {
         out.push_str("no jobs\n");
         return out;
@@ -245,6 +248,29 @@ fn human_duration(s: f64) -> String {
         60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
+}
+
+/// One GPU's line: health, decode mix, batches, ring device memory, time per batch.
+fn render_gpu(g: &stoker::protocol::GpuStatus) -> String {
+    let mut l = format!(
+        "GPU {} ({}){}  decode mix hardware/hybrid/cpu {}/{}/{}  batches {} ({} in flight)  \
+         ring device memory {}  decode {:.2} ms/batch  kernel {:.2} ms/batch\n",
+        g.uuid,
+        g.name,
+        if g.emulated { " EMULATED" } else { "" },
+        g.decoded_hardware,
+        g.decoded_hybrid,
+        g.decoded_cpu,
+        g.batches,
+        g.batches_in_flight,
+        human_bytes(g.ring_device_bytes),
+        g.decode_ms_per_batch,
+        g.kernel_ms_per_batch,
+    );
+    if let Some(why) = &g.broken {
+        l.push_str(&format!("  BROKEN: {why}\n"));
+    }
+    l
 }
 
 #[cfg(test)]

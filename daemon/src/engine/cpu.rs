@@ -57,7 +57,8 @@ pub struct CpuBackend {
     reader: Reader,
     decoder: CpuDecoder,
     augmenter: Augmenter,
-    bufs: Vec<Vec<u8>>,
+    /// One read buffer per sample of a unit (grown for a GPU backend's whole batches).
+    pub(super) bufs: Vec<Vec<u8>>,
     image: RgbImage,
     replacement_buf: Vec<Vec<u8>>,
 }
@@ -98,9 +99,15 @@ impl CpuBackend {
         })
     }
 
-    /// Reads every sample of the unit with one batched read; records read stats.
-    fn read_unit(&mut self, unit: &UnitWork<'_>) -> Vec<Result<(), crate::reader::ReadError>> {
+    /// Reads every sample of the unit with one batched read into `bufs`; records read stats.
+    pub(super) fn read_unit(
+        &mut self,
+        unit: &UnitWork<'_>,
+    ) -> Vec<Result<(), crate::reader::ReadError>> {
         let count = unit.indices.len();
+        if self.bufs.len() < count {
+            self.bufs.resize_with(count, Vec::new);
+        }
         let t0 = Instant::now();
         let max_file_bytes = unit.config.limits.max_file_bytes;
         let requests: Vec<ReadRequest<'_>> = unit
@@ -129,7 +136,7 @@ impl CpuBackend {
     }
 
     /// Decodes and augments one sample into `out`; the error says why it is bad.
-    fn process(
+    pub(super) fn process(
         &mut self,
         sample: Sample<'_>,
         data: &[u8],
@@ -179,12 +186,12 @@ impl CpuBackend {
 
 /// What `process` needs to know of the sample beyond its bytes.
 #[derive(Clone, Copy)]
-struct Sample<'a> {
-    job: &'a Job,
-    pos: Position,
-    index: u64,
-    config: &'a EngineConfig,
-    stats: &'a StageStats,
+pub(super) struct Sample<'a> {
+    pub(super) job: &'a Job,
+    pub(super) pos: Position,
+    pub(super) index: u64,
+    pub(super) config: &'a EngineConfig,
+    pub(super) stats: &'a StageStats,
 }
 
 impl Backend for CpuBackend {
@@ -254,7 +261,7 @@ impl Backend for CpuBackend {
     }
 }
 
-fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
+pub(super) fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
     let s = dataset.sample(index as usize);
     ReadRequest {
         path: s.path,
@@ -264,7 +271,7 @@ fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
 }
 
 /// `file_too_large` when the indexed length of sample `index` is over `max_file_bytes`.
-fn too_large(dataset: &Dataset, index: u64, max_file_bytes: u64) -> Option<BadSample> {
+pub(super) fn too_large(dataset: &Dataset, index: u64, max_file_bytes: u64) -> Option<BadSample> {
     let len = dataset.sample(index as usize).len;
     (len > max_file_bytes).then(|| {
         BadSample::from(DecodeError::FileTooLarge {

@@ -4,7 +4,7 @@
 //!
 //! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
 //! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
-//! trait), `cpu` (the CPU backend), `memory` (ring memory), `stats`.
+//! trait), `cpu` (the CPU backend), `cuda` (the CUDA backend, one engine per GPU), `memory` (ring memory), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
@@ -27,6 +27,7 @@
 
 pub mod backend;
 mod cpu;
+pub mod cuda;
 mod feed;
 mod job;
 mod memory;
@@ -51,6 +52,7 @@ pub use backend::{
     UnitSize, UnitWork,
 };
 pub use cpu::{CpuBackend, CpuBackendFactory};
+pub use cuda::{CudaBackendFactory, Gpu};
 use feed::FeedShared;
 pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
 pub use job::Job;

@@ -15,7 +15,7 @@
 //!
 //! # Limitations
 //! - No keep-alive, no TLS, no authentication: bind it to a local address.
-//! - Per-GPU ring memory (`memory="device"`) appears once the cuda backend serves.
+//! - Per-GPU series (`gpu` label) appear once a rank attached on that GPU.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -47,6 +47,17 @@ pub const RELOADS_TOTAL: &str = "stoker_reloads_total";
 /// Connections accepted (attaches and status requests).
 pub const CONNECTIONS_TOTAL: &str = "stoker_connections_total";
 
+/// Images decoded on a GPU, by `gpu` (UUID) and `path` (hardware, hybrid, cpu).
+pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
+/// Host time per batch decoding on a GPU (nvJPEG calls and the CPU path), by `gpu`.
+pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
+/// Device time per batch from the end of decode to the end of the kernel, by `gpu`.
+pub const GPU_KERNEL_SECONDS: &str = "stoker_gpu_kernel_seconds";
+/// Batches enqueued on a GPU and not complete, by `gpu`.
+pub const GPU_BATCHES_IN_FLIGHT: &str = "stoker_gpu_batches_in_flight";
+/// 1 for each serving GPU, with `gpu`, `name`, `emulated` (true, false) and `broken` labels.
+pub const GPU_INFO: &str = "stoker_gpu_info";
+
 /// Every metric name, for the docs test.
 pub const ALL: &[&str] = &[
     IMAGES_TOTAL,
@@ -60,6 +71,11 @@ pub const ALL: &[&str] = &[
     RING_BYTES,
     RELOADS_TOTAL,
     CONNECTIONS_TOTAL,
+    GPU_DECODE_TOTAL,
+    GPU_DECODE_SECONDS,
+    GPU_KERNEL_SECONDS,
+    GPU_BATCHES_IN_FLIGHT,
+    GPU_INFO,
 ];
 
 /// Histogram buckets for stage latency (seconds): 10 µs to 2.5 s.
@@ -134,6 +150,31 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
         CONNECTIONS_TOTAL,
         Unit::Count,
         "Connections accepted on the daemon's socket."
+    );
+    describe_counter!(
+        GPU_DECODE_TOTAL,
+        Unit::Count,
+        "Images decoded on a GPU, by GPU and path (hardware, hybrid, cpu)."
+    );
+    describe_histogram!(
+        GPU_DECODE_SECONDS,
+        Unit::Seconds,
+        "Host time per batch decoding on a GPU (nvJPEG calls and the CPU path)."
+    );
+    describe_histogram!(
+        GPU_KERNEL_SECONDS,
+        Unit::Seconds,
+        "Device time per batch from the end of decode to the end of the augment kernel."
+    );
+    describe_gauge!(
+        GPU_BATCHES_IN_FLIGHT,
+        Unit::Count,
+        "Batches enqueued on a GPU and not complete."
+    );
+    describe_gauge!(
+        GPU_INFO,
+        Unit::Count,
+        "1 per serving GPU; labels say its name, whether it is emulated and whether it broke."
     );
     for stage in ["read", "decode", "augment", "delivered"] {
         metrics::counter!(IMAGES_TOTAL, "stage" => stage).increment(0);

@@ -7,22 +7,19 @@
 //!   writes the ring), reclaims every slot the client held and frees the rank.
 //!
 //! # Limitations
-//! - Only `cpu` devices are served.
+//! - A rank is served from one engine (CPU or its GPU's) for as long as it is attached.
 
-use std::ffi::CString;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use stoker::memfd::{page_size, MemfdRing};
 use stoker::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
 };
-use stoker::ring::RingLayout;
 use stoker::sock::{SeqPacket, SockError};
 
 use crate::access::{Peer, QuotaGrant};
-use crate::engine::{Feed, FeedEvent, PipelineError, Position, SlotImages, SlotMemory};
+use crate::engine::{Feed, FeedEvent, PipelineError, Position};
 use crate::metrics as m;
 use crate::stall::RankStallEntry;
 
@@ -30,28 +27,6 @@ use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, Refusal};
 use super::registry::{RankSeat, Seated};
 use super::{ATTACH_TIMEOUT, REFUSED_PEER_DRAIN, STOPPING_MESSAGE};
-/// A served rank's ring: a sealed memfd the pipeline writes into.
-pub(super) struct ServedRing(pub(super) MemfdRing);
-
-// SAFETY: `MemfdRing::host_ptr(i)` and `image_ptr(i)` point inside a mapping that covers
-// both parts of every slot, lives as long as the ring, and holds them without overlap
-// (`RingLayout`); the server makes host-image rings only.
-unsafe impl SlotMemory for ServedRing {
-    fn layout(&self) -> &RingLayout {
-        self.0.layout()
-    }
-    fn images(&self, slot: usize) -> SlotImages {
-        SlotImages::Host(
-            self.0
-                .image_ptr(slot)
-                .expect("served rings hold host images"),
-        )
-    }
-    fn host_ptr(&self, slot: usize) -> *mut u8 {
-        self.0.host_ptr(slot)
-    }
-}
-
 /// One client connection.
 pub(super) struct Connection {
     pub(super) id: u64,
@@ -320,18 +295,22 @@ impl Connection {
                 ),
             ));
         }
-        let layout = RingLayout::new(&a.spec, self.slots, page_size());
-        let grant = self
-            .handle
-            .quotas
-            .reserve(peer.uid, &a.job, layout.ring_bytes as u64)?;
-        let name = CString::new(format!("stoker-ring-rank{}", a.rank)).expect("no NUL");
-        let ring = MemfdRing::create(&name, layout)
-            .map_err(|e| refuse(ErrorCode::Internal, format!("cannot create the ring: {e}")))?;
+        let target = self.handle.engines.target(&a.device)?;
+        let layout = target.layout(&a.spec, self.slots)?;
+        let ring_bytes = layout.total_bytes() as u64;
+        let grant = self.handle.quotas.reserve(peer.uid, &a.job, ring_bytes)?;
+        let ring = target.make_ring(&a.spec, a.rank, layout)?;
+        let device_images = target.gpu.is_some();
         let answer = Attached {
             slots: layout.slots as u32,
             slot_bytes: layout.slot.slot_bytes as u64,
             ring_bytes: layout.ring_bytes as u64,
+            image_memory: layout.image_memory,
+            image_ring_bytes: if device_images {
+                layout.image_ring_bytes as u64
+            } else {
+                0
+            },
             steps_per_epoch: steps,
             offset_epoch_steps: job.offset().map(|o| job.steps_in(o.epoch)),
             dataset_len: job.dataset.len() as u64,
@@ -340,29 +319,28 @@ impl Connection {
             created_job,
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
             accepts_stats: true,
-            ..Attached::default()
         };
         let bytes = Message::Attached(answer)
             .encode()
             .map_err(|e| refuse(ErrorCode::Internal, e.to_string()))?;
-        let ring = Arc::new(ServedRing(ring));
         // Send the answer before the feed starts, so READY never precedes ATTACHED.
-        sock.send(&bytes, &[ring.0.as_fd()])
+        let fds: Vec<_> = ring.fds.iter().map(|f| f.as_fd()).collect();
+        sock.send(&bytes, &fds)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot answer: {e}")))?;
+        drop(fds);
         let start = Position {
             epoch: a.start.epoch,
             step: a.start.step,
         };
-        let feed = self
-            .handle
+        let feed = target
             .engine
-            .start_feed(job, a.rank, ring, start)
+            .start_feed(job, a.rank, ring.memory, start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
         Ok(Started {
             feed,
             seat,
             grant,
-            ring_bytes: layout.ring_bytes as u64,
+            ring_bytes,
         })
     }
 }
@@ -379,13 +357,10 @@ pub(super) fn check_attach(a: &Attach) -> Result<(), Refusal> {
         ));
     }
     if a.device != "cpu" {
-        return Err(refuse(
-            ErrorCode::UnsupportedDevice,
-            format!(
-                "device {:?}: only \"cpu\" is served by this build",
-                a.device
-            ),
-        ));
+        if let Err(e) = a.device.parse::<stoker::cuda::GpuUuid>() {
+            let why = format!("device {:?}: neither \"cpu\" nor a GPU UUID: {e}", a.device);
+            return Err(refuse(ErrorCode::UnsupportedDevice, why));
+        }
     }
     a.spec
         .validate()

@@ -21,6 +21,8 @@ use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::access::Quotas;
 use crate::engine::Engine;
+
+use super::gpus::Engines;
 use crate::lobby::{Lobby, LobbyLimits};
 use crate::metrics as m;
 use crate::ratelimit::{Admit, RateLimit};
@@ -40,7 +42,7 @@ pub struct Server {
     /// False for a socket systemd passed: systemd owns the file, we leave it on drop.
     pub(super) owns_socket: bool,
     pub(super) slots: usize,
-    pub(super) engine: Arc<Engine>,
+    pub(super) engines: Arc<Engines>,
     pub(super) registry: Arc<Registry>,
     pub(super) quotas: Arc<Quotas>,
     pub(super) state: Arc<ServerState>,
@@ -147,7 +149,8 @@ impl Server {
         owns_socket: bool,
         config: ServerConfig,
     ) -> Result<Server, ServerError> {
-        let engine = Engine::new(config.engine)?;
+        let cpu = Engine::new(config.engine.clone())?;
+        let engines = Arc::new(Engines::new(cpu, config.backend, config.engine));
         let registry = Arc::new(Registry {
             jobs: Mutex::default(),
             access: RwLock::new(config.access),
@@ -161,7 +164,7 @@ impl Server {
             socket,
             owns_socket,
             slots: config.slots,
-            engine,
+            engines,
             registry,
             quotas: Quotas::new(config.quotas),
             state,
@@ -179,7 +182,7 @@ impl Server {
         ServerHandle {
             state: Arc::clone(&self.state),
             registry: Arc::clone(&self.registry),
-            engine: Arc::clone(&self.engine),
+            engines: Arc::clone(&self.engines),
             quotas: Arc::clone(&self.quotas),
             socket: self.socket.clone(),
             activated: !self.owns_socket,
@@ -191,7 +194,8 @@ impl Server {
         tracing::info!(
             socket = %self.socket.display(),
             slots = self.slots,
-            threads = self.engine.threads(),
+            threads = self.engines.cpu.threads(),
+            backend = self.engines.cpu.backend().name(),
             "stokerd serving"
         );
         let mut next_id: u64 = 0;

@@ -2,7 +2,8 @@
 //! forwarding of READY / RELEASE between a client and its rank's [`crate::engine::Feed`].
 //!
 //! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
-//! client's state machine), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
+//! client's state machine), `gpus` (the engine per backend and GPU, and the rings each
+//! makes), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
 //! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`.
 //!
 //! # Design
@@ -15,7 +16,8 @@
 //!   world_size, dataset, seed). The first rank creates the job; a later rank whose terms differ
 //!   is refused with the field that differs; a rank attached twice is refused. The job is
 //!   dropped when its last rank leaves, so a key can later name a new job.
-//! - Each rank gets its own sealed memfd ring, sent with SCM_RIGHTS in ATTACHED, mapped once.
+//! - Each rank gets its own sealed memfd ring, sent with SCM_RIGHTS in ATTACHED, mapped once;
+//!   a rank on a GPU gets its images in a VMM allocation on it, exported as a second fd.
 //! - A connection ends on DETACH, end of file (the client exited or was killed), a malformed
 //!   message, or a protocol violation. Then the feed stops (its Drop waits until no worker
 //!   writes the ring), every slot the client held is reclaimed, and the rank is free to attach
@@ -35,11 +37,12 @@
 //! - The first rank of a job indexes its dataset outside the registry lock (status and other
 //!   attaches go on); two first ranks of one job arriving together both index, and the later
 //!   one joins the job the earlier one made.
-//! - The `cuda` backend is not served yet: any device other than `cpu` is refused.
+//! - A rank naming a GPU is served only when the daemon serves from CUDA (`gpus.rs`).
 //! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
 mod connection;
+mod gpus;
 mod listen;
 mod ops;
 mod refusal;
@@ -55,6 +58,7 @@ use std::time::Duration;
 use stoker::sock::SockError;
 
 use crate::access::{AccessPolicy, QuotaLimits};
+use crate::backend::BackendKind;
 use crate::dataset::WalkLimits;
 use crate::engine::{EngineConfig, PipelineError};
 use crate::lobby::LobbyLimits;
@@ -77,6 +81,8 @@ pub struct ServerConfig {
     /// Slots in each rank's ring.
     pub slots: usize,
     pub engine: EngineConfig,
+    /// `Cuda`: ranks naming a GPU are served by that GPU's engine; `Cpu`: they are refused.
+    pub backend: BackendKind,
     /// Who may attach and which datasets they may name.
     pub access: AccessPolicy,
     /// Ring memory quotas and limits on clients and jobs.

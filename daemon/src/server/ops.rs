@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
 
 use crate::access::{AccessPolicy, Quotas};
-use crate::engine::{Engine, FeedWaker};
+use crate::engine::FeedWaker;
+
+use super::gpus::Engines;
 use crate::metrics as m;
 use crate::stall::StallBoard;
 
@@ -114,7 +116,7 @@ impl ServerState {
 pub struct ServerHandle {
     pub(super) state: Arc<ServerState>,
     pub(super) registry: Arc<Registry>,
-    pub(super) engine: Arc<Engine>,
+    pub(super) engines: Arc<Engines>,
     pub(super) quotas: Arc<Quotas>,
     pub(super) socket: PathBuf,
     pub(super) activated: bool,
@@ -221,8 +223,25 @@ impl ServerHandle {
             .len();
         ::metrics::gauge!(m::JOBS).set(jobs as f64);
         ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
-        ::metrics::gauge!(m::RING_BYTES, "memory" => "host")
-            .set(self.state.ring_bytes.load(Ordering::Relaxed) as f64);
+        let gpus = self.engines.gpu_status();
+        let device: u64 = gpus.iter().map(|g| g.ring_device_bytes).sum();
+        let all = self.state.ring_bytes.load(Ordering::Relaxed);
+        ::metrics::gauge!(m::RING_BYTES, "memory" => "host").set(all.saturating_sub(device) as f64);
+        for g in gpus {
+            let gpu = g.uuid.clone();
+            ::metrics::gauge!(m::RING_BYTES, "memory" => "device", "gpu" => gpu.clone())
+                .set(g.ring_device_bytes as f64);
+            ::metrics::gauge!(m::GPU_BATCHES_IN_FLIGHT, "gpu" => gpu.clone())
+                .set(g.batches_in_flight as f64);
+            ::metrics::gauge!(
+                m::GPU_INFO,
+                "gpu" => gpu,
+                "name" => g.name,
+                "emulated" => g.emulated.to_string(),
+                "broken" => g.broken.is_some().to_string()
+            )
+            .set(1.0);
+        }
     }
 
     /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).
@@ -249,7 +268,7 @@ impl ServerHandle {
 
     /// What `stoker status` shows.
     pub fn status(&self) -> DaemonStatus {
-        let totals = self.engine.stats();
+        let totals = self.engines.cpu.stats();
         let mut jobs: Vec<JobStatus> = {
             let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
             reg.iter()
@@ -275,9 +294,9 @@ impl ServerHandle {
             activated: self.activated,
             stopping: self.is_stopping(),
             clients: self.state.clients.load(Ordering::Relaxed),
-            backend: self.engine.backend().name().to_owned(),
-            reader: self.engine.reader_kind().to_owned(),
-            threads: self.engine.threads() as u64,
+            backend: self.engines.backend.name().to_owned(),
+            reader: self.engines.cpu.reader_kind().to_owned(),
+            threads: self.engines.cpu.threads() as u64,
             images_delivered: self.state.delivered.load(Ordering::Relaxed),
             images_per_s: self.rate(),
             bad_samples: totals.bad,
@@ -285,6 +304,7 @@ impl ServerHandle {
             datasets: self.registry.access().dataset_names(),
             jobs,
             jobs_left_out: 0,
+            gpus: self.engines.gpu_status(),
         }
     }
 }

@@ -361,6 +361,35 @@ impl Device {
     }
 }
 
+/// Restores the calling thread's current context when dropped: for code that runs on threads
+/// it does not own (a framework's thread deleting a tensor), where binding our context and
+/// leaving it bound would change that thread's current device under its owner.
+pub struct ContextRestore {
+    d: &'static Driver,
+    previous: sys::CUcontext,
+}
+
+impl ContextRestore {
+    /// Remembers the calling thread's current context.
+    pub fn save() -> Result<ContextRestore, CudaError> {
+        let d = driver()?;
+        Ok(ContextRestore {
+            d,
+            previous: result::ctx_get_current(d)?,
+        })
+    }
+}
+
+impl Drop for ContextRestore {
+    fn drop(&mut self) {
+        // SAFETY: the context was current on this thread when saved (or null, which unbinds);
+        // its owner keeps it alive while it is current.
+        log_drop_error("current context", unsafe {
+            result::ctx_set_current(self.d, self.previous)
+        });
+    }
+}
+
 /// A CUDA stream. Dropping it does not wait for its work (the driver finishes it).
 pub struct Stream {
     raw: sys::CUstream,
@@ -432,6 +461,19 @@ impl Event {
         self.device.bind()?;
         // SAFETY: both handles are live and of this device's context.
         unsafe { result::event_record(self.device.driver(), self.raw, stream.raw) }
+    }
+
+    /// Records the event on a stream this crate did not create: a consumer's (a framework's
+    /// stream handed over as a raw `CUstream`), or the null stream (`0`, `CU_STREAM_LEGACY` = 1,
+    /// `CU_STREAM_PER_THREAD` = 2).
+    ///
+    /// # Safety
+    /// `stream` must be one of the null-stream handles or a live stream of this device's
+    /// primary context.
+    pub unsafe fn record_raw(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        self.device.bind()?;
+        // SAFETY: the event is live; the caller vouches for the stream.
+        unsafe { result::event_record(self.device.driver(), self.raw, stream) }
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -196,6 +196,14 @@ pub unsafe fn ctx_set_current(d: &Driver, ctx: sys::CUcontext) -> Result<(), Cud
     check("cuCtxSetCurrent", unsafe { (d.ctx_set_current)(ctx) })
 }
 
+/// The calling thread's current context (null when none).
+pub fn ctx_get_current(d: &Driver) -> Result<sys::CUcontext, CudaError> {
+    let mut c: sys::CUcontext = ptr::null_mut();
+    // SAFETY: `c` is a valid out-parameter.
+    check("cuCtxGetCurrent", unsafe { (d.ctx_get_current)(&mut c) })?;
+    Ok(c)
+}
+
 pub fn stream_create(d: &Driver) -> Result<sys::CUstream, CudaError> {
     let mut s: sys::CUstream = ptr::null_mut();
     // SAFETY: writes one stream handle in the current context.

@@ -89,6 +89,7 @@ crate::symbol_table! {
     primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
     primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
+    ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
     stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
     stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
     stream_synchronize = "cuStreamSynchronize": fn(CUstream);

@@ -19,15 +19,19 @@
 //! Nothing past loading the library and reading its version runs without a GPU: the decoder
 //! is untested until a GPU run (docs/cuda.md lists what remains).
 
+mod handles;
+mod result;
 mod sys;
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::ptr;
 use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Device, Stream};
 use crate::loader::Loaded;
+use handles::{
+    DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream, LibHandle, PinnedBuffer,
+};
 
 /// An nvJPEG status code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,23 +111,6 @@ impl NvjpegError {
     }
 }
 
-fn check(call: &'static str, status: c_int) -> Result<(), NvjpegError> {
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(NvjpegError::Call {
-            call,
-            status: NvjpegStatus(status),
-        })
-    }
-}
-
-fn log_drop(call: &'static str, status: c_int) {
-    if let Err(e) = check(call, status) {
-        tracing::warn!(error = %e, "releasing an nvJPEG object failed");
-    }
-}
-
 fn unavailable(reason: String) -> NvjpegError {
     NvjpegError::Unavailable {
         library: "libnvjpeg".into(),
@@ -168,14 +155,7 @@ impl NvjpegLib {
         let origin = loaded.origin.clone();
         let sys = sys::Nvjpeg::load(loaded)
             .map_err(|r| unavailable(format!("{}: {r}", origin.display())))?;
-        let prop = |p| {
-            let mut v: c_int = 0;
-            // SAFETY: writes one int; needs no GPU or handle.
-            check("nvjpegGetProperty", unsafe {
-                (sys.get_property)(p, &mut v)
-            })
-            .map(|_| v)
-        };
+        let prop = |p| result::get_property(&sys, p);
         let version = (
             prop(sys::MAJOR_VERSION)?,
             prop(sys::MINOR_VERSION)?,
@@ -206,23 +186,15 @@ impl NvjpegLib {
         } else {
             sys::BACKEND_DEFAULT
         };
-        let h = create_handle(&self.sys, backend)?;
+        let h = result::create_ex(&self.sys, backend)?;
         // SAFETY: `h` was just created and is not used again.
-        log_drop("nvjpegDestroy", unsafe { (self.sys.destroy)(h) });
+        if let Err(e) = unsafe { result::destroy(&self.sys, h) } {
+            tracing::warn!(error = %e, "releasing an nvJPEG handle failed");
+        }
         Ok(())
     }
 }
 
-fn create_handle(s: &sys::Nvjpeg, backend: c_int) -> Result<sys::Handle, NvjpegError> {
-    let mut h: sys::Handle = ptr::null_mut();
-    // SAFETY: null allocators select nvJPEG's defaults; flags must be 0; writes one handle.
-    check("nvjpegCreateEx", unsafe {
-        (s.create_ex)(backend, ptr::null_mut(), ptr::null_mut(), 0, &mut h)
-    })?;
-    Ok(h)
-}
-
-/// A region of interest in the image's pixels (nvjpegDecodeParamsSetROI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Roi {
     pub x: u32,
@@ -257,43 +229,103 @@ pub struct JpegInfo {
     pub height: u32,
 }
 
+impl JpegInfo {
+    /// The image's size is its largest component's: nvJPEG lists component 0 first, which is
+    /// smaller than the image when chroma is sampled finer than luma.
+    fn from_image_info(i: &result::ImageInfo) -> JpegInfo {
+        let n = (i.components.max(1) as usize).min(sys::MAX_COMPONENT);
+        let max = |v: &[c_int]| v[..n].iter().copied().max().unwrap_or(0).max(0) as u32;
+        JpegInfo {
+            components: i.components.max(0) as u32,
+            subsampling: i.subsampling,
+            width: max(&i.widths),
+            height: max(&i.heights),
+        }
+    }
+}
+
 /// The hardware engines' batched decoder state.
 struct HardwareBatch {
-    state: sys::JpegState,
     /// One decode-params object per batch position (ROI and output format).
-    params: Vec<sys::DecodeParams>,
+    params: Vec<DecodeParams>,
+    state: JpegState,
     /// The batch size `nvjpegDecodeBatchedInitialize` was last called with (0: never).
     initialized: usize,
+    engines: u32,
+    cores_per_engine: u32,
+}
+
+impl HardwareBatch {
+    fn new(handle: &Arc<LibHandle>, max_batch: usize) -> Result<HardwareBatch, NvjpegError> {
+        // SAFETY: the handle is live (held by the Arc) and made with the hardware backend.
+        let (engines, cores_per_engine) =
+            unsafe { result::get_hardware_decoder_info(handle.sys(), handle.raw())? };
+        Ok(HardwareBatch {
+            params: (0..max_batch)
+                .map(|_| DecodeParams::create(handle, sys::OUTPUT_RGBI))
+                .collect::<Result<_, _>>()?,
+            state: JpegState::create(handle)?,
+            initialized: 0,
+            engines,
+            cores_per_engine,
+        })
+    }
 }
 
 /// The decoupled GPU-hybrid decoder, for images the engines refuse (progressive, 4:1:1, ...).
+/// Field order is drop order: the state goes before the buffers attached to it and the
+/// decoder it was made for.
 struct HybridDecoder {
-    decoder: sys::JpegDecoder,
-    state: sys::JpegState,
-    pinned: sys::BufferPinned,
-    device_buf: sys::BufferDevice,
-    params: sys::DecodeParams,
+    params: DecodeParams,
+    state: JpegState,
+    _device_buf: DeviceStaging,
+    _pinned: PinnedBuffer,
+    decoder: JpegDecoder,
+}
+
+impl HybridDecoder {
+    fn new(handle: &Arc<LibHandle>) -> Result<HybridDecoder, NvjpegError> {
+        let decoder = JpegDecoder::create(handle, sys::BACKEND_GPU_HYBRID)?;
+        let state = JpegState::for_decoder(handle, &decoder)?;
+        let pinned = PinnedBuffer::create(handle)?;
+        let device_buf = DeviceStaging::create(handle)?;
+        let s = handle.sys();
+        // SAFETY: the state and the buffers are live, and the buffers outlive the state
+        // (field order above).
+        unsafe {
+            result::state_attach_pinned_buffer(s, state.raw(), pinned.raw())?;
+            result::state_attach_device_buffer(s, state.raw(), device_buf.raw())?;
+        }
+        Ok(HybridDecoder {
+            params: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
+            state,
+            _device_buf: device_buf,
+            _pinned: pinned,
+            decoder,
+        })
+    }
+
+    fn objects(&self, handle: &LibHandle) -> result::Decoupled {
+        result::Decoupled {
+            handle: handle.raw(),
+            decoder: self.decoder.raw(),
+            state: self.state.raw(),
+        }
+    }
 }
 
 /// nvJPEG decoding for one device. Not `Sync`: one per decode thread.
 pub struct NvjpegDecoder {
-    handle: sys::Handle,
+    // Field order is drop order: every nvJPEG object before the library handle (each also
+    // holds the handle), all of them while `device`'s context is bound (Drop binds it).
     hardware: Option<HardwareBatch>,
     hybrid: HybridDecoder,
     /// Parsed-stream object reused for support checks and the hybrid path.
-    stream: sys::JpegStream,
-    engines: u32,
-    cores_per_engine: u32,
+    stream: JpegStream,
+    handle: Arc<LibHandle>,
     max_batch: usize,
-    // Field order: the handles above are destroyed in Drop before the library and the
-    // device's context are let go.
-    lib: Arc<NvjpegLib>,
     device: Device,
 }
-
-// SAFETY: nvJPEG handles and states may move between threads; a decoder is used by one thread
-// at a time (it is not Sync).
-unsafe impl Send for NvjpegDecoder {}
 
 impl NvjpegDecoder {
     /// A decoder on `device` for batches of up to `max_batch` images.
@@ -306,126 +338,23 @@ impl NvjpegDecoder {
             return Err(NvjpegError::Invalid(format!("batch size {max_batch}")));
         }
         device.bind()?;
-        let s = &lib.sys;
-        let (handle, hw) = match create_handle(s, sys::BACKEND_HARDWARE) {
+        let (handle, hw) = match LibHandle::create(lib.clone(), sys::BACKEND_HARDWARE) {
             Ok(h) => (h, true),
             Err(e) => {
                 tracing::info!(error = %e, "no hardware JPEG decoder; decoding on the GPU cores");
-                (create_handle(s, sys::BACKEND_DEFAULT)?, false)
+                (LibHandle::create(lib, sys::BACKEND_DEFAULT)?, false)
             }
         };
-        // From here on `d` owns every object made, so an early return releases them.
-        let mut d = NvjpegDecoder {
+        Ok(NvjpegDecoder {
+            hardware: hw
+                .then(|| HardwareBatch::new(&handle, max_batch))
+                .transpose()?,
+            hybrid: HybridDecoder::new(&handle)?,
+            stream: JpegStream::create(&handle)?,
             handle,
-            hardware: None,
-            hybrid: HybridDecoder {
-                decoder: ptr::null_mut(),
-                state: ptr::null_mut(),
-                pinned: ptr::null_mut(),
-                device_buf: ptr::null_mut(),
-                params: ptr::null_mut(),
-            },
-            stream: ptr::null_mut(),
-            engines: 0,
-            cores_per_engine: 0,
             max_batch,
-            lib: lib.clone(),
             device: device.clone(),
-        };
-        // SAFETY: (whole block) every handle passed is live (just created, owned by `d`), and
-        // every out-pointer is a field of `d` or a local.
-        unsafe {
-            check(
-                "nvjpegJpegStreamCreate",
-                (s.jpeg_stream_create)(handle, &mut d.stream),
-            )?;
-            let h = &mut d.hybrid;
-            check(
-                "nvjpegDecoderCreate",
-                (s.decoder_create)(handle, sys::BACKEND_GPU_HYBRID, &mut h.decoder),
-            )?;
-            check(
-                "nvjpegDecoderStateCreate",
-                (s.decoder_state_create)(handle, h.decoder, &mut h.state),
-            )?;
-            check(
-                "nvjpegBufferPinnedCreate",
-                (s.buffer_pinned_create)(handle, ptr::null_mut(), &mut h.pinned),
-            )?;
-            check(
-                "nvjpegBufferDeviceCreate",
-                (s.buffer_device_create)(handle, ptr::null_mut(), &mut h.device_buf),
-            )?;
-            check(
-                "nvjpegStateAttachPinnedBuffer",
-                (s.state_attach_pinned_buffer)(h.state, h.pinned),
-            )?;
-            check(
-                "nvjpegStateAttachDeviceBuffer",
-                (s.state_attach_device_buffer)(h.state, h.device_buf),
-            )?;
-            check(
-                "nvjpegDecodeParamsCreate",
-                (s.decode_params_create)(handle, &mut h.params),
-            )?;
-            check(
-                "nvjpegDecodeParamsSetOutputFormat",
-                (s.decode_params_set_output_format)(h.params, sys::OUTPUT_RGBI),
-            )?;
-        }
-        if hw {
-            // SAFETY: `d.handle` is live and owned by `d`.
-            unsafe { d.init_hardware(max_batch)? };
-        }
-        Ok(d)
-    }
-
-    /// Asks the hardware engines' size and creates the batched decoder's state and
-    /// per-image parameters, owned by `self` from creation on (so an error releases them).
-    ///
-    /// # Safety
-    /// `self.handle` must be a live nvJPEG handle with the hardware backend.
-    unsafe fn init_hardware(&mut self, max_batch: usize) -> Result<(), NvjpegError> {
-        let lib = Arc::clone(&self.lib);
-        let s = &lib.sys;
-        let handle = self.handle;
-        let d = self;
-        // SAFETY: (whole block) the handle is live (the caller's promise), and every
-        // out-pointer is a field of `d` or a local.
-        unsafe {
-            let (mut engines, mut cores): (c_uint, c_uint) = (0, 0);
-            check(
-                "nvjpegGetHardwareDecoderInfo",
-                (s.get_hardware_decoder_info)(handle, &mut engines, &mut cores),
-            )?;
-            d.engines = engines;
-            d.cores_per_engine = cores;
-            let mut batch = HardwareBatch {
-                state: ptr::null_mut(),
-                params: Vec::with_capacity(max_batch),
-                initialized: 0,
-            };
-            let created = check(
-                "nvjpegJpegStateCreate",
-                (s.jpeg_state_create)(handle, &mut batch.state),
-            );
-            d.hardware = Some(batch);
-            created?;
-            let batch = d.hardware.as_mut().expect("just set");
-            for _ in 0..max_batch {
-                let mut p: sys::DecodeParams = ptr::null_mut();
-                check(
-                    "nvjpegDecodeParamsCreate",
-                    (s.decode_params_create)(handle, &mut p),
-                )?;
-                batch.params.push(p);
-                check(
-                    "nvjpegDecodeParamsSetOutputFormat",
-                    (s.decode_params_set_output_format)(p, sys::OUTPUT_RGBI),
-                )?;
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Whether the hardware engines are in use.
@@ -435,54 +364,23 @@ impl NvjpegDecoder {
 
     /// (engines, cores per engine); (0, 0) without hardware.
     pub fn hardware_info(&self) -> (u32, u32) {
-        (self.engines, self.cores_per_engine)
+        self.hardware
+            .as_ref()
+            .map_or((0, 0), |h| (h.engines, h.cores_per_engine))
     }
 
     /// The batch size that keeps every hardware core busy (engines x cores), at least 1.
     pub fn hardware_batch(&self) -> usize {
-        ((self.engines * self.cores_per_engine) as usize).max(1)
+        let (engines, cores) = self.hardware_info();
+        ((engines * cores) as usize).max(1)
     }
 
-    /// Header facts of `jpeg`.
+    /// Header facts of `jpeg`; the size is the largest component's (the image's), not the
+    /// first component's, which is smaller when chroma is sampled finer than luma.
     pub fn info(&self, jpeg: &[u8]) -> Result<JpegInfo, NvjpegError> {
-        let (mut comps, mut sub) = (0 as c_int, 0 as c_int);
-        let mut w = [0 as c_int; sys::MAX_COMPONENT];
-        let mut h = [0 as c_int; sys::MAX_COMPONENT];
-        // SAFETY: the handle is live; `jpeg` is read for its length; outputs are 4-int arrays.
-        check("nvjpegGetImageInfo", unsafe {
-            (self.lib.sys.get_image_info)(
-                self.handle,
-                jpeg.as_ptr(),
-                jpeg.len(),
-                &mut comps,
-                &mut sub,
-                w.as_mut_ptr(),
-                h.as_mut_ptr(),
-            )
-        })?;
-        Ok(JpegInfo {
-            components: comps.max(0) as u32,
-            subsampling: sub,
-            width: w[0].max(0) as u32,
-            height: h[0].max(0) as u32,
-        })
-    }
-
-    fn set_roi(&self, params: sys::DecodeParams, roi: Option<Roi>) -> Result<(), NvjpegError> {
-        // nvJPEG: a ROI of (0, 0, -1, -1) means the whole image.
-        let (x, y, w, h) = match roi {
-            Some(r) => (
-                r.x as c_int,
-                r.y as c_int,
-                r.width as c_int,
-                r.height as c_int,
-            ),
-            None => (0, 0, -1, -1),
-        };
-        // SAFETY: `params` is a live decode-params object owned by `self`.
-        check("nvjpegDecodeParamsSetROI", unsafe {
-            (self.lib.sys.decode_params_set_roi)(params, x, y, w, h)
-        })
+        // SAFETY: the handle is live.
+        let i = unsafe { result::get_image_info(self.handle.sys(), self.handle.raw(), jpeg)? };
+        Ok(JpegInfo::from_image_info(&i))
     }
 
     /// Whether the hardware engines can decode `jpeg` (with `roi`). `false` without hardware.
@@ -494,43 +392,27 @@ impl NvjpegDecoder {
         let Some(hw) = self.hardware.as_ref() else {
             return Ok(false);
         };
-        let params = hw.params[0];
-        self.set_roi(params, roi)?;
-        let s = &self.lib.sys;
-        // SAFETY: handle and stream are live; `jpeg` is read during the call only.
-        check("nvjpegJpegStreamParseHeader", unsafe {
-            (s.jpeg_stream_parse_header)(self.handle, jpeg.as_ptr(), jpeg.len(), self.stream)
-        })?;
-        let mut flag: c_int = -1;
-        // SAFETY: all handles are live; writes one int.
-        check("nvjpegDecodeBatchedSupportedEx", unsafe {
-            (s.decode_batched_supported_ex)(self.handle, self.stream, params, &mut flag)
-        })?;
-        // nvJPEG reports 0 for SUPPORTED.
-        Ok(flag == 0)
+        let params = &hw.params[0];
+        params.set_roi(roi)?;
+        let (s, h) = (self.handle.sys(), self.handle.raw());
+        // SAFETY: handle, stream and params are live; the stream is parsed before the check.
+        unsafe {
+            result::jpeg_stream_parse_header(s, h, jpeg, self.stream.raw())?;
+            result::decode_batched_supported_ex(s, h, self.stream.raw(), params.raw())
+        }
     }
 
     /// Whether the GPU-hybrid decoder can decode `jpeg` (with `roi`); `false` sends the image
     /// to the CPU decoder.
     pub fn hybrid_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError> {
-        self.set_roi(self.hybrid.params, roi)?;
-        let s = &self.lib.sys;
-        // SAFETY: handle and stream are live; `jpeg` is read during the call only.
-        check("nvjpegJpegStreamParseHeader", unsafe {
-            (s.jpeg_stream_parse_header)(self.handle, jpeg.as_ptr(), jpeg.len(), self.stream)
-        })?;
-        let mut flag: c_int = -1;
-        // SAFETY: all handles are live; writes one int.
-        check("nvjpegDecoderJpegSupported", unsafe {
-            (s.decoder_jpeg_supported)(
-                self.hybrid.decoder,
-                self.stream,
-                self.hybrid.params,
-                &mut flag,
-            )
-        })?;
-        // Like the batched check, 0 means supported.
-        Ok(flag == 0)
+        self.hybrid.params.set_roi(roi)?;
+        let (s, h) = (self.handle.sys(), self.handle.raw());
+        let (decoder, params) = (self.hybrid.decoder.raw(), self.hybrid.params.raw());
+        // SAFETY: every object is live; the stream is parsed before the check.
+        unsafe {
+            result::jpeg_stream_parse_header(s, h, jpeg, self.stream.raw())?;
+            result::decoder_jpeg_supported(s, decoder, self.stream.raw(), params)
+        }
     }
 
     /// Decodes a batch on the hardware engines into `outs`, enqueued on `stream`.
@@ -555,52 +437,44 @@ impl NvjpegDecoder {
                 self.max_batch
             )));
         }
-        let Some(hw) = self.hardware.as_ref() else {
+        let Some(hw) = self.hardware.as_mut() else {
             return Err(NvjpegError::Invalid("no hardware decoder".into()));
         };
-        let (state, initialized) = (hw.state, hw.initialized);
-        let mut params: Vec<sys::DecodeParams> = hw.params[..n].to_vec();
-        for (p, roi) in params.iter().zip(rois) {
-            self.set_roi(*p, *roi)?;
+        for (p, roi) in hw.params.iter().zip(rois) {
+            p.set_roi(*roi)?;
         }
         self.device.bind()?;
-        let s = &self.lib.sys;
-        if initialized != n {
+        let (s, h) = (self.handle.sys(), self.handle.raw());
+        if hw.initialized != n {
             // SAFETY: handle and state are live.
-            check("nvjpegDecodeBatchedInitialize", unsafe {
-                (s.decode_batched_initialize)(self.handle, state, n as c_int, 1, sys::OUTPUT_RGBI)
-            })?;
-            self.hardware.as_mut().expect("checked above").initialized = n;
+            unsafe {
+                result::decode_batched_initialize(
+                    s,
+                    h,
+                    hw.state.raw(),
+                    n as c_int,
+                    sys::OUTPUT_RGBI,
+                )?
+            };
+            hw.initialized = n;
         }
         let data: Vec<*const u8> = jpegs.iter().map(|j| j.as_ptr()).collect();
         let lengths: Vec<usize> = jpegs.iter().map(|j| j.len()).collect();
         let mut images: Vec<sys::NvjpegImage> = outs.iter().map(|o| o.as_nvjpeg()).collect();
+        let args = result::BatchArgs {
+            data: &data,
+            lengths: &lengths,
+            images: &mut images,
+        };
         if rois.iter().all(Option::is_none) {
-            // SAFETY: as below, without per-image parameters.
-            return check("nvjpegDecodeBatched", unsafe {
-                (s.decode_batched)(
-                    self.handle,
-                    state,
-                    data.as_ptr(),
-                    lengths.as_ptr(),
-                    images.as_mut_ptr(),
-                    stream.raw(),
-                )
-            });
+            // SAFETY: the state is initialised for `n`; the arrays hold `n` entries and
+            // outlive the call; the caller promises the outputs.
+            return unsafe { result::decode_batched(s, h, hw.state.raw(), args, stream.raw()) };
         }
-        // SAFETY: the arrays hold `n` entries each and outlive the call (nvJPEG copies the
-        // bitstreams to its pinned staging before returning); the caller promises the outputs.
-        check("nvjpegDecodeBatchedEx", unsafe {
-            (s.decode_batched_ex)(
-                self.handle,
-                state,
-                data.as_ptr(),
-                lengths.as_ptr(),
-                images.as_mut_ptr(),
-                params.as_mut_ptr(),
-                stream.raw(),
-            )
-        })
+        let mut params: Vec<sys::DecodeParams> = hw.params[..n].iter().map(|p| p.raw()).collect();
+        // SAFETY: as above (nvJPEG copies the bitstreams to its pinned staging before
+        // returning), with one live params object per image.
+        unsafe { result::decode_batched_ex(s, h, hw.state.raw(), args, &mut params, stream.raw()) }
     }
 
     /// Decodes one image with the GPU-hybrid decoupled path (host Huffman, then device), for
@@ -616,89 +490,30 @@ impl NvjpegDecoder {
         roi: Option<Roi>,
         out: DeviceImage,
     ) -> Result<(), NvjpegError> {
-        self.set_roi(self.hybrid.params, roi)?;
+        self.hybrid.params.set_roi(roi)?;
         self.device.bind()?;
-        let s = &self.lib.sys;
-        let h = &self.hybrid;
+        let s = self.handle.sys();
+        let d = self.hybrid.objects(&self.handle);
+        let js = self.stream.raw();
         let mut image = out.as_nvjpeg();
-        // SAFETY: (whole block) every handle is live and owned by `self`; `jpeg` outlives the
-        // parse and host phases, which copy what they need; the caller promises `out`.
+        // SAFETY: every object is live and owned by `self`; `jpeg` outlives the parse and host
+        // phases, which copy what they need; the caller promises `out`.
         unsafe {
-            check(
-                "nvjpegJpegStreamParse",
-                (s.jpeg_stream_parse)(self.handle, jpeg.as_ptr(), jpeg.len(), 0, 0, self.stream),
-            )?;
-            check(
-                "nvjpegDecodeJpegHost",
-                (s.decode_jpeg_host)(self.handle, h.decoder, h.state, h.params, self.stream),
-            )?;
-            check(
-                "nvjpegDecodeJpegTransferToDevice",
-                (s.decode_jpeg_transfer_to_device)(
-                    self.handle,
-                    h.decoder,
-                    h.state,
-                    self.stream,
-                    stream.raw(),
-                ),
-            )?;
-            check(
-                "nvjpegDecodeJpegDevice",
-                (s.decode_jpeg_device)(self.handle, h.decoder, h.state, &mut image, stream.raw()),
-            )
+            result::jpeg_stream_parse(s, d.handle, jpeg, js)?;
+            result::decode_jpeg_host(s, d, self.hybrid.params.raw(), js)?;
+            result::decode_jpeg_transfer_to_device(s, d, js, stream.raw())?;
+            result::decode_jpeg_device(s, d, &mut image, stream.raw())
         }
     }
 }
 
 impl Drop for NvjpegDecoder {
     fn drop(&mut self) {
-        if self.device.bind().is_err() {
-            return;
-        }
-        let s = &self.lib.sys;
-        // SAFETY: every non-null handle below is owned by `self` and used by nothing else;
-        // dependents are destroyed before what they depend on, the library handle last.
-        unsafe {
-            if let Some(hw) = self.hardware.take() {
-                for p in hw.params {
-                    log_drop("nvjpegDecodeParamsDestroy", (s.decode_params_destroy)(p));
-                }
-                if !hw.state.is_null() {
-                    log_drop("nvjpegJpegStateDestroy", (s.jpeg_state_destroy)(hw.state));
-                }
-            }
-            let h = &self.hybrid;
-            if !h.params.is_null() {
-                log_drop(
-                    "nvjpegDecodeParamsDestroy",
-                    (s.decode_params_destroy)(h.params),
-                );
-            }
-            if !h.state.is_null() {
-                log_drop("nvjpegJpegStateDestroy", (s.jpeg_state_destroy)(h.state));
-            }
-            if !h.device_buf.is_null() {
-                log_drop(
-                    "nvjpegBufferDeviceDestroy",
-                    (s.buffer_device_destroy)(h.device_buf),
-                );
-            }
-            if !h.pinned.is_null() {
-                log_drop(
-                    "nvjpegBufferPinnedDestroy",
-                    (s.buffer_pinned_destroy)(h.pinned),
-                );
-            }
-            if !h.decoder.is_null() {
-                log_drop("nvjpegDecoderDestroy", (s.decoder_destroy)(h.decoder));
-            }
-            if !self.stream.is_null() {
-                log_drop(
-                    "nvjpegJpegStreamDestroy",
-                    (s.jpeg_stream_destroy)(self.stream),
-                );
-            }
-            log_drop("nvjpegDestroy", (s.destroy)(self.handle));
+        // The fields drop after this, with the device's context bound (nvJPEG frees device
+        // memory in it). Without a context they are still released: nvJPEG returns an error
+        // status, which each owner logs.
+        if let Err(e) = self.device.bind() {
+            tracing::warn!(error = %e, "releasing nvJPEG objects without the device's context");
         }
     }
 }
@@ -721,6 +536,27 @@ mod tests {
             e.to_string(),
             "nvjpegDecodeBatchedEx failed: NVJPEG_STATUS_JPEG_NOT_SUPPORTED (4)"
         );
+    }
+
+    #[test]
+    fn image_size_is_the_largest_components() {
+        // Y 1x1, Cb 2x2, Cr 1x1 in a 100x60 image: Cb is full size, Y half.
+        let i = result::ImageInfo {
+            components: 3,
+            subsampling: -1,
+            widths: [50, 100, 50, 0],
+            heights: [30, 60, 30, 0],
+        };
+        let info = JpegInfo::from_image_info(&i);
+        assert_eq!((info.width, info.height, info.components), (100, 60, 3));
+        // Unused entries beyond the component count are ignored.
+        let gray = result::ImageInfo {
+            components: 1,
+            subsampling: 6,
+            widths: [7, 99, 0, 0],
+            heights: [5, 99, 0, 0],
+        };
+        assert_eq!(JpegInfo::from_image_info(&gray).width, 7);
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! (`--cold`) and the CPU peers side by side (`--compare`). Progress goes to stderr; results to
 //! the terminal as a table, to JSON (`--json`) and to an SVG chart (`--svg`).
 //!
+//! With `--backend cuda` it measures the GPU path instead (`cuda.rs`): the hardware JPEG
+//! engines' batched decode rate and `stokerd --backend cuda` end to end.
+//!
 //! # Limitations
-//! - The cuda backend is not wired into the pipeline yet; `--backend cuda` is refused.
 //! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
 //! - Cold rows drop the page cache with posix_fadvise(DONTNEED) per file (pages another process
 //!   maps stay cached, and so do dentries and inodes); as root, /proc/sys/vm/drop_caches = 3
@@ -55,9 +57,17 @@ pub struct SpecArgs {
 pub struct BenchArgs {
     /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
     pub data: PathBuf,
-    /// Decode backend (only `cpu` is built so far; `auto` means cpu here).
+    /// Decode backend. `cuda` measures the GPU path instead (`--device`): the hardware JPEG
+    /// engines' batched decode rate (the ceiling) and `stokerd --backend cuda` end to end into
+    /// a client process; `auto` and `cpu` measure the CPU path.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
+    /// With `--backend cuda`: the GPU (`cuda`, `cuda:N` or a UUID).
+    #[arg(long, default_value = "cuda")]
+    pub device: String,
+    /// With `--backend cuda`: only the hardware decoder's rate, no daemon.
+    #[arg(long)]
+    pub decode_only: bool,
     /// Decode worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -199,6 +209,10 @@ pub struct ServedResult {
     pub cpu_s_per_1000: Option<f64>,
     pub daemon_peak_rss_mb: Option<f64>,
     pub client_peak_rss_mb: f64,
+    /// The daemon's GPUs as `stoker status` showed them when the clients were done (decode
+    /// mix, time per batch); empty for the CPU backend.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<stoker::protocol::GpuStatus>,
 }
 
 /// A peer's figure from the same run.
@@ -242,12 +256,6 @@ fn progress(step: &str) {
 }
 
 pub fn run(args: &BenchArgs) -> i32 {
-    if args.backend == BackendChoice::Cuda {
-        eprintln!(
-            "stoker bench: the cuda backend is not wired into the pipeline yet; use --backend cpu"
-        );
-        return EXIT_USAGE;
-    }
     let spec = args.spec.spec();
     if let Err(e) = spec.validate() {
         eprintln!("stoker bench: {e}");
@@ -264,6 +272,9 @@ pub fn run(args: &BenchArgs) -> i32 {
             );
             return EXIT_USAGE;
         }
+    }
+    if args.backend == BackendChoice::Cuda {
+        return cuda::run(args, spec, &json_path);
     }
     match bench(args, spec) {
         Ok(report) => {
@@ -599,6 +610,7 @@ fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
     }
 }
 
+mod cuda;
 mod peers;
 mod report;
 mod served;

@@ -64,6 +64,7 @@ pub(super) fn run_served(
                 .args(["--seed", &args.seed.to_string()])
                 .args(["--warmup", &warmup.to_string()])
                 .args(["--epochs", &epochs.to_string()])
+                .args(["--device", &client_device(args)])
                 .args(args.spec.to_flags())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -91,6 +92,7 @@ pub(super) fn run_served(
         _ => None,
     };
     let daemon_rss = pid.and_then(|p| peak_rss_mb(Some(p)));
+    let gpus = crate::cli::status::query(&socket).map_or_else(|_| Vec::new(), |s| s.gpus);
     drop(daemon);
 
     let images: u64 = stats.iter().map(|s| s.images).sum();
@@ -113,6 +115,7 @@ pub(super) fn run_served(
         cpu_s_per_1000: daemon_cpu.map(|d| (d + clients_cpu) / images_all.max(1) as f64 * 1000.0),
         daemon_peak_rss_mb: daemon_rss,
         client_peak_rss_mb: stats.iter().map(|s| s.peak_rss_mb).fold(0.0, f64::max),
+        gpus,
     })
 }
 
@@ -132,14 +135,19 @@ fn start_stokerd(
     threads: usize,
 ) -> Result<(PathBuf, Option<ChildGuard>), String> {
     let socket = dir.join("stoker.sock");
+    let log_path = dir.join("stokerd.log");
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
     let child = Command::new(stokerd_path(args)?)
         .arg("--socket")
         .arg(&socket)
         .arg("--threads")
         .arg(threads.to_string())
+        .args(["--backend", daemon_backend(args)])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(log)
         .spawn()
         .map_err(|e| format!("cannot start stokerd: {e}"))?;
     let mut guard = ChildGuard(child);
@@ -147,7 +155,13 @@ fn start_stokerd(
     // Another process's readiness: nothing to be woken by, so look every 20 ms.
     while stoker::sock::SeqPacket::connect(&socket).is_err() {
         if let Ok(Some(status)) = guard.0.try_wait() {
-            return Err(format!("stokerd exited before serving: {status}"));
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let why = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(format!("stokerd exited before serving ({status}): {why}"));
         }
         if Instant::now() > deadline {
             return Err("stokerd did not listen within 30s".into());
@@ -155,6 +169,24 @@ fn start_stokerd(
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok((socket, Some(guard)))
+}
+
+/// What `stokerd --backend` the run asks for: the bench's own backend (auto as auto).
+fn daemon_backend(args: &BenchArgs) -> &'static str {
+    match args.backend {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Cpu => "cpu",
+        BackendChoice::Cuda => "cuda",
+    }
+}
+
+/// The device the client processes attach with: the bench's GPU with the cuda backend, else
+/// host memory.
+fn client_device(args: &BenchArgs) -> String {
+    match args.backend {
+        BackendChoice::Cuda => args.device.clone(),
+        _ => "cpu".into(),
+    }
 }
 
 pub(super) struct RemoveDir(PathBuf);

@@ -1,0 +1,528 @@
+//! Filling one batch on a GPU: read, probe, draw crops, route each image (hardware / hybrid /
+//! CPU), decode, one fused augment launch into the slot, an event (see the parent module).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use stoker::ring::SlotLayout;
+use stoker_kernels::augment::{AugmentBatch, AugmentSample};
+use stoker_kernels::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
+use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
+
+use super::pending::{EventPool, EventSet, Failed, PendingBatch};
+use super::{breaks_context, Gpu, MAX_HARDWARE_BATCH};
+use crate::augment::{sample_params, CropBox};
+use crate::backend::BackendKind;
+use crate::badsample::BadSample;
+use crate::decode::probe;
+use crate::engine::backend::{
+    Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
+};
+use crate::engine::cpu::{too_large, CpuBackend, Sample};
+use crate::engine::memory::SlotImages;
+use crate::engine::{EngineConfig, PipelineError};
+use crate::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
+
+/// Device allocations are aligned to this within the scratch.
+const SCRATCH_ALIGN: usize = 256;
+
+/// Which way one image of a batch goes.
+#[derive(Debug, Clone, PartialEq)]
+enum Route {
+    Hardware,
+    Hybrid,
+    Cpu,
+    Bad(BadSample),
+}
+
+/// One image of a batch, planned: its route, its crop and the region nvJPEG decodes.
+#[derive(Debug, Clone)]
+struct Planned {
+    route: Route,
+    crop: CropBox,
+    flip: bool,
+    /// Decoded region in image pixels (the whole image when `None`).
+    roi: Option<Roi>,
+    width: u32,
+    height: u32,
+    /// Offset of the decoded region in the scratch.
+    offset: usize,
+}
+
+/// One worker's GPU tools: a stream, an nvJPEG decoder, the CPU backend (reads, the CPU
+/// path, replacements), scratch for decoded images and the kernel's sample array.
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    // Field order: everything using the stream's work goes before the stream; the decoder
+    // before the device (it binds the context on drop).
+    decoder: NvjpegDecoder,
+    scratch: Option<DeviceBuffer>,
+    samples_dev: Option<DeviceBuffer>,
+    events: EventPool,
+    stream: Stream,
+    cpu: CpuBackend,
+    plan: Vec<Planned>,
+    samples: Vec<AugmentSample>,
+    /// Host images of the CPU path, `image_bytes` each, uploaded after the launch.
+    host_images: Vec<u8>,
+    zeros: Vec<u8>,
+}
+
+impl CudaBackend {
+    pub fn new(gpu: Arc<Gpu>, config: &EngineConfig) -> Result<CudaBackend, PipelineError> {
+        let fault = |what: &str, e: &dyn std::fmt::Display| gpu.fault(what, e, false);
+        let stream = gpu
+            .device()
+            .stream()
+            .map_err(|e| PipelineError::Backend(fault("cannot create a stream", &e)))?;
+        let decoder = NvjpegDecoder::new(gpu.device(), gpu.nvjpeg.clone(), MAX_HARDWARE_BATCH)
+            .map_err(|e| PipelineError::Backend(fault("cannot set up nvJPEG", &e)))?;
+        Ok(CudaBackend {
+            decoder,
+            scratch: None,
+            samples_dev: None,
+            events: Arc::new(Mutex::new(Vec::new())),
+            stream,
+            cpu: CpuBackend::new(config)?,
+            plan: Vec::new(),
+            samples: Vec::new(),
+            host_images: Vec::new(),
+            zeros: Vec::new(),
+            gpu,
+        })
+    }
+
+    fn fault(&self, what: &str, e: &CudaError) -> BackendFault {
+        self.gpu.fault(what, e, breaks_context(e))
+    }
+
+    /// Routes and crops every sample of the unit (after the read).
+    fn plan_unit(&mut self, unit: &UnitWork<'_>) {
+        let reads = self.cpu.read_unit(unit);
+        let spec = &unit.job.spec;
+        let clamp = matches!(spec.crop, stoker::spec::Crop::RandomResized { .. });
+        let max_file_bytes = unit.config.limits.max_file_bytes;
+        self.plan.clear();
+        for (k, read) in reads.into_iter().enumerate() {
+            let index = unit.indices[k];
+            let data = &self.cpu.bufs[k];
+            let header = match (too_large(&unit.job.dataset, index, max_file_bytes), read) {
+                (Some(bad), _) => Err(bad),
+                (None, Err(e)) => Err(BadSample::from(&e)),
+                (None, Ok(())) => probe(data).map_err(BadSample::from),
+            };
+            let header = match header {
+                Ok(h) => h,
+                Err(bad) => {
+                    self.plan.push(Planned::bad(bad));
+                    continue;
+                }
+            };
+            let (w, h) = (header.width, header.height);
+            let (crop, flip) = sample_params(spec, w, h, unit.job.seed, unit.pos.epoch, index);
+            let roi = clamp.then(|| crop_region(crop, w, h));
+            let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
+            let route = if self.decoder.hardware_supports(data, roi).unwrap_or(false) {
+                Route::Hardware
+            } else if self.decoder.hybrid_supports(data, roi).unwrap_or(false) {
+                Route::Hybrid
+            } else {
+                Route::Cpu
+            };
+            self.plan.push(Planned {
+                route,
+                crop,
+                flip,
+                roi,
+                width: rw,
+                height: rh,
+                offset: 0,
+            });
+        }
+    }
+
+    /// Lays the decoded regions out in the scratch, growing it (after the stream's work on
+    /// the old one is done) when the batch needs more.
+    fn place(&mut self) -> Result<(), CudaError> {
+        let mut at = 0usize;
+        for p in self.plan.iter_mut() {
+            if matches!(p.route, Route::Hardware | Route::Hybrid) {
+                p.offset = at;
+                let bytes = p.width as usize * p.height as usize * 3;
+                at += bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
+            }
+        }
+        grow(&self.gpu, &self.stream, &mut self.scratch, at)
+    }
+
+    /// Where image `k` of the plan is decoded to.
+    fn out(&self, k: usize) -> DeviceImage {
+        let p = &self.plan[k];
+        let base = self.scratch.as_ref().map_or(0, |b| b.ptr());
+        DeviceImage {
+            ptr: base + p.offset as u64,
+            pitch: p.width as usize * 3,
+        }
+    }
+
+    /// Decodes the hardware images in engines x cores batches, then the hybrid ones; an
+    /// image nvJPEG fails on goes to the CPU path.
+    fn decode_gpu(&mut self) -> Result<(), BackendFault> {
+        let hw: Vec<usize> = self.routed(&Route::Hardware);
+        let chunk = self.decoder.hardware_batch().min(MAX_HARDWARE_BATCH);
+        for ks in hw.chunks(chunk) {
+            match self.decode_hardware(ks) {
+                // One image the engines fail on: decode the others one by one, so only that
+                // one goes to the CPU path.
+                Err(e) if e.is_bad_image() && ks.len() > 1 => {
+                    for k in ks {
+                        let r = self.decode_hardware(std::slice::from_ref(k));
+                        self.settle_nvjpeg(r, std::slice::from_ref(k))?;
+                    }
+                }
+                r => self.settle_nvjpeg(r, ks)?,
+            }
+        }
+        for k in self.routed(&Route::Hybrid) {
+            let out = self.out(k);
+            // SAFETY: as above, for one image.
+            let r = unsafe {
+                self.decoder
+                    .decode_hybrid(&self.stream, &self.cpu.bufs[k], self.plan[k].roi, out)
+            };
+            self.settle_nvjpeg(r, &[k])?;
+            // The hybrid state's pinned buffer is reused by the next image.
+            self.stream
+                .synchronize()
+                .map_err(|e| self.fault("hybrid decode", &e))?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues images `ks` of the plan on the hardware engines.
+    fn decode_hardware(&mut self, ks: &[usize]) -> Result<(), NvjpegError> {
+        let jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
+        let rois: Vec<Option<Roi>> = ks.iter().map(|&k| self.plan[k].roi).collect();
+        let outs: Vec<DeviceImage> = ks.iter().map(|&k| self.out(k)).collect();
+        // SAFETY: each output is a region of the scratch sized height * pitch (`place`), which
+        // lives until the stream's work on it is done (it is only replaced after a
+        // synchronise); each image was accepted by `hardware_supports` with its ROI.
+        unsafe {
+            self.decoder
+                .decode_hardware_batch(&self.stream, &jpegs, &rois, &outs)
+        }
+    }
+
+    fn routed(&self, route: &Route) -> Vec<usize> {
+        (0..self.plan.len())
+            .filter(|&k| &self.plan[k].route == route)
+            .collect()
+    }
+
+    /// An nvJPEG call's outcome: images it refused go to the CPU path; a device failure is a
+    /// fault.
+    fn settle_nvjpeg(
+        &mut self,
+        r: Result<(), NvjpegError>,
+        ks: &[usize],
+    ) -> Result<(), BackendFault> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_bad_image() => {
+                for &k in ks {
+                    self.plan[k].route = Route::Cpu;
+                }
+                Ok(())
+            }
+            Err(NvjpegError::Cuda(e)) => Err(self.fault("nvJPEG decode", &e)),
+            Err(e) => Err(self.gpu.fault("nvJPEG decode", &e, false)),
+        }
+    }
+
+    /// Decodes and augments the CPU path's images on the host, into `host_images`.
+    fn decode_cpu(&mut self, unit: &UnitWork<'_>) {
+        let image_bytes = unit.layout.image_bytes;
+        let cpu_route = self.routed(&Route::Cpu);
+        self.host_images.resize(cpu_route.len() * image_bytes, 0);
+        for (j, &k) in cpu_route.iter().enumerate() {
+            let sample = Sample {
+                job: unit.job,
+                pos: unit.pos,
+                index: unit.indices[k],
+                config: unit.config,
+                stats: unit.stats,
+            };
+            let data = std::mem::take(&mut self.cpu.bufs[k]);
+            let out = &mut self.host_images[j * image_bytes..(j + 1) * image_bytes];
+            if let Err(bad) = self.cpu.process(sample, &data, out) {
+                self.plan[k].route = Route::Bad(bad);
+            }
+            self.cpu.bufs[k] = data;
+        }
+    }
+
+    /// The kernel's sample array: nvJPEG images with their crop (relative to the decoded
+    /// region), zeros elsewhere (the CPU path's images are uploaded after the launch).
+    fn kernel_samples(&mut self) -> usize {
+        self.samples.clear();
+        let base = self.scratch.as_ref().map_or(0, |b| b.ptr());
+        for p in &self.plan {
+            let s = match p.route {
+                Route::Hardware | Route::Hybrid => {
+                    let (x0, y0) = p.roi.map_or((0, 0), |r| (r.x, r.y));
+                    let crop = CropBox::new(
+                        p.crop.x - f64::from(x0),
+                        p.crop.y - f64::from(y0),
+                        p.crop.w,
+                        p.crop.h,
+                    );
+                    let pitch = u64::from(p.width) * 3;
+                    let src = base + p.offset as u64;
+                    AugmentSample::new(src, pitch, p.width, p.height, crop, p.flip)
+                }
+                Route::Cpu | Route::Bad(_) => AugmentSample::zeroed(),
+            };
+            self.samples.push(s);
+        }
+        std::mem::size_of_val(self.samples.as_slice())
+    }
+
+    /// Everything after the read and the routing: decode, the launch, the CPU uploads, the
+    /// events. Returns the batch's pending work.
+    fn enqueue(&mut self, unit: &UnitWork<'_>) -> Result<PendingBatch, BackendFault> {
+        let SlotImages::Device(dst) = unit.images else {
+            panic!(
+                "the CUDA backend writes device memory only, got {:?}",
+                unit.images
+            );
+        };
+        let t0 = Instant::now();
+        self.place().map_err(|e| self.fault("decode scratch", &e))?;
+        self.decode_gpu()?;
+        self.decode_cpu(unit);
+        let events = self.take_events()?;
+        let rec = |s: &CudaBackend, e: &stoker_kernels::cuda::Event| {
+            e.record(&s.stream).map_err(|e| s.fault("event record", &e))
+        };
+        rec(self, &events.decoded)?;
+        let decode_ns = t0.elapsed().as_nanos() as u64;
+        let bytes = self.kernel_samples();
+        grow(&self.gpu, &self.stream, &mut self.samples_dev, bytes)
+            .map_err(|e| self.fault("sample array", &e))?;
+        let samples_dev = self.samples_dev.as_ref().expect("grown");
+        self.stream
+            .copy_to_device(samples_dev, 0, AugmentSample::as_bytes(&self.samples))
+            .map_err(|e| self.fault("sample array upload", &e))?;
+        let first = dst + (unit.layout.images + unit.start * unit.layout.image_bytes) as u64;
+        let n = self.samples.len() as u32;
+        let batch = AugmentBatch::new(&unit.job.spec, first, samples_dev.ptr(), n);
+        // SAFETY: `first` is the unit's first image in the slot's device memory, which holds
+        // n * image_bytes from there (SlotMemory); the samples array and every decoded image
+        // it names live in this backend's buffers, replaced only after a synchronise.
+        unsafe { self.gpu.kernels.augment(&self.stream, &batch) }.map_err(|e| match e {
+            stoker_kernels::augment::KernelError::Cuda(c) => self.fault("augment launch", &c),
+            other => self.gpu.fault("augment launch", &other, false),
+        })?;
+        self.upload_cpu(first, unit.layout.image_bytes)?;
+        rec(self, &events.done)?;
+        self.count(decode_ns);
+        Ok(PendingBatch {
+            gpu: self.gpu.clone(),
+            events,
+            pool: self.events.clone(),
+        })
+    }
+
+    /// Uploads the CPU path's images into their places, after the launch on the stream.
+    fn upload_cpu(&self, first: u64, image_bytes: usize) -> Result<(), BackendFault> {
+        let mut j = 0;
+        for (k, p) in self.plan.iter().enumerate() {
+            if p.route != Route::Cpu {
+                continue;
+            }
+            let src = &self.host_images[j * image_bytes..(j + 1) * image_bytes];
+            self.upload(first + (k * image_bytes) as u64, src)?;
+            j += 1;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to device address `dst` on the stream (staged before return).
+    fn upload(&self, dst: u64, src: &[u8]) -> Result<(), BackendFault> {
+        let copy = || -> Result<(), CudaError> {
+            self.gpu.device().bind()?;
+            let d = stoker_kernels::cuda::driver()?;
+            // SAFETY: `dst` is a sample's place in a slot's device images, image_bytes long
+            // (SlotMemory); `src` is pageable, staged by the driver before it returns.
+            unsafe { cu::memcpy_htod_async(d, dst, src, self.stream.raw()) }
+        };
+        copy().map_err(|e| self.fault("upload", &e))
+    }
+
+    fn take_events(&self) -> Result<EventSet, BackendFault> {
+        if let Some(set) = self.events.lock().unwrap().pop() {
+            return Ok(set);
+        }
+        EventSet::new(self.gpu.device()).map_err(|e| self.fault("event create", &e))
+    }
+
+    fn count(&self, decode_ns: u64) {
+        let s = &self.gpu.stats;
+        let gpu = self.gpu.uuid.to_string();
+        for (route, counter, name) in [
+            (Route::Hardware, &s.hardware, "hardware"),
+            (Route::Hybrid, &s.hybrid, "hybrid"),
+            (Route::Cpu, &s.cpu, "cpu"),
+        ] {
+            let n = self.plan.iter().filter(|p| p.route == route).count() as u64;
+            counter.fetch_add(n, Ordering::Relaxed);
+            metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu.clone(), "path" => name).increment(n);
+        }
+        s.batches.fetch_add(1, Ordering::Relaxed);
+        s.decode_ns.fetch_add(decode_ns, Ordering::Relaxed);
+        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        metrics::histogram!(GPU_DECODE_SECONDS, "gpu" => gpu).record(decode_ns as f64 * 1e-9);
+    }
+
+    /// Copies one host image into place `at` and waits for it (after the batch's kernel,
+    /// which runs before it on the stream).
+    fn put_sample(&self, images: SlotImages, layout: &SlotLayout, at: usize, src: &[u8]) -> bool {
+        let SlotImages::Device(base) = images else {
+            panic!("the CUDA backend writes device memory only, got {images:?}");
+        };
+        assert!(
+            at < layout.batch_size,
+            "sample {at} of {}",
+            layout.batch_size
+        );
+        let dst = base + (layout.images + at * layout.image_bytes) as u64;
+        let done = self.upload(dst, src).and_then(|()| {
+            self.stream
+                .synchronize()
+                .map_err(|e| self.fault("upload", &e))
+        });
+        match done {
+            Ok(()) => true,
+            Err(fault) => {
+                tracing::error!(error = %fault, "cannot upload a sample");
+                false
+            }
+        }
+    }
+}
+
+impl Planned {
+    fn bad(bad: BadSample) -> Planned {
+        Planned {
+            route: Route::Bad(bad),
+            crop: CropBox::new(0.0, 0.0, 0.0, 0.0),
+            flip: false,
+            roi: None,
+            width: 0,
+            height: 0,
+            offset: 0,
+        }
+    }
+}
+
+/// The pixels a crop's filter taps can reach when they stay inside the crop box: its
+/// bounding box in whole pixels, within the image.
+fn crop_region(crop: CropBox, width: u32, height: u32) -> Roi {
+    let x0 = (crop.x.floor().max(0.0) as u32).min(width.saturating_sub(1));
+    let y0 = (crop.y.floor().max(0.0) as u32).min(height.saturating_sub(1));
+    let x1 = ((crop.x + crop.w).ceil() as u32).clamp(x0 + 1, width);
+    let y1 = ((crop.y + crop.h).ceil() as u32).clamp(y0 + 1, height);
+    Roi {
+        x: x0,
+        y: y0,
+        width: x1 - x0,
+        height: y1 - y0,
+    }
+}
+
+/// Makes `buf` at least `bytes` long; an old, smaller buffer is freed only after the
+/// stream's work on it is done.
+fn grow(
+    gpu: &Gpu,
+    stream: &Stream,
+    buf: &mut Option<DeviceBuffer>,
+    bytes: usize,
+) -> Result<(), CudaError> {
+    if buf.as_ref().is_some_and(|b| b.len() >= bytes) || bytes == 0 {
+        return Ok(());
+    }
+    stream.synchronize()?;
+    *buf = None;
+    // Room to grow a little without reallocating at the next larger crop.
+    *buf = Some(gpu.device().alloc(bytes + bytes / 4)?);
+    Ok(())
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
+        if let Some(fault) = self.gpu.broken_fault() {
+            outcomes.extend(unit.indices.iter().map(|_| Ok(())));
+            return Completion::Pending(Box::new(Failed(fault)));
+        }
+        if let Err(e) = self.gpu.device().bind() {
+            outcomes.extend(unit.indices.iter().map(|_| Ok(())));
+            let fault = self.fault("cannot bind the context", &e);
+            return Completion::Pending(Box::new(Failed(fault)));
+        }
+        self.plan_unit(unit);
+        let pending = self.enqueue(unit);
+        outcomes.extend(self.plan.iter().map(|p| match &p.route {
+            Route::Bad(bad) => Err(bad.clone()),
+            _ => Ok(()),
+        }));
+        match pending {
+            Ok(p) => Completion::Pending(Box::new(p)),
+            Err(fault) => Completion::Pending(Box::new(Failed(fault))),
+        }
+    }
+
+    fn fill_sample(&mut self, work: &SampleWork<'_>) -> SampleOutcome {
+        let bytes = work.layout.image_bytes;
+        self.host_images.resize(bytes, 0);
+        let host = SampleWork {
+            images: SlotImages::Host(self.host_images.as_mut_ptr()),
+            layout: SlotLayout {
+                images: 0,
+                ..work.layout
+            },
+            at: 0,
+            ..*work
+        };
+        self.cpu.fill_sample(&host)?;
+        // Replacements are decoded on the CPU: they count in the GPU's decode mix as such.
+        self.gpu.stats.cpu.fetch_add(1, Ordering::Relaxed);
+        let gpu = self.gpu.uuid.to_string();
+        metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu, "path" => "cpu").increment(1);
+        if !self.put_sample(
+            work.images,
+            &work.layout,
+            work.at,
+            &self.host_images[..bytes],
+        ) {
+            // The GPU failed, not the file: the batch's completion reports the fault.
+            return Err(BadSample {
+                reason: "internal",
+                detail: format!(
+                    "the replacement could not be uploaded to GPU {}",
+                    self.gpu.label
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize) {
+        self.zeros.resize(layout.image_bytes, 0);
+        self.put_sample(images, layout, at, &self.zeros);
+    }
+}

@@ -1,0 +1,228 @@
+//! The CUDA backend: one [`Gpu`] per device (by UUID), whose engine's workers each own a
+//! [`CudaBackend`] with its own stream, so at least [`STREAMS_PER_GPU`] batches are in flight
+//! per GPU while decode, the kernel and host-side work overlap.
+//!
+//! Files: `mod` (the GPU, its health and counters, the factory), `backend` (filling one
+//! batch), `pending` (a batch's completion).
+//!
+//! # Design
+//! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
+//!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
+//!   [`crate::augment::sample_params`], then each image goes down one path: the hardware
+//!   engines (`nvjpegDecodeBatchedEx` with the crop as ROI, in batches of engines x cores),
+//!   the GPU-hybrid decoder (ROI), or the CPU (what nvJPEG refuses or fails on: the CPU
+//!   backend's decode and augment, uploaded into the slot). One fused `stoker_augment` launch
+//!   writes every nvJPEG-decoded image straight into the slot's device memory; an event
+//!   recorded after it is the batch's [`Completion::Pending`](super::Completion).
+//! - Bad samples: an image nvJPEG refuses goes to the CPU path, so the reasons and the
+//!   deterministic replacements are the CPU backend's. Replacements (`fill_sample`) run the
+//!   CPU backend and upload synchronously, ordered after the batch's kernel on the stream.
+//! - Faults: a driver error in a batch fails that batch's rank with a [`BackendFault`] naming
+//!   the GPU and the cause. Errors that break the context or the device (illegal address,
+//!   launch failure, ECC, device lost) mark the [`Gpu`] broken: every later batch on it fails
+//!   at once with the same cause, and the server refuses new ranks on it (or rebuilds it once
+//!   its ranks are gone). Other GPUs are separate engines and keep serving.
+//!
+//! # Limitations
+//! - Read buffers are the CPU reader's pageable buffers, not pinned: nvJPEG copies the
+//!   bitstreams into its own pinned staging, so only that copy is slower.
+//! - A hybrid decode synchronises the stream before the next one (its pinned buffer is
+//!   reused); progressive images are the rare case.
+//! - The scratch for decoded images grows to the largest batch seen (synchronising first);
+//!   it never shrinks.
+
+mod backend;
+mod pending;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use stoker::protocol::GpuStatus;
+use stoker::ring::ImageMemory;
+use stoker_kernels::augment::{AugmentKernels, KernelError};
+use stoker_kernels::cuda::result::CuStatus;
+use stoker_kernels::cuda::{CudaError, Device, GpuUuid};
+use stoker_kernels::nvjpeg::{NvjpegError, NvjpegLib};
+use stoker_kernels::nvrtc::{KernelCache, Nvrtc, NvrtcError};
+
+use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
+use super::{EngineConfig, PipelineError};
+use crate::backend::BackendKind;
+pub use backend::CudaBackend;
+
+/// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
+pub const STREAMS_PER_GPU: usize = 2;
+/// Most images one `nvjpegDecodeBatched` call takes (the engines x cores batch is smaller).
+pub const MAX_HARDWARE_BATCH: usize = 64;
+
+/// Why a GPU cannot serve.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GpuError {
+    #[error("{0}")]
+    Cuda(#[from] CudaError),
+    #[error("NVRTC: {0}")]
+    Nvrtc(#[from] NvrtcError),
+    #[error("the augment kernel: {0}")]
+    Kernel(#[from] KernelError),
+    #[error("nvJPEG: {0}")]
+    Nvjpeg(#[from] NvjpegError),
+}
+
+/// Images decoded per path, and time per batch, on one GPU.
+#[derive(Debug, Default)]
+pub struct GpuStats {
+    pub hardware: AtomicU64,
+    pub hybrid: AtomicU64,
+    pub cpu: AtomicU64,
+    pub batches: AtomicU64,
+    /// Host time from a batch's first decode call to its launch, summed.
+    pub decode_ns: AtomicU64,
+    /// Device time from the end of decode to the end of the kernel, summed.
+    pub kernel_ns: AtomicU64,
+    pub in_flight: AtomicI64,
+    /// Device memory of the rings on this GPU.
+    pub ring_bytes: AtomicU64,
+}
+
+/// One GPU: its context, kernels, nvJPEG, health and counters, shared by its engine's
+/// backends and the server.
+pub struct Gpu {
+    pub uuid: GpuUuid,
+    /// "GPU-... (name)": how errors and logs name it.
+    pub label: String,
+    pub emulated: bool,
+    pub stats: GpuStats,
+    broken: Mutex<Option<String>>,
+    nvjpeg: Arc<NvjpegLib>,
+    // Field order: the module unloads before the device's context is let go.
+    kernels: AugmentKernels,
+    device: Device,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("label", &self.label).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens the GPU with this UUID: its primary context, augment.cu (NVRTC, cached) and
+    /// libnvjpeg.
+    pub fn open(uuid: GpuUuid) -> Result<Arc<Gpu>, GpuError> {
+        let device = Device::open(uuid)?;
+        let nvrtc = Nvrtc::global()?;
+        let cache = KernelCache::default_dir().map(KernelCache::new);
+        let kernels = AugmentKernels::load(&device, nvrtc, cache.as_ref())?;
+        let nvjpeg = NvjpegLib::global()?;
+        let label = format!("{uuid} ({})", device.info().name);
+        let emulated = stoker_kernels::emulator::emulated_driver().is_some();
+        tracing::info!(gpu = %label, emulated, "GPU opened for serving");
+        Ok(Arc::new(Gpu {
+            uuid,
+            label,
+            emulated,
+            stats: GpuStats::default(),
+            broken: Mutex::new(None),
+            nvjpeg,
+            kernels,
+            device,
+        }))
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Why the GPU cannot serve any more, if it is broken.
+    pub fn broken(&self) -> Option<String> {
+        self.broken.lock().unwrap().clone()
+    }
+
+    /// A fault naming this GPU; a cause that breaks the context or device marks it broken.
+    pub fn fault(&self, what: &str, cause: &dyn std::fmt::Display, sticky: bool) -> BackendFault {
+        let reason = format!("{what}: {cause}");
+        if sticky {
+            let mut broken = self.broken.lock().unwrap();
+            if broken.is_none() {
+                tracing::error!(gpu = %self.label, %reason, "GPU broken; its ranks fail");
+                *broken = Some(reason.clone());
+            }
+        }
+        BackendFault {
+            device: format!("GPU {}", self.label),
+            reason,
+        }
+    }
+
+    /// The fault every batch gets once the GPU is broken.
+    fn broken_fault(&self) -> Option<BackendFault> {
+        self.broken().map(|reason| BackendFault {
+            device: format!("GPU {}", self.label),
+            reason: format!("the GPU is broken ({reason})"),
+        })
+    }
+
+    pub fn snapshot(&self) -> GpuStatus {
+        let s = &self.stats;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let batches = g(&s.batches);
+        let per_batch = |ns: u64| ns as f64 * 1e-6 / batches.max(1) as f64;
+        GpuStatus {
+            uuid: self.uuid.to_string(),
+            name: self.device.info().name.clone(),
+            emulated: self.emulated,
+            broken: self.broken(),
+            decoded_hardware: g(&s.hardware),
+            decoded_hybrid: g(&s.hybrid),
+            decoded_cpu: g(&s.cpu),
+            batches,
+            batches_in_flight: s.in_flight.load(Ordering::Relaxed),
+            ring_device_bytes: g(&s.ring_bytes),
+            decode_ms_per_batch: per_batch(g(&s.decode_ns)),
+            kernel_ms_per_batch: per_batch(g(&s.kernel_ns)),
+        }
+    }
+}
+
+/// Whether a CUDA error leaves the context (or the device) unusable.
+pub fn breaks_context(e: &CudaError) -> bool {
+    const STICKY: [CuStatus; 4] = [
+        CuStatus::ILLEGAL_ADDRESS,
+        CuStatus::LAUNCH_FAILED,
+        CuStatus::DEVICE_UNAVAILABLE,
+        CuStatus(214), // CUDA_ERROR_ECC_UNCORRECTABLE
+    ];
+    matches!(e, CudaError::Driver { status, .. } if STICKY.contains(status))
+}
+
+/// Makes the [`CudaBackend`]s of one GPU's engine.
+pub struct CudaBackendFactory {
+    gpu: Arc<Gpu>,
+}
+
+impl CudaBackendFactory {
+    pub fn new(gpu: Arc<Gpu>) -> CudaBackendFactory {
+        CudaBackendFactory { gpu }
+    }
+}
+
+impl BackendFactory for CudaBackendFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+    fn unit_size(&self) -> UnitSize {
+        UnitSize::Batch
+    }
+    fn image_memory(&self) -> ImageMemory {
+        ImageMemory::Device
+    }
+    fn make(&self, config: &EngineConfig) -> Result<Box<dyn Backend>, PipelineError> {
+        let backend = CudaBackend::new(self.gpu.clone(), config).map_err(|e| {
+            PipelineError::Backend(BackendFault {
+                device: format!("GPU {}", self.gpu.label),
+                reason: e.to_string(),
+            })
+        })?;
+        Ok(Box::new(backend))
+    }
+}

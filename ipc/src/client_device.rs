@@ -1,0 +1,354 @@
+//! The client's side of device rings (CUDA backend): which GPU a client attaches on, importing
+//! and mapping the ring's VMM allocation once per attach, and releasing slots only after the
+//! consumer's GPU work on them has completed.
+//!
+//! # Design
+//! - **Which device.** A client names its GPU as `"cuda"`, `"cuda:N"` (ordinal `N` under its
+//!   own `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID; [`resolve_device`] turns the first two into
+//!   the UUID, which is what ATTACH carries (the daemon sees other ordinals).
+//! - **Import once.** ATTACHED with `image_memory: device` carries the host memfd (labels,
+//!   indices, status) then the allocation's POSIX fd. The client opens its device by UUID,
+//!   plans the ring with [`VmmPlan`] from its own spec and the device's granularity, refuses an
+//!   announced size that differs, and imports and maps the fd ([`DeviceRing::import`]). Every
+//!   batch is then an address in that one mapping.
+//! - **Release after the consumer.** A batch remembers the streams its consumers used
+//!   ([`ConsumerStream`], from `__dlpack__(stream=...)` or the C ABI); when the batch is
+//!   released, an event is recorded on each (on the null stream if none was named). A client
+//!   thread ("stoker-release") waits for the events and only then sends RELEASE: the training
+//!   thread never blocks on the GPU, and the daemon never refills a slot that a kernel still
+//!   reads. That thread holds the mapping, so the ring stays mapped until the last pending
+//!   release's events completed, even when the client and its batches are gone.
+//!
+//! - Attaching, recording and copying may run on threads the client does not own (a
+//!   framework's training thread, or one deleting a tensor): the thread's current CUDA context
+//!   is restored afterwards, so a framework's idea of its current device never changes.
+//!
+//! # Limitations
+//! - If no event can be recorded (a broken context: nothing of this process runs on the GPU
+//!   any more), the slot is released at once, with a warning.
+//! - Releases are sent in the order batches were released; one slow consumer stream holds up
+//!   the releases queued behind it.
+
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use crate::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
+use crate::cuda::{self, CudaError, Device, Event, GpuUuid};
+use crate::memfd::MemfdRing;
+use crate::protocol::{Attached, Message, Release};
+use crate::ring::RingLayout;
+use crate::sock::SeqPacket;
+use crate::spec::PipelineSpec;
+
+/// Why a client cannot use the GPU it asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// `device` is neither `cpu`, `cuda`, `cuda:N` nor a `GPU-` UUID.
+    #[error("device {0:?} is not \"cpu\", \"cuda\", \"cuda:N\" or a GPU UUID (GPU-xxxxxxxx-...)")]
+    Unknown(String),
+    /// The driver, the device, or an operation on it failed.
+    #[error("device {device}: {source}")]
+    Cuda {
+        device: String,
+        #[source]
+        source: CudaError,
+    },
+    /// `cuda:N` with fewer visible devices.
+    #[error("device cuda:{ordinal}: only {visible} CUDA device(s) visible")]
+    NoOrdinal { ordinal: usize, visible: usize },
+    /// The daemon's device ring does not match this client's plan.
+    #[error("device ring on {device}: {reason}")]
+    Ring { device: String, reason: String },
+}
+
+/// Turns what a user names (`cpu`, `cuda`, `cuda:N`, `GPU-…`) into what ATTACH carries:
+/// `"cpu"` or the GPU's UUID as this process sees it (`cuda` is ordinal 0).
+pub fn resolve_device(name: &str) -> Result<String, DeviceError> {
+    let name = name.trim();
+    let ordinal = match name {
+        "cpu" => return Ok("cpu".into()),
+        "cuda" | "gpu" => 0,
+        _ => match name.strip_prefix("cuda:") {
+            Some(n) => n
+                .parse::<usize>()
+                .map_err(|_| DeviceError::Unknown(name.into()))?,
+            None => {
+                let uuid: GpuUuid = name
+                    .parse()
+                    .map_err(|_| DeviceError::Unknown(name.into()))?;
+                return Ok(uuid.to_string());
+            }
+        },
+    };
+    let info = cuda::probe().map_err(|source| DeviceError::Cuda {
+        device: name.into(),
+        source,
+    })?;
+    let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
+        ordinal,
+        visible: info.devices.len(),
+    })?;
+    Ok(dev.uuid.to_string())
+}
+
+/// A consumer's CUDA stream, as a raw `CUstream` value: `0` or [`ConsumerStream::LEGACY`]
+/// (the legacy default stream), [`ConsumerStream::PER_THREAD`], or a stream handle of the
+/// client device's primary context (what `torch.cuda.Stream.cuda_stream` gives; DLPack's
+/// `stream` argument uses the same numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConsumerStream(pub usize);
+
+impl ConsumerStream {
+    /// `CU_STREAM_LEGACY`: the legacy default stream.
+    pub const LEGACY: ConsumerStream = ConsumerStream(1);
+    /// `CU_STREAM_PER_THREAD`: the calling thread's default stream.
+    pub const PER_THREAD: ConsumerStream = ConsumerStream(2);
+}
+
+/// A slot whose consumers' events must complete before its RELEASE is sent.
+struct PendingRelease {
+    slot: u32,
+    generation: u64,
+    events: Vec<Event>,
+}
+
+/// The image part of an attached device ring: the mapping and the release thread's queue.
+pub(crate) struct DeviceImages {
+    ring: Arc<DeviceRing>,
+    ordinal: i32,
+    uuid: GpuUuid,
+    layout: RingLayout,
+    releases: Sender<PendingRelease>,
+}
+
+impl std::fmt::Debug for DeviceImages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceImages")
+            .field("uuid", &self.uuid)
+            .field("ordinal", &self.ordinal)
+            .field("ptr", &format_args!("{:#x}", self.ring.ptr()))
+            .field("bytes", &self.ring.len())
+            .finish()
+    }
+}
+
+/// Maps both parts of a device ring from ATTACHED's two fds (memfd, then the VMM fd) for a
+/// client that attached on `device` (a UUID, as sent).
+pub(crate) fn map_device_ring(
+    spec: &PipelineSpec,
+    attached: &Attached,
+    fds: [OwnedFd; 2],
+    device: &str,
+    sock: &SeqPacket,
+) -> Result<(MemfdRing, DeviceImages), crate::client::ClientError> {
+    let [host_fd, vmm_fd] = fds;
+    let cuda_err = |source| DeviceError::Cuda {
+        device: device.into(),
+        source,
+    };
+    let ring_err = |reason: String| DeviceError::Ring {
+        device: device.into(),
+        reason,
+    };
+    let uuid: GpuUuid = device.parse().map_err(|_| {
+        ring_err("the daemon sent a device ring, but this client attached on no GPU".into())
+    })?;
+    // Attaching may run on a framework's thread: leave its current context as found.
+    let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
+    let dev = Device::open(uuid).map_err(cuda_err)?;
+    let ordinal = cuda::probe()
+        .map_err(cuda_err)?
+        .devices
+        .iter()
+        .position(|d| d.uuid == uuid)
+        .unwrap_or(0) as i32;
+    let granularity = ring_granularity(&dev).map_err(cuda_err)?;
+    let plan = VmmPlan::new(spec, attached.slots.max(1) as usize, granularity).map_err(cuda_err)?;
+    let layout = plan.layout;
+    if attached.slots == 0
+        || layout.slot.slot_bytes as u64 != attached.slot_bytes
+        || layout.ring_bytes as u64 != attached.ring_bytes
+    {
+        return Err(ring_err(format!(
+            "{} slots x {} bytes with a host part of {} bytes do not match the spec's layout \
+             ({} bytes per slot, host part {})",
+            attached.slots,
+            attached.slot_bytes,
+            attached.ring_bytes,
+            layout.slot.slot_bytes,
+            layout.ring_bytes
+        ))
+        .into());
+    }
+    plan.check_size(attached.image_ring_bytes as usize)
+        .map_err(|e| ring_err(e.to_string()))?;
+    let host = MemfdRing::from_fd(host_fd, layout)?;
+    let ring = DeviceRing::import(&dev, &vmm_fd, &plan).map_err(cuda_err)?;
+    drop(vmm_fd);
+    let images = DeviceImages::start(Arc::new(ring), ordinal, uuid, layout, sock)?;
+    Ok((host, images))
+}
+
+impl DeviceImages {
+    /// Starts the release thread, which sends on its own handle of the socket.
+    fn start(
+        ring: Arc<DeviceRing>,
+        ordinal: i32,
+        uuid: GpuUuid,
+        layout: RingLayout,
+        sock: &SeqPacket,
+    ) -> Result<DeviceImages, crate::client::ClientError> {
+        let sock = sock.try_clone()?;
+        let (tx, rx) = channel::<PendingRelease>();
+        let mapping = Arc::clone(&ring);
+        std::thread::Builder::new()
+            .name("stoker-release".into())
+            .spawn(move || {
+                // Holding `mapping` keeps the ring mapped while consumers may still read it.
+                let _mapping = mapping;
+                for p in rx {
+                    for e in &p.events {
+                        if let Err(err) = e.synchronize() {
+                            tracing::warn!(slot = p.slot, error = %err,
+                                "waiting for a consumer's release event failed");
+                        }
+                    }
+                    drop(p.events);
+                    // A failed send means the daemon is gone; it reclaims the slot itself.
+                    let _ = send_release(&sock, p.slot, p.generation);
+                }
+            })
+            .map_err(|e| {
+                crate::client::ClientError::Protocol(format!(
+                    "cannot start the release thread: {e}"
+                ))
+            })?;
+        Ok(DeviceImages {
+            ring,
+            ordinal,
+            uuid,
+            layout,
+            releases: tx,
+        })
+    }
+
+    /// The device ordinal of the ring under this process's `CUDA_VISIBLE_DEVICES`.
+    pub(crate) fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    pub(crate) fn uuid(&self) -> GpuUuid {
+        self.uuid
+    }
+
+    /// Device address of slot `slot`'s first image.
+    pub(crate) fn slot_ptr(&self, slot: usize) -> u64 {
+        self.ring.ptr() + (self.layout.image_offset(slot) + self.layout.slot.images) as u64
+    }
+
+    /// Copies `out.len()` bytes from slot `slot`'s images to the host, synchronously.
+    pub(crate) fn copy_to_host(&self, slot: usize, out: &mut [u8]) -> Result<(), CudaError> {
+        let s = &self.layout.slot;
+        if out.len() > s.batch_size * s.image_bytes {
+            return Err(CudaError::Invalid(format!(
+                "a copy of {} bytes from a slot of {} image bytes",
+                out.len(),
+                s.batch_size * s.image_bytes
+            )));
+        }
+        let dev = self.ring.device();
+        let _restore = cuda::ContextRestore::save()?;
+        dev.bind()?;
+        // SAFETY: the range lies inside the slot's images (checked above), which lie inside
+        // the mapped ring (RingLayout); the ring stays mapped while `self` lives.
+        unsafe { cuda::result::memcpy_dtoh(dev.driver(), out, self.slot_ptr(slot)) }
+    }
+
+    /// Records an event on each consumer stream (the null stream when there is none) and
+    /// queues the slot's RELEASE behind them. Never blocks on the GPU.
+    pub(crate) fn release(
+        &self,
+        slot: u32,
+        generation: u64,
+        streams: &[ConsumerStream],
+        sock: &SeqPacket,
+    ) {
+        // This may run on a framework's thread (a tensor's deleter): leave its context as found.
+        let _restore = cuda::ContextRestore::save();
+        let streams = if streams.is_empty() {
+            &[ConsumerStream::LEGACY][..]
+        } else {
+            streams
+        };
+        let mut events = Vec::with_capacity(streams.len());
+        for s in streams {
+            match self.record(*s) {
+                Ok(e) => events.push(e),
+                Err(err) => {
+                    tracing::warn!(slot, stream = s.0, error = %err,
+                        "cannot record the release event; releasing without it");
+                }
+            }
+        }
+        let pending = PendingRelease {
+            slot,
+            generation,
+            events,
+        };
+        if let Err(unsent) = self.releases.send(pending) {
+            // The release thread is gone (it never panics; only if it could not start):
+            // release from here, after the events.
+            let p = unsent.0;
+            for e in &p.events {
+                let _ = e.synchronize();
+            }
+            let _ = send_release(sock, p.slot, p.generation);
+        }
+    }
+
+    fn record(&self, stream: ConsumerStream) -> Result<Event, CudaError> {
+        let e = self.ring.device().event(false)?;
+        // SAFETY: the stream is a null-stream handle or the consumer's stream of this
+        // device's primary context (the caller's promise through `Batch::record_stream`).
+        unsafe { e.record_raw(stream.0 as cuda::sys::CUstream) }?;
+        Ok(e)
+    }
+}
+
+/// Sends RELEASE.
+pub(crate) fn send_release(
+    sock: &SeqPacket,
+    slot: u32,
+    generation: u64,
+) -> Result<(), crate::sock::SockError> {
+    let msg = Message::Release(Release { slot, generation })
+        .encode()
+        .expect("a RELEASE always encodes");
+    sock.send(&msg, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_resolved_or_refused_by_name() {
+        assert_eq!(resolve_device("cpu").unwrap(), "cpu");
+        let u = "GPU-5E2F0D8A-1B2C-4D3E-8F90-A1B2C3D4E5F6";
+        assert_eq!(
+            resolve_device(u).unwrap(),
+            u.to_lowercase().replacen("gpu", "GPU", 1)
+        );
+        for bad in [
+            "tpu",
+            "cuda:x",
+            "cuda:-1",
+            "MIG-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6",
+        ] {
+            let e = resolve_device(bad).unwrap_err();
+            assert!(matches!(e, DeviceError::Unknown(_)), "{bad}: {e}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+}

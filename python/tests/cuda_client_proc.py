@@ -1,0 +1,62 @@
+"""One rank of a GPU job, run as its own process by test_cuda.py: `Loader(device="cuda")` with
+LOCAL_RANK choosing the GPU (as under torchrun), every spec in turn as a job of its own, each
+batch checked as a CUDA DLPack producer and copied back to the host into an .npz file.
+
+usage: cuda_client_proc.py SOCKET DATASET SPECS_JSON OUT_NPZ SEED   (env LOCAL_RANK, RANK)
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import stoker
+
+
+def main():
+    socket, dataset, specs, out, seed = sys.argv[1:6]
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    arrays = {}
+    for i, spec in enumerate(json.loads(specs)):
+        loader = stoker.Loader(dataset, spec=spec, device="cuda", rank=rank, world_size=2,
+                               job=f"py-{i}", seed=int(seed), socket=socket, autostart=False)
+        assert loader.device == f"cuda:{local_rank}", loader.device
+        assert loader.info["image_memory"] == 1 and loader.info["device_id"] == local_rank
+        slots = {}
+        for step, b in enumerate(loader.batches()):
+            images = b.images
+            assert images.__dlpack_device__() == (2, local_rank), images.__dlpack_device__()
+            assert images.data_ptr % 256 == 0
+            # The tensor is the slot itself (no copy): its data pointer is the slot's address.
+            assert images.data_ptr == b.images_ptr != 0
+            # A slot's images live at one address for the whole attach: no copy per batch.
+            assert slots.setdefault(b.slot, images.data_ptr) == images.data_ptr
+            # Consumers name their stream; a CPU-only dl_device request is refused.
+            capsule = images.__dlpack__(stream=1, max_version=(1, 0))
+            del capsule
+            try:
+                images.__dlpack__(dl_device=(1, 0))
+                raise AssertionError("a CUDA tensor exported to the CPU")
+            except BufferError:
+                pass
+            try:
+                images.numpy()
+                raise AssertionError("numpy() of a CUDA tensor")
+            except BufferError:
+                pass
+            key = f"{i}_{step}"
+            arrays[f"images_{key}"] = images.copy_to_host()
+            arrays[f"indices_{key}"] = b.indices.copy_to_host()
+            arrays[f"labels_{key}"] = b.labels.copy_to_host()
+            arrays[f"status_{key}"] = b.status.copy_to_host()
+            arrays[f"pos_{key}"] = np.array([b.epoch, b.step])
+            del images, b
+        loader.close()
+    np.savez(out, **arrays)
+    print("done", len(arrays))
+
+
+if __name__ == "__main__":
+    main()

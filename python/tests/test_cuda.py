@@ -1,0 +1,169 @@
+"""`Loader(device="cuda")` against the real `stokerd --backend cuda` on the emulated GPU (two
+devices, tests/gpu-emulator): 2 ranks, one per GPU, as 2 separate client processes choosing
+their GPU by LOCAL_RANK, get for every dtype and layout the batches the CPU backend gives for
+the same (seed, epoch, step): equal indices, labels and statuses, pixels at PSNR >= 40 dB.
+
+Needs the emulated GPU's libraries (`cargo build -p stoker-emu-cuda -p stoker-emu-nvjpeg`,
+which python/run-tests does) and NVIDIA's NVRTC wheel (scripts/cuda-wheels); without them the
+test is skipped loudly, or fails under STOKER_REQUIRE_DAEMON=1.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stoker
+
+from conftest import _serving, _unavailable, find_stokerd
+
+SEED = 11
+HERE = Path(__file__).resolve().parent
+
+
+def _emulator_env():
+    stokerd = find_stokerd()
+    if stokerd is None:
+        _unavailable("stokerd is not built")
+    env = {"STOKER_GPU_EMULATOR": "1"}
+    for var, name in (("STOKER_LIBCUDA", "cuda"), ("STOKER_NVJPEG", "nvjpeg")):
+        found = [d / f"libstoker_emu_{name}.so" for d in (stokerd.parent, stokerd.parent / "deps")]
+        found = [p for p in found if p.is_file()]
+        if not found:
+            _unavailable(f"the emulated GPU is not built (cargo build -p stoker-emu-{name})")
+        env[var] = str(found[0])
+    wheels = Path(os.environ.get("STOKER_NVIDIA_DIR")
+                  or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                  / "stoker/nvidia")
+    if not (wheels / "nvidia").is_dir():
+        _unavailable(f"NVIDIA's NVRTC wheel is not in {wheels} (scripts/cuda-wheels)")
+    env["STOKER_NVIDIA_DIR"] = str(wheels)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cuda_daemon(tmp_path_factory):
+    """(socket, environment) of a `stokerd --backend cuda` on the emulated GPU."""
+    env = _emulator_env()
+    d = tmp_path_factory.mktemp("cuda-daemon")
+    sock = d / "stoker.sock"
+    log = open(d / "stderr.log", "wb")
+    proc = subprocess.Popen(
+        [str(find_stokerd()), "--socket", str(sock), "--backend", "cuda", "--threads", "2",
+         "--slots", "2"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+        env={**os.environ, **env, "XDG_CACHE_HOME": str(d / "cache")})
+    deadline = time.monotonic() + 120
+    try:
+        while not _serving(sock):
+            if proc.poll() is not None:
+                _unavailable(f"stokerd --backend cuda exited with {proc.returncode}: "
+                             f"{(d / 'stderr.log').read_text(errors='replace')[-2000:]}")
+            if time.monotonic() > deadline:
+                _unavailable("stokerd --backend cuda did not serve within 120 s")
+            time.sleep(0.02)
+        yield str(sock), env
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def smooth_dataset(tmp_path_factory):
+    """An ImageFolder of 2 classes x 8 smooth JPEGs (photos are smooth; noise would measure
+    the decoders' rounding, not the pipeline)."""
+    Image = pytest.importorskip("PIL.Image", reason="Pillow makes the test JPEGs")
+    root = tmp_path_factory.mktemp("smooth") / "images"
+    for c in range(2):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(8):
+            w, h = 40 + 3 * i, 64 - 2 * i
+            y, x = np.mgrid[0:h, 0:w]
+            rgb = np.stack([x * 255 // w, y * 255 // h, (x + y + 40 * i + 90 * c) % 256],
+                           axis=-1).astype(np.uint8)
+            Image.fromarray(rgb).save(root / f"class{c}" / f"{i:03}.jpg", quality=92)
+    return root
+
+
+def _specs():
+    out = []
+    for dtype in ("u8", "f16", "bf16", "f32"):
+        for layout in ("nchw", "nhwc"):
+            out.append(stoker.build_spec(4, 16, dtype=dtype, layout=layout, epochs=1))
+    return out
+
+
+def _pixels(spec, a):
+    """Images on the pixel scale (0..255); bfloat16 arrives as its uint16 bits."""
+    if spec["dtype"] == "u8":
+        return a.astype(np.float64)
+    if spec["dtype"] == "bf16":
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    a = a.astype(np.float64)
+    shape = (1, 3, 1, 1) if spec["layout"] == "nchw" else (1, 1, 1, 3)
+    mean = np.array(spec["mean"]).reshape(shape)
+    std = np.array(spec["std"]).reshape(shape)
+    return (a * std + mean) * 255.0
+
+
+def _psnr(spec, a, b):
+    mse = np.mean((_pixels(spec, a) - _pixels(spec, b)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def _cpu_batches(sock, dataset, spec, i, rank):
+    loader = stoker.Loader(dataset, spec=spec, device="cpu", rank=rank, world_size=2,
+                           job=f"cpu-{i}", seed=SEED, socket=sock, autostart=False)
+    out = []
+    for b in loader.batches():
+        out.append({"pos": (b.epoch, b.step), "images": b.images.copy_to_host(),
+                    "indices": b.indices.copy_to_host(), "labels": b.labels.copy_to_host(),
+                    "status": b.status.copy_to_host()})
+        del b
+    loader.close()
+    return out
+
+
+def test_two_gpu_ranks_in_two_processes_get_the_cpu_backends_batches(cuda_daemon,
+                                                                     smooth_dataset, tmp_path):
+    dataset = smooth_dataset
+    sock, env = cuda_daemon
+    specs = _specs()
+    procs = []
+    for rank in (0, 1):
+        out = tmp_path / f"rank{rank}.npz"
+        cmd = [sys.executable, str(HERE / "cuda_client_proc.py"), sock, str(dataset),
+               json.dumps(specs), str(out), str(SEED)]
+        p = subprocess.Popen(cmd, env={**os.environ, **env, "RANK": str(rank),
+                                       "LOCAL_RANK": str(rank)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append((p, out))
+    results = []
+    for p, out in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, (stdout + stderr).decode(errors="replace")[-4000:]
+        results.append(np.load(out))
+    worst = float("inf")
+    for i, spec in enumerate(specs):
+        for rank in (0, 1):
+            want = _cpu_batches(sock, dataset, spec, i, rank)
+            got = results[rank]
+            steps = sorted(int(k.split("_")[2]) for k in got.files
+                           if k.startswith(f"pos_{i}_"))
+            assert len(steps) == len(want) > 0, (spec["dtype"], spec["layout"], rank)
+            for step, w in enumerate(want):
+                key = f"{i}_{step}"
+                at = f"{spec['dtype']}/{spec['layout']} rank {rank} batch {w['pos']}"
+                assert tuple(got[f"pos_{key}"]) == w["pos"], at
+                for field in ("indices", "labels", "status"):
+                    assert np.array_equal(got[f"{field}_{key}"], w[field]), f"{at}: {field}"
+                db = _psnr(spec, got[f"images_{key}"], w["images"])
+                assert db >= 40, f"{at}: PSNR {db:.1f} dB"
+                worst = min(worst, db)
+    print(f"lowest PSNR against the CPU backend: {worst:.1f} dB")

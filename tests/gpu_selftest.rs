@@ -1,0 +1,294 @@
+//! `stoker selftest --gpu` (the real binary) on the emulated GPU of tests/gpu-emulator, with
+//! small JPEGs and an edge folder this test makes: every check of both emulated GPUs passes
+//! (nvJPEG vs the CPU decoder, the kernel for every dtype and layout, a ring read by a second
+//! process) and the output says the GPU is emulated; an edge file the manifest wrongly says
+//! must decode fails the run, naming the file; without a GPU it fails with the reason.
+
+#[path = "../kernels/tests/emulator/mod.rs"]
+mod emulator;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use stoker_daemon::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_suite::synthetic_rgb;
+
+fn stoker() -> Command {
+    let mut cmd = Command::new(stoker_suite::stokerd_path().with_file_name("stoker"));
+    cmd.env("NO_COLOR", "1");
+    cmd
+}
+
+fn encode(w: u32, h: u32, seed: u32, subsampling: Subsampling, progressive: bool) -> Vec<u8> {
+    let opts = EncodeOptions {
+        quality: 92,
+        subsampling,
+        progressive,
+        restart_rows: 0,
+    };
+    JpegEncoder::new()
+        .and_then(|mut e| e.encode_rgb(&synthetic_rgb(w, h, seed), w, h, &opts))
+        .unwrap()
+}
+
+/// Six photos of a few sizes and samplings, one progressive.
+fn write_photos(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let kinds = [
+        (Subsampling::S420, false),
+        (Subsampling::S444, false),
+        (Subsampling::S422, false),
+        (Subsampling::Gray, false),
+        (Subsampling::S420, true),
+        (Subsampling::S444, false),
+    ];
+    for (i, (sub, prog)) in kinds.into_iter().enumerate() {
+        let (w, h) = (40 + 13 * i as u32, 30 + 7 * i as u32);
+        std::fs::write(
+            dir.join(format!("p{i}.jpg")),
+            encode(w, h, i as u32, sub, prog),
+        )
+        .unwrap();
+    }
+}
+
+/// An edge folder: `(file, bytes, expected)` rows and their MANIFEST.tsv.
+fn write_edge(dir: &Path, rows: &[(&str, Vec<u8>, &str)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut manifest = String::from("file\texercises\texpected\n");
+    for (name, bytes, expected) in rows {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        manifest += &format!("{name}\ttest\t{expected}\n");
+    }
+    std::fs::write(dir.join("MANIFEST.tsv"), manifest).unwrap();
+}
+
+fn edge_rows() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let baseline = encode(64, 48, 7, Subsampling::S420, false);
+    let truncated = baseline[..baseline.len() / 2].to_vec();
+    vec![
+        ("baseline.jpg", baseline, "decode OK"),
+        (
+            "progressive.jpg",
+            encode(50, 40, 8, Subsampling::S420, true),
+            "decode OK",
+        ),
+        (
+            "truncated.jpg",
+            truncated,
+            "must be rejected with a clear error",
+        ),
+        (
+            "notjpeg.jpg",
+            b"\x89PNG\r\n\x1a\nnot a jpeg at all".to_vec(),
+            "must be rejected with a clear error",
+        ),
+    ]
+}
+
+fn run(dir: &Path, photos: &Path, edge: &Path, json: &Path) -> Output {
+    stoker()
+        .args(["selftest", "--gpu", "--kernel-size", "32"])
+        .arg("--photos")
+        .arg(photos)
+        .arg("--edge")
+        .arg(edge)
+        .arg("--json")
+        .arg(json)
+        .env("STOKER_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn selftest_passes_on_both_emulated_gpus_and_fails_a_wrong_manifest() {
+    let Some(_nvrtc) = emulator::nvrtc("selftest_passes_on_both_emulated_gpus") else {
+        return;
+    };
+    emulator::use_emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let (photos, edge, json) = (
+        dir.path().join("photos"),
+        dir.path().join("edge"),
+        dir.path().join("selftest.json"),
+    );
+    write_photos(&photos);
+    write_edge(&edge, &edge_rows());
+    let out = run(dir.path(), &photos, &edge, &json);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("THE GPU IS EMULATED"), "{stdout}");
+    assert!(
+        stdout.contains("selftest: PASS (24 checks) on the EMULATED GPU"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["result"], "pass");
+    assert!(report["emulated"]
+        .as_str()
+        .unwrap()
+        .ends_with("libstoker_emu_cuda.so"));
+    let gpus: Vec<&str> = report["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(gpus, emulator::UUIDS);
+    let checks = report["checks"].as_array().unwrap();
+    for uuid in emulator::UUIDS {
+        let names: Vec<&str> = checks
+            .iter()
+            .filter(|c| c["gpu"] == uuid)
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        for want in [
+            "nvJPEG vs CPU decoder: 6 photos",
+            "nvJPEG vs CPU decoder: edge files",
+            "kernel: stoker_augment u8 nchw vs reference",
+            "kernel: stoker_augment bf16 nhwc vs reference",
+            "kernel: stoker_augment f32 nhwc vs reference",
+            "ring: VMM fd read by a second process",
+        ] {
+            assert!(names.contains(&want), "{uuid}: {want} in {names:?}");
+        }
+    }
+    // The photos went down both nvJPEG paths; the edge files down all three (the truncated
+    // file to the engines, which find it bad).
+    assert!(stdout.contains("hardware 5 / hybrid 1 / cpu 0"), "{stdout}");
+    assert!(stdout.contains("hardware 2 / hybrid 1 / cpu 1"), "{stdout}");
+
+    // A manifest claiming the PNG must decode makes the self-test fail, naming the file.
+    let mut rows = edge_rows();
+    rows[3].2 = "decode OK";
+    let wrong = dir.path().join("wrong-edge");
+    write_edge(&wrong, &rows);
+    let out = run(dir.path(), &photos, &wrong, &json);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("selftest: FAIL (2 of 24 checks failed)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("notjpeg.jpg: must decode, refused by nvJPEG and the CPU (not_jpeg)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn selftest_without_a_gpu_fails_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stoker()
+        .args(["selftest", "--gpu"])
+        .env("STOKER_LIBCUDA", dir.path().join("no-libcuda.so.1"))
+        .env_remove("STOKER_GPU_EMULATOR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stdout.contains("CUDA driver"), "{stdout}");
+    assert!(stdout.contains("no-libcuda.so.1"), "{stdout}");
+    assert!(stdout.contains("selftest: FAIL"), "{stdout}");
+}
+
+/// `scripts/gpu-check --emulated`: the self-test, the GPU benchmark and the peer in one run,
+/// every output in the folder it is given, and the summary table last, saying EMULATED.
+#[test]
+fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
+    let Some(_nvrtc) = emulator::nvrtc("gpu_check_runs_everything_on_the_emulator") else {
+        return;
+    };
+    emulator::use_emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let (photos, edge, out) = (
+        dir.path().join("photos"),
+        dir.path().join("edge"),
+        dir.path().join("results"),
+    );
+    write_photos(&photos);
+    write_edge(&edge, &edge_rows());
+    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-check");
+    let run = Command::new(script)
+        .arg("--emulated")
+        .arg("--stoker")
+        .arg(&stoker)
+        .arg("--photos")
+        .arg(&photos)
+        .arg("--edge")
+        .arg(&edge)
+        .arg("--peers")
+        .arg(dir.path().join("no-peers"))
+        .args(["--batch", "4", "--min-seconds", "0"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    for file in [
+        "environment.txt",
+        "selftest.txt",
+        "selftest.json",
+        "bench.txt",
+        "bench.json",
+        "peer.txt",
+        "summary.txt",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing: {stdout}");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(stdout.ends_with(&format!("{summary}outputs in {}\n", out.display())));
+    let row = |name: &str| {
+        summary
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name:?} in {summary}"))[50..]
+            .trim()
+            .to_string()
+    };
+    assert!(
+        summary.starts_with("stoker gpu-check summary (EMULATED GPU"),
+        "{summary}"
+    );
+    assert_eq!(row("self-test"), "PASSED (24 checks)");
+    assert_eq!(
+        row("decode mix of the files (hardware / hybrid / cpu)"),
+        "5 / 1 / 0"
+    );
+    assert!(
+        row("hardware decoder ceiling, images/s")
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    // No torchvision with CUDA on the emulated host: the peer row says why.
+    assert!(row("torchvision GPU decode (peer)").starts_with("not available: "));
+    assert_eq!(row("stoker / torchvision (goal >= 2x)"), "n/a");
+    // stokerd --backend cuda served a separate client process from the emulated GPU.
+    let e2e = row("stoker end to end, images/s");
+    assert!(e2e.parse::<f64>().is_ok_and(|r| r > 0.0), "{e2e}\n{stdout}");
+    let fraction = row("fraction of the hardware decoder ceiling");
+    assert!(fraction.parse::<f64>().is_ok_and(|f| f > 0.0), "{fraction}");
+    assert!(row("CPU-seconds per 1000 images, end to end")
+        .parse::<f64>()
+        .is_ok());
+    let bench: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    let mix = &bench["end_to_end"]["mix"];
+    let decoded = ["hardware", "hybrid", "cpu"].map(|k| mix[k].as_u64().unwrap());
+    // Every image the client received was decoded on a path the daemon counted: 5 baseline
+    // photos on the engines and the progressive one on the hybrid decoder, each epoch.
+    assert!(
+        decoded[0] > 0 && decoded[0] == 5 * decoded[1] && decoded[2] == 0,
+        "{mix}"
+    );
+    let served = row("decode mix served (hardware / hybrid / cpu)");
+    assert_eq!(served, format!("{} / {} / 0", decoded[0], decoded[1]));
+}
