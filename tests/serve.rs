@@ -316,25 +316,6 @@ fn bad_config_exits_78() {
     assert_eq!(status.code(), Some(78));
 }
 
-/// `--backend cuda` where the CUDA pipeline cannot serve (no GPU or NVIDIA libraries here) is
-/// refused at start with the reason and the config exit code, never
-/// served from the CPU behind the user's back; `--backend auto` serves.
-#[test]
-fn backend_cuda_is_refused_with_the_reason_and_auto_serves() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(stoker_suite::stokerd_path())
-        .arg("--socket")
-        .arg(dir.path().join("s.sock"))
-        .args(["--backend", "cuda"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(stderr.contains("stokerd: --backend cuda:"), "{stderr}");
-    let daemon = Daemon::start(dir.path(), &["--backend", "auto"]);
-    assert!(daemon.socket().exists());
-}
-
 /// Set in the child process of `a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes`:
 /// the socket path, the dataset, and a file to create once the child holds its leases.
 const CHILD_ENV: &str = "STOKER_TEST_CHILD_CLIENT";
