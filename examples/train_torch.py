@@ -17,6 +17,10 @@ Batches arrive as DLPack tensors viewing the daemon's shared ring; `torch.from_d
 them without a copy. The slot goes back to the daemon once the tensors made from it are freed,
 so the loop drops them each step (here by rebinding the names). `--resume` shows
 state_dict()/load_state_dict(): the loader's position is saved with the model.
+
+`--device cuda` has the daemon decode and augment on this rank's GPU (cuda:LOCAL_RANK under
+torchrun) and hand the images over in GPU memory: `torch.from_dlpack` gives a CUDA tensor
+viewing the ring, and the slot goes back once the work queued on it has run.
 """
 
 import argparse
@@ -62,10 +66,13 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default=None, help="save model + loader state here at the end")
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda / cuda:N: batches in this GPU's memory (the daemon's CUDA "
+                        "backend; a bare cuda is cuda:LOCAL_RANK under torchrun)")
     args = p.parse_args()
 
     loader = stoker.Loader(args.dataset, batch_size=args.batch_size, crop=args.crop,
-                           seed=args.seed, socket=args.socket)
+                           seed=args.seed, socket=args.socket, device=args.device)
     classes = loader.info["classes"]
     if classes == 0:
         # A flat folder: every label is -1, which no classification loss accepts.
@@ -83,9 +90,10 @@ def main():
     if distributed:
         import torch.distributed as dist
 
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if loader.device.startswith("cuda") else "gloo")
     torch.manual_seed(args.seed)
-    model = tiny_cnn(classes)
+    device = torch.device(loader.device if loader.device.startswith("cuda") else "cpu")
+    model = tiny_cnn(classes).to(device)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -100,7 +108,7 @@ def main():
     while step < args.steps:
         for images, labels in loader:  # one epoch of this rank's share
             x = torch.from_dlpack(images)  # [B, 3, H, W] float32, a view of the ring
-            y = torch.from_dlpack(labels)  # [B] int64
+            y = torch.from_dlpack(labels).to(device, non_blocking=True)  # [B] int64
             loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()

@@ -148,7 +148,17 @@ fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
             received,
         },
     );
+    // A framework's thread has GPU 0 current; attaching on GPU 1 must leave it so.
+    let _gpu0 = device(0);
+    let current = || cuda::result::ctx_get_current(cuda::driver().unwrap()).unwrap();
+    let before = current();
+    assert!(!before.is_null());
     let mut client = Client::attach(&path, options(spec)).unwrap();
+    assert_eq!(
+        current(),
+        before,
+        "attach changed the thread's current context"
+    );
     assert_eq!(client.image_memory(), ImageMemory::Device);
     assert_eq!(client.device_ordinal(), Some(1));
     assert_eq!(
@@ -165,6 +175,11 @@ fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
     let mut host = vec![0u8; batch.images_len()];
     batch.copy_images_to_host(&mut host).unwrap();
     assert!(host.iter().all(|&b| b == 0xA5));
+    assert_eq!(
+        current(),
+        before,
+        "the copy changed the thread's current context"
+    );
     let mut short = vec![0u8; 5];
     assert!(matches!(
         batch.copy_images_to_host(&mut short),
@@ -186,9 +201,15 @@ fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
     done.record(&stream).unwrap();
     tx.send(done).unwrap();
     batch.record_stream(ConsumerStream(stream.raw() as usize));
+    let bound = current();
     let t = Instant::now();
     drop(batch);
     let dropped_in = t.elapsed();
+    assert_eq!(
+        current(),
+        bound,
+        "the release changed the thread's current context"
+    );
     assert!(
         dropped_in < Duration::from_micros(DELAY_US / 2),
         "dropping a device batch blocked for {dropped_in:?}"

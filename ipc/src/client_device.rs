@@ -19,8 +19,9 @@
 //!   reads. That thread holds the mapping, so the ring stays mapped until the last pending
 //!   release's events completed, even when the client and its batches are gone.
 //!
-//! - Recording and copying may run on threads the client does not own (a framework deleting a
-//!   tensor): the thread's current CUDA context is restored afterwards.
+//! - Attaching, recording and copying may run on threads the client does not own (a
+//!   framework's training thread, or one deleting a tensor): the thread's current CUDA context
+//!   is restored afterwards, so a framework's idea of its current device never changes.
 //!
 //! # Limitations
 //! - If no event can be recorded (a broken context: nothing of this process runs on the GPU
@@ -153,6 +154,8 @@ pub(crate) fn map_device_ring(
     let uuid: GpuUuid = device.parse().map_err(|_| {
         ring_err("the daemon sent a device ring, but this client attached on no GPU".into())
     })?;
+    // Attaching may run on a framework's thread: leave its current context as found.
+    let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
     let dev = Device::open(uuid).map_err(cuda_err)?;
     let ordinal = cuda::probe()
         .map_err(cuda_err)?

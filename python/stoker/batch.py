@@ -121,7 +121,7 @@ class Tensor:
         and tests, not the training path). bfloat16 comes as its uint16 bit patterns."""
         import numpy
 
-        if not self.is_cuda:
+        if self.kind != "images":
             return numpy.array(self.numpy(), copy=True)
         handle = self.batch._handle
         if not handle:
@@ -152,7 +152,8 @@ def current_stream(device_id):
 
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
-    1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`."""
+    1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
+    slot's images address, host or device)."""
 
     def __init__(self, handle):
         self._handle = handle
@@ -167,6 +168,9 @@ class Batch:
         self.step = header.step
         self.n = header.n
         self.slot = header.slot
+        # Address of the first image in the ring: host memory, or the slot's device address
+        # on the client's GPU (what a CUDA tensor made from `images` points at).
+        self.images_ptr = header.images
 
     # Tensors reference the batch, never the other way round: no reference cycle, so the
     # lease goes back as soon as the last reference does, not at the next GC pass.

@@ -29,6 +29,8 @@ def main():
             images = b.images
             assert images.__dlpack_device__() == (2, local_rank), images.__dlpack_device__()
             assert images.data_ptr % 256 == 0
+            # The tensor is the slot itself (no copy): its data pointer is the slot's address.
+            assert images.data_ptr == b.images_ptr != 0
             # A slot's images live at one address for the whole attach: no copy per batch.
             assert slots.setdefault(b.slot, images.data_ptr) == images.data_ptr
             # Consumers name their stream; a CPU-only dl_device request is refused.
