@@ -165,13 +165,16 @@ impl Engines {
                 }
             }
         }
-        let g = self.open_gpu(uuid).map_err(unsupported)?;
-        let target = Target {
+        // Opening compiles the kernel on a cold cache: status and other attaches go on
+        // meanwhile. Two first attaches on one GPU both open it; the first one in is kept.
+        drop(gpus);
+        let opened = self.open_gpu(uuid).map_err(unsupported)?;
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        let g = gpus.entry(uuid).or_insert(opened);
+        Ok(Target {
             engine: g.engine.clone(),
             gpu: Some(g.gpu.clone()),
-        };
-        gpus.insert(uuid, g);
-        Ok(target)
+        })
     }
 
     fn open_gpu(&self, uuid: GpuUuid) -> Result<GpuEngine, String> {

@@ -526,3 +526,22 @@ impl Backend for CudaBackend {
         self.put_sample(images, layout, at, &self.zeros);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decoded_region_covers_the_crop_in_whole_pixels_within_the_image() {
+        let r = crop_region(CropBox::new(10.5, 3.25, 20.0, 7.5), 100, 50);
+        assert_eq!((r.x, r.y, r.width, r.height), (10, 3, 21, 8));
+        // A crop reaching the image's edge stops there.
+        let r = crop_region(CropBox::new(90.2, 40.0, 9.8, 10.0), 100, 50);
+        assert_eq!((r.x, r.y, r.width, r.height), (90, 40, 10, 10));
+        // A whole-image crop is the image; a degenerate one still covers a pixel.
+        let r = crop_region(CropBox::full(64, 48), 64, 48);
+        assert_eq!((r.x, r.y, r.width, r.height), (0, 0, 64, 48));
+        let r = crop_region(CropBox::new(63.0, 47.0, 0.0, 0.0), 64, 48);
+        assert_eq!((r.x, r.y, r.width, r.height), (63, 47, 1, 1));
+    }
+}
