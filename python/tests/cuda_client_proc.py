@@ -3,8 +3,16 @@ LOCAL_RANK choosing the GPU (as under torchrun), every spec in turn as a job of 
 batch checked as a CUDA DLPack producer and copied back to the host into an .npz file.
 
 usage: cuda_client_proc.py SOCKET DATASET SPECS_JSON OUT_NPZ SEED   (env LOCAL_RANK, RANK)
+       cuda_client_proc.py fence SOCKET DATASET SPEC_JSON OUT_NPZ SEED
+
+`fence` plays a framework consumer on its own CUDA stream (made through the emulated driver
+with ctypes, every operation on it delayed by STOKER_EMU_OP_DELAY_US): it hands the stream to
+`__dlpack__(stream=...)`, queues a write of a marker into the slot there, and drops the batch at
+once. The release must wait for that write: each batch, read once the stream has drained, is
+saved for the test to compare with the CPU backend's.
 """
 
+import ctypes
 import json
 import os
 import sys
@@ -58,5 +66,41 @@ def main():
     print("done", len(arrays))
 
 
+def fence():
+    socket, dataset, spec, out, seed = sys.argv[2:7]
+    cu = ctypes.CDLL(os.environ["STOKER_LIBCUDA"])
+
+    def check(name, *args):
+        r = getattr(cu, name)(*args)
+        assert r == 0, f"{name} returned {r}"
+
+    loader = stoker.Loader(dataset, spec=json.loads(spec), device="cuda:0", rank=0,
+                           world_size=1, job="fence", seed=int(seed), socket=socket,
+                           autostart=False)
+    loader.info  # attach (the driver is initialised by libstoker)
+    ctx, stream = ctypes.c_void_p(), ctypes.c_void_p()
+    check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
+    check("cuCtxSetCurrent", ctx)
+    check("cuStreamCreate", ctypes.byref(stream), 1)
+    arrays = {}
+    for step, b in enumerate(loader.batches()):
+        check("cuStreamSynchronize", stream)
+        images = b.images
+        arrays[f"images_{step}"] = images.copy_to_host()
+        arrays[f"indices_{step}"] = b.indices.copy_to_host()
+        capsule = images.__dlpack__(stream=stream.value)
+        marker = np.full(images.copy_to_host().nbytes, 0x7F, dtype=np.uint8)
+        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr),
+              marker.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(marker.nbytes), stream)
+        del capsule, images, b
+    check("cuStreamSynchronize", stream)
+    loader.close()
+    np.savez(out, **arrays)
+    print("done", len(arrays))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "fence":
+        fence()
+    else:
+        main()

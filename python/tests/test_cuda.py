@@ -167,3 +167,29 @@ def test_two_gpu_ranks_in_two_processes_get_the_cpu_backends_batches(cuda_daemon
                 assert db >= 40, f"{at}: PSNR {db:.1f} dB"
                 worst = min(worst, db)
     print(f"lowest PSNR against the CPU backend: {worst:.1f} dB")
+
+
+def test_the_stream_given_to_dlpack_fences_the_release(cuda_daemon, smooth_dataset, tmp_path):
+    """A consumer's stream passed to `__dlpack__(stream=...)` holds the slot until the work
+    queued there ran (every operation on it delayed): a marker written there into each slot
+    never shows in a later batch, which all equal the CPU backend's."""
+    sock, env = cuda_daemon
+    spec = stoker.build_spec(4, 16, epochs=3)
+    out = tmp_path / "fence.npz"
+    cmd = [sys.executable, str(HERE / "cuda_client_proc.py"), "fence", sock,
+           str(smooth_dataset), json.dumps(spec), str(out), str(SEED)]
+    p = subprocess.run(cmd, env={**os.environ, **env, "STOKER_EMU_OP_DELAY_US": "100000"},
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr).decode(errors="replace")[-4000:]
+    got = np.load(out)
+    loader = stoker.Loader(smooth_dataset, spec=spec, device="cpu", job="fence-cpu", seed=SEED,
+                           socket=sock, autostart=False)
+    n = 0
+    for step, b in enumerate(loader.batches()):
+        assert np.array_equal(got[f"indices_{step}"], b.indices.copy_to_host())
+        db = _psnr(spec, got[f"images_{step}"], b.images.copy_to_host())
+        assert db >= 40, f"batch {step}: PSNR {db:.1f} dB (a refilled slot got the marker?)"
+        n += 1
+        del b
+    loader.close()
+    assert n == len([k for k in got.files if k.startswith("images_")]) == 12
