@@ -61,6 +61,7 @@ fn jpeg(scale: f64) -> (u32, u32, Vec<u8>) {
                 subsampling: Subsampling::S420,
                 progressive: false,
                 restart_rows: 0,
+                arithmetic: false,
             },
         )
         .unwrap();

@@ -1,7 +1,8 @@
 //! The real `stokerd` serving from CUDA on the emulated GPU (two devices): it says loudly that
 //! the GPU is emulated; a job of 2 ranks, one per GPU, read by the Rust client from device
 //! rings, gets the CPU backend's batches (indices, labels, statuses equal, pixels at PSNR >= 40
-//! dB), corrupt files replaced alike; injected faults (out of memory at attach, a launch
+//! dB), corrupt files replaced alike, images nvJPEG refuses (arithmetic coding) and images
+//! over the pixel limit decided on the CPU path as on the CPU backend; injected faults (out of memory at attach, a launch
 //! failure) fail only what they hit, with the GPU and the cause named, and the broken GPU is
 //! rebuilt once its ranks have left.
 
@@ -12,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
+use stoker_suite::batches::write_config;
+use stoker_suite::{synthetic_rgb, write_image_folder, Daemon};
 
 /// A dataset of small synthetic JPEGs and one corrupt file.
 fn dataset(dir: &Path) -> PathBuf {
@@ -24,6 +27,26 @@ fn dataset(dir: &Path) -> PathBuf {
     )
     .unwrap();
     root
+}
+
+/// The pixel limit of `two_ranks_on_two_gpus_get_the_cpu_backends_batches`' daemons: above
+/// every image of [`dataset`], below the big ones of [`add_cpu_path_images`].
+const MAX_PIXELS: u64 = 10_000;
+
+/// Images the CPU path decides, several to a batch: arithmetic-coded ones (nvJPEG refuses them,
+/// the CPU decodes them) and ones over [`MAX_PIXELS`] (the CPU refuses them, `too_large`).
+fn add_cpu_path_images(root: &Path) {
+    let mut enc = JpegEncoder::new().unwrap();
+    for i in 0..6u32 {
+        let (side, arithmetic) = if i % 2 == 0 { (56, true) } else { (120, false) };
+        let opts = EncodeOptions {
+            arithmetic,
+            ..EncodeOptions::default()
+        };
+        let rgb = synthetic_rgb(side, side, 500 + i);
+        let jpeg = enc.encode_rgb(&rgb, side, side, &opts).unwrap();
+        std::fs::write(root.join(format!("c1/zz_cpu{i}.jpg")), jpeg).unwrap();
+    }
 }
 
 fn options(data: &Path, job: &str, spec: &PipelineSpec, rank: u32, device: &str) -> AttachOptions {
@@ -181,21 +204,34 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
     };
     let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path());
+    add_cpu_path_images(&data);
     let log = dir.path().join("stokerd.log");
     let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
     std::fs::create_dir_all(&gpu_dir).unwrap();
     std::fs::create_dir_all(&cpu_dir).unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!("[limits]\nmax_pixels = {MAX_PIXELS}\n"),
+    );
+    let config = config.to_str().unwrap();
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
     let gpu = gpu_daemon(
         &gpu_dir,
-        &["--backend", "cuda", "--metrics-listen", &addr],
+        &[
+            "--backend",
+            "cuda",
+            "--metrics-listen",
+            &addr,
+            "--config",
+            config,
+        ],
         &log,
         None,
     );
-    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu", "--config", config]);
     let u8_nhwc = PipelineSpec {
         dtype: DType::U8,
         layout: Layout::Nhwc,

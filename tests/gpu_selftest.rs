@@ -25,6 +25,7 @@ fn encode(w: u32, h: u32, seed: u32, subsampling: Subsampling, progressive: bool
         subsampling,
         progressive,
         restart_rows: 0,
+        arithmetic: false,
     };
     JpegEncoder::new()
         .and_then(|mut e| e.encode_rgb(&synthetic_rgb(w, h, seed), w, h, &opts))

@@ -170,6 +170,7 @@ impl<'a> Encoded<'a> {
                 subsampling: Subsampling::S420,
                 progressive: false,
                 restart_rows: 0,
+                arithmetic: false,
             },
             done: AtomicUsize::new(0),
             bytes: std::sync::atomic::AtomicU64::new(0),

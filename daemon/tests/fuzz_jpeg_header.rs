@@ -33,6 +33,7 @@ fn seeds() -> Vec<Vec<u8>> {
             subsampling,
             progressive,
             restart_rows,
+            arithmetic: false,
         };
         out.push(enc.encode_rgb(&rgb, w, h, &opts).unwrap());
     }

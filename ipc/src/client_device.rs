@@ -308,6 +308,15 @@ impl DeviceImages {
     }
 
     fn record(&self, stream: ConsumerStream) -> Result<Event, CudaError> {
+        // The release may run on another thread than the one that named its per-thread
+        // default stream (a garbage collector, a deleter): recording there would fence the
+        // wrong stream. The legacy default stream waits for every blocking stream of the
+        // context, per-thread default streams included, so it fences them from any thread.
+        let stream = if stream == ConsumerStream::PER_THREAD {
+            ConsumerStream::LEGACY
+        } else {
+            stream
+        };
         let e = self.ring.device().event(false)?;
         // SAFETY: the stream is a null-stream handle or the consumer's stream of this
         // device's primary context (the caller's promise through `Batch::record_stream`).

@@ -14,6 +14,8 @@ pub struct EncodeOptions {
     pub progressive: bool,
     /// Restart marker every this many MCU rows; 0 for none.
     pub restart_rows: u32,
+    /// Arithmetic entropy coding instead of Huffman (nvJPEG decodes none: the CPU path's).
+    pub arithmetic: bool,
 }
 
 impl Default for EncodeOptions {
@@ -23,6 +25,7 @@ impl Default for EncodeOptions {
             subsampling: Subsampling::S420,
             progressive: false,
             restart_rows: 0,
+            arithmetic: false,
         }
     }
 }
@@ -81,6 +84,9 @@ impl JpegEncoder {
         self.tj
             .set(Param::RestartRows, opts.restart_rows as i32)
             .map_err(internal)?;
+        self.tj
+            .set(Param::Arithmetic, i32::from(opts.arithmetic))
+            .map_err(internal)?;
         if opts.subsampling == Subsampling::Gray {
             let gray: Vec<u8> = rgb
                 .chunks_exact(3)
@@ -121,6 +127,7 @@ mod tests {
                 subsampling: sub,
                 progressive,
                 restart_rows: 1,
+                arithmetic: sub == Subsampling::S444,
             };
             let jpeg = enc.encode_rgb(&rgb, w, h, &opts).unwrap();
             let header = probe(&jpeg).unwrap();

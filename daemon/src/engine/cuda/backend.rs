@@ -27,6 +27,12 @@ use crate::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
 
+/// Bound of one worker's scratch for decoded images (two workers per GPU): 1 GiB holds a batch
+/// of 256 whole 1.3-megapixel images (random-resized crops decode only their region); images
+/// past it in a batch take the CPU path, so a batch of huge photos costs CPU time, never the
+/// rank.
+const MAX_SCRATCH_BYTES: usize = 1 << 30;
+
 /// Which way one image of a batch goes.
 #[derive(Debug, Clone, PartialEq)]
 enum Route {
@@ -48,6 +54,8 @@ struct Planned {
     height: u32,
     /// Offset of the decoded region in the scratch.
     offset: usize,
+    /// Place of a CPU-path image in `host_images` (set by `decode_cpu`).
+    host: usize,
 }
 
 /// One worker's GPU tools: a stream, an nvJPEG decoder, the CPU backend (reads, the CPU
@@ -123,7 +131,11 @@ impl CudaBackend {
             let (crop, flip) = sample_params(spec, w, h, unit.job.seed, unit.pos.epoch, index);
             let roi = clamp.then(|| crop_region(crop, w, h));
             let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
-            let route = if self.decoder.hardware_supports(data, roi).unwrap_or(false) {
+            let over_limit = u64::from(w) * u64::from(h) > unit.config.limits.max_pixels;
+            let route = if over_limit {
+                // The CPU decoder refuses it with the CPU backend's reason; no scratch for it.
+                Route::Cpu
+            } else if self.decoder.hardware_supports(data, roi).unwrap_or(false) {
                 Route::Hardware
             } else if self.decoder.hybrid_supports(data, roi).unwrap_or(false) {
                 Route::Hybrid
@@ -138,6 +150,7 @@ impl CudaBackend {
                 width: rw,
                 height: rh,
                 offset: 0,
+                host: 0,
             });
         }
     }
@@ -148,9 +161,15 @@ impl CudaBackend {
         let mut at = 0usize;
         for p in self.plan.iter_mut() {
             if matches!(p.route, Route::Hardware | Route::Hybrid) {
-                p.offset = at;
                 let bytes = p.width as usize * p.height as usize * 3;
-                at += bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
+                let bytes = bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
+                if at + bytes > MAX_SCRATCH_BYTES {
+                    // The scratch is bounded: what does not fit takes the CPU path.
+                    p.route = Route::Cpu;
+                    continue;
+                }
+                p.offset = at;
+                at += bytes;
             }
         }
         grow(&self.gpu, &self.stream, &mut self.scratch, at)
@@ -236,7 +255,14 @@ impl CudaBackend {
                 Ok(())
             }
             Err(NvjpegError::Cuda(e)) => Err(self.fault("nvJPEG decode", &e)),
-            Err(e) => Err(self.gpu.fault("nvJPEG decode", &e, false)),
+            Err(e) => {
+                // nvJPEG's own failure (EXECUTION_FAILED, ...) may hide a dead context: the
+                // stream tells, and a sticky error marks the GPU broken.
+                if let Err(c) = self.stream.synchronize() {
+                    return Err(self.fault("nvJPEG decode", &c));
+                }
+                Err(self.gpu.fault("nvJPEG decode", &e, false))
+            }
         }
     }
 
@@ -254,6 +280,7 @@ impl CudaBackend {
                 stats: unit.stats,
             };
             let data = std::mem::take(&mut self.cpu.bufs[k]);
+            self.plan[k].host = j;
             let out = &mut self.host_images[j * image_bytes..(j + 1) * image_bytes];
             if let Err(bad) = self.cpu.process(sample, &data, out) {
                 self.plan[k].route = Route::Bad(bad);
@@ -336,14 +363,13 @@ impl CudaBackend {
 
     /// Uploads the CPU path's images into their places, after the launch on the stream.
     fn upload_cpu(&self, first: u64, image_bytes: usize) -> Result<(), BackendFault> {
-        let mut j = 0;
+        // Each image's own place: a CPU-path image that failed before it kept its place.
         for (k, p) in self.plan.iter().enumerate() {
             if p.route != Route::Cpu {
                 continue;
             }
-            let src = &self.host_images[j * image_bytes..(j + 1) * image_bytes];
+            let src = &self.host_images[p.host * image_bytes..(p.host + 1) * image_bytes];
             self.upload(first + (k * image_bytes) as u64, src)?;
-            j += 1;
         }
         Ok(())
     }
@@ -422,6 +448,7 @@ impl Planned {
             width: 0,
             height: 0,
             offset: 0,
+            host: 0,
         }
     }
 }
@@ -482,7 +509,12 @@ impl Backend for CudaBackend {
         }));
         match pending {
             Ok(p) => Completion::Pending(Box::new(p)),
-            Err(fault) => Completion::Pending(Box::new(Failed(fault))),
+            Err(fault) => {
+                // A kernel already launched may still write the slot: the unit is finished
+                // (and its ring may go) only once the stream's work is done or dead.
+                let _ = self.stream.synchronize();
+                Completion::Pending(Box::new(Failed(fault)))
+            }
         }
     }
 

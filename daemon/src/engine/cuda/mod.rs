@@ -28,8 +28,11 @@
 //!   bitstreams into its own pinned staging, so only that copy is slower.
 //! - A hybrid decode synchronises the stream before the next one (its pinned buffer is
 //!   reused); progressive images are the rare case.
-//! - The scratch for decoded images grows to the largest batch seen (synchronising first);
-//!   it never shrinks.
+//! - The scratch for decoded images grows to the largest batch seen (synchronising first),
+//!   at most 1 GiB per worker (images past it take the CPU path); it never shrinks, and
+//!   quotas count ring memory, not scratch.
+//! - Images over the pixel limit go to the CPU path, whose decoder refuses them with the CPU
+//!   backend's reason.
 
 mod backend;
 mod pending;
@@ -186,11 +189,20 @@ impl Gpu {
 
 /// Whether a CUDA error leaves the context (or the device) unusable.
 pub fn breaks_context(e: &CudaError) -> bool {
-    const STICKY: [CuStatus; 4] = [
+    // The driver documents these as leaving the process's context unusable: every later
+    // call on it fails, so the GPU is marked broken (rebuilt or refused), never half-working.
+    const STICKY: [CuStatus; 11] = [
         CuStatus::ILLEGAL_ADDRESS,
         CuStatus::LAUNCH_FAILED,
         CuStatus::DEVICE_UNAVAILABLE,
         CuStatus(214), // CUDA_ERROR_ECC_UNCORRECTABLE
+        CuStatus(702), // CUDA_ERROR_LAUNCH_TIMEOUT
+        CuStatus(710), // CUDA_ERROR_ASSERT
+        CuStatus(714), // CUDA_ERROR_HARDWARE_STACK_ERROR
+        CuStatus(715), // CUDA_ERROR_ILLEGAL_INSTRUCTION
+        CuStatus(716), // CUDA_ERROR_MISALIGNED_ADDRESS
+        CuStatus(718), // CUDA_ERROR_INVALID_PC
+        CuStatus(999), // CUDA_ERROR_UNKNOWN (what a GPU fallen off the bus returns)
     ];
     matches!(e, CudaError::Driver { status, .. } if STICKY.contains(status))
 }
