@@ -539,18 +539,19 @@ fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
     assert!(bad >= 18 - 4, "{statuses:?}");
 }
 
-/// `stoker check` takes an `s3://` URL, with the connection from the standard environment.
+/// `stoker check` and `stoker bench` take an `s3://` URL, with the connection from the
+/// standard environment; bench's cold rows read from the server (the node cache emptied).
 #[test]
-fn stoker_check_reads_s3_with_credentials_from_the_environment() {
+fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (folder, _) = datasets(dir.path());
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
     let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
-    let check = |secret: &str| {
+    let stoker_s3 = |args: &[&str], secret: &str| {
         Command::new(&stoker)
-            .args(["check", &format!("s3://{BUCKET}/folder")])
+            .args(args)
             .env("AWS_ENDPOINT_URL", weed.endpoint())
             .env("AWS_REGION", "us-east-1")
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -559,6 +560,8 @@ fn stoker_check_reads_s3_with_credentials_from_the_environment() {
             .output()
             .unwrap()
     };
+    let url = format!("s3://{BUCKET}/folder");
+    let check = |secret: &str| stoker_s3(&["check", &url], secret);
     let out = check(SECRET);
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -568,4 +571,47 @@ fn stoker_check_reads_s3_with_credentials_from_the_environment() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+
+    let json = dir.path().join("bench.json");
+    let svg = dir.path().join("bench.svg");
+    let out = stoker_s3(
+        &[
+            "bench",
+            &url,
+            "--storage-only",
+            "--cold",
+            "--threads",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        SECRET,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("read from the server"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["eviction"], "NodeCache", "{report}");
+    let rows: Vec<(String, String, u64)> = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap().to_owned();
+            (
+                field("stage"),
+                field("cache"),
+                r["images"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = |cache: &str| ("storage".to_owned(), cache.to_owned(), 18);
+    assert_eq!(rows, vec![want("warm"), want("cold")], "{report}");
 }

@@ -61,7 +61,7 @@ pub struct S3Config {
     /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
     pub cache_dir: Option<PathBuf>,
     pub cache_max_bytes: u64,
-    /// Whether opening a dataset starts fetching all its objects in the background.
+    /// Whether a job starting on a dataset fetches its objects ahead, in its epoch's order.
     pub prefetch: bool,
 }
 

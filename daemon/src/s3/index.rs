@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote, S3Error};
-use super::{block_on, fetch_all, prefetch, remember, remote_for, ObjectRef, S3Url};
+use super::{block_on, fetch_all, remember, remote_for, ObjectRef, S3Url};
 use crate::dataset::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
 /// Opens the dataset at the `s3://` URL `path`: lists the prefix, detects (or takes) the
@@ -125,7 +125,6 @@ fn index_images(
         used.push(o.clone());
     }
     remember(remote, &used);
-    prefetch(used.iter().map(|o| object_ref(remote, o)).collect());
     Ok(ds)
 }
 

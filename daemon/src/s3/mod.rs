@@ -11,9 +11,10 @@
 //! - One tokio runtime (two threads) runs every request; at most `max_in_flight` downloads are
 //!   in flight at once, all datasets together. Decode workers never run a request: they ask
 //!   the [`cache::NodeCache`] for a chunk's objects, which starts the missing downloads all at
-//!   once, and wait only for those. Opening a dataset also starts fetching all its objects in
-//!   index order in the background (up to the cache cap), so a worker usually finds its
-//!   object already local.
+//!   once, and wait only for those. Starting a job also starts fetching its dataset's objects
+//!   in the order its epoch reads them, in the background (up to the cache cap, with at most
+//!   half of the requests, so the workers' own requests never queue behind it), so a worker
+//!   usually finds its object local or on its way (`prefetch`).
 //! - Objects are cached whole: a shard is downloaded once and its samples are read from the
 //!   local copy by the usual reader (offset, length); an image object likewise.
 //! - Failures are per object: a missing object is `not_found`, a refused one `permission`,
@@ -34,19 +35,21 @@ pub mod cache;
 pub mod client;
 pub mod config;
 mod index;
+mod prefetch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tokio::runtime::Runtime;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::reader::{ReadError, ReadRequest};
 use cache::{Claim, NodeCache, Pending};
 use client::{ObjectInfo, Remote, S3Error, S3ErrorKind};
 pub use config::{Connection, S3Config};
 pub use index::open_dataset;
+pub use prefetch::prefetch_job;
 
 /// Metric names (recorded through the `metrics` facade).
 pub mod metric {
@@ -290,8 +293,14 @@ fn remember(remote: &Arc<Remote>, objects: &[ObjectInfo]) {
     }
 }
 
-/// Starts the download of `obj` unless it is local or under way already.
-fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String> {
+/// Starts the download of `obj` unless it is local or under way already. `held`: request
+/// permits the caller took already (the prefetcher's); without them the download waits for
+/// one of the `max_in_flight` permits.
+fn start_fetch(
+    cache: &Arc<NodeCache>,
+    obj: &ObjectRef,
+    held: Option<Vec<OwnedSemaphorePermit>>,
+) -> Result<Claim, String> {
     let name = obj.cache_name();
     let claim = cache.claim(&name);
     match &claim {
@@ -300,12 +309,19 @@ fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String>
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
             let permits = permits();
             runtime()?.spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
-                    // Never closed; should it be, the waiters still wake, with an error.
-                    let url = obj.remote.url(&obj.key);
-                    let err = S3Error::local(&url, "the request limiter is closed".into());
-                    let _ = cache.finish(&name, &p, &cache.temp_path(&name), Err(err), &url);
-                    return;
+                let _permits = match held {
+                    Some(h) => h,
+                    None => match permits.acquire_owned().await {
+                        Ok(permit) => vec![permit],
+                        Err(_) => {
+                            // Never closed; should it be, the waiters still wake, with an error.
+                            let url = obj.remote.url(&obj.key);
+                            let err = S3Error::local(&url, "the request limiter is closed".into());
+                            let temp = cache.temp_path(&name);
+                            let _ = cache.finish(&name, &p, &temp, Err(err), &url);
+                            return;
+                        }
+                    },
                 };
                 download(&cache, &obj, &name, &p).await;
             });
@@ -354,7 +370,7 @@ fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
     let claims: Vec<Result<Claim, String>> = objects
         .iter()
         .map(|o| {
-            let c = start_fetch(&cache, o);
+            let c = start_fetch(&cache, o, None);
             // A download started here is a miss; one found local or already under way is a
             // hit: its bytes come from the server once, whoever asked first.
             let hit = matches!(c, Ok(Claim::Ready(_) | Claim::Wait(_)));
@@ -375,34 +391,6 @@ fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
             Err(e) => Err(S3Error::local(&o.remote.url(&o.key), e)),
         })
         .collect()
-}
-
-/// Starts fetching `objects` in the background, in order, while they fit in the cache.
-fn prefetch(objects: Vec<ObjectRef>) {
-    if !config().prefetch {
-        return;
-    }
-    let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
-        return;
-    };
-    rt.spawn(async move {
-        let mut budget = cache.cap().saturating_sub(cache.total());
-        for o in objects {
-            if o.size > budget {
-                break;
-            }
-            budget -= o.size;
-            // Waits for a free request slot before claiming the next object, so the claims
-            // stay near the downloads.
-            let Ok(permit) = permits().acquire_owned().await else {
-                return;
-            };
-            drop(permit);
-            if start_fetch(&cache, &o).is_err() {
-                return;
-            }
-        }
-    });
 }
 
 /// The local files of the `s3://` requests among `reqs`; `None` when there are none.
@@ -464,6 +452,20 @@ pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
             e => std::io::Error::other(e.to_string()),
         }),
     }
+}
+
+/// Deletes the node-cache copies of the indexed objects at `urls` (other paths are skipped),
+/// so that the next read fetches them from the server: `stoker bench`'s cold rows. Returns how
+/// many copies were deleted.
+pub fn evict(urls: &[PathBuf]) -> usize {
+    let Ok(cache) = node_cache() else {
+        return 0;
+    };
+    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
+    urls.iter()
+        .filter_map(|u| map.get(u.to_string_lossy().as_ref()))
+        .filter(|o| cache.remove(&o.cache_name()))
+        .count()
 }
 
 /// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
