@@ -262,6 +262,12 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
     weed.upload(&shards, "shards");
+    // Shards are indexed from the sidecars `pack` wrote beside them: no shard is downloaded.
+    let before = s3::bytes_downloaded();
+    let url = format!("s3://{BUCKET}/shards");
+    let ds = Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    assert_eq!(ds.len(), 18);
+    assert_eq!(s3::bytes_downloaded(), before, "indexed without downloads");
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\

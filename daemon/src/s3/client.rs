@@ -291,6 +291,22 @@ impl Remote {
         .await
     }
 
+    /// The whole object `key` in memory (small objects: shard index sidecars).
+    pub async fn get_bytes(&self, key: &str) -> Result<Vec<u8>, S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        self.with_retries(&url, || async {
+            let got = self
+                .store
+                .get(&path)
+                .await
+                .map_err(|e| S3Error::of(&url, &e))?;
+            let bytes = got.bytes().await.map_err(|e| S3Error::of(&url, &e))?;
+            Ok(bytes.to_vec())
+        })
+        .await
+    }
+
     /// Uploads `data` as `key`.
     pub async fn put(&self, key: &str, data: Vec<u8>) -> Result<(), S3Error> {
         let url = self.url(key);

@@ -4,14 +4,20 @@
 //! Layout detection and order follow the local rules (`crate::dataset`), so a dataset gives
 //! the same samples in the same order from a bucket as from a local copy.
 //!
+//! Shards are indexed from their sidecar index (`NAME.tar.idx`, which `stoker pack` writes
+//! beside each shard), all sidecars requested at once; a shard without a usable one is
+//! downloaded into the node cache and its tar headers walked there.
+//!
 //! # Limitations
-//! Shards are downloaded to read their headers (no sidecar index, no ranged header reads);
-//! the index is not cached on disk (listing again is cheap next to reading).
+//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads); the
+//! index is not cached on disk (a listing and the sidecars are read at each open).
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote, S3Error};
+use super::sidecar::{self, IndexedSample};
 use super::{block_on, fetch_all, remember, remote_for, ObjectRef, S3Url};
 use crate::dataset::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
@@ -139,8 +145,16 @@ fn index_shards(
         .map(|(_, o)| o.clone())
         .collect();
     remember(remote, &shards);
-    let refs: Vec<ObjectRef> = shards.iter().map(|o| object_ref(remote, o)).collect();
-    let local = fetch_all(&refs);
+    let keys: HashSet<&str> = objects.iter().map(|(_, o)| o.key.as_str()).collect();
+    let indexed = read_sidecars(remote, &shards, &keys);
+    // Shards without a usable sidecar are downloaded (into the node cache) and walked.
+    let refs: Vec<ObjectRef> = shards
+        .iter()
+        .zip(&indexed)
+        .filter(|(_, i)| i.is_none())
+        .map(|(o, _)| object_ref(remote, o))
+        .collect();
+    let mut local = fetch_all(&refs).into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
         kind: Some(DatasetKind::TarShards),
@@ -149,9 +163,16 @@ fn index_shards(
         threads: 1,
         ..OpenOptions::default()
     };
-    for (o, file) in shards.iter().zip(local) {
-        let file = file.map_err(|e| refused(path, e))?;
+    for (o, samples) in shards.iter().zip(indexed) {
         let url = remote.url(&o.key);
+        if let Some(samples) = samples {
+            ds.append_indexed_shard(url.as_bytes(), &samples)?;
+            continue;
+        }
+        let file = local
+            .next()
+            .expect("one download per shard without a sidecar")
+            .map_err(|e| refused(path, e))?;
         let shard = Dataset::open(&file, &no_cache).map_err(|e| DatasetError::BadTar {
             path: url.clone().into(),
             offset: 0,
@@ -160,6 +181,33 @@ fn index_shards(
         ds.append_shard(url.as_bytes(), &shard)?;
     }
     Ok(ds)
+}
+
+/// Each shard's samples from its sidecar index (`NAME.tar.idx`, all requested at once);
+/// `None` for a shard without one, or whose sidecar is unreadable or stale (logged).
+fn read_sidecars(
+    remote: &Arc<Remote>,
+    shards: &[ObjectInfo],
+    keys: &HashSet<&str>,
+) -> Vec<Option<Vec<IndexedSample>>> {
+    let reads = shards.iter().map(|o| async move {
+        let key = format!("{}{}", o.key, sidecar::SUFFIX);
+        if !keys.contains(key.as_str()) {
+            return None;
+        }
+        let got = remote.get_bytes(&key).await.map_err(|e| e.to_string());
+        let samples = got.and_then(|bytes| {
+            let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())?;
+            sidecar::parse(&text, o.size)
+        });
+        samples
+            .map_err(|reason| {
+                let url = remote.url(&key);
+                tracing::warn!(%url, %reason, "shard index sidecar not used; reading the shard");
+            })
+            .ok()
+    });
+    block_on(futures::future::join_all(reads)).unwrap_or_else(|_| vec![None; shards.len()])
 }
 
 fn object_ref(remote: &Arc<Remote>, o: &ObjectInfo) -> ObjectRef {

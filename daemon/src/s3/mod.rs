@@ -36,9 +36,11 @@ pub mod client;
 pub mod config;
 mod index;
 mod prefetch;
+pub mod sidecar;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tokio::runtime::Runtime;
@@ -165,6 +167,8 @@ struct Hub {
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
+    /// Bytes downloaded by this process (the `s3` source of the bytes metric).
+    downloaded: AtomicU64,
 }
 
 fn hub() -> &'static Hub {
@@ -177,6 +181,7 @@ fn hub() -> &'static Hub {
         cache: OnceLock::new(),
         runtime: OnceLock::new(),
         permits: OnceLock::new(),
+        downloaded: AtomicU64::new(0),
     })
 }
 
@@ -272,6 +277,12 @@ fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
     Ok(r)
 }
 
+/// Bytes of objects this process downloaded so far (what `stoker_s3_bytes_total{source="s3"}`
+/// counts, readable without a metrics recorder).
+pub fn bytes_downloaded() -> u64 {
+    hub().downloaded.load(Ordering::Relaxed)
+}
+
 /// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
     Ok(runtime()?.block_on(f))
@@ -351,6 +362,7 @@ async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending) {
     });
     if let Ok(n) = got {
         metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
+        hub().downloaded.fetch_add(n, Ordering::Relaxed);
         tracing::debug!(url, bytes = n, "object fetched into the node cache");
     }
     let _ = cache.finish(name, p, &temp, got, &url);
