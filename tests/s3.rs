@@ -274,7 +274,8 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
          access_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"not-the-secret\"\n",
         weed.endpoint()
     );
-    let config = write_config(dir.path(), &weed, "", &extra);
+    // Every shard is "large": its samples are read by ranged GETs, not the whole shard.
+    let config = write_config(dir.path(), &weed, "whole_object_max_bytes = 1", &extra);
     let daemon = Daemon::start(
         dir.path(),
         &["--threads", "2", "--config", config.to_str().unwrap()],
@@ -297,6 +298,20 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         local == remote,
         "s3:// shards must give the local shards' batches"
     );
+    // Only samples came down: no file of the node cache is as large as a shard.
+    let smallest_shard = std::fs::read_dir(&shards)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+        .map(|p| p.metadata().unwrap().len())
+        .min()
+        .unwrap();
+    let cached: Vec<u64> = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect();
+    assert_eq!(cached.len(), 36, "18 image objects and 18 shard samples");
+    assert!(cached.iter().all(|&n| n < smallest_shard), "{cached:?}");
 
     // A wrong secret refuses the attach, naming the dataset and the S3 code.
     let err = Client::attach(socket, options("wrongsecret", "bad", 0, 1, 4)).unwrap_err();

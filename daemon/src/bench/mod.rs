@@ -390,7 +390,7 @@ pub enum Eviction {
 /// `s3://` dataset is evicted from the node cache instead.
 pub fn evict(ds: &Dataset) -> Eviction {
     if crate::s3::is_url(ds.root()) {
-        crate::s3::evict(&distinct_files(ds));
+        crate::s3::evict(ds);
         return Eviction::NodeCache;
     }
     // SAFETY: sync and geteuid take no arguments and cannot fail.

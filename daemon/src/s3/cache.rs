@@ -164,6 +164,11 @@ impl NodeCache {
         st.entries.contains_key(name) || st.pending.contains_key(name)
     }
 
+    /// Whether `name` is here (claims nothing; the file is checked when claimed).
+    pub fn ready(&self, name: &str) -> bool {
+        self.lock().entries.contains_key(name)
+    }
+
     /// A fresh temporary path for a download of `name`.
     pub fn temp_path(&self, name: &str) -> PathBuf {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);

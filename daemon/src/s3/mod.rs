@@ -15,16 +15,16 @@
 //!   in the order its epoch reads them, in the background (up to the cache cap, with at most
 //!   half of the requests, so the workers' own requests never queue behind it), so a worker
 //!   usually finds its object local or on its way (`prefetch`).
-//! - Objects are cached whole: a shard is downloaded once and its samples are read from the
-//!   local copy by the usual reader (offset, length); an image object likewise.
+//! - Objects up to `whole_object_max_bytes` are cached whole (image objects, small shards);
+//!   the samples of larger ones (tar shards) are fetched by ranged GETs, each its own cache
+//!   file, neighbours in a chunk merged into one GET (`ranged`). Shards are indexed from the
+//!   sidecar `NAME.tar.idx` that `stoker pack` writes (`sidecar`), else downloaded once.
 //! - Failures are per object: a missing object is `not_found`, a refused one `permission`,
 //!   anything else (server down after every retry) `io`; the bad-sample policy does the rest.
 //!
 //! # Limitations
-//! - Objects are fetched whole, not by per-sample ranged GETs; a shard is local before any of
-//!   its samples is read.
-//! - Shard indexing downloads each shard (into the node cache) to read its tar headers; there
-//!   is no sidecar index yet. The listing is redone at each open (no on-disk index cache).
+//! - Shards without a sidecar are downloaded (into the node cache) to read their tar headers.
+//!   The listing and the sidecars are read again at each open (no on-disk index cache).
 //! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
 //!   web identity, container and instance credentials are.
 //! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
@@ -36,6 +36,8 @@ pub mod client;
 pub mod config;
 mod index;
 mod prefetch;
+mod ranged;
+mod read;
 pub mod sidecar;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,12 +48,12 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::reader::{ReadError, ReadRequest};
 use cache::{Claim, NodeCache, Pending};
-use client::{ObjectInfo, Remote, S3Error, S3ErrorKind};
+use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use index::open_dataset;
 pub use prefetch::prefetch_job;
+pub use read::{evict, local_file, localize, read_localized, Local};
 
 /// Metric names (recorded through the `metrics` facade).
 pub mod metric {
@@ -403,158 +405,6 @@ fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
             Err(e) => Err(S3Error::local(&o.remote.url(&o.key), e)),
         })
         .collect()
-}
-
-/// The local files of the `s3://` requests among `reqs`; `None` when there are none.
-pub fn localize(reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<PathBuf, ReadError>>>> {
-    if !reqs.iter().any(|r| is_url(r.path)) {
-        return None;
-    }
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-    let mut wanted: Vec<ObjectRef> = Vec::new();
-    let mut slot: Vec<Option<Result<usize, ReadError>>> = Vec::with_capacity(reqs.len());
-    let mut seen: HashMap<&Path, usize> = HashMap::new();
-    for r in reqs {
-        if !is_url(r.path) {
-            slot.push(None);
-            continue;
-        }
-        if let Some(&i) = seen.get(r.path) {
-            slot.push(Some(Ok(i)));
-            continue;
-        }
-        let url = r.path.to_string_lossy();
-        slot.push(Some(match map.get(url.as_ref()) {
-            Some(o) => {
-                wanted.push(o.clone());
-                seen.insert(r.path, wanted.len() - 1);
-                Ok(wanted.len() - 1)
-            }
-            None => Err(ReadError::NotFound {
-                path: r.path.to_owned(),
-            }),
-        }));
-    }
-    drop(map);
-    let got = fetch_all(&wanted);
-    Some(
-        slot.into_iter()
-            .zip(reqs)
-            .map(|(s, r)| {
-                s.map(|s| s.and_then(|i| got[i].clone().map_err(|e| read_error(r.path, e))))
-            })
-            .collect(),
-    )
-}
-
-/// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
-/// its node-cache copy (fetched first if needed).
-pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
-    let req = [ReadRequest {
-        path,
-        offset: 0,
-        len: 0,
-    }];
-    match localize(&req).and_then(|mut l| l.pop().flatten()) {
-        None => Ok(path.to_owned()),
-        Some(Ok(p)) => Ok(p),
-        Some(Err(e)) => Err(match e {
-            ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
-            ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
-            e => std::io::Error::other(e.to_string()),
-        }),
-    }
-}
-
-/// Deletes the node-cache copies of the indexed objects at `urls` (other paths are skipped),
-/// so that the next read fetches them from the server: `stoker bench`'s cold rows. Returns how
-/// many copies were deleted.
-pub fn evict(urls: &[PathBuf]) -> usize {
-    let Ok(cache) = node_cache() else {
-        return 0;
-    };
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-    urls.iter()
-        .filter_map(|u| map.get(u.to_string_lossy().as_ref()))
-        .filter(|o| cache.remove(&o.cache_name()))
-        .count()
-}
-
-/// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
-/// request whose object could not be fetched gets that error and an empty buffer.
-pub fn read_localized(
-    reqs: &[ReadRequest<'_>],
-    local: Vec<Option<Result<PathBuf, ReadError>>>,
-    bufs: &mut [Vec<u8>],
-    read: impl FnOnce(&[ReadRequest<'_>], &mut [Vec<u8>]) -> Vec<Result<(), ReadError>>,
-) -> Vec<Result<(), ReadError>> {
-    let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
-    let mut which = Vec::new();
-    let mut sub = Vec::new();
-    let mut sub_bufs = Vec::new();
-    for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
-        let path = match l {
-            None => r.path,
-            Some(Ok(p)) => p.as_path(),
-            Some(Err(_)) => {
-                out.push(None);
-                bufs[i].clear();
-                continue;
-            }
-        };
-        out.push(None);
-        which.push(i);
-        sub.push(ReadRequest { path, ..*r });
-        sub_bufs.push(std::mem::take(&mut bufs[i]));
-    }
-    let results = read(&sub, &mut sub_bufs);
-    for ((i, r), b) in which.into_iter().zip(results).zip(sub_bufs) {
-        bufs[i] = b;
-        // Errors name the URL, not the cache file.
-        out[i] = Some(r.map_err(|e| rename_error(e, reqs[i].path)));
-    }
-    out.into_iter()
-        .zip(local)
-        .map(|(o, l)| match (o, l) {
-            (Some(r), _) => r,
-            (None, Some(Err(e))) => Err(e),
-            (None, _) => Ok(()),
-        })
-        .collect()
-}
-
-fn rename_error(e: ReadError, url: &Path) -> ReadError {
-    let path = url.to_owned();
-    match e {
-        ReadError::NotFound { .. } => ReadError::NotFound { path },
-        ReadError::Permission { .. } => ReadError::Permission { path },
-        ReadError::ShortRead {
-            offset, want, got, ..
-        } => ReadError::ShortRead {
-            path,
-            offset,
-            want,
-            got,
-        },
-        ReadError::Io { source, .. } => ReadError::Io { path, source },
-        ReadError::NotRegular { source, .. } => ReadError::NotRegular { path, source },
-        ReadError::Symlink { source, .. } => ReadError::Symlink { path, source },
-        ReadError::Changed { source, .. } => ReadError::Changed { path, source },
-        ReadError::Credentials { source, .. } => ReadError::Credentials { path, source },
-        e @ ReadError::Setup(_) => e,
-    }
-}
-
-fn read_error(path: &Path, e: S3Error) -> ReadError {
-    let path = path.to_owned();
-    match e.kind {
-        S3ErrorKind::NotFound => ReadError::NotFound { path },
-        S3ErrorKind::Permission => ReadError::Permission { path },
-        S3ErrorKind::Other => ReadError::Io {
-            path,
-            source: std::io::Error::other(format!("S3 error {}: {}", e.code, e.message)),
-        },
-    }
 }
 
 /// Uploads every file under `dir` to `url` (keys: the prefix, then the file's path relative
