@@ -581,6 +581,19 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
             .output()
             .unwrap()
     };
+    // The stdout of a run that must succeed.
+    let ok = |args: &[&str]| {
+        let out = stoker_s3(args, SECRET);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {text}{err}");
+        text
+    };
+    // `stoker pack` writes shards (and their sidecars) straight to a bucket.
+    let packed = format!("s3://{BUCKET}/packed");
+    ok(&["pack", folder.to_str().unwrap(), &packed, "--shard-mb", "1"]);
+    let text = ok(&["check", &packed]);
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
     let url = format!("s3://{BUCKET}/folder");
     let check = |secret: &str| stoker_s3(&["check", &url], secret);
     let out = check(SECRET);
@@ -595,27 +608,18 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
 
     let json = dir.path().join("bench.json");
     let svg = dir.path().join("bench.svg");
-    let out = stoker_s3(
-        &[
-            "bench",
-            &url,
-            "--storage-only",
-            "--cold",
-            "--threads",
-            "1",
-            "--json",
-            json.to_str().unwrap(),
-            "--svg",
-            svg.to_str().unwrap(),
-        ],
-        SECRET,
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = ok(&[
+        "bench",
+        &url,
+        "--storage-only",
+        "--cold",
+        "--threads",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
     assert!(text.contains("read from the server"), "{text}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

@@ -41,6 +41,8 @@ pub enum PackError {
     Dataset(#[from] DatasetError),
     #[error("tar member name {0:?} is longer than 100 bytes")]
     NameTooLong(String),
+    #[error("cannot upload {path}: {reason}")]
+    Upload { path: PathBuf, reason: String },
 }
 
 /// Writes one tar file member by member.
@@ -205,6 +207,18 @@ pub fn pack_dataset(
     shard_bytes: u64,
     progress: bool,
 ) -> Result<PackSummary, PackError> {
+    pack_dataset_with(ds, out, shard_bytes, progress, &mut |_| Ok(()))
+}
+
+/// [`pack_dataset`], calling `done` with each shard's path once it (and its sidecar) is
+/// complete, e.g. to upload it and remove the local copy.
+pub fn pack_dataset_with(
+    ds: &Dataset,
+    out: &Path,
+    shard_bytes: u64,
+    progress: bool,
+    done: &mut dyn FnMut(&Path) -> Result<(), PackError>,
+) -> Result<PackSummary, PackError> {
     let t0 = Instant::now();
     let mut last = Instant::now();
     let mut summary = PackSummary {
@@ -239,6 +253,7 @@ pub fn pack_dataset(
         summary.samples += 1;
         if t.bytes() >= shard_bytes {
             summary.bytes += tar.take().expect("open shard").finish()?;
+            done(&shard_path(out, summary.shards))?;
             summary.shards += 1;
         }
         if progress && last.elapsed() >= Duration::from_secs(1) {
@@ -256,6 +271,7 @@ pub fn pack_dataset(
     }
     if let Some(t) = tar {
         summary.bytes += t.finish()?;
+        done(&shard_path(out, summary.shards))?;
         summary.shards += 1;
     }
     Ok(summary)

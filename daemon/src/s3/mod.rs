@@ -128,6 +128,14 @@ impl S3Url {
         }))
     }
 
+    /// The URL of `name` under this prefix.
+    pub fn join(&self, name: &str) -> S3Url {
+        S3Url {
+            bucket: self.bucket.clone(),
+            prefix: join_key(&self.prefix, name),
+        }
+    }
+
     pub fn as_string(&self) -> String {
         format!("s3://{}/{}", self.bucket, self.prefix)
     }
@@ -435,6 +443,14 @@ pub fn upload_dir(dir: &Path, url: &S3Url) -> Result<usize, S3Error> {
         Ok(files.len())
     };
     block_on(run).map_err(|e| S3Error::local(&url.as_string(), e))?
+}
+
+/// Uploads `file` as the object at `url` (the prefix is the key).
+pub fn upload_file(file: &Path, url: &S3Url) -> Result<(), S3Error> {
+    let remote = remote_for(url)?;
+    let data = std::fs::read(file)
+        .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", file.display())))?;
+    block_on(remote.put(&url.prefix, data)).map_err(|e| S3Error::local(&url.as_string(), e))?
 }
 
 /// Deletes the object at `url` (the prefix is the key).

@@ -109,7 +109,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub compare: bool,
     /// With an `s3://` dataset: a local folder holding the same files; stoker is measured on it
-    /// too (warm, like the node-cache rows) and the ratio printed beside the peers.
+    /// and on the dataset (warm: from the node cache) alternately, twice each, and the ratio
+    /// printed beside the peers.
     #[arg(long)]
     pub local_copy: Option<PathBuf>,
     /// The peers' Python (default /tmp/peer/bin/python if it exists).
@@ -603,7 +604,7 @@ fn peer_runs(
         peers = compare(args, data, threads, warm);
     }
     if let Some(dir) = &args.local_copy {
-        peers.push(compare_local(args, opts, dir, threads, warm));
+        peers.push(compare_local(args, opts, data, dir, threads, warm));
     }
     peers
 }
