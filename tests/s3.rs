@@ -135,9 +135,12 @@ impl Weed {
 
     /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
     fn upload(&self, dir: &Path, prefix: &str) {
+        // This process's node cache (its folder is fixed at first use): one per test run.
+        let objects = std::env::temp_dir().join(format!("stoker-s3-test-{}", std::process::id()));
         let cfg = S3Config {
             default: self.connection(SECRET),
             retries: 2,
+            cache_dir: Some(objects),
             ..S3Config::default()
         };
         s3::configure(&cfg, &BTreeMap::new());
@@ -262,12 +265,31 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
     weed.upload(&shards, "shards");
-    // Shards are indexed from the sidecars `pack` wrote beside them: no shard is downloaded.
-    let before = s3::bytes_downloaded();
+    // Shards are indexed from the sidecars `pack` wrote beside them: no shard is downloaded,
+    // only the sidecars, into the node cache: a second open downloads nothing.
+    let shard_sizes: Vec<u64> = std::fs::read_dir(&shards)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+        .map(|p| p.metadata().unwrap().len())
+        .collect();
+    let smallest_shard = *shard_sizes.iter().min().unwrap();
     let url = format!("s3://{BUCKET}/shards");
+    let before = s3::bytes_downloaded();
     let ds = Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
     assert_eq!(ds.len(), 18);
-    assert_eq!(s3::bytes_downloaded(), before, "indexed without downloads");
+    let sidecars = s3::bytes_downloaded() - before;
+    assert!(
+        sidecars > 0 && sidecars < smallest_shard,
+        "{sidecars} bytes for indexing"
+    );
+    let before = s3::bytes_downloaded();
+    Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    assert_eq!(
+        s3::bytes_downloaded(),
+        before,
+        "the sidecars come from the node cache"
+    );
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
@@ -299,18 +321,16 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         "s3:// shards must give the local shards' batches"
     );
     // Only samples came down: no file of the node cache is as large as a shard.
-    let smallest_shard = std::fs::read_dir(&shards)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
-        .map(|p| p.metadata().unwrap().len())
-        .min()
-        .unwrap();
     let cached: Vec<u64> = std::fs::read_dir(dir.path().join("objects"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .collect();
-    assert_eq!(cached.len(), 36, "18 image objects and 18 shard samples");
+    let want = 36 + shard_sizes.len();
+    assert_eq!(
+        cached.len(),
+        want,
+        "18 images, 18 shard samples, the sidecars"
+    );
     assert!(cached.iter().all(|&n| n < smallest_shard), "{cached:?}");
 
     // A wrong secret refuses the attach, naming the dataset and the S3 code.

@@ -293,22 +293,6 @@ impl Remote {
         .await
     }
 
-    /// The whole object `key` in memory (small objects: shard index sidecars).
-    pub async fn get_bytes(&self, key: &str) -> Result<Vec<u8>, S3Error> {
-        let url = self.url(key);
-        let path = object_path(key);
-        self.with_retries(&url, || async {
-            let got = self
-                .store
-                .get(&path)
-                .await
-                .map_err(|e| S3Error::of(&url, &e))?;
-            let bytes = got.bytes().await.map_err(|e| S3Error::of(&url, &e))?;
-            Ok(bytes.to_vec())
-        })
-        .await
-    }
-
     /// Bytes `range` of the object `key` (a ranged GET); a short answer is an error.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, S3Error> {
         let url = self.url(key);

@@ -5,14 +5,15 @@
 //! the same samples in the same order from a bucket as from a local copy.
 //!
 //! Shards are indexed from their sidecar index (`NAME.tar.idx`, which `stoker pack` writes
-//! beside each shard), all sidecars requested at once; a shard without a usable one is
-//! downloaded into the node cache and its tar headers walked there.
+//! beside each shard), all sidecars requested at once through the node cache, so a second
+//! open (another job, a restarted daemon) reads them from local disk; a shard without a
+//! usable one is downloaded into the node cache and its tar headers walked there.
 //!
 //! # Limitations
-//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads); the
-//! index is not cached on disk (a listing and the sidecars are read at each open).
+//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads). Each
+//! open lists the prefix again (the sidecars come from the node cache).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -145,8 +146,9 @@ fn index_shards(
         .map(|(_, o)| o.clone())
         .collect();
     remember(remote, &shards);
-    let keys: HashSet<&str> = objects.iter().map(|(_, o)| o.key.as_str()).collect();
-    let indexed = read_sidecars(remote, &shards, &keys);
+    let listed: HashMap<&str, &ObjectInfo> =
+        objects.iter().map(|(_, o)| (o.key.as_str(), o)).collect();
+    let indexed = read_sidecars(remote, &shards, &listed);
     // Shards without a usable sidecar are downloaded (into the node cache) and walked.
     let refs: Vec<ObjectRef> = shards
         .iter()
@@ -183,31 +185,38 @@ fn index_shards(
     Ok(ds)
 }
 
-/// Each shard's samples from its sidecar index (`NAME.tar.idx`, all requested at once);
+/// Each shard's samples from its sidecar index (`NAME.tar.idx`), fetched through the node
+/// cache (all at once; a later open reads them from local disk, the ETag and size checked);
 /// `None` for a shard without one, or whose sidecar is unreadable or stale (logged).
 fn read_sidecars(
     remote: &Arc<Remote>,
     shards: &[ObjectInfo],
-    keys: &HashSet<&str>,
+    listed: &HashMap<&str, &ObjectInfo>,
 ) -> Vec<Option<Vec<IndexedSample>>> {
-    let reads = shards.iter().map(|o| async move {
-        let key = format!("{}{}", o.key, sidecar::SUFFIX);
-        if !keys.contains(key.as_str()) {
-            return None;
-        }
-        let got = remote.get_bytes(&key).await.map_err(|e| e.to_string());
-        let samples = got.and_then(|bytes| {
-            let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())?;
-            sidecar::parse(&text, o.size)
-        });
-        samples
-            .map_err(|reason| {
-                let url = remote.url(&key);
+    let wanted: Vec<(usize, ObjectRef)> = shards
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let key = format!("{}{}", o.key, sidecar::SUFFIX);
+            listed.get(key.as_str()).map(|s| (i, object_ref(remote, s)))
+        })
+        .collect();
+    let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
+    let mut out = vec![None; shards.len()];
+    for ((i, r), file) in wanted.into_iter().zip(fetch_all(&refs)) {
+        let samples = file
+            .map_err(|e| e.to_string())
+            .and_then(|f| std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display())))
+            .and_then(|text| sidecar::parse(&text, shards[i].size));
+        match samples {
+            Ok(s) => out[i] = Some(s),
+            Err(reason) => {
+                let url = remote.url(&r.key);
                 tracing::warn!(%url, %reason, "shard index sidecar not used; reading the shard");
-            })
-            .ok()
-    });
-    block_on(futures::future::join_all(reads)).unwrap_or_else(|_| vec![None; shards.len()])
+            }
+        }
+    }
+    out
 }
 
 fn object_ref(remote: &Arc<Remote>, o: &ObjectInfo) -> ObjectRef {
