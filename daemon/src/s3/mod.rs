@@ -24,7 +24,7 @@
 //!
 //! # Limitations
 //! - Shards without a sidecar are downloaded (into the node cache) to read their tar headers.
-//!   The listing and the sidecars are read again at each open (no on-disk index cache).
+//!   The listing is done again at each open (sidecars come from the node cache).
 //! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
 //!   web identity, container and instance credentials are.
 //! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
