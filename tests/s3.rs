@@ -135,9 +135,12 @@ impl Weed {
 
     /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
     fn upload(&self, dir: &Path, prefix: &str) {
+        // This process's node cache (its folder is fixed at first use): one per test run.
+        let objects = std::env::temp_dir().join(format!("stoker-s3-test-{}", std::process::id()));
         let cfg = S3Config {
             default: self.connection(SECRET),
             retries: 2,
+            cache_dir: Some(objects),
             ..S3Config::default()
         };
         s3::configure(&cfg, &BTreeMap::new());
@@ -262,13 +265,39 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
     weed.upload(&shards, "shards");
+    // Shards are indexed from the sidecars `pack` wrote beside them: no shard is downloaded,
+    // only the sidecars, into the node cache: a second open downloads nothing.
+    let shard_sizes: Vec<u64> = std::fs::read_dir(&shards)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+        .map(|p| p.metadata().unwrap().len())
+        .collect();
+    let smallest_shard = *shard_sizes.iter().min().unwrap();
+    let url = format!("s3://{BUCKET}/shards");
+    let before = s3::bytes_downloaded();
+    let ds = Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    assert_eq!(ds.len(), 18);
+    let sidecars = s3::bytes_downloaded() - before;
+    assert!(
+        sidecars > 0 && sidecars < smallest_shard,
+        "{sidecars} bytes for indexing"
+    );
+    let before = s3::bytes_downloaded();
+    Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    assert_eq!(
+        s3::bytes_downloaded(),
+        before,
+        "the sidecars come from the node cache"
+    );
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
          access_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"not-the-secret\"\n",
         weed.endpoint()
     );
-    let config = write_config(dir.path(), &weed, "", &extra);
+    // Every shard is "large": its samples are read by ranged GETs, not the whole shard.
+    let config = write_config(dir.path(), &weed, "whole_object_max_bytes = 1", &extra);
     let daemon = Daemon::start(
         dir.path(),
         &["--threads", "2", "--config", config.to_str().unwrap()],
@@ -291,6 +320,18 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         local == remote,
         "s3:// shards must give the local shards' batches"
     );
+    // Only samples came down: no file of the node cache is as large as a shard.
+    let cached: Vec<u64> = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect();
+    let want = 36 + shard_sizes.len();
+    assert_eq!(
+        cached.len(),
+        want,
+        "18 images, 18 shard samples, the sidecars"
+    );
+    assert!(cached.iter().all(|&n| n < smallest_shard), "{cached:?}");
 
     // A wrong secret refuses the attach, naming the dataset and the S3 code.
     let err = Client::attach(socket, options("wrongsecret", "bad", 0, 1, 4)).unwrap_err();
@@ -539,18 +580,19 @@ fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
     assert!(bad >= 18 - 4, "{statuses:?}");
 }
 
-/// `stoker check` takes an `s3://` URL, with the connection from the standard environment.
+/// `stoker check` and `stoker bench` take an `s3://` URL, with the connection from the
+/// standard environment; bench's cold rows read from the server (the node cache emptied).
 #[test]
-fn stoker_check_reads_s3_with_credentials_from_the_environment() {
+fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (folder, _) = datasets(dir.path());
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
     let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
-    let check = |secret: &str| {
+    let stoker_s3 = |args: &[&str], secret: &str| {
         Command::new(&stoker)
-            .args(["check", &format!("s3://{BUCKET}/folder")])
+            .args(args)
             .env("AWS_ENDPOINT_URL", weed.endpoint())
             .env("AWS_REGION", "us-east-1")
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -559,6 +601,21 @@ fn stoker_check_reads_s3_with_credentials_from_the_environment() {
             .output()
             .unwrap()
     };
+    // The stdout of a run that must succeed.
+    let ok = |args: &[&str]| {
+        let out = stoker_s3(args, SECRET);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {text}{err}");
+        text
+    };
+    // `stoker pack` writes shards (and their sidecars) straight to a bucket.
+    let packed = format!("s3://{BUCKET}/packed");
+    ok(&["pack", folder.to_str().unwrap(), &packed, "--shard-mb", "1"]);
+    let text = ok(&["check", &packed]);
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
+    let url = format!("s3://{BUCKET}/folder");
+    let check = |secret: &str| stoker_s3(&["check", &url], secret);
     let out = check(SECRET);
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -568,4 +625,38 @@ fn stoker_check_reads_s3_with_credentials_from_the_environment() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+
+    let json = dir.path().join("bench.json");
+    let svg = dir.path().join("bench.svg");
+    let text = ok(&[
+        "bench",
+        &url,
+        "--storage-only",
+        "--cold",
+        "--threads",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(text.contains("read from the server"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["eviction"], "NodeCache", "{report}");
+    let rows: Vec<(String, String, u64)> = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap().to_owned();
+            (
+                field("stage"),
+                field("cache"),
+                r["images"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = |cache: &str| ("storage".to_owned(), cache.to_owned(), 18);
+    assert_eq!(rows, vec![want("warm"), want("cold")], "{report}");
 }

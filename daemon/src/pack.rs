@@ -10,6 +10,8 @@
 //!   larger than the target.
 //! - Shards are written to `NAME.tar.partial` and renamed when complete, so an interrupted
 //!   pack never leaves a truncated shard that looks finished.
+//! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`crate::s3::sidecar`]):
+//!   an `s3://` dataset of shards is indexed from it without downloading the shards.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::dataset::{Dataset, DatasetError, OpenOptions};
+use crate::s3::sidecar::{self, IndexedSample};
 
 /// Default target shard size: 256 MB.
 pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
@@ -38,6 +41,8 @@ pub enum PackError {
     Dataset(#[from] DatasetError),
     #[error("tar member name {0:?} is longer than 100 bytes")]
     NameTooLong(String),
+    #[error("cannot upload {path}: {reason}")]
+    Upload { path: PathBuf, reason: String },
 }
 
 /// Writes one tar file member by member.
@@ -46,6 +51,8 @@ pub struct TarWriter {
     path: PathBuf,
     partial: PathBuf,
     bytes: u64,
+    /// The samples [`append_sample`] wrote, for the sidecar index.
+    samples: Vec<IndexedSample>,
 }
 
 impl TarWriter {
@@ -61,6 +68,7 @@ impl TarWriter {
             path: path.to_owned(),
             partial,
             bytes: 0,
+            samples: Vec::new(),
         })
     }
 
@@ -100,7 +108,17 @@ impl TarWriter {
         })?;
         file.sync_data().map_err(err(&self.partial))?;
         std::fs::rename(&self.partial, &self.path).map_err(err(&self.path))?;
-        Ok(self.bytes + 1024)
+        let total = self.bytes + 1024;
+        if !self.samples.is_empty() {
+            let mut idx = self.path.clone().into_os_string();
+            idx.push(sidecar::SUFFIX);
+            let idx = PathBuf::from(idx);
+            let temp = idx.with_extension("idx.partial");
+            std::fs::write(&temp, sidecar::render(total, &self.samples))
+                .and_then(|()| std::fs::rename(&temp, &idx))
+                .map_err(err(&idx))?;
+        }
+        Ok(total)
     }
 }
 
@@ -142,7 +160,15 @@ pub fn append_sample(
     jpeg: &[u8],
     label: i64,
 ) -> Result<(), PackError> {
-    tar.append(&format!("{key}.jpg"), jpeg)?;
+    let name = format!("{key}.jpg");
+    let offset = tar.bytes() + 512;
+    tar.append(&name, jpeg)?;
+    tar.samples.push(IndexedSample {
+        offset,
+        len: jpeg.len() as u64,
+        label: label.max(-1),
+        name,
+    });
     if label >= 0 {
         tar.append(&format!("{key}.cls"), label.to_string().as_bytes())?;
     }
@@ -181,6 +207,18 @@ pub fn pack_dataset(
     shard_bytes: u64,
     progress: bool,
 ) -> Result<PackSummary, PackError> {
+    pack_dataset_with(ds, out, shard_bytes, progress, &mut |_| Ok(()))
+}
+
+/// [`pack_dataset`], calling `done` with each shard's path once it (and its sidecar) is
+/// complete, e.g. to upload it and remove the local copy.
+pub fn pack_dataset_with(
+    ds: &Dataset,
+    out: &Path,
+    shard_bytes: u64,
+    progress: bool,
+    done: &mut dyn FnMut(&Path) -> Result<(), PackError>,
+) -> Result<PackSummary, PackError> {
     let t0 = Instant::now();
     let mut last = Instant::now();
     let mut summary = PackSummary {
@@ -215,6 +253,7 @@ pub fn pack_dataset(
         summary.samples += 1;
         if t.bytes() >= shard_bytes {
             summary.bytes += tar.take().expect("open shard").finish()?;
+            done(&shard_path(out, summary.shards))?;
             summary.shards += 1;
         }
         if progress && last.elapsed() >= Duration::from_secs(1) {
@@ -232,6 +271,7 @@ pub fn pack_dataset(
     }
     if let Some(t) = tar {
         summary.bytes += t.finish()?;
+        done(&shard_path(out, summary.shards))?;
         summary.shards += 1;
     }
     Ok(summary)
@@ -281,5 +321,22 @@ mod tests {
             assert_eq!(read(sa), read(sb), "sample {i}");
         }
         assert!(!out.join("shard-000000.tar.partial").exists());
+        // Each shard's sidecar lists exactly the samples its headers give.
+        let mut i = 0;
+        for n in 0..summary.shards {
+            let shard = shard_path(&out, n);
+            let size = std::fs::metadata(&shard).unwrap().len();
+            let text = std::fs::read_to_string(shard.with_extension("tar.idx")).unwrap();
+            for x in sidecar::parse(&text, size).unwrap() {
+                let s = b.sample(i);
+                assert_eq!(
+                    (s.path, s.offset, s.len, s.label),
+                    (&*shard, x.offset, x.len, x.label)
+                );
+                assert_eq!(b.display_name(i).rsplit(':').next(), Some(x.name.as_str()));
+                i += 1;
+            }
+        }
+        assert_eq!(i, b.len());
     }
 }

@@ -211,7 +211,8 @@ impl CacheState {
 
 impl std::fmt::Display for CacheState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        // pad, not write_str: the table's column widths apply.
+        f.pad(self.name())
     }
 }
 
@@ -241,7 +242,8 @@ impl Stage {
 
 impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        // pad, not write_str: the table's column widths apply.
+        f.pad(self.name())
     }
 }
 
@@ -378,11 +380,19 @@ pub enum Eviction {
     /// `posix_fadvise(POSIX_FADV_DONTNEED)` on every file of the dataset (any user who can
     /// read them; pages mapped by other processes stay).
     Fadvise,
+    /// An `s3://` dataset: its objects' copies deleted from the node cache, so every read
+    /// fetches from the server again.
+    NodeCache,
 }
 
 /// Drops the dataset's files from the page cache: `drop_caches` as root (with the dentries
-/// and inodes, so a folder's metadata is cold too), else fadvise (data pages only).
+/// and inodes, so a folder's metadata is cold too), else fadvise (data pages only). An
+/// `s3://` dataset is evicted from the node cache instead.
 pub fn evict(ds: &Dataset) -> Eviction {
+    if crate::s3::is_url(ds.root()) {
+        crate::s3::evict(ds);
+        return Eviction::NodeCache;
+    }
     // SAFETY: sync and geteuid take no arguments and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         // SAFETY: as above.

@@ -1,17 +1,22 @@
 //! `stoker pack SRC OUT`: turns any dataset (folder tree, flat folder, file list, shards) into
-//! WebDataset tar shards of a target size, labels preserved, with progress on stderr.
+//! WebDataset tar shards of a target size, labels preserved, with progress on stderr; OUT may
+//! be an `s3://` prefix, the shards then uploaded as they are written.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::pack::{pack, DEFAULT_SHARD_BYTES};
+use crate::dataset::{Dataset, OpenOptions};
+use crate::pack::{pack, pack_dataset_with, PackError, PackSummary, DEFAULT_SHARD_BYTES};
+use crate::s3::S3Url;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The dataset to pack.
     pub src: PathBuf,
-    /// Folder to write shard-NNNNNN.tar files into (created if missing).
+    /// Folder to write shard-NNNNNN.tar files (and their .tar.idx sidecar indexes) into,
+    /// created if missing; or an `s3://bucket/prefix` to upload them to (one shard at a time
+    /// on local disk; the connection from the AWS environment variables).
     pub out: PathBuf,
     /// Target shard size in MB (a shard closes once it reaches it).
     #[arg(long, default_value_t = DEFAULT_SHARD_BYTES / 1_000_000)]
@@ -20,7 +25,13 @@ pub struct PackArgs {
 
 pub fn run(args: &PackArgs) -> i32 {
     let t0 = std::time::Instant::now();
-    match pack(&args.src, &args.out, args.shard_mb.max(1) * 1_000_000, true) {
+    let shard_bytes = args.shard_mb.max(1) * 1_000_000;
+    let packed = if crate::s3::is_url(&args.out) {
+        pack_to_s3(&args.src, &args.out, shard_bytes)
+    } else {
+        pack(&args.src, &args.out, shard_bytes, true)
+    };
+    match packed {
         Ok(s) => {
             println!(
                 "packed {} samples into {} shards ({:.1} MB) in {} in {:.1}s",
@@ -37,4 +48,41 @@ pub fn run(args: &PackArgs) -> i32 {
             super::EXIT_FAILURES
         }
     }
+}
+
+/// Packs `src` into shards under the `s3://` prefix `out`: each shard and its sidecar index
+/// are written to a temporary folder, uploaded as soon as complete and removed, so one shard
+/// at a time is on local disk. The connection comes from the environment, as for `check`.
+fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, PackError> {
+    let refused = |reason: String| PackError::Upload {
+        path: out.to_owned(),
+        reason,
+    };
+    let url = match S3Url::parse(out) {
+        Some(Ok(u)) => u,
+        Some(Err(reason)) => return Err(refused(reason)),
+        None => return Err(refused("not an s3:// URL".into())),
+    };
+    let ds = Dataset::open(src, &OpenOptions::default())?;
+    let tmp = std::env::temp_dir().join(format!("stoker-pack-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|source| PackError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
+    let mut upload = |shard: &Path| -> Result<(), PackError> {
+        let mut idx = shard.as_os_str().to_owned();
+        idx.push(crate::s3::sidecar::SUFFIX);
+        for file in [shard.to_path_buf(), PathBuf::from(idx)] {
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            crate::s3::upload_file(&file, &url.join(&name)).map_err(|e| PackError::Upload {
+                path: file.clone(),
+                reason: e.to_string(),
+            })?;
+            let _ = std::fs::remove_file(&file);
+        }
+        Ok(())
+    };
+    let packed = pack_dataset_with(&ds, &tmp, shard_bytes, true, &mut upload);
+    let _ = std::fs::remove_dir_all(&tmp);
+    packed
 }

@@ -42,6 +42,20 @@ impl Dataset {
         Ok(())
     }
 
+    /// The samples a shard's sidecar index lists, as samples of the shard at `url`.
+    pub(crate) fn append_indexed_shard(
+        &mut self,
+        url: &[u8],
+        samples: &[crate::s3::sidecar::IndexedSample],
+    ) -> Result<(), DatasetError> {
+        let id = self.push_file(url)?;
+        for s in samples {
+            self.push_sample(id, s.offset, s.len, s.label);
+            self.members.push(s.name.as_bytes());
+        }
+        Ok(())
+    }
+
     /// Every sample of `shard` (indexed from a local copy) as a sample of the shard at `url`.
     pub(crate) fn append_shard(&mut self, url: &[u8], shard: &Dataset) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;

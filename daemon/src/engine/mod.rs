@@ -303,6 +303,8 @@ impl Engine {
             });
         }
         let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
+        // s3:// datasets: their objects start coming in the order this epoch reads them.
+        crate::s3::prefetch_job(&job.dataset, job.seed, start.epoch);
         {
             let mut sched = self.shared.sched.lock().unwrap();
             match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {

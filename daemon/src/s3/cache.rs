@@ -158,6 +158,17 @@ impl NodeCache {
         Claim::Fetch(p)
     }
 
+    /// Whether `name` is here or being downloaded (claims nothing).
+    pub fn known(&self, name: &str) -> bool {
+        let st = self.lock();
+        st.entries.contains_key(name) || st.pending.contains_key(name)
+    }
+
+    /// Whether `name` is here (claims nothing; the file is checked when claimed).
+    pub fn ready(&self, name: &str) -> bool {
+        self.lock().entries.contains_key(name)
+    }
+
     /// A fresh temporary path for a download of `name`.
     pub fn temp_path(&self, name: &str) -> PathBuf {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
@@ -199,6 +210,20 @@ impl NodeCache {
         drop(st);
         pending.set(out.clone());
         out
+    }
+
+    /// Deletes the copy stored as `name`, if there is one and no download of it is under way
+    /// (a reader that opened it keeps reading). Returns whether a copy was deleted.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut st = self.lock();
+        if st.pending.contains_key(name) {
+            return false;
+        }
+        let Some(e) = st.entries.remove(name) else {
+            return false;
+        };
+        st.total -= e.size;
+        fs::remove_file(self.dir.join(name)).is_ok()
     }
 
     /// Removes least recently used objects (never `keep`) until the total fits the cap.
@@ -280,6 +305,9 @@ mod tests {
         let c2 = NodeCache::open(dir.path(), 10).unwrap();
         assert!(matches!(c2.claim(&a), Claim::Ready(_)));
         assert!(matches!(c2.claim(&d), Claim::Fetch(_)));
+        // Removing a copy deletes its file and frees its bytes.
+        assert!(c2.remove(&a) && !dir.path().join(&a).exists());
+        assert!(!c2.remove(&a));
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //! text depends on object_store keeping the body in it.
 
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
@@ -287,6 +289,32 @@ impl Remote {
                 n += chunk.len() as u64;
             }
             Ok(n)
+        })
+        .await
+    }
+
+    /// Bytes `range` of the object `key` (a ranged GET); a short answer is an error.
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        let want = range.end - range.start;
+        self.with_retries(&url, || async {
+            let got = self
+                .store
+                .get_range(&path, range.clone())
+                .await
+                .map_err(|e| S3Error::of(&url, &e))?;
+            if got.len() as u64 != want {
+                return Err(S3Error::local(
+                    &url,
+                    format!(
+                        "asked for {want} bytes at {}, got {} (changed since indexed?)",
+                        range.start,
+                        got.len()
+                    ),
+                ));
+            }
+            Ok(got)
         })
         .await
     }

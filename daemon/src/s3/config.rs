@@ -26,6 +26,8 @@ pub const DEFAULT_BACKOFF_MS: u64 = 100;
 pub const MAX_BACKOFF_MS: u64 = 5_000;
 /// Timeout of one request, connection included.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Objects larger than this (shards) are read by per-sample ranged GETs, not fetched whole.
+pub const DEFAULT_WHOLE_OBJECT_MAX_BYTES: u64 = 64 << 20;
 /// Size cap of the node cache (bytes).
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 20 << 30;
 
@@ -61,8 +63,11 @@ pub struct S3Config {
     /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
     pub cache_dir: Option<PathBuf>,
     pub cache_max_bytes: u64,
-    /// Whether opening a dataset starts fetching all its objects in the background.
+    /// Whether a job starting on a dataset fetches its objects ahead, in its epoch's order.
     pub prefetch: bool,
+    /// Objects up to this size are fetched whole; samples of larger ones (tar shards) by
+    /// ranged GETs, nearby samples merged into one request.
+    pub whole_object_max_bytes: u64,
 }
 
 impl Default for S3Config {
@@ -77,6 +82,7 @@ impl Default for S3Config {
             cache_dir: None,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             prefetch: true,
+            whole_object_max_bytes: DEFAULT_WHOLE_OBJECT_MAX_BYTES,
         }
     }
 }

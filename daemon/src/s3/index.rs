@@ -4,15 +4,22 @@
 //! Layout detection and order follow the local rules (`crate::dataset`), so a dataset gives
 //! the same samples in the same order from a bucket as from a local copy.
 //!
+//! Shards are indexed from their sidecar index (`NAME.tar.idx`, which `stoker pack` writes
+//! beside each shard), all sidecars requested at once through the node cache, so a second
+//! open (another job, a restarted daemon) reads them from local disk; a shard without a
+//! usable one is downloaded into the node cache and its tar headers walked there.
+//!
 //! # Limitations
-//! Shards are downloaded to read their headers (no sidecar index, no ranged header reads);
-//! the index is not cached on disk (listing again is cheap next to reading).
+//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads). Each
+//! open lists the prefix again (the sidecars come from the node cache).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote, S3Error};
-use super::{block_on, fetch_all, prefetch, remember, remote_for, ObjectRef, S3Url};
+use super::sidecar::{self, IndexedSample};
+use super::{block_on, fetch_all, remember, remote_for, ObjectRef, S3Url};
 use crate::dataset::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
 /// Opens the dataset at the `s3://` URL `path`: lists the prefix, detects (or takes) the
@@ -125,7 +132,6 @@ fn index_images(
         used.push(o.clone());
     }
     remember(remote, &used);
-    prefetch(used.iter().map(|o| object_ref(remote, o)).collect());
     Ok(ds)
 }
 
@@ -140,8 +146,17 @@ fn index_shards(
         .map(|(_, o)| o.clone())
         .collect();
     remember(remote, &shards);
-    let refs: Vec<ObjectRef> = shards.iter().map(|o| object_ref(remote, o)).collect();
-    let local = fetch_all(&refs);
+    let listed: HashMap<&str, &ObjectInfo> =
+        objects.iter().map(|(_, o)| (o.key.as_str(), o)).collect();
+    let indexed = read_sidecars(remote, &shards, &listed);
+    // Shards without a usable sidecar are downloaded (into the node cache) and walked.
+    let refs: Vec<ObjectRef> = shards
+        .iter()
+        .zip(&indexed)
+        .filter(|(_, i)| i.is_none())
+        .map(|(o, _)| object_ref(remote, o))
+        .collect();
+    let mut local = fetch_all(&refs).into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
         kind: Some(DatasetKind::TarShards),
@@ -150,9 +165,16 @@ fn index_shards(
         threads: 1,
         ..OpenOptions::default()
     };
-    for (o, file) in shards.iter().zip(local) {
-        let file = file.map_err(|e| refused(path, e))?;
+    for (o, samples) in shards.iter().zip(indexed) {
         let url = remote.url(&o.key);
+        if let Some(samples) = samples {
+            ds.append_indexed_shard(url.as_bytes(), &samples)?;
+            continue;
+        }
+        let file = local
+            .next()
+            .expect("one download per shard without a sidecar")
+            .map_err(|e| refused(path, e))?;
         let shard = Dataset::open(&file, &no_cache).map_err(|e| DatasetError::BadTar {
             path: url.clone().into(),
             offset: 0,
@@ -161,6 +183,40 @@ fn index_shards(
         ds.append_shard(url.as_bytes(), &shard)?;
     }
     Ok(ds)
+}
+
+/// Each shard's samples from its sidecar index (`NAME.tar.idx`), fetched through the node
+/// cache (all at once; a later open reads them from local disk, the ETag and size checked);
+/// `None` for a shard without one, or whose sidecar is unreadable or stale (logged).
+fn read_sidecars(
+    remote: &Arc<Remote>,
+    shards: &[ObjectInfo],
+    listed: &HashMap<&str, &ObjectInfo>,
+) -> Vec<Option<Vec<IndexedSample>>> {
+    let wanted: Vec<(usize, ObjectRef)> = shards
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let key = format!("{}{}", o.key, sidecar::SUFFIX);
+            listed.get(key.as_str()).map(|s| (i, object_ref(remote, s)))
+        })
+        .collect();
+    let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
+    let mut out = vec![None; shards.len()];
+    for ((i, r), file) in wanted.into_iter().zip(fetch_all(&refs)) {
+        let samples = file
+            .map_err(|e| e.to_string())
+            .and_then(|f| std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display())))
+            .and_then(|text| sidecar::parse(&text, shards[i].size));
+        match samples {
+            Ok(s) => out[i] = Some(s),
+            Err(reason) => {
+                let url = remote.url(&r.key);
+                tracing::warn!(%url, %reason, "shard index sidecar not used; reading the shard");
+            }
+        }
+    }
+    out
 }
 
 fn object_ref(remote: &Arc<Remote>, o: &ObjectInfo) -> ObjectRef {

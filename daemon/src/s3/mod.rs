@@ -11,19 +11,20 @@
 //! - One tokio runtime (two threads) runs every request; at most `max_in_flight` downloads are
 //!   in flight at once, all datasets together. Decode workers never run a request: they ask
 //!   the [`cache::NodeCache`] for a chunk's objects, which starts the missing downloads all at
-//!   once, and wait only for those. Opening a dataset also starts fetching all its objects in
-//!   index order in the background (up to the cache cap), so a worker usually finds its
-//!   object already local.
-//! - Objects are cached whole: a shard is downloaded once and its samples are read from the
-//!   local copy by the usual reader (offset, length); an image object likewise.
+//!   once, and wait only for those. Starting a job also starts fetching its dataset's objects
+//!   in the order its epoch reads them, in the background (up to the cache cap, with at most
+//!   half of the requests, so the workers' own requests never queue behind it), so a worker
+//!   usually finds its object local or on its way (`prefetch`).
+//! - Objects up to `whole_object_max_bytes` are cached whole (image objects, small shards);
+//!   the samples of larger ones (tar shards) are fetched by ranged GETs, each its own cache
+//!   file, neighbours in a chunk merged into one GET (`ranged`). Shards are indexed from the
+//!   sidecar `NAME.tar.idx` that `stoker pack` writes (`sidecar`), else downloaded once.
 //! - Failures are per object: a missing object is `not_found`, a refused one `permission`,
 //!   anything else (server down after every retry) `io`; the bad-sample policy does the rest.
 //!
 //! # Limitations
-//! - Objects are fetched whole, not by per-sample ranged GETs; a shard is local before any of
-//!   its samples is read.
-//! - Shard indexing downloads each shard (into the node cache) to read its tar headers; there
-//!   is no sidecar index yet. The listing is redone at each open (no on-disk index cache).
+//! - Shards without a sidecar are downloaded (into the node cache) to read their tar headers.
+//!   The listing is done again at each open (sidecars come from the node cache).
 //! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
 //!   web identity, container and instance credentials are.
 //! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
@@ -34,19 +35,25 @@ pub mod cache;
 pub mod client;
 pub mod config;
 mod index;
+mod prefetch;
+mod ranged;
+mod read;
+pub mod sidecar;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tokio::runtime::Runtime;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::reader::{ReadError, ReadRequest};
 use cache::{Claim, NodeCache, Pending};
-use client::{ObjectInfo, Remote, S3Error, S3ErrorKind};
+use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use index::open_dataset;
+pub use prefetch::prefetch_job;
+pub use read::{evict, local_file, localize, read_localized, Local};
 
 /// Metric names (recorded through the `metrics` facade).
 pub mod metric {
@@ -121,6 +128,14 @@ impl S3Url {
         }))
     }
 
+    /// The URL of `name` under this prefix.
+    pub fn join(&self, name: &str) -> S3Url {
+        S3Url {
+            bucket: self.bucket.clone(),
+            prefix: join_key(&self.prefix, name),
+        }
+    }
+
     pub fn as_string(&self) -> String {
         format!("s3://{}/{}", self.bucket, self.prefix)
     }
@@ -162,6 +177,8 @@ struct Hub {
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
+    /// Bytes downloaded by this process (the `s3` source of the bytes metric).
+    downloaded: AtomicU64,
 }
 
 fn hub() -> &'static Hub {
@@ -174,6 +191,7 @@ fn hub() -> &'static Hub {
         cache: OnceLock::new(),
         runtime: OnceLock::new(),
         permits: OnceLock::new(),
+        downloaded: AtomicU64::new(0),
     })
 }
 
@@ -269,6 +287,12 @@ fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
     Ok(r)
 }
 
+/// Bytes of objects this process downloaded so far (what `stoker_s3_bytes_total{source="s3"}`
+/// counts, readable without a metrics recorder).
+pub fn bytes_downloaded() -> u64 {
+    hub().downloaded.load(Ordering::Relaxed)
+}
+
 /// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
     Ok(runtime()?.block_on(f))
@@ -290,8 +314,14 @@ fn remember(remote: &Arc<Remote>, objects: &[ObjectInfo]) {
     }
 }
 
-/// Starts the download of `obj` unless it is local or under way already.
-fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String> {
+/// Starts the download of `obj` unless it is local or under way already. `held`: request
+/// permits the caller took already (the prefetcher's); without them the download waits for
+/// one of the `max_in_flight` permits.
+fn start_fetch(
+    cache: &Arc<NodeCache>,
+    obj: &ObjectRef,
+    held: Option<Vec<OwnedSemaphorePermit>>,
+) -> Result<Claim, String> {
     let name = obj.cache_name();
     let claim = cache.claim(&name);
     match &claim {
@@ -300,12 +330,19 @@ fn start_fetch(cache: &Arc<NodeCache>, obj: &ObjectRef) -> Result<Claim, String>
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
             let permits = permits();
             runtime()?.spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
-                    // Never closed; should it be, the waiters still wake, with an error.
-                    let url = obj.remote.url(&obj.key);
-                    let err = S3Error::local(&url, "the request limiter is closed".into());
-                    let _ = cache.finish(&name, &p, &cache.temp_path(&name), Err(err), &url);
-                    return;
+                let _permits = match held {
+                    Some(h) => h,
+                    None => match permits.acquire_owned().await {
+                        Ok(permit) => vec![permit],
+                        Err(_) => {
+                            // Never closed; should it be, the waiters still wake, with an error.
+                            let url = obj.remote.url(&obj.key);
+                            let err = S3Error::local(&url, "the request limiter is closed".into());
+                            let temp = cache.temp_path(&name);
+                            let _ = cache.finish(&name, &p, &temp, Err(err), &url);
+                            return;
+                        }
+                    },
                 };
                 download(&cache, &obj, &name, &p).await;
             });
@@ -335,6 +372,7 @@ async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending) {
     });
     if let Ok(n) = got {
         metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
+        hub().downloaded.fetch_add(n, Ordering::Relaxed);
         tracing::debug!(url, bytes = n, "object fetched into the node cache");
     }
     let _ = cache.finish(name, p, &temp, got, &url);
@@ -354,7 +392,7 @@ fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
     let claims: Vec<Result<Claim, String>> = objects
         .iter()
         .map(|o| {
-            let c = start_fetch(&cache, o);
+            let c = start_fetch(&cache, o, None);
             // A download started here is a miss; one found local or already under way is a
             // hit: its bytes come from the server once, whoever asked first.
             let hit = matches!(c, Ok(Claim::Ready(_) | Claim::Wait(_)));
@@ -375,172 +413,6 @@ fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
             Err(e) => Err(S3Error::local(&o.remote.url(&o.key), e)),
         })
         .collect()
-}
-
-/// Starts fetching `objects` in the background, in order, while they fit in the cache.
-fn prefetch(objects: Vec<ObjectRef>) {
-    if !config().prefetch {
-        return;
-    }
-    let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
-        return;
-    };
-    rt.spawn(async move {
-        let mut budget = cache.cap().saturating_sub(cache.total());
-        for o in objects {
-            if o.size > budget {
-                break;
-            }
-            budget -= o.size;
-            // Waits for a free request slot before claiming the next object, so the claims
-            // stay near the downloads.
-            let Ok(permit) = permits().acquire_owned().await else {
-                return;
-            };
-            drop(permit);
-            if start_fetch(&cache, &o).is_err() {
-                return;
-            }
-        }
-    });
-}
-
-/// The local files of the `s3://` requests among `reqs`; `None` when there are none.
-pub fn localize(reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<PathBuf, ReadError>>>> {
-    if !reqs.iter().any(|r| is_url(r.path)) {
-        return None;
-    }
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-    let mut wanted: Vec<ObjectRef> = Vec::new();
-    let mut slot: Vec<Option<Result<usize, ReadError>>> = Vec::with_capacity(reqs.len());
-    let mut seen: HashMap<&Path, usize> = HashMap::new();
-    for r in reqs {
-        if !is_url(r.path) {
-            slot.push(None);
-            continue;
-        }
-        if let Some(&i) = seen.get(r.path) {
-            slot.push(Some(Ok(i)));
-            continue;
-        }
-        let url = r.path.to_string_lossy();
-        slot.push(Some(match map.get(url.as_ref()) {
-            Some(o) => {
-                wanted.push(o.clone());
-                seen.insert(r.path, wanted.len() - 1);
-                Ok(wanted.len() - 1)
-            }
-            None => Err(ReadError::NotFound {
-                path: r.path.to_owned(),
-            }),
-        }));
-    }
-    drop(map);
-    let got = fetch_all(&wanted);
-    Some(
-        slot.into_iter()
-            .zip(reqs)
-            .map(|(s, r)| {
-                s.map(|s| s.and_then(|i| got[i].clone().map_err(|e| read_error(r.path, e))))
-            })
-            .collect(),
-    )
-}
-
-/// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
-/// its node-cache copy (fetched first if needed).
-pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
-    let req = [ReadRequest {
-        path,
-        offset: 0,
-        len: 0,
-    }];
-    match localize(&req).and_then(|mut l| l.pop().flatten()) {
-        None => Ok(path.to_owned()),
-        Some(Ok(p)) => Ok(p),
-        Some(Err(e)) => Err(match e {
-            ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
-            ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
-            e => std::io::Error::other(e.to_string()),
-        }),
-    }
-}
-
-/// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
-/// request whose object could not be fetched gets that error and an empty buffer.
-pub fn read_localized(
-    reqs: &[ReadRequest<'_>],
-    local: Vec<Option<Result<PathBuf, ReadError>>>,
-    bufs: &mut [Vec<u8>],
-    read: impl FnOnce(&[ReadRequest<'_>], &mut [Vec<u8>]) -> Vec<Result<(), ReadError>>,
-) -> Vec<Result<(), ReadError>> {
-    let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
-    let mut which = Vec::new();
-    let mut sub = Vec::new();
-    let mut sub_bufs = Vec::new();
-    for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
-        let path = match l {
-            None => r.path,
-            Some(Ok(p)) => p.as_path(),
-            Some(Err(_)) => {
-                out.push(None);
-                bufs[i].clear();
-                continue;
-            }
-        };
-        out.push(None);
-        which.push(i);
-        sub.push(ReadRequest { path, ..*r });
-        sub_bufs.push(std::mem::take(&mut bufs[i]));
-    }
-    let results = read(&sub, &mut sub_bufs);
-    for ((i, r), b) in which.into_iter().zip(results).zip(sub_bufs) {
-        bufs[i] = b;
-        // Errors name the URL, not the cache file.
-        out[i] = Some(r.map_err(|e| rename_error(e, reqs[i].path)));
-    }
-    out.into_iter()
-        .zip(local)
-        .map(|(o, l)| match (o, l) {
-            (Some(r), _) => r,
-            (None, Some(Err(e))) => Err(e),
-            (None, _) => Ok(()),
-        })
-        .collect()
-}
-
-fn rename_error(e: ReadError, url: &Path) -> ReadError {
-    let path = url.to_owned();
-    match e {
-        ReadError::NotFound { .. } => ReadError::NotFound { path },
-        ReadError::Permission { .. } => ReadError::Permission { path },
-        ReadError::ShortRead {
-            offset, want, got, ..
-        } => ReadError::ShortRead {
-            path,
-            offset,
-            want,
-            got,
-        },
-        ReadError::Io { source, .. } => ReadError::Io { path, source },
-        ReadError::NotRegular { source, .. } => ReadError::NotRegular { path, source },
-        ReadError::Symlink { source, .. } => ReadError::Symlink { path, source },
-        ReadError::Changed { source, .. } => ReadError::Changed { path, source },
-        ReadError::Credentials { source, .. } => ReadError::Credentials { path, source },
-        e @ ReadError::Setup(_) => e,
-    }
-}
-
-fn read_error(path: &Path, e: S3Error) -> ReadError {
-    let path = path.to_owned();
-    match e.kind {
-        S3ErrorKind::NotFound => ReadError::NotFound { path },
-        S3ErrorKind::Permission => ReadError::Permission { path },
-        S3ErrorKind::Other => ReadError::Io {
-            path,
-            source: std::io::Error::other(format!("S3 error {}: {}", e.code, e.message)),
-        },
-    }
 }
 
 /// Uploads every file under `dir` to `url` (keys: the prefix, then the file's path relative
@@ -571,6 +443,14 @@ pub fn upload_dir(dir: &Path, url: &S3Url) -> Result<usize, S3Error> {
         Ok(files.len())
     };
     block_on(run).map_err(|e| S3Error::local(&url.as_string(), e))?
+}
+
+/// Uploads `file` as the object at `url` (the prefix is the key).
+pub fn upload_file(file: &Path, url: &S3Url) -> Result<(), S3Error> {
+    let remote = remote_for(url)?;
+    let data = std::fs::read(file)
+        .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", file.display())))?;
+    block_on(remote.put(&url.prefix, data)).map_err(|e| S3Error::local(&url.as_string(), e))?
 }
 
 /// Deletes the object at `url` (the prefix is the key).

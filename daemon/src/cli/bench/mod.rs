@@ -113,9 +113,16 @@ pub struct BenchArgs {
     /// At most this many samples are held in memory for the decode stages.
     #[arg(long, default_value_t = 2000)]
     pub decode_sample: usize,
-    /// Run the CPU peers (../shared/peers) on the same files and print stoker's ratio to each.
+    /// Run the CPU peers (../shared/peers) on the same files and print stoker's ratio to each;
+    /// for an `s3://` dataset, s3torchconnector with the DataLoader on the same objects, against
+    /// stoker's cold (from the server) figure.
     #[arg(long)]
     pub compare: bool,
+    /// With an `s3://` dataset: a local folder holding the same files; stoker is measured on it
+    /// and on the dataset (warm: from the node cache) alternately, twice each, and the ratio
+    /// printed beside the peers.
+    #[arg(long)]
+    pub local_copy: Option<PathBuf>,
     /// The peers' Python (default /tmp/peer/bin/python if it exists).
     #[arg(long)]
     pub peer_python: Option<PathBuf>,
@@ -222,6 +229,8 @@ pub struct PeerResult {
     pub images_per_s: Option<f64>,
     /// stoker's images/s (end to end with one client, else in-process) over the peer's.
     pub ratio: Option<f64>,
+    /// Which of stoker's figures the ratio uses.
+    pub against: Option<String>,
     pub error: Option<String>,
 }
 
@@ -377,11 +386,9 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     };
     let verdict = bench_verdict(&stages, &end_to_end, &pipeline);
 
-    let mut peers = Vec::new();
-    if args.compare {
-        let (_, rate) = ours(&end_to_end, Some(&pipeline)).expect("the pipeline ran");
-        peers = compare(args, &data, threads, rate);
-    }
+    let warm = ours(&end_to_end, Some(&pipeline)).expect("the pipeline ran");
+    let cold = ours_cold(&end_to_end, &stages);
+    let peers = peer_runs(args, &opts, &data, threads, warm, cold);
 
     Ok(FullReport {
         pipeline: Some(pipeline),
@@ -563,12 +570,13 @@ fn bench_verdict(
 /// Where the report goes: --json and --svg, else `stoker-bench-NAME.json` and `.svg` in the
 /// working folder, NAME being the dataset's file name.
 fn output_paths(args: &BenchArgs) -> (PathBuf, PathBuf) {
-    let name = args
-        .data
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "data".into());
+    let name = if crate::s3::is_url(&args.data) {
+        Some(args.data.clone())
+    } else {
+        args.data.canonicalize().ok()
+    }
+    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    .unwrap_or_else(|| "data".into());
     let default = |ext: &str| PathBuf::from(format!("stoker-bench-{name}.{ext}"));
     (
         args.json.clone().unwrap_or_else(|| default("json")),
@@ -585,8 +593,46 @@ fn ours(
     end_to_end
         .iter()
         .find(|e| e.clients == 1 && e.cache == CacheState::Warm)
-        .map(|e| ("end to end (1 client)", e.images_per_s))
+        .map(|e| ("end to end (1 client), warm", e.images_per_s))
         .or_else(|| pipeline.map(|p| ("pipeline in process", p.images_per_s)))
+}
+
+/// The peers of `--compare` and `--local-copy`: for an `s3://` dataset s3torchconnector
+/// (against stoker's `cold` figure when there is one), else the CPU peers; stoker on the local
+/// copy against its `warm` figure.
+fn peer_runs(
+    args: &BenchArgs,
+    opts: &BenchOptions,
+    data: &Path,
+    threads: usize,
+    warm: (&'static str, f64),
+    cold: Option<(&'static str, f64)>,
+) -> Vec<PeerResult> {
+    let mut peers = Vec::new();
+    if args.compare && crate::s3::is_url(data) {
+        peers = compare_s3(args, data, threads, cold.unwrap_or(warm));
+    } else if args.compare {
+        peers = compare(args, data, threads, warm);
+    }
+    if let Some(dir) = &args.local_copy {
+        peers.push(compare_local(args, opts, data, dir, threads, warm));
+    }
+    peers
+}
+
+/// stoker's cold figure (an `s3://` dataset: fetched from the server): end to end with one
+/// client, else the in-process pipeline; `None` without `--cold`.
+fn ours_cold(end_to_end: &[ServedResult], stages: &[StageResult]) -> Option<(&'static str, f64)> {
+    end_to_end
+        .iter()
+        .find(|e| e.clients == 1 && e.cache == CacheState::Cold)
+        .map(|e| ("end to end (1 client), cold", e.images_per_s))
+        .or_else(|| {
+            stages
+                .iter()
+                .find(|s| s.stage == Stage::Pipeline && s.cache == CacheState::Cold)
+                .map(|s| ("pipeline in process, cold", s.images_per_s))
+        })
 }
 
 /// Timed epochs: at least `epochs`, and enough to last `min_seconds` at `rate` images/s.

@@ -1,5 +1,6 @@
 //! `stoker bench --compare`: the CPU peers (DALI, the PyTorch DataLoader) run on the same
-//! files, and where their scripts are found at run time.
+//! files, s3torchconnector on the same `s3://` objects, stoker on a local copy
+//! (`--local-copy`), and where the peers' scripts are found at run time.
 //!
 //! # Design
 //! - Peers are found by `--peers`, `$STOKER_PEERS`, or beside the working directory or the
@@ -7,6 +8,8 @@
 //!
 //! # Limitations
 //! - Peers need their own Python (`--peer-python`).
+//! - s3torchconnector gets its endpoint and region from `AWS_ENDPOINT_URL` / `AWS_REGION`, as
+//!   `stoker bench` does without a config file, and always path-style addressing.
 
 use super::*;
 
@@ -37,12 +40,89 @@ pub(super) fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
         .find(|p| p.join("torch_loader.py").exists())
 }
 
-/// Runs the three CPU peers on the same files with the same threads, batch and epochs.
-pub(super) fn compare(args: &BenchArgs, data: &Path, threads: usize, ours: f64) -> Vec<PeerResult> {
-    let python = args.peer_python.clone().or_else(|| {
+/// The peers' Python: `--peer-python`, else /tmp/peer/bin/python if it exists.
+fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
+    args.peer_python.clone().or_else(|| {
         let p = PathBuf::from("/tmp/peer/bin/python");
         p.exists().then_some(p)
-    });
+    })
+}
+
+/// The peers' Python and folder, or why there are none.
+fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), String> {
+    match (peer_python(args), peers_dir(args, data)) {
+        (Some(python), Some(dir)) => Ok((python, dir)),
+        _ => {
+            let why = "no peer Python or peers folder (give --peer-python and --peers)";
+            eprintln!("stoker bench: --compare: {why}");
+            Err(why.into())
+        }
+    }
+}
+
+/// A peer that could not run, with the reason.
+fn failed(name: &str, why: String) -> PeerResult {
+    PeerResult {
+        name: name.into(),
+        images_per_s: None,
+        ratio: None,
+        against: None,
+        error: Some(why),
+    }
+}
+
+/// Runs one peer script and reads its rate; the ratio is `ours` over it.
+fn run_peer(
+    python: &Path,
+    script: &Path,
+    flags: &[String],
+    name: &str,
+    ours: (&str, f64),
+) -> PeerResult {
+    progress(&format!("peer: {name}"));
+    let out = Command::new(python)
+        .arg(script)
+        .args(flags)
+        .stdin(Stdio::null())
+        .output();
+    let script = script.file_name().map_or(script, Path::new).display();
+    let (rate, error) = match out {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout).to_string()
+                + &String::from_utf8_lossy(&o.stderr);
+            match parse_rate(&text) {
+                Some(r) if o.status.success() => (Some(r), None),
+                _ => (
+                    None,
+                    Some(format!(
+                        "{script} ({}): {}",
+                        o.status,
+                        text.lines().last().unwrap_or("")
+                    )),
+                ),
+            }
+        }
+        Err(e) => (None, Some(format!("{}: {e}", python.display()))),
+    };
+    if let Some(e) = &error {
+        eprintln!("stoker bench: peer {name} failed: {e}");
+    }
+    PeerResult {
+        name: name.to_string(),
+        images_per_s: rate,
+        ratio: rate.map(|r| ours.1 / r.max(1e-9)),
+        against: Some(ours.0.to_string()),
+        error,
+    }
+}
+
+/// Runs the three CPU peers on the same files with the same threads, batch and epochs.
+pub(super) fn compare(
+    args: &BenchArgs,
+    data: &Path,
+    threads: usize,
+    ours: (&str, f64),
+) -> Vec<PeerResult> {
     let runs: [(&str, &str, &[&str], &str); 3] = [
         (
             "PyTorch DataLoader + Pillow",
@@ -58,61 +138,130 @@ pub(super) fn compare(args: &BenchArgs, data: &Path, threads: usize, ours: f64) 
         ),
         ("DALI CPU-only", "dali_cpu.py", &[], "--threads"),
     ];
-    let (Some(python), Some(dir)) = (python, peers_dir(args, data)) else {
-        let why = "no peer Python or peers folder (give --peer-python and --peers)".to_string();
-        eprintln!("stoker bench: --compare: {why}");
-        return runs
-            .iter()
-            .map(|r| PeerResult {
-                name: r.0.into(),
-                images_per_s: None,
-                ratio: None,
-                error: Some(why.clone()),
-            })
-            .collect();
+    let (python, dir) = match peer_setup(args, data) {
+        Ok(found) => found,
+        Err(why) => return runs.iter().map(|r| failed(r.0, why.clone())).collect(),
     };
     runs.iter()
         .map(|(name, script, extra, threads_flag)| {
-            progress(&format!("peer: {name}"));
-            let out = Command::new(&python)
-                .arg(dir.join(script))
-                .arg(data)
-                .args(*extra)
-                .args([*threads_flag, &threads.to_string()])
-                .args(["--batch", &args.spec.batch.to_string()])
-                .args(["--epochs", &(args.warmup + args.epochs.max(1)).to_string()])
-                .stdin(Stdio::null())
-                .output();
-            let (rate, error) = match out {
-                Ok(o) => {
-                    let text = String::from_utf8_lossy(&o.stdout).to_string()
-                        + &String::from_utf8_lossy(&o.stderr);
-                    match parse_rate(&text) {
-                        Some(r) if o.status.success() => (Some(r), None),
-                        _ => (
-                            None,
-                            Some(format!(
-                                "{} ({}): {}",
-                                script,
-                                o.status,
-                                text.lines().last().unwrap_or("")
-                            )),
-                        ),
-                    }
-                }
-                Err(e) => (None, Some(format!("{}: {e}", python.display()))),
-            };
-            if let Some(e) = &error {
-                eprintln!("stoker bench: peer {name} failed: {e}");
-            }
-            PeerResult {
-                name: name.to_string(),
-                images_per_s: rate,
-                ratio: rate.map(|r| ours / r.max(1e-9)),
-                error,
-            }
+            let mut flags = vec![data.display().to_string()];
+            flags.extend(extra.iter().map(|s| s.to_string()));
+            flags.extend([
+                threads_flag.to_string(),
+                threads.to_string(),
+                "--batch".into(),
+                args.spec.batch.to_string(),
+                "--epochs".into(),
+                (args.warmup + args.epochs.max(1)).to_string(),
+            ]);
+            run_peer(&python, &dir.join(script), &flags, name, ours)
         })
         .collect()
+}
+
+/// The peer of an `s3://` dataset: Amazon's s3torchconnector (`S3MapDataset`, one object per
+/// sample) with the PyTorch DataLoader and `threads` workers, reading from the same server
+/// (`AWS_ENDPOINT_URL`, path-style) every epoch, after one untimed epoch.
+pub(super) fn compare_s3(
+    args: &BenchArgs,
+    data: &Path,
+    threads: usize,
+    ours: (&str, f64),
+) -> Vec<PeerResult> {
+    let name = "s3torchconnector + DataLoader (from the server)";
+    let (python, dir) = match peer_setup(args, data) {
+        Ok(found) => found,
+        Err(why) => return vec![failed(name, why)],
+    };
+    let mut uri = data.display().to_string();
+    if !uri.ends_with('/') {
+        uri.push('/');
+    }
+    let mut flags = vec![uri];
+    if let Some(e) = std::env::var("AWS_ENDPOINT_URL")
+        .ok()
+        .filter(|e| !e.is_empty())
+    {
+        flags.extend(["--endpoint".into(), e]);
+    }
+    if let Some(r) = ["AWS_REGION", "AWS_DEFAULT_REGION"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|r| !r.is_empty()))
+    {
+        flags.extend(["--region".into(), r]);
+    }
+    flags.extend([
+        "--workers".into(),
+        threads.to_string(),
+        "--batch".into(),
+        args.spec.batch.to_string(),
+        "--warmup".into(),
+        "1".into(),
+        "--epochs".into(),
+        args.epochs.max(1).to_string(),
+    ]);
+    vec![run_peer(
+        &python,
+        &dir.join("s3_loader.py"),
+        &flags,
+        name,
+        ours,
+    )]
+}
+
+/// stoker on `dir`, a local copy of `data`, warm, measured as `ours` was (end to end with
+/// one client, or in process) twice, each time right after stoker on `data` again, so slow
+/// drifts of a shared machine hit both alike: the ratio (sum over sum) says what reading from
+/// the node cache costs next to a local folder.
+pub(super) fn compare_local(
+    args: &BenchArgs,
+    opts: &BenchOptions,
+    data: &Path,
+    dir: &Path,
+    threads: usize,
+    ours: (&str, f64),
+) -> PeerResult {
+    let name = format!("stoker on a local copy ({})", dir.display());
+    let dir = match std::fs::canonicalize(dir) {
+        Ok(d) => d,
+        Err(e) => return failed(&name, format!("{}: {e}", dir.display())),
+    };
+    let measure = |path: &Path| {
+        if args.in_process {
+            let o = BenchOptions {
+                data: path.to_owned(),
+                ..opts.clone()
+            };
+            run_in_process(&o)
+                .map(|r| r.images_per_s)
+                .map_err(|e| e.to_string())
+        } else {
+            run_served(args, path, 1, threads, CacheState::Warm, None).map(|r| r.images_per_s)
+        }
+    };
+    let (mut mine, mut theirs) = (0.0, 0.0);
+    for round in 1..=2 {
+        progress(&format!(
+            "stoker on {} and on the local copy {}, round {round} of 2",
+            data.display(),
+            dir.display()
+        ));
+        match (measure(data), measure(&dir)) {
+            (Ok(a), Ok(b)) => (mine, theirs) = (mine + a, theirs + b),
+            (Err(e), _) | (_, Err(e)) => return failed(&name, e),
+        }
+    }
+    PeerResult {
+        name,
+        images_per_s: Some(theirs / 2.0),
+        ratio: Some(mine / theirs.max(1e-9)),
+        against: Some(format!(
+            "{}, alternated with the local copy: {:.1} img/s",
+            ours.0,
+            mine / 2.0
+        )),
+        error: None,
+    }
 }
 
 /// The last "= N img/s" figure a peer printed.

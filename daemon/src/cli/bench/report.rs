@@ -46,6 +46,10 @@ pub(super) fn table(r: &FullReport) -> String {
             " (cache miss)"
         }
     );
+    if r.eviction == Some(Eviction::NodeCache) {
+        s += "cold rows: the objects' copies deleted from the node cache first (read from the \
+              server); warm rows read the node cache\n\n";
+    }
     s += &format!(
         "{:<28} {:>6} {:>7} {:>10} {:>9} {:>12}\n",
         "stage", "cache", "threads", "images/s", "MB/s", "CPU s/1000"
@@ -122,8 +126,13 @@ fn scaling_and_peers(r: &FullReport) -> String {
             match (peer.images_per_s, peer.ratio) {
                 (Some(v), Some(ratio)) => {
                     s += &format!(
-                        "  {:<38} {:>8.1} img/s   stoker {:.2}x\n",
-                        peer.name, v, ratio
+                        "  {:<38} {:>8.1} img/s   stoker {:.2}x{}\n",
+                        peer.name,
+                        v,
+                        ratio,
+                        peer.against
+                            .as_ref()
+                            .map_or(String::new(), |a| format!(" ({a})"))
                     )
                 }
                 _ => {

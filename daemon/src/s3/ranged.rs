@@ -1,0 +1,255 @@
+//! Per-sample ranged GETs: the samples of a large object (a tar shard) are fetched one by one,
+//! each into its own node-cache file, nearby ones of a chunk merged into one request.
+//!
+//! # Design
+//! A sample of an object over `s3.whole_object_max_bytes` is a *piece*: its own cache entry
+//! (named by the object, the range, the ETag and the length), claimed like an object, so one
+//! download per piece at a time and later askers wait. The pieces of a chunk that nobody is
+//! fetching are sorted by object and offset; runs whose gaps are at most [`MERGE_GAP`] and
+//! whose span is at most [`MERGE_MAX`] become one ranged GET, split into the pieces' files when
+//! it lands. Every GET of a chunk is in flight at once (within `max_in_flight`).
+//!
+//! # Limitations
+//! - A merged GET also downloads the gaps between its pieces (at most [`MERGE_GAP`] each).
+//! - Every piece is a file: a shard read sample by sample holds as many files as samples.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::cache::{Claim, NodeCache, Pending};
+use super::client::S3Error;
+use super::{hub, metric, permits, runtime, ObjectRef};
+
+/// Pieces of one object at most this far apart are fetched by one GET.
+pub const MERGE_GAP: u64 = 64 << 10;
+/// The most bytes one merged GET spans.
+pub const MERGE_MAX: u64 = 8 << 20;
+
+/// One sample's bytes of a large object.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    obj: ObjectRef,
+    offset: u64,
+    len: u64,
+}
+
+impl Piece {
+    pub fn new(obj: ObjectRef, offset: u64, len: u64) -> Piece {
+        Piece { obj, offset, len }
+    }
+
+    pub fn cache_name(&self) -> String {
+        let o = &self.obj;
+        let key = format!("{}#{}+{}", o.key, self.offset, self.len);
+        NodeCache::name(&o.remote.origin, o.remote.bucket(), &key, &o.etag, self.len)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn url(&self) -> String {
+        self.obj.remote.url(&self.obj.key)
+    }
+}
+
+/// Whether a read of `len` bytes at `offset` of `o` is fetched as a piece, not with the
+/// whole object: `o` is larger than `max_whole` and the read is a part of it.
+pub fn is_piece(o: &ObjectRef, offset: u64, len: u64, max_whole: u64) -> bool {
+    o.size > max_whole && len > 0 && len < o.size && offset.saturating_add(len) <= o.size
+}
+
+/// One piece's claim, made by [`start`].
+pub enum Started {
+    Ready(std::path::PathBuf),
+    Pending(Arc<Pending>),
+    Failed(S3Error),
+}
+
+/// Claims every piece and starts the GETs of those nobody is fetching, merged.
+pub fn start(cache: Option<&Arc<NodeCache>>, pieces: &[Piece]) -> Vec<Started> {
+    let Some(cache) = cache else {
+        let e = |p: &Piece| S3Error::local(&p.url(), "no node cache".into());
+        return pieces.iter().map(|p| Started::Failed(e(p))).collect();
+    };
+    let mut fetch: Vec<(usize, String, Arc<Pending>)> = Vec::new();
+    let started = pieces
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let name = p.cache_name();
+            let claim = cache.claim(&name);
+            let hit = !matches!(claim, Claim::Fetch(_));
+            let result = if hit { "hit" } else { "miss" };
+            metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(1);
+            if hit {
+                metrics::counter!(metric::BYTES_TOTAL, "source" => "cache").increment(p.len);
+            }
+            match claim {
+                Claim::Ready(path) => Started::Ready(path),
+                Claim::Wait(w) => Started::Pending(w),
+                Claim::Fetch(f) => {
+                    fetch.push((i, name, f.clone()));
+                    Started::Pending(f)
+                }
+            }
+        })
+        .collect();
+    fetch.sort_by(|a, b| {
+        let (pa, pb) = (&pieces[a.0], &pieces[b.0]);
+        (&pa.obj.key, pa.offset).cmp(&(&pb.obj.key, pb.offset))
+    });
+    let spans: Vec<Span<'_>> = fetch
+        .iter()
+        .map(|(i, _, _)| {
+            (
+                pieces[*i].obj.key.as_str(),
+                pieces[*i].offset,
+                pieces[*i].len,
+            )
+        })
+        .collect();
+    for run in merge_runs(&spans) {
+        let group = fetch[run]
+            .iter()
+            .map(|(i, name, pending)| (pieces[*i].clone(), name.clone(), pending.clone()))
+            .collect();
+        spawn_group(cache, group, None);
+    }
+    started
+}
+
+/// A piece as merging sees it: object key, offset, length.
+type Span<'a> = (&'a str, u64, u64);
+
+/// The runs of `spans` (sorted by key, then offset) that one GET each fetches: same object,
+/// gaps of at most [`MERGE_GAP`], at most [`MERGE_MAX`] bytes from the first to the last.
+fn merge_runs(spans: &[Span<'_>]) -> Vec<Range<usize>> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..=spans.len() {
+        let joins = spans.get(i).is_some_and(|&(key, offset, len)| {
+            let (first, prev) = (spans[start], spans[i - 1]);
+            key == first.0
+                && offset <= prev.1 + prev.2 + MERGE_GAP
+                && offset + len - first.1 <= MERGE_MAX
+        });
+        if !joins {
+            runs.push(start..i);
+            start = i;
+        }
+    }
+    runs
+}
+
+/// Waits for every piece [`start`] claimed; its cache file, or why there is none.
+pub fn wait(started: Vec<Started>, pieces: &[Piece]) -> Vec<Result<std::path::PathBuf, S3Error>> {
+    started
+        .into_iter()
+        .zip(pieces)
+        .map(|(s, _)| match s {
+            Started::Ready(p) => Ok(p),
+            Started::Pending(p) => p.wait(),
+            Started::Failed(e) => Err(e),
+        })
+        .collect()
+}
+
+/// Claims `piece` for the prefetcher, which holds `held` permits: starts its GET if nobody
+/// is fetching it (the permits go with the GET), else gives them back.
+pub fn prefetch_piece(cache: &Arc<NodeCache>, piece: &Piece, held: Vec<OwnedSemaphorePermit>) {
+    let name = piece.cache_name();
+    if let Claim::Fetch(pending) = cache.claim(&name) {
+        spawn_group(cache, vec![(piece.clone(), name, pending)], Some(held));
+    }
+}
+
+/// One ranged GET covering the pieces of `group` (one object, sorted by offset), split into
+/// their cache files; every piece's waiters wake with its outcome.
+fn spawn_group(
+    cache: &Arc<NodeCache>,
+    group: Vec<(Piece, String, Arc<Pending>)>,
+    held: Option<Vec<OwnedSemaphorePermit>>,
+) {
+    let cache = cache.clone();
+    let fail_all = |cache: &NodeCache, group: &[(Piece, String, Arc<Pending>)], e: &S3Error| {
+        for (p, name, pending) in group {
+            let _ = cache.finish(
+                name,
+                pending,
+                &cache.temp_path(name),
+                Err(e.clone()),
+                &p.url(),
+            );
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let err = S3Error::local(&group[0].0.url(), e);
+            fail_all(&cache, &group, &err);
+            return;
+        }
+    };
+    rt.spawn(async move {
+        let _permits = match held {
+            Some(h) => h,
+            None => match permits().acquire_owned().await {
+                Ok(p) => vec![p],
+                Err(_) => {
+                    let err = S3Error::local(&group[0].0.url(), "the limiter is closed".into());
+                    fail_all(&cache, &group, &err);
+                    return;
+                }
+            },
+        };
+        let first = &group[0].0;
+        let end = group.iter().map(|(p, _, _)| p.offset + p.len).max();
+        let range: Range<u64> = first.offset..end.unwrap_or(first.offset);
+        metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
+        let got = first
+            .obj
+            .remote
+            .get_range(&first.obj.key, range.clone())
+            .await;
+        metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+        let bytes = match got {
+            Ok(b) => b,
+            Err(e) => return fail_all(&cache, &group, &e),
+        };
+        for (p, name, pending) in &group {
+            let at = (p.offset - range.start) as usize;
+            let temp = cache.temp_path(name);
+            let written = std::fs::write(&temp, &bytes[at..at + p.len as usize])
+                .map(|()| p.len)
+                .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
+            if written.is_ok() {
+                metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(p.len);
+                hub()
+                    .downloaded
+                    .fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
+            }
+            let _ = cache.finish(name, pending, &temp, written, &p.url());
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearby_pieces_of_one_object_are_merged_far_ones_are_not() {
+        let spans = [
+            ("a", 0, 100),
+            ("a", 612, 100),                // gap 512: merged
+            ("a", 712 + MERGE_GAP + 1, 10), // gap over MERGE_GAP: new GET
+            ("b", 0, 10),                   // another object
+            ("b", 10, MERGE_MAX),           // would span more than MERGE_MAX
+        ];
+        assert_eq!(merge_runs(&spans), vec![0..2, 2..3, 3..4, 4..5]);
+        assert!(merge_runs(&[]).is_empty());
+    }
+}

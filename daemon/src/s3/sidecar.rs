@@ -1,0 +1,108 @@
+//! The shard index sidecar: `NAME.tar.idx` beside `NAME.tar`, written by `stoker pack` (and
+//! `stoker synth --shards`), so an `s3://` dataset of shards is indexed by reading one small
+//! object per shard instead of downloading the shard to walk its tar headers.
+//!
+//! Format (text, one line each):
+//! ```text
+//! stoker-tar-index 1 <shard size in bytes>
+//! <data offset> <length> <label> <member name>
+//! ```
+//! one sample line per image member, in archive order; the label is -1 for none. The name runs
+//! to the end of the line (pack's names hold no newline).
+//!
+//! # Design
+//! The shard's size is in the first line: a sidecar whose shard has another size (rewritten
+//! since) is ignored, and the shard is indexed from its headers instead.
+//!
+//! # Limitations
+//! Shards from other tools have no sidecar: they are downloaded once to be indexed.
+
+/// The sidecar's name suffix, appended to the shard's name.
+pub const SUFFIX: &str = ".idx";
+const MAGIC: &str = "stoker-tar-index 1";
+
+/// One sample of a shard as the sidecar gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedSample {
+    pub offset: u64,
+    pub len: u64,
+    pub label: i64,
+    pub name: String,
+}
+
+/// The sidecar text of a shard of `shard_bytes` holding `samples`.
+pub fn render(shard_bytes: u64, samples: &[IndexedSample]) -> String {
+    let mut s = format!("{MAGIC} {shard_bytes}\n");
+    for x in samples {
+        s += &format!("{} {} {} {}\n", x.offset, x.len, x.label, x.name);
+    }
+    s
+}
+
+/// The samples of a sidecar for a shard of `shard_bytes`; `Err` names what is wrong (a stale
+/// sidecar included).
+pub fn parse(text: &str, shard_bytes: u64) -> Result<Vec<IndexedSample>, String> {
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default();
+    let size: u64 = head
+        .strip_prefix(MAGIC)
+        .and_then(|r| r.trim().parse().ok())
+        .ok_or_else(|| format!("not a stoker tar index (first line {head:?})"))?;
+    if size != shard_bytes {
+        return Err(format!(
+            "written for a shard of {size} bytes, the shard has {shard_bytes}"
+        ));
+    }
+    lines
+        .enumerate()
+        .map(|(i, line)| {
+            let mut f = line.splitn(4, ' ');
+            let mut num = || f.next().and_then(|v| v.parse::<i64>().ok());
+            let (offset, len, label) = (num(), num(), num());
+            let sample = match (offset, len, label, f.next()) {
+                (Some(o), Some(l), Some(label), Some(name)) if o >= 0 && l >= 0 => {
+                    let (offset, len) = (o as u64, l as u64);
+                    (offset.saturating_add(len) <= size).then(|| IndexedSample {
+                        offset,
+                        len,
+                        label,
+                        name: name.to_owned(),
+                    })
+                }
+                _ => None,
+            };
+            sample.ok_or_else(|| format!("line {}: bad sample line {line:?}", i + 2))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sidecar_reads_back_and_a_stale_or_broken_one_is_refused() {
+        let samples = vec![
+            IndexedSample {
+                offset: 512,
+                len: 100,
+                label: 3,
+                name: "000000001.jpg".into(),
+            },
+            IndexedSample {
+                offset: 1536,
+                len: 7,
+                label: -1,
+                name: "a b.jpg".into(),
+            },
+        ];
+        let text = render(4096, &samples);
+        assert_eq!(parse(&text, 4096).unwrap(), samples);
+        assert!(parse(&text, 5000).unwrap_err().contains("4096"));
+        assert!(parse("junk\n", 4096).is_err());
+        let bad = format!("{MAGIC} 4096\n512 x 3 a.jpg\n");
+        assert!(parse(&bad, 4096).unwrap_err().contains("line 2"));
+        let beyond = format!("{MAGIC} 4096\n4000 200 3 a.jpg\n");
+        assert!(parse(&beyond, 4096).is_err());
+    }
+}
