@@ -333,6 +333,13 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     );
     assert!(cached.iter().all(|&n| n < smallest_shard), "{cached:?}");
 
+    file_lists_naming_objects_give_the_batches_of_local_files(dir.path(), &folder, socket);
+    // A list's objects are the folder's: read from the node cache, not fetched again.
+    let files = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .count();
+    assert_eq!(files, want, "the lists' objects come from the node cache");
+
     // A wrong secret refuses the attach, naming the dataset and the S3 code.
     let err = Client::attach(socket, options("wrongsecret", "bad", 0, 1, 4)).unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::UnknownDataset), "{err}");
@@ -342,6 +349,83 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     // So does a missing bucket.
     let err = Client::attach(socket, options("s3://no-such-bucket/x", "nb", 0, 1, 4)).unwrap_err();
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}
+
+/// Writes `name`: the folder's images as `path<TAB>label` lines, the i-th named by
+/// `entry(i, relative path, absolute path)`.
+fn write_list(
+    dir: &Path,
+    name: &str,
+    folder: &Path,
+    entry: impl Fn(usize, &str, &Path) -> String,
+) -> PathBuf {
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
+    let ds = Dataset::open(folder, &no_cache).unwrap();
+    let mut text = String::new();
+    for i in 0..ds.len() {
+        let s = ds.sample(i);
+        let rel = s.path.strip_prefix(folder.canonicalize().unwrap()).unwrap();
+        text += &format!("{}\t{}\n", entry(i, rel.to_str().unwrap(), s.path), s.label);
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// File lists naming `s3://` URLs (all, or every other line) give the batches of the same
+/// list naming local files; a missing object refuses the list naming the URL; without the
+/// daemon's credentials allowed, `s3://` entries are refused at indexing.
+fn file_lists_naming_objects_give_the_batches_of_local_files(
+    dir: &Path,
+    folder: &Path,
+    socket: &Path,
+) {
+    let local = write_list(dir, "local.txt", folder, |_, _, abs| {
+        abs.display().to_string()
+    });
+    let remote = write_list(dir, "remote.txt", folder, |_, rel, _| {
+        format!("s3://{BUCKET}/folder/{rel}")
+    });
+    let mixed = write_list(dir, "mixed.txt", folder, |i, rel, abs| match i % 2 {
+        0 => format!("s3://{BUCKET}/folder/{rel}"),
+        _ => abs.display().to_string(),
+    });
+    let want = run(socket, local.to_str().unwrap(), "local-list", 4);
+    assert_eq!(want.len(), 5);
+    assert!(all_ok(&want));
+    for (list, job) in [(&remote, "s3-list"), (&mixed, "mixed-list")] {
+        let got = run(socket, list.to_str().unwrap(), job, 4);
+        assert!(
+            all_ok(&got) && got == want,
+            "{job}: the local list's batches"
+        );
+    }
+    let missing = dir.join("missing.txt");
+    std::fs::write(&missing, format!("s3://{BUCKET}/folder/no-such.jpg\t0\n")).unwrap();
+    let err = Client::attach(
+        socket,
+        options(missing.to_str().unwrap(), "missing", 0, 1, 4),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("s3://stoker/folder/no-such.jpg") && text.contains("line 1"),
+        "{text}"
+    );
+    // What the daemon asks for a client that is neither its own uid nor root.
+    let refused = OpenOptions {
+        use_cache: false,
+        s3_entries: false,
+        ..OpenOptions::default()
+    };
+    let text = Dataset::open(&mixed, &refused).unwrap_err().to_string();
+    assert!(
+        text.contains("daemon's credentials") && text.contains("s3://stoker/folder/"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -34,6 +34,7 @@
 pub mod cache;
 pub mod client;
 pub mod config;
+mod entries;
 mod index;
 mod prefetch;
 mod ranged;
@@ -51,6 +52,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use cache::{Claim, NodeCache, Pending};
 use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
+pub use entries::{head_urls, Entry};
 pub use index::open_dataset;
 pub use prefetch::prefetch_job;
 pub use read::{evict, local_file, localize, read_localized, Local};
