@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
-use stoker_daemon::dataset::{Dataset, OpenOptions};
+use stoker_daemon::dataset::{Dataset, IndexOrigin, OpenOptions};
 use stoker_daemon::s3::{self, Connection, S3Config, S3Url};
 use stoker_suite::daemon_proc::repo_root;
 use stoker_suite::{write_image_folder, Daemon};
@@ -275,8 +275,12 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         .collect();
     let smallest_shard = *shard_sizes.iter().min().unwrap();
     let url = format!("s3://{BUCKET}/shards");
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
     let before = s3::bytes_downloaded();
-    let ds = Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    let ds = Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(ds.len(), 18);
     let sidecars = s3::bytes_downloaded() - before;
     assert!(
@@ -284,12 +288,13 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         "{sidecars} bytes for indexing"
     );
     let before = s3::bytes_downloaded();
-    Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(
         s3::bytes_downloaded(),
         before,
         "the sidecars come from the node cache"
     );
+    the_index_is_cached_on_disk(dir.path(), &ds);
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
@@ -349,6 +354,25 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     // So does a missing bucket.
     let err = Client::attach(socket, options("s3://no-such-bucket/x", "nb", 0, 1, 4)).unwrap_err();
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}
+
+/// An `s3://` index is kept with the local index caches: a second open does not list.
+fn the_index_is_cached_on_disk(dir: &Path, listed: &Dataset) {
+    let cached = OpenOptions {
+        cache_dir: Some(dir.join("index-cache")),
+        ..OpenOptions::default()
+    };
+    let first = Dataset::open(listed.root(), &cached).unwrap();
+    assert_eq!(first.origin(), IndexOrigin::Walked);
+    let second = Dataset::open(listed.root(), &cached).unwrap();
+    assert_eq!(second.origin(), IndexOrigin::Cache, "not listed again");
+    assert_eq!(second.len(), listed.len());
+    for i in 0..listed.len() {
+        assert_eq!(second.sample(i), listed.sample(i));
+    }
+    // Read through the cached index: the reader knows its objects.
+    let path = s3::local_file(second.sample(0).path).unwrap();
+    assert!(path.is_file(), "{}", path.display());
 }
 
 /// Writes `name`: the folder's images as `path<TAB>label` lines, the i-th named by

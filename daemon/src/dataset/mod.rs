@@ -601,6 +601,7 @@ fn wait_with_progress<T>(
 
 mod remote;
 pub use remote::default_cache_dir;
+pub(crate) use remote::{load_remote_index, save_remote_index};
 
 #[cfg(test)]
 mod tests;
