@@ -734,6 +734,12 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+    // A file list naming the objects is checked through the same fetches.
+    let list = write_list(dir.path(), "list.txt", &folder, |_, rel, _| {
+        format!("s3://{BUCKET}/folder/{rel}")
+    });
+    let text = ok(&["check", list.to_str().unwrap()]);
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
 
     let json = dir.path().join("bench.json");
     let svg = dir.path().join("bench.svg");
