@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
-use stoker_daemon::dataset::{Dataset, OpenOptions};
+use stoker_daemon::dataset::{Dataset, IndexOrigin, OpenOptions};
 use stoker_daemon::s3::{self, Connection, S3Config, S3Url};
 use stoker_suite::daemon_proc::repo_root;
 use stoker_suite::{write_image_folder, Daemon};
@@ -275,8 +275,12 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         .collect();
     let smallest_shard = *shard_sizes.iter().min().unwrap();
     let url = format!("s3://{BUCKET}/shards");
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
     let before = s3::bytes_downloaded();
-    let ds = Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    let ds = Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(ds.len(), 18);
     let sidecars = s3::bytes_downloaded() - before;
     assert!(
@@ -284,12 +288,13 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         "{sidecars} bytes for indexing"
     );
     let before = s3::bytes_downloaded();
-    Dataset::open(Path::new(&url), &OpenOptions::default()).unwrap();
+    Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(
         s3::bytes_downloaded(),
         before,
         "the sidecars come from the node cache"
     );
+    the_index_is_cached_on_disk(dir.path(), &ds);
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
@@ -333,6 +338,13 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     );
     assert!(cached.iter().all(|&n| n < smallest_shard), "{cached:?}");
 
+    file_lists_naming_objects_give_the_batches_of_local_files(dir.path(), &folder, socket);
+    // A list's objects are the folder's: read from the node cache, not fetched again.
+    let files = std::fs::read_dir(dir.path().join("objects"))
+        .unwrap()
+        .count();
+    assert_eq!(files, want, "the lists' objects come from the node cache");
+
     // A wrong secret refuses the attach, naming the dataset and the S3 code.
     let err = Client::attach(socket, options("wrongsecret", "bad", 0, 1, 4)).unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::UnknownDataset), "{err}");
@@ -342,6 +354,102 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     // So does a missing bucket.
     let err = Client::attach(socket, options("s3://no-such-bucket/x", "nb", 0, 1, 4)).unwrap_err();
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}
+
+/// An `s3://` index is kept with the local index caches: a second open does not list.
+fn the_index_is_cached_on_disk(dir: &Path, listed: &Dataset) {
+    let cached = OpenOptions {
+        cache_dir: Some(dir.join("index-cache")),
+        ..OpenOptions::default()
+    };
+    let first = Dataset::open(listed.root(), &cached).unwrap();
+    assert_eq!(first.origin(), IndexOrigin::Walked);
+    let second = Dataset::open(listed.root(), &cached).unwrap();
+    assert_eq!(second.origin(), IndexOrigin::Cache, "not listed again");
+    assert_eq!(second.len(), listed.len());
+    for i in 0..listed.len() {
+        assert_eq!(second.sample(i), listed.sample(i));
+    }
+    // Read through the cached index: the reader knows its objects.
+    let path = s3::local_file(second.sample(0).path).unwrap();
+    assert!(path.is_file(), "{}", path.display());
+}
+
+/// Writes `name`: the folder's images as `path<TAB>label` lines, the i-th named by
+/// `entry(i, relative path, absolute path)`.
+fn write_list(
+    dir: &Path,
+    name: &str,
+    folder: &Path,
+    entry: impl Fn(usize, &str, &Path) -> String,
+) -> PathBuf {
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
+    let ds = Dataset::open(folder, &no_cache).unwrap();
+    let mut text = String::new();
+    for i in 0..ds.len() {
+        let s = ds.sample(i);
+        let rel = s.path.strip_prefix(folder.canonicalize().unwrap()).unwrap();
+        text += &format!("{}\t{}\n", entry(i, rel.to_str().unwrap(), s.path), s.label);
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// File lists naming `s3://` URLs (all, or every other line) give the batches of the same
+/// list naming local files; a missing object refuses the list naming the URL; without the
+/// daemon's credentials allowed, `s3://` entries are refused at indexing.
+fn file_lists_naming_objects_give_the_batches_of_local_files(
+    dir: &Path,
+    folder: &Path,
+    socket: &Path,
+) {
+    let local = write_list(dir, "local.txt", folder, |_, _, abs| {
+        abs.display().to_string()
+    });
+    let remote = write_list(dir, "remote.txt", folder, |_, rel, _| {
+        format!("s3://{BUCKET}/folder/{rel}")
+    });
+    let mixed = write_list(dir, "mixed.txt", folder, |i, rel, abs| match i % 2 {
+        0 => format!("s3://{BUCKET}/folder/{rel}"),
+        _ => abs.display().to_string(),
+    });
+    let want = run(socket, local.to_str().unwrap(), "local-list", 4);
+    assert_eq!(want.len(), 5);
+    assert!(all_ok(&want));
+    for (list, job) in [(&remote, "s3-list"), (&mixed, "mixed-list")] {
+        let got = run(socket, list.to_str().unwrap(), job, 4);
+        assert!(
+            all_ok(&got) && got == want,
+            "{job}: the local list's batches"
+        );
+    }
+    let missing = dir.join("missing.txt");
+    std::fs::write(&missing, format!("s3://{BUCKET}/folder/no-such.jpg\t0\n")).unwrap();
+    let err = Client::attach(
+        socket,
+        options(missing.to_str().unwrap(), "missing", 0, 1, 4),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("s3://stoker/folder/no-such.jpg") && text.contains("line 1"),
+        "{text}"
+    );
+    // What the daemon asks for a client that is neither its own uid nor root.
+    let refused = OpenOptions {
+        use_cache: false,
+        s3_entries: false,
+        ..OpenOptions::default()
+    };
+    let text = Dataset::open(&mixed, &refused).unwrap_err().to_string();
+    assert!(
+        text.contains("daemon's credentials") && text.contains("s3://stoker/folder/"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -626,6 +734,12 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("SignatureDoesNotMatch"), "{text}");
+    // A file list naming the objects is checked through the same fetches.
+    let list = write_list(dir.path(), "list.txt", &folder, |_, rel, _| {
+        format!("s3://{BUCKET}/folder/{rel}")
+    });
+    let text = ok(&["check", list.to_str().unwrap()]);
+    assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
 
     let json = dir.path().join("bench.json");
     let svg = dir.path().join("bench.svg");

@@ -3,12 +3,21 @@
 //!
 //! # Design
 //! - Empty lines and `#` comments are skipped; a bad line is an error naming its number.
+//! - A line may name an `s3://bucket/key` URL instead of a path (mixed freely): its size and
+//!   ETag come from a HEAD request (all at once, see `crate::s3::head_urls`), and a missing
+//!   or unreadable object refuses the list, naming the line and the URL. Such entries are
+//!   read with the daemon's credentials, so only [`OpenOptions::s3_entries`] allows them.
 //!
 //! # Limitations
 //! - Listed files are not re-checked by the cache.
+//! - A list with `s3://` entries is not kept in the index cache (each open HEADs them).
 use super::*;
 
-pub(super) fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, DatasetError> {
+pub(super) fn index_file_list(
+    list: &Path,
+    threads: usize,
+    s3_entries: bool,
+) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(list, DatasetKind::FileList);
     if !fs::metadata(list)
         .map_err(|e| DatasetError::io(list, e))?
@@ -57,7 +66,14 @@ pub(super) fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, Da
                 ))
             })?;
         let p = Path::new(OsStr::from_bytes(p));
-        paths.push(if p.is_absolute() {
+        if crate::s3::is_url(p) && !s3_entries {
+            return Err(bad(format!(
+                "{}: s3:// entries are read with the daemon's credentials, so only registered \
+                 datasets and the daemon's own uid (or root) may list them",
+                p.display()
+            )));
+        }
+        paths.push(if p.is_absolute() || crate::s3::is_url(p) {
             p.to_owned()
         } else {
             base.join(p)
@@ -65,14 +81,57 @@ pub(super) fn index_file_list(list: &Path, threads: usize) -> Result<Dataset, Da
         labels.push(label);
         lines.push(line_no);
     }
-    for (i, size) in stat_sizes(list, &paths, threads).into_iter().enumerate() {
-        let size = size.map_err(|(p, e)| DatasetError::BadListLine {
+    for (i, found) in sizes(list, &paths, threads).into_iter().enumerate() {
+        let found = found.map_err(|reason| DatasetError::BadListLine {
             path: list.to_owned(),
             line: lines[i],
-            reason: format!("cannot stat {}: {e}", p.display()),
+            reason,
         })?;
-        let id = ds.push_file(paths[i].as_os_str().as_bytes())?;
-        ds.push_sample(id, 0, size, labels[i]);
+        let id = ds.push_file(&found.path)?;
+        ds.push_sample(id, 0, found.size, labels[i]);
     }
     Ok(ds)
+}
+
+/// A listed file's path as the reader knows it (an URL normalised) and its size.
+struct Found {
+    path: Vec<u8>,
+    size: u64,
+}
+
+/// Stats the local paths and HEADs the `s3://` ones, in list order.
+fn sizes(list: &Path, paths: &[PathBuf], threads: usize) -> Vec<Result<Found, String>> {
+    let (remote, local): (Vec<usize>, Vec<usize>) =
+        (0..paths.len()).partition(|&i| crate::s3::is_url(&paths[i]));
+    let mut out: Vec<Option<Result<Found, String>>> = (0..paths.len()).map(|_| None).collect();
+    let local_paths: Vec<PathBuf> = local.iter().map(|&i| paths[i].clone()).collect();
+    for (&i, size) in local.iter().zip(stat_sizes(list, &local_paths, threads)) {
+        out[i] = Some(
+            size.map(|size| Found {
+                path: paths[i].as_os_str().as_bytes().to_vec(),
+                size,
+            })
+            .map_err(|(p, e)| format!("cannot stat {}: {e}", p.display())),
+        );
+    }
+    if !remote.is_empty() {
+        let urls: Vec<&Path> = remote.iter().map(|&i| paths[i].as_path()).collect();
+        for (&i, head) in remote.iter().zip(crate::s3::head_urls(&urls)) {
+            out[i] = Some(
+                head.map(|e| Found {
+                    path: e.url.into_bytes(),
+                    size: e.size,
+                })
+                .map_err(|e| format!("cannot read the object: {e}")),
+            );
+        }
+    }
+    out.into_iter()
+        .map(|f| f.unwrap_or_else(|| Err("not looked up".into())))
+        .collect()
+}
+
+/// Whether a file list names `s3://` objects.
+pub(super) fn has_s3_entries(ds: &Dataset) -> bool {
+    ds.kind == DatasetKind::FileList && (0..ds.len()).any(|i| crate::s3::is_url(ds.sample(i).path))
 }

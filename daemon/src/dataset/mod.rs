@@ -190,6 +190,9 @@ pub struct OpenOptions {
     pub threads: usize,
     /// How far a folder walk may go (see [`walk`]).
     pub limits: WalkLimits,
+    /// Whether a file list may name `s3://` URLs (read with the daemon's credentials: the
+    /// daemon refuses them to clients that could not name those URLs directly).
+    pub s3_entries: bool,
 }
 
 impl Default for OpenOptions {
@@ -200,6 +203,7 @@ impl Default for OpenOptions {
             cache_dir: None,
             threads: 0,
             limits: WalkLimits::default(),
+            s3_entries: true,
         }
     }
 }
@@ -330,7 +334,7 @@ impl Dataset {
             DatasetKind::ImageFolder | DatasetKind::Flat => {
                 index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
             }
-            DatasetKind::FileList => index_file_list(&root, threads)?,
+            DatasetKind::FileList => index_file_list(&root, threads, opts.s3_entries)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
         if ds.is_empty() {
@@ -343,6 +347,8 @@ impl Dataset {
             dataset = %root.display(), kind = kind.as_str(), samples = ds.len(),
             seconds = started.elapsed().as_secs_f64(), "dataset indexed"
         );
+        // A list's s3:// entries are known to the reader only once HEADed: not cached.
+        let cache_file = cache_file.filter(|_| !file_list::has_s3_entries(&ds));
         if let Some(cf) = &cache_file {
             if let Err(e) = save_cache(cf, &ds, written_at) {
                 tracing::warn!(cache = %cf.display(), error = %e, "cannot write dataset index cache");
@@ -595,6 +601,7 @@ fn wait_with_progress<T>(
 
 mod remote;
 pub use remote::default_cache_dir;
+pub(crate) use remote::{load_remote_index, save_remote_index};
 
 #[cfg(test)]
 mod tests;

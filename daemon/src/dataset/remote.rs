@@ -4,12 +4,83 @@
 //! A child module, so the dataset's storage stays private: `s3` pushes samples through these
 //! few methods only.
 //!
+//! The on-disk index of an `s3://` dataset is the local index cache's format (no stamps), in
+//! `s3-index-<hash of URL and connection key>.bin`, with the caller's text (its objects)
+//! beside it in `.objects`; it is trusted for a time the caller gives (no stamps to check).
+//!
 //! # Limitations
-//! Remote datasets carry no stamps: the on-disk index cache is not used for them.
+//! Remote datasets carry no stamps: a cached index is only as fresh as its age.
 
+use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{cache_dir, Dataset, DatasetError, DatasetKind, OpenOptions};
+use super::cache::{decode, fnv1a, save_cache, FNV_OFFSET};
+use super::{cache_dir, now_ns, Dataset, DatasetError, DatasetKind, IndexOrigin, OpenOptions};
+
+/// An `s3://` dataset's index read from disk, and the text stored beside it.
+pub(crate) struct CachedIndex {
+    pub dataset: Dataset,
+    pub extra: String,
+}
+
+/// `<cache dir>/s3-index-<hash>` (without extension), `None` when the cache is off.
+fn remote_index_base(url: &Path, key: &str, opts: &OpenOptions) -> Option<PathBuf> {
+    if !opts.use_cache {
+        return None;
+    }
+    let h = fnv1a(
+        key.as_bytes(),
+        fnv1a(url.as_os_str().as_encoded_bytes(), FNV_OFFSET),
+    );
+    Some(cache_dir(opts)?.join(format!("s3-index-{h:016x}")))
+}
+
+/// The index of the dataset at `url` (cache key `key`) written less than `ttl_ns` ago.
+pub(crate) fn load_remote_index(
+    url: &Path,
+    key: &str,
+    opts: &OpenOptions,
+    ttl_ns: i128,
+) -> Option<CachedIndex> {
+    let base = remote_index_base(url, key, opts).filter(|_| ttl_ns > 0)?;
+    let data = fs::read(base.with_extension("bin")).ok()?;
+    let kinds = [
+        DatasetKind::Flat,
+        DatasetKind::ImageFolder,
+        DatasetKind::TarShards,
+    ];
+    let (mut dataset, written_at) = kinds
+        .into_iter()
+        .filter(|k| opts.kind.is_none_or(|o| o == *k))
+        .find_map(|k| decode(&data, url, k))?;
+    let age = now_ns() - written_at;
+    if !(0..ttl_ns).contains(&age) {
+        return None;
+    }
+    let extra = fs::read_to_string(base.with_extension("objects")).ok()?;
+    dataset.origin = IndexOrigin::Cache;
+    Some(CachedIndex { dataset, extra })
+}
+
+/// Writes the index of `ds` (cache key `key`) and `extra` beside it; a failure is a warning.
+pub(crate) fn save_remote_index(key: &str, opts: &OpenOptions, ds: &Dataset, extra: &str) {
+    let Some(base) = remote_index_base(&ds.root, key, opts) else {
+        return;
+    };
+    // The objects first, the index last: an index is read only with its objects beside it.
+    let objects = base.with_extension("objects");
+    let tmp = base.with_extension(format!("objects.{}.tmp", std::process::id()));
+    let written = fs::create_dir_all(base.parent().unwrap_or(Path::new(".")))
+        .and_then(|()| fs::File::create(&tmp))
+        .and_then(|mut f| f.write_all(extra.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, &objects))
+        .and_then(|()| save_cache(&base.with_extension("bin"), ds, now_ns()));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        tracing::warn!(cache = %base.display(), error = %e, "cannot write the s3 dataset index cache");
+    }
+}
 
 /// The folder local index caches live in (`$STOKER_CACHE_DIR`, ...); `None` without one.
 pub fn default_cache_dir() -> Option<PathBuf> {

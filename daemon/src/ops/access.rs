@@ -264,8 +264,8 @@ impl AccessPolicy {
         let mut last: Option<&Path> = None;
         for i in 0..dataset.len() {
             let file = dataset.sample(i).path;
-            if last == Some(file) {
-                continue; // samples of one tar shard
+            if last == Some(file) || crate::s3::is_url(file) {
+                continue; // samples of one tar shard; a file list's objects
             }
             last = Some(file);
             let canonical = std::fs::canonicalize(file).map_err(|e| {
@@ -310,6 +310,12 @@ pub fn open_dataset(
         OpenDatasetError::Access(AccessError::Dataset(format!(
             "dataset {name:?}: {uid}may not read it: {what}"
         )))
+    };
+    // A file list's s3:// entries are read with the daemon's credentials: allowed exactly
+    // where the client could name those URLs itself (registered dataset, daemon's uid, root).
+    let opts = &OpenOptions {
+        s3_entries: creds.is_none(),
+        ..opts.clone()
     };
     let opened = fsopen::as_client(creds, || Dataset::open(path, opts))
         .map_err(|e| denied(e.to_string()))?;

@@ -268,6 +268,25 @@ impl Remote {
         Ok(out)
     }
 
+    /// The size and ETag of the object `key` (a HEAD request).
+    pub async fn head(&self, key: &str) -> Result<ObjectInfo, S3Error> {
+        let url = self.url(key);
+        let path = object_path(key);
+        self.with_retries(&url, || async {
+            let meta = self
+                .store
+                .head(&path)
+                .await
+                .map_err(|e| S3Error::of(&url, &e))?;
+            Ok(ObjectInfo {
+                key: key.to_owned(),
+                size: meta.size,
+                etag: meta.e_tag.unwrap_or_default(),
+            })
+        })
+        .await
+    }
+
     /// Downloads the whole object `key` into `file` (created or truncated); returns its size.
     pub async fn download(&self, key: &str, file: &Path) -> Result<u64, S3Error> {
         let url = self.url(key);

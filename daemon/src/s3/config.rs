@@ -28,6 +28,8 @@ pub const MAX_BACKOFF_MS: u64 = 5_000;
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// Objects larger than this (shards) are read by per-sample ranged GETs, not fetched whole.
 pub const DEFAULT_WHOLE_OBJECT_MAX_BYTES: u64 = 64 << 20;
+/// How long an `s3://` dataset's index, cached on disk, is used without listing again.
+pub const DEFAULT_INDEX_TTL_S: u64 = 600;
 /// Size cap of the node cache (bytes).
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 20 << 30;
 
@@ -68,6 +70,9 @@ pub struct S3Config {
     /// Objects up to this size are fetched whole; samples of larger ones (tar shards) by
     /// ranged GETs, nearby samples merged into one request.
     pub whole_object_max_bytes: u64,
+    /// Seconds an `s3://` dataset's index cached on disk is trusted without listing the
+    /// prefix again (0: list at every open).
+    pub index_ttl_s: u64,
 }
 
 impl Default for S3Config {
@@ -83,6 +88,7 @@ impl Default for S3Config {
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             prefetch: true,
             whole_object_max_bytes: DEFAULT_WHOLE_OBJECT_MAX_BYTES,
+            index_ttl_s: DEFAULT_INDEX_TTL_S,
         }
     }
 }

@@ -10,8 +10,9 @@
 //! usable one is downloaded into the node cache and its tar headers walked there.
 //!
 //! # Limitations
-//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads). Each
-//! open lists the prefix again (the sidecars come from the node cache).
+//! Shards without a sidecar are downloaded whole to be indexed (no ranged header reads). The
+//! index is kept on disk for `s3.index_ttl_s` (`index_cache`); after that an open lists the
+//! prefix again (the sidecars come from the node cache).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,6 +37,13 @@ pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetE
     };
     let started = std::time::Instant::now();
     let remote = remote_for(&url).map_err(|e| refused(path, e))?;
+    if let Some(ds) = super::index_cache::load(path, &url, &remote, opts) {
+        tracing::info!(
+            dataset = %path.display(), samples = ds.len(),
+            "s3 dataset index loaded from cache (not listed)"
+        );
+        return Ok(ds);
+    }
     let listed = block_on(remote.list(&url.prefix))
         .map_err(|reason| remote_error(path, "local".into(), reason))?
         .map_err(|e| refused(path, e))?;
@@ -78,6 +86,7 @@ pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetE
         dataset = %path.display(), kind = kind.as_str(), samples = ds.len(),
         seconds = started.elapsed().as_secs_f64(), "s3 dataset indexed"
     );
+    super::index_cache::save(&url, opts, &ds);
     Ok(ds)
 }
 

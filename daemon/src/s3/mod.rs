@@ -24,7 +24,7 @@
 //!
 //! # Limitations
 //! - Shards without a sidecar are downloaded (into the node cache) to read their tar headers.
-//!   The listing is done again at each open (sidecars come from the node cache).
+//!   The index is kept on disk for `s3.index_ttl_s` (`index_cache`), then listed again.
 //! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
 //!   web identity, container and instance credentials are.
 //! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
@@ -34,7 +34,9 @@
 pub mod cache;
 pub mod client;
 pub mod config;
+mod entries;
 mod index;
+mod index_cache;
 mod prefetch;
 mod ranged;
 mod read;
@@ -51,6 +53,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use cache::{Claim, NodeCache, Pending};
 use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
+pub use entries::{head_urls, Entry};
 pub use index::open_dataset;
 pub use prefetch::prefetch_job;
 pub use read::{evict, local_file, localize, read_localized, Local};
@@ -270,13 +273,7 @@ pub fn node_cache() -> Result<Arc<NodeCache>, String> {
 fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
     let h = hub();
     let cfg = config();
-    let conn = h
-        .by_url
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&url.as_string())
-        .cloned()
-        .unwrap_or(cfg.default.clone());
+    let conn = connection_for(url);
     let mut remotes = h.remotes.lock().unwrap_or_else(|e| e.into_inner());
     let key = (conn, url.bucket.clone());
     if let Some(r) = remotes.get(&key) {
@@ -285,6 +282,17 @@ fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
     let r = Arc::new(Remote::new(&key.0, &url.bucket, &cfg)?);
     remotes.insert(key, r.clone());
     Ok(r)
+}
+
+/// The connection the dataset at `url` uses: its registered one, else `[s3.default]`.
+fn connection_for(url: &S3Url) -> Connection {
+    hub()
+        .by_url
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&url.as_string())
+        .cloned()
+        .unwrap_or_else(|| config().default)
 }
 
 /// Bytes of objects this process downloaded so far (what `stoker_s3_bytes_total{source="s3"}`
