@@ -322,19 +322,13 @@ fn served_row(
 
 fn cuda_table(r: &CudaBenchReport) -> String {
     let mut s = format!(
-        "stoker bench {}: backend cuda on {} ({}), nvJPEG hardware engines {}, batch {}, {} {} \
-         {}\n",
+        "stoker bench {}: backend cuda on {} ({}), nvJPEG hardware engines {}, batch {}, {}\n",
         r.dataset,
         r.gpu_uuid,
         r.gpu_name,
         r.jpeg_engines,
         r.spec.batch_size,
-        match r.spec.crop {
-            Crop::RandomResized { .. } => "RandomResizedCrop+flip",
-            _ => "Resize+CenterCrop",
-        },
-        r.spec.crop.output_size().1,
-        format!("{:?} {:?}", r.spec.dtype, r.spec.layout).to_lowercase(),
+        super::report::transform(&r.spec),
     );
     s += &format!("decode mix of {} samples: {}\n\n", r.samples, r.mix);
     s += &format!(

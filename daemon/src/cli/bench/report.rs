@@ -8,9 +8,19 @@
 
 use super::*;
 
+/// The transform in a table's title: `RandomResizedCrop+flip 224 f32 nchw`.
+pub(super) fn transform(spec: &PipelineSpec) -> String {
+    let crop = match spec.crop {
+        Crop::RandomResized { .. } => "RandomResizedCrop+flip",
+        _ => "Resize+CenterCrop",
+    };
+    let dtype_layout = format!("{:?} {:?}", spec.dtype, spec.layout).to_lowercase();
+    format!("{crop} {} {dtype_layout}", spec.crop.output_size().1)
+}
+
 pub(super) fn table(r: &FullReport) -> String {
     let mut s = format!(
-        "stoker bench {}: {} samples ({}, {} files), backend {}, reader {}, batch {}, {} {} {}, \
+        "stoker bench {}: {} samples ({}, {} files), backend {}, reader {}, batch {}, {}, \
          {} threads\n",
         r.dataset,
         r.index.samples,
@@ -19,12 +29,7 @@ pub(super) fn table(r: &FullReport) -> String {
         r.backend,
         r.read_with,
         r.spec.batch_size,
-        match r.spec.crop {
-            Crop::RandomResized { .. } => "RandomResizedCrop+flip",
-            _ => "Resize+CenterCrop",
-        },
-        r.spec.crop.output_size().1,
-        format!("{:?} {:?}", r.spec.dtype, r.spec.layout).to_lowercase(),
+        transform(&r.spec),
         r.decode_threads,
     );
     if r.pipeline.is_some() {
