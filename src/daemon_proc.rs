@@ -64,3 +64,45 @@ pub fn libstoker_path() -> Result<PathBuf, String> {
     }
     Ok(p)
 }
+
+/// Compiles the C test client `tests/c/<source>` against `libstoker.so` (strict C11, warnings
+/// as errors) into `dir`; `None`, said loudly for `test`, where there is no C compiler (`cc`).
+pub fn build_c_client(dir: &std::path::Path, source: &str, test: &str) -> Option<PathBuf> {
+    let have_cc = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_cc {
+        eprintln!("SKIPPED {test}: no C compiler (cc)");
+        return None;
+    }
+    let lib = libstoker_path().unwrap();
+    let libdir = lib.parent().unwrap();
+    let exe = dir.join(source.trim_end_matches(".c"));
+    let root = repo_root();
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+        ])
+        .arg("-I")
+        .arg(root.join("ipc/include"))
+        .arg(root.join("tests/c").join(source))
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", libdir.display()))
+        .arg("-lstoker")
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compiling tests/c/{source} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}

@@ -5,52 +5,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use stoker_suite::daemon_proc::{libstoker_path, repo_root};
+use stoker_suite::daemon_proc::build_c_client;
 use stoker_suite::{write_image_folder, Daemon};
-
-fn have_cc() -> bool {
-    Command::new("cc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// Compiles the C client into `dir`; `None` (skipped loudly) without a C compiler.
 fn build_client(dir: &Path, test: &str) -> Option<PathBuf> {
-    if !have_cc() {
-        eprintln!("SKIPPED {test}: no C compiler (cc)");
-        return None;
-    }
-    let lib = libstoker_path().unwrap();
-    let libdir = lib.parent().unwrap();
-    let exe = dir.join("client");
-    let root = repo_root();
-    let out = Command::new("cc")
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O1",
-        ])
-        .arg("-I")
-        .arg(root.join("ipc/include"))
-        .arg(root.join("tests/c/client.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(libdir)
-        .arg("-lstoker")
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "compiling tests/c/client.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
+    build_c_client(dir, "client.c", test)
 }
 
 /// Runs the C client. It does not retry connecting: every test here starts its daemon first,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use stoker::cuda::{self, Device};
 use stoker::protocol::StartPosition;
 use stoker::{AttachOptions, Client, ConsumerStream, DType, Layout, PipelineSpec};
-use stoker_suite::daemon_proc::{libstoker_path, repo_root};
+use stoker_suite::daemon_proc::build_c_client;
 use stoker_suite::device_batches::{
     all_outputs, assert_matches_cpu, emulator_env, have_nvrtc, write_smooth_folder, HostBatch,
 };
@@ -117,46 +117,6 @@ fn name(spec: &PipelineSpec) -> String {
     format!("{:?}-{:?}", spec.dtype, spec.layout).to_lowercase()
 }
 
-/// Compiles `tests/c/cuda_client.c` against libstoker; `None` (said loudly) without cc.
-fn build_c_client(dir: &Path) -> Option<PathBuf> {
-    if !Command::new("cc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("SKIPPED the C client: no C compiler (cc)");
-        return None;
-    }
-    let lib = libstoker_path().unwrap();
-    let libdir = lib.parent().unwrap();
-    let exe = dir.join("cuda_client");
-    let out = Command::new("cc")
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O1",
-            "-I",
-        ])
-        .arg(repo_root().join("ipc/include"))
-        .arg(repo_root().join("tests/c/cuda_client.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(format!("-L{}", libdir.display()))
-        .arg("-lstoker")
-        .arg(format!("-Wl,-rpath,{}", libdir.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "compiling tests/c/cuda_client.c: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
-}
-
 /// Ranks 0 and 1 of `job` as two C client processes on emulated GPUs 0 and 1.
 fn read_with_c(s: &Setup, exe: &Path, job: &str, spec: &PipelineSpec) -> [Vec<HostBatch>; 2] {
     let spec_json = serde_json::to_string(spec).unwrap();
@@ -196,7 +156,7 @@ fn rust_and_c_clients_on_two_gpus_get_the_cpu_backends_batches() {
         return;
     }
     let s = start("2");
-    let c_exe = build_c_client(s.dir.path());
+    let c_exe = build_c_client(s.dir.path(), "cuda_client.c", "the CUDA C client");
     let mut worst = f64::INFINITY;
     for spec in all_outputs(4, 32) {
         let n = name(&spec);

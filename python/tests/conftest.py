@@ -72,18 +72,26 @@ def daemon(tmp_path_factory):
     if exe is None or not exe.is_file():
         _unavailable("stokerd is not built (cargo build -p stoker-daemon), or set STOKERD")
     d = tmp_path_factory.mktemp("daemon")
+    yield from serve_stokerd(d, ["--threads", "2", "--slots", "4"], timeout=60)
+
+
+def serve_stokerd(d, args, env=None, timeout=60, what="stokerd"):
+    """Starts `stokerd --socket d/stoker.sock ARGS` (stderr to d/stderr.log), yields the socket
+    path once it serves, and kills the daemon after; unavailable (loudly) if it exits first or
+    does not serve within `timeout` seconds."""
     sock = d / "stoker.sock"
     log = open(d / "stderr.log", "wb")
-    proc = subprocess.Popen([str(exe), "--socket", str(sock), "--threads", "2", "--slots", "4"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen([str(find_stokerd()), "--socket", str(sock), *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                            env=env)
+    deadline = time.monotonic() + timeout
     try:
         while not _serving(sock):
             if proc.poll() is not None:
-                _unavailable(f"stokerd exited with {proc.returncode}: "
+                _unavailable(f"{what} exited with {proc.returncode}: "
                              f"{(d / 'stderr.log').read_text(errors='replace')[-2000:]}")
             if time.monotonic() > deadline:
-                _unavailable("stokerd did not serve within 60 s")
+                _unavailable(f"{what} did not serve within {timeout} s")
             time.sleep(0.02)
         yield str(sock)
     finally:

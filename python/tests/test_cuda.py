@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import pytest
 
 import stoker
 
-from conftest import _serving, _unavailable, find_stokerd
+from conftest import _unavailable, find_stokerd, serve_stokerd
 
 SEED = 11
 HERE = Path(__file__).resolve().parent
@@ -51,27 +50,10 @@ def cuda_daemon(tmp_path_factory):
     """(socket, environment) of a `stokerd --backend cuda` on the emulated GPU."""
     env = _emulator_env()
     d = tmp_path_factory.mktemp("cuda-daemon")
-    sock = d / "stoker.sock"
-    log = open(d / "stderr.log", "wb")
-    proc = subprocess.Popen(
-        [str(find_stokerd()), "--socket", str(sock), "--backend", "cuda", "--threads", "2",
-         "--slots", "2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-        env={**os.environ, **env, "XDG_CACHE_HOME": str(d / "cache")})
-    deadline = time.monotonic() + 120
-    try:
-        while not _serving(sock):
-            if proc.poll() is not None:
-                _unavailable(f"stokerd --backend cuda exited with {proc.returncode}: "
-                             f"{(d / 'stderr.log').read_text(errors='replace')[-2000:]}")
-            if time.monotonic() > deadline:
-                _unavailable("stokerd --backend cuda did not serve within 120 s")
-            time.sleep(0.02)
-        yield str(sock), env
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
+    for sock in serve_stokerd(d, ["--backend", "cuda", "--threads", "2", "--slots", "2"],
+                              env={**os.environ, **env, "XDG_CACHE_HOME": str(d / "cache")},
+                              timeout=120, what="stokerd --backend cuda"):
+        yield sock, env
 
 
 @pytest.fixture(scope="module")
