@@ -11,8 +11,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use stoker::spec::{DType, PipelineSpec};
 use stoker_daemon::augment::Augmenter;
 use stoker_daemon::decode::{CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling};
-use stoker_daemon::reader::{ReadRequest, Reader, ReaderKind};
 use stoker_daemon::sampler::{permutation_into, Sampler};
+use stoker_daemon::source::local::reader::{ReadRequest, Reader, ReaderKind};
 use stoker_daemon::synth::{image_pixels, SynthOptions};
 use stoker_kernels::reference::{CropBox, RgbImage};
 

@@ -13,11 +13,11 @@ use stoker::protocol::{
 };
 use stoker::sock::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, ErrorCode, PipelineSpec, SampleStatus};
-use stoker_daemon::dataset::{Dataset, OpenOptions};
 use stoker_daemon::decode::Limits;
 use stoker_daemon::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory,
 };
+use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_suite::batches::{drain, got, write_config, Got};
 use stoker_suite::{write_image_folder, Daemon};
 

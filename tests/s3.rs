@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
-use stoker_daemon::dataset::{Dataset, IndexOrigin, OpenOptions};
-use stoker_daemon::s3::{self, Connection, S3Config, S3Url};
+use stoker_daemon::source::index::{Dataset, IndexOrigin, OpenOptions};
+use stoker_daemon::source::object::{self as s3, Connection, S3Config, S3Url};
 use stoker_suite::daemon_proc::repo_root;
 use stoker_suite::{write_image_folder, Daemon};
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{Attach, ErrorCode, Message, StartPosition, MAX_MESSAGE_BYTES};
 use stoker::sock::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec, SampleStatus};
-use stoker_daemon::dataset::{Dataset, OpenOptions};
 use stoker_daemon::pipeline::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};
+use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_suite::{write_image_folder, Daemon};
 
 /// u8 output keeps the rings small; one epoch so the data ends.

@@ -1,7 +1,9 @@
 //! The stoker daemon's library: everything `stokerd` and `stoker` are made of.
 //!
 //! Rooms (docs/architecture.md draws them and what each may touch):
-//! - **stages**: `dataset` (layouts, index cache), `sampler`, `rng`, `reader` (io_uring),
+//! - **source**: `source` (`index`: layouts and index cache; `local`: the io_uring reader and
+//!   safe opens; `object`: s3:// object storage and the node cache);
+//! - **stages**: `sampler`, `rng`,
 //!   `decode` (libjpeg-turbo), `augment` (crop-resize-flip-normalize-convert), `badsample`;
 //! - **engine**: `engine` (jobs, fair-share scheduler, feeds, in-order publishing on
 //!   completion, the backend trait and the CPU backend); `backend` resolves `--backend`;
@@ -20,21 +22,18 @@ pub mod backend;
 pub mod badsample;
 pub mod bench;
 pub mod cli;
-pub mod dataset;
 pub mod decode;
 pub mod detach;
 pub mod engine;
-pub mod fsopen;
 pub mod lobby;
 pub mod ops;
 pub use ops::{access, config, logging, metrics, ratelimit, systemd};
 pub mod pack;
 pub mod pipeline;
-pub mod reader;
 pub mod rng;
-pub mod s3;
 pub mod sampler;
 pub mod server;
 pub mod service;
+pub mod source;
 pub mod stall;
 pub mod synth;

@@ -24,8 +24,8 @@ use crate::decode::Limits;
 use crate::detach::ReadyNotice;
 use crate::engine::EngineConfig;
 use crate::metrics::{MetricsError, MetricsListener};
-use crate::reader::ReaderKind;
 use crate::server::{Server, ServerConfig, ServerError, ServerHandle};
+use crate::source::local::reader::ReaderKind;
 use crate::systemd::{self, Notifier, Signal, Signals, SystemdError};
 
 /// Exit code for failures at run time.
@@ -143,7 +143,7 @@ pub fn run(
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    crate::s3::configure(&file.s3, &file.datasets);
+    crate::source::object::configure(&file.s3, &file.datasets);
     let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "not notifying systemd");
         Notifier::disabled()
@@ -294,7 +294,7 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
             handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
-            crate::s3::configure(&c.s3, &c.datasets);
+            crate::source::object::configure(&c.s3, &c.datasets);
             metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
             tracing::info!(
                 "access rules and datasets apply to new attaches now; limits, pipeline and server \

@@ -258,7 +258,7 @@ fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::{Dataset, OpenOptions};
+    use crate::source::index::{Dataset, OpenOptions};
 
     #[test]
     fn generates_an_imagefolder_that_indexes_and_decodes() {

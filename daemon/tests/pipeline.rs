@@ -8,11 +8,11 @@ use std::time::Duration;
 use stoker::ring::{SampleStatus, SlotLayout};
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_daemon::augment::{sample_params, Augmenter};
-use stoker_daemon::dataset::{Dataset, OpenOptions};
 use stoker_daemon::decode::{probe, CpuDecoder, Limits};
 use stoker_daemon::pipeline::{
     BadSamplePolicy, Engine, EngineConfig, Feed, FeedEvent, HeapRing, Job, Position,
 };
+use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_daemon::synth::{generate, SynthOptions};
 use stoker_kernels::reference::RgbImage;
 

@@ -11,11 +11,11 @@ use std::time::Instant;
 use serde::Serialize;
 use stoker::spec::PipelineSpec;
 
-use crate::dataset::{Dataset, OpenOptions};
 use crate::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals, CHUNK,
     DEFAULT_SLOTS,
 };
+use crate::source::index::{Dataset, OpenOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -75,12 +75,12 @@ pub enum BenchError {
     #[error("dataset {path}: {source}")]
     Dataset {
         path: String,
-        source: crate::dataset::DatasetError,
+        source: crate::source::index::DatasetError,
     },
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error("reader: {0}")]
-    Reader(crate::reader::ReadError),
+    Reader(crate::source::local::reader::ReadError),
     #[error("decoder: {0}")]
     Decoder(crate::decode::DecodeError),
 }
@@ -353,7 +353,7 @@ pub fn index_timing(path: &Path, cold: bool) -> Result<(IndexTiming, Dataset), B
         walk_s,
         walk_cold_s,
         cached_s,
-        cache_hit: cached.origin() == crate::dataset::IndexOrigin::Cache,
+        cache_hit: cached.origin() == crate::source::index::IndexOrigin::Cache,
     };
     Ok((timing, ds))
 }
@@ -389,8 +389,8 @@ pub enum Eviction {
 /// and inodes, so a folder's metadata is cold too), else fadvise (data pages only). An
 /// `s3://` dataset is evicted from the node cache instead.
 pub fn evict(ds: &Dataset) -> Eviction {
-    if crate::s3::is_url(ds.root()) {
-        crate::s3::evict(ds);
+    if crate::source::object::is_url(ds.root()) {
+        crate::source::object::evict(ds);
         return Eviction::NodeCache;
     }
     // SAFETY: sync and geteuid take no arguments and cannot fail.
@@ -468,7 +468,7 @@ pub fn storage_only(
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut reader = match crate::reader::Reader::new(engine.reader, CHUNK) {
+        let mut reader = match crate::source::local::reader::Reader::new(engine.reader, CHUNK) {
             Ok(r) => r,
             Err(e) => {
                 *failed.lock().unwrap() = Some(e);
@@ -482,11 +482,11 @@ pub fn storage_only(
                 return;
             }
             let end = (start + CHUNK).min(order.len());
-            let reqs: Vec<crate::reader::ReadRequest<'_>> = order[start..end]
+            let reqs: Vec<crate::source::local::reader::ReadRequest<'_>> = order[start..end]
                 .iter()
                 .map(|&i| {
                     let s = ds.sample(i as usize);
-                    crate::reader::ReadRequest {
+                    crate::source::local::reader::ReadRequest {
                         path: s.path,
                         offset: s.offset,
                         len: s.len,
@@ -529,7 +529,7 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
     for i in order {
         let s = ds.sample(i as usize);
         let mut buf = vec![0u8; s.len as usize];
-        let ok = crate::s3::local_file(s.path)
+        let ok = crate::source::object::local_file(s.path)
             .and_then(std::fs::File::open)
             .and_then(|f| {
                 use std::os::unix::fs::FileExt;

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::dataset::{Dataset, OpenOptions};
 use crate::pack::{pack, pack_dataset_with, PackError, PackSummary, DEFAULT_SHARD_BYTES};
-use crate::s3::S3Url;
+use crate::source::index::{Dataset, OpenOptions};
+use crate::source::object::S3Url;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -26,7 +26,7 @@ pub struct PackArgs {
 pub fn run(args: &PackArgs) -> i32 {
     let t0 = std::time::Instant::now();
     let shard_bytes = args.shard_mb.max(1) * 1_000_000;
-    let packed = if crate::s3::is_url(&args.out) {
+    let packed = if crate::source::object::is_url(&args.out) {
         pack_to_s3(&args.src, &args.out, shard_bytes)
     } else {
         pack(&args.src, &args.out, shard_bytes, true)
@@ -71,12 +71,14 @@ fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, P
     })?;
     let mut upload = |shard: &Path| -> Result<(), PackError> {
         let mut idx = shard.as_os_str().to_owned();
-        idx.push(crate::s3::sidecar::SUFFIX);
+        idx.push(crate::source::object::sidecar::SUFFIX);
         for file in [shard.to_path_buf(), PathBuf::from(idx)] {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
-            crate::s3::upload_file(&file, &url.join(&name)).map_err(|e| PackError::Upload {
-                path: file.clone(),
-                reason: e.to_string(),
+            crate::source::object::upload_file(&file, &url.join(&name)).map_err(|e| {
+                PackError::Upload {
+                    path: file.clone(),
+                    reason: e.to_string(),
+                }
             })?;
             let _ = std::fs::remove_file(&file);
         }

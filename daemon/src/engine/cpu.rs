@@ -28,10 +28,10 @@ use super::{EngineConfig, PipelineError, Position, CHUNK};
 use crate::augment::{sample_params, Augmenter};
 use crate::backend::BackendKind;
 use crate::badsample::BadSample;
-use crate::dataset::Dataset;
 use crate::decode::{probe, CpuDecoder, DecodeError};
 use crate::metrics as m;
-use crate::reader::{ReadRequest, Reader};
+use crate::source::index::Dataset;
+use crate::source::local::reader::{ReadRequest, Reader};
 
 /// Makes [`CpuBackend`]s.
 #[derive(Debug, Clone, Copy, Default)]
@@ -103,7 +103,7 @@ impl CpuBackend {
     pub(super) fn read_unit(
         &mut self,
         unit: &UnitWork<'_>,
-    ) -> Vec<Result<(), crate::reader::ReadError>> {
+    ) -> Vec<Result<(), crate::source::local::reader::ReadError>> {
         let count = unit.indices.len();
         if self.bufs.len() < count {
             self.bufs.resize_with(count, Vec::new);

@@ -15,9 +15,9 @@ use stoker::spec::PipelineSpec;
 use stoker::protocol::EpochOffset;
 
 use super::{PipelineError, Position};
-use crate::dataset::Dataset;
-use crate::fsopen::{OpenPolicy, OpenRules};
 use crate::sampler::{ResumedEpoch, Sampler};
+use crate::source::index::Dataset;
+use crate::source::local::fsopen::{OpenPolicy, OpenRules};
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
 pub struct Job {
@@ -56,7 +56,7 @@ impl Job {
     }
 
     /// A job whose files are opened under `policy` (a client's credentials, no symlinks;
-    /// its tar shards must stay the files indexed, see [`crate::fsopen`]), and whose epoch
+    /// its tar shards must stay the files indexed, see [`crate::source::local::fsopen`]), and whose epoch
     /// `offset.epoch` serves only what is left after an elastic checkpoint, if any.
     pub fn with_policy(
         dataset: Arc<Dataset>,

@@ -45,7 +45,7 @@ use stoker::ring::ImageMemory;
 use crate::backend::BackendKind;
 use crate::badsample::BadSampleLog;
 use crate::decode::{DecodeError, Limits};
-use crate::reader::{ReadError, Reader, ReaderKind};
+use crate::source::local::reader::{ReadError, Reader, ReaderKind};
 
 pub use backend::{
     Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
@@ -304,7 +304,7 @@ impl Engine {
         }
         let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
         // s3:// datasets: their objects start coming in the order this epoch reads them.
-        crate::s3::prefetch_job(&job.dataset, job.seed, start.epoch);
+        crate::source::object::prefetch_job(&job.dataset, job.seed, start.epoch);
         {
             let mut sched = self.shared.sched.lock().unwrap();
             match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {

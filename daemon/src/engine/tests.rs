@@ -10,7 +10,7 @@ use stoker::ring::{ImageMemory, SampleStatus, SlotLayout};
 use stoker::spec::PipelineSpec;
 
 use super::*;
-use crate::dataset::{Dataset, OpenOptions};
+use crate::source::index::{Dataset, OpenOptions};
 use crate::synth::{generate, SynthOptions};
 
 /// Opened by the test; counts fills and the largest unit seen.

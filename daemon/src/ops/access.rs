@@ -19,7 +19,7 @@
 //!    and read with that client's filesystem credentials when its uid is not the daemon's
 //!    (so the kernel decides what it may read, at every open, not only at attach), and with
 //!    no symlink followed when `dataset_roots` is set (a file swapped for a symlink after the
-//!    attach is refused). See [`crate::fsopen`].
+//!    attach is refused). See [`crate::source::local::fsopen`].
 //!
 //! Every refusal names the path or the numbers and the rule that refused it.
 //!
@@ -32,8 +32,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{AccessConfig, LimitsConfig};
-use crate::dataset::{Dataset, DatasetError, OpenOptions};
-use crate::fsopen::{self, Credentials, OpenPolicy};
+use crate::source::index::{Dataset, DatasetError, OpenOptions};
+use crate::source::local::fsopen::{self, Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,7 +174,7 @@ impl AccessPolicy {
         }
         let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
         let path = Path::new(name);
-        if crate::s3::is_url(path) {
+        if crate::source::object::is_url(path) {
             // Object storage is read with the daemon's credentials: only the daemon's own
             // user may name a bucket that is not registered.
             if self.is_owner(peer) {
@@ -257,14 +257,14 @@ impl AccessPolicy {
     pub fn check_dataset_files(&self, name: &str, dataset: &Dataset) -> Result<(), AccessError> {
         if self.roots.is_empty()
             || self.registry.contains_key(name)
-            || crate::s3::is_url(dataset.root())
+            || crate::source::object::is_url(dataset.root())
         {
             return Ok(());
         }
         let mut last: Option<&Path> = None;
         for i in 0..dataset.len() {
             let file = dataset.sample(i).path;
-            if last == Some(file) || crate::s3::is_url(file) {
+            if last == Some(file) || crate::source::object::is_url(file) {
                 continue; // samples of one tar shard; a file list's objects
             }
             last = Some(file);

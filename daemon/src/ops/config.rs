@@ -80,7 +80,7 @@ pub struct Config {
     /// Registered datasets: name -> path. Clients may name these.
     pub datasets: BTreeMap<String, PathBuf>,
     /// Object storage (`s3://` datasets) and the node cache.
-    pub s3: crate::s3::S3Config,
+    pub s3: crate::source::object::S3Config,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,8 +159,8 @@ impl Default for LimitsConfig {
             max_waiting_per_uid: crate::lobby::DEFAULT_MAX_WAITING_PER_UID,
             max_waiting: crate::lobby::DEFAULT_MAX_WAITING,
             attach_deadline_ms: crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis() as u64,
-            max_index_entries: crate::dataset::WalkLimits::default().max_entries,
-            max_index_depth: crate::dataset::WalkLimits::default().max_depth,
+            max_index_entries: crate::source::index::WalkLimits::default().max_entries,
+            max_index_depth: crate::source::index::WalkLimits::default().max_depth,
         }
     }
 }
@@ -197,8 +197,8 @@ impl LimitsConfig {
     }
 
     /// How far indexing may walk.
-    pub fn walk(&self) -> crate::dataset::WalkLimits {
-        crate::dataset::WalkLimits {
+    pub fn walk(&self) -> crate::source::index::WalkLimits {
+        crate::source::index::WalkLimits {
             max_entries: self.max_index_entries,
             max_depth: self.max_index_depth,
         }
@@ -248,7 +248,7 @@ impl Config {
                     "datasets: name {name:?} must be non-empty and contain no '/'"
                 )));
             }
-            if !p.is_absolute() && !crate::s3::is_url(p) {
+            if !p.is_absolute() && !crate::source::object::is_url(p) {
                 return Err(invalid(format!(
                     "datasets.{name}: path {} must be absolute (or an s3:// URL)",
                     p.display()

@@ -196,7 +196,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     metrics::gauge!(CLIENTS).set(0.0);
     metrics::gauge!(JOBS).set(0.0);
     metrics::gauge!(RING_BYTES, "memory" => "host").set(0.0);
-    crate::s3::register_metrics();
+    crate::source::object::register_metrics();
     Ok(handle)
 }
 

@@ -59,9 +59,9 @@ use stoker::sock::SockError;
 
 use crate::access::{AccessPolicy, QuotaLimits};
 use crate::backend::BackendKind;
-use crate::dataset::WalkLimits;
 use crate::engine::{EngineConfig, PipelineError};
 use crate::lobby::LobbyLimits;
+use crate::source::index::WalkLimits;
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);

@@ -20,9 +20,9 @@ use stoker::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker::spec::PipelineSpec;
 
 use crate::access::{open_dataset, AccessPolicy, OpenDatasetError};
-use crate::dataset::{OpenOptions, WalkLimits};
 use crate::engine::{Job, PipelineError};
-use crate::fsopen::OpenPolicy;
+use crate::source::index::{OpenOptions, WalkLimits};
+use crate::source::local::fsopen::OpenPolicy;
 
 use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.

@@ -10,7 +10,7 @@ use super::connection::check_attach;
 use super::listen::{group_id, set_socket_permissions};
 use super::registry::{JobTerms, Registry};
 use super::ServerError;
-use crate::fsopen::OpenPolicy;
+use crate::source::local::fsopen::OpenPolicy;
 use stoker::protocol::StartPosition;
 
 fn attach() -> Attach {

@@ -202,7 +202,7 @@ fn hardware_images(
 /// The decode-only row, the decode mix of the samples, and how many samples were loaded.
 fn decode_ceiling(
     args: &BenchArgs,
-    ds: &crate::dataset::Dataset,
+    ds: &crate::source::index::Dataset,
     device: &Device,
     decoder: &mut NvjpegDecoder,
 ) -> (CudaRow, DecodeMix, usize) {
@@ -280,7 +280,7 @@ fn served_row(
     args: &BenchArgs,
     uuid: &str,
     data: &Path,
-    ds: &crate::dataset::Dataset,
+    ds: &crate::source::index::Dataset,
     ceiling: Option<f64>,
 ) -> CudaRow {
     let epochs = timed_epochs(

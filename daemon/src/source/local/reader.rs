@@ -26,8 +26,8 @@
 //!   `pread`s. Spawning them per batch costs tens of microseconds, small beside the reads, and
 //!   keeps the borrowed buffers safe without unsafe code.
 //!
-//! - Every open goes through [`crate::fsopen::open_sample`] under the job's
-//!   [`OpenRules`](crate::fsopen::OpenRules) (set with [`Reader::set_rules`]): non-blocking,
+//! - Every open goes through [`crate::source::local::fsopen::open_sample`] under the job's
+//!   [`OpenRules`](crate::source::local::fsopen::OpenRules) (set with [`Reader::set_rules`]): non-blocking,
 //!   regular files only, the client's credentials, no symlinks where the job says so, and a
 //!   tar shard must still be the indexed inode. Cached fds are keyed by (rules, path), so
 //!   one job never reads through an fd opened for another (or with other credentials).
@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-use crate::fsopen::{self, OpenError, OpenRules};
+use crate::source::local::fsopen::{self, OpenError, OpenRules};
 
 /// Open fds kept for files read at an offset (tar shards).
 pub const FD_CACHE_CAPACITY: usize = 128;
@@ -240,8 +240,10 @@ impl Reader {
             reqs.len()
         );
         let bufs = &mut bufs[..reqs.len()];
-        if let Some(local) = crate::s3::localize(reqs) {
-            return crate::s3::read_localized(reqs, local, bufs, |r, b| self.read_local(r, b));
+        if let Some(local) = crate::source::object::localize(reqs) {
+            return crate::source::object::read_localized(reqs, local, bufs, |r, b| {
+                self.read_local(r, b)
+            });
         }
         self.read_local(reqs, bufs)
     }

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use super::client::{S3Error, S3ErrorKind};
 use super::ranged::{self, Piece};
 use super::{config, fetch_all, hub, is_url, node_cache, ObjectRef};
-use crate::dataset::Dataset;
-use crate::reader::{ReadError, ReadRequest};
+use crate::source::index::Dataset;
+use crate::source::local::reader::{ReadError, ReadRequest};
 
 /// Where one request's bytes are local: a node-cache file and the offset in it.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! Indexing an `s3://bucket/prefix` dataset: a paginated listing, then the layout's samples.
 //!
 //! # Design
-//! Layout detection and order follow the local rules (`crate::dataset`), so a dataset gives
+//! Layout detection and order follow the local rules (`crate::source::index`), so a dataset gives
 //! the same samples in the same order from a bucket as from a local copy.
 //!
 //! Shards are indexed from their sidecar index (`NAME.tar.idx`, which `stoker pack` writes
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::client::{ObjectInfo, Remote, S3Error};
 use super::sidecar::{self, IndexedSample};
 use super::{block_on, fetch_all, remember, remote_for, ObjectRef, S3Url};
-use crate::dataset::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
+use crate::source::index::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
 /// Opens the dataset at the `s3://` URL `path`: lists the prefix, detects (or takes) the
 /// layout, and for shards reads their tar headers from the node cache's copies.

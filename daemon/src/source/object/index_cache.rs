@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote};
 use super::{config, connection_for, hub, remember, S3Url};
-use crate::dataset::{load_remote_index, save_remote_index, Dataset, OpenOptions};
+use crate::source::index::{load_remote_index, save_remote_index, Dataset, OpenOptions};
 
 /// The URL, its connection and the environment a connection takes what it leaves out from
 /// (so another key or endpoint, even from the environment, never reuses this index).

@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use super::cache::NodeCache;
 use super::ranged::{self, Piece};
 use super::{config, hub, is_url, node_cache, permits, runtime, start_fetch, ObjectRef};
-use crate::dataset::Dataset;
+use crate::source::index::Dataset;
 
 /// The prefetcher's share of the request permits, shared by every job.
 fn share() -> Arc<Semaphore> {

@@ -252,7 +252,7 @@ pub fn node_cache() -> Result<Arc<NodeCache>, String> {
             let dir = cfg
                 .cache_dir
                 .clone()
-                .or_else(crate::dataset::default_cache_dir)
+                .or_else(crate::source::index::default_cache_dir)
                 .map(|d| {
                     if cfg.cache_dir.is_some() {
                         d

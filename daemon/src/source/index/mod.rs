@@ -300,8 +300,8 @@ pub struct Dataset {
 impl Dataset {
     /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
-        if crate::s3::is_url(path) {
-            return crate::s3::open_dataset(path, opts);
+        if crate::source::object::is_url(path) {
+            return crate::source::object::open_dataset(path, opts);
         }
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
         walk::refuse_root(&root)?;
@@ -397,7 +397,7 @@ impl Dataset {
     /// For tar shards: the identity each shard had when indexed, which the reader checks at
     /// every open (a shard replaced by rename is not read at the old one's offsets). Empty
     /// for other layouts.
-    pub fn file_identities(&self) -> HashMap<PathBuf, crate::fsopen::FileIdentity> {
+    pub fn file_identities(&self) -> HashMap<PathBuf, crate::source::local::fsopen::FileIdentity> {
         if self.kind != DatasetKind::TarShards {
             return HashMap::new();
         }
@@ -405,7 +405,7 @@ impl Dataset {
             .iter()
             .filter(|s| is_tar_name(s.path.as_os_str()))
             .map(|s| {
-                let id = crate::fsopen::FileIdentity {
+                let id = crate::source::local::fsopen::FileIdentity {
                     dev: s.dev,
                     ino: s.ino,
                     size: s.size,
@@ -521,7 +521,7 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<fs::DirEntry>, DatasetError> {
 /// Opens a file list or a shard without blocking (a FIFO swapped in is refused, not waited
 /// on), regular files only.
 fn open_regular(path: &Path) -> Result<File, DatasetError> {
-    use crate::fsopen::{open_sample, OpenError, OpenPolicy};
+    use crate::source::local::fsopen::{open_sample, OpenError, OpenPolicy};
     open_sample(path, &OpenPolicy::default(), None).map_err(|e| match e {
         OpenError::Io(e) => DatasetError::io(path, e),
         e => DatasetError::WrongKind {

@@ -200,7 +200,7 @@ fn dir_identity(dir: &Path) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::{Dataset, OpenOptions};
+    use crate::source::index::{Dataset, OpenOptions};
 
     fn open(root: &Path, limits: WalkLimits) -> Result<Dataset, DatasetError> {
         let opts = OpenOptions {

@@ -1,4 +1,4 @@
-//! What `crate::s3` needs to build a dataset whose files are `s3://` URLs.
+//! What `crate::source::object` needs to build a dataset whose files are `s3://` URLs.
 //!
 //! # Design
 //! A child module, so the dataset's storage stays private: `s3` pushes samples through these
@@ -117,7 +117,7 @@ impl Dataset {
     pub(crate) fn append_indexed_shard(
         &mut self,
         url: &[u8],
-        samples: &[crate::s3::sidecar::IndexedSample],
+        samples: &[crate::source::object::sidecar::IndexedSample],
     ) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;
         for s in samples {
