@@ -9,7 +9,7 @@ use std::process::Command;
 /// unhashed rlib (it is also a cdylib) under the tests still to link against it.
 fn stoker() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    let path = stoker_suite::stokerd_path().with_file_name("stoker");
+    let path = stoker_testkit::stokerd_path().with_file_name("stoker");
     BUILT.call_once(|| {
         if path.exists() {
             return;

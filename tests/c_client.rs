@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use stoker_suite::daemon_proc::build_c_client;
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_testkit::daemon::build_c_client;
+use stoker_testkit::{write_image_folder, Daemon};
 
 /// Compiles the C client into `dir`; `None` (skipped loudly) without a C compiler.
 fn build_client(dir: &Path, test: &str) -> Option<PathBuf> {

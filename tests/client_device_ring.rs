@@ -6,8 +6,7 @@
 //! dropped the batch. Every stream operation is delayed (`STOKER_EMU_OP_DELAY_US`), so a
 //! RELEASE sent before the consumer's work finished would be seen.
 
-#[path = "../kernels/tests/emulator/mod.rs"]
-mod emulator;
+use stoker_testkit::emulator;
 
 use std::os::fd::AsFd;
 use std::path::Path;

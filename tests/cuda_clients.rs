@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use stoker::cuda::{self, Device};
 use stoker::protocol::StartPosition;
 use stoker::{AttachOptions, Client, ConsumerStream, DType, Layout, PipelineSpec};
-use stoker_suite::daemon_proc::build_c_client;
-use stoker_suite::device_batches::{
+use stoker_testkit::daemon::build_c_client;
+use stoker_testkit::device_batches::{
     all_outputs, assert_matches_cpu, emulator_env, have_nvrtc, write_smooth_folder, HostBatch,
 };
-use stoker_suite::Daemon;
+use stoker_testkit::Daemon;
 
 /// Samples in the test dataset: 2 classes x 8. With batches of 4 over 2 ranks, 2 steps each.
 const CLASSES: u32 = 2;
@@ -265,7 +265,7 @@ fn assert_no_device_rings(s: &Setup) {
     loop {
         let live = daemon_live(s);
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", s.daemon.pid())).unwrap();
-        let fds = stoker_suite::proc_fd_targets(s.daemon.pid());
+        let fds = stoker_testkit::proc_fd_targets(s.daemon.pid());
         let clean = live["vmm_allocations"] == 0
             && live["vmm_mappings"] == 0
             && !maps.contains("stoker-emu-vmm")

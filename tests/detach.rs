@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use stoker::protocol::DaemonStatus;
 use stoker::{AttachOptions, Client, PipelineSpec};
-use stoker_suite::{stokerd_path, write_image_folder};
+use stoker_testkit::{stokerd_path, write_image_folder};
 
 fn status(socket: &Path) -> DaemonStatus {
     stoker_daemon::cli::status::query(socket).expect("status")

@@ -4,13 +4,12 @@
 //! whatever it has (no libcuda, or a stub one). `auto` serving from CUDA on the emulated host
 //! is tests/gpu_emulator_daemon.rs's.
 
-#[path = "../kernels/tests/emulator/mod.rs"]
-mod emulator;
+use stoker_testkit::emulator;
 
 use std::path::Path;
 use std::process::Command;
 
-use stoker_suite::Daemon;
+use stoker_testkit::Daemon;
 
 /// A host without a GPU, two ways: no libcuda at all, and the emulator's libcuda without its
 /// gate (a stub library, as a container without the driver mounted has).
@@ -29,7 +28,7 @@ fn without_gpu(cmd: &mut Command, dir: &Path, stub: bool) {
 fn cuda_without_a_gpu_exits_with_the_reason() {
     for stub in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(stoker_suite::stokerd_path());
+        let mut cmd = Command::new(stoker_testkit::stokerd_path());
         cmd.arg("--socket")
             .arg(dir.path().join("s.sock"))
             .args(["--backend", "cuda"])
@@ -62,7 +61,7 @@ fn auto_without_a_gpu_serves_from_the_cpu_and_says_why() {
     let daemon = Daemon::start_logged_with(dir.path(), &["--backend", "auto"], &log, |cmd| {
         without_gpu(cmd, dir.path(), false)
     });
-    let status = Command::new(stoker_suite::stokerd_path().with_file_name("stoker"))
+    let status = Command::new(stoker_testkit::stokerd_path().with_file_name("stoker"))
         .args(["status", "--json", "--socket"])
         .arg(daemon.socket())
         .output()

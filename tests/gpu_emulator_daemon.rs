@@ -6,16 +6,15 @@
 //! failure) fail only what they hit, with the GPU and the cause named, and the broken GPU is
 //! rebuilt once its ranks have left.
 
-#[path = "../kernels/tests/emulator/mod.rs"]
-mod emulator;
+use stoker_testkit::emulator;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
 use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
-use stoker_suite::batches::write_config;
-use stoker_suite::{synthetic_rgb, write_image_folder, Daemon};
+use stoker_testkit::batches::write_config;
+use stoker_testkit::{synthetic_rgb, write_image_folder, Daemon};
 
 /// A dataset of small synthetic JPEGs and one corrupt file.
 fn dataset(dir: &Path) -> PathBuf {
@@ -407,8 +406,7 @@ fn backend_auto_serves_from_cuda_on_the_emulated_host() {
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
 }
 
-#[path = "support/edge_manifest.rs"]
-mod edge_manifest;
+use stoker_testkit::edge_manifest;
 
 /// Images of the edge corpus the emulated nvJPEG decodes on the (hardware, hybrid) path, by
 /// its rules (`nvjpegDecodeBatchedSupportedEx`, `nvjpegDecoderJpegSupported`, then the decode

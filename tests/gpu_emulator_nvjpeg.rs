@@ -3,10 +3,8 @@
 //! decoder on the shared photos (PSNR >= 40 dB each), and the edge corpus sorted into
 //! hardware, hybrid and refused by nvJPEG's rules. Skips loudly without `../shared/data`.
 
-#[path = "support/edge_manifest.rs"]
-mod edge_manifest;
-#[path = "../kernels/tests/emulator/mod.rs"]
-mod emulator;
+use stoker_testkit::edge_manifest;
+use stoker_testkit::emulator;
 
 use std::path::{Path, PathBuf};
 

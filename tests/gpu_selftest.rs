@@ -4,17 +4,16 @@
 //! process) and the output says the GPU is emulated; an edge file the manifest wrongly says
 //! must decode fails the run, naming the file; without a GPU it fails with the reason.
 
-#[path = "../kernels/tests/emulator/mod.rs"]
-mod emulator;
+use stoker_testkit::emulator;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use stoker_daemon::decode::{EncodeOptions, JpegEncoder, Subsampling};
-use stoker_suite::synthetic_rgb;
+use stoker_testkit::synthetic_rgb;
 
 fn stoker() -> Command {
-    let mut cmd = Command::new(stoker_suite::stokerd_path().with_file_name("stoker"));
+    let mut cmd = Command::new(stoker_testkit::stokerd_path().with_file_name("stoker"));
     cmd.env("NO_COLOR", "1");
     cmd
 }
@@ -213,7 +212,7 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
     );
     write_photos(&photos);
     write_edge(&edge, &edge_rows());
-    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let stoker = stoker_testkit::stokerd_path().with_file_name("stoker");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-check");
     let run = Command::new(script)
         .arg("--emulated")

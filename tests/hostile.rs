@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use stoker::sock::SeqPacket;
 use stoker::{AttachOptions, Client, DType, ErrorCode, PipelineSpec, SampleStatus};
 use stoker_daemon::pack::TarWriter;
-use stoker_suite::batches::{drain, got, write_config, Got};
-use stoker_suite::{encode_jpeg, synthetic_rgb, write_jpeg, Daemon};
+use stoker_testkit::batches::{drain, got, write_config, Got};
+use stoker_testkit::child::{self, OTHER_UID};
+use stoker_testkit::{encode_jpeg, synthetic_rgb, write_jpeg, Daemon};
 
 fn spec(batch: u32, side: u32, epochs: Option<u32>) -> PipelineSpec {
     PipelineSpec {
@@ -51,11 +52,6 @@ fn within<T: Send + 'static>(
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: blocked for {limit:?}"),
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked (see above)"),
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn mkfifo(path: &Path) {
@@ -216,7 +212,7 @@ fn symlink_loops_and_the_filesystem_root_are_indexed_or_refused_in_bounded_memor
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(r) => break r,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let rss = stoker_suite::proc_rss_kib(pid);
+                let rss = stoker_testkit::proc_rss_kib(pid);
                 assert!(
                     rss < 1 << 20,
                     "indexing the loop: RSS {rss} KiB and growing"
@@ -334,45 +330,29 @@ fn a_replaced_shard_is_read_new_by_a_new_job_and_old_by_the_running_one() {
 // ---------------------------------------------------------------------------------------
 // (4) Access decided with the client's credentials, at open time. (5) below.
 
-/// Set in the child process of the tests that need a client of another uid: what to do.
-const CHILD_MODE_ENV: &str = "STOKER_HOSTILE_CHILD";
-/// The socket, and the folder the child works in.
+/// The socket, and the folder the child of another uid works in.
 const CHILD_SOCKET_ENV: &str = "STOKER_HOSTILE_SOCKET";
 const CHILD_DIR_ENV: &str = "STOKER_HOSTILE_DIR";
-/// The uid (and gid) the child runs as: nobody.
-const CHILD_UID: u32 = 65534;
 
-/// Runs this test binary's `hostile_child` test as uid [`CHILD_UID`] in `mode`; returns its
+/// Runs this test binary's `hostile_child` test as uid [`OTHER_UID`] in `mode`; returns its
 /// output, failing when it fails.
 fn run_child(mode: &str, socket: &Path, dir: &Path) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "hostile_child", "--nocapture"])
-        .env(CHILD_MODE_ENV, mode)
-        .env(CHILD_SOCKET_ENV, socket)
-        .env(CHILD_DIR_ENV, dir)
-        .uid(CHILD_UID)
-        .gid(CHILD_UID)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "child ({mode}) failed: {text}");
-    text
+    let out = child::rerun_test("hostile_child", mode, |cmd| {
+        child::as_other_uid(cmd.env(CHILD_SOCKET_ENV, socket).env(CHILD_DIR_ENV, dir));
+    });
+    child::output_text(&out)
 }
 
 /// Not a test on its own: the client process of another uid that the permission and lobby
 /// tests start. Without the variable it does nothing.
 #[test]
 fn hostile_child() {
-    let Some(mode) = std::env::var_os(CHILD_MODE_ENV) else {
+    let Some(mode) = child::role() else {
         return;
     };
     let socket = PathBuf::from(std::env::var_os(CHILD_SOCKET_ENV).unwrap());
     let dir = PathBuf::from(std::env::var_os(CHILD_DIR_ENV).unwrap());
-    match mode.to_str().unwrap() {
+    match mode.as_str() {
         "permissions" => child_permissions(&socket, &dir),
         "lobby" => child_lobby(&socket),
         other => panic!("unknown child mode {other}"),
@@ -394,7 +374,7 @@ fn child_permissions(socket: &Path, root: &Path) {
             "{unreadable}: {err}"
         );
         assert!(
-            err.to_string().contains(&format!("uid {CHILD_UID}")),
+            err.to_string().contains(&format!("uid {OTHER_UID}")),
             "{err}"
         );
         println!("refused as expected: {err}");
@@ -427,11 +407,7 @@ fn child_permissions(socket: &Path, root: &Path) {
 
 #[test]
 fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
-    if !is_root() {
-        eprintln!(
-            "SKIP a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself: needs \
-             root to run a client as uid {CHILD_UID}"
-        );
+    if !child::can_run_as_other_uid("a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -439,9 +415,9 @@ fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
     let root = top.join("root");
     let mode =
         |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
-    stoker_suite::write_image_folder(&root.join("secret"), 1, 4, 24);
+    stoker_testkit::write_image_folder(&root.join("secret"), 1, 4, 24);
     mode(&root.join("secret"), 0o700);
-    stoker_suite::write_image_folder(&root.join("open"), 1, 4, 24);
+    stoker_testkit::write_image_folder(&root.join("open"), 1, 4, 24);
     let list = root.join("secret.tsv");
     std::fs::write(
         &list,
@@ -455,10 +431,10 @@ fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
     mode(&outside, 0o600);
     // The child owns the open dataset: it may swap its files.
     for p in [root.join("open"), root.join("open/c0")] {
-        std::os::unix::fs::chown(&p, Some(CHILD_UID), Some(CHILD_UID)).unwrap();
+        std::os::unix::fs::chown(&p, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
     }
     for e in std::fs::read_dir(root.join("open/c0")).unwrap() {
-        std::os::unix::fs::chown(e.unwrap().path(), Some(CHILD_UID), Some(CHILD_UID)).unwrap();
+        std::os::unix::fs::chown(e.unwrap().path(), Some(OTHER_UID), Some(OTHER_UID)).unwrap();
     }
     for p in [top, &root, &top.join("outside")] {
         mode(p, 0o755);
@@ -466,7 +442,7 @@ fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
     let config = write_config(
         top,
         &format!(
-            "[pipeline]\nbad_samples = \"fail\"\n[access]\nallowed_uids = [0, {CHILD_UID}]\n\
+            "[pipeline]\nbad_samples = \"fail\"\n[access]\nallowed_uids = [0, {OTHER_UID}]\n\
              dataset_roots = [\"{}\"]\n",
             root.display()
         ),
@@ -640,20 +616,16 @@ fn child_lobby(socket: &Path) {
 
 #[test]
 fn idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit() {
-    if !is_root() {
-        eprintln!(
-            "SKIP idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit: \
-             needs root to run a client as uid {CHILD_UID}"
-        );
+    if !child::can_run_as_other_uid("idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    stoker_suite::write_image_folder(&data, 2, 4, 24);
+    stoker_testkit::write_image_folder(&data, 2, 4, 24);
     let config = write_config(
         dir.path(),
         &format!(
-            "[access]\nallowed_uids = [0, {CHILD_UID}]\n[datasets]\nreg = \"{}\"\n",
+            "[access]\nallowed_uids = [0, {OTHER_UID}]\n[datasets]\nreg = \"{}\"\n",
             data.display()
         ),
     );
@@ -693,7 +665,7 @@ fn idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit() {
         .collect();
     let out = run_child("lobby", daemon.socket(), dir.path());
     let line = out.lines().find(|l| l.contains("attached and received"));
-    println!("uid {CHILD_UID}, beside 300 idle connections: {line:?}");
+    println!("uid {OTHER_UID}, beside 300 idle connections: {line:?}");
     assert!(line.is_some(), "{out}");
     drop(idle);
     drop(daemon);

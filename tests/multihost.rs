@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use stoker::protocol::{EpochOffset, ErrorCode, StartPosition};
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
 use stoker_daemon::sampler::Sampler;
-use stoker_suite::{fnv1a, write_image_folder, Daemon};
+use stoker_testkit::{fnv1a, write_image_folder, Daemon};
 
 /// Set in a child process: its orders, as JSON (see [`Orders`]).
 const CHILD_ENV: &str = "STOKER_TEST_MULTIHOST_RANK";
@@ -667,7 +667,7 @@ fn the_slurm_node_script_serves_the_job_on_its_own_socket_and_cleans_up() {
     let job = |cmd: &mut Command| {
         cmd.env("SLURM_JOB_ID", "777")
             .env("TMPDIR", tmp.path())
-            .env("STOKERD", stoker_suite::stokerd_path());
+            .env("STOKERD", stoker_testkit::stokerd_path());
     };
     let mut print = Command::new("bash");
     print.arg(&script).arg("--print-socket");

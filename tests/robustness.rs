@@ -18,11 +18,11 @@ use stoker_daemon::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory,
 };
 use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_suite::batches::{drain, got, write_config, Got};
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_testkit::batches::{drain, got, write_config, Got};
+use stoker_testkit::child::{self, OTHER_UID};
+use stoker_testkit::{write_image_folder, Daemon};
 
-#[path = "support/edge_manifest.rs"]
-mod edge_manifest;
+use stoker_testkit::edge_manifest;
 
 use edge_manifest::Expected;
 
@@ -883,8 +883,6 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
 /// Set in the child process of `a_process_of_another_uid_is_refused_by_its_credentials`: the
 /// socket to attach to.
 const UID_CHILD_ENV: &str = "STOKER_TEST_UID_CHILD";
-/// The uid the child runs as (nobody).
-const CHILD_UID: u32 = 65534;
 
 /// Not a test on its own: the client process, running as another uid, that the credential
 /// test starts. Without the variable it does nothing.
@@ -900,7 +898,7 @@ fn child_attaches_as_another_uid() {
     .expect_err("a process of another uid was let in");
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
     assert!(
-        err.to_string().contains(&format!("uid {CHILD_UID}")),
+        err.to_string().contains(&format!("uid {OTHER_UID}")),
         "{err}"
     );
     println!("refused as expected: {err}");
@@ -909,13 +907,7 @@ fn child_attaches_as_another_uid() {
 #[test]
 fn a_process_of_another_uid_is_refused_by_its_credentials() {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "SKIP a_process_of_another_uid_is_refused_by_its_credentials: needs root to start \
-             a client as uid {CHILD_UID}"
-        );
+    if !child::can_run_as_other_uid("a_process_of_another_uid_is_refused_by_its_credentials") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -924,18 +916,9 @@ fn a_process_of_another_uid_is_refused_by_its_credentials() {
     // Let the other uid reach the socket, so that only the credential check stands.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_attaches_as_another_uid", "--nocapture"])
-        .env(UID_CHILD_ENV, daemon.socket())
-        .uid(CHILD_UID)
-        .gid(CHILD_UID)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "child failed: {text}");
+    let out = child::rerun_test("child_attaches_as_another_uid", "attach", |cmd| {
+        child::as_other_uid(cmd.env(UID_CHILD_ENV, daemon.socket()));
+    });
+    let text = child::output_text(&out);
     assert!(text.contains("refused as expected"), "{text}");
 }

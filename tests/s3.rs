@@ -14,8 +14,8 @@ use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
 use stoker_daemon::source::index::{Dataset, IndexOrigin, OpenOptions};
 use stoker_daemon::source::object::{self as s3, Connection, S3Config, S3Url};
-use stoker_suite::daemon_proc::repo_root;
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_testkit::daemon::repo_root;
+use stoker_testkit::{write_image_folder, Daemon};
 
 const ACCESS_KEY: &str = "STOKERTESTKEY";
 const SECRET: &str = "stoker-test-secret";
@@ -698,7 +698,7 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     let (folder, _) = datasets(dir.path());
     let weed = Weed::start(dir.path());
     weed.upload(&folder, "folder");
-    let stoker = stoker_suite::stokerd_path().with_file_name("stoker");
+    let stoker = stoker_testkit::stokerd_path().with_file_name("stoker");
     let stoker_s3 = |args: &[&str], secret: &str| {
         Command::new(&stoker)
             .args(args)

@@ -11,7 +11,7 @@ use stoker::sock::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec, SampleStatus};
 use stoker_daemon::pipeline::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};
 use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_testkit::{write_image_folder, Daemon};
 
 /// u8 output keeps the rings small; one epoch so the data ends.
 fn spec(batch: u32) -> PipelineSpec {
@@ -307,7 +307,7 @@ fn a_killed_daemon_reads_as_a_closed_connection() {
 #[test]
 fn bad_config_exits_78() {
     let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(stoker_suite::stokerd_path())
+    let status = std::process::Command::new(stoker_testkit::stokerd_path())
         .arg("--socket")
         .arg(dir.path().join("s.sock"))
         .args(["--slots", "1"])

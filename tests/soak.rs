@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stoker::{AttachOptions, Client, DType, PipelineSpec};
-use stoker_suite::{write_image_folder, Daemon};
+use stoker_testkit::{write_image_folder, Daemon};
 
 const CLIENTS: u32 = 8;
 const STEADY: u32 = 2;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use stoker::protocol::ErrorCode;
 use stoker::sock::{SeqPacket, SeqPacketListener};
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec};
-use stoker_suite::{stokerd_path, write_image_folder};
+use stoker_testkit::{stokerd_path, write_image_folder};
 
 /// u8 output keeps the rings small.
 fn spec(batch: u32, epochs: Option<u32>) -> PipelineSpec {

@@ -14,8 +14,7 @@ use stoker_daemon::cli::check::{check_samples, sample_files, CheckOptions};
 use stoker_daemon::decode::{CpuDecoder, DecodeError, Limits};
 use stoker_kernels::reference::{psnr, CropBox, RgbImage};
 
-#[path = "../../tests/support/edge_manifest.rs"]
-mod manifest;
+use stoker_testkit::edge_manifest as manifest;
 
 use manifest::Expected;
 

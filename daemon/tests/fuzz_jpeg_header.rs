@@ -13,8 +13,7 @@ use proptest::prelude::*;
 use stoker_daemon::decode::{probe, CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling};
 use stoker_kernels::reference::{CropBox, RgbImage};
 
-#[path = "../../tests/support/fuzz_cases.rs"]
-mod fuzz_cases;
+use stoker_testkit::fuzz_cases;
 
 use fuzz_cases::cases;
 

@@ -15,8 +15,7 @@ use stoker::protocol::{
 };
 use stoker::{ErrorCode, PipelineSpec, RingLayout};
 
-#[path = "../../tests/support/fuzz_cases.rs"]
-mod fuzz_cases;
+use stoker_testkit::fuzz_cases;
 
 use fuzz_cases::cases;
 

@@ -4,7 +4,7 @@
 //! ring made and filled in one process is read by a real child process. What this proves and
 //! what only a GPU proves: docs/cuda.md.
 
-mod emulator;
+use stoker_testkit::emulator;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 

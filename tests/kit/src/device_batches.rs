@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use stoker::{Batch, DType, Layout, PipelineSpec};
 
-use crate::daemon_proc::profile_dir;
+use crate::daemon::profile_dir;
 
 /// `lib<name>.so` of this build (the emulated GPU's stand-ins), in the profile directory or
 /// its `deps/`.

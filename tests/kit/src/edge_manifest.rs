@@ -1,6 +1,6 @@
 //! The edge corpus's `MANIFEST.tsv` (`shared/data/edge`): what each file must do. Read by the
-//! tests of two packages, which include this file by path: `daemon/tests/edge_manifest.rs`
-//! (the decoder alone) and `tests/robustness.rs` (served by the daemon).
+//! decoder's own tests (`daemon/tests/edge_manifest.rs`) and by the tests that serve the
+//! corpus through the daemon.
 
 use std::path::Path;
 

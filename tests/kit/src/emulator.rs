@@ -1,7 +1,6 @@
 //! Running `stoker_kernels`' real CUDA code on the emulated GPU (tests/gpu-emulator): the
 //! emulated libcuda and libnvjpeg are loaded through the same run-time loading path a GPU host
 //! uses (`STOKER_LIBCUDA`, `STOKER_NVJPEG`), with `STOKER_GPU_EMULATOR=1`.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,30 +52,14 @@ pub fn nvrtc(test: &str) -> Option<Nvrtc> {
     Some(Nvrtc::load_from_wheel(&root).unwrap_or_else(|e| panic!("{e}")))
 }
 
-/// Environment variable naming a child process's role.
-pub const CHILD_ENV: &str = "STOKER_KERNELS_TEST_CHILD";
-
+/// The role this process was started in by [`run_child`], if it was.
 pub fn child_role() -> Option<String> {
-    std::env::var(CHILD_ENV).ok()
+    crate::child::role()
 }
 
 /// Runs test `test` of this binary again in a child process with `role` and `env`.
 pub fn run_child(test: &str, role: &str, env: &[(&str, String)]) -> std::process::Output {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, role);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    // A name that matched no test would run nothing and succeed.
-    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
-    assert!(
-        out.status.success() && ran,
-        "child {role} failed: {:?}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    crate::child::rerun_test(test, role, |cmd| {
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    })
 }

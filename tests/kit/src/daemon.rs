@@ -1,69 +1,17 @@
-//! The root package: integration tests (`tests/`) and benchmarks (`benches/`) live here, and
-//! this library holds what they share (fixture builders, process helpers).
+//! The real daemon for tests: the build artefacts they run (`stokerd`, `libstoker.so`, the C
+//! test clients), and [`Daemon`], a `stokerd` on a temp socket, killed on drop.
 //!
-//! - [`write_jpeg`] / [`write_image_folder`]: small real JPEG datasets in temp dirs.
-//! - [`stokerd_path`] and [`Daemon`]: the real `stokerd` binary on a temp socket, killed on drop.
-//! - [`batches`]: batches reduced to what identifies them ([`batches::Got`]), a config file.
-
-pub mod batches;
-pub mod daemon_proc;
-pub mod device_batches;
+//! Artefacts are looked up in the profile directory of the running test binary
+//! (`target/<profile>/`), where `cargo test --workspace` puts them; if absent, the helper runs
+//! `$CARGO build` for that one target (the test's cargo has released the build lock).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
-pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
-    use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
-    let opts = EncodeOptions {
-        quality: quality.clamp(1, 100) as u8,
-        ..EncodeOptions::default()
-    };
-    JpegEncoder::new()
-        .and_then(|mut e| e.encode_rgb(rgb, width, height, &opts))
-        .expect("encode a test JPEG")
-}
-
-/// A smooth synthetic image whose colours depend on `seed`, so samples differ.
-pub fn synthetic_rgb(width: u32, height: u32, seed: u32) -> Vec<u8> {
-    let mut v = Vec::with_capacity(width as usize * height as usize * 3);
-    for y in 0..height {
-        for x in 0..width {
-            v.push(((x * 255 / width.max(1)) as u8).wrapping_add((seed * 37) as u8));
-            v.push(((y * 255 / height.max(1)) as u8).wrapping_add((seed * 91) as u8));
-            v.push((((x + y) * 4) as u8).wrapping_add((seed * 13) as u8));
-        }
-    }
-    v
-}
-
-/// Writes one synthetic JPEG.
-pub fn write_jpeg(path: &Path, width: u32, height: u32, seed: u32) {
-    let jpeg = encode_jpeg(&synthetic_rgb(width, height, seed), width, height, 90);
-    std::fs::write(path, jpeg).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-/// An ImageFolder dataset under `root`: `classes` subfolders `c0..`, `per_class` JPEGs each,
-/// of varying sizes around `side`. Returns the number of samples.
-pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) -> usize {
-    let mut n = 0;
-    for c in 0..classes {
-        let dir = root.join(format!("c{c}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for i in 0..per_class {
-            let seed = c * 1000 + i;
-            let (w, h) = (side + (seed % 7) * 3, side + (seed % 5) * 4);
-            write_jpeg(&dir.join(format!("img{i:03}.jpg")), w, h, seed);
-            n += 1;
-        }
-    }
-    n
-}
-
 /// The `stokerd` binary of this build (`$STOKERD` if set), built if missing.
 pub fn stokerd_path() -> PathBuf {
-    daemon_proc::stokerd_path().unwrap_or_else(|e| panic!("no stokerd: {e}"))
+    try_stokerd_path().unwrap_or_else(|e| panic!("no stokerd: {e}"))
 }
 
 /// A running `stokerd` on a socket in a temp dir; killed (SIGKILL) and reaped on drop.
@@ -217,21 +165,109 @@ pub fn proc_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
-pub fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in *p {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The workspace root (where `Cargo.toml` and `ipc/` live): two folders above this crate.
+pub fn repo_root() -> PathBuf {
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.ancestors().nth(2).expect("tests/kit has a grandparent").to_owned()
+}
+
+/// The cargo profile directory the running test binary was built into (`target/debug`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test binary has a directory");
+    if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("deps has a parent").to_owned()
+    } else {
+        deps.to_owned()
+    }
+}
+
+fn build(args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build").args(args).current_dir(repo_root());
+    if profile_dir().file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("running cargo build: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo build {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Path of `stokerd` (`$STOKERD` if set), building it if missing.
+pub fn try_stokerd_path() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("STOKERD") {
+        return Ok(PathBuf::from(p));
+    }
+    let p = profile_dir().join("stokerd");
+    if !p.is_file() {
+        build(&["-p", "stoker-daemon", "--bin", "stokerd"])?;
+    }
+    Ok(p)
+}
+
+/// Path of `libstoker.so`, building it if missing.
+pub fn libstoker_path() -> Result<PathBuf, String> {
+    let p = profile_dir().join("libstoker.so");
+    if !p.is_file() {
+        build(&["-p", "stoker-ipc", "--lib"])?;
+    }
+    Ok(p)
+}
+
+/// Compiles the C test client `tests/c/<source>` against `libstoker.so` (strict C11, warnings
+/// as errors) into `dir`; `None`, said loudly for `test`, where there is no C compiler (`cc`).
+pub fn build_c_client(dir: &std::path::Path, source: &str, test: &str) -> Option<PathBuf> {
+    let have_cc = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_cc {
+        eprintln!("SKIPPED {test}: no C compiler (cc)");
+        return None;
+    }
+    let lib = libstoker_path().unwrap();
+    let libdir = lib.parent().unwrap();
+    let exe = dir.join(source.trim_end_matches(".c"));
+    let root = repo_root();
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+        ])
+        .arg("-I")
+        .arg(root.join("ipc/include"))
+        .arg(root.join("tests/c").join(source))
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", libdir.display()))
+        .arg("-lstoker")
+        .arg(format!("-Wl,-rpath,{}", libdir.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compiling tests/c/{source} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
 }

@@ -1,5 +1,5 @@
 //! How many cases each fuzz property runs: [`DEFAULT_CASES`] in CI, `STOKER_FUZZ_CASES` for
-//! long runs. Included by path by the fuzz tests of the daemon and ipc crates.
+//! long runs. Used by the fuzz tests of the daemon and ipc crates.
 
 /// Cases per property in CI.
 pub const DEFAULT_CASES: u32 = 3000;

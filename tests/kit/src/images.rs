@@ -1,0 +1,51 @@
+//! Small real JPEG datasets for tests: synthetic images encoded with the daemon's encoder.
+
+use std::path::Path;
+
+/// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
+pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
+    use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
+    let opts = EncodeOptions {
+        quality: quality.clamp(1, 100) as u8,
+        ..EncodeOptions::default()
+    };
+    JpegEncoder::new()
+        .and_then(|mut e| e.encode_rgb(rgb, width, height, &opts))
+        .expect("encode a test JPEG")
+}
+
+/// A smooth synthetic image whose colours depend on `seed`, so samples differ.
+pub fn synthetic_rgb(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(width as usize * height as usize * 3);
+    for y in 0..height {
+        for x in 0..width {
+            v.push(((x * 255 / width.max(1)) as u8).wrapping_add((seed * 37) as u8));
+            v.push(((y * 255 / height.max(1)) as u8).wrapping_add((seed * 91) as u8));
+            v.push((((x + y) * 4) as u8).wrapping_add((seed * 13) as u8));
+        }
+    }
+    v
+}
+
+/// Writes one synthetic JPEG.
+pub fn write_jpeg(path: &Path, width: u32, height: u32, seed: u32) {
+    let jpeg = encode_jpeg(&synthetic_rgb(width, height, seed), width, height, 90);
+    std::fs::write(path, jpeg).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// An ImageFolder dataset under `root`: `classes` subfolders `c0..`, `per_class` JPEGs each,
+/// of varying sizes around `side`. Returns the number of samples.
+pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) -> usize {
+    let mut n = 0;
+    for c in 0..classes {
+        let dir = root.join(format!("c{c}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..per_class {
+            let seed = c * 1000 + i;
+            let (w, h) = (side + (seed % 7) * 3, side + (seed % 5) * 4);
+            write_jpeg(&dir.join(format!("img{i:03}.jpg")), w, h, seed);
+            n += 1;
+        }
+    }
+    n
+}

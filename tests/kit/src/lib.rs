@@ -1,0 +1,35 @@
+//! The test kit: what the integration tests (`tests/`), the crates' own tests and the benchmarks
+//! share (fixture builders, the real daemon, processes of another uid, the emulated GPU).
+//!
+//! - [`images`]: small real JPEG datasets in temp dirs ([`write_image_folder`]).
+//! - [`daemon`]: the built `stokerd` ([`stokerd_path`]) and [`Daemon`], a real daemon on a
+//!   temp socket, killed on drop; `libstoker.so` and the C test clients.
+//! - [`batches`]: batches reduced to what identifies them ([`batches::Got`]), a config file.
+//! - [`device_batches`]: device batches copied back and compared with the CPU backend's.
+//! - [`emulator`]: the emulated GPU (tests/gpu-emulator) as the driver of this process.
+//! - [`child`]: the test binary again in a role, processes of another uid.
+//! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
+
+pub mod batches;
+pub mod child;
+pub mod daemon;
+pub mod device_batches;
+pub mod edge_manifest;
+pub mod emulator;
+pub mod fuzz_cases;
+pub mod images;
+
+pub use daemon::{proc_fd_targets, proc_rss_kib, stokerd_path, Daemon};
+pub use images::{encode_jpeg, synthetic_rgb, write_image_folder, write_jpeg};
+
+/// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
