@@ -407,7 +407,9 @@ fn child_permissions(socket: &Path, root: &Path) {
 
 #[test]
 fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
-    if !child::can_run_as_other_uid("a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself") {
+    if !child::can_run_as_other_uid(
+        "a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -616,7 +618,9 @@ fn child_lobby(socket: &Path) {
 
 #[test]
 fn idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit() {
-    if !child::can_run_as_other_uid("idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit") {
+    if !child::can_run_as_other_uid(
+        "idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -175,7 +175,10 @@ impl Drop for Daemon {
 /// The workspace root (where `Cargo.toml` and `ipc/` live): two folders above this crate.
 pub fn repo_root() -> PathBuf {
     let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
-    kit.ancestors().nth(2).expect("tests/kit has a grandparent").to_owned()
+    kit.ancestors()
+        .nth(2)
+        .expect("tests/kit has a grandparent")
+        .to_owned()
 }
 
 /// The cargo profile directory the running test binary was built into (`target/debug`).
