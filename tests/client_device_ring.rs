@@ -13,13 +13,14 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use stoker::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
-use stoker::cuda::{self, Device, Event, GpuUuid};
 use stoker::protocol::{Attached, Message, Ready, Release, MAX_MESSAGE_BYTES};
 use stoker::sock::SeqPacketListener;
+use stoker::VmmPlan;
 use stoker::{
     AttachOptions, Client, ClientError, ConsumerStream, ImageMemory, MemfdRing, PipelineSpec,
 };
+use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
+use stoker_nvidia::cuda::{self, Device, Event, GpuUuid};
 
 /// Every operation on a stream the program created waits this long first.
 const DELAY_US: u64 = 300_000;
@@ -63,7 +64,7 @@ fn stand_in(path: &Path, spec: PipelineSpec, script: Script) -> std::thread::Joi
         let plan = VmmPlan::new(&spec, 2, ring_granularity(&dev).unwrap()).unwrap();
         let layout = plan.layout;
         let host = MemfdRing::create(c"stand-in", layout).unwrap();
-        let ring = DeviceRing::create(&dev, &plan).unwrap();
+        let ring = DeviceRing::create(&dev, plan.bytes).unwrap();
         let s = layout.slot;
         let images = vec![0xA5u8; 3 * s.image_bytes];
         let stream = dev.stream().unwrap();

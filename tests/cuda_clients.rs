@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stoker::cuda::{self, Device};
 use stoker::protocol::StartPosition;
 use stoker::{AttachOptions, Client, ConsumerStream, DType, Layout, PipelineSpec};
+use stoker_nvidia::cuda::{self, Device};
 use stoker_testkit::daemon::build_c_client;
 use stoker_testkit::device_batches::{
     all_outputs, assert_matches_cpu, emulator_env, have_nvrtc, write_smooth_folder, HostBatch,

@@ -180,7 +180,7 @@ fn setup(test: &str) -> Option<()> {
 /// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
 /// and keeping compiled kernels between runs.
 fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Daemon {
-    let wheels = stoker::loader::wheel_dir().expect("wheel dir");
+    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
     Daemon::start_logged_with(dir, args, log, |cmd| {
         // Every stream operation waits first: a slot published before its kernel finished
@@ -412,8 +412,8 @@ use stoker_testkit::edge_manifest;
 /// its rules (`nvjpegDecodeBatchedSupportedEx`, `nvjpegDecoderJpegSupported`, then the decode
 /// itself), among those whose header the daemon's probe reads.
 fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
-    use stoker_kernels::cuda::Device;
-    use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    use stoker_nvidia::cuda::Device;
+    use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
     let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
     let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
     let stream = dev.stream().unwrap();

@@ -1,4 +1,4 @@
-//! stoker's nvJPEG binding (`stoker_kernels::nvjpeg`) on the emulated GPU: batched decode on
+//! stoker's nvJPEG binding (`stoker_nvidia::nvjpeg`) on the emulated GPU: batched decode on
 //! the (emulated) hardware engines, the decoupled GPU-hybrid path, ROI, against stoker's CPU
 //! decoder on the shared photos (PSNR >= 40 dB each), and the edge corpus sorted into
 //! hardware, hybrid and refused by nvJPEG's rules. Skips loudly without `../shared/data`.
@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use emulator::*;
 use stoker_daemon::decode::{CpuDecoder, Limits};
-use stoker_kernels::cuda::{Device, DeviceBuffer, Stream};
-use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi};
 use stoker_kernels::reference::{psnr, RgbImage};
+use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi};
 
 fn shared_data() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");

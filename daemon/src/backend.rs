@@ -41,7 +41,7 @@ pub enum BackendError {
 
 /// Says loudly when the GPU found is the emulated one of tests/gpu-emulator.
 fn warn_if_emulated() {
-    if let Some(path) = stoker_kernels::emulator::emulated_driver() {
+    if let Some(path) = stoker_nvidia::emulator::emulated_driver() {
         tracing::warn!(
             driver = %path.display(),
             "THE GPU IS EMULATED (STOKER_LIBCUDA is the stoker GPU emulator): for tests only; \
@@ -52,13 +52,13 @@ fn warn_if_emulated() {
 
 /// Whether CUDA can serve here: the driver with a device, NVRTC and libnvjpeg; else why not.
 fn cuda_usable() -> Result<usize, String> {
-    let info = stoker_kernels::cuda::probe().map_err(|e| e.to_string())?;
+    let info = stoker_nvidia::cuda::probe().map_err(|e| e.to_string())?;
     if info.devices.is_empty() {
         return Err("the CUDA driver sees no device".into());
     }
     warn_if_emulated();
-    stoker_kernels::nvrtc::Nvrtc::global().map_err(|e| format!("NVRTC: {e}"))?;
-    stoker_kernels::nvjpeg::NvjpegLib::global().map_err(|e| format!("nvJPEG: {e}"))?;
+    stoker_nvidia::nvrtc::Nvrtc::global().map_err(|e| format!("NVRTC: {e}"))?;
+    stoker_nvidia::nvjpeg::NvjpegLib::global().map_err(|e| format!("nvJPEG: {e}"))?;
     Ok(info.devices.len())
 }
 

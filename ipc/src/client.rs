@@ -619,7 +619,7 @@ impl Client {
     }
 
     /// The UUID of the GPU holding the images, for device rings.
-    pub fn device_uuid(&self) -> Option<crate::cuda::GpuUuid> {
+    pub fn device_uuid(&self) -> Option<stoker_nvidia::cuda::GpuUuid> {
         self.conn.device.as_ref().map(DeviceImages::uuid)
     }
 }

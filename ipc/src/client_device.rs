@@ -33,13 +33,14 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use crate::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
-use crate::cuda::{self, CudaError, Device, Event, GpuUuid};
 use crate::memfd::MemfdRing;
 use crate::protocol::{Attached, Message, Release};
 use crate::ring::RingLayout;
 use crate::sock::SeqPacket;
 use crate::spec::PipelineSpec;
+use crate::VmmPlan;
+use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
+use stoker_nvidia::cuda::{self, CudaError, Device, Event, GpuUuid};
 
 /// Why a client cannot use the GPU it asked for.
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +185,7 @@ pub(crate) fn map_device_ring(
     plan.check_size(attached.image_ring_bytes as usize)
         .map_err(|e| ring_err(e.to_string()))?;
     let host = MemfdRing::from_fd(host_fd, layout)?;
-    let ring = DeviceRing::import(&dev, &vmm_fd, &plan).map_err(cuda_err)?;
+    let ring = DeviceRing::import(&dev, &vmm_fd, plan.bytes).map_err(cuda_err)?;
     drop(vmm_fd);
     let images = DeviceImages::start(Arc::new(ring), ordinal, uuid, layout, sock)?;
     Ok((host, images))
@@ -257,12 +258,9 @@ impl DeviceImages {
                 s.batch_size * s.image_bytes
             )));
         }
-        let dev = self.ring.device();
         let _restore = cuda::ContextRestore::save()?;
-        dev.bind()?;
-        // SAFETY: the range lies inside the slot's images (checked above), which lie inside
-        // the mapped ring (RingLayout); the ring stays mapped while `self` lives.
-        unsafe { cuda::result::memcpy_dtoh(dev.driver(), out, self.slot_ptr(slot)) }
+        let offset = self.layout.image_offset(slot) + self.layout.slot.images;
+        self.ring.copy_to_host(offset, out)
     }
 
     /// Records an event on each consumer stream (the null stream when there is none) and

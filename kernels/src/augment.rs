@@ -15,9 +15,10 @@ use std::ffi::c_void;
 
 use stoker::spec::{DType, Layout, PipelineSpec};
 
-use crate::cuda::{CudaError, Device, DeviceBuffer, Module, Stream};
-use crate::nvrtc::{KernelCache, Nvrtc, NvrtcError, AUGMENT_CU};
 use crate::reference::CropBox;
+use crate::sources::AUGMENT_CU;
+use stoker_nvidia::cuda::{CudaError, Device, DeviceBuffer, Module, Stream};
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
 pub const DTYPE_U8: u32 = 0;
 pub const DTYPE_F16: u32 = 1;
@@ -325,7 +326,7 @@ mod tests {
 
     #[test]
     fn codes_match_the_defines_in_augment_cu() {
-        let src = crate::nvrtc::AUGMENT_CU.source;
+        let src = crate::sources::AUGMENT_CU.source;
         for (name, v) in [
             ("DTYPE_U8", DTYPE_U8),
             ("DTYPE_F16", DTYPE_F16),

@@ -56,7 +56,7 @@ fn host_kernel() -> Option<Library> {
         dir.join(format!("augment-{:?}.so", std::thread::current().id()).replace(['(', ')'], ""));
     let source = format!(
         "{SHIM}\n{}\n{DRIVER}",
-        stoker_kernels::nvrtc::AUGMENT_CU.source
+        stoker_kernels::sources::AUGMENT_CU.source
     );
     let child = Command::new(&cxx)
         .args([

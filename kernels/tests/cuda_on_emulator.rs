@@ -10,14 +10,15 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use emulator::*;
 use stoker::spec::{DType, Layout, PipelineSpec};
+use stoker::VmmPlan;
 use stoker_kernels::augment::{
     dtype_code, layout_code, pattern_byte, AugmentBatch, AugmentKernels, AugmentSample,
 };
-use stoker_kernels::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
-use stoker_kernels::cuda::{self, Device, GpuUuid};
 use stoker_kernels::reference::{
     augment_reference, test_image, tolerance_units, CropBox, OutputParams,
 };
+use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
+use stoker_nvidia::cuda::{self, Device, GpuUuid};
 
 fn device(i: usize) -> Device {
     use_emulator();
@@ -36,7 +37,7 @@ fn probe_lists_the_emulated_devices_by_uuid() {
         assert!(d.posix_fd_sharing);
         assert!(d.name.contains("Emulated"), "{}", d.name);
     }
-    let driver = stoker_kernels::emulator::emulated_driver().expect("the emulator is recognised");
+    let driver = stoker_nvidia::emulator::emulated_driver().expect("the emulator is recognised");
     assert!(
         driver.ends_with("libstoker_emu_cuda.so"),
         "{}",
@@ -185,13 +186,13 @@ fn a_vmm_ring_written_here_is_read_by_a_child_process() {
             .unwrap();
         // SAFETY: the parent passed us this descriptor; nothing else owns it here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let ring = DeviceRing::import(&dev, &fd, &plan).unwrap_or_else(|e| panic!("{e}"));
+        let ring = DeviceRing::import(&dev, &fd, plan.bytes).unwrap_or_else(|e| panic!("{e}"));
         drop(fd);
         assert_eq!(check_ring(&dev, &kernels, &ring), (0, 0));
         println!("reader: {} bytes as written", ring.len());
         return;
     }
-    let ring = DeviceRing::create(&dev, &plan).unwrap();
+    let ring = DeviceRing::create(&dev, plan.bytes).unwrap();
     let stream = dev.stream().unwrap();
     // SAFETY: the ring is live until the end of the test; the stream is synchronised.
     unsafe { kernels.fill_pattern_raw(&stream, ring.ptr(), ring.len() as u64, SEED) }.unwrap();

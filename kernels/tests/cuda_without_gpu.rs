@@ -9,10 +9,11 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use stoker_kernels::cuda::{self, CudaError};
-use stoker_kernels::loader;
-use stoker_kernels::nvjpeg::NvjpegLib;
-use stoker_kernels::nvrtc::{KernelCache, Nvrtc, NvrtcError, ALL_SOURCES};
+use stoker_kernels::sources::ALL_SOURCES;
+use stoker_nvidia::cuda::{self, CudaError};
+use stoker_nvidia::loader;
+use stoker_nvidia::nvjpeg::NvjpegLib;
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
 /// The wheel root, or `None` (after saying so) when the wheels are not installed here.
 fn wheels(test: &str) -> Option<PathBuf> {
@@ -78,7 +79,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
             ALL_SOURCES
                 .iter()
                 .any(|s| s.name == name && s.source == source),
-            "{name} is not in nvrtc::ALL_SOURCES"
+            "{name} is not in sources::ALL_SOURCES"
         );
     }
 }
@@ -89,7 +90,7 @@ fn the_augment_kernel_exports_its_entry_points() {
         return;
     };
     let cubin = nvrtc(&root)
-        .compile(&stoker_kernels::nvrtc::AUGMENT_CU, 90)
+        .compile(&stoker_kernels::sources::AUGMENT_CU, 90)
         .unwrap();
     // extern "C" names appear verbatim in the ELF symbol table.
     for entry in [
@@ -140,7 +141,7 @@ fn an_arch_nvrtc_does_not_know_is_a_clear_error() {
         return;
     };
     let err = nvrtc(&root)
-        .compile(&stoker_kernels::nvrtc::AUGMENT_CU, 11)
+        .compile(&stoker_kernels::sources::AUGMENT_CU, 11)
         .unwrap_err();
     assert!(
         matches!(err, NvrtcError::UnsupportedArch { arch: 11, .. }),
@@ -156,7 +157,7 @@ fn the_kernel_cache_stores_reuses_and_repairs_cubins() {
     let nvrtc = nvrtc(&root);
     let dir = std::env::temp_dir().join(format!("stoker-kcache-{}", std::process::id()));
     let cache = KernelCache::new(&dir);
-    let src = stoker_kernels::nvrtc::AUGMENT_CU;
+    let src = stoker_kernels::sources::AUGMENT_CU;
     let first = cache.get_or_compile(&nvrtc, &src, 80).unwrap();
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -203,7 +204,7 @@ fn nvjpeg_loads_from_the_wheel_and_reports_its_version() {
 
 #[test]
 fn an_nvidia_library_or_a_missing_one_is_not_taken_for_the_emulator() {
-    use stoker_kernels::emulator::is_emulator;
+    use stoker_nvidia::emulator::is_emulator;
     assert!(!is_emulator(Path::new("/nonexistent/libcuda.so.1")));
     let Some(root) = wheels("an_nvidia_library_or_a_missing_one_is_not_taken_for_the_emulator")
     else {

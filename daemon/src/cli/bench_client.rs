@@ -10,8 +10,8 @@ use serde::Serialize;
 use stoker::client::{AttachOptions, Client, ClientError, ConsumerStream, DeviceSlice};
 use stoker::spec::PipelineSpec;
 use stoker_kernels::augment::AugmentKernels;
-use stoker_kernels::cuda::{Device, DeviceBuffer, Stream};
-use stoker_kernels::nvrtc::{KernelCache, Nvrtc};
+use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::bench::SpecArgs;
 use super::{EXIT_FAILURES, EXIT_OK};

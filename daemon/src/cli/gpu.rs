@@ -17,9 +17,9 @@
 //!   with several batches in flight.
 
 use serde::Serialize;
-use stoker_kernels::cuda::{DeviceBuffer, Stream};
-use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
 use stoker_kernels::reference::RgbImage;
+use stoker_nvidia::cuda::{DeviceBuffer, Stream};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
 
 use crate::decode::{CpuDecoder, DecodeError, Limits};
 
@@ -193,7 +193,7 @@ pub fn cpu_reference(
 
 /// The loud line printed whenever the CUDA driver loaded is the stoker GPU emulator.
 pub fn emulated_banner() -> Option<String> {
-    stoker_kernels::emulator::emulated_driver().map(|p| {
+    stoker_nvidia::emulator::emulated_driver().map(|p| {
         format!(
             "THE GPU IS EMULATED (driver {}): this checks stoker's CUDA code paths, not a GPU; \
              no figure measured here says anything about a real GPU",

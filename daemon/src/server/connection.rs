@@ -357,7 +357,7 @@ pub(super) fn check_attach(a: &Attach) -> Result<(), Refusal> {
         ));
     }
     if a.device != "cpu" {
-        if let Err(e) = a.device.parse::<stoker::cuda::GpuUuid>() {
+        if let Err(e) = a.device.parse::<stoker_nvidia::cuda::GpuUuid>() {
             let why = format!("device {:?}: neither \"cpu\" nor a GPU UUID: {e}", a.device);
             return Err(refuse(ErrorCode::UnsupportedDevice, why));
         }

@@ -24,8 +24,9 @@ use stoker::memfd::{page_size, MemfdRing};
 use stoker::protocol::{ErrorCode, GpuStatus};
 use stoker::ring::RingLayout;
 use stoker::spec::PipelineSpec;
-use stoker_kernels::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
-use stoker_kernels::cuda::GpuUuid;
+use stoker::VmmPlan;
+use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
+use stoker_nvidia::cuda::GpuUuid;
 
 use crate::backend::BackendKind;
 use crate::engine::cuda::STREAMS_PER_GPU;
@@ -235,7 +236,7 @@ impl Target {
         };
         let granularity = ring_granularity(gpu.device()).map_err(|e| internal(&e))?;
         let plan = VmmPlan::new(spec, slots, granularity).map_err(|e| internal(&e))?;
-        let images = DeviceRing::create(gpu.device(), &plan).map_err(|e| {
+        let images = DeviceRing::create(gpu.device(), plan.bytes).map_err(|e| {
             refuse(
                 ErrorCode::Quota,
                 format!(

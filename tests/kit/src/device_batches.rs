@@ -49,7 +49,7 @@ pub fn emulator_env() -> Vec<(String, String)> {
             built_library("stoker_emu_nvjpeg").display().to_string(),
         ),
     ];
-    if let Some(dir) = stoker::loader::wheel_dir() {
+    if let Some(dir) = stoker_nvidia::loader::wheel_dir() {
         env.push(("STOKER_NVIDIA_DIR".into(), dir.display().to_string()));
     }
     env
@@ -58,7 +58,7 @@ pub fn emulator_env() -> Vec<(String, String)> {
 /// Whether NVIDIA's NVRTC wheel is installed (the daemon's CUDA backend compiles its kernel
 /// with it); without it the tests say SKIPPED, or fail when `CI` is set.
 pub fn have_nvrtc(test: &str) -> bool {
-    let found = stoker::loader::wheel_dir().is_some_and(|d| d.join("nvidia").is_dir());
+    let found = stoker_nvidia::loader::wheel_dir().is_some_and(|d| d.join("nvidia").is_dir());
     if !found {
         let msg = format!("{test}: NVIDIA wheels not found (run scripts/cuda-wheels)");
         assert!(std::env::var_os("CI").is_none(), "{msg}");

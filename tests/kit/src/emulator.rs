@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Once;
 
-use stoker_kernels::loader;
-use stoker_kernels::nvrtc::Nvrtc;
+use stoker_nvidia::loader;
+use stoker_nvidia::nvrtc::Nvrtc;
 
 /// The default emulated machine: two sm_90 devices with these UUIDs.
 pub const UUIDS: [&str; 2] = [

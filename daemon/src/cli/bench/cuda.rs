@@ -29,8 +29,8 @@
 //!   output says so.
 
 use serde::Serialize;
-use stoker_kernels::cuda::{Device, DeviceBuffer};
-use stoker_kernels::nvjpeg::{NvjpegDecoder, NvjpegLib};
+use stoker_nvidia::cuda::{Device, DeviceBuffer};
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
 
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage, Route};
@@ -148,7 +148,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
     Ok(CudaBenchReport {
         dataset: data.display().to_string(),
         backend: "cuda",
-        emulated: stoker_kernels::emulator::emulated_driver().map(|p| p.display().to_string()),
+        emulated: stoker_nvidia::emulator::emulated_driver().map(|p| p.display().to_string()),
         gpu_uuid: uuid,
         gpu_name: device.info().name.clone(),
         jpeg_engines: format!("{engines} x {cores}"),

@@ -18,9 +18,9 @@
 
 use std::path::{Path, PathBuf};
 
-use stoker_kernels::cuda::DeviceBuffer;
-use stoker_kernels::nvjpeg::Roi;
 use stoker_kernels::reference::{psnr, RgbImage};
+use stoker_nvidia::cuda::DeviceBuffer;
+use stoker_nvidia::nvjpeg::Roi;
 
 use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;

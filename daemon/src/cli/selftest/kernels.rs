@@ -18,10 +18,10 @@ use std::path::PathBuf;
 
 use stoker::spec::{DType, Layout, PipelineSpec};
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
-use stoker_kernels::cuda::DeviceBuffer;
 use stoker_kernels::reference::{
     augment_reference, test_image, tolerance_units, OutputParams, RgbImage,
 };
+use stoker_nvidia::cuda::DeviceBuffer;
 
 use super::GpuUnderTest;
 use crate::decode::{CpuDecoder, Limits};

@@ -32,9 +32,9 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 use stoker_kernels::augment::AugmentKernels;
-use stoker_kernels::cuda::{self, Device, DeviceInfo, Stream};
-use stoker_kernels::nvjpeg::{NvjpegDecoder, NvjpegLib};
-use stoker_kernels::nvrtc::{KernelCache, Nvrtc};
+use stoker_nvidia::cuda::{self, Device, DeviceInfo, Stream};
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::gpu::emulated_banner;
 use super::{EXIT_FAILURES, EXIT_OK, EXIT_USAGE};
@@ -155,7 +155,7 @@ pub fn run(args: &SelftestArgs) -> i32 {
 fn selftest(args: &SelftestArgs) -> SelftestReport {
     let mut report = SelftestReport {
         result: "fail",
-        emulated: stoker_kernels::emulator::emulated_driver().map(|p| p.display().to_string()),
+        emulated: stoker_nvidia::emulator::emulated_driver().map(|p| p.display().to_string()),
         driver_version: None,
         nvjpeg_version: None,
         nvrtc_version: None,

@@ -19,10 +19,11 @@ use std::process::{Command, Stdio};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use stoker::spec::PipelineSpec;
+use stoker::VmmPlan;
 use stoker_kernels::augment::{pattern_byte, AugmentKernels};
-use stoker_kernels::cuda::vmm::{ring_granularity, DeviceRing, VmmPlan};
-use stoker_kernels::cuda::{self, Device, GpuUuid};
-use stoker_kernels::nvrtc::{KernelCache, Nvrtc};
+use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
+use stoker_nvidia::cuda::{self, Device, GpuUuid};
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::GpuUnderTest;
 use crate::cli::{EXIT_FAILURES, EXIT_OK};
@@ -88,7 +89,7 @@ fn read_ring(args: &RingReaderArgs) -> Result<ReaderResult, String> {
     let kernels =
         AugmentKernels::load(&device, nvrtc, cache.as_ref()).map_err(|e| e.to_string())?;
     let plan = plan(&device)?;
-    let ring = DeviceRing::import(&device, &fd, &plan).map_err(|e| e.to_string())?;
+    let ring = DeviceRing::import(&device, &fd, plan.bytes).map_err(|e| e.to_string())?;
     drop(fd);
     let stream = device.stream().map_err(|e| e.to_string())?;
     let counter = device.alloc(4).map_err(|e| e.to_string())?;
@@ -140,7 +141,7 @@ fn fresh_seed() -> u32 {
 pub fn check(gpu: &GpuUnderTest) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let plan = plan(&gpu.device)?;
-    let ring = DeviceRing::create(&gpu.device, &plan).map_err(|e| err(&e))?;
+    let ring = DeviceRing::create(&gpu.device, plan.bytes).map_err(|e| err(&e))?;
     let seed = fresh_seed();
     // SAFETY: the ring is mapped read-write until the end of this function; the stream is
     // synchronised before it is read or dropped.

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
-use stoker_kernels::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
-use stoker_kernels::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
+use stoker_nvidia::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::{breaks_context, Gpu, MAX_HARDWARE_BATCH};
@@ -329,7 +329,7 @@ impl CudaBackend {
         self.decode_gpu()?;
         self.decode_cpu(unit);
         let events = self.take_events()?;
-        let rec = |s: &CudaBackend, e: &stoker_kernels::cuda::Event| {
+        let rec = |s: &CudaBackend, e: &stoker_nvidia::cuda::Event| {
             e.record(&s.stream).map_err(|e| s.fault("event record", &e))
         };
         rec(self, &events.decoded)?;
@@ -378,7 +378,7 @@ impl CudaBackend {
     fn upload(&self, dst: u64, src: &[u8]) -> Result<(), BackendFault> {
         let copy = || -> Result<(), CudaError> {
             self.gpu.device().bind()?;
-            let d = stoker_kernels::cuda::driver()?;
+            let d = stoker_nvidia::cuda::driver()?;
             // SAFETY: `dst` is a sample's place in a slot's device images, image_bytes long
             // (SlotMemory); `src` is pageable, staged by the driver before it returns.
             unsafe { cu::memcpy_htod_async(d, dst, src, self.stream.raw()) }

@@ -43,10 +43,10 @@ use std::sync::{Arc, Mutex};
 use stoker::protocol::GpuStatus;
 use stoker::ring::ImageMemory;
 use stoker_kernels::augment::{AugmentKernels, KernelError};
-use stoker_kernels::cuda::result::CuStatus;
-use stoker_kernels::cuda::{CudaError, Device, GpuUuid};
-use stoker_kernels::nvjpeg::{NvjpegError, NvjpegLib};
-use stoker_kernels::nvrtc::{KernelCache, Nvrtc, NvrtcError};
+use stoker_nvidia::cuda::result::CuStatus;
+use stoker_nvidia::cuda::{CudaError, Device, GpuUuid};
+use stoker_nvidia::nvjpeg::{NvjpegError, NvjpegLib};
+use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
@@ -118,7 +118,7 @@ impl Gpu {
         let kernels = AugmentKernels::load(&device, nvrtc, cache.as_ref())?;
         let nvjpeg = NvjpegLib::global()?;
         let label = format!("{uuid} ({})", device.info().name);
-        let emulated = stoker_kernels::emulator::emulated_driver().is_some();
+        let emulated = stoker_nvidia::emulator::emulated_driver().is_some();
         tracing::info!(gpu = %label, emulated, "GPU opened for serving");
         Ok(Arc::new(Gpu {
             uuid,

@@ -14,7 +14,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use stoker_kernels::cuda::{CudaError, Device, Event};
+use stoker_nvidia::cuda::{CudaError, Device, Event};
 
 use super::{breaks_context, Gpu};
 use crate::engine::backend::{BackendFault, PendingWork};

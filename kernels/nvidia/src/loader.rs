@@ -197,9 +197,9 @@ pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
 ///
 /// Each entry is `field = "symbol": fn(ARGS);` for a function returning `$status`, or
 /// `field = "symbol": fn(ARGS) -> RET;` for one returning something else. The argument and
-/// return types must be copied from the library's header: that is what makes the `load`
-/// sound, and why the macro is the only place (besides `sys` modules' own FFI structs) where
-/// these bindings are unsafe.
+/// return types must be copied from the library's header (named after `from`, for the
+/// reader): that is what makes the `load` sound, and why the macro is the only place (besides
+/// `sys` modules' own FFI structs) where these bindings are unsafe.
 #[macro_export]
 macro_rules! symbol_table {
     (
@@ -231,9 +231,6 @@ macro_rules! symbol_table {
                     })
                 }
             }
-
-            /// The header the table's types come from.
-            pub const HEADER: &'static str = $header;
         }
     };
     (@ret $status:ty) => { $status };

@@ -336,7 +336,7 @@ impl Device {
         })
     }
 
-    /// Loads a cubin (from `stoker_kernels::nvrtc`) into this device's context.
+    /// Loads a cubin (from `stoker_nvidia::nvrtc`) into this device's context.
     pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
         self.bind()?;
         let raw = result::module_load_data(self.inner.d, cubin)?;

@@ -73,15 +73,6 @@ pub struct KernelSource {
     pub source: &'static str,
 }
 
-/// The fused crop-resize-flip-normalise-convert kernel and the test kernels.
-pub const AUGMENT_CU: KernelSource = KernelSource {
-    name: "augment.cu",
-    source: include_str!("../../cu/augment.cu"),
-};
-
-/// Every kernel source built into this binary.
-pub const ALL_SOURCES: &[KernelSource] = &[AUGMENT_CU];
-
 /// A loaded libnvrtc.
 pub struct Nvrtc {
     sys: sys::Nvrtc,

@@ -3,11 +3,11 @@
 //! mapped once by the client.
 //!
 //! # Design
-//! The size plan is pure arithmetic ([`VmmPlan`]) so it is tested without a GPU: the ring's
-//! images' bytes come from [`crate::ring::RingLayout::with_device_images`] (slots 256-byte
-//! aligned) rounded up to the device's allocation granularity; labels, indices and status stay
-//! in the ring's host memfd beside the allocation. Mapping is the same on both sides: reserve a virtual range,
-//! map the allocation into it, grant read-write access to the ring's device. The daemon keeps
+//! How many bytes a ring takes is the client library's arithmetic (`stoker::VmmPlan`: the
+//! ring's images, slots 256-byte aligned, rounded up to [`ring_granularity`]); labels, indices
+//! and status stay in the ring's host memfd beside the allocation. This module only allocates,
+//! shares and maps. Mapping is the same on both sides: reserve a virtual range, map the
+//! allocation into it, grant read-write access to the ring's device. The daemon keeps
 //! the allocation handle; the exported fd travels with SCM_RIGHTS; the client imports it,
 //! closes its copy of the fd, and maps.
 //!
@@ -20,58 +20,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use crate::ring::RingLayout;
-use crate::spec::PipelineSpec;
-
 use super::{log_drop_error, result, sys, CudaError, Device};
-
-/// How big a ring's allocation is and how it is mapped: the VMM side of a [`RingLayout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VmmPlan {
-    pub layout: RingLayout,
-    /// The device's allocation granularity (`cuMemGetAllocationGranularity`, recommended).
-    pub granularity: usize,
-    /// Bytes allocated, reserved and mapped: `layout.image_ring_bytes`, a multiple of
-    /// `granularity`.
-    pub bytes: usize,
-}
-
-impl VmmPlan {
-    /// Plans a ring of `slots` slots for `spec` on a device of this granularity.
-    pub fn new(
-        spec: &PipelineSpec,
-        slots: usize,
-        granularity: usize,
-    ) -> Result<VmmPlan, CudaError> {
-        if granularity == 0 || !granularity.is_power_of_two() {
-            return Err(CudaError::Invalid(format!(
-                "allocation granularity {granularity} is not a power of two"
-            )));
-        }
-        if slots == 0 {
-            return Err(CudaError::Invalid("a ring of 0 slots".into()));
-        }
-        let layout =
-            RingLayout::with_device_images(spec, slots, crate::memfd::page_size(), granularity);
-        Ok(VmmPlan {
-            layout,
-            granularity: granularity.max(crate::ring::SLOT_ALIGN),
-            bytes: layout.image_ring_bytes,
-        })
-    }
-
-    /// The same plan checked against what a peer announced (the client checks the daemon's
-    /// ring size before mapping an fd of that size).
-    pub fn check_size(&self, announced: usize) -> Result<(), CudaError> {
-        if announced != self.bytes {
-            return Err(CudaError::Invalid(format!(
-                "ring size {announced} differs from the {} this spec and granularity need",
-                self.bytes
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// The recommended allocation granularity for rings on `device`.
 pub fn ring_granularity(device: &Device) -> Result<usize, CudaError> {
@@ -96,22 +45,24 @@ unsafe impl Send for DeviceRing {}
 unsafe impl Sync for DeviceRing {}
 
 impl DeviceRing {
-    /// Allocates `plan.bytes` of exportable device memory on `device` and maps it here.
-    pub fn create(device: &Device, plan: &VmmPlan) -> Result<DeviceRing, CudaError> {
+    /// Allocates `bytes` of exportable device memory on `device` and maps it here; `bytes` must
+    /// be a multiple of [`ring_granularity`].
+    pub fn create(device: &Device, bytes: usize) -> Result<DeviceRing, CudaError> {
         let d = device.driver();
         device.bind()?;
         let prop = result::ring_allocation_prop(device.raw());
-        let handle = result::mem_create(d, plan.bytes, &prop)?;
-        DeviceRing::map(device, handle, plan.bytes)
+        let handle = result::mem_create(d, bytes, &prop)?;
+        DeviceRing::map(device, handle, bytes)
     }
 
     /// Imports a ring the daemon exported as `fd` (a VMM POSIX fd received with SCM_RIGHTS) and
-    /// maps it on `device`. The fd may be closed afterwards; the import holds its own reference.
-    pub fn import(device: &Device, fd: &OwnedFd, plan: &VmmPlan) -> Result<DeviceRing, CudaError> {
+    /// maps its `bytes` (the size both sides planned) on `device`. The fd may be closed
+    /// afterwards; the import holds its own reference.
+    pub fn import(device: &Device, fd: &OwnedFd, bytes: usize) -> Result<DeviceRing, CudaError> {
         use std::os::fd::AsRawFd;
         device.bind()?;
         let handle = result::mem_import_fd(device.driver(), fd.as_raw_fd())?;
-        DeviceRing::map(device, handle, plan.bytes)
+        DeviceRing::map(device, handle, bytes)
     }
 
     /// Reserves, maps and grants access; releases what it took on any failure.
@@ -162,6 +113,26 @@ impl DeviceRing {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
+    /// Copies `out.len()` bytes starting `offset` bytes into the ring to the host,
+    /// synchronously, with the ring's context current (the caller restores its own).
+    pub fn copy_to_host(&self, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
+        if offset
+            .checked_add(out.len())
+            .filter(|&end| end <= self.bytes)
+            .is_none()
+        {
+            return Err(CudaError::Invalid(format!(
+                "a copy of {} bytes at {offset} from a ring of {} bytes",
+                out.len(),
+                self.bytes
+            )));
+        }
+        self.device.bind()?;
+        // SAFETY: the range lies inside the ring (checked above), which stays mapped, on the
+        // context just made current, while `self` lives.
+        unsafe { result::memcpy_dtoh(self.device.driver(), out, self.ptr + offset as u64) }
+    }
+
     /// Device address of the ring's first byte.
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -202,30 +173,6 @@ impl Drop for DeviceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::SLOT_ALIGN;
-
-    #[test]
-    fn plans_round_to_granularity_and_align_slots() {
-        let spec = PipelineSpec::train(256, 224);
-        let g = 2 << 20;
-        let plan = VmmPlan::new(&spec, 4, g).unwrap();
-        assert_eq!(plan.bytes % g, 0);
-        assert!(plan.bytes >= 4 * plan.layout.slot.image_slot_bytes);
-        assert!(plan.bytes < 4 * plan.layout.slot.image_slot_bytes + g);
-        for i in 0..4 {
-            assert_eq!(plan.layout.image_offset(i) % SLOT_ALIGN, 0);
-        }
-        plan.check_size(plan.bytes).unwrap();
-        assert!(plan.check_size(plan.bytes + g).is_err());
-    }
-
-    #[test]
-    fn bad_granularity_or_empty_ring_is_an_error() {
-        let spec = PipelineSpec::train(2, 8);
-        assert!(VmmPlan::new(&spec, 2, 3 << 20).is_err());
-        assert!(VmmPlan::new(&spec, 2, 0).is_err());
-        assert!(VmmPlan::new(&spec, 0, 2 << 20).is_err());
-    }
 
     #[test]
     fn ring_allocations_ask_for_pinned_posix_fd_memory_on_the_device() {

@@ -55,7 +55,7 @@ pub const LIBNVJPEG: LibrarySpec = LibrarySpec {
     wheel_dirs: &["nvidia/cu13/lib", "nvidia/nvjpeg/lib"],
 };
 
-stoker::symbol_table! {
+crate::symbol_table! {
     /// Every libnvjpeg entry point stoker calls, resolved once.
     pub struct Nvjpeg, status NvjpegStatus, from "nvjpeg.h" {
     get_property = "nvjpegGetProperty": fn(c_int, *mut c_int);

@@ -16,7 +16,7 @@ pub const LIBNVRTC: LibrarySpec = LibrarySpec {
     wheel_dirs: &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"],
 };
 
-stoker::symbol_table! {
+crate::symbol_table! {
     /// Every libnvrtc entry point stoker calls, resolved once.
     pub struct Nvrtc, status NvrtcResult, from "nvrtc.h" {
     get_error_string = "nvrtcGetErrorString": fn(NvrtcResult) -> *const c_char;

@@ -1,0 +1,25 @@
+//! NVIDIA's libraries, loaded at run time: the CUDA driver (`cuda`: devices by UUID, primary
+//! contexts, streams, events, modules and launches, device buffers, VMM rings shared across
+//! processes), NVRTC (`nvrtc`: kernels compiled for the device, cached on disk) and nvJPEG
+//! (`nvjpeg`: batched, hardware and ROI decoding), found as `loader` says.
+//!
+//! # Design
+//! Each library is three layers, as in cudarc: `sys` (the raw symbols, one
+//! [`symbol_table!`] per library), `result` (one function per call, returning a typed error
+//! with named statuses) and safe types (`Device`, `Stream`, `NvjpegDecoder`, ...). Only `sys`,
+//! `result` and the places where a raw handle becomes an owning type are unsafe
+//! (docs/cuda.md lists them). Nothing here links an NVIDIA library at build time: one binary
+//! serves every host, and a missing library or symbol is an error value, never a panic.
+//!
+//! This crate knows nothing of sockets, rings' layouts or pixels: the client library
+//! (`stoker-ipc`) imports device rings with it, the kernels crate (`stoker-kernels`) compiles
+//! and launches its `.cu` sources with it, and the daemon decodes with it.
+//!
+//! # Limitations
+//! `emulator` recognises the CI's libcuda stand-in only when `STOKER_LIBCUDA` names it.
+
+pub mod cuda;
+pub mod emulator;
+pub mod loader;
+pub mod nvjpeg;
+pub mod nvrtc;
