@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 
 use crate::access::{AccessPolicy, QuotaLimits};
 use crate::backend::BackendError;
-use crate::config::{BackendChoice, Config, ConfigError, ReaderChoice, EXIT_CONFIG};
+use crate::config::{BackendChoice, Config, ConfigError, EXIT_CONFIG};
 use crate::decode::Limits;
 use crate::detach::ReadyNotice;
 use crate::engine::EngineConfig;
 use crate::metrics::{MetricsError, MetricsListener};
 use crate::server::{Server, ServerConfig, ServerError, ServerHandle};
-use crate::source::local::reader::ReaderKind;
 use crate::systemd::{self, Notifier, Signal, Signals, SystemdError};
 
 /// Exit code for failures at run time.
@@ -256,11 +255,7 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
         backend: crate::backend::BackendKind::Cpu,
         engine: EngineConfig {
             threads: args.threads.unwrap_or(file.pipeline.threads),
-            reader: match file.pipeline.reader {
-                ReaderChoice::Auto => ReaderKind::Auto,
-                ReaderChoice::IoUring => ReaderKind::IoUring,
-                ReaderChoice::Pread => ReaderKind::Pread,
-            },
+            reader: file.pipeline.reader,
             policy: file.pipeline.bad_samples,
             limits: Limits {
                 max_pixels: file.limits.max_pixels,

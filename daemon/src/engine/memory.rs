@@ -5,13 +5,15 @@
 //! - [`SlotMemory`] is the only way the engine reaches a ring; [`HeapRing`] is the in-process
 //!   kind (benchmarks, tests), the server's memfd rings another, and a CUDA backend's rings
 //!   (device images, host memfd beside them) a third.
-//! - The engine itself writes only the host part; a backend writes the images, through
+//! - The engine itself writes only the host part, through a [`HostWriter`] per unit (bounds
+//!   checked, one position range per worker); a backend writes the images, through
 //!   [`SlotImages`]: a host pointer it may write with the CPU, or a device address.
 //!
 //! # Limitations
-//! - Raw pointers: which slot may be written when is the feed's business (`feed.rs`).
+//! - Raw pointers underneath: which slot may be written when is the feed's business
+//!   (`feed.rs`); making a [`HostWriter`] is the one unsafe step on the host part.
 
-use stoker::ring::RingLayout;
+use stoker::ring::{RingLayout, SampleStatus, SlotLayout};
 use stoker::spec::PipelineSpec;
 
 /// Where one slot's images are.
@@ -92,5 +94,87 @@ unsafe impl SlotMemory for HeapRing {
     }
     fn host_ptr(&self, slot: usize) -> *mut u8 {
         self.at(self.layout.host_offset(slot))
+    }
+}
+
+/// Writes the host part (label, index, status) of positions `start..end` of one slot: the one
+/// way the engine writes a slot's host part. Several workers fill one batch at once, each its
+/// own positions, so a writer covers its positions only (never a `&mut` over the whole part).
+pub struct HostWriter<'a> {
+    host: *mut u8,
+    layout: SlotLayout,
+    start: usize,
+    end: usize,
+    _ring: std::marker::PhantomData<&'a dyn SlotMemory>,
+}
+
+impl<'a> HostWriter<'a> {
+    /// A writer of positions `start..end` of slot `slot` of `ring`.
+    ///
+    /// # Safety
+    /// No one else may read or write positions `start..end` of the slot's host part while the
+    /// writer lives (the worker holds the unit those positions belong to).
+    ///
+    /// # Panics
+    /// If `start..end` is not inside the batch or `slot` not inside the ring.
+    pub unsafe fn new(ring: &'a dyn SlotMemory, slot: usize, start: usize, end: usize) -> Self {
+        let layout = ring.layout().slot;
+        assert!(
+            slot < ring.layout().slots,
+            "slot {slot} of {}",
+            ring.layout().slots
+        );
+        assert!(
+            start <= end && end <= layout.batch_size,
+            "positions {start}..{end}"
+        );
+        HostWriter {
+            host: ring.host_ptr(slot),
+            layout,
+            start,
+            end,
+            _ring: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes position `at`'s label, sample index and status.
+    ///
+    /// # Panics
+    /// If `at` is not one of the writer's positions.
+    pub fn write(&mut self, at: usize, label: i64, index: u64, status: SampleStatus) {
+        assert!(
+            (self.start..self.end).contains(&at),
+            "position {at} of {}..{}",
+            self.start,
+            self.end
+        );
+        let l = &self.layout;
+        // SAFETY: `at < batch_size` (checked here and in `new`), so each entry lies in its
+        // 8-byte-aligned array (SLOT_ALIGN) inside the slot's host part, which the ring keeps
+        // valid (SlotMemory); `new`'s caller gave this writer position `at` alone.
+        unsafe {
+            (self.host.add(l.labels) as *mut i64).add(at).write(label);
+            (self.host.add(l.indices) as *mut u64).add(at).write(index);
+            self.host.add(l.status + at).write(status as u8);
+        }
+    }
+
+    /// Marks position `at` empty (the unused tail of a short final batch).
+    ///
+    /// # Panics
+    /// If `at` is not one of the writer's positions.
+    pub fn mark_empty(&mut self, at: usize) {
+        assert!(
+            (self.start..self.end).contains(&at),
+            "position {at} of {}..{}",
+            self.start,
+            self.end
+        );
+        // SAFETY: as in `write`.
+        unsafe {
+            self.host
+                .add(self.layout.status + at)
+                .write(SampleStatus::Empty as u8)
+        };
     }
 }

@@ -25,7 +25,7 @@ use stoker::ring::{SampleStatus, SlotLayout};
 use super::backend::UnitWork;
 use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};
 use super::job::Job;
-use super::memory::SlotImages;
+use super::memory::{HostWriter, SlotImages};
 use super::scheduler::{Chunk, Shared};
 use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
 use crate::badsample::BadSample;
@@ -55,14 +55,6 @@ struct Spot<'a> {
     at: usize,
     images: SlotImages,
     layout: SlotLayout,
-}
-
-/// Where the engine writes one sample's label, index and status.
-struct Delivery {
-    at: usize,
-    status: SampleStatus,
-    index: u64,
-    label: i64,
 }
 
 impl Worker {
@@ -125,7 +117,12 @@ impl Worker {
             self.indices.len(),
             "one outcome per sample"
         );
-        let host = feed.ring.host_ptr(chunk.slot);
+        // A short final batch's last unit also marks the unused tail.
+        let last = chunk.end == chunk.batch_len;
+        let end = if last { layout.batch_size } else { chunk.end };
+        // SAFETY: the worker alone writes the positions of the unit it holds, and the tail
+        // past `batch_len` belongs to the batch's last unit (feed.rs hands each out once).
+        let mut host = unsafe { HostWriter::new(&*feed.ring, chunk.slot, chunk.start, end) };
         let outcomes = std::mem::take(&mut self.outcomes);
         for (k, outcome) in outcomes.iter().enumerate() {
             let at = chunk.start + k;
@@ -147,30 +144,18 @@ impl Worker {
                 }
             };
             let label = job.dataset.sample(delivered as usize).label;
-            let d = Delivery {
-                at,
-                status,
-                index: delivered,
-                label,
-            };
-            // SAFETY: `host` is the slot's host part (SlotMemory), which the worker alone
-            // writes while it holds the unit.
-            unsafe { write_delivery(host, &layout, &d) };
+            host.write(at, label, delivered, status);
         }
         self.outcomes = outcomes;
         let stats = &self.shared.stats;
         stats
             .images
             .fetch_add(self.indices.len() as u64, Ordering::Relaxed);
-        if chunk.end == chunk.batch_len {
+        if last {
             stats.batches.fetch_add(1, Ordering::Relaxed);
             // Partial final batch: mark the unused tail so clients never mistake it for data.
             for at in chunk.batch_len..layout.batch_size {
-                // SAFETY: as above; at < batch_size.
-                unsafe {
-                    host.add(layout.status + at)
-                        .write(SampleStatus::Empty as u8)
-                };
+                host.mark_empty(at);
             }
         }
         completion
@@ -235,26 +220,6 @@ impl Worker {
             }
         }
         None
-    }
-}
-
-/// Writes one sample's label, index and status into a slot's host part.
-///
-/// # Safety
-/// `host` must be the slot's host part, valid for `layout.host_slot_bytes` bytes, written by
-/// no one else meanwhile; `d.at < layout.batch_size`.
-unsafe fn write_delivery(host: *mut u8, layout: &SlotLayout, d: &Delivery) {
-    assert!(d.at < layout.batch_size);
-    // SAFETY: the regions are 8-byte aligned (SLOT_ALIGN) and hold batch_size entries
-    // (SlotLayout); the caller guarantees validity and exclusive access.
-    unsafe {
-        (host.add(layout.labels) as *mut i64)
-            .add(d.at)
-            .write(d.label);
-        (host.add(layout.indices) as *mut u64)
-            .add(d.at)
-            .write(d.index);
-        host.add(layout.status + d.at).write(d.status as u8);
     }
 }
 

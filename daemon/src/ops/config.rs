@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::BadSamplePolicy;
+use crate::source::local::reader::ReaderKind;
 
 /// Slots per rank's ring when the config does not say.
 pub const DEFAULT_SLOTS_PER_RANK: usize = 4;
@@ -56,16 +57,6 @@ pub enum BackendChoice {
     Auto,
     Cpu,
     Cuda,
-}
-
-/// How samples are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReaderChoice {
-    #[default]
-    Auto,
-    IoUring,
-    Pread,
 }
 
 /// The whole configuration file.
@@ -117,7 +108,7 @@ pub struct PipelineConfig {
     pub backend: BackendChoice,
     /// Decode threads shared by every job; 0 means one per core.
     pub threads: usize,
-    pub reader: ReaderChoice,
+    pub reader: ReaderKind,
     /// What happens to a sample that cannot be read or decoded.
     pub bad_samples: BadSamplePolicy,
 }
@@ -350,7 +341,7 @@ imagenet = "/data/imagenet/train"
         let c = Config::parse(text, Path::new("stoker.toml")).unwrap();
         assert_eq!(c.server.slots_per_rank, 6);
         assert_eq!(c.pipeline.backend, BackendChoice::Cpu);
-        assert_eq!(c.pipeline.reader, ReaderChoice::Pread);
+        assert_eq!(c.pipeline.reader, ReaderKind::Pread);
         assert_eq!(c.pipeline.bad_samples, BadSamplePolicy::Fail);
         assert_eq!(c.limits.max_pixels, 50_000_000);
         assert_eq!(c.limits.max_clients, DEFAULT_MAX_CLIENTS);

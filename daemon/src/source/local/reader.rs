@@ -129,10 +129,13 @@ impl ReadError {
     }
 }
 
-/// Which reader to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which reader to use (also the config file's `pipeline.reader`: `auto`, `io_uring`,
+/// `pread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReaderKind {
     /// io_uring when the kernel allows it, else pread (logged).
+    #[default]
     Auto,
     /// io_uring or an error.
     IoUring,
