@@ -1,7 +1,7 @@
 /* A C client of libstoker: attaches to a daemon, reads batches, checks them, prints a summary.
  *
  * Includes only stoker.h and builds as C11 with -Wall -Wextra -Werror -pedantic. Run by
- * tests/c_client.rs against a real stokerd.
+ * tests/c_abi.rs against a real stokerd.
  *
  * usage: client SOCKET DATASET BATCHES BATCH_SIZE SIDE [RANK WORLD_SIZE JOB SEED]
  *

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use stoker::{Batch, Client};
 
+use crate::device_batches::HostBatch;
 use crate::fnv1a;
 
 /// One received batch: where it sits in the job, a hash of everything in it (images, labels,
@@ -35,6 +36,29 @@ pub fn drain(c: &mut Client) -> Vec<Got> {
     let mut out = Vec::new();
     while let Some(b) = c.next_batch().unwrap() {
         out.push(got(&b));
+    }
+    out
+}
+
+/// Every batch left in the client's job, copied; panics on a client error.
+pub fn drain_copies(c: &mut Client) -> Vec<HostBatch> {
+    let mut out = Vec::new();
+    while let Some(b) = c.next_batch().unwrap() {
+        out.push(HostBatch::of(&b));
+    }
+    out
+}
+
+/// As [`drain_copies`], asserting that every sample of every batch is Ok.
+pub fn drain_ok(c: &mut Client) -> Vec<HostBatch> {
+    let out = drain_copies(c);
+    for b in &out {
+        assert!(
+            b.all_ok(),
+            "a sample failed in epoch {} step {}",
+            b.epoch,
+            b.step
+        );
     }
     out
 }

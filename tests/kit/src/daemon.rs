@@ -6,7 +6,7 @@
 //! `$CARGO build` for that one target (the test's cargo has released the build lock).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `stokerd` binary of this build (`$STOKERD` if set), built if missing.
@@ -91,13 +91,21 @@ impl Daemon {
             .stderr(stderr);
         setup(&mut command);
         let child = command.spawn().expect("spawn stokerd");
-        let mut d = Daemon { child, socket };
-        d.wait_ready(Duration::from_secs(30));
+        let mut d = Daemon::adopt(child, socket);
+        d.wait_ready();
         d
     }
 
-    fn wait_ready(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+    /// A daemon the caller started itself (a command line of its own, socket activation),
+    /// serving on `socket`; not waited for (see [`Daemon::wait_ready`]).
+    pub fn adopt(child: Child, socket: PathBuf) -> Daemon {
+        Daemon { child, socket }
+    }
+
+    /// Waits (30 s at most) until the daemon accepts connections on its socket; panics when it
+    /// exits first.
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("stokerd exited before serving: {status}");
@@ -106,6 +114,25 @@ impl Daemon {
                 return;
             }
             assert!(Instant::now() < deadline, "stokerd did not listen in time");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends signal `sig` to the daemon.
+    pub fn signal(&self, sig: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.pid()).expect("a pid fits pid_t");
+        // SAFETY: kill(2) on our own child's pid, which is not reaped while `self` lives.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+    }
+
+    /// Waits (`timeout` at most) for the daemon to exit, and returns how it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait for stokerd") {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "stokerd did not exit in time");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -140,6 +167,26 @@ impl Daemon {
     pub fn rss_kib(&self) -> u64 {
         proc_rss_kib(self.pid())
     }
+}
+
+/// A daemon log (as [`Daemon::start_logged`] writes it) with ANSI colour codes removed; empty
+/// when there is none.
+pub fn read_log(path: &Path) -> String {
+    let raw = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Where each fd of process `pid` points (`readlink /proc/<pid>/fd/*`).

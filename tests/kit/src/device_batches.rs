@@ -110,6 +110,13 @@ pub struct HostBatch {
 }
 
 impl HostBatch {
+    /// Whether every sample of the batch is Ok.
+    pub fn all_ok(&self) -> bool {
+        self.status
+            .iter()
+            .all(|&s| s == stoker::SampleStatus::Ok as u8)
+    }
+
     /// Copies a received batch (host or device images) to the host.
     pub fn of(b: &Batch) -> HostBatch {
         let mut images = vec![0u8; b.images_len()];

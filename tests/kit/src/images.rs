@@ -1,6 +1,6 @@
 //! Small real JPEG datasets for tests: synthetic images encoded with the daemon's encoder.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
 pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
@@ -48,4 +48,21 @@ pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) 
         }
     }
     n
+}
+
+/// A fresh temp dir holding the ImageFolder `data/` of [`write_image_folder`] (JPEGs of about
+/// 24 pixels a side); returns the dir, the dataset's path and its number of samples.
+pub fn temp_image_folder(classes: u32, per_class: u32) -> (tempfile::TempDir, PathBuf, usize) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let n = write_image_folder(&data, classes, per_class, 24);
+    (dir, data, n)
+}
+
+/// The ImageFolder `dir/data` of [`write_image_folder`] with JPEGs of about 20 pixels a side;
+/// returns its path.
+pub fn tiny_dataset(dir: &Path, classes: u32, per_class: u32) -> PathBuf {
+    let data = dir.join("data");
+    write_image_folder(&data, classes, per_class, 20);
+    data
 }

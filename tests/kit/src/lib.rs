@@ -4,12 +4,15 @@
 //! - [`images`]: small real JPEG datasets in temp dirs ([`write_image_folder`]).
 //! - [`daemon`]: the built `stokerd` ([`stokerd_path`]) and [`Daemon`], a real daemon on a
 //!   temp socket, killed on drop; `libstoker.so` and the C test clients.
+//! - [`attach`]: the specs and options tests attach with.
 //! - [`batches`]: batches reduced to what identifies them ([`batches::Got`]), a config file.
 //! - [`device_batches`]: device batches copied back and compared with the CPU backend's.
 //! - [`emulator`]: the emulated GPU (tests/gpu-emulator) as the driver of this process.
 //! - [`child`]: the test binary again in a role, processes of another uid.
+//! - [`wire`]: the protocol spoken by hand.
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
 
+pub mod attach;
 pub mod batches;
 pub mod child;
 pub mod daemon;
@@ -18,9 +21,12 @@ pub mod edge_manifest;
 pub mod emulator;
 pub mod fuzz_cases;
 pub mod images;
+pub mod wire;
 
-pub use daemon::{proc_fd_targets, proc_rss_kib, stokerd_path, Daemon};
-pub use images::{encode_jpeg, synthetic_rgb, write_image_folder, write_jpeg};
+pub use daemon::{proc_fd_targets, proc_rss_kib, read_log, stokerd_path, Daemon};
+pub use images::{
+    encode_jpeg, synthetic_rgb, temp_image_folder, tiny_dataset, write_image_folder, write_jpeg,
+};
 
 /// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
 pub fn fnv1a(parts: &[&[u8]]) -> u64 {

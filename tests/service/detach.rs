@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
 use stoker::protocol::DaemonStatus;
 use stoker::{AttachOptions, Client, PipelineSpec};
 use stoker_testkit::{stokerd_path, write_image_folder};

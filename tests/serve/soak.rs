@@ -2,7 +2,7 @@
 //! sampling the daemon's RSS and fd count every few seconds. Run by `scripts/soak` (ignored in
 //! the ordinary test run):
 //!
-//! `STOKER_SOAK_SECS=1800 cargo test --test soak -- --ignored --nocapture`
+//! `STOKER_SOAK_SECS=1800 cargo test --test serve -- --ignored --nocapture`
 //!
 //! Clients 0-1 stay attached and drain batches as fast as they come (the full load); clients
 //! 2-7 attach, take a few batches (sometimes leaving with leases held), detach, and attach
@@ -16,12 +16,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
 use stoker::{AttachOptions, Client, DType, PipelineSpec};
 use stoker_testkit::{write_image_folder, Daemon};
 
 const CLIENTS: u32 = 8;
+
 const STEADY: u32 = 2;
+
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 fn secs_from_env() -> u64 {

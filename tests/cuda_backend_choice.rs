@@ -2,7 +2,7 @@
 //! `cuda` exits with status 78 and the reason (no panic) and `auto` serves from the CPU,
 //! saying why (the reason in its log, `stoker status` showing cpu). The host is made GPU-less
 //! whatever it has (no libcuda, or a stub one). `auto` serving from CUDA on the emulated host
-//! is tests/gpu_emulator_daemon.rs's.
+//! is tests/cuda_daemon.rs's.
 
 use stoker_testkit::emulator;
 

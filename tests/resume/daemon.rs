@@ -1,0 +1,130 @@
+//! A daemon killed with SIGKILL, and no daemon at all.
+
+use super::*;
+use stoker_testkit::attach::{rank_options, u8_spec as spec};
+use stoker_testkit::batches::{drain, got, Got};
+use stoker_testkit::tiny_dataset;
+
+fn options(data: &str, job: &str, rank: u32, world: u32, spec: PipelineSpec) -> AttachOptions {
+    rank_options(data, job, (rank, world), 77, spec)
+}
+
+// ---------------------------------------------------------------------------------------
+// Crash safety.
+
+#[test]
+fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_dataset(dir.path(), 4, 6); // 24 samples; world 2, batch 2: 6 steps
+    let data = data.to_str().unwrap().to_owned();
+    let spec = spec(2, 16, Some(2));
+
+    // The uninterrupted run.
+    let reference: Vec<Vec<Got>> = {
+        let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+        (0..2)
+            .map(|r| {
+                let mut c =
+                    Client::attach(daemon.socket(), options(&data, "crash", r, 2, spec.clone()))
+                        .unwrap();
+                drain(&mut c)
+            })
+            .collect()
+    };
+    assert_eq!(reference[0].len(), 12);
+
+    // The run with a SIGKILL mid-epoch: rank 0 has had 4 batches, rank 1 has had 7.
+    let daemon = Daemon::start(dir.path(), &["--threads", "2", "--slots", "2"]);
+    let socket = daemon.socket().to_owned();
+    let mut clients: Vec<Client> = (0..2)
+        .map(|r| {
+            let mut o = options(&data, "crash", r, 2, spec.clone());
+            o.spec.epochs = Some(2);
+            Client::attach(&socket, o).unwrap()
+        })
+        .collect();
+    let mut seen: Vec<Vec<Got>> = vec![Vec::new(), Vec::new()];
+    for (r, want) in [(0usize, 4), (1, 7)] {
+        for _ in 0..want {
+            let b = clients[r].next_batch().unwrap().unwrap();
+            seen[r].push(got(&b));
+        }
+    }
+    drop(daemon); // SIGKILL
+    for c in &mut clients {
+        let err = loop {
+            match c.next_batch() {
+                Ok(Some(_)) => continue, // already published before the kill: not counted
+                Ok(None) => panic!("data ended instead of an error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(err.is_disconnected(), "{err}");
+    }
+    let positions: Vec<StartPosition> = seen
+        .iter()
+        .map(|s| {
+            let last = s.last().unwrap();
+            if last.step + 1 == 6 {
+                StartPosition::at(last.epoch + 1, 0)
+            } else {
+                StartPosition::at(last.epoch, last.step + 1)
+            }
+        })
+        .collect();
+    assert_eq!(positions[0], StartPosition::at(0, 4));
+    assert_eq!(positions[1], StartPosition::at(1, 1));
+
+    // systemd restarts the daemon a little later; the clients retry meanwhile.
+    let restart_dir = dir.path().to_owned();
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        Daemon::start(&restart_dir, &["--threads", "2"])
+    });
+    let resumed: Vec<_> = (0..2u32)
+        .map(|r| {
+            let (socket, data, spec) = (socket.clone(), data.clone(), spec.clone());
+            let start = positions[r as usize];
+            std::thread::spawn(move || {
+                let mut o = options(&data, "crash", r, 2, spec);
+                o.start = start;
+                o.connect_timeout = Duration::from_secs(20);
+                let t = Instant::now();
+                let mut c = Client::attach(&socket, o).unwrap();
+                (t.elapsed(), drain(&mut c))
+            })
+        })
+        .collect();
+    let resumed: Vec<(Duration, Vec<Got>)> =
+        resumed.into_iter().map(|h| h.join().unwrap()).collect();
+    let _daemon = restarter.join().unwrap();
+    assert!(
+        resumed[0].0 >= Duration::from_millis(200),
+        "attach did not wait for the restart"
+    );
+    for r in 0..2 {
+        let mut all = seen[r].clone();
+        all.extend(resumed[r].1.iter().cloned());
+        let a: Vec<(u64, u64, u64)> = all.iter().map(|g| (g.epoch, g.step, g.hash)).collect();
+        let b: Vec<(u64, u64, u64)> = reference[r]
+            .iter()
+            .map(|g| (g.epoch, g.step, g.hash))
+            .collect();
+        assert_eq!(
+            a, b,
+            "rank {r}: resumed run differs from the uninterrupted one"
+        );
+    }
+}
+
+#[test]
+fn attach_retries_until_its_timeout_then_says_no_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options("/nowhere", "j", 0, 1, spec(2, 8, Some(1)));
+    o.connect_timeout = Duration::from_millis(300);
+    let t = Instant::now();
+    let err = Client::attach(&dir.path().join("none.sock"), o).unwrap_err();
+    assert!(matches!(err, ClientError::NoDaemon(_)), "{err}");
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(t.elapsed() < Duration::from_secs(3));
+}

@@ -1,0 +1,232 @@
+//! The Prometheus endpoint and `stoker status`.
+
+use super::*;
+
+/// An HTTP GET of `path` on `addr`; returns (status line, body).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    // The metrics listener starts just after the unix socket: retry briefly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    };
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// The value of the sample `series` (name and labels exactly as rendered).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Metric names documented in docs/operations.md's metrics table (rows starting "| `stoker_").
+fn documented_metrics() -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    let names: Vec<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `stoker_"))
+        .map(|rest| {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            format!("stoker_{name}")
+        })
+        .collect();
+    assert!(names.len() >= 8, "metrics table not found: {names:?}");
+    names
+}
+
+/// A strict check of the Prometheus text format (what promtool checks, and more): every
+/// family has HELP and TYPE before its samples, sample lines parse, counters end in _total.
+fn check_exposition(text: &str) {
+    use std::collections::HashMap;
+    let mut help: HashMap<&str, bool> = HashMap::new();
+    let mut types: HashMap<&str, &str> = HashMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, h) = rest.split_once(' ').expect("HELP name text");
+            assert!(!h.trim().is_empty(), "empty HELP: {line}");
+            help.insert(name, true);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').expect("TYPE name type");
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty),
+                "{line}"
+            );
+            if ty == "counter" {
+                assert!(name.ends_with("_total"), "counter without _total: {name}");
+            }
+            types.insert(name, ty);
+        } else {
+            assert!(!line.starts_with('#'), "stray comment: {line}");
+            let (series, value) = line.rsplit_once(' ').expect("series value");
+            value
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("value of {line}"));
+            let name = series.split('{').next().unwrap();
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "{line}"
+            );
+            if let Some(labels) = series.strip_prefix(name) {
+                if !labels.is_empty() {
+                    assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+                }
+            }
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|f| types.get(f) == Some(&"histogram"))
+                })
+                .unwrap_or(name);
+            assert!(types.contains_key(family), "no TYPE before {line}");
+            assert!(help.contains_key(family), "no HELP for {family}");
+        }
+    }
+}
+
+#[test]
+fn metrics_count_exactly_what_clients_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 7);
+    let socket = dir.path().join("stoker.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut d = spawn(
+        dir.path(),
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--metrics-listen",
+            &addr,
+        ],
+        &[],
+        None,
+    );
+    d.wait_ready();
+    let delivered = r#"stoker_images_total{stage="delivered"}"#;
+    let (status, before) = http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let d0 = sample(&before, delivered).expect("delivered counter registered at start");
+    assert_eq!(d0, 0.0);
+    assert_eq!(http_get(&addr, "/").0, "HTTP/1.1 404 Not Found");
+
+    let mut c = Client::attach(&socket, options(data.to_str().unwrap(), "m", Some(2))).unwrap();
+    let mut received = 0;
+    let mut during = String::new();
+    while let Some(b) = c.next_batch().unwrap() {
+        received += b.indices().len();
+        if during.is_empty() {
+            during = http_get(&addr, "/metrics").1;
+        }
+    }
+    assert_eq!(received, 28);
+    assert_eq!(sample(&during, "stoker_clients"), Some(1.0), "{during}");
+    assert_eq!(sample(&during, "stoker_jobs"), Some(1.0));
+    assert!(sample(&during, r#"stoker_ring_bytes{memory="host"}"#).unwrap() > 0.0);
+    let (_, after) = http_get(&addr, "/metrics");
+    assert_eq!(
+        sample(&after, delivered),
+        Some(d0 + received as f64),
+        "delivered counter vs images received"
+    );
+    assert!(sample(&after, r#"stoker_images_total{stage="decode"}"#).unwrap() >= received as f64);
+    assert!(sample(&after, "stoker_bytes_read_total").unwrap() > 0.0);
+    assert!(sample(&after, r#"stoker_decode_total{backend="cpu"}"#).unwrap() >= received as f64);
+    assert!(
+        sample(&after, r#"stoker_stage_seconds_count{stage="decode"}"#).unwrap() >= received as f64
+    );
+    for name in documented_metrics() {
+        assert!(
+            after.contains(&format!("# TYPE {name} ")),
+            "documented metric {name} is missing from the scrape:\n{after}"
+        );
+    }
+    check_exposition(&after);
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(mut p) => {
+            p.stdin.take().unwrap().write_all(after.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool check metrics failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(e) => eprintln!(
+            "SKIPPED promtool check metrics: promtool not available ({e}); the strict format \
+             check above ran instead (apt-get install prometheus provides promtool)"
+        ),
+    }
+}
+
+#[test]
+fn stoker_status_prints_jobs_and_json() {
+    let (dir, data, socket, _d) = serving();
+    let mut c = Client::attach(&socket, options(data.to_str().unwrap(), "resnet", None)).unwrap();
+    for _ in 0..3 {
+        assert!(c.next_batch().unwrap().is_some());
+    }
+    let stoker = stokerd_path().with_file_name("stoker");
+    let out = Command::new(&stoker)
+        .args(["status", "--socket", socket.to_str().unwrap()])
+        .output()
+        .expect("run stoker status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains("JOB"), "{table}");
+    assert!(table.contains("resnet"), "{table}");
+    assert!(table.contains("1/1 [0]"), "{table}");
+    assert!(table.contains("backend cpu"), "{table}");
+    let out = Command::new(&stoker)
+        .args(["status", "--json", "--socket", socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clients"], 1);
+    assert_eq!(v["jobs"][0]["job"], "resnet");
+    assert_eq!(v["jobs"][0]["ranks"], serde_json::json!([0]));
+    assert!(v["jobs"][0]["images_delivered"].as_u64().unwrap() >= 12);
+    let out = Command::new(&stoker)
+        .args([
+            "status",
+            "--socket",
+            dir.path().join("none").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+}

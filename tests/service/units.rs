@@ -1,0 +1,143 @@
+//! The units in deploy/, the example config, logs for the journal.
+
+use super::*;
+
+#[test]
+fn systemd_analyze_verifies_the_units() {
+    let analyze = Command::new("systemd-analyze").arg("--version").output();
+    if analyze.is_err() {
+        let installed = Command::new("apt-get")
+            .args(["install", "-y", "systemd"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            eprintln!(
+                "SKIPPED systemd_analyze_verifies_the_units: systemd-analyze is missing and \
+                 `apt-get install systemd` failed"
+            );
+            return;
+        }
+    }
+    // verify checks that ExecStart's binary exists: run it in a temp root holding a stub
+    // /usr/bin/stokerd, the system's own units (targets the socket and service name), and
+    // ours in /etc/systemd/system.
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    std::fs::create_dir_all(r.join("usr/bin")).unwrap();
+    std::fs::create_dir_all(r.join("bin")).unwrap();
+    std::fs::create_dir_all(r.join("etc/systemd/system")).unwrap();
+    std::fs::create_dir_all(r.join("usr/lib/systemd")).unwrap();
+    std::fs::write(r.join("usr/bin/stokerd"), "#!/bin/sh\n").unwrap();
+    std::fs::copy("/bin/kill", r.join("bin/kill")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let stub = r.join("usr/bin/stokerd");
+        std::fs::set_permissions(stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let system = ["/usr/lib/systemd/system", "/lib/systemd/system"]
+        .into_iter()
+        .find(|p| Path::new(p).is_dir())
+        .expect("the system's unit folder");
+    let cp = Command::new("cp")
+        .args(["-r", system])
+        .arg(r.join("usr/lib/systemd/system"))
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut units = Vec::new();
+    for unit in ["stokerd.service", "stokerd.socket"] {
+        let dst = r.join("etc/systemd/system").join(unit);
+        std::fs::copy(deploy.join(unit), &dst).unwrap();
+        units.push(dst);
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", r.display()))
+        .arg("--man=no")
+        .args(&units)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{stderr}"
+    );
+    // Unknown keys are only warnings to verify; they are errors here.
+    assert!(
+        !stderr.contains("Unknown") && !stderr.contains("ignoring"),
+        "systemd-analyze verify warned:\n{stderr}"
+    );
+    let service = std::fs::read_to_string(deploy.join("stokerd.service")).unwrap();
+    for line in [
+        "Type=notify",
+        "ExecStart=/usr/bin/stokerd --config /etc/stoker/stoker.toml",
+        "RestartPreventExitStatus=78",
+        "LimitMEMLOCK=infinity",
+        "RuntimeDirectory=stoker",
+        "CacheDirectory=stoker",
+        "User=stoker",
+        "DeviceAllow=/dev/nvidiactl rw",
+        "DeviceAllow=/dev/nvidia-uvm rw",
+    ] {
+        assert!(
+            service.lines().any(|l| l == line),
+            "stokerd.service lacks {line}"
+        );
+    }
+    assert!(service.lines().any(|l| l.starts_with("WatchdogSec=")));
+    let socket = std::fs::read_to_string(deploy.join("stokerd.socket")).unwrap();
+    for line in [
+        "ListenSequentialPacket=/run/stoker/stoker.sock",
+        "SocketMode=0660",
+        "SocketGroup=stoker-clients",
+    ] {
+        assert!(
+            socket.lines().any(|l| l == line),
+            "stokerd.socket lacks {line}"
+        );
+    }
+}
+
+/// Every key of the config reference parses: the example file is a valid config.
+#[test]
+fn the_example_config_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/stoker.toml.example");
+    let c = stoker_daemon::config::Config::load(&path).unwrap();
+    assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
+}
+
+/// Under systemd ($JOURNAL_STREAM) log lines carry no timestamp; piped, they carry no colour.
+#[test]
+fn logs_suit_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("stoker.toml");
+    std::fs::write(&config, "[server]\nslots = 3\n").unwrap();
+    let run = |journal: bool| {
+        let mut cmd = Command::new(stokerd_path());
+        cmd.args(["--config", config.to_str().unwrap()])
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "info");
+        if journal {
+            cmd.env("JOURNAL_STREAM", "8:12345");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(78));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let journal = run(true);
+    let first = journal.lines().next().unwrap();
+    assert!(first.trim_start().starts_with("ERROR"), "{journal}");
+    assert!(first.contains("slots"), "{journal}");
+    assert!(
+        !journal.contains('\x1b'),
+        "colour codes in piped logs: {journal:?}"
+    );
+    let plain = run(false);
+    let first = plain.lines().next().unwrap();
+    assert!(
+        first.starts_with(|c: char| c.is_ascii_digit()),
+        "no timestamp outside systemd: {plain}"
+    );
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+}
