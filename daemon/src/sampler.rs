@@ -272,15 +272,31 @@ impl Sampler {
         if let Err(e) = self.check_position(epoch, step) {
             panic!("{e}");
         }
+        let start = step * self.batch_size;
+        self.share_into(epoch, start, start + self.batch_size, out);
+    }
+
+    /// This rank's samples of `epoch` from batch `step` to the epoch's end, in the order it
+    /// reads them (what its storage is told to fetch ahead), into `out` (cleared first).
+    ///
+    /// # Panics
+    /// If `step >= steps_in(epoch)` (see [`Sampler::check_position`]).
+    pub fn rest_of_epoch_into(&mut self, epoch: u64, step: u64, out: &mut Vec<u64>) {
+        if let Err(e) = self.check_position(epoch, step) {
+            panic!("{e}");
+        }
+        self.share_into(epoch, step * self.batch_size, u64::MAX, out);
+    }
+
+    /// Positions `start..end` (capped at the rank's share) of this rank's share of `epoch`.
+    fn share_into(&mut self, epoch: u64, start: u64, end: u64, out: &mut Vec<u64>) {
         let part = *self.partition(epoch);
         if self.perm_epoch != Some(epoch) {
             permutation_into(self.len, self.seed, epoch, &mut self.perm);
             self.perm_epoch = Some(epoch);
         }
         out.clear();
-        let start = step * self.batch_size;
-        let end = (start + self.batch_size).min(part.samples_per_rank);
-        for j in start..end {
+        for j in start..end.min(part.samples_per_rank) {
             // Position in the padded permutation; wrap around for the padding.
             let k = part.offset + self.rank + j * self.world_size;
             out.push(self.perm[(k % self.len) as usize]);
@@ -293,6 +309,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use stoker::protocol::StartPosition;
+
+    #[test]
+    fn the_rest_of_an_epoch_is_the_rank_s_next_batches() {
+        let mut s = Sampler::new(103, 7, 1, 4, 5, false).unwrap();
+        let all = epoch_of(&mut s.clone(), 2);
+        let mut rest = Vec::new();
+        s.rest_of_epoch_into(2, 0, &mut rest);
+        assert_eq!(rest, all);
+        s.rest_of_epoch_into(2, 3, &mut rest);
+        assert_eq!(rest, all[15..]);
+    }
 
     fn epoch_of(s: &mut Sampler, epoch: u64) -> Vec<u64> {
         (0..s.steps_per_epoch())

@@ -19,6 +19,7 @@ use super::memory::SlotMemory;
 use super::scheduler::{Chunk, Shared};
 use super::{PipelineError, Position};
 use crate::sampler::Sampler;
+use crate::source::object::Prefetch;
 
 /// A batch handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,8 @@ pub(super) struct FeedState {
     pub(super) failed: Option<BackendFault>,
     /// Set by a [`FeedWaker`], consumed by the consumer's next wake-able wait.
     pub(super) woken: bool,
+    /// The last epoch whose order the dataset's storage was told ([`FeedShared::prefetch`]).
+    pub(super) scheduled: Option<u64>,
 }
 
 /// The batch whose units are being handed out.
@@ -86,6 +89,9 @@ pub(super) struct FeedShared {
     pub(super) state: Mutex<FeedState>,
     /// Signalled when a batch becomes ready, a writer finishes, or the feed stops.
     pub(super) changed: Condvar,
+    /// Told this rank's order as it starts each epoch, so object storage fetches ahead what
+    /// this rank reads next (stops when the feed goes).
+    pub(super) prefetch: Prefetch,
 }
 
 impl FeedShared {
@@ -118,11 +124,13 @@ impl FeedShared {
                 writers: 0,
                 failed: None,
                 woken: false,
+                scheduled: None,
             }),
             job,
             rank,
             ring,
             changed: Condvar::new(),
+            prefetch: Prefetch::default(),
         }
     }
 
@@ -147,6 +155,10 @@ impl FeedShared {
             let pos = st.next;
             st.next = self.advance(pos);
             let st = &mut *st;
+            if st.scheduled != Some(pos.epoch) {
+                st.scheduled = Some(pos.epoch);
+                self.schedule(&mut st.sampler, pos);
+            }
             let s = &mut st.slots[slot];
             st.sampler
                 .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
@@ -180,6 +192,17 @@ impl FeedShared {
             end,
             batch_len: n,
         })
+    }
+
+    /// Tells the dataset's storage the order this rank reads from `pos` to the end of its
+    /// epoch (once an epoch, when its first batch starts; nothing for local datasets).
+    fn schedule(&self, sampler: &mut Sampler, pos: Position) {
+        if !Prefetch::wanted(&self.job.dataset) {
+            return;
+        }
+        let mut order = Vec::new();
+        sampler.rest_of_epoch_into(pos.epoch, pos.step, &mut order);
+        self.prefetch.schedule(&self.job.dataset, pos.epoch, order);
     }
 
     /// Records a completed chunk and publishes every batch that is now complete and next in

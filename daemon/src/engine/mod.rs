@@ -303,8 +303,6 @@ impl Engine {
             });
         }
         let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
-        // s3:// datasets: their objects start coming in the order this epoch reads them.
-        crate::source::object::prefetch_job(&job.dataset, job.seed, start.epoch);
         {
             let mut sched = self.shared.sched.lock().unwrap();
             match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {

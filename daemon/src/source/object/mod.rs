@@ -11,10 +11,10 @@
 //! - One tokio runtime (two threads) runs every request; at most `max_in_flight` downloads are
 //!   in flight at once, all datasets together. Decode workers never run a request: they ask
 //!   the [`cache::NodeCache`] for a chunk's objects, which starts the missing downloads all at
-//!   once, and wait only for those. Starting a job also starts fetching its dataset's objects
-//!   in the order its epoch reads them, in the background (up to the cache cap, with at most
-//!   half of the requests, so the workers' own requests never queue behind it), so a worker
-//!   usually finds its object local or on its way (`prefetch`).
+//!   once, and wait only for those. Each rank's feed tells its [`Prefetch`] the order it
+//!   reads each epoch in, and its objects are fetched in that order in the background (up to
+//!   the cache cap, with at most half of the requests, so the workers' own requests never
+//!   queue behind it), so a worker usually finds its object local or on its way.
 //! - Objects up to `whole_object_max_bytes` are cached whole (image objects, small shards);
 //!   the samples of larger ones (tar shards) are fetched by ranged GETs, each its own cache
 //!   file, neighbours in a chunk merged into one GET (`ranged`). Shards are indexed from the
@@ -55,7 +55,7 @@ use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use entries::{head_urls, Entry};
 pub use index::open_dataset;
-pub use prefetch::prefetch_job;
+pub use prefetch::Prefetch;
 pub use read::{evict, local_file, localize, read_localized, Local};
 
 /// Metric names (recorded through the `metrics` facade).

@@ -1,21 +1,24 @@
-//! Fetching a job's objects ahead of its readers, in the order its epoch reads them.
+//! Fetching a rank's objects ahead of its readers, in the order the rank reads them.
 //!
 //! # Design
-//! When a rank starts ([`prefetch_job`], called by the engine), the objects of its dataset are
-//! listed in the order of the epoch's permutation (each object once; the samples of objects
-//! read by ranged GETs one by one, see `ranged`) and downloaded in that order in the background while they fit in the node cache.
+//! Each rank's feed owns a [`Prefetch`] and tells it, as it starts each epoch, the rank's own
+//! order for the rest of that epoch ([`Prefetch::schedule`], in the spirit of FFCV's
+//! `schedule_epoch`): nothing here recomputes an order. The objects behind that order are
+//! listed (each object once; the samples of objects read by ranged GETs one by one, see
+//! `ranged`) and downloaded in that order in the background while they fit in the node cache.
+//! A newer schedule of the same rank, or the rank's detach, stops the older one at its next
+//! object.
 //! The prefetcher holds at most half of the `max_in_flight` request permits (a share of its
 //! own, shared by every job) and takes each permit only when a download can start, so a
 //! worker's own requests (a chunk whose objects are not local yet) never wait behind a queue
 //! of prefetches. Objects local or under way already are skipped.
 //!
 //! # Limitations
-//! - The order is the epoch's global permutation: with several ranks each reads its own part
-//!   of it, so a rank's next objects may come later than another's.
-//! - Only the starting epoch is fetched ahead; later epochs find the objects in the cache
-//!   while they fit, and fetch on demand otherwise.
+//! - An epoch is scheduled when the rank starts it, so its first objects may still be on
+//!   their way when its first batches are read.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Semaphore;
@@ -33,26 +36,54 @@ fn share() -> Arc<Semaphore> {
         .clone()
 }
 
-/// Starts fetching the objects of `ds` (an `s3://` dataset; others are left alone) in the
-/// order epoch `epoch` of a job with `seed` reads them, unless `s3.prefetch` is off.
-pub fn prefetch_job(ds: &Arc<Dataset>, seed: u64, epoch: u64) {
-    if !is_url(ds.root()) || !config().prefetch {
-        return;
+/// One rank's prefetching: told the rank's order, stopped by the next order or by its drop.
+#[derive(Debug, Default)]
+pub struct Prefetch {
+    /// Bumped by every schedule and by the drop; a run goes on while it holds the newest.
+    generation: Arc<AtomicU64>,
+}
+
+impl Prefetch {
+    /// Whether `ds` has objects to fetch ahead: an `s3://` dataset, with `s3.prefetch` on. A
+    /// feed asks this before it computes an order to schedule.
+    pub fn wanted(ds: &Dataset) -> bool {
+        is_url(ds.root()) && config().prefetch
     }
-    let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
-        return;
-    };
-    let ds = ds.clone();
-    rt.spawn(async move {
-        let Ok(objects) = tokio::task::spawn_blocking(move || in_order(&ds, seed, epoch)).await
-        else {
+
+    /// Starts fetching the objects of samples `order` of `ds` (global sample indices, in the
+    /// order the rank reads them from now on, `epoch`'s), stopping the previous schedule.
+    pub fn schedule(&self, ds: &Arc<Dataset>, epoch: u64, order: Vec<u64>) {
+        let mine = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if !Self::wanted(ds) {
+            return;
+        }
+        let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
             return;
         };
-        run(cache, objects).await;
-    });
+        let (ds, generation) = (ds.clone(), self.generation.clone());
+        tracing::debug!(epoch, samples = order.len(), "prefetch scheduled");
+        rt.spawn(async move {
+            let plan = move || {
+                let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
+                in_order(&ds, &order, &map, config().whole_object_max_bytes)
+            };
+            let Ok(items) = tokio::task::spawn_blocking(plan).await else {
+                return;
+            };
+            let current = || generation.load(Ordering::Relaxed) == mine;
+            run(cache, items, current).await;
+        });
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// What the prefetcher fetches: a whole object, or one sample of a large one.
+#[derive(Debug)]
 enum Item {
     Whole(ObjectRef),
     Piece(Piece),
@@ -67,19 +98,20 @@ impl Item {
     }
 }
 
-/// The dataset's objects (or, for large ones, samples) in the order of the epoch's
-/// permutation, each once.
-fn in_order(ds: &Dataset, seed: u64, epoch: u64) -> Vec<Item> {
-    let mut order = Vec::new();
-    crate::sampler::permutation_into(ds.len() as u64, seed, epoch, &mut order);
-    let max_whole = config().whole_object_max_bytes;
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
+/// The objects (or, for large ones, samples) of the samples `order` of `ds`, in that order,
+/// each once; `objects` are the listed objects by URL.
+fn in_order(
+    ds: &Dataset,
+    order: &[u64],
+    objects: &HashMap<String, ObjectRef>,
+    max_whole: u64,
+) -> Vec<Item> {
     let mut seen = HashSet::new();
     order
         .iter()
         .filter_map(|&i| {
-            let s = ds.sample(i as usize);
-            let o = map.get(s.path.to_string_lossy().as_ref())?;
+            let s = ds.sample(usize::try_from(i).ok()?);
+            let o = objects.get(s.path.to_string_lossy().as_ref())?;
             if ranged::is_piece(o, s.offset, s.len, max_whole) {
                 return Some(Item::Piece(Piece::new(o.clone(), s.offset, s.len)));
             }
@@ -88,10 +120,14 @@ fn in_order(ds: &Dataset, seed: u64, epoch: u64) -> Vec<Item> {
         .collect()
 }
 
-/// Downloads `items` in order while they fit in the cache's free space.
-async fn run(cache: Arc<NodeCache>, items: Vec<Item>) {
+/// Downloads `items` in order while they fit in the cache's free space and `current` says
+/// the schedule is still the rank's newest.
+async fn run(cache: Arc<NodeCache>, items: Vec<Item>, current: impl Fn() -> bool) {
     let mut budget = cache.cap().saturating_sub(cache.total());
     for item in items {
+        if !current() {
+            return;
+        }
         let (name, size) = item.name_and_size();
         if cache.known(&name) {
             continue;
@@ -116,5 +152,70 @@ async fn run(cache: Arc<NodeCache>, items: Vec<Item>) {
             }
             Item::Piece(p) => ranged::prefetch_piece(&cache, p, held),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::Sampler;
+    use crate::source::index::DatasetKind;
+    use crate::source::object::client::Remote;
+    use crate::source::object::{Connection, S3Config};
+    use std::path::Path;
+
+    /// A flat `s3://` dataset of `n` objects (`i.jpg`, `1000 + i` bytes) and its listing.
+    fn listed(n: usize) -> (Dataset, HashMap<String, ObjectRef>) {
+        let cfg = S3Config::default();
+        let remote = Arc::new(Remote::new(&Connection::default(), "b", &cfg).unwrap());
+        let mut ds = Dataset::remote(Path::new("s3://b/d"), DatasetKind::Flat);
+        let mut objects = HashMap::new();
+        for i in 0..n {
+            let key = format!("d/{i}.jpg");
+            let size = 1000 + i as u64;
+            ds.push_object(remote.url(&key).as_bytes(), size, -1)
+                .unwrap();
+            let obj = ObjectRef {
+                remote: remote.clone(),
+                key: key.clone(),
+                size,
+                etag: format!("e{i}"),
+            };
+            objects.insert(remote.url(&key), obj);
+        }
+        (ds, objects)
+    }
+
+    fn sizes(items: &[Item]) -> Vec<u64> {
+        items.iter().map(|i| i.name_and_size().1).collect()
+    }
+
+    #[test]
+    fn the_plan_follows_the_scheduled_rank_s_order() {
+        let (ds, objects) = listed(40);
+        // Rank 2 of 4, from its third batch on: what its feed schedules.
+        let mut rank = Sampler::new(40, 9, 2, 4, 2, false).unwrap();
+        let mut order = Vec::new();
+        rank.rest_of_epoch_into(1, 2, &mut order);
+        assert_eq!(order.len(), 6);
+        let plan = in_order(&ds, &order, &objects, u64::MAX);
+        let want: Vec<u64> = order.iter().map(|&i| 1000 + i).collect();
+        assert_eq!(
+            sizes(&plan),
+            want,
+            "exactly the rank's next objects, in its order"
+        );
+        // Another rank's order plans other objects: nothing comes from a global permutation.
+        let mut other = Sampler::new(40, 9, 1, 4, 2, false).unwrap();
+        other.rest_of_epoch_into(1, 2, &mut order);
+        let theirs = sizes(&in_order(&ds, &order, &objects, u64::MAX));
+        assert!(theirs.iter().all(|s| !want.contains(s)));
+    }
+
+    #[test]
+    fn an_object_read_twice_is_planned_once() {
+        let (ds, objects) = listed(5);
+        let plan = in_order(&ds, &[3, 1, 3, 0, 1], &objects, u64::MAX);
+        assert_eq!(sizes(&plan), [1003, 1001, 1000]);
     }
 }
