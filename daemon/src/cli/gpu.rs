@@ -4,9 +4,9 @@
 //! buffers, and the loud line that says the GPU is the emulated one.
 //!
 //! # Design
-//! - [`route`] asks nvJPEG itself (`nvjpegDecodeBatchedSupportedEx`, then
-//!   `nvjpegDecoderJpegSupported`), after the same limits the CPU decoder applies (an image
-//!   over `max_pixels` is refused before any decoder sees it, on every backend).
+//! - [`route`] is the engine's rule ([`stoker_nvidia::nvjpeg::route`]: nvJPEG's hardware
+//!   engines, then its hybrid decoder, else the CPU), after the engine's limit on pixels
+//!   ([`Limits::admits`]).
 //! - [`decode_sync`] checks that every output buffer holds the image, enqueues the whole
 //!   route's work on one stream and waits for it, so it is safe to call: the buffers outlive
 //!   the work.
@@ -19,30 +19,9 @@
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
+use stoker_nvidia::nvjpeg::{self, DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route};
 
-use crate::decode::{CpuDecoder, DecodeError, Limits};
-
-/// Where the CUDA engine decodes an image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// nvJPEG's hardware engines (batched).
-    Hardware,
-    /// nvJPEG's GPU-hybrid decoupled decoder (progressive, unusual sampling).
-    Hybrid,
-    /// Refused by nvJPEG (or by the limits): the CPU decoder, then uploaded.
-    Cpu,
-}
-
-impl Route {
-    pub fn name(self) -> &'static str {
-        match self {
-            Route::Hardware => "hardware",
-            Route::Hybrid => "hybrid",
-            Route::Cpu => "cpu",
-        }
-    }
-}
+use crate::decode::{probe, CpuDecoder, DecodeError, Limits};
 
 /// How many images took each route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -76,22 +55,16 @@ impl std::fmt::Display for DecodeMix {
     }
 }
 
-/// The route the CUDA engine takes for `jpeg` cut to `roi`.
+/// The route the CUDA engine takes for `jpeg` cut to `roi`: the engine's rule
+/// ([`stoker_nvidia::nvjpeg::route`]) with the engine's limits, on the image's size from the
+/// CPU decoder's header (nvJPEG's where the CPU cannot read one).
 pub fn route(d: &mut NvjpegDecoder, jpeg: &[u8], roi: Option<Roi>, limits: &Limits) -> Route {
-    let Ok(info) = d.info(jpeg) else {
-        return Route::Cpu;
+    let size = match probe(jpeg) {
+        Ok(h) => Some((h.width, h.height)),
+        Err(_) => d.info(jpeg).ok().map(|i| (i.width, i.height)),
     };
-    let pixels = u64::from(info.width) * u64::from(info.height);
-    if pixels > limits.max_pixels || jpeg.len() as u64 > limits.max_file_bytes {
-        return Route::Cpu;
-    }
-    if d.hardware_supports(jpeg, roi).unwrap_or(false) {
-        Route::Hardware
-    } else if d.hybrid_supports(jpeg, roi).unwrap_or(false) {
-        Route::Hybrid
-    } else {
-        Route::Cpu
-    }
+    let within_limits = size.is_some_and(|(w, h)| limits.admits(w, h));
+    nvjpeg::route(d, jpeg, roi, within_limits)
 }
 
 /// One image for the GPU: its bytes, region, output size and where its RGB pixels go (packed,

@@ -60,6 +60,14 @@ pub struct Limits {
     pub max_file_bytes: u64,
 }
 
+impl Limits {
+    /// Whether an image of `width` x `height` is within [`Limits::max_pixels`] (the CUDA
+    /// engine and the tools route an image it refuses to the CPU, which says why).
+    pub fn admits(&self, width: u32, height: u32) -> bool {
+        u64::from(width) * u64::from(height) <= self.max_pixels
+    }
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
@@ -253,7 +261,7 @@ impl JpegHeader {
     }
 
     fn check_limits(&self, limits: &Limits) -> Result<(), DecodeError> {
-        if self.width as u64 * self.height as u64 > limits.max_pixels {
+        if !limits.admits(self.width, self.height) {
             return Err(DecodeError::TooLarge {
                 w: self.width,
                 h: self.height,

@@ -30,10 +30,10 @@
 
 use serde::Serialize;
 use stoker_nvidia::cuda::{Device, DeviceBuffer};
-use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
 
 use super::*;
-use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage, Route};
+use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};
 use crate::decode::{CpuDecoder, Limits};
 
 /// One measured row, or why it was not measured.

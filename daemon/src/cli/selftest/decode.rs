@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::DeviceBuffer;
-use stoker_nvidia::nvjpeg::Roi;
+use stoker_nvidia::nvjpeg::{Roi, Route};
 
 use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;
-use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage, Route};
+use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage};
 use crate::decode::{CpuDecoder, Limits};
 
 /// PSNR every nvJPEG image must reach against the CPU decoder's.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
+use stoker_nvidia::nvjpeg::{route, DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route};
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::{breaks_context, Gpu, MAX_HARDWARE_BATCH};
@@ -33,19 +33,11 @@ const SCRATCH_ALIGN: usize = 256;
 /// rank.
 const MAX_SCRATCH_BYTES: usize = 1 << 30;
 
-/// Which way one image of a batch goes.
-#[derive(Debug, Clone, PartialEq)]
-enum Route {
-    Hardware,
-    Hybrid,
-    Cpu,
-    Bad(BadSample),
-}
-
-/// One image of a batch, planned: its route, its crop and the region nvJPEG decodes.
+/// One image of a batch, planned: its route (the decoder [`route`] chose, or the reason it
+/// is a bad sample), its crop and the region nvJPEG decodes.
 #[derive(Debug, Clone)]
 struct Planned {
-    route: Route,
+    route: Result<Route, BadSample>,
     crop: CropBox,
     flip: bool,
     /// Decoded region in image pixels (the whole image when `None`).
@@ -131,19 +123,10 @@ impl CudaBackend {
             let (crop, flip) = sample_params(spec, w, h, unit.job.seed, unit.pos.epoch, index);
             let roi = clamp.then(|| crop_region(crop, w, h));
             let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
-            let over_limit = u64::from(w) * u64::from(h) > unit.config.limits.max_pixels;
-            let route = if over_limit {
-                // The CPU decoder refuses it with the CPU backend's reason; no scratch for it.
-                Route::Cpu
-            } else if self.decoder.hardware_supports(data, roi).unwrap_or(false) {
-                Route::Hardware
-            } else if self.decoder.hybrid_supports(data, roi).unwrap_or(false) {
-                Route::Hybrid
-            } else {
-                Route::Cpu
-            };
+            // Over the limits: the CPU decoder refuses it with the CPU backend's reason.
+            let within_limits = unit.config.limits.admits(w, h);
             self.plan.push(Planned {
-                route,
+                route: Ok(route(&mut self.decoder, data, roi, within_limits)),
                 crop,
                 flip,
                 roi,
@@ -160,12 +143,12 @@ impl CudaBackend {
     fn place(&mut self) -> Result<(), CudaError> {
         let mut at = 0usize;
         for p in self.plan.iter_mut() {
-            if matches!(p.route, Route::Hardware | Route::Hybrid) {
+            if matches!(p.route, Ok(Route::Hardware | Route::Hybrid)) {
                 let bytes = p.width as usize * p.height as usize * 3;
                 let bytes = bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN;
                 if at + bytes > MAX_SCRATCH_BYTES {
                     // The scratch is bounded: what does not fit takes the CPU path.
-                    p.route = Route::Cpu;
+                    p.route = Ok(Route::Cpu);
                     continue;
                 }
                 p.offset = at;
@@ -188,7 +171,7 @@ impl CudaBackend {
     /// Decodes the hardware images in engines x cores batches, then the hybrid ones; an
     /// image nvJPEG fails on goes to the CPU path.
     fn decode_gpu(&mut self) -> Result<(), BackendFault> {
-        let hw: Vec<usize> = self.routed(&Route::Hardware);
+        let hw: Vec<usize> = self.routed(Route::Hardware);
         let chunk = self.decoder.hardware_batch().min(MAX_HARDWARE_BATCH);
         for ks in hw.chunks(chunk) {
             match self.decode_hardware(ks) {
@@ -203,7 +186,7 @@ impl CudaBackend {
                 r => self.settle_nvjpeg(r, ks)?,
             }
         }
-        for k in self.routed(&Route::Hybrid) {
+        for k in self.routed(Route::Hybrid) {
             let out = self.out(k);
             // SAFETY: as above, for one image.
             let r = unsafe {
@@ -233,9 +216,9 @@ impl CudaBackend {
         }
     }
 
-    fn routed(&self, route: &Route) -> Vec<usize> {
+    fn routed(&self, route: Route) -> Vec<usize> {
         (0..self.plan.len())
-            .filter(|&k| &self.plan[k].route == route)
+            .filter(|&k| self.plan[k].route == Ok(route))
             .collect()
     }
 
@@ -250,7 +233,7 @@ impl CudaBackend {
             Ok(()) => Ok(()),
             Err(e) if e.is_bad_image() => {
                 for &k in ks {
-                    self.plan[k].route = Route::Cpu;
+                    self.plan[k].route = Ok(Route::Cpu);
                 }
                 Ok(())
             }
@@ -269,7 +252,7 @@ impl CudaBackend {
     /// Decodes and augments the CPU path's images on the host, into `host_images`.
     fn decode_cpu(&mut self, unit: &UnitWork<'_>) {
         let image_bytes = unit.layout.image_bytes;
-        let cpu_route = self.routed(&Route::Cpu);
+        let cpu_route = self.routed(Route::Cpu);
         self.host_images.resize(cpu_route.len() * image_bytes, 0);
         for (j, &k) in cpu_route.iter().enumerate() {
             let sample = Sample {
@@ -283,7 +266,7 @@ impl CudaBackend {
             self.plan[k].host = j;
             let out = &mut self.host_images[j * image_bytes..(j + 1) * image_bytes];
             if let Err(bad) = self.cpu.process(sample, &data, out) {
-                self.plan[k].route = Route::Bad(bad);
+                self.plan[k].route = Err(bad);
             }
             self.cpu.bufs[k] = data;
         }
@@ -295,8 +278,8 @@ impl CudaBackend {
         self.samples.clear();
         let base = self.scratch.as_ref().map_or(0, |b| b.ptr());
         for p in &self.plan {
-            let s = match p.route {
-                Route::Hardware | Route::Hybrid => {
+            let s = match &p.route {
+                Ok(Route::Hardware | Route::Hybrid) => {
                     let (x0, y0) = p.roi.map_or((0, 0), |r| (r.x, r.y));
                     let crop = CropBox::new(
                         p.crop.x - f64::from(x0),
@@ -308,7 +291,7 @@ impl CudaBackend {
                     let src = base + p.offset as u64;
                     AugmentSample::new(src, pitch, p.width, p.height, crop, p.flip)
                 }
-                Route::Cpu | Route::Bad(_) => AugmentSample::zeroed(),
+                Ok(Route::Cpu) | Err(_) => AugmentSample::zeroed(),
             };
             self.samples.push(s);
         }
@@ -365,7 +348,7 @@ impl CudaBackend {
     fn upload_cpu(&self, first: u64, image_bytes: usize) -> Result<(), BackendFault> {
         // Each image's own place: a CPU-path image that failed before it kept its place.
         for (k, p) in self.plan.iter().enumerate() {
-            if p.route != Route::Cpu {
+            if p.route != Ok(Route::Cpu) {
                 continue;
             }
             let src = &self.host_images[p.host * image_bytes..(p.host + 1) * image_bytes];
@@ -396,14 +379,15 @@ impl CudaBackend {
     fn count(&self, decode_ns: u64) {
         let s = &self.gpu.stats;
         let gpu = self.gpu.uuid.to_string();
-        for (route, counter, name) in [
-            (Route::Hardware, &s.hardware, "hardware"),
-            (Route::Hybrid, &s.hybrid, "hybrid"),
-            (Route::Cpu, &s.cpu, "cpu"),
+        for (route, counter) in [
+            (Route::Hardware, &s.hardware),
+            (Route::Hybrid, &s.hybrid),
+            (Route::Cpu, &s.cpu),
         ] {
-            let n = self.plan.iter().filter(|p| p.route == route).count() as u64;
+            let n = self.plan.iter().filter(|p| p.route == Ok(route)).count() as u64;
             counter.fetch_add(n, Ordering::Relaxed);
-            metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu.clone(), "path" => name).increment(n);
+            metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu.clone(), "path" => route.name())
+                .increment(n);
         }
         s.batches.fetch_add(1, Ordering::Relaxed);
         s.decode_ns.fetch_add(decode_ns, Ordering::Relaxed);
@@ -441,7 +425,7 @@ impl CudaBackend {
 impl Planned {
     fn bad(bad: BadSample) -> Planned {
         Planned {
-            route: Route::Bad(bad),
+            route: Err(bad),
             crop: CropBox::new(0.0, 0.0, 0.0, 0.0),
             flip: false,
             roi: None,
@@ -504,8 +488,8 @@ impl Backend for CudaBackend {
         self.plan_unit(unit);
         let pending = self.enqueue(unit);
         outcomes.extend(self.plan.iter().map(|p| match &p.route {
-            Route::Bad(bad) => Err(bad.clone()),
-            _ => Ok(()),
+            Err(bad) => Err(bad.clone()),
+            Ok(_) => Ok(()),
         }));
         match pending {
             Ok(p) => Completion::Pending(Box::new(p)),

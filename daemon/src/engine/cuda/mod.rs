@@ -8,7 +8,8 @@
 //! # Design
 //! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
 //!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
-//!   [`crate::augment::sample_params`], then each image goes down one path: the hardware
+//!   [`crate::augment::sample_params`], then each image goes down the path
+//!   [`stoker_nvidia::nvjpeg::route`] gives it (the one rule, shared with the tools): the hardware
 //!   engines (`nvjpegDecodeBatchedEx` with the crop as ROI, in batches of engines x cores),
 //!   the GPU-hybrid decoder (ROI), or the CPU (what nvJPEG refuses or fails on: the CPU
 //!   backend's decode and augment, uploaded into the slot). One fused `stoker_augment` launch

@@ -14,6 +14,7 @@
 //!   is what `stoker_augment` reads.
 //! - `nvjpegDecodeBatched` decodes exactly the batch size it was initialised with; a batch of
 //!   another size re-initialises (a partial last batch only).
+//! - Which decoder takes an image is one rule, [`route`], used by the engine and the tools.
 //!
 //! # Limitations
 //! Nothing past loading the library and reading its version runs without a GPU: the decoder
@@ -21,6 +22,7 @@
 
 mod handles;
 mod result;
+mod route;
 mod sys;
 
 use std::ffi::c_int;
@@ -29,6 +31,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Device, Stream};
 use crate::loader::Loaded;
+pub use route::{route, Route, RouteQuery};
+
 use handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream, LibHandle, PinnedBuffer,
 };
