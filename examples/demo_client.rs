@@ -31,7 +31,7 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
-        socket: stoker::client::default_socket_path(),
+        socket: stoker::default_socket_path(),
         dataset: String::new(),
         epochs: 3,
         batch: 64,

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use stoker::protocol::{Attached, Message, Ready, Release, MAX_MESSAGE_BYTES};
-use stoker::sock::SeqPacketListener;
+use stoker::socket::SeqPacketListener;
 use stoker::VmmPlan;
 use stoker::{
     AttachOptions, Client, ClientError, ConsumerStream, ImageMemory, MemfdRing, PipelineSpec,

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 
 use crate::ratelimit::{Admit, RateLimit};
 

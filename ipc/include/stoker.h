@@ -326,6 +326,31 @@ const char *stoker_last_error(void);
 const char *stoker_result_name(int32_t result);
 
 /**
+ * Declares that the batch's images are (or will be) used on the CUDA stream `stream`: a
+ * `CUstream`/`cudaStream_t` of the client GPU's primary context as an integer, or `1`
+ * (legacy default stream), `2` (per-thread default stream), `0` (the null stream), the
+ * numbers DLPack's `stream` argument uses. When the batch is finally released, an event is
+ * recorded on each stream named, and the slot goes back to the daemon only once they
+ * completed; the thread that releases never waits for the GPU. Without any named stream the
+ * release fences the legacy default stream. Has no effect on host images.
+ *
+ * # Safety
+ * `batch` is a live batch; `stream` stays a live stream until the batch is released.
+ */
+stoker_result stoker_batch_record_stream(struct stoker_batch *batch, size_t stream);
+
+/**
+ * Copies the batch's `n` images (`stoker_batch_header.images_bytes` bytes, in the spec's dtype
+ * and layout) into `dst`, from host or GPU memory. Synchronous and slow: for inspection and
+ * tests, never the training path (use the DLPack tensor there). `bytes` must equal the
+ * images' size.
+ *
+ * # Safety
+ * `batch` is a live batch; `dst` is writable for `bytes` bytes.
+ */
+stoker_result stoker_batch_copy_images_to_host(struct stoker_batch *batch, void *dst, size_t bytes);
+
+/**
  * Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its
  * `size`.
  *
@@ -362,6 +387,15 @@ stoker_result stoker_client_info(struct stoker_client *client, struct stoker_att
  * `client` is a live client; `info` points to a `stoker_stall_info` with `size` set.
  */
 stoker_result stoker_client_stall(struct stoker_client *client, struct stoker_stall_info *info);
+
+/**
+ * Detaches and frees the client. Batches and tensors still held stay readable; their
+ * releases go nowhere. NULL is ignored.
+ *
+ * # Safety
+ * `client` is NULL or a live client that no other thread is using, not used afterwards.
+ */
+void stoker_detach(struct stoker_client *client);
 
 /**
  * Waits for the next batch. `STOKER_OK`: `*out` is a batch to pass to `stoker_batch_release`.
@@ -445,40 +479,6 @@ void stoker_dlpack_delete(DLManagedTensorVersioned *tensor);
  * `batch` is NULL or a live batch, not used afterwards.
  */
 void stoker_batch_release(struct stoker_batch *batch);
-
-/**
- * Detaches and frees the client. Batches and tensors still held stay readable; their
- * releases go nowhere. NULL is ignored.
- *
- * # Safety
- * `client` is NULL or a live client that no other thread is using, not used afterwards.
- */
-void stoker_detach(struct stoker_client *client);
-
-/**
- * Declares that the batch's images are (or will be) used on the CUDA stream `stream`: a
- * `CUstream`/`cudaStream_t` of the client GPU's primary context as an integer, or `1`
- * (legacy default stream), `2` (per-thread default stream), `0` (the null stream), the
- * numbers DLPack's `stream` argument uses. When the batch is finally released, an event is
- * recorded on each stream named, and the slot goes back to the daemon only once they
- * completed; the thread that releases never waits for the GPU. Without any named stream the
- * release fences the legacy default stream. Has no effect on host images.
- *
- * # Safety
- * `batch` is a live batch; `stream` stays a live stream until the batch is released.
- */
-stoker_result stoker_batch_record_stream(struct stoker_batch *batch, size_t stream);
-
-/**
- * Copies the batch's `n` images (`stoker_batch_header.images_bytes` bytes, in the spec's dtype
- * and layout) into `dst`, from host or GPU memory. Synchronous and slow: for inspection and
- * tests, never the training path (use the DLPack tensor there). `bytes` must equal the
- * images' size.
- *
- * # Safety
- * `batch` is a live batch; `dst` is writable for `bytes` bytes.
- */
-stoker_result stoker_batch_copy_images_to_host(struct stoker_batch *batch, void *dst, size_t bytes);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,8 +1,16 @@
-//! stoker's process boundary: the pipeline spec, the ring layout, the protocol messages, fd
-//! passing, memfd rings, the Rust client and the C ABI (`capi`, DLPack tensors in `dlpack`,
-//! header `include/stoker.h`).
+//! The stoker client library (`libstoker`): everything a training process needs to talk to
+//! `stokerd`, and everything that crosses the process boundary between them.
 //!
-//! Device memory sharing is inter-process communication too: `vmm_plan` sizes a ring in device
+//! - `spec`: what a batch is (the pipeline spec), validated.
+//! - `ring`: the ring layout both sides compute from the spec, memfd rings (host memory) and
+//!   the plan of a ring in device memory.
+//! - `protocol`: the messages on the daemon's socket and their wire format.
+//! - `socket`: SOCK_SEQPACKET sockets with fd passing, and which socket path to use.
+//! - `client`: the Rust client (attach, receive batches, release them, resume).
+//! - `capi`: the C ABI of `libstoker.so` (header `include/stoker.h`), which the Python package
+//!   uses through ctypes; `dlpack`: the DLPack tensors it hands out.
+//!
+//! Device memory sharing is inter-process communication too: `ring::vmm_plan` sizes a ring in device
 //! memory, and the client imports it with the CUDA driver binding of `stoker-nvidia` (without
 //! NVRTC or nvJPEG).
 //!
@@ -10,24 +18,19 @@
 
 pub mod capi;
 pub mod client;
-/// cbindgen:ignore
-mod client_device;
 pub mod dlpack;
-pub mod memfd;
 pub mod protocol;
 pub mod ring;
-pub mod sock;
+pub mod socket;
 pub mod spec;
-/// cbindgen:ignore
-pub mod vmm_plan;
 
 pub use client::{
-    client_socket_path, default_socket_path, user_socket_path, AttachOptions, Batch, Client,
-    ClientError, ConsumerStream, DeviceError, DeviceSlice, StallStats,
+    resolve_device, AttachOptions, Batch, Client, ClientError, ConsumerStream, DeviceError,
+    DeviceSlice, StallStats,
 };
-pub use client_device::resolve_device;
-pub use memfd::{MemfdError, MemfdRing};
 pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
+pub use ring::memfd::{MemfdError, MemfdRing};
+pub use ring::vmm_plan::VmmPlan;
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
+pub use socket::path::{client_socket_path, default_socket_path, user_socket_path};
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};
-pub use vmm_plan::VmmPlan;

@@ -4,7 +4,7 @@
 //! validate or be refused without a panic (the daemon sizes a ring from it).
 //!
 //! Short mode (CI): [`fuzz_cases::DEFAULT_CASES`] cases per property. Long mode:
-//! `STOKER_FUZZ_CASES=1000000 cargo test -p stoker-ipc --release --test fuzz_protocol`.
+//! `STOKER_FUZZ_CASES=1000000 cargo test -p stoker-client --release --test fuzz_protocol`.
 //! A failing case is saved by proptest under `proptest-regressions/` and replayed first on
 //! every later run; add it as a named test below as well.
 

@@ -39,7 +39,7 @@ fn checked_in_header_matches_cbindgen_output() {
         .arg("--config")
         .arg(ipc.join("cbindgen.toml"))
         .arg("--crate")
-        .arg("stoker-ipc")
+        .arg("stoker-client")
         .arg("--output")
         .arg(&fresh)
         .arg(&ipc)
@@ -60,7 +60,7 @@ fn checked_in_header_matches_cbindgen_output() {
             .unwrap_or(fresh.lines().count().min(checked_in.lines().count()));
         panic!(
             "ipc/include/stoker.h is stale (first difference at line {}); regenerate it:\n  \
-             cbindgen --config ipc/cbindgen.toml --crate stoker-ipc --output ipc/include/stoker.h ipc",
+             cbindgen --config ipc/cbindgen.toml --crate stoker-client --output ipc/include/stoker.h ipc",
             first + 1
         );
     }

@@ -230,7 +230,7 @@ def _load():
             lib.path = str(path)
             return lib
     raise ImportError(
-        "libstoker.so not found; build it with `cargo build --release -p stoker-ipc` and "
+        "libstoker.so not found; build it with `cargo build --release -p stoker-client` and "
         "reinstall (`pip install ./python`), or point STOKER_LIB at it. Looked in: "
         + ", ".join(str(p) for p in tried)
     )

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{
     Attach, Attached, Message, Ready, Release, StartPosition, MAX_MESSAGE_BYTES,
 };
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, ErrorCode, PipelineSpec, SampleStatus};
 use stoker_testkit::attach::{rank_options, u8_spec as spec};
 use stoker_testkit::batches::{drain, got, write_config, Got};

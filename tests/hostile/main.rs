@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use stoker::protocol::{Attach, ErrorCode, Message, Release, StartPosition, MAX_MESSAGE_BYTES};
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, PipelineSpec, SampleStatus};
 use stoker_daemon::decode::Limits;
 use stoker_daemon::pack::TarWriter;

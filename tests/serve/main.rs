@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stoker::protocol::{ErrorCode, Message, StartPosition, MAX_MESSAGE_BYTES};
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec};
 use stoker_daemon::pipeline::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};
 use stoker_daemon::source::index::{Dataset, OpenOptions};

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use stoker::protocol::ErrorCode;
-use stoker::sock::SeqPacketListener;
+use stoker::socket::SeqPacketListener;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec};
 use stoker_testkit::{stokerd_path, write_image_folder, Daemon};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use stoker::protocol::{DaemonStatus, Message, MAX_MESSAGE_BYTES};
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 
 /// How long the daemon may take to answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,10 +31,10 @@ pub enum StatusError {
     #[error("cannot reach the daemon at {}: {source}", path.display())]
     Connect {
         path: PathBuf,
-        source: stoker::sock::SockError,
+        source: stoker::socket::SockError,
     },
     #[error("talking to the daemon: {0}")]
-    Socket(#[from] stoker::sock::SockError),
+    Socket(#[from] stoker::socket::SockError),
     #[error("the daemon closed the connection without answering")]
     Closed,
     #[error("the daemon's answer: {0}")]
@@ -71,7 +71,7 @@ pub fn run(args: &StatusArgs) -> i32 {
     let socket = args
         .socket
         .clone()
-        .unwrap_or_else(stoker::client::client_socket_path);
+        .unwrap_or_else(stoker::client_socket_path);
     match query(&socket) {
         Ok(s) if args.json => {
             println!(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use stoker::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
 };
-use stoker::sock::{SeqPacket, SockError};
+use stoker::socket::{SeqPacket, SockError};
 
 use crate::access::{Peer, QuotaGrant};
 use crate::engine::{Feed, FeedEvent, PipelineError, Position};

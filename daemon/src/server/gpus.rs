@@ -20,8 +20,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use stoker::memfd::{page_size, MemfdRing};
 use stoker::protocol::{ErrorCode, GpuStatus};
+use stoker::ring::memfd::{page_size, MemfdRing};
 use stoker::ring::RingLayout;
 use stoker::spec::PipelineSpec;
 use stoker::VmmPlan;

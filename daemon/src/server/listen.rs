@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use stoker::sock::{SeqPacket, SeqPacketListener, SockError};
+use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::access::Quotas;
 use crate::engine::Engine;

@@ -55,7 +55,7 @@ pub use ops::ServerHandle;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use stoker::sock::SockError;
+use stoker::socket::SockError;
 
 use crate::access::{AccessPolicy, QuotaLimits};
 use crate::backend::BackendKind;

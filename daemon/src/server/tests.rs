@@ -87,7 +87,7 @@ fn a_created_socket_gets_the_configured_mode_and_group() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.sock");
-    let _listener = stoker::sock::SeqPacketListener::bind(&path).unwrap();
+    let _listener = stoker::socket::SeqPacketListener::bind(&path).unwrap();
     // SAFETY: getegid has no preconditions and cannot fail.
     let gid = unsafe { libc::getegid() };
     set_socket_permissions(&path, 0o640, Some(&gid.to_string())).unwrap();

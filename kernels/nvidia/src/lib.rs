@@ -12,7 +12,7 @@
 //! serves every host, and a missing library or symbol is an error value, never a panic.
 //!
 //! This crate knows nothing of sockets, rings' layouts or pixels: the client library
-//! (`stoker-ipc`) imports device rings with it, the kernels crate (`stoker-kernels`) compiles
+//! (`stoker-client`) imports device rings with it, the kernels crate (`stoker-kernels`) compiles
 //! and launches its `.cu` sources with it, and the daemon decodes with it.
 //!
 //! # Limitations

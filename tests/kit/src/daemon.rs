@@ -110,7 +110,7 @@ impl Daemon {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("stokerd exited before serving: {status}");
             }
-            if stoker::sock::SeqPacket::connect(&self.socket).is_ok() {
+            if stoker::socket::SeqPacket::connect(&self.socket).is_ok() {
                 return;
             }
             assert!(Instant::now() < deadline, "stokerd did not listen in time");
@@ -275,7 +275,7 @@ pub fn try_stokerd_path() -> Result<PathBuf, String> {
 pub fn libstoker_path() -> Result<PathBuf, String> {
     let p = profile_dir().join("libstoker.so");
     if !p.is_file() {
-        build(&["-p", "stoker-ipc", "--lib"])?;
+        build(&["-p", "stoker-client", "--lib"])?;
     }
     Ok(p)
 }

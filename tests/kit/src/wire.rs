@@ -4,7 +4,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use stoker::protocol::{Attach, Message, MAX_MESSAGE_BYTES};
-use stoker::sock::SeqPacket;
+use stoker::socket::SeqPacket;
 
 /// Connects to `socket`, sends `a` and returns the connection, the fd passed with the answer
 /// (the ring, when attached) and the answer.

@@ -153,7 +153,7 @@ fn start_stokerd(
     let mut guard = ChildGuard(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     // Another process's readiness: nothing to be woken by, so look every 20 ms.
-    while stoker::sock::SeqPacket::connect(&socket).is_err() {
+    while stoker::socket::SeqPacket::connect(&socket).is_err() {
         if let Ok(Some(status)) = guard.0.try_wait() {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             let why = text

@@ -45,7 +45,7 @@ impl VmmPlan {
             return Err(CudaError::Invalid("a ring of 0 slots".into()));
         }
         let layout =
-            RingLayout::with_device_images(spec, slots, crate::memfd::page_size(), granularity);
+            RingLayout::with_device_images(spec, slots, super::memfd::page_size(), granularity);
         Ok(VmmPlan {
             layout,
             granularity: granularity.max(crate::ring::SLOT_ALIGN),

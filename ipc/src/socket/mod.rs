@@ -1,5 +1,6 @@
 //! Unix SOCK_SEQPACKET sockets: listen, connect, accept, and send/receive one message with
-//! optional file descriptors (SCM_RIGHTS).
+//! optional file descriptors (SCM_RIGHTS); [`path`]: which socket a daemon listens on and a
+//! client connects to unless told otherwise.
 //!
 //! # Design
 //! - SOCK_SEQPACKET keeps message boundaries and is connection-oriented, so one `send` is one
@@ -20,6 +21,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::time::Duration;
+
+pub mod path;
 
 /// Most descriptors one message carries.
 pub const MAX_FDS: usize = 4;

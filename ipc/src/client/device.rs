@@ -33,10 +33,10 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use crate::memfd::MemfdRing;
 use crate::protocol::{Attached, Message, Release};
+use crate::ring::memfd::MemfdRing;
 use crate::ring::RingLayout;
-use crate::sock::SeqPacket;
+use crate::socket::SeqPacket;
 use crate::spec::PipelineSpec;
 use crate::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
@@ -328,7 +328,7 @@ pub(crate) fn send_release(
     sock: &SeqPacket,
     slot: u32,
     generation: u64,
-) -> Result<(), crate::sock::SockError> {
+) -> Result<(), crate::socket::SockError> {
     let msg = Message::Release(Release { slot, generation })
         .encode()
         .expect("a RELEASE always encodes");

@@ -23,10 +23,17 @@
 //! ```
 //! Every region starts on a [`SLOT_ALIGN`]-byte boundary, and so does every slot of each part.
 //!
+//! [`memfd`] holds a ring in shared host memory (the host part, and the images of the CPU
+//! backend); [`vmm_plan`] sizes the image part of a ring in device memory.
+//!
 //! # Limitations
 //! - One image memory per ring: all its slots live in host memory, or all on one device.
 
 use crate::spec::PipelineSpec;
+
+pub mod memfd;
+/// cbindgen:ignore
+pub mod vmm_plan;
 
 /// Alignment of every slot and of every region inside one (CUDA wants 256 for vector loads).
 pub const SLOT_ALIGN: usize = 256;

@@ -1,0 +1,312 @@
+//! Attaching, what the daemon said at attach, the measured data stall, and detaching.
+
+use std::ffi::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use super::*;
+use crate::client::{AttachOptions, Client};
+use crate::protocol::{EpochOffset, StartPosition};
+use crate::ring::ImageMemory;
+use crate::spec::PipelineSpec;
+
+/// Attach parameters. Initialise with `stoker_attach_options_init`, then set fields.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct stoker_attach_options {
+    /// `sizeof(stoker_attach_options)` as the caller was compiled.
+    pub size: usize,
+    /// Daemon socket path; NULL: `$STOKER_SOCKET`; else `/run/stoker/stoker.sock` if a daemon
+    /// answers there; else this user's own, `$XDG_RUNTIME_DIR/stoker/stoker.sock` or
+    /// `/tmp/stoker-<uid>/stoker.sock`.
+    pub socket: *const c_char,
+    /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
+    /// process and attach.
+    pub job: *const c_char,
+    pub rank: u32,
+    /// 0 is taken as 1.
+    pub world_size: u32,
+    /// Registered dataset name or path. Required.
+    pub dataset: *const c_char,
+    /// The pipeline spec as JSON (see docs/c-abi.md). Required.
+    pub spec_json: *const c_char,
+    pub seed: u64,
+    /// First batch to receive: `start_step` of `start_epoch`.
+    pub start_epoch: u64,
+    pub start_step: u64,
+    /// `"cpu"` or a GPU UUID; NULL: `"cpu"`.
+    pub device: *const c_char,
+    /// Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
+    /// first `offset_consumed` samples of its permutation, over this attach's world size.
+    /// `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
+    pub offset_epoch: u64,
+    pub offset_consumed: u64,
+}
+
+impl Default for stoker_attach_options {
+    fn default() -> Self {
+        stoker_attach_options {
+            size: std::mem::size_of::<stoker_attach_options>(),
+            socket: std::ptr::null(),
+            job: std::ptr::null(),
+            rank: 0,
+            world_size: 1,
+            dataset: std::ptr::null(),
+            spec_json: std::ptr::null(),
+            seed: 0,
+            start_epoch: 0,
+            start_step: 0,
+            device: std::ptr::null(),
+            offset_epoch: 0,
+            offset_consumed: 0,
+        }
+    }
+}
+
+/// What the daemon said when the client attached.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct stoker_attach_info {
+    /// Set by the caller to `sizeof(stoker_attach_info)`; only that many bytes are written.
+    pub size: usize,
+    /// Slots in this rank's ring (how many batches it may hold at once).
+    pub slots: u32,
+    /// Samples per batch (the spec's batch size).
+    pub batch_size: u32,
+    /// Batches per epoch for this rank.
+    pub steps_per_epoch: u64,
+    /// Samples in the dataset.
+    pub dataset_len: u64,
+    /// Classes in the dataset; labels are `0..classes`.
+    pub classes: u64,
+    /// Output image `(height, width)`; 3 channels.
+    pub height: u32,
+    pub width: u32,
+    /// Where a client would resume: the (epoch, step) after the last batch received.
+    pub next_epoch: u64,
+    pub next_step: u64,
+    /// The same place as an elastic resume point: samples of epoch `next_epoch`'s
+    /// permutation every rank together consumed before it (pass it as `offset_consumed`, with
+    /// `offset_epoch = next_epoch` and start (next_epoch, 0), to resume at any world size).
+    pub next_consumed: u64,
+    /// Batches per rank of the attach's offset epoch (`steps_per_epoch` without an offset).
+    pub offset_epoch_steps: u64,
+    /// Where the images are: 0 host memory (the ring's memfd), 1 the client GPU's memory (the
+    /// daemon's CUDA backend: the images tensor is on kDLCUDA).
+    pub image_memory: u32,
+    /// For device images, the CUDA device ordinal as this process numbers devices (under its
+    /// `CUDA_VISIBLE_DEVICES`); -1 for host images.
+    pub device_id: i32,
+}
+
+/// Where the training loop's time went since the attach (the data stall), as the client
+/// measured it: time blocked in `stoker_next` and time between its calls.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct stoker_stall_info {
+    /// Set by the caller to `sizeof(stoker_stall_info)`; only that many bytes are written.
+    pub size: usize,
+    /// Seconds spent inside `stoker_next` waiting for a batch.
+    pub wait_s: f64,
+    /// Seconds spent between a `stoker_next` returning and the following call.
+    pub compute_s: f64,
+    /// `wait_s / (wait_s + compute_s)`, 0 before anything was measured.
+    pub wait_fraction: f64,
+    /// Batches received.
+    pub batches: u64,
+}
+/// Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its
+/// `size`.
+///
+/// # Safety
+/// `options` is NULL or points to a writable `stoker_attach_options`.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_attach_options_init(
+    options: *mut stoker_attach_options,
+) -> stoker_result {
+    entry(|| {
+        check_out(options, "options")?;
+        // SAFETY: non-NULL and, by the caller's promise, a writable options struct.
+        unsafe { options.write(stoker_attach_options::default()) };
+        Ok(STOKER_OK)
+    })
+}
+
+/// Connects to the daemon and attaches; on success `*out` is a client to pass to
+/// `stoker_detach` eventually.
+///
+/// # Safety
+/// `options` points to a `stoker_attach_options` of at least its `size` bytes, whose strings
+/// are NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_attach(
+    options: *const stoker_attach_options,
+    out: *mut *mut stoker_client,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        // SAFETY: `out` is non-NULL and writable by the caller's promise.
+        unsafe { out.write(std::ptr::null_mut()) };
+        if options.is_null() {
+            return Err(Failure::invalid("options is NULL"));
+        }
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        let o = unsafe { read_versioned(options, "stoker_attach_options") }?;
+        // SAFETY: each string is NULL or NUL-terminated by the caller's promise.
+        let (socket, job, dataset, spec_json, device) = unsafe {
+            (
+                opt_str(o.socket, "socket")?,
+                opt_str(o.job, "job")?,
+                opt_str(o.dataset, "dataset")?,
+                opt_str(o.spec_json, "spec_json")?,
+                opt_str(o.device, "device")?,
+            )
+        };
+        let dataset = dataset.ok_or_else(|| Failure::invalid("dataset is NULL"))?;
+        let spec_json = spec_json.ok_or_else(|| Failure::invalid("spec_json is NULL"))?;
+        let spec: PipelineSpec = serde_json::from_str(&spec_json).map_err(|e| Failure {
+            code: STOKER_ERR_SPEC,
+            message: format!("spec_json is not a pipeline spec: {e}"),
+        })?;
+        let world_size = o.world_size.max(1);
+        let job = match job {
+            Some(job) => job,
+            None if world_size == 1 => format!(
+                "anonymous-{}-{}",
+                std::process::id(),
+                ANONYMOUS_JOBS.fetch_add(1, Ordering::Relaxed)
+            ),
+            None => {
+                return Err(Failure::invalid(
+                    "job is NULL: ranks of a job of world_size > 1 must share a job key",
+                ))
+            }
+        };
+        let mut opts = AttachOptions::new(job, dataset, spec);
+        opts.rank = o.rank;
+        opts.world_size = world_size;
+        opts.device = device.unwrap_or_else(|| "cpu".into());
+        opts.seed = o.seed;
+        opts.start = StartPosition {
+            epoch: o.start_epoch,
+            step: o.start_step,
+            offset: (o.offset_consumed > 0).then_some(EpochOffset {
+                epoch: o.offset_epoch,
+                consumed: o.offset_consumed,
+            }),
+        };
+        let client = match socket {
+            Some(socket) => Client::attach(Path::new(&socket), opts)?,
+            None => Client::attach_default(opts)?,
+        };
+        let handle = Box::new(stoker_client {
+            client: Mutex::new(client),
+        });
+        // SAFETY: `out` is non-NULL and writable (checked above).
+        unsafe { out.write(Box::into_raw(handle)) };
+        Ok(STOKER_OK)
+    })
+}
+
+/// Fills `*info` (up to `info->size` bytes) with what the daemon said at attach and where the
+/// client would resume now.
+///
+/// # Safety
+/// `client` is a live client; `info` points to a `stoker_attach_info` with `size` set.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_info(
+    client: *mut stoker_client,
+    info: *mut stoker_attach_info,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(info, "info")?;
+        let guard = lock(c)?;
+        let a = guard.attached();
+        let spec = guard.spec();
+        let (height, width) = spec.crop.output_size();
+        let position = guard.position();
+        let value = stoker_attach_info {
+            size: 0,
+            slots: a.slots,
+            batch_size: spec.batch_size,
+            steps_per_epoch: a.steps_per_epoch,
+            dataset_len: a.dataset_len,
+            classes: a.classes,
+            height,
+            width,
+            next_epoch: position.epoch,
+            next_step: position.step,
+            next_consumed: position
+                .consumed(guard.world_size(), spec.batch_size)
+                .consumed,
+            offset_epoch_steps: position
+                .offset
+                .map_or(a.steps_per_epoch, |o| guard.steps_in(o.epoch)),
+            image_memory: match guard.image_memory() {
+                ImageMemory::Host => 0,
+                ImageMemory::Device => 1,
+            },
+            device_id: guard.device_ordinal().unwrap_or(-1),
+        };
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_attach_info") }?;
+        Ok(STOKER_OK)
+    })
+}
+
+/// Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
+/// The client also reports it to the daemon, which shows it per rank (`stoker status`).
+///
+/// # Safety
+/// `client` is a live client; `info` points to a `stoker_stall_info` with `size` set.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_stall(
+    client: *mut stoker_client,
+    info: *mut stoker_stall_info,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(info, "info")?;
+        let stall = lock(c)?.stall();
+        let value = stoker_stall_info {
+            size: 0,
+            wait_s: stall.wait.as_secs_f64(),
+            compute_s: stall.compute.as_secs_f64(),
+            wait_fraction: stall.wait_fraction(),
+            batches: stall.batches,
+        };
+        // SAFETY: non-NULL, valid for its size by the caller's promise.
+        unsafe { write_versioned(info, value, "stoker_stall_info") }?;
+        Ok(STOKER_OK)
+    })
+}
+
+pub(super) fn lock(c: &stoker_client) -> Result<std::sync::MutexGuard<'_, Client>, Failure> {
+    c.client.lock().map_err(|_| Failure {
+        code: STOKER_ERR_INTERNAL,
+        message: "client is unusable: an earlier call panicked while holding it".into(),
+    })
+}
+
+/// Detaches and frees the client. Batches and tensors still held stay readable; their
+/// releases go nowhere. NULL is ignored.
+///
+/// # Safety
+/// `client` is NULL or a live client that no other thread is using, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_detach(client: *mut stoker_client) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if !client.is_null() {
+            // SAFETY: a live handle from `stoker_attach`, detached once.
+            drop(unsafe { Box::from_raw(client) });
+        }
+    }));
+}

@@ -1,0 +1,193 @@
+//! A received batch: a lease on one filled slot, its images, labels, indices and statuses.
+
+use std::sync::{Arc, Mutex};
+
+use super::{ClientError, Connection, ConsumerStream, DeviceError};
+use crate::protocol::Ready;
+use crate::ring::{ImageMemory, SampleStatus};
+
+#[derive(Debug)]
+pub struct Batch {
+    pub(super) conn: Arc<Connection>,
+    pub(super) ready: Ready,
+    pub(super) released: bool,
+    /// The consumer streams to fence the release on (device images only).
+    pub(super) streams: Mutex<Vec<ConsumerStream>>,
+}
+
+/// Where a device batch's images are: `bytes` at device address `ptr` on the client's GPU
+/// `ordinal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSlice {
+    pub ptr: u64,
+    pub bytes: usize,
+    pub ordinal: i32,
+}
+
+impl Batch {
+    pub fn epoch(&self) -> u64 {
+        self.ready.epoch
+    }
+
+    pub fn step(&self) -> u64 {
+        self.ready.step
+    }
+
+    /// Samples in this batch (the spec's batch size, or fewer for a short last batch).
+    pub fn n(&self) -> usize {
+        self.ready.n as usize
+    }
+
+    pub fn slot(&self) -> usize {
+        self.ready.slot as usize
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.ready.generation
+    }
+
+    /// `len` bytes at `offset` in the slot's host part (labels, indices, status).
+    fn region(&self, offset: usize, len: usize) -> &[u8] {
+        // SAFETY: this batch holds the slot's lease, so the daemon does not write the slot
+        // until the RELEASE that `drop` sends, after every borrow of `self` has ended.
+        let slot = unsafe { self.conn.ring.host_bytes(self.slot()) };
+        &slot[offset..offset + len]
+    }
+
+    /// The `n` images, packed in the spec's dtype and layout.
+    ///
+    /// # Panics
+    /// When the images are in device memory ([`Batch::image_memory`]): use
+    /// [`Batch::device_images`] or [`Batch::copy_images_to_host`].
+    pub fn images(&self) -> &[u8] {
+        let s = &self.conn.ring.layout().slot;
+        // SAFETY: as in `region`: the lease keeps the daemon from writing the slot.
+        let slot = unsafe { self.conn.ring.image_bytes(self.slot()) }.expect(
+            "the images are in device memory: use device_images() or copy_images_to_host()",
+        );
+        &slot[s.images..s.images + self.n() * s.image_bytes]
+    }
+
+    /// Where the images live: host memory or the client's GPU.
+    pub fn image_memory(&self) -> ImageMemory {
+        self.conn.ring.layout().image_memory
+    }
+
+    /// Bytes of the `n` images.
+    pub fn images_len(&self) -> usize {
+        self.n() * self.conn.ring.layout().slot.image_bytes
+    }
+
+    /// The images' device address, when they are in device memory. Valid while the batch
+    /// (its lease) lives; work a consumer enqueues on it must be fenced with
+    /// [`Batch::record_stream`] unless it runs on the legacy default stream.
+    pub fn device_images(&self) -> Option<DeviceSlice> {
+        let d = self.conn.device.as_ref()?;
+        Some(DeviceSlice {
+            ptr: d.slot_ptr(self.slot()),
+            bytes: self.images_len(),
+            ordinal: d.ordinal(),
+        })
+    }
+
+    /// Copies the `n` images to `out` (exactly [`Batch::images_len`] bytes), from host or
+    /// device memory; synchronous, for inspection and tests, not for the training path.
+    pub fn copy_images_to_host(&self, out: &mut [u8]) -> Result<(), ClientError> {
+        if out.len() != self.images_len() {
+            return Err(ClientError::Invalid(format!(
+                "copy of the images into {} bytes; they are {} bytes",
+                out.len(),
+                self.images_len()
+            )));
+        }
+        match &self.conn.device {
+            None => out.copy_from_slice(self.images()),
+            Some(d) => d.copy_to_host(self.slot(), out).map_err(|source| {
+                ClientError::Device(DeviceError::Cuda {
+                    device: d.uuid().to_string(),
+                    source,
+                })
+            })?,
+        }
+        Ok(())
+    }
+
+    /// Declares that a consumer used the images on `stream` (a stream of the client GPU's
+    /// primary context, or a null-stream handle): the release then waits for the work
+    /// enqueued there before the slot goes back. Without any, the release fences the legacy
+    /// default stream. Ignored for host images.
+    pub fn record_stream(&self, stream: ConsumerStream) {
+        if self.conn.device.is_none() {
+            return;
+        }
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if !streams.contains(&stream) {
+            streams.push(stream);
+        }
+    }
+
+    /// Pointer to the first image (for zero-copy tensor views).
+    pub fn images_ptr(&self) -> *const u8 {
+        self.images().as_ptr()
+    }
+
+    pub fn labels(&self) -> &[i64] {
+        let s = &self.conn.ring.layout().slot;
+        cast_slice(self.region(s.labels, self.n() * 8))
+    }
+
+    /// Global sample indices in the dataset.
+    pub fn indices(&self) -> &[u64] {
+        let s = &self.conn.ring.layout().slot;
+        cast_slice(self.region(s.indices, self.n() * 8))
+    }
+
+    /// Per-sample [`SampleStatus`] bytes.
+    pub fn status(&self) -> &[u8] {
+        let s = &self.conn.ring.layout().slot;
+        self.region(s.status, self.n())
+    }
+
+    /// Per-sample status, decoded; unknown values read as `Failed`.
+    pub fn sample_status(&self, i: usize) -> SampleStatus {
+        SampleStatus::from_u8(self.status()[i]).unwrap_or(SampleStatus::Failed)
+    }
+
+    /// Releases now and reports a failure to send (drop releases too, silently): host slots
+    /// at once, device slots once the consumers' recorded work completed (the send then
+    /// happens on the release thread, where a failure means the daemon is gone).
+    pub fn release(mut self) -> Result<(), ClientError> {
+        self.release_now()
+    }
+
+    fn release_now(&mut self) -> Result<(), ClientError> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|p| p.into_inner()));
+        self.conn.release(&self.ready, &streams)
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // A failed release means the daemon is gone; it reclaims the slot itself.
+        let _ = self.release_now();
+    }
+}
+
+/// Integer types every bit pattern of which is a valid value.
+trait Plain: Copy {}
+impl Plain for i64 {}
+impl Plain for u64 {}
+
+/// Views aligned bytes as `T` (i64 or u64).
+fn cast_slice<T: Plain>(bytes: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    assert_eq!(bytes.as_ptr().align_offset(std::mem::align_of::<T>()), 0);
+    assert_eq!(bytes.len() % size, 0);
+    // SAFETY: alignment and length are checked above; T is i64/u64 here, for which every bit
+    // pattern is valid (the `Plain` bound); the slice borrows `bytes` so it cannot outlive the memory.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) }
+}

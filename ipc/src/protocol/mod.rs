@@ -1,0 +1,388 @@
+//! The messages that cross the daemon's socket, and their wire format.
+//!
+//! Every message is one SOCK_SEQPACKET datagram of at most [`MAX_MESSAGE_BYTES`]:
+//!
+//! ```text
+//! offset 0  magic    2 bytes  "SK"
+//! offset 2  version  u16 LE   PROTOCOL_VERSION
+//! offset 4  type     u16 LE   MessageType
+//! offset 6  reserved u16 LE   must be 0
+//! offset 8  body              per type, below
+//! ```
+//!
+//! Hot messages (READY, RELEASE) have fixed little-endian bodies; the rare ones that carry a
+//! spec or free text (ATTACH, ATTACHED) are JSON. ERROR is a `u16` code then a UTF-8 message.
+//! `docs/protocol.md` is the full reference.
+//!
+//! # Design
+//! - [`Message::decode`] never panics and never allocates more than the datagram's size: any
+//!   byte string yields either a message or a [`DecodeError`] that says what was wrong.
+//! - Unknown message types, trailing bytes, a non-zero reserved field and unknown JSON fields
+//!   are all errors: a peer that speaks another dialect is refused, not half understood.
+//!
+//! # Limitations
+//! - The version is checked for equality; there is no negotiation yet.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ring::ImageMemory;
+use crate::spec::PipelineSpec;
+
+/// Wire protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// First two bytes of every message.
+pub const MAGIC: [u8; 2] = *b"SK";
+/// Size of the fixed header.
+pub const HEADER_BYTES: usize = 8;
+/// Largest message either side sends or accepts, header included.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Longest error message sent; longer ones are cut at a character boundary.
+pub const MAX_ERROR_TEXT: usize = 4096;
+
+/// Message type numbers. Stable: never renumber, only add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum MessageType {
+    Attach = 1,
+    Attached = 2,
+    Ready = 3,
+    Release = 4,
+    Detach = 5,
+    EndOfData = 6,
+    Error = 7,
+    Status = 8,
+    StatusReply = 9,
+    Stats = 10,
+}
+
+impl MessageType {
+    pub fn from_u16(v: u16) -> Option<MessageType> {
+        Some(match v {
+            1 => MessageType::Attach,
+            2 => MessageType::Attached,
+            3 => MessageType::Ready,
+            4 => MessageType::Release,
+            5 => MessageType::Detach,
+            6 => MessageType::EndOfData,
+            7 => MessageType::Error,
+            8 => MessageType::Status,
+            9 => MessageType::StatusReply,
+            10 => MessageType::Stats,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a client wants to start (or resume): the first batch it receives is `step` of `epoch`.
+///
+/// With an `offset` (an elastic resume, see `docs/multi-host.md`), epoch `offset.epoch` covers
+/// only its permutation after the first `offset.consumed` samples, split over this attach's
+/// world size, and its steps count from 0 in that reduced epoch. Every rank of a job sends the
+/// same offset (it is part of the job, like the seed). Without one (the only form before it was
+/// added, and still the JSON an old client sends) every epoch is the usual partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartPosition {
+    pub epoch: u64,
+    pub step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<EpochOffset>,
+}
+
+impl StartPosition {
+    /// Batch `step` of `epoch`, no elastic offset.
+    pub fn at(epoch: u64, step: u64) -> StartPosition {
+        StartPosition {
+            epoch,
+            step,
+            offset: None,
+        }
+    }
+
+    /// The start of what is left of an epoch after an elastic checkpoint `point`: step 0 of
+    /// `point.epoch`, whose partition begins after `point.consumed` samples.
+    pub fn resume(point: EpochOffset) -> StartPosition {
+        StartPosition {
+            epoch: point.epoch,
+            step: 0,
+            offset: (point.consumed > 0).then_some(point),
+        }
+    }
+
+    /// The elastic checkpoint of this position for a job of `world_size` ranks and batches of
+    /// `batch_size`: samples of the epoch's permutation every rank together consumed before
+    /// it (`offset.consumed` if it is the offset's epoch, plus `step * batch_size *
+    /// world_size`). Exact for any position inside an epoch (padding and drop_last only touch
+    /// an epoch's last step).
+    pub fn consumed(&self, world_size: u32, batch_size: u32) -> EpochOffset {
+        let base = self
+            .offset
+            .filter(|o| o.epoch == self.epoch)
+            .map_or(0, |o| o.consumed);
+        EpochOffset {
+            epoch: self.epoch,
+            consumed: base + self.step * u64::from(batch_size) * u64::from(world_size),
+        }
+    }
+}
+
+/// An elastic resume point: the first `consumed` samples of epoch `epoch`'s permutation were
+/// served (at whatever world size); the rest of that epoch is still to come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochOffset {
+    pub epoch: u64,
+    pub consumed: u64,
+}
+
+impl std::fmt::Display for EpochOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "epoch {} after {} samples", self.epoch, self.consumed)
+    }
+}
+
+/// Client → daemon, first message of a connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attach {
+    /// Names the job; every rank of one job sends the same key.
+    pub job: String,
+    pub rank: u32,
+    pub world_size: u32,
+    /// `"cpu"`, or the UUID of the rank's GPU (`GPU-xxxxxxxx-...`).
+    pub device: String,
+    pub spec: PipelineSpec,
+    /// A dataset registered in the daemon's config, or a path.
+    pub dataset: String,
+    pub seed: u64,
+    #[serde(default)]
+    pub start: StartPosition,
+}
+
+/// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS),
+/// followed by the device allocation's fd when the images are device memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attached {
+    /// Slots in the ring.
+    pub slots: u32,
+    /// Bytes of one slot (the client checks it against the layout it computes from the spec).
+    pub slot_bytes: u64,
+    /// Bytes of the whole ring (the memfd's size).
+    pub ring_bytes: u64,
+    /// Batches per epoch for this rank.
+    pub steps_per_epoch: u64,
+    /// Batches of the elastic offset's epoch for this rank, when the attach had an offset
+    /// (only then is it sent, so clients that never send one never see it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_epoch_steps: Option<u64>,
+    /// Samples in the dataset.
+    pub dataset_len: u64,
+    /// Classes in the dataset (labels are `0..classes`).
+    pub classes: u64,
+    /// Ranks of the job attached now, this one included.
+    pub ranks_attached: u32,
+    /// Whether this attach created the job (the first rank) or joined it.
+    pub created_job: bool,
+    /// The daemon's version, for logs.
+    pub daemon_version: String,
+    /// Whether the daemon takes [`Message::Stats`] on this connection (a daemon from before
+    /// STATS omits the field: the client then sends none).
+    #[serde(default)]
+    pub accepts_stats: bool,
+    /// Where the images live: host (in the memfd, the only fd) or device (a CUDA VMM
+    /// allocation, exported as a second fd). Left out on the wire for host.
+    #[serde(default, skip_serializing_if = "ImageMemory::is_host")]
+    pub image_memory: ImageMemory,
+    /// Bytes of the device allocation holding the images; left out (0) for host images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_ring_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Daemon → client: a slot is filled and leased to the client until it sends [`Release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ready {
+    pub slot: u32,
+    /// Counts the slot's fillings; a RELEASE must name the filling it releases.
+    pub generation: u64,
+    pub epoch: u64,
+    pub step: u64,
+    /// Samples in the batch (the last batch of an epoch may be short).
+    pub n: u32,
+}
+
+/// Client → daemon: the client is done with a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    pub slot: u32,
+    pub generation: u64,
+}
+
+/// Client → daemon: where the training loop's time went since the attach (the data stall).
+/// Totals, not deltas, so a lost or late report costs nothing; sent every
+/// [`STATS_EVERY`](crate::client::STATS_EVERY) or so, only to a daemon whose ATTACHED said
+/// `accepts_stats`. Fixed body of [`STATS_BODY`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Nanoseconds spent inside `next()` waiting for a batch.
+    pub wait_ns: u64,
+    /// Nanoseconds spent between a `next()` returning and the following call (the loop's own
+    /// work).
+    pub compute_ns: u64,
+    /// Batches received.
+    pub batches: u64,
+}
+
+/// Error codes. Stable numbers: never renumber, only add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The peer sent bytes that are not a message, or a message out of turn.
+    BadMessage = 1,
+    /// The peer speaks another protocol version.
+    VersionMismatch = 2,
+    /// The spec (or world_size, dataset, seed) differs from the job's.
+    SpecMismatch = 3,
+    /// The dataset is unknown or cannot be opened.
+    UnknownDataset = 4,
+    /// That rank of that job is attached already.
+    RankTaken = 5,
+    /// The attach would exceed a memory quota.
+    Quota = 6,
+    /// The daemon is shutting down.
+    Stopping = 7,
+    /// Something failed inside the daemon.
+    Internal = 8,
+    /// The spec or the attach's fields are invalid on their own.
+    InvalidSpec = 9,
+    /// The device is not one this daemon can serve.
+    UnsupportedDevice = 10,
+    /// The daemon does not allow this peer.
+    PermissionDenied = 11,
+}
+
+impl ErrorCode {
+    pub fn from_u16(v: u16) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => BadMessage,
+            2 => VersionMismatch,
+            3 => SpecMismatch,
+            4 => UnknownDataset,
+            5 => RankTaken,
+            6 => Quota,
+            7 => Stopping,
+            8 => Internal,
+            9 => InvalidSpec,
+            10 => UnsupportedDevice,
+            11 => PermissionDenied,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            BadMessage => "bad message",
+            VersionMismatch => "version mismatch",
+            SpecMismatch => "spec mismatch",
+            UnknownDataset => "unknown dataset",
+            RankTaken => "rank taken",
+            Quota => "quota",
+            Stopping => "stopping",
+            Internal => "internal",
+            InvalidSpec => "invalid spec",
+            UnsupportedDevice => "unsupported device",
+            PermissionDenied => "permission denied",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A refusal or failure, with a message meant for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorMessage {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// One protocol message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Attach(Box<Attach>),
+    Attached(Attached),
+    Ready(Ready),
+    Release(Release),
+    Detach,
+    EndOfData,
+    Error(ErrorMessage),
+    /// Client → daemon, the only message of a status connection (no body).
+    Status,
+    StatusReply(Box<DaemonStatus>),
+    Stats(Stats),
+}
+
+/// Why bytes are not a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("message of {0} bytes is shorter than the {HEADER_BYTES}-byte header")]
+    Short(usize),
+    #[error("message of {0} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")]
+    TooLong(usize),
+    #[error("bad magic {0:02x?} (not a stoker peer)")]
+    Magic([u8; 2]),
+    #[error("protocol version {got} (this build speaks {PROTOCOL_VERSION})")]
+    Version { got: u16 },
+    #[error("unknown message type {0}")]
+    UnknownType(u16),
+    #[error("reserved header field is {0}, must be 0")]
+    Reserved(u16),
+    #[error("{kind:?} body is {got} bytes, expected {want}")]
+    BodyLength {
+        kind: MessageType,
+        got: usize,
+        want: usize,
+    },
+    #[error("{kind:?} body is not valid JSON for it: {reason}")]
+    Json { kind: MessageType, reason: String },
+    #[error("unknown error code {0}")]
+    UnknownErrorCode(u16),
+    #[error("error text is not UTF-8")]
+    ErrorText,
+}
+
+impl DecodeError {
+    /// The code to answer the peer with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            DecodeError::Version { .. } => ErrorCode::VersionMismatch,
+            _ => ErrorCode::BadMessage,
+        }
+    }
+}
+
+/// Why a message cannot be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("encoded message is {0} bytes, over the {MAX_MESSAGE_BYTES}-byte limit")]
+    TooLong(usize),
+    #[error("cannot encode as JSON: {0}")]
+    Json(String),
+}
+
+mod codec;
+mod status;
+pub use codec::STATS_BODY;
+pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! The daemon's answer to a status request ([`Message::Status`](super::Message::Status)):
+//! what it serves now, per GPU, job and rank.
+
+use serde::{Deserialize, Serialize};
+/// Daemon → client, the answer to [`Message::Status`]: what the daemon serves now. JSON,
+/// bounded by [`MAX_MESSAGE_BYTES`](super::MAX_MESSAGE_BYTES) (the daemon leaves out jobs that do not fit and says so
+/// in `jobs_left_out`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonStatus {
+    pub daemon_version: String,
+    pub pid: u32,
+    pub uptime_s: f64,
+    /// The socket the daemon serves on.
+    pub socket: String,
+    /// Whether the socket came from systemd (socket activation).
+    pub activated: bool,
+    /// True once SIGTERM started the drain.
+    pub stopping: bool,
+    /// Attached ranks (all jobs).
+    pub clients: u64,
+    /// Decode backend in use (`cpu`, `cuda`).
+    pub backend: String,
+    /// Reader in use (`io_uring`, `pread`).
+    pub reader: String,
+    pub threads: u64,
+    /// Images delivered to clients since start.
+    pub images_delivered: u64,
+    /// Delivered images per second over the last few seconds.
+    pub images_per_s: f64,
+    /// Samples that could not be read or decoded since start.
+    pub bad_samples: u64,
+    /// Ring memory mapped for clients (bytes, host).
+    pub ring_bytes: u64,
+    /// Datasets registered in the config, by name.
+    pub datasets: Vec<String>,
+    pub jobs: Vec<JobStatus>,
+    /// Jobs not listed because the reply would exceed the message size limit.
+    pub jobs_left_out: u64,
+    /// Each GPU the cuda backend serves from (one once a rank attached on it); left out when
+    /// there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuStatus>,
+}
+
+/// One GPU in a [`DaemonStatus`]: its health, decode mix, ring memory and time per batch.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuStatus {
+    pub uuid: String,
+    pub name: String,
+    /// The GPU is stoker's emulator (tests/gpu-emulator), not a real device.
+    pub emulated: bool,
+    /// Why the GPU stopped serving (its context broke), if it did.
+    pub broken: Option<String>,
+    /// Images decoded on the hardware JPEG engines, the GPU-hybrid decoder, the CPU.
+    pub decoded_hardware: u64,
+    pub decoded_hybrid: u64,
+    pub decoded_cpu: u64,
+    pub batches: u64,
+    pub batches_in_flight: i64,
+    /// Device memory of the rings on this GPU.
+    pub ring_device_bytes: u64,
+    /// Mean host time per batch in decode (nvJPEG calls and the CPU path).
+    pub decode_ms_per_batch: f64,
+    /// Mean device time per batch from the end of decode to the end of the kernel.
+    pub kernel_ms_per_batch: f64,
+}
+
+/// One job in a [`DaemonStatus`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStatus {
+    pub job: String,
+    pub dataset: String,
+    pub samples: u64,
+    pub world_size: u32,
+    /// Ranks attached now.
+    pub ranks: Vec<u32>,
+    pub batch_size: u32,
+    pub steps_per_epoch: u64,
+    /// Images delivered to this job's ranks.
+    pub images_delivered: u64,
+    /// The data stall of each attached rank that reported one (see [`Stats`]), by rank.
+    #[serde(default)]
+    pub stalls: Vec<RankStall>,
+}
+
+/// One rank's data stall in a [`JobStatus`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankStall {
+    pub rank: u32,
+    /// Share of the training loop's time spent waiting for data, over the interval between
+    /// the rank's last two reports (the whole attach after its first report).
+    pub wait_fraction: f64,
+    /// Seconds waited inside `next()` since the attach.
+    pub wait_s: f64,
+    /// Seconds spent between `next()` calls since the attach.
+    pub compute_s: f64,
+    pub batches: u64,
+}

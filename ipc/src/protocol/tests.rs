@@ -1,0 +1,343 @@
+//! The wire format's unit and property tests.
+
+use super::codec::{READY_BODY, RELEASE_BODY};
+use super::*;
+use proptest::prelude::*;
+
+fn attach() -> Attach {
+    Attach {
+        job: "resnet50-run7".into(),
+        rank: 3,
+        world_size: 8,
+        device: "cpu".into(),
+        spec: PipelineSpec::train(256, 224),
+        dataset: "/data/imagenet/train".into(),
+        seed: 42,
+        start: StartPosition::at(2, 17),
+    }
+}
+
+fn all_messages() -> Vec<Message> {
+    vec![
+        Message::Attach(Box::new(attach())),
+        Message::Attached(Attached {
+            slots: 4,
+            slot_bytes: 1 << 20,
+            ring_bytes: 4 << 20,
+            steps_per_epoch: 625,
+            offset_epoch_steps: None,
+            dataset_len: 1_281_167,
+            classes: 1000,
+            ranks_attached: 2,
+            created_job: false,
+            daemon_version: "0.1.0".into(),
+            accepts_stats: true,
+            ..Attached::default()
+        }),
+        Message::Attached(Attached {
+            slots: 3,
+            slot_bytes: 1 << 20,
+            ring_bytes: 1 << 16,
+            image_memory: ImageMemory::Device,
+            image_ring_bytes: 4 << 20,
+            ..Attached::default()
+        }),
+        Message::Ready(Ready {
+            slot: 3,
+            generation: u64::MAX - 1,
+            epoch: 9,
+            step: 1234,
+            n: 256,
+        }),
+        Message::Release(Release {
+            slot: 2,
+            generation: 77,
+        }),
+        Message::Detach,
+        Message::EndOfData,
+        Message::Status,
+        Message::StatusReply(Box::new(DaemonStatus {
+            daemon_version: "0.1.0".into(),
+            pid: 42,
+            clients: 2,
+            backend: "cpu".into(),
+            jobs: vec![JobStatus {
+                job: "j".into(),
+                ranks: vec![0, 1],
+                stalls: vec![RankStall {
+                    rank: 1,
+                    wait_fraction: 0.25,
+                    wait_s: 1.0,
+                    compute_s: 3.0,
+                    batches: 40,
+                }],
+                ..JobStatus::default()
+            }],
+            ..DaemonStatus::default()
+        })),
+        Message::error(
+            ErrorCode::SpecMismatch,
+            "spec differs from the job's in dtype",
+        ),
+        Message::Stats(Stats {
+            wait_ns: 1_500_000_000,
+            compute_ns: u64::MAX,
+            batches: 12,
+        }),
+    ]
+}
+
+#[test]
+fn a_host_ring_attached_keeps_the_old_wire_form() {
+    let host = Attached {
+        slots: 2,
+        slot_bytes: 512,
+        ring_bytes: 4096,
+        daemon_version: "x".into(),
+        ..Attached::default()
+    };
+    let bytes = Message::Attached(host.clone()).encode().unwrap();
+    let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+    assert!(
+        !json.contains("image_memory") && !json.contains("image_ring_bytes"),
+        "{json}"
+    );
+    // A message without the fields (every daemon before them) reads as host images.
+    let old = r#"{"slots":2,"slot_bytes":512,"ring_bytes":4096,"steps_per_epoch":0,
+        "dataset_len":0,"classes":0,"ranks_attached":0,"created_job":false,
+        "daemon_version":"x"}"#;
+    let parsed: Attached = serde_json::from_str(old).unwrap();
+    assert_eq!(parsed, host);
+    assert_eq!(parsed.image_memory, ImageMemory::Host);
+    // Device images are named on the wire.
+    let device = Attached {
+        image_memory: ImageMemory::Device,
+        image_ring_bytes: 2 << 20,
+        ..host
+    };
+    let bytes = Message::Attached(device).encode().unwrap();
+    let json = std::str::from_utf8(&bytes[HEADER_BYTES..]).unwrap();
+    assert!(json.contains(r#""image_memory":"device""#), "{json}");
+}
+
+#[test]
+fn every_message_round_trips() {
+    for m in all_messages() {
+        let bytes = m.encode().unwrap();
+        assert_eq!(&bytes[..2], b"SK");
+        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), m.kind() as u16);
+        assert_eq!(Message::decode(&bytes).unwrap(), m, "{:?}", m.kind());
+    }
+}
+
+#[test]
+fn both_start_position_forms_are_understood() {
+    // The form every client sent before elastic offsets existed still decodes, as no offset.
+    let mut json = serde_json::to_value(attach()).unwrap();
+    assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
+    json["start"] = serde_json::json!({"epoch": 4, "step": 1});
+    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+    bytes.extend(serde_json::to_vec(&json).unwrap());
+    let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
+        panic!("not an attach")
+    };
+    assert_eq!(a.start, StartPosition::at(4, 1));
+    // The elastic form round-trips, and so does the answer that goes with it.
+    let mut a = attach();
+    a.start = StartPosition::resume(EpochOffset {
+        epoch: 3,
+        consumed: 5120,
+    });
+    let m = Message::Attach(Box::new(a));
+    assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+    let answer = Attached {
+        slots: 2,
+        slot_bytes: 64,
+        ring_bytes: 4096,
+        steps_per_epoch: 10,
+        offset_epoch_steps: Some(3),
+        dataset_len: 80,
+        classes: 2,
+        ranks_attached: 1,
+        created_job: true,
+        daemon_version: "0.1.0".into(),
+        accepts_stats: true,
+        ..Attached::default()
+    };
+    let m = Message::Attached(answer);
+    assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+    // An offset of nothing is no offset.
+    assert_eq!(
+        StartPosition::resume(EpochOffset {
+            epoch: 3,
+            consumed: 0
+        }),
+        StartPosition::at(3, 0)
+    );
+}
+
+#[test]
+fn consumed_counts_every_rank_and_the_offset_of_its_own_epoch_only() {
+    let offset = Some(EpochOffset {
+        epoch: 2,
+        consumed: 100,
+    });
+    let in_offset_epoch = StartPosition {
+        epoch: 2,
+        step: 3,
+        offset,
+    };
+    assert_eq!(
+        in_offset_epoch.consumed(4, 8),
+        EpochOffset {
+            epoch: 2,
+            consumed: 100 + 3 * 8 * 4
+        }
+    );
+    let later = StartPosition {
+        epoch: 3,
+        step: 3,
+        offset,
+    };
+    assert_eq!(later.consumed(4, 8).consumed, 3 * 8 * 4);
+}
+
+#[test]
+fn hot_messages_have_fixed_sizes() {
+    let ready = Message::Ready(Ready {
+        slot: 0,
+        generation: 0,
+        epoch: 0,
+        step: 0,
+        n: 0,
+    });
+    assert_eq!(ready.encode().unwrap().len(), HEADER_BYTES + READY_BODY);
+    let release = Message::Release(Release {
+        slot: 0,
+        generation: 0,
+    });
+    assert_eq!(release.encode().unwrap().len(), HEADER_BYTES + RELEASE_BODY);
+    let stats = Message::Stats(Stats::default());
+    assert_eq!(stats.encode().unwrap().len(), HEADER_BYTES + STATS_BODY);
+}
+
+#[test]
+fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
+    // A daemon from before STATS sends no `accepts_stats`.
+    let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
+    let mut bytes = b"SK\x01\x00\x02\x00\x00\x00".to_vec();
+    bytes.extend_from_slice(json);
+    let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
+        panic!("expected ATTACHED")
+    };
+    assert!(!a.accepts_stats);
+}
+
+#[test]
+fn a_wrong_version_is_reported_as_such() {
+    let mut bytes = Message::Detach.encode().unwrap();
+    bytes[2] = 9;
+    let err = Message::decode(&bytes).unwrap_err();
+    assert_eq!(err, DecodeError::Version { got: 9 });
+    assert_eq!(err.code(), ErrorCode::VersionMismatch);
+}
+
+#[test]
+fn malformed_messages_say_what_is_wrong() {
+    assert_eq!(Message::decode(b"SK"), Err(DecodeError::Short(2)));
+    assert_eq!(
+        Message::decode(b"XX\x01\x00\x05\x00\x00\x00"),
+        Err(DecodeError::Magic(*b"XX"))
+    );
+    assert_eq!(
+        Message::decode(b"SK\x01\x00\x63\x00\x00\x00"),
+        Err(DecodeError::UnknownType(0x63))
+    );
+    assert_eq!(
+        Message::decode(b"SK\x01\x00\x05\x00\x01\x00"),
+        Err(DecodeError::Reserved(1))
+    );
+    // Trailing bytes after a fixed body.
+    let mut bytes = Message::Detach.encode().unwrap();
+    bytes.push(0);
+    assert!(matches!(
+        Message::decode(&bytes),
+        Err(DecodeError::BodyLength {
+            got: 1,
+            want: 0,
+            ..
+        })
+    ));
+    // Unknown JSON field in an attach.
+    let mut json = serde_json::to_value(attach()).unwrap();
+    json["colour"] = 1.into();
+    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+    bytes.extend(serde_json::to_vec(&json).unwrap());
+    let err = Message::decode(&bytes).unwrap_err();
+    assert!(err.to_string().contains("colour"), "{err}");
+    let big = vec![0u8; MAX_MESSAGE_BYTES + 1];
+    assert_eq!(
+        Message::decode(&big),
+        Err(DecodeError::TooLong(MAX_MESSAGE_BYTES + 1))
+    );
+}
+
+#[test]
+fn oversize_messages_are_not_encoded_and_error_text_is_cut() {
+    let mut a = attach();
+    a.dataset = "x".repeat(MAX_MESSAGE_BYTES);
+    assert!(matches!(
+        Message::Attach(Box::new(a)).encode(),
+        Err(EncodeError::TooLong(_))
+    ));
+    let Message::Error(e) = Message::error(ErrorCode::Internal, "é".repeat(MAX_ERROR_TEXT)) else {
+        unreachable!()
+    };
+    assert!(e.message.len() <= MAX_ERROR_TEXT);
+    assert!(e.message.chars().all(|c| c == 'é'));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = Message::decode(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_bodies_behind_a_valid_header_never_panic(
+        ty in 0u16..11,
+        body in proptest::collection::vec(any::<u8>(), 0..128),
+    ) {
+        let mut bytes = b"SK\x01\x00".to_vec();
+        bytes.extend(ty.to_le_bytes());
+        bytes.extend([0, 0]);
+        bytes.extend(body);
+        if let Ok(m) = Message::decode(&bytes) {
+            // Whatever decodes re-encodes to a message that decodes the same.
+            prop_assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn mutated_valid_messages_never_panic(
+        which in 0usize..10,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+        cut in any::<usize>(),
+    ) {
+        let mut bytes = all_messages()[which].encode().unwrap();
+        for (at, x) in flips {
+            let i = at % bytes.len();
+            bytes[i] ^= x;
+        }
+        bytes.truncate(cut % (bytes.len() + 1));
+        let _ = Message::decode(&bytes);
+    }
+
+    #[test]
+    fn ready_round_trips(slot: u32, generation: u64, epoch: u64, step: u64, n: u32) {
+        let m = Message::Ready(Ready { slot, generation, epoch, step, n });
+        prop_assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
+    }
+}
