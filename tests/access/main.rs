@@ -9,15 +9,15 @@ mod rules;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use stoker::protocol::{
     Attach, Attached, Message, Ready, Release, StartPosition, MAX_MESSAGE_BYTES,
 };
 use stoker::socket::SeqPacket;
-use stoker::{AttachOptions, Client, ErrorCode, PipelineSpec, SampleStatus};
+use stoker::{AttachOptions, Client, ErrorCode, PipelineSpec};
 use stoker_testkit::attach::{rank_options, u8_spec as spec};
-use stoker_testkit::batches::{drain, got, write_config, Got};
+use stoker_testkit::batches::{drain, write_config};
 use stoker_testkit::child::{self, OTHER_UID};
 use stoker_testkit::tiny_dataset;
 use stoker_testkit::{read_log, write_image_folder, write_jpeg, Daemon};

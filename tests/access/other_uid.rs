@@ -2,33 +2,10 @@
 //! and not locked out by another uid's idle connections.
 
 use super::*;
+use stoker_testkit::client_process;
 
 fn options(data: &str, job: &str, spec: PipelineSpec) -> AttachOptions {
     rank_options(data, job, (0, 1), 7, spec)
-}
-
-/// Set in the child process of `a_process_of_another_uid_is_refused_by_its_credentials`: the
-/// socket to attach to.
-const UID_CHILD_ENV: &str = "STOKER_TEST_UID_CHILD";
-
-/// Not a test on its own: the client process, running as another uid, that the credential
-/// test starts. Without the variable it does nothing.
-#[test]
-fn child_attaches_as_another_uid() {
-    let Some(socket) = std::env::var_os(UID_CHILD_ENV) else {
-        return;
-    };
-    let err = Client::attach(
-        Path::new(&socket),
-        options("/nowhere", "j", spec(2, 8, Some(1))),
-    )
-    .expect_err("a process of another uid was let in");
-    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
-    assert!(
-        err.to_string().contains(&format!("uid {OTHER_UID}")),
-        "{err}"
-    );
-    println!("refused as expected: {err}");
 }
 
 #[test]
@@ -43,94 +20,8 @@ fn a_process_of_another_uid_is_refused_by_its_credentials() {
     // Let the other uid reach the socket, so that only the credential check stands.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = child::rerun_test(
-        "other_uid::child_attaches_as_another_uid",
-        "attach",
-        |cmd| {
-            child::as_other_uid(cmd.env(UID_CHILD_ENV, daemon.socket()));
-        },
-    );
-    let text = child::output_text(&out);
+    let text = client_process::run_as_other_uid("refused", &[daemon.socket().as_os_str()]);
     assert!(text.contains("refused as expected"), "{text}");
-}
-
-// ---------------------------------------------------------------------------------------
-// (4) Access decided with the client's credentials, at open time. (5) below.
-
-/// The socket, and the folder the child of another uid works in.
-const CHILD_SOCKET_ENV: &str = "STOKER_HOSTILE_SOCKET";
-
-const CHILD_DIR_ENV: &str = "STOKER_HOSTILE_DIR";
-
-/// Runs this test binary's `hostile_child` test as uid [`OTHER_UID`] in `mode`; returns its
-/// output, failing when it fails.
-fn run_child(mode: &str, socket: &Path, dir: &Path) -> String {
-    let out = child::rerun_test("other_uid::hostile_child", mode, |cmd| {
-        child::as_other_uid(cmd.env(CHILD_SOCKET_ENV, socket).env(CHILD_DIR_ENV, dir));
-    });
-    child::output_text(&out)
-}
-
-/// Not a test on its own: the client process of another uid that the permission and lobby
-/// tests start. Without the variable it does nothing.
-#[test]
-fn hostile_child() {
-    let Some(mode) = child::role() else {
-        return;
-    };
-    let socket = PathBuf::from(std::env::var_os(CHILD_SOCKET_ENV).unwrap());
-    let dir = PathBuf::from(std::env::var_os(CHILD_DIR_ENV).unwrap());
-    match mode.as_str() {
-        "permissions" => child_permissions(&socket, &dir),
-        "lobby" => child_lobby(&socket),
-        other => panic!("unknown child mode {other}"),
-    }
-}
-
-fn child_permissions(socket: &Path, root: &Path) {
-    let attach = |data: &Path, epochs: u32| {
-        Client::attach(
-            socket,
-            options(data.to_str().unwrap(), "perm", spec(4, 16, Some(epochs))),
-        )
-    };
-    for unreadable in ["secret", "secret.tsv"] {
-        let err = attach(&root.join(unreadable), 1).expect_err(unreadable);
-        assert_eq!(
-            err.code(),
-            Some(ErrorCode::PermissionDenied),
-            "{unreadable}: {err}"
-        );
-        assert!(
-            err.to_string().contains(&format!("uid {OTHER_UID}")),
-            "{err}"
-        );
-        println!("refused as expected: {err}");
-    }
-    // A folder it may read: served; then one of its files becomes a symlink to a file it may
-    // not read, outside the roots. From then on that sample fails (policy fail).
-    let mut c = attach(&root.join("open"), 6).unwrap();
-    let first = got(&c.next_batch().unwrap().unwrap());
-    assert!(first.status.iter().all(|&s| s == SampleStatus::Ok as u8));
-    let swapped = root.join("open/c0/img002.jpg");
-    std::fs::remove_file(&swapped).unwrap();
-    // Beside the roots: the parent test wrote it, mode 0600, owned by root.
-    let outside = root.parent().unwrap().join("outside/secret.jpg");
-    std::os::unix::fs::symlink(outside, &swapped).unwrap();
-    let rest = drain(&mut c);
-    let late: Vec<&Got> = rest.iter().filter(|g| g.epoch >= 4).collect();
-    assert_eq!(late.len(), 2);
-    for g in late {
-        for (k, &i) in g.indices.iter().enumerate() {
-            let want = if i == 2 {
-                SampleStatus::Failed
-            } else {
-                SampleStatus::Ok
-            };
-            assert_eq!(g.status[k], want as u8, "index {i} in {g:?}");
-        }
-    }
-    println!("the swapped-in symlink was refused");
 }
 
 #[test]
@@ -189,24 +80,14 @@ fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
         ],
     );
     mode(daemon.socket(), 0o777);
-    let out = run_child("permissions", daemon.socket(), &root);
+    let out = client_process::run_as_other_uid(
+        "permissions",
+        &[daemon.socket().as_os_str(), root.as_os_str()],
+    );
     assert!(
         out.contains("refused as expected") && out.contains("symlink was refused"),
         "{out}"
     );
-}
-
-// ---------------------------------------------------------------------------------------
-// (7) Connections that never attach.
-
-fn child_lobby(socket: &Path) {
-    let t0 = Instant::now();
-    let mut c = Client::attach(socket, options("reg", "lobby-other", spec(2, 16, Some(1))))
-        .expect("the other uid attaches");
-    assert!(c.next_batch().unwrap().is_some());
-    let took = t0.elapsed();
-    println!("attached and received in {} ms", took.as_millis());
-    assert!(took < Duration::from_secs(1), "attach took {took:?}");
 }
 
 #[test]
@@ -260,7 +141,7 @@ fn idle_connections_of_one_uid_do_not_lock_out_another_under_a_low_fd_limit() {
     let idle: Vec<SeqPacket> = (0..300)
         .map(|_| SeqPacket::connect(daemon.socket()).unwrap())
         .collect();
-    let out = run_child("lobby", daemon.socket(), dir.path());
+    let out = client_process::run_as_other_uid("lobby", &[daemon.socket().as_os_str()]);
     let line = out.lines().find(|l| l.contains("attached and received"));
     println!("uid {OTHER_UID}, beside 300 idle connections: {line:?}");
     assert!(line.is_some(), "{out}");

@@ -1,6 +1,7 @@
 //! A vanished client, a client process killed with SIGKILL: its rank resumes.
 
 use super::*;
+use stoker_testkit::client_process;
 use stoker_testkit::wire::raw_attach;
 
 #[test]
@@ -60,31 +61,6 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
     assert_eq!(drain(&mut rank1).len(), 5);
 }
 
-/// Set in the child process of `a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes`:
-/// the socket path, the dataset, and a file to create once the child holds its leases.
-const CHILD_ENV: &str = "STOKER_TEST_CHILD_CLIENT";
-
-/// Not a test on its own: the client process the SIGKILL test starts (this same test binary,
-/// filtered to this function). Without the variable it does nothing.
-#[test]
-fn child_client_holds_leases() {
-    let Some(arg) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let arg = arg.into_string().unwrap();
-    let mut parts = arg.split('\n');
-    let (socket, data, ready) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let mut c =
-        Client::attach(Path::new(socket), options(Path::new(data), "kill", 0, 2, 2)).unwrap();
-    let held: Vec<_> = (0..2).map(|_| c.next_batch().unwrap().unwrap()).collect();
-    std::fs::write(ready, format!("holding {}", held.len())).unwrap();
-    std::thread::sleep(Duration::from_secs(120));
-}
-
 #[test]
 fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
     let (dir, data, _) = temp_image_folder(4, 6); // world 2: 6 steps of 2 per rank
@@ -92,23 +68,12 @@ fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
     let mut rank1 = Client::attach(daemon.socket(), options(&data, "kill", 1, 2, 2)).unwrap();
 
     let ready = dir.path().join("child-holds");
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "clients::child_client_holds_leases",
-            "--test-threads=1",
-        ])
-        .env(
-            CHILD_ENV,
-            format!(
-                "{}\n{}\n{}",
-                daemon.socket().display(),
-                data.display(),
-                ready.display()
-            ),
-        )
-        .spawn()
-        .unwrap();
+    let args = [
+        daemon.socket().as_os_str(),
+        data.as_os_str(),
+        ready.as_os_str(),
+    ];
+    let mut child = client_process::test_client("hold", &args).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ready.exists() {
         if let Some(status) = child.try_wait().unwrap() {

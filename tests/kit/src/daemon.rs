@@ -239,7 +239,7 @@ pub fn profile_dir() -> PathBuf {
     }
 }
 
-fn build(args: &[&str]) -> Result<(), String> {
+pub(crate) fn build(args: &[&str]) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build").args(args).current_dir(repo_root());

@@ -10,11 +10,13 @@
 //! - [`emulator`]: the emulated GPU (tests/gpu-emulator) as the driver of this process.
 //! - [`child`]: the test binary again in a role, processes of another uid.
 //! - [`wire`]: the protocol spoken by hand.
+//! - [`client_process`]: the client processes tests start (`stoker-test-client`).
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
 
 pub mod attach;
 pub mod batches;
 pub mod child;
+pub mod client_process;
 pub mod daemon;
 pub mod device_batches;
 pub mod edge_manifest;

@@ -1,0 +1,53 @@
+//! `stoker-test-client <role> <args>`: the client processes the integration tests start, so
+//! that what a child does is no test of its own. Roles:
+//!
+//! - `hold <socket> <data> <ready>`: attaches rank 0 of 2 of job `kill`, takes two batches,
+//!   writes `ready` and sleeps holding them (until killed).
+//! - `refused <socket>`: attaches and must be refused for its uid (run as another uid).
+//! - `permissions <socket> <root>`: must be refused what it cannot read, then served a folder
+//!   whose file turned into a symlink out of the roots fails (run as another uid).
+//! - `lobby <socket>`: attaches the registered dataset `reg` and receives within 1 s (run as
+//!   another uid).
+//!
+//! A failed check panics: the exit status and stderr tell the parent test.
+
+mod other_uid;
+
+use std::path::Path;
+use std::time::Duration;
+
+use stoker::{AttachOptions, Client, PipelineSpec};
+use stoker_testkit::attach::{rank_options, u8_spec};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| -> &str {
+        args.get(i)
+            .unwrap_or_else(|| panic!("stoker-test-client: argument {i} missing in {args:?}"))
+    };
+    match arg(0) {
+        "hold" => hold(Path::new(arg(1)), arg(2), Path::new(arg(3))),
+        "refused" => other_uid::refused(Path::new(arg(1))),
+        "permissions" => other_uid::permissions(Path::new(arg(1)), Path::new(arg(2))),
+        "lobby" => other_uid::lobby(Path::new(arg(1))),
+        other => panic!("stoker-test-client: unknown role {other:?}"),
+    }
+}
+
+/// One rank of a job reading `data` once in u8 batches (small rings): what the tests of
+/// other uids and of resuming attach with.
+fn options(data: &str, job: &str, (rank, world): (u32, u32), spec: PipelineSpec) -> AttachOptions {
+    rank_options(data, job, (rank, world), 7, spec)
+}
+
+/// The client of `tests/resume`'s SIGKILL test: rank 0 of 2 of job `kill` (the parent's seed
+/// and spec), holding two leases until killed.
+fn hold(socket: &Path, data: &str, ready: &Path) {
+    let o = rank_options(data, "kill", (0, 2), 1234, u8_spec(2, 16, Some(1)));
+    let mut c = Client::attach(socket, o).expect("attach");
+    let held: Vec<_> = (0..2)
+        .map(|_| c.next_batch().expect("a batch").expect("not the end"))
+        .collect();
+    std::fs::write(ready, format!("holding {}", held.len())).expect("write the ready file");
+    std::thread::sleep(Duration::from_secs(120));
+}

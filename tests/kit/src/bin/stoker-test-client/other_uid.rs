@@ -1,0 +1,85 @@
+//! The roles run as another uid (`stoker_testkit::child::OTHER_UID`).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use stoker::{Client, ErrorCode, SampleStatus};
+use stoker_testkit::attach::u8_spec;
+use stoker_testkit::batches::{drain, got, Got};
+use stoker_testkit::child::OTHER_UID;
+
+use crate::options;
+
+/// Attaches to `socket` and must be refused for its uid.
+pub fn refused(socket: &Path) {
+    let o = options("/nowhere", "j", (0, 1), u8_spec(2, 8, Some(1)));
+    let err = Client::attach(socket, o).expect_err("a process of another uid was let in");
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
+    assert!(
+        err.to_string().contains(&format!("uid {OTHER_UID}")),
+        "{err}"
+    );
+    println!("refused as expected: {err}");
+}
+
+/// Refused `root/secret` and `root/secret.tsv`; served `root/open` until its `c0/img002.jpg`
+/// becomes a symlink to a file out of the roots, which then fails (policy fail).
+pub fn permissions(socket: &Path, root: &Path) {
+    let attach = |data: &Path, epochs: u32| {
+        let spec = u8_spec(4, 16, Some(epochs));
+        Client::attach(
+            socket,
+            options(data.to_str().unwrap(), "perm", (0, 1), spec),
+        )
+    };
+    for unreadable in ["secret", "secret.tsv"] {
+        let err = attach(&root.join(unreadable), 1).expect_err(unreadable);
+        let code = err.code();
+        assert_eq!(
+            code,
+            Some(ErrorCode::PermissionDenied),
+            "{unreadable}: {err}"
+        );
+        assert!(
+            err.to_string().contains(&format!("uid {OTHER_UID}")),
+            "{err}"
+        );
+        println!("refused as expected: {err}");
+    }
+    let mut c = attach(&root.join("open"), 6).expect("attach the open folder");
+    let first = got(&c.next_batch().expect("a batch").expect("not the end"));
+    assert!(first.status.iter().all(|&s| s == SampleStatus::Ok as u8));
+    let swapped = root.join("open/c0/img002.jpg");
+    std::fs::remove_file(&swapped).expect("remove img002.jpg");
+    // Beside the roots: the parent test wrote it, mode 0600, owned by root.
+    let outside = root
+        .parent()
+        .expect("root has a parent")
+        .join("outside/secret.jpg");
+    std::os::unix::fs::symlink(outside, &swapped).expect("symlink img002.jpg");
+    let rest = drain(&mut c);
+    let late: Vec<&Got> = rest.iter().filter(|g| g.epoch >= 4).collect();
+    assert_eq!(late.len(), 2);
+    for g in late {
+        for (k, &i) in g.indices.iter().enumerate() {
+            let want = if i == 2 {
+                SampleStatus::Failed
+            } else {
+                SampleStatus::Ok
+            };
+            assert_eq!(g.status[k], want as u8, "index {i} in {g:?}");
+        }
+    }
+    println!("the swapped-in symlink was refused");
+}
+
+/// Attaches the registered dataset `reg` and receives a batch within a second.
+pub fn lobby(socket: &Path) {
+    let t0 = Instant::now();
+    let o = options("reg", "lobby-other", (0, 1), u8_spec(2, 16, Some(1)));
+    let mut c = Client::attach(socket, o).expect("the other uid attaches");
+    assert!(c.next_batch().expect("a batch").is_some());
+    let took = t0.elapsed();
+    println!("attached and received in {} ms", took.as_millis());
+    assert!(took < Duration::from_secs(1), "attach took {took:?}");
+}
