@@ -3,176 +3,26 @@
 //! works here) serve one job whose ranks are real client processes; and a checkpoint taken at
 //! one world size resumes at others.
 //!
-//! The client processes are this test binary again, filtered to [`child_rank`] and told what
-//! to do through [`CHILD_ENV`]. Each writes one line per batch to its own log file (flushed at
-//! once), which is how the parent watches progress and checks what was delivered.
+//! The client processes are the kit's `stoker-test-client rank`, told what to do by their
+//! `RankOrders`. Each writes one line per batch to its own log file (flushed at once), which
+//! is how the parent watches progress and checks what was delivered.
 
 mod deploy;
 mod elastic;
 mod hosts;
 
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use stoker::protocol::{EpochOffset, ErrorCode, StartPosition};
-use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
+use stoker::{AttachOptions, Client};
 use stoker_daemon::sampler::Sampler;
-use stoker_testkit::{fnv1a, write_image_folder, Daemon};
+use stoker_testkit::client_process;
+use stoker_testkit::rank_orders::{spec, wait_for, RankOrders as Orders, DATASET, PATIENCE, SEED};
+use stoker_testkit::{write_image_folder, Daemon};
 
-/// Set in a child process: its orders, as JSON (see [`Orders`]).
-const CHILD_ENV: &str = "STOKER_TEST_MULTIHOST_RANK";
-
-const SEED: u64 = 4242;
-
-/// The dataset's name in every host's config.
-const DATASET: &str = "train";
-
-/// Longest wait for anything in these tests; they normally take a few seconds.
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn spec(batch: u32, epochs: u32) -> PipelineSpec {
-    PipelineSpec {
-        dtype: DType::U8,
-        epochs: Some(epochs),
-        ..PipelineSpec::train(batch, 16)
-    }
-}
-
-/// What one client process does.
-struct Orders {
-    socket: PathBuf,
-    job: String,
-    rank: u32,
-    world: u32,
-    batch: u32,
-    epochs: u32,
-    start: StartPosition,
-    log: PathBuf,
-    /// After this many batches, wait until `gate` exists.
-    hold_after: Option<u64>,
-    gate: PathBuf,
-    /// Detach after this many batches (and log the checkpoint).
-    stop_after: Option<u64>,
-}
-
-impl Orders {
-    fn to_json(&self) -> String {
-        json!({
-            "socket": self.socket, "job": self.job, "rank": self.rank, "world": self.world,
-            "batch": self.batch, "epochs": self.epochs, "start": self.start, "log": self.log,
-            "hold_after": self.hold_after, "gate": self.gate, "stop_after": self.stop_after,
-        })
-        .to_string()
-    }
-
-    fn from_json(text: &str) -> Orders {
-        let v: Value = serde_json::from_str(text).unwrap();
-        let path = |k: &str| PathBuf::from(v[k].as_str().unwrap());
-        let num = |k: &str| v[k].as_u64().unwrap();
-        Orders {
-            socket: path("socket"),
-            job: v["job"].as_str().unwrap().to_owned(),
-            rank: num("rank") as u32,
-            world: num("world") as u32,
-            batch: num("batch") as u32,
-            epochs: num("epochs") as u32,
-            start: serde_json::from_value(v["start"].clone()).unwrap(),
-            log: path("log"),
-            hold_after: v["hold_after"].as_u64(),
-            gate: path("gate"),
-            stop_after: v["stop_after"].as_u64(),
-        }
-    }
-
-    fn options(&self) -> AttachOptions {
-        AttachOptions {
-            rank: self.rank,
-            world_size: self.world,
-            seed: SEED,
-            start: self.start,
-            // A restarting host takes a few seconds at most; the test bounds the whole run.
-            connect_timeout: PATIENCE,
-            ..AttachOptions::new(&self.job, DATASET, spec(self.batch, self.epochs))
-        }
-    }
-}
-
-/// Not a test on its own: one rank's client process. Without [`CHILD_ENV`] it does nothing.
-///
-/// Log lines: `B epoch step hash i,j,...` per batch; `D` when the daemon went away, `R epoch
-/// step` once attached again there; `H` while held at the gate; `C epoch consumed` (the
-/// elastic checkpoint) when told to stop; `E` at the end of the data.
-#[test]
-fn child_rank() {
-    let Ok(orders) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let orders = Orders::from_json(&orders);
-    let mut log = std::fs::File::create(&orders.log).unwrap();
-    let mut line = |text: String| {
-        log.write_all(format!("{text}\n").as_bytes()).unwrap();
-        log.flush().unwrap();
-    };
-    let mut opts = orders.options();
-    let mut client = Client::attach(&orders.socket, opts.clone()).unwrap();
-    let mut received = 0u64;
-    loop {
-        if orders.stop_after == Some(received) {
-            let c = client.checkpoint();
-            line(format!("C {} {}", c.epoch, c.consumed));
-            return;
-        }
-        if orders.hold_after == Some(received) {
-            line("H".into());
-            wait_for(|| orders.gate.exists(), "the gate");
-        }
-        match client.next_batch() {
-            Ok(Some(b)) => {
-                assert!(b.status().iter().all(|&s| s == SampleStatus::Ok as u8));
-                let indices: Vec<String> = b.indices().iter().map(u64::to_string).collect();
-                let hash = fnv1a(&[b.images(), bytes_of(b.labels())]);
-                line(format!(
-                    "B {} {} {hash:x} {}",
-                    b.epoch(),
-                    b.step(),
-                    indices.join(",")
-                ));
-                received += 1;
-            }
-            Ok(None) => {
-                line("E".into());
-                return;
-            }
-            Err(e) if e.is_disconnected() => {
-                line("D".into());
-                opts.start = client.position();
-                drop(client);
-                client = Client::attach(&orders.socket, opts.clone()).unwrap();
-                line(format!("R {} {}", opts.start.epoch, opts.start.step));
-            }
-            Err(e) => panic!("rank {}: {e}", orders.rank),
-        }
-    }
-}
-
-fn bytes_of(labels: &[i64]) -> &[u8] {
-    // SAFETY: i64 has no padding; the slice's bytes are initialised and live as long.
-    unsafe { std::slice::from_raw_parts(labels.as_ptr().cast(), std::mem::size_of_val(labels)) }
-}
-
-/// Polls `done` (a file appearing, a log growing) until it holds, for at most [`PATIENCE`].
-fn wait_for(mut done: impl FnMut() -> bool, what: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A client process running [`child_rank`].
+/// A client process running `stoker-test-client rank`.
 struct RankProcess {
     child: Child,
     log: PathBuf,
@@ -180,9 +30,8 @@ struct RankProcess {
 
 impl RankProcess {
     fn spawn(orders: &Orders) -> RankProcess {
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, orders.to_json())
+        let json = orders.to_json();
+        let child = client_process::test_client("rank", &[json.as_ref()])
             .stdout(Stdio::null())
             .spawn()
             .unwrap();

@@ -11,6 +11,7 @@
 //! - [`child`]: the test binary again in a role, processes of another uid.
 //! - [`wire`]: the protocol spoken by hand.
 //! - [`client_process`]: the client processes tests start (`stoker-test-client`).
+//! - [`rank_orders`]: what a rank's client process does in the multi-host tests.
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
 
 pub mod attach;
@@ -23,6 +24,7 @@ pub mod edge_manifest;
 pub mod emulator;
 pub mod fuzz_cases;
 pub mod images;
+pub mod rank_orders;
 pub mod wire;
 
 pub use daemon::{proc_fd_targets, proc_rss_kib, read_log, stokerd_path, Daemon};

@@ -8,10 +8,12 @@
 //!   whose file turned into a symlink out of the roots fails (run as another uid).
 //! - `lobby <socket>`: attaches the registered dataset `reg` and receives within 1 s (run as
 //!   another uid).
+//! - `rank <json>`: one rank of a multi-host job (`stoker_testkit::rank_orders`).
 //!
 //! A failed check panics: the exit status and stderr tell the parent test.
 
 mod other_uid;
+mod rank;
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +32,7 @@ fn main() {
         "refused" => other_uid::refused(Path::new(arg(1))),
         "permissions" => other_uid::permissions(Path::new(arg(1)), Path::new(arg(2))),
         "lobby" => other_uid::lobby(Path::new(arg(1))),
+        "rank" => rank::run(arg(1)),
         other => panic!("stoker-test-client: unknown role {other:?}"),
     }
 }
