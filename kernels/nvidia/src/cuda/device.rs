@@ -1,0 +1,165 @@
+//! A GPU with its primary context retained ([`Device`]), and restoring a thread's context
+//! ([`ContextRestore`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::sys::{self, Driver};
+use super::{
+    driver, log_drop_error, probe, result, CudaError, DeviceBuffer, DeviceInfo, Event, GpuUuid,
+    Module, Stream,
+};
+
+struct DeviceInner {
+    d: &'static Driver,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    info: DeviceInfo,
+}
+
+// SAFETY: a primary context handle may be used from any thread (each thread binds it with
+// cuCtxSetCurrent before use); the driver synchronises access internally.
+unsafe impl Send for DeviceInner {}
+// SAFETY: as above; `DeviceInner` has no interior mutability on our side.
+unsafe impl Sync for DeviceInner {}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `Device::open`.
+        log_drop_error("primary context", unsafe {
+            result::primary_ctx_release(self.d, self.dev)
+        });
+    }
+}
+
+/// A GPU with its primary context retained. Cheap to clone; the context is released when the
+/// last clone and everything made from it are gone.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("uuid", &self.inner.info.uuid)
+            .field("name", &self.inner.info.name)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Opens the device with this UUID, wherever `CUDA_VISIBLE_DEVICES` put it.
+    pub fn open(uuid: GpuUuid) -> Result<Device, CudaError> {
+        let d = driver()?;
+        let info = probe()?;
+        let ordinal = info.devices.iter().position(|x| x.uuid == uuid);
+        let Some(ordinal) = ordinal else {
+            let visible: Vec<String> = info.devices.iter().map(|x| x.uuid.to_string()).collect();
+            return Err(CudaError::NoSuchDevice(uuid, visible.join(", ")));
+        };
+        let dev = result::device_get(d, ordinal as i32)?;
+        let ctx = result::primary_ctx_retain(d, dev)?;
+        let device = Device {
+            inner: Arc::new(DeviceInner {
+                d,
+                dev,
+                ctx,
+                info: info.devices[ordinal].clone(),
+            }),
+        };
+        device.bind()?;
+        Ok(device)
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// Makes this device's context current on the calling thread. Every safe call below does it.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        // SAFETY: the context is retained for as long as `self` lives.
+        unsafe { result::ctx_set_current(self.inner.d, self.inner.ctx) }
+    }
+
+    pub(crate) fn driver(&self) -> &'static Driver {
+        self.inner.d
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUdevice {
+        self.inner.dev
+    }
+
+    /// A new non-blocking stream.
+    pub fn stream(&self) -> Result<Stream, CudaError> {
+        self.bind()?;
+        let raw = result::stream_create(self.inner.d)?;
+        Ok(Stream {
+            raw,
+            device: self.clone(),
+        })
+    }
+
+    /// A new event; `timing` events can measure elapsed time, others are cheaper.
+    pub fn event(&self, timing: bool) -> Result<Event, CudaError> {
+        self.bind()?;
+        let raw = result::event_create(self.inner.d, timing)?;
+        Ok(Event {
+            raw,
+            device: self.clone(),
+        })
+    }
+
+    /// Loads a cubin (from `stoker_nvidia::nvrtc`) into this device's context.
+    pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
+        self.bind()?;
+        let raw = result::module_load_data(self.inner.d, cubin)?;
+        Ok(Module {
+            raw,
+            device: self.clone(),
+        })
+    }
+
+    /// `bytes` of uninitialised device memory.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        if bytes == 0 {
+            return Err(CudaError::Invalid("a device buffer of 0 bytes".into()));
+        }
+        self.bind()?;
+        let ptr = result::mem_alloc(self.inner.d, bytes)?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            device: self.clone(),
+        })
+    }
+}
+
+/// Restores the calling thread's current context when dropped: for code that runs on threads
+/// it does not own (a framework's thread deleting a tensor), where binding our context and
+/// leaving it bound would change that thread's current device under its owner.
+pub struct ContextRestore {
+    d: &'static Driver,
+    previous: sys::CUcontext,
+}
+
+impl ContextRestore {
+    /// Remembers the calling thread's current context.
+    pub fn save() -> Result<ContextRestore, CudaError> {
+        let d = driver()?;
+        Ok(ContextRestore {
+            d,
+            previous: result::ctx_get_current(d)?,
+        })
+    }
+}
+
+impl Drop for ContextRestore {
+    fn drop(&mut self) {
+        // SAFETY: the context was current on this thread when saved (or null, which unbinds);
+        // its owner keeps it alive while it is current.
+        log_drop_error("current context", unsafe {
+            result::ctx_set_current(self.d, self.previous)
+        });
+    }
+}
