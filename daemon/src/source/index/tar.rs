@@ -22,14 +22,35 @@ pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, D
     } else {
         vec![root.to_owned()]
     };
-    // Shard headers are read in parallel, one shard per task, in any order.
+    for (shard, r) in shards
+        .iter()
+        .zip(read_shard_headers(root, &shards, threads))
+    {
+        let (stamp, members) = r?;
+        ds.stamps.push(stamp);
+        let id = ds.push_file(shard.as_os_str().as_bytes())?;
+        for (image, label) in pair_members(shard, &members)? {
+            if let Some(m) = image {
+                let member = &members[m];
+                ds.push_sample(id, member.offset, member.size, label);
+                ds.members.push(&member.name);
+            }
+        }
+    }
+    Ok(ds)
+}
+
+type ShardHeaders = Result<(Stamp, Vec<TarMember>), DatasetError>;
+
+/// Each shard's stamp and members, in the order of `shards`; read in parallel, one shard per
+/// task, in any order.
+fn read_shard_headers(root: &Path, shards: &[PathBuf], threads: usize) -> Vec<ShardHeaders> {
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
-    type Indexed = Vec<(usize, Result<(Stamp, Vec<TarMember>), DatasetError>)>;
-    let per_worker: Vec<Indexed> = std::thread::scope(|s| {
+    let per_worker: Vec<Vec<(usize, ShardHeaders)>> = std::thread::scope(|s| {
         let handles = (0..threads.min(shards.len()).max(1))
             .map(|_| {
-                let (next, shards, done) = (&next, &shards, &done);
+                let (next, done) = (&next, &done);
                 s.spawn(move || {
                     let mut mine = Vec::new();
                     loop {
@@ -48,60 +69,55 @@ pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, D
             .collect();
         wait_with_progress(root, "tar headers", &done, handles)
     });
-    let mut indexed: Indexed = per_worker.into_iter().flatten().collect();
+    let mut indexed: Vec<(usize, ShardHeaders)> = per_worker.into_iter().flatten().collect();
     indexed.sort_unstable_by_key(|(i, _)| *i);
-    for (i, r) in indexed {
-        let shard = &shards[i];
-        let (stamp, members) = r?;
-        ds.stamps.push(stamp);
-        let id = ds.push_file(shard.as_os_str().as_bytes())?;
-        // Group by WebDataset key (the name up to the first dot of its last component).
-        let mut by_key: HashMap<&[u8], usize> = HashMap::new();
-        let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
-        for (m, member) in members.iter().enumerate() {
-            let name = &member.name[..];
-            let base_start = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
-            let Some(dot) = name[base_start..].iter().position(|&b| b == b'.') else {
-                continue;
-            };
-            let (key, ext) = (&name[..base_start + dot], &name[base_start + dot + 1..]);
-            let is_image = IMAGE_EXTENSIONS
-                .iter()
-                .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
-            let is_cls = ext.eq_ignore_ascii_case(b"cls");
-            if !is_image && !is_cls {
-                continue;
-            }
-            let s = *by_key.entry(key).or_insert_with(|| {
-                samples.push((None, -1));
-                samples.len() - 1
-            });
-            if is_image {
-                samples[s].0 = Some(m);
-            } else {
-                let text = member.data.as_deref().unwrap_or_default();
-                samples[s].1 = std::str::from_utf8(text)
-                    .ok()
-                    .and_then(|t| t.trim().parse().ok())
-                    .ok_or_else(|| DatasetError::BadTar {
-                        path: shard.clone(),
-                        offset: member.offset,
-                        reason: format!(
-                            "member {} is not an integer label",
-                            String::from_utf8_lossy(name)
-                        ),
-                    })?;
-            }
+    indexed.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The samples of one shard: per WebDataset key (the name up to the first dot of its last
+/// component), in order of first appearance, the image member (if any) and the label.
+fn pair_members(
+    shard: &Path,
+    members: &[TarMember],
+) -> Result<Vec<(Option<usize>, i64)>, DatasetError> {
+    let mut by_key: HashMap<&[u8], usize> = HashMap::new();
+    let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
+    for (m, member) in members.iter().enumerate() {
+        let name = &member.name[..];
+        let base_start = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        let Some(dot) = name[base_start..].iter().position(|&b| b == b'.') else {
+            continue;
+        };
+        let (key, ext) = (&name[..base_start + dot], &name[base_start + dot + 1..]);
+        let is_image = IMAGE_EXTENSIONS
+            .iter()
+            .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
+        let is_cls = ext.eq_ignore_ascii_case(b"cls");
+        if !is_image && !is_cls {
+            continue;
         }
-        for (image, label) in samples {
-            if let Some(m) = image {
-                let member = &members[m];
-                ds.push_sample(id, member.offset, member.size, label);
-                ds.members.push(&member.name);
-            }
+        let s = *by_key.entry(key).or_insert_with(|| {
+            samples.push((None, -1));
+            samples.len() - 1
+        });
+        if is_image {
+            samples[s].0 = Some(m);
+        } else {
+            let text = member.data.as_deref().unwrap_or_default();
+            samples[s].1 = std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| DatasetError::BadTar {
+                    path: shard.to_owned(),
+                    offset: member.offset,
+                    reason: format!(
+                        "member {} is not an integer label",
+                        String::from_utf8_lossy(name)
+                    ),
+                })?;
         }
     }
-    Ok(ds)
+    Ok(samples)
 }
 
 /// One regular-file member of a tar archive.

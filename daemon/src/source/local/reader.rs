@@ -1,7 +1,8 @@
 //! Batched reads of sample bytes: io_uring, with a `pread` fallback.
 //!
-//! [`Reader::read_batch`] takes a batch of (path, offset, len) requests and fills one
-//! caller-owned buffer per request. A failed request (missing file, permission, a file shorter
+//! [`Reader::read_batch`] takes a batch of (path, offset, len) requests of local files and
+//! fills one caller-owned buffer per request (`crate::source::read_batch` puts object storage
+//! in front of it; this room knows nothing of it). A failed request (missing file, permission, a file shorter
 //! than indexed) is that request's error; the rest of the batch still succeeds.
 //!
 //! # Design
@@ -243,19 +244,6 @@ impl Reader {
             reqs.len()
         );
         let bufs = &mut bufs[..reqs.len()];
-        if let Some(local) = crate::source::object::localize(reqs) {
-            return crate::source::object::read_localized(reqs, local, bufs, |r, b| {
-                self.read_local(r, b)
-            });
-        }
-        self.read_local(reqs, bufs)
-    }
-
-    fn read_local(
-        &mut self,
-        reqs: &[ReadRequest<'_>],
-        bufs: &mut [Vec<u8>],
-    ) -> Vec<Result<(), ReadError>> {
         if let Some(why) = &self.rules_error {
             return reqs
                 .iter()
@@ -421,31 +409,7 @@ impl UringReader {
         bufs: &mut [Vec<u8>],
         rules: &Arc<OpenRules>,
     ) -> Vec<Result<(), ReadError>> {
-        self.pending.clear();
-        self.ready.clear();
-        for (i, (req, buf)) in reqs.iter().zip(bufs.iter_mut()).enumerate() {
-            let mut p = Pending {
-                file: None,
-                done: 0,
-                result: None,
-            };
-            // Empty, with room for the request: the kernel fills the spare capacity and the
-            // length is set to what it wrote, so nothing is zero-filled first.
-            buf.clear();
-            match buffer_len(req).map(|len| buf.reserve(len)) {
-                Err(e) => p.result = Some(Err(e)),
-                Ok(()) if req.len == 0 => p.result = Some(Ok(())),
-                Ok(()) => match self.fds.get_or_open(req.path, req.offset, rules) {
-                    Ok(f) => {
-                        p.file = Some(f);
-                        self.ready.push_back(i);
-                    }
-                    Err(e) => p.result = Some(Err(ReadError::from_open(req.path, e))),
-                },
-            }
-            self.pending.push(p);
-        }
-
+        self.prepare(reqs, bufs, rules);
         let mut inflight = InFlight {
             ring: &mut self.ring,
             count: 0,
@@ -458,7 +422,7 @@ impl UringReader {
                 let (req, p) = (&reqs[i], &self.pending[i]);
                 let Some(file) = &p.file else { continue };
                 let op_len = (req.len - p.done).min(self.max_op_len) as u32;
-                // `done < len <= capacity` (reserved above), so this stays in the allocation.
+                // `done < len <= capacity` (reserved by `prepare`), so this stays in the allocation.
                 let ptr = bufs[i].as_mut_ptr().wrapping_add(p.done as usize);
                 let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), ptr, op_len)
                     .offset(req.offset + p.done)
@@ -512,6 +476,35 @@ impl UringReader {
         unsafe { self.finish(bufs) }
     }
 
+    /// Opens each request's file and makes room in its buffer: `pending` gets one entry per
+    /// request, `ready` the requests to submit (the others are settled already).
+    fn prepare(&mut self, reqs: &[ReadRequest<'_>], bufs: &mut [Vec<u8>], rules: &Arc<OpenRules>) {
+        self.pending.clear();
+        self.ready.clear();
+        for (i, (req, buf)) in reqs.iter().zip(bufs.iter_mut()).enumerate() {
+            let mut p = Pending {
+                file: None,
+                done: 0,
+                result: None,
+            };
+            // Empty, with room for the request: the kernel fills the spare capacity and the
+            // length is set to what it wrote, so nothing is zero-filled first.
+            buf.clear();
+            match buffer_len(req).map(|len| buf.reserve(len)) {
+                Err(e) => p.result = Some(Err(e)),
+                Ok(()) if req.len == 0 => p.result = Some(Ok(())),
+                Ok(()) => match self.fds.get_or_open(req.path, req.offset, rules) {
+                    Ok(f) => {
+                        p.file = Some(f);
+                        self.ready.push_back(i);
+                    }
+                    Err(e) => p.result = Some(Err(ReadError::from_open(req.path, e))),
+                },
+            }
+            self.pending.push(p);
+        }
+    }
+
     /// Sets each buffer's length to what was read into it; returns the results.
     ///
     /// # Safety
@@ -523,7 +516,7 @@ impl UringReader {
             debug_assert!(p.done as usize <= buf.capacity());
             // SAFETY: every op was reaped (the caller's promise); the kernel wrote bytes
             // `0..done` of the buffer (successful completions advance `done` by exactly what was
-            // written), and `done <= capacity` as reserved by read_batch.
+            // written), and `done <= capacity` as reserved by `prepare`.
             unsafe { buf.set_len(p.done as usize) };
             p.file = None;
             out.push(r);

@@ -180,6 +180,8 @@ struct Hub {
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
+    /// The prefetcher's share of the permits (at most half of them, see `prefetch`).
+    prefetch_share: OnceLock<Arc<Semaphore>>,
     /// Bytes downloaded by this process (the `s3` source of the bytes metric).
     downloaded: AtomicU64,
 }
@@ -194,6 +196,7 @@ fn hub() -> &'static Hub {
         cache: OnceLock::new(),
         runtime: OnceLock::new(),
         permits: OnceLock::new(),
+        prefetch_share: OnceLock::new(),
         downloaded: AtomicU64::new(0),
     })
 }

@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
@@ -30,8 +30,8 @@ use crate::source::index::Dataset;
 
 /// The prefetcher's share of the request permits, shared by every job.
 fn share() -> Arc<Semaphore> {
-    static SHARE: OnceLock<Arc<Semaphore>> = OnceLock::new();
-    SHARE
+    hub()
+        .prefetch_share
         .get_or_init(|| Arc::new(Semaphore::new((config().max_in_flight / 2).max(1))))
         .clone()
 }
