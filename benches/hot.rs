@@ -13,8 +13,8 @@ use stoker_daemon::augment::Augmenter;
 use stoker_daemon::decode::{CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling};
 use stoker_daemon::sampler::{permutation_into, Sampler};
 use stoker_daemon::source::local::reader::{ReadRequest, Reader, ReaderKind};
-use stoker_daemon::synth::{image_pixels, SynthOptions};
 use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_tool::synth::{image_pixels, SynthOptions};
 
 fn sampler(c: &mut Criterion) {
     let mut g = c.benchmark_group("sampler");

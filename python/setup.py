@@ -4,7 +4,7 @@ cargo from the checkout this folder sits in.
     pip install ./python            # from the repository root; needs cargo (a Rust toolchain)
     pip wheel --no-deps -w dist ./python
 
-`build_py` runs `cargo build --locked --release -p stoker-client --lib -p stoker-daemon --bins`
+`build_py` runs `cargo build --locked --release -p stoker-client --lib -p stoker-daemon -p stoker-tool --bins`
 and puts the results into the package: `stoker/libstoker.so`, `stoker/bin/stokerd`,
 `stoker/bin/stoker`. Installing the wheel needs no Rust, cmake or nasm. The `stoker` and
 `stokerd` commands are console entry points that run the bundled binaries.
@@ -56,7 +56,7 @@ def cargo_build():
         sys.exit("stoker: building from source needs cargo (a Rust toolchain, see "
                  "https://rustup.rs) on PATH or in $CARGO; or install a built wheel")
     cmd = [cargo, "build", "--locked", "--profile", profile, "-p", "stoker-client", "--lib",
-           "-p", "stoker-daemon", "--bins"]
+           "-p", "stoker-daemon", "-p", "stoker-tool", "--bins"]
     sys.stderr.write(f"stoker: {' '.join(cmd)}\n")
     subprocess.run(cmd, cwd=REPO, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")

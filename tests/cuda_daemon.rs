@@ -115,7 +115,7 @@ fn drain(client: &mut Client, spec: &PipelineSpec) -> Vec<Seen> {
 /// `stoker status` while rank `rank`'s GPU serves: marked emulated, its decode mix (the
 /// synthetic JPEGs are baseline: hardware) and its ring's device memory shown.
 fn check_status(socket: &Path, rank: usize) {
-    let status = stoker_daemon::cli::status::query(socket).unwrap();
+    let status = stoker_tool::cli::status::query(socket).unwrap();
     assert_eq!(status.backend, "cuda");
     let g = status
         .gpus
@@ -128,7 +128,7 @@ fn check_status(socket: &Path, rank: usize) {
         "{g:?}"
     );
     assert!(g.batches >= 2 && g.decode_ms_per_batch > 0.0, "{g:?}");
-    let text = stoker_daemon::cli::status::render(&status);
+    let text = stoker_tool::cli::status::render(&status);
     assert!(
         text.contains(&format!(
             "GPU {} (Stoker Emulated GPU {rank}) EMULATED",
@@ -354,8 +354,8 @@ fn sticky_fault_case(status: &str, rebuilt: bool) {
     let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
     assert_eq!(drain(&mut b, &spec).len(), 2, "{status}: GPU 1 serves on");
     drop(a);
-    let status_text = stoker_daemon::cli::status::render(
-        &stoker_daemon::cli::status::query(daemon.socket()).unwrap(),
+    let status_text = stoker_tool::cli::status::render(
+        &stoker_tool::cli::status::query(daemon.socket()).unwrap(),
     );
     if rebuilt {
         let mut a = attach_when_rebuilt(daemon.socket(), options(&data, "a", &spec, 0, gpu0));
@@ -483,7 +483,7 @@ fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
         .flat_map(|b| &b.status)
         .filter(|&&s| s == 0 || s == 1)
         .count() as u64;
-    let status = stoker_daemon::cli::status::query(daemon.socket()).unwrap();
+    let status = stoker_tool::cli::status::query(daemon.socket()).unwrap();
     let g = &status.gpus[0];
     eprintln!("edge mix: {g:?}; expected hardware {hardware}, hybrid {hybrid}");
     assert_eq!(g.decoded_hardware, hardware, "{g:?}");

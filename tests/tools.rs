@@ -16,12 +16,12 @@ fn stoker() -> PathBuf {
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-p", "stoker-daemon", "--bins"])
+            .args(["build", "-p", "stoker-tool", "--bin", "stoker"])
             .status()
             .expect("run cargo build");
         assert!(
             status.success(),
-            "cargo build -p stoker-daemon --bins failed"
+            "cargo build -p stoker-tool --bin stoker failed"
         );
     });
     path

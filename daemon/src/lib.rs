@@ -1,4 +1,5 @@
-//! The stoker daemon's library: everything `stokerd` and `stoker` are made of.
+//! The stoker daemon's library: everything `stokerd` is made of, and what the `stoker` tool
+//! (`daemon/tool`, package `stoker-tool`) builds on.
 //!
 //! Rooms (docs/architecture.md draws them and what each may touch):
 //! - **source**: `source` (`index`: layouts and index cache; `local`: the io_uring reader and
@@ -10,8 +11,7 @@
 //!   `pipeline` is the engine's former path, kept as a re-export;
 //! - **serving**: `server` (registry, connection state machine, accept loop, ops handle);
 //! - **operations**: `ops` (`config`, `access`, `metrics`, `systemd`, `logging`, `ratelimit`,
-//!   re-exported here) and `service` (what `stokerd` runs);
-//! - **tools**: `cli` (the `stoker` commands), `bench`, `synth`, `pack`.
+//!   re-exported here) and `service` (what `stokerd` runs).
 //!
 //! Data flow for one rank (see `../shared/DESIGN.md`):
 //! `sampler` → `reader` (io_uring) → `decode` (libjpeg-turbo / nvJPEG) → `augment` (fused
@@ -20,15 +20,12 @@
 pub mod augment;
 pub mod backend;
 pub mod badsample;
-pub mod bench;
-pub mod cli;
 pub mod decode;
 pub mod detach;
 pub mod engine;
 pub mod lobby;
 pub mod ops;
 pub use ops::{access, config, logging, metrics, ratelimit, systemd};
-pub mod pack;
 pub mod pipeline;
 pub mod rng;
 pub mod sampler;
@@ -36,4 +33,3 @@ pub mod server;
 pub mod service;
 pub mod source;
 pub mod stall;
-pub mod synth;

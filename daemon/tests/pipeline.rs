@@ -13,8 +13,8 @@ use stoker_daemon::pipeline::{
     BadSamplePolicy, Engine, EngineConfig, Feed, FeedEvent, HeapRing, Job, Position,
 };
 use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::synth::{generate, SynthOptions};
 use stoker_kernels::reference::RgbImage;
+use stoker_tool::synth::{generate, SynthOptions};
 
 /// One received batch, copied out of its slot.
 #[derive(Debug, Clone, PartialEq)]

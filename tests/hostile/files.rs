@@ -176,7 +176,7 @@ fn symlink_loops_and_the_filesystem_root_are_indexed_or_refused_in_bounded_memor
     };
     assert_eq!(attached, Ok((2, 1)), "the loop's two images, once each");
     within("status", Duration::from_secs(10), move || {
-        stoker_daemon::cli::status::query(&socket).map_err(|e| e.to_string())
+        stoker_tool::cli::status::query(&socket).map_err(|e| e.to_string())
     })
     .expect("status answers");
     refused(

@@ -71,7 +71,7 @@ fn floods_of_idle_connections_leave_rss_at_its_idle_baseline() {
         }
         std::thread::sleep(Duration::from_millis(300));
     };
-    stoker_daemon::cli::status::query(daemon.socket()).unwrap();
+    stoker_tool::cli::status::query(daemon.socket()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let (fds, baseline) = (daemon.fd_count(), daemon.rss_kib());
     let mut after = Vec::new();
@@ -89,5 +89,5 @@ fn floods_of_idle_connections_leave_rss_at_its_idle_baseline() {
         last * 10 <= baseline * 11,
         "RSS {last} KiB after 5 floods, over 110% of the idle {baseline} KiB ({after:?})"
     );
-    stoker_daemon::cli::status::query(daemon.socket()).expect("status after the floods");
+    stoker_tool::cli::status::query(daemon.socket()).expect("status after the floods");
 }

@@ -18,7 +18,6 @@ use stoker::protocol::{Attach, ErrorCode, Message, Release, StartPosition, MAX_M
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, PipelineSpec, SampleStatus};
 use stoker_daemon::decode::Limits;
-use stoker_daemon::pack::TarWriter;
 use stoker_daemon::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory,
 };
@@ -26,6 +25,7 @@ use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_testkit::attach::{rank_options, u8_spec as spec};
 use stoker_testkit::batches::{drain, got, write_config, Got};
 use stoker_testkit::{edge_manifest, encode_jpeg, read_log, synthetic_rgb, write_jpeg, Daemon};
+use stoker_tool::pack::TarWriter;
 
 fn options(data: &str, job: &str, spec: PipelineSpec) -> AttachOptions {
     rank_options(data, job, (0, 1), 7, spec)

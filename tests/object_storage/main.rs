@@ -248,7 +248,7 @@ fn datasets(dir: &Path) -> (PathBuf, PathBuf) {
     let ds = Dataset::open(&folder, &no_cache).unwrap();
     let bytes: u64 = (0..ds.len()).map(|i| ds.sample(i).len).sum();
     std::fs::create_dir_all(&shards).unwrap();
-    stoker_daemon::pack::pack_dataset(&ds, &shards, bytes / 3 + 1, false).unwrap();
+    stoker_tool::pack::pack_dataset(&ds, &shards, bytes / 3 + 1, false).unwrap();
     (folder, shards)
 }
 

@@ -9,7 +9,7 @@ use stoker::{AttachOptions, Client, PipelineSpec};
 use stoker_testkit::{stokerd_path, write_image_folder};
 
 fn status(socket: &Path) -> DaemonStatus {
-    stoker_daemon::cli::status::query(socket).expect("status")
+    stoker_tool::cli::status::query(socket).expect("status")
 }
 
 fn alive(pid: u32) -> bool {
@@ -82,7 +82,7 @@ fn a_detached_daemon_serves_reports_the_stall_and_exits_when_idle() {
     assert_eq!(rank.rank, 0);
     assert!(rank.batches > 0 && rank.batches <= mine.batches);
     assert!(rank.wait_fraction < 0.5, "{rank:?}");
-    let text = stoker_daemon::cli::status::render(&shown);
+    let text = stoker_tool::cli::status::render(&shown);
     assert!(text.contains("stall rank 0: wait "), "{text}");
 
     // Busy while attached; after the detach, gone within the idle time (plus a tick).

@@ -178,7 +178,7 @@ fn an_activated_socket_on_fd_3_is_served() {
         !unused.exists(),
         "stokerd bound --socket despite activation"
     );
-    let status = stoker_daemon::cli::status::query(&path).unwrap();
+    let status = stoker_tool::cli::status::query(&path).unwrap();
     assert!(status.activated);
     assert_eq!(status.socket, path.display().to_string());
     // systemd owns the socket file: stokerd leaves it on exit.

@@ -11,7 +11,7 @@ use stoker::spec::PipelineSpec;
 
 use super::*;
 use crate::source::index::{Dataset, OpenOptions};
-use crate::synth::{generate, SynthOptions};
+use stoker_tool::synth::{generate, SynthOptions};
 
 /// Opened by the test; counts fills and the largest unit seen.
 #[derive(Default)]

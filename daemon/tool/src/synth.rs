@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::decode::{EncodeOptions, JpegEncoder, Subsampling};
-use crate::rng::{mix64, KeyedRng, Stream};
+use stoker_daemon::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_daemon::rng::{mix64, KeyedRng, Stream};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub enum SynthError {
         source: std::io::Error,
     },
     #[error("encoder: {0}")]
-    Encode(#[from] crate::decode::DecodeError),
+    Encode(#[from] stoker_daemon::decode::DecodeError),
     #[error("classes must be at least 1")]
     NoClasses,
     #[error(transparent)]
@@ -258,7 +258,7 @@ fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::index::{Dataset, OpenOptions};
+    use stoker_daemon::source::index::{Dataset, OpenOptions};
 
     #[test]
     fn generates_an_imagefolder_that_indexes_and_decodes() {

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use crate::pack::{pack, pack_dataset_with, PackError, PackSummary, DEFAULT_SHARD_BYTES};
-use crate::source::index::{Dataset, OpenOptions};
-use crate::source::object::S3Url;
+use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::source::object::S3Url;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -26,7 +26,7 @@ pub struct PackArgs {
 pub fn run(args: &PackArgs) -> i32 {
     let t0 = std::time::Instant::now();
     let shard_bytes = args.shard_mb.max(1) * 1_000_000;
-    let packed = if crate::source::object::is_url(&args.out) {
+    let packed = if stoker_daemon::source::object::is_url(&args.out) {
         pack_to_s3(&args.src, &args.out, shard_bytes)
     } else {
         pack(&args.src, &args.out, shard_bytes, true)
@@ -71,10 +71,10 @@ fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, P
     })?;
     let mut upload = |shard: &Path| -> Result<(), PackError> {
         let mut idx = shard.as_os_str().to_owned();
-        idx.push(crate::source::object::sidecar::SUFFIX);
+        idx.push(stoker_daemon::source::object::sidecar::SUFFIX);
         for file in [shard.to_path_buf(), PathBuf::from(idx)] {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
-            crate::source::object::upload_file(&file, &url.join(&name)).map_err(|e| {
+            stoker_daemon::source::object::upload_file(&file, &url.join(&name)).map_err(|e| {
                 PackError::Upload {
                     path: file.clone(),
                     reason: e.to_string(),

@@ -1,7 +1,7 @@
 //! Tar shards (WebDataset layout) written by stoker: `stoker pack` turns any dataset into
 //! shards of a target size, and `stoker synth --shards` writes generated images straight into
 //! shards. Each sample is two members, `KEY.jpg` and `KEY.cls` (the label as ASCII, omitted
-//! when the sample has none), which is what [`crate::source::index`] reads back.
+//! when the sample has none), which is what [`stoker_daemon::source::index`] reads back.
 //!
 //! # Design
 //! - Plain ustar headers (names up to 100 bytes, sizes below 8 GiB), written with one buffered
@@ -10,7 +10,7 @@
 //!   larger than the target.
 //! - Shards are written to `NAME.tar.partial` and renamed when complete, so an interrupted
 //!   pack never leaves a truncated shard that looks finished.
-//! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`crate::source::object::sidecar`]):
+//! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`stoker_daemon::source::object::sidecar`]):
 //!   an `s3://` dataset of shards is indexed from it without downloading the shards.
 
 use std::fs::File;
@@ -19,8 +19,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::source::index::{Dataset, DatasetError, OpenOptions};
-use crate::source::object::sidecar::{self, IndexedSample};
+use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_daemon::source::object::sidecar::{self, IndexedSample};
 
 /// Default target shard size: 256 MB.
 pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
@@ -310,7 +310,7 @@ mod tests {
         for i in 0..a.len() {
             let (sa, sb) = (a.sample(i), b.sample(i));
             assert_eq!(sa.label, sb.label, "sample {i}");
-            let read = |s: crate::source::index::SampleRef<'_>| {
+            let read = |s: stoker_daemon::source::index::SampleRef<'_>| {
                 let mut v = vec![0u8; s.len as usize];
                 File::open(s.path)
                     .unwrap()

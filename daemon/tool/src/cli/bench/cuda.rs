@@ -34,7 +34,7 @@ use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
 
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};
-use crate::decode::{CpuDecoder, Limits};
+use stoker_daemon::decode::{CpuDecoder, Limits};
 
 /// One measured row, or why it was not measured.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -202,7 +202,7 @@ fn hardware_images(
 /// The decode-only row, the decode mix of the samples, and how many samples were loaded.
 fn decode_ceiling(
     args: &BenchArgs,
-    ds: &crate::source::index::Dataset,
+    ds: &stoker_daemon::source::index::Dataset,
     device: &Device,
     decoder: &mut NvjpegDecoder,
 ) -> (CudaRow, DecodeMix, usize) {
@@ -280,7 +280,7 @@ fn served_row(
     args: &BenchArgs,
     uuid: &str,
     data: &Path,
-    ds: &crate::source::index::Dataset,
+    ds: &stoker_daemon::source::index::Dataset,
     ceiling: Option<f64>,
 ) -> CudaRow {
     let epochs = timed_epochs(

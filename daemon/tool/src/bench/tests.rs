@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::pipeline::Throttle;
 use crate::synth::{generate, SynthOptions};
+use stoker_daemon::pipeline::Throttle;
 
 /// 48 small generated images in two classes.
 fn small_dataset() -> tempfile::TempDir {

@@ -11,11 +11,11 @@ use std::time::Instant;
 use serde::Serialize;
 use stoker::spec::PipelineSpec;
 
-use crate::pipeline::{
+use stoker_daemon::pipeline::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals, CHUNK,
     DEFAULT_SLOTS,
 };
-use crate::source::index::{Dataset, OpenOptions};
+use stoker_daemon::source::index::{Dataset, OpenOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -75,14 +75,14 @@ pub enum BenchError {
     #[error("dataset {path}: {source}")]
     Dataset {
         path: String,
-        source: crate::source::index::DatasetError,
+        source: stoker_daemon::source::index::DatasetError,
     },
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error("reader: {0}")]
-    Reader(crate::source::local::reader::ReadError),
+    Reader(stoker_daemon::source::local::reader::ReadError),
     #[error("decoder: {0}")]
-    Decoder(crate::decode::DecodeError),
+    Decoder(stoker_daemon::decode::DecodeError),
 }
 
 /// Process CPU time (user + system) in seconds.
@@ -353,7 +353,7 @@ pub fn index_timing(path: &Path, cold: bool) -> Result<(IndexTiming, Dataset), B
         walk_s,
         walk_cold_s,
         cached_s,
-        cache_hit: cached.origin() == crate::source::index::IndexOrigin::Cache,
+        cache_hit: cached.origin() == stoker_daemon::source::index::IndexOrigin::Cache,
     };
     Ok((timing, ds))
 }
@@ -389,8 +389,8 @@ pub enum Eviction {
 /// and inodes, so a folder's metadata is cold too), else fadvise (data pages only). An
 /// `s3://` dataset is evicted from the node cache instead.
 pub fn evict(ds: &Dataset) -> Eviction {
-    if crate::source::object::is_url(ds.root()) {
-        crate::source::object::evict(ds);
+    if stoker_daemon::source::object::is_url(ds.root()) {
+        stoker_daemon::source::object::evict(ds);
         return Eviction::NodeCache;
     }
     // SAFETY: sync and geteuid take no arguments and cannot fail.
@@ -463,18 +463,19 @@ pub fn storage_only(
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let mut order = Vec::new();
-    crate::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_daemon::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut reader = match crate::source::local::reader::Reader::new(engine.reader, CHUNK) {
-            Ok(r) => r,
-            Err(e) => {
-                *failed.lock().unwrap() = Some(e);
-                return;
-            }
-        };
+        let mut reader =
+            match stoker_daemon::source::local::reader::Reader::new(engine.reader, CHUNK) {
+                Ok(r) => r,
+                Err(e) => {
+                    *failed.lock().unwrap() = Some(e);
+                    return;
+                }
+            };
         let mut bufs: Vec<Vec<u8>> = (0..CHUNK).map(|_| Vec::new()).collect();
         loop {
             let start = next.fetch_add(CHUNK, std::sync::atomic::Ordering::Relaxed);
@@ -482,11 +483,12 @@ pub fn storage_only(
                 return;
             }
             let end = (start + CHUNK).min(order.len());
-            let reqs: Vec<crate::source::local::reader::ReadRequest<'_>> = order[start..end]
+            let reqs: Vec<stoker_daemon::source::local::reader::ReadRequest<'_>> = order
+                [start..end]
                 .iter()
                 .map(|&i| {
                     let s = ds.sample(i as usize);
-                    crate::source::local::reader::ReadRequest {
+                    stoker_daemon::source::local::reader::ReadRequest {
                         path: s.path,
                         offset: s.offset,
                         len: s.len,
@@ -523,13 +525,13 @@ pub fn storage_only(
 /// Encoded samples held in memory for the decode stages: (global index, bytes).
 pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
     let mut order = Vec::new();
-    crate::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_daemon::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     order.truncate(max);
     let mut out = Vec::with_capacity(order.len());
     for i in order {
         let s = ds.sample(i as usize);
         let mut buf = vec![0u8; s.len as usize];
-        let ok = crate::source::object::local_file(s.path)
+        let ok = stoker_daemon::source::object::local_file(s.path)
             .and_then(std::fs::File::open)
             .and_then(|f| {
                 use std::os::unix::fs::FileExt;
@@ -574,14 +576,14 @@ pub fn decode_stage(
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut decoder = match crate::decode::CpuDecoder::new(engine.limits) {
+        let mut decoder = match stoker_daemon::decode::CpuDecoder::new(engine.limits) {
             Ok(d) => d,
             Err(e) => {
                 *failed.lock().unwrap() = Some(e);
                 return;
             }
         };
-        let mut augmenter = crate::augment::Augmenter::default();
+        let mut augmenter = stoker_daemon::augment::Augmenter::default();
         let mut image = stoker_kernels::reference::RgbImage::default();
         let mut out = vec![0u8; image_bytes];
         loop {
@@ -594,10 +596,10 @@ pub fn decode_stage(
             if let Some(t) = engine.throttle {
                 std::thread::sleep(t.decode_delay);
             }
-            let ok = (|| -> Result<(), crate::decode::DecodeError> {
-                let h = crate::decode::probe(data)?;
+            let ok = (|| -> Result<(), stoker_daemon::decode::DecodeError> {
+                let h = stoker_daemon::decode::probe(data)?;
                 let (crop, flip) =
-                    crate::augment::sample_params(spec, h.width, h.height, seed, 0, *index);
+                    stoker_daemon::augment::sample_params(spec, h.width, h.height, seed, 0, *index);
                 let within =
                     decoder.decode_for_crop(data, crop, spec.crop.output_size(), &mut image)?;
                 if augment {

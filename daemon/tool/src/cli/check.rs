@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
-use crate::decode::{CpuDecoder, DecodeError, Limits};
-use crate::source::index::{Dataset, OpenOptions};
+use stoker_daemon::decode::{CpuDecoder, DecodeError, Limits};
+use stoker_daemon::source::index::{Dataset, OpenOptions};
 
 /// Reason code for a sample whose bytes could not be read.
 pub const REASON_IO: &str = "io_error";
@@ -169,7 +169,7 @@ fn is_sidecar(path: &Path) -> bool {
 /// Reads `len` bytes at `offset` of `path` (a whole file, or a member of a tar shard).
 fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(crate::source::object::local_file(path)?)?;
+    let mut f = std::fs::File::open(stoker_daemon::source::object::local_file(path)?)?;
     f.seek(SeekFrom::Start(offset))?;
     let mut buf = Vec::with_capacity(len as usize);
     f.take(len).read_to_end(&mut buf)?;
@@ -186,9 +186,9 @@ fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
 }
 
 /// The samples under `path`: a single image file, or every sample of a dataset in any
-/// layout (`crate::source::index`), named by path (or `shard.tar:member`).
+/// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`).
 fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, String> {
-    let meta = match crate::source::object::is_url(path) {
+    let meta = match stoker_daemon::source::object::is_url(path) {
         true => None,
         false => Some(std::fs::metadata(path).map_err(|e| e.to_string())?),
     };

@@ -1,4 +1,4 @@
-//! The `stoker` command-line tool's commands, as library code: `src/bin/stoker.rs` only parses
+//! The `stoker` command-line tool's commands, as library code: `src/main.rs` only parses
 //! the arguments and dispatches here. Each command returns its process exit code.
 
 pub mod bench;

@@ -1,8 +1,8 @@
 //! `stoker`: the command-line tool. A thin main: parse the arguments, dispatch into
-//! `stoker_daemon::cli`, exit with the command's code.
+//! `stoker_tool::cli`, exit with the command's code.
 
 use clap::{Parser, Subcommand};
-use stoker_daemon::cli;
+use stoker_tool::cli;
 
 #[derive(Debug, Parser)]
 #[command(

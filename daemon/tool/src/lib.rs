@@ -1,0 +1,13 @@
+//! The `stoker` command-line tool, as library code: `src/main.rs` only parses the arguments
+//! and dispatches into [`cli`]. It is built on the daemon's library (`stoker_daemon`): the same
+//! datasets, reader, decoder, augmenter and engine `stokerd` runs.
+//!
+//! - `cli`: the commands (`bench`, `check`, `status`, `selftest`, `synth`, `pack`, `decode`);
+//! - `bench`: the in-process pipeline benchmark `stoker bench` runs;
+//! - `synth`: generated datasets of realistic JPEGs;
+//! - `pack`: WebDataset tar shards from any dataset.
+
+pub mod bench;
+pub mod cli;
+pub mod pack;
+pub mod synth;
