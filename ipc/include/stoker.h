@@ -480,6 +480,53 @@ void stoker_dlpack_delete(DLManagedTensorVersioned *tensor);
  */
 void stoker_batch_release(struct stoker_batch *batch);
 
+/**
+ * Where the client would resume now: the (epoch, step) of its next batch (at attach: where
+ * it starts, past an elastic resume's epoch when nothing of that epoch is left).
+ *
+ * # Safety
+ * `client` is a live client; `epoch` and `step` are writable.
+ */
+stoker_result stoker_client_position(struct stoker_client *client, uint64_t *epoch, uint64_t *step);
+
+/**
+ * Batches of `epoch` for this rank: `steps_per_epoch`, or fewer in the epoch an elastic
+ * offset resumed (`offset_epoch_steps`).
+ *
+ * # Safety
+ * `client` is a live client; `out` is writable.
+ */
+stoker_result stoker_client_steps_in(struct stoker_client *client, uint64_t epoch, uint64_t *out);
+
+/**
+ * The elastic checkpoint of position (`epoch`, `step`) (docs/multi-host.md): `*consumed`
+ * samples of the epoch's permutation every rank together consumed before it, for a job of
+ * `world_size` ranks and batches of `batch_size` resumed after the elastic offset
+ * (`offset_epoch`, `offset_consumed`) (`offset_consumed` 0: none).
+ *
+ * # Safety
+ * `consumed` is writable.
+ */
+stoker_result stoker_position_consumed(uint64_t epoch,
+                                       uint64_t step,
+                                       uint64_t offset_epoch,
+                                       uint64_t offset_consumed,
+                                       uint32_t world_size,
+                                       uint32_t batch_size,
+                                       uint64_t *consumed);
+
+/**
+ * Where a client connects when given no socket (docs/operations.md, "Which socket"):
+ * `$STOKER_SOCKET`, else the system daemon's socket when a daemon answers there, else this
+ * user's own. `*path` is valid until the next call of this function on this thread;
+ * `*source` says which it is: 0 `$STOKER_SOCKET`, 1 the system daemon's, 2 this user's own
+ * (the only one where a caller may start a daemon when none answers).
+ *
+ * # Safety
+ * `path` and `source` are writable.
+ */
+stoker_result stoker_socket_path_resolve(const char **path, int32_t *source);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -32,5 +32,7 @@ pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERS
 pub use ring::memfd::{MemfdError, MemfdRing};
 pub use ring::vmm_plan::VmmPlan;
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
-pub use socket::path::{client_socket_path, default_socket_path, user_socket_path};
+pub use socket::path::{
+    client_socket_path, default_socket_path, resolve_client_socket, user_socket_path, SocketSource,
+};
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};

@@ -1,11 +1,9 @@
 """Which daemon a Loader talks to, and starting this user's own when none answers.
 
-Precedence (docs/python.md, "The daemon"):
-1. `socket=` or `$STOKER_SOCKET`: used as given; nothing is started there.
-2. The system daemon, `/run/stoker/stoker.sock`, when one answers there (systemd).
-3. This user's own daemon at `$XDG_RUNTIME_DIR/stoker/stoker.sock`, else
-   `/tmp/stoker-<uid>/stoker.sock`, started from the stokerd bundled in this package when
-   none answers (unless `autostart=False`).
+`socket=` is used as given; without it libstoker resolves the socket by the one rule
+(docs/operations.md, "Which socket": `$STOKER_SOCKET`, else the system daemon when one answers,
+else this user's own socket). Only at this user's own socket is a daemon started from the
+stokerd bundled in this package when none answers (unless `autostart=False`).
 
 Starting happens under an exclusive `flock` on `stoker.lock` in that folder: of the ranks that
 find no daemon at once, the first starts it and the others, woken when the lock is released,
@@ -14,6 +12,7 @@ it failed), so nothing here polls. The daemon runs in its own session, logs to `
 in the same folder, and exits after `$STOKER_IDLE_EXIT` seconds (default 600) without clients.
 """
 
+import ctypes
 import fcntl
 import os
 import shlex
@@ -24,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from ._lib import call
 from .errors import ConnectError
 
-SYSTEM_SOCKET = "/run/stoker/stoker.sock"
-SOCKET_NAME = "stoker.sock"
+# `stoker_socket_path_resolve`'s source for this user's own socket.
+USER_SOCKET = 2
 LOCK_NAME = "stoker.lock"
 LOG_NAME = "stokerd.log"
 # Seconds without any client after which the daemon started here exits.
@@ -41,18 +41,6 @@ LOG_TAIL_BYTES = 2000
 def bundled(name):
     """The path of a binary shipped in this package (`stokerd` or `stoker`)."""
     return Path(__file__).resolve().parent / "bin" / name
-
-
-def user_dir():
-    """This user's daemon folder: `$XDG_RUNTIME_DIR/stoker`, else `/tmp/stoker-<uid>`."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / "stoker"
-    return Path(f"/tmp/stoker-{os.getuid()}")
-
-
-def user_socket():
-    return user_dir() / SOCKET_NAME
 
 
 def answers(path):
@@ -69,15 +57,13 @@ def answers(path):
 
 
 def resolve(socket_arg, autostart):
-    """`(socket path, whether a daemon may be started there)` by the precedence above."""
+    """`(socket path, whether a daemon may be started there)`: `socket_arg` as given, else
+    libstoker's resolution (`stoker_socket_path_resolve`)."""
     if socket_arg:
         return str(socket_arg), False
-    env = os.environ.get("STOKER_SOCKET")
-    if env:
-        return env, False
-    if answers(SYSTEM_SOCKET):
-        return SYSTEM_SOCKET, False
-    return str(user_socket()), bool(autostart)
+    path, source = ctypes.c_char_p(), ctypes.c_int32()
+    call("stoker_socket_path_resolve", ctypes.byref(path), ctypes.byref(source))
+    return path.value.decode(), bool(autostart) and source.value == USER_SOCKET
 
 
 def private_dir(path):

@@ -190,6 +190,11 @@ _SIGNATURES = {
     "stoker_dlpack_delete": (None, [c_void_p]),
     "stoker_batch_release": (None, [_BATCH]),
     "stoker_detach": (None, [_CLIENT]),
+    "stoker_client_position": (_RESULT, [_CLIENT, POINTER(c_uint64), POINTER(c_uint64)]),
+    "stoker_client_steps_in": (_RESULT, [_CLIENT, c_uint64, POINTER(c_uint64)]),
+    "stoker_position_consumed": (
+        _RESULT, [c_uint64, c_uint64, c_uint64, c_uint64, c_uint32, c_uint32, POINTER(c_uint64)]),
+    "stoker_socket_path_resolve": (_RESULT, [POINTER(c_char_p), POINTER(c_int32)]),
 }
 
 

@@ -3,7 +3,7 @@
 import ctypes
 import json
 import os
-from ctypes import byref, c_void_p
+from ctypes import byref, c_uint64, c_void_p
 
 from . import _daemon, _lib
 from ._lib import STOKER_END_OF_DATA, call, lib
@@ -195,9 +195,13 @@ class Loader:
             self.close()
             raise
         self._info = info
-        if self._step == 0 and self._steps_in(self._epoch) == 0:
-            # Nothing was left of the resumed epoch: the daemon starts with the next one.
-            self._epoch += 1
+        # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
+        self._position_from_client()
+
+    def _position_from_client(self):
+        epoch, step = c_uint64(), c_uint64()
+        call("stoker_client_position", self._client, byref(epoch), byref(step))
+        self._epoch, self._step = epoch.value, step.value
 
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
@@ -255,16 +259,15 @@ class Loader:
             self._ended = True
             return None
         batch = Batch(handle)
-        self._epoch, self._step = batch.epoch, batch.step + 1
-        if self._steps_in(batch.epoch) <= self._step:
-            self._epoch, self._step = batch.epoch + 1, 0
+        self._position_from_client()
         return batch
 
     def _steps_in(self, epoch):
-        """Batches of `epoch` for this rank (fewer in an elastic resume's epoch)."""
-        if self._offset is not None and self._offset[0] == epoch:
-            return int(self._info.offset_epoch_steps)
-        return int(self._info.steps_per_epoch)
+        """Batches of `epoch` for this rank (fewer in an elastic resume's epoch), as the
+        attached client says."""
+        steps = c_uint64()
+        call("stoker_client_steps_in", self._client, epoch, byref(steps))
+        return steps.value
 
     def batches(self):
         """Yields `Batch` objects until the job's epochs are done (forever if unbounded)."""
@@ -306,9 +309,11 @@ class Loader:
     def _consumed(self):
         """Samples of the current epoch's permutation all ranks consumed before the next
         batch (exact: padding and drop_last only touch an epoch's last step)."""
-        base = self._offset[1] if self._offset is not None and self._offset[0] == self._epoch \
-            else 0
-        return base + self._step * int(self.spec["batch_size"]) * self.world_size
+        offset_epoch, offset_consumed = self._offset if self._offset is not None else (0, 0)
+        consumed = c_uint64()
+        call("stoker_position_consumed", self._epoch, self._step, offset_epoch, offset_consumed,
+             self.world_size, int(self.spec["batch_size"]), byref(consumed))
+        return consumed.value
 
     def state_dict(self):
         """Where to resume, at this or another world size: the (epoch, step) of the next batch,

@@ -298,8 +298,10 @@ pub extern "C" fn stoker_result_name(result: i32) -> *const c_char {
 
 mod attach;
 mod batch;
+mod rules;
 pub use attach::*;
 pub use batch::*;
+pub use rules::*;
 
 #[cfg(test)]
 mod tests;

@@ -296,7 +296,7 @@ impl Client {
         } else {
             (Client::map_host_ring(&spec, &attached, fds)?, None)
         };
-        Ok(Client {
+        let mut client = Client {
             conn: Arc::new(Connection { sock, ring, device }),
             attached,
             spec,
@@ -305,7 +305,13 @@ impl Client {
             ended: false,
             buf,
             clock: StallClock::new(),
-        })
+        };
+        let start = client.position;
+        if start.step == 0 && client.steps_in(start.epoch) == 0 {
+            // Nothing was left of the resumed epoch: the daemon starts with the next one.
+            client.position.epoch += 1;
+        }
+        Ok(client)
     }
 
     /// Maps a host ring (the CPU backend) from ATTACHED's one fd.

@@ -1,5 +1,5 @@
 //! Which socket a daemon listens on and a client connects to unless told otherwise.
-//! `docs/python.md` states the rule for users.
+//! docs/operations.md ("Which socket") states the rule; this is its one implementation.
 
 use std::path::{Path, PathBuf};
 
@@ -43,15 +43,66 @@ pub fn default_socket_path() -> PathBuf {
     user_socket_path()
 }
 
+/// Where a client's socket came from: what decides whether it may start a daemon there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum SocketSource {
+    /// `$STOKER_SOCKET`: used as given.
+    Env = 0,
+    /// The system daemon's socket, where a daemon answered.
+    System = 1,
+    /// This user's own socket (where the Python package starts a daemon if none answers).
+    User = 2,
+}
+
 /// Where a client connects unless told otherwise: `$STOKER_SOCKET` if set; else
 /// [`SYSTEM_SOCKET`] when a daemon answers there (a system daemon serves the whole host);
 /// else [`user_socket_path`] (the Python package starts a daemon there when none answers).
 pub fn client_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+    resolve_client_socket().0
+}
+
+/// [`client_socket_path`] and where it came from.
+pub fn resolve_client_socket() -> (PathBuf, SocketSource) {
+    resolve_client_socket_with(std::env::var_os(SOCKET_ENV), Path::new(SYSTEM_SOCKET))
+}
+
+/// The client rule, given `$STOKER_SOCKET` and the system socket (tests put it elsewhere).
+fn resolve_client_socket_with(
+    env: Option<std::ffi::OsString>,
+    system: &Path,
+) -> (PathBuf, SocketSource) {
+    if let Some(p) = env.filter(|p| !p.is_empty()) {
+        return (PathBuf::from(p), SocketSource::Env);
     }
-    if SeqPacket::connect(Path::new(SYSTEM_SOCKET)).is_ok() {
-        return PathBuf::from(SYSTEM_SOCKET);
+    if SeqPacket::connect(system).is_ok() {
+        return (system.to_path_buf(), SocketSource::System);
     }
-    user_socket_path()
+    (user_socket_path(), SocketSource::User)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::socket::SeqPacketListener;
+
+    #[test]
+    fn a_client_takes_the_env_then_an_answering_system_daemon_then_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("system.sock");
+        assert_eq!(
+            resolve_client_socket_with(None, &system),
+            (user_socket_path(), SocketSource::User)
+        );
+        let _listener = SeqPacketListener::bind(&system).unwrap();
+        assert_eq!(
+            resolve_client_socket_with(Some("".into()), &system),
+            (system.clone(), SocketSource::System)
+        );
+        let mine = dir.path().join("mine.sock");
+        assert_eq!(
+            resolve_client_socket_with(Some(mine.clone().into()), &system),
+            (mine, SocketSource::Env)
+        );
+    }
 }

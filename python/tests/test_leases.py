@@ -1,0 +1,120 @@
+"""The package's DLPack, lease, epoch and stall machinery against a real stokerd (what
+fake_daemon.py, a stand-in speaking the wire format, used to serve)."""
+
+import ctypes
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+from conftest import CLASSES, PER_CLASS, serve_stokerd
+
+SIDE = 8
+STEPS = CLASSES * PER_CLASS // 4  # batches of 4 per epoch
+
+
+def loader(dataset, daemon, **kw):
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("crop", SIDE)
+    return stoker.Loader(dataset, socket=daemon, **kw)
+
+
+def test_epochs_iterate_and_len_is_steps_per_epoch(dataset, daemon):
+    with loader(dataset, daemon, epochs=2) as ld:
+        assert len(ld) == STEPS
+        first = [np.from_dlpack(im.batch.indices).tolist() for im, _ in ld]
+        assert len(first) == STEPS
+        assert sorted(i for b in first for i in b) == list(range(CLASSES * PER_CLASS))
+        assert ld.epoch == 1
+        assert sum(1 for _ in ld) == STEPS
+        assert list(ld) == [] and ld.next_batch() is None
+
+
+def test_leases_return_when_the_last_view_dies(dataset, daemon):
+    with loader(dataset, daemon) as ld:
+        kept = np.from_dlpack(ld.next_batch().images)
+        snapshot = kept.copy()
+        gc.collect()
+        # 4 slots, one held by `kept`: 30 more batches flow only if every other one returns.
+        for _ in range(30):
+            np.from_dlpack(ld.next_batch().images).sum()
+        assert np.array_equal(kept, snapshot)
+        del kept
+        for _ in range(10):
+            ld.next_batch()
+
+
+def test_holding_every_slot_blocks_until_one_is_freed(dataset, daemon):
+    with loader(dataset, daemon) as ld:
+        held = [ld.next_batch() for _ in range(4)]
+        got = []
+        t = threading.Thread(target=lambda: got.append(ld.next_batch()))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive(), "a fifth batch arrived while all 4 slots were held"
+        held.pop(0)  # the Batch dies: its slot goes back
+        t.join(30)
+        assert not t.is_alive() and got[0].step == 4
+
+
+def test_unconsumed_capsules_release_their_share(dataset, daemon):
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype = ctypes.c_int
+    is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    with loader(dataset, daemon) as ld:
+        for _ in range(12):
+            b = ld.next_batch()
+            legacy = b.images.__dlpack__()
+            versioned = b.labels.__dlpack__(max_version=(1, 0))
+            assert is_valid(legacy, b"dltensor") == 1
+            assert is_valid(versioned, b"dltensor_versioned") == 1
+            del legacy, versioned, b
+
+
+def test_a_released_batch_refuses_new_exports(dataset, daemon):
+    with loader(dataset, daemon) as ld:
+        b = ld.next_batch()
+        images = b.images
+        b.release()
+        with pytest.raises(stoker.StokerError, match="after release"):
+            np.from_dlpack(images)
+
+
+def test_the_daemon_going_away_raises_daemon_gone_then_connect_error(dataset, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setenv("STOKER_CONNECT_TIMEOUT", "0.5")
+    served = serve_stokerd(tmp_path, ["--threads", "1", "--slots", "2"])
+    sock = next(served)
+    ld = loader(dataset, sock)
+    ld.next_batch()
+    ld.next_batch()
+    served.close()  # kills the daemon
+    with pytest.raises(stoker.DaemonGone) as e:
+        for _ in range(10):  # READYs already queued on the socket still arrive first
+            ld.next_batch()
+    assert isinstance(e.value, ConnectionError) and "closed" in str(e.value)
+    state = ld.state_dict()
+    assert state["epoch"] == 0 and state["step"] >= 2
+    ld.load_state_dict(state)  # what a trainer does to resume: reattach at the position
+    with pytest.raises(stoker.ConnectError):
+        ld.next_batch()
+
+
+def test_stats_split_waiting_from_the_loops_own_time(dataset, daemon):
+    with loader(dataset, daemon, epochs=1) as ld:
+        assert ld.stats() == {"wait_s": 0.0, "compute_s": 0.0, "batches": 0,
+                              "wait_fraction": 0.0}
+        while (b := ld.next_batch()) is not None:
+            del b
+            time.sleep(0.02)
+        s = ld.stats()
+        assert s["batches"] == STEPS
+        # A sleep between every two calls (the last one before the call that saw the end).
+        assert s["compute_s"] >= STEPS * 0.02
+        assert 0.0 <= s["wait_fraction"] < 1.0
+        assert s["wait_fraction"] == pytest.approx(s["wait_s"] / (s["wait_s"] + s["compute_s"]))
+    # Closing keeps what was measured.
+    assert ld.stats()["batches"] == STEPS
