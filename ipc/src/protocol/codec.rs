@@ -179,23 +179,26 @@ impl Message {
                     batches: r.u64(),
                 })
             }
-            MessageType::Error => {
-                let Some((code, text)) = body.split_first_chunk::<2>() else {
-                    return Err(DecodeError::BodyLength {
-                        kind,
-                        got: body.len(),
-                        want: 2,
-                    });
-                };
-                let code = u16::from_le_bytes(*code);
-                let code = ErrorCode::from_u16(code).ok_or(DecodeError::UnknownErrorCode(code))?;
-                let message = std::str::from_utf8(text)
-                    .map_err(|_| DecodeError::ErrorText)?
-                    .to_owned();
-                Message::Error(ErrorMessage { code, message })
-            }
+            MessageType::Error => Message::Error(decode_error(body)?),
         })
     }
+}
+
+/// The body of an ERROR: a `u16` code, then UTF-8 text.
+fn decode_error(body: &[u8]) -> Result<ErrorMessage, DecodeError> {
+    let Some((code, text)) = body.split_first_chunk::<2>() else {
+        return Err(DecodeError::BodyLength {
+            kind: MessageType::Error,
+            got: body.len(),
+            want: 2,
+        });
+    };
+    let code = u16::from_le_bytes(*code);
+    let code = ErrorCode::from_u16(code).ok_or(DecodeError::UnknownErrorCode(code))?;
+    let message = std::str::from_utf8(text)
+        .map_err(|_| DecodeError::ErrorText)?
+        .to_owned();
+    Ok(ErrorMessage { code, message })
 }
 
 /// Reads fixed-size little-endian fields from a body whose length was checked beforehand;
