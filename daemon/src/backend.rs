@@ -13,6 +13,8 @@
 //! - Usable libraries do not prove a GPU works: a GPU that fails to open is refused at attach
 //!   with the reason.
 
+#![forbid(unsafe_code)]
+
 use crate::config::BackendChoice;
 
 /// The backend that serves (the engine's backends say which they are with it; see

@@ -11,6 +11,8 @@
 //!   [`MAX_REMEMBERED_FILES`]; past it every meeting is logged, still rate-limited.
 //! - Logging goes through [`RateLimit`]: at most N lines a second, then one "suppressed K".
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -6,6 +6,8 @@
 //! SplitMix64 over a key mixed from those four values: no state is shared between threads, so
 //! thread counts, backends and restarts cannot change what is drawn.
 
+#![forbid(unsafe_code)]
+
 /// Separates independent uses of the same (seed, epoch, index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]

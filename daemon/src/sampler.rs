@@ -32,6 +32,8 @@
 //! - Only one epoch (the offset's) can be partial; a checkpoint taken inside it carries its
 //!   own offset (`consumed` counts from the epoch's start), so chains of resumes stay exact.
 
+#![forbid(unsafe_code)]
+
 use stoker::protocol::EpochOffset;
 
 use crate::rng::{KeyedRng, Stream};

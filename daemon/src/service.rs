@@ -13,6 +13,8 @@
 //! # Limitations
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

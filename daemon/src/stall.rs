@@ -18,6 +18,8 @@
 //! - A rank that never calls `next()` again reports nothing; its last figure stays until it
 //!   detaches.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};

@@ -9,6 +9,8 @@
 //!   the 0..1 scale. It applies to float outputs only; `u8` output is the resized pixels as-is.
 //! - Sizes are `(height, width)` like torchvision.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 
 /// The spec version this build writes and accepts.

@@ -1,6 +1,8 @@
 //! Straightforward CPU reference implementations of every kernel: the oracle that both the CPU
 //! backend's fast code and the GPU kernels are tested against. Written for clarity, not speed.
 
+#![forbid(unsafe_code)]
+
 /// A box in the pixel coordinates of an image. Float so that a region decoded at a reduced DCT
 /// scale keeps its exact geometry.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,6 +1,8 @@
 //! The `.cu` sources built into this binary, compiled at run time by NVRTC
 //! ([`stoker_nvidia::nvrtc`]).
 
+#![forbid(unsafe_code)]
+
 use stoker_nvidia::nvrtc::KernelSource;
 
 /// The fused crop-resize-flip-normalise-convert kernel and the test kernels.

@@ -3,6 +3,8 @@
 //! configuration errors exit with 78 (EX_CONFIG) so that systemd's
 //! `RestartPreventExitStatus=78` stops a restart loop; other failures with 1.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

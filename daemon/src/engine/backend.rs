@@ -26,6 +26,8 @@
 //! - A backend must not write a sample's images after reporting it bad, since the engine may
 //!   write a replacement there.
 
+#![forbid(unsafe_code)]
+
 use stoker::ring::{ImageMemory, SlotLayout};
 
 use super::job::Job;

@@ -9,6 +9,8 @@
 //! # Limitations
 //! - One consumer per feed.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

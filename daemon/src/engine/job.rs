@@ -8,6 +8,8 @@
 //! # Limitations
 //! - The spec and world size are fixed for the job's life.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 
 use stoker::spec::PipelineSpec;

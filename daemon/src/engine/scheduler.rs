@@ -11,6 +11,8 @@
 //! # Limitations
 //! - One lock for the scheduler; fine for the handful of ranks a host serves.
 
+#![forbid(unsafe_code)]
+
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::backend::UnitSize;

@@ -6,6 +6,8 @@
 //! # Limitations
 //! - Sums only; the latency histograms are in the metrics (`crate::metrics`).
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::badsample::BadCounts;

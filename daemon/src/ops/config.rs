@@ -5,6 +5,8 @@
 //! Every key and its default is documented in `docs/operations.md`; the named constants below
 //! are those defaults.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

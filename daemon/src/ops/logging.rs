@@ -15,6 +15,8 @@
 //! - A backslash is written as is, so `\n` in a name and an escaped newline look alike;
 //!   either way no line is forged.
 
+#![forbid(unsafe_code)]
+
 use std::io::{self, Write};
 
 /// Sets up `tracing` for `stokerd`: `$RUST_LOG` filter (default `info`), stderr, control

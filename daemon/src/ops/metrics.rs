@@ -17,6 +17,8 @@
 //! - No keep-alive, no TLS, no authentication: bind it to a local address.
 //! - Per-GPU series (`gpu` label) appear once a rank attached on that GPU.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;

@@ -8,6 +8,8 @@
 //! - [`RateLimit::flush`] reports suppressed lines with no later line to carry them (at the end
 //!   of a job, say).
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 /// Lines per second a [`RateLimit`] admits when the config does not say.

@@ -9,6 +9,8 @@
 //! # Limitations
 //! - A rank is served from one engine (CPU or its GPU's) for as long as it is attached.
 
+#![forbid(unsafe_code)]
+
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

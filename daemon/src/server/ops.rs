@@ -10,6 +10,8 @@
 //! # Limitations
 //! - Rates are computed when asked (`update_rate`), not on a timer of their own.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -6,6 +6,8 @@
 //! # Limitations
 //! - One refusal per connection: it always ends the connection.
 
+#![forbid(unsafe_code)]
+
 use stoker::protocol::ErrorCode;
 
 use crate::access::AccessError;

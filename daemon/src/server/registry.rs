@@ -11,6 +11,8 @@
 //!   attaches go on); two first ranks of one job arriving together both index, and the later
 //!   one joins the job the earlier one made.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;

@@ -1,6 +1,8 @@
 //! `stoker`: the command-line tool. A thin main: parse the arguments, dispatch into
 //! `stoker_tool::cli`, exit with the command's code.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use stoker_tool::cli;
 

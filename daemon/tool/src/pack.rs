@@ -13,6 +13,8 @@
 //! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`stoker_daemon::source::object::sidecar`]):
 //!   an `s3://` dataset of shards is indexed from it without downloading the shards.
 
+#![forbid(unsafe_code)]
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;

@@ -7,6 +7,8 @@
 //! size per pixel is close to a photo's (about 1 byte per pixel at quality 90, 4:2:0). Images
 //! are written with a bounded number of threads and progress is logged.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -23,6 +23,8 @@
 //! # Limitations
 //! - The version is checked for equality; there is no negotiation yet.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 
 use crate::ring::ImageMemory;

@@ -1,6 +1,8 @@
 //! What the tests attach with: u8 batches (small rings) of a square training crop, and the
 //! options of one rank of a job.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use stoker::{AttachOptions, DType, PipelineSpec};

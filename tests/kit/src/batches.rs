@@ -1,5 +1,7 @@
 //! Batches reduced to what identifies them, for comparing runs, processes and daemons.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use stoker::{Batch, Client};

@@ -1,6 +1,8 @@
 //! Client processes the tests start: the kit's `stoker-test-client` binary, one role per run
 //! (see its `main.rs`), so that what a child process does is no test of its own.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -12,6 +12,8 @@
 //! The emulated GPU decodes with libjpeg-turbo and runs the kernel compiled for the host: this
 //! proves the data path, not nvJPEG's own pixels (docs/cuda.md).
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use stoker::{Batch, DType, Layout, PipelineSpec};

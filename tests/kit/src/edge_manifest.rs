@@ -2,6 +2,8 @@
 //! decoder's own tests (`daemon/tests/edge_manifest.rs`) and by the tests that serve the
 //! corpus through the daemon.
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

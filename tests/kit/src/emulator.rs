@@ -2,6 +2,8 @@
 //! emulated libcuda and libnvjpeg are loaded through the same run-time loading path a GPU host
 //! uses (`STOKER_LIBCUDA`, `STOKER_NVJPEG`), with `STOKER_GPU_EMULATOR=1`.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Once;

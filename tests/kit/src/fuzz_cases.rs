@@ -1,6 +1,8 @@
 //! How many cases each fuzz property runs: [`DEFAULT_CASES`] in CI, `STOKER_FUZZ_CASES` for
 //! long runs. Used by the fuzz tests of the daemon and ipc crates.
 
+#![forbid(unsafe_code)]
+
 /// Cases per property in CI.
 pub const DEFAULT_CASES: u32 = 3000;
 

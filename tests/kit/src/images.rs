@@ -1,5 +1,7 @@
 //! Small real JPEG datasets for tests: synthetic images encoded with the daemon's encoder.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 /// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.

@@ -1,6 +1,8 @@
 //! What one rank's client process does in the multi-host tests (`stoker-test-client rank
 //! <json>`): the orders the test writes and the process reads.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,7 @@
 //! The protocol spoken by hand, for tests that send what no client would.
 
+#![forbid(unsafe_code)]
+
 use std::os::fd::OwnedFd;
 use std::path::Path;
 

@@ -6,6 +6,9 @@
 //!
 //! # Limitations
 //! - Corrupt or stale caches are ignored and rewritten; a failed write is only a warning.
+
+#![forbid(unsafe_code)]
+
 use super::*;
 
 // ---- The on-disk cache ----

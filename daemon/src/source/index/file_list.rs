@@ -11,6 +11,9 @@
 //! # Limitations
 //! - Listed files are not re-checked by the cache.
 //! - A list with `s3://` entries is not kept in the index cache (each open HEADs them).
+
+#![forbid(unsafe_code)]
+
 use super::*;
 
 pub(super) fn index_file_list(

@@ -6,6 +6,9 @@
 //!
 //! # Limitations
 //! - A file rewritten in place with another size is not noticed (see the cache).
+
+#![forbid(unsafe_code)]
+
 use super::*;
 
 /// Sizes of `paths`, statted in parallel chunks.

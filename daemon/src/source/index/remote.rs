@@ -11,6 +11,8 @@
 //! # Limitations
 //! Remote datasets carry no stamps: a cached index is only as fresh as its age.
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};

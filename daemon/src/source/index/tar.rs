@@ -6,6 +6,9 @@
 //!
 //! # Limitations
 //! - Uncompressed archives only.
+
+#![forbid(unsafe_code)]
+
 use super::*;
 
 pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, DatasetError> {

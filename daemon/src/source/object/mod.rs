@@ -31,6 +31,8 @@
 //!   other's use (files stay consistent; the cap may be overrun).
 //! - Every listed object is remembered in memory (URL, size, ETag) while the daemon runs.
 
+#![forbid(unsafe_code)]
+
 pub mod cache;
 pub mod client;
 pub mod config;
