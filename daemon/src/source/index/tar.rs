@@ -239,7 +239,6 @@ pub(super) fn read_tar_index(
     path: &Path,
     done: &AtomicU64,
 ) -> Result<Vec<TarMember>, DatasetError> {
-    const MAX_META: u64 = 1 << 20;
     let file = open_regular(path)?;
     let file_len = file
         .metadata()
@@ -251,64 +250,33 @@ pub(super) fn read_tar_index(
     let mut long_name: Option<Vec<u8>> = None;
     let mut pax: Option<(Option<Vec<u8>>, Option<u64>)> = None;
     let mut header = [0u8; 512];
-    let bad = |offset: u64, reason: String| DatasetError::BadTar {
-        path: path.to_owned(),
-        offset,
-        reason,
-    };
     loop {
         if pos == file_len {
             break; // No end-of-archive blocks: accepted, as GNU tar does with a warning.
         }
         if pos + 512 > file_len {
-            return Err(bad(pos, "truncated header".into()));
+            return Err(bad_tar(path, pos, "truncated header".into()));
         }
         r.read_exact(&mut header)
             .map_err(|e| DatasetError::io(path, e))?;
         if header.iter().all(|&b| b == 0) {
             break; // End of archive.
         }
-        check_checksum(&header).map_err(|reason| bad(pos, reason))?;
-        let mut size =
-            parse_octal(&header[124..136]).ok_or_else(|| bad(pos, "bad size field".into()))?;
-        let typeflag = header[156];
+        let (name, size) =
+            member_header(&header, path, pos, file_len, long_name.take(), pax.take())?;
         let data_off = pos + 512;
-        let mut name = header_name(&header);
-        apply_pax(pax.take(), &mut name, &mut size);
-        if let Some(l) = long_name.take() {
-            name = l;
-        }
         let padded = size.div_ceil(512) * 512;
-        if data_off + size > file_len {
-            return Err(bad(
-                pos,
-                format!("member data of {size} bytes runs past the end of the file"),
-            ));
-        }
-        let read_meta = |r: &mut BufReader<File>| -> Result<Vec<u8>, DatasetError> {
-            if size > MAX_META {
-                return Err(bad(
-                    pos,
-                    format!("metadata member of {size} bytes is too large"),
-                ));
-            }
-            let mut buf = vec![0u8; padded as usize];
-            r.read_exact(&mut buf)
-                .map_err(|e| DatasetError::io(path, e))?;
-            buf.truncate(size as usize);
-            Ok(buf)
-        };
-        match typeflag {
-            b'L' => long_name = Some(cstr(&read_meta(&mut r)?).to_vec()),
+        match header[156] {
+            b'L' => long_name = Some(cstr(&read_meta(&mut r, path, pos, size)?).to_vec()),
             b'x' => {
-                let data = read_meta(&mut r)?;
+                let data = read_meta(&mut r, path, pos, size)?;
+                let parsed = parse_pax(&data);
                 pax =
-                    Some(parse_pax(&data).ok_or_else(|| bad(pos, "malformed pax header".into()))?);
+                    Some(parsed.ok_or_else(|| bad_tar(path, pos, "malformed pax header".into()))?);
             }
             b'0' | 0 | b'7' => {
-                let is_cls = has_ext(&name, &["cls"]);
-                let data = if is_cls && size <= 64 {
-                    Some(read_meta(&mut r)?)
+                let data = if has_ext(&name, &["cls"]) && size <= 64 {
+                    Some(read_meta(&mut r, path, pos, size)?)
                 } else {
                     r.seek_relative(padded as i64)
                         .map_err(|e| DatasetError::io(path, e))?;
@@ -331,4 +299,58 @@ pub(super) fn read_tar_index(
         done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(members)
+}
+
+/// The name and data size of the member whose header is at `pos`, after the long name or pax
+/// record that came before it; errors when the header is corrupt or its data runs past
+/// `file_len`.
+fn member_header(
+    header: &[u8; 512],
+    path: &Path,
+    pos: u64,
+    file_len: u64,
+    long_name: Option<Vec<u8>>,
+    pax: Option<(Option<Vec<u8>>, Option<u64>)>,
+) -> Result<(Vec<u8>, u64), DatasetError> {
+    check_checksum(header).map_err(|reason| bad_tar(path, pos, reason))?;
+    let mut size = parse_octal(&header[124..136])
+        .ok_or_else(|| bad_tar(path, pos, "bad size field".into()))?;
+    let mut name = header_name(header);
+    apply_pax(pax, &mut name, &mut size);
+    if let Some(l) = long_name {
+        name = l;
+    }
+    if pos + 512 + size > file_len {
+        let reason = format!("member data of {size} bytes runs past the end of the file");
+        return Err(bad_tar(path, pos, reason));
+    }
+    Ok((name, size))
+}
+
+/// Reads the `size` bytes of the metadata member whose header is at `pos` (a long name, a pax
+/// record, a class label), at most 1 MiB.
+fn read_meta(
+    r: &mut BufReader<File>,
+    path: &Path,
+    pos: u64,
+    size: u64,
+) -> Result<Vec<u8>, DatasetError> {
+    const MAX_META: u64 = 1 << 20;
+    if size > MAX_META {
+        let reason = format!("metadata member of {size} bytes is too large");
+        return Err(bad_tar(path, pos, reason));
+    }
+    let mut buf = vec![0u8; (size.div_ceil(512) * 512) as usize];
+    r.read_exact(&mut buf)
+        .map_err(|e| DatasetError::io(path, e))?;
+    buf.truncate(size as usize);
+    Ok(buf)
+}
+
+fn bad_tar(path: &Path, offset: u64, reason: String) -> DatasetError {
+    DatasetError::BadTar {
+        path: path.to_owned(),
+        offset,
+        reason,
+    }
 }
