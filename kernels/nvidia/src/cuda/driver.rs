@@ -102,8 +102,10 @@ pub fn probe() -> Result<CudaInfo, CudaError> {
             uuid: GpuUuid(result::device_uuid(d, dev)?),
             name: result::device_name(d, dev)?,
             compute_capability: (
-                attr(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
-                attr(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+                u32::try_from(attr(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?)
+                    .unwrap_or(0),
+                u32::try_from(attr(sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?)
+                    .unwrap_or(0),
             ),
             total_memory: result::device_total_mem(d, dev)? as u64,
             posix_fd_sharing: attr(

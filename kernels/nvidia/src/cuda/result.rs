@@ -144,10 +144,11 @@ pub fn device_uuid(d: &Driver, dev: sys::CUdevice) -> Result<[u8; 16], CudaError
 }
 
 pub fn device_name(d: &Driver, dev: sys::CUdevice) -> Result<String, CudaError> {
-    let mut buf = [0u8; 256];
+    const LEN: c_int = 256;
+    let mut buf = [0u8; LEN as usize];
     // SAFETY: writes at most `len` bytes including the NUL.
     check("cuDeviceGetName", unsafe {
-        (d.device_get_name)(buf.as_mut_ptr().cast(), buf.len() as c_int, dev)
+        (d.device_get_name)(buf.as_mut_ptr().cast(), LEN, dev)
     })?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())

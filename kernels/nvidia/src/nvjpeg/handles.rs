@@ -171,7 +171,7 @@ impl DecodeParams {
     /// Sets the region of interest (`None`: the whole image).
     pub fn set_roi(&self, roi: Option<super::Roi>) -> Result<(), NvjpegError> {
         let r = roi.map_or([0, 0, -1, -1], |r| {
-            [r.x, r.y, r.width, r.height].map(|v| v.min(c_int::MAX as u32) as c_int)
+            [r.x, r.y, r.width, r.height].map(|v| c_int::try_from(v).unwrap_or(c_int::MAX))
         });
         // SAFETY: `self` is live.
         unsafe { result::decode_params_set_roi(self.handle.sys(), self.raw, r) }

@@ -217,7 +217,10 @@ pub struct DeviceImage {
 impl DeviceImage {
     fn as_nvjpeg(self) -> sys::NvjpegImage {
         let mut img = sys::NvjpegImage::default();
-        img.channel[0] = self.ptr as usize as *mut u8;
+        // CUDA runs only on 64-bit hosts, where a device address fits a pointer.
+        #[allow(clippy::cast_possible_truncation)]
+        let ptr = self.ptr as usize;
+        img.channel[0] = ptr as *mut u8;
         img.pitch[0] = self.pitch;
         img
     }
@@ -237,10 +240,11 @@ impl JpegInfo {
     /// The image's size is its largest component's: nvJPEG lists component 0 first, which is
     /// smaller than the image when chroma is sampled finer than luma.
     fn from_image_info(i: &result::ImageInfo) -> JpegInfo {
-        let n = (i.components.max(1) as usize).min(sys::MAX_COMPONENT);
-        let max = |v: &[c_int]| v[..n].iter().copied().max().unwrap_or(0).max(0) as u32;
+        let n = usize::try_from(i.components.max(1)).map_or(1, |c| c.min(sys::MAX_COMPONENT));
+        let max =
+            |v: &[c_int]| u32::try_from(v[..n].iter().copied().max().unwrap_or(0)).unwrap_or(0);
         JpegInfo {
-            components: i.components.max(0) as u32,
+            components: u32::try_from(i.components).unwrap_or(0),
             subsampling: i.subsampling,
             width: max(&i.widths),
             height: max(&i.heights),
@@ -450,15 +454,11 @@ impl NvjpegDecoder {
         self.device.bind()?;
         let (s, h) = (self.handle.sys(), self.handle.raw());
         if hw.initialized != n {
+            let count = c_int::try_from(n)
+                .map_err(|_| NvjpegError::Invalid(format!("batch of {n} images")))?;
             // SAFETY: handle and state are live.
             unsafe {
-                result::decode_batched_initialize(
-                    s,
-                    h,
-                    hw.state.raw(),
-                    n as c_int,
-                    sys::OUTPUT_RGBI,
-                )?
+                result::decode_batched_initialize(s, h, hw.state.raw(), count, sys::OUTPUT_RGBI)?
             };
             hw.initialized = n;
         }

@@ -157,7 +157,7 @@ impl Nvrtc {
     /// Compiles a source given as a string (tests use it for files on disk).
     pub fn compile_str(&self, name: &str, source: &str, arch: u32) -> Result<Vec<u8>, NvrtcError> {
         let supported = self.supported_archs()?;
-        if !supported.contains(&(arch as i32)) {
+        if !i32::try_from(arch).is_ok_and(|a| supported.contains(&a)) {
             return Err(NvrtcError::UnsupportedArch {
                 arch,
                 version: format!("{}.{}", self.version.0, self.version.1),

@@ -67,7 +67,7 @@ pub fn supported_archs(n: &Nvrtc) -> Result<Vec<i32>, NvrtcError> {
     check("nvrtcGetNumSupportedArchs", unsafe {
         (n.get_num_supported_archs)(&mut count)
     })?;
-    let mut v = vec![0 as c_int; count.max(0) as usize];
+    let mut v = vec![0 as c_int; usize::try_from(count).unwrap_or(0)];
     // SAFETY: `v` holds exactly the number of ints NVRTC said it will write.
     check("nvrtcGetSupportedArchs", unsafe {
         (n.get_supported_archs)(v.as_mut_ptr())
@@ -112,10 +112,12 @@ impl Program<'_> {
             .collect::<Result<_, _>>()
             .map_err(|_| NvrtcError::Source("NUL byte in an option".into()))?;
         let ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        let len = c_int::try_from(ptrs.len())
+            .map_err(|_| NvrtcError::Source(format!("{} options", ptrs.len())))?;
         // SAFETY: the program is live; `ptrs` holds `len` NUL-terminated strings kept alive by
         // `opts` for the call.
         check("nvrtcCompileProgram", unsafe {
-            (self.n.compile_program)(self.raw, ptrs.len() as c_int, ptrs.as_ptr())
+            (self.n.compile_program)(self.raw, len, ptrs.as_ptr())
         })
     }
 
