@@ -173,6 +173,8 @@ pub fn export<O: Send + 'static>(desc: TensorDesc<'_>, owner: O) -> *mut DLManag
             dl_tensor: DLTensor {
                 data: desc.data.cast(),
                 device: desc.device,
+                // At most MAX_NDIM (asserted above).
+                #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
                 ndim: ndim as i32,
                 dtype: desc.dtype,
                 shape: std::ptr::null_mut(),

@@ -115,6 +115,8 @@ pub unsafe extern "C" fn stoker_batch_info(
             Some(d) => (d.ptr, DLDevice::cuda(d.ordinal)),
             None => (batch.images().as_ptr() as u64, DLDevice::CPU),
         };
+        // `n` and `slot` widen the wire's u32 fields (`BatchReady`), so they narrow back losslessly.
+        #[allow(clippy::cast_possible_truncation)]
         let value = stoker_batch_header {
             size: 0,
             epoch: batch.epoch(),
@@ -146,6 +148,8 @@ enum Region {
 
 fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersioned {
     let l = &b.lease;
+    // `n` widens the wire's u32 (`BatchReady::n`), so it fits an i64.
+    #[allow(clippy::cast_possible_wrap)]
     let n = l.batch.n() as i64;
     let (h, w) = (i64::from(l.height), i64::from(l.width));
     let images_shape = match l.layout {
@@ -159,7 +163,10 @@ fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersio
             match l.batch.device_images() {
                 Some(d) => {
                     device = DLDevice::cuda(d.ordinal);
-                    d.ptr as usize as *const u8
+                    // CUDA runs only on 64-bit hosts, where a device address fits a pointer.
+                    #[allow(clippy::cast_possible_truncation)]
+                    let ptr = d.ptr as usize;
+                    ptr as *const u8
                 }
                 None => l.batch.images().as_ptr(),
             },

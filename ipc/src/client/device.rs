@@ -158,6 +158,8 @@ pub(crate) fn map_device_ring(
     // Attaching may run on a framework's thread: leave its current context as found.
     let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
     let dev = Device::open(uuid).map_err(cuda_err)?;
+    // The position indexes the devices the driver counted in a c_int.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
     let ordinal = cuda::probe()
         .map_err(cuda_err)?
         .devices
@@ -182,7 +184,13 @@ pub(crate) fn map_device_ring(
         ))
         .into());
     }
-    plan.check_size(attached.image_ring_bytes as usize)
+    let image_ring_bytes = usize::try_from(attached.image_ring_bytes).map_err(|_| {
+        ring_err(format!(
+            "an image ring of {} bytes does not fit this host",
+            attached.image_ring_bytes
+        ))
+    })?;
+    plan.check_size(image_ring_bytes)
         .map_err(|e| ring_err(e.to_string()))?;
     let host = MemfdRing::from_fd(host_fd, layout)?;
     let ring = DeviceRing::import(&dev, &vmm_fd, plan.bytes).map_err(cuda_err)?;

@@ -1,5 +1,11 @@
 //! The client against a fake daemon in-process (the real daemon's tests are in `tests/`).
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use super::*;
 use crate::protocol::Release;
 use crate::ring::SampleStatus;

@@ -136,7 +136,7 @@ impl MemfdRing {
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(MemfdError::last("fstat"));
         }
-        let got = st.st_size as u64;
+        let got = u64::try_from(st.st_size).unwrap_or(0);
         if got != layout.ring_bytes as u64 {
             return Err(MemfdError::Size {
                 got,

@@ -102,20 +102,32 @@ fn socket() -> Result<OwnedFd, SockError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The size of a kernel struct passed to a socket call, as the kernel takes it.
+// The structs passed (timeval, ucred) are a few bytes.
+#[allow(clippy::cast_possible_truncation)]
+fn socklen_of<T>() -> libc::socklen_t {
+    size_of::<T>() as libc::socklen_t
+}
+
 fn sockaddr(path: &Path) -> Result<(libc::sockaddr_un, libc::socklen_t), SockError> {
     // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // AF_UNIX is 1.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let family = libc::AF_UNIX as libc::sa_family_t;
+    addr.sun_family = family;
     let bytes = path.as_os_str().as_bytes();
     // Keep one byte for the terminating NUL.
     if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
         return Err(SockError::PathTooLong(path.to_owned()));
     }
     for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([*src]);
     }
     let len = size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    Ok((addr, len as libc::socklen_t))
+    let len =
+        libc::socklen_t::try_from(len).map_err(|_| SockError::PathTooLong(path.to_owned()))?;
+    Ok((addr, len))
 }
 
 impl SeqPacketListener {
@@ -230,7 +242,8 @@ impl SeqPacket {
     pub fn set_read_timeout(&self, d: Option<Duration>) -> Result<(), SockError> {
         let tv = match d {
             Some(d) => libc::timeval {
-                tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_sec: libc::time_t::try_from(d.as_secs())
+                    .map_or(i32::MAX.into(), |s| s.min(i32::MAX.into())),
                 tv_usec: d.subsec_micros().max(u32::from(d.is_zero())) as libc::suseconds_t,
             },
             None => libc::timeval {
@@ -245,7 +258,7 @@ impl SeqPacket {
                 libc::SOL_SOCKET,
                 libc::SO_RCVTIMEO,
                 (&tv as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
+                socklen_of::<libc::timeval>(),
             )
         };
         if rc != 0 {
@@ -268,7 +281,7 @@ impl SeqPacket {
             uid: 0,
             gid: 0,
         };
-        let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+        let mut len = socklen_of::<libc::ucred>();
         // SAFETY: `cred` and `len` are valid for writes and `len` holds cred's size.
         let rc = unsafe {
             libc::getsockopt(
@@ -300,9 +313,11 @@ impl SeqPacket {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         if !fds.is_empty() {
-            let payload = fds.len() * size_of::<RawFd>();
+            // At most MAX_FDS descriptors (checked above).
+            #[allow(clippy::cast_possible_truncation)]
+            let payload = (fds.len() * size_of::<RawFd>()) as u32;
             // SAFETY: CMSG_SPACE is a pure size computation.
-            let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
+            let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
             msg.msg_control = cmsg_buf.as_mut_ptr().cast();
             msg.msg_controllen = space as _;
             // SAFETY: msg_control points at a buffer of `space` (<= its capacity) aligned
@@ -312,7 +327,7 @@ impl SeqPacket {
                 let cmsg = libc::CMSG_FIRSTHDR(&msg);
                 (*cmsg).cmsg_level = libc::SOL_SOCKET;
                 (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as _;
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
                 for (i, fd) in fds.iter().enumerate() {
                     data.add(i).write_unaligned(fd.as_raw_fd());
@@ -324,7 +339,7 @@ impl SeqPacket {
             // kernel only reads them.
             let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
             if n >= 0 {
-                let sent = n as usize;
+                let sent = n.unsigned_abs();
                 if sent != bytes.len() {
                     return Err(SockError::ShortSend {
                         sent,
@@ -373,7 +388,7 @@ impl SeqPacket {
             }
             // Take ownership of every fd first, so each is closed whatever happens next.
             let fds = take_fds(&msg);
-            let len = n as usize;
+            let len = n.unsigned_abs();
             if msg.msg_flags & libc::MSG_CTRUNC != 0 {
                 return Err(SockError::TooManyFds);
             }
