@@ -93,6 +93,8 @@ pub struct Taps {
 /// a box `[start, start + len)`: the whole axis, or with `clamp_to_crop` the box widened to
 /// whole pixels (exactly torchvision's crop for the integer boxes RandomResizedCrop draws).
 /// A box wholly outside the axis falls back to the whole axis.
+// `lo` is at least 0 and `hi` at most `in_size`, so both fit a u32.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn tap_window(start: f64, len: f64, in_size: u32, clamp_to_crop: bool) -> (u32, u32) {
     if !clamp_to_crop {
         return (0, in_size);
@@ -115,6 +117,8 @@ pub fn tap_window(start: f64, len: f64, in_size: u32, clamp_to_crop: bool) -> (u
 /// `max(floor(center - support + 0.5), lo) .. min(floor(center + support + 0.5), hi)`,
 /// weighted `triangle((x - center + 0.5) / filterscale)` and normalised to sum to 1.
 /// A box lying wholly outside the axis takes the nearest edge sample.
+// `lo` and `hi` are clamped into `window`, a range of u32s, before they become indices.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn antialias_taps(start: f64, len: f64, out_len: u32, window: (u32, u32), o: u32) -> Taps {
     let (win_lo, win_hi) = window;
     assert!(win_hi > win_lo && out_len > 0, "empty axis");
@@ -143,6 +147,8 @@ pub fn antialias_taps(start: f64, len: f64, out_len: u32, window: (u32, u32), o:
 }
 
 /// Rounds half away from zero and clamps into 0..=255.
+// Clamped into 0..=255 first.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn to_u8(v: f64) -> u8 {
     v.round().clamp(0.0, 255.0) as u8
 }
@@ -173,6 +179,8 @@ pub fn augment_reference(
             let mut acc = [0.0f64; 3];
             for (dy, wy) in ty.weights.iter().enumerate() {
                 for (dx, wx) in tx.weights.iter().enumerate() {
+                    // Taps lie inside the source window, whose bounds are u32s.
+                    #[allow(clippy::cast_possible_truncation)]
                     let px = img.pixel((tx.first + dx) as u32, (ty.first + dy) as u32);
                     for c in 0..3 {
                         acc[c] += wy * wx * f64::from(px[c]);
@@ -195,6 +203,8 @@ pub fn augment_reference(
         let norm = (v / 255.0 - f64::from(params.mean[c])) / f64::from(params.std[c]);
         match params.dtype {
             DType::U8 => out.push(to_u8(v)),
+            // f32 output is f32's precision, as the kernels compute it.
+            #[allow(clippy::cast_possible_truncation)]
             DType::F32 => out.extend_from_slice(&(norm as f32).to_ne_bytes()),
             DType::F16 => out.extend_from_slice(&half::f16::from_f64(norm).to_ne_bytes()),
             DType::Bf16 => out.extend_from_slice(&half::bf16::from_f64(norm).to_ne_bytes()),
@@ -205,6 +215,8 @@ pub fn augment_reference(
 
 /// A deterministic test image: a repeating ramp on the left half, xorshift noise (from
 /// `seed`, nonzero) on the right: smooth and sharp parts for the kernel checks.
+// The noise is the xorshift state's low byte.
+#[allow(clippy::cast_possible_truncation)]
 pub fn test_image(w: u32, h: u32, seed: u64) -> RgbImage {
     let mut x = seed.max(1);
     let data = (0..w * h * 3)
@@ -287,6 +299,12 @@ pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap
+    )]
+
     use super::*;
 
     fn params(dtype: DType, layout: Layout) -> OutputParams {
