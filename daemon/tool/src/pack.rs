@@ -241,7 +241,11 @@ pub fn pack_dataset_with(
             open = Some((s.path, f));
         }
         let file = &open.as_ref().expect("opened above").1;
-        buf.resize(s.len as usize, 0);
+        let len = usize::try_from(s.len).map_err(|_| PackError::Read {
+            sample: ds.display_name(i),
+            source: std::io::Error::other(format!("{} bytes", s.len)),
+        })?;
+        buf.resize(len, 0);
         file.read_exact_at(&mut buf, s.offset)
             .map_err(|source| PackError::Read {
                 sample: ds.display_name(i),
@@ -313,6 +317,8 @@ mod tests {
             let (sa, sb) = (a.sample(i), b.sample(i));
             assert_eq!(sa.label, sb.label, "sample {i}");
             let read = |s: stoker_daemon::source::index::SampleRef<'_>| {
+                // Lengths index memory on the 64-bit hosts stoker runs on.
+                #[allow(clippy::cast_possible_truncation)]
                 let mut v = vec![0u8; s.len as usize];
                 File::open(s.path)
                     .unwrap()

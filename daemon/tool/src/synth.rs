@@ -76,6 +76,8 @@ pub fn image_path(root: &Path, opts: &SynthOptions, i: usize) -> PathBuf {
 }
 
 /// Pixels of image `i`: (width, height, packed RGB).
+// The shape index is below SHAPES.len(); sizes are small positive multiples of the shapes.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn image_pixels(opts: &SynthOptions, i: usize) -> (u32, u32, Vec<u8>) {
     let mut rng = KeyedRng::new(opts.seed, 0, i as u64, Stream::Augment);
     let (bw, bh) = SHAPES[rng.below(SHAPES.len() as u64) as usize];
@@ -127,7 +129,10 @@ pub fn image_pixels(opts: &SynthOptions, i: usize) -> (u32, u32, Vec<u8>) {
             let n = mix64(noise_seed ^ (u64::from(y) << 32 | u64::from(x)));
             let texture = ((n & 0xff) as f64 - 127.5) * 0.12;
             for v in c {
-                px.push((v + texture).round().clamp(0.0, 255.0) as u8);
+                // Clamped into 0..=255 first.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let v = (v + texture).round().clamp(0.0, 255.0) as u8;
+                px.push(v);
             }
         }
     }
@@ -248,7 +253,7 @@ fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> 
         let mut tar = crate::pack::TarWriter::create(&crate::pack::shard_path(root, shard))?;
         for i in start..end {
             let jpeg = encoded.image(enc, i)?;
-            let label = (i % opts.classes) as i64;
+            let label = i64::try_from(i % opts.classes).unwrap_or(i64::MAX);
             crate::pack::append_sample(&mut tar, &format!("{i:09}"), &jpeg, label)?;
         }
         tar.finish()?;

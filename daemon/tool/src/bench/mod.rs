@@ -107,7 +107,8 @@ pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     })?;
     let samples = dataset.len();
     let spec = PipelineSpec {
-        epochs: Some((opts.warmup_epochs + opts.epochs) as u32),
+        // More epochs than a u32 holds never end: saturate rather than wrap.
+        epochs: Some(u32::try_from(opts.warmup_epochs + opts.epochs).unwrap_or(u32::MAX)),
         ..opts.spec.clone()
     };
     let engine = Engine::new(opts.engine.clone())?;
@@ -487,6 +488,8 @@ pub fn storage_only(
                 [start..end]
                 .iter()
                 .map(|&i| {
+                    // A permutation of the dataset's indices, which are usizes.
+                    #[allow(clippy::cast_possible_truncation)]
                     let s = ds.sample(i as usize);
                     stoker_daemon::source::local::reader::ReadRequest {
                         path: s.path,
@@ -497,7 +500,7 @@ pub fn storage_only(
                 .collect();
             let res = reader.read_batch(&reqs, &mut bufs);
             if let Some(t) = engine.throttle {
-                std::thread::sleep(t.read_delay * reqs.len() as u32);
+                std::thread::sleep(t.read_delay * u32::try_from(reqs.len()).unwrap_or(u32::MAX));
             }
             let n: u64 = res
                 .iter()
@@ -529,7 +532,10 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
     order.truncate(max);
     let mut out = Vec::with_capacity(order.len());
     for i in order {
+        // A permutation of the dataset's indices; lengths index memory on 64-bit hosts.
+        #[allow(clippy::cast_possible_truncation)]
         let s = ds.sample(i as usize);
+        #[allow(clippy::cast_possible_truncation)]
         let mut buf = vec![0u8; s.len as usize];
         let ok = stoker_daemon::source::object::local_file(s.path)
             .and_then(std::fs::File::open)
@@ -634,11 +640,14 @@ pub fn decode_stage(
 
 /// Images/s of a pipeline in this process, as a stage row.
 pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
+    // A byte count: finite and non-negative (`as` saturates).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let bytes = (report.mb_per_s_read * 1e6 * report.seconds) as u64;
     let mut r = StageResult::new(
         Stage::Pipeline,
         report.threads,
         report.images,
-        (report.mb_per_s_read * 1e6 * report.seconds) as u64,
+        bytes,
         report.seconds,
         report.cpu_s_per_1000 * report.images as f64 / 1000.0,
         cache,

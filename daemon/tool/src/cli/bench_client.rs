@@ -80,7 +80,8 @@ pub fn run(args: &BenchClientArgs) -> i32 {
 
 fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::ClientError> {
     let spec = PipelineSpec {
-        epochs: Some((args.warmup + args.epochs) as u32),
+        // More epochs than a u32 holds never end: saturate rather than wrap.
+        epochs: Some(u32::try_from(args.warmup + args.epochs).unwrap_or(u32::MAX)),
         ..args.spec.spec()
     };
     let mut opts = AttachOptions::new(args.job.clone(), args.data.clone(), spec);

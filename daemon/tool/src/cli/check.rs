@@ -171,7 +171,7 @@ fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(stoker_daemon::source::object::local_file(path)?)?;
     f.seek(SeekFrom::Start(offset))?;
-    let mut buf = Vec::with_capacity(len as usize);
+    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(io::Error::other)?);
     f.take(len).read_to_end(&mut buf)?;
     if (buf.len() as u64) < len {
         return Err(io::Error::new(

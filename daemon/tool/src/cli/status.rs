@@ -241,6 +241,8 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+// Whole seconds: `as` drops the fraction and saturates (a negative reads 0).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn human_duration(s: f64) -> String {
     let s = s as u64;
     match s {

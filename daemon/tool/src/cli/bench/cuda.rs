@@ -188,7 +188,8 @@ fn hardware_images(
             continue;
         }
         used += bytes;
-        let buf = device.alloc(bytes as usize).map_err(|e| e.to_string())?;
+        let bytes = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes"))?;
+        let buf = device.alloc(bytes).map_err(|e| e.to_string())?;
         out.push(HwImage {
             jpeg,
             width: h.width,

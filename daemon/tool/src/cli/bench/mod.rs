@@ -640,7 +640,10 @@ fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64
     let per_epoch = samples.max(1) as f64 / rate.max(1e-9);
     let needed = (min_seconds / per_epoch).ceil();
     // A dataset that decodes absurdly fast must not ask for millions of epochs.
-    epochs.max(1).max(needed.min(10_000.0) as u64)
+    // At most 10,000 and not negative (`as` saturates at 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let needed = needed.min(10_000.0) as u64;
+    epochs.max(1).max(needed)
 }
 
 fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {

@@ -120,6 +120,8 @@ pub(super) fn run_served(
 }
 
 /// The `p` quantile (0..=1) of sorted `values`, 0 when there are none.
+// `p` is in 0..=1, so the index is in 0..len.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn percentile(values: &[f64], p: f64) -> f64 {
     if values.is_empty() {
         0.0

@@ -94,7 +94,7 @@ fn compare(
     layout: Layout,
 ) -> Result<String, String> {
     let mut worst = 0f64;
-    let n = images.len() as u32;
+    let n = u32::try_from(images.len()).map_err(|_| format!("{} images", images.len()))?;
     for base in [PipelineSpec::train(n, size), PipelineSpec::eval(n, size)] {
         let spec = PipelineSpec {
             dtype,
@@ -154,7 +154,8 @@ fn launch_and_compare(
     gpu.stream
         .copy_to_device(&out, 0, &poison)
         .map_err(|e| err(&e))?;
-    let batch = AugmentBatch::new(spec, out.ptr(), sample_buf.ptr(), images.len() as u32);
+    let n = u32::try_from(images.len()).map_err(|_| format!("{} images", images.len()))?;
+    let batch = AugmentBatch::new(spec, out.ptr(), sample_buf.ptr(), n);
     // SAFETY: `out` holds n * image_bytes bytes, `sample_buf` n samples, and each sample's
     // source is a live upload of height * pitch bytes; all are kept until the stream is
     // synchronised below.
