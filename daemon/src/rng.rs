@@ -7,6 +7,11 @@
 //! thread counts, backends and restarts cannot change what is drawn.
 
 #![forbid(unsafe_code)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 /// Separates independent uses of the same (seed, epoch, index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +74,8 @@ impl KeyedRng {
         assert!(n > 0, "below(0)");
         loop {
             let m = (self.next_u64() as u128) * (n as u128);
+            // The product's low half, by design.
+            #[allow(clippy::cast_possible_truncation)]
             let low = m as u64;
             if low >= n.wrapping_neg() % n {
                 return (m >> 64) as u64;
@@ -79,6 +86,12 @@ impl KeyedRng {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap
+    )]
+
     use super::*;
 
     #[test]

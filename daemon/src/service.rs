@@ -14,6 +14,11 @@
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
 
 #![forbid(unsafe_code)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -125,7 +130,7 @@ impl ServiceError {
     /// [`EXIT_FAILURE`].
     pub fn exit_code(&self) -> u8 {
         if self.is_config() {
-            EXIT_CONFIG as u8
+            u8::try_from(EXIT_CONFIG).unwrap_or(EXIT_FAILURE)
         } else {
             EXIT_FAILURE
         }

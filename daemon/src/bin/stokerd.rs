@@ -4,6 +4,11 @@
 //! `RestartPreventExitStatus=78` stops a restart loop; other failures with 1.
 
 #![forbid(unsafe_code)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 use std::process::ExitCode;
 
@@ -19,7 +24,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(EXIT_CONFIG as u8)
+                ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(1))
             } else {
                 ExitCode::SUCCESS
             };

@@ -151,7 +151,8 @@ impl Default for LimitsConfig {
             log_bad_samples_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
             max_waiting_per_uid: crate::lobby::DEFAULT_MAX_WAITING_PER_UID,
             max_waiting: crate::lobby::DEFAULT_MAX_WAITING,
-            attach_deadline_ms: crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis() as u64,
+            attach_deadline_ms: u64::try_from(crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis())
+                .unwrap_or(u64::MAX),
             max_index_entries: crate::source::index::WalkLimits::default().max_entries,
             max_index_depth: crate::source::index::WalkLimits::default().max_depth,
         }

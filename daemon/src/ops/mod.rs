@@ -15,6 +15,12 @@
 //! # Limitations
 //! - Reload (SIGHUP) applies the access rules and datasets only; the rest needs a restart.
 
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 pub mod access;
 pub mod config;
 pub mod logging;

@@ -100,7 +100,10 @@ fn notify_address(path: &OsString) -> Result<(libc::sockaddr_un, libc::socklen_t
     let bytes = path.as_bytes();
     // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // AF_UNIX is 1.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let family = libc::AF_UNIX as libc::sa_family_t;
+    addr.sun_family = family;
     let bad = || SystemdError::NotifyAddress(path.clone());
     if bytes.len() < 2 || bytes.len() >= addr.sun_path.len() || bytes[1..].contains(&0) {
         return Err(bad());
@@ -111,7 +114,7 @@ fn notify_address(path: &OsString) -> Result<(libc::sockaddr_un, libc::socklen_t
         _ => return Err(bad()),
     };
     for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([*src]);
     }
     let base = std::mem::size_of::<libc::sa_family_t>();
     let len = if abstract_ns {
@@ -121,7 +124,7 @@ fn notify_address(path: &OsString) -> Result<(libc::sockaddr_un, libc::socklen_t
     } else {
         base + bytes.len() + 1
     };
-    Ok((addr, len as libc::socklen_t))
+    Ok((addr, libc::socklen_t::try_from(len).map_err(|_| bad())?))
 }
 
 /// The watchdog interval systemd expects pings within (`$WATCHDOG_USEC`), when it applies
@@ -167,7 +170,14 @@ pub fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
     }
     let names: Vec<&str> = names.split(':').collect();
     let mut fds = Vec::new();
-    for raw in LISTEN_FDS_START..LISTEN_FDS_START + count as RawFd {
+    let end = RawFd::try_from(count)
+        .ok()
+        .and_then(|c| LISTEN_FDS_START.checked_add(c))
+        .ok_or_else(|| SystemdError::Number {
+            name: "LISTEN_FDS",
+            value: count.to_string(),
+        })?;
+    for raw in LISTEN_FDS_START..end {
         // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if closed.
         if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
             return Err(SystemdError::NotSeqPacketListener(format!(
@@ -202,9 +212,16 @@ fn set_cloexec(fd: &OwnedFd) {
     }
 }
 
+/// The size of a kernel struct passed to a socket call, as the kernel takes it.
+// The structs passed (c_int, sockaddr_un) are a few bytes.
+#[allow(clippy::cast_possible_truncation)]
+fn socklen_of<T>() -> libc::socklen_t {
+    std::mem::size_of::<T>() as libc::socklen_t
+}
+
 fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> Result<libc::c_int, String> {
     let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut len = socklen_of::<libc::c_int>();
     // SAFETY: `v` and `len` are valid for writes of an int for the whole call.
     let rc = unsafe {
         libc::getsockopt(
@@ -242,7 +259,7 @@ pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), String> {
 pub fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
     // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let mut len = socklen_of::<libc::sockaddr_un>();
     // SAFETY: `addr` and `len` are valid for writes of a sockaddr_un for the whole call.
     let rc = unsafe {
         libc::getsockname(
@@ -258,7 +275,7 @@ pub fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
         .sun_path
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
+        .map(|&c| c.to_ne_bytes()[0])
         .collect();
     Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
         &bytes,
@@ -271,7 +288,12 @@ pub fn monotonic_usec() -> u64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: `ts` is valid for writes; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+    // The monotonic clock is never negative.
+    let (sec, nsec) = (
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u64::try_from(ts.tv_nsec).unwrap_or(0),
+    );
+    sec * 1_000_000 + nsec / 1000
 }
 
 /// The signals the daemon acts on.
@@ -335,6 +357,12 @@ unsafe impl Sync for Signals {}
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap
+    )]
+
     use super::*;
 
     #[test]

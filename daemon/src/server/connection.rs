@@ -304,6 +304,8 @@ impl Connection {
         let ring = target.make_ring(&a.spec, a.rank, layout)?;
         let device_images = target.gpu.is_some();
         let answer = Attached {
+            // The ring's slot count comes from the configuration's u32.
+            #[allow(clippy::cast_possible_truncation)]
             slots: layout.slots as u32,
             slot_bytes: layout.slot.slot_bytes as u64,
             ring_bytes: layout.ring_bytes as u64,
@@ -450,10 +452,13 @@ pub(super) fn forward(
         let msg = match feed.recv_wakeable() {
             Ok(None) => continue,
             Ok(Some(FeedEvent::Ready(r))) => Message::Ready(ReadyMsg {
+                // Slot and count widen the ring's u32s (slots, batch size).
+                #[allow(clippy::cast_possible_truncation)]
                 slot: r.slot as u32,
                 generation: r.generation,
                 epoch: r.epoch,
                 step: r.step,
+                #[allow(clippy::cast_possible_truncation)]
                 n: r.n as u32,
             }),
             Ok(Some(FeedEvent::EndOfData)) => Message::EndOfData,

@@ -252,7 +252,8 @@ impl Server {
             events: libc::POLLIN,
             revents: 0,
         });
-        let timeout = lobby.timeout(HEARTBEAT_INTERVAL).as_millis() as libc::c_int;
+        let timeout = libc::c_int::try_from(lobby.timeout(HEARTBEAT_INTERVAL).as_millis())
+            .unwrap_or(libc::c_int::MAX);
         // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
         let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
         if rc < 0 {

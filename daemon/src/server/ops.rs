@@ -104,7 +104,7 @@ impl ServerState {
     }
 
     pub(super) fn beat(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.heartbeat_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -180,9 +180,10 @@ impl ServerHandle {
     /// Whether the server still works: the accept loop looked up within `max_age` and the
     /// registry can be locked. The watchdog pings only while this holds.
     pub fn is_alive(&self, max_age: Duration) -> bool {
-        let now = self.state.started.elapsed().as_millis() as u64;
+        let now = u64::try_from(self.state.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let beat = self.state.heartbeat_ms.load(Ordering::Relaxed);
-        let fresh = now.saturating_sub(beat) <= max_age.as_millis() as u64;
+        let fresh =
+            now.saturating_sub(beat) <= u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX);
         let lockable = match self.registry.jobs.try_lock() {
             Ok(_) => true,
             Err(std::sync::TryLockError::WouldBlock) => true,

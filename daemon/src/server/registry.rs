@@ -284,7 +284,7 @@ impl Registry {
         Ok(Seated {
             job: Arc::clone(&entry.job),
             seat,
-            ranks_attached: entry.ranks.len() as u32,
+            ranks_attached: u32::try_from(entry.ranks.len()).unwrap_or(u32::MAX),
             created_job: created,
         })
     }
