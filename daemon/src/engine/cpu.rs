@@ -119,7 +119,7 @@ impl CpuBackend {
         let results =
             crate::source::read_batch(&mut self.reader, &requests, &mut self.bufs[..count]);
         if let Some(t) = unit.config.throttle {
-            std::thread::sleep(t.read_delay * count as u32);
+            std::thread::sleep(t.read_delay * u32::try_from(count).unwrap_or(u32::MAX));
         }
         drop(requests);
         let bytes: u64 = (0..count)
@@ -166,7 +166,7 @@ impl CpuBackend {
         let t1 = Instant::now();
         self.augmenter
             .augment_into(&self.image, within, flip, &job.spec, out);
-        let decode_ns = (t1 - t0).as_nanos() as u64;
+        let decode_ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
         let augment_ns = elapsed_ns(t1);
         sample
             .stats
@@ -264,6 +264,8 @@ impl Backend for CpuBackend {
 }
 
 pub(super) fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
+    // Sample indices are below the dataset's length, a usize.
+    #[allow(clippy::cast_possible_truncation)]
     let s = dataset.sample(index as usize);
     ReadRequest {
         path: s.path,
@@ -274,6 +276,7 @@ pub(super) fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
 
 /// `file_too_large` when the indexed length of sample `index` is over `max_file_bytes`.
 pub(super) fn too_large(dataset: &Dataset, index: u64, max_file_bytes: u64) -> Option<BadSample> {
+    #[allow(clippy::cast_possible_truncation)]
     let len = dataset.sample(index as usize).len;
     (len > max_file_bytes).then(|| {
         BadSample::from(DecodeError::FileTooLarge {
@@ -293,5 +296,5 @@ fn capped(req: ReadRequest<'_>, max_file_bytes: u64) -> ReadRequest<'_> {
 }
 
 fn elapsed_ns(t0: Instant) -> u64 {
-    t0.elapsed().as_nanos() as u64
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }

@@ -2,6 +2,12 @@
 //! CUDA event): a slot is published only once its work completed, whole-batch units reach
 //! the backend whole, and a fault fails the rank's feed with the backend's reason.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

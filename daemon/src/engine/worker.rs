@@ -143,6 +143,8 @@ impl Worker {
                     self.settle_bad(&spot, index, bad)
                 }
             };
+            // Sample indices are below the dataset's length, a usize.
+            #[allow(clippy::cast_possible_truncation)]
             let label = job.dataset.sample(delivered as usize).label;
             host.write(at, label, delivered, status);
         }
@@ -175,9 +177,10 @@ impl Worker {
         stats.bad.fetch_add(1, Ordering::Relaxed);
         stats.bad_by_reason.add(bad.reason);
         metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => bad.reason).increment(1);
-        self.shared
-            .bad_log
-            .log(&job.dataset.display_name(index as usize), bad);
+        // Sample indices are below the dataset's length, a usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let name = job.dataset.display_name(index as usize);
+        self.shared.bad_log.log(&name, bad);
         let replaced = match self.shared.config.policy {
             BadSamplePolicy::Skip => self.replace(spot, index),
             BadSamplePolicy::Fail => None,

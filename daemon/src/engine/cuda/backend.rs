@@ -316,7 +316,7 @@ impl CudaBackend {
             e.record(&s.stream).map_err(|e| s.fault("event record", &e))
         };
         rec(self, &events.decoded)?;
-        let decode_ns = t0.elapsed().as_nanos() as u64;
+        let decode_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let bytes = self.kernel_samples();
         grow(&self.gpu, &self.stream, &mut self.samples_dev, bytes)
             .map_err(|e| self.fault("sample array", &e))?;
@@ -325,6 +325,8 @@ impl CudaBackend {
             .copy_to_device(samples_dev, 0, AugmentSample::as_bytes(&self.samples))
             .map_err(|e| self.fault("sample array upload", &e))?;
         let first = dst + (unit.layout.images + unit.start * unit.layout.image_bytes) as u64;
+        // One unit's samples, at most the spec's u32 batch size.
+        #[allow(clippy::cast_possible_truncation)]
         let n = self.samples.len() as u32;
         let batch = AugmentBatch::new(&unit.job.spec, first, samples_dev.ptr(), n);
         // SAFETY: `first` is the unit's first image in the slot's device memory, which holds
@@ -439,6 +441,8 @@ impl Planned {
 
 /// The pixels a crop's filter taps can reach when they stay inside the crop box: its
 /// bounding box in whole pixels, within the image.
+// Clamped into the image's u32 bounds (`as` saturates a negative to 0).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn crop_region(crop: CropBox, width: u32, height: u32) -> Roi {
     let x0 = (crop.x.floor().max(0.0) as u32).min(width.saturating_sub(1));
     let y0 = (crop.y.floor().max(0.0) as u32).min(height.saturating_sub(1));

@@ -58,6 +58,8 @@ impl PendingWork for PendingBatch {
             ));
         }
         if let Ok(ms) = events.done.elapsed_ms_since(&events.decoded) {
+            // Elapsed time: `as` saturates (a negative reads 0).
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let ns = (f64::from(ms) * 1e6) as u64;
             gpu.stats.kernel_ns.fetch_add(ns, Ordering::Relaxed);
             metrics::histogram!(GPU_KERNEL_SECONDS, "gpu" => gpu.uuid.to_string())

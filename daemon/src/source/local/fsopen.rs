@@ -247,7 +247,10 @@ fn open_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, OpenErro
     let c = c_path(path)?;
     // SAFETY: open_how is plain data; all-zero is its documented "no options" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = flags as u64;
+    // O_* flags are non-negative.
+    #[allow(clippy::cast_sign_loss)]
+    let how_flags = flags as u64;
+    how.flags = how_flags;
     how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: `c` is a NUL-terminated path and `how` an open_how of the size passed, both
     // live across the call.

@@ -377,7 +377,9 @@ fn setup_error(e: io::Error) -> ReadError {
 
 impl UringReader {
     fn new(depth: usize) -> Result<UringReader, ReadError> {
-        let ring = IoUring::new(depth.next_power_of_two() as u32).map_err(setup_error)?;
+        let entries = u32::try_from(depth.next_power_of_two())
+            .map_err(|e| setup_error(io::Error::other(e)))?;
+        let ring = IoUring::new(entries).map_err(setup_error)?;
         let mut probe = Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
@@ -421,8 +423,11 @@ impl UringReader {
                 };
                 let (req, p) = (&reqs[i], &self.pending[i]);
                 let Some(file) = &p.file else { continue };
+                // At most MAX_OP_LEN (1 GiB), a u32.
+                #[allow(clippy::cast_possible_truncation)]
                 let op_len = (req.len - p.done).min(self.max_op_len) as u32;
                 // `done < len <= capacity` (reserved by `prepare`), so this stays in the allocation.
+                #[allow(clippy::cast_possible_truncation)]
                 let ptr = bufs[i].as_mut_ptr().wrapping_add(p.done as usize);
                 let entry = opcode::Read::new(types::Fd(file.as_raw_fd()), ptr, op_len)
                     .offset(req.offset + p.done)
@@ -462,6 +467,8 @@ impl UringReader {
             let mut reaped = 0;
             for cqe in &mut cq {
                 reaped += 1;
+                // The request index this reader put in `user_data`.
+                #[allow(clippy::cast_possible_truncation)]
                 let i = cqe.user_data() as usize;
                 let more = settle(&reqs[i], &mut self.pending[i], cqe.result());
                 if more {
@@ -509,6 +516,8 @@ impl UringReader {
     ///
     /// # Safety
     /// Every op of the batch must have been reaped (no kernel write is still pending).
+    // `done <= capacity`, a usize.
+    #[allow(clippy::cast_possible_truncation)]
     unsafe fn finish(&mut self, bufs: &mut [Vec<u8>]) -> Vec<Result<(), ReadError>> {
         let mut out = Vec::with_capacity(self.pending.len());
         for (p, buf) in self.pending.iter_mut().zip(bufs.iter_mut()) {
@@ -546,7 +555,7 @@ fn settle(req: &ReadRequest<'_>, p: &mut Pending, res: i32) -> bool {
             got: p.done,
         }));
     } else {
-        p.done += res as u64;
+        p.done += u64::from(res.unsigned_abs());
         if p.done < req.len {
             return true;
         }

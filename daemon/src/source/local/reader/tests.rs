@@ -1,5 +1,11 @@
 //! Tests for `reader`: io_uring and pread agree byte for byte; errors stay per request.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use super::*;
 use proptest::prelude::*;
 use std::os::unix::fs::PermissionsExt;
