@@ -4,7 +4,8 @@
 //! # Design
 //! - Empty lines and `#` comments are skipped; a bad line is an error naming its number.
 //! - A line may name an `s3://bucket/key` URL instead of a path (mixed freely): its size and
-//!   ETag come from a HEAD request (all at once, see `crate::source::object::head_urls`), and a missing
+//!   ETag come from a HEAD request (all at once, through
+//!   [`RemoteFiles`]), and a missing
 //!   or unreadable object refuses the list, naming the line and the URL. Such entries are
 //!   read with the daemon's credentials, so only [`OpenOptions::s3_entries`] allows them.
 //!
@@ -20,6 +21,7 @@ pub(super) fn index_file_list(
     list: &Path,
     threads: usize,
     s3_entries: bool,
+    remote: &dyn RemoteFiles,
 ) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(list, DatasetKind::FileList);
     if !fs::metadata(list)
@@ -69,14 +71,14 @@ pub(super) fn index_file_list(
                 ))
             })?;
         let p = Path::new(OsStr::from_bytes(p));
-        if crate::source::object::is_url(p) && !s3_entries {
+        if crate::source::url::is_url(p) && !s3_entries {
             return Err(bad(format!(
                 "{}: s3:// entries are read with the daemon's credentials, so only registered \
                  datasets and the daemon's own uid (or root) may list them",
                 p.display()
             )));
         }
-        paths.push(if p.is_absolute() || crate::source::object::is_url(p) {
+        paths.push(if p.is_absolute() || crate::source::url::is_url(p) {
             p.to_owned()
         } else {
             base.join(p)
@@ -84,7 +86,7 @@ pub(super) fn index_file_list(
         labels.push(label);
         lines.push(line_no);
     }
-    for (i, found) in sizes(list, &paths, threads).into_iter().enumerate() {
+    for (i, found) in sizes(list, &paths, threads, remote).into_iter().enumerate() {
         let found = found.map_err(|reason| DatasetError::BadListLine {
             path: list.to_owned(),
             line: lines[i],
@@ -103,9 +105,14 @@ struct Found {
 }
 
 /// Stats the local paths and HEADs the `s3://` ones, in list order.
-fn sizes(list: &Path, paths: &[PathBuf], threads: usize) -> Vec<Result<Found, String>> {
+fn sizes(
+    list: &Path,
+    paths: &[PathBuf],
+    threads: usize,
+    remote_files: &dyn RemoteFiles,
+) -> Vec<Result<Found, String>> {
     let (remote, local): (Vec<usize>, Vec<usize>) =
-        (0..paths.len()).partition(|&i| crate::source::object::is_url(&paths[i]));
+        (0..paths.len()).partition(|&i| crate::source::url::is_url(&paths[i]));
     let mut out: Vec<Option<Result<Found, String>>> = (0..paths.len()).map(|_| None).collect();
     let local_paths: Vec<PathBuf> = local.iter().map(|&i| paths[i].clone()).collect();
     for (&i, size) in local.iter().zip(stat_sizes(list, &local_paths, threads)) {
@@ -119,7 +126,7 @@ fn sizes(list: &Path, paths: &[PathBuf], threads: usize) -> Vec<Result<Found, St
     }
     if !remote.is_empty() {
         let urls: Vec<&Path> = remote.iter().map(|&i| paths[i].as_path()).collect();
-        for (&i, head) in remote.iter().zip(crate::source::object::head_urls(&urls)) {
+        for (&i, head) in remote.iter().zip(remote_files.head(&urls)) {
             out[i] = Some(
                 head.map(|e| Found {
                     path: e.url.into_bytes(),
@@ -137,5 +144,5 @@ fn sizes(list: &Path, paths: &[PathBuf], threads: usize) -> Vec<Result<Found, St
 /// Whether a file list names `s3://` objects.
 pub(super) fn has_s3_entries(ds: &Dataset) -> bool {
     ds.kind == DatasetKind::FileList
-        && (0..ds.len()).any(|i| crate::source::object::is_url(ds.sample(i).path))
+        && (0..ds.len()).any(|i| crate::source::url::is_url(ds.sample(i).path))
 }

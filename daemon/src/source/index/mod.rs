@@ -1,6 +1,7 @@
 //! Datasets: a named collection of samples, indexed once and cached on disk.
 //!
-//! [`Dataset::open`] detects the layout of a path (or takes it from [`OpenOptions::kind`]):
+//! [`Dataset::open`] (in the parent room, which routes URLs to object storage) and
+//! [`Dataset::open_local`] detect the layout of a path (or takes it from [`OpenOptions::kind`]):
 //! - **ImageFolder**: a folder with one subfolder per class (searched recursively); labels are
 //!   the index of the class in the sorted class names.
 //! - **Flat**: a folder of images with no subfolders of images; every label is -1.
@@ -208,6 +209,20 @@ impl Default for OpenOptions {
     }
 }
 
+/// Files named by URL (a file list's `s3://` entries), as object storage knows them.
+pub trait RemoteFiles {
+    /// HEADs every URL in `urls`, one result each in order: the URL as the reader knows it
+    /// and the object's size, or why it cannot be read.
+    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, String>>;
+}
+
+/// A file named by URL: the URL as the reader knows it (normalised) and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteFile {
+    pub url: String,
+    pub size: u64,
+}
+
 /// Where the index came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexOrigin {
@@ -298,11 +313,13 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Opens the dataset at `path`: from the cache when it is unchanged, else by indexing it.
-    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
-        if crate::source::object::is_url(path) {
-            return crate::source::object::open_dataset(path, opts);
-        }
+    /// Opens the local dataset at `path`: from the cache when it is unchanged, else by
+    /// indexing it; a file list's `s3://` entries are HEADed in `remote`.
+    pub fn open_local(
+        path: &Path,
+        opts: &OpenOptions,
+        remote: &dyn RemoteFiles,
+    ) -> Result<Dataset, DatasetError> {
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
         walk::refuse_root(&root)?;
         let kind = match opts.kind {
@@ -334,7 +351,7 @@ impl Dataset {
             DatasetKind::ImageFolder | DatasetKind::Flat => {
                 index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
             }
-            DatasetKind::FileList => index_file_list(&root, threads, opts.s3_entries)?,
+            DatasetKind::FileList => index_file_list(&root, threads, opts.s3_entries, remote)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
         if ds.is_empty() {
@@ -600,7 +617,7 @@ fn wait_with_progress<T>(
 }
 
 mod remote;
-pub use remote::default_cache_dir;
+pub use remote::{default_cache_dir, IndexedSample};
 pub(crate) use remote::{load_remote_index, save_remote_index};
 
 #[cfg(test)]

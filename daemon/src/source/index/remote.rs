@@ -1,4 +1,4 @@
-//! What `crate::source::object` needs to build a dataset whose files are `s3://` URLs.
+//! What object storage needs to build a dataset whose files are `s3://` URLs.
 //!
 //! # Design
 //! A child module, so the dataset's storage stays private: `s3` pushes samples through these
@@ -19,6 +19,15 @@ use std::path::{Path, PathBuf};
 
 use super::cache::{decode, fnv1a, save_cache, FNV_OFFSET};
 use super::{cache_dir, now_ns, Dataset, DatasetError, DatasetKind, IndexOrigin, OpenOptions};
+
+/// One sample of a shard as its sidecar index (`NAME.tar.idx`) gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedSample {
+    pub offset: u64,
+    pub len: u64,
+    pub label: i64,
+    pub name: String,
+}
 
 /// An `s3://` dataset's index read from disk, and the text stored beside it.
 pub(crate) struct CachedIndex {
@@ -119,7 +128,7 @@ impl Dataset {
     pub(crate) fn append_indexed_shard(
         &mut self,
         url: &[u8],
-        samples: &[crate::source::object::sidecar::IndexedSample],
+        samples: &[IndexedSample],
     ) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;
         for s in samples {

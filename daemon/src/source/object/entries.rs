@@ -15,6 +15,24 @@ use std::path::Path;
 use super::client::S3Error;
 use super::{block_on, permits, remember, remote_for, S3Url};
 
+/// Object storage as the index sees it (a file list's `s3://` entries).
+pub struct ObjectStorage;
+
+impl crate::source::index::RemoteFiles for ObjectStorage {
+    fn head(&self, urls: &[&Path]) -> Vec<Result<crate::source::index::RemoteFile, String>> {
+        head_urls(urls)
+            .into_iter()
+            .map(|r| {
+                r.map(|e| crate::source::index::RemoteFile {
+                    url: e.url,
+                    size: e.size,
+                })
+                .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+}
+
 /// An object named by URL: its URL as the reader knows it, and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

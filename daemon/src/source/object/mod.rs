@@ -52,10 +52,12 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::source::url::join_key;
+pub use crate::source::url::{is_url, S3Url};
 use cache::{Claim, NodeCache, Pending};
 use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
-pub use entries::{head_urls, Entry};
+pub use entries::{head_urls, Entry, ObjectStorage};
 pub use index::open_dataset;
 pub use prefetch::Prefetch;
 pub use read::{evict, local_file, localize, read_localized, Local};
@@ -108,47 +110,6 @@ pub fn register_metrics() {
     }
     metrics::gauge!(metric::IN_FLIGHT).set(0.0);
     metrics::counter!(metric::RETRIES_TOTAL).increment(0);
-}
-
-/// `s3://bucket/prefix`, parsed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct S3Url {
-    pub bucket: String,
-    /// The key prefix, without a leading `/`; may be empty.
-    pub prefix: String,
-}
-
-impl S3Url {
-    /// The URL in `path`, if it is one (`None` for local paths).
-    pub fn parse(path: &Path) -> Option<Result<S3Url, String>> {
-        let s = path.to_str()?;
-        let rest = s.strip_prefix("s3://")?;
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Some(Err(format!("{s}: no bucket name")));
-        }
-        Some(Ok(S3Url {
-            bucket: bucket.to_owned(),
-            prefix: prefix.trim_start_matches('/').to_owned(),
-        }))
-    }
-
-    /// The URL of `name` under this prefix.
-    pub fn join(&self, name: &str) -> S3Url {
-        S3Url {
-            bucket: self.bucket.clone(),
-            prefix: join_key(&self.prefix, name),
-        }
-    }
-
-    pub fn as_string(&self) -> String {
-        format!("s3://{}/{}", self.bucket, self.prefix)
-    }
-}
-
-/// Whether `path` names object storage.
-pub fn is_url(path: &Path) -> bool {
-    path.as_os_str().as_encoded_bytes().starts_with(b"s3://")
 }
 
 /// An object a sample lives in: its bucket's client, size and ETag.
@@ -472,14 +433,6 @@ pub fn delete(url: &S3Url) -> Result<(), S3Error> {
     block_on(remote.delete(&url.prefix)).map_err(|e| S3Error::local(&url.as_string(), e))?
 }
 
-fn join_key(prefix: &str, rel: &str) -> String {
-    if prefix.is_empty() {
-        rel.to_owned()
-    } else {
-        format!("{}/{rel}", prefix.trim_end_matches('/'))
-    }
-}
-
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
@@ -491,27 +444,4 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_parse_bucket_and_prefix() {
-        let u = S3Url::parse(Path::new("s3://data/imagenet/train"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (u.bucket.as_str(), u.prefix.as_str()),
-            ("data", "imagenet/train")
-        );
-        let u = S3Url::parse(Path::new("s3://data")).unwrap().unwrap();
-        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("data", ""));
-        assert!(S3Url::parse(Path::new("s3:///x")).unwrap().is_err());
-        assert!(S3Url::parse(Path::new("/data/s3://x")).is_none());
-        assert!(is_url(Path::new("s3://b/k")) && !is_url(Path::new("/s3/b")));
-        assert_eq!(join_key("a/b/", "c.tar"), "a/b/c.tar");
-        assert_eq!(join_key("", "c.tar"), "c.tar");
-    }
 }

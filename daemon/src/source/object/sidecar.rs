@@ -21,14 +21,7 @@
 pub const SUFFIX: &str = ".idx";
 const MAGIC: &str = "stoker-tar-index 1";
 
-/// One sample of a shard as the sidecar gives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexedSample {
-    pub offset: u64,
-    pub len: u64,
-    pub label: i64,
-    pub name: String,
-}
+pub use crate::source::index::IndexedSample;
 
 /// The sidecar text of a shard of `shard_bytes` holding `samples`.
 pub fn render(shard_bytes: u64, samples: &[IndexedSample]) -> String {
