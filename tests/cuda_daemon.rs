@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
-use stoker_daemon::decode::{EncodeOptions, JpegEncoder};
+use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder};
 use stoker_testkit::batches::write_config;
 use stoker_testkit::{synthetic_rgb, write_image_folder, Daemon};
 
@@ -420,7 +420,10 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
     let (mut hardware, mut hybrid) = (0, 0);
     for name in names {
         let jpeg = std::fs::read(dir.join(name)).unwrap();
-        let (Ok(_), Ok(info)) = (stoker_daemon::decode::probe(&jpeg), d.info(&jpeg)) else {
+        let (Ok(_), Ok(info)) = (
+            stoker_daemon::transform::decode::probe(&jpeg),
+            d.info(&jpeg),
+        ) else {
             continue;
         };
         let out = dev

@@ -9,7 +9,7 @@ use stoker_testkit::emulator;
 use std::path::{Path, PathBuf};
 
 use emulator::*;
-use stoker_daemon::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi};

@@ -9,7 +9,7 @@ use stoker_testkit::emulator;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use stoker_daemon::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
 use stoker_testkit::synthetic_rgb;
 
 fn stoker() -> Command {

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use stoker::ring::{SampleStatus, SlotLayout};
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
-use stoker_daemon::augment::{sample_params, Augmenter};
-use stoker_daemon::decode::{probe, CpuDecoder, Limits};
-use stoker_daemon::pipeline::{
+use stoker_daemon::engine::{
     BadSamplePolicy, Engine, EngineConfig, Feed, FeedEvent, HeapRing, Job, Position,
 };
 use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::transform::augment::{sample_params, Augmenter};
+use stoker_daemon::transform::decode::{probe, CpuDecoder, Limits};
 use stoker_kernels::reference::RgbImage;
 use stoker_tool::synth::{generate, SynthOptions};
 
@@ -64,7 +64,7 @@ fn engine(threads: usize, policy: BadSamplePolicy) -> Arc<Engine> {
     .unwrap()
 }
 
-fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_daemon::pipeline::Ready) -> Got {
+fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_daemon::engine::Ready) -> Got {
     let l = SlotLayout::new(spec);
     let images = ring.images_of(ready.slot);
     let slot = ring.host_of(ready.slot);

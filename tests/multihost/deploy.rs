@@ -22,7 +22,7 @@ fn the_kubernetes_config_map_holds_a_valid_config() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("stoker.toml");
     std::fs::write(&path, &toml).unwrap();
-    let config = stoker_daemon::config::Config::load(&path).unwrap();
+    let config = stoker_daemon::service::config::Config::load(&path).unwrap();
     assert_eq!(
         config.server.socket.as_deref(),
         Some(Path::new("/run/stoker/stoker.sock"))

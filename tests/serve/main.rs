@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{ErrorCode, Message, StartPosition, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec};
-use stoker_daemon::pipeline::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};
+use stoker_daemon::engine::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};
 use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_testkit::attach::{rank_options, u8_spec};
 use stoker_testkit::batches::drain_ok as drain;

@@ -103,7 +103,7 @@ fn systemd_analyze_verifies_the_units() {
 #[test]
 fn the_example_config_parses() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/stoker.toml.example");
-    let c = stoker_daemon::config::Config::load(&path).unwrap();
+    let c = stoker_daemon::service::config::Config::load(&path).unwrap();
     assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
 }
 

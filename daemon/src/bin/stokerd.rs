@@ -13,10 +13,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stoker_daemon::config::EXIT_CONFIG;
-use stoker_daemon::detach::{self, ReadyNotice, Role};
+use stoker_daemon::service::config::EXIT_CONFIG;
+use stoker_daemon::service::detach::{self, ReadyNotice, Role};
+use stoker_daemon::service::systemd::Signals;
 use stoker_daemon::service::{self, StokerdArgs, EXIT_FAILURE};
-use stoker_daemon::systemd::Signals;
 
 fn main() -> ExitCode {
     let args = match StokerdArgs::try_parse() {
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    stoker_daemon::logging::init_daemon();
+    stoker_daemon::service::logging::init_daemon();
     match service::run(&args, signals, ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -34,8 +34,8 @@ use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position};
-use crate::backend::BackendKind;
-use crate::badsample::BadSample;
+use crate::service::backend::BackendKind;
+use crate::transform::badsample::BadSample;
 
 /// What became of one sample a backend was asked to fill.
 pub type SampleOutcome = Result<(), BadSample>;
@@ -64,7 +64,7 @@ impl UnitSize {
 pub struct UnitWork<'a> {
     pub job: &'a Job,
     /// The batch's position: with the job's seed and a sample's index it draws the sample's
-    /// crop and flip (see [`crate::augment::sample_params`]).
+    /// crop and flip (see [`crate::transform::augment::sample_params`]).
     pub pos: Position,
     /// Position within the batch of the unit's first sample.
     pub start: usize,

@@ -25,13 +25,13 @@ use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position, CHUNK};
-use crate::augment::{sample_params, Augmenter};
-use crate::backend::BackendKind;
-use crate::badsample::BadSample;
-use crate::decode::{probe, CpuDecoder, DecodeError};
-use crate::metrics as m;
+use crate::service::backend::BackendKind;
+use crate::service::metrics as m;
 use crate::source::index::Dataset;
 use crate::source::local::reader::{ReadRequest, Reader};
+use crate::transform::augment::{sample_params, Augmenter};
+use crate::transform::badsample::BadSample;
+use crate::transform::decode::{probe, CpuDecoder, DecodeError};
 
 /// Makes [`CpuBackend`]s.
 #[derive(Debug, Clone, Copy, Default)]

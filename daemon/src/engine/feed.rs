@@ -20,8 +20,8 @@ use super::job::Job;
 use super::memory::SlotMemory;
 use super::scheduler::{Chunk, Shared};
 use super::{PipelineError, Position};
-use crate::sampler::Sampler;
 use crate::source::object::Prefetch;
+use crate::transform::sampler::Sampler;
 
 /// A batch handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,9 +17,9 @@ use stoker::spec::PipelineSpec;
 use stoker::protocol::EpochOffset;
 
 use super::{PipelineError, Position};
-use crate::sampler::{ResumedEpoch, Sampler};
 use crate::source::index::Dataset;
 use crate::source::local::fsopen::{OpenPolicy, OpenRules};
+use crate::transform::sampler::{ResumedEpoch, Sampler};
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
 pub struct Job {
@@ -28,7 +28,7 @@ pub struct Job {
     pub seed: u64,
     pub world_size: u32,
     pub(super) steps_per_epoch: u64,
-    /// The elastic resume point every rank of the job shares, if any (see [`crate::sampler`]).
+    /// The elastic resume point every rank of the job shares, if any (see [`crate::transform::sampler`]).
     offset: Option<EpochOffset>,
     /// Batches per rank of the offset's epoch.
     resumed: Option<ResumedEpoch>,

@@ -20,7 +20,7 @@
 //! - Steady state allocates nothing per batch: backends own their reader, decoder, augmenter
 //!   and buffers; slots own their index lists.
 //! - Determinism: each sample's output is a function of (seed, epoch, index) alone (see
-//!   [`crate::rng`]), so thread count, backend and timing change nothing.
+//!   [`crate::transform::rng`]), so thread count, backend and timing change nothing.
 //!
 //! # Limitations
 //! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
@@ -48,10 +48,10 @@ use std::time::Duration;
 
 use stoker::ring::ImageMemory;
 
-use crate::backend::BackendKind;
-use crate::badsample::BadSampleLog;
-use crate::decode::{DecodeError, Limits};
+use crate::service::backend::BackendKind;
 use crate::source::local::reader::{ReadError, Reader, ReaderKind};
+use crate::transform::badsample::BadSampleLog;
+use crate::transform::decode::{DecodeError, Limits};
 
 pub use backend::{
     Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
@@ -140,7 +140,7 @@ pub struct EngineConfig {
     pub limits: Limits,
     pub policy: BadSamplePolicy,
     /// Bad-sample log lines per second (each bad file is logged once; see
-    /// [`crate::badsample`]).
+    /// [`crate::transform::badsample`]).
     pub bad_log_per_second: u32,
     /// Test and benchmark hook: deliberately slows the reader and the decoder, so that the
     /// benchmark's bottleneck verdict can be checked on constructed cases. `None` in service.
@@ -163,7 +163,7 @@ impl Default for EngineConfig {
             reader: ReaderKind::Auto,
             limits: Limits::default(),
             policy: BadSamplePolicy::Skip,
-            bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
+            bad_log_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
             throttle: None,
         }
     }
@@ -265,7 +265,7 @@ impl Engine {
         self.shared.stats.totals()
     }
 
-    /// Bad samples met so far, by reason code (see [`crate::badsample::REASONS`]).
+    /// Bad samples met so far, by reason code (see [`crate::transform::badsample::REASONS`]).
     pub fn bad_by_reason(&self) -> BTreeMap<&'static str, u64> {
         self.shared.stats.bad_by_reason.snapshot()
     }

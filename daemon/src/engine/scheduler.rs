@@ -20,7 +20,7 @@ use super::feed::FeedShared;
 use super::job::Job;
 use super::stats::StageStats;
 use super::{EngineConfig, Position};
-use crate::badsample::BadSampleLog;
+use crate::transform::badsample::BadSampleLog;
 
 pub(super) struct Shared {
     pub(super) sched: Mutex<Sched>,

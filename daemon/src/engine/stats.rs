@@ -4,13 +4,13 @@
 //! - Relaxed atomics: totals are read for reports, never to decide anything.
 //!
 //! # Limitations
-//! - Sums only; the latency histograms are in the metrics (`crate::metrics`).
+//! - Sums only; the latency histograms are in the metrics (`crate::service::metrics`).
 
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::badsample::BadCounts;
+use crate::transform::badsample::BadCounts;
 
 /// Time and counts per stage, summed over workers.
 #[derive(Debug, Default)]

@@ -28,9 +28,9 @@ use super::job::Job;
 use super::memory::{HostWriter, SlotImages};
 use super::scheduler::{Chunk, Shared};
 use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
-use crate::badsample::BadSample;
-use crate::metrics as m;
-use crate::rng::{KeyedRng, Stream};
+use crate::service::metrics as m;
+use crate::transform::badsample::BadSample;
+use crate::transform::rng::{KeyedRng, Stream};
 
 /// A unit filled with a pending completion, on its way to the completion thread.
 pub(super) struct PendingUnit {
@@ -172,7 +172,7 @@ impl Worker {
     fn settle_bad(&mut self, spot: &Spot<'_>, index: u64, bad: &BadSample) -> (SampleStatus, u64) {
         let job = spot.job;
         // Counted every time it is met, by reason; logged once per file, rate-limited
-        // (crate::badsample).
+        // (crate::transform::badsample).
         let stats = &self.shared.stats;
         stats.bad.fetch_add(1, Ordering::Relaxed);
         stats.bad_by_reason.add(bad.reason);

@@ -1,5 +1,5 @@
 //! Operations: how the daemon is configured, secured, observed and run under systemd. Each
-//! module is re-exported at the crate root (`crate::config`, `crate::access`, ...), the paths
+//! module is re-exported at the crate root (`crate::service::config`, `crate::serve::access`, ...), the paths
 //! the rest of the code uses.
 //!
 //! - `config`: the TOML file, its defaults and validation;

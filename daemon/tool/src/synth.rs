@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stoker_daemon::decode::{EncodeOptions, JpegEncoder, Subsampling};
-use stoker_daemon::rng::{mix64, KeyedRng, Stream};
+use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_daemon::transform::rng::{mix64, KeyedRng, Stream};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ pub enum SynthError {
         source: std::io::Error,
     },
     #[error("encoder: {0}")]
-    Encode(#[from] stoker_daemon::decode::DecodeError),
+    Encode(#[from] stoker_daemon::transform::decode::DecodeError),
     #[error("classes must be at least 1")]
     NoClasses,
     #[error(transparent)]

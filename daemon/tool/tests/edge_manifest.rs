@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stoker_daemon::decode::{CpuDecoder, DecodeError, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 use stoker_kernels::reference::{psnr, CropBox, RgbImage};
 use stoker_tool::cli::check::{check_samples, sample_files, CheckOptions};
 

@@ -30,7 +30,7 @@ pub fn user_socket_path() -> PathBuf {
 
 /// Where the daemon listens unless told otherwise: `$STOKER_SOCKET` if set; else
 /// [`SYSTEM_SOCKET`] for root; else [`user_socket_path`]. The daemon's config
-/// (`stoker_daemon::config::default_socket_path`) is this.
+/// (`stoker_daemon::service::config::default_socket_path`) is this.
 pub fn default_socket_path() -> PathBuf {
     if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);

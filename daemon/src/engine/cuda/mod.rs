@@ -8,7 +8,7 @@
 //! # Design
 //! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
 //!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
-//!   [`crate::augment::sample_params`], then each image goes down the path
+//!   [`crate::transform::augment::sample_params`], then each image goes down the path
 //!   [`stoker_nvidia::nvjpeg::route`] gives it (the one rule, shared with the tools): the hardware
 //!   engines (`nvjpegDecodeBatchedEx` with the crop as ROI, in batches of engines x cores),
 //!   the GPU-hybrid decoder (ROI), or the CPU (what nvJPEG refuses or fails on: the CPU
@@ -51,7 +51,7 @@ use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
-use crate::backend::BackendKind;
+use crate::service::backend::BackendKind;
 pub use backend::CudaBackend;
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.

@@ -18,7 +18,7 @@ use stoker_nvidia::cuda::{CudaError, Device, Event};
 
 use super::{breaks_context, Gpu};
 use crate::engine::backend::{BackendFault, PendingWork};
-use crate::metrics::GPU_KERNEL_SECONDS;
+use crate::service::metrics::GPU_KERNEL_SECONDS;
 
 /// The events of one batch: after its decode, after its kernel and uploads.
 pub struct EventSet {

@@ -158,10 +158,10 @@ async fn run(cache: Arc<NodeCache>, items: Vec<Item>, current: impl Fn() -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::Sampler;
     use crate::source::index::DatasetKind;
     use crate::source::object::client::Remote;
     use crate::source::object::{Connection, S3Config};
+    use crate::transform::sampler::Sampler;
     use std::path::Path;
 
     /// A flat `s3://` dataset of `n` objects (`i.jpg`, `1000 + i` bytes) and its listing.

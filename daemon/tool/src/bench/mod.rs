@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::Serialize;
 use stoker::spec::PipelineSpec;
 
-use stoker_daemon::pipeline::{
+use stoker_daemon::engine::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals, CHUNK,
     DEFAULT_SLOTS,
 };
@@ -82,7 +82,7 @@ pub enum BenchError {
     #[error("reader: {0}")]
     Reader(stoker_daemon::source::local::reader::ReadError),
     #[error("decoder: {0}")]
-    Decoder(stoker_daemon::decode::DecodeError),
+    Decoder(stoker_daemon::transform::decode::DecodeError),
 }
 
 /// Process CPU time (user + system) in seconds.
@@ -464,7 +464,7 @@ pub fn storage_only(
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let mut order = Vec::new();
-    stoker_daemon::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_daemon::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
@@ -528,7 +528,7 @@ pub fn storage_only(
 /// Encoded samples held in memory for the decode stages: (global index, bytes).
 pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
     let mut order = Vec::new();
-    stoker_daemon::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_daemon::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     order.truncate(max);
     let mut out = Vec::with_capacity(order.len());
     for i in order {
@@ -582,14 +582,14 @@ pub fn decode_stage(
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut decoder = match stoker_daemon::decode::CpuDecoder::new(engine.limits) {
+        let mut decoder = match stoker_daemon::transform::decode::CpuDecoder::new(engine.limits) {
             Ok(d) => d,
             Err(e) => {
                 *failed.lock().unwrap() = Some(e);
                 return;
             }
         };
-        let mut augmenter = stoker_daemon::augment::Augmenter::default();
+        let mut augmenter = stoker_daemon::transform::augment::Augmenter::default();
         let mut image = stoker_kernels::reference::RgbImage::default();
         let mut out = vec![0u8; image_bytes];
         loop {
@@ -602,10 +602,11 @@ pub fn decode_stage(
             if let Some(t) = engine.throttle {
                 std::thread::sleep(t.decode_delay);
             }
-            let ok = (|| -> Result<(), stoker_daemon::decode::DecodeError> {
-                let h = stoker_daemon::decode::probe(data)?;
-                let (crop, flip) =
-                    stoker_daemon::augment::sample_params(spec, h.width, h.height, seed, 0, *index);
+            let ok = (|| -> Result<(), stoker_daemon::transform::decode::DecodeError> {
+                let h = stoker_daemon::transform::decode::probe(data)?;
+                let (crop, flip) = stoker_daemon::transform::augment::sample_params(
+                    spec, h.width, h.height, seed, 0, *index,
+                );
                 let within =
                     decoder.decode_for_crop(data, crop, spec.crop.output_size(), &mut image)?;
                 if augment {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::synth::{generate, SynthOptions};
-use stoker_daemon::pipeline::Throttle;
+use stoker_daemon::engine::Throttle;
 
 /// 48 small generated images in two classes.
 fn small_dataset() -> tempfile::TempDir {

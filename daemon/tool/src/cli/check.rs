@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::decode::{CpuDecoder, DecodeError, Limits};
 use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
 pub const REASON_IO: &str = "io_error";

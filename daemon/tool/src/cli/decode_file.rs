@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 
 /// Arguments of `stoker decode`.
 #[derive(Debug, clap::Args)]

@@ -21,7 +21,7 @@ use stoker_kernels::reference::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{self, DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route};
 
-use stoker_daemon::decode::{probe, CpuDecoder, DecodeError, Limits};
+use stoker_daemon::transform::decode::{probe, CpuDecoder, DecodeError, Limits};
 
 /// How many images took each route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]

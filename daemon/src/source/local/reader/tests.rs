@@ -27,7 +27,8 @@ fn pread() -> Reader {
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = crate::rng::KeyedRng::new(seed, 0, 0, crate::rng::Stream::Augment);
+    let mut r =
+        crate::transform::rng::KeyedRng::new(seed, 0, 0, crate::transform::rng::Stream::Augment);
     (0..len).map(|_| r.next_u64() as u8).collect()
 }
 

@@ -34,7 +34,7 @@ use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
 
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};
-use stoker_daemon::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 
 /// One measured row, or why it was not measured.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -30,7 +30,7 @@ use crate::bench::{
     pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
     BenchReport, CacheState, Eviction, IndexTiming, Stage, StageResult, Verdict,
 };
-use stoker_daemon::config::BackendChoice;
+use stoker_daemon::service::config::BackendChoice;
 use stoker_daemon::source::index::Dataset;
 
 use super::bench_client::ClientStats;
@@ -529,7 +529,7 @@ fn scaling_runs(opts: &BenchOptions, threads: usize) -> Result<Vec<StageResult>,
             "scaling: pipeline in process with {t} decode thread(s)"
         ));
         let o = BenchOptions {
-            engine: stoker_daemon::pipeline::EngineConfig {
+            engine: stoker_daemon::engine::EngineConfig {
                 threads: t,
                 ..opts.engine.clone()
             },

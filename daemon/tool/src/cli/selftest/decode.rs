@@ -25,7 +25,7 @@ use stoker_nvidia::nvjpeg::{Roi, Route};
 use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;
 use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage};
-use stoker_daemon::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 
 /// PSNR every nvJPEG image must reach against the CPU decoder's.
 pub const MIN_PSNR_DB: f64 = 40.0;

@@ -24,7 +24,7 @@ use stoker_kernels::reference::{
 use stoker_nvidia::cuda::DeviceBuffer;
 
 use super::GpuUnderTest;
-use stoker_daemon::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 
 /// Photos used as kernel inputs, besides the generated image.
 const PHOTOS: usize = 3;
@@ -128,7 +128,9 @@ fn launch_and_compare(
         .iter()
         .enumerate()
         .map(|(i, img)| {
-            stoker_daemon::augment::sample_params(spec, img.width, img.height, 0, 0, i as u64)
+            stoker_daemon::transform::augment::sample_params(
+                spec, img.width, img.height, 0, 0, i as u64,
+            )
         })
         .collect();
     let samples: Vec<AugmentSample> = images

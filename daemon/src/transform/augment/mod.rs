@@ -28,7 +28,7 @@ use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_kernels::reference::tap_window;
 pub use stoker_kernels::reference::{CropBox, RgbImage};
 
-use crate::rng::{KeyedRng, Stream};
+use crate::transform::rng::{KeyedRng, Stream};
 
 /// torchvision's `RandomResizedCrop.get_params`: up to 10 tries at a box of `scale` x the
 /// image's area and aspect ratio (width / height) log-uniform in `ratio`, placed uniformly;

@@ -1,6 +1,6 @@
 //! Logging set-up for the daemon, journald-friendly: under systemd (`$JOURNAL_STREAM` set)
 //! lines carry no timestamp (the journal adds its own). Per-sample lines are rate-limited
-//! where they are made (`crate::badsample`).
+//! where they are made (`crate::transform::badsample`).
 //!
 //! # Design
 //! Clients control many logged strings (job keys, dataset paths, file names inside datasets,

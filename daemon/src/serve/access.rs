@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::config::{AccessConfig, LimitsConfig};
+use crate::service::config::{AccessConfig, LimitsConfig};
 use crate::source::index::{Dataset, DatasetError, OpenOptions};
 use crate::source::local::fsopen::{self, Credentials, OpenPolicy};
 

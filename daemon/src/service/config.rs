@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::BadSamplePolicy;
+use crate::engine::BadSamplePolicy;
 use crate::source::local::reader::ReaderKind;
 
 /// Slots per rank's ring when the config does not say.
@@ -127,7 +127,7 @@ pub struct LimitsConfig {
     /// Bad-sample log lines per second; past it lines are counted and reported as
     /// "suppressed K" (each bad file is logged once anyway).
     pub log_bad_samples_per_second: u32,
-    /// Connections of one uid that may wait, not yet attached (see `crate::lobby`).
+    /// Connections of one uid that may wait, not yet attached (see `crate::serve::lobby`).
     pub max_waiting_per_uid: usize,
     /// Connections that may wait in all, not yet attached (also at most half the fd limit).
     pub max_waiting: usize,
@@ -148,11 +148,13 @@ impl Default for LimitsConfig {
             max_job_ring_bytes: DEFAULT_MAX_JOB_RING_BYTES,
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
-            log_bad_samples_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
-            max_waiting_per_uid: crate::lobby::DEFAULT_MAX_WAITING_PER_UID,
-            max_waiting: crate::lobby::DEFAULT_MAX_WAITING,
-            attach_deadline_ms: u64::try_from(crate::lobby::DEFAULT_ATTACH_DEADLINE.as_millis())
-                .unwrap_or(u64::MAX),
+            log_bad_samples_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
+            max_waiting_per_uid: crate::serve::lobby::DEFAULT_MAX_WAITING_PER_UID,
+            max_waiting: crate::serve::lobby::DEFAULT_MAX_WAITING,
+            attach_deadline_ms: u64::try_from(
+                crate::serve::lobby::DEFAULT_ATTACH_DEADLINE.as_millis(),
+            )
+            .unwrap_or(u64::MAX),
             max_index_entries: crate::source::index::WalkLimits::default().max_entries,
             max_index_depth: crate::source::index::WalkLimits::default().max_depth,
         }
@@ -182,8 +184,8 @@ pub struct MetricsConfig {
 
 impl LimitsConfig {
     /// The lobby's caps and deadline.
-    pub fn lobby(&self) -> crate::lobby::LobbyLimits {
-        crate::lobby::LobbyLimits {
+    pub fn lobby(&self) -> crate::serve::lobby::LobbyLimits {
+        crate::serve::lobby::LobbyLimits {
             per_uid: self.max_waiting_per_uid.max(1),
             total: self.max_waiting.max(1),
             deadline: std::time::Duration::from_millis(self.attach_deadline_ms.max(1)),

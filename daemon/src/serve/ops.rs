@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
 
-use crate::access::{AccessPolicy, Quotas};
 use crate::engine::FeedWaker;
+use crate::serve::access::{AccessPolicy, Quotas};
 
 use super::gpus::Engines;
-use crate::metrics as m;
-use crate::stall::StallBoard;
+use crate::serve::stall::StallBoard;
+use crate::service::metrics as m;
 
 use super::registry::Registry;
 use super::wake::EventFd;
@@ -247,7 +247,7 @@ impl ServerHandle {
         }
     }
 
-    /// The per-rank data stall series, as Prometheus text (see [`crate::stall`]).
+    /// The per-rank data stall series, as Prometheus text (see [`crate::serve::stall`]).
     pub fn stall_metrics(&self) -> String {
         self.state.stalls.prometheus_text()
     }

@@ -36,7 +36,7 @@
 
 use stoker::protocol::EpochOffset;
 
-use crate::rng::{KeyedRng, Stream};
+use crate::transform::rng::{KeyedRng, Stream};
 
 /// Why a sampler cannot be built, or a position is out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

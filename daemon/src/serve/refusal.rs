@@ -10,7 +10,7 @@
 
 use stoker::protocol::ErrorCode;
 
-use crate::access::AccessError;
+use crate::serve::access::AccessError;
 /// A refusal sent to the client before the connection closes.
 #[derive(Debug)]
 pub(super) struct Refusal {

@@ -7,7 +7,7 @@
 //! - `auto` serves from CUDA when it is usable and from the CPU otherwise, logging why;
 //!   `cuda` refuses to start with the reason where it is not usable.
 //! - Serving from CUDA still serves ranks that attach with `device: "cpu"` from the CPU
-//!   engine (`server/gpus.rs`).
+//!   engine (`serve/gpus.rs`).
 //!
 //! # Limitations
 //! - Usable libraries do not prove a GPU works: a GPU that fails to open is refused at attach
@@ -15,7 +15,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::config::BackendChoice;
+use crate::service::config::BackendChoice;
 
 /// The backend that serves (the engine's backends say which they are with it; see
 /// [`crate::engine::Backend`]).

@@ -1,5 +1,5 @@
 //! Bad samples: why a sample could not be delivered ([`BadSample`], with the stable reason
-//! codes of [`crate::source::local::reader::ReadError::reason`] and [`crate::decode::DecodeError::reason`]),
+//! codes of [`crate::source::local::reader::ReadError::reason`] and [`crate::transform::decode::DecodeError::reason`]),
 //! counted by reason ([`BadCounts`]), and logged once per file, rate-limited
 //! ([`BadSampleLog`]).
 //!
@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::decode::DecodeError;
-use crate::ratelimit::{Admit, RateLimit};
+use crate::service::ratelimit::{Admit, RateLimit};
 use crate::source::local::reader::ReadError;
+use crate::transform::decode::DecodeError;
 
 /// Every reason a sample can be bad: read reasons, then decode reasons, then `other`.
 pub const REASONS: &[&str] = &[

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use stoker::socket::SeqPacket;
 
-use crate::ratelimit::{Admit, RateLimit};
+use crate::service::ratelimit::{Admit, RateLimit};
 
 /// Waiting connections one uid may hold, by default.
 pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;

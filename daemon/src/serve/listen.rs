@@ -2,7 +2,7 @@
 //! and group, and one thread per connection once its first message arrives.
 //!
 //! # Design
-//! - A new connection waits in the accept loop's [`Lobby`](crate::lobby) (no thread, per-uid
+//! - A new connection waits in the accept loop's [`Lobby`](crate::serve::lobby) (no thread, per-uid
 //!   caps, a deadline) until its first message arrives; then it gets its thread. Out of fds,
 //!   the loop closes a waiting connection to make room. "accept failed" lines are rate
 //!   limited.
@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
-use crate::access::Quotas;
 use crate::engine::Engine;
+use crate::serve::access::Quotas;
 
 use super::gpus::Engines;
-use crate::lobby::{Lobby, LobbyLimits};
-use crate::metrics as m;
-use crate::ratelimit::{Admit, RateLimit};
+use crate::serve::lobby::{Lobby, LobbyLimits};
+use crate::service::metrics as m;
+use crate::service::ratelimit::{Admit, RateLimit};
 
 use super::connection::Connection;
 use super::ops::{ServerHandle, ServerState};
@@ -139,7 +139,7 @@ impl Server {
         if config.slots < 2 {
             return Err(ServerError::Slots(config.slots));
         }
-        crate::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
+        crate::service::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
         Server::with_listener(SeqPacketListener::from_fd(fd), socket, false, config)
     }
 

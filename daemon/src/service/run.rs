@@ -1,17 +1,6 @@
-//! The daemon as a service: what `stokerd` runs once its flags are parsed. Reads the config,
-//! chooses the backend, binds (or takes systemd's socket), starts metrics, the signal and
-//! supervisor threads, serves, and drains on SIGTERM.
-//!
-//! # Design
-//! - `stokerd`'s `main` parses flags, blocks signals, sets up logging and calls [`run`]; every
-//!   failure comes back as a [`ServiceError`] whose [`ServiceError::exit_code`] tells
-//!   configuration errors (78, EX_CONFIG, so systemd's `RestartPreventExitStatus=78` stops a
-//!   restart loop) from failures at run time (1).
-//! - SIGTERM drains (clients are told the daemon stops), a second SIGTERM exits at once,
-//!   SIGHUP reloads the access rules and registered datasets.
-//!
-//! # Limitations
-//! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
+//! `stokerd`'s run: reads the config, chooses the backend, binds (or takes systemd's socket),
+//! starts metrics, the signal and supervisor threads, serves, and drains on SIGTERM (the room's
+//! design is in [`crate::service`]).
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -24,15 +13,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::access::{AccessPolicy, QuotaLimits};
-use crate::backend::BackendError;
-use crate::config::{BackendChoice, Config, ConfigError, EXIT_CONFIG};
-use crate::decode::Limits;
-use crate::detach::ReadyNotice;
 use crate::engine::EngineConfig;
-use crate::metrics::{MetricsError, MetricsListener};
-use crate::server::{Server, ServerConfig, ServerError, ServerHandle};
-use crate::systemd::{self, Notifier, Signal, Signals, SystemdError};
+use crate::serve::access::{AccessPolicy, QuotaLimits};
+use crate::serve::{Server, ServerConfig, ServerError, ServerHandle};
+use crate::service::backend::BackendError;
+use crate::service::config::{BackendChoice, Config, ConfigError, EXIT_CONFIG};
+use crate::service::detach::ReadyNotice;
+use crate::service::metrics::{MetricsError, MetricsListener};
+use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
+use crate::transform::decode::Limits;
 
 /// Exit code for failures at run time.
 pub const EXIT_FAILURE: u8 = 1;
@@ -164,7 +153,7 @@ pub fn run(
             .as_deref()
             .map(|a| a.parse().expect("validated by Config")),
     };
-    let backend = crate::backend::choose(args.backend.unwrap_or(file.pipeline.backend))?;
+    let backend = crate::service::backend::choose(args.backend.unwrap_or(file.pipeline.backend))?;
     tracing::info!(backend = backend.name(), "decode backend");
     let socket = args.socket.clone().unwrap_or_else(|| file.socket_path());
     let mut config = server_config(args, &file, socket.clone());
@@ -179,7 +168,7 @@ pub fn run(
     };
     let handle = server.handle();
     if let Some(addr) = metrics_addr {
-        let prom = crate::metrics::install()?;
+        let prom = crate::service::metrics::install()?;
         let h = handle.clone();
         MetricsListener::spawn(addr, prom, move || {
             h.refresh_metrics();
@@ -259,7 +248,7 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
     ServerConfig {
         socket,
         slots: args.slots.unwrap_or(file.server.slots_per_rank),
-        backend: crate::backend::BackendKind::Cpu,
+        backend: crate::service::backend::BackendKind::Cpu,
         engine: EngineConfig {
             threads: args.threads.unwrap_or(file.pipeline.threads),
             reader: file.pipeline.reader,
@@ -297,7 +286,8 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
             handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
             crate::source::object::configure(&c.s3, &c.datasets);
-            metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "ok").increment(1);
+            ::metrics::counter!(crate::service::metrics::RELOADS_TOTAL, "result" => "ok")
+                .increment(1);
             tracing::info!(
                 "access rules and datasets apply to new attaches now; limits, pipeline and server \
                  settings after a restart"
@@ -305,7 +295,8 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
         }
         Err(e) => {
             tracing::error!(error = %e, "config reload failed: keeping the running config");
-            metrics::counter!(crate::metrics::RELOADS_TOTAL, "result" => "error").increment(1);
+            ::metrics::counter!(crate::service::metrics::RELOADS_TOTAL, "result" => "error")
+                .increment(1);
         }
     }
     notifier.notify(&format!("READY=1\nSTATUS={}", handle.summary()));

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use stoker::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker::spec::PipelineSpec;
 
-use crate::access::{open_dataset, AccessPolicy, OpenDatasetError};
 use crate::engine::{Job, PipelineError};
+use crate::serve::access::{open_dataset, AccessPolicy, OpenDatasetError};
 use crate::source::index::{OpenOptions, WalkLimits};
 use crate::source::local::fsopen::OpenPolicy;
 

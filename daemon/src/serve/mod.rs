@@ -4,11 +4,13 @@
 //! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
 //! client's state machine), `gpus` (the engine per backend and GPU, and the rings each
 //! makes), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
-//! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`.
+//! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`,
+//! `lobby` (connections waiting for their first message), `stall` (the stall watch), `access`
+//! (who may attach, which datasets they may name, memory quotas).
 //!
 //! # Design
 //! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
-//!   [`Lobby`](crate::lobby) (no thread, per-uid caps, a deadline) until its first message
+//!   [`Lobby`](crate::serve::lobby) (no thread, per-uid caps, a deadline) until its first message
 //!   arrives; then it gets its thread (ranks per host are few). Each
 //!   connection also runs a forwarder thread that turns feed events into READY / END_OF_DATA
 //!   messages, while the connection thread reads RELEASE / DETACH from the socket.
@@ -30,7 +32,7 @@
 //!   message instead of ATTACH gets a [`stoker::protocol::DaemonStatus`] and the connection
 //!   closes.
 //! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
-//!   for are checked by [`crate::access`] before anything is opened or allocated; a refusal
+//!   for are checked by [`crate::serve::access`] before anything is opened or allocated; a refusal
 //!   says which rule refused it.
 //!
 //! # Limitations
@@ -47,12 +49,15 @@
     clippy::cast_possible_wrap
 )]
 
+pub mod access;
 mod connection;
 mod gpus;
 mod listen;
+pub mod lobby;
 mod ops;
 mod refusal;
 mod registry;
+pub mod stall;
 mod wake;
 
 pub use listen::Server;
@@ -63,10 +68,10 @@ use std::time::Duration;
 
 use stoker::socket::SockError;
 
-use crate::access::{AccessPolicy, QuotaLimits};
-use crate::backend::BackendKind;
 use crate::engine::{EngineConfig, PipelineError};
-use crate::lobby::LobbyLimits;
+use crate::serve::access::{AccessPolicy, QuotaLimits};
+use crate::serve::lobby::LobbyLimits;
+use crate::service::backend::BackendKind;
 use crate::source::index::WalkLimits;
 
 /// How long a new connection may take to send its ATTACH.
@@ -97,7 +102,7 @@ pub struct ServerConfig {
     pub socket_mode: u32,
     /// Group given the socket the server creates, so its members may connect.
     pub socket_group: Option<String>,
-    /// Caps and deadline of connections that have not attached ([`crate::lobby`]).
+    /// Caps and deadline of connections that have not attached ([`crate::serve::lobby`]).
     pub lobby: LobbyLimits,
     /// How far indexing a dataset may walk.
     pub walk: WalkLimits,

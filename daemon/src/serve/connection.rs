@@ -20,10 +20,10 @@ use stoker::protocol::{
 };
 use stoker::socket::{SeqPacket, SockError};
 
-use crate::access::{Peer, QuotaGrant};
 use crate::engine::{Feed, FeedEvent, PipelineError, Position};
-use crate::metrics as m;
-use crate::stall::RankStallEntry;
+use crate::serve::access::{Peer, QuotaGrant};
+use crate::serve::stall::RankStallEntry;
+use crate::service::metrics as m;
 
 use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, Refusal};

@@ -109,7 +109,7 @@ impl JpegEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{probe, CpuDecoder, Limits};
+    use crate::transform::decode::{probe, CpuDecoder, Limits};
     use stoker_kernels::reference::RgbImage;
 
     #[test]

@@ -10,7 +10,7 @@
 //! - [`MetricsListener`] is one thread: accept, read one request of at most
 //!   [`MAX_REQUEST_BYTES`] within [`REQUEST_TIMEOUT`], answer, close. Gauges that are state
 //!   (clients, jobs) are refreshed by a callback just before each render; the text it returns
-//!   (series that come and go with ranks, such as the data stall of `crate::stall`) is
+//!   (series that come and go with ranks, such as the data stall of `crate::serve::stall`) is
 //!   appended to the render.
 //!
 //! # Limitations
@@ -34,7 +34,7 @@ pub const BYTES_READ_TOTAL: &str = "stoker_bytes_read_total";
 pub const STAGE_SECONDS: &str = "stoker_stage_seconds";
 /// Images decoded, by `backend` (cpu, cuda, hybrid).
 pub const DECODE_TOTAL: &str = "stoker_decode_total";
-/// Samples that could not be used, by `reason` (`crate::badsample::REASONS`).
+/// Samples that could not be used, by `reason` (`crate::transform::badsample::REASONS`).
 pub const BAD_SAMPLES_TOTAL: &str = "stoker_bad_samples_total";
 /// Filled slots sent to clients and not yet released (queue depth on the client side).
 pub const READY_SLOTS: &str = "stoker_ready_slots";
@@ -187,7 +187,7 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     }
     metrics::counter!(BYTES_READ_TOTAL).increment(0);
     metrics::counter!(DECODE_TOTAL, "backend" => "cpu").increment(0);
-    for &reason in crate::badsample::REASONS {
+    for &reason in crate::transform::badsample::REASONS {
         metrics::counter!(BAD_SAMPLES_TOTAL, "reason" => reason).increment(0);
     }
     for result in ["ok", "error"] {

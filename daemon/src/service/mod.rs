@@ -1,0 +1,32 @@
+//! The daemon as a service: what `stokerd` runs once its flags are parsed. Reads the config,
+//! chooses the backend, binds (or takes systemd's socket), starts metrics, the signal and
+//! supervisor threads, serves, and drains on SIGTERM.
+//!
+//! # Design
+//! - `stokerd`'s `main` parses flags, blocks signals, sets up logging and calls [`run`]; every
+//!   failure comes back as a [`ServiceError`] whose [`ServiceError::exit_code`] tells
+//!   configuration errors (78, EX_CONFIG, so systemd's `RestartPreventExitStatus=78` stops a
+//!   restart loop) from failures at run time (1).
+//! - SIGTERM drains (clients are told the daemon stops), a second SIGTERM exits at once,
+//!   SIGHUP reloads the access rules and registered datasets.
+//!
+//! Files: `config` (the TOML file, its defaults and validation), `backend` (the `--backend`
+//! choice against what this host has), `systemd` (sd_notify, the watchdog, socket activation,
+//! signals), `detach` (`--detach`: the ready notice from the child), `logging` (the tracing
+//! subscriber), `metrics` (the Prometheus names and the `/metrics` listener), `ratelimit` (the
+//! log-line rate limiter).
+//!
+//! # Limitations
+//! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
+//! - Reload (SIGHUP) applies the access rules and datasets only; the rest needs a restart.
+
+pub mod backend;
+pub mod config;
+pub mod detach;
+pub mod logging;
+pub mod metrics;
+pub mod ratelimit;
+mod run;
+pub mod systemd;
+
+pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT, EXIT_FAILURE};
