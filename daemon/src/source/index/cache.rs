@@ -190,7 +190,8 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
         ds.len.push(d.u64()?);
     }
     for _ in 0..n {
-        ds.label.push(d.u64()? as i64);
+        // Written as the label's eight bytes (`to_le_bytes`): the same bits back.
+        ds.label.push(i64::from_ne_bytes(d.u64()?.to_ne_bytes()));
     }
     let nfiles = ds.files.len();
     if !d.0.is_empty()

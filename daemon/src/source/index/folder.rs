@@ -55,7 +55,7 @@ pub(super) fn index_folder(
     if kind == DatasetKind::ImageFolder {
         for e in read_dir_sorted(root)? {
             if entry_is_dir(&e) {
-                let label = ds.classes.len() as i64;
+                let label = i64::try_from(ds.classes.len()).unwrap_or(i64::MAX);
                 ds.classes
                     .push(e.file_name().to_string_lossy().into_owned());
                 work.push((label, e.path(), true));

@@ -254,6 +254,8 @@ impl PathArena {
         self.ends.push(self.bytes.len() as u64);
     }
 
+    // `ends` are lengths of `bytes`, a Vec: they fit a usize.
+    #[allow(clippy::cast_possible_truncation)]
     fn get(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.bytes[start..self.ends[i] as usize]
@@ -487,7 +489,7 @@ impl Dataset {
 fn now_ns() -> i128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
 }
 
 fn is_hidden(name: &OsStr) -> bool {

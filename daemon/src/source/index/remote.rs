@@ -109,7 +109,7 @@ impl Dataset {
         if self.classes.last().map(String::as_str) != Some(name) {
             self.classes.push(name.to_owned());
         }
-        self.classes.len() as i64 - 1
+        i64::try_from(self.classes.len()).map_or(i64::MAX, |n| n - 1)
     }
 
     /// One whole object as one sample.

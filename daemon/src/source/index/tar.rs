@@ -266,6 +266,10 @@ pub(super) fn read_tar_index(
             member_header(&header, path, pos, file_len, long_name.take(), pax.take())?;
         let data_off = pos + 512;
         let padded = size.div_ceil(512) * 512;
+        let skip = || {
+            i64::try_from(padded)
+                .map_err(|_| bad_tar(path, pos, format!("member of {size} bytes is too large")))
+        };
         match header[156] {
             b'L' => long_name = Some(cstr(&read_meta(&mut r, path, pos, size)?).to_vec()),
             b'x' => {
@@ -278,7 +282,7 @@ pub(super) fn read_tar_index(
                 let data = if has_ext(&name, &["cls"]) && size <= 64 {
                     Some(read_meta(&mut r, path, pos, size)?)
                 } else {
-                    r.seek_relative(padded as i64)
+                    r.seek_relative(skip()?)
                         .map_err(|e| DatasetError::io(path, e))?;
                     None
                 };
@@ -291,7 +295,7 @@ pub(super) fn read_tar_index(
             }
             _ => {
                 // Directories, links, global pax headers, GNU long link names: skipped.
-                r.seek_relative(padded as i64)
+                r.seek_relative(skip()?)
                     .map_err(|e| DatasetError::io(path, e))?;
             }
         }
@@ -340,10 +344,14 @@ fn read_meta(
         let reason = format!("metadata member of {size} bytes is too large");
         return Err(bad_tar(path, pos, reason));
     }
+    // `size` is at most the metadata limit checked above.
+    #[allow(clippy::cast_possible_truncation)]
     let mut buf = vec![0u8; (size.div_ceil(512) * 512) as usize];
     r.read_exact(&mut buf)
         .map_err(|e| DatasetError::io(path, e))?;
-    buf.truncate(size as usize);
+    #[allow(clippy::cast_possible_truncation)]
+    let size = size as usize;
+    buf.truncate(size);
     Ok(buf)
 }
 

@@ -1,5 +1,11 @@
 //! Tests for `dataset`: each layout built in a temp dir, the tar parser, the cache.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use super::*;
 use std::time::Duration;
 

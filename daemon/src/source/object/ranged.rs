@@ -220,9 +220,11 @@ fn spawn_group(
             Err(e) => return fail_all(&cache, &group, &e),
         };
         for (p, name, pending) in &group {
-            let at = (p.offset - range.start) as usize;
+            // Offsets inside the range just read into memory: they fit a usize.
+            #[allow(clippy::cast_possible_truncation)]
+            let (at, len) = ((p.offset - range.start) as usize, p.len as usize);
             let temp = cache.temp_path(name);
-            let written = std::fs::write(&temp, &bytes[at..at + p.len as usize])
+            let written = std::fs::write(&temp, &bytes[at..at + len])
                 .map(|()| p.len)
                 .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
             if written.is_ok() {

@@ -54,7 +54,7 @@ pub fn parse(text: &str, shard_bytes: u64) -> Result<Vec<IndexedSample>, String>
             let (offset, len, label) = (num(), num(), num());
             let sample = match (offset, len, label, f.next()) {
                 (Some(o), Some(l), Some(label), Some(name)) if o >= 0 && l >= 0 => {
-                    let (offset, len) = (o as u64, l as u64);
+                    let (offset, len) = (o.unsigned_abs(), l.unsigned_abs());
                     (offset.saturating_add(len) <= size).then(|| IndexedSample {
                         offset,
                         len,
