@@ -33,6 +33,11 @@
 //!   own offset (`consumed` counts from the epoch's start), so chains of resumes stay exact.
 
 #![forbid(unsafe_code)]
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 
 use stoker::protocol::EpochOffset;
 
@@ -129,6 +134,8 @@ pub fn permutation_into(len: u64, seed: u64, epoch: u64, out: &mut Vec<u64>) {
     let mut rng = KeyedRng::new(seed, epoch, 0, Stream::Permutation);
     // Fisher-Yates: for i from the end, swap i with a uniform j in [0, i].
     for i in (1..out.len()).rev() {
+        // `j <= i`, an index of `out`.
+        #[allow(clippy::cast_possible_truncation)]
         let j = rng.below(i as u64 + 1) as usize;
         out.swap(i, j);
     }
@@ -261,6 +268,8 @@ impl Sampler {
     /// # Panics
     /// If `step >= steps_in(epoch)` (see [`Sampler::check_position`]).
     pub fn batch_indices(&mut self, epoch: u64, step: u64) -> Vec<u64> {
+        // A capacity hint: a batch of this rank's samples, which are in memory.
+        #[allow(clippy::cast_possible_truncation)]
         let mut out = Vec::with_capacity(self.batch_size as usize);
         self.batch_indices_into(epoch, step, &mut out);
         out
@@ -301,13 +310,22 @@ impl Sampler {
         for j in start..end.min(part.samples_per_rank) {
             // Position in the padded permutation; wrap around for the padding.
             let k = part.offset + self.rank + j * self.world_size;
-            out.push(self.perm[(k % self.len) as usize]);
+            // Below `len`, the permutation's length.
+            #[allow(clippy::cast_possible_truncation)]
+            let at = (k % self.len) as usize;
+            out.push(self.perm[at]);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap
+    )]
+
     use super::*;
     use proptest::prelude::*;
     use stoker::protocol::StartPosition;
