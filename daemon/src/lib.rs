@@ -11,7 +11,8 @@
 //! - **serve**: `serve` (registry, connection state machine, accept loop, ops handle, `lobby`,
 //!   `stall`, `access`);
 //! - **service**: `service` (what `stokerd` runs; `config`, `backend` (the `--backend`
-//!   choice), `systemd`, `detach`, `logging`, `metrics`, `ratelimit`).
+//!   choice), `systemd`, `detach`, `logging`, `metrics`, `ratelimit`);
+//! - **sync**: the one lock policy (locks recover from poison), used by every room.
 //!
 //! Data flow for one rank (see `../shared/DESIGN.md`):
 //! `transform::sampler` → `source` (io_uring / object storage) → `transform::decode`
@@ -22,4 +23,5 @@ pub mod engine;
 pub mod serve;
 pub mod service;
 pub mod source;
+pub mod sync;
 pub mod transform;

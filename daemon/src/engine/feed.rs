@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::sync::{lock, wait, wait_timeout};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -145,7 +146,7 @@ impl FeedShared {
 
     /// Hands out the next chunk of this feed, starting a new batch if a slot is free.
     pub(super) fn take_chunk(self: &Arc<Self>, unit: UnitSize) -> Option<Chunk> {
-        let mut st = self.state.lock().unwrap();
+        let mut st = lock(&self.state);
         if st.stopped || st.failed.is_some() {
             return None;
         }
@@ -210,7 +211,7 @@ impl FeedShared {
     /// Records a completed chunk and publishes every batch that is now complete and next in
     /// order; a fault fails the feed instead.
     pub(super) fn finish_chunk(&self, chunk: &Chunk, done: Result<(), BackendFault>) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = lock(&self.state);
         st.writers -= 1;
         st.slots[chunk.slot].chunks_left -= 1;
         if let Err(fault) = done {
@@ -248,7 +249,7 @@ pub struct FeedWaker(Arc<FeedShared>);
 
 impl FeedWaker {
     pub fn wake(&self) {
-        self.0.state.lock().unwrap().woken = true;
+        lock(&self.0.state).woken = true;
         self.0.changed.notify_all();
     }
 }
@@ -281,7 +282,7 @@ impl Feed {
 
     /// Waits for the next batch in order, or until woken (`None`).
     pub fn recv_wakeable(&self) -> Result<Option<FeedEvent>, PipelineError> {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         loop {
             if std::mem::take(&mut st.woken) {
                 return Ok(None);
@@ -289,15 +290,15 @@ impl Feed {
             if let Some(ev) = self.poll_event(&mut st)? {
                 return Ok(Some(ev));
             }
-            st = self.shared.changed.wait(st).unwrap();
+            st = wait(&self.shared.changed, st);
         }
     }
 
     /// Waits until woken, whatever the feed does meanwhile.
     pub fn wait_woken(&self) {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         while !std::mem::take(&mut st.woken) {
-            st = self.shared.changed.wait(st).unwrap();
+            st = wait(&self.shared.changed, st);
         }
     }
 
@@ -333,7 +334,7 @@ impl Feed {
     /// Waits up to `timeout` for the next batch; `None` if none came.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<FeedEvent>, PipelineError> {
         let deadline = Instant::now() + timeout;
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         loop {
             if let Some(ev) = self.poll_event(&mut st)? {
                 return Ok(Some(ev));
@@ -342,18 +343,13 @@ impl Feed {
             if now >= deadline {
                 return Ok(None);
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap()
-                .0;
+            st = wait_timeout(&self.shared.changed, st, deadline - now).0;
         }
     }
 
     /// Gives a received slot back to the producer.
     pub fn release(&self, slot: usize, generation: u64) -> Result<(), PipelineError> {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         match st.slots.get_mut(slot) {
             Some(s) if s.leased && s.generation == generation => {
                 s.leased = false;
@@ -368,7 +364,7 @@ impl Feed {
 
     /// Gives back every slot the consumer holds (the client went away).
     pub fn release_all(&self) {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         let st = &mut *st;
         for (i, s) in st.slots.iter_mut().enumerate() {
             if s.leased {
@@ -381,20 +377,20 @@ impl Feed {
 
     /// Slots currently held by the consumer.
     pub fn leased(&self) -> usize {
-        let st = self.shared.state.lock().unwrap();
+        let st = lock(&self.shared.state);
         st.slots.iter().filter(|s| s.leased).count()
     }
 }
 
 impl Drop for Feed {
     fn drop(&mut self) {
-        let mut st = self.shared.state.lock().unwrap();
+        let mut st = lock(&self.shared.state);
         st.stopped = true;
         while st.writers > 0 {
-            st = self.shared.changed.wait(st).unwrap();
+            st = wait(&self.shared.changed, st);
         }
         drop(st);
-        let mut sched = self.engine.sched.lock().unwrap();
+        let mut sched = lock(&self.engine.sched);
         for j in sched.jobs.iter_mut() {
             j.feeds.retain(|f| !Arc::ptr_eq(f, &self.shared));
         }

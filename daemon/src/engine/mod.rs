@@ -41,6 +41,7 @@ mod scheduler;
 mod stats;
 mod worker;
 
+use crate::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -237,7 +238,7 @@ impl Engine {
                 .name(format!("stoker-worker-{i}"))
                 .spawn(move || worker.run())
                 .map_err(PipelineError::Thread)?;
-            engine.workers.lock().unwrap().push(handle);
+            lock(&engine.workers).push(handle);
         }
         Ok(engine)
     }
@@ -310,7 +311,7 @@ impl Engine {
         }
         let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
         {
-            let mut sched = self.shared.sched.lock().unwrap();
+            let mut sched = lock(&self.shared.sched);
             match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {
                 Some(j) => j.feeds.push(feed.clone()),
                 None => sched.jobs.push(JobFeeds {
@@ -330,7 +331,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.shared.sched.lock().unwrap().shutdown = true;
+        lock(&self.shared.sched).shutdown = true;
         self.shared.work.notify_all();
         for handle in self.workers.get_mut().unwrap().drain(..) {
             let _ = handle.join();

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+use crate::sync::{lock, wait};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::backend::UnitSize;
@@ -62,7 +63,7 @@ pub(super) struct Chunk {
 impl Shared {
     /// Blocks until a chunk is available, or returns `None` on shutdown.
     pub(super) fn next_chunk(&self) -> Option<Chunk> {
-        let mut sched = self.sched.lock().unwrap();
+        let mut sched = lock(&self.sched);
         loop {
             if sched.shutdown {
                 return None;
@@ -70,7 +71,7 @@ impl Shared {
             if let Some(chunk) = Sched::pick(&mut sched, self.unit) {
                 return Some(chunk);
             }
-            sched = self.work.wait(sched).unwrap();
+            sched = wait(&self.work, sched);
         }
     }
 }

@@ -17,6 +17,7 @@
 //! - One completion thread per engine: a GPU backend's completions wait one after another
 //!   (they complete in stream order anyway).
 
+use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -95,7 +96,7 @@ impl Worker {
         let images = feed.ring.images(chunk.slot);
         self.indices.clear();
         {
-            let st = feed.state.lock().unwrap();
+            let st = lock(&feed.state);
             self.indices
                 .extend_from_slice(&st.slots[chunk.slot].indices[chunk.start..chunk.end]);
         }

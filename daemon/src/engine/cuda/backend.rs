@@ -1,6 +1,7 @@
 //! Filling one batch on a GPU: read, probe, draw crops, route each image (hardware / hybrid /
 //! CPU), decode, one fused augment launch into the slot, an event (see the parent module).
 
+use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -372,7 +373,7 @@ impl CudaBackend {
     }
 
     fn take_events(&self) -> Result<EventSet, BackendFault> {
-        if let Some(set) = self.events.lock().unwrap().pop() {
+        if let Some(set) = lock(&self.events).pop() {
             return Ok(set);
         }
         EventSet::new(self.gpu.device()).map_err(|e| self.fault("event create", &e))

@@ -38,6 +38,7 @@
 mod backend;
 mod pending;
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -139,14 +140,14 @@ impl Gpu {
 
     /// Why the GPU cannot serve any more, if it is broken.
     pub fn broken(&self) -> Option<String> {
-        self.broken.lock().unwrap().clone()
+        lock(&self.broken).clone()
     }
 
     /// A fault naming this GPU; a cause that breaks the context or device marks it broken.
     pub fn fault(&self, what: &str, cause: &dyn std::fmt::Display, sticky: bool) -> BackendFault {
         let reason = format!("{what}: {cause}");
         if sticky {
-            let mut broken = self.broken.lock().unwrap();
+            let mut broken = lock(&self.broken);
             if broken.is_none() {
                 tracing::error!(gpu = %self.label, %reason, "GPU broken; its ranks fail");
                 *broken = Some(reason.clone());

@@ -11,6 +11,7 @@
 //! - The decode time is host time (the nvJPEG calls and the CPU path), the kernel time device
 //!   time between two events.
 
+use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -65,7 +66,7 @@ impl PendingWork for PendingBatch {
             metrics::histogram!(GPU_KERNEL_SECONDS, "gpu" => gpu.uuid.to_string())
                 .record(f64::from(ms) * 1e-3);
         }
-        pool.lock().unwrap().push(events);
+        lock(&pool).push(events);
         Ok(())
     }
 }

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+use stoker_daemon::sync::lock;
 
 use serde::Serialize;
 use stoker::spec::PipelineSpec;
@@ -473,7 +474,7 @@ pub fn storage_only(
             match stoker_daemon::source::local::reader::Reader::new(engine.reader, CHUNK) {
                 Ok(r) => r,
                 Err(e) => {
-                    *failed.lock().unwrap() = Some(e);
+                    *lock(&failed) = Some(e);
                     return;
                 }
             };
@@ -585,7 +586,7 @@ pub fn decode_stage(
         let mut decoder = match stoker_daemon::transform::decode::CpuDecoder::new(engine.limits) {
             Ok(d) => d,
             Err(e) => {
-                *failed.lock().unwrap() = Some(e);
+                *lock(&failed) = Some(e);
                 return;
             }
         };

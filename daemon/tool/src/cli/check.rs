@@ -16,6 +16,7 @@ use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
 use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::sync::lock;
 use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
@@ -88,7 +89,7 @@ where
                 let mut local = Vec::new();
                 loop {
                     // Take the next sample (reading it, if the iterator reads) under the lock.
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                    let next = lock(&queue).next();
                     let Some((i, (name, bytes))) = next else {
                         break;
                     };
@@ -106,10 +107,7 @@ where
                     });
                     local.push((i, failure));
                 }
-                results
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(local);
+                lock(&results).extend(local);
             });
         }
     });
