@@ -82,7 +82,10 @@ impl JpegEncoder {
             .set(Param::Progressive, i32::from(opts.progressive))
             .map_err(internal)?;
         self.tj
-            .set(Param::RestartRows, opts.restart_rows as i32)
+            .set(
+                Param::RestartRows,
+                i32::try_from(opts.restart_rows).unwrap_or(i32::MAX),
+            )
             .map_err(internal)?;
         self.tj
             .set(Param::Arithmetic, i32::from(opts.arithmetic))
@@ -90,9 +93,14 @@ impl JpegEncoder {
         if opts.subsampling == Subsampling::Gray {
             let gray: Vec<u8> = rgb
                 .chunks_exact(3)
+                // A weighted mean of three u8s, rounded: within 0..=255.
                 .map(|p| {
-                    (0.299 * f64::from(p[0]) + 0.587 * f64::from(p[1]) + 0.114 * f64::from(p[2]))
-                        .round() as u8
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    let v = (0.299 * f64::from(p[0])
+                        + 0.587 * f64::from(p[1])
+                        + 0.114 * f64::from(p[2]))
+                    .round() as u8;
+                    v
                 })
                 .collect();
             self.tj

@@ -28,6 +28,12 @@
 //!   (`TJPARAM_SAVEMARKERS = 0`), so a malformed or duplicated ICC sequence cannot fail a
 //!   decode.
 
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod encode;
 mod sniff;
 mod sys;
@@ -352,8 +358,11 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
     })?;
     tj.set(Param::StopOnWarning, 1)
         .map_err(DecodeError::from_tj)?;
-    tj.set(Param::ScanLimit, MAX_SCANS as i32)
-        .map_err(DecodeError::from_tj)?;
+    tj.set(
+        Param::ScanLimit,
+        i32::try_from(MAX_SCANS).unwrap_or(i32::MAX),
+    )
+    .map_err(DecodeError::from_tj)?;
     // TurboJPEG 3 saves APP2 markers and extracts the ICC profile by default
     // (TJPARAM_SAVEMARKERS = 2); an ICC sequence it finds inconsistent (a second profile, parts
     // around the frame header) raises "bad ICC marker", a warning, fatal under
@@ -418,6 +427,8 @@ fn plan_region(
     let s = factor.as_f64();
     let sw = factor.scale(header.width);
     let sh = factor.scale(header.height);
+    // Not negative, then clamped to `hi` (`as` saturates above u32::MAX).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let clamp = |v: f64, hi: u32| (v.max(0.0) as u32).min(hi);
     // A margin of REGION_MARGIN scaled pixels on every side keeps the box's own pixels away
     // from the region's edges, where libjpeg's chroma upsampling lacks its neighbours and
@@ -623,6 +634,8 @@ impl CpuDecoder {
 
 /// Adobe-style CMYK (as stored by Photoshop and returned by libjpeg: 255 = no ink) to RGB:
 /// `R = C * K / 255`, rounded, exactly as libjpeg-turbo's `djpeg` does.
+// `(v * k + 127) / 255` with `v, k <= 255` is at most 255.
+#[allow(clippy::cast_possible_truncation)]
 fn inverted_cmyk_to_rgb(cmyk: &[u8], rgb: &mut [u8]) {
     debug_assert_eq!(cmyk.len() / 4 * 3, rgb.len());
     for (src, dst) in cmyk.chunks_exact(4).zip(rgb.chunks_exact_mut(3)) {

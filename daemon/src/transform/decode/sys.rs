@@ -60,6 +60,8 @@ pub(crate) enum Param {
 }
 
 impl Param {
+    // TJPARAM values are small enum constants.
+    #[allow(clippy::cast_possible_wrap)]
     fn raw(self) -> libc::c_int {
         let p = match self {
             Param::StopOnWarning => tj::TJPARAM_TJPARAM_STOPONWARNING,
@@ -81,6 +83,11 @@ impl Param {
     }
 }
 
+/// An image dimension as TurboJPEG takes it; one past `c_int` becomes -1, which it rejects.
+fn c_dim(v: u32) -> libc::c_int {
+    libc::c_int::try_from(v).unwrap_or(-1)
+}
+
 /// A scaling factor `num / denom` that libjpeg-turbo's IDCT supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ScalingFactor {
@@ -92,6 +99,8 @@ impl ScalingFactor {
     pub(crate) const ONE: ScalingFactor = ScalingFactor { num: 1, denom: 1 };
 
     /// `TJSCALED`: the size of a `dim`-pixel dimension after scaling (rounded up).
+    // JPEG dimensions are at most 65,535 and libjpeg-turbo's factors at most 2: it fits a u32.
+    #[allow(clippy::cast_possible_truncation)]
     pub(crate) fn scale(self, dim: u32) -> u32 {
         ((dim as u64 * self.num as u64).div_ceil(self.denom as u64)) as u32
     }
@@ -111,13 +120,13 @@ pub(crate) fn scaling_factors() -> Vec<ScalingFactor> {
         return vec![ScalingFactor::ONE];
     }
     // SAFETY: see above: `ptr` points to `n` initialised, immutable `tjscalingfactor`s.
-    let raw = unsafe { std::slice::from_raw_parts(ptr, n as usize) };
+    let raw = unsafe { std::slice::from_raw_parts(ptr, usize::try_from(n).unwrap_or(0)) };
     let mut out: Vec<ScalingFactor> = raw
         .iter()
         .filter(|f| f.num > 0 && f.denom > 0)
         .map(|f| ScalingFactor {
-            num: f.num as u32,
-            denom: f.denom as u32,
+            num: f.num.unsigned_abs(),
+            denom: f.denom.unsigned_abs(),
         })
         .collect();
     out.sort_by(|a, b| b.as_f64().total_cmp(&a.as_f64()));
@@ -145,8 +154,11 @@ impl TjHandle {
     }
 
     fn init(kind: tj::TJINIT) -> Option<TjHandle> {
+        // TJINIT values are small enum constants.
+        #[allow(clippy::cast_possible_wrap)]
+        let kind = kind as libc::c_int;
         // SAFETY: tj3Init has no preconditions; it returns an owned instance or null.
-        let raw = unsafe { tj::tj3Init(kind as libc::c_int) };
+        let raw = unsafe { tj::tj3Init(kind) };
         NonNull::new(raw).map(|raw| TjHandle { raw })
     }
 
@@ -165,6 +177,8 @@ impl TjHandle {
         let code = unsafe { tj::tj3GetErrorCode(self.raw.as_ptr()) };
         TjError {
             message,
+            // TJERR values are small enum constants.
+            #[allow(clippy::cast_possible_wrap)]
             warning: code == tj::TJERR_TJERR_WARNING as libc::c_int,
         }
     }
@@ -201,6 +215,8 @@ impl TjHandle {
     }
 
     pub(crate) fn set_scaling_factor(&mut self, f: ScalingFactor) -> Result<(), TjError> {
+        // Factors come from `scaling_factors`, positive c_ints.
+        #[allow(clippy::cast_possible_wrap)]
         let raw = tj::tjscalingfactor {
             num: f.num as libc::c_int,
             denom: f.denom as libc::c_int,
@@ -219,6 +235,8 @@ impl TjHandle {
         w: u32,
         h: u32,
     ) -> Result<(), TjError> {
+        // Scaled pixels of a JPEG, whose dimensions are at most 65,535.
+        #[allow(clippy::cast_possible_wrap)]
         let region = tj::tjregion {
             x: x as libc::c_int,
             y: y as libc::c_int,
@@ -287,17 +305,20 @@ impl TjHandle {
             tj::tj3Compress8(
                 self.raw.as_ptr(),
                 src.as_ptr(),
-                width as libc::c_int,
+                c_dim(width),
                 0,
-                height as libc::c_int,
+                c_dim(height),
                 format.raw(),
                 &mut buf,
                 &mut size,
             )
         };
         let result = self.check(rc).map(|()| {
+            // TurboJPEG's output lies in memory: its size fits a usize.
+            #[allow(clippy::cast_possible_truncation)]
+            let size = size as usize;
             // SAFETY: on success `buf` points to `size` bytes written by TurboJPEG.
-            unsafe { std::slice::from_raw_parts(buf, size as usize) }.to_vec()
+            unsafe { std::slice::from_raw_parts(buf, size) }.to_vec()
         });
         if !buf.is_null() {
             // SAFETY: `buf` was allocated by TurboJPEG (tj3Alloc) and is freed once, here.

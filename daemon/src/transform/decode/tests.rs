@@ -1,5 +1,11 @@
 //! Decoder tests on fixtures encoded here with tj3Compress8 from a synthetic smooth image.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use super::*;
 use stoker_kernels::reference::psnr;
 
