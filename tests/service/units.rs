@@ -72,7 +72,6 @@ fn systemd_analyze_verifies_the_units() {
     for line in [
         "Type=notify",
         "ExecStart=/usr/bin/stokerd --config /etc/stoker/stoker.toml",
-        "RestartPreventExitStatus=78",
         "LimitMEMLOCK=infinity",
         "RuntimeDirectory=stoker",
         "CacheDirectory=stoker",
@@ -85,6 +84,15 @@ fn systemd_analyze_verifies_the_units() {
             "stokerd.service lacks {line}"
         );
     }
+    // systemd must not restart a configuration error: the code the daemon exits with for one.
+    let prevent = format!(
+        "RestartPreventExitStatus={}",
+        stoker_daemon::service::exit::Exit::Config.code()
+    );
+    assert!(
+        service.lines().any(|l| l == prevent),
+        "stokerd.service lacks {prevent} (Exit::Config)"
+    );
     assert!(service.lines().any(|l| l.starts_with("WatchdogSec=")));
     let socket = std::fs::read_to_string(deploy.join("stokerd.socket")).unwrap();
     for line in [

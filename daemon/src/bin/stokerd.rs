@@ -13,10 +13,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use stoker_daemon::service::config::EXIT_CONFIG;
 use stoker_daemon::service::detach::{self, ReadyNotice, Role};
+use stoker_daemon::service::exit::Exit;
 use stoker_daemon::service::systemd::Signals;
-use stoker_daemon::service::{self, StokerdArgs, EXIT_FAILURE};
+use stoker_daemon::service::{self, StokerdArgs};
 
 fn main() -> ExitCode {
     let args = match StokerdArgs::try_parse() {
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(u8::try_from(EXIT_CONFIG).unwrap_or(1))
+                ExitCode::from(Exit::Config)
             } else {
                 ExitCode::SUCCESS
             };
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             Ok(Role::Daemon(notice)) => notice,
             Err(e) => {
                 eprintln!("stokerd: {e}");
-                return ExitCode::from(EXIT_FAILURE);
+                return ExitCode::from(Exit::Failure);
             }
         }
     } else {
@@ -49,7 +49,7 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("stokerd: {e}");
-            return ExitCode::from(EXIT_FAILURE);
+            return ExitCode::from(Exit::Failure);
         }
     };
     stoker_daemon::service::logging::init_daemon();

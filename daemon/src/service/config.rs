@@ -32,10 +32,6 @@ pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 /// Largest encoded sample (bytes).
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
-/// Exit code for a configuration error: systemd's `RestartPreventExitStatus=` names it so a
-/// broken config does not restart in a loop (EX_CONFIG from sysexits.h).
-pub const EXIT_CONFIG: i32 = 78;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]

@@ -12,7 +12,7 @@
 //!
 //! Files: `config` (the TOML file, its defaults and validation), `backend` (the `--backend`
 //! choice against what this host has), `systemd` (sd_notify, the watchdog, socket activation,
-//! signals), `detach` (`--detach`: the ready notice from the child), `logging` (the tracing
+//! signals), `exit` (the exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the child), `logging` (the tracing
 //! subscriber), `metrics` (the Prometheus names and the `/metrics` listener), `ratelimit` (the
 //! log-line rate limiter).
 //!
@@ -29,10 +29,11 @@
 pub mod backend;
 pub mod config;
 pub mod detach;
+pub mod exit;
 pub mod logging;
 pub mod metrics;
 pub mod ratelimit;
 mod run;
 pub mod systemd;
 
-pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT, EXIT_FAILURE};
+pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT};

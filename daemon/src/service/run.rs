@@ -17,14 +17,13 @@ use crate::engine::EngineConfig;
 use crate::serve::access::{AccessPolicy, QuotaLimits};
 use crate::serve::{Server, ServerConfig, ServerError, ServerHandle};
 use crate::service::backend::BackendError;
-use crate::service::config::{BackendChoice, Config, ConfigError, EXIT_CONFIG};
+use crate::service::config::{BackendChoice, Config, ConfigError};
 use crate::service::detach::ReadyNotice;
+use crate::service::exit::Exit;
 use crate::service::metrics::{MetricsError, MetricsListener};
 use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
 use crate::transform::decode::Limits;
 
-/// Exit code for failures at run time.
-pub const EXIT_FAILURE: u8 = 1;
 /// How long attached clients get to go after SIGTERM before the daemon exits anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often STATUS= is sent to systemd (and images/s recomputed).
@@ -115,13 +114,13 @@ impl ServiceError {
         }
     }
 
-    /// The process exit code: [`EXIT_CONFIG`] for configuration errors, else
-    /// [`EXIT_FAILURE`].
-    pub fn exit_code(&self) -> u8 {
+    /// The process exit code: [`Exit::Config`] for configuration errors, else
+    /// [`Exit::Failure`].
+    pub fn exit_code(&self) -> Exit {
         if self.is_config() {
-            u8::try_from(EXIT_CONFIG).unwrap_or(EXIT_FAILURE)
+            Exit::Config
         } else {
-            EXIT_FAILURE
+            Exit::Failure
         }
     }
 }

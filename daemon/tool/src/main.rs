@@ -47,7 +47,7 @@ enum Command {
     Synth(cli::synth::SynthArgs),
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     let args = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -67,5 +67,5 @@ fn main() {
         Command::SelftestRingReader(a) => cli::selftest::run_reader(a),
         Command::Synth(a) => cli::synth::run(a),
     };
-    std::process::exit(code);
+    std::process::ExitCode::from(code)
 }

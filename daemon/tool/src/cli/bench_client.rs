@@ -14,7 +14,7 @@ use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::bench::SpecArgs;
-use super::{EXIT_FAILURES, EXIT_OK};
+use super::Exit;
 
 #[derive(Debug, Args)]
 pub struct BenchClientArgs {
@@ -62,18 +62,18 @@ pub struct ClientStats {
     pub checksum: u64,
 }
 
-pub fn run(args: &BenchClientArgs) -> i32 {
+pub fn run(args: &BenchClientArgs) -> Exit {
     match consume(args) {
         Ok(stats) => {
             println!(
                 "{}",
                 serde_json::to_string(&stats).expect("stats serialise")
             );
-            EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker bench-client rank {}: {e}", args.rank);
-            EXIT_FAILURES
+            Exit::Failure
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Everything else is decoded: a JPEG is recognised by its bytes, so a PNG named `.jpg` is
 //! reported as not JPEG, and a JPEG named `.png` is checked like any other.
 
+use crate::cli::Exit;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -213,12 +214,12 @@ fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, Stri
         .collect())
 }
 
-pub fn run(args: &CheckArgs) -> i32 {
+pub fn run(args: &CheckArgs) -> Exit {
     let files = match dataset_samples(&args.path) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("stoker check: {}: {e}", args.path.display());
-            return super::EXIT_USAGE;
+            return Exit::Usage;
         }
     };
     let threads = args.threads.unwrap_or_else(|| {
@@ -239,16 +240,16 @@ pub fn run(args: &CheckArgs) -> i32 {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("stoker check: cannot write JSON: {e}");
-                return super::EXIT_FAILURES;
+                return Exit::Failure;
             }
         }
     } else {
         print_text(&report);
     }
     if report.all_ok() {
-        super::EXIT_OK
+        Exit::Ok
     } else {
-        super::EXIT_FAILURES
+        Exit::Failure
     }
 }
 

@@ -1,5 +1,6 @@
 //! `stoker decode FILE -o out.ppm`: decode one JPEG at full size and write it as binary PPM.
 
+use crate::cli::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,7 @@ pub struct DecodeArgs {
 }
 
 /// Runs `stoker decode`; returns the exit code.
-pub fn run(args: &DecodeArgs) -> i32 {
+pub fn run(args: &DecodeArgs) -> Exit {
     match decode_to_ppm(&args.file, &args.output) {
         Ok((w, h)) => {
             println!(
@@ -26,11 +27,11 @@ pub fn run(args: &DecodeArgs) -> i32 {
                 args.file.display(),
                 args.output.display()
             );
-            super::EXIT_OK
+            Exit::Ok
         }
         Err(msg) => {
             eprintln!("stoker decode: {msg}");
-            super::EXIT_FAILURES
+            Exit::Failure
         }
     }
 }

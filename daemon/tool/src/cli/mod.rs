@@ -11,9 +11,4 @@ pub mod selftest;
 pub mod status;
 pub mod synth;
 
-/// Exit code: success.
-pub const EXIT_OK: i32 = 0;
-/// Exit code: the command ran and found failures (undecodable samples, a file that fails).
-pub const EXIT_FAILURES: i32 = 1;
-/// Exit code: bad arguments or configuration (clap uses 2 for usage errors too).
-pub const EXIT_USAGE: i32 = 2;
+pub use stoker_daemon::service::exit::Exit;

@@ -2,6 +2,7 @@
 //! WebDataset tar shards of a target size, labels preserved, with progress on stderr; OUT may
 //! be an `s3://` prefix, the shards then uploaded as they are written.
 
+use crate::cli::Exit;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -23,7 +24,7 @@ pub struct PackArgs {
     pub shard_mb: u64,
 }
 
-pub fn run(args: &PackArgs) -> i32 {
+pub fn run(args: &PackArgs) -> Exit {
     let t0 = std::time::Instant::now();
     let shard_bytes = args.shard_mb.max(1) * 1_000_000;
     let packed = if stoker_daemon::source::object::is_url(&args.out) {
@@ -41,11 +42,11 @@ pub fn run(args: &PackArgs) -> i32 {
                 args.out.display(),
                 t0.elapsed().as_secs_f64()
             );
-            super::EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker pack: {e}");
-            super::EXIT_FAILURES
+            Exit::Failure
         }
     }
 }

@@ -2,6 +2,7 @@
 //! ATTACH) and prints what it serves: jobs, ranks, throughput, backend, errors. `--json`
 //! prints the daemon's reply as is, for scripts.
 
+use crate::cli::Exit;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,8 +12,6 @@ use stoker::socket::SeqPacket;
 
 /// How long the daemon may take to answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
-/// Exit code when no daemon answers.
-pub const EXIT_NO_DAEMON: i32 = 3;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -67,7 +66,7 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
     }
 }
 
-pub fn run(args: &StatusArgs) -> i32 {
+pub fn run(args: &StatusArgs) -> Exit {
     let socket = args
         .socket
         .clone()
@@ -78,15 +77,15 @@ pub fn run(args: &StatusArgs) -> i32 {
                 "{}",
                 serde_json::to_string_pretty(&s).expect("status serialises")
             );
-            super::EXIT_OK
+            Exit::Ok
         }
         Ok(s) => {
             print!("{}", render(&s));
-            super::EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker status: {e}");
-            EXIT_NO_DAEMON
+            Exit::NoDaemon
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `stoker synth DIR`: writes a generated dataset of realistic JPEGs, as an ImageFolder or
 //! (`--shards N`) as WebDataset tar shards.
 
+use crate::cli::Exit;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -30,7 +31,7 @@ pub struct SynthArgs {
     pub shards: usize,
 }
 
-pub fn run(args: &SynthArgs) -> i32 {
+pub fn run(args: &SynthArgs) -> Exit {
     let opts = SynthOptions {
         images: args.images,
         classes: args.classes,
@@ -56,11 +57,11 @@ pub fn run(args: &SynthArgs) -> i32 {
                 args.dir.display(),
                 t0.elapsed().as_secs_f64()
             );
-            super::EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker synth: {e}");
-            super::EXIT_FAILURES
+            Exit::Failure
         }
     }
 }

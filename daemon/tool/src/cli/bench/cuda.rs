@@ -28,6 +28,7 @@
 //! - On the emulated GPU the figures measure libjpeg-turbo and a CPU core, not a GPU; the
 //!   output says so.
 
+use crate::cli::Exit;
 use serde::Serialize;
 use stoker_nvidia::cuda::{Device, DeviceBuffer};
 use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
@@ -89,7 +90,7 @@ pub struct CudaBenchReport {
     pub fraction_of_ceiling: Option<f64>,
 }
 
-pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> i32 {
+pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> Exit {
     if let Some(banner) = emulated_banner() {
         println!("{banner}");
     }
@@ -97,20 +98,20 @@ pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> i32
         Ok(r) => r,
         Err(e) => {
             eprintln!("stoker bench --backend cuda: {e}");
-            return EXIT_FAILURES;
+            return Exit::Failure;
         }
     };
     println!("{}", cuda_table(&report));
     let text = serde_json::to_string_pretty(&report).expect("report serialises") + "\n";
     if let Err(e) = std::fs::write(json_path, text) {
         eprintln!("stoker bench: cannot write {}: {e}", json_path.display());
-        return EXIT_FAILURES;
+        return Exit::Failure;
     }
     eprintln!("stoker bench: wrote {}", json_path.display());
     if report.decode_only.available {
-        EXIT_OK
+        Exit::Ok
     } else {
-        EXIT_FAILURES
+        Exit::Failure
     }
 }
 

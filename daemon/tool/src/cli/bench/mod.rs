@@ -34,7 +34,7 @@ use stoker_daemon::service::config::BackendChoice;
 use stoker_daemon::source::index::Dataset;
 
 use super::bench_client::ClientStats;
-use super::{EXIT_FAILURES, EXIT_OK, EXIT_USAGE};
+use super::Exit;
 
 /// The pipeline spec, shared by `bench` and `bench-client`.
 #[derive(Debug, Clone, Args)]
@@ -264,11 +264,11 @@ fn progress(step: &str) {
     eprintln!("stoker bench: {step}");
 }
 
-pub fn run(args: &BenchArgs) -> i32 {
+pub fn run(args: &BenchArgs) -> Exit {
     let spec = args.spec.spec();
     if let Err(e) = spec.validate() {
         eprintln!("stoker bench: {e}");
-        return EXIT_USAGE;
+        return Exit::Usage;
     }
     let (json_path, svg_path) = output_paths(args);
     // Refuse a folder that is not there before the run, not after it.
@@ -279,7 +279,7 @@ pub fn run(args: &BenchArgs) -> i32 {
                 "stoker bench: cannot write {}: no such folder",
                 path.display()
             );
-            return EXIT_USAGE;
+            return Exit::Usage;
         }
     }
     if args.backend == BackendChoice::Cuda {
@@ -292,7 +292,7 @@ pub fn run(args: &BenchArgs) -> i32 {
             for (path, content) in [(&json_path, text), (&svg_path, chart(&report))] {
                 if let Err(e) = std::fs::write(path, content) {
                     eprintln!("stoker bench: cannot write {}: {e}", path.display());
-                    return EXIT_FAILURES;
+                    return Exit::Failure;
                 }
             }
             eprintln!(
@@ -300,11 +300,11 @@ pub fn run(args: &BenchArgs) -> i32 {
                 json_path.display(),
                 svg_path.display()
             );
-            EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker bench: {e}");
-            EXIT_FAILURES
+            Exit::Failure
         }
     }
 }

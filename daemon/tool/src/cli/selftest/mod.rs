@@ -37,7 +37,7 @@ use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::gpu::emulated_banner;
-use super::{EXIT_FAILURES, EXIT_OK, EXIT_USAGE};
+use super::Exit;
 
 pub use ring::{run_reader, RingReaderArgs};
 
@@ -122,15 +122,15 @@ pub(crate) struct GpuUnderTest {
     pub decoder: NvjpegDecoder,
 }
 
-pub fn run(args: &SelftestArgs) -> i32 {
+pub fn run(args: &SelftestArgs) -> Exit {
     if !args.gpu {
         eprintln!("stoker selftest: only the GPU self-test exists so far; give --gpu");
-        return EXIT_USAGE;
+        return Exit::Usage;
     }
     for dir in [&args.photos, &args.edge].into_iter().flatten() {
         if !dir.is_dir() {
             eprintln!("stoker selftest: {}: no such folder", dir.display());
-            return EXIT_USAGE;
+            return Exit::Usage;
         }
     }
     if let Some(banner) = emulated_banner() {
@@ -142,13 +142,13 @@ pub fn run(args: &SelftestArgs) -> i32 {
         let text = serde_json::to_string_pretty(&report).expect("report serialises") + "\n";
         if let Err(e) = std::fs::write(path, text) {
             eprintln!("stoker selftest: cannot write {}: {e}", path.display());
-            return EXIT_FAILURES;
+            return Exit::Failure;
         }
     }
     if report.failed() == 0 {
-        EXIT_OK
+        Exit::Ok
     } else {
-        EXIT_FAILURES
+        Exit::Failure
     }
 }
 

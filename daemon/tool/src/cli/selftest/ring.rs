@@ -26,7 +26,7 @@ use stoker_nvidia::cuda::{self, Device, GpuUuid};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
 
 use super::GpuUnderTest;
-use crate::cli::{EXIT_FAILURES, EXIT_OK};
+use crate::cli::Exit;
 
 /// The ring's shape: slots of a training batch.
 const SLOTS: usize = 3;
@@ -62,15 +62,15 @@ pub struct ReaderResult {
     pub host_mismatches: usize,
 }
 
-pub fn run_reader(args: &RingReaderArgs) -> i32 {
+pub fn run_reader(args: &RingReaderArgs) -> Exit {
     match read_ring(args) {
         Ok(r) => {
             println!("{}", serde_json::to_string(&r).expect("result serialises"));
-            EXIT_OK
+            Exit::Ok
         }
         Err(e) => {
             eprintln!("stoker selftest-ring-reader: {e}");
-            EXIT_FAILURES
+            Exit::Failure
         }
     }
 }
