@@ -140,7 +140,7 @@ pub enum ServerError {
     #[error("accept failed: {0}")]
     Accept(SockError),
     #[error("the activated socket: {0}")]
-    Activated(String),
+    Activated(crate::service::systemd::ListenerError),
     #[error("cannot create the eventfd that wakes the accept loop: {0}")]
     Wake(std::io::Error),
 }

@@ -73,13 +73,16 @@ pub struct StokerdArgs {
     pub backend: Option<BackendChoice>,
 }
 
-fn parse_mode(s: &str) -> Result<u32, String> {
+/// A `--socket-mode` that is not a file mode.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a file mode in octal, like 600 or 660")]
+pub struct ModeError(String);
+
+fn parse_mode(s: &str) -> Result<u32, ModeError> {
     let digits = s.trim_start_matches("0o");
     match u32::from_str_radix(digits, 8) {
         Ok(m) if m <= 0o777 => Ok(m),
-        _ => Err(format!(
-            "{s:?} is not a file mode in octal, like 600 or 660"
-        )),
+        _ => Err(ModeError(s.to_string())),
     }
 }
 

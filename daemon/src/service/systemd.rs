@@ -33,7 +33,7 @@ pub enum SystemdError {
     #[error("${name} is {value:?}, not a number")]
     Number { name: &'static str, value: String },
     #[error("the activated fd 3 is not a listening unix SOCK_SEQPACKET socket ({0})")]
-    NotSeqPacketListener(String),
+    NotSeqPacketListener(ListenerError),
     #[error("cannot block signals: {0}")]
     SignalMask(std::io::Error),
 }
@@ -180,9 +180,10 @@ pub fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
     for raw in LISTEN_FDS_START..end {
         // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if closed.
         if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-            return Err(SystemdError::NotSeqPacketListener(format!(
-                "fd {raw} of LISTEN_FDS={count} is not open"
-            )));
+            return Err(SystemdError::NotSeqPacketListener(ListenerError::NotOpen {
+                fd: raw,
+                count,
+            }));
         }
         // SAFETY: systemd passed fds 3..3+count to this process for it to own, fd `raw` is
         // open (checked above) and is taken into an OwnedFd exactly once here.
@@ -219,7 +220,22 @@ fn socklen_of<T>() -> libc::socklen_t {
     std::mem::size_of::<T>() as libc::socklen_t
 }
 
-fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> Result<libc::c_int, String> {
+/// Why a descriptor is not the listening socket stokerd serves on.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    #[error("fd {fd} of LISTEN_FDS={count} is not open")]
+    NotOpen { fd: libc::c_int, count: u64 },
+    #[error("{0}")]
+    Sockopt(std::io::Error),
+    #[error("domain {0}, not AF_UNIX")]
+    Domain(libc::c_int),
+    #[error("type {0}, not SOCK_SEQPACKET")]
+    Type(libc::c_int),
+    #[error("not listening")]
+    NotListening,
+}
+
+fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> Result<libc::c_int, ListenerError> {
     let mut v: libc::c_int = 0;
     let mut len = socklen_of::<libc::c_int>();
     // SAFETY: `v` and `len` are valid for writes of an int for the whole call.
@@ -233,24 +249,24 @@ fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> Result<libc::c_int, String> {
         )
     };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(ListenerError::Sockopt(std::io::Error::last_os_error()));
     }
     Ok(v)
 }
 
 /// Checks `fd` is an AF_UNIX SOCK_SEQPACKET socket in the listening state.
-pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), String> {
+pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
     let domain = sockopt_int(fd, libc::SO_DOMAIN)?;
     let ty = sockopt_int(fd, libc::SO_TYPE)?;
     let listening = sockopt_int(fd, libc::SO_ACCEPTCONN)?;
     if domain != libc::AF_UNIX {
-        return Err(format!("domain {domain}, not AF_UNIX"));
+        return Err(ListenerError::Domain(domain));
     }
     if ty != libc::SOCK_SEQPACKET {
-        return Err(format!("type {ty}, not SOCK_SEQPACKET"));
+        return Err(ListenerError::Type(ty));
     }
     if listening == 0 {
-        return Err("not listening".into());
+        return Err(ListenerError::NotListening);
     }
     Ok(())
 }
@@ -425,6 +441,7 @@ mod tests {
         let d = unsafe { OwnedFd::from_raw_fd(d) };
         assert!(check_seqpacket_listener(&d)
             .unwrap_err()
+            .to_string()
             .contains("SOCK_SEQPACKET"));
     }
 
