@@ -23,6 +23,12 @@
 //! - f32 arithmetic: u8 outputs are within 1 of the f64 reference, float outputs within 1e-3
 //!   (plus one unit in the last place of f16 / bf16).
 
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use half::slice::HalfFloatSliceExt;
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_kernels::reference::tap_window;
@@ -34,6 +40,9 @@ use crate::transform::rng::{KeyedRng, Stream};
 /// image's area and aspect ratio (width / height) log-uniform in `ratio`, placed uniformly;
 /// failing that, the centred box of the whole image clamped to `ratio`. Python's `round` (half
 /// to even) is used where torchvision uses it. Integer boxes, in source pixels.
+// `w` and `h` are checked in `(0, width]` and `(0, height]` before they narrow; the fallback's
+// clamped side is at most the other side's image dimension, a u32.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn random_resized_crop(
     width: u32,
     height: u32,
@@ -162,6 +171,8 @@ impl AxisTable {
     /// Builds the table for output samples `0..out_len` covering `[start, start + len)` of an
     /// axis readable within `window`; `reversed` lists the output samples last to first (a flip).
     /// The tap rule is `reference::antialias_taps`, computed here without allocating.
+    // Taps are clamped into the axis window, whose bounds are u32s; weights are f32 by design.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn build(&mut self, key: AxisKey) {
         if self.key == Some(key) {
             return;
@@ -520,10 +531,15 @@ fn to_byte(v: f32) -> u8 {
     let x = v.max(0.0).min(255.0) + 0.5;
     // SAFETY: `x` is finite and within i32's range, as to_int_unchecked requires.
     let i: i32 = unsafe { x.to_int_unchecked() };
-    i as u8
+    // 0..=255 (see above).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let b = i as u8;
+    b
 }
 
 /// `(v / 255 - mean) / std` as `v * scale + bias`.
+// The kernels compute in f32: the narrowing is the point.
+#[allow(clippy::cast_possible_truncation)]
 fn normalisation(spec: &PipelineSpec) -> ([f32; 3], [f32; 3]) {
     let mut scale = [0.0f32; 3];
     let mut bias = [0.0f32; 3];

@@ -1,5 +1,11 @@
 //! Tests of the augment stage against the f64 reference.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use super::*;
 use stoker::spec::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_kernels::reference::{augment_reference, OutputParams};
