@@ -118,6 +118,14 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
         .map_err(|e| MetricsError::Recorder(e.to_string()))?
         .install_recorder()
         .map_err(|e| MetricsError::Recorder(e.to_string()))?;
+    describe_series();
+    register_series();
+    crate::source::object::register_metrics();
+    Ok(handle)
+}
+
+/// Says what every series means and its unit (the `# HELP` lines).
+fn describe_series() {
     describe_counter!(
         IMAGES_TOTAL,
         Unit::Count,
@@ -178,6 +186,10 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
         Unit::Count,
         "1 per serving GPU; labels say its name, whether it is emulated and whether it broke."
     );
+}
+
+/// Registers every series at zero so a scrape shows it before its first event.
+fn register_series() {
     for stage in ["read", "decode", "augment", "delivered"] {
         metrics::counter!(IMAGES_TOTAL, "stage" => stage).increment(0);
     }
@@ -198,8 +210,6 @@ pub fn install() -> Result<PrometheusHandle, MetricsError> {
     metrics::gauge!(CLIENTS).set(0.0);
     metrics::gauge!(JOBS).set(0.0);
     metrics::gauge!(RING_BYTES, "memory" => "host").set(0.0);
-    crate::source::object::register_metrics();
-    Ok(handle)
 }
 
 /// The `/metrics` HTTP listener.
