@@ -31,8 +31,8 @@ pub mod socket;
 pub mod spec;
 
 pub use client::{
-    resolve_device, AttachOptions, Batch, Client, ClientError, ConsumerStream, DeviceError,
-    DeviceSlice, StallStats,
+    resolve_device, AttachOptions, Batch, Client, ClientError, ConsumerStream, CudaDevice, Device,
+    DeviceError, DeviceSlice, StallStats,
 };
 pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
 pub use ring::memfd::{MemfdError, MemfdRing};

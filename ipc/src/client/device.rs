@@ -40,7 +40,7 @@ use crate::socket::SeqPacket;
 use crate::spec::PipelineSpec;
 use crate::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
-use stoker_nvidia::cuda::{self, CudaError, Device, Event, GpuUuid};
+use stoker_nvidia::cuda::{self, CudaError, Event, GpuUuid};
 
 /// Why a client cannot use the GPU it asked for.
 #[derive(Debug, thiserror::Error)]
@@ -63,34 +63,77 @@ pub enum DeviceError {
     Ring { device: String, reason: String },
 }
 
+/// A device as a user names it, parsed once: `cpu`, `cuda` / `gpu` (ordinal 0), `cuda:N`
+/// (ordinal `N` under this process's `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID. Its
+/// `Display` is the canonical spelling (`cpu`, `cuda:N`, `GPU-…`), which parses back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Device {
+    Cpu,
+    Cuda(CudaDevice),
+}
+
+/// Which GPU a [`Device::Cuda`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CudaDevice {
+    /// An ordinal as this process numbers its visible devices.
+    Ordinal(usize),
+    /// A GPU by UUID, the same in every process.
+    Uuid(GpuUuid),
+}
+
+impl std::str::FromStr for Device {
+    type Err = DeviceError;
+
+    /// Surrounding whitespace is ignored; anything else unknown is refused by name.
+    fn from_str(name: &str) -> Result<Device, DeviceError> {
+        let name = name.trim();
+        let unknown = || DeviceError::Unknown(name.into());
+        Ok(match name {
+            "cpu" => Device::Cpu,
+            "cuda" | "gpu" => Device::Cuda(CudaDevice::Ordinal(0)),
+            _ => Device::Cuda(match name.strip_prefix("cuda:") {
+                Some(n) => CudaDevice::Ordinal(n.parse().map_err(|_| unknown())?),
+                None => CudaDevice::Uuid(name.parse().map_err(|_| unknown())?),
+            }),
+        })
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(CudaDevice::Ordinal(n)) => write!(f, "cuda:{n}"),
+            Device::Cuda(CudaDevice::Uuid(uuid)) => write!(f, "{uuid}"),
+        }
+    }
+}
+
+impl Device {
+    /// What ATTACH carries for this device: `"cpu"` or the GPU's UUID as this process sees
+    /// it (an ordinal is looked up through the driver).
+    pub fn resolve(&self) -> Result<String, DeviceError> {
+        let ordinal = match *self {
+            Device::Cpu => return Ok("cpu".into()),
+            Device::Cuda(CudaDevice::Uuid(uuid)) => return Ok(uuid.to_string()),
+            Device::Cuda(CudaDevice::Ordinal(n)) => n,
+        };
+        let info = cuda::probe().map_err(|source| DeviceError::Cuda {
+            device: self.to_string(),
+            source,
+        })?;
+        let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
+            ordinal,
+            visible: info.devices.len(),
+        })?;
+        Ok(dev.uuid.to_string())
+    }
+}
+
 /// Turns what a user names (`cpu`, `cuda`, `cuda:N`, `GPU-…`) into what ATTACH carries:
 /// `"cpu"` or the GPU's UUID as this process sees it (`cuda` is ordinal 0).
 pub fn resolve_device(name: &str) -> Result<String, DeviceError> {
-    let name = name.trim();
-    let ordinal = match name {
-        "cpu" => return Ok("cpu".into()),
-        "cuda" | "gpu" => 0,
-        _ => match name.strip_prefix("cuda:") {
-            Some(n) => n
-                .parse::<usize>()
-                .map_err(|_| DeviceError::Unknown(name.into()))?,
-            None => {
-                let uuid: GpuUuid = name
-                    .parse()
-                    .map_err(|_| DeviceError::Unknown(name.into()))?;
-                return Ok(uuid.to_string());
-            }
-        },
-    };
-    let info = cuda::probe().map_err(|source| DeviceError::Cuda {
-        device: name.into(),
-        source,
-    })?;
-    let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
-        ordinal,
-        visible: info.devices.len(),
-    })?;
-    Ok(dev.uuid.to_string())
+    name.parse::<Device>()?.resolve()
 }
 
 /// A consumer's CUDA stream, as a raw `CUstream` value: `0` or [`ConsumerStream::LEGACY`]
@@ -157,7 +200,7 @@ pub(crate) fn map_device_ring(
     })?;
     // Attaching may run on a framework's thread: leave its current context as found.
     let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
-    let dev = Device::open(uuid).map_err(cuda_err)?;
+    let dev = cuda::Device::open(uuid).map_err(cuda_err)?;
     // The position indexes the devices the driver counted in a c_int.
     #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
     let ordinal = cuda::probe()
@@ -346,6 +389,25 @@ pub(crate) fn send_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_names_parse_once_and_print_back() {
+        let u = "GPU-5E2F0D8A-1B2C-4D3E-8F90-A1B2C3D4E5F6";
+        let cases = [
+            (" cpu ", "cpu"),
+            ("cuda", "cuda:0"),
+            ("gpu", "cuda:0"),
+            ("cuda:3", "cuda:3"),
+        ];
+        for (name, shown) in cases {
+            let d: Device = name.parse().unwrap();
+            assert_eq!(d.to_string(), shown, "{name}");
+            assert_eq!(shown.parse::<Device>().unwrap(), d);
+        }
+        let d: Device = u.parse().unwrap();
+        assert!(matches!(d, Device::Cuda(CudaDevice::Uuid(_))));
+        assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
+    }
 
     #[test]
     fn device_names_are_resolved_or_refused_by_name() {

@@ -544,7 +544,7 @@ mod batch;
 mod device;
 mod stall;
 pub use batch::{Batch, DeviceSlice};
-pub use device::{resolve_device, ConsumerStream, DeviceError};
+pub use device::{resolve_device, ConsumerStream, CudaDevice, Device, DeviceError};
 use stall::StallClock;
 pub use stall::{StallStats, STATS_EVERY};
 
