@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use stoker::protocol::{DaemonStatus, Message, MAX_MESSAGE_BYTES};
+use stoker::protocol::{DaemonStatus, JobStatus, Message, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 
 /// How long the daemon may take to answer.
@@ -127,6 +127,20 @@ pub fn render(s: &DaemonStatus) -> String {
         out.push_str("no jobs\n");
         return out;
     }
+    out.push_str(&render_jobs(&s.jobs));
+    if s.jobs_left_out > 0 {
+        out.push_str(&format!(
+            "({} more jobs not shown: the reply hit the message size limit)\n",
+            s.jobs_left_out
+        ));
+    }
+    out.push_str(&render_stalls(s));
+    out
+}
+
+/// The jobs' table: one row a job, columns padded to their widest cell.
+fn render_jobs(jobs: &[JobStatus]) -> String {
+    let mut out = String::new();
     let header = [
         "JOB",
         "DATASET",
@@ -136,8 +150,7 @@ pub fn render(s: &DaemonStatus) -> String {
         "STEPS/EPOCH",
         "DELIVERED",
     ];
-    let rows: Vec<[String; 7]> = s
-        .jobs
+    let rows: Vec<[String; 7]> = jobs
         .iter()
         .map(|j| {
             [
@@ -171,13 +184,6 @@ pub fn render(s: &DaemonStatus) -> String {
     for r in &rows {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
     }
-    if s.jobs_left_out > 0 {
-        out.push_str(&format!(
-            "({} more jobs not shown: the reply hit the message size limit)\n",
-            s.jobs_left_out
-        ));
-    }
-    out.push_str(&render_stalls(s));
     out
 }
 

@@ -309,7 +309,12 @@ pub fn run(args: &BenchArgs) -> Exit {
     }
 }
 
-fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
+/// The dataset's path as the runs name it (canonical, or the URL) and the options every
+/// in-process run shares.
+fn bench_options(
+    args: &BenchArgs,
+    spec: &PipelineSpec,
+) -> Result<(PathBuf, usize, BenchOptions), String> {
     let data = if stoker_daemon::source::object::is_url(&args.data) {
         args.data.clone()
     } else {
@@ -321,6 +326,11 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     opts.epochs = args.epochs.max(1);
     opts.warmup_epochs = args.warmup;
     opts.seed = args.seed;
+    Ok((data, threads, opts))
+}
+
+fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
+    let (data, threads, mut opts) = bench_options(args, &spec)?;
 
     progress("indexing (cache off, then on)");
     let (index, ds) = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
@@ -337,10 +347,6 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     );
     let read_with = stoker_daemon::source::local::reader::Reader::new(opts.engine.reader, 1)
         .map_or("unavailable", |r| r.kind());
-    progress(&format!(
-        "loading up to {} samples into memory for the decode stages",
-        args.decode_sample
-    ));
     if args.storage_only {
         let mut eviction = None;
         if args.cold {
@@ -442,6 +448,10 @@ fn decode_stages(
     ds: &Dataset,
     stages: &mut Vec<StageResult>,
 ) -> Result<(), String> {
+    progress(&format!(
+        "loading up to {} samples into memory for the decode stages",
+        args.decode_sample
+    ));
     let samples = load_samples(ds, args.decode_sample, args.seed);
     let min_s = args.min_seconds.max(0.0);
     let at_least = AtLeast {

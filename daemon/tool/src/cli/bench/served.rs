@@ -48,45 +48,7 @@ pub(super) fn run_served(
     } else {
         (args.warmup, args.epochs.max(1))
     };
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let job = format!("bench-{}-{clients}-{cache}", std::process::id());
-    let children: Vec<std::process::Child> = (0..clients)
-        .map(|rank| {
-            Command::new(&exe)
-                .arg("bench-client")
-                .arg("--socket")
-                .arg(&socket)
-                .arg("--data")
-                .arg(data)
-                .args(["--job", &job])
-                .args(["--rank", &rank.to_string()])
-                .args(["--world", &clients.to_string()])
-                .args(["--seed", &args.seed.to_string()])
-                .args(["--warmup", &warmup.to_string()])
-                .args(["--epochs", &epochs.to_string()])
-                .args(["--device", &client_device(args)])
-                .args(args.spec.to_flags())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start bench-client: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-    let mut stats: Vec<ClientStats> = Vec::new();
-    let mut failure = None;
-    for c in children {
-        let out = c
-            .wait_with_output()
-            .map_err(|e| format!("bench-client: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        match text.lines().last().map(serde_json::from_str::<ClientStats>) {
-            Some(Ok(s)) if out.status.success() => stats.push(s),
-            _ => failure = Some(format!("a bench-client failed ({})", out.status)),
-        }
-    }
-    if let Some(f) = failure {
-        return Err(f);
-    }
+    let stats = run_clients(args, &socket, data, clients, cache, (warmup, epochs))?;
     let daemon_cpu = match (pid.and_then(crate::bench::cpu_seconds_of), cpu0) {
         (Some(b), Some(a)) => Some(b - a),
         _ => None,
@@ -117,6 +79,58 @@ pub(super) fn run_served(
         client_peak_rss_mb: stats.iter().map(|s| s.peak_rss_mb).fold(0.0, f64::max),
         gpus,
     })
+}
+
+/// Runs `clients` bench-client processes as the ranks of one job against `socket` and
+/// gathers each one's figures; `(warmup, epochs)` each client runs.
+fn run_clients(
+    args: &BenchArgs,
+    socket: &Path,
+    data: &Path,
+    clients: usize,
+    cache: CacheState,
+    (warmup, epochs): (u64, u64),
+) -> Result<Vec<ClientStats>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let job = format!("bench-{}-{clients}-{cache}", std::process::id());
+    let children: Vec<std::process::Child> = (0..clients)
+        .map(|rank| {
+            Command::new(&exe)
+                .arg("bench-client")
+                .arg("--socket")
+                .arg(socket)
+                .arg("--data")
+                .arg(data)
+                .args(["--job", &job])
+                .args(["--rank", &rank.to_string()])
+                .args(["--world", &clients.to_string()])
+                .args(["--seed", &args.seed.to_string()])
+                .args(["--warmup", &warmup.to_string()])
+                .args(["--epochs", &epochs.to_string()])
+                .args(["--device", &client_device(args)])
+                .args(args.spec.to_flags())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start bench-client: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut stats: Vec<ClientStats> = Vec::new();
+    let mut failure = None;
+    for c in children {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| format!("bench-client: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text.lines().last().map(serde_json::from_str::<ClientStats>) {
+            Some(Ok(s)) if out.status.success() => stats.push(s),
+            _ => failure = Some(format!("a bench-client failed ({})", out.status)),
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(stats),
+    }
 }
 
 /// The `p` quantile (0..=1) of sorted `values`, 0 when there are none.
