@@ -34,7 +34,6 @@ use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position};
-use crate::service::backend::BackendKind;
 use crate::transform::badsample::BadSample;
 
 /// What became of one sample a backend was asked to fill.
@@ -127,6 +126,24 @@ pub trait Backend: Send {
 
     /// Zeroes the images of position `at` (a sample reported failed), complete on return.
     fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize);
+}
+
+/// Which backend serves (each backend says which it is; the `--backend` choice in
+/// `crate::service::backend` resolves to one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Cpu,
+    Cuda,
+}
+
+impl BackendKind {
+    /// The name in metrics labels, logs and status.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
 }
 
 /// Makes the backends of an engine and says how their work is cut.

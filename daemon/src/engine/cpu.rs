@@ -25,7 +25,7 @@ use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position, CHUNK};
-use crate::service::backend::BackendKind;
+use crate::engine::backend::BackendKind;
 use crate::service::metrics as m;
 use crate::source::index::Dataset;
 use crate::source::local::reader::{ReadRequest, Reader};

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use stoker::ring::ImageMemory;
 
-use crate::service::backend::BackendKind;
+use crate::engine::backend::BackendKind;
 use crate::source::local::reader::{ReadError, Reader, ReaderKind};
 use crate::transform::badsample::BadSampleLog;
 use crate::transform::decode::{DecodeError, Limits};

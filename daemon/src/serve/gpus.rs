@@ -28,9 +28,9 @@ use stoker::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::GpuUuid;
 
+use crate::engine::backend::BackendKind;
 use crate::engine::cuda::STREAMS_PER_GPU;
 use crate::engine::{CudaBackendFactory, Engine, EngineConfig, Gpu, SlotImages, SlotMemory};
-use crate::service::backend::BackendKind;
 
 use super::refusal::{refuse, Refusal};
 

@@ -27,14 +27,11 @@ use std::time::{Duration, Instant};
 
 use stoker::socket::SeqPacket;
 
+use crate::service::config::{
+    LimitsConfig, DEFAULT_ATTACH_DEADLINE, DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_UID,
+};
 use crate::service::ratelimit::{Admit, RateLimit};
 
-/// Waiting connections one uid may hold, by default.
-pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
-/// Waiting connections in all, by default (also capped at half the fd limit).
-pub const DEFAULT_MAX_WAITING: usize = 1024;
-/// How long a new connection may take to send its first message, by default.
-pub const DEFAULT_ATTACH_DEADLINE: Duration = Duration::from_secs(5);
 /// Lobby log lines a second.
 const LOG_PER_SECOND: u32 = 20;
 
@@ -45,6 +42,17 @@ pub struct LobbyLimits {
     pub per_uid: usize,
     pub total: usize,
     pub deadline: Duration,
+}
+
+impl LobbyLimits {
+    /// The lobby's caps and deadline as `[limits]` configures them.
+    pub fn from_config(limits: &LimitsConfig) -> Self {
+        LobbyLimits {
+            per_uid: limits.max_waiting_per_uid.max(1),
+            total: limits.max_waiting.max(1),
+            deadline: Duration::from_millis(limits.attach_deadline_ms.max(1)),
+        }
+    }
 }
 
 impl Default for LobbyLimits {

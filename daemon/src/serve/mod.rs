@@ -68,10 +68,10 @@ use std::time::Duration;
 
 use stoker::socket::SockError;
 
+use crate::engine::backend::BackendKind;
 use crate::engine::{EngineConfig, PipelineError};
 use crate::serve::access::{AccessPolicy, QuotaLimits};
 use crate::serve::lobby::LobbyLimits;
-use crate::service::backend::BackendKind;
 use crate::source::index::WalkLimits;
 
 /// How long a new connection may take to send its ATTACH.

@@ -15,25 +15,8 @@
 
 #![forbid(unsafe_code)]
 
+use crate::engine::backend::BackendKind;
 use crate::service::config::BackendChoice;
-
-/// The backend that serves (the engine's backends say which they are with it; see
-/// [`crate::engine::Backend`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    Cpu,
-    Cuda,
-}
-
-impl BackendKind {
-    /// The name in metrics labels, logs and status.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Cpu => "cpu",
-            BackendKind::Cuda => "cuda",
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -123,7 +123,7 @@ pub struct LimitsConfig {
     /// Bad-sample log lines per second; past it lines are counted and reported as
     /// "suppressed K" (each bad file is logged once anyway).
     pub log_bad_samples_per_second: u32,
-    /// Connections of one uid that may wait, not yet attached (see `crate::serve::lobby`).
+    /// Connections of one uid that may wait, not yet attached (the lobby, `serve::lobby`).
     pub max_waiting_per_uid: usize,
     /// Connections that may wait in all, not yet attached (also at most half the fd limit).
     pub max_waiting: usize,
@@ -135,6 +135,13 @@ pub struct LimitsConfig {
     pub max_index_depth: u32,
 }
 
+/// Waiting connections one uid may hold, by default.
+pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
+/// Waiting connections in all, by default (also capped at half the fd limit).
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+/// How long a new connection may take to send its first message, by default.
+pub const DEFAULT_ATTACH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
@@ -145,12 +152,10 @@ impl Default for LimitsConfig {
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
             log_bad_samples_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
-            max_waiting_per_uid: crate::serve::lobby::DEFAULT_MAX_WAITING_PER_UID,
-            max_waiting: crate::serve::lobby::DEFAULT_MAX_WAITING,
-            attach_deadline_ms: u64::try_from(
-                crate::serve::lobby::DEFAULT_ATTACH_DEADLINE.as_millis(),
-            )
-            .unwrap_or(u64::MAX),
+            max_waiting_per_uid: DEFAULT_MAX_WAITING_PER_UID,
+            max_waiting: DEFAULT_MAX_WAITING,
+            attach_deadline_ms: u64::try_from(DEFAULT_ATTACH_DEADLINE.as_millis())
+                .unwrap_or(u64::MAX),
             max_index_entries: crate::source::index::WalkLimits::default().max_entries,
             max_index_depth: crate::source::index::WalkLimits::default().max_depth,
         }
@@ -179,15 +184,6 @@ pub struct MetricsConfig {
 }
 
 impl LimitsConfig {
-    /// The lobby's caps and deadline.
-    pub fn lobby(&self) -> crate::serve::lobby::LobbyLimits {
-        crate::serve::lobby::LobbyLimits {
-            per_uid: self.max_waiting_per_uid.max(1),
-            total: self.max_waiting.max(1),
-            deadline: std::time::Duration::from_millis(self.attach_deadline_ms.max(1)),
-        }
-    }
-
     /// How far indexing may walk.
     pub fn walk(&self) -> crate::source::index::WalkLimits {
         crate::source::index::WalkLimits {

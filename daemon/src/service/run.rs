@@ -250,7 +250,7 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
     ServerConfig {
         socket,
         slots: args.slots.unwrap_or(file.server.slots_per_rank),
-        backend: crate::service::backend::BackendKind::Cpu,
+        backend: crate::engine::backend::BackendKind::Cpu,
         engine: EngineConfig {
             threads: args.threads.unwrap_or(file.pipeline.threads),
             reader: file.pipeline.reader,
@@ -266,7 +266,7 @@ fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerCo
         quotas: QuotaLimits::from(&file.limits),
         socket_mode: args.socket_mode.unwrap_or(file.server.socket_mode),
         socket_group: file.server.socket_group.clone(),
-        lobby: file.limits.lobby(),
+        lobby: crate::serve::lobby::LobbyLimits::from_config(&file.limits),
         walk: file.limits.walk(),
     }
 }

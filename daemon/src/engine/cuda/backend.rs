@@ -13,13 +13,13 @@ use stoker_nvidia::nvjpeg::{route, DeviceImage, NvjpegDecoder, NvjpegError, Roi,
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::{breaks_context, Gpu, MAX_HARDWARE_BATCH};
+use crate::engine::backend::BackendKind;
 use crate::engine::backend::{
     Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
 };
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
-use crate::service::backend::BackendKind;
 use crate::service::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;

@@ -52,7 +52,7 @@ use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
-use crate::service::backend::BackendKind;
+use crate::engine::backend::BackendKind;
 pub use backend::CudaBackend;
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
