@@ -1,6 +1,14 @@
 //! The C test client (`tests/c/client.c`, which includes only `stoker.h`) compiled with the
 //! system C compiler against `libstoker.so`, run as real processes against a real `stokerd`.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,6 +6,14 @@
 //! failure) fail only what they hit, with the GPU and the cause named, and the broken GPU is
 //! rebuilt once its ranks have left.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use stoker_testkit::emulator;
 
 use std::path::{Path, PathBuf};

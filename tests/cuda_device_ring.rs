@@ -6,6 +6,14 @@
 //! dropped the batch. Every stream operation is delayed (`STOKER_EMU_OP_DELAY_US`), so a
 //! RELEASE sent before the consumer's work finished would be seen.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use stoker_testkit::emulator;
 
 use std::os::fd::AsFd;

@@ -3,6 +3,14 @@
 //! decoder on the shared photos (PSNR >= 40 dB each), and the edge corpus sorted into
 //! hardware, hybrid and refused by nvJPEG's rules. Skips loudly without `../shared/data`.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use stoker_testkit::edge_manifest;
 use stoker_testkit::emulator;
 

@@ -4,6 +4,14 @@
 //! process) and the output says the GPU is emulated; an edge file the manifest wrongly says
 //! must decode fails the run, naming the file; without a GPU it fails with the reason.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use stoker_testkit::emulator;
 
 use std::path::Path;

@@ -1,6 +1,14 @@
 //! The in-process pipeline over real JPEG files generated here: order, determinism across
 //! thread counts, exact pixels, bad samples, backpressure, partial batches, resume.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,12 +16,6 @@
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod capi;
 pub mod client;
 pub mod dlpack;

@@ -6,12 +6,6 @@
 //! in `stoker-nvidia` and loaded at run time; nothing here needs CUDA to build
 //! (docs/cuda.md).
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod augment;
 pub mod reference;
 pub mod sources;

@@ -5,6 +5,14 @@
 //! without a GPU. It does not replace the GPU self-test (the device compiler's code is not
 //! this code). Skips loudly where no C++ compiler is found (`$CXX`, else `c++`).
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -4,6 +4,14 @@
 //! ring made and filled in one process is read by a real child process. What this proves and
 //! what only a GPU proves: docs/cuda.md.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use stoker_testkit::emulator;
 
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -3,6 +3,14 @@
 //! hostile bytes on the socket (malformed messages, forged log lines, connection floods).
 //! Real `stokerd` processes, real clients, real files.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod data;
 mod files;
 mod floods;

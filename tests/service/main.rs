@@ -3,6 +3,14 @@
 //! `stoker status`, `systemd-analyze verify` over the units in deploy/, the example config,
 //! logs for the journal; and `stokerd --detach` as the Python package starts a per-user daemon.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod detach;
 mod metrics;
 mod notify;

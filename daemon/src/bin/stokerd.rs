@@ -4,11 +4,6 @@
 //! `RestartPreventExitStatus=78` stops a restart loop; other failures with 1.
 
 #![forbid(unsafe_code)]
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
 
 use std::process::ExitCode;
 

@@ -25,12 +25,6 @@
 //! # Limitations
 //! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod backend;
 mod cpu;
 pub mod cuda;

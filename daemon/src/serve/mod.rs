@@ -43,12 +43,6 @@
 //! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod access;
 mod connection;
 mod gpus;

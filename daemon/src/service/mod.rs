@@ -20,12 +20,6 @@
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
 //! - Reload (SIGHUP) applies the access rules and datasets only; the rest needs a restart.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod backend;
 pub mod config;
 pub mod detach;

@@ -3,11 +3,6 @@
 //! design is in [`crate::service`]).
 
 #![forbid(unsafe_code)]
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -14,12 +14,6 @@
 //! # Limitations
 //! Object storage's state is still process-wide (`object`'s hub), not owned by the dataset.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod index;
 pub mod local;
 pub mod object;

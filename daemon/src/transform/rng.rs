@@ -7,11 +7,6 @@
 //! thread counts, backends and restarts cannot change what is drawn.
 
 #![forbid(unsafe_code)]
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
 
 /// Separates independent uses of the same (seed, epoch, index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,12 +7,6 @@
 //! - `synth`: generated datasets of realistic JPEGs;
 //! - `pack`: WebDataset tar shards from any dataset.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod bench;
 pub mod cli;
 pub mod pack;

@@ -2,11 +2,6 @@
 //! `stoker_tool::cli`, exit with the command's code.
 
 #![forbid(unsafe_code)]
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
 
 use clap::{Parser, Subcommand};
 use stoker_tool::cli;

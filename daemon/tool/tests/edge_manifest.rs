@@ -4,6 +4,14 @@
 //! rejected with a sensible reason, "may be rejected" files do either; none panics or hangs.
 //! `stoker check`'s core reports exactly the rejected files.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

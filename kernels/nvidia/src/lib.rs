@@ -18,12 +18,6 @@
 //! # Limitations
 //! `emulator` recognises the CI's libcuda stand-in only when `STOKER_LIBCUDA` names it.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod cuda;
 pub mod emulator;
 pub mod loader;

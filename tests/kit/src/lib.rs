@@ -14,6 +14,14 @@
 //! - [`rank_orders`]: what a rank's client process does in the multi-host tests.
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
 
+// The test kit: its casts are of small sizes, counts and pixel values chosen by the tests, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 pub mod attach;
 pub mod batches;
 pub mod child;

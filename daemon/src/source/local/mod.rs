@@ -1,11 +1,5 @@
 //! Local storage: the batched reader (io_uring, `pread` fallback) and the open rules that keep
 //! a read inside what the client may read (no symlink escape, no blocking opens).
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 pub mod fsopen;
 pub mod reader;

@@ -23,12 +23,6 @@
 //! - f32 arithmetic: u8 outputs are within 1 of the f64 reference, float outputs within 1e-3
 //!   (plus one unit in the last place of f16 / bf16).
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 use half::slice::HalfFloatSliceExt;
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_kernels::reference::tap_window;

@@ -28,12 +28,6 @@
 //!   (`TJPARAM_SAVEMARKERS = 0`), so a malformed or duplicated ICC sequence cannot fail a
 //!   decode.
 
-#![warn(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    clippy::cast_possible_wrap
-)]
-
 mod encode;
 mod sniff;
 mod sys;

@@ -25,6 +25,14 @@
 //! Only what stoker calls is exported (a program needing more fails to resolve a symbol).
 //! Kernels run one thread after another on the CPU: correct, never fast.
 
+// The emulated GPU mirrors the C types of the NVIDIA APIs (int sizes, u64 handles, signed
+// strides) in test-only code; its tests check its arithmetic, not a conversion per cast (the
+// workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 // Every exported function is a C ABI entry point taking the driver's raw pointers: C callers
 // cannot see a Rust `unsafe` marker, and the pointer contract is the one cuda.h documents.
 // Each dereference still carries its own `// SAFETY:` comment.

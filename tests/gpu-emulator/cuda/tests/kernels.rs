@@ -2,6 +2,14 @@
 //! architecture; `cuModuleGetFunction` knows the cubin's kernels; `cuLaunchKernel` runs the
 //! host build of the same source on the stream, with the cubin's parameter layout.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod support;
 
 use std::ffi::{c_void, CString};

@@ -23,6 +23,14 @@
 //! the hardware's (decoders are compared by PSNR). Allocators passed to `nvjpegCreateEx` and
 //! buffers are accepted and not used. Nothing about speed can be learned.
 
+// The emulated GPU mirrors the C types of the NVIDIA APIs (int sizes, u64 handles, signed
+// strides) in test-only code; its tests check its arithmetic, not a conversion per cast (the
+// workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
 // C ABI entry points taking nvJPEG's raw pointers (see ../cuda/src/lib.rs).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 

@@ -2,6 +2,14 @@
 //! "0 for supported"; the statuses of corrupt and unsupported input; output that reaches
 //! device memory only on the CUDA stream; ROI; engines from the emulator's configuration.
 
+// Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
+// worth a checked conversion each (the workspace's cast lints are for shipped code).
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::PathBuf;
 use std::ptr::null_mut;
