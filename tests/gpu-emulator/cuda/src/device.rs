@@ -9,7 +9,7 @@
 //! No `cuCtxCreate`/`cuCtxPushCurrent`: non-primary contexts are not emulated.
 
 use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::state::{api, ctx_handle, initialize, out, Api, Emu, CURRENT};
 use crate::status::{self, CUresult};
@@ -59,34 +59,32 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     // SAFETY: out-parameter from the caller; works before cuInit, as the driver's does.
-    match unsafe { out(v, DRIVER_VERSION) } {
-        Ok(()) => status::SUCCESS,
-        Err(e) => e,
-    }
+    status_of(unsafe { out(v, DRIVER_VERSION) })
 }
 
 #[no_mangle]
 pub extern "C" fn cuGetErrorName(code: CUresult, s: *mut *const c_char) -> CUresult {
-    let Some(name) = status::name(code) else {
-        return status::INVALID_VALUE;
-    };
-    // SAFETY: out-parameter from the caller; the string is static.
-    match unsafe { out(s, name.as_ptr()) } {
-        Ok(()) => status::SUCCESS,
-        Err(e) => e,
-    }
+    static_string(status::name(code), s)
 }
 
 #[no_mangle]
 pub extern "C" fn cuGetErrorString(code: CUresult, s: *mut *const c_char) -> CUresult {
-    let Some(msg) = status::message(code) else {
+    static_string(status::message(code), s)
+}
+
+/// The status of a call that works before `cuInit` (it does not go through [`api`]).
+fn status_of(r: Result<(), CUresult>) -> CUresult {
+    r.err().unwrap_or(status::SUCCESS)
+}
+
+/// Hands out a static string (a status's name or message); an unknown status is
+/// `CUDA_ERROR_INVALID_VALUE`.
+fn static_string(found: Option<&'static CStr>, s: *mut *const c_char) -> CUresult {
+    let Some(text) = found else {
         return status::INVALID_VALUE;
     };
     // SAFETY: out-parameter from the caller; the string is static.
-    match unsafe { out(s, msg.as_ptr()) } {
-        Ok(()) => status::SUCCESS,
-        Err(e) => e,
-    }
+    status_of(unsafe { out(s, text.as_ptr()) })
 }
 
 #[no_mangle]
@@ -194,31 +192,25 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int) ->
 
 /// Destroys everything made in `d`'s primary context (its last reference went).
 fn destroy_context(e: &mut Emu, d: usize) {
-    let streams: Vec<u64> = e
-        .streams
-        .iter()
-        .filter(|(_, s)| s.dev == d)
-        .map(|(h, _)| *h)
-        .collect();
-    for h in streams {
-        if let Some(s) = e.streams.remove(&h) {
+    e.streams.retain(|_, s| {
+        if s.dev == d {
             s.worker.close();
         }
-    }
+        s.dev != d
+    });
     if let Some(w) = e.devices[d].null_stream.take() {
         w.close();
     }
     e.events.retain(|_, (dev, _)| *dev != d);
-    let modules: Vec<u64> = e
-        .modules
-        .iter()
-        .filter(|(_, m)| m.dev == d)
-        .map(|(h, _)| *h)
-        .collect();
-    for m in modules {
-        e.modules.remove(&m);
-        e.functions.retain(|_, (module, _)| *module != m);
-    }
+    let mut unloaded = Vec::new();
+    e.modules.retain(|h, m| {
+        if m.dev == d {
+            unloaded.push(*h);
+        }
+        m.dev != d
+    });
+    e.functions
+        .retain(|_, (module, _)| !unloaded.contains(module));
     crate::memory::free_context(e, d);
     e.devices[d].ctx.sticky = None;
 }

@@ -13,8 +13,9 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use stoker_emu_ffi::Boundary;
 
 use crate::config::Machine;
 use crate::faults::Faults;
@@ -240,6 +241,14 @@ impl Api {
     }
 }
 
+/// The driver's statuses at the C boundary (a panic is `CUDA_ERROR_UNKNOWN`).
+const BOUNDARY: Boundary<CUresult> = Boundary {
+    library: "stoker GPU emulator",
+    success: status::SUCCESS,
+    null_pointer: status::INVALID_VALUE,
+    panicked: status::UNKNOWN,
+};
+
 /// Calls that enqueue stream work: a sticky fault injected into them surfaces asynchronously.
 const STREAM_CALLS: &[&str] = &[
     "cuLaunchKernel",
@@ -272,14 +281,7 @@ pub fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> 
         }
         f(&api)
     };
-    match std::panic::catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => status::SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => {
-            eprintln!("stoker GPU emulator: internal panic in {name}");
-            status::UNKNOWN
-        }
-    }
+    BOUNDARY.guarded(name, run)
 }
 
 /// Writes `v` through an out-parameter, `CUDA_ERROR_INVALID_VALUE` for a null pointer.
@@ -287,10 +289,6 @@ pub fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> 
 /// # Safety
 /// `p` must be null or valid for a write of `T`.
 pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
-    if p.is_null() {
-        return Err(status::INVALID_VALUE);
-    }
-    // SAFETY: non-null and valid by the caller's promise.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: the caller's promise.
+    unsafe { BOUNDARY.write_out(p, v) }
 }

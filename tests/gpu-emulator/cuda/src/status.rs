@@ -6,104 +6,43 @@ use std::ffi::CStr;
 /// `CUresult`.
 pub type CUresult = i32;
 
-pub const SUCCESS: CUresult = 0;
-pub const INVALID_VALUE: CUresult = 1;
-pub const OUT_OF_MEMORY: CUresult = 2;
-pub const NOT_INITIALIZED: CUresult = 3;
-pub const STUB_LIBRARY: CUresult = 34;
-pub const DEVICE_UNAVAILABLE: CUresult = 46;
-pub const INVALID_DEVICE: CUresult = 101;
-pub const INVALID_IMAGE: CUresult = 200;
-pub const INVALID_CONTEXT: CUresult = 201;
-pub const NO_BINARY_FOR_GPU: CUresult = 209;
-pub const ECC_UNCORRECTABLE: CUresult = 214;
-pub const INVALID_HANDLE: CUresult = 400;
-pub const NOT_FOUND: CUresult = 500;
-pub const NOT_READY: CUresult = 600;
-pub const ILLEGAL_ADDRESS: CUresult = 700;
-pub const LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
-pub const CONTEXT_IS_DESTROYED: CUresult = 709;
-pub const HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
-pub const HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
-pub const LAUNCH_FAILED: CUresult = 719;
-pub const NOT_PERMITTED: CUresult = 800;
-pub const NOT_SUPPORTED: CUresult = 801;
-pub const UNKNOWN: CUresult = 999;
+/// Defines each status once: its constant, and its (code, name, message) row of [`TABLE`].
+macro_rules! statuses {
+    ($($konst:ident = $code:literal, $name:literal, $message:literal;)*) => {
+        $(pub const $konst: CUresult = $code;)*
 
-/// (code, name, message) of every status the emulator can return or be told to inject.
-const TABLE: &[(CUresult, &CStr, &CStr)] = &[
-    (0, c"CUDA_SUCCESS", c"no error"),
-    (1, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
-    (2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
-    (3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
-    (4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
-    (
-        34,
-        c"CUDA_ERROR_STUB_LIBRARY",
-        c"CUDA driver is a stub library",
-    ),
-    (
-        46,
-        c"CUDA_ERROR_DEVICE_UNAVAILABLE",
-        c"CUDA-capable device(s) is/are busy or unavailable",
-    ),
-    (
-        100,
-        c"CUDA_ERROR_NO_DEVICE",
-        c"no CUDA-capable device is detected",
-    ),
-    (101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
-    (
-        200,
-        c"CUDA_ERROR_INVALID_IMAGE",
-        c"device kernel image is invalid",
-    ),
-    (
-        201,
-        c"CUDA_ERROR_INVALID_CONTEXT",
-        c"invalid device context",
-    ),
-    (
-        209,
-        c"CUDA_ERROR_NO_BINARY_FOR_GPU",
-        c"no kernel image is available for execution on the device",
-    ),
-    (
-        214,
-        c"CUDA_ERROR_ECC_UNCORRECTABLE",
-        c"uncorrectable ECC error encountered",
-    ),
-    (
-        400,
-        c"CUDA_ERROR_INVALID_HANDLE",
-        c"invalid resource handle",
-    ),
-    (500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
-    (600, c"CUDA_ERROR_NOT_READY", c"device not ready"),
-    (
-        700,
-        c"CUDA_ERROR_ILLEGAL_ADDRESS",
-        c"an illegal memory access was encountered",
-    ),
-    (
-        701,
-        c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-        c"too many resources requested for launch",
-    ),
-    (
-        709,
-        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
-        c"context is destroyed",
-    ),
-    (
-        719,
-        c"CUDA_ERROR_LAUNCH_FAILED",
-        c"unspecified launch failure",
-    ),
-    (800, c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
-    (801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
-    (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
-];
+        /// (code, name, message) of every status the emulator can return or be told to inject.
+        const TABLE: &[(CUresult, &CStr, &CStr)] = &[$(($code, $name, $message)),*];
+    };
+}
+
+statuses! {
+    SUCCESS = 0, c"CUDA_SUCCESS", c"no error";
+    INVALID_VALUE = 1, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument";
+    OUT_OF_MEMORY = 2, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory";
+    NOT_INITIALIZED = 3, c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error";
+    DEINITIALIZED = 4, c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down";
+    STUB_LIBRARY = 34, c"CUDA_ERROR_STUB_LIBRARY", c"CUDA driver is a stub library";
+    DEVICE_UNAVAILABLE = 46, c"CUDA_ERROR_DEVICE_UNAVAILABLE", c"CUDA-capable device(s) is/are busy or unavailable";
+    NO_DEVICE = 100, c"CUDA_ERROR_NO_DEVICE", c"no CUDA-capable device is detected";
+    INVALID_DEVICE = 101, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal";
+    INVALID_IMAGE = 200, c"CUDA_ERROR_INVALID_IMAGE", c"device kernel image is invalid";
+    INVALID_CONTEXT = 201, c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context";
+    NO_BINARY_FOR_GPU = 209, c"CUDA_ERROR_NO_BINARY_FOR_GPU", c"no kernel image is available for execution on the device";
+    ECC_UNCORRECTABLE = 214, c"CUDA_ERROR_ECC_UNCORRECTABLE", c"uncorrectable ECC error encountered";
+    INVALID_HANDLE = 400, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle";
+    NOT_FOUND = 500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found";
+    NOT_READY = 600, c"CUDA_ERROR_NOT_READY", c"device not ready";
+    ILLEGAL_ADDRESS = 700, c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered";
+    LAUNCH_OUT_OF_RESOURCES = 701, c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", c"too many resources requested for launch";
+    CONTEXT_IS_DESTROYED = 709, c"CUDA_ERROR_CONTEXT_IS_DESTROYED", c"context is destroyed";
+    HOST_MEMORY_ALREADY_REGISTERED = 712, c"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", c"part or all of the requested memory range is already mapped";
+    HOST_MEMORY_NOT_REGISTERED = 713, c"CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", c"pointer does not correspond to a registered memory region";
+    LAUNCH_FAILED = 719, c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure";
+    NOT_PERMITTED = 800, c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted";
+    NOT_SUPPORTED = 801, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported";
+    UNKNOWN = 999, c"CUDA_ERROR_UNKNOWN", c"unknown error";
+}
 
 /// The `CUDA_ERROR_*` name of `code`.
 pub fn name(code: CUresult) -> Option<&'static CStr> {

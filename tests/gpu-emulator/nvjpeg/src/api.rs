@@ -5,10 +5,20 @@ use std::ffi::{c_int, c_uchar, c_uint, c_void};
 use crate::decode::{OutputFormat, Roi};
 use crate::header::{self, Path};
 use crate::objects::*;
+use stoker_emu_ffi::Boundary;
+
 use crate::status::{self, Status};
 
 /// Environment variable that must be `1` for the emulator to do anything.
 pub const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
+
+/// nvJPEG's statuses at the C boundary (a panic is `NVJPEG_STATUS_INTERNAL_ERROR`).
+const BOUNDARY: Boundary<Status> = Boundary {
+    library: "stoker nvJPEG emulator",
+    success: status::SUCCESS,
+    null_pointer: status::INVALID_PARAMETER,
+    panicked: status::INTERNAL_ERROR,
+};
 
 /// Runs one exported call: the gate, then `f`, with panics caught.
 pub fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
@@ -16,14 +26,7 @@ pub fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
         eprintln!("stoker nvJPEG emulator: refusing {name}: {GATE_ENV}=1 is not set (this library is a stand-in for libnvjpeg, for tests only)");
         return status::NOT_INITIALIZED;
     }
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(())) => status::SUCCESS,
-        Ok(Err(s)) => s,
-        Err(_) => {
-            eprintln!("stoker nvJPEG emulator: internal panic in {name}");
-            status::INTERNAL_ERROR
-        }
-    }
+    BOUNDARY.guarded(name, f)
 }
 
 /// Writes through an out-parameter; null is `NVJPEG_STATUS_INVALID_PARAMETER`.
@@ -31,12 +34,37 @@ pub fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
 /// # Safety
 /// `p` must be null or valid for a write of `T`.
 pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), Status> {
-    if p.is_null() {
-        return Err(status::INVALID_PARAMETER);
-    }
-    // SAFETY: non-null and valid by the caller's promise.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: the caller's promise.
+    unsafe { BOUNDARY.write_out(p, v) }
+}
+
+/// Makes `object` under the library handle `h` and hands it out through `made`.
+fn create(h: *mut c_void, object: Object, made: *mut *mut c_void) -> Result<(), Status> {
+    let mut r = reg();
+    r.handle(h)?;
+    let p = r.insert(object);
+    // SAFETY: out-parameter from the caller.
+    unsafe { out(made, p) }
+}
+
+/// Exports `nvjpeg*Destroy` calls: each removes one object of its own kind.
+macro_rules! destroy {
+    ($($call:ident: $kind:pat),* $(,)?) => {$(
+        #[no_mangle]
+        pub extern "C" fn $call(object: *mut c_void) -> Status {
+            call(stringify!($call), || reg().remove(object, |o| matches!(o, $kind)))
+        }
+    )*};
+}
+
+destroy! {
+    nvjpegDestroy: Object::Handle(_),
+    nvjpegJpegStateDestroy: Object::State(_),
+    nvjpegJpegStreamDestroy: Object::Stream(_),
+    nvjpegDecodeParamsDestroy: Object::Params(_),
+    nvjpegDecoderDestroy: Object::Decoder(_),
+    nvjpegBufferPinnedDestroy: Object::Pinned,
+    nvjpegBufferDeviceDestroy: Object::Device,
 }
 
 /// The bytes of a bitstream argument.
@@ -87,13 +115,6 @@ pub extern "C" fn nvjpegCreateEx(
         }));
         // SAFETY: out-parameter from the caller.
         unsafe { out(handle, h) }
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn nvjpegDestroy(h: *mut c_void) -> Status {
-    call("nvjpegDestroy", || {
-        reg().remove(h, |o| matches!(o, Object::Handle(_)))
     })
 }
 
@@ -164,13 +185,7 @@ fn new_state() -> Object {
 
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStateCreate(h: *mut c_void, state: *mut *mut c_void) -> Status {
-    call("nvjpegJpegStateCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        let s = r.insert(new_state());
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(state, s) }
-    })
+    call("nvjpegJpegStateCreate", || create(h, new_state(), state))
 }
 
 #[no_mangle]
@@ -180,37 +195,15 @@ pub extern "C" fn nvjpegDecoderStateCreate(
     state: *mut *mut c_void,
 ) -> Status {
     call("nvjpegDecoderStateCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        r.decoder(decoder)?;
-        let s = r.insert(new_state());
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(state, s) }
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn nvjpegJpegStateDestroy(state: *mut c_void) -> Status {
-    call("nvjpegJpegStateDestroy", || {
-        reg().remove(state, |o| matches!(o, Object::State(_)))
+        reg().decoder(decoder)?;
+        create(h, new_state(), state)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStreamCreate(h: *mut c_void, stream: *mut *mut c_void) -> Status {
     call("nvjpegJpegStreamCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        let s = r.insert(Object::Stream(None));
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(stream, s) }
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn nvjpegJpegStreamDestroy(stream: *mut c_void) -> Status {
-    call("nvjpegJpegStreamDestroy", || {
-        reg().remove(stream, |o| matches!(o, Object::Stream(_)))
+        create(h, Object::Stream(None), stream)
     })
 }
 
@@ -263,22 +256,12 @@ pub extern "C" fn nvjpegJpegStreamParseHeader(
 
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeParamsCreate(h: *mut c_void, params: *mut *mut c_void) -> Status {
+    let defaults = ParamsObj {
+        format: OutputFormat::Rgbi,
+        roi: None,
+    };
     call("nvjpegDecodeParamsCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        let p = r.insert(Object::Params(ParamsObj {
-            format: OutputFormat::Rgbi,
-            roi: None,
-        }));
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(params, p) }
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn nvjpegDecodeParamsDestroy(params: *mut c_void) -> Status {
-    call("nvjpegDecodeParamsDestroy", || {
-        reg().remove(params, |o| matches!(o, Object::Params(_)))
+        create(h, Object::Params(defaults), params)
     })
 }
 
@@ -336,13 +319,6 @@ pub extern "C" fn nvjpegDecoderCreate(
     })
 }
 
-#[no_mangle]
-pub extern "C" fn nvjpegDecoderDestroy(decoder: *mut c_void) -> Status {
-    call("nvjpegDecoderDestroy", || {
-        reg().remove(decoder, |o| matches!(o, Object::Decoder(_)))
-    })
-}
-
 /// Whether `path` can decode the parsed `stream` with `params`' ROI: 0 yes (nvJPEG's
 /// convention), 1 no.
 fn supported(
@@ -369,12 +345,7 @@ pub extern "C" fn nvjpegDecodeBatchedSupportedEx(
 ) -> Status {
     call("nvjpegDecodeBatchedSupportedEx", || {
         let backend = reg().handle(h)?.backend;
-        let path = if backend == BACKEND_HARDWARE {
-            Path::Hardware
-        } else {
-            Path::Hybrid
-        };
-        supported(stream, params, path, flag)
+        supported(stream, params, decode_path(backend), flag)
     })
 }
 
@@ -387,12 +358,7 @@ pub extern "C" fn nvjpegDecoderJpegSupported(
 ) -> Status {
     call("nvjpegDecoderJpegSupported", || {
         let backend = reg().decoder(decoder)?;
-        let path = if backend == BACKEND_HARDWARE {
-            Path::Hardware
-        } else {
-            Path::Hybrid
-        };
-        supported(stream, params, path, flag)
+        supported(stream, params, decode_path(backend), flag)
     })
 }
 
@@ -403,11 +369,7 @@ pub extern "C" fn nvjpegBufferPinnedCreate(
     buf: *mut *mut c_void,
 ) -> Status {
     call("nvjpegBufferPinnedCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        let b = r.insert(Object::Pinned);
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(buf, b) }
+        create(h, Object::Pinned, buf)
     })
 }
 
@@ -418,49 +380,43 @@ pub extern "C" fn nvjpegBufferDeviceCreate(
     buf: *mut *mut c_void,
 ) -> Status {
     call("nvjpegBufferDeviceCreate", || {
-        let mut r = reg();
-        r.handle(h)?;
-        let b = r.insert(Object::Device);
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(buf, b) }
+        create(h, Object::Device, buf)
     })
 }
 
-#[no_mangle]
-pub extern "C" fn nvjpegBufferPinnedDestroy(buf: *mut c_void) -> Status {
-    call("nvjpegBufferPinnedDestroy", || {
-        reg().remove(buf, |o| matches!(o, Object::Pinned))
-    })
+/// The kinds of buffer a state takes.
+#[derive(Clone, Copy)]
+enum Buffer {
+    Pinned,
+    Device,
 }
 
-#[no_mangle]
-pub extern "C" fn nvjpegBufferDeviceDestroy(buf: *mut c_void) -> Status {
-    call("nvjpegBufferDeviceDestroy", || {
-        reg().remove(buf, |o| matches!(o, Object::Device))
-    })
+/// Attaches `buf` to `state`, once `buf` is a buffer of the kind named.
+fn attach(state: *mut c_void, buf: *mut c_void, kind: Buffer) -> Result<(), Status> {
+    let mut r = reg();
+    match (r.get(buf)?, kind) {
+        (Object::Pinned, Buffer::Pinned) | (Object::Device, Buffer::Device) => {}
+        _ => return Err(status::INVALID_PARAMETER),
+    }
+    let s = r.state(state)?;
+    match kind {
+        Buffer::Pinned => s.pinned = true,
+        Buffer::Device => s.device = true,
+    }
+    Ok(())
 }
 
 #[no_mangle]
 pub extern "C" fn nvjpegStateAttachPinnedBuffer(state: *mut c_void, buf: *mut c_void) -> Status {
     call("nvjpegStateAttachPinnedBuffer", || {
-        let mut r = reg();
-        if !matches!(r.get(buf)?, Object::Pinned) {
-            return Err(status::INVALID_PARAMETER);
-        }
-        r.state(state)?.pinned = true;
-        Ok(())
+        attach(state, buf, Buffer::Pinned)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn nvjpegStateAttachDeviceBuffer(state: *mut c_void, buf: *mut c_void) -> Status {
     call("nvjpegStateAttachDeviceBuffer", || {
-        let mut r = reg();
-        if !matches!(r.get(buf)?, Object::Device) {
-            return Err(status::INVALID_PARAMETER);
-        }
-        r.state(state)?.device = true;
-        Ok(())
+        attach(state, buf, Buffer::Device)
     })
 }
 

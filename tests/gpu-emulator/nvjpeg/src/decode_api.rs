@@ -85,11 +85,7 @@ fn batched(
         let mut r = reg();
         let backend = r.handle(h)?.backend;
         let (n, format) = r.state(state)?.batch.ok_or(status::INVALID_PARAMETER)?;
-        let path = if backend == BACKEND_HARDWARE {
-            Path::Hardware
-        } else {
-            Path::Hybrid
-        };
+        let path = decode_path(backend);
         let mut per_image = vec![ParamsObj { format, roi: None }; n];
         if let Some(p) = params {
             if p.is_null() {
@@ -168,12 +164,7 @@ pub extern "C" fn nvjpegDecodeJpegHost(
                 return Err(status::INVALID_PARAMETER);
             }
             let jpeg = r.stream(stream)?.data.clone();
-            let path = if backend == BACKEND_HARDWARE {
-                Path::Hardware
-            } else {
-                Path::Hybrid
-            };
-            (path, p, jpeg)
+            (decode_path(backend), p, jpeg)
         };
         let planes = decode_on(&jpeg, path, p)?;
         let mut r = reg();

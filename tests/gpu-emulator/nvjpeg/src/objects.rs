@@ -18,6 +18,15 @@ pub const BACKEND_HYBRID: c_int = 1;
 pub const BACKEND_GPU_HYBRID: c_int = 2;
 pub const BACKEND_HARDWARE: c_int = 3;
 
+/// The decoder a backend's JPEGs go to.
+pub fn decode_path(backend: c_int) -> Path {
+    if backend == BACKEND_HARDWARE {
+        Path::Hardware
+    } else {
+        Path::Hybrid
+    }
+}
+
 pub struct HandleObj {
     pub backend: c_int,
     pub engines: u32,

@@ -154,38 +154,17 @@ pub fn rw(dev: c_int) -> Access {
     }
 }
 
-/// `EmuLive` (src/stats.rs).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Live {
-    pub size: u64,
-    pub contexts: u64,
-    pub streams: u64,
-    pub events: u64,
-    pub modules: u64,
-    pub device_allocations: u64,
-    pub device_bytes: u64,
-    pub pinned_allocations: u64,
-    pub pinned_bytes: u64,
-    pub vmm_allocations: u64,
-    pub vmm_bytes: u64,
-    pub vmm_mappings: u64,
-    pub reservations: u64,
-}
+/// What is alive in the emulator (`stoker_emu_live`), in the library's own layout.
+pub use stoker_emu_cuda::stats::EmuLive as Live;
+/// The statuses the tests expect, as the library defines them (each test uses some).
+#[allow(unused_imports)]
+pub use stoker_emu_cuda::status::{
+    CONTEXT_IS_DESTROYED, ECC_UNCORRECTABLE, ILLEGAL_ADDRESS, INVALID_CONTEXT, INVALID_IMAGE,
+    INVALID_VALUE, NOT_FOUND, NOT_INITIALIZED, NOT_READY, NO_BINARY_FOR_GPU, OUT_OF_MEMORY,
+    STUB_LIBRARY,
+};
 
 pub const MIB: usize = 1 << 20;
-pub const NOT_INITIALIZED: R = 3;
-pub const INVALID_VALUE: R = 1;
-pub const OUT_OF_MEMORY: R = 2;
-pub const STUB_LIBRARY: R = 34;
-pub const INVALID_IMAGE: R = 200;
-pub const INVALID_CONTEXT: R = 201;
-pub const NO_BINARY_FOR_GPU: R = 209;
-pub const ECC_UNCORRECTABLE: R = 214;
-pub const NOT_FOUND: R = 500;
-pub const NOT_READY: R = 600;
-pub const ILLEGAL_ADDRESS: R = 700;
-pub const CONTEXT_IS_DESTROYED: R = 709;
 
 /// The emulator, opened once per test process (its state is per process, as a driver's is).
 pub fn cuda() -> &'static Cuda {
