@@ -2,7 +2,7 @@
 //!
 //! The engine (jobs, the fair-share scheduler, in-order publishing, backpressure, bad-sample
 //! policy, metrics) is one; a backend is what differs between hardware:
-//! - the **CPU backend** ([`super::cpu`]) takes units of up to [`super::CHUNK`] samples, one
+//! - the **CPU backend** ([`super::cpu`]) takes units of up to [`super::CPU_UNIT_SAMPLES`] samples, one
 //!   per worker thread at a time, and is complete when `fill` returns;
 //! - a **CUDA backend** (issue 13) takes whole batches ([`UnitSize::Batch`]), enqueues decode and
 //!   the fused kernel on a stream, and returns [`Completion::Pending`] holding the batch's CUDA
@@ -42,7 +42,7 @@ pub type SampleOutcome = Result<(), BadSample>;
 /// How many samples of one batch a unit of work holds at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnitSize {
-    /// Up to this many samples (the CPU backend: [`super::CHUNK`]).
+    /// Up to this many samples (the CPU backend: [`super::CPU_UNIT_SAMPLES`]).
     Samples(usize),
     /// The whole batch (a GPU backend).
     Batch,

@@ -2,7 +2,7 @@
 //! only the crop region) and augments each sample straight into its place in the slot.
 //!
 //! # Design
-//! - Units of up to [`CHUNK`] samples, complete when `fill` returns.
+//! - Units of up to [`CPU_UNIT_SAMPLES`] samples, complete when `fill` returns.
 //! - Each worker thread owns one [`CpuBackend`]: its reader, decoder, augmenter and buffers,
 //!   so steady state allocates nothing per batch.
 //! - A sample over the size limit is never read (it is read as 0 bytes and reported as
@@ -24,7 +24,7 @@ use super::backend::{
 use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
-use super::{EngineConfig, PipelineError, Position, CHUNK};
+use super::{EngineConfig, PipelineError, Position, CPU_UNIT_SAMPLES};
 use crate::engine::backend::BackendKind;
 use crate::service::metrics as m;
 use crate::source::index::Dataset;
@@ -42,7 +42,7 @@ impl BackendFactory for CpuBackendFactory {
         BackendKind::Cpu
     }
     fn unit_size(&self) -> UnitSize {
-        UnitSize::Samples(CHUNK)
+        UnitSize::Samples(CPU_UNIT_SAMPLES)
     }
     fn image_memory(&self) -> ImageMemory {
         ImageMemory::Host
@@ -90,10 +90,10 @@ unsafe fn sample_out<'a>(images: SlotImages, layout: &SlotLayout, at: usize) -> 
 impl CpuBackend {
     pub fn new(config: &EngineConfig) -> Result<CpuBackend, PipelineError> {
         Ok(CpuBackend {
-            reader: Reader::new(config.reader, CHUNK)?,
+            reader: Reader::new(config.reader, CPU_UNIT_SAMPLES)?,
             decoder: CpuDecoder::new(config.limits)?,
             augmenter: Augmenter::default(),
-            bufs: (0..CHUNK).map(|_| Vec::new()).collect(),
+            bufs: (0..CPU_UNIT_SAMPLES).map(|_| Vec::new()).collect(),
             image: RgbImage::default(),
             replacement_buf: vec![Vec::new()],
         })

@@ -1,7 +1,7 @@
 //! One attached rank's feed: its ring's slots, the batches in flight, and in-order publishing.
 //!
 //! # Design
-//! - A batch is split into chunks; a batch is published once all its chunks are done, and
+//! - A batch is split into units; a batch is published once all its units are done, and
 //!   batches are published in (epoch, step) order even when they finish out of order.
 //! - A slot leased by the consumer is never handed out until released.
 //! - Dropping a [`Feed`] waits until no worker writes into its ring any more.
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::backend::{BackendFault, UnitSize};
 use super::job::Job;
 use super::memory::SlotMemory;
-use super::scheduler::{Chunk, Shared};
+use super::scheduler::{Shared, Unit};
 use super::{PipelineError, Position};
 use crate::source::object::Prefetch;
 use crate::transform::sampler::Sampler;
@@ -45,7 +45,7 @@ pub(super) struct SlotState {
     pub(super) generation: u64,
     /// Global sample indices of the batch being written into the slot.
     pub(super) indices: Vec<u64>,
-    pub(super) chunks_left: usize,
+    pub(super) units_left: usize,
     pub(super) leased: bool,
 }
 
@@ -56,7 +56,7 @@ pub(super) struct FeedState {
     pub(super) next: Position,
     pub(super) free: VecDeque<usize>,
     pub(super) slots: Vec<SlotState>,
-    /// The batch whose chunks are being handed out.
+    /// The batch whose units are being handed out.
     pub(super) dispatching: Option<Dispatch>,
     /// Batches started and not yet published, by position.
     pub(super) in_flight: BTreeMap<Position, usize>,
@@ -65,7 +65,7 @@ pub(super) struct FeedState {
     /// The position the consumer sees next.
     pub(super) publish_next: Position,
     pub(super) stopped: bool,
-    /// Chunks handed to workers and not yet finished (complete, for pending backends).
+    /// Units handed to workers and not yet finished (complete, for pending backends).
     pub(super) writers: usize,
     /// Why the backend can no longer fill this feed's ring (a GPU fault); the consumer is
     /// told instead of receiving more batches.
@@ -115,7 +115,7 @@ impl FeedShared {
                     .map(|_| SlotState {
                         generation: 0,
                         indices: Vec::with_capacity(job.spec.batch_size as usize),
-                        chunks_left: 0,
+                        units_left: 0,
                         leased: false,
                     })
                     .collect(),
@@ -144,8 +144,8 @@ impl FeedShared {
         })
     }
 
-    /// Hands out the next chunk of this feed, starting a new batch if a slot is free.
-    pub(super) fn take_chunk(self: &Arc<Self>, unit: UnitSize) -> Option<Chunk> {
+    /// Hands out the next unit of this feed, starting a new batch if a slot is free.
+    pub(super) fn take_unit(self: &Arc<Self>, unit_size: UnitSize) -> Option<Unit> {
         let mut st = lock(&self.state);
         if st.stopped || st.failed.is_some() {
             return None;
@@ -166,7 +166,7 @@ impl FeedShared {
             st.sampler
                 .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
             let len = s.indices.len();
-            s.chunks_left = len.div_ceil(unit.samples(len)).max(1);
+            s.units_left = len.div_ceil(unit_size.samples(len)).max(1);
             st.in_flight.insert(pos, slot);
             st.dispatching = Some(Dispatch {
                 slot,
@@ -180,14 +180,14 @@ impl FeedShared {
             next_start: start,
         } = st.dispatching.expect("set above");
         let n = st.slots[slot].indices.len();
-        let end = (start + unit.samples(n)).min(n);
+        let end = (start + unit_size.samples(n)).min(n);
         st.dispatching = (end < n).then_some(Dispatch {
             slot,
             pos,
             next_start: end,
         });
         st.writers += 1;
-        Some(Chunk {
+        Some(Unit {
             feed: self.clone(),
             slot,
             pos,
@@ -208,17 +208,17 @@ impl FeedShared {
         self.prefetch.schedule(&self.job.dataset, pos.epoch, order);
     }
 
-    /// Records a completed chunk and publishes every batch that is now complete and next in
+    /// Records a completed unit and publishes every batch that is now complete and next in
     /// order; a fault fails the feed instead.
-    pub(super) fn finish_chunk(&self, chunk: &Chunk, done: Result<(), BackendFault>) {
+    pub(super) fn finish_unit(&self, unit: &Unit, done: Result<(), BackendFault>) {
         let mut st = lock(&self.state);
         st.writers -= 1;
-        st.slots[chunk.slot].chunks_left -= 1;
+        st.slots[unit.slot].units_left -= 1;
         if let Err(fault) = done {
             st.failed.get_or_insert(fault);
         }
         while let Some((&pos, &slot)) = st.in_flight.first_key_value() {
-            if pos != st.publish_next || st.slots[slot].chunks_left > 0 {
+            if pos != st.publish_next || st.slots[slot].units_left > 0 {
                 break;
             }
             if st.failed.is_some() || st.dispatching.is_some_and(|d| d.slot == slot) {

@@ -8,7 +8,7 @@
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
-//!   up to [`CHUNK`] samples for the CPU, whole batches for a GPU). A worker takes a unit and
+//!   up to [`CPU_UNIT_SAMPLES`] samples for the CPU, whole batches for a GPU). A worker takes a unit and
 //!   has its backend fill the images; the engine settles bad samples and writes labels,
 //!   indices and status into the slot's host part. A batch is published once all its units
 //!   are *complete* (for a GPU, once its event completed, not when `fill` returned); batches
@@ -62,8 +62,8 @@ use scheduler::{JobFeeds, Sched, Shared};
 pub use stats::{StageStats, StageTotals};
 use worker::{PendingUnit, Worker};
 
-/// Most samples one worker takes from a batch at a time.
-pub const CHUNK: usize = 16;
+/// Most samples of one batch in a unit of work of the CPU backend.
+pub const CPU_UNIT_SAMPLES: usize = 16;
 /// How many other samples are tried, in order, before a bad sample is given up as failed
 /// under the `skip` policy.
 pub const MAX_REPLACEMENT_TRIES: usize = 16;
@@ -193,7 +193,7 @@ impl Engine {
             config.threads
         };
         // Probe the reader once so the choice (and any fallback) is known and logged at start.
-        let reader_kind = Reader::new(config.reader, CHUNK)?.kind();
+        let reader_kind = Reader::new(config.reader, CPU_UNIT_SAMPLES)?.kind();
         let kind = factory.kind();
         tracing::info!(
             threads,
@@ -210,7 +210,7 @@ impl Engine {
             bad_log: BadSampleLog::new(config.bad_log_per_second),
             config,
             stats: StageStats::default(),
-            unit: factory.unit_size(),
+            unit_size: factory.unit_size(),
         });
         let (completions, pending) = crossbeam_channel::unbounded::<PendingUnit>();
         let completer = std::thread::Builder::new()

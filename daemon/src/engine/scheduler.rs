@@ -5,7 +5,7 @@
 //! - Round-robin over jobs, then over the ranks (feeds) of a job, so two jobs get equal shares
 //!   whatever their rank counts. A feed without a free slot yields nothing (backpressure stops
 //!   that rank only).
-//! - The chunks of one batch are handed out back to back, so batches finish in order.
+//! - The units of one batch are handed out back to back, so batches finish in order.
 //! - Workers sleep on a condvar and are woken when work may have appeared.
 //!
 //! # Limitations
@@ -31,7 +31,7 @@ pub(super) struct Shared {
     pub(super) stats: StageStats,
     pub(super) bad_log: BadSampleLog,
     /// How the backend cuts batches into units.
-    pub(super) unit: UnitSize,
+    pub(super) unit_size: UnitSize,
 }
 
 #[derive(Default)]
@@ -48,8 +48,9 @@ pub(super) struct JobFeeds {
     pub(super) next_feed: usize,
 }
 
-/// One unit of work handed to a worker: samples `start..end` of the batch in `slot`.
-pub(super) struct Chunk {
+/// One unit of work as the scheduler hands it to a worker: samples `start..end` of the batch
+/// in `slot` of `feed`'s ring (the backend sees it as a [`super::UnitWork`]).
+pub(super) struct Unit {
     pub(super) feed: Arc<FeedShared>,
     pub(super) slot: usize,
     pub(super) pos: Position,
@@ -61,15 +62,15 @@ pub(super) struct Chunk {
 }
 
 impl Shared {
-    /// Blocks until a chunk is available, or returns `None` on shutdown.
-    pub(super) fn next_chunk(&self) -> Option<Chunk> {
+    /// Blocks until a unit is available, or returns `None` on shutdown.
+    pub(super) fn next_unit(&self) -> Option<Unit> {
         let mut sched = lock(&self.sched);
         loop {
             if sched.shutdown {
                 return None;
             }
-            if let Some(chunk) = Sched::pick(&mut sched, self.unit) {
-                return Some(chunk);
+            if let Some(unit) = Sched::pick(&mut sched, self.unit_size) {
+                return Some(unit);
             }
             sched = wait(&self.work, sched);
         }
@@ -78,7 +79,7 @@ impl Shared {
 
 impl Sched {
     /// Round-robin over jobs, then over the feeds of the chosen job.
-    pub(super) fn pick(sched: &mut MutexGuard<'_, Sched>, unit: UnitSize) -> Option<Chunk> {
+    pub(super) fn pick(sched: &mut MutexGuard<'_, Sched>, unit_size: UnitSize) -> Option<Unit> {
         let jobs = sched.jobs.len();
         for j in 0..jobs {
             let ji = (sched.next_job + j) % jobs;
@@ -86,14 +87,14 @@ impl Sched {
             let feeds = job.feeds.len();
             for f in 0..feeds {
                 let fi = (job.next_feed + f) % feeds;
-                if let Some(chunk) = job.feeds[fi].take_chunk(unit) {
-                    // Keep handing out this batch's chunks before moving on, so batches finish
+                if let Some(unit) = job.feeds[fi].take_unit(unit_size) {
+                    // Keep handing out this batch's units before moving on, so batches finish
                     // in order; rotate once the batch is fully dispatched.
-                    if chunk.end == chunk.batch_len {
+                    if unit.end == unit.batch_len {
                         job.next_feed = (fi + 1) % feeds;
                     }
                     sched.next_job = (ji + 1) % jobs;
-                    return Some(chunk);
+                    return Some(unit);
                 }
             }
         }

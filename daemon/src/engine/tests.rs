@@ -166,7 +166,7 @@ fn a_batch_is_published_only_after_its_work_completes() {
     // Both slots are filled, and `fill` has returned for each, but nothing completed.
     gate.wait_fills(2);
     assert_eq!(feed.recv_timeout(Duration::from_millis(100)).unwrap(), None);
-    // Whole batches reach the backend as one unit (the CPU backend cuts chunks of 16).
+    // Whole batches reach the backend as one unit (the CPU backend cuts units of 16 samples).
     assert_eq!(gate.largest_unit.load(Ordering::Relaxed), 20);
     gate.open();
     let FeedEvent::Ready(r) = feed.recv().unwrap() else {

@@ -27,7 +27,7 @@ use super::backend::UnitWork;
 use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};
 use super::job::Job;
 use super::memory::{HostWriter, SlotImages};
-use super::scheduler::{Chunk, Shared};
+use super::scheduler::{Shared, Unit};
 use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
 use crate::service::metrics as m;
 use crate::transform::badsample::BadSample;
@@ -35,8 +35,8 @@ use crate::transform::rng::{KeyedRng, Stream};
 
 /// A unit filled with a pending completion, on its way to the completion thread.
 pub(super) struct PendingUnit {
-    pub(super) chunk: Chunk,
-    pub(super) work: Box<dyn PendingWork>,
+    pub(super) unit: Unit,
+    pub(super) pending: Box<dyn PendingWork>,
 }
 
 /// One worker thread: a backend and the buffers it reuses for every unit.
@@ -74,14 +74,14 @@ impl Worker {
     }
 
     pub(super) fn run(&mut self) {
-        while let Some(chunk) = self.shared.next_chunk() {
-            match self.fill(&chunk) {
-                Completion::Done => chunk.feed.finish_chunk(&chunk, Ok(())),
-                Completion::Pending(work) => {
-                    if let Err(e) = self.completions.send(PendingUnit { chunk, work }) {
+        while let Some(unit) = self.shared.next_unit() {
+            match self.fill(&unit) {
+                Completion::Done => unit.feed.finish_unit(&unit, Ok(())),
+                Completion::Pending(pending) => {
+                    if let Err(e) = self.completions.send(PendingUnit { unit, pending }) {
                         // Only at shutdown: wait here rather than publish unfinished work.
-                        let PendingUnit { chunk, work } = e.into_inner();
-                        chunk.feed.finish_chunk(&chunk, work.wait());
+                        let PendingUnit { unit, pending } = e.into_inner();
+                        unit.feed.finish_unit(&unit, pending.wait());
                     }
                 }
             }
@@ -89,22 +89,22 @@ impl Worker {
     }
 
     /// Has the backend fill one unit, then settles every sample's outcome.
-    fn fill(&mut self, chunk: &Chunk) -> Completion {
-        let feed = &chunk.feed;
+    fn fill(&mut self, unit: &Unit) -> Completion {
+        let feed = &unit.feed;
         let job = &feed.job;
         let layout = feed.ring.layout().slot;
-        let images = feed.ring.images(chunk.slot);
+        let images = feed.ring.images(unit.slot);
         self.indices.clear();
         {
             let st = lock(&feed.state);
             self.indices
-                .extend_from_slice(&st.slots[chunk.slot].indices[chunk.start..chunk.end]);
+                .extend_from_slice(&st.slots[unit.slot].indices[unit.start..unit.end]);
         }
         let shared = Arc::clone(&self.shared);
-        let unit = UnitWork {
+        let work = UnitWork {
             job,
-            pos: chunk.pos,
-            start: chunk.start,
+            pos: unit.pos,
+            start: unit.start,
             indices: &self.indices,
             images,
             layout,
@@ -112,21 +112,21 @@ impl Worker {
             stats: &shared.stats,
         };
         self.outcomes.clear();
-        let completion = self.backend.fill(&unit, &mut self.outcomes);
+        let completion = self.backend.fill(&work, &mut self.outcomes);
         assert_eq!(
             self.outcomes.len(),
             self.indices.len(),
             "one outcome per sample"
         );
         // A short final batch's last unit also marks the unused tail.
-        let last = chunk.end == chunk.batch_len;
-        let end = if last { layout.batch_size } else { chunk.end };
+        let last = unit.end == unit.batch_len;
+        let end = if last { layout.batch_size } else { unit.end };
         // SAFETY: the worker alone writes the positions of the unit it holds, and the tail
         // past `batch_len` belongs to the batch's last unit (feed.rs hands each out once).
-        let mut host = unsafe { HostWriter::new(&*feed.ring, chunk.slot, chunk.start, end) };
+        let mut host = unsafe { HostWriter::new(&*feed.ring, unit.slot, unit.start, end) };
         let outcomes = std::mem::take(&mut self.outcomes);
         for (k, outcome) in outcomes.iter().enumerate() {
-            let at = chunk.start + k;
+            let at = unit.start + k;
             let index = self.indices[k];
             let (status, delivered) = match outcome {
                 Ok(()) => {
@@ -136,7 +136,7 @@ impl Worker {
                 Err(bad) => {
                     let spot = Spot {
                         job,
-                        pos: chunk.pos,
+                        pos: unit.pos,
                         at,
                         images,
                         layout,
@@ -157,7 +157,7 @@ impl Worker {
         if last {
             stats.batches.fetch_add(1, Ordering::Relaxed);
             // Partial final batch: mark the unused tail so clients never mistake it for data.
-            for at in chunk.batch_len..layout.batch_size {
+            for at in unit.batch_len..layout.batch_size {
                 host.mark_empty(at);
             }
         }
@@ -229,12 +229,12 @@ impl Worker {
 
 /// The completion thread: waits for each pending unit in turn, then finishes it (publishing
 /// its batch when complete and next in order, or failing the feed with the fault).
-pub(super) fn complete(pending: crossbeam_channel::Receiver<PendingUnit>) {
-    for PendingUnit { chunk, work } in pending {
-        let result: Result<(), BackendFault> = work.wait();
+pub(super) fn complete(units: crossbeam_channel::Receiver<PendingUnit>) {
+    for PendingUnit { unit, pending } in units {
+        let result: Result<(), BackendFault> = pending.wait();
         if let Err(fault) = &result {
-            tracing::error!(rank = chunk.feed.rank, error = %fault, "backend fault");
+            tracing::error!(rank = unit.feed.rank, error = %fault, "backend fault");
         }
-        chunk.feed.finish_chunk(&chunk, result);
+        unit.feed.finish_unit(&unit, result);
     }
 }

@@ -13,8 +13,8 @@ use serde::Serialize;
 use stoker::spec::PipelineSpec;
 
 use stoker_daemon::engine::{
-    Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals, CHUNK,
-    DEFAULT_SLOTS,
+    Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals,
+    CPU_UNIT_SAMPLES, DEFAULT_SLOTS,
 };
 use stoker_daemon::source::index::{Dataset, OpenOptions};
 
@@ -470,21 +470,23 @@ pub fn storage_only(
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut reader =
-            match stoker_daemon::source::local::reader::Reader::new(engine.reader, CHUNK) {
-                Ok(r) => r,
-                Err(e) => {
-                    *lock(&failed) = Some(e);
-                    return;
-                }
-            };
-        let mut bufs: Vec<Vec<u8>> = (0..CHUNK).map(|_| Vec::new()).collect();
+        let mut reader = match stoker_daemon::source::local::reader::Reader::new(
+            engine.reader,
+            CPU_UNIT_SAMPLES,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                *lock(&failed) = Some(e);
+                return;
+            }
+        };
+        let mut bufs: Vec<Vec<u8>> = (0..CPU_UNIT_SAMPLES).map(|_| Vec::new()).collect();
         loop {
-            let start = next.fetch_add(CHUNK, std::sync::atomic::Ordering::Relaxed);
+            let start = next.fetch_add(CPU_UNIT_SAMPLES, std::sync::atomic::Ordering::Relaxed);
             if start >= order.len() {
                 return;
             }
-            let end = (start + CHUNK).min(order.len());
+            let end = (start + CPU_UNIT_SAMPLES).min(order.len());
             let reqs: Vec<stoker_daemon::source::local::reader::ReadRequest<'_>> = order
                 [start..end]
                 .iter()
