@@ -1,8 +1,10 @@
 //! The daemon's one lock policy (docs/decisions.md, "Locks recover from poison"): a mutex
 //! whose holder panicked is taken as it is, not turned into a second panic. A worker that
 //! panics fails its own job (the engine reports it); it must not take every other rank and
-//! the daemon down through the locks it held. Every `Mutex`/`Condvar` outside tests goes
-//! through these three functions.
+//! the daemon down through the locks it held. The engine's locks go through these three
+//! functions, as do some of the other rooms' and the `stoker` tool's; the rest (most of serve,
+//! parts of source and transform, every `RwLock`) write the same recovery inline
+//! (`unwrap_or_else(|e| e.into_inner())`). Either way no lock outside tests panics on poison.
 #![forbid(unsafe_code)]
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, WaitTimeoutResult};

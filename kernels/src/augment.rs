@@ -3,13 +3,15 @@
 //!
 //! # Design
 //! One launch per output batch. The per-sample parameters (decoded image address, pitch, size,
-//! crop box, flip) live in a device array the caller fills (one small upload per batch, from a
-//! pinned staging buffer in the pipeline); the per-batch ones (slot address, output size, dtype,
+//! crop box, flip) live in a device array the caller fills (one small upload per batch; the
+//! CUDA backend uploads it from pageable host memory, which the driver stages, since no pinned
+//! staging buffer exists yet); the per-batch ones (slot address, output size, dtype,
 //! layout, mean/std) are passed by value. Grid: 32x8 threads per block over the output image,
 //! z over samples. The math is the CPU reference's; see the comment at the top of the `.cu`.
 //!
 //! # Limitations
-//! The launch itself is untested until a GPU run (docs/cuda.md).
+//! The launch has run only on the emulated GPU, which runs the kernel's host build; no real
+//! GPU has run it yet (docs/cuda.md, "Unverified until a GPU run").
 
 use std::ffi::c_void;
 

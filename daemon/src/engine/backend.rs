@@ -4,14 +4,15 @@
 //! policy, metrics) is one; a backend is what differs between hardware:
 //! - the **CPU backend** ([`super::cpu`]) takes units of up to [`super::CPU_UNIT_SAMPLES`] samples, one
 //!   per worker thread at a time, and is complete when `fill` returns;
-//! - a **CUDA backend** (issue 13) takes whole batches ([`UnitSize::Batch`]), enqueues decode and
-//!   the fused kernel on a stream, and returns [`Completion::Pending`] holding the batch's CUDA
-//!   event. The engine publishes the slot only once that completion has been waited for.
+//! - the **CUDA backend** ([`super::cuda`]) takes whole batches ([`UnitSize::Batch`]), enqueues
+//!   decode and the fused kernel on a stream, and returns [`Completion::Pending`] holding the
+//!   batch's CUDA event. The engine publishes the slot only once that completion has been
+//!   waited for.
 //!
 //! # Design
 //! - A [`BackendFactory`] says the unit size and makes one [`Backend`] per worker thread (a
-//!   backend value owns its reader, decoder and scratch memory, so steady state allocates
-//!   nothing).
+//!   backend value owns its reader, decoder and scratch memory, so no buffer for bytes or
+//!   pixels is allocated per unit in steady state; see the engine's Limitations).
 //! - `fill` reports one [`SampleOutcome`] per sample as soon as it knows it (a sample that
 //!   cannot be read or decoded is known on the host); the engine then applies the bad-sample
 //!   policy, asking the backend to fill deterministic replacements one at a time

@@ -4,7 +4,8 @@
 //! # Design
 //! - Units of up to [`CPU_UNIT_SAMPLES`] samples, complete when `fill` returns.
 //! - Each worker thread owns one [`CpuBackend`]: its reader, decoder, augmenter and buffers,
-//!   so steady state allocates nothing per batch.
+//!   so steady state allocates no byte or pixel buffer per unit (the unit's read requests
+//!   and results are small per-unit lists: see the engine's Limitations).
 //! - A sample over the size limit is never read (it is read as 0 bytes and reported as
 //!   `file_too_large`).
 //!

@@ -4,7 +4,8 @@
 //!
 //! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
 //! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
-//! trait), `cpu` (the CPU backend), `cuda` (the CUDA backend, one engine per GPU), `memory` (ring memory), `stats`.
+//! trait), `cpu` (the CPU backend), `cuda` (the CUDA backend, one engine per GPU), `memory`
+//! (ring memory), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
@@ -17,13 +18,18 @@
 //!   whose ring has no free slot is skipped (backpressure), so it never holds others back.
 //! - Every stage is bounded by the ring: nothing is produced without a free slot, and a slot
 //!   leased by a client is never written until it is released.
-//! - Steady state allocates nothing per batch: backends own their reader, decoder, augmenter
-//!   and buffers; slots own their index lists.
+//! - No buffer for bytes or pixels is allocated per batch in steady state: backends own their
+//!   reader (and its read buffers), decoder, augmenter and scratch; slots own their index
+//!   lists.
 //! - Determinism: each sample's output is a function of (seed, epoch, index) alone (see
 //!   [`crate::transform::rng`]), so thread count, backend and timing change nothing.
 //!
 //! # Limitations
 //! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
+//! - Small bookkeeping is still allocated per unit: the unit's read requests and their
+//!   results, a path copy per file opened, the feed's in-order entry for the batch, and on a
+//!   GPU the batch's lists of bitstreams, regions and outputs and its boxed completion. Each
+//!   is a few bytes per sample beside the megabytes the buffers above reuse.
 
 pub mod backend;
 mod cpu;

@@ -6,10 +6,13 @@
 //! # Design
 //! Each library is three layers, as in cudarc: `sys` (the raw symbols, one
 //! [`symbol_table!`] per library), `result` (one function per call, returning a typed error
-//! with named statuses) and safe types (`Device`, `Stream`, `NvjpegDecoder`, ...). Only `sys`,
-//! `result` and the places where a raw handle becomes an owning type are unsafe
-//! (docs/cuda.md lists them). Nothing here links an NVIDIA library at build time: one binary
-//! serves every host, and a missing library or symbol is an error value, never a panic.
+//! with named statuses) and safe types (`Device`, `Stream`, `NvjpegDecoder`, ...). The unsafe
+//! code is `sys` and `result`, opening a library (`loader`, `cuda::driver`, `emulator`), the
+//! places where a raw handle becomes an owning type, and the calls whose device memory only
+//! the caller can vouch for, which stay `unsafe fn` (a kernel launch, nvJPEG's decodes into
+//! caller buffers); docs/cuda.md lists them. Nothing here links an NVIDIA library at build
+//! time: one binary serves every host, and a missing library or symbol is an error value,
+//! never a panic.
 //!
 //! This crate knows nothing of sockets, rings' layouts or pixels: the client library
 //! (`stoker-client`) imports device rings with it, the kernels crate (`stoker-kernels`) compiles

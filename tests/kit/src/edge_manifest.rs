@@ -1,6 +1,6 @@
 //! The edge corpus's `MANIFEST.tsv` (`shared/data/edge`): what each file must do. Read by the
-//! decoder's own tests (`daemon/tests/edge_manifest.rs`) and by the tests that serve the
-//! corpus through the daemon.
+//! CPU decoder's and `stoker check`'s test (`daemon/tool/tests/edge_manifest.rs`), the nvJPEG
+//! tests (`tests/cuda_nvjpeg.rs`) and the tests that serve the corpus through the daemon.
 
 #![forbid(unsafe_code)]
 

@@ -16,7 +16,8 @@
 //! mapping cannot make the daemon's pointers dangle, nor the reverse.
 //!
 //! # Limitations
-//! Untested until a GPU run (docs/cuda.md): everything below that calls the driver.
+//! Tested on the emulated GPU only (memfd-backed VMM, so the sharing across processes is
+//! real); a real driver has not run it yet (docs/cuda.md, "Unverified until a GPU run").
 
 use std::os::fd::{FromRawFd, OwnedFd};
 

@@ -17,8 +17,9 @@
 //! - Which decoder takes an image is one rule, [`route`], used by the engine and the tools.
 //!
 //! # Limitations
-//! Nothing past loading the library and reading its version runs without a GPU: the decoder
-//! is untested until a GPU run (docs/cuda.md lists what remains).
+//! Without a GPU the decoder runs only against the emulated nvJPEG (libjpeg-turbo under
+//! nvJPEG's documented rules); a real libnvjpeg has only been loaded and asked its version
+//! (docs/cuda.md, "Unverified until a GPU run").
 
 mod handles;
 mod result;

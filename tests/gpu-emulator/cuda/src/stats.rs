@@ -1,5 +1,5 @@
 //! What is alive in this process: contexts, streams, events, modules, device and pinned
-//! memory, VMM allocations, mappings and reservations. Tests (and issue 13's leak checks) ask
+//! memory, VMM allocations, mappings and reservations. Tests (and leak checks from outside) ask
 //! through [`stoker_emu_live`], or read `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a
 //! temporary name, then renamed) after every change.
 

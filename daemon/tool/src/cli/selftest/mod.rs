@@ -21,7 +21,8 @@
 //! # Limitations
 //! - Decodes one batch at a time, synchronously: this measures correctness, not speed
 //!   (`stoker bench --backend cuda` measures speed).
-//! - Failing images are named in the report; their pixels are not written out.
+//! - Failing images are named in the report; their pixels are written out (as PPM) only
+//!   with `--save-failures DIR`.
 
 mod decode;
 mod kernels;
