@@ -10,11 +10,12 @@
 //! - SIGTERM drains (clients are told the daemon stops), a second SIGTERM exits at once,
 //!   SIGHUP reloads the access rules and registered datasets.
 //!
-//! Files: `config` (the TOML file, its defaults and validation), `backend` (the `--backend`
-//! choice against what this host has), `systemd` (sd_notify, the watchdog, socket activation,
-//! signals), `exit` (the exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the child), `logging` (the tracing
-//! subscriber), `metrics` (the Prometheus names and the `/metrics` listener), `ratelimit` (the
-//! log-line rate limiter).
+//! Files: `run` (the run itself: config, backend, bind, serve, drain), `config` (the TOML
+//! file, its defaults and validation), `backend` (the `--backend` choice against what this
+//! host has), `systemd` (sd_notify, the watchdog, socket activation, signals), `exit` (the
+//! exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the
+//! child), `logging` (the tracing subscriber), `metrics` (the Prometheus names and the
+//! `/metrics` listener), `ratelimit` (the log-line rate limiter).
 //!
 //! # Limitations
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
