@@ -7,7 +7,7 @@
 //! - **transform**: `transform` (`sampler`, `rng`, `decode` (libjpeg-turbo), `augment`
 //!   (crop-resize-flip-normalize-convert), `badsample`);
 //! - **engine**: `engine` (jobs, fair-share scheduler, feeds, in-order publishing on
-//!   completion, the backend trait and the CPU backend);
+//!   completion, the backend trait, the CPU backend and the CUDA backend);
 //! - **serve**: `serve` (registry, connection state machine, accept loop, ops handle, `lobby`,
 //!   `stall`, `access`);
 //! - **service**: `service` (what `stokerd` runs; `config`, `backend` (the `--backend`
@@ -15,9 +15,10 @@
 //! - **sync**: the one lock policy (locks recover from poison), used by every room.
 //!
 //! Data flow for one rank (see `../shared/DESIGN.md`):
-//! `transform::sampler` → `source` (io_uring / object storage) → `transform::decode`
-//! (libjpeg-turbo / nvJPEG) → `transform::augment` (fused crop-resize-flip-normalize-convert
-//! into the slot) → the `engine` publishes the slot.
+//! `transform::sampler` → `source` (io_uring / object storage) → decode (`transform::decode`:
+//! libjpeg-turbo; or nvJPEG in `engine::cuda`) → augment (`transform::augment`, or the
+//! `stoker_augment` kernel on a GPU: fused crop-resize-flip-normalize-convert into the slot)
+//! → the `engine` publishes the slot.
 
 pub mod engine;
 pub mod serve;

@@ -13,9 +13,9 @@
 //!   caller's size take their defaults (options) or are not written (info), so a program built
 //!   against an older header keeps working with a newer library. A caller that is newer than
 //!   the library may pass a larger struct only if the extra bytes are zero.
-//! - Tensors are `DLManagedTensorVersioned` (DLPack 1.0) on `kDLCPU`, not read-only: the ring
-//!   is mapped read-write and a consumer may normalise in place; it only ever touches its own
-//!   ring.
+//! - Tensors are `DLManagedTensorVersioned` (DLPack 1.0) on `kDLCPU` (the images of a device
+//!   ring on `kDLCUDA`, see Limitations), not read-only: the ring is mapped read-write and a
+//!   consumer may normalise in place; it only ever touches its own ring.
 //!
 //! # Limitations
 //! - One thread at a time per client for `stoker_next` (calls are serialised by a lock);
