@@ -1,6 +1,7 @@
 /* A C client of libstoker: attaches to a daemon, reads batches, checks them, prints a summary.
  *
- * Includes only stoker.h and builds as C11 with -Wall -Wextra -Werror -pedantic. Run by
+ * Includes only stoker.h (and client_steps.h, the steps both C clients share) and builds as
+ * C11 with -Wall -Wextra -Werror -pedantic. Run by
  * tests/c_abi.rs against a real stokerd.
  *
  * usage: client SOCKET DATASET BATCHES BATCH_SIZE SIDE [RANK WORLD_SIZE JOB SEED]
@@ -8,7 +9,8 @@
  * Prints one line per batch, "batch EPOCH STEP N idx idx ...", then
  * "summary batches=B samples=S bad=X classes=C dataset_len=L".
  * Exit status: 0 ok, 1 a check failed, 2 a stoker call failed, 64 bad usage. */
-#include "stoker.h"
+#define CLIENT_NAME "client"
+#include "client_steps.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,21 +18,6 @@
 
 _Static_assert(sizeof(DLTensor) == 48, "DLTensor layout");
 _Static_assert(sizeof(DLManagedTensorVersioned) == 80, "DLManagedTensorVersioned layout");
-
-static int failed_call(const char *what, stoker_result r) {
-    fprintf(stderr, "client: %s: %s: %s\n", what, stoker_result_name(r), stoker_last_error());
-    return 2;
-}
-
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "client: check failed: %s: ", #cond);                            \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            return 1;                                                                         \
-        }                                                                                     \
-    } while (0)
 
 /* Checks the images tensor: version, device, dtype f32, shape [n, 3, side, side], compact
  * strides; reads every element so an unmapped page would fault here. */
@@ -97,13 +84,9 @@ int main(int argc, char **argv) {
     }
 
     stoker_client *client = NULL;
-    r = stoker_attach(&o, &client);
-    if (r != STOKER_OK) return failed_call("stoker_attach", r);
     stoker_attach_info ai;
-    memset(&ai, 0, sizeof ai);
-    ai.size = sizeof ai;
-    r = stoker_client_info(client, &ai);
-    if (r != STOKER_OK) return failed_call("stoker_client_info", r);
+    int failed = attach_with_info(&o, &client, &ai);
+    if (failed) return failed;
     CHECK(ai.slots > 0 && ai.batch_size == batch_size && ai.height == side && ai.width == side,
           "attach info: slots %u batch %u %ux%u", ai.slots, ai.batch_size, ai.height, ai.width);
     CHECK(ai.classes > 0 && ai.dataset_len > 0 && ai.steps_per_epoch > 0,
@@ -115,14 +98,10 @@ int main(int argc, char **argv) {
     double sum = 0.0;
     for (; got < batches; got++) {
         stoker_batch *b = NULL;
-        r = stoker_next(client, &b);
-        if (r == STOKER_END_OF_DATA) break;
-        if (r != STOKER_OK) return failed_call("stoker_next", r);
         stoker_batch_header h;
-        memset(&h, 0, sizeof h);
-        h.size = sizeof h;
-        r = stoker_batch_info(b, &h);
-        if (r != STOKER_OK) return failed_call("stoker_batch_info", r);
+        failed = next_batch(client, &b, &h);
+        if (failed) return failed;
+        if (b == NULL) break;
         CHECK(h.n >= 1 && h.n <= batch_size, "n %u", h.n);
         CHECK(h.slot < ai.slots, "slot %u of %u", h.slot, ai.slots);
         CHECK(h.step < ai.steps_per_epoch, "step %llu", (unsigned long long)h.step);

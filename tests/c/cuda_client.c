@@ -5,7 +5,8 @@
  * backend's batches. Releases are fenced on the legacy default stream (stoker_batch_record_stream
  * with 1).
  *
- * Includes only stoker.h and builds as C11 with -Wall -Wextra -Werror -pedantic. Run by
+ * Includes only stoker.h (and client_steps.h, the steps both C clients share) and builds as
+ * C11 with -Wall -Wextra -Werror -pedantic. Run by
  * tests/cuda_clients.rs against a real stokerd serving from the emulated GPU.
  *
  * usage: cuda_client SOCKET DATASET SPEC_JSON DEVICE RANK WORLD_SIZE JOB SEED DUMP
@@ -13,27 +14,12 @@
  * DUMP holds per batch, little-endian: u64 epoch, u64 step, u32 n, u32 0, n x u64 indices,
  * n x i64 labels, n x u8 status, u64 image bytes, the images.
  * Exit status: 0 ok, 1 a check failed, 2 a stoker call failed, 64 bad usage. */
-#include "stoker.h"
+#define CLIENT_NAME "cuda_client"
+#include "client_steps.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failed_call(const char *what, stoker_result r) {
-    fprintf(stderr, "cuda_client: %s: %s: %s\n", what, stoker_result_name(r),
-            stoker_last_error());
-    return 2;
-}
-
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "cuda_client: check failed: %s: ", #cond);                       \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            return 1;                                                                         \
-        }                                                                                     \
-    } while (0)
 
 static int write_batch(FILE *f, const stoker_batch_header *h, const void *images) {
     uint32_t zero = 0;
@@ -69,27 +55,19 @@ int main(int argc, char **argv) {
     CHECK(dump != NULL, "cannot open %s", argv[9]);
 
     stoker_client *client = NULL;
-    r = stoker_attach(&o, &client);
-    if (r != STOKER_OK) return failed_call("stoker_attach", r);
     stoker_attach_info ai;
-    memset(&ai, 0, sizeof ai);
-    ai.size = sizeof ai;
-    r = stoker_client_info(client, &ai);
-    if (r != STOKER_OK) return failed_call("stoker_client_info", r);
+    int failed = attach_with_info(&o, &client, &ai);
+    if (failed) return failed;
     CHECK(ai.image_memory == 1 && ai.device_id >= 0, "attach info: image memory %u device %d",
           ai.image_memory, ai.device_id);
 
     long got = 0;
     for (;;) {
         stoker_batch *b = NULL;
-        r = stoker_next(client, &b);
-        if (r == STOKER_END_OF_DATA) break;
-        if (r != STOKER_OK) return failed_call("stoker_next", r);
         stoker_batch_header h;
-        memset(&h, 0, sizeof h);
-        h.size = sizeof h;
-        if ((r = stoker_batch_info(b, &h)) != STOKER_OK)
-            return failed_call("stoker_batch_info", r);
+        failed = next_batch(client, &b, &h);
+        if (failed) return failed;
+        if (b == NULL) break;
         CHECK(h.images_device_type == kDLCUDA && h.images_device_id == ai.device_id,
               "header device %d:%d", h.images_device_type, h.images_device_id);
         DLManagedTensorVersioned *images = NULL;

@@ -10,7 +10,8 @@
 //! code is `sys` and `result`, opening a library (`loader`, `cuda::driver`, `emulator`), the
 //! places where a raw handle becomes an owning type, and the calls whose device memory only
 //! the caller can vouch for, which stay `unsafe fn` (a kernel launch, nvJPEG's decodes into
-//! caller buffers); docs/cuda.md lists them. Nothing here links an NVIDIA library at build
+//! caller buffers); docs/cuda.md lists them. Each library's statuses are one
+//! [`status_type!`] newtype. Nothing here links an NVIDIA library at build
 //! time: one binary serves every host, and a missing library or symbol is an error value,
 //! never a panic.
 //!
@@ -26,3 +27,4 @@ pub mod emulator;
 pub mod loader;
 pub mod nvjpeg;
 pub mod nvrtc;
+mod status;

@@ -216,20 +216,24 @@ macro_rules! symbol_table {
         }
 
         impl $name {
-            /// Resolves every symbol of the table in `loaded`.
+            /// Resolves every symbol of the table in `loaded`; an error starts with the
+            /// library's path.
             // The metavariables inside `unsafe` are identifiers and string literals only (the
             // macro's grammar admits no expressions), so no caller code runs unsafely.
             #[allow(clippy::macro_metavars_in_unsafe)]
             pub fn load(loaded: $crate::loader::Loaded) -> Result<$name, String> {
-                let library = loaded.library;
-                // SAFETY: each entry's type is copied from the library's header (named in the
-                // table) for that symbol; the library is kept beside the pointers.
-                unsafe {
-                    Ok($name {
-                        $( $field: $crate::loader::symbol(&library, $sym)?, )*
-                        _library: library,
-                    })
-                }
+                let $crate::loader::Loaded { library, origin } = loaded;
+                let resolve = || -> Result<$name, String> {
+                    // SAFETY: each entry's type is copied from the library's header (named in
+                    // the table) for that symbol; the library is kept beside the pointers.
+                    unsafe {
+                        Ok($name {
+                            $( $field: $crate::loader::symbol(&library, $sym)?, )*
+                            _library: library,
+                        })
+                    }
+                };
+                resolve().map_err(|r| format!("{}: {r}", origin.display()))
             }
         }
     };

@@ -69,7 +69,7 @@ fn init_driver(loaded: crate::loader::Loaded) -> Result<Driver, CudaError> {
         reason,
     };
     let origin = loaded.origin.display().to_string();
-    let d = Driver::load(loaded).map_err(|r| unavailable(format!("{origin}: {r}")))?;
+    let d = Driver::load(loaded).map_err(unavailable)?;
     if let Err(e) = result::init(&d) {
         let status = match &e {
             CudaError::Driver { status, .. } => *status,

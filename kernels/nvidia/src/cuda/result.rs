@@ -8,90 +8,43 @@ use std::ptr;
 use super::sys::{self, CUresult, Driver};
 use super::CudaError;
 
-/// A libcuda status code, with a name for the ones stoker can meet.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CuStatus(pub CUresult);
-
-impl CuStatus {
-    pub const SUCCESS: CuStatus = CuStatus(0);
-    pub const INVALID_VALUE: CuStatus = CuStatus(1);
-    pub const OUT_OF_MEMORY: CuStatus = CuStatus(2);
-    pub const NOT_INITIALIZED: CuStatus = CuStatus(3);
-    pub const DEINITIALIZED: CuStatus = CuStatus(4);
-    pub const STUB_LIBRARY: CuStatus = CuStatus(34);
-    pub const DEVICE_UNAVAILABLE: CuStatus = CuStatus(46);
-    pub const NO_DEVICE: CuStatus = CuStatus(100);
-    pub const INVALID_DEVICE: CuStatus = CuStatus(101);
-    pub const INVALID_IMAGE: CuStatus = CuStatus(200);
-    pub const INVALID_CONTEXT: CuStatus = CuStatus(201);
-    pub const NO_BINARY_FOR_GPU: CuStatus = CuStatus(209);
-    pub const INVALID_HANDLE: CuStatus = CuStatus(400);
-    pub const NOT_FOUND: CuStatus = CuStatus(500);
-    pub const NOT_READY: CuStatus = CuStatus(600);
-    pub const ILLEGAL_ADDRESS: CuStatus = CuStatus(700);
-    pub const LAUNCH_OUT_OF_RESOURCES: CuStatus = CuStatus(701);
-    pub const LAUNCH_FAILED: CuStatus = CuStatus(719);
-    pub const NOT_PERMITTED: CuStatus = CuStatus(800);
-    pub const NOT_SUPPORTED: CuStatus = CuStatus(801);
-    pub const SYSTEM_DRIVER_MISMATCH: CuStatus = CuStatus(803);
-    pub const UNKNOWN: CuStatus = CuStatus(999);
-
-    /// The `CUDA_ERROR_*` name, without asking the library (it may be the thing that failed).
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "CUDA_SUCCESS",
-            1 => "CUDA_ERROR_INVALID_VALUE",
-            2 => "CUDA_ERROR_OUT_OF_MEMORY",
-            3 => "CUDA_ERROR_NOT_INITIALIZED",
-            4 => "CUDA_ERROR_DEINITIALIZED",
-            34 => "CUDA_ERROR_STUB_LIBRARY",
-            46 => "CUDA_ERROR_DEVICE_UNAVAILABLE",
-            100 => "CUDA_ERROR_NO_DEVICE",
-            101 => "CUDA_ERROR_INVALID_DEVICE",
-            200 => "CUDA_ERROR_INVALID_IMAGE",
-            201 => "CUDA_ERROR_INVALID_CONTEXT",
-            209 => "CUDA_ERROR_NO_BINARY_FOR_GPU",
-            218 => "CUDA_ERROR_INVALID_PTX",
-            222 => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
-            400 => "CUDA_ERROR_INVALID_HANDLE",
-            500 => "CUDA_ERROR_NOT_FOUND",
-            600 => "CUDA_ERROR_NOT_READY",
-            700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
-            701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-            702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
-            719 => "CUDA_ERROR_LAUNCH_FAILED",
-            800 => "CUDA_ERROR_NOT_PERMITTED",
-            801 => "CUDA_ERROR_NOT_SUPPORTED",
-            803 => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-            804 => "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-            999 => "CUDA_ERROR_UNKNOWN",
-            _ => "CUDA_ERROR_(unnamed)",
-        }
-    }
-}
-
-impl std::fmt::Debug for CuStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
-
-impl std::fmt::Display for CuStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
+crate::status_type! {
+    /// A libcuda status code, with a name for the ones stoker can meet.
+    pub struct CuStatus(CUresult), unnamed "CUDA_ERROR_(unnamed)" {
+        SUCCESS = 0 => "CUDA_SUCCESS",
+        INVALID_VALUE = 1 => "CUDA_ERROR_INVALID_VALUE",
+        OUT_OF_MEMORY = 2 => "CUDA_ERROR_OUT_OF_MEMORY",
+        NOT_INITIALIZED = 3 => "CUDA_ERROR_NOT_INITIALIZED",
+        DEINITIALIZED = 4 => "CUDA_ERROR_DEINITIALIZED",
+        STUB_LIBRARY = 34 => "CUDA_ERROR_STUB_LIBRARY",
+        DEVICE_UNAVAILABLE = 46 => "CUDA_ERROR_DEVICE_UNAVAILABLE",
+        NO_DEVICE = 100 => "CUDA_ERROR_NO_DEVICE",
+        INVALID_DEVICE = 101 => "CUDA_ERROR_INVALID_DEVICE",
+        INVALID_IMAGE = 200 => "CUDA_ERROR_INVALID_IMAGE",
+        INVALID_CONTEXT = 201 => "CUDA_ERROR_INVALID_CONTEXT",
+        NO_BINARY_FOR_GPU = 209 => "CUDA_ERROR_NO_BINARY_FOR_GPU",
+        INVALID_PTX = 218 => "CUDA_ERROR_INVALID_PTX",
+        UNSUPPORTED_PTX_VERSION = 222 => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+        INVALID_HANDLE = 400 => "CUDA_ERROR_INVALID_HANDLE",
+        NOT_FOUND = 500 => "CUDA_ERROR_NOT_FOUND",
+        NOT_READY = 600 => "CUDA_ERROR_NOT_READY",
+        ILLEGAL_ADDRESS = 700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        LAUNCH_OUT_OF_RESOURCES = 701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        LAUNCH_TIMEOUT = 702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
+        LAUNCH_FAILED = 719 => "CUDA_ERROR_LAUNCH_FAILED",
+        NOT_PERMITTED = 800 => "CUDA_ERROR_NOT_PERMITTED",
+        NOT_SUPPORTED = 801 => "CUDA_ERROR_NOT_SUPPORTED",
+        SYSTEM_DRIVER_MISMATCH = 803 => "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        COMPAT_NOT_SUPPORTED_ON_DEVICE = 804 => "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        UNKNOWN = 999 => "CUDA_ERROR_UNKNOWN",
     }
 }
 
 /// Turns a status into a result, naming the call.
 pub fn check(call: &'static str, status: CUresult) -> Result<(), CudaError> {
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(CudaError::Driver {
-            call,
-            status: CuStatus(status),
-        })
-    }
+    CuStatus(status)
+        .result()
+        .map_err(|status| CudaError::Driver { call, status })
 }
 
 /// libcuda's own name for a status, where it knows one the table above does not.

@@ -59,7 +59,7 @@ fn log_drop(r: Result<(), NvjpegError>) {
 
 /// Declares an owning type for one kind of object made from the library handle.
 macro_rules! owned {
-    ($(#[$meta:meta])* $name:ident($raw:ty), $destroy:path) => {
+    ($( $(#[$meta:meta])* $name:ident($raw:ty) = $destroy:path; )*) => {$(
         $(#[$meta])*
         pub struct $name {
             raw: $raw,
@@ -83,39 +83,23 @@ macro_rules! owned {
                 log_drop(unsafe { $destroy(self.handle.sys(), self.raw) });
             }
         }
-    };
+    )*};
 }
 
-owned!(
+owned! {
     /// A decoder state (`nvjpegJpegState_t`), batched or decoupled.
-    JpegState(sys::JpegState),
-    result::jpeg_state_destroy
-);
-owned!(
+    JpegState(sys::JpegState) = result::jpeg_state_destroy;
     /// A parsed bitstream (`nvjpegJpegStream_t`).
-    JpegStream(sys::JpegStream),
-    result::jpeg_stream_destroy
-);
-owned!(
+    JpegStream(sys::JpegStream) = result::jpeg_stream_destroy;
     /// Per-image decode parameters (`nvjpegDecodeParams_t`): output format, ROI.
-    DecodeParams(sys::DecodeParams),
-    result::decode_params_destroy
-);
-owned!(
+    DecodeParams(sys::DecodeParams) = result::decode_params_destroy;
     /// A decoupled decoder (`nvjpegJpegDecoder_t`).
-    JpegDecoder(sys::JpegDecoder),
-    result::decoder_destroy
-);
-owned!(
+    JpegDecoder(sys::JpegDecoder) = result::decoder_destroy;
     /// A pinned staging buffer (`nvjpegBufferPinned_t`).
-    PinnedBuffer(sys::BufferPinned),
-    result::buffer_pinned_destroy
-);
-owned!(
+    PinnedBuffer(sys::BufferPinned) = result::buffer_pinned_destroy;
     /// A device staging buffer (`nvjpegBufferDevice_t`).
-    DeviceStaging(sys::BufferDevice),
-    result::buffer_device_destroy
-);
+    DeviceStaging(sys::BufferDevice) = result::buffer_device_destroy;
+}
 
 impl JpegState {
     /// `nvjpegJpegStateCreate`: the batched decoder's state.

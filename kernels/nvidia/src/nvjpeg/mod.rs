@@ -38,50 +38,27 @@ use handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream, LibHandle, PinnedBuffer,
 };
 
-/// An nvJPEG status code.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NvjpegStatus(pub c_int);
+crate::status_type! {
+    /// An nvJPEG status code.
+    pub struct NvjpegStatus(c_int), unnamed "NVJPEG_STATUS_(unnamed)" {
+        SUCCESS = 0 => "NVJPEG_STATUS_SUCCESS",
+        NOT_INITIALIZED = 1 => "NVJPEG_STATUS_NOT_INITIALIZED",
+        INVALID_PARAMETER = 2 => "NVJPEG_STATUS_INVALID_PARAMETER",
+        BAD_JPEG = 3 => "NVJPEG_STATUS_BAD_JPEG",
+        JPEG_NOT_SUPPORTED = 4 => "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
+        ALLOCATOR_FAILURE = 5 => "NVJPEG_STATUS_ALLOCATOR_FAILURE",
+        EXECUTION_FAILED = 6 => "NVJPEG_STATUS_EXECUTION_FAILED",
+        ARCH_MISMATCH = 7 => "NVJPEG_STATUS_ARCH_MISMATCH",
+        INTERNAL_ERROR = 8 => "NVJPEG_STATUS_INTERNAL_ERROR",
+        IMPLEMENTATION_NOT_SUPPORTED = 9 => "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
+        INCOMPLETE_BITSTREAM = 10 => "NVJPEG_STATUS_INCOMPLETE_BITSTREAM",
+    }
+}
 
 impl NvjpegStatus {
-    pub const SUCCESS: NvjpegStatus = NvjpegStatus(0);
-    pub const BAD_JPEG: NvjpegStatus = NvjpegStatus(3);
-    pub const JPEG_NOT_SUPPORTED: NvjpegStatus = NvjpegStatus(4);
-    pub const EXECUTION_FAILED: NvjpegStatus = NvjpegStatus(6);
-    pub const ARCH_MISMATCH: NvjpegStatus = NvjpegStatus(7);
-    pub const IMPLEMENTATION_NOT_SUPPORTED: NvjpegStatus = NvjpegStatus(9);
-
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "NVJPEG_STATUS_SUCCESS",
-            1 => "NVJPEG_STATUS_NOT_INITIALIZED",
-            2 => "NVJPEG_STATUS_INVALID_PARAMETER",
-            3 => "NVJPEG_STATUS_BAD_JPEG",
-            4 => "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
-            5 => "NVJPEG_STATUS_ALLOCATOR_FAILURE",
-            6 => "NVJPEG_STATUS_EXECUTION_FAILED",
-            7 => "NVJPEG_STATUS_ARCH_MISMATCH",
-            8 => "NVJPEG_STATUS_INTERNAL_ERROR",
-            9 => "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
-            10 => "NVJPEG_STATUS_INCOMPLETE_BITSTREAM",
-            _ => "NVJPEG_STATUS_(unnamed)",
-        }
-    }
-
     /// The image itself is at fault (count it as bad input, try the next decoder).
     pub fn is_bad_image(self) -> bool {
         matches!(self.0, 3 | 4 | 10)
-    }
-}
-
-impl std::fmt::Debug for NvjpegStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
-
-impl std::fmt::Display for NvjpegStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
     }
 }
 
@@ -158,8 +135,7 @@ impl NvjpegLib {
 
     fn open(loaded: Loaded) -> Result<NvjpegLib, NvjpegError> {
         let origin = loaded.origin.clone();
-        let sys = sys::Nvjpeg::load(loaded)
-            .map_err(|r| unavailable(format!("{}: {r}", origin.display())))?;
+        let sys = sys::Nvjpeg::load(loaded).map_err(unavailable)?;
         let prop = |p| result::get_property(&sys, p);
         let version = (
             prop(sys::MAJOR_VERSION)?,

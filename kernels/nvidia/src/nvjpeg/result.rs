@@ -10,14 +10,9 @@ use super::{NvjpegError, NvjpegStatus};
 
 /// `Ok` for `NVJPEG_STATUS_SUCCESS`, else the call's name and its status.
 pub fn check(call: &'static str, status: c_int) -> Result<(), NvjpegError> {
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(NvjpegError::Call {
-            call,
-            status: NvjpegStatus(status),
-        })
-    }
+    NvjpegStatus(status)
+        .result()
+        .map_err(|status| NvjpegError::Call { call, status })
 }
 
 /// `nvjpegGetProperty`: needs no GPU or handle.
@@ -100,13 +95,20 @@ pub unsafe fn get_image_info(
 }
 
 /// Declares a `create` / `destroy` pair of calls taking the library handle.
+/// `with ALLOCATOR` passes one more argument before the out-parameter (the buffers' allocator,
+/// null for nvJPEG's default).
 macro_rules! create_destroy {
-    ($create:ident = $cname:literal, $destroy:ident = $dname:literal, $ty:ty) => {
+    (
+        $create:ident = $cname:literal $(with $alloc:expr)?,
+        $destroy:ident = $dname:literal,
+        $ty:ty
+    ) => {
         #[doc = concat!("`", $cname, "`.\n\n# Safety\n`h` must be a live handle.")]
         pub unsafe fn $create(s: &Nvjpeg, h: sys::Handle) -> Result<$ty, NvjpegError> {
             let mut out: $ty = ptr::null_mut();
-            // SAFETY: the caller's promise; writes one handle.
-            check($cname, unsafe { (s.$create)(h, &mut out) })?;
+            // SAFETY: the caller's promise; a null allocator is nvJPEG's default; writes one
+            // handle.
+            check($cname, unsafe { (s.$create)(h, $($alloc,)? &mut out) })?;
             Ok(out)
         }
 
@@ -177,89 +179,40 @@ pub unsafe fn decoder_state_create(
     Ok(out)
 }
 
-/// `nvjpegBufferPinnedCreate` with the default allocator.
-///
-/// # Safety
-/// `h` must be a live handle.
-pub unsafe fn buffer_pinned_create(
-    s: &Nvjpeg,
-    h: sys::Handle,
-) -> Result<sys::BufferPinned, NvjpegError> {
-    let mut out: sys::BufferPinned = ptr::null_mut();
-    // SAFETY: the caller's promise; a null allocator is the default; writes one handle.
-    check("nvjpegBufferPinnedCreate", unsafe {
-        (s.buffer_pinned_create)(h, ptr::null_mut(), &mut out)
-    })?;
-    Ok(out)
+create_destroy!(
+    buffer_pinned_create = "nvjpegBufferPinnedCreate" with ptr::null_mut(),
+    buffer_pinned_destroy = "nvjpegBufferPinnedDestroy",
+    sys::BufferPinned
+);
+create_destroy!(
+    buffer_device_create = "nvjpegBufferDeviceCreate" with ptr::null_mut(),
+    buffer_device_destroy = "nvjpegBufferDeviceDestroy",
+    sys::BufferDevice
+);
+
+/// Declares a `nvjpegStateAttach*Buffer` call.
+macro_rules! state_attach {
+    ($attach:ident = $name:literal, $buffer:ty) => {
+        #[doc = concat!("`", $name, "`.\n\n# Safety\nBoth must be live; the buffer must outlive the state's use of it.")]
+        pub unsafe fn $attach(
+            s: &Nvjpeg,
+            state: sys::JpegState,
+            b: $buffer,
+        ) -> Result<(), NvjpegError> {
+            // SAFETY: the caller's promise.
+            check($name, unsafe { (s.$attach)(state, b) })
+        }
+    };
 }
 
-/// `nvjpegBufferPinnedDestroy`.
-///
-/// # Safety
-/// `b` must be live and unused afterwards.
-pub unsafe fn buffer_pinned_destroy(s: &Nvjpeg, b: sys::BufferPinned) -> Result<(), NvjpegError> {
-    // SAFETY: the caller's promise.
-    check("nvjpegBufferPinnedDestroy", unsafe {
-        (s.buffer_pinned_destroy)(b)
-    })
-}
-
-/// `nvjpegBufferDeviceCreate` with the default allocator.
-///
-/// # Safety
-/// `h` must be a live handle.
-pub unsafe fn buffer_device_create(
-    s: &Nvjpeg,
-    h: sys::Handle,
-) -> Result<sys::BufferDevice, NvjpegError> {
-    let mut out: sys::BufferDevice = ptr::null_mut();
-    // SAFETY: the caller's promise; a null allocator is the default; writes one handle.
-    check("nvjpegBufferDeviceCreate", unsafe {
-        (s.buffer_device_create)(h, ptr::null_mut(), &mut out)
-    })?;
-    Ok(out)
-}
-
-/// `nvjpegBufferDeviceDestroy`.
-///
-/// # Safety
-/// `b` must be live and unused afterwards.
-pub unsafe fn buffer_device_destroy(s: &Nvjpeg, b: sys::BufferDevice) -> Result<(), NvjpegError> {
-    // SAFETY: the caller's promise.
-    check("nvjpegBufferDeviceDestroy", unsafe {
-        (s.buffer_device_destroy)(b)
-    })
-}
-
-/// `nvjpegStateAttachPinnedBuffer`.
-///
-/// # Safety
-/// Both must be live; the buffer must outlive the state's use of it.
-pub unsafe fn state_attach_pinned_buffer(
-    s: &Nvjpeg,
-    state: sys::JpegState,
-    b: sys::BufferPinned,
-) -> Result<(), NvjpegError> {
-    // SAFETY: the caller's promise.
-    check("nvjpegStateAttachPinnedBuffer", unsafe {
-        (s.state_attach_pinned_buffer)(state, b)
-    })
-}
-
-/// `nvjpegStateAttachDeviceBuffer`.
-///
-/// # Safety
-/// Both must be live; the buffer must outlive the state's use of it.
-pub unsafe fn state_attach_device_buffer(
-    s: &Nvjpeg,
-    state: sys::JpegState,
-    b: sys::BufferDevice,
-) -> Result<(), NvjpegError> {
-    // SAFETY: the caller's promise.
-    check("nvjpegStateAttachDeviceBuffer", unsafe {
-        (s.state_attach_device_buffer)(state, b)
-    })
-}
+state_attach!(
+    state_attach_pinned_buffer = "nvjpegStateAttachPinnedBuffer",
+    sys::BufferPinned
+);
+state_attach!(
+    state_attach_device_buffer = "nvjpegStateAttachDeviceBuffer",
+    sys::BufferDevice
+);
 
 /// `nvjpegDecodeParamsSetOutputFormat`.
 ///
@@ -323,6 +276,17 @@ pub unsafe fn jpeg_stream_parse(
     })
 }
 
+/// Runs a `*Supported` query, which writes its answer through `flag`: `true` when it is 0
+/// (nvJPEG reports **0 for supported**).
+fn supported(
+    call: &'static str,
+    query: impl FnOnce(&mut c_int) -> c_int,
+) -> Result<bool, NvjpegError> {
+    let mut flag: c_int = -1;
+    check(call, query(&mut flag))?;
+    Ok(flag == 0)
+}
+
 /// `nvjpegDecodeBatchedSupportedEx`: `true` when the engines take the parsed stream
 /// (nvJPEG reports **0 for supported**).
 ///
@@ -334,12 +298,10 @@ pub unsafe fn decode_batched_supported_ex(
     stream: sys::JpegStream,
     p: sys::DecodeParams,
 ) -> Result<bool, NvjpegError> {
-    let mut flag: c_int = -1;
-    // SAFETY: the caller's promise; writes one int.
-    check("nvjpegDecodeBatchedSupportedEx", unsafe {
-        (s.decode_batched_supported_ex)(h, stream, p, &mut flag)
-    })?;
-    Ok(flag == 0)
+    supported("nvjpegDecodeBatchedSupportedEx", |flag| {
+        // SAFETY: the caller's promise; writes one int.
+        unsafe { (s.decode_batched_supported_ex)(h, stream, p, flag) }
+    })
 }
 
 /// `nvjpegDecoderJpegSupported`: `true` when the decoder takes the parsed stream (0 means
@@ -353,12 +315,10 @@ pub unsafe fn decoder_jpeg_supported(
     stream: sys::JpegStream,
     p: sys::DecodeParams,
 ) -> Result<bool, NvjpegError> {
-    let mut flag: c_int = -1;
-    // SAFETY: the caller's promise; writes one int.
-    check("nvjpegDecoderJpegSupported", unsafe {
-        (s.decoder_jpeg_supported)(d, stream, p, &mut flag)
-    })?;
-    Ok(flag == 0)
+    supported("nvjpegDecoderJpegSupported", |flag| {
+        // SAFETY: the caller's promise; writes one int.
+        unsafe { (s.decoder_jpeg_supported)(d, stream, p, flag) }
+    })
 }
 
 /// `nvjpegDecodeBatchedInitialize` (one CPU thread, `format` output).

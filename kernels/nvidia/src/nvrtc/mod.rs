@@ -114,8 +114,7 @@ impl Nvrtc {
 
     fn open(loaded: Loaded) -> Result<Nvrtc, NvrtcError> {
         let origin = loaded.origin.clone();
-        let sys = sys::Nvrtc::load(loaded)
-            .map_err(|r| unavailable(format!("{}: {r}", origin.display())))?;
+        let sys = sys::Nvrtc::load(loaded).map_err(unavailable)?;
         let version = result::version(&sys)?;
         tracing::debug!(library = %origin.display(), ?version, "loaded NVRTC");
         Ok(Nvrtc {

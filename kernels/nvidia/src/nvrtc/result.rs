@@ -6,52 +6,25 @@ use std::ptr;
 use super::sys::{Nvrtc, NvrtcProgram, NvrtcResult};
 use super::NvrtcError;
 
-/// An NVRTC status code.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NvrtcStatus(pub NvrtcResult);
-
-impl NvrtcStatus {
-    pub const SUCCESS: NvrtcStatus = NvrtcStatus(0);
-    pub const INVALID_OPTION: NvrtcStatus = NvrtcStatus(5);
-    pub const COMPILATION: NvrtcStatus = NvrtcStatus(6);
-
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "NVRTC_SUCCESS",
-            1 => "NVRTC_ERROR_OUT_OF_MEMORY",
-            2 => "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
-            3 => "NVRTC_ERROR_INVALID_INPUT",
-            4 => "NVRTC_ERROR_INVALID_PROGRAM",
-            5 => "NVRTC_ERROR_INVALID_OPTION",
-            6 => "NVRTC_ERROR_COMPILATION",
-            7 => "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
-            11 => "NVRTC_ERROR_INTERNAL_ERROR",
-            _ => "NVRTC_ERROR_(unnamed)",
-        }
-    }
-}
-
-impl std::fmt::Debug for NvrtcStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
-
-impl std::fmt::Display for NvrtcStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self, f)
+crate::status_type! {
+    /// An NVRTC status code.
+    pub struct NvrtcStatus(NvrtcResult), unnamed "NVRTC_ERROR_(unnamed)" {
+        SUCCESS = 0 => "NVRTC_SUCCESS",
+        OUT_OF_MEMORY = 1 => "NVRTC_ERROR_OUT_OF_MEMORY",
+        PROGRAM_CREATION_FAILURE = 2 => "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
+        INVALID_INPUT = 3 => "NVRTC_ERROR_INVALID_INPUT",
+        INVALID_PROGRAM = 4 => "NVRTC_ERROR_INVALID_PROGRAM",
+        INVALID_OPTION = 5 => "NVRTC_ERROR_INVALID_OPTION",
+        COMPILATION = 6 => "NVRTC_ERROR_COMPILATION",
+        BUILTIN_OPERATION_FAILURE = 7 => "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
+        INTERNAL_ERROR = 11 => "NVRTC_ERROR_INTERNAL_ERROR",
     }
 }
 
 fn check(call: &'static str, status: NvrtcResult) -> Result<(), NvrtcError> {
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(NvrtcError::Call {
-            call,
-            status: NvrtcStatus(status),
-        })
-    }
+    NvrtcStatus(status)
+        .result()
+        .map_err(|status| NvrtcError::Call { call, status })
 }
 
 pub fn version(n: &Nvrtc) -> Result<(i32, i32), NvrtcError> {
