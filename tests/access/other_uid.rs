@@ -68,17 +68,7 @@ fn a_client_uid_gets_permission_denied_for_what_it_cannot_read_itself() {
             root.display()
         ),
     );
-    let daemon = Daemon::start(
-        top,
-        &[
-            "--threads",
-            "2",
-            "--slots",
-            "2",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let daemon = Daemon::start_configured(top, &config, &["--threads", "2", "--slots", "2"]);
     mode(daemon.socket(), 0o777);
     let out = client_process::run_as_other_uid(
         "permissions",

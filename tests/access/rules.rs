@@ -16,7 +16,7 @@ fn a_client_outside_the_allowed_uids_and_gids_is_refused() {
         dir.path(),
         &format!("[access]\nallowed_uids = [{other}]\nallowed_gids = [{other}]\n"),
     );
-    let daemon = Daemon::start(dir.path(), &["--config", config.to_str().unwrap()]);
+    let daemon = Daemon::start_configured(dir.path(), &config, &[]);
     let err = Client::attach(
         daemon.socket(),
         options(data.to_str().unwrap(), "j", 0, 1, spec(2, 8, Some(1))),
@@ -34,7 +34,7 @@ fn a_client_outside_the_allowed_uids_and_gids_is_refused() {
         dir2.path(),
         &format!("[access]\nallowed_uids = [{other}]\nallowed_gids = [{gid}]\n"),
     );
-    let daemon = Daemon::start(dir2.path(), &["--config", config.to_str().unwrap()]);
+    let daemon = Daemon::start_configured(dir2.path(), &config, &[]);
     let mut c = Client::attach(
         daemon.socket(),
         options(data.to_str().unwrap(), "j", 0, 1, spec(2, 8, Some(1))),
@@ -66,7 +66,7 @@ fn dataset_paths_escaping_the_roots_are_refused_with_the_rule() {
             outside.display()
         ),
     );
-    let daemon = Daemon::start(dir.path(), &["--config", config.to_str().unwrap()]);
+    let daemon = Daemon::start_configured(dir.path(), &config, &[]);
     let attach = |name: &str| {
         Client::attach(
             daemon.socket(),

@@ -197,10 +197,7 @@ fn symlink_loops_and_the_filesystem_root_are_indexed_or_refused_in_bounded_memor
         dir.path(),
         "[limits]\nmax_index_depth = 8\nmax_index_entries = 64\n",
     );
-    let daemon = Daemon::start(
-        dir.path(),
-        &["--threads", "1", "--config", config.to_str().unwrap()],
-    );
+    let daemon = Daemon::start_configured(dir.path(), &config, &["--threads", "1"]);
     refused(&daemon, &dir.path().join("deep"), "limits.max_index_depth");
     refused(&daemon, &wide, "limits.max_index_entries");
 }

@@ -14,7 +14,6 @@ mod outages;
 mod reads;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -242,6 +241,32 @@ fn run(socket: &Path, data: &str, job: &str, batch: u32) -> Vec<Seen> {
     let mut c = Client::attach(socket, options(data, job, 0, 1, batch))
         .unwrap_or_else(|e| panic!("attach {data}: {e}"));
     drain(&mut c)
+}
+
+/// A test's SeaweedFS serving the image folder of [`datasets`] under `folder/`, the only one
+/// running while it lives ([`SERIAL`]). Fields drop in order: the server stops before its
+/// directory goes, and the lock is released last.
+struct Served {
+    weed: Weed,
+    folder: PathBuf,
+    dir: tempfile::TempDir,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Served {
+    fn folder() -> Served {
+        let one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let (folder, _) = datasets(dir.path());
+        let weed = Weed::start(dir.path());
+        weed.upload(&folder, "folder");
+        Served {
+            weed,
+            folder,
+            dir,
+            _one: one,
+        }
+    }
 }
 
 /// An ImageFolder of 3 classes x 6 images and the same images packed into 3 tar shards.

@@ -4,25 +4,12 @@ use super::*;
 
 #[test]
 fn a_server_restarted_mid_epoch_loses_no_batch() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let (folder, _) = datasets(dir.path());
-    let mut weed = Weed::start(dir.path());
-    weed.upload(&folder, "folder");
+    let mut s = Served::folder();
+    let (dir, folder) = (s.dir.path(), &s.folder);
     // Retries back off 0.1 s, 0.2 s, ... up to 5 s: about 26 s in all, longer than the restart.
     let keys = "prefetch = false\nretries = 10\nbackoff_ms = 100";
-    let config = write_config(dir.path(), &weed, keys, "");
-    let daemon = Daemon::start(
-        dir.path(),
-        &[
-            "--threads",
-            "1",
-            "--slots",
-            "2",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let config = write_config(dir, &s.weed, keys, "");
+    let daemon = Daemon::start_configured(dir, &config, &["--threads", "1", "--slots", "2"]);
     let local = run(daemon.socket(), folder.to_str().unwrap(), "local", 2);
     let mut c = Client::attach(
         daemon.socket(),
@@ -39,9 +26,9 @@ fn a_server_restarted_mid_epoch_loses_no_batch() {
             images: b.images().to_vec(),
         });
     }
-    weed.stop();
+    s.weed.stop();
     std::thread::sleep(Duration::from_secs(2));
-    weed.spawn();
+    s.weed.spawn();
     seen.extend(drain(&mut c));
     assert!(all_ok(&seen), "every sample fetched after the restart");
     assert!(seen == local, "the batches of the local files, none lost");
@@ -49,27 +36,14 @@ fn a_server_restarted_mid_epoch_loses_no_batch() {
 
 #[test]
 fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let (folder, _) = datasets(dir.path());
-    let mut weed = Weed::start(dir.path());
-    weed.upload(&folder, "folder");
+    let mut s = Served::folder();
+    let (dir, folder) = (s.dir.path(), &s.folder);
     let keys = "prefetch = false\nretries = 2\nbackoff_ms = 20";
-    let config = write_config(dir.path(), &weed, keys, "");
-    let daemon = Daemon::start(
-        dir.path(),
-        &[
-            "--threads",
-            "2",
-            "--slots",
-            "2",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let config = write_config(dir, &s.weed, keys, "");
+    let daemon = Daemon::start_configured(dir, &config, &["--threads", "2", "--slots", "2"]);
     let url = format!("s3://{BUCKET}/folder");
     let mut remote = Client::attach(daemon.socket(), options(&url, "down", 0, 1, 2)).unwrap();
-    weed.stop();
+    s.weed.stop();
     let socket = daemon.socket().to_owned();
     let local_folder = folder.clone();
     let other =
@@ -93,20 +67,17 @@ fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
 /// standard environment; bench's cold rows read from the server (the node cache emptied).
 #[test]
 fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let (folder, _) = datasets(dir.path());
-    let weed = Weed::start(dir.path());
-    weed.upload(&folder, "folder");
+    let s = Served::folder();
+    let (dir, folder) = (s.dir.path(), &s.folder);
     let stoker = stoker_testkit::stokerd_path().with_file_name("stoker");
     let stoker_s3 = |args: &[&str], secret: &str| {
         Command::new(&stoker)
             .args(args)
-            .env("AWS_ENDPOINT_URL", weed.endpoint())
+            .env("AWS_ENDPOINT_URL", s.weed.endpoint())
             .env("AWS_REGION", "us-east-1")
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
             .env("AWS_SECRET_ACCESS_KEY", secret)
-            .env("STOKER_CACHE_DIR", dir.path().join("check-cache"))
+            .env("STOKER_CACHE_DIR", dir.join("check-cache"))
             .output()
             .unwrap()
     };
@@ -135,14 +106,14 @@ fn stoker_check_and_bench_read_s3_with_credentials_from_the_environment() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("SignatureDoesNotMatch"), "{text}");
     // A file list naming the objects is checked through the same fetches.
-    let list = write_list(dir.path(), "list.txt", &folder, |_, rel, _| {
+    let list = write_list(dir, "list.txt", folder, |_, rel, _| {
         format!("s3://{BUCKET}/folder/{rel}")
     });
     let text = ok(&["check", list.to_str().unwrap()]);
     assert!(text.contains("checked 18 samples: 18 ok"), "{text}");
 
-    let json = dir.path().join("bench.json");
-    let svg = dir.path().join("bench.svg");
+    let json = dir.join("bench.json");
+    let svg = dir.join("bench.svg");
     let text = ok(&[
         "bench",
         &url,

@@ -1,6 +1,7 @@
 //! Objects, shards and file lists read as local files are; deleted objects; one fetch per byte.
 
 use super::*;
+use stoker_testkit::prometheus;
 
 #[test]
 fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are_refused() {
@@ -52,10 +53,7 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
     );
     // Every shard is "large": its samples are read by ranged GETs, not the whole shard.
     let config = write_config(dir.path(), &weed, "whole_object_max_bytes = 1", &extra);
-    let daemon = Daemon::start(
-        dir.path(),
-        &["--threads", "2", "--config", config.to_str().unwrap()],
-    );
+    let daemon = Daemon::start_configured(dir.path(), &config, &["--threads", "2"]);
     let socket = daemon.socket();
 
     let local = run(socket, folder.to_str().unwrap(), "local-folder", 4);
@@ -179,25 +177,12 @@ fn file_lists_naming_objects_give_the_batches_of_local_files(
 
 #[test]
 fn a_deleted_object_is_a_replaced_bad_sample() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let (folder, _) = datasets(dir.path());
-    let weed = Weed::start(dir.path());
-    weed.upload(&folder, "folder");
+    let s = Served::folder();
+    let (dir, folder) = (s.dir.path(), &s.folder);
     // No background fetching, and a ring of 2 slots of 2: at most 4 samples are read before
     // the client asks, so the epoch's last sample is still in the bucket only.
-    let config = write_config(dir.path(), &weed, "prefetch = false", "");
-    let daemon = Daemon::start(
-        dir.path(),
-        &[
-            "--threads",
-            "1",
-            "--slots",
-            "2",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let config = write_config(dir, &s.weed, "prefetch = false", "");
+    let daemon = Daemon::start_configured(dir, &config, &["--threads", "1", "--slots", "2"]);
     let mut c = Client::attach(
         daemon.socket(),
         options(&format!("s3://{BUCKET}/folder"), "del", 0, 1, 2),
@@ -208,7 +193,7 @@ fn a_deleted_object_is_a_replaced_bad_sample() {
     stoker_daemon::transform::sampler::permutation_into(n, 77, 0, &mut order);
     let last = *order.last().unwrap();
     let ds = Dataset::open(
-        &folder,
+        folder,
         &OpenOptions {
             use_cache: false,
             ..OpenOptions::default()
@@ -218,10 +203,10 @@ fn a_deleted_object_is_a_replaced_bad_sample() {
     let rel = ds
         .sample(last as usize)
         .path
-        .strip_prefix(&folder)
+        .strip_prefix(folder)
         .unwrap()
         .to_owned();
-    weed.delete(&format!("folder/{}", rel.display()));
+    s.weed.delete(&format!("folder/{}", rel.display()));
     let seen = drain(&mut c);
     let statuses: Vec<(u64, u8)> = seen
         .iter()
@@ -237,56 +222,20 @@ fn a_deleted_object_is_a_replaced_bad_sample() {
 }
 
 /// The value of the series `name{labels}` in Prometheus text.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
-}
-
-fn scrape(addr: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut s = loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    };
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
 #[test]
 fn two_jobs_of_two_ranks_fetch_each_byte_once() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let (folder, _) = datasets(dir.path());
-    let weed = Weed::start(dir.path());
-    weed.upload(&folder, "folder");
-    let total: u64 = walk_sizes(&folder);
+    let s = Served::folder();
+    let (dir, folder) = (s.dir.path(), &s.folder);
+    let total: u64 = walk_sizes(folder);
     let port = 21_000 + (std::process::id() % 2000) as u16;
     let addr = format!("127.0.0.1:{port}");
     let config = write_config(
-        dir.path(),
-        &weed,
+        dir,
+        &s.weed,
         "",
         &format!("[metrics]\nlisten = \"{addr}\"\n"),
     );
-    let daemon = Daemon::start(
-        dir.path(),
-        &["--threads", "2", "--config", config.to_str().unwrap()],
-    );
+    let daemon = Daemon::start_configured(dir, &config, &["--threads", "2"]);
     let url = format!("s3://{BUCKET}/folder");
     let socket = daemon.socket().to_owned();
     let mut ranks = Vec::new();
@@ -302,9 +251,14 @@ fn two_jobs_of_two_ranks_fetch_each_byte_once() {
     for r in ranks {
         assert!(all_ok(&r.join().unwrap()));
     }
-    let text = scrape(&addr);
-    let from_s3 = sample(&text, "stoker_s3_bytes_total{source=\"s3\"}");
-    let from_cache = sample(&text, "stoker_s3_bytes_total{source=\"cache\"}");
+    let (_, text) = prometheus::http_get(&addr, "/metrics");
+    let bytes = |source| {
+        prometheus::sample(
+            &text,
+            &format!("stoker_s3_bytes_total{{source=\"{source}\"}}"),
+        )
+    };
+    let (from_s3, from_cache) = (bytes("s3").unwrap_or(0.0), bytes("cache").unwrap_or(0.0));
     assert_eq!(
         from_s3 as u64, total,
         "each byte from the server once:\n{text}"

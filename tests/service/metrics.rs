@@ -2,37 +2,7 @@
 
 use super::*;
 
-/// An HTTP GET of `path` on `addr`; returns (status line, body).
-fn http_get(addr: &str, path: &str) -> (String, String) {
-    // The metrics listener starts just after the unix socket: retry briefly.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut s = loop {
-        match std::net::TcpStream::connect(addr) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    };
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
-    (head.lines().next().unwrap().to_owned(), body.to_owned())
-}
-
-/// The value of the sample `series` (name and labels exactly as rendered).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
+use stoker_testkit::prometheus::{http_get, sample};
 
 /// Metric names documented in docs/operations.md's metrics table (rows starting "| `stoker_").
 fn documented_metrics() -> Vec<String> {

@@ -27,6 +27,12 @@ impl Daemon {
         Daemon::start_with(dir, extra, Stdio::inherit(), |_| {})
     }
 
+    /// As [`Daemon::start`], reading the configuration file `config` (`--config`).
+    pub fn start_configured(dir: &Path, config: &Path, extra: &[&str]) -> Daemon {
+        let config = config.to_str().expect("a UTF-8 config path");
+        Daemon::start(dir, &[extra, &["--config", config]].concat())
+    }
+
     /// As [`Daemon::start`], appending the daemon's log (stderr) to `log`.
     pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Daemon {
         Daemon::start_logged_with(dir, extra, log, |_| {})

@@ -12,6 +12,7 @@
 //! - [`wire`]: the protocol spoken by hand.
 //! - [`client_process`]: the client processes tests start (`stoker-test-client`).
 //! - [`rank_orders`]: what a rank's client process does in the multi-host tests.
+//! - [`prometheus`]: the daemon's metrics endpoint scraped over HTTP.
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
 
 // The test kit: its casts are of small sizes, counts and pixel values chosen by the tests, not
@@ -32,6 +33,7 @@ pub mod edge_manifest;
 pub mod emulator;
 pub mod fuzz_cases;
 pub mod images;
+pub mod prometheus;
 pub mod rank_orders;
 pub mod wire;
 
