@@ -27,9 +27,13 @@
 //! - A registered dataset is trusted: its files are not checked against the roots, and are
 //!   read with the daemon's credentials.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use stoker::socket::PeerCred;
 
 use crate::service::config::{AccessConfig, LimitsConfig};
 use crate::source::index::{Dataset, DatasetError, OpenOptions};
@@ -64,7 +68,7 @@ pub struct Peer {
 
 impl Peer {
     /// From SO_PEERCRED, adding the supplementary groups from `/proc/<pid>/status`.
-    pub fn from_cred(cred: &libc::ucred) -> Peer {
+    pub fn from_cred(cred: &PeerCred) -> Peer {
         let groups = std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
             .map(|s| parse_groups(&s))
             .unwrap_or_default();
@@ -103,8 +107,7 @@ pub struct AccessPolicy {
 
 impl AccessPolicy {
     pub fn new(access: &AccessConfig, registry: &BTreeMap<String, PathBuf>) -> AccessPolicy {
-        // SAFETY: geteuid cannot fail and has no preconditions.
-        let daemon_uid = unsafe { libc::geteuid() };
+        let daemon_uid = rustix::process::geteuid().as_raw();
         AccessPolicy {
             daemon_uid,
             allowed_uids: access.allowed_uids.clone(),

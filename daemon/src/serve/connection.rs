@@ -15,6 +15,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rustix::io::Errno;
 use stoker::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
 };
@@ -394,7 +395,7 @@ pub(super) fn serve_releases(
                 send_error(sock, refuse(ErrorCode::BadMessage, why.clone()));
                 return End::Malformed(why);
             }
-            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => return End::Eof,
+            Err(e) if e.raw_os_error() == Some(Errno::CONNRESET.raw_os_error()) => return End::Eof,
             Err(e) => return End::Socket(e),
         };
         if !r.fds.is_empty() {

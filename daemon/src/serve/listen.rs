@@ -12,11 +12,13 @@
 //! # Limitations
 //! - One thread per connection: ranks per host are few.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::engine::Engine;
@@ -79,6 +81,7 @@ pub(super) fn group_id(name: &str) -> Option<u32> {
     if let Ok(gid) = name.parse::<u32>() {
         return Some(gid);
     }
+    // rustix has no group database (getgrnam_r is NSS, libc's own): libc it stays.
     let cname = std::ffi::CString::new(name).ok()?;
     let mut buf = vec![0u8; 16 * 1024];
     // SAFETY: a zeroed libc::group is a valid out-parameter for getgrnam_r.
@@ -247,30 +250,26 @@ impl Server {
     fn wait_for_client(&self, lobby: &mut Lobby) -> Result<Woke, ServerError> {
         // The listener first, then the lobby's connections, then the stop event last.
         let mut pfds = lobby.poll_fds(&self.listener);
-        pfds.push(libc::pollfd {
-            fd: self.state.stop_event.as_fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        let timeout = libc::c_int::try_from(lobby.timeout(HEARTBEAT_INTERVAL).as_millis())
-            .unwrap_or(libc::c_int::MAX);
-        // SAFETY: `pfds` is a valid array of pollfds for the duration of the call.
-        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                return Ok(Woke::Heartbeat);
+        pfds.push(PollFd::new(&self.state.stop_event, PollFlags::IN));
+        // A wait too long for a timespec (it is at most the heartbeat) waits forever.
+        let timeout = Timespec::try_from(lobby.timeout(HEARTBEAT_INTERVAL)).ok();
+        match rustix::event::poll(&mut pfds, timeout.as_ref()) {
+            Ok(_) => {}
+            Err(Errno::INTR) => return Ok(Woke::Heartbeat),
+            Err(e) => {
+                return Err(ServerError::Accept(SockError::Io {
+                    op: "poll",
+                    source: e.into(),
+                }))
             }
-            return Err(ServerError::Accept(SockError::Io {
-                op: "poll",
-                source: e,
-            }));
         }
-        for arrived in lobby.sort_out(&pfds) {
+        let polled: Vec<PollFlags> = pfds.iter().map(PollFd::revents).collect();
+        drop(pfds);
+        for arrived in lobby.sort_out(&polled) {
             self.spawn_connection(arrived.id, arrived.sock);
         }
-        let stopped = pfds.last().is_some_and(|p| p.revents != 0);
-        Ok(if pfds[0].revents & libc::POLLIN != 0 && !stopped {
+        let stopped = polled.last().is_some_and(|p| !p.is_empty());
+        Ok(if polled[0].contains(PollFlags::IN) && !stopped {
             Woke::Client
         } else {
             Woke::Heartbeat
@@ -319,18 +318,22 @@ impl Drop for Server {
 }
 
 fn is_fd_exhaustion(e: &SockError) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+    let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+    matches!(errno, Some(Errno::MFILE | Errno::NFILE))
 }
 
 pub(super) fn is_transient_accept(e: &SockError) -> bool {
+    let errno = e.raw_os_error().map(Errno::from_raw_os_error);
     matches!(
-        e.raw_os_error(),
-        Some(libc::ECONNABORTED)
-            | Some(libc::EMFILE)
-            | Some(libc::ENFILE)
-            | Some(libc::ENOBUFS)
-            | Some(libc::ENOMEM)
-            | Some(libc::EPROTO)
-            | Some(libc::EPERM)
+        errno,
+        Some(
+            Errno::CONNABORTED
+                | Errno::MFILE
+                | Errno::NFILE
+                | Errno::NOBUFS
+                | Errno::NOMEM
+                | Errno::PROTO
+                | Errno::PERM
+        )
     )
 }

@@ -21,9 +21,14 @@
 //! - Caps are per uid: many uids together can still fill the total (each to its own cap).
 //! - A connection over a cap is closed without an ERROR message (writing to it could block).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::RecvFlags;
 
 use stoker::socket::SeqPacket;
 
@@ -113,13 +118,9 @@ pub struct Lobby {
 
 /// Half the soft fd limit: what the lobby may hold at most.
 fn fd_share() -> usize {
-    // SAFETY: rlimit is plain data; getrlimit fills it.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `r` is a valid rlimit for the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return usize::MAX;
-    }
-    usize::try_from(r.rlim_cur / 2).unwrap_or(usize::MAX)
+    // `None` is no limit.
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    soft.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX))
 }
 
 impl Lobby {
@@ -168,14 +169,13 @@ impl Lobby {
     }
 
     /// The fds to poll: the listener first, then every waiting connection in order.
-    pub fn poll_fds(&self, listener: &impl AsFd) -> Vec<libc::pollfd> {
-        let pfd = |fd: i32| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        std::iter::once(pfd(listener.as_fd().as_raw_fd()))
-            .chain(self.waiting.iter().map(|w| pfd(w.sock.as_fd().as_raw_fd())))
+    pub fn poll_fds<'a>(&'a self, listener: &'a impl AsFd) -> Vec<PollFd<'a>> {
+        std::iter::once(PollFd::new(listener, PollFlags::IN))
+            .chain(
+                self.waiting
+                    .iter()
+                    .map(|w| PollFd::new(&w.sock, PollFlags::IN)),
+            )
             .collect()
     }
 
@@ -188,18 +188,18 @@ impl Lobby {
             .fold(max, Duration::min)
     }
 
-    /// After a poll over [`Lobby::poll_fds`]: removes the connections whose first message has
+    /// After a poll over [`Lobby::poll_fds`], given each entry's returned events: removes the connections whose first message has
     /// arrived (returned, for their threads), closes those that hung up or are past the
     /// deadline.
-    pub fn sort_out(&mut self, polled: &[libc::pollfd]) -> Vec<Arrived> {
+    pub fn sort_out(&mut self, polled: &[PollFlags]) -> Vec<Arrived> {
         let now = Instant::now();
         let mut arrived = Vec::new();
         let mut keep = Vec::with_capacity(self.waiting.len());
         let waiting = std::mem::take(&mut self.waiting);
         for (i, w) in waiting.into_iter().enumerate() {
             // Connections admitted after the poll have no entry: they wait on.
-            let revents = polled.get(i + 1).map_or(0, |p| p.revents);
-            let verdict = if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            let revents = polled.get(i + 1).copied().unwrap_or(PollFlags::empty());
+            let verdict = if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
                 if has_message(&w.sock) {
                     None
                 } else {
@@ -271,18 +271,11 @@ impl Lobby {
 /// Whether a readable connection holds a message (not only the end of file).
 fn has_message(sock: &SeqPacket) -> bool {
     let mut byte = [0u8; 1];
-    // SAFETY: `byte` is a valid 1-byte buffer; MSG_PEEK leaves the message queued.
-    let n = unsafe {
-        libc::recv(
-            sock.as_fd().as_raw_fd(),
-            byte.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    // > 0: a message (peeked, possibly truncated); 0: end of file; < 0 with EAGAIN cannot
-    // happen after POLLIN, any other error is for the thread to report.
-    n != 0
+    // PEEK leaves the message queued.
+    let peeked = rustix::net::recv(sock, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    // 1: a message (peeked, possibly truncated); 0: end of file; EAGAIN cannot happen after
+    // POLLIN, any other error is for the thread to report.
+    !matches!(peeked, Ok((0, _)))
 }
 
 #[cfg(test)]
@@ -305,16 +298,20 @@ mod tests {
         assert_eq!(lobby.len(), 2, "the same uid holds at most its cap");
         // Connection 1 speaks; connection 0 stays silent past the deadline.
         clients[1].send(b"hello", &[]).unwrap();
-        let pfds = lobby.poll_fds(&clients[0]);
-        let mut pfds = pfds;
-        // SAFETY: valid pollfds for the call.
-        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
-        let arrived = lobby.sort_out(&pfds);
+        let mut pfds = lobby.poll_fds(&clients[0]);
+        let second = rustix::event::Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut pfds, Some(&second)).unwrap();
+        let polled: Vec<PollFlags> = pfds.iter().map(PollFd::revents).collect();
+        drop(pfds);
+        let arrived = lobby.sort_out(&polled);
         assert_eq!(arrived.len(), 1);
         assert_eq!(arrived[0].id, 1);
         std::thread::sleep(Duration::from_millis(60));
-        let pfds = lobby.poll_fds(&clients[0]);
-        assert!(lobby.sort_out(&pfds).is_empty());
+        let polled = vec![PollFlags::empty(); lobby.len() + 1];
+        assert!(lobby.sort_out(&polled).is_empty());
         assert!(lobby.is_empty(), "the silent one is closed at its deadline");
     }
 }

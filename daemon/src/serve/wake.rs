@@ -7,7 +7,11 @@
 //! # Limitations
 //! - Linux only (eventfd), like the rest of the daemon.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+#![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::event::EventfdFlags;
 
 /// A wake-up flag a `poll` can wait on.
 #[derive(Debug)]
@@ -15,33 +19,26 @@ pub struct EventFd(OwnedFd);
 
 impl EventFd {
     pub fn new() -> Result<EventFd, std::io::Error> {
-        // SAFETY: plain syscall; no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        Ok(EventFd(fd))
     }
 
     /// Makes the eventfd readable (wakes every poll on it) until it is drained.
     pub fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to an fd we own. A full counter (EAGAIN)
-        // is still readable, which is all a signal needs.
-        unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // A full counter (EAGAIN) is still readable, which is all a signal needs.
+        let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
     }
 
     /// Whether the eventfd was signalled (without clearing it).
     #[cfg(test)]
     pub fn is_signalled(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        use rustix::event::{PollFd, PollFlags};
+        let mut pfd = [PollFd::new(&self.0, PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        // SAFETY: one valid pollfd for the duration of the call; zero timeout.
-        unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+        rustix::event::poll(&mut pfd, Some(&zero)) == Ok(1)
     }
 }
 

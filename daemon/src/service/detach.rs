@@ -19,8 +19,10 @@
 //! - Linux only (pipe2, fork, setsid), like the rest of the daemon.
 
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::ExitCode;
+
+use rustix::process::{Pid, WaitOptions};
 
 /// What [`detach`] leaves each side of the fork.
 pub enum Role {
@@ -62,14 +64,9 @@ pub enum DetachError {
 ///
 /// Call it before any thread is started.
 pub fn detach() -> Result<Role, DetachError> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is an array of two ints, as pipe2 requires.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(DetachError::Pipe(std::io::Error::last_os_error()));
-    }
-    // SAFETY: pipe2 just returned these two descriptors; nothing else owns them.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| DetachError::Pipe(e.into()))?;
+    // rustix has no fork outside its experimental `runtime` feature: libc it stays.
     // SAFETY: the caller runs this while the process has a single thread, so the child does
     // not inherit locks held by threads that do not exist in it.
     let pid = unsafe { libc::fork() };
@@ -77,32 +74,34 @@ pub fn detach() -> Result<Role, DetachError> {
         -1 => Err(DetachError::Fork(std::io::Error::last_os_error())),
         0 => {
             drop(read_end);
-            // SAFETY: setsid has no memory preconditions; it fails only for a process group
-            // leader, which a freshly forked child is not.
-            unsafe { libc::setsid() };
+            // It fails only for a process group leader, which a freshly forked child is not.
+            let _ = rustix::process::setsid();
             Ok(Role::Daemon(ReadyNotice(Some(std::fs::File::from(
                 write_end,
             )))))
         }
         child => {
             drop(write_end);
+            // fork returned a positive pid here.
+            let child = Pid::from_raw(child).expect("fork returns a positive pid to the parent");
             Ok(Role::Parent(wait_ready(read_end, child)))
         }
     }
 }
 
 /// The starter's side: 0 once the child says it serves, else the child's own exit code.
-fn wait_ready(read_end: OwnedFd, child: libc::pid_t) -> ExitCode {
+fn wait_ready(read_end: OwnedFd, child: Pid) -> ExitCode {
     let mut said = Vec::new();
     let _ = std::fs::File::from(read_end).read_to_end(&mut said);
     if said.starts_with(b"ready") {
         return ExitCode::SUCCESS;
     }
-    let mut status: libc::c_int = 0;
-    // SAFETY: `child` is our own child and `status` a valid out-parameter.
-    let reaped = unsafe { libc::waitpid(child, &mut status, 0) };
-    if reaped == child && libc::WIFEXITED(status) {
-        let code = libc::WEXITSTATUS(status);
+    let reaped = rustix::process::waitpid(Some(child), WaitOptions::empty());
+    let code = match reaped {
+        Ok(Some((pid, status))) if pid == child => status.exit_status(),
+        _ => None,
+    };
+    if let Some(code) = code {
         eprintln!("stokerd: the detached daemon exited with {code} before serving");
         return ExitCode::from(u8::try_from(code).unwrap_or(1).max(1));
     }

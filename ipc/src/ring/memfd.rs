@@ -18,13 +18,19 @@
 //!   this type hands out raw pointers and, for leased slots, byte slices.
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::io::Errno;
+use rustix::mm::{MapFlags, ProtFlags};
 
 use crate::ring::RingLayout;
 
 /// Seals every ring carries.
-pub const RING_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+pub const RING_SEALS: SealFlags = SealFlags::SHRINK
+    .union(SealFlags::GROW)
+    .union(SealFlags::SEAL);
 
 /// Why a ring cannot be created or mapped.
 #[derive(Debug, thiserror::Error)]
@@ -37,17 +43,21 @@ pub enum MemfdError {
     },
     #[error("ring memfd is {got} bytes, the layout needs {want}")]
     Size { got: u64, want: u64 },
-    #[error("ring memfd seals are {got:#x}, must include {want:#x} (shrink, grow, seal)")]
-    Seals { got: i32, want: i32 },
+    #[error(
+        "ring memfd seals are {:#x}, must include {:#x} (shrink, grow, seal)",
+        .got.bits(),
+        .want.bits()
+    )]
+    Seals { got: SealFlags, want: SealFlags },
     #[error("a ring of zero bytes cannot be mapped")]
     Empty,
 }
 
 impl MemfdError {
-    fn last(op: &'static str) -> MemfdError {
-        MemfdError::Io {
+    fn os(op: &'static str) -> impl FnOnce(Errno) -> MemfdError {
+        move |errno| MemfdError::Io {
             op,
-            source: std::io::Error::last_os_error(),
+            source: errno.into(),
         }
     }
 }
@@ -70,8 +80,9 @@ struct Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows the mapping past
-        // the owning ring's lifetime (slices handed out borrow the ring).
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // the owning ring's lifetime (slices handed out borrow the ring). A failed unmap
+        // leaks the mapping; there is nothing better to do in a drop.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
@@ -88,27 +99,15 @@ impl MemfdRing {
         if layout.ring_bytes == 0 {
             return Err(MemfdError::Empty);
         }
-        // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
-        let raw = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if raw < 0 {
-            return Err(MemfdError::last("memfd_create"));
-        }
-        // SAFETY: `raw` was just returned by memfd_create and nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let size = libc::off_t::try_from(layout.ring_bytes).map_err(|_| MemfdError::Size {
+        let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+        let fd = rustix::fs::memfd_create(name, flags).map_err(MemfdError::os("memfd_create"))?;
+        let size = i64::try_from(layout.ring_bytes).map_err(|_| MemfdError::Size {
             got: 0,
             want: layout.ring_bytes as u64,
         })?;
-        // SAFETY: plain syscall on an fd we own.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
-            return Err(MemfdError::last("ftruncate"));
-        }
-        // SAFETY: plain fcntl on an fd we own.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, RING_SEALS) } != 0 {
-            return Err(MemfdError::last("fcntl(F_ADD_SEALS)"));
-        }
+        rustix::fs::ftruncate(&fd, size.unsigned_abs()).map_err(MemfdError::os("ftruncate"))?;
+        rustix::fs::fcntl_add_seals(&fd, RING_SEALS)
+            .map_err(MemfdError::os("fcntl(F_ADD_SEALS)"))?;
         let map = map(fd.as_fd(), layout.ring_bytes)?;
         Ok(MemfdRing { map, fd, layout })
     }
@@ -119,23 +118,15 @@ impl MemfdRing {
         if layout.ring_bytes == 0 {
             return Err(MemfdError::Empty);
         }
-        // SAFETY: plain fcntl on an fd we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 {
-            return Err(MemfdError::last("fcntl(F_GET_SEALS)"));
-        }
-        if seals & RING_SEALS != RING_SEALS {
+        let seals =
+            rustix::fs::fcntl_get_seals(&fd).map_err(MemfdError::os("fcntl(F_GET_SEALS)"))?;
+        if !seals.contains(RING_SEALS) {
             return Err(MemfdError::Seals {
                 got: seals,
                 want: RING_SEALS,
             });
         }
-        // SAFETY: libc::stat is plain old data; zeroes are a valid value for fstat to fill.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `st` is valid for writes; `fd` is ours.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(MemfdError::last("fstat"));
-        }
+        let st = rustix::fs::fstat(&fd).map_err(MemfdError::os("fstat"))?;
         let got = u64::try_from(st.st_size).unwrap_or(0);
         if got != layout.ring_bytes as u64 {
             return Err(MemfdError::Size {
@@ -214,29 +205,26 @@ impl AsFd for MemfdRing {
 }
 
 fn map(fd: BorrowedFd<'_>, len: usize) -> Result<Mapping, MemfdError> {
-    // SAFETY: a fresh shared mapping of a file we hold open; the kernel picks the address.
+    // SAFETY: a fresh shared mapping of a file we hold open; the kernel picks the address, so
+    // no existing memory is replaced.
     let ptr = unsafe {
-        libc::mmap(
+        rustix::mm::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
             0,
         )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(MemfdError::last("mmap"));
     }
+    .map_err(MemfdError::os("mmap"))?;
     let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(MemfdError::Empty)?;
     Ok(Mapping { ptr, len })
 }
 
 /// The page size, the granularity of memfd rings.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(v).ok().filter(|&v| v > 0).unwrap_or(4096)
+    rustix::param::page_size()
 }
 
 #[cfg(test)]
@@ -251,13 +239,10 @@ mod tests {
     #[test]
     fn ring_is_sealed_sized_and_shared() {
         let ring = MemfdRing::create(c"stoker-test", layout()).unwrap();
-        // SAFETY: F_GET_SEALS on our fd.
-        let seals = unsafe { libc::fcntl(ring.as_fd().as_raw_fd(), libc::F_GET_SEALS) };
-        assert_eq!(seals & RING_SEALS, RING_SEALS);
+        let seals = rustix::fs::fcntl_get_seals(&ring).unwrap();
+        assert!(seals.contains(RING_SEALS));
         // Resizing is refused by the seals.
-        // SAFETY: plain syscall on our fd; expected to fail.
-        let rc = unsafe { libc::ftruncate(ring.as_fd().as_raw_fd(), 4096) };
-        assert_eq!(rc, -1);
+        assert_eq!(rustix::fs::ftruncate(&ring, 4096), Err(Errno::PERM));
         // A second mapping through a duplicate fd sees the writes of the first.
         let other =
             MemfdRing::from_fd(ring.as_fd().try_clone_to_owned().unwrap(), layout()).unwrap();

@@ -15,12 +15,22 @@
 //! # Limitations
 //! - Linux only. At most [`MAX_FDS`] descriptors per message.
 
+#![forbid(unsafe_code)]
+
 use std::io;
-use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::net::{
+    self, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, Shutdown, SocketAddrUnix, SocketFlags,
+    SocketType,
+};
 
 pub mod path;
 
@@ -49,10 +59,10 @@ pub enum SockError {
 }
 
 impl SockError {
-    fn last(op: &'static str) -> SockError {
+    fn os(op: &'static str, errno: Errno) -> SockError {
         SockError::Io {
             op,
-            source: io::Error::last_os_error(),
+            source: errno.into(),
         }
     }
 
@@ -66,10 +76,10 @@ impl SockError {
 
     /// True when a receive timeout (set with [`SeqPacket::set_read_timeout`]) expired.
     pub fn is_timeout(&self) -> bool {
-        matches!(
-            self.raw_os_error(),
-            Some(libc::EAGAIN) | Some(libc::ETIMEDOUT)
-        )
+        let timeouts = [Errno::AGAIN, Errno::TIMEDOUT];
+        timeouts
+            .iter()
+            .any(|e| self.raw_os_error() == Some(e.raw_os_error()))
     }
 }
 
@@ -78,6 +88,14 @@ impl SockError {
 pub struct Received {
     pub len: usize,
     pub fds: Vec<OwnedFd>,
+}
+
+/// The peer's credentials as the kernel recorded them at connect time (SO_PEERCRED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// A connected SOCK_SEQPACKET socket.
@@ -93,63 +111,34 @@ pub struct SeqPacketListener {
 }
 
 fn socket() -> Result<OwnedFd, SockError> {
-    // SAFETY: plain syscall with constant arguments; no pointers.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(SockError::last("socket"));
-    }
-    // SAFETY: `fd` was just returned by socket(2), is valid, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| SockError::os("socket", e))
 }
 
-/// The size of a kernel struct passed to a socket call, as the kernel takes it.
-// The structs passed (timeval, ucred) are a few bytes.
-#[allow(clippy::cast_possible_truncation)]
-fn socklen_of<T>() -> libc::socklen_t {
-    size_of::<T>() as libc::socklen_t
-}
+/// `sizeof(sockaddr_un.sun_path)` on Linux.
+const SUN_PATH_LEN: usize = 108;
 
-fn sockaddr(path: &Path) -> Result<(libc::sockaddr_un, libc::socklen_t), SockError> {
-    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    // AF_UNIX is 1.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let family = libc::AF_UNIX as libc::sa_family_t;
-    addr.sun_family = family;
-    let bytes = path.as_os_str().as_bytes();
+fn sockaddr(path: &Path) -> Result<SocketAddrUnix, SockError> {
     // Keep one byte for the terminating NUL.
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.is_empty() || bytes.len() >= SUN_PATH_LEN || bytes.contains(&0) {
         return Err(SockError::PathTooLong(path.to_owned()));
     }
-    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = libc::c_char::from_ne_bytes([*src]);
-    }
-    let len = size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    let len =
-        libc::socklen_t::try_from(len).map_err(|_| SockError::PathTooLong(path.to_owned()))?;
-    Ok((addr, len))
+    SocketAddrUnix::new(path).map_err(|_| SockError::PathTooLong(path.to_owned()))
 }
 
 impl SeqPacketListener {
     /// Binds `path` and listens. The path must not exist (remove a stale one first).
     pub fn bind(path: &Path) -> Result<SeqPacketListener, SockError> {
         let fd = socket()?;
-        let (addr, len) = sockaddr(path)?;
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes that outlives the call.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_un).cast(),
-                len,
-            )
-        };
-        if rc != 0 {
-            return Err(SockError::last("bind"));
-        }
-        // SAFETY: plain syscall on a socket we own.
-        if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
-            return Err(SockError::last("listen"));
-        }
+        let addr = sockaddr(path)?;
+        net::bind(&fd, &addr).map_err(|e| SockError::os("bind", e))?;
+        net::listen(&fd, 128).map_err(|e| SockError::os("listen", e))?;
         Ok(SeqPacketListener { fd })
     }
 
@@ -161,23 +150,10 @@ impl SeqPacketListener {
     /// Waits for a client. `EINTR` is retried.
     pub fn accept(&self) -> Result<SeqPacket, SockError> {
         loop {
-            // SAFETY: null address pointers are allowed (we do not want the peer's address).
-            let fd = unsafe {
-                libc::accept4(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: `fd` was just returned by accept4(2) and nothing else owns it.
-                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                return Ok(SeqPacket { fd });
-            }
-            let err = SockError::last("accept");
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
+            match net::accept_with(&self.fd, SocketFlags::CLOEXEC) {
+                Ok(fd) => return Ok(SeqPacket { fd }),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(SockError::os("accept", e)),
             }
         }
     }
@@ -193,38 +169,20 @@ impl SeqPacket {
     /// Connects to the listener at `path`.
     pub fn connect(path: &Path) -> Result<SeqPacket, SockError> {
         let fd = socket()?;
-        let (addr, len) = sockaddr(path)?;
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes that outlives the call.
-        let rc = unsafe {
-            libc::connect(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_un).cast(),
-                len,
-            )
-        };
-        if rc != 0 {
-            return Err(SockError::last("connect"));
-        }
+        let addr = sockaddr(path)?;
+        net::connect(&fd, &addr).map_err(|e| SockError::os("connect", e))?;
         Ok(SeqPacket { fd })
     }
 
     /// A connected pair (tests, and in-process clients).
     pub fn pair() -> Result<(SeqPacket, SeqPacket), SockError> {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: `fds` has room for the two descriptors socketpair(2) writes.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if rc != 0 {
-            return Err(SockError::last("socketpair"));
-        }
-        // SAFETY: both descriptors were just created by socketpair(2) and are owned by no one.
-        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (a, b) = net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| SockError::os("socketpair", e))?;
         Ok((SeqPacket { fd: a }, SeqPacket { fd: b }))
     }
 
@@ -240,62 +198,28 @@ impl SeqPacket {
     /// Makes `recv` fail with a timeout error ([`SockError::is_timeout`]) after `d`;
     /// `None` blocks forever.
     pub fn set_read_timeout(&self, d: Option<Duration>) -> Result<(), SockError> {
-        let tv = match d {
-            Some(d) => libc::timeval {
-                tv_sec: libc::time_t::try_from(d.as_secs())
-                    .map_or(i32::MAX.into(), |s| s.min(i32::MAX.into())),
-                tv_usec: d.subsec_micros().max(u32::from(d.is_zero())) as libc::suseconds_t,
-            },
-            None => libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-        };
-        // SAFETY: `tv` is a valid timeval that outlives the call, and the length says so.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                socklen_of::<libc::timeval>(),
-            )
-        };
-        if rc != 0 {
-            return Err(SockError::last("setsockopt(SO_RCVTIMEO)"));
-        }
-        Ok(())
+        // A zero timeout would mean "block forever" to the kernel: make it the shortest one.
+        let d = d.map(|d| d.max(Duration::from_micros(1)));
+        net::sockopt::set_socket_timeout(&self.fd, net::sockopt::Timeout::Recv, d)
+            .map_err(|e| SockError::os("setsockopt(SO_RCVTIMEO)", e))
     }
 
     /// Shuts both directions down: a thread blocked in `recv` on another handle of this
     /// socket returns end of file.
     pub fn shutdown(&self) {
-        // SAFETY: plain syscall on a socket we own; failure (not connected) is harmless.
-        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        // Failure (not connected) is harmless: there is nothing to wake.
+        let _ = net::shutdown(&self.fd, Shutdown::Both);
     }
 
     /// The peer's credentials (SO_PEERCRED): pid, uid, gid.
-    pub fn peer_cred(&self) -> Result<libc::ucred, SockError> {
-        let mut cred = libc::ucred {
-            pid: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let mut len = socklen_of::<libc::ucred>();
-        // SAFETY: `cred` and `len` are valid for writes and `len` holds cred's size.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(SockError::last("getsockopt(SO_PEERCRED)"));
-        }
-        Ok(cred)
+    pub fn peer_cred(&self) -> Result<PeerCred, SockError> {
+        let cred = net::sockopt::socket_peercred(&self.fd)
+            .map_err(|e| SockError::os("getsockopt(SO_PEERCRED)", e))?;
+        Ok(PeerCred {
+            pid: cred.pid.as_raw_nonzero().get(),
+            uid: cred.uid.as_raw(),
+            gid: cred.gid.as_raw(),
+        })
     }
 
     /// Sends one message with `fds` attached (SCM_RIGHTS). `EINTR` is retried.
@@ -303,54 +227,23 @@ impl SeqPacket {
         if fds.len() > MAX_FDS {
             return Err(SockError::SendTooManyFds(fds.len()));
         }
-        let mut cmsg_buf = CmsgBuf::new();
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
-        // SAFETY: msghdr is plain old data; all zeroes is a valid empty header.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if !fds.is_empty() {
-            // At most MAX_FDS descriptors (checked above).
-            #[allow(clippy::cast_possible_truncation)]
-            let payload = (fds.len() * size_of::<RawFd>()) as u32;
-            // SAFETY: CMSG_SPACE is a pure size computation.
-            let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
-            msg.msg_control = cmsg_buf.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
-            // SAFETY: msg_control points at a buffer of `space` (<= its capacity) aligned
-            // bytes, so CMSG_FIRSTHDR returns a valid header pointer inside it, and the
-            // `fds.len()` descriptors fit in its CMSG_DATA area by construction of `space`.
-            unsafe {
-                let cmsg = libc::CMSG_FIRSTHDR(&msg);
-                (*cmsg).cmsg_level = libc::SOL_SOCKET;
-                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as _;
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                for (i, fd) in fds.iter().enumerate() {
-                    data.add(i).write_unaligned(fd.as_raw_fd());
-                }
-            }
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(SockError::SendTooManyFds(fds.len()));
         }
         loop {
-            // SAFETY: `msg` points at `iov` and `cmsg_buf`, both alive for the call; the
-            // kernel only reads them.
-            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                let sent = n.unsigned_abs();
-                if sent != bytes.len() {
+            let iov = [IoSlice::new(bytes)];
+            match net::sendmsg(&self.fd, &iov, &mut control, SendFlags::NOSIGNAL) {
+                Ok(sent) if sent == bytes.len() => return Ok(()),
+                Ok(sent) => {
                     return Err(SockError::ShortSend {
                         sent,
                         len: bytes.len(),
-                    });
+                    })
                 }
-                return Ok(());
-            }
-            let err = SockError::last("sendmsg");
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(SockError::os("sendmsg", e)),
             }
         }
     }
@@ -358,42 +251,25 @@ impl SeqPacket {
     /// Receives one message into `buf`. `Ok(None)` is end of file (the peer closed).
     /// A message longer than `buf` is [`SockError::Truncated`]. `EINTR` is retried.
     pub fn recv(&self, buf: &mut [u8]) -> Result<Option<Received>, SockError> {
-        let mut cmsg_buf = CmsgBuf::new();
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let buf_len = buf.len();
         loop {
-            let mut iov = libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut iov = [IoSliceMut::new(buf)];
+            let flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::TRUNC;
+            let got = match net::recvmsg(&self.fd, &mut iov, &mut control, flags) {
+                Ok(got) => got,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(SockError::os("recvmsg", e)),
             };
-            // SAFETY: msghdr is plain old data; all zeroes is a valid empty header.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cmsg_buf.as_mut_ptr().cast();
-            msg.msg_controllen = CmsgBuf::CAPACITY as _;
-            // SAFETY: `msg` points at `buf` (via iov) and `cmsg_buf`, both valid for writes of
-            // the lengths given and alive for the call.
-            let n = unsafe {
-                libc::recvmsg(
-                    self.fd.as_raw_fd(),
-                    &mut msg,
-                    libc::MSG_CMSG_CLOEXEC | libc::MSG_TRUNC,
-                )
-            };
-            if n < 0 {
-                let err = SockError::last("recvmsg");
-                if err.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
-                return Err(err);
-            }
             // Take ownership of every fd first, so each is closed whatever happens next.
-            let fds = take_fds(&msg);
-            let len = n.unsigned_abs();
-            if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            let fds = take_fds(&mut control);
+            let len = got.bytes;
+            if got.flags.contains(ReturnFlags::CTRUNC) {
                 return Err(SockError::TooManyFds);
             }
-            if msg.msg_flags & libc::MSG_TRUNC != 0 || len > buf.len() {
-                return Err(SockError::Truncated(len.max(buf.len() + 1), buf.len()));
+            if got.flags.contains(ReturnFlags::TRUNC) || len > buf_len {
+                return Err(SockError::Truncated(len.max(buf_len + 1), buf_len));
             }
             if len == 0 && fds.is_empty() {
                 return Ok(None);
@@ -409,61 +285,23 @@ impl AsFd for SeqPacket {
     }
 }
 
-/// Collects the SCM_RIGHTS descriptors of a received header as owned fds.
-fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+/// Collects the SCM_RIGHTS descriptors of a received message as owned fds.
+fn take_fds(control: &mut RecvAncillaryBuffer<'_>) -> Vec<OwnedFd> {
     let mut fds = Vec::new();
-    if msg.msg_control.is_null() || msg.msg_controllen == 0 {
-        return fds;
-    }
-    // SAFETY: `msg` was filled by recvmsg(2): its control area holds `msg_controllen` bytes
-    // of well-formed cmsg headers, which CMSG_FIRSTHDR/CMSG_NXTHDR walk within bounds.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let header = libc::CMSG_LEN(0) as usize;
-                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header) / size_of::<RawFd>();
-                for i in 0..count {
-                    // Each received descriptor is new in this process and owned by no one.
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
         }
     }
     fds
 }
-
-/// An aligned control-message buffer with room for [`MAX_FDS`] descriptors.
-struct CmsgBuf {
-    buf: [MaybeUninit<u64>; CmsgBuf::WORDS],
-}
-
-impl CmsgBuf {
-    const WORDS: usize = 16;
-    const CAPACITY: usize = CmsgBuf::WORDS * size_of::<u64>();
-
-    fn new() -> CmsgBuf {
-        CmsgBuf {
-            buf: [MaybeUninit::new(0); CmsgBuf::WORDS],
-        }
-    }
-
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.buf.as_mut_ptr().cast()
-    }
-}
-
-// Room for MAX_FDS descriptors, checked at compile time.
-const _: () =
-    assert!(CmsgBuf::CAPACITY >= size_of::<libc::cmsghdr>() + MAX_FDS * size_of::<RawFd>() + 8);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs::File;
     use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn messages_keep_their_boundaries() {
@@ -490,11 +328,9 @@ mod tests {
         assert_eq!(r.fds.len(), 1);
         let fd = r.fds.into_iter().next().unwrap();
         assert_ne!(fd.as_raw_fd(), f.as_raw_fd());
-        // SAFETY: F_GETFD on a valid fd we own.
-        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
-        assert_ne!(
-            flags & libc::FD_CLOEXEC,
-            0,
+        let flags = rustix::io::fcntl_getfd(&fd).unwrap();
+        assert!(
+            flags.contains(rustix::io::FdFlags::CLOEXEC),
             "received fd must be close-on-exec"
         );
         let mut g = File::from(fd);
@@ -520,7 +356,7 @@ mod tests {
         let mut buf = [0u8; 10];
         assert!(b.recv(&mut buf).unwrap().is_none());
         let err = b.send(b"x", &[]).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EPIPE));
+        assert_eq!(err.raw_os_error(), Some(Errno::PIPE.raw_os_error()));
     }
 
     #[test]
@@ -543,10 +379,9 @@ mod tests {
         let r = s.recv(&mut buf).unwrap().unwrap();
         assert_eq!(&buf[..r.len], b"hello");
         let cred = s.peer_cred().unwrap();
-        // SAFETY: getuid has no preconditions.
-        assert_eq!(cred.uid, unsafe { libc::getuid() });
+        assert_eq!(cred.uid, rustix::process::getuid().as_raw());
         let err = SeqPacket::connect(&dir.path().join("nope.sock")).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(err.raw_os_error(), Some(Errno::NOENT.raw_os_error()));
         assert!(matches!(
             SeqPacket::connect(&dir.path().join("x".repeat(200))),
             Err(SockError::PathTooLong(_))

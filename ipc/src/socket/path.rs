@@ -1,6 +1,8 @@
 //! Which socket a daemon listens on and a client connects to unless told otherwise.
 //! docs/operations.md ("Which socket") states the rule; this is its one implementation.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use super::SeqPacket;
@@ -16,8 +18,7 @@ pub fn user_daemon_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("stoker"),
         None => {
-            // SAFETY: getuid has no preconditions and cannot fail.
-            let uid = unsafe { libc::getuid() };
+            let uid = rustix::process::getuid().as_raw();
             PathBuf::from(format!("/tmp/stoker-{uid}"))
         }
     }
@@ -35,9 +36,7 @@ pub fn default_socket_path() -> PathBuf {
     if let Some(p) = std::env::var_os(SOCKET_ENV).filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if uid == 0 {
+    if rustix::process::getuid().is_root() {
         return PathBuf::from(SYSTEM_SOCKET);
     }
     user_socket_path()

@@ -17,8 +17,9 @@
 //! - Visited folders are remembered per class folder (classes are walked in parallel), so a
 //!   folder reachable from two classes is listed in both.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashSet;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,13 +95,7 @@ const PSEUDO_FS: &[(i64, &str)] = &[
 
 /// The name of the pseudo filesystem `dir` is on, if it is on one.
 pub(super) fn pseudo_fs(dir: &Path) -> Option<&'static str> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs is plain data; zeroed is a valid out-parameter.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and `st` a valid statfs, both live across the call.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
+    let st = rustix::fs::statfs(dir).ok()?;
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
     let kind = st.f_type as i64;
     PSEUDO_FS.iter().find(|(m, _)| *m == kind).map(|(_, n)| *n)

@@ -88,6 +88,7 @@ pub enum BenchError {
 
 /// Process CPU time (user + system) in seconds.
 pub fn process_cpu_seconds() -> f64 {
+    // rustix has no getrusage: libc it stays.
     // SAFETY: getrusage writes a plain struct we own.
     let usage = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
@@ -395,19 +396,16 @@ pub fn evict(ds: &Dataset) -> Eviction {
         stoker_daemon::source::object::evict(ds);
         return Eviction::NodeCache;
     }
-    // SAFETY: sync and geteuid take no arguments and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        // SAFETY: as above.
-        unsafe { libc::sync() };
+    if rustix::process::geteuid().is_root() {
+        rustix::fs::sync();
         if std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
             return Eviction::DropCaches;
         }
     }
-    use std::os::fd::AsRawFd;
     for p in distinct_files(ds) {
         if let Ok(f) = std::fs::File::open(&p) {
-            // SAFETY: the fd is open for the duration of the call; fadvise only advises.
-            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            // Advice only: a file the kernel keeps cached is still read correctly.
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         }
     }
     Eviction::Fadvise
@@ -433,8 +431,7 @@ pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let utime: f64 = f.get(11)?.parse().ok()?;
     let stime: f64 = f.get(12)?.parse().ok()?;
-    // SAFETY: sysconf reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
     Some((utime + stime) / hz)
 }
 

@@ -154,10 +154,10 @@ pub fn check(gpu: &GpuUnderTest) -> Result<String, String> {
     synced.map_err(|e| err(&e))?;
     let fd = ring.export_fd().map_err(|e| err(&e))?;
     let raw = fd.as_raw_fd();
-    // SAFETY: clears close-on-exec on our own descriptor so the child inherits it; `fd` stays
-    // open (and owned here) until the child has exited.
-    if unsafe { libc::fcntl(raw, libc::F_SETFD, 0) } != 0 {
-        return Err(format!("fcntl: {}", std::io::Error::last_os_error()));
+    // Clears close-on-exec so the child inherits the descriptor; `fd` stays open (and owned
+    // here) until the child has exited.
+    if let Err(e) = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()) {
+        return Err(format!("fcntl: {}", std::io::Error::from(e)));
     }
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let out = Command::new(exe)
