@@ -107,12 +107,21 @@ fn systemd_analyze_verifies_the_units() {
     }
 }
 
-/// Every key of the config reference parses: the example file is a valid config.
+/// Every key of the config reference parses: the example file is a valid config, and every
+/// value it sets but the two marked as examples is the default.
 #[test]
 fn the_example_config_parses() {
+    use stoker_daemon::service::config::Config;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/stoker.toml.example");
-    let c = stoker_daemon::service::config::Config::load(&path).unwrap();
+    let mut c = Config::load(&path).unwrap();
     assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
+    c.metrics.listen = None;
+    c.server.socket = None;
+    assert_eq!(
+        c,
+        Config::default(),
+        "deploy/stoker.toml.example sets a value off its default"
+    );
 }
 
 /// Under systemd ($JOURNAL_STREAM) log lines carry no timestamp; piped, they carry no colour.

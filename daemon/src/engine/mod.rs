@@ -73,8 +73,6 @@ pub const CPU_UNIT_SAMPLES: usize = 16;
 /// How many other samples are tried, in order, before a bad sample is given up as failed
 /// under the `skip` policy.
 pub const MAX_REPLACEMENT_TRIES: usize = 16;
-/// Default number of slots in a rank's ring.
-pub const DEFAULT_SLOTS: usize = 4;
 
 /// A position in a job's stream of batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -159,11 +157,13 @@ pub struct Throttle {
 
 impl Default for EngineConfig {
     fn default() -> Self {
+        // The config file's defaults, each written once: 0 threads (one per core), each
+        // enum's #[default], the decoder's and the bad-sample log's named constants.
         EngineConfig {
             threads: 0,
-            reader: ReaderKind::Auto,
+            reader: ReaderKind::default(),
             limits: Limits::default(),
-            policy: BadSamplePolicy::Skip,
+            policy: BadSamplePolicy::default(),
             bad_log_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
             throttle: None,
         }

@@ -364,34 +364,9 @@ pub enum OpenDatasetError {
 /// Ring memory and attachment counts, shared by every connection.
 #[derive(Debug)]
 pub struct Quotas {
-    limits: QuotaLimits,
+    /// `[limits]`: `max_client_ring_bytes`, `max_job_ring_bytes`, `max_clients`.
+    limits: LimitsConfig,
     used: Mutex<Usage>,
-}
-
-/// The numbers [`Quotas`] enforces (from `[limits]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuotaLimits {
-    pub max_client_ring_bytes: u64,
-    pub max_job_ring_bytes: u64,
-    pub max_clients: usize,
-    pub max_jobs: usize,
-}
-
-impl From<&LimitsConfig> for QuotaLimits {
-    fn from(l: &LimitsConfig) -> Self {
-        QuotaLimits {
-            max_client_ring_bytes: l.max_client_ring_bytes,
-            max_job_ring_bytes: l.max_job_ring_bytes,
-            max_clients: l.max_clients,
-            max_jobs: l.max_jobs,
-        }
-    }
-}
-
-impl Default for QuotaLimits {
-    fn default() -> Self {
-        QuotaLimits::from(&LimitsConfig::default())
-    }
 }
 
 #[derive(Debug, Default)]
@@ -411,15 +386,11 @@ pub struct QuotaGrant {
 }
 
 impl Quotas {
-    pub fn new(limits: QuotaLimits) -> Arc<Quotas> {
+    pub fn new(limits: LimitsConfig) -> Arc<Quotas> {
         Arc::new(Quotas {
             limits,
             used: Mutex::default(),
         })
-    }
-
-    pub fn limits(&self) -> QuotaLimits {
-        self.limits
     }
 
     /// Reserves a ring of `bytes` for a client of `uid` in `job`, or says which limit it is
@@ -430,7 +401,7 @@ impl Quotas {
         job: &str,
         bytes: u64,
     ) -> Result<QuotaGrant, AccessError> {
-        let l = self.limits;
+        let l = &self.limits;
         let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
         if u.clients >= l.max_clients {
             return Err(AccessError::Quota(format!(
@@ -593,11 +564,12 @@ mod tests {
 
     #[test]
     fn quotas_refuse_with_numbers_and_are_given_back() {
-        let q = Quotas::new(QuotaLimits {
+        let q = Quotas::new(LimitsConfig {
             max_client_ring_bytes: 100,
             max_job_ring_bytes: 150,
             max_clients: 3,
             max_jobs: 10,
+            ..LimitsConfig::default()
         });
         let a = q.reserve(1, "j", 60).unwrap();
         let e = q.reserve(1, "k", 50).unwrap_err().to_string();

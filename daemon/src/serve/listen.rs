@@ -21,18 +21,20 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
+use crate::engine::backend::BackendKind;
 use crate::engine::Engine;
-use crate::serve::access::Quotas;
+use crate::serve::access::{AccessPolicy, Quotas};
+use crate::service::config::{Config, LimitsConfig};
 
 use super::gpus::Engines;
-use crate::serve::lobby::{Lobby, LobbyLimits};
+use crate::serve::lobby::Lobby;
 use crate::service::metrics as m;
 use crate::service::ratelimit::{Admit, RateLimit};
 
 use super::connection::Connection;
 use super::ops::{ServerHandle, ServerState};
 use super::registry::Registry;
-use super::{ServerConfig, ServerError, HEARTBEAT_INTERVAL};
+use super::{ServerError, HEARTBEAT_INTERVAL};
 
 /// "accept failed" lines a second at most.
 const ACCEPT_LOG_PER_SECOND: u32 = 2;
@@ -48,7 +50,8 @@ pub struct Server {
     pub(super) registry: Arc<Registry>,
     pub(super) quotas: Arc<Quotas>,
     pub(super) state: Arc<ServerState>,
-    pub(super) lobby: LobbyLimits,
+    /// `[limits]`: the lobby's caps and deadline.
+    pub(super) limits: LimitsConfig,
     /// Rate limit of "accept failed" lines.
     pub(super) accept_log: Mutex<RateLimit>,
 }
@@ -102,13 +105,12 @@ pub(super) fn group_id(name: &str) -> Option<u32> {
 }
 
 impl Server {
-    /// Checks the config, starts the engine, and listens at `config.socket` (creating its
-    /// directory, and replacing a stale socket no daemon answers on).
-    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
-        if config.slots < 2 {
-            return Err(ServerError::Slots(config.slots));
-        }
-        let socket = config.socket.clone();
+    /// Starts the engine and listens at the config's socket ([`Config::socket_path`]),
+    /// creating its directory and replacing a stale socket no daemon answers on. `config` has
+    /// been validated (with the command line's overrides applied); `backend` serves ranks that
+    /// name a GPU (`Cuda`) or refuses them (`Cpu`).
+    pub fn bind(config: &Config, backend: BackendKind) -> Result<Server, ServerError> {
+        let socket = config.socket_path();
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| ServerError::SocketDir {
                 path: dir.to_owned(),
@@ -128,8 +130,12 @@ impl Server {
             path: socket.clone(),
             source,
         })?;
-        set_socket_permissions(&socket, config.socket_mode, config.socket_group.as_deref())?;
-        Server::with_listener(listener, socket, true, config)
+        set_socket_permissions(
+            &socket,
+            config.server.socket_mode,
+            config.server.socket_group.as_deref(),
+        )?;
+        Server::with_listener(listener, socket, true, config, backend)
     }
 
     /// Serves on a listening socket systemd passed (socket activation), after checking it is
@@ -137,28 +143,34 @@ impl Server {
     pub fn from_activated(
         fd: OwnedFd,
         socket: PathBuf,
-        config: ServerConfig,
+        config: &Config,
+        backend: BackendKind,
     ) -> Result<Server, ServerError> {
-        if config.slots < 2 {
-            return Err(ServerError::Slots(config.slots));
-        }
         crate::service::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
-        Server::with_listener(SeqPacketListener::from_fd(fd), socket, false, config)
+        Server::with_listener(
+            SeqPacketListener::from_fd(fd),
+            socket,
+            false,
+            config,
+            backend,
+        )
     }
 
     pub(super) fn with_listener(
         listener: SeqPacketListener,
         socket: PathBuf,
         owns_socket: bool,
-        config: ServerConfig,
+        config: &Config,
+        backend: BackendKind,
     ) -> Result<Server, ServerError> {
-        let cpu = Engine::new(config.engine.clone())?;
-        let engines = Arc::new(Engines::new(cpu, config.backend, config.engine));
+        let engine = config.engine();
+        let cpu = Engine::new(engine.clone())?;
+        let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
             jobs: Mutex::default(),
-            access: RwLock::new(config.access),
-            max_jobs: config.quotas.max_jobs,
-            walk: config.walk,
+            access: RwLock::new(AccessPolicy::new(&config.access, &config.datasets)),
+            max_jobs: config.limits.max_jobs,
+            walk: config.limits.walk(),
         });
         let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
         state.beat();
@@ -166,12 +178,12 @@ impl Server {
             listener,
             socket,
             owns_socket,
-            slots: config.slots,
+            slots: config.server.slots_per_rank,
             engines,
             registry,
-            quotas: Quotas::new(config.quotas),
+            quotas: Quotas::new(config.limits.clone()),
             state,
-            lobby: config.lobby,
+            limits: config.limits.clone(),
             accept_log: Mutex::new(RateLimit::new(ACCEPT_LOG_PER_SECOND)),
         })
     }
@@ -203,7 +215,7 @@ impl Server {
         );
         let mut next_id: u64 = 0;
         // Connections that have not sent their first message wait here, without a thread.
-        let mut lobby = Lobby::new(self.lobby);
+        let mut lobby = Lobby::new(&self.limits);
         loop {
             self.state.beat();
             if self.state.stopping() {

@@ -6,12 +6,12 @@
 //!   loop polls the listener and every waiting socket together. A connection gets its thread
 //!   only once its first message has arrived (the thread then reads it at once); one that
 //!   hangs up first is closed right there.
-//! - **Caps**: at most [`LobbyLimits::per_uid`] waiting connections per peer uid
-//!   (SO_PEERCRED, read at accept) and [`LobbyLimits::total`] in all, the latter also at most
+//! - **Caps**: at most `[limits] max_waiting_per_uid` waiting connections per peer uid
+//!   (SO_PEERCRED, read at accept) and `max_waiting` in all, the latter also at most
 //!   half the daemon's fd limit (`RLIMIT_NOFILE`), so one uid's idle connections can neither
 //!   lock other uids out nor use up the fds attached clients need. A connection over a cap is
 //!   closed at once.
-//! - **Deadline**: a connection that sends nothing within [`LobbyLimits::deadline`] is closed.
+//! - **Deadline**: a connection that sends nothing within `attach_deadline_ms` is closed.
 //! - **fd exhaustion**: when `accept` fails with EMFILE/ENFILE, the oldest waiting connection
 //!   of the uid holding the most is closed to make room.
 //! - Refusals are logged through a [`RateLimit`] (20 lines a second, then "suppressed K"):
@@ -32,42 +32,19 @@ use rustix::net::RecvFlags;
 
 use stoker::socket::SeqPacket;
 
-use crate::service::config::{
-    LimitsConfig, DEFAULT_ATTACH_DEADLINE, DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_UID,
-};
+use crate::service::config::LimitsConfig;
 use crate::service::ratelimit::{Admit, RateLimit};
 
 /// Lobby log lines a second.
 const LOG_PER_SECOND: u32 = 20;
 
-/// The lobby's caps and deadline (`[limits] max_waiting_per_uid`, `max_waiting`,
-/// `attach_deadline_ms`).
+/// The caps and deadline in force: `[limits] max_waiting_per_uid`, `max_waiting` (also at
+/// most half the fd limit) and `attach_deadline_ms`, each at least 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LobbyLimits {
-    pub per_uid: usize,
-    pub total: usize,
-    pub deadline: Duration,
-}
-
-impl LobbyLimits {
-    /// The lobby's caps and deadline as `[limits]` configures them.
-    pub fn from_config(limits: &LimitsConfig) -> Self {
-        LobbyLimits {
-            per_uid: limits.max_waiting_per_uid.max(1),
-            total: limits.max_waiting.max(1),
-            deadline: Duration::from_millis(limits.attach_deadline_ms.max(1)),
-        }
-    }
-}
-
-impl Default for LobbyLimits {
-    fn default() -> Self {
-        LobbyLimits {
-            per_uid: DEFAULT_MAX_WAITING_PER_UID,
-            total: DEFAULT_MAX_WAITING,
-            deadline: DEFAULT_ATTACH_DEADLINE,
-        }
-    }
+struct Caps {
+    per_uid: usize,
+    total: usize,
+    deadline: Duration,
 }
 
 /// One connection waiting for its first message.
@@ -110,7 +87,7 @@ impl Closed {
 
 /// The waiting connections.
 pub struct Lobby {
-    limits: LobbyLimits,
+    limits: Caps,
     waiting: Vec<Waiting>,
     by_uid: HashMap<u32, usize>,
     log: RateLimit,
@@ -124,10 +101,12 @@ fn fd_share() -> usize {
 }
 
 impl Lobby {
-    pub fn new(limits: LobbyLimits) -> Lobby {
-        let limits = LobbyLimits {
-            total: limits.total.min(fd_share()).max(1),
-            ..limits
+    /// An empty lobby under `[limits]`' caps and deadline.
+    pub fn new(limits: &LimitsConfig) -> Lobby {
+        let limits = Caps {
+            per_uid: limits.max_waiting_per_uid.max(1),
+            total: limits.max_waiting.min(fd_share()).max(1),
+            deadline: Duration::from_millis(limits.attach_deadline_ms.max(1)),
         };
         Lobby {
             limits,
@@ -284,10 +263,11 @@ mod tests {
 
     #[test]
     fn a_uid_over_its_cap_is_closed_and_others_still_get_in() {
-        let mut lobby = Lobby::new(LobbyLimits {
-            per_uid: 2,
-            total: 10,
-            deadline: Duration::from_millis(50),
+        let mut lobby = Lobby::new(&LimitsConfig {
+            max_waiting_per_uid: 2,
+            max_waiting: 10,
+            attach_deadline_ms: 50,
+            ..LimitsConfig::default()
         });
         let mut clients = Vec::new();
         for id in 0..4 {

@@ -62,11 +62,7 @@ use std::time::Duration;
 
 use stoker::socket::SockError;
 
-use crate::engine::backend::BackendKind;
-use crate::engine::{EngineConfig, PipelineError};
-use crate::serve::access::{AccessPolicy, QuotaLimits};
-use crate::serve::lobby::LobbyLimits;
-use crate::source::index::WalkLimits;
+use crate::engine::PipelineError;
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,35 +74,9 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
 /// What attached clients are told when the daemon drains.
 pub const STOPPING_MESSAGE: &str = "daemon stopping";
 
-/// What the server needs to run.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Where to listen (see [`stoker::default_socket_path`]).
-    pub socket: PathBuf,
-    /// Slots in each rank's ring.
-    pub slots: usize,
-    pub engine: EngineConfig,
-    /// `Cuda`: ranks naming a GPU are served by that GPU's engine; `Cpu`: they are refused.
-    pub backend: BackendKind,
-    /// Who may attach and which datasets they may name.
-    pub access: AccessPolicy,
-    /// Ring memory quotas and limits on clients and jobs.
-    pub quotas: QuotaLimits,
-    /// File mode of a socket the server creates itself (systemd's socket unit sets its own).
-    pub socket_mode: u32,
-    /// Group given the socket the server creates, so its members may connect.
-    pub socket_group: Option<String>,
-    /// Caps and deadline of connections that have not attached ([`crate::serve::lobby`]).
-    pub lobby: LobbyLimits,
-    /// How far indexing a dataset may walk.
-    pub walk: WalkLimits,
-}
-
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("a ring needs at least 2 slots, configured {0}")]
-    Slots(usize),
     #[error("socket {path}: group {group:?} does not exist (server.socket_group)")]
     SocketGroup { path: PathBuf, group: String },
     #[error("socket {path}: cannot set mode {mode:#o} / group: {source}")]
@@ -143,7 +113,6 @@ impl ServerError {
     /// True for errors in the configuration itself (exit code 78, no restart).
     pub fn is_config(&self) -> bool {
         match self {
-            ServerError::Slots(_) => true,
             ServerError::Bind { source, .. } => matches!(source, SockError::PathTooLong(_)),
             ServerError::Activated(_) => true,
             ServerError::SocketGroup { .. } => true,

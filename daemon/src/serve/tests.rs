@@ -102,6 +102,10 @@ fn a_created_socket_gets_the_configured_mode_and_group() {
 
 #[test]
 fn config_errors_are_told_apart() {
-    assert!(ServerError::Slots(1).is_config());
+    assert!(ServerError::SocketGroup {
+        path: "/x".into(),
+        group: "g".into()
+    }
+    .is_config());
     assert!(!ServerError::InUse("/x".into()).is_config());
 }

@@ -3,7 +3,12 @@
 //! defaults serve a single-user workstation.
 //!
 //! Every key and its default is documented in `docs/operations.md`; the named constants below
-//! are those defaults.
+//! (and those of the rooms a key belongs to: decode limits, index walk limits, the bad-sample
+//! log rate, object storage) are those defaults, each written once.
+//!
+//! These types are also the daemon's run-time configuration: `stokerd` applies its flags to
+//! a [`Config`], validates it once, and the server reads its sections ([`Config::engine`] is
+//! the engine's share of `[pipeline]` and `[limits]`).
 
 #![forbid(unsafe_code)]
 
@@ -12,11 +17,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::BadSamplePolicy;
+use crate::engine::{BadSamplePolicy, EngineConfig};
+use crate::source::index::WalkLimits;
 use crate::source::local::reader::ReaderKind;
+use crate::transform::decode::{Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS};
 
 /// Slots per rank's ring when the config does not say.
 pub const DEFAULT_SLOTS_PER_RANK: usize = 4;
+/// The fewest slots a ring may have: one the client holds, one being filled.
+pub const MIN_SLOTS_PER_RANK: usize = 2;
 /// Socket file mode: owner and group may connect.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// Ring memory one client may hold, all its rings together (bytes).
@@ -27,10 +36,12 @@ pub const DEFAULT_MAX_JOB_RING_BYTES: u64 = 64 << 30;
 pub const DEFAULT_MAX_CLIENTS: usize = 256;
 /// Most jobs at once.
 pub const DEFAULT_MAX_JOBS: usize = 64;
-/// Largest image (width x height) a sample may have.
-pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
-/// Largest encoded sample (bytes).
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+/// Waiting connections one uid may hold, by default.
+pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
+/// Waiting connections in all, by default (also capped at half the fd limit).
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+/// Milliseconds a new connection may take to send its first message, by default.
+pub const DEFAULT_ATTACH_DEADLINE_MS: u64 = 5000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -43,6 +54,9 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("config {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// A command-line flag set a value the config file could not hold.
+    #[error("command line: {message}")]
+    Flags { message: String },
 }
 
 /// Which decode backend serves: `pipeline.backend` in the config, `--backend` on the command
@@ -135,13 +149,6 @@ pub struct LimitsConfig {
     pub max_index_depth: u32,
 }
 
-/// Waiting connections one uid may hold, by default.
-pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
-/// Waiting connections in all, by default (also capped at half the fd limit).
-pub const DEFAULT_MAX_WAITING: usize = 1024;
-/// How long a new connection may take to send its first message, by default.
-pub const DEFAULT_ATTACH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
@@ -154,10 +161,9 @@ impl Default for LimitsConfig {
             log_bad_samples_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
             max_waiting_per_uid: DEFAULT_MAX_WAITING_PER_UID,
             max_waiting: DEFAULT_MAX_WAITING,
-            attach_deadline_ms: u64::try_from(DEFAULT_ATTACH_DEADLINE.as_millis())
-                .unwrap_or(u64::MAX),
-            max_index_entries: crate::source::index::WalkLimits::default().max_entries,
-            max_index_depth: crate::source::index::WalkLimits::default().max_depth,
+            attach_deadline_ms: DEFAULT_ATTACH_DEADLINE_MS,
+            max_index_entries: WalkLimits::default().max_entries,
+            max_index_depth: WalkLimits::default().max_depth,
         }
     }
 }
@@ -185,10 +191,18 @@ pub struct MetricsConfig {
 
 impl LimitsConfig {
     /// How far indexing may walk.
-    pub fn walk(&self) -> crate::source::index::WalkLimits {
-        crate::source::index::WalkLimits {
+    pub fn walk(&self) -> WalkLimits {
+        WalkLimits {
             max_entries: self.max_index_entries,
             max_depth: self.max_index_depth,
+        }
+    }
+
+    /// What a decoder refuses before decoding.
+    pub fn decode(&self) -> Limits {
+        Limits {
+            max_pixels: self.max_pixels,
+            max_file_bytes: self.max_file_bytes,
         }
     }
 }
@@ -209,59 +223,77 @@ impl Config {
             path: path.to_path_buf(),
             message: one_line(&e),
         })?;
-        config.validate(path)?;
-        Ok(config)
+        match config.problem() {
+            Some(message) => Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            }),
+            None => Ok(config),
+        }
     }
 
-    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        };
-        if self.server.slots_per_rank < 2 {
-            return Err(invalid(format!(
-                "server.slots_per_rank must be at least 2, got {}",
+    /// The first value out of range, named by its key; `None` when the config is valid.
+    pub fn problem(&self) -> Option<String> {
+        if self.server.slots_per_rank < MIN_SLOTS_PER_RANK {
+            return Some(format!(
+                "server.slots_per_rank must be at least {MIN_SLOTS_PER_RANK}, got {}",
                 self.server.slots_per_rank
-            )));
+            ));
         }
         if self.server.socket_mode > 0o777 {
-            return Err(invalid(format!(
+            return Some(format!(
                 "server.socket_mode must be a file mode like 0o660, got {:#o}",
                 self.server.socket_mode
-            )));
+            ));
         }
         for (name, p) in &self.datasets {
             if name.is_empty() || name.contains('/') {
-                return Err(invalid(format!(
+                return Some(format!(
                     "datasets: name {name:?} must be non-empty and contain no '/'"
-                )));
+                ));
             }
             if !p.is_absolute() && !crate::source::object::is_url(p) {
-                return Err(invalid(format!(
+                return Some(format!(
                     "datasets.{name}: path {} must be absolute (or an s3:// URL)",
                     p.display()
-                )));
+                ));
             }
         }
         if let Some(problem) = self.s3.problem(&self.datasets) {
-            return Err(invalid(problem));
+            return Some(problem);
         }
-        for root in &self.access.dataset_roots {
-            if !root.is_absolute() {
-                return Err(invalid(format!(
-                    "access.dataset_roots: {} must be absolute",
-                    root.display()
-                )));
-            }
+        if let Some(root) = self.access.dataset_roots.iter().find(|r| !r.is_absolute()) {
+            return Some(format!(
+                "access.dataset_roots: {} must be absolute",
+                root.display()
+            ));
         }
         if let Some(addr) = &self.metrics.listen {
-            addr.parse::<std::net::SocketAddr>().map_err(|e| {
-                invalid(format!(
+            if let Err(e) = addr.parse::<std::net::SocketAddr>() {
+                return Some(format!(
                     "metrics.listen: {addr:?} is not an address like 127.0.0.1:9464 ({e})"
-                ))
-            })?;
+                ));
+            }
         }
-        Ok(())
+        None
+    }
+
+    /// The engine's share of `[pipeline]` and `[limits]`.
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            threads: self.pipeline.threads,
+            reader: self.pipeline.reader,
+            limits: self.limits.decode(),
+            policy: self.pipeline.bad_samples,
+            bad_log_per_second: self.limits.log_bad_samples_per_second,
+            throttle: None,
+        }
+    }
+
+    /// The Prometheus endpoint's address, if metrics are on (`metrics.listen`, checked by
+    /// [`Config::problem`]).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.listen.as_deref().and_then(|a| a.parse().ok())
     }
 
     /// The socket path to listen on.
@@ -346,6 +378,59 @@ imagenet = "/data/imagenet/train"
             c.datasets["imagenet"],
             PathBuf::from("/data/imagenet/train")
         );
+    }
+
+    #[test]
+    fn the_engine_defaults_are_the_files() {
+        let (file, engine) = (Config::default().engine(), EngineConfig::default());
+        assert_eq!(file.threads, engine.threads);
+        assert_eq!(file.reader, engine.reader);
+        assert_eq!(file.limits, engine.limits);
+        assert_eq!(file.policy, engine.policy);
+        assert_eq!(file.bad_log_per_second, engine.bad_log_per_second);
+    }
+
+    /// The `default` column of docs/operations.md's configuration reference, for every key
+    /// whose default is a literal (`` `4` ``, `` `"auto"` ``, `` `0o660` ``, `` `[]` ``), is what
+    /// `Config::default()` holds.
+    #[test]
+    fn the_documented_defaults_are_the_codes() {
+        let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+        let doc = std::fs::read_to_string(doc).expect("docs/operations.md");
+        let defaults = toml::Value::try_from(Config::default()).expect("serialisable");
+        let mut checked = 0;
+        for row in doc.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let keys: Vec<&str> = cells[0].trim_start_matches("| ").split(", ").collect();
+            let values: Vec<&str> = cells[1].split(", ").collect();
+            if keys.len() != values.len() || !keys.iter().all(|k| k.contains('.')) {
+                continue;
+            }
+            for (key, value) in keys.iter().zip(&values) {
+                let key = key.trim_matches('`');
+                let Some(literal) = value.split(' ').next().and_then(documented_literal) else {
+                    continue;
+                };
+                let found = key
+                    .split('.')
+                    .try_fold(&defaults, |v, part| v.get(part))
+                    .unwrap_or_else(|| panic!("docs name {key}, which Config does not have"));
+                assert_eq!(found, &literal, "docs/operations.md's default of {key}");
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 20,
+            "the configuration reference was not found ({checked} keys)"
+        );
+    }
+
+    /// A documented default written as a TOML literal in backticks.
+    fn documented_literal(cell: &str) -> Option<toml::Value> {
+        let text = cell.strip_prefix('`')?.strip_suffix('`')?;
+        toml::from_str::<toml::Table>(&format!("v = {text}"))
+            .ok()?
+            .remove("v")
     }
 
     #[test]

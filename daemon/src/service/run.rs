@@ -8,16 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::EngineConfig;
-use crate::serve::access::{AccessPolicy, QuotaLimits};
-use crate::serve::{Server, ServerConfig, ServerError, ServerHandle};
+use crate::serve::access::AccessPolicy;
+use crate::serve::{Server, ServerError, ServerHandle};
 use crate::service::backend::BackendError;
 use crate::service::config::{BackendChoice, Config, ConfigError};
 use crate::service::detach::ReadyNotice;
 use crate::service::exit::Exit;
 use crate::service::metrics::{MetricsError, MetricsListener};
 use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
-use crate::transform::decode::Limits;
 
 /// How long attached clients get to go after SIGTERM before the daemon exits anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -131,10 +129,11 @@ pub fn run(
     signals: Signals,
     mut ready: ReadyNotice,
 ) -> Result<(), ServiceError> {
-    let file = match &args.config {
+    let mut file = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
+    args.apply_to(&mut file)?;
     crate::source::object::configure(&file.s3, &file.datasets);
     let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "not notifying systemd");
@@ -142,29 +141,18 @@ pub fn run(
     }));
     let watchdog = systemd::watchdog_interval()?;
     let activated = systemd::listen_fd()?;
-    let metrics_addr = match args.metrics_listen {
-        Some(a) => Some(a),
-        None => file
-            .metrics
-            .listen
-            .as_deref()
-            .map(|a| a.parse().expect("validated by Config")),
-    };
-    let backend = crate::service::backend::choose(args.backend.unwrap_or(file.pipeline.backend))?;
+    let backend = crate::service::backend::choose(file.pipeline.backend)?;
     tracing::info!(backend = backend.name(), "decode backend");
-    let socket = args.socket.clone().unwrap_or_else(|| file.socket_path());
-    let mut config = server_config(args, &file, socket.clone());
-    config.backend = backend;
     let server = match activated {
         Some((fd, name)) => {
             tracing::info!(name, "using the socket systemd passed (socket activation)");
-            let path = systemd::socket_path(&fd).unwrap_or(socket);
-            Server::from_activated(fd, path, config)?
+            let path = systemd::socket_path(&fd).unwrap_or_else(|| file.socket_path());
+            Server::from_activated(fd, path, &file, backend)?
         }
-        None => Server::bind(config)?,
+        None => Server::bind(&file, backend)?,
     };
     let handle = server.handle();
-    if let Some(addr) = metrics_addr {
+    if let Some(addr) = file.metrics_addr() {
         let prom = crate::service::metrics::install()?;
         let h = handle.clone();
         MetricsListener::spawn(addr, prom, move || {
@@ -173,7 +161,7 @@ pub fn run(
         })?;
     }
     spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
-    let idle_exit = match args.idle_exit.unwrap_or(file.server.idle_exit_s) {
+    let idle_exit = match file.server.idle_exit_s {
         0 => None,
         s => Some(Duration::from_secs(s)),
     };
@@ -241,28 +229,25 @@ fn spawn_signal_thread(
     Ok(())
 }
 
-fn server_config(args: &StokerdArgs, file: &Config, socket: PathBuf) -> ServerConfig {
-    ServerConfig {
-        socket,
-        slots: args.slots.unwrap_or(file.server.slots_per_rank),
-        backend: crate::engine::backend::BackendKind::Cpu,
-        engine: EngineConfig {
-            threads: args.threads.unwrap_or(file.pipeline.threads),
-            reader: file.pipeline.reader,
-            policy: file.pipeline.bad_samples,
-            limits: Limits {
-                max_pixels: file.limits.max_pixels,
-                max_file_bytes: file.limits.max_file_bytes,
-            },
-            bad_log_per_second: file.limits.log_bad_samples_per_second,
-            throttle: None,
-        },
-        access: AccessPolicy::new(&file.access, &file.datasets),
-        quotas: QuotaLimits::from(&file.limits),
-        socket_mode: args.socket_mode.unwrap_or(file.server.socket_mode),
-        socket_group: file.server.socket_group.clone(),
-        lobby: crate::serve::lobby::LobbyLimits::from_config(&file.limits),
-        walk: file.limits.walk(),
+impl StokerdArgs {
+    /// Applies the flags that override config keys, then checks the result as a config file
+    /// is checked (`--slots 1` is refused like `slots_per_rank = 1`).
+    pub fn apply_to(&self, config: &mut Config) -> Result<(), ConfigError> {
+        let server = &mut config.server;
+        server.socket = self.socket.clone().or(server.socket.take());
+        server.socket_mode = self.socket_mode.unwrap_or(server.socket_mode);
+        server.idle_exit_s = self.idle_exit.unwrap_or(server.idle_exit_s);
+        server.slots_per_rank = self.slots.unwrap_or(server.slots_per_rank);
+        let pipeline = &mut config.pipeline;
+        pipeline.threads = self.threads.unwrap_or(pipeline.threads);
+        pipeline.backend = self.backend.unwrap_or(pipeline.backend);
+        if let Some(addr) = self.metrics_listen {
+            config.metrics.listen = Some(addr.to_string());
+        }
+        match config.problem() {
+            Some(message) => Err(ConfigError::Flags { message }),
+            None => Ok(()),
+        }
     }
 }
 

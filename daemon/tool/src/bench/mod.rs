@@ -14,8 +14,9 @@ use stoker::spec::PipelineSpec;
 
 use stoker_daemon::engine::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals,
-    CPU_UNIT_SAMPLES, DEFAULT_SLOTS,
+    CPU_UNIT_SAMPLES,
 };
+use stoker_daemon::service::config::DEFAULT_SLOTS_PER_RANK;
 use stoker_daemon::source::index::{Dataset, OpenOptions};
 
 /// What to measure.
@@ -44,7 +45,7 @@ impl BenchOptions {
             seed: 0,
             warmup_epochs: 1,
             epochs: 2,
-            slots: DEFAULT_SLOTS,
+            slots: DEFAULT_SLOTS_PER_RANK,
         }
     }
 }
