@@ -16,9 +16,11 @@
 //! - Only one activated socket is served; extra ones are logged and closed.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
+
+use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 /// The first fd systemd passes (`SD_LISTEN_FDS_START`).
 pub const LISTEN_FDS_START: RawFd = 3;
@@ -41,7 +43,7 @@ pub enum SystemdError {
 /// Sends `sd_notify` datagrams to `$NOTIFY_SOCKET`.
 pub struct Notifier {
     /// The socket and the address to send to; `None` when not run by systemd.
-    target: Option<(OwnedFd, libc::sockaddr_un, libc::socklen_t)>,
+    target: Option<(OwnedFd, SocketAddrUnix)>,
 }
 
 impl Notifier {
@@ -50,16 +52,16 @@ impl Notifier {
         let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
             return Ok(Notifier { target: None });
         };
-        let (addr, len) = notify_address(&path)?;
-        // SAFETY: plain syscall; the result is checked and owned on the next line.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(SystemdError::NotifySocket(std::io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let addr = notify_address(&path)?;
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| SystemdError::NotifySocket(e.into()))?;
         Ok(Notifier {
-            target: Some((fd, addr, len)),
+            target: Some((fd, addr)),
         })
     }
 
@@ -75,56 +77,32 @@ impl Notifier {
     /// Sends `state` (newline-separated `KEY=value` lines). Failures are logged, not fatal:
     /// systemd going away must not stop the daemon.
     pub fn notify(&self, state: &str) {
-        let Some((fd, addr, len)) = &self.target else {
+        let Some((fd, addr)) = &self.target else {
             return;
         };
-        // SAFETY: `state` and `addr` are valid for the lengths given for the whole call.
-        let rc = unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                state.as_ptr().cast(),
-                state.len(),
-                libc::MSG_NOSIGNAL,
-                (addr as *const libc::sockaddr_un).cast(),
-                *len,
-            )
-        };
-        if rc < 0 {
-            tracing::warn!(error = %std::io::Error::last_os_error(), state, "sd_notify failed");
+        let sent = rustix::net::sendto(fd, state.as_bytes(), SendFlags::NOSIGNAL, addr);
+        if let Err(e) = sent {
+            tracing::warn!(error = %std::io::Error::from(e), state, "sd_notify failed");
         }
     }
 }
 
-/// `/path` or `@abstract` → a sockaddr_un.
-fn notify_address(path: &OsString) -> Result<(libc::sockaddr_un, libc::socklen_t), SystemdError> {
+/// `sizeof(sockaddr_un.sun_path)` on Linux.
+const SUN_PATH_LEN: usize = 108;
+
+/// `/path` or `@abstract` → a unix socket address.
+fn notify_address(path: &OsString) -> Result<SocketAddrUnix, SystemdError> {
     let bytes = path.as_bytes();
-    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    // AF_UNIX is 1.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let family = libc::AF_UNIX as libc::sa_family_t;
-    addr.sun_family = family;
     let bad = || SystemdError::NotifyAddress(path.clone());
-    if bytes.len() < 2 || bytes.len() >= addr.sun_path.len() || bytes[1..].contains(&0) {
+    if bytes.len() < 2 || bytes.len() >= SUN_PATH_LEN || bytes[1..].contains(&0) {
         return Err(bad());
     }
-    let abstract_ns = match bytes[0] {
-        b'/' => false,
-        b'@' => true,
-        _ => return Err(bad()),
-    };
-    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = libc::c_char::from_ne_bytes([*src]);
-    }
-    let base = std::mem::size_of::<libc::sa_family_t>();
-    let len = if abstract_ns {
+    match bytes[0] {
+        b'/' => SocketAddrUnix::new(bytes).map_err(|_| bad()),
         // An abstract name starts with NUL and is exactly as long as given, no terminator.
-        addr.sun_path[0] = 0;
-        base + bytes.len()
-    } else {
-        base + bytes.len() + 1
-    };
-    Ok((addr, libc::socklen_t::try_from(len).map_err(|_| bad())?))
+        b'@' => SocketAddrUnix::new_abstract_name(&bytes[1..]).map_err(|_| bad()),
+        _ => Err(bad()),
+    }
 }
 
 /// The watchdog interval systemd expects pings within (`$WATCHDOG_USEC`), when it applies
@@ -178,8 +156,10 @@ pub fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
             value: count.to_string(),
         })?;
     for raw in LISTEN_FDS_START..end {
-        // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if closed.
-        if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+        // SAFETY: the borrow lasts for one fcntl(F_GETFD), which only reads the descriptor's
+        // flags and fails with EBADF if `raw` is not open.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(raw) };
+        if rustix::io::fcntl_getfd(borrowed).is_err() {
             return Err(SystemdError::NotSeqPacketListener(ListenerError::NotOpen {
                 fd: raw,
                 count,
@@ -204,68 +184,44 @@ pub fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
 }
 
 fn set_cloexec(fd: &OwnedFd) {
-    // SAFETY: fcntl on an fd we own; only the FD_CLOEXEC flag changes.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFD);
-        if flags >= 0 {
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        }
+    // A descriptor whose flags cannot be read or set keeps them; the daemon execs nothing.
+    if let Ok(flags) = rustix::io::fcntl_getfd(fd) {
+        let _ = rustix::io::fcntl_setfd(fd, flags | rustix::io::FdFlags::CLOEXEC);
     }
-}
-
-/// The size of a kernel struct passed to a socket call, as the kernel takes it.
-// The structs passed (c_int, sockaddr_un) are a few bytes.
-#[allow(clippy::cast_possible_truncation)]
-fn socklen_of<T>() -> libc::socklen_t {
-    std::mem::size_of::<T>() as libc::socklen_t
 }
 
 /// Why a descriptor is not the listening socket stokerd serves on.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenerError {
     #[error("fd {fd} of LISTEN_FDS={count} is not open")]
-    NotOpen { fd: libc::c_int, count: u64 },
+    NotOpen { fd: RawFd, count: u64 },
     #[error("{0}")]
     Sockopt(std::io::Error),
     #[error("domain {0}, not AF_UNIX")]
-    Domain(libc::c_int),
+    Domain(u16),
     #[error("type {0}, not SOCK_SEQPACKET")]
-    Type(libc::c_int),
+    Type(u32),
     #[error("not listening")]
     NotListening,
 }
 
-fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> Result<libc::c_int, ListenerError> {
-    let mut v: libc::c_int = 0;
-    let mut len = socklen_of::<libc::c_int>();
-    // SAFETY: `v` and `len` are valid for writes of an int for the whole call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(ListenerError::Sockopt(std::io::Error::last_os_error()));
-    }
-    Ok(v)
+fn sockopt<T>(got: rustix::io::Result<T>) -> Result<T, ListenerError> {
+    got.map_err(|e| ListenerError::Sockopt(e.into()))
 }
 
 /// Checks `fd` is an AF_UNIX SOCK_SEQPACKET socket in the listening state.
 pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
-    let domain = sockopt_int(fd, libc::SO_DOMAIN)?;
-    let ty = sockopt_int(fd, libc::SO_TYPE)?;
-    let listening = sockopt_int(fd, libc::SO_ACCEPTCONN)?;
-    if domain != libc::AF_UNIX {
-        return Err(ListenerError::Domain(domain));
+    use rustix::net::sockopt;
+    let domain = sockopt(sockopt::socket_domain(fd))?;
+    let ty = sockopt(sockopt::socket_type(fd))?;
+    let listening = sockopt(sockopt::socket_acceptconn(fd))?;
+    if domain != AddressFamily::UNIX {
+        return Err(ListenerError::Domain(domain.as_raw()));
     }
-    if ty != libc::SOCK_SEQPACKET {
-        return Err(ListenerError::Type(ty));
+    if ty != SocketType::SEQPACKET {
+        return Err(ListenerError::Type(ty.as_raw()));
     }
-    if listening == 0 {
+    if !listening {
         return Err(ListenerError::NotListening);
     }
     Ok(())
@@ -273,37 +229,17 @@ pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
 
 /// The path a unix listening socket is bound to, if it has one.
 pub fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
-    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let mut len = socklen_of::<libc::sockaddr_un>();
-    // SAFETY: `addr` and `len` are valid for writes of a sockaddr_un for the whole call.
-    let rc = unsafe {
-        libc::getsockname(
-            fd.as_raw_fd(),
-            (&mut addr as *mut libc::sockaddr_un).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 || addr.sun_path[0] == 0 {
-        return None;
-    }
-    let bytes: Vec<u8> = addr
-        .sun_path
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c.to_ne_bytes()[0])
-        .collect();
+    let addr = rustix::net::getsockname(fd).ok()?;
+    let addr = SocketAddrUnix::try_from(addr).ok()?;
+    let path = addr.path()?;
     Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
-        &bytes,
+        path.to_bytes(),
     )))
 }
 
 /// CLOCK_MONOTONIC in microseconds, for `RELOADING=1` / `MONOTONIC_USEC=`.
 pub fn monotonic_usec() -> u64 {
-    // SAFETY: timespec is plain old data; clock_gettime writes it.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: `ts` is valid for writes; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     // The monotonic clock is never negative.
     let (sec, nsec) = (
         u64::try_from(ts.tv_sec).unwrap_or(0),
@@ -322,6 +258,9 @@ pub enum Signal {
 }
 
 /// SIGTERM, SIGINT and SIGHUP, blocked in every thread and taken by [`Signals::wait`].
+///
+/// rustix has no signal masks or `sigwait` outside its experimental `runtime` feature: libc
+/// it stays here.
 pub struct Signals {
     set: libc::sigset_t,
 }
@@ -381,50 +320,48 @@ mod tests {
 
     use super::*;
 
+    fn datagram_socket() -> OwnedFd {
+        rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn notify_addresses_parse() {
-        let (addr, len) = notify_address(&OsString::from("@stoker/notify")).unwrap();
-        assert_eq!(addr.sun_path[0], 0);
-        assert_eq!(addr.sun_path[1], b's' as libc::c_char);
-        assert_eq!(len as usize, 2 + "@stoker/notify".len());
-        let (addr, len) = notify_address(&OsString::from("/run/systemd/notify")).unwrap();
-        assert_eq!(addr.sun_path[0], b'/' as libc::c_char);
-        assert_eq!(len as usize, 2 + "/run/systemd/notify".len() + 1);
+        let addr = notify_address(&OsString::from("@stoker/notify")).unwrap();
+        assert_eq!(addr.abstract_name(), Some(&b"stoker/notify"[..]));
+        let addr = notify_address(&OsString::from("/run/systemd/notify")).unwrap();
+        assert_eq!(addr.path().unwrap().to_bytes(), b"/run/systemd/notify");
         assert!(notify_address(&OsString::from("relative")).is_err());
         assert!(notify_address(&OsString::from("@")).is_err());
+        assert!(notify_address(&OsString::from(format!("/{}", "x".repeat(107)))).is_err());
     }
 
     #[test]
     fn notifier_sends_to_an_abstract_socket() {
         let name = format!("@stoker-test-notify-{}", std::process::id());
-        let (addr, len) = notify_address(&OsString::from(&name)).unwrap();
-        // SAFETY: plain syscalls on a socket owned below; addr is valid for `len`.
-        let fd = unsafe {
-            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0);
-            let rc = libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len);
-            assert_eq!(rc, 0);
-            OwnedFd::from_raw_fd(fd)
-        };
+        let addr = notify_address(&OsString::from(&name)).unwrap();
+        let fd = datagram_socket();
+        rustix::net::bind(&fd, &addr).unwrap();
         let n = Notifier {
             target: Notifier::from_env_path(&name).unwrap().target,
         };
         n.notify("READY=1");
         let mut buf = [0u8; 64];
-        // SAFETY: buf is valid for writes of its length.
-        let got = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        assert_eq!(&buf[..got as usize], b"READY=1");
+        let (got, _) =
+            rustix::net::recv(&fd, &mut buf[..], rustix::net::RecvFlags::empty()).unwrap();
+        assert_eq!(&buf[..got], b"READY=1");
     }
 
     impl Notifier {
         fn from_env_path(path: &str) -> Result<Notifier, SystemdError> {
-            let (addr, len) = notify_address(&OsString::from(path))?;
-            // SAFETY: plain syscall, owned on the next line.
-            let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0) };
-            // SAFETY: fresh fd, owned once.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let addr = notify_address(&OsString::from(path))?;
             Ok(Notifier {
-                target: Some((fd, addr, len)),
+                target: Some((datagram_socket(), addr)),
             })
         }
     }
@@ -435,10 +372,7 @@ mod tests {
         let l = stoker::socket::SeqPacketListener::bind(&dir.path().join("s")).unwrap();
         let fd: OwnedFd = l.as_fd_owned();
         check_seqpacket_listener(&fd).unwrap();
-        // SAFETY: plain syscall, owned on the next line.
-        let d = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0) };
-        // SAFETY: fresh fd, owned once.
-        let d = unsafe { OwnedFd::from_raw_fd(d) };
+        let d = datagram_socket();
         assert!(check_seqpacket_listener(&d)
             .unwrap_err()
             .to_string()
