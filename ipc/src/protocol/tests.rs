@@ -341,3 +341,39 @@ proptest! {
         prop_assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
     }
 }
+
+/// The ATTACH body every client sends (the Rust client, the C ABI, the Python package through
+/// it, and clients built before this one): its JSON must stay byte for byte what it was.
+fn golden_attach_json(device: &str, start: &str) -> String {
+    let spec = serde_json::to_string(&PipelineSpec::train(256, 224)).unwrap();
+    format!(
+        r#"{{"job":"resnet50-run7","rank":3,"world_size":8,"device":"{device}","spec":{spec},"dataset":"/data/imagenet/train","seed":42,"start":{start}}}"#
+    )
+}
+
+#[test]
+fn attach_json_is_byte_identical_to_the_golden_form() {
+    let header = b"SK\x01\x00\x01\x00\x00\x00";
+    let uuid = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6";
+    let plain = golden_attach_json("cpu", r#"{"epoch":2,"step":17}"#);
+    let elastic = golden_attach_json(
+        uuid,
+        r#"{"epoch":3,"step":0,"offset":{"epoch":3,"consumed":5120}}"#,
+    );
+    let mut on_gpu = attach();
+    on_gpu.device = uuid.parse().unwrap();
+    on_gpu.start = StartPosition::resume(EpochOffset {
+        epoch: 3,
+        consumed: 5120,
+    });
+    for (a, json) in [(attach(), plain), (on_gpu, elastic)] {
+        let mut want = header.to_vec();
+        want.extend_from_slice(json.as_bytes());
+        let m = Message::Attach(Box::new(a));
+        assert_eq!(
+            String::from_utf8_lossy(&m.encode().unwrap()),
+            String::from_utf8_lossy(&want)
+        );
+        assert_eq!(Message::decode(&want).unwrap(), m);
+    }
+}
