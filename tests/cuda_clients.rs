@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stoker::protocol::StartPosition;
+use stoker::protocol::Position;
 use stoker::{AttachOptions, Client, ConsumerStream, DType, Layout, PipelineSpec};
 use stoker_nvidia::cuda::{self, Device};
 use stoker_testkit::daemon::build_c_client;
@@ -353,7 +353,7 @@ fn sigkill_of_a_client_then_of_the_daemon_leaves_no_device_memory_and_resumes_ex
 
     // 2. The rank resumes where the killed client was, and is killed with the daemon.
     let mut o = options(&s, "killed", 0, "cuda:0", &spec);
-    o.start = StartPosition::at(f[1], f[2]);
+    o.start = Position::at(f[1], f[2]);
     let mut c = Client::attach(s.daemon.socket(), o).unwrap();
     let mut got = collect(&mut c, 1);
     let held = c.next_batch().unwrap().unwrap();

@@ -4,7 +4,8 @@
 //! - `spec`: what a batch is (the pipeline spec), validated.
 //! - `ring`: the ring layout both sides compute from the spec, memfd rings (host memory) and
 //!   the plan of a ring in device memory.
-//! - `protocol`: the messages on the daemon's socket and their wire format.
+//! - `protocol`: the messages on the daemon's socket and their wire format, and the one
+//!   position type (`protocol::position`) the client, the C ABI and the daemon's engine share.
 //! - `socket`: SOCK_SEQPACKET sockets with fd passing, and which socket path to use.
 //! - `client`: the Rust client (attach, receive batches, release them, resume).
 //! - `capi`: the C ABI of `libstoker.so` (header `include/stoker.h`), which the Python package
@@ -28,7 +29,7 @@ pub use client::{
     resolve_device, AttachOptions, Batch, Client, ClientError, ConsumerStream, CudaDevice, Device,
     DeviceError, DeviceSlice, StallStats,
 };
-pub use protocol::{EpochOffset, ErrorCode, Message, StartPosition, PROTOCOL_VERSION};
+pub use protocol::{EpochOffset, ErrorCode, Message, Position, PROTOCOL_VERSION};
 pub use ring::memfd::{MemfdError, MemfdRing};
 pub use ring::vmm_plan::VmmPlan;
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};

@@ -10,8 +10,8 @@
 
 use proptest::prelude::*;
 use stoker::protocol::{
-    Attach, EpochOffset, Message, Ready, Release, StartPosition, HEADER_BYTES, MAGIC,
-    MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    Attach, EpochOffset, Message, Position, Ready, Release, HEADER_BYTES, MAGIC, MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
 };
 use stoker::{ErrorCode, PipelineSpec, RingLayout};
 
@@ -29,14 +29,11 @@ fn samples() -> Vec<Vec<u8>> {
         dataset: "/data/train".into(),
         seed: 9,
         // The elastic form, so mutations reach the offset's fields too.
-        start: StartPosition {
+        start: Position::at(1, 3),
+        offset: Some(EpochOffset {
             epoch: 1,
-            step: 3,
-            offset: Some(EpochOffset {
-                epoch: 1,
-                consumed: 40,
-            }),
-        },
+            consumed: 40,
+        }),
     };
     [
         Message::Attach(Box::new(attach)),

@@ -11,9 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use stoker::protocol::{
-    Attach, Attached, Message, Ready, Release, StartPosition, MAX_MESSAGE_BYTES,
-};
+use stoker::protocol::{Attach, Attached, Message, Position, Ready, Release, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, ErrorCode, PipelineSpec};
 use stoker_testkit::attach::{rank_options, u8_spec as spec};

@@ -35,7 +35,8 @@ fn a_second_connection_cannot_obtain_the_first_ones_ring() {
         spec: spec(2, 8, None),
         dataset: data.to_str().unwrap().into(),
         seed: 1,
-        start: StartPosition::default(),
+        start: Position::default(),
+        offset: None,
     };
     let (_first, fd, msg) = raw_attach(daemon.socket(), &a);
     assert!(matches!(msg, Message::Attached(_)));

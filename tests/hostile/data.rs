@@ -289,7 +289,8 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
         spec: spec(2, 8, None),
         dataset: data_s.clone(),
         seed: 1,
-        start: StartPosition::default(),
+        start: Position::default(),
+        offset: None,
     };
     let valid = Message::Attach(Box::new(attach.clone())).encode().unwrap();
     let mut wrong_version = valid.clone();

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use stoker::protocol::{Attach, ErrorCode, Message, Release, StartPosition, MAX_MESSAGE_BYTES};
+use stoker::protocol::{Attach, ErrorCode, Message, Release, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, PipelineSpec, SampleStatus};
 use stoker_daemon::engine::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory};

@@ -47,7 +47,7 @@ fn a_world_4_checkpoint_resumes_at_world_2_and_8() {
             .map(|r| {
                 let mut o = orders(tmp.path(), &socket, &job, r, world);
                 o.epochs = 2;
-                o.start = StartPosition::resume(point);
+                (o.start, o.offset) = point.resume();
                 RankProcess::spawn(&o)
             })
             .collect();
@@ -99,7 +99,7 @@ fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start(
         consumed: 16,
     };
     let mut o = orders(tmp.path(), &host.socket(), "one", 0, 2);
-    o.start = StartPosition::resume(point);
+    (o.start, o.offset) = point.resume();
     let mut client = Client::attach(&host.socket(), o.options()).unwrap();
     assert_eq!(client.attached().offset_epoch_steps, Some(6)); // 24 left: 12 per rank
     assert_eq!(client.steps_in(0), 6);
@@ -107,12 +107,8 @@ fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start(
     for _ in 0..2 {
         client.next_batch().unwrap().unwrap();
     }
-    let pos = StartPosition {
-        epoch: 0,
-        step: 2,
-        offset: Some(point),
-    };
-    assert_eq!(client.position(), pos);
+    assert_eq!(client.position(), Position::at(0, 2));
+    assert_eq!(client.offset(), Some(point));
     let at = EpochOffset {
         epoch: 0,
         consumed: 16 + 2 * 2 * 2,
@@ -121,14 +117,8 @@ fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start(
     for _ in 2..6 {
         client.next_batch().unwrap().unwrap();
     }
-    assert_eq!(
-        client.position(),
-        StartPosition {
-            epoch: 1,
-            step: 0,
-            offset: Some(point)
-        }
-    );
+    assert_eq!(client.position(), Position::at(1, 0));
+    assert_eq!(client.offset(), Some(point));
     assert_eq!(
         client.checkpoint(),
         EpochOffset {
@@ -150,10 +140,11 @@ fn a_resumed_client_knows_its_epoch_length_and_checkpoints_from_the_epoch_start(
     );
     // An offset past the end of the epoch is refused, naming the numbers.
     let mut past = orders(tmp.path(), &host.socket(), "past", 0, 2);
-    past.start = StartPosition::resume(EpochOffset {
+    (past.start, past.offset) = EpochOffset {
         epoch: 0,
         consumed: 41,
-    });
+    }
+    .resume();
     let err = Client::attach(&host.socket(), past.options()).unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidSpec), "{err}");
     assert!(

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use stoker::protocol::{EpochOffset, ErrorCode, StartPosition};
+use stoker::protocol::{EpochOffset, ErrorCode, Position};
 use stoker::{AttachOptions, Client};
 use stoker_daemon::transform::sampler::Sampler;
 use stoker_testkit::client_process;
@@ -214,7 +214,8 @@ fn orders(dir: &Path, socket: &Path, job: &str, rank: u32, world: u32) -> Orders
         world,
         batch: 2,
         epochs: 3,
-        start: StartPosition::default(),
+        start: Position::default(),
+        offset: None,
         log: dir.join(format!("{job}-rank{rank}.log")),
         hold_after: None,
         gate: dir.join(format!("{job}-gate")),

@@ -19,7 +19,8 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
         spec: o.spec.clone(),
         dataset: o.dataset.clone(),
         seed: o.seed,
-        start: StartPosition::default(),
+        start: Position::default(),
+        offset: None,
     };
     let (sock, ring_fd, answer) = raw_attach(daemon.socket(), &attach);
     assert!(matches!(answer, Message::Attached(_)), "{answer:?}");
@@ -44,7 +45,7 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut resumed = loop {
         let mut o = options(&data, "k", 0, 2, 2);
-        o.start = StartPosition::at(0, 2);
+        o.start = Position::at(0, 2);
         match Client::attach(daemon.socket(), o) {
             Ok(c) => break c,
             Err(e) if e.code() == Some(ErrorCode::RankTaken) && Instant::now() < deadline => {
@@ -95,7 +96,7 @@ fn a_sigkilled_client_process_is_reclaimed_and_its_rank_resumes() {
     // The killed rank re-attaches within a second and resumes at step 2.
     let mut resumed = loop {
         let mut o = options(&data, "kill", 0, 2, 2);
-        o.start = StartPosition::at(0, 2);
+        o.start = Position::at(0, 2);
         match Client::attach(daemon.socket(), o) {
             Ok(c) => break c,
             Err(e) if e.code() == Some(ErrorCode::RankTaken) => {

@@ -61,19 +61,19 @@ fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() 
         };
         assert!(err.is_disconnected(), "{err}");
     }
-    let positions: Vec<StartPosition> = seen
+    let positions: Vec<Position> = seen
         .iter()
         .map(|s| {
             let last = s.last().unwrap();
             if last.step + 1 == 6 {
-                StartPosition::at(last.epoch + 1, 0)
+                Position::at(last.epoch + 1, 0)
             } else {
-                StartPosition::at(last.epoch, last.step + 1)
+                Position::at(last.epoch, last.step + 1)
             }
         })
         .collect();
-    assert_eq!(positions[0], StartPosition::at(0, 4));
-    assert_eq!(positions[1], StartPosition::at(1, 1));
+    assert_eq!(positions[0], Position::at(0, 4));
+    assert_eq!(positions[1], Position::at(1, 1));
 
     // systemd restarts the daemon a little later; the clients retry meanwhile.
     let restart_dir = dir.path().to_owned();

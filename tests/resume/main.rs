@@ -7,7 +7,7 @@ mod daemon;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use stoker::protocol::{Attach, ErrorCode, Message, StartPosition, MAX_MESSAGE_BYTES};
+use stoker::protocol::{Attach, ErrorCode, Message, Position, MAX_MESSAGE_BYTES};
 use stoker::{AttachOptions, Client, ClientError, PipelineSpec};
 use stoker_testkit::attach::{rank_options, u8_spec};
 use stoker_testkit::batches::drain_ok as drain;

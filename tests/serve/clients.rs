@@ -29,7 +29,7 @@ fn one_rank_receives_the_whole_epoch_in_order() {
     for c in 0..3 {
         assert_eq!(labels.iter().filter(|&&l| l == c).count(), 5);
     }
-    assert_eq!(client.position(), StartPosition::at(1, 0));
+    assert_eq!(client.position(), Position::at(1, 0));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stoker::protocol::{ErrorCode, Message, StartPosition, MAX_MESSAGE_BYTES};
+use stoker::protocol::{ErrorCode, Message, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, ClientError, DType, PipelineSpec};
 use stoker_daemon::engine::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position};

@@ -138,10 +138,7 @@ impl FeedShared {
     }
 
     pub(super) fn advance(&self, pos: Position) -> Position {
-        self.job.settle(Position {
-            epoch: pos.epoch,
-            step: pos.step + 1,
-        })
+        pos.next(&self.job.steps)
     }
 
     /// Hands out the next unit of this feed, starting a new batch if a slot is free.
@@ -151,7 +148,7 @@ impl FeedShared {
             return None;
         }
         if st.dispatching.is_none() {
-            if self.job.is_past_end(st.next) || self.job.steps_per_epoch == 0 {
+            if self.job.is_past_end(st.next) || self.job.steps.per_epoch == 0 {
                 return None;
             }
             let slot = st.free.pop_front()?;
@@ -315,7 +312,7 @@ impl Feed {
             st.slots[ready.slot].leased = true;
             return Ok(Some(FeedEvent::Ready(ready)));
         }
-        let finished = self.shared.job.is_past_end(st.next) || self.shared.job.steps_per_epoch == 0;
+        let finished = self.shared.job.is_past_end(st.next) || self.shared.job.steps.per_epoch == 0;
         if finished && st.dispatching.is_none() && st.in_flight.is_empty() {
             return Ok(Some(FeedEvent::EndOfData));
         }

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use stoker::spec::PipelineSpec;
 
-use stoker::protocol::EpochOffset;
+use stoker::protocol::{EpochOffset, EpochSteps};
 
 use super::{PipelineError, Position};
 use crate::source::index::Dataset;
 use crate::source::local::fsopen::{OpenPolicy, OpenRules};
-use crate::transform::sampler::{ResumedEpoch, Sampler};
+use crate::transform::sampler::Sampler;
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
 pub struct Job {
@@ -27,11 +27,10 @@ pub struct Job {
     pub spec: PipelineSpec,
     pub seed: u64,
     pub world_size: u32,
-    pub(super) steps_per_epoch: u64,
+    /// Batches per rank of each epoch (fewer in the offset's epoch).
+    pub(super) steps: EpochSteps,
     /// The elastic resume point every rank of the job shares, if any (see [`crate::transform::sampler`]).
     offset: Option<EpochOffset>,
-    /// Batches per rank of the offset's epoch.
-    resumed: Option<ResumedEpoch>,
     /// How the job's files are opened (credentials, symlinks, shard identities).
     pub(super) rules: Arc<OpenRules>,
 }
@@ -73,8 +72,10 @@ impl Job {
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
         let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
         Ok(Arc::new(Job {
-            steps_per_epoch: sampler.steps_per_epoch(),
-            resumed: sampler.resumed_epoch(),
+            steps: EpochSteps {
+                per_epoch: sampler.steps_per_epoch(),
+                resumed: sampler.resumed_epoch(),
+            },
             offset,
             dataset,
             spec,
@@ -114,22 +115,14 @@ impl Job {
 
     /// Batches each rank receives in `epoch` (the offset's epoch may have fewer, even none).
     pub fn steps_in(&self, epoch: u64) -> u64 {
-        match self.resumed {
-            Some(r) if r.epoch == epoch => r.steps,
-            _ => self.steps_per_epoch,
-        }
+        self.steps.steps_in(epoch)
     }
 
     /// The first batch at or after `pos` that exists: past the end of an epoch (or in an
-    /// elastic epoch with nothing left) is the start of the next.
-    pub fn settle(&self, mut pos: Position) -> Position {
-        while pos.step >= self.steps_in(pos.epoch) && self.steps_per_epoch > 0 {
-            pos = Position {
-                epoch: pos.epoch + 1,
-                step: 0,
-            };
-        }
-        pos
+    /// elastic epoch with nothing left) is the start of the next ([`Position::settle`], the
+    /// rule the client follows too).
+    pub fn settle(&self, pos: Position) -> Position {
+        pos.settle(&self.steps)
     }
 
     /// How the job's files are opened.
@@ -139,7 +132,7 @@ impl Job {
 
     /// Batches each rank receives per epoch.
     pub fn steps_per_epoch(&self) -> u64 {
-        self.steps_per_epoch
+        self.steps.per_epoch
     }
 
     /// The sampler of one rank of this job.

@@ -74,12 +74,8 @@ pub const CPU_UNIT_SAMPLES: usize = 16;
 /// under the `skip` policy.
 pub const MAX_REPLACEMENT_TRIES: usize = 16;
 
-/// A position in a job's stream of batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Position {
-    pub epoch: u64,
-    pub step: u64,
-}
+/// A position in a job's stream of batches: the client's and the wire's type.
+pub use stoker::protocol::Position;
 
 /// What happens to a sample that cannot be read or decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

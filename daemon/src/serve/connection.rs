@@ -21,7 +21,7 @@ use stoker::protocol::{
 };
 use stoker::socket::{SeqPacket, SockError};
 
-use crate::engine::{Feed, FeedEvent, PipelineError, Position};
+use crate::engine::{Feed, FeedEvent, PipelineError};
 use crate::serve::access::{Peer, QuotaGrant};
 use crate::serve::stall::RankStallEntry;
 use crate::service::metrics as m;
@@ -333,13 +333,9 @@ impl Connection {
         sock.send(&bytes, &fds)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot answer: {e}")))?;
         drop(fds);
-        let start = Position {
-            epoch: a.start.epoch,
-            step: a.start.step,
-        };
         let feed = target
             .engine
-            .start_feed(job, a.rank, ring.memory, start)
+            .start_feed(job, a.rank, ring.memory, a.start)
             .map_err(|e| refuse(ErrorCode::Internal, format!("cannot start the feed: {e}")))?;
         Ok(Started {
             feed,

@@ -45,7 +45,7 @@ impl JobTerms {
             world_size: a.world_size,
             dataset: a.dataset.clone(),
             seed: a.seed,
-            offset: a.start.offset.filter(|o| o.consumed > 0),
+            offset: a.offset.filter(|o| o.consumed > 0),
         }
     }
 

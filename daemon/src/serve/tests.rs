@@ -11,7 +11,6 @@ use super::listen::{group_id, set_socket_permissions};
 use super::registry::{JobTerms, Registry};
 use super::ServerError;
 use crate::source::local::fsopen::OpenPolicy;
-use stoker::protocol::StartPosition;
 
 fn attach() -> Attach {
     Attach {
@@ -22,7 +21,8 @@ fn attach() -> Attach {
         spec: PipelineSpec::train(4, 16),
         dataset: "/data".into(),
         seed: 7,
-        start: StartPosition::default(),
+        start: Default::default(),
+        offset: None,
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::client::{AttachOptions, Client};
-use crate::protocol::{EpochOffset, StartPosition};
+use crate::protocol::{EpochOffset, Position};
 use crate::ring::ImageMemory;
 use crate::spec::PipelineSpec;
 
@@ -192,14 +192,11 @@ pub unsafe extern "C" fn stoker_attach(
         opts.world_size = world_size;
         opts.device = device.unwrap_or_else(|| "cpu".into());
         opts.seed = o.seed;
-        opts.start = StartPosition {
-            epoch: o.start_epoch,
-            step: o.start_step,
-            offset: (o.offset_consumed > 0).then_some(EpochOffset {
-                epoch: o.offset_epoch,
-                consumed: o.offset_consumed,
-            }),
-        };
+        opts.start = Position::at(o.start_epoch, o.start_step);
+        opts.offset = (o.offset_consumed > 0).then_some(EpochOffset {
+            epoch: o.offset_epoch,
+            consumed: o.offset_consumed,
+        });
         let client = match socket {
             Some(socket) => Client::attach(Path::new(&socket), opts)?,
             None => Client::attach_default(opts)?,
@@ -243,11 +240,9 @@ pub unsafe extern "C" fn stoker_client_info(
             width,
             next_epoch: position.epoch,
             next_step: position.step,
-            next_consumed: position
-                .consumed(guard.world_size(), spec.batch_size)
-                .consumed,
-            offset_epoch_steps: position
-                .offset
+            next_consumed: guard.checkpoint().consumed,
+            offset_epoch_steps: guard
+                .offset()
                 .map_or(a.steps_per_epoch, |o| guard.steps_in(o.epoch)),
             image_memory: match guard.image_memory() {
                 ImageMemory::Host => 0,

@@ -1,5 +1,5 @@
 //! The library's own rules for callers that track a job's place or find the daemon themselves
-//! (the Python package): position arithmetic ([`StartPosition`]) and which socket to use
+//! (the Python package): position arithmetic ([`Position`]) and which socket to use
 //! ([`crate::socket::path`]), so no caller re-implements them.
 
 use std::cell::RefCell;
@@ -7,7 +7,7 @@ use std::ffi::{c_char, CString};
 use std::os::unix::ffi::OsStrExt as _;
 
 use super::{entry, handle, lock, stoker_client, stoker_result, Failure};
-use crate::protocol::{EpochOffset, StartPosition};
+use crate::protocol::{EpochOffset, Position};
 use crate::socket::path::resolve_client_socket;
 use stoker_result::*;
 
@@ -71,15 +71,11 @@ pub unsafe extern "C" fn stoker_position_consumed(
     consumed: *mut u64,
 ) -> stoker_result {
     entry(|| {
-        let position = StartPosition {
-            epoch,
-            step,
-            offset: (offset_consumed > 0).then_some(EpochOffset {
-                epoch: offset_epoch,
-                consumed: offset_consumed,
-            }),
-        };
-        let point = position.consumed(world_size, batch_size);
+        let offset = (offset_consumed > 0).then_some(EpochOffset {
+            epoch: offset_epoch,
+            consumed: offset_consumed,
+        });
+        let point = Position::at(epoch, step).consumed(offset, world_size, batch_size);
         // SAFETY: writable by the caller's promise; NULL is refused by `put`.
         unsafe { put(consumed, point.consumed, "consumed") }
     })

@@ -50,8 +50,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::{
-    Attach, Attached, DecodeError, EpochOffset, ErrorCode, Message, Ready, StartPosition,
-    MAX_MESSAGE_BYTES,
+    Attach, Attached, DecodeError, EpochOffset, EpochSteps, ErrorCode, Message, Position, Ready,
+    ResumedEpoch, MAX_MESSAGE_BYTES,
 };
 use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
@@ -98,7 +98,11 @@ pub struct AttachOptions {
     pub dataset: String,
     pub seed: u64,
     /// First batch to receive.
-    pub start: StartPosition,
+    pub start: Position,
+    /// An elastic resume's offset (see [`crate::protocol::position`]); every rank of a job
+    /// passes the same one. [`EpochOffset::resume`] gives the start and offset that resume at
+    /// a checkpoint.
+    pub offset: Option<EpochOffset>,
     /// How long to keep retrying while no daemon answers (see [`default_connect_timeout`]).
     pub connect_timeout: Duration,
 }
@@ -114,7 +118,8 @@ impl AttachOptions {
             spec,
             dataset: dataset.into(),
             seed: 0,
-            start: StartPosition::default(),
+            start: Position::default(),
+            offset: None,
             connect_timeout: default_connect_timeout(),
         }
     }
@@ -233,7 +238,12 @@ pub struct Client {
     attached: Attached,
     spec: PipelineSpec,
     world_size: u32,
-    position: StartPosition,
+    /// The batch after the last one received.
+    position: Position,
+    /// The elastic offset the job was attached with.
+    offset: Option<EpochOffset>,
+    /// Which batches exist, from ATTACHED.
+    steps: EpochSteps,
     ended: bool,
     buf: Vec<u8>,
     clock: StallClock,
@@ -262,6 +272,7 @@ impl Client {
             dataset: opts.dataset,
             seed: opts.seed,
             start: opts.start,
+            offset: opts.offset,
         }));
         let bytes = attach
             .encode()
@@ -269,21 +280,7 @@ impl Client {
         sock.send(&bytes, &[]).map_err(closed_or)?;
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let (msg, fds) = recv(&sock, &mut buf)?;
-        let attached = match msg {
-            Message::Attached(a) => a,
-            Message::Error(e) => {
-                return Err(ClientError::Refused {
-                    code: e.code,
-                    message: e.message,
-                })
-            }
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected ATTACHED, got {:?}",
-                    other.kind()
-                )))
-            }
-        };
+        let attached = attached(msg)?;
         let (ring, device) = if attached.image_memory == ImageMemory::Device {
             let fds = <[OwnedFd; 2]>::try_from(fds).map_err(|fds| {
                 ClientError::Protocol(format!(
@@ -296,22 +293,35 @@ impl Client {
         } else {
             (Client::map_host_ring(&spec, &attached, fds)?, None)
         };
-        let mut client = Client {
+        let steps = EpochSteps {
+            per_epoch: attached.steps_per_epoch,
+            resumed: opts
+                .offset
+                .zip(attached.offset_epoch_steps)
+                .map(|(o, steps)| ResumedEpoch {
+                    epoch: o.epoch,
+                    steps,
+                }),
+        };
+        // A step beyond its epoch was refused; step 0 of a resumed epoch with nothing left is
+        // the next epoch's start, where the daemon starts too.
+        let position = if opts.start.step == 0 {
+            opts.start.settle(&steps)
+        } else {
+            opts.start
+        };
+        Ok(Client {
             conn: Arc::new(Connection { sock, ring, device }),
             attached,
             spec,
             world_size,
-            position: opts.start,
+            position,
+            offset: opts.offset,
+            steps,
             ended: false,
             buf,
             clock: StallClock::new(),
-        };
-        let start = client.position;
-        if start.step == 0 && client.steps_in(start.epoch) == 0 {
-            // Nothing was left of the resumed epoch: the daemon starts with the next one.
-            client.position.epoch += 1;
-        }
-        Ok(client)
+        })
     }
 
     /// Maps a host ring (the CPU backend) from ATTACHED's one fd.
@@ -415,20 +425,7 @@ impl Client {
                 r.slot, r.n, layout.slots, layout.slot.batch_size
             )));
         }
-        let offset = self.position.offset;
-        let mut next = StartPosition {
-            epoch: r.epoch,
-            step: r.step + 1,
-            offset,
-        };
-        if next.step >= self.steps_in(r.epoch) {
-            next = StartPosition {
-                epoch: r.epoch + 1,
-                step: 0,
-                offset,
-            };
-        }
-        self.position = next;
+        self.position = Position::at(r.epoch, r.step).next(&self.steps);
         Ok(Batch {
             conn: Arc::clone(&self.conn),
             ready: r,
@@ -437,18 +434,23 @@ impl Client {
         })
     }
 
-    /// Where to resume: the (epoch, step) of the batch after the last one received, with the
-    /// elastic offset this client attached with (attach again with it to continue at the same
-    /// world size; [`StartPosition::consumed`] turns it into a point to resume at another).
-    pub fn position(&self) -> StartPosition {
+    /// Where to resume: the batch after the last one received (attach again with it and
+    /// [`Client::offset`] to continue at the same world size; [`Client::checkpoint`] resumes
+    /// at another).
+    pub fn position(&self) -> Position {
         self.position
     }
 
+    /// The elastic offset this client attached with, if any.
+    pub fn offset(&self) -> Option<EpochOffset> {
+        self.offset
+    }
+
     /// Where to resume at any world size: [`Client::position`] as an elastic resume point
-    /// (attach with `StartPosition::resume(point)`).
+    /// (attach with the start and offset of [`EpochOffset::resume`]).
     pub fn checkpoint(&self) -> EpochOffset {
         self.position
-            .consumed(self.world_size, self.spec.batch_size)
+            .consumed(self.offset, self.world_size, self.spec.batch_size)
     }
 
     /// Ranks in the job this client attached to.
@@ -459,10 +461,7 @@ impl Client {
     /// Batches of `epoch` for this rank: the daemon's `steps_per_epoch`, or fewer in the
     /// epoch an elastic offset resumed.
     pub fn steps_in(&self, epoch: u64) -> u64 {
-        match (self.position.offset, self.attached.offset_epoch_steps) {
-            (Some(o), Some(steps)) if o.epoch == epoch => steps,
-            _ => self.attached.steps_per_epoch,
-        }
+        self.steps.steps_in(epoch)
     }
 
     /// The daemon's answer to the attach: ring size, steps per epoch, dataset size.
@@ -519,6 +518,21 @@ impl Drop for Client {
                 Ok(None) | Err(_) => return,
             }
         }
+    }
+}
+
+/// The daemon's answer to ATTACH: ATTACHED, or the refusal it sent instead.
+fn attached(answer: Message) -> Result<Attached, ClientError> {
+    match answer {
+        Message::Attached(a) => Ok(a),
+        Message::Error(e) => Err(ClientError::Refused {
+            code: e.code,
+            message: e.message,
+        }),
+        other => Err(ClientError::Protocol(format!(
+            "expected ATTACHED, got {:?}",
+            other.kind()
+        ))),
     }
 }
 

@@ -55,7 +55,7 @@ pub(crate) fn fake_daemon(
             panic!("expected attach")
         };
         assert_eq!((a.job.as_str(), a.rank, a.world_size), ("job-a", 1, 2));
-        assert_eq!(a.start, StartPosition::at(3, 4));
+        assert_eq!(a.start, Position::at(3, 4));
         let ring = MemfdRing::create(c"fake", layout).unwrap();
         let s = layout.slot;
         let base = ring.host_ptr(1);
@@ -117,7 +117,7 @@ fn attach_receive_release_against_a_fake_daemon() {
     let mut opts = AttachOptions::new("job-a", "/data", spec);
     opts.rank = 1;
     opts.world_size = 2;
-    opts.start = StartPosition::at(3, 4);
+    opts.start = Position::at(3, 4);
     let mut client = Client::attach(&path, opts).unwrap();
     assert_eq!(client.attached().steps_per_epoch, 5);
     let batch = client.next_batch().unwrap().unwrap();
@@ -129,7 +129,7 @@ fn attach_receive_release_against_a_fake_daemon() {
     assert!(batch.images().iter().all(|&b| b == 9));
     assert_eq!(batch.images().len(), 3 * 8 * 8 * 3 * 4);
     // Step 4 was the epoch's last (5 steps): resume at the next epoch's first.
-    assert_eq!(client.position(), StartPosition::at(4, 0));
+    assert_eq!(client.position(), Position::at(4, 0));
     assert!(client.next_batch().unwrap().is_none());
     assert!(client.next_batch().unwrap().is_none());
     drop(batch);

@@ -45,9 +45,9 @@ impl Message {
         out.extend_from_slice(&(self.kind() as u16).to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         match self {
-            Message::Attach(a) => {
-                serde_json::to_writer(&mut *out, a).map_err(|e| EncodeError::Json(e.to_string()))?
-            }
+            Message::Attach(a) => a
+                .write_json(out)
+                .map_err(|e| EncodeError::Json(e.to_string()))?,
             Message::Attached(a) => {
                 serde_json::to_writer(&mut *out, a).map_err(|e| EncodeError::Json(e.to_string()))?
             }
@@ -134,7 +134,7 @@ impl Message {
         let mut r = Reader(body);
         Ok(match kind {
             MessageType::Attach => {
-                Message::Attach(Box::new(serde_json::from_slice(body).map_err(json_err)?))
+                Message::Attach(Box::new(Attach::read_json(body).map_err(json_err)?))
             }
             MessageType::Attached => {
                 Message::Attached(serde_json::from_slice(body).map_err(json_err)?)

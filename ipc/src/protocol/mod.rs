@@ -28,7 +28,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ring::ImageMemory;
-use crate::spec::PipelineSpec;
 
 /// Wire protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -73,92 +72,6 @@ impl MessageType {
             _ => return None,
         })
     }
-}
-
-/// Where a client wants to start (or resume): the first batch it receives is `step` of `epoch`.
-///
-/// With an `offset` (an elastic resume, see `docs/multi-host.md`), epoch `offset.epoch` covers
-/// only its permutation after the first `offset.consumed` samples, split over this attach's
-/// world size, and its steps count from 0 in that reduced epoch. Every rank of a job sends the
-/// same offset (it is part of the job, like the seed). Without one (the only form before it was
-/// added, and still the JSON an old client sends) every epoch is the usual partition.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartPosition {
-    pub epoch: u64,
-    pub step: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<EpochOffset>,
-}
-
-impl StartPosition {
-    /// Batch `step` of `epoch`, no elastic offset.
-    pub fn at(epoch: u64, step: u64) -> StartPosition {
-        StartPosition {
-            epoch,
-            step,
-            offset: None,
-        }
-    }
-
-    /// The start of what is left of an epoch after an elastic checkpoint `point`: step 0 of
-    /// `point.epoch`, whose partition begins after `point.consumed` samples.
-    pub fn resume(point: EpochOffset) -> StartPosition {
-        StartPosition {
-            epoch: point.epoch,
-            step: 0,
-            offset: (point.consumed > 0).then_some(point),
-        }
-    }
-
-    /// The elastic checkpoint of this position for a job of `world_size` ranks and batches of
-    /// `batch_size`: samples of the epoch's permutation every rank together consumed before
-    /// it (`offset.consumed` if it is the offset's epoch, plus `step * batch_size *
-    /// world_size`). Exact for any position inside an epoch (padding and drop_last only touch
-    /// an epoch's last step).
-    pub fn consumed(&self, world_size: u32, batch_size: u32) -> EpochOffset {
-        let base = self
-            .offset
-            .filter(|o| o.epoch == self.epoch)
-            .map_or(0, |o| o.consumed);
-        EpochOffset {
-            epoch: self.epoch,
-            consumed: base + self.step * u64::from(batch_size) * u64::from(world_size),
-        }
-    }
-}
-
-/// An elastic resume point: the first `consumed` samples of epoch `epoch`'s permutation were
-/// served (at whatever world size); the rest of that epoch is still to come.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EpochOffset {
-    pub epoch: u64,
-    pub consumed: u64,
-}
-
-impl std::fmt::Display for EpochOffset {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "epoch {} after {} samples", self.epoch, self.consumed)
-    }
-}
-
-/// Client → daemon, first message of a connection.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Attach {
-    /// Names the job; every rank of one job sends the same key.
-    pub job: String,
-    pub rank: u32,
-    pub world_size: u32,
-    /// `"cpu"`, or the UUID of the rank's GPU (`GPU-xxxxxxxx-...`).
-    pub device: String,
-    pub spec: PipelineSpec,
-    /// A dataset registered in the daemon's config, or a path.
-    pub dataset: String,
-    pub seed: u64,
-    #[serde(default)]
-    pub start: StartPosition,
 }
 
 /// Daemon → client, the answer to [`Attach`]; the ring's memfd travels with it (SCM_RIGHTS),
@@ -381,9 +294,13 @@ pub enum EncodeError {
     Json(String),
 }
 
+mod attach;
 mod codec;
+pub mod position;
 mod status;
+pub use attach::Attach;
 pub use codec::STATS_BODY;
+pub use position::{EpochOffset, EpochSteps, Position, ResumedEpoch};
 pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall};
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use super::codec::{READY_BODY, RELEASE_BODY};
 use super::*;
+use crate::spec::PipelineSpec;
 use proptest::prelude::*;
 
 fn attach() -> Attach {
@@ -13,7 +14,8 @@ fn attach() -> Attach {
         spec: PipelineSpec::train(256, 224),
         dataset: "/data/imagenet/train".into(),
         seed: 42,
-        start: StartPosition::at(2, 17),
+        start: Position::at(2, 17),
+        offset: None,
     }
 }
 
@@ -132,22 +134,32 @@ fn every_message_round_trips() {
 
 #[test]
 fn both_start_position_forms_are_understood() {
-    // The form every client sent before elastic offsets existed still decodes, as no offset.
-    let mut json = serde_json::to_value(attach()).unwrap();
+    // The forms clients sent before elastic offsets existed (and before `start` did) still
+    // decode, as no offset.
+    let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
-    json["start"] = serde_json::json!({"epoch": 4, "step": 1});
-    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
-    bytes.extend(serde_json::to_vec(&json).unwrap());
-    let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
-        panic!("not an attach")
+    let decode = |json: &serde_json::Value| {
+        let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+        bytes.extend(serde_json::to_vec(json).unwrap());
+        let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
+            panic!("not an attach")
+        };
+        a
     };
-    assert_eq!(a.start, StartPosition::at(4, 1));
+    json["start"] = serde_json::json!({"epoch": 4, "step": 1});
+    let a = decode(&json);
+    assert_eq!((a.start, a.offset), (Position::at(4, 1), None));
+    json.as_object_mut().unwrap().remove("start");
+    let a = decode(&json);
+    assert_eq!((a.start, a.offset), (Position::default(), None));
     // The elastic form round-trips, and so does the answer that goes with it.
     let mut a = attach();
-    a.start = StartPosition::resume(EpochOffset {
+    (a.start, a.offset) = EpochOffset {
         epoch: 3,
         consumed: 5120,
-    });
+    }
+    .resume();
     let m = Message::Attach(Box::new(a));
     assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
     let answer = Attached {
@@ -166,40 +178,12 @@ fn both_start_position_forms_are_understood() {
     };
     let m = Message::Attached(answer);
     assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
-    // An offset of nothing is no offset.
-    assert_eq!(
-        StartPosition::resume(EpochOffset {
-            epoch: 3,
-            consumed: 0
-        }),
-        StartPosition::at(3, 0)
-    );
-}
-
-#[test]
-fn consumed_counts_every_rank_and_the_offset_of_its_own_epoch_only() {
-    let offset = Some(EpochOffset {
-        epoch: 2,
-        consumed: 100,
-    });
-    let in_offset_epoch = StartPosition {
-        epoch: 2,
-        step: 3,
-        offset,
-    };
-    assert_eq!(
-        in_offset_epoch.consumed(4, 8),
-        EpochOffset {
-            epoch: 2,
-            consumed: 100 + 3 * 8 * 4
-        }
-    );
-    let later = StartPosition {
-        epoch: 3,
-        step: 3,
-        offset,
-    };
-    assert_eq!(later.consumed(4, 8).consumed, 3 * 8 * 4);
+    // Unknown fields inside `start` are refused like anywhere else.
+    json["start"] = serde_json::json!({"epoch": 4, "step": 1, "offest": null});
+    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+    bytes.extend(serde_json::to_vec(&json).unwrap());
+    let e = Message::decode(&bytes).unwrap_err();
+    assert!(e.to_string().contains("offest"), "{e}");
 }
 
 #[test]
@@ -269,7 +253,8 @@ fn malformed_messages_say_what_is_wrong() {
         })
     ));
     // Unknown JSON field in an attach.
-    let mut json = serde_json::to_value(attach()).unwrap();
+    let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     json["colour"] = 1.into();
     let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
@@ -362,10 +347,11 @@ fn attach_json_is_byte_identical_to_the_golden_form() {
     );
     let mut on_gpu = attach();
     on_gpu.device = uuid.parse().unwrap();
-    on_gpu.start = StartPosition::resume(EpochOffset {
+    (on_gpu.start, on_gpu.offset) = EpochOffset {
         epoch: 3,
         consumed: 5120,
-    });
+    }
+    .resume();
     for (a, json) in [(attach(), plain), (on_gpu, elastic)] {
         let mut want = header.to_vec();
         want.extend_from_slice(json.as_bytes());

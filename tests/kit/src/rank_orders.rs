@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use stoker::protocol::StartPosition;
+use stoker::protocol::{EpochOffset, Position};
 use stoker::{AttachOptions, DType, PipelineSpec};
 
 /// The seed of every multi-host job.
@@ -36,7 +36,9 @@ pub struct RankOrders {
     pub world: u32,
     pub batch: u32,
     pub epochs: u32,
-    pub start: StartPosition,
+    pub start: Position,
+    /// The job's elastic offset, if it resumes one.
+    pub offset: Option<EpochOffset>,
     pub log: PathBuf,
     /// After this many batches, wait until `gate` exists.
     pub hold_after: Option<u64>,
@@ -50,7 +52,8 @@ impl RankOrders {
     pub fn to_json(&self) -> String {
         json!({
             "socket": self.socket, "job": self.job, "rank": self.rank, "world": self.world,
-            "batch": self.batch, "epochs": self.epochs, "start": self.start, "log": self.log,
+            "batch": self.batch, "epochs": self.epochs, "start": self.start,
+            "offset": self.offset, "log": self.log,
             "hold_after": self.hold_after, "gate": self.gate, "stop_after": self.stop_after,
         })
         .to_string()
@@ -69,6 +72,7 @@ impl RankOrders {
             batch: num("batch") as u32,
             epochs: num("epochs") as u32,
             start: serde_json::from_value(v["start"].clone()).unwrap(),
+            offset: serde_json::from_value(v["offset"].clone()).unwrap(),
             log: path("log"),
             hold_after: v["hold_after"].as_u64(),
             gate: path("gate"),
@@ -83,6 +87,7 @@ impl RankOrders {
             world_size: self.world,
             seed: SEED,
             start: self.start,
+            offset: self.offset,
             // A restarting host takes a few seconds at most; the test bounds the whole run.
             connect_timeout: PATIENCE,
             ..AttachOptions::new(&self.job, DATASET, spec(self.batch, self.epochs))

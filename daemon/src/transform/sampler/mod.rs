@@ -97,12 +97,9 @@ impl Partition {
     }
 }
 
-/// The epoch an elastic offset resumes, and how many batches each rank gets in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResumedEpoch {
-    pub epoch: u64,
-    pub steps: u64,
-}
+/// The epoch an elastic offset resumes, and how many batches each rank gets in it (the
+/// position type's, shared with the client).
+pub use stoker::protocol::ResumedEpoch;
 
 /// One rank's view of a job's sample order. Cheap to build; holds the last permutation.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 
 use super::*;
 use proptest::prelude::*;
-use stoker::protocol::StartPosition;
+use stoker::protocol::Position;
 
 #[test]
 fn the_rest_of_an_epoch_is_the_rank_s_next_batches() {
@@ -170,7 +170,7 @@ proptest! {
         };
         let steps = s.steps_per_epoch();
         let step = at % steps;
-        let offset = StartPosition::at(epoch, step).consumed(world as u32, batch as u32);
+        let offset = Position::at(epoch, step).consumed(None, world as u32, batch as u32);
         let full = world_epoch(len, world, batch, drop_last, None, epoch);
         let rest = world_epoch(len, world, batch, drop_last, Some(offset), epoch);
         for r in 0..world as usize {
@@ -187,7 +187,7 @@ proptest! {
             return Ok(());
         };
         let step = at % s.steps_per_epoch();
-        let offset = StartPosition::at(epoch, step).consumed(world as u32, batch as u32);
+        let offset = Position::at(epoch, step).consumed(None, world as u32, batch as u32);
         let mut perm = Vec::new();
         permutation_into(len, 7, epoch, &mut perm);
         // Before the checkpoint: exactly the first `consumed` positions, once each.
@@ -268,8 +268,8 @@ proptest! {
             for i in all.iter().flat_map(|r| r[..stop as usize].iter().flatten()) {
                 count[*i as usize] += 1;
             }
-            let pos = StartPosition { epoch, step: stop, offset };
-            offset = Some(pos.consumed(world as u32, batch as u32));
+            let pos = Position::at(epoch, stop);
+            offset = Some(pos.consumed(offset, world as u32, batch as u32));
         }
         prop_assert!(count.iter().all(|&c| c >= 1));
         let extra: u64 = count.iter().map(|&c| u64::from(c) - 1).sum();

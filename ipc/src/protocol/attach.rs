@@ -1,0 +1,97 @@
+//! ATTACH, the first message of a rank's connection, and its JSON on the wire.
+//!
+//! # Design
+//! - [`Attach`] keeps the elastic offset beside the start [`Position`] (the offset belongs to
+//!   the job, like the seed). The JSON keeps the form every client has sent since offsets
+//!   exist: the offset nested in `start` (`{"epoch":..,"step":..,"offset":{..}}`), left out when
+//!   there is none, and `start` itself optional (clients from before it existed). `AttachJson`
+//!   is that form, written and read only here; a golden test holds it byte for byte.
+
+use serde::{Deserialize, Serialize};
+
+use super::position::{EpochOffset, Position};
+use crate::spec::PipelineSpec;
+
+/// Client → daemon, first message of a connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attach {
+    /// Names the job; every rank of one job sends the same key.
+    pub job: String,
+    pub rank: u32,
+    pub world_size: u32,
+    /// `"cpu"`, or the UUID of the rank's GPU (`GPU-xxxxxxxx-...`).
+    pub device: String,
+    pub spec: PipelineSpec,
+    /// A dataset registered in the daemon's config, or a path.
+    pub dataset: String,
+    pub seed: u64,
+    /// The first batch to receive.
+    pub start: Position,
+    /// An elastic resume's offset (see [`super::position`]): epoch `offset.epoch` covers only
+    /// its permutation after the first `offset.consumed` samples, split over this attach's
+    /// world size. Part of the job: every rank of a job sends the same one.
+    pub offset: Option<EpochOffset>,
+}
+
+/// [`Attach`] as its JSON reads.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachJson {
+    job: String,
+    rank: u32,
+    world_size: u32,
+    device: String,
+    spec: PipelineSpec,
+    dataset: String,
+    seed: u64,
+    #[serde(default)]
+    start: StartJson,
+}
+
+/// ATTACH's `start`: the position, with the job's elastic offset inside it.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartJson {
+    epoch: u64,
+    step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    offset: Option<EpochOffset>,
+}
+
+impl Attach {
+    /// Appends the JSON body to `out`.
+    pub(super) fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        let a = self.clone();
+        let json = AttachJson {
+            job: a.job,
+            rank: a.rank,
+            world_size: a.world_size,
+            device: a.device,
+            spec: a.spec,
+            dataset: a.dataset,
+            seed: a.seed,
+            start: StartJson {
+                epoch: a.start.epoch,
+                step: a.start.step,
+                offset: a.offset,
+            },
+        };
+        serde_json::to_writer(out, &json)
+    }
+
+    /// Reads a JSON body.
+    pub(super) fn read_json(body: &[u8]) -> Result<Attach, serde_json::Error> {
+        let a: AttachJson = serde_json::from_slice(body)?;
+        Ok(Attach {
+            job: a.job,
+            rank: a.rank,
+            world_size: a.world_size,
+            device: a.device,
+            spec: a.spec,
+            dataset: a.dataset,
+            seed: a.seed,
+            start: Position::at(a.start.epoch, a.start.step),
+            offset: a.start.offset,
+        })
+    }
+}
