@@ -5,9 +5,11 @@
 //! - `cli`: the commands (`bench`, `check`, `status`, `selftest`, `synth`, `pack`, `decode`);
 //! - `bench`: the in-process pipeline benchmark `stoker bench` runs;
 //! - `synth`: generated datasets of realistic JPEGs;
-//! - `pack`: WebDataset tar shards from any dataset.
+//! - `pack`: WebDataset tar shards from any dataset;
+//! - `edge_manifest`: the edge corpus's manifest (what each file must do).
 
 pub mod bench;
 pub mod cli;
+pub mod edge_manifest;
 pub mod pack;
 pub mod synth;

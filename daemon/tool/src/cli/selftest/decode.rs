@@ -25,6 +25,7 @@ use stoker_nvidia::nvjpeg::{Roi, Route};
 use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;
 use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage};
+use crate::edge_manifest::{self, Expected};
 use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 
 /// PSNR every nvJPEG image must reach against the CPU decoder's.
@@ -288,48 +289,6 @@ fn save_pair(dir: &Path, it: &Item, nvjpeg: Vec<u8>, cpu: Vec<u8>) -> Result<(),
     Ok(())
 }
 
-/// What a manifest says an edge file must do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expected {
-    DecodeOk,
-    MustReject,
-    MayReject,
-}
-
-/// `(file, expected)` per row of `dir/MANIFEST.tsv`, found by the header's column names.
-fn manifest(dir: &Path) -> Result<Vec<(String, Expected)>, String> {
-    let path = dir.join("MANIFEST.tsv");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|c| *c == name)
-            .ok_or_else(|| format!("{}: no column {name:?}", path.display()))
-    };
-    let (file_col, exp_col) = (col("file")?, col("expected")?);
-    let mut rows = Vec::new();
-    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let cols: Vec<&str> = line.split('\t').collect();
-        let cell = |i: usize| cols.get(i).copied().unwrap_or("");
-        let expected = match cell(exp_col) {
-            "decode OK" => Expected::DecodeOk,
-            "must be rejected with a clear error" => Expected::MustReject,
-            "may be rejected" => Expected::MayReject,
-            other => {
-                return Err(format!(
-                    "{} line {}: unknown expectation {other:?}",
-                    path.display(),
-                    n + 2
-                ))
-            }
-        };
-        rows.push((cell(file_col).to_string(), expected));
-    }
-    Ok(rows)
-}
-
 /// What the CUDA engine makes of one edge file: its pixels came from nvJPEG (`Some(psnr)`
 /// against the CPU decoder, `None` where the CPU refuses), from the CPU decoder, or it was
 /// refused with a reason.
@@ -375,7 +334,7 @@ fn edge_outcome(
 
 /// Every edge file routed as the engine would, judged by its manifest.
 pub fn edge(gpu: &mut GpuUnderTest, dir: &Path) -> Result<String, String> {
-    let rows = manifest(dir)?;
+    let rows = edge_manifest::read(dir).map_err(|e| e.to_string())?;
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
     let mut tally = Tally::default();
     let (mut decoded, mut refused) = (0, 0);

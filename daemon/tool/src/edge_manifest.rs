@@ -1,0 +1,112 @@
+//! The edge corpus's `MANIFEST.tsv`: what each file must do. Read by `stoker selftest` and,
+//! through the test kit, by every test that serves or decodes the corpus.
+//!
+//! # Design
+//! Columns are found by their header names (`file`, `expected`), so the corpus may add
+//! columns; rows are kept in the file's order.
+//!
+//! # Limitations
+//! Only the three expectations the corpus uses are known; any other is an error naming the
+//! line.
+
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+/// What the manifest says an edge file must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    DecodeOk,
+    MustReject,
+    MayReject,
+}
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: no column {column:?}", path.display())]
+    NoColumn { path: PathBuf, column: &'static str },
+    #[error("{} line {line}: unknown expectation {found:?}", path.display())]
+    UnknownExpectation {
+        path: PathBuf,
+        line: usize,
+        found: String,
+    },
+}
+
+/// `(file, expected)` per row of `dir/MANIFEST.tsv`, in its order.
+pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
+    let path = dir.join("MANIFEST.tsv");
+    let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
+    let col = |column: &'static str| {
+        header
+            .iter()
+            .position(|c| *c == column)
+            .ok_or_else(|| ManifestError::NoColumn {
+                path: path.clone(),
+                column,
+            })
+    };
+    let (file_col, exp_col) = (col("file")?, col("expected")?);
+    let mut rows = Vec::new();
+    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let cell = |i: usize| cols.get(i).copied().unwrap_or("");
+        let expected = match cell(exp_col) {
+            "decode OK" => Expected::DecodeOk,
+            "must be rejected with a clear error" => Expected::MustReject,
+            "may be rejected" => Expected::MayReject,
+            other => {
+                return Err(ManifestError::UnknownExpectation {
+                    path: path.clone(),
+                    line: n + 2,
+                    found: other.to_owned(),
+                })
+            }
+        };
+        rows.push((cell(file_col).to_owned(), expected));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_read_by_column_name_and_an_unknown_expectation_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("MANIFEST.tsv");
+        let rows = "note\texpected\tfile\n\
+                    x\tdecode OK\ta.jpg\n\n\
+                    y\tmay be rejected\tb.jpg\n";
+        std::fs::write(&manifest, rows).unwrap();
+        let got = read(dir.path()).unwrap();
+        assert_eq!(
+            got,
+            [
+                ("a.jpg".to_owned(), Expected::DecodeOk),
+                ("b.jpg".to_owned(), Expected::MayReject)
+            ]
+        );
+        std::fs::write(&manifest, "file\texpected\nc.jpg\tfine\n").unwrap();
+        let err = read(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.ends_with("line 2: unknown expectation \"fine\""),
+            "{err}"
+        );
+        std::fs::write(&manifest, "file\n").unwrap();
+        let err = read(dir.path()).unwrap_err().to_string();
+        assert!(err.ends_with("no column \"expected\""), "{err}");
+    }
+}
