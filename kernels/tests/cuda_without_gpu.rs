@@ -38,6 +38,11 @@ fn nvrtc(root: &Path) -> Nvrtc {
     Nvrtc::load_from_wheel(root).unwrap_or_else(|e| panic!("NVRTC from {}: {e}", root.display()))
 }
 
+/// NVRTC from the wheels, for `test`; `None` as [`wheels`] says.
+fn wheel_nvrtc(test: &str) -> Option<Nvrtc> {
+    wheels(test).map(|root| nvrtc(&root))
+}
+
 fn cu_files() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cu");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -56,10 +61,9 @@ fn is_cubin(b: &[u8]) -> bool {
 
 #[test]
 fn every_kernel_compiles_for_sm80_and_sm90() {
-    let Some(root) = wheels("every_kernel_compiles_for_sm80_and_sm90") else {
+    let Some(nvrtc) = wheel_nvrtc("every_kernel_compiles_for_sm80_and_sm90") else {
         return;
     };
-    let nvrtc = nvrtc(&root);
     eprintln!(
         "NVRTC {:?} from {}",
         nvrtc.version(),
@@ -86,10 +90,10 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
 
 #[test]
 fn the_augment_kernel_exports_its_entry_points() {
-    let Some(root) = wheels("the_augment_kernel_exports_its_entry_points") else {
+    let Some(nvrtc) = wheel_nvrtc("the_augment_kernel_exports_its_entry_points") else {
         return;
     };
-    let cubin = nvrtc(&root)
+    let cubin = nvrtc
         .compile(&stoker_kernels::sources::AUGMENT_CU, 90)
         .unwrap();
     // extern "C" names appear verbatim in the ELF symbol table.
@@ -109,10 +113,10 @@ fn the_augment_kernel_exports_its_entry_points() {
 
 #[test]
 fn a_syntax_error_fails_with_the_nvrtc_log_and_options() {
-    let Some(root) = wheels("a_syntax_error_fails_with_the_nvrtc_log_and_options") else {
+    let Some(nvrtc) = wheel_nvrtc("a_syntax_error_fails_with_the_nvrtc_log_and_options") else {
         return;
     };
-    let err = nvrtc(&root)
+    let err = nvrtc
         .compile_str(
             "broken.cu",
             "extern \"C\" __global__ void k(int* p) { p[0] = }",
@@ -137,10 +141,10 @@ fn a_syntax_error_fails_with_the_nvrtc_log_and_options() {
 
 #[test]
 fn an_arch_nvrtc_does_not_know_is_a_clear_error() {
-    let Some(root) = wheels("an_arch_nvrtc_does_not_know_is_a_clear_error") else {
+    let Some(nvrtc) = wheel_nvrtc("an_arch_nvrtc_does_not_know_is_a_clear_error") else {
         return;
     };
-    let err = nvrtc(&root)
+    let err = nvrtc
         .compile(&stoker_kernels::sources::AUGMENT_CU, 11)
         .unwrap_err();
     assert!(
@@ -151,10 +155,9 @@ fn an_arch_nvrtc_does_not_know_is_a_clear_error() {
 
 #[test]
 fn the_kernel_cache_stores_reuses_and_repairs_cubins() {
-    let Some(root) = wheels("the_kernel_cache_stores_reuses_and_repairs_cubins") else {
+    let Some(nvrtc) = wheel_nvrtc("the_kernel_cache_stores_reuses_and_repairs_cubins") else {
         return;
     };
-    let nvrtc = nvrtc(&root);
     let dir = std::env::temp_dir().join(format!("stoker-kcache-{}", std::process::id()));
     let cache = KernelCache::new(&dir);
     let src = stoker_kernels::sources::AUGMENT_CU;
