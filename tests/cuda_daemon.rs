@@ -177,12 +177,12 @@ fn psnr(a: &[f64], b: &[f64]) -> f64 {
     10.0 * (255.0f64.powi(2) / mse).log10()
 }
 
-/// The emulator for this process and its daemons, and NVRTC from the wheels; `None` (said
-/// loudly, a failure in CI) without the wheels.
-fn setup(test: &str) -> Option<()> {
+/// The emulator for this process and its daemons, NVRTC from the wheels, and the test's temp
+/// dir; `None` (said loudly, a failure in CI) without the wheels.
+fn setup(test: &str) -> Option<tempfile::TempDir> {
     emulator::use_emulator();
     emulator::nvrtc(test)?;
-    Some(())
+    Some(tempfile::tempdir().unwrap())
 }
 
 /// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
@@ -206,10 +206,9 @@ fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Da
 
 #[test]
 fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
-    let Some(()) = setup("two_ranks_on_two_gpus_get_the_cpu_backends_batches") else {
+    let Some(dir) = setup("two_ranks_on_two_gpus_get_the_cpu_backends_batches") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path());
     add_cpu_path_images(&data);
     let log = dir.path().join("stokerd.log");
@@ -294,10 +293,9 @@ fn attach_when_rebuilt(socket: &Path, opts: AttachOptions) -> Client {
 
 #[test]
 fn faults_fail_only_what_they_hit_and_name_the_gpu() {
-    let Some(()) = setup("faults_fail_only_what_they_hit_and_name_the_gpu") else {
+    let Some(dir) = setup("faults_fail_only_what_they_hit_and_name_the_gpu") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
     let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
@@ -407,10 +405,9 @@ fn a_lost_device_fails_its_ranks_and_is_refused_with_the_reason() {
 
 #[test]
 fn backend_auto_serves_from_cuda_on_the_emulated_host() {
-    let Some(()) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
+    let Some(dir) = setup("backend_auto_serves_from_cuda_on_the_emulated_host") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stokerd.log");
     drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, None));
     let text = std::fs::read_to_string(&log).unwrap();
@@ -469,8 +466,7 @@ fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
         eprintln!("SKIPPED {test}: no {}", edge.display());
         return;
     }
-    let Some(()) = setup(test) else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some(dir) = setup(test) else { return };
     let data = dir.path().join("edge");
     std::fs::create_dir_all(data.join("c0")).unwrap();
     let names: Vec<String> = edge_manifest::read(&edge)
@@ -511,10 +507,9 @@ fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
 
 #[test]
 fn device_memory_counts_against_the_ring_quota() {
-    let Some(()) = setup("device_memory_counts_against_the_ring_quota") else {
+    let Some(dir) = setup("device_memory_counts_against_the_ring_quota") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path());
     let config = dir.path().join("stoker.toml");
     // Room for a host ring of this spec (about 50 KiB), not for a 2 MiB device allocation.

@@ -17,7 +17,7 @@
 use stoker_testkit::emulator;
 
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -33,10 +33,15 @@ use stoker_nvidia::cuda::{self, Device, Event, GpuUuid};
 /// Every operation on a stream the program created waits this long first.
 const DELAY_US: u64 = 300_000;
 
-fn setup() {
+/// The emulator for this process (each stream operation delayed), and a temp dir holding the
+/// path of the stand-in daemon's socket.
+fn setup() -> (tempfile::TempDir, PathBuf) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| std::env::set_var("STOKER_EMU_OP_DELAY_US", DELAY_US.to_string()));
     emulator::use_emulator();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    (dir, socket)
 }
 
 fn device(i: usize) -> Device {
@@ -141,9 +146,7 @@ fn options(spec: PipelineSpec) -> AttachOptions {
 
 #[test]
 fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
-    setup();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.sock");
+    let (_dir, path) = setup();
     let spec = PipelineSpec::train(4, 8);
     let (tx, rx) = mpsc::channel();
     let (received, messages) = mpsc::channel();
@@ -242,9 +245,7 @@ fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
 
 #[test]
 fn a_device_ring_of_another_size_is_refused_with_the_sizes() {
-    setup();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.sock");
+    let (_dir, path) = setup();
     let spec = PipelineSpec::train(4, 8);
     let daemon = stand_in(
         &path,
@@ -265,7 +266,7 @@ fn a_device_ring_of_another_size_is_refused_with_the_sizes() {
 
 #[test]
 fn a_device_that_is_not_there_is_named() {
-    setup();
+    let _ = setup();
     let opts = {
         let mut o = options(PipelineSpec::train(2, 8));
         o.device = "cuda:7".into();
@@ -286,9 +287,7 @@ fn a_device_that_is_not_there_is_named() {
 fn the_c_abi_hands_out_cuda_tensors_and_fences_their_release() {
     use stoker::capi::*;
     use stoker::dlpack::{DLManagedTensorVersioned, KDL_CUDA};
-    setup();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.sock");
+    let (_dir, path) = setup();
     let (tx, rx) = mpsc::channel();
     let (received, messages) = mpsc::channel();
     let daemon = stand_in(

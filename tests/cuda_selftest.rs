@@ -14,7 +14,7 @@
 
 use stoker_testkit::emulator;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
@@ -108,20 +108,31 @@ fn run(dir: &Path, photos: &Path, edge: &Path, json: &Path) -> Output {
         .unwrap()
 }
 
-#[test]
-fn selftest_passes_on_both_emulated_gpus_and_fails_a_wrong_manifest() {
-    let Some(_nvrtc) = emulator::nvrtc("selftest_passes_on_both_emulated_gpus") else {
-        return;
-    };
+/// A temp dir holding the self-test's inputs: the photos and the edge corpus.
+struct Inputs {
+    dir: tempfile::TempDir,
+    photos: PathBuf,
+    edge: PathBuf,
+}
+
+/// The emulator for this process and the self-test's inputs, once NVRTC is found in the
+/// wheels (`None`, said loudly, without them).
+fn inputs(test: &str) -> Option<Inputs> {
+    emulator::nvrtc(test)?;
     emulator::use_emulator();
     let dir = tempfile::tempdir().unwrap();
-    let (photos, edge, json) = (
-        dir.path().join("photos"),
-        dir.path().join("edge"),
-        dir.path().join("selftest.json"),
-    );
+    let (photos, edge) = (dir.path().join("photos"), dir.path().join("edge"));
     write_photos(&photos);
     write_edge(&edge, &edge_rows());
+    Some(Inputs { dir, photos, edge })
+}
+
+#[test]
+fn selftest_passes_on_both_emulated_gpus_and_fails_a_wrong_manifest() {
+    let Some(Inputs { dir, photos, edge }) = inputs("selftest_passes_on_both_emulated_gpus") else {
+        return;
+    };
+    let json = dir.path().join("selftest.json");
     let out = run(dir.path(), &photos, &edge, &json);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -208,18 +219,11 @@ fn selftest_without_a_gpu_fails_with_the_reason() {
 /// every output in the folder it is given, and the summary table last, saying EMULATED.
 #[test]
 fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
-    let Some(_nvrtc) = emulator::nvrtc("gpu_check_runs_everything_on_the_emulator") else {
+    let Some(Inputs { dir, photos, edge }) = inputs("gpu_check_runs_everything_on_the_emulator")
+    else {
         return;
     };
-    emulator::use_emulator();
-    let dir = tempfile::tempdir().unwrap();
-    let (photos, edge, out) = (
-        dir.path().join("photos"),
-        dir.path().join("edge"),
-        dir.path().join("results"),
-    );
-    write_photos(&photos);
-    write_edge(&edge, &edge_rows());
+    let out = dir.path().join("results");
     let stoker = stoker_testkit::stokerd_path().with_file_name("stoker");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-check");
     let run = Command::new(script)

@@ -135,28 +135,13 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
         dir.path().join("shards"),
     );
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    run(&[
-        "synth",
-        &s(&folder),
-        "--images",
-        "30",
-        "--classes",
-        "3",
-        "--scale",
-        "0.2",
-    ]);
-    run(&[
-        "synth",
-        &s(&shards),
-        "--images",
-        "30",
-        "--classes",
-        "3",
-        "--scale",
-        "0.2",
-        "--shards",
-        "2",
-    ]);
+    // The same 30 images of 3 classes, as a folder and as 2 shards.
+    let synth = |out: &Path, layout: &[&str]| {
+        let common = ["--images", "30", "--classes", "3", "--scale", "0.2"];
+        run(&[&["synth", &s(out)], &common[..], layout].concat());
+    };
+    synth(&folder, &[]);
+    synth(&shards, &["--shards", "2"]);
     let out = run(&["pack", &s(&folder), &s(&packed), "--shard-mb", "1"]);
     assert!(out.contains("packed 30 samples"), "{out}");
     for layout in [&folder, &packed, &shards] {

@@ -257,6 +257,21 @@ def call(name, *args):
     return result
 
 
+def read_info(struct, name, handle, on_failure=None):
+    """A fresh `struct` (its leading size field set, as libstoker's versioned structs want)
+    filled by the call `name(handle, &struct)`; if the call fails, `on_failure()` runs before
+    the error is raised."""
+    info = struct()
+    info.size = ctypes.sizeof(info)
+    try:
+        call(name, handle, ctypes.byref(info))
+    except BaseException:
+        if on_failure is not None:
+            on_failure()
+        raise
+    return info
+
+
 def result_name(result):
     return lib.stoker_result_name(result).decode()
 

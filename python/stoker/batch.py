@@ -150,6 +150,12 @@ def current_stream(device_id):
     return 1
 
 
+def _tensor(which):
+    """A property giving one of the batch's tensors (`Tensor(batch, which)`), made anew on
+    each access."""
+    return property(lambda batch: Tensor(batch, which), doc=f"The batch's {which} (a Tensor).")
+
+
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
     1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
@@ -157,13 +163,7 @@ class Batch:
 
     def __init__(self, handle):
         self._handle = handle
-        header = _lib.BatchHeader()
-        header.size = ctypes.sizeof(header)
-        try:
-            call("stoker_batch_info", handle, byref(header))
-        except BaseException:
-            self.release()
-            raise
+        header = _lib.read_info(_lib.BatchHeader, "stoker_batch_info", handle, self.release)
         self.epoch = header.epoch
         self.step = header.step
         self.n = header.n
@@ -174,21 +174,10 @@ class Batch:
 
     # Tensors reference the batch, never the other way round: no reference cycle, so the
     # lease goes back as soon as the last reference does, not at the next GC pass.
-    @property
-    def images(self):
-        return Tensor(self, "images")
-
-    @property
-    def labels(self):
-        return Tensor(self, "labels")
-
-    @property
-    def indices(self):
-        return Tensor(self, "indices")
-
-    @property
-    def status(self):
-        return Tensor(self, "status")
+    images = _tensor("images")
+    labels = _tensor("labels")
+    indices = _tensor("indices")
+    status = _tensor("status")
 
     def release(self):
         """Gives up this object's share of the slot now (arrays already imported keep theirs).

@@ -1,6 +1,5 @@
 """`stoker.Loader`: a DataLoader-like iterable of (images, labels) served by stokerd."""
 
-import ctypes
 import json
 import os
 from ctypes import byref, c_uint64, c_void_p
@@ -187,14 +186,7 @@ class Loader:
         client = c_void_p()
         call("stoker_attach", byref(o), byref(client))
         self._client = client
-        info = _lib.AttachInfo()
-        info.size = ctypes.sizeof(info)
-        try:
-            call("stoker_client_info", client, byref(info))
-        except BaseException:
-            self.close()
-            raise
-        self._info = info
+        self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client, self.close)
         # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
         self._position_from_client()
 
@@ -218,9 +210,7 @@ class Loader:
             lib.stoker_detach(client)
 
     def _client_stall(self):
-        info = _lib.StallInfo()
-        info.size = ctypes.sizeof(info)
-        call("stoker_client_stall", self._client, byref(info))
+        info = _lib.read_info(_lib.StallInfo, "stoker_client_stall", self._client)
         return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches}
 
     def stats(self):

@@ -7,12 +7,13 @@ STOKER_REQUIRE_DAEMON=1, which makes that a failure.
 
 import os
 import random
-import socket as socketlib
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from stoker._daemon import answers
 
 REPO = Path(__file__).resolve().parents[2]
 CLASSES = 3
@@ -35,17 +36,6 @@ def _unavailable(why):
     if os.environ.get("STOKER_REQUIRE_DAEMON") == "1":
         pytest.fail(f"no working stokerd (STOKER_REQUIRE_DAEMON=1): {why}")
     pytest.skip(f"no working stokerd: {why}")
-
-
-def _serving(path):
-    s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_SEQPACKET)
-    try:
-        s.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +76,7 @@ def serve_stokerd(d, args, env=None, timeout=60, what="stokerd"):
                             env=env)
     deadline = time.monotonic() + timeout
     try:
-        while not _serving(sock):
+        while not answers(sock):
             if proc.poll() is not None:
                 _unavailable(f"{what} exited with {proc.returncode}: "
                              f"{(d / 'stderr.log').read_text(errors='replace')[-2000:]}")

@@ -267,6 +267,13 @@ impl Served {
             _one: one,
         }
     }
+
+    /// A daemon with `flags` reading this server's objects, `s3_keys` added to its
+    /// `[s3]` table.
+    fn daemon(&self, s3_keys: &str, flags: &[&str]) -> Daemon {
+        let config = write_config(self.dir.path(), &self.weed, s3_keys, "");
+        Daemon::start_configured(self.dir.path(), &config, flags)
+    }
 }
 
 /// An ImageFolder of 3 classes x 6 images and the same images packed into 3 tar shards.

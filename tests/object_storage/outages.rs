@@ -5,11 +5,10 @@ use super::*;
 #[test]
 fn a_server_restarted_mid_epoch_loses_no_batch() {
     let mut s = Served::folder();
-    let (dir, folder) = (s.dir.path(), &s.folder);
+    let folder = &s.folder;
     // Retries back off 0.1 s, 0.2 s, ... up to 5 s: about 26 s in all, longer than the restart.
     let keys = "prefetch = false\nretries = 10\nbackoff_ms = 100";
-    let config = write_config(dir, &s.weed, keys, "");
-    let daemon = Daemon::start_configured(dir, &config, &["--threads", "1", "--slots", "2"]);
+    let daemon = s.daemon(keys, &["--threads", "1", "--slots", "2"]);
     let local = run(daemon.socket(), folder.to_str().unwrap(), "local", 2);
     let mut c = Client::attach(
         daemon.socket(),
@@ -37,10 +36,9 @@ fn a_server_restarted_mid_epoch_loses_no_batch() {
 #[test]
 fn a_server_that_stays_down_fails_samples_while_another_job_is_served() {
     let mut s = Served::folder();
-    let (dir, folder) = (s.dir.path(), &s.folder);
+    let folder = &s.folder;
     let keys = "prefetch = false\nretries = 2\nbackoff_ms = 20";
-    let config = write_config(dir, &s.weed, keys, "");
-    let daemon = Daemon::start_configured(dir, &config, &["--threads", "2", "--slots", "2"]);
+    let daemon = s.daemon(keys, &["--threads", "2", "--slots", "2"]);
     let url = format!("s3://{BUCKET}/folder");
     let mut remote = Client::attach(daemon.socket(), options(&url, "down", 0, 1, 2)).unwrap();
     s.weed.stop();

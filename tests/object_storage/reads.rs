@@ -178,11 +178,10 @@ fn file_lists_naming_objects_give_the_batches_of_local_files(
 #[test]
 fn a_deleted_object_is_a_replaced_bad_sample() {
     let s = Served::folder();
-    let (dir, folder) = (s.dir.path(), &s.folder);
+    let folder = &s.folder;
     // No background fetching, and a ring of 2 slots of 2: at most 4 samples are read before
     // the client asks, so the epoch's last sample is still in the bucket only.
-    let config = write_config(dir, &s.weed, "prefetch = false", "");
-    let daemon = Daemon::start_configured(dir, &config, &["--threads", "1", "--slots", "2"]);
+    let daemon = s.daemon("prefetch = false", &["--threads", "1", "--slots", "2"]);
     let mut c = Client::attach(
         daemon.socket(),
         options(&format!("s3://{BUCKET}/folder"), "del", 0, 1, 2),

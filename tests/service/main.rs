@@ -107,6 +107,13 @@ fn child_env(dir: &Path, envs: &[(&str, &str)]) -> Vec<(String, String)> {
 /// LISTEN_FDS=1 and LISTEN_PID set to the child's own pid (socket activation), as systemd
 /// does: a pre_exec hook moves the fd to 3, writes the child's pid into the prepared
 /// environment and execs with it.
+/// `stokerd` with `args` in the plain environment of [`spawn`], once it is ready to serve.
+fn spawn_ready(dir: &Path, args: &[&str]) -> Daemon {
+    let mut d = spawn(dir, args, &[], None);
+    d.wait_ready();
+    d
+}
+
 fn spawn(dir: &Path, args: &[&str], envs: &[(&str, &str)], listen: Option<OwnedFd>) -> Daemon {
     use std::ffi::CString;
     let program = stokerd_path();
@@ -178,12 +185,9 @@ fn serving() -> (tempfile::TempDir, PathBuf, PathBuf, Daemon) {
     let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path(), "data", 4);
     let socket = dir.path().join("stoker.sock");
-    let mut d = spawn(
+    let d = spawn_ready(
         dir.path(),
         &["--socket", socket.to_str().unwrap(), "--threads", "2"],
-        &[],
-        None,
     );
-    d.wait_ready();
     (dir, data, socket, d)
 }

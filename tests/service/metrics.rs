@@ -86,7 +86,7 @@ fn metrics_count_exactly_what_clients_received() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut d = spawn(
+    let _daemon = spawn_ready(
         dir.path(),
         &[
             "--socket",
@@ -96,10 +96,7 @@ fn metrics_count_exactly_what_clients_received() {
             "--metrics-listen",
             &addr,
         ],
-        &[],
-        None,
     );
-    d.wait_ready();
     let delivered = r#"stoker_images_total{stage="delivered"}"#;
     let (status, before) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");

@@ -76,13 +76,10 @@ fn sighup_adds_a_dataset_while_a_client_keeps_receiving() {
         std::fs::write(&config, text).unwrap();
     };
     write_config(&[("first", &first)]);
-    let mut d = spawn(
+    let mut d = spawn_ready(
         dir.path(),
         &["--config", config.to_str().unwrap(), "--threads", "2"],
-        &[],
-        None,
     );
-    d.wait_ready();
     let mut c = Client::attach(&socket, options("first", "keeps", None)).unwrap();
     assert_eq!(c.attached().dataset_len, 8);
     assert!(c.next_batch().unwrap().is_some());

@@ -79,10 +79,7 @@ fn systemd_analyze_verifies_the_units() {
         "DeviceAllow=/dev/nvidiactl rw",
         "DeviceAllow=/dev/nvidia-uvm rw",
     ] {
-        assert!(
-            service.lines().any(|l| l == line),
-            "stokerd.service lacks {line}"
-        );
+        assert_line(&service, "stokerd.service", line);
     }
     // systemd must not restart a configuration error: the code the daemon exits with for one.
     let prevent = format!(
@@ -100,10 +97,7 @@ fn systemd_analyze_verifies_the_units() {
         "SocketMode=0660",
         "SocketGroup=stoker-clients",
     ] {
-        assert!(
-            socket.lines().any(|l| l == line),
-            "stokerd.socket lacks {line}"
-        );
+        assert_line(&socket, "stokerd.socket", line);
     }
 }
 
@@ -157,4 +151,10 @@ fn logs_suit_the_journal() {
         "no timestamp outside systemd: {plain}"
     );
     assert!(!plain.contains('\x1b'), "{plain:?}");
+}
+
+/// Fails unless `text` (the unit `unit`) has `line` as one of its lines.
+#[track_caller]
+fn assert_line(text: &str, unit: &str, line: &str) {
+    assert!(text.lines().any(|l| l == line), "{unit} lacks {line}");
 }

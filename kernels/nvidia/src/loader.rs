@@ -215,6 +215,13 @@ macro_rules! symbol_table {
             _library: $crate::loader::Library,
         }
 
+        /// The pointers say nothing to a reader: only the table's name is shown.
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(concat!(stringify!($name), " { .. }"))
+            }
+        }
+
         impl $name {
             /// Resolves every symbol of the table in `loaded`; an error starts with the
             /// library's path.

@@ -74,29 +74,21 @@ pub fn have_nvrtc(test: &str) -> bool {
 /// edges of [`crate::synthetic_rgb`]. Photos are smooth; hard edges would measure how two
 /// decoders round a DCT-scaled decode, not whether two pipelines agree.
 pub fn write_smooth_folder(root: &Path, classes: u32, per_class: u32, side: u32) -> usize {
-    let mut n = 0;
-    for c in 0..classes {
-        let dir = root.join(format!("c{c}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for i in 0..per_class {
-            let (w, h) = (side + (i % 5) * 6, side + (i % 3) * 8);
-            let phase = f64::from(c * per_class + i);
-            let mut rgb = Vec::with_capacity((w * h * 3) as usize);
-            for y in 0..h {
-                for x in 0..w {
-                    let (fx, fy) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
-                    let wave = (std::f64::consts::TAU * (fx + 0.5 * fy) + phase).sin();
-                    rgb.push((40.0 + 170.0 * fx) as u8);
-                    rgb.push((40.0 + 170.0 * fy) as u8);
-                    rgb.push((128.0 + 90.0 * wave) as u8);
-                }
+    crate::images::write_folder_of(root, classes, per_class, |c, i| {
+        let (w, h) = (side + (i % 5) * 6, side + (i % 3) * 8);
+        let phase = f64::from(c * per_class + i);
+        let mut rgb = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                let (fx, fy) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
+                let wave = (std::f64::consts::TAU * (fx + 0.5 * fy) + phase).sin();
+                rgb.push((40.0 + 170.0 * fx) as u8);
+                rgb.push((40.0 + 170.0 * fy) as u8);
+                rgb.push((128.0 + 90.0 * wave) as u8);
             }
-            let jpeg = crate::encode_jpeg(&rgb, w, h, 92);
-            std::fs::write(dir.join(format!("img{i:03}.jpg")), jpeg).unwrap();
-            n += 1;
         }
-    }
-    n
+        crate::encode_jpeg(&rgb, w, h, 92)
+    })
 }
 
 /// One batch as the host sees it.

@@ -38,18 +38,31 @@ pub fn write_jpeg(path: &Path, width: u32, height: u32, seed: u32) {
 /// An ImageFolder dataset under `root`: `classes` subfolders `c0..`, `per_class` JPEGs each,
 /// of varying sizes around `side`. Returns the number of samples.
 pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) -> usize {
-    let mut n = 0;
+    write_folder_of(root, classes, per_class, |c, i| {
+        let seed = c * 1000 + i;
+        let (w, h) = (side + (seed % 7) * 3, side + (seed % 5) * 4);
+        encode_jpeg(&synthetic_rgb(w, h, seed), w, h, 90)
+    })
+}
+
+/// An ImageFolder under `root`: `classes` subfolders `c0..`, each of `per_class` JPEGs
+/// `img000.jpg`, ... whose bytes `jpeg(class, i)` makes. Returns the number of samples.
+pub fn write_folder_of(
+    root: &Path,
+    classes: u32,
+    per_class: u32,
+    mut jpeg: impl FnMut(u32, u32) -> Vec<u8>,
+) -> usize {
     for c in 0..classes {
         let dir = root.join(format!("c{c}"));
         std::fs::create_dir_all(&dir).unwrap();
         for i in 0..per_class {
-            let seed = c * 1000 + i;
-            let (w, h) = (side + (seed % 7) * 3, side + (seed % 5) * 4);
-            write_jpeg(&dir.join(format!("img{i:03}.jpg")), w, h, seed);
-            n += 1;
+            let path = dir.join(format!("img{i:03}.jpg"));
+            std::fs::write(&path, jpeg(c, i))
+                .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         }
     }
-    n
+    (classes * per_class) as usize
 }
 
 /// A fresh temp dir holding the ImageFolder `data/` of [`write_image_folder`] (JPEGs of about

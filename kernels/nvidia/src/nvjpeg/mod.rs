@@ -101,19 +101,11 @@ fn unavailable(reason: String) -> NvjpegError {
 }
 
 /// A loaded libnvjpeg.
+#[derive(Debug)]
 pub struct NvjpegLib {
     sys: sys::Nvjpeg,
     origin: PathBuf,
     version: (i32, i32, i32),
-}
-
-impl std::fmt::Debug for NvjpegLib {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NvjpegLib")
-            .field("origin", &self.origin)
-            .field("version", &self.version)
-            .finish()
-    }
 }
 
 static GLOBAL: OnceLock<Result<Arc<NvjpegLib>, NvjpegError>> = OnceLock::new();

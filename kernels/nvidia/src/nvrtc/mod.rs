@@ -74,19 +74,11 @@ pub struct KernelSource {
 }
 
 /// A loaded libnvrtc.
+#[derive(Debug)]
 pub struct Nvrtc {
     sys: sys::Nvrtc,
     origin: PathBuf,
     version: (i32, i32),
-}
-
-impl std::fmt::Debug for Nvrtc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Nvrtc")
-            .field("origin", &self.origin)
-            .field("version", &self.version)
-            .finish()
-    }
 }
 
 static GLOBAL: OnceLock<Result<Nvrtc, NvrtcError>> = OnceLock::new();

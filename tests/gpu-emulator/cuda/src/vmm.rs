@@ -119,13 +119,28 @@ impl VmmState {
     }
 
     /// The mappings of reservation `base` that overlap `ptr..ptr+size`.
-    fn overlapping(&self, base: u64, ptr: u64, size: u64) -> Vec<(u64, Mapping)> {
-        self.reservations[&base]
+    /// The reservation holding `ptr..ptr+size` (its base; `CUDA_ERROR_INVALID_VALUE` if none
+    /// does) and the mappings in it that overlap the range.
+    fn mapped_in(&self, ptr: u64, size: u64) -> Result<(u64, Vec<(u64, Mapping)>), CUresult> {
+        let (base, r) = self
+            .reservation_of(ptr, size)
+            .ok_or(status::INVALID_VALUE)?;
+        let hit = r
             .mappings
             .iter()
             .filter(|(&m, map)| m < ptr + size && ptr < m + map.size)
             .map(|(&m, map)| (m, *map))
-            .collect()
+            .collect();
+        Ok((base, hit))
+    }
+
+    /// The mappings of the reservation at `base` (found by [`VmmState::mapped_in`]).
+    fn mappings_mut(&mut self, base: u64) -> &mut BTreeMap<u64, Mapping> {
+        &mut self
+            .reservations
+            .get_mut(&base)
+            .expect("a reservation found before")
+            .mappings
     }
 
     pub fn mapping_count(&self) -> usize {
@@ -245,6 +260,30 @@ pub extern "C" fn cuMemCreate(
     })
 }
 
+/// Maps `size` bytes with no access (`PROT_NONE`): the memfd `fd` shared, or anonymous
+/// address space (not backed until mapped over) when `fd` is `None`; at the fixed address
+/// `at`, or where the kernel places it when `at` is `None`. Returns the address.
+///
+/// # Safety
+/// A fixed `at..at+size` must lie inside one of our own reservations: what is there goes.
+unsafe fn map_inaccessible(at: Option<u64>, size: u64, fd: Option<c_int>) -> Option<u64> {
+    let (addr, fixed) = match at {
+        Some(a) => (a as *mut c_void, libc::MAP_FIXED),
+        None => (std::ptr::null_mut(), 0),
+    };
+    let (kind, fd) = match fd {
+        Some(fd) => (libc::MAP_SHARED, fd),
+        None => (
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        ),
+    };
+    // SAFETY: the caller's promise for a fixed address; otherwise new space that aliases
+    // nothing.
+    let p = unsafe { libc::mmap(addr, size as usize, libc::PROT_NONE, kind | fixed, fd, 0) };
+    (p != libc::MAP_FAILED).then_some(p as u64)
+}
+
 fn live_alloc(e: &Emu, h: u64) -> Result<&VmmAlloc, CUresult> {
     match e.mem.vmm.allocs.get(&h) {
         Some(a) if !a.released => Ok(a),
@@ -354,21 +393,9 @@ pub extern "C" fn cuMemAddressReserve(
             return Err(status::INVALID_VALUE);
         }
         let span = size + align;
-        // SAFETY: a new private anonymous PROT_NONE mapping; it aliases nothing.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                span as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(status::OUT_OF_MEMORY);
-        }
-        let raw = p as u64;
+        // SAFETY: new anonymous address space, placed by the kernel; it aliases nothing.
+        let raw = unsafe { map_inaccessible(None, span, None) }.ok_or(status::OUT_OF_MEMORY)?;
+        let p = raw as *mut c_void;
         let start = raw.next_multiple_of(align);
         // SAFETY: trims the unaligned head and the tail of the mapping just made.
         unsafe {
@@ -425,41 +452,19 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, h: u64, flags: 
             return Err(status::INVALID_VALUE);
         }
         let fd = alloc.fd.as_raw_fd();
-        let (base, _) = e
-            .mem
-            .vmm
-            .reservation_of(ptr, size)
-            .ok_or(status::INVALID_VALUE)?;
-        if !e.mem.vmm.overlapping(base, ptr, size).is_empty() {
+        let (base, hit) = e.mem.vmm.mapped_in(ptr, size)?;
+        if !hit.is_empty() {
             return Err(status::INVALID_VALUE);
         }
         // SAFETY: replaces part of our own PROT_NONE reservation with the memfd, still
         // inaccessible until cuMemSetAccess.
-        let p = unsafe {
-            libc::mmap(
-                ptr as *mut c_void,
-                size as usize,
-                libc::PROT_NONE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(status::OUT_OF_MEMORY);
-        }
+        unsafe { map_inaccessible(Some(ptr), size, Some(fd)) }.ok_or(status::OUT_OF_MEMORY)?;
         let mapping = Mapping {
             size,
             handle: h,
             prot: libc::PROT_NONE,
         };
-        e.mem
-            .vmm
-            .reservations
-            .get_mut(&base)
-            .expect("found above")
-            .mappings
-            .insert(ptr, mapping);
+        e.mem.vmm.mappings_mut(base).insert(ptr, mapping);
         e.mem.vmm.allocs.get_mut(&h).expect("live").mappings += 1;
         crate::stats::changed(&e);
         Ok(())
@@ -501,12 +506,7 @@ pub extern "C" fn cuMemSetAccess(
         let size = size as u64;
         granular(size)?;
         let prot = prot_of(&e, desc, count)?;
-        let (base, _) = e
-            .mem
-            .vmm
-            .reservation_of(ptr, size)
-            .ok_or(status::INVALID_VALUE)?;
-        let hit = e.mem.vmm.overlapping(base, ptr, size);
+        let (base, hit) = e.mem.vmm.mapped_in(ptr, size)?;
         let covered: u64 = hit
             .iter()
             .map(|(m, map)| (m + map.size).min(ptr + size) - (*m).max(ptr))
@@ -518,9 +518,9 @@ pub extern "C" fn cuMemSetAccess(
         if unsafe { libc::mprotect(ptr as *mut c_void, size as usize, prot) } != 0 {
             return Err(status::INVALID_VALUE);
         }
-        let r = e.mem.vmm.reservations.get_mut(&base).expect("found above");
+        let mappings = e.mem.vmm.mappings_mut(base);
         for (m, _) in hit {
-            r.mappings.get_mut(&m).expect("found above").prot = prot;
+            mappings.get_mut(&m).expect("found above").prot = prot;
         }
         Ok(())
     })
@@ -532,12 +532,7 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CUresult {
         let mut e = a.lock();
         let size = size as u64;
         granular(size)?;
-        let (base, _) = e
-            .mem
-            .vmm
-            .reservation_of(ptr, size)
-            .ok_or(status::INVALID_VALUE)?;
-        let hit = e.mem.vmm.overlapping(base, ptr, size);
+        let (base, hit) = e.mem.vmm.mapped_in(ptr, size)?;
         let whole = hit
             .iter()
             .all(|(m, map)| *m >= ptr && m + map.size <= ptr + size);
@@ -545,27 +540,9 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CUresult {
             return Err(status::INVALID_VALUE);
         }
         // SAFETY: puts our PROT_NONE reservation back over our own mappings.
-        let p = unsafe {
-            libc::mmap(
-                ptr as *mut c_void,
-                size as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(status::UNKNOWN);
-        }
+        unsafe { map_inaccessible(Some(ptr), size, None) }.ok_or(status::UNKNOWN)?;
         for (m, map) in hit {
-            e.mem
-                .vmm
-                .reservations
-                .get_mut(&base)
-                .expect("found above")
-                .mappings
-                .remove(&m);
+            e.mem.vmm.mappings_mut(base).remove(&m);
             if let Some(alloc) = e.mem.vmm.allocs.get_mut(&map.handle) {
                 alloc.mappings -= 1;
             }

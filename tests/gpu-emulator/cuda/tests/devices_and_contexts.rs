@@ -21,13 +21,11 @@ fn the_emulator_refuses_to_initialise_without_the_gate() {
         return;
     }
     for gate in ["", "0", "yes"] {
-        let out = child(
+        let err = passed_child_stderr(
             "the_emulator_refuses_to_initialise_without_the_gate",
             "no-gate",
             &[("STOKER_GPU_EMULATOR", gate)],
         );
-        child_ok(&out);
-        let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("STOKER_GPU_EMULATOR=1 is not set"), "{err}");
     }
 }
@@ -66,13 +64,11 @@ fn a_bad_configuration_is_refused_with_the_input_named() {
         (r#"{"devices": [], "colour": 1}"#, "colour"),
         ("/nonexistent/emu.json", "/nonexistent/emu.json"),
     ] {
-        let out = child(
+        let err = passed_child_stderr(
             "a_bad_configuration_is_refused_with_the_input_named",
             "bad-config",
             &[("STOKER_EMU_CONFIG", config)],
         );
-        child_ok(&out);
-        let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("STOKER_EMU_CONFIG") && err.contains(named),
             "{err}"
@@ -163,7 +159,7 @@ fn cuda_visible_devices_picks_and_renumbers_devices() {
 fn calls_needing_a_context_fail_without_one() {
     let c = init();
     // A thread of its own: no context is current on it.
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         let mut p = 0u64;
         let mut s = null_mut();
         // SAFETY: local out-parameters.
@@ -172,16 +168,14 @@ fn calls_needing_a_context_fail_without_one() {
             assert_eq!((c.stream_create)(&mut s, 1), INVALID_CONTEXT);
             assert_eq!((c.ctx_set_current)(0x1234 as *mut c_void), INVALID_CONTEXT);
         }
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
 fn primary_contexts_are_reference_counted() {
     let c = init();
     // Device 1 is used by no other test of this binary.
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         let a = bind(1);
         let b = bind(1);
         assert_eq!(a, b, "one primary context per device");
@@ -209,7 +203,5 @@ fn primary_contexts_are_reference_counted() {
             ok((c.mem_free)(p));
             ok((c.primary_ctx_release)(1));
         }
-    })
-    .join()
-    .unwrap();
+    });
 }

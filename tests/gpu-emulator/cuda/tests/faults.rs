@@ -11,16 +11,14 @@ use support::*;
 
 #[test]
 fn the_nth_call_named_in_the_environment_fails() {
-    if child_role().is_none() {
-        let out = child(
-            "the_nth_call_named_in_the_environment_fails",
-            "env-fault",
-            &[(
-                "STOKER_EMU_FAULTS",
-                "cuMemAlloc_v2:2:CUDA_ERROR_OUT_OF_MEMORY,cuStreamCreate:1:LAUNCH_FAILED",
-            )],
-        );
-        child_ok(&out);
+    if ran_as_child(
+        "the_nth_call_named_in_the_environment_fails",
+        "env-fault",
+        &[(
+            "STOKER_EMU_FAULTS",
+            "cuMemAlloc_v2:2:CUDA_ERROR_OUT_OF_MEMORY,cuStreamCreate:1:LAUNCH_FAILED",
+        )],
+    ) {
         return;
     }
     let c = init();
@@ -45,13 +43,11 @@ fn a_bad_fault_is_refused_by_name() {
         assert_eq!(unsafe { (cuda().init)(0) }, INVALID_VALUE);
         return;
     }
-    let out = child(
+    let err = passed_child_stderr(
         "a_bad_fault_is_refused_by_name",
         "bad-fault",
         &[("STOKER_EMU_FAULTS", "cuMemAlloc_v2:1:CUDA_ERROR_BANANA")],
     );
-    child_ok(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("STOKER_EMU_FAULTS") && err.contains("CUDA_ERROR_BANANA"),
         "{err}"
@@ -65,12 +61,11 @@ fn inject(name: &std::ffi::CStr, nth: u64, code: R) {
 
 #[test]
 fn an_illegal_address_in_stream_work_breaks_the_context_at_synchronisation() {
-    if child_role().is_none() {
-        child_ok(&child(
-            "an_illegal_address_in_stream_work_breaks_the_context_at_synchronisation",
-            "sticky",
-            &[],
-        ));
+    if ran_as_child(
+        "an_illegal_address_in_stream_work_breaks_the_context_at_synchronisation",
+        "sticky",
+        &[],
+    ) {
         return;
     }
     let c = init();
@@ -108,8 +103,7 @@ fn an_illegal_address_in_stream_work_breaks_the_context_at_synchronisation() {
 
 #[test]
 fn an_ecc_error_loses_the_whole_device() {
-    if child_role().is_none() {
-        child_ok(&child("an_ecc_error_loses_the_whole_device", "ecc", &[]));
+    if ran_as_child("an_ecc_error_loses_the_whole_device", "ecc", &[]) {
         return;
     }
     let c = init();

@@ -26,6 +26,15 @@ fn load(cubin: &[u8]) -> Result<*mut c_void, R> {
     }
 }
 
+/// The driver with device 0's context current and augment.cu's sm_90 module loaded; `None`
+/// (said by [`nvrtc_compile`]) without NVRTC.
+fn augment_module() -> Option<(&'static Cuda, *mut c_void)> {
+    let c = init();
+    let cubin = nvrtc_compile(&augment_cu(), 90)?;
+    bind(0);
+    Some((c, load(&cubin).unwrap()))
+}
+
 fn function(m: *mut c_void, name: &str) -> Result<*mut c_void, R> {
     let mut f = null_mut();
     let n = CString::new(name).unwrap();
@@ -45,7 +54,7 @@ fn only_a_cubin_for_the_devices_architecture_loads() {
     let Some(sm80) = nvrtc_compile(&augment_cu(), 80) else {
         return;
     };
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0); // sm_90
         assert_eq!(load(&[0u8; 256]).unwrap_err(), INVALID_IMAGE);
         let ptx = format!("{:<256}", "//\n.version 8.0\n.target sm_90\n");
@@ -68,9 +77,7 @@ fn only_a_cubin_for_the_devices_architecture_loads() {
         bind(2); // sm_86: runs sm_80 code (same major, lower minor), not sm_90's
         load(&sm80).unwrap();
         assert_eq!(load(&sm90).unwrap_err(), NO_BINARY_FOR_GPU);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 fn launch(f: *mut c_void, grid: u32, block: u32, s: *mut c_void, args: &mut [*mut c_void]) -> R {
@@ -94,21 +101,16 @@ fn launch(f: *mut c_void, grid: u32, block: u32, s: *mut c_void, args: &mut [*mu
 
 #[test]
 fn launches_run_the_kernel_on_the_stream() {
-    if child_role().is_none() {
-        let out = child(
-            "launches_run_the_kernel_on_the_stream",
-            "delay",
-            &[("STOKER_EMU_OP_DELAY_US", "200000")],
-        );
-        child_ok(&out);
+    if ran_as_child(
+        "launches_run_the_kernel_on_the_stream",
+        "delay",
+        &[("STOKER_EMU_OP_DELAY_US", "200000")],
+    ) {
         return;
     }
-    let c = init();
-    let Some(cubin) = nvrtc_compile(&augment_cu(), 90) else {
+    let Some((c, m)) = augment_module() else {
         return;
     };
-    bind(0);
-    let m = load(&cubin).unwrap();
     let fill = function(m, "stoker_fill_pattern").unwrap();
     let check = function(m, "stoker_check_pattern").unwrap();
     let n: u64 = 100_003;
@@ -173,31 +175,28 @@ fn a_kernel_without_a_host_build_is_not_supported() {
     let Some(cubin) = nvrtc_compile(src, 90) else {
         return;
     };
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0);
         let m = load(&cubin).unwrap();
         let f = function(m, "other").unwrap();
         let mut p = 0u64;
         let mut args = [(&mut p as *mut u64).cast()];
         assert_eq!(launch(f, 1, 1, null_mut(), &mut args), 801);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
 fn a_launch_failure_surfaces_at_synchronisation_and_breaks_the_context() {
-    if child_role().is_none() {
-        let test = "a_launch_failure_surfaces_at_synchronisation_and_breaks_the_context";
-        child_ok(&child(test, "launch-fault", &[]));
+    if ran_as_child(
+        "a_launch_failure_surfaces_at_synchronisation_and_breaks_the_context",
+        "launch-fault",
+        &[],
+    ) {
         return;
     }
-    let c = init();
-    let Some(cubin) = nvrtc_compile(&augment_cu(), 90) else {
+    let Some((c, m)) = augment_module() else {
         return;
     };
-    bind(0);
-    let m = load(&cubin).unwrap();
     let fill = function(m, "stoker_fill_pattern").unwrap();
     let (mut d, mut s) = (0u64, null_mut());
     // SAFETY: a live 4 KiB allocation for a kernel writing 4 KiB; synchronised below.

@@ -12,7 +12,7 @@ use support::*;
 #[test]
 fn device_memory_is_bounded_by_the_configured_size() {
     let c = init();
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(2); // 16 MiB
         let (mut a, mut b) = (0u64, 0u64);
         // SAFETY: local out-parameters; every allocation is freed.
@@ -37,15 +37,13 @@ fn device_memory_is_bounded_by_the_configured_size() {
             ok((c.mem_free)(b));
             assert_eq!((c.mem_free)(b), INVALID_VALUE, "freed twice");
         }
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
 fn pinned_host_memory_is_allocated_and_freed() {
     let c = init();
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0);
         let before = live();
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -57,9 +55,7 @@ fn pinned_host_memory_is_allocated_and_freed() {
             ok((c.mem_free_host)(p));
             assert_eq!((c.mem_free_host)(p), INVALID_VALUE);
         }
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 struct Mapped {
@@ -103,7 +99,7 @@ fn unmap(m: &Mapped) {
 #[test]
 fn vmm_sizes_are_multiples_of_the_granularity() {
     let c = init();
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0);
         let mut g = 0usize;
         let mut h = 0u64;
@@ -136,15 +132,13 @@ fn vmm_sizes_are_multiples_of_the_granularity() {
             );
         }
         unmap(&m);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
 fn only_allocations_asking_for_posix_fds_export_them() {
     let c = init();
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0);
         let mut h = 0u64;
         let mut fd: c_int = -1;
@@ -164,9 +158,7 @@ fn only_allocations_asking_for_posix_fds_export_them() {
                 INVALID_VALUE
             );
         }
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]
@@ -236,17 +228,12 @@ fn another_process_maps_the_same_pages() {
         println!("importer done");
         return;
     }
-    if child_role().is_none() {
-        // Alone in a process of its own, so the live counts are this test's.
-        child_ok(&child(
-            "another_process_maps_the_same_pages",
-            "exporter",
-            &[],
-        ));
+    // Alone in a process of its own, so the live counts are this test's.
+    if ran_as_child("another_process_maps_the_same_pages", "exporter", &[]) {
         return;
     }
     let c = init();
-    std::thread::spawn(move || {
+    on_own_thread(move || {
         bind(0);
         let before = live();
         let m = map(RING, None, true);
@@ -300,9 +287,7 @@ fn another_process_maps_the_same_pages() {
         assert_eq!(after.vmm_allocations, before.vmm_allocations);
         assert_eq!(after.vmm_mappings, before.vmm_mappings);
         assert_eq!(after.reservations, before.reservations);
-    })
-    .join()
-    .unwrap();
+    });
 }
 
 #[test]

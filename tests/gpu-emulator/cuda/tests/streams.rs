@@ -14,15 +14,7 @@ use support::*;
 const DELAY_US: &str = "200000";
 
 fn in_child(test: &str) -> bool {
-    if child_role().as_deref() == Some("delay") {
-        return true;
-    }
-    child_ok(&child(
-        test,
-        "delay",
-        &[("STOKER_EMU_OP_DELAY_US", DELAY_US)],
-    ));
-    false
+    !ran_as_child(test, "delay", &[("STOKER_EMU_OP_DELAY_US", DELAY_US)])
 }
 
 fn stream() -> *mut c_void {

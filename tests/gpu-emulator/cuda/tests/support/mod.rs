@@ -252,6 +252,33 @@ pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> std::process::Outp
     cmd.output().unwrap()
 }
 
+/// Runs `test` as a child in `role` with `env`, checks that it passed, and returns what it
+/// wrote on stderr.
+#[track_caller]
+pub fn passed_child_stderr(test: &str, role: &str, env: &[(&str, &str)]) -> String {
+    let out = child(test, role, env);
+    child_ok(&out);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `f` on a thread of its own, which starts with no current context (the driver's
+/// current context is per thread), and waits for it.
+#[track_caller]
+pub fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(f).join().unwrap();
+}
+
+/// In the test process: runs `test` again as a child in `role` (with `env`), checks that it
+/// passed, and says `true` (the test is done). In the child: `false` (go on with the test).
+#[track_caller]
+pub fn ran_as_child(test: &str, role: &str, env: &[(&str, &str)]) -> bool {
+    if child_role().is_some() {
+        return false;
+    }
+    child_ok(&child(test, role, env));
+    true
+}
+
 #[track_caller]
 pub fn child_ok(out: &std::process::Output) {
     // A name that matched no test would run nothing and succeed.
