@@ -46,6 +46,11 @@ pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
         path: path.clone(),
         source,
     })?;
+    parse(&path, &text)
+}
+
+/// The rows of the manifest text `text` (read from `path`, named in errors).
+fn parse(path: &Path, text: &str) -> Result<Vec<(String, Expected)>, ManifestError> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
     let col = |column: &'static str| {
@@ -53,7 +58,7 @@ pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
             .iter()
             .position(|c| *c == column)
             .ok_or_else(|| ManifestError::NoColumn {
-                path: path.clone(),
+                path: path.to_owned(),
                 column,
             })
     };
@@ -68,7 +73,7 @@ pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
             "may be rejected" => Expected::MayReject,
             other => {
                 return Err(ManifestError::UnknownExpectation {
-                    path: path.clone(),
+                    path: path.to_owned(),
                     line: n + 2,
                     found: other.to_owned(),
                 })
@@ -85,28 +90,20 @@ mod tests {
 
     #[test]
     fn rows_are_read_by_column_name_and_an_unknown_expectation_names_its_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let manifest = dir.path().join("MANIFEST.tsv");
-        let rows = "note\texpected\tfile\n\
-                    x\tdecode OK\ta.jpg\n\n\
-                    y\tmay be rejected\tb.jpg\n";
-        std::fs::write(&manifest, rows).unwrap();
-        let got = read(dir.path()).unwrap();
+        let path = Path::new("edge/MANIFEST.tsv");
+        let text = "note\texpected\tfile\nx\tdecode OK\ta.jpg\n\ny\tmay be rejected\tb.jpg\n";
+        let rows = parse(path, text).unwrap();
+        let want = [
+            ("a.jpg", Expected::DecodeOk),
+            ("b.jpg", Expected::MayReject),
+        ];
+        assert_eq!(rows, want.map(|(f, e)| (f.to_owned(), e)));
+        let err = parse(path, "file\texpected\nc.jpg\tfine\n").unwrap_err();
         assert_eq!(
-            got,
-            [
-                ("a.jpg".to_owned(), Expected::DecodeOk),
-                ("b.jpg".to_owned(), Expected::MayReject)
-            ]
+            err.to_string(),
+            "edge/MANIFEST.tsv line 2: unknown expectation \"fine\""
         );
-        std::fs::write(&manifest, "file\texpected\nc.jpg\tfine\n").unwrap();
-        let err = read(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.ends_with("line 2: unknown expectation \"fine\""),
-            "{err}"
-        );
-        std::fs::write(&manifest, "file\n").unwrap();
-        let err = read(dir.path()).unwrap_err().to_string();
-        assert!(err.ends_with("no column \"expected\""), "{err}");
+        let err = parse(path, "file\n").unwrap_err();
+        assert_eq!(err.to_string(), "edge/MANIFEST.tsv: no column \"expected\"");
     }
 }
