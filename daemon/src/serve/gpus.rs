@@ -29,8 +29,11 @@ use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::GpuUuid;
 
 use crate::engine::backend::BackendKind;
+use crate::engine::cuda::GpuError;
 use crate::engine::cuda::STREAMS_PER_GPU;
-use crate::engine::{CudaBackendFactory, Engine, EngineConfig, Gpu, SlotImages, SlotMemory};
+use crate::engine::{
+    CudaBackendFactory, Engine, EngineConfig, Gpu, PipelineError, SlotImages, SlotMemory,
+};
 
 use super::refusal::{refuse, Refusal};
 
@@ -169,7 +172,9 @@ impl Engines {
         // Opening compiles the kernel on a cold cache: status and other attaches go on
         // meanwhile. Two first attaches on one GPU both open it; the first one in is kept.
         drop(gpus);
-        let opened = self.open_gpu(uuid).map_err(unsupported)?;
+        let opened = self
+            .open_gpu(uuid)
+            .map_err(|e| unsupported(e.to_string()))?;
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         let g = gpus.entry(uuid).or_insert(opened);
         Ok(Target {
@@ -178,14 +183,18 @@ impl Engines {
         })
     }
 
-    fn open_gpu(&self, uuid: GpuUuid) -> Result<GpuEngine, String> {
-        let gpu = Gpu::open(uuid).map_err(|e| format!("GPU {uuid} cannot serve: {e}"))?;
+    fn open_gpu(&self, uuid: GpuUuid) -> Result<GpuEngine, GpuOpenError> {
+        let gpu = Gpu::open(uuid).map_err(|source| GpuOpenError::Open { uuid, source })?;
         let config = EngineConfig {
             threads: STREAMS_PER_GPU,
             ..self.config.clone()
         };
-        let engine = Engine::with_backend(config, &CudaBackendFactory::new(gpu.clone()))
-            .map_err(|e| format!("GPU {} cannot start its engine: {e}", gpu.label))?;
+        let engine = Engine::with_backend(config, &CudaBackendFactory::new(gpu.clone())).map_err(
+            |source| GpuOpenError::Engine {
+                label: gpu.label.clone(),
+                source,
+            },
+        )?;
         Ok(GpuEngine { gpu, engine })
     }
 
@@ -194,6 +203,18 @@ impl Engines {
         let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         gpus.values().map(|g| g.gpu.snapshot()).collect()
     }
+}
+
+/// Why a GPU named by an ATTACH cannot serve.
+#[derive(Debug, thiserror::Error)]
+enum GpuOpenError {
+    #[error("GPU {uuid} cannot serve: {source}")]
+    Open { uuid: GpuUuid, source: GpuError },
+    #[error("GPU {label} cannot start its engine: {source}")]
+    Engine {
+        label: String,
+        source: PipelineError,
+    },
 }
 
 impl Target {

@@ -21,7 +21,20 @@ use crate::service::config::BackendChoice;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("--backend cuda: no usable GPU here: {0}")]
-    NoGpu(String),
+    NoGpu(CudaUnusable),
+}
+
+/// Why the cuda backend cannot serve on this host.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaUnusable {
+    #[error("{0}")]
+    Driver(stoker_nvidia::cuda::CudaError),
+    #[error("the CUDA driver sees no device")]
+    NoDevice,
+    #[error("NVRTC: {0}")]
+    Nvrtc(stoker_nvidia::nvrtc::NvrtcError),
+    #[error("nvJPEG: {0}")]
+    Nvjpeg(stoker_nvidia::nvjpeg::NvjpegError),
 }
 
 /// Says loudly when the GPU found is the emulated one of tests/gpu-emulator.
@@ -36,14 +49,14 @@ fn warn_if_emulated() {
 }
 
 /// Whether CUDA can serve here: the driver with a device, NVRTC and libnvjpeg; else why not.
-fn cuda_usable() -> Result<usize, String> {
-    let info = stoker_nvidia::cuda::probe().map_err(|e| e.to_string())?;
+fn cuda_usable() -> Result<usize, CudaUnusable> {
+    let info = stoker_nvidia::cuda::probe().map_err(CudaUnusable::Driver)?;
     if info.devices.is_empty() {
-        return Err("the CUDA driver sees no device".into());
+        return Err(CudaUnusable::NoDevice);
     }
     warn_if_emulated();
-    stoker_nvidia::nvrtc::Nvrtc::global().map_err(|e| format!("NVRTC: {e}"))?;
-    stoker_nvidia::nvjpeg::NvjpegLib::global().map_err(|e| format!("nvJPEG: {e}"))?;
+    stoker_nvidia::nvrtc::Nvrtc::global().map_err(CudaUnusable::Nvrtc)?;
+    stoker_nvidia::nvjpeg::NvjpegLib::global().map_err(CudaUnusable::Nvjpeg)?;
     Ok(info.devices.len())
 }
 

@@ -138,26 +138,49 @@ impl LibrarySpec {
     }
 
     /// Opens the first candidate that loads. The error lists every attempt and why it failed.
-    pub fn open(&self) -> Result<Loaded, String> {
+    pub fn open(&self) -> Result<Loaded, LoadError> {
         open_first(&self.candidates(), self.env)
     }
 
     /// Opens the library from the wheel tree under `root` only (tests pin the wheel this way).
-    pub fn open_from_wheel(&self, root: &Path) -> Result<Loaded, String> {
+    pub fn open_from_wheel(&self, root: &Path) -> Result<Loaded, LoadError> {
         let c = self.wheel_candidates(root);
         if c.is_empty() {
-            return Err(format!(
-                "no {} under {} (looked in {})",
-                self.name,
-                root.display(),
-                self.wheel_dirs.join(", ")
-            ));
+            return Err(LoadError::NotInWheel {
+                library: self.name,
+                root: root.to_owned(),
+                dirs: self.wheel_dirs,
+            });
         }
         open_first(&c, self.env)
     }
 }
 
-fn open_first(candidates: &[PathBuf], env: &str) -> Result<Loaded, String> {
+/// Why a library, or a symbol of it, could not be loaded. The message names every file tried.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    #[error("no {library} under {} (looked in {})", .root.display(), .dirs.join(", "))]
+    NotInWheel {
+        library: &'static str,
+        root: PathBuf,
+        dirs: &'static [&'static str],
+    },
+    #[error("nothing to try (set {env})")]
+    NothingToTry { env: &'static str },
+    /// Each attempt as `path: why`.
+    #[error("tried {}", .attempts.join("; "))]
+    Tried { attempts: Vec<String> },
+    #[error("symbol {name}: {reason}")]
+    Symbol { name: String, reason: String },
+    /// A symbol table that could not be resolved in the library at `origin`.
+    #[error("{}: {source}", .origin.display())]
+    Table {
+        origin: PathBuf,
+        source: Box<LoadError>,
+    },
+}
+
+fn open_first(candidates: &[PathBuf], env: &'static str) -> Result<Loaded, LoadError> {
     let mut tried: Vec<String> = Vec::new();
     for c in candidates {
         // SAFETY: loading an NVIDIA library runs its initialisers; they have no preconditions on
@@ -174,21 +197,24 @@ fn open_first(candidates: &[PathBuf], env: &str) -> Result<Loaded, String> {
         }
     }
     if tried.is_empty() {
-        return Err(format!("nothing to try (set {env})"));
+        return Err(LoadError::NothingToTry { env });
     }
-    Err(format!("tried {}", tried.join("; ")))
+    Err(LoadError::Tried { attempts: tried })
 }
 
 /// Looks up `name` in `lib` as a function pointer of type `T`.
 ///
 /// # Safety
 /// `T` must be the `extern "C" fn` type the library's header declares for `name`.
-pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, LoadError> {
     // SAFETY: the caller promises `T` is the symbol's true type; the library outlives the
     // returned pointer because every binding keeps its `Library` next to its function table.
     unsafe { lib.get::<T>(name.as_bytes()) }
         .map(|s| *s)
-        .map_err(|e| format!("symbol {name}: {e}"))
+        .map_err(|e| LoadError::Symbol {
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })
 }
 
 /// Declares a loaded library's function table: one struct holding a pointer per symbol (and
@@ -228,9 +254,11 @@ macro_rules! symbol_table {
             // The metavariables inside `unsafe` are identifiers and string literals only (the
             // macro's grammar admits no expressions), so no caller code runs unsafely.
             #[allow(clippy::macro_metavars_in_unsafe)]
-            pub fn load(loaded: $crate::loader::Loaded) -> Result<$name, String> {
+            pub fn load(
+                loaded: $crate::loader::Loaded,
+            ) -> Result<$name, $crate::loader::LoadError> {
                 let $crate::loader::Loaded { library, origin } = loaded;
-                let resolve = || -> Result<$name, String> {
+                let resolve = || -> Result<$name, $crate::loader::LoadError> {
                     // SAFETY: each entry's type is copied from the library's header (named in
                     // the table) for that symbol; the library is kept beside the pointers.
                     unsafe {
@@ -240,7 +268,10 @@ macro_rules! symbol_table {
                         })
                     }
                 };
-                resolve().map_err(|r| format!("{}: {r}", origin.display()))
+                resolve().map_err(|r| $crate::loader::LoadError::Table {
+                    origin,
+                    source: Box::new(r),
+                })
             }
         }
     };
@@ -262,7 +293,10 @@ mod tests {
     #[test]
     fn a_missing_library_is_an_error_listing_what_was_tried() {
         let err = FAKE.open().unwrap_err();
-        assert!(err.contains("libstoker-does-not-exist.so.1"), "{err}");
+        assert!(
+            err.to_string().contains("libstoker-does-not-exist.so.1"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -275,7 +309,10 @@ mod tests {
         assert_eq!(c, vec![lib.join("libstoker-does-not-exist.so.1")]);
         // A file that is not a library is an error, not a crash.
         let err = FAKE.open_from_wheel(&dir).unwrap_err();
-        assert!(err.contains("libstoker-does-not-exist.so.1"), "{err}");
+        assert!(
+            err.to_string().contains("libstoker-does-not-exist.so.1"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

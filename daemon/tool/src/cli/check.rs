@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
 use stoker_daemon::sync::lock;
 use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
@@ -184,12 +184,21 @@ fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Why the samples under a path could not be listed (the caller names the path).
+#[derive(Debug, thiserror::Error)]
+enum SamplesError {
+    #[error("{0}")]
+    Stat(io::Error),
+    #[error("{0}")]
+    Dataset(DatasetError),
+}
+
 /// The samples under `path`: a single image file, or every sample of a dataset in any
 /// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`).
-fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, String> {
+fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, SamplesError> {
     let meta = match stoker_daemon::source::object::is_url(path) {
         true => None,
-        false => Some(std::fs::metadata(path).map_err(|e| e.to_string())?),
+        false => Some(std::fs::metadata(path).map_err(SamplesError::Stat)?),
     };
     let is_dataset_file = path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
         matches!(
@@ -205,7 +214,7 @@ fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, Stri
             meta.len(),
         )]);
     }
-    let ds = Dataset::open(path, &OpenOptions::default()).map_err(|e| e.to_string())?;
+    let ds = Dataset::open(path, &OpenOptions::default()).map_err(SamplesError::Dataset)?;
     Ok((0..ds.len())
         .map(|i| {
             let s = ds.sample(i);

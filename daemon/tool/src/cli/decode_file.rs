@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::transform::decode::{CpuDecoder, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Arguments of `stoker decode`.
 #[derive(Debug, clap::Args)]
@@ -36,14 +36,42 @@ pub fn run(args: &DecodeArgs) -> Exit {
     }
 }
 
-fn decode_to_ppm(file: &Path, output: &Path) -> Result<(u32, u32), String> {
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mut decoder = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
+/// Why `stoker decode` failed.
+#[derive(Debug, thiserror::Error)]
+enum DecodeFileError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Decoder(DecodeError),
+    #[error("{}: {source} ({})", .path.display(), .source.reason())]
+    Decode { path: PathBuf, source: DecodeError },
+    #[error("{}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn decode_to_ppm(file: &Path, output: &Path) -> Result<(u32, u32), DecodeFileError> {
+    let bytes = std::fs::read(file).map_err(|source| DecodeFileError::Read {
+        path: file.to_owned(),
+        source,
+    })?;
+    let mut decoder = CpuDecoder::new(Limits::default()).map_err(DecodeFileError::Decoder)?;
     let mut img = RgbImage::default();
     decoder
         .decode_full(&bytes, &mut img)
-        .map_err(|e| format!("{}: {} ({})", file.display(), e, e.reason()))?;
-    write_ppm(output, &img).map_err(|e| format!("{}: {e}", output.display()))?;
+        .map_err(|source| DecodeFileError::Decode {
+            path: file.to_owned(),
+            source,
+        })?;
+    write_ppm(output, &img).map_err(|source| DecodeFileError::Write {
+        path: output.to_owned(),
+        source,
+    })?;
     Ok((img.width, img.height))
 }
 

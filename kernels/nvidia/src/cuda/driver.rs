@@ -42,7 +42,7 @@ fn load_driver() -> Result<Driver, CudaError> {
         .open()
         .map_err(|reason| CudaError::Unavailable {
             library: "libcuda".into(),
-            reason,
+            reason: reason.to_string(),
         })?;
     init_driver(loaded)
 }
@@ -69,7 +69,7 @@ fn init_driver(loaded: crate::loader::Loaded) -> Result<Driver, CudaError> {
         reason,
     };
     let origin = loaded.origin.display().to_string();
-    let d = Driver::load(loaded).map_err(unavailable)?;
+    let d = Driver::load(loaded).map_err(|e| unavailable(e.to_string()))?;
     if let Err(e) = result::init(&d) {
         let status = match &e {
             CudaError::Driver { status, .. } => *status,

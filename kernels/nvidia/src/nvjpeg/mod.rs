@@ -93,10 +93,10 @@ impl NvjpegError {
     }
 }
 
-fn unavailable(reason: String) -> NvjpegError {
+fn unavailable(reason: crate::loader::LoadError) -> NvjpegError {
     NvjpegError::Unavailable {
         library: "libnvjpeg".into(),
-        reason,
+        reason: reason.to_string(),
     }
 }
 

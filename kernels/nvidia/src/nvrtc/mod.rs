@@ -83,10 +83,10 @@ pub struct Nvrtc {
 
 static GLOBAL: OnceLock<Result<Nvrtc, NvrtcError>> = OnceLock::new();
 
-fn unavailable(reason: String) -> NvrtcError {
+fn unavailable(reason: crate::loader::LoadError) -> NvrtcError {
     NvrtcError::Unavailable {
         library: "libnvrtc".into(),
-        reason,
+        reason: reason.to_string(),
     }
 }
 
