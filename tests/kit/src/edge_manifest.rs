@@ -1,4 +1,5 @@
-//! The edge corpus's `MANIFEST.tsv` (`shared/data/edge`): what each file must do. Read by the
+//! The edge corpus's `MANIFEST.tsv` (`shared/data/edge`) for tests: the tool's one reader
+//! (`stoker_tool::edge_manifest`), with an unreadable manifest failing the test. Used by the
 //! CPU decoder's and `stoker check`'s test (`daemon/tool/tests/edge_manifest.rs`), the nvJPEG
 //! tests (`tests/cuda_nvjpeg.rs`) and the tests that serve the corpus through the daemon.
 
