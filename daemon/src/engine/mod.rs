@@ -43,7 +43,7 @@ mod worker;
 
 use crate::sync::lock;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -329,12 +329,21 @@ impl Drop for Engine {
     fn drop(&mut self) {
         lock(&self.shared.sched).shutdown = true;
         self.shared.work.notify_all();
-        for handle in self.workers.get_mut().unwrap().drain(..) {
+        // The lock policy (crate::sync): a panicked holder leaves the handles usable.
+        let workers = self
+            .workers
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        for handle in workers.drain(..) {
             let _ = handle.join();
         }
         // Every worker, and with it every sender of pending units, is gone: the completion
         // thread finishes what is left and ends.
-        if let Some(handle) = self.completer.get_mut().unwrap().take() {
+        let completer = self
+            .completer
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = completer.take() {
             let _ = handle.join();
         }
     }

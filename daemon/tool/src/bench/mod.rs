@@ -5,7 +5,7 @@
 //! thread start), then `epochs` timed epochs; images/s counts images delivered to the consumer.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 use stoker_daemon::sync::lock;
 
@@ -512,7 +512,8 @@ pub fn storage_only(
             bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    if let Some(e) = failed.into_inner().unwrap() {
+    // The lock policy (stoker_daemon::sync): a panicked reader thread leaves the value as is.
+    if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Reader(e));
     }
     Ok(StageResult::new(
@@ -621,7 +622,8 @@ pub fn decode_stage(
             done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    if let Some(e) = failed.into_inner().unwrap() {
+    // The lock policy (stoker_daemon::sync): a panicked reader thread leaves the value as is.
+    if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Decoder(e));
     }
     let name = if augment {
