@@ -115,6 +115,8 @@ pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> Exi
     }
 }
 
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, String> {
     let data =
         std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
@@ -172,6 +174,8 @@ struct HwImage {
 
 /// The samples routed, and the ones the hardware engines take in buffers of their own (up to
 /// a quarter of the GPU's memory).
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn hardware_images(
     samples: Vec<(u64, Vec<u8>)>,
     device: &Device,
@@ -230,6 +234,8 @@ fn decode_ceiling(
 
 /// Decodes `images` in batches until at least one pass and `--min-seconds` are done (after a
 /// warm-up batch).
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn time_decodes(
     args: &BenchArgs,
     device: &Device,

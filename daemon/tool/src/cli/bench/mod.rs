@@ -311,6 +311,8 @@ pub fn run(args: &BenchArgs) -> Exit {
 
 /// The dataset's path as the runs name it (canonical, or the URL) and the options every
 /// in-process run shares.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn bench_options(
     args: &BenchArgs,
     spec: &PipelineSpec,
@@ -329,6 +331,8 @@ fn bench_options(
     Ok((data, threads, opts))
 }
 
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     let (data, threads, mut opts) = bench_options(args, &spec)?;
 
@@ -441,6 +445,8 @@ impl FullReport {
 
 /// Decode only and decode + augment on samples held in memory; sets `opts.epochs` to what
 /// every later warm run times, from the measured rate.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn decode_stages(
     args: &BenchArgs,
     spec: &PipelineSpec,
@@ -474,6 +480,8 @@ fn decode_stages(
 }
 
 /// The cold-cache storage and in-process pipeline rows; returns how the cache was emptied.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn cold_in_process(
     ds: &Dataset,
     opts: &BenchOptions,
@@ -531,6 +539,8 @@ fn end_to_end_runs(
 }
 
 /// The in-process pipeline with 1..cores decode threads.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn scaling_runs(opts: &BenchOptions, threads: usize) -> Result<Vec<StageResult>, String> {
     let mut thread_scaling = Vec::new();
     let cores = effective_threads(0);
@@ -656,6 +666,8 @@ fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64
     epochs.max(1).max(needed)
 }
 
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
     if let Some(p) = &args.stokerd {
         return Ok(p.clone());

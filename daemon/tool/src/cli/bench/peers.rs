@@ -49,6 +49,8 @@ fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
 }
 
 /// The peers' Python and folder, or why there are none.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), String> {
     match (peer_python(args), peers_dir(args, data)) {
         (Some(python), Some(dir)) => Ok((python, dir)),

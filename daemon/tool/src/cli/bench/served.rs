@@ -20,6 +20,8 @@ impl Drop for ChildGuard {
 
 /// Starts (or uses) a daemon, runs `clients` client processes as the ranks of one job, and
 /// gathers their figures. `cold`: evict `ds` from the page cache first and time one epoch.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 pub(super) fn run_served(
     args: &BenchArgs,
     data: &Path,
@@ -83,6 +85,8 @@ pub(super) fn run_served(
 
 /// Runs `clients` bench-client processes as the ranks of one job against `socket` and
 /// gathers each one's figures; `(warmup, epochs)` each client runs.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn run_clients(
     args: &BenchArgs,
     socket: &Path,
@@ -145,6 +149,8 @@ fn percentile(values: &[f64], p: f64) -> f64 {
 }
 
 /// Starts `stokerd` on a socket in `dir` and waits until it listens.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
 fn start_stokerd(
     args: &BenchArgs,
     dir: &Path,

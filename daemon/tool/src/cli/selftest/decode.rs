@@ -99,6 +99,8 @@ impl Tally {
         format!("{}; {psnr}", self.mix)
     }
 
+    // String error: a failed check is one line of the selftest report, composed here from the
+    // failing call and printed as is.
     fn outcome(self, what: String) -> Result<String, String> {
         let summary = format!("{what}; {}", self.summary());
         if self.failures.is_empty() {
@@ -159,6 +161,8 @@ fn item(gpu: &mut GpuUnderTest, cpu: &mut CpuDecoder, path: &Path, with_roi: boo
 
 /// Decodes `items` (all on `route`) in one go; on an error, one at a time, so the error
 /// names its image. Returns one outcome per item.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn decode_items(
     gpu: &mut GpuUnderTest,
     items: &[&Item],
@@ -196,6 +200,8 @@ fn decode_items(
 }
 
 /// Reads an image's pixels back from the device.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn read_back(buf: &DeviceBuffer, item: &Item) -> Result<Vec<u8>, String> {
     let mut got = vec![0u8; item.width as usize * item.height as usize * 3];
     buf.read(&mut got).map_err(|e| e.to_string())?;
@@ -203,6 +209,8 @@ fn read_back(buf: &DeviceBuffer, item: &Item) -> Result<Vec<u8>, String> {
 }
 
 /// Device buffers for `items`.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn alloc(gpu: &GpuUnderTest, items: &[&Item]) -> Result<Vec<DeviceBuffer>, String> {
     items
         .iter()
@@ -216,6 +224,8 @@ fn alloc(gpu: &GpuUnderTest, items: &[&Item]) -> Result<Vec<DeviceBuffer>, Strin
 }
 
 /// nvJPEG on every photo it takes, at PSNR >= 40 dB against the CPU decoder.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 pub fn photos(
     gpu: &mut GpuUnderTest,
     files: &[PathBuf],
@@ -275,6 +285,8 @@ pub fn photos(
 }
 
 /// Writes nvJPEG's and the CPU decoder's pixels of `it` into `dir` as PPM.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn save_pair(dir: &Path, it: &Item, nvjpeg: Vec<u8>, cpu: Vec<u8>) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (which, data) in [("nvjpeg", nvjpeg), ("cpu", cpu)] {
@@ -298,6 +310,8 @@ enum EdgeOutcome {
     Refused(String),
 }
 
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn edge_outcome(
     gpu: &mut GpuUnderTest,
     cpu: &mut CpuDecoder,
@@ -333,6 +347,8 @@ fn edge_outcome(
 }
 
 /// Every edge file routed as the engine would, judged by its manifest.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 pub fn edge(gpu: &mut GpuUnderTest, dir: &Path) -> Result<String, String> {
     let rows = edge_manifest::read(dir).map_err(|e| e.to_string())?;
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;

@@ -50,12 +50,16 @@ fn inputs(photos: &[PathBuf]) -> Vec<RgbImage> {
 }
 
 /// `stoker_augment` vs the reference for each dtype x layout: (check name, outcome).
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 pub fn augment(
     gpu: &GpuUnderTest,
     photos: &[PathBuf],
     size: u32,
 ) -> Vec<(String, Result<String, String>)> {
     let images = inputs(photos);
+    // String error: a failed check is one line of the selftest report, composed here from the
+    // failing call and printed as is.
     let uploaded: Result<Vec<DeviceBuffer>, String> = images
         .iter()
         .map(|img| {
@@ -85,6 +89,8 @@ pub fn augment(
 }
 
 /// One dtype x layout, with the training and the evaluation transform.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn compare(
     gpu: &GpuUnderTest,
     images: &[RgbImage],
@@ -117,6 +123,8 @@ fn compare(
 
 /// Launches one batch of `spec` over `images` and returns the worst difference from the
 /// reference, in tolerance units.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn launch_and_compare(
     gpu: &GpuUnderTest,
     images: &[RgbImage],

@@ -235,6 +235,8 @@ fn check_gpu(
 ) -> Vec<Check> {
     let uuid = info.uuid.to_string();
     eprintln!("stoker selftest: {uuid} ({})", info.name);
+    // String error: a failed check is one line of the selftest report, composed here from the
+    // failing call and printed as is.
     let setup = || -> Result<GpuUnderTest, String> {
         let device = Device::open(info.uuid).map_err(|e| e.to_string())?;
         let cache = KernelCache::default_dir().map(KernelCache::new);
@@ -250,6 +252,8 @@ fn check_gpu(
             decoder,
         })
     };
+    // String error: a failed check is one line of the selftest report, composed here from the
+    // failing call and printed as is.
     let check = |name: &str, outcome: Result<String, String>| Check {
         gpu: uuid.clone(),
         name: name.into(),

@@ -33,6 +33,8 @@ const SLOTS: usize = 3;
 const BATCH: u32 = 8;
 const SIDE: u32 = 64;
 
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn plan(device: &Device) -> Result<VmmPlan, String> {
     let granularity = ring_granularity(device).map_err(|e| e.to_string())?;
     VmmPlan::new(&PipelineSpec::train(BATCH, SIDE), SLOTS, granularity).map_err(|e| e.to_string())
@@ -75,6 +77,8 @@ pub fn run_reader(args: &RingReaderArgs) -> Exit {
     }
 }
 
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 fn read_ring(args: &RingReaderArgs) -> Result<ReaderResult, String> {
     if args.fd < 3 {
         return Err(format!("--fd {} is not an inherited descriptor", args.fd));
@@ -138,6 +142,8 @@ fn fresh_seed() -> u32 {
 }
 
 /// Fills a ring on `gpu`, has a second process check it; `Ok` names what was checked.
+// String error: a failed check is one line of the selftest report, composed here from the
+// failing call and printed as is.
 pub fn check(gpu: &GpuUnderTest) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let plan = plan(&gpu.device)?;
