@@ -7,6 +7,8 @@
 //!   there is none, and `start` itself optional (clients from before it existed). `AttachJson`
 //!   is that form, written and read only here; a golden test holds it byte for byte.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 
 use super::position::{EpochOffset, Position};

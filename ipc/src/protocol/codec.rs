@@ -1,6 +1,8 @@
 //! Encoding and decoding of [`Message`]s: the header, the fixed little-endian bodies of the hot
 //! messages and the JSON bodies of the rare ones.
 
+#![forbid(unsafe_code)]
+
 use super::*;
 
 pub(super) const READY_BODY: usize = 4 + 8 + 8 + 8 + 4;

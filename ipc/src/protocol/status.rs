@@ -1,6 +1,8 @@
 //! The daemon's answer to a status request ([`Message::Status`](super::Message::Status)):
 //! what it serves now, per GPU, job and rank.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 /// Daemon → client, the answer to [`Message::Status`]: what the daemon serves now. JSON,
 /// bounded by [`MAX_MESSAGE_BYTES`](super::MAX_MESSAGE_BYTES) (the daemon leaves out jobs that do not fit and says so

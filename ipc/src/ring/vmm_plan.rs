@@ -13,6 +13,8 @@
 //! Errors are the driver binding's (`CudaError::Invalid`), so the daemon and the client report
 //! a bad plan the way they report a failed mapping.
 
+#![forbid(unsafe_code)]
+
 use stoker_nvidia::cuda::CudaError;
 
 use crate::ring::RingLayout;

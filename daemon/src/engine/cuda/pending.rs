@@ -11,6 +11,8 @@
 //! - The decode time is host time (the nvJPEG calls and the CPU path), the kernel time device
 //!   time between two events.
 
+#![forbid(unsafe_code)]
+
 use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

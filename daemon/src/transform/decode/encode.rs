@@ -1,6 +1,8 @@
 //! JPEG encoding with the same libjpeg-turbo: fixtures for tests and `stoker synth`'s
 //! generated datasets. Not on any hot path.
 
+#![forbid(unsafe_code)]
+
 use super::sys::{Param, PixelFormat, TjHandle};
 use super::{DecodeError, Subsampling};
 

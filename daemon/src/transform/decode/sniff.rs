@@ -1,6 +1,8 @@
 //! Recognising a file by its first bytes: JPEG or, when it is not, what it most likely is, so
 //! that a PNG renamed `.jpg` is reported as "PNG image", not as a corrupt JPEG.
 
+#![forbid(unsafe_code)]
+
 use super::DecodeError;
 
 /// The three bytes every JPEG stream starts with: SOI (`FF D8`) and the `FF` of the next marker.

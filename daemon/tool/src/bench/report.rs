@@ -6,6 +6,8 @@
 //! # Limitations
 //! - The chart is a plain bar chart; no axes beyond images/s.
 
+#![forbid(unsafe_code)]
+
 use serde::Serialize;
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 //! Everything else is decoded: a JPEG is recognised by its bytes, so a PNG named `.jpg` is
 //! reported as not JPEG, and a JPEG named `.png` is checked like any other.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use std::collections::BTreeMap;
 use std::io;

@@ -1,5 +1,7 @@
 //! `stoker decode FILE -o out.ppm`: decode one JPEG at full size and write it as binary PPM.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! WebDataset tar shards of a target size, labels preserved, with progress on stderr; OUT may
 //! be an `s3://` prefix, the shards then uploaded as they are written.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,8 @@
 //! ATTACH) and prints what it serves: jobs, ranks, throughput, backend, errors. `--json`
 //! prints the daemon's reply as is, for scripts.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

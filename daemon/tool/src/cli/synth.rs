@@ -1,6 +1,8 @@
 //! `stoker synth DIR`: writes a generated dataset of realistic JPEGs, as an ImageFolder or
 //! (`--shards N`) as WebDataset tar shards.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use std::path::PathBuf;
 

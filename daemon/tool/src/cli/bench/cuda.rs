@@ -28,6 +28,8 @@
 //! - On the emulated GPU the figures measure libjpeg-turbo and a CPU core, not a GPU; the
 //!   output says so.
 
+#![forbid(unsafe_code)]
+
 use crate::cli::Exit;
 use serde::Serialize;
 use stoker_nvidia::cuda::{Device, DeviceBuffer};

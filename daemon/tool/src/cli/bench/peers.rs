@@ -11,6 +11,8 @@
 //! - s3torchconnector gets its endpoint and region from `AWS_ENDPOINT_URL` / `AWS_REGION`, as
 //!   `stoker bench` does without a config file, and always path-style addressing.
 
+#![forbid(unsafe_code)]
+
 use super::*;
 
 pub const PEERS_ENV: &str = "STOKER_PEERS";

@@ -6,6 +6,8 @@
 //! # Limitations
 //! - Fixed-width text; long dataset names widen the table.
 
+#![forbid(unsafe_code)]
+
 use super::*;
 
 /// The transform in a table's title: `RandomResizedCrop+flip 224 f32 nchw`.

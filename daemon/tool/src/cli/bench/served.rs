@@ -7,6 +7,8 @@
 //! # Limitations
 //! - One job per run; client counts come from `--clients`.
 
+#![forbid(unsafe_code)]
+
 use super::*;
 
 pub(super) struct ChildGuard(std::process::Child);

@@ -16,6 +16,8 @@
 //!   `nvjpegGetImageInfo` reports component 0's size, which is not the image's for some
 //!   sampling factors).
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::{psnr, RgbImage};
