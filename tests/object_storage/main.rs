@@ -12,17 +12,18 @@
 
 mod outages;
 mod reads;
+mod stores;
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
 use stoker_daemon::source::index::{Dataset, IndexOrigin, OpenOptions};
-use stoker_daemon::source::object::{self as s3, Connection, S3Config, S3Url};
+use stoker_daemon::source::object::{Connection, ObjectStore, S3Config, S3Url};
 use stoker_testkit::daemon::repo_root;
 use stoker_testkit::{write_image_folder, Daemon};
 
@@ -54,12 +55,14 @@ fn weed_binary() -> PathBuf {
     weed
 }
 
-/// A `weed mini` server on 127.0.0.1; killed on drop.
+/// A `weed mini` server on 127.0.0.1, and this test's own object store connected to it
+/// (its node cache in `<dir>/test-objects`); killed on drop.
 struct Weed {
     child: Option<Child>,
     port: u16,
     data: PathBuf,
     log: PathBuf,
+    store: Arc<ObjectStore>,
 }
 
 impl Weed {
@@ -70,7 +73,9 @@ impl Weed {
             port: base,
             data: dir.join("weed"),
             log: dir.join("weed.log"),
+            store: ObjectStore::from_environment(),
         };
+        w.store = w.store_with_cache(&dir.join("test-objects"));
         std::fs::create_dir_all(&w.data).unwrap();
         let identities = format!(
             r#"{{"identities":[{{"name":"stoker","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
@@ -144,23 +149,34 @@ impl Weed {
         }
     }
 
-    /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
-    fn upload(&self, dir: &Path, prefix: &str) {
-        // This process's node cache (its folder is fixed at first use): one per test run.
-        let objects = std::env::temp_dir().join(format!("stoker-s3-test-{}", std::process::id()));
+    /// A new object store on this server, its node cache in `cache`.
+    fn store_with_cache(&self, cache: &Path) -> Arc<ObjectStore> {
         let cfg = S3Config {
             default: self.connection(SECRET),
             retries: 2,
-            cache_dir: Some(objects),
+            cache_dir: Some(cache.to_owned()),
             ..S3Config::default()
         };
-        s3::configure(&cfg, &BTreeMap::new());
+        ObjectStore::new(&cfg, &BTreeMap::new())
+    }
+
+    /// Options that open datasets through this test's store, without an index cache.
+    fn no_cache(&self) -> OpenOptions {
+        OpenOptions {
+            use_cache: false,
+            objects: Some(self.store.clone()),
+            ..OpenOptions::default()
+        }
+    }
+
+    /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
+    fn upload(&self, dir: &Path, prefix: &str) {
         let url = S3Url::parse(Path::new(&format!("s3://{BUCKET}/{prefix}")))
             .unwrap()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match s3::upload_dir(dir, &url) {
+            match self.store.upload_dir(dir, &url) {
                 Ok(_) => return,
                 Err(e) if Instant::now() < deadline => {
                     let _ = e;
@@ -175,7 +191,7 @@ impl Weed {
         let url = S3Url::parse(Path::new(&format!("s3://{BUCKET}/{key}")))
             .unwrap()
             .unwrap();
-        s3::delete(&url).unwrap();
+        self.store.delete(&url).unwrap();
     }
 }
 

@@ -25,26 +25,23 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         .collect();
     let smallest_shard = *shard_sizes.iter().min().unwrap();
     let url = format!("s3://{BUCKET}/shards");
-    let no_cache = OpenOptions {
-        use_cache: false,
-        ..OpenOptions::default()
-    };
-    let before = s3::bytes_downloaded();
+    let no_cache = weed.no_cache();
+    let before = weed.store.bytes_downloaded();
     let ds = Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(ds.len(), 18);
-    let sidecars = s3::bytes_downloaded() - before;
+    let sidecars = weed.store.bytes_downloaded() - before;
     assert!(
         sidecars > 0 && sidecars < smallest_shard,
         "{sidecars} bytes for indexing"
     );
-    let before = s3::bytes_downloaded();
+    let before = weed.store.bytes_downloaded();
     Dataset::open(Path::new(&url), &no_cache).unwrap();
     assert_eq!(
-        s3::bytes_downloaded(),
+        weed.store.bytes_downloaded(),
         before,
         "the sidecars come from the node cache"
     );
-    the_index_is_cached_on_disk(dir.path(), &ds);
+    the_index_is_cached_on_disk(dir.path(), &weed.store, &ds);
     let extra = format!(
         "[datasets]\nwrongsecret = \"s3://{BUCKET}/folder/\"\n\n\
          [s3.datasets.wrongsecret]\nendpoint = \"{}\"\npath_style = true\nregion = \"us-east-1\"\n\
@@ -104,9 +101,10 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
 }
 
 /// An `s3://` index is kept with the local index caches: a second open does not list.
-fn the_index_is_cached_on_disk(dir: &Path, listed: &Dataset) {
+fn the_index_is_cached_on_disk(dir: &Path, store: &Arc<ObjectStore>, listed: &Dataset) {
     let cached = OpenOptions {
         cache_dir: Some(dir.join("index-cache")),
+        objects: Some(store.clone()),
         ..OpenOptions::default()
     };
     let first = Dataset::open(listed.root(), &cached).unwrap();
@@ -118,7 +116,7 @@ fn the_index_is_cached_on_disk(dir: &Path, listed: &Dataset) {
         assert_eq!(second.sample(i), listed.sample(i));
     }
     // Read through the cached index: the reader knows its objects.
-    let path = s3::local_file(second.sample(0).path).unwrap();
+    let path = store.local_file(second.sample(0).path).unwrap();
     assert!(path.is_file(), "{}", path.display());
 }
 

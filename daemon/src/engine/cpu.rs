@@ -117,8 +117,12 @@ impl CpuBackend {
             .map(|&i| capped(request(&unit.job.dataset, i), max_file_bytes))
             .collect();
         self.reader.set_rules(&unit.job.rules);
-        let results =
-            crate::source::read_batch(&mut self.reader, &requests, &mut self.bufs[..count]);
+        let results = crate::source::read_batch(
+            &unit.job.dataset,
+            &mut self.reader,
+            &requests,
+            &mut self.bufs[..count],
+        );
         if let Some(t) = unit.config.throttle {
             std::thread::sleep(t.read_delay * u32::try_from(count).unwrap_or(u32::MAX));
         }
@@ -238,8 +242,12 @@ impl Backend for CpuBackend {
         }
         let req = [request(&work.job.dataset, work.index)];
         self.reader.set_rules(&work.job.rules);
-        let read =
-            crate::source::read_batch(&mut self.reader, &req, &mut self.replacement_buf[..1]);
+        let read = crate::source::read_batch(
+            &work.job.dataset,
+            &mut self.reader,
+            &req,
+            &mut self.replacement_buf[..1],
+        );
         if let Some(Err(e)) = read.into_iter().next() {
             return Err(BadSample::from(&e));
         }

@@ -25,6 +25,7 @@ use crate::engine::backend::BackendKind;
 use crate::engine::Engine;
 use crate::serve::access::{AccessPolicy, Quotas};
 use crate::service::config::{Config, LimitsConfig};
+use crate::source::object::ObjectStore;
 
 use super::gpus::Engines;
 use crate::serve::lobby::Lobby;
@@ -171,6 +172,7 @@ impl Server {
             access: RwLock::new(AccessPolicy::new(&config.access, &config.datasets)),
             max_jobs: config.limits.max_jobs,
             walk: config.limits.walk(),
+            objects: ObjectStore::new(&config.s3, &config.datasets),
         });
         let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
         state.beat();

@@ -177,6 +177,11 @@ impl ServerHandle {
             .unwrap_or_else(|e| e.into_inner()) = access;
     }
 
+    /// The object storage of this server's datasets (a reload reconfigures it).
+    pub fn objects(&self) -> &Arc<crate::source::object::ObjectStore> {
+        &self.registry.objects
+    }
+
     /// Whether the server still works: the accept loop looked up within `max_age` and the
     /// registry can be locked. The watchdog pings only while this holds.
     pub fn is_alive(&self, max_age: Duration) -> bool {

@@ -25,6 +25,7 @@ use crate::engine::{Job, PipelineError};
 use crate::serve::access::{open_dataset, AccessPolicy, OpenDatasetError};
 use crate::source::index::{OpenOptions, WalkLimits};
 use crate::source::local::fsopen::OpenPolicy;
+use crate::source::object::{ObjectStore, S3Config};
 
 use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.
@@ -98,6 +99,8 @@ pub(super) struct Registry {
     pub(super) access: RwLock<AccessPolicy>,
     pub(super) max_jobs: usize,
     pub(super) walk: WalkLimits,
+    /// Object storage, handed to every dataset a job opens (a reload reconfigures it).
+    pub(super) objects: Arc<ObjectStore>,
 }
 
 impl Default for Registry {
@@ -107,6 +110,7 @@ impl Default for Registry {
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
             walk: WalkLimits::default(),
+            objects: ObjectStore::new(&S3Config::default(), &Default::default()),
         }
     }
 }
@@ -175,6 +179,7 @@ impl Registry {
     ) -> Result<Arc<Job>, Refusal> {
         let opts = OpenOptions {
             limits: self.walk,
+            objects: Some(self.objects.clone()),
             ..OpenOptions::default()
         };
         let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {

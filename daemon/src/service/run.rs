@@ -134,7 +134,6 @@ pub fn run(
         None => Config::default(),
     };
     args.apply_to(&mut file)?;
-    crate::source::object::configure(&file.s3, &file.datasets);
     let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "not notifying systemd");
         Notifier::disabled()
@@ -267,7 +266,7 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
             handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
-            crate::source::object::configure(&c.s3, &c.datasets);
+            handle.objects().configure(&c.s3, &c.datasets);
             ::metrics::counter!(crate::service::metrics::RELOADS_TOTAL, "result" => "ok")
                 .increment(1);
             tracing::info!(

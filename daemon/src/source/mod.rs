@@ -6,13 +6,18 @@
 //! - `url`: the `s3://` URL rules both `index` and `object` use.
 //!
 //! # Design
-//! `index` never names `object`: it defines what it needs of object storage
-//! ([`index::RemoteFiles`], HEAD a file list's URLs) and this room hands it over. A path is
-//! routed here ([`index::Dataset::open`]): a URL to object storage, anything else to the local
-//! index.
+//! `index` never names `object`: it defines what a dataset needs of object storage
+//! ([`index::ObjectStorage`]: open a prefix, HEAD a file list's URLs, read, prefetch, evict)
+//! and `object` implements it ([`object::ObjectStore`]). A store is an owned value: whoever
+//! reads object storage makes one (the service at start, each tool) and hands it to
+//! [`index::Dataset::open`] in [`index::OpenOptions::objects`]; a dataset with samples in
+//! object storage holds it, so its reads, prefetching and eviction go through its own store
+//! and two stores share nothing. A path is routed here ([`index::Dataset::open`]): a URL to
+//! object storage, anything else to the local index; a batch likewise ([`read_batch`]).
 //!
 //! # Limitations
-//! Object storage's state is still process-wide (`object`'s hub), not owned by the dataset.
+//! A sample in object storage is still named by its URL in the index (a path that is not
+//! one); the store finds its object by that URL.
 
 pub mod index;
 pub mod local;
@@ -25,32 +30,39 @@ use index::{Dataset, DatasetError, OpenOptions};
 use local::reader::{ReadError, ReadRequest, Reader};
 
 impl Dataset {
-    /// Opens the dataset at `path`: an `s3://` URL from object storage, anything else from the
-    /// local index (its cache when unchanged, else by indexing it; a file list's `s3://`
-    /// entries HEADed in object storage).
+    /// Opens the dataset at `path`: an `s3://` URL from the object storage in `opts` (which
+    /// the dataset then holds), anything else from the local index (its cache when
+    /// unchanged, else by indexing it; a file list's `s3://` entries HEADed in that object
+    /// storage).
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
-        if url::is_url(path) {
-            object::open_dataset(path, opts)
-        } else {
-            Dataset::open_local(path, opts, &object::ObjectStorage)
+        if !url::is_url(path) {
+            return Dataset::open_local(path, opts);
+        }
+        match &opts.objects {
+            Some(objects) => objects.clone().open(path, opts),
+            None => Err(DatasetError::WrongKind {
+                path: path.to_owned(),
+                reason: "an s3:// dataset, and no object storage was given to read it from".into(),
+            }),
         }
     }
 }
 
-/// Reads `reqs` into the buffers of the same index with `reader`: local files directly, and
-/// `s3://` samples from their node-cache copies, fetched first where needed (all of the
-/// batch's fetches in flight at once). One result per request; errors name the request's
-/// path or URL.
+/// Reads `reqs` (samples of `ds`) into the buffers of the same index with `reader`: local
+/// files directly, samples in object storage through the dataset's own store (from their
+/// node-cache copies, fetched first where needed). One result per request; errors name the
+/// request's path or URL.
 ///
 /// # Panics
 /// If `bufs` is shorter than `reqs`.
 pub fn read_batch(
+    ds: &Dataset,
     reader: &mut Reader,
     reqs: &[ReadRequest<'_>],
     bufs: &mut [Vec<u8>],
 ) -> Vec<Result<(), ReadError>> {
-    match object::localize(reqs) {
-        Some(local) => object::read_localized(reqs, local, bufs, |r, b| reader.read_batch(r, b)),
+    match ds.objects() {
+        Some(objects) => objects.read(reader, reqs, bufs),
         None => reader.read_batch(reqs, bufs),
     }
 }

@@ -5,7 +5,7 @@
 //! - Empty lines and `#` comments are skipped; a bad line is an error naming its number.
 //! - A line may name an `s3://bucket/key` URL instead of a path (mixed freely): its size and
 //!   ETag come from a HEAD request (all at once, through
-//!   [`RemoteFiles`]), and a missing
+//!   [`ObjectStorage::head`]), and a missing
 //!   or unreadable object refuses the list, naming the line and the URL. Such entries are
 //!   read with the daemon's credentials, so only [`OpenOptions::s3_entries`] allows them.
 //!
@@ -20,8 +20,7 @@ use super::*;
 pub(super) fn index_file_list(
     list: &Path,
     threads: usize,
-    s3_entries: bool,
-    remote: &dyn RemoteFiles,
+    opts: &OpenOptions,
 ) -> Result<Dataset, DatasetError> {
     let mut ds = Dataset::empty(list, DatasetKind::FileList);
     if !fs::metadata(list)
@@ -39,54 +38,24 @@ pub(super) fn index_file_list(
     open_regular(list)?
         .read_to_end(&mut text)
         .map_err(|e| DatasetError::io(list, e))?;
-    let base = list.parent().unwrap_or(Path::new("/"));
     let mut paths = Vec::new();
     let mut labels = Vec::new();
     let mut lines = Vec::new();
     for (n, raw) in text.split(|&b| b == b'\n').enumerate() {
-        let line_no = n + 1;
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         if line.iter().all(u8::is_ascii_whitespace) || line.first() == Some(&b'#') {
             continue;
         }
-        let bad = |reason: String| DatasetError::BadListLine {
-            path: list.to_owned(),
-            line: line_no,
-            reason,
-        };
-        let Some(tab) = line.iter().rposition(|&b| b == b'\t') else {
-            return Err(bad("expected `path<TAB>label`, found no tab".into()));
-        };
-        let (p, l) = (&line[..tab], &line[tab + 1..]);
-        if p.is_empty() {
-            return Err(bad("empty path".into()));
-        }
-        let label: i64 = std::str::from_utf8(l)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| {
-                bad(format!(
-                    "label {:?} is not an integer",
-                    String::from_utf8_lossy(l)
-                ))
-            })?;
-        let p = Path::new(OsStr::from_bytes(p));
-        if crate::source::url::is_url(p) && !s3_entries {
-            return Err(bad(format!(
-                "{}: s3:// entries are read with the daemon's credentials, so only registered \
-                 datasets and the daemon's own uid (or root) may list them",
-                p.display()
-            )));
-        }
-        paths.push(if p.is_absolute() || crate::source::url::is_url(p) {
-            p.to_owned()
-        } else {
-            base.join(p)
-        });
+        let (path, label) = parse_line(list, n + 1, line, opts.s3_entries)?;
+        paths.push(path);
         labels.push(label);
-        lines.push(line_no);
+        lines.push(n + 1);
     }
-    for (i, found) in sizes(list, &paths, threads, remote).into_iter().enumerate() {
+    let objects = opts.objects.as_deref();
+    for (i, found) in sizes(list, &paths, threads, objects)
+        .into_iter()
+        .enumerate()
+    {
         let found = found.map_err(|reason| DatasetError::BadListLine {
             path: list.to_owned(),
             line: lines[i],
@@ -95,7 +64,55 @@ pub(super) fn index_file_list(
         let id = ds.push_file(&found.path)?;
         ds.push_sample(id, 0, found.size, labels[i]);
     }
+    if has_s3_entries(&ds) {
+        ds.objects = opts.objects.clone();
+    }
     Ok(ds)
+}
+
+/// Line `line_no` of the list `list`: the path it names (relative ones resolved against the
+/// list's folder) and its label.
+fn parse_line(
+    list: &Path,
+    line_no: usize,
+    line: &[u8],
+    s3_entries: bool,
+) -> Result<(PathBuf, i64), DatasetError> {
+    let bad = |reason: String| DatasetError::BadListLine {
+        path: list.to_owned(),
+        line: line_no,
+        reason,
+    };
+    let Some(tab) = line.iter().rposition(|&b| b == b'\t') else {
+        return Err(bad("expected `path<TAB>label`, found no tab".into()));
+    };
+    let (p, l) = (&line[..tab], &line[tab + 1..]);
+    if p.is_empty() {
+        return Err(bad("empty path".into()));
+    }
+    let label: i64 = std::str::from_utf8(l)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| {
+            bad(format!(
+                "label {:?} is not an integer",
+                String::from_utf8_lossy(l)
+            ))
+        })?;
+    let p = Path::new(OsStr::from_bytes(p));
+    if crate::source::url::is_url(p) && !s3_entries {
+        return Err(bad(format!(
+            "{}: s3:// entries are read with the daemon's credentials, so only registered \
+             datasets and the daemon's own uid (or root) may list them",
+            p.display()
+        )));
+    }
+    let path = if p.is_absolute() || crate::source::url::is_url(p) {
+        p.to_owned()
+    } else {
+        list.parent().unwrap_or(Path::new("/")).join(p)
+    };
+    Ok((path, label))
 }
 
 /// A listed file's path as the reader knows it (an URL normalised) and its size.
@@ -109,7 +126,7 @@ fn sizes(
     list: &Path,
     paths: &[PathBuf],
     threads: usize,
-    remote_files: &dyn RemoteFiles,
+    objects: Option<&dyn ObjectStorage>,
 ) -> Vec<Result<Found, String>> {
     let (remote, local): (Vec<usize>, Vec<usize>) =
         (0..paths.len()).partition(|&i| crate::source::url::is_url(&paths[i]));
@@ -126,7 +143,14 @@ fn sizes(
     }
     if !remote.is_empty() {
         let urls: Vec<&Path> = remote.iter().map(|&i| paths[i].as_path()).collect();
-        for (&i, head) in remote.iter().zip(remote_files.head(&urls)) {
+        let heads = match objects {
+            Some(o) => o.head(&urls),
+            None => urls
+                .iter()
+                .map(|_| Err("no object storage was given to read it from".into()))
+                .collect(),
+        };
+        for (&i, head) in remote.iter().zip(heads) {
             out[i] = Some(
                 head.map(|e| Found {
                     path: e.url.into_bytes(),
@@ -142,7 +166,7 @@ fn sizes(
 }
 
 /// Whether a file list names `s3://` objects.
-pub(super) fn has_s3_entries(ds: &Dataset) -> bool {
+fn has_s3_entries(ds: &Dataset) -> bool {
     ds.kind == DatasetKind::FileList
         && (0..ds.len()).any(|i| crate::source::url::is_url(ds.sample(i).path))
 }

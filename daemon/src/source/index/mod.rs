@@ -194,6 +194,9 @@ pub struct OpenOptions {
     /// Whether a file list may name `s3://` URLs (read with the daemon's credentials: the
     /// daemon refuses them to clients that could not name those URLs directly).
     pub s3_entries: bool,
+    /// The object storage `s3://` paths and entries are read from (the opened dataset holds
+    /// it); `None` refuses them.
+    pub objects: Option<std::sync::Arc<dyn ObjectStorage>>,
 }
 
 impl Default for OpenOptions {
@@ -205,22 +208,9 @@ impl Default for OpenOptions {
             threads: 0,
             limits: WalkLimits::default(),
             s3_entries: true,
+            objects: None,
         }
     }
-}
-
-/// Files named by URL (a file list's `s3://` entries), as object storage knows them.
-pub trait RemoteFiles {
-    /// HEADs every URL in `urls`, one result each in order: the URL as the reader knows it
-    /// and the object's size, or why it cannot be read.
-    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, String>>;
-}
-
-/// A file named by URL: the URL as the reader knows it (normalised) and its size.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteFile {
-    pub url: String,
-    pub size: u64,
 }
 
 /// Where the index came from.
@@ -312,16 +302,15 @@ pub struct Dataset {
     label: Vec<i64>,
     stamps: Vec<Stamp>,
     origin: IndexOrigin,
+    /// Where samples named by URL are read from (see [`storage`]).
+    objects: Option<std::sync::Arc<dyn ObjectStorage>>,
 }
 
 impl Dataset {
     /// Opens the local dataset at `path`: from the cache when it is unchanged, else by
-    /// indexing it; a file list's `s3://` entries are HEADed in `remote`.
-    pub fn open_local(
-        path: &Path,
-        opts: &OpenOptions,
-        remote: &dyn RemoteFiles,
-    ) -> Result<Dataset, DatasetError> {
+    /// indexing it; a file list's `s3://` entries are HEADed in [`OpenOptions::objects`],
+    /// which the dataset then holds.
+    pub fn open_local(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let root = fs::canonicalize(path).map_err(|e| DatasetError::io(path, e))?;
         walk::refuse_root(&root)?;
         let kind = match opts.kind {
@@ -353,7 +342,7 @@ impl Dataset {
             DatasetKind::ImageFolder | DatasetKind::Flat => {
                 index_folder(&root, kind, threads, &WalkBudget::new(opts.limits))?
             }
-            DatasetKind::FileList => index_file_list(&root, threads, opts.s3_entries, remote)?,
+            DatasetKind::FileList => index_file_list(&root, threads, opts)?,
             DatasetKind::TarShards => index_tar_shards(&root, threads)?,
         };
         if ds.is_empty() {
@@ -367,7 +356,7 @@ impl Dataset {
             seconds = started.elapsed().as_secs_f64(), "dataset indexed"
         );
         // A list's s3:// entries are known to the reader only once HEADed: not cached.
-        let cache_file = cache_file.filter(|_| !file_list::has_s3_entries(&ds));
+        let cache_file = cache_file.filter(|_| ds.objects.is_none());
         if let Some(cf) = &cache_file {
             if let Err(e) = save_cache(cf, &ds, written_at) {
                 tracing::warn!(cache = %cf.display(), error = %e, "cannot write dataset index cache");
@@ -467,6 +456,7 @@ impl Dataset {
             label: Vec::new(),
             stamps: Vec::new(),
             origin: IndexOrigin::Walked,
+            objects: None,
         }
     }
 
@@ -619,8 +609,10 @@ fn wait_with_progress<T>(
 }
 
 mod remote;
+mod storage;
 pub use remote::{default_cache_dir, IndexedSample};
 pub(crate) use remote::{load_remote_index, save_remote_index};
+pub use storage::{ObjectStorage, RemoteFile};
 
 #[cfg(test)]
 mod tests;

@@ -20,12 +20,16 @@ use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote, S3Error};
 use super::sidecar::{self, IndexedSample};
-use super::{block_on, fetch_all, remember, remote_for, ObjectRef, S3Url};
+use super::{ObjectRef, ObjectStore, S3Url};
 use crate::source::index::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
 /// Opens the dataset at the `s3://` URL `path`: lists the prefix, detects (or takes) the
 /// layout, and for shards reads their tar headers from the node cache's copies.
-pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
+pub(super) fn open_dataset(
+    store: &ObjectStore,
+    path: &Path,
+    opts: &OpenOptions,
+) -> Result<Dataset, DatasetError> {
     let wrong = |reason: String| DatasetError::WrongKind {
         path: path.to_owned(),
         reason,
@@ -36,15 +40,16 @@ pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetE
         None => return Err(wrong("not an s3:// URL".into())),
     };
     let started = std::time::Instant::now();
-    let remote = remote_for(&url).map_err(|e| refused(path, e))?;
-    if let Some(ds) = super::index_cache::load(path, &url, &remote, opts) {
+    let remote = store.remote_for(&url).map_err(|e| refused(path, e))?;
+    if let Some(ds) = super::index_cache::load(store, path, &url, &remote, opts) {
         tracing::info!(
             dataset = %path.display(), samples = ds.len(),
             "s3 dataset index loaded from cache (not listed)"
         );
         return Ok(ds);
     }
-    let listed = block_on(remote.list(&url.prefix))
+    let listed = store
+        .block_on(remote.list(&url.prefix))
         .map_err(|reason| remote_error(path, "local".into(), reason))?
         .map_err(|e| refused(path, e))?;
     let prefix_len = url.prefix.trim_end_matches('/').len();
@@ -63,9 +68,9 @@ pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetE
         None => detect(path, &visible)?,
     };
     let ds = match kind {
-        DatasetKind::TarShards => index_shards(path, &remote, &visible)?,
+        DatasetKind::TarShards => index_shards(store, path, &remote, &visible)?,
         DatasetKind::ImageFolder | DatasetKind::Flat => {
-            index_images(path, kind, &remote, &visible)?
+            index_images(store, path, kind, &remote, &visible)?
         }
         DatasetKind::FileList => {
             return Err(DatasetError::WrongKind {
@@ -86,7 +91,7 @@ pub fn open_dataset(path: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetE
         dataset = %path.display(), kind = kind.as_str(), samples = ds.len(),
         seconds = started.elapsed().as_secs_f64(), "s3 dataset indexed"
     );
-    super::index_cache::save(&url, opts, &ds);
+    super::index_cache::save(store, &url, opts, &ds);
     Ok(ds)
 }
 
@@ -119,6 +124,7 @@ fn detect(path: &Path, objects: &[(String, ObjectInfo)]) -> Result<DatasetKind, 
 }
 
 fn index_images(
+    store: &ObjectStore,
     path: &Path,
     kind: DatasetKind,
     remote: &Arc<Remote>,
@@ -140,11 +146,12 @@ fn index_images(
         ds.push_object(remote.url(&o.key).as_bytes(), o.size, label)?;
         used.push(o.clone());
     }
-    remember(remote, &used);
+    store.remember(remote, &used);
     Ok(ds)
 }
 
 fn index_shards(
+    store: &ObjectStore,
     path: &Path,
     remote: &Arc<Remote>,
     objects: &[(String, ObjectInfo)],
@@ -154,10 +161,10 @@ fn index_shards(
         .filter(|(r, _)| !r.contains('/') && is_tar(r))
         .map(|(_, o)| o.clone())
         .collect();
-    remember(remote, &shards);
+    store.remember(remote, &shards);
     let listed: HashMap<&str, &ObjectInfo> =
         objects.iter().map(|(_, o)| (o.key.as_str(), o)).collect();
-    let indexed = read_sidecars(remote, &shards, &listed);
+    let indexed = read_sidecars(store, remote, &shards, &listed);
     // Shards without a usable sidecar are downloaded (into the node cache) and walked.
     let refs: Vec<ObjectRef> = shards
         .iter()
@@ -165,7 +172,7 @@ fn index_shards(
         .filter(|(_, i)| i.is_none())
         .map(|(o, _)| object_ref(remote, o))
         .collect();
-    let mut local = fetch_all(&refs).into_iter();
+    let mut local = store.fetch_all(&refs).into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
         kind: Some(DatasetKind::TarShards),
@@ -198,6 +205,7 @@ fn index_shards(
 /// cache (all at once; a later open reads them from local disk, the ETag and size checked);
 /// `None` for a shard without one, or whose sidecar is unreadable or stale (logged).
 fn read_sidecars(
+    store: &ObjectStore,
     remote: &Arc<Remote>,
     shards: &[ObjectInfo],
     listed: &HashMap<&str, &ObjectInfo>,
@@ -212,7 +220,7 @@ fn read_sidecars(
         .collect();
     let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let mut out = vec![None; shards.len()];
-    for ((i, r), file) in wanted.into_iter().zip(fetch_all(&refs)) {
+    for ((i, r), file) in wanted.into_iter().zip(store.fetch_all(&refs)) {
         let samples = file
             .map_err(|e| e.to_string())
             .and_then(|f| std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display())))

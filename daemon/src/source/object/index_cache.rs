@@ -16,13 +16,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::client::{ObjectInfo, Remote};
-use super::{config, connection_for, hub, remember, S3Url};
+use super::{ObjectStore, S3Url};
 use crate::source::index::{load_remote_index, save_remote_index, Dataset, OpenOptions};
 
 /// The URL, its connection and the environment a connection takes what it leaves out from
 /// (so another key or endpoint, even from the environment, never reuses this index).
-fn cache_key(url: &S3Url) -> String {
-    let mut key = format!("{}\n{:?}", url.as_string(), connection_for(url));
+fn cache_key(store: &ObjectStore, url: &S3Url) -> String {
+    let mut key = format!("{}\n{:?}", url.as_string(), store.connection_for(url));
     for var in ENV_KEYS {
         key += &format!("\n{var}={:?}", std::env::var_os(var));
     }
@@ -40,31 +40,32 @@ const ENV_KEYS: [&str; 8] = [
     "AWS_PROFILE",
 ];
 
-fn ttl_ns() -> i128 {
-    i128::from(config().index_ttl_s) * 1_000_000_000
+fn ttl_ns(store: &ObjectStore) -> i128 {
+    i128::from(store.config().index_ttl_s) * 1_000_000_000
 }
 
 /// The dataset at `url` from its cached index, its objects remembered; `None` on a miss.
 pub(super) fn load(
+    store: &ObjectStore,
     path: &Path,
     url: &S3Url,
     remote: &Arc<Remote>,
     opts: &OpenOptions,
 ) -> Option<Dataset> {
-    let cached = load_remote_index(path, &cache_key(url), opts, ttl_ns())?;
+    let cached = load_remote_index(path, &cache_key(store, url), opts, ttl_ns(store))?;
     let objects = parse(&cached.extra)?;
-    remember(remote, &objects);
+    store.remember(remote, &objects);
     Some(cached.dataset)
 }
 
 /// Writes the index of `ds` (just indexed from `url`) with its objects.
-pub(super) fn save(url: &S3Url, opts: &OpenOptions, ds: &Dataset) {
-    if ttl_ns() <= 0 {
+pub(super) fn save(store: &ObjectStore, url: &S3Url, opts: &OpenOptions, ds: &Dataset) {
+    if ttl_ns(store) <= 0 {
         return;
     }
     let mut text = String::new();
     {
-        let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
+        let map = store.objects.read().unwrap_or_else(|e| e.into_inner());
         let mut last: Option<&Path> = None;
         for i in 0..ds.len() {
             let p = ds.sample(i).path;
@@ -81,7 +82,7 @@ pub(super) fn save(url: &S3Url, opts: &OpenOptions, ds: &Dataset) {
             text += &format!("{}\t{}\t{}\n", o.size, o.etag, o.key);
         }
     }
-    save_remote_index(&cache_key(url), opts, ds, &text);
+    save_remote_index(&cache_key(store, url), opts, ds, &text);
 }
 
 /// `size<TAB>etag<TAB>key` lines; `None` if any is malformed.

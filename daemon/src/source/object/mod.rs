@@ -3,18 +3,26 @@
 //! A prefix holding `.tar` objects is a set of WebDataset tar shards; otherwise its image
 //! objects form an ImageFolder (the first path component under the prefix is the class) or,
 //! when no object is under a sub-prefix, a flat dataset. Samples keep their `s3://` URL as
-//! their path; the reader turns it into a file of the node cache before reading.
+//! their path; the dataset's store finds the object by it and reads its node-cache copy.
 //!
 //! # Design
-//! - [`configure`] installs the `[s3]` section once at start; without it, connections come
-//!   from the standard AWS environment and the node cache lives in `<cache dir>/objects`.
-//! - One tokio runtime (two threads) runs every request; at most `max_in_flight` downloads are
-//!   in flight at once, all datasets together. Decode workers never run a request: they ask
-//!   the [`cache::NodeCache`] for a chunk's objects, which starts the missing downloads all at
-//!   once, and wait only for those. Each rank's feed tells its [`Prefetch`] the order it
-//!   reads each epoch in, and its objects are fetched in that order in the background (up to
-//!   the cache cap, with at most half of the requests, so the workers' own requests never
-//!   queue behind it), so a worker usually finds its object local or on its way.
+//! - All state is one owned value, [`ObjectStore`]: the `[s3]` config, the buckets' clients,
+//!   the listed objects, the node cache, the runtime and the request limits. The service
+//!   makes one at start (a reload reconfigures it: connections and registered datasets at
+//!   once, the cache folder, cap and in-flight limit as at its first use), each tool makes
+//!   its own, and a dataset opened through it holds it (see `index::ObjectStorage`): reads,
+//!   prefetch and eviction go through the dataset's own store. Two stores share nothing.
+//!   Without an `[s3]` section, connections come from the standard AWS environment and the
+//!   node cache lives in `<cache dir>/objects`.
+//! - A store's runtime (two threads) runs every request of the store; at most
+//!   `max_in_flight` downloads are in flight at once, all its datasets together. Decode
+//!   workers never run a request: they ask the [`cache::NodeCache`] for a chunk's objects,
+//!   which starts the missing downloads all at once, and wait only for those, then read the
+//!   local copies with their own reader. Background tasks hold the runtime's handle and the
+//!   limits, never the store. Each rank's feed tells its [`Prefetch`] the order it reads each
+//!   epoch in, and its objects are fetched in that order in the background (up to the cache
+//!   cap, with at most half of the requests, so the workers' own requests never queue behind
+//!   it), so a worker usually finds its object local or on its way.
 //! - Objects up to `whole_object_max_bytes` are cached whole (image objects, small shards);
 //!   the samples of larger ones (tar shards) are fetched by ranged GETs, each its own cache
 //!   file, neighbours in a chunk merged into one GET (`ranged`). Shards are indexed from the
@@ -27,9 +35,9 @@
 //!   The index is kept on disk for `s3.index_ttl_s` (`index_cache`), then listed again.
 //! - Credentials from `~/.aws` profiles are not read (object_store does not); environment,
 //!   web identity, container and instance credentials are.
-//! - The cache's bookkeeping is per process: two daemons sharing one folder do not see each
-//!   other's use (files stay consistent; the cap may be overrun).
-//! - Every listed object is remembered in memory (URL, size, ETag) while the daemon runs.
+//! - The cache's bookkeeping is per store: two stores (or daemons) sharing one folder do not
+//!   see each other's use (files stay consistent; the cap may be overrun).
+//! - Every listed object is remembered in its store (URL, size, ETag) while the store lives.
 
 #![forbid(unsafe_code)]
 
@@ -43,6 +51,7 @@ mod prefetch;
 mod ranged;
 mod read;
 pub mod sidecar;
+mod storage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -57,10 +66,8 @@ pub use crate::source::url::{is_url, S3Url};
 use cache::{Claim, NodeCache, Pending};
 use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
-pub use entries::{head_urls, Entry, ObjectStorage};
-pub use index::open_dataset;
+pub use entries::Entry;
 pub use prefetch::Prefetch;
-pub use read::{evict, local_file, localize, read_localized, Local};
 
 /// Metric names (recorded through the `metrics` facade).
 pub mod metric {
@@ -133,177 +140,255 @@ impl ObjectRef {
     }
 }
 
-/// Everything the daemon shares for object storage.
-struct Hub {
+/// Object storage: the `[s3]` config, the buckets' clients, the listed objects, the node
+/// cache, the request limit and the runtime that runs every request. One is made by whoever
+/// reads object storage (the service at start, each tool) and handed to every dataset it
+/// opens ([`OpenOptions::objects`]), which holds it; two stores share nothing.
+pub struct ObjectStore {
     config: RwLock<S3Config>,
     /// Connections of registered datasets, by their URL.
     by_url: RwLock<HashMap<String, Connection>>,
     remotes: Mutex<HashMap<(Connection, String), Arc<Remote>>>,
-    objects: RwLock<HashMap<String, ObjectRef>>,
+    /// Every object of the datasets opened through this store, by URL (shared with the
+    /// prefetcher's planning task).
+    objects: Arc<RwLock<HashMap<String, ObjectRef>>>,
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
     /// The prefetcher's share of the permits (at most half of them, see `prefetch`).
     prefetch_share: OnceLock<Arc<Semaphore>>,
-    /// Bytes downloaded by this process (the `s3` source of the bytes metric).
-    downloaded: AtomicU64,
+    /// Bytes downloaded through this store (the `s3` source of the bytes metric).
+    downloaded: Arc<AtomicU64>,
 }
 
-fn hub() -> &'static Hub {
-    static HUB: OnceLock<Hub> = OnceLock::new();
-    HUB.get_or_init(|| Hub {
-        config: RwLock::new(S3Config::default()),
-        by_url: RwLock::default(),
-        remotes: Mutex::default(),
-        objects: RwLock::default(),
-        cache: OnceLock::new(),
-        runtime: OnceLock::new(),
-        permits: OnceLock::new(),
-        prefetch_share: OnceLock::new(),
-        downloaded: AtomicU64::new(0),
-    })
+impl std::fmt::Debug for ObjectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStore")
+            .field("cache_dir", &self.config().cache_dir)
+            .field("downloaded", &self.bytes_downloaded())
+            .finish_non_exhaustive()
+    }
 }
 
-/// Installs the `[s3]` section; `datasets` are the registered datasets (name -> path), whose
-/// `s3://` URLs get the connection `[s3.datasets.<name>]` gives them. The cache folder, cap
-/// and in-flight limit take effect at the first use of object storage.
-pub fn configure(cfg: &S3Config, datasets: &BTreeMap<String, PathBuf>) {
-    let h = hub();
-    *h.config.write().unwrap_or_else(|e| e.into_inner()) = cfg.clone();
-    let mut by_url = h.by_url.write().unwrap_or_else(|e| e.into_inner());
-    by_url.clear();
-    for (name, path) in datasets {
-        if let (Some(conn), Some(Ok(url))) = (cfg.datasets.get(name), S3Url::parse(path)) {
-            by_url.insert(url.as_string(), conn.clone());
+impl Drop for ObjectStore {
+    fn drop(&mut self) {
+        // The last holder may be a task of the store's own runtime (a prefetch holding its
+        // dataset): a plain drop would wait for the runtime's threads from inside one.
+        if let Some(Ok(rt)) = self.runtime.take() {
+            rt.shutdown_background();
         }
     }
 }
 
-fn config() -> S3Config {
-    hub()
-        .config
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-}
-
-fn runtime() -> Result<&'static Runtime, String> {
-    hub()
-        .runtime
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("stoker-s3")
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the S3 runtime: {e}"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-fn permits() -> Arc<Semaphore> {
-    hub()
-        .permits
-        .get_or_init(|| Arc::new(Semaphore::new(config().max_in_flight)))
-        .clone()
-}
-
-/// The node cache (opened at first use).
-pub fn node_cache() -> Result<Arc<NodeCache>, String> {
-    hub()
-        .cache
-        .get_or_init(|| {
-            let cfg = config();
-            let dir = cfg
-                .cache_dir
-                .clone()
-                .or_else(crate::source::index::default_cache_dir)
-                .map(|d| {
-                    if cfg.cache_dir.is_some() {
-                        d
-                    } else {
-                        d.join("objects")
-                    }
-                })
-                .ok_or("no cache folder: set s3.cache_dir or HOME")?;
-            let c = NodeCache::open(&dir, cfg.cache_max_bytes)
-                .map_err(|e| format!("node cache {}: {e}", dir.display()))?;
-            tracing::info!(dir = %dir.display(), cap = cfg.cache_max_bytes, "node cache opened");
-            Ok(Arc::new(c))
-        })
-        .clone()
-}
-
-/// The client for the bucket of `url` (shared by every dataset on the same connection).
-fn remote_for(url: &S3Url) -> Result<Arc<Remote>, S3Error> {
-    let h = hub();
-    let cfg = config();
-    let conn = connection_for(url);
-    let mut remotes = h.remotes.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (conn, url.bucket.clone());
-    if let Some(r) = remotes.get(&key) {
-        return Ok(r.clone());
+impl ObjectStore {
+    /// A store with the `[s3]` section `cfg`; `datasets` are the registered datasets (name
+    /// -> path), whose `s3://` URLs get the connection `[s3.datasets.<name>]` gives them.
+    /// Nothing is opened or started before the first use.
+    pub fn new(cfg: &S3Config, datasets: &BTreeMap<String, PathBuf>) -> Arc<ObjectStore> {
+        let store = ObjectStore {
+            config: RwLock::new(S3Config::default()),
+            by_url: RwLock::default(),
+            remotes: Mutex::default(),
+            objects: Arc::default(),
+            cache: OnceLock::new(),
+            runtime: OnceLock::new(),
+            permits: OnceLock::new(),
+            prefetch_share: OnceLock::new(),
+            downloaded: Arc::default(),
+        };
+        store.configure(cfg, datasets);
+        Arc::new(store)
     }
-    let r = Arc::new(Remote::new(&key.0, &url.bucket, &cfg)?);
-    remotes.insert(key, r.clone());
-    Ok(r)
-}
 
-/// The connection the dataset at `url` uses: its registered one, else `[s3.default]`.
-fn connection_for(url: &S3Url) -> Connection {
-    hub()
-        .by_url
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&url.as_string())
-        .cloned()
-        .unwrap_or_else(|| config().default)
-}
+    /// The store a tool uses: no `[s3]` section (connections from the AWS environment, the
+    /// node cache in `<cache dir>/objects`), no registered datasets.
+    pub fn from_environment() -> Arc<ObjectStore> {
+        ObjectStore::new(&S3Config::default(), &BTreeMap::new())
+    }
 
-/// Bytes of objects this process downloaded so far (what `stoker_s3_bytes_total{source="s3"}`
-/// counts, readable without a metrics recorder).
-pub fn bytes_downloaded() -> u64 {
-    hub().downloaded.load(Ordering::Relaxed)
-}
+    /// Replaces the `[s3]` section and the registered datasets (a reload). The cache folder,
+    /// cap and in-flight limit keep what they were at the first use of the store.
+    pub fn configure(&self, cfg: &S3Config, datasets: &BTreeMap<String, PathBuf>) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = cfg.clone();
+        let mut by_url = self.by_url.write().unwrap_or_else(|e| e.into_inner());
+        by_url.clear();
+        for (name, path) in datasets {
+            if let (Some(conn), Some(Ok(url))) = (cfg.datasets.get(name), S3Url::parse(path)) {
+                by_url.insert(url.as_string(), conn.clone());
+            }
+        }
+    }
 
-/// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
-    Ok(runtime()?.block_on(f))
-}
+    fn config(&self) -> S3Config {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 
-/// Remembers the objects of an indexed dataset, so the reader can find them by URL.
-fn remember(remote: &Arc<Remote>, objects: &[ObjectInfo]) {
-    let mut map = hub().objects.write().unwrap_or_else(|e| e.into_inner());
-    for o in objects {
-        map.insert(
-            remote.url(&o.key),
-            ObjectRef {
-                remote: remote.clone(),
-                key: o.key.clone(),
-                size: o.size,
-                etag: o.etag.clone(),
-            },
-        );
+    fn runtime(&self) -> Result<&Runtime, String> {
+        self.runtime
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("stoker-s3")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the S3 runtime: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    fn permits(&self) -> Arc<Semaphore> {
+        self.permits
+            .get_or_init(|| Arc::new(Semaphore::new(self.config().max_in_flight)))
+            .clone()
+    }
+
+    /// The node cache (opened at first use).
+    pub fn node_cache(&self) -> Result<Arc<NodeCache>, String> {
+        self.cache
+            .get_or_init(|| {
+                let cfg = self.config();
+                let dir = match &cfg.cache_dir {
+                    Some(d) => d.clone(),
+                    None => crate::source::index::default_cache_dir()
+                        .ok_or("no cache folder: set s3.cache_dir or HOME")?
+                        .join("objects"),
+                };
+                let c = NodeCache::open(&dir, cfg.cache_max_bytes)
+                    .map_err(|e| format!("node cache {}: {e}", dir.display()))?;
+                tracing::info!(dir = %dir.display(), cap = cfg.cache_max_bytes, "node cache opened");
+                Ok(Arc::new(c))
+            })
+            .clone()
+    }
+
+    /// The client for the bucket of `url` (shared by every dataset on the same connection).
+    fn remote_for(&self, url: &S3Url) -> Result<Arc<Remote>, S3Error> {
+        let cfg = self.config();
+        let conn = self.connection_for(url);
+        let mut remotes = self.remotes.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (conn, url.bucket.clone());
+        if let Some(r) = remotes.get(&key) {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(Remote::new(&key.0, &url.bucket, &cfg)?);
+        remotes.insert(key, r.clone());
+        Ok(r)
+    }
+
+    /// The connection the dataset at `url` uses: its registered one, else `[s3.default]`.
+    fn connection_for(&self, url: &S3Url) -> Connection {
+        self.by_url
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&url.as_string())
+            .cloned()
+            .unwrap_or_else(|| self.config().default)
+    }
+
+    /// Bytes of objects this store downloaded so far (what
+    /// `stoker_s3_bytes_total{source="s3"}` counts, readable without a metrics recorder).
+    pub fn bytes_downloaded(&self) -> u64 {
+        self.downloaded.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
+    fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> Result<T, String> {
+        Ok(self.runtime()?.block_on(f))
+    }
+
+    /// Remembers the objects of an indexed dataset, so the reader can find them by URL.
+    fn remember(&self, remote: &Arc<Remote>, objects: &[ObjectInfo]) {
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        for o in objects {
+            map.insert(
+                remote.url(&o.key),
+                ObjectRef {
+                    remote: remote.clone(),
+                    key: o.key.clone(),
+                    size: o.size,
+                    etag: o.etag.clone(),
+                },
+            );
+        }
+    }
+
+    /// What a request started in the background needs: the runtime, the request permits
+    /// and the downloaded-bytes counter (not the store: a task never holds the store whose
+    /// runtime runs it).
+    fn fetcher(&self) -> Result<Fetcher, String> {
+        Ok(Fetcher {
+            rt: self.runtime()?.handle().clone(),
+            permits: self.permits(),
+            downloaded: self.downloaded.clone(),
+        })
+    }
+
+    /// Makes every object in `objects` local, all downloads in flight at once; one result
+    /// each.
+    fn fetch_all(&self, objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
+        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
+        let (cache, fetcher) = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                return objects
+                    .iter()
+                    .map(|o| Err(S3Error::local(&o.remote.url(&o.key), e.clone())))
+                    .collect()
+            }
+        };
+        let claims: Vec<Claim> = objects
+            .iter()
+            .map(|o| {
+                let c = fetcher.start(&cache, o, None);
+                // A download started here is a miss; one found local or already under way is
+                // a hit: its bytes come from the server once, whoever asked first.
+                let hit = matches!(c, Claim::Ready(_) | Claim::Wait(_));
+                let result = if hit { "hit" } else { "miss" };
+                metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(1);
+                if hit {
+                    metrics::counter!(metric::BYTES_TOTAL, "source" => "cache").increment(o.size);
+                }
+                c
+            })
+            .collect();
+        claims
+            .into_iter()
+            .map(|c| match c {
+                Claim::Ready(p) => Ok(p),
+                Claim::Wait(p) | Claim::Fetch(p) => p.wait(),
+            })
+            .collect()
     }
 }
 
-/// Starts the download of `obj` unless it is local or under way already. `held`: request
-/// permits the caller took already (the prefetcher's); without them the download waits for
-/// one of the `max_in_flight` permits.
-fn start_fetch(
-    cache: &Arc<NodeCache>,
-    obj: &ObjectRef,
-    held: Option<Vec<OwnedSemaphorePermit>>,
-) -> Result<Claim, String> {
-    let name = obj.cache_name();
-    let claim = cache.claim(&name);
-    match &claim {
-        Claim::Ready(_) | Claim::Wait(_) => {}
-        Claim::Fetch(p) => {
+/// Starts downloads in the background, within the request limit of its store.
+#[derive(Clone)]
+struct Fetcher {
+    rt: tokio::runtime::Handle,
+    permits: Arc<Semaphore>,
+    downloaded: Arc<AtomicU64>,
+}
+
+impl Fetcher {
+    /// Starts the download of `obj` unless it is local or under way already. `held`: request
+    /// permits the caller took already (the prefetcher's); without them the download waits
+    /// for one of the `max_in_flight` permits.
+    fn start(
+        &self,
+        cache: &Arc<NodeCache>,
+        obj: &ObjectRef,
+        held: Option<Vec<OwnedSemaphorePermit>>,
+    ) -> Claim {
+        let name = obj.cache_name();
+        let claim = cache.claim(&name);
+        if let Claim::Fetch(p) = &claim {
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
-            let permits = permits();
-            runtime()?.spawn(async move {
+            let (permits, downloaded) = (self.permits.clone(), self.downloaded.clone());
+            self.rt.spawn(async move {
                 let _permits = match held {
                     Some(h) => h,
                     None => match permits.acquire_owned().await {
@@ -318,14 +403,20 @@ fn start_fetch(
                         }
                     },
                 };
-                download(&cache, &obj, &name, &p).await;
+                download(&cache, &obj, &name, &p, &downloaded).await;
             });
         }
+        claim
     }
-    Ok(claim)
 }
 
-async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending) {
+async fn download(
+    cache: &NodeCache,
+    obj: &ObjectRef,
+    name: &str,
+    p: &Pending,
+    downloaded: &AtomicU64,
+) {
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
     let temp = cache.temp_path(name);
@@ -346,91 +437,61 @@ async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending) {
     });
     if let Ok(n) = got {
         metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
-        hub().downloaded.fetch_add(n, Ordering::Relaxed);
+        downloaded.fetch_add(n, Ordering::Relaxed);
         tracing::debug!(url, bytes = n, "object fetched into the node cache");
     }
     let _ = cache.finish(name, p, &temp, got, &url);
 }
 
-/// Makes every object in `objects` local, all downloads in flight at once; one result each.
-fn fetch_all(objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
-    let cache = match node_cache() {
-        Ok(c) => c,
-        Err(e) => {
-            return objects
-                .iter()
-                .map(|o| Err(S3Error::local(&o.remote.url(&o.key), e.clone())))
-                .collect()
-        }
-    };
-    let claims: Vec<Result<Claim, String>> = objects
-        .iter()
-        .map(|o| {
-            let c = start_fetch(&cache, o, None);
-            // A download started here is a miss; one found local or already under way is a
-            // hit: its bytes come from the server once, whoever asked first.
-            let hit = matches!(c, Ok(Claim::Ready(_) | Claim::Wait(_)));
-            let result = if hit { "hit" } else { "miss" };
-            metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(1);
-            if hit {
-                metrics::counter!(metric::BYTES_TOTAL, "source" => "cache").increment(o.size);
+/// Writing and deleting objects: for tests, `pack` and users moving a dataset into a bucket.
+impl ObjectStore {
+    /// Uploads every file under `dir` to `url` (keys: the prefix, then the file's path
+    /// relative to `dir`).
+    pub fn upload_dir(&self, dir: &Path, url: &S3Url) -> Result<usize, S3Error> {
+        let remote = self.remote_for(url)?;
+        let mut files = Vec::new();
+        walk(dir, &mut files)
+            .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", dir.display())))?;
+        let run = async {
+            let mut tasks = Vec::new();
+            for f in &files {
+                let rel = f
+                    .strip_prefix(dir)
+                    .unwrap_or(f)
+                    .to_string_lossy()
+                    .into_owned();
+                let key = join_key(&url.prefix, &rel);
+                let data = std::fs::read(f).map_err(|e| {
+                    S3Error::local(&remote.url(&key), format!("{}: {e}", f.display()))
+                })?;
+                let remote = remote.clone();
+                tasks.push(tokio::spawn(async move { remote.put(&key, data).await }));
             }
-            c
-        })
-        .collect();
-    claims
-        .into_iter()
-        .zip(objects)
-        .map(|(c, o)| match c {
-            Ok(Claim::Ready(p)) => Ok(p),
-            Ok(Claim::Wait(p) | Claim::Fetch(p)) => p.wait(),
-            Err(e) => Err(S3Error::local(&o.remote.url(&o.key), e)),
-        })
-        .collect()
-}
+            for t in tasks {
+                t.await
+                    .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))??;
+            }
+            Ok(files.len())
+        };
+        self.block_on(run)
+            .map_err(|e| S3Error::local(&url.as_string(), e))?
+    }
 
-/// Uploads every file under `dir` to `url` (keys: the prefix, then the file's path relative
-/// to `dir`), for tests, `pack` and users moving a dataset into a bucket.
-pub fn upload_dir(dir: &Path, url: &S3Url) -> Result<usize, S3Error> {
-    let remote = remote_for(url)?;
-    let mut files = Vec::new();
-    walk(dir, &mut files)
-        .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", dir.display())))?;
-    let run = async {
-        let mut tasks = Vec::new();
-        for f in &files {
-            let rel = f
-                .strip_prefix(dir)
-                .unwrap_or(f)
-                .to_string_lossy()
-                .into_owned();
-            let key = join_key(&url.prefix, &rel);
-            let data = std::fs::read(f)
-                .map_err(|e| S3Error::local(&remote.url(&key), format!("{}: {e}", f.display())))?;
-            let remote = remote.clone();
-            tasks.push(tokio::spawn(async move { remote.put(&key, data).await }));
-        }
-        for t in tasks {
-            t.await
-                .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))??;
-        }
-        Ok(files.len())
-    };
-    block_on(run).map_err(|e| S3Error::local(&url.as_string(), e))?
-}
+    /// Uploads `file` as the object at `url` (the prefix is the key).
+    pub fn upload_file(&self, file: &Path, url: &S3Url) -> Result<(), S3Error> {
+        let remote = self.remote_for(url)?;
+        let data = std::fs::read(file)
+            .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", file.display())))?;
+        self.block_on(remote.put(&url.prefix, data))
+            .map_err(|e| S3Error::local(&url.as_string(), e))?
+    }
 
-/// Uploads `file` as the object at `url` (the prefix is the key).
-pub fn upload_file(file: &Path, url: &S3Url) -> Result<(), S3Error> {
-    let remote = remote_for(url)?;
-    let data = std::fs::read(file)
-        .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", file.display())))?;
-    block_on(remote.put(&url.prefix, data)).map_err(|e| S3Error::local(&url.as_string(), e))?
-}
-
-/// Deletes the object at `url` (the prefix is the key).
-pub fn delete(url: &S3Url) -> Result<(), S3Error> {
-    let remote = remote_for(url)?;
-    block_on(remote.delete(&url.prefix)).map_err(|e| S3Error::local(&url.as_string(), e))?
+    /// Deletes the object at `url` (the prefix is the key).
+    pub fn delete(&self, url: &S3Url) -> Result<(), S3Error> {
+        let remote = self.remote_for(url)?;
+        self.block_on(remote.delete(&url.prefix))
+            .map_err(|e| S3Error::local(&url.as_string(), e))?
+    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {

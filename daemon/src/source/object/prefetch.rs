@@ -9,7 +9,7 @@
 //! A newer schedule of the same rank, or the rank's detach, stops the older one at its next
 //! object.
 //! The prefetcher holds at most half of the `max_in_flight` request permits (a share of its
-//! own, shared by every job) and takes each permit only when a download can start, so a
+//! own, shared by every job of its store) and takes each permit only when a download can start, so a
 //! worker's own requests (a chunk whose objects are not local yet) never wait behind a queue
 //! of prefetches. Objects local or under way already are skipped.
 //!
@@ -25,16 +25,8 @@ use tokio::sync::Semaphore;
 
 use super::cache::NodeCache;
 use super::ranged::{self, Piece};
-use super::{config, hub, is_url, node_cache, permits, runtime, start_fetch, ObjectRef};
+use super::{is_url, Fetcher, ObjectRef, ObjectStore};
 use crate::source::index::Dataset;
-
-/// The prefetcher's share of the request permits, shared by every job.
-fn share() -> Arc<Semaphore> {
-    hub()
-        .prefetch_share
-        .get_or_init(|| Arc::new(Semaphore::new((config().max_in_flight / 2).max(1))))
-        .clone()
-}
 
 /// One rank's prefetching: told the rank's order, stopped by the next order or by its drop.
 #[derive(Debug, Default)]
@@ -44,41 +36,72 @@ pub struct Prefetch {
 }
 
 impl Prefetch {
-    /// Whether `ds` has objects to fetch ahead: an `s3://` dataset, with `s3.prefetch` on. A
-    /// feed asks this before it computes an order to schedule.
+    /// Whether `ds` has objects to fetch ahead: an `s3://` dataset, with `s3.prefetch` on in
+    /// its store. A feed asks this before it computes an order to schedule.
     pub fn wanted(ds: &Dataset) -> bool {
-        is_url(ds.root()) && config().prefetch
+        ds.objects().is_some_and(|o| o.prefetches(ds))
     }
 
     /// Starts fetching the objects of samples `order` of `ds` (global sample indices, in the
-    /// order the rank reads them from now on, `epoch`'s), stopping the previous schedule.
+    /// order the rank reads them from now on, `epoch`'s) through the dataset's own store,
+    /// stopping the previous schedule.
     pub fn schedule(&self, ds: &Arc<Dataset>, epoch: u64, order: Vec<u64>) {
         let mine = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        if !Self::wanted(ds) {
-            return;
-        }
-        let (Ok(cache), Ok(rt)) = (node_cache(), runtime()) else {
+        let Some(objects) = ds.objects().filter(|o| o.prefetches(ds)) else {
             return;
         };
-        let (ds, generation) = (ds.clone(), self.generation.clone());
-        tracing::debug!(epoch, samples = order.len(), "prefetch scheduled");
-        rt.spawn(async move {
-            let plan = move || {
-                let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-                in_order(&ds, &order, &map, config().whole_object_max_bytes)
-            };
-            let Ok(items) = tokio::task::spawn_blocking(plan).await else {
-                return;
-            };
-            let current = || generation.load(Ordering::Relaxed) == mine;
-            run(cache, items, current).await;
-        });
+        let generation = self.generation.clone();
+        let current = move || generation.load(Ordering::Relaxed) == mine;
+        objects.schedule(ds, epoch, order, Box::new(current));
     }
 }
 
 impl Drop for Prefetch {
     fn drop(&mut self) {
         self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl ObjectStore {
+    /// Whether `ds` is fetched ahead: an `s3://` dataset, `s3.prefetch` on.
+    pub(super) fn prefetches(&self, ds: &Dataset) -> bool {
+        is_url(ds.root()) && self.config().prefetch
+    }
+
+    /// Plans the objects behind `order` off the caller's thread, then downloads them in
+    /// order in the background while `current` holds.
+    pub(super) fn schedule_prefetch(
+        &self,
+        ds: &Arc<Dataset>,
+        epoch: u64,
+        order: Vec<u64>,
+        current: Box<dyn Fn() -> bool + Send + Sync>,
+    ) {
+        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
+        let Ok((cache, fetcher)) = ready else {
+            return;
+        };
+        let share = self.prefetch_share();
+        let (ds, objects) = (ds.clone(), self.objects.clone());
+        let max_whole = self.config().whole_object_max_bytes;
+        tracing::debug!(epoch, samples = order.len(), "prefetch scheduled");
+        fetcher.rt.clone().spawn(async move {
+            let plan = move || {
+                let map = objects.read().unwrap_or_else(|e| e.into_inner());
+                in_order(&ds, &order, &map, max_whole)
+            };
+            let Ok(items) = tokio::task::spawn_blocking(plan).await else {
+                return;
+            };
+            run(cache, &fetcher, &share, items, current).await;
+        });
+    }
+
+    /// The prefetcher's share of the request permits, shared by every job of this store.
+    fn prefetch_share(&self) -> Arc<Semaphore> {
+        self.prefetch_share
+            .get_or_init(|| Arc::new(Semaphore::new((self.config().max_in_flight / 2).max(1))))
+            .clone()
     }
 }
 
@@ -122,7 +145,13 @@ fn in_order(
 
 /// Downloads `items` in order while they fit in the cache's free space and `current` says
 /// the schedule is still the rank's newest.
-async fn run(cache: Arc<NodeCache>, items: Vec<Item>, current: impl Fn() -> bool) {
+async fn run(
+    cache: Arc<NodeCache>,
+    fetcher: &Fetcher,
+    share: &Arc<Semaphore>,
+    items: Vec<Item>,
+    current: impl Fn() -> bool,
+) {
     let mut budget = cache.cap().saturating_sub(cache.total());
     for item in items {
         if !current() {
@@ -135,10 +164,10 @@ async fn run(cache: Arc<NodeCache>, items: Vec<Item>, current: impl Fn() -> bool
         if size > budget {
             break;
         }
-        let Ok(mine) = share().acquire_owned().await else {
+        let Ok(mine) = share.clone().acquire_owned().await else {
             return;
         };
-        let Ok(request) = permits().acquire_owned().await else {
+        let Ok(request) = fetcher.permits.clone().acquire_owned().await else {
             return;
         };
         budget -= size;
@@ -146,11 +175,9 @@ async fn run(cache: Arc<NodeCache>, items: Vec<Item>, current: impl Fn() -> bool
         let held = vec![mine, request];
         match &item {
             Item::Whole(o) => {
-                if start_fetch(&cache, o, Some(held)).is_err() {
-                    return;
-                }
+                fetcher.start(&cache, o, Some(held));
             }
-            Item::Piece(p) => ranged::prefetch_piece(&cache, p, held),
+            Item::Piece(p) => ranged::prefetch_piece(fetcher, &cache, p, held),
         }
     }
 }

@@ -20,7 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::cache::{Claim, NodeCache, Pending};
 use super::client::S3Error;
-use super::{hub, metric, permits, runtime, ObjectRef};
+use super::{metric, Fetcher, ObjectRef};
 
 /// Pieces of one object at most this far apart are fetched by one GET.
 pub const MERGE_GAP: u64 = 64 << 10;
@@ -69,10 +69,16 @@ pub enum Started {
 }
 
 /// Claims every piece and starts the GETs of those nobody is fetching, merged.
-pub fn start(cache: Option<&Arc<NodeCache>>, pieces: &[Piece]) -> Vec<Started> {
-    let Some(cache) = cache else {
-        let e = |p: &Piece| S3Error::local(&p.url(), "no node cache".into());
-        return pieces.iter().map(|p| Started::Failed(e(p))).collect();
+pub(super) fn start(
+    ready: Result<(&Arc<NodeCache>, &Fetcher), &str>,
+    pieces: &[Piece],
+) -> Vec<Started> {
+    let (cache, fetcher) = match ready {
+        Ok(r) => r,
+        Err(e) => {
+            let e = |p: &Piece| S3Error::local(&p.url(), e.to_owned());
+            return pieces.iter().map(|p| Started::Failed(e(p))).collect();
+        }
     };
     let mut fetch: Vec<(usize, String, Arc<Pending>)> = Vec::new();
     let started = pieces
@@ -116,7 +122,7 @@ pub fn start(cache: Option<&Arc<NodeCache>>, pieces: &[Piece]) -> Vec<Started> {
             .iter()
             .map(|(i, name, pending)| (pieces[*i].clone(), name.clone(), pending.clone()))
             .collect();
-        spawn_group(cache, group, None);
+        spawn_group(fetcher, cache, group, None);
     }
     started
 }
@@ -159,16 +165,27 @@ pub fn wait(started: Vec<Started>, pieces: &[Piece]) -> Vec<Result<std::path::Pa
 
 /// Claims `piece` for the prefetcher, which holds `held` permits: starts its GET if nobody
 /// is fetching it (the permits go with the GET), else gives them back.
-pub fn prefetch_piece(cache: &Arc<NodeCache>, piece: &Piece, held: Vec<OwnedSemaphorePermit>) {
+pub(super) fn prefetch_piece(
+    fetcher: &Fetcher,
+    cache: &Arc<NodeCache>,
+    piece: &Piece,
+    held: Vec<OwnedSemaphorePermit>,
+) {
     let name = piece.cache_name();
     if let Claim::Fetch(pending) = cache.claim(&name) {
-        spawn_group(cache, vec![(piece.clone(), name, pending)], Some(held));
+        spawn_group(
+            fetcher,
+            cache,
+            vec![(piece.clone(), name, pending)],
+            Some(held),
+        );
     }
 }
 
 /// One ranged GET covering the pieces of `group` (one object, sorted by offset), split into
 /// their cache files; every piece's waiters wake with its outcome.
 fn spawn_group(
+    fetcher: &Fetcher,
     cache: &Arc<NodeCache>,
     group: Vec<(Piece, String, Arc<Pending>)>,
     held: Option<Vec<OwnedSemaphorePermit>>,
@@ -185,18 +202,11 @@ fn spawn_group(
             );
         }
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => {
-            let err = S3Error::local(&group[0].0.url(), e);
-            fail_all(&cache, &group, &err);
-            return;
-        }
-    };
-    rt.spawn(async move {
+    let (permits, downloaded) = (fetcher.permits.clone(), fetcher.downloaded.clone());
+    fetcher.rt.spawn(async move {
         let _permits = match held {
             Some(h) => h,
-            None => match permits().acquire_owned().await {
+            None => match permits.acquire_owned().await {
                 Ok(p) => vec![p],
                 Err(_) => {
                     let err = S3Error::local(&group[0].0.url(), "the limiter is closed".into());
@@ -229,9 +239,7 @@ fn spawn_group(
                 .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
             if written.is_ok() {
                 metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(p.len);
-                hub()
-                    .downloaded
-                    .fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
+                downloaded.fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
             }
             let _ = cache.finish(name, pending, &temp, written, &p.url());
         }

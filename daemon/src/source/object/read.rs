@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 
 use super::client::{S3Error, S3ErrorKind};
 use super::ranged::{self, Piece};
-use super::{config, fetch_all, hub, is_url, node_cache, ObjectRef};
+use super::{is_url, ObjectRef, ObjectStore};
 use crate::source::index::Dataset;
-use crate::source::local::reader::{ReadError, ReadRequest};
+use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
 /// Where one request's bytes are local: a node-cache file and the offset in it.
 #[derive(Debug, Clone)]
-pub struct Local {
+struct Local {
     pub path: PathBuf,
     pub offset: u64,
 }
@@ -34,166 +34,176 @@ enum Want {
     Piece(usize),
 }
 
-/// The local files of the `s3://` requests among `reqs`; `None` when there are none.
-pub fn localize(reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<Local, ReadError>>>> {
-    if !reqs.iter().any(|r| is_url(r.path)) {
-        return None;
-    }
-    let max_whole = config().whole_object_max_bytes;
-    let cache = node_cache().ok();
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-    let mut wholes: Vec<ObjectRef> = Vec::new();
-    let mut pieces: Vec<Piece> = Vec::new();
-    let mut whole_at: HashMap<&Path, usize> = HashMap::new();
-    let mut piece_at: HashMap<(&Path, u64, u64), usize> = HashMap::new();
-    let mut slot: Vec<Option<Result<Want, ReadError>>> = Vec::with_capacity(reqs.len());
-    for r in reqs {
-        if !is_url(r.path) {
-            slot.push(None);
-            continue;
+impl ObjectStore {
+    /// The local files of the `s3://` requests among `reqs`; `None` when there are none.
+    fn localize(&self, reqs: &[ReadRequest<'_>]) -> Option<Vec<Option<Result<Local, ReadError>>>> {
+        if !reqs.iter().any(|r| is_url(r.path)) {
+            return None;
         }
-        let Some(o) = map.get(r.path.to_string_lossy().as_ref()) else {
-            slot.push(Some(Err(ReadError::NotFound {
-                path: r.path.to_owned(),
-            })));
-            continue;
-        };
-        let piece = ranged::is_piece(o, r.offset, r.len, max_whole)
-            && !cache.as_ref().is_some_and(|c| c.ready(&o.cache_name()));
-        let want = if piece {
-            Want::Piece(
-                *piece_at
-                    .entry((r.path, r.offset, r.len))
-                    .or_insert_with(|| {
-                        pieces.push(Piece::new(o.clone(), r.offset, r.len));
-                        pieces.len() - 1
-                    }),
-            )
-        } else {
-            Want::Whole(*whole_at.entry(r.path).or_insert_with(|| {
-                wholes.push(o.clone());
-                wholes.len() - 1
-            }))
-        };
-        slot.push(Some(Ok(want)));
-    }
-    drop(map);
-    let started = ranged::start(cache.as_ref(), &pieces);
-    let got_wholes = fetch_all(&wholes);
-    let got_pieces = ranged::wait(started, &pieces);
-    Some(
-        slot.into_iter()
-            .zip(reqs)
-            .map(|(s, r)| {
-                s.map(|s| {
-                    let got = match s? {
-                        Want::Whole(i) => got_wholes[i].clone().map(|path| Local {
-                            path,
-                            offset: r.offset,
-                        }),
-                        Want::Piece(i) => {
-                            got_pieces[i].clone().map(|path| Local { path, offset: 0 })
-                        }
-                    };
-                    got.map_err(|e| read_error(r.path, e))
-                })
-            })
-            .collect(),
-    )
-}
-
-/// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
-/// its node-cache copy (fetched first if needed).
-pub fn local_file(path: &Path) -> std::io::Result<PathBuf> {
-    let req = [ReadRequest {
-        path,
-        offset: 0,
-        len: 0,
-    }];
-    match localize(&req).and_then(|mut l| l.pop().flatten()) {
-        None => Ok(path.to_owned()),
-        Some(Ok(l)) => Ok(l.path),
-        Some(Err(e)) => Err(match e {
-            ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
-            ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
-            e => std::io::Error::other(e.to_string()),
-        }),
-    }
-}
-
-/// Deletes the node-cache copies of the objects of `ds` and of its samples' pieces, so that
-/// the next read fetches them from the server: `stoker bench`'s cold rows. Returns how many
-/// copies were deleted.
-pub fn evict(ds: &Dataset) -> usize {
-    let Ok(cache) = node_cache() else {
-        return 0;
-    };
-    let max_whole = config().whole_object_max_bytes;
-    let map = hub().objects.read().unwrap_or_else(|e| e.into_inner());
-    let mut removed = 0;
-    let mut wholes = std::collections::HashSet::new();
-    for i in 0..ds.len() {
-        let s = ds.sample(i);
-        let Some(o) = map.get(s.path.to_string_lossy().as_ref()) else {
-            continue;
-        };
-        if wholes.insert(s.path) && cache.remove(&o.cache_name()) {
-            removed += 1;
-        }
-        if ranged::is_piece(o, s.offset, s.len, max_whole)
-            && cache.remove(&Piece::new(o.clone(), s.offset, s.len).cache_name())
-        {
-            removed += 1;
-        }
-    }
-    removed
-}
-
-/// Reads `reqs` with their `s3://` paths replaced by the local files `localize` gave; a
-/// request whose object could not be fetched gets that error and an empty buffer.
-pub fn read_localized(
-    reqs: &[ReadRequest<'_>],
-    local: Vec<Option<Result<Local, ReadError>>>,
-    bufs: &mut [Vec<u8>],
-    read: impl FnOnce(&[ReadRequest<'_>], &mut [Vec<u8>]) -> Vec<Result<(), ReadError>>,
-) -> Vec<Result<(), ReadError>> {
-    let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
-    let mut which = Vec::new();
-    let mut sub = Vec::new();
-    let mut sub_bufs = Vec::new();
-    for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
-        let (path, offset) = match l {
-            None => (r.path, r.offset),
-            Some(Ok(l)) => (l.path.as_path(), l.offset),
-            Some(Err(_)) => {
-                out.push(None);
-                bufs[i].clear();
+        let max_whole = self.config().whole_object_max_bytes;
+        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
+        let cache = ready.as_ref().ok().map(|(c, _)| c);
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let mut wholes: Vec<ObjectRef> = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut whole_at: HashMap<&Path, usize> = HashMap::new();
+        let mut piece_at: HashMap<(&Path, u64, u64), usize> = HashMap::new();
+        let mut slot: Vec<Option<Result<Want, ReadError>>> = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            if !is_url(r.path) {
+                slot.push(None);
                 continue;
             }
-        };
-        out.push(None);
-        which.push(i);
-        sub.push(ReadRequest {
+            let Some(o) = map.get(r.path.to_string_lossy().as_ref()) else {
+                slot.push(Some(Err(ReadError::NotFound {
+                    path: r.path.to_owned(),
+                })));
+                continue;
+            };
+            let piece = ranged::is_piece(o, r.offset, r.len, max_whole)
+                && !cache.is_some_and(|c| c.ready(&o.cache_name()));
+            let want = if piece {
+                Want::Piece(
+                    *piece_at
+                        .entry((r.path, r.offset, r.len))
+                        .or_insert_with(|| {
+                            pieces.push(Piece::new(o.clone(), r.offset, r.len));
+                            pieces.len() - 1
+                        }),
+                )
+            } else {
+                Want::Whole(*whole_at.entry(r.path).or_insert_with(|| {
+                    wholes.push(o.clone());
+                    wholes.len() - 1
+                }))
+            };
+            slot.push(Some(Ok(want)));
+        }
+        drop(map);
+        let started = ranged::start(
+            ready.as_ref().map(|(c, f)| (c, f)).map_err(String::as_str),
+            &pieces,
+        );
+        let got_wholes = self.fetch_all(&wholes);
+        let got_pieces = ranged::wait(started, &pieces);
+        Some(
+            slot.into_iter()
+                .zip(reqs)
+                .map(|(s, r)| {
+                    s.map(|s| {
+                        let got = match s? {
+                            Want::Whole(i) => got_wholes[i].clone().map(|path| Local {
+                                path,
+                                offset: r.offset,
+                            }),
+                            Want::Piece(i) => {
+                                got_pieces[i].clone().map(|path| Local { path, offset: 0 })
+                            }
+                        };
+                        got.map_err(|e| read_error(r.path, e))
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The local file to read for `path`: itself, or for an `s3://` URL of an indexed dataset
+    /// its node-cache copy (fetched first if needed).
+    pub fn local_file(&self, path: &Path) -> std::io::Result<PathBuf> {
+        let req = [ReadRequest {
             path,
-            offset,
-            len: r.len,
-        });
-        sub_bufs.push(std::mem::take(&mut bufs[i]));
+            offset: 0,
+            len: 0,
+        }];
+        match self.localize(&req).and_then(|mut l| l.pop().flatten()) {
+            None => Ok(path.to_owned()),
+            Some(Ok(l)) => Ok(l.path),
+            Some(Err(e)) => Err(match e {
+                ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
+                ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
+                e => std::io::Error::other(e.to_string()),
+            }),
+        }
     }
-    let results = read(&sub, &mut sub_bufs);
-    for ((i, r), b) in which.into_iter().zip(results).zip(sub_bufs) {
-        bufs[i] = b;
-        // Errors name the URL, not the cache file.
-        out[i] = Some(r.map_err(|e| rename_error(e, reqs[i].path)));
+
+    /// Deletes the node-cache copies of the objects of `ds` and of its samples' pieces, so that
+    /// the next read fetches them from the server: `stoker bench`'s cold rows. Returns how many
+    /// copies were deleted.
+    pub fn evict(&self, ds: &Dataset) -> usize {
+        let Ok(cache) = self.node_cache() else {
+            return 0;
+        };
+        let max_whole = self.config().whole_object_max_bytes;
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let mut removed = 0;
+        let mut wholes = std::collections::HashSet::new();
+        for i in 0..ds.len() {
+            let s = ds.sample(i);
+            let Some(o) = map.get(s.path.to_string_lossy().as_ref()) else {
+                continue;
+            };
+            if wholes.insert(s.path) && cache.remove(&o.cache_name()) {
+                removed += 1;
+            }
+            if ranged::is_piece(o, s.offset, s.len, max_whole)
+                && cache.remove(&Piece::new(o.clone(), s.offset, s.len).cache_name())
+            {
+                removed += 1;
+            }
+        }
+        removed
     }
-    out.into_iter()
-        .zip(local)
-        .map(|(o, l)| match (o, l) {
-            (Some(r), _) => r,
-            (None, Some(Err(e))) => Err(e),
-            (None, _) => Ok(()),
-        })
-        .collect()
+
+    /// Reads `reqs` with `reader`: local files as they are, `s3://` samples from their
+    /// node-cache copies (fetched first where needed, all of the batch's fetches in flight at
+    /// once); a request whose object could not be fetched gets that error and an empty buffer.
+    pub(super) fn read(
+        &self,
+        reader: &mut Reader,
+        reqs: &[ReadRequest<'_>],
+        bufs: &mut [Vec<u8>],
+    ) -> Vec<Result<(), ReadError>> {
+        let Some(local) = self.localize(reqs) else {
+            return reader.read_batch(reqs, bufs);
+        };
+        let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
+        let mut which = Vec::new();
+        let mut sub = Vec::new();
+        let mut sub_bufs = Vec::new();
+        for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
+            let (path, offset) = match l {
+                None => (r.path, r.offset),
+                Some(Ok(l)) => (l.path.as_path(), l.offset),
+                Some(Err(_)) => {
+                    out.push(None);
+                    bufs[i].clear();
+                    continue;
+                }
+            };
+            out.push(None);
+            which.push(i);
+            sub.push(ReadRequest {
+                path,
+                offset,
+                len: r.len,
+            });
+            sub_bufs.push(std::mem::take(&mut bufs[i]));
+        }
+        let results = reader.read_batch(&sub, &mut sub_bufs);
+        for ((i, r), b) in which.into_iter().zip(results).zip(sub_bufs) {
+            bufs[i] = b;
+            // Errors name the URL, not the cache file.
+            out[i] = Some(r.map_err(|e| rename_error(e, reqs[i].path)));
+        }
+        out.into_iter()
+            .zip(local)
+            .map(|(o, l)| match (o, l) {
+                (Some(r), _) => r,
+                (None, Some(Err(e))) => Err(e),
+                (None, _) => Ok(()),
+            })
+            .collect()
+    }
 }
 
 fn rename_error(e: ReadError, url: &Path) -> ReadError {

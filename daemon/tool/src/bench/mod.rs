@@ -18,6 +18,7 @@ use stoker_daemon::engine::{
 };
 use stoker_daemon::service::config::DEFAULT_SLOTS_PER_RANK;
 use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::source::object::ObjectStore;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -29,6 +30,9 @@ pub struct BenchOptions {
     pub warmup_epochs: u64,
     pub epochs: u64,
     pub slots: usize,
+    /// Where an `s3://` dataset is read from (one store for the whole run: an eviction and
+    /// the reads after it see one node cache).
+    pub objects: Arc<ObjectStore>,
 }
 
 impl BenchOptions {
@@ -46,6 +50,7 @@ impl BenchOptions {
             warmup_epochs: 1,
             epochs: 2,
             slots: DEFAULT_SLOTS_PER_RANK,
+            objects: ObjectStore::from_environment(),
         }
     }
 }
@@ -102,11 +107,13 @@ pub fn process_cpu_seconds() -> f64 {
 
 /// Runs the pipeline in this process and measures it.
 pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
-    let dataset = Dataset::open(&opts.data, &OpenOptions::default()).map_err(|source| {
-        BenchError::Dataset {
-            path: opts.data.display().to_string(),
-            source,
-        }
+    let open = OpenOptions {
+        objects: Some(opts.objects.clone()),
+        ..OpenOptions::default()
+    };
+    let dataset = Dataset::open(&opts.data, &open).map_err(|source| BenchError::Dataset {
+        path: opts.data.display().to_string(),
+        source,
     })?;
     let samples = dataset.len();
     let spec = PipelineSpec {
@@ -301,10 +308,15 @@ pub fn effective_threads(requested: usize) -> usize {
 }
 
 /// Opens `path`, timing it; `cache_dir` `None` walks the dataset (no index cache).
-pub fn open_timed(path: &Path, cache_dir: Option<&Path>) -> Result<(Dataset, f64), BenchError> {
+pub fn open_timed(
+    path: &Path,
+    cache_dir: Option<&Path>,
+    objects: &Arc<ObjectStore>,
+) -> Result<(Dataset, f64), BenchError> {
     let opts = OpenOptions {
         use_cache: cache_dir.is_some(),
         cache_dir: cache_dir.map(Path::to_path_buf),
+        objects: Some(objects.clone()),
         ..OpenOptions::default()
     };
     let t0 = Instant::now();
@@ -336,19 +348,23 @@ pub struct IndexTiming {
 /// Measures indexing of `path` with the cache off, then on (in a private cache folder);
 /// with `cold`, also the walk after the dataset was evicted from the caches. Returns the
 /// dataset of the first walk with the timings.
-pub fn index_timing(path: &Path, cold: bool) -> Result<(IndexTiming, Dataset), BenchError> {
-    let (ds, first_s) = open_timed(path, None)?;
+pub fn index_timing(
+    path: &Path,
+    cold: bool,
+    objects: &Arc<ObjectStore>,
+) -> Result<(IndexTiming, Dataset), BenchError> {
+    let (ds, first_s) = open_timed(path, None, objects)?;
     let (walk_s, walk_cold_s) = if cold {
         // Evicted, walked cold, then walked again with everything the cold walk cached.
         evict(&ds);
-        let cold_s = open_timed(path, None)?.1;
-        (open_timed(path, None)?.1, Some(cold_s))
+        let cold_s = open_timed(path, None, objects)?.1;
+        (open_timed(path, None, objects)?.1, Some(cold_s))
     } else {
         (first_s, None)
     };
     let cache = std::env::temp_dir().join(format!("stoker-bench-index-{}", std::process::id()));
-    let _ = open_timed(path, Some(&cache))?; // writes the cache
-    let (cached, cached_s) = open_timed(path, Some(&cache))?;
+    let _ = open_timed(path, Some(&cache), objects)?; // writes the cache
+    let (cached, cached_s) = open_timed(path, Some(&cache), objects)?;
     let _ = std::fs::remove_dir_all(&cache);
     let timing = IndexTiming {
         kind: ds.kind().as_str(),
@@ -393,8 +409,8 @@ pub enum Eviction {
 /// and inodes, so a folder's metadata is cold too), else fadvise (data pages only). An
 /// `s3://` dataset is evicted from the node cache instead.
 pub fn evict(ds: &Dataset) -> Eviction {
-    if stoker_daemon::source::object::is_url(ds.root()) {
-        stoker_daemon::source::object::evict(ds);
+    if let Some(objects) = ds.objects() {
+        objects.evict(ds);
         return Eviction::NodeCache;
     }
     if rustix::process::geteuid().is_root() {
@@ -539,12 +555,14 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
         let s = ds.sample(i as usize);
         #[allow(clippy::cast_possible_truncation)]
         let mut buf = vec![0u8; s.len as usize];
-        let ok = stoker_daemon::source::object::local_file(s.path)
-            .and_then(std::fs::File::open)
-            .and_then(|f| {
-                use std::os::unix::fs::FileExt;
-                f.read_exact_at(&mut buf, s.offset)
-            });
+        let file = match ds.objects() {
+            Some(objects) => objects.local_file(s.path),
+            None => Ok(s.path.to_owned()),
+        };
+        let ok = file.and_then(std::fs::File::open).and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            f.read_exact_at(&mut buf, s.offset)
+        });
         if ok.is_ok() {
             out.push((i, buf));
         }

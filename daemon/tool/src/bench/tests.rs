@@ -27,7 +27,8 @@ fn small_dataset() -> tempfile::TempDir {
 /// verdict.
 fn verdict_with(throttle: Throttle) -> Verdict {
     let dir = small_dataset();
-    let (ds, _) = open_timed(dir.path(), None).unwrap();
+    let objects = stoker_daemon::source::object::ObjectStore::from_environment();
+    let (ds, _) = open_timed(dir.path(), None, &objects).unwrap();
     let engine = EngineConfig {
         threads: 2,
         throttle: Some(throttle),

@@ -13,12 +13,13 @@ use crate::cli::Exit;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
 use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_daemon::source::object::ObjectStore;
 use stoker_daemon::sync::lock;
 use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
@@ -168,9 +169,9 @@ fn is_sidecar(path: &Path) -> bool {
 
 /// Runs `stoker check`; returns the exit code (0: every sample decoded, 1: some did not).
 /// Reads `len` bytes at `offset` of `path` (a whole file, or a member of a tar shard).
-fn read_range(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+fn read_range(objects: &ObjectStore, path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(stoker_daemon::source::object::local_file(path)?)?;
+    let mut f = std::fs::File::open(objects.local_file(path)?)?;
     f.seek(SeekFrom::Start(offset))?;
     let mut buf = Vec::with_capacity(usize::try_from(len).map_err(io::Error::other)?);
     f.take(len).read_to_end(&mut buf)?;
@@ -197,7 +198,10 @@ enum SamplesError {
 
 /// The samples under `path`: a single image file, or every sample of a dataset in any
 /// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`).
-fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, SamplesError> {
+fn dataset_samples(
+    path: &Path,
+    objects: &Arc<ObjectStore>,
+) -> Result<Vec<(String, PathBuf, u64, u64)>, SamplesError> {
     let meta = match stoker_daemon::source::object::is_url(path) {
         true => None,
         false => Some(std::fs::metadata(path).map_err(SamplesError::Stat)?),
@@ -216,7 +220,11 @@ fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, Samp
             meta.len(),
         )]);
     }
-    let ds = Dataset::open(path, &OpenOptions::default()).map_err(SamplesError::Dataset)?;
+    let opts = OpenOptions {
+        objects: Some(objects.clone()),
+        ..OpenOptions::default()
+    };
+    let ds = Dataset::open(path, &opts).map_err(SamplesError::Dataset)?;
     Ok((0..ds.len())
         .map(|i| {
             let s = ds.sample(i);
@@ -226,7 +234,8 @@ fn dataset_samples(path: &Path) -> Result<Vec<(String, PathBuf, u64, u64)>, Samp
 }
 
 pub fn run(args: &CheckArgs) -> Exit {
-    let files = match dataset_samples(&args.path) {
+    let objects = ObjectStore::from_environment();
+    let files = match dataset_samples(&args.path, &objects) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("stoker check: {}: {e}", args.path.display());
@@ -244,7 +253,7 @@ pub fn run(args: &CheckArgs) -> Exit {
     };
     let samples = files
         .into_iter()
-        .map(|(name, path, offset, len)| (name, read_range(&path, offset, len)));
+        .map(|(name, path, offset, len)| (name, read_range(&objects, &path, offset, len)));
     let report = check_samples(samples, &opts);
     if args.json {
         match serde_json::to_string_pretty(&report) {

@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::pack::{pack, pack_dataset_with, PackError, PackSummary, DEFAULT_SHARD_BYTES};
 use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::source::object::S3Url;
+use stoker_daemon::source::object::{ObjectStore, S3Url};
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -67,6 +67,7 @@ fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, P
         None => return Err(refused("not an s3:// URL".into())),
     };
     let ds = Dataset::open(src, &OpenOptions::default())?;
+    let objects = ObjectStore::from_environment();
     let tmp = std::env::temp_dir().join(format!("stoker-pack-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| PackError::Write {
         path: tmp.clone(),
@@ -77,12 +78,12 @@ fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, P
         idx.push(stoker_daemon::source::object::sidecar::SUFFIX);
         for file in [shard.to_path_buf(), PathBuf::from(idx)] {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
-            stoker_daemon::source::object::upload_file(&file, &url.join(&name)).map_err(|e| {
-                PackError::Upload {
+            objects
+                .upload_file(&file, &url.join(&name))
+                .map_err(|e| PackError::Upload {
                     path: file.clone(),
                     reason: e.to_string(),
-                }
-            })?;
+                })?;
             let _ = std::fs::remove_file(&file);
         }
         Ok(())

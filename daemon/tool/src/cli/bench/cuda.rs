@@ -132,7 +132,8 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
     let mut decoder =
         NvjpegDecoder::new(&device, lib, args.spec.batch as usize).map_err(|e| e.to_string())?;
     progress("indexing");
-    let (_, ds) = index_timing(&data, false).map_err(|e| e.to_string())?;
+    let objects = stoker_daemon::source::object::ObjectStore::from_environment();
+    let (_, ds) = index_timing(&data, false, &objects).map_err(|e| e.to_string())?;
     progress(&format!(
         "decode only: nvJPEG hardware engines, batches of {}",
         args.spec.batch

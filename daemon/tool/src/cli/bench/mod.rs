@@ -337,7 +337,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     let (data, threads, mut opts) = bench_options(args, &spec)?;
 
     progress("indexing (cache off, then on)");
-    let (index, ds) = index_timing(&data, args.cold).map_err(|e| e.to_string())?;
+    let (index, ds) = index_timing(&data, args.cold, &opts.objects).map_err(|e| e.to_string())?;
     progress(&format!(
         "{} samples in {} files ({}); walk {:.3}s, from cache {:.3}s",
         index.samples, index.files, index.kind, index.walk_s, index.cached_s
