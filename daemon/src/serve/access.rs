@@ -15,11 +15,15 @@
 //! 3. **Quotas**: ring bytes per client (all connections of one uid), ring bytes per job (all
 //!    its ranks), clients attached, jobs. A [`QuotaGrant`] holds its share until dropped.
 //!
-//! 4. **Opening** ([`AccessPolicy::open_policy`]): a dataset a client named by path is indexed
-//!    and read with that client's filesystem credentials when its uid is not the daemon's
-//!    (so the kernel decides what it may read, at every open, not only at attach), and with
-//!    no symlink followed when `dataset_roots` is set (a file swapped for a symlink after the
-//!    attach is refused). See [`crate::source::local::fsopen`].
+//! 4. **Opening**: a dataset a client named by path is indexed and read with that client's
+//!    filesystem credentials when its uid is not the daemon's (so the kernel decides what it
+//!    may read, at every open, not only at attach), and with no symlink followed when
+//!    `dataset_roots` is set (a file swapped for a symlink after the attach is refused). See
+//!    [`crate::source::local::fsopen`].
+//!
+//! Steps 2 and 4 are one decision, asked once per attach: [`AccessPolicy::admit`] answers
+//! with an [`Admission`] (the path, how it is read, the roots its files must stay under),
+//! and the registry opens the dataset with it ([`Admission::open`]).
 //!
 //! Every refusal names the path or the numbers and the rule that refused it.
 //!
@@ -33,11 +37,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+pub use super::admission::{Admission, OpenDatasetError};
 use stoker::socket::PeerCred;
 
 use crate::service::config::{AccessConfig, LimitsConfig};
-use crate::source::index::{Dataset, DatasetError, OpenOptions};
-use crate::source::local::fsopen::{self, Credentials, OpenPolicy};
+use crate::source::local::fsopen::{Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,14 +174,32 @@ impl AccessPolicy {
         )))
     }
 
+    /// Decides, once, whether `peer` may open the dataset it named `name`: the path to open,
+    /// the credentials and symlink rule its files are read with, and the roots every file it
+    /// reads must resolve under. The registry opens the dataset with that one decision.
+    pub fn admit(&self, peer: &Peer, name: &str) -> Result<Admission, AccessError> {
+        let path = self.resolve_dataset(peer, name)?;
+        let policy = self.open_policy(peer, name);
+        // A registered dataset is trusted; object storage has no local files to confine.
+        let confined = !self.roots.is_empty()
+            && !self.registry.contains_key(name)
+            && !crate::source::url::is_url(&path);
+        let roots = if confined {
+            self.roots.clone()
+        } else {
+            Vec::new()
+        };
+        Ok(Admission::new(name, path, policy, roots))
+    }
+
     /// The path to open for the dataset a client named, or why it may not.
-    pub fn resolve_dataset(&self, peer: &Peer, name: &str) -> Result<PathBuf, AccessError> {
+    fn resolve_dataset(&self, peer: &Peer, name: &str) -> Result<PathBuf, AccessError> {
         if let Some(path) = self.registry.get(name) {
             return Ok(path.clone());
         }
         let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
         let path = Path::new(name);
-        if crate::source::object::is_url(path) {
+        if crate::source::url::is_url(path) {
             // Object storage is read with the daemon's credentials: only the daemon's own
             // user may name a bucket that is not registered.
             if self.is_owner(peer) {
@@ -240,7 +262,7 @@ impl AccessPolicy {
     /// How the files of the dataset `name` are opened for `peer`: registered datasets and
     /// the daemon's own uid (or root) with the daemon's credentials; any other uid with its
     /// own. With roots configured, a path-named dataset is read without following symlinks.
-    pub fn open_policy(&self, peer: &Peer, name: &str) -> OpenPolicy {
+    fn open_policy(&self, peer: &Peer, name: &str) -> OpenPolicy {
         if self.registry.contains_key(name) {
             return OpenPolicy::default();
         }
@@ -255,110 +277,14 @@ impl AccessPolicy {
         }
     }
 
-    /// For a dataset named by path with roots configured: every file it reads must resolve
-    /// under a root too (a file list or a symlink could point anywhere).
-    pub fn check_dataset_files(&self, name: &str, dataset: &Dataset) -> Result<(), AccessError> {
-        if self.roots.is_empty()
-            || self.registry.contains_key(name)
-            || crate::source::object::is_url(dataset.root())
-        {
-            return Ok(());
-        }
-        let mut last: Option<&Path> = None;
-        for i in 0..dataset.len() {
-            let file = dataset.sample(i).path;
-            if last == Some(file) || crate::source::object::is_url(file) {
-                continue; // samples of one tar shard; a file list's objects
-            }
-            last = Some(file);
-            let canonical = std::fs::canonicalize(file).map_err(|e| {
-                AccessError::Dataset(format!(
-                    "dataset {name:?}: cannot resolve its file {}: {e}",
-                    file.display()
-                ))
-            })?;
-            if !self.roots.iter().any(|(_, c)| canonical.starts_with(c)) {
-                return Err(AccessError::Dataset(format!(
-                    "dataset {name:?}: its file {} resolves to {}, outside the allowed roots {:?}",
-                    file.display(),
-                    canonical.display(),
-                    self.root_list()
-                )));
-            }
-        }
-        Ok(())
-    }
-
     fn root_list(&self) -> Vec<String> {
-        self.roots
-            .iter()
-            .map(|(r, _)| r.display().to_string())
-            .collect()
+        root_list(&self.roots)
     }
 }
 
-/// Opens (indexes) the dataset `name` at `path` under `policy`: with the client's credentials
-/// when it has them, and then checks that the client may list every folder and read every
-/// file list and shard the index was made from (an index loaded from the cache was made by
-/// someone else). A refusal for lack of permission is [`AccessError::Dataset`].
-pub fn open_dataset(
-    name: &str,
-    path: &Path,
-    opts: &OpenOptions,
-    policy: &OpenPolicy,
-) -> Result<Dataset, OpenDatasetError> {
-    let creds = policy.credentials.as_ref();
-    let denied = |what: String| {
-        let uid = creds.map_or(String::new(), |c| format!("uid {} ", c.uid));
-        OpenDatasetError::Access(AccessError::Dataset(format!(
-            "dataset {name:?}: {uid}may not read it: {what}"
-        )))
-    };
-    // A file list's s3:// entries are read with the daemon's credentials: allowed exactly
-    // where the client could name those URLs itself (registered dataset, daemon's uid, root).
-    let opts = &OpenOptions {
-        s3_entries: creds.is_none(),
-        ..opts.clone()
-    };
-    let opened = fsopen::as_client(creds, || Dataset::open(path, opts))
-        .map_err(|e| denied(e.to_string()))?;
-    let dataset = match opened {
-        Ok(d) => d,
-        Err(e) if is_permission(&e) => return Err(denied(e.to_string())),
-        Err(e) => return Err(OpenDatasetError::Dataset(e)),
-    };
-    if creds.is_some() {
-        let check = || -> Result<(), String> {
-            for p in dataset.indexed_paths() {
-                fsopen::check_readable(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            }
-            Ok(())
-        };
-        fsopen::as_client(creds, check)
-            .map_err(|e| denied(e.to_string()))?
-            .map_err(denied)?;
-    }
-    Ok(dataset)
-}
-
-/// Whether indexing failed for lack of permission.
-fn is_permission(e: &DatasetError) -> bool {
-    let source = match e {
-        DatasetError::UnreadableDir { source, .. } | DatasetError::Io { source, .. } => source,
-        _ => return false,
-    };
-    source.kind() == std::io::ErrorKind::PermissionDenied
-}
-
-/// Why [`open_dataset`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenDatasetError {
-    /// The client may not read it.
-    #[error("{0}")]
-    Access(AccessError),
-    /// It is no dataset (or cannot be indexed).
-    #[error("{0}")]
-    Dataset(DatasetError),
+/// The roots as configured, for messages.
+pub(super) fn root_list(roots: &[(PathBuf, PathBuf)]) -> Vec<String> {
+    roots.iter().map(|(r, _)| r.display().to_string()).collect()
 }
 
 /// Ring memory and attachment counts, shared by every connection.
@@ -466,6 +392,7 @@ impl Drop for QuotaGrant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::index::OpenOptions;
 
     fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
         Peer {
@@ -560,6 +487,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("registered datasets only"), "{e}");
+    }
+
+    #[test]
+    fn one_admission_answers_path_credentials_and_roots_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let outside = dir.path().join("outside.jpg");
+        std::fs::write(&outside, b"not read, only listed").unwrap();
+        let list = root.join("list.txt");
+        std::fs::write(&list, format!("{}\t0\n", outside.display())).unwrap();
+        let p = policy(&[], &[], &[&root]);
+        let me = peer(p.daemon_uid, 0, &[]);
+        let a = p.admit(&me, list.to_str().unwrap()).unwrap();
+        assert_eq!(a.path, std::fs::canonicalize(&list).unwrap());
+        assert_eq!(a.policy.credentials, None, "the daemon's own uid");
+        assert!(a.policy.no_symlinks, "roots are set");
+        let opts = OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let e = a.open(&opts).unwrap_err().to_string();
+        assert!(
+            e.contains("outside the allowed roots") && e.contains("outside.jpg"),
+            "{e}"
+        );
+        let stranger = peer(p.daemon_uid.wrapping_add(12345), 7, &[8]);
+        let s = p.admit(&stranger, list.to_str().unwrap()).unwrap();
+        let creds = s.policy.credentials.expect("the client's own credentials");
+        assert_eq!(
+            (creds.uid, creds.gid, creds.groups),
+            (stranger.uid, 7, vec![8])
+        );
+        // A registered dataset: the daemon's credentials, its files trusted.
+        let r = p.admit(&stranger, "imagenet").unwrap();
+        assert_eq!(r.path, PathBuf::from("/data/imagenet"));
+        assert_eq!(r.policy, OpenPolicy::default());
+        let e = p.admit(&stranger, "/etc").unwrap_err().to_string();
+        assert!(e.contains("outside the allowed roots"), "{e}");
     }
 
     #[test]

@@ -275,18 +275,13 @@ impl Connection {
         peer: &Peer,
     ) -> Result<Started, Refusal> {
         check_attach(a)?;
-        let path = self
-            .handle
-            .registry
-            .access()
-            .resolve_dataset(peer, &a.dataset)?;
-        let policy = self.handle.registry.access().open_policy(peer, &a.dataset);
+        let admitted = self.handle.registry.access().admit(peer, &a.dataset)?;
         let Seated {
             job,
             seat,
             ranks_attached,
             created_job,
-        } = self.handle.registry.seat(a, &path, &policy, peer.uid)?;
+        } = self.handle.registry.seat(a, &admitted, peer.uid)?;
         let steps = job.steps_per_epoch();
         let start_steps = job.steps_in(a.start.epoch);
         if a.start.step > 0 && a.start.step >= start_steps {

@@ -6,7 +6,8 @@
 //! makes), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
 //! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`,
 //! `lobby` (connections waiting for their first message), `stall` (the stall watch), `access`
-//! (who may attach, which datasets they may name, memory quotas).
+//! (who may attach, which datasets they may name, memory quotas), `admission` (one attach's
+//! access decision, and the dataset opened with it).
 //!
 //! # Design
 //! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
@@ -44,6 +45,7 @@
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
 pub mod access;
+mod admission;
 mod connection;
 mod gpus;
 mod listen;

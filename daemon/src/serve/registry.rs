@@ -14,7 +14,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -22,9 +21,8 @@ use stoker::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker::spec::PipelineSpec;
 
 use crate::engine::{Job, PipelineError};
-use crate::serve::access::{open_dataset, AccessPolicy, OpenDatasetError};
+use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};
 use crate::source::index::{OpenOptions, WalkLimits};
-use crate::source::local::fsopen::OpenPolicy;
 use crate::source::object::{ObjectStore, S3Config};
 
 use super::refusal::{refuse, Refusal};
@@ -169,12 +167,11 @@ impl Registry {
         ))
     }
 
-    /// Opens the dataset of a job's first rank under `policy` and makes the job.
+    /// Opens the dataset of a job's first rank as access `admitted` it and makes the job.
     fn create_job(
         &self,
         a: &Attach,
-        path: &Path,
-        policy: &OpenPolicy,
+        admitted: &Admission,
         offset: Option<EpochOffset>,
     ) -> Result<Arc<Job>, Refusal> {
         let opts = OpenOptions {
@@ -182,19 +179,16 @@ impl Registry {
             objects: Some(self.objects.clone()),
             ..OpenOptions::default()
         };
-        let dataset = open_dataset(&a.dataset, path, &opts, policy).map_err(|e| match e {
+        let dataset = admitted.open(&opts).map_err(|e| match e {
             OpenDatasetError::Access(e) => Refusal::from(e),
             OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
         })?;
-        self.access().check_dataset_files(&a.dataset, &dataset)?;
-        let (ds, spec) = (Arc::new(dataset), a.spec.clone());
-        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy.clone()).map_err(
-            |e| match e {
-                PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
-                PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
-                e => refuse(ErrorCode::Internal, e.to_string()),
-            },
-        )
+        let (ds, spec, policy) = (Arc::new(dataset), a.spec.clone(), admitted.policy.clone());
+        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy).map_err(|e| match e {
+            PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
+            PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
+            e => refuse(ErrorCode::Internal, e.to_string()),
+        })
     }
 
     /// Makes the job `a` names for its first rank, unless another first rank made it while
@@ -202,8 +196,7 @@ impl Registry {
     fn create_if_absent<'r>(
         &'r self,
         a: &Attach,
-        path: &Path,
-        policy: &OpenPolicy,
+        admitted: &Admission,
         terms: &JobTerms,
     ) -> Result<(MutexGuard<'r, HashMap<String, JobEntry>>, bool), Refusal> {
         let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,7 +208,7 @@ impl Registry {
         // Indexing may take long (a large or hostile tree): not under the lock, so status
         // and other attaches go on meanwhile.
         drop(jobs);
-        let job = self.create_job(a, path, policy, terms.offset)?;
+        let job = self.create_job(a, admitted, terms.offset)?;
         jobs = lock();
         // Another first rank of the same job may have made it meanwhile: join that one.
         if jobs.contains_key(&a.job) {
@@ -242,19 +235,18 @@ impl Registry {
     }
 
     /// Checks an attach against the job it names, creating the job for its first rank (from
-    /// the dataset at `path`, which the access rules resolved, read under `policy`, the
-    /// credentials of the peer `peer_uid`), and takes the rank's seat. Returns the job, the
+    /// the dataset access `admitted` for the peer `peer_uid`: its path, read under its
+    /// policy), and takes the rank's seat. Returns the job, the
     /// seat, how many ranks are now attached, and whether this attach created the job
     /// ([`Seated`]).
     pub(super) fn seat(
         self: &Arc<Self>,
         a: &Attach,
-        path: &Path,
-        policy: &OpenPolicy,
+        admitted: &Admission,
         peer_uid: u32,
     ) -> Result<Seated, Refusal> {
         let terms = JobTerms::of(a);
-        let (mut jobs, created) = self.create_if_absent(a, path, policy, &terms)?;
+        let (mut jobs, created) = self.create_if_absent(a, admitted, &terms)?;
         let entry = jobs.get(&a.job).expect("inserted or present above");
         if let Some(diff) = entry.terms.mismatch(&terms) {
             return Err(refuse(
@@ -262,7 +254,7 @@ impl Registry {
                 format!("job {:?}, rank {}: {diff}", a.job, a.rank),
             ));
         }
-        if entry.job.open_policy() != policy {
+        if entry.job.open_policy() != &admitted.policy {
             return Err(refuse(
                 ErrorCode::PermissionDenied,
                 format!(

@@ -1,16 +1,15 @@
 //! Unit tests of the server: job terms, attach checks, the registry, socket permissions.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use stoker::protocol::{Attach, ErrorCode};
 use stoker::spec::PipelineSpec;
 
+use super::access::Peer;
 use super::connection::check_attach;
 use super::listen::{group_id, set_socket_permissions};
 use super::registry::{JobTerms, Registry};
 use super::ServerError;
-use crate::source::local::fsopen::OpenPolicy;
 
 fn attach() -> Attach {
     Attach {
@@ -74,10 +73,14 @@ fn an_unopenable_dataset_is_refused_and_leaves_no_job() {
     let registry = Arc::new(Registry::default());
     let mut a = attach();
     a.dataset = "/nonexistent/stoker/dataset".into();
-    let r = registry
-        .seat(&a, Path::new(&a.dataset), &OpenPolicy::default(), 0)
-        .err()
-        .expect("refused");
+    let me = Peer {
+        pid: 1,
+        uid: rustix::process::geteuid().as_raw(),
+        gid: 0,
+        groups: Vec::new(),
+    };
+    let admitted = registry.access().admit(&me, &a.dataset).unwrap();
+    let r = registry.seat(&a, &admitted, me.uid).err().expect("refused");
     assert_eq!(r.code, ErrorCode::UnknownDataset);
     assert!(registry.jobs.lock().unwrap().is_empty());
 }
