@@ -27,7 +27,6 @@ use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position, CPU_UNIT_SAMPLES};
 use crate::engine::backend::BackendKind;
-use crate::service::metrics as m;
 use crate::source::index::Dataset;
 use crate::source::local::reader::{ReadRequest, Reader};
 use crate::transform::augment::{sample_params, Augmenter};
@@ -131,13 +130,10 @@ impl CpuBackend {
             .filter(|&k| results[k].is_ok())
             .map(|k| self.bufs[k].len() as u64)
             .sum();
-        let read_ns = elapsed_ns(t0);
-        unit.stats.read_ns.fetch_add(read_ns, Ordering::Relaxed);
-        unit.stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
         let read_ok = results.iter().filter(|r| r.is_ok()).count() as u64;
-        metrics::counter!(m::IMAGES_TOTAL, "stage" => "read").increment(read_ok);
-        metrics::counter!(m::BYTES_READ_TOTAL).increment(bytes);
-        metrics::histogram!(m::STAGE_SECONDS, "stage" => "read").record(read_ns as f64 * 1e-9);
+        unit.stats.read.record_ns(elapsed_ns(t0));
+        unit.stats.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        unit.stats.images_read.fetch_add(read_ok, Ordering::Relaxed);
         results
     }
 
@@ -173,19 +169,9 @@ impl CpuBackend {
             .augment_into(&self.image, within, flip, &job.spec, out);
         let decode_ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
         let augment_ns = elapsed_ns(t1);
-        sample
-            .stats
-            .decode_ns
-            .fetch_add(decode_ns, Ordering::Relaxed);
-        sample
-            .stats
-            .augment_ns
-            .fetch_add(augment_ns, Ordering::Relaxed);
-        metrics::counter!(m::IMAGES_TOTAL, "stage" => "decode").increment(1);
-        metrics::counter!(m::IMAGES_TOTAL, "stage" => "augment").increment(1);
-        metrics::histogram!(m::STAGE_SECONDS, "stage" => "decode").record(decode_ns as f64 * 1e-9);
-        metrics::histogram!(m::STAGE_SECONDS, "stage" => "augment")
-            .record(augment_ns as f64 * 1e-9);
+        // The decode and augment counts of the metrics are these histograms' counts.
+        sample.stats.decode.record_ns(decode_ns);
+        sample.stats.augment.record_ns(augment_ns);
         Ok(())
     }
 }

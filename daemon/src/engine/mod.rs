@@ -65,7 +65,7 @@ pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
 pub use job::Job;
 pub use memory::{HeapRing, SlotImages, SlotMemory};
 use scheduler::{JobFeeds, Sched, Shared};
-pub use stats::{StageStats, StageTotals};
+pub use stats::{StageHistograms, StageStats, StageTotals};
 use worker::{PendingUnit, Worker};
 
 /// Most samples of one batch in a unit of work of the CPU backend.
@@ -260,6 +260,11 @@ impl Engine {
 
     pub fn stats(&self) -> StageTotals {
         self.shared.stats.totals()
+    }
+
+    /// The stage latencies' histograms (for the metrics).
+    pub fn histograms(&self) -> StageHistograms {
+        self.shared.stats.histograms()
     }
 
     /// Bad samples met so far, by reason code (see [`crate::transform::badsample::REASONS`]).

@@ -177,7 +177,6 @@ impl Worker {
         let stats = &self.shared.stats;
         stats.bad.fetch_add(1, Ordering::Relaxed);
         stats.bad_by_reason.add(bad.reason);
-        metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => bad.reason).increment(1);
         // Sample indices are below the dataset's length, a usize.
         #[allow(clippy::cast_possible_truncation)]
         let name = job.dataset.display_name(index as usize);

@@ -475,7 +475,6 @@ pub(super) fn forward(
         let n = u64::from(r.n);
         counts.daemon.delivered.fetch_add(n, Ordering::Relaxed);
         counts.job.fetch_add(n, Ordering::Relaxed);
-        ::metrics::counter!(m::IMAGES_TOTAL, "stage" => "delivered").increment(n);
         ::metrics::gauge!(m::READY_SLOTS).increment(1.0);
     }
 }

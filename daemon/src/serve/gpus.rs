@@ -33,7 +33,9 @@ use crate::engine::cuda::GpuError;
 use crate::engine::cuda::STREAMS_PER_GPU;
 use crate::engine::{
     CudaBackendFactory, Engine, EngineConfig, Gpu, PipelineError, SlotImages, SlotMemory,
+    StageHistograms, StageTotals,
 };
+use crate::service::metrics::HistogramSnapshot;
 
 use super::refusal::{refuse, Refusal};
 
@@ -202,6 +204,53 @@ impl Engines {
     pub(super) fn gpu_status(&self) -> Vec<GpuStatus> {
         let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         gpus.values().map(|g| g.gpu.snapshot()).collect()
+    }
+
+    /// The stage figures of every engine (the CPU's and each GPU's), added up.
+    pub(super) fn stage_figures(&self) -> StageFigures {
+        let mut all = StageFigures::of(&self.cpu);
+        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        for g in gpus.values() {
+            let one = StageFigures::of(&g.engine);
+            all.totals.add(&one.totals);
+            all.histograms.add(&one.histograms);
+            for (reason, n) in one.bad_by_reason {
+                *all.bad_by_reason.entry(reason).or_default() += n;
+            }
+        }
+        all
+    }
+
+    /// Each GPU's UUID and its decode and kernel latency histograms, for the metrics.
+    pub(super) fn gpu_histograms(&self) -> Vec<(String, HistogramSnapshot, HistogramSnapshot)> {
+        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        gpus.values()
+            .map(|g| {
+                let s = &g.gpu.stats;
+                (
+                    g.gpu.uuid.to_string(),
+                    s.decode.snapshot(),
+                    s.kernel.snapshot(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// What the engines recorded per stage (the one record the metrics and status read).
+pub(super) struct StageFigures {
+    pub(super) totals: StageTotals,
+    pub(super) histograms: StageHistograms,
+    pub(super) bad_by_reason: BTreeMap<&'static str, u64>,
+}
+
+impl StageFigures {
+    fn of(engine: &Engine) -> StageFigures {
+        StageFigures {
+            totals: engine.stats(),
+            histograms: engine.histograms(),
+            bad_by_reason: engine.bad_by_reason(),
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use crate::serve::access::{AccessPolicy, Quotas};
 
 use super::gpus::Engines;
 use crate::serve::stall::StallBoard;
-use crate::service::metrics as m;
+use crate::service::metrics::{self as m, histogram};
 
 use super::registry::Registry;
 use super::wake::EventFd;
@@ -221,8 +221,57 @@ impl ServerHandle {
             .per_s
     }
 
-    /// Sets the gauges that are state rather than events (clients, jobs, ring bytes).
-    pub fn refresh_metrics(&self) {
+    /// Feeds the recorder what the daemon's atomics hold (the one record of those events,
+    /// see [`crate::service::metrics::catalogue`]): counters, and the gauges that are state
+    /// (clients, jobs, ring bytes, GPUs); returns the series the daemon renders itself as
+    /// Prometheus text (the latency histograms and the per-rank data stall). Call it just
+    /// before each render.
+    pub fn metrics_text(&self) -> String {
+        let stages = self.engines.stage_figures();
+        let t = &stages.totals;
+        let delivered = self.state.delivered.load(Ordering::Relaxed);
+        for (stage, n) in [
+            ("read", t.images_read),
+            ("decode", t.images_decoded),
+            ("augment", t.images_decoded),
+            ("delivered", delivered),
+        ] {
+            ::metrics::counter!(m::IMAGES_TOTAL, "stage" => stage).absolute(n);
+        }
+        ::metrics::counter!(m::BYTES_READ_TOTAL).absolute(t.bytes_read);
+        for (reason, n) in &stages.bad_by_reason {
+            ::metrics::counter!(m::BAD_SAMPLES_TOTAL, "reason" => *reason).absolute(*n);
+        }
+        self.refresh_gauges();
+        let mut text = String::new();
+        let h = &stages.histograms;
+        let rows = [
+            ("read", h.read),
+            ("decode", h.decode),
+            ("augment", h.augment),
+        ]
+        .map(|(stage, snap)| (vec![("stage", stage.to_owned())], snap));
+        histogram::render(&mut text, m::STAGE_SECONDS, &rows);
+        let gpus = self.engines.gpu_histograms();
+        for (name, pick) in [(m::GPU_DECODE_SECONDS, 0), (m::GPU_KERNEL_SECONDS, 1)] {
+            let rows: Vec<_> = gpus
+                .iter()
+                .map(|(gpu, decode, kernel)| {
+                    (
+                        vec![("gpu", gpu.clone())],
+                        if pick == 0 { *decode } else { *kernel },
+                    )
+                })
+                .collect();
+            histogram::render(&mut text, name, &rows);
+        }
+        text.push_str(&self.state.stalls.prometheus_text());
+        text
+    }
+
+    /// Sets the gauges that are state rather than events (clients, jobs, ring bytes, GPUs)
+    /// and the GPUs' decode counts.
+    fn refresh_gauges(&self) {
         let jobs = self
             .registry
             .jobs
@@ -237,6 +286,14 @@ impl ServerHandle {
         ::metrics::gauge!(m::RING_BYTES, "memory" => "host").set(all.saturating_sub(device) as f64);
         for g in gpus {
             let gpu = g.uuid.clone();
+            for (path, n) in [
+                ("hardware", g.decoded_hardware),
+                ("hybrid", g.decoded_hybrid),
+                ("cpu", g.decoded_cpu),
+            ] {
+                ::metrics::counter!(m::GPU_DECODE_TOTAL, "gpu" => gpu.clone(), "path" => path)
+                    .absolute(n);
+            }
             ::metrics::gauge!(m::RING_BYTES, "memory" => "device", "gpu" => gpu.clone())
                 .set(g.ring_device_bytes as f64);
             ::metrics::gauge!(m::GPU_BATCHES_IN_FLIGHT, "gpu" => gpu.clone())
@@ -250,11 +307,6 @@ impl ServerHandle {
             )
             .set(1.0);
         }
-    }
-
-    /// The per-rank data stall series, as Prometheus text (see [`crate::serve::stall`]).
-    pub fn stall_metrics(&self) -> String {
-        self.state.stalls.prometheus_text()
     }
 
     /// A one-line summary for systemd's STATUS=.
@@ -276,7 +328,7 @@ impl ServerHandle {
 
     /// What `stoker status` shows.
     pub fn status(&self) -> DaemonStatus {
-        let totals = self.engines.cpu.stats();
+        let totals = self.engines.stage_figures().totals;
         let mut jobs: Vec<JobStatus> = {
             let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
             reg.iter()

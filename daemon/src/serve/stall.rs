@@ -26,12 +26,10 @@ use std::sync::{Arc, Mutex};
 
 use stoker::protocol::{RankStall, Stats};
 
-/// Share of time waiting for data, per rank: `job`, `rank` labels.
-pub const WAIT_FRACTION: &str = "stoker_client_wait_fraction";
-/// Seconds the training loop waited inside `next()`, per rank.
-pub const WAIT_SECONDS: &str = "stoker_client_wait_seconds_total";
-/// Seconds the training loop spent between `next()` calls, per rank.
-pub const COMPUTE_SECONDS: &str = "stoker_client_compute_seconds_total";
+use crate::service::metrics::catalogue::{
+    self, CLIENT_COMPUTE_SECONDS_TOTAL as COMPUTE_SECONDS, CLIENT_WAIT_FRACTION as WAIT_FRACTION,
+    CLIENT_WAIT_SECONDS_TOTAL as WAIT_SECONDS,
+};
 
 /// Which rank of which job.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,24 +104,10 @@ impl StallBoard {
     pub fn prometheus_text(&self) -> String {
         let ranks = self.lock();
         let mut out = String::new();
-        let families: [(&str, &str, &str); 3] = [
-            (
-                WAIT_FRACTION,
-                "gauge",
-                "Share of the training loop's time spent waiting for data (recent), per rank.",
-            ),
-            (
-                WAIT_SECONDS,
-                "counter",
-                "Seconds the training loop waited inside next(), per rank.",
-            ),
-            (
-                COMPUTE_SECONDS,
-                "counter",
-                "Seconds the training loop spent between next() calls, per rank.",
-            ),
-        ];
-        for (name, kind, help) in families {
+        // Names, kinds and help text from the catalogue.
+        let families = [WAIT_FRACTION, WAIT_SECONDS, COMPUTE_SECONDS].map(catalogue::find);
+        for series in families.into_iter().flatten() {
+            let (name, kind, help) = (series.name, series.kind.name(), series.help);
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (k, r) in ranks.iter() {
                 let shown = r.shown(k.rank);

@@ -154,10 +154,7 @@ pub fn run(
     if let Some(addr) = file.metrics_addr() {
         let prom = crate::service::metrics::install()?;
         let h = handle.clone();
-        MetricsListener::spawn(addr, prom, move || {
-            h.refresh_metrics();
-            h.stall_metrics()
-        })?;
+        MetricsListener::spawn(addr, prom, move || h.metrics_text())?;
     }
     spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
     let idle_exit = match file.server.idle_exit_s {

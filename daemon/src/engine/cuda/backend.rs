@@ -20,7 +20,6 @@ use crate::engine::backend::{
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
-use crate::service::metrics::{GPU_DECODE_SECONDS, GPU_DECODE_TOTAL};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::probe;
@@ -381,7 +380,6 @@ impl CudaBackend {
 
     fn count(&self, decode_ns: u64) {
         let s = &self.gpu.stats;
-        let gpu = self.gpu.uuid.to_string();
         for (route, counter) in [
             (Route::Hardware, &s.hardware),
             (Route::Hybrid, &s.hybrid),
@@ -389,13 +387,10 @@ impl CudaBackend {
         ] {
             let n = self.plan.iter().filter(|p| p.route == Ok(route)).count() as u64;
             counter.fetch_add(n, Ordering::Relaxed);
-            metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu.clone(), "path" => route.name())
-                .increment(n);
         }
         s.batches.fetch_add(1, Ordering::Relaxed);
-        s.decode_ns.fetch_add(decode_ns, Ordering::Relaxed);
+        s.decode.record_ns(decode_ns);
         s.in_flight.fetch_add(1, Ordering::Relaxed);
-        metrics::histogram!(GPU_DECODE_SECONDS, "gpu" => gpu).record(decode_ns as f64 * 1e-9);
     }
 
     /// Copies one host image into place `at` and waits for it (after the batch's kernel,
@@ -522,8 +517,6 @@ impl Backend for CudaBackend {
         self.cpu.fill_sample(&host)?;
         // Replacements are decoded on the CPU: they count in the GPU's decode mix as such.
         self.gpu.stats.cpu.fetch_add(1, Ordering::Relaxed);
-        let gpu = self.gpu.uuid.to_string();
-        metrics::counter!(GPU_DECODE_TOTAL, "gpu" => gpu, "path" => "cpu").increment(1);
         if !self.put_sample(
             work.images,
             &work.layout,

@@ -53,6 +53,7 @@ use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
 use crate::engine::backend::BackendKind;
+use crate::service::metrics::LatencyHistogram;
 pub use backend::CudaBackend;
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
@@ -73,17 +74,18 @@ pub enum GpuError {
     Nvjpeg(#[from] NvjpegError),
 }
 
-/// Images decoded per path, and time per batch, on one GPU.
+/// Images decoded per path, and time per batch, on one GPU: the one record of these events,
+/// read by `stoker status` and, at scrape time, the metrics.
 #[derive(Debug, Default)]
 pub struct GpuStats {
     pub hardware: AtomicU64,
     pub hybrid: AtomicU64,
     pub cpu: AtomicU64,
     pub batches: AtomicU64,
-    /// Host time from a batch's first decode call to its launch, summed.
-    pub decode_ns: AtomicU64,
-    /// Device time from the end of decode to the end of the kernel, summed.
-    pub kernel_ns: AtomicU64,
+    /// Host time from a batch's first decode call to its launch, per batch.
+    pub decode: LatencyHistogram,
+    /// Device time from the end of decode to the end of the kernel, per batch.
+    pub kernel: LatencyHistogram,
     pub in_flight: AtomicI64,
     /// Device memory of the rings on this GPU.
     pub ring_bytes: AtomicU64,
@@ -183,8 +185,8 @@ impl Gpu {
             batches,
             batches_in_flight: s.in_flight.load(Ordering::Relaxed),
             ring_device_bytes: g(&s.ring_bytes),
-            decode_ms_per_batch: per_batch(g(&s.decode_ns)),
-            kernel_ms_per_batch: per_batch(g(&s.kernel_ns)),
+            decode_ms_per_batch: per_batch(s.decode.sum_ns()),
+            kernel_ms_per_batch: per_batch(s.kernel.sum_ns()),
         }
     }
 }

@@ -21,7 +21,6 @@ use stoker_nvidia::cuda::{CudaError, Device, Event};
 
 use super::{breaks_context, Gpu};
 use crate::engine::backend::{BackendFault, PendingWork};
-use crate::service::metrics::GPU_KERNEL_SECONDS;
 
 /// The events of one batch: after its decode, after its kernel and uploads.
 pub struct EventSet {
@@ -64,9 +63,7 @@ impl PendingWork for PendingBatch {
             // Elapsed time: `as` saturates (a negative reads 0).
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let ns = (f64::from(ms) * 1e6) as u64;
-            gpu.stats.kernel_ns.fetch_add(ns, Ordering::Relaxed);
-            metrics::histogram!(GPU_KERNEL_SECONDS, "gpu" => gpu.uuid.to_string())
-                .record(f64::from(ms) * 1e-3);
+            gpu.stats.kernel.record_ns(ns);
         }
         lock(&pool).push(events);
         Ok(())

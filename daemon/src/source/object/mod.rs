@@ -69,54 +69,14 @@ pub use config::{Connection, S3Config};
 pub use entries::Entry;
 pub use prefetch::Prefetch;
 
-/// Metric names (recorded through the `metrics` facade).
+/// Object storage's series, as the metrics catalogue declares them
+/// ([`crate::service::metrics::catalogue`], which also describes and registers them).
 pub mod metric {
-    /// Bytes of samples' objects, by `source`: `s3` (downloaded) or `cache` (found local).
-    pub const BYTES_TOTAL: &str = "stoker_s3_bytes_total";
-    /// Objects asked of the node cache, by `result`: `hit` or `miss`.
-    pub const CACHE_REQUESTS_TOTAL: &str = "stoker_s3_cache_requests_total";
-    /// Downloads in flight now.
-    pub const IN_FLIGHT: &str = "stoker_s3_requests_in_flight";
-    /// Requests tried again (throttling, 5xx, timeouts, connection errors).
-    pub const RETRIES_TOTAL: &str = "stoker_s3_retries_total";
-    /// Requests that failed for good, by S3 error `code`.
-    pub const ERRORS_TOTAL: &str = "stoker_s3_errors_total";
-}
-
-/// Describes the `s3://` metrics and registers their series at zero, so a scrape shows them
-/// before the first `s3://` dataset is opened. `stoker_s3_errors_total` has one series per S3
-/// error code and appears with the first failed request.
-pub fn register_metrics() {
-    use metrics::{describe_counter, describe_gauge, Unit};
-    describe_counter!(
-        metric::BYTES_TOTAL,
-        Unit::Bytes,
-        "Bytes of s3:// objects, by source (s3: downloaded, cache: found in the node cache)."
-    );
-    describe_counter!(
-        metric::CACHE_REQUESTS_TOTAL,
-        Unit::Count,
-        "Node-cache lookups, by result."
-    );
-    describe_gauge!(metric::IN_FLIGHT, Unit::Count, "S3 downloads in flight.");
-    describe_counter!(
-        metric::RETRIES_TOTAL,
-        Unit::Count,
-        "S3 requests tried again."
-    );
-    describe_counter!(
-        metric::ERRORS_TOTAL,
-        Unit::Count,
-        "S3 requests failed for good, by S3 error code."
-    );
-    for source in ["s3", "cache"] {
-        metrics::counter!(metric::BYTES_TOTAL, "source" => source).increment(0);
-    }
-    for result in ["hit", "miss"] {
-        metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(0);
-    }
-    metrics::gauge!(metric::IN_FLIGHT).set(0.0);
-    metrics::counter!(metric::RETRIES_TOTAL).increment(0);
+    pub use crate::service::metrics::catalogue::{
+        S3_BYTES_TOTAL as BYTES_TOTAL, S3_CACHE_REQUESTS_TOTAL as CACHE_REQUESTS_TOTAL,
+        S3_ERRORS_TOTAL as ERRORS_TOTAL, S3_IN_FLIGHT as IN_FLIGHT,
+        S3_RETRIES_TOTAL as RETRIES_TOTAL,
+    };
 }
 
 /// An object a sample lives in: its bucket's client, size and ETag.

@@ -1,12 +1,15 @@
-//! Prometheus metrics: the names stoker records through the `metrics` facade, and a tiny
-//! HTTP/1.1 listener that serves them as Prometheus text on `GET /metrics`.
+//! Prometheus metrics: the catalogue of every series ([`catalogue`]: names, kinds, units, help,
+//! labels, and which event records each one, once), the atomic latency histogram
+//! ([`histogram`]), and a tiny HTTP/1.1 listener that serves them as Prometheus text on
+//! `GET /metrics`.
 //!
 //! # Design
-//! - Code records through `metrics::counter!` and friends, with the names below; without an
-//!   installed recorder (the default: `metrics.listen` unset) those calls do nothing.
+//! - Code records through `metrics::counter!` and friends or through atomics the server feeds
+//!   to the recorder at scrape time (see [`catalogue`]); without an installed recorder (the
+//!   default: `metrics.listen` unset) the macros do nothing.
 //! - [`install`] installs `metrics-exporter-prometheus`'s recorder (without its HTTP stack),
-//!   describes every metric and registers every label set at zero, so a scrape lists each
-//!   documented series from the start.
+//!   describes every series of the catalogue and registers every label set known at start at
+//!   zero, so a scrape lists each documented series from the start.
 //! - [`MetricsListener`] is one thread: accept, read one request of at most
 //!   [`MAX_REQUEST_BYTES`] within [`REQUEST_TIMEOUT`], answer, close. Gauges that are state
 //!   (clients, jobs) are refreshed by a callback just before each render; the text it returns
@@ -23,62 +26,13 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// Images through each stage: `stage` = read, decode, augment, delivered.
-pub const IMAGES_TOTAL: &str = "stoker_images_total";
-/// Bytes read from storage.
-pub const BYTES_READ_TOTAL: &str = "stoker_bytes_read_total";
-/// Latency per stage (`stage` = read per chunk of samples; decode, augment per image).
-pub const STAGE_SECONDS: &str = "stoker_stage_seconds";
-/// Images decoded, by `backend` (cpu, cuda, hybrid).
-pub const DECODE_TOTAL: &str = "stoker_decode_total";
-/// Samples that could not be used, by `reason` (`crate::transform::badsample::REASONS`).
-pub const BAD_SAMPLES_TOTAL: &str = "stoker_bad_samples_total";
-/// Filled slots sent to clients and not yet released (queue depth on the client side).
-pub const READY_SLOTS: &str = "stoker_ready_slots";
-/// Ranks attached.
-pub const CLIENTS: &str = "stoker_clients";
-/// Jobs served.
-pub const JOBS: &str = "stoker_jobs";
-/// Ring memory mapped for clients, by `memory` (host).
-pub const RING_BYTES: &str = "stoker_ring_bytes";
-/// Config reloads, by `result` (ok, error).
-pub const RELOADS_TOTAL: &str = "stoker_reloads_total";
-/// Connections accepted (attaches and status requests).
-pub const CONNECTIONS_TOTAL: &str = "stoker_connections_total";
+pub mod catalogue;
+pub mod histogram;
 
-/// Images decoded on a GPU, by `gpu` (UUID) and `path` (hardware, hybrid, cpu).
-pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
-/// Host time per batch decoding on a GPU (nvJPEG calls and the CPU path), by `gpu`.
-pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
-/// Device time per batch from the end of decode to the end of the kernel, by `gpu`.
-pub const GPU_KERNEL_SECONDS: &str = "stoker_gpu_kernel_seconds";
-/// Batches enqueued on a GPU and not complete, by `gpu`.
-pub const GPU_BATCHES_IN_FLIGHT: &str = "stoker_gpu_batches_in_flight";
-/// 1 for each serving GPU, with `gpu`, `name`, `emulated` (true, false) and `broken` labels.
-pub const GPU_INFO: &str = "stoker_gpu_info";
-
-/// Every metric name, for the docs test.
-pub const ALL: &[&str] = &[
-    IMAGES_TOTAL,
-    BYTES_READ_TOTAL,
-    STAGE_SECONDS,
-    DECODE_TOTAL,
-    BAD_SAMPLES_TOTAL,
-    READY_SLOTS,
-    CLIENTS,
-    JOBS,
-    RING_BYTES,
-    RELOADS_TOTAL,
-    CONNECTIONS_TOTAL,
-    GPU_DECODE_TOTAL,
-    GPU_DECODE_SECONDS,
-    GPU_KERNEL_SECONDS,
-    GPU_BATCHES_IN_FLIGHT,
-    GPU_INFO,
-];
+pub use catalogue::*;
+pub use histogram::{HistogramSnapshot, LatencyHistogram};
 
 /// Histogram buckets for stage latency (seconds): 10 µs to 2.5 s.
 pub const STAGE_BUCKETS: &[f64] = &[
@@ -110,106 +64,50 @@ impl MetricsError {
     }
 }
 
-/// Installs the Prometheus recorder as the global `metrics` recorder and registers every
-/// series. Call once.
+/// Installs the Prometheus recorder as the global `metrics` recorder and describes and
+/// registers every series of the [`catalogue`] it renders. Call once.
 pub fn install() -> Result<PrometheusHandle, MetricsError> {
     let handle = PrometheusBuilder::new()
         .set_buckets(STAGE_BUCKETS)
         .map_err(|e| MetricsError::Recorder(e.to_string()))?
         .install_recorder()
         .map_err(|e| MetricsError::Recorder(e.to_string()))?;
-    describe_series();
-    register_series();
-    crate::source::object::register_metrics();
+    for series in ALL.iter().filter(|s| s.source == Source::Recorder) {
+        describe(series);
+        register(series);
+    }
     Ok(handle)
 }
 
-/// Says what every series means and its unit (the `# HELP` lines).
-fn describe_series() {
-    describe_counter!(
-        IMAGES_TOTAL,
-        Unit::Count,
-        "Images through each stage (read, decode, augment, delivered to clients)."
-    );
-    describe_counter!(BYTES_READ_TOTAL, Unit::Bytes, "Bytes read from storage.");
-    describe_histogram!(
-        STAGE_SECONDS,
-        Unit::Seconds,
-        "Latency per stage: read per chunk of samples, decode and augment per image."
-    );
-    describe_counter!(DECODE_TOTAL, Unit::Count, "Images decoded, by backend.");
-    describe_counter!(
-        BAD_SAMPLES_TOTAL,
-        Unit::Count,
-        "Samples that could not be read or decoded, by reason."
-    );
-    describe_gauge!(
-        READY_SLOTS,
-        Unit::Count,
-        "Filled ring slots sent to clients and not released yet."
-    );
-    describe_gauge!(CLIENTS, Unit::Count, "Ranks attached.");
-    describe_gauge!(JOBS, Unit::Count, "Jobs served.");
-    describe_gauge!(
-        RING_BYTES,
-        Unit::Bytes,
-        "Ring memory mapped for clients, by memory kind."
-    );
-    describe_counter!(RELOADS_TOTAL, Unit::Count, "Config reloads, by result.");
-    describe_counter!(
-        CONNECTIONS_TOTAL,
-        Unit::Count,
-        "Connections accepted on the daemon's socket."
-    );
-    describe_counter!(
-        GPU_DECODE_TOTAL,
-        Unit::Count,
-        "Images decoded on a GPU, by GPU and path (hardware, hybrid, cpu)."
-    );
-    describe_histogram!(
-        GPU_DECODE_SECONDS,
-        Unit::Seconds,
-        "Host time per batch decoding on a GPU (nvJPEG calls and the CPU path)."
-    );
-    describe_histogram!(
-        GPU_KERNEL_SECONDS,
-        Unit::Seconds,
-        "Device time per batch from the end of decode to the end of the augment kernel."
-    );
-    describe_gauge!(
-        GPU_BATCHES_IN_FLIGHT,
-        Unit::Count,
-        "Batches enqueued on a GPU and not complete."
-    );
-    describe_gauge!(
-        GPU_INFO,
-        Unit::Count,
-        "1 per serving GPU; labels say its name, whether it is emulated and whether it broke."
-    );
+/// Says what a series means and its unit (its `# HELP` line).
+fn describe(s: &Series) {
+    let (name, unit, help) = (s.name, s.unit, s.help);
+    match s.kind {
+        Kind::Counter => metrics::describe_counter!(name, unit, help),
+        Kind::Gauge => metrics::describe_gauge!(name, unit, help),
+        Kind::Histogram => metrics::describe_histogram!(name, unit, help),
+    }
 }
 
-/// Registers every series at zero so a scrape shows it before its first event.
-fn register_series() {
-    for stage in ["read", "decode", "augment", "delivered"] {
-        metrics::counter!(IMAGES_TOTAL, "stage" => stage).increment(0);
+/// Registers the series' label sets known at start at zero, so a scrape shows them before
+/// their first event.
+fn register(s: &Series) {
+    let sets: Vec<Vec<metrics::Label>> = match s.at_start {
+        AtStart::Nothing => return,
+        AtStart::Plain => vec![Vec::new()],
+        AtStart::Each(label, values) => values
+            .iter()
+            .map(|v| vec![metrics::Label::new(label, *v)])
+            .collect(),
+    };
+    for labels in sets {
+        match s.kind {
+            Kind::Counter => metrics::counter!(s.name, labels).increment(0),
+            Kind::Gauge => metrics::gauge!(s.name, labels).set(0.0),
+            // Registers the series; no sample is recorded.
+            Kind::Histogram => drop(metrics::histogram!(s.name, labels)),
+        }
     }
-    for stage in ["read", "decode", "augment"] {
-        // Registers the series; no sample is recorded.
-        let _ = metrics::histogram!(STAGE_SECONDS, "stage" => stage);
-    }
-    metrics::counter!(BYTES_READ_TOTAL).increment(0);
-    metrics::counter!(DECODE_TOTAL, "backend" => "cpu").increment(0);
-    for &reason in crate::transform::badsample::REASONS {
-        metrics::counter!(BAD_SAMPLES_TOTAL, "reason" => reason).increment(0);
-    }
-    for result in ["ok", "error"] {
-        metrics::counter!(RELOADS_TOTAL, "result" => result).increment(0);
-    }
-    metrics::counter!(CONNECTIONS_TOTAL).increment(0);
-    metrics::gauge!(READY_SLOTS).set(0.0);
-    metrics::gauge!(CLIENTS).set(0.0);
-    metrics::gauge!(JOBS).set(0.0);
-    metrics::gauge!(RING_BYTES, "memory" => "host").set(0.0);
 }
 
 /// The `/metrics` HTTP listener.
