@@ -85,7 +85,7 @@ fn options(s: &Setup, job: &str, rank: u32, device: &str, spec: &PipelineSpec) -
     let mut o = AttachOptions::new(job, s.data.to_str().unwrap(), spec.clone());
     o.rank = rank;
     o.world_size = 2;
-    o.device = device.into();
+    o.device = device.parse().unwrap();
     o.seed = SEED;
     o
 }
@@ -290,7 +290,7 @@ fn holder() {
         serde_json::from_str(&std::env::var("STOKER_TEST_SPEC").unwrap()).unwrap();
     let mut o = AttachOptions::new("killed", data, spec);
     o.world_size = 2;
-    o.device = "cuda:0".into();
+    o.device = "cuda:0".parse().unwrap();
     o.seed = SEED;
     let mut c = Client::attach(Path::new(&socket), o).unwrap();
     let held = [

@@ -61,7 +61,7 @@ fn options(data: &Path, job: &str, spec: &PipelineSpec, rank: u32, device: &str)
     o.rank = rank;
     o.world_size = 2;
     o.seed = 7;
-    o.device = device.into();
+    o.device = device.parse().unwrap();
     o.connect_timeout = Duration::from_secs(10);
     o
 }

@@ -72,7 +72,7 @@ fn stand_in(path: &Path, spec: PipelineSpec, script: Script) -> std::thread::Joi
             panic!("expected ATTACH")
         };
         // The client named "cuda:1"; the wire carries the UUID.
-        assert_eq!(a.device, emulator::UUIDS[1]);
+        assert_eq!(a.device.to_string(), emulator::UUIDS[1]);
         let dev = device(1);
         let plan = VmmPlan::new(&spec, 2, ring_granularity(&dev).unwrap()).unwrap();
         let layout = plan.layout;
@@ -140,7 +140,7 @@ fn stand_in(path: &Path, spec: PipelineSpec, script: Script) -> std::thread::Joi
 
 fn options(spec: PipelineSpec) -> AttachOptions {
     let mut o = AttachOptions::new("job-d", "/data", spec);
-    o.device = "cuda:1".into();
+    o.device = "cuda:1".parse().unwrap();
     o
 }
 
@@ -269,7 +269,7 @@ fn a_device_that_is_not_there_is_named() {
     let _ = setup();
     let opts = {
         let mut o = options(PipelineSpec::train(2, 8));
-        o.device = "cuda:7".into();
+        o.device = "cuda:7".parse().unwrap();
         o
     };
     let err = Client::attach(Path::new("/nonexistent/s.sock"), opts).unwrap_err();

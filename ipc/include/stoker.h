@@ -159,7 +159,9 @@ typedef struct stoker_attach_options {
   uint64_t start_epoch;
   uint64_t start_step;
   /**
-   * `"cpu"` or a GPU UUID; NULL: `"cpu"`.
+   * `"cpu"`, `"cuda"`, `"cuda:N"` (ordinal `N` under this process's
+   * `CUDA_VISIBLE_DEVICES`) or a GPU UUID; NULL: `"cpu"`. Any other name is
+   * `STOKER_ERR_DEVICE`, naming it.
    */
   const char *device;
   /**

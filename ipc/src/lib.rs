@@ -26,10 +26,11 @@ pub mod socket;
 pub mod spec;
 
 pub use client::{
-    resolve_device, AttachOptions, Batch, Client, ClientError, ConsumerStream, CudaDevice, Device,
-    DeviceError, DeviceSlice, StallStats,
+    AttachOptions, Batch, Client, ClientError, ConsumerStream, DeviceError, DeviceSlice, StallStats,
 };
-pub use protocol::{EpochOffset, ErrorCode, Message, Position, PROTOCOL_VERSION};
+pub use protocol::{
+    CudaDevice, Device, EpochOffset, ErrorCode, Message, Position, UnknownDevice, PROTOCOL_VERSION,
+};
 pub use ring::memfd::{MemfdError, MemfdRing};
 pub use ring::vmm_plan::VmmPlan;
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};

@@ -24,7 +24,7 @@ fn samples() -> Vec<Vec<u8>> {
         job: "job".into(),
         rank: 1,
         world_size: 4,
-        device: "cpu".into(),
+        device: stoker::Device::Cpu,
         spec: PipelineSpec::train(8, 32),
         dataset: "/data/train".into(),
         seed: 9,

@@ -31,7 +31,7 @@ fn a_second_connection_cannot_obtain_the_first_ones_ring() {
         job: "j".into(),
         rank: 0,
         world_size: 2,
-        device: "cpu".into(),
+        device: stoker::Device::Cpu,
         spec: spec(2, 8, None),
         dataset: data.to_str().unwrap().into(),
         seed: 1,

@@ -285,7 +285,7 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
         job: "bad".into(),
         rank: 0,
         world_size: 1,
-        device: "cpu".into(),
+        device: stoker::Device::Cpu,
         spec: spec(2, 8, None),
         dataset: data_s.clone(),
         seed: 1,

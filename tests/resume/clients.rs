@@ -15,7 +15,7 @@ fn a_vanished_client_loses_its_leases_and_its_rank_resumes() {
         job: o.job.clone(),
         rank: 0,
         world_size: 2,
-        device: "cpu".into(),
+        device: stoker::Device::Cpu,
         spec: o.spec.clone(),
         dataset: o.dataset.clone(),
         seed: o.seed,

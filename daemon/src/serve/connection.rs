@@ -352,12 +352,7 @@ pub(super) fn check_attach(a: &Attach) -> Result<(), Refusal> {
             format!("rank {} is not within world_size {}", a.rank, a.world_size),
         ));
     }
-    if a.device != "cpu" {
-        if let Err(e) = a.device.parse::<stoker_nvidia::cuda::GpuUuid>() {
-            let why = format!("device {:?}: neither \"cpu\" nor a GPU UUID: {e}", a.device);
-            return Err(refuse(ErrorCode::UnsupportedDevice, why));
-        }
-    }
+    super::gpus::attached_gpu(&a.device)?;
     a.spec
         .validate()
         .map_err(|e| refuse(ErrorCode::InvalidSpec, e.to_string()))

@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use stoker::protocol::{ErrorCode, GpuStatus};
+use stoker::protocol::{CudaDevice, Device, ErrorCode, GpuStatus};
 use stoker::ring::memfd::{page_size, MemfdRing};
 use stoker::ring::RingLayout;
 use stoker::spec::PipelineSpec;
@@ -105,6 +105,23 @@ pub(super) struct MadeRing {
     pub(super) fds: Vec<OwnedFd>,
 }
 
+/// The GPU an ATTACH's device names, `None` for `cpu`. An ordinal is refused: it numbers a GPU
+/// only in the client's own process (under its `CUDA_VISIBLE_DEVICES`), and the client
+/// resolves it to the UUID before it attaches.
+pub(super) fn attached_gpu(device: &Device) -> Result<Option<GpuUuid>, Refusal> {
+    match *device {
+        Device::Cpu => Ok(None),
+        Device::Cuda(CudaDevice::Uuid(uuid)) => Ok(Some(uuid)),
+        Device::Cuda(CudaDevice::Ordinal(_)) => Err(refuse(
+            ErrorCode::UnsupportedDevice,
+            format!(
+                "device {device}: an ordinal numbers a GPU only in the client's own process; \
+                 ATTACH carries \"cpu\" or the GPU's UUID"
+            ),
+        )),
+    }
+}
+
 /// One GPU's engine.
 struct GpuEngine {
     gpu: Arc<Gpu>,
@@ -129,22 +146,19 @@ impl Engines {
         }
     }
 
-    /// The engine for an ATTACH's `device`: `"cpu"`, or a GPU UUID when the daemon serves
+    /// The engine for an ATTACH's `device`: `cpu`, or a GPU by UUID when the daemon serves
     /// from CUDA.
-    pub(super) fn target(&self, device: &str) -> Result<Target, Refusal> {
-        if device == "cpu" {
+    pub(super) fn target(&self, device: &Device) -> Result<Target, Refusal> {
+        let Some(uuid) = attached_gpu(device)? else {
             return Ok(Target {
                 engine: self.cpu.clone(),
                 gpu: None,
             });
-        }
+        };
         let unsupported = |why: String| refuse(ErrorCode::UnsupportedDevice, why);
-        let uuid: GpuUuid = device
-            .parse()
-            .map_err(|e| unsupported(format!("device {device:?}: {e}")))?;
         if self.backend != BackendKind::Cuda {
             return Err(unsupported(format!(
-                "device {device:?}: this daemon serves from the CPU only (started with \
+                "device {device}: this daemon serves from the CPU only (started with \
                  --backend {}); start it with --backend cuda or auto on a GPU host",
                 self.backend.name()
             )));

@@ -16,7 +16,7 @@ fn attach() -> Attach {
         job: "j".into(),
         rank: 0,
         world_size: 2,
-        device: "cpu".into(),
+        device: stoker::Device::Cpu,
         spec: PipelineSpec::train(4, 16),
         dataset: "/data".into(),
         seed: 7,
@@ -55,11 +55,10 @@ fn attach_checks_refuse_with_codes() {
     a.rank = 2;
     assert_eq!(check_attach(&a).unwrap_err().code, ErrorCode::InvalidSpec);
     let mut a = attach();
-    a.device = "GPU-1234".into();
-    assert_eq!(
-        check_attach(&a).unwrap_err().code,
-        ErrorCode::UnsupportedDevice
-    );
+    a.device = "cuda:1".parse().unwrap();
+    let r = check_attach(&a).unwrap_err();
+    assert_eq!(r.code, ErrorCode::UnsupportedDevice);
+    assert!(r.message.contains("cuda:1"), "{}", r.message);
     let mut a = attach();
     a.spec.batch_size = 0;
     let r = check_attach(&a).unwrap_err();

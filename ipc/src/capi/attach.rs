@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::client::{AttachOptions, Client};
-use crate::protocol::{EpochOffset, Position};
+use crate::protocol::{Device, EpochOffset, Position};
 use crate::ring::ImageMemory;
 use crate::spec::PipelineSpec;
 
@@ -37,7 +37,9 @@ pub struct stoker_attach_options {
     /// First batch to receive: `start_step` of `start_epoch`.
     pub start_epoch: u64,
     pub start_step: u64,
-    /// `"cpu"` or a GPU UUID; NULL: `"cpu"`.
+    /// `"cpu"`, `"cuda"`, `"cuda:N"` (ordinal `N` under this process's
+    /// `CUDA_VISIBLE_DEVICES`) or a GPU UUID; NULL: `"cpu"`. Any other name is
+    /// `STOKER_ERR_DEVICE`, naming it.
     pub device: *const c_char,
     /// Elastic resume (docs/multi-host.md): epoch `offset_epoch` serves only what follows the
     /// first `offset_consumed` samples of its permutation, over this attach's world size.
@@ -190,7 +192,15 @@ pub unsafe extern "C" fn stoker_attach(
         let mut opts = AttachOptions::new(job, dataset, spec);
         opts.rank = o.rank;
         opts.world_size = world_size;
-        opts.device = device.unwrap_or_else(|| "cpu".into());
+        opts.device = match device {
+            Some(name) => name
+                .parse()
+                .map_err(|e: crate::protocol::UnknownDevice| Failure {
+                    code: STOKER_ERR_DEVICE,
+                    message: e.to_string(),
+                })?,
+            None => Device::Cpu,
+        };
         opts.seed = o.seed;
         opts.start = Position::at(o.start_epoch, o.start_step);
         opts.offset = (o.offset_consumed > 0).then_some(EpochOffset {

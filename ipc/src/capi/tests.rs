@@ -57,6 +57,15 @@ fn attach_reports_bad_spec_and_missing_daemon() {
     );
     assert!(client.is_null());
 
+    // A device name is parsed once, before any connection: a bad one is a device error
+    // naming it.
+    o.device = c"tpu:0".as_ptr();
+    // SAFETY: as above.
+    let r = unsafe { stoker_attach(&o, &mut client) };
+    assert_eq!(r, STOKER_ERR_DEVICE, "{}", last_error());
+    assert!(last_error().contains("\"tpu:0\""), "{}", last_error());
+    o.device = std::ptr::null();
+
     o.world_size = 2;
     o.rank = 0;
     // SAFETY: as above.

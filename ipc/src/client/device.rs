@@ -4,8 +4,9 @@
 //!
 //! # Design
 //! - **Which device.** A client names its GPU as `"cuda"`, `"cuda:N"` (ordinal `N` under its
-//!   own `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID; [`resolve_device`] turns the first two into
-//!   the UUID, which is what ATTACH carries (the daemon sees other ordinals).
+//!   own `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID, parsed once into a [`Device`];
+//!   [`Device::resolve`] turns an ordinal into the UUID, which is what ATTACH carries (the
+//!   daemon sees other ordinals).
 //! - **Import once.** ATTACHED with `image_memory: device` carries the host memfd (labels,
 //!   indices, status) then the allocation's POSIX fd. The client opens its device by UUID,
 //!   plans the ring with [`VmmPlan`] from its own spec and the device's granularity, refuses an
@@ -33,7 +34,7 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use crate::protocol::{Attached, Message, Release};
+use crate::protocol::{Attached, CudaDevice, Device, Message, Release, UnknownDevice};
 use crate::ring::memfd::MemfdRing;
 use crate::ring::RingLayout;
 use crate::socket::SeqPacket;
@@ -46,8 +47,8 @@ use stoker_nvidia::cuda::{self, CudaError, Event, GpuUuid};
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     /// `device` is neither `cpu`, `cuda`, `cuda:N` nor a `GPU-` UUID.
-    #[error("device {0:?} is not \"cpu\", \"cuda\", \"cuda:N\" or a GPU UUID (GPU-xxxxxxxx-...)")]
-    Unknown(String),
+    #[error(transparent)]
+    Unknown(#[from] UnknownDevice),
     /// The driver, the device, or an operation on it failed.
     #[error("device {device}: {source}")]
     Cuda {
@@ -63,59 +64,12 @@ pub enum DeviceError {
     Ring { device: String, reason: String },
 }
 
-/// A device as a user names it, parsed once: `cpu`, `cuda` / `gpu` (ordinal 0), `cuda:N`
-/// (ordinal `N` under this process's `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID. Its
-/// `Display` is the canonical spelling (`cpu`, `cuda:N`, `GPU-…`), which parses back to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Device {
-    Cpu,
-    Cuda(CudaDevice),
-}
-
-/// Which GPU a [`Device::Cuda`] names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CudaDevice {
-    /// An ordinal as this process numbers its visible devices.
-    Ordinal(usize),
-    /// A GPU by UUID, the same in every process.
-    Uuid(GpuUuid),
-}
-
-impl std::str::FromStr for Device {
-    type Err = DeviceError;
-
-    /// Surrounding whitespace is ignored; anything else unknown is refused by name.
-    fn from_str(name: &str) -> Result<Device, DeviceError> {
-        let name = name.trim();
-        let unknown = || DeviceError::Unknown(name.into());
-        Ok(match name {
-            "cpu" => Device::Cpu,
-            "cuda" | "gpu" => Device::Cuda(CudaDevice::Ordinal(0)),
-            _ => Device::Cuda(match name.strip_prefix("cuda:") {
-                Some(n) => CudaDevice::Ordinal(n.parse().map_err(|_| unknown())?),
-                None => CudaDevice::Uuid(name.parse().map_err(|_| unknown())?),
-            }),
-        })
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(CudaDevice::Ordinal(n)) => write!(f, "cuda:{n}"),
-            Device::Cuda(CudaDevice::Uuid(uuid)) => write!(f, "{uuid}"),
-        }
-    }
-}
-
 impl Device {
-    /// What ATTACH carries for this device: `"cpu"` or the GPU's UUID as this process sees
+    /// What ATTACH carries for this device: `cpu`, or the GPU by its UUID as this process sees
     /// it (an ordinal is looked up through the driver).
-    pub fn resolve(&self) -> Result<String, DeviceError> {
+    pub fn resolve(&self) -> Result<Device, DeviceError> {
         let ordinal = match *self {
-            Device::Cpu => return Ok("cpu".into()),
-            Device::Cuda(CudaDevice::Uuid(uuid)) => return Ok(uuid.to_string()),
+            Device::Cpu | Device::Cuda(CudaDevice::Uuid(_)) => return Ok(*self),
             Device::Cuda(CudaDevice::Ordinal(n)) => n,
         };
         let info = cuda::probe().map_err(|source| DeviceError::Cuda {
@@ -126,14 +80,8 @@ impl Device {
             ordinal,
             visible: info.devices.len(),
         })?;
-        Ok(dev.uuid.to_string())
+        Ok(Device::Cuda(CudaDevice::Uuid(dev.uuid)))
     }
-}
-
-/// Turns what a user names (`cpu`, `cuda`, `cuda:N`, `GPU-…`) into what ATTACH carries:
-/// `"cpu"` or the GPU's UUID as this process sees it (`cuda` is ordinal 0).
-pub fn resolve_device(name: &str) -> Result<String, DeviceError> {
-    name.parse::<Device>()?.resolve()
 }
 
 /// A consumer's CUDA stream, as a raw `CUstream` value: `0` or [`ConsumerStream::LEGACY`]
@@ -178,24 +126,24 @@ impl std::fmt::Debug for DeviceImages {
 }
 
 /// Maps both parts of a device ring from ATTACHED's two fds (memfd, then the VMM fd) for a
-/// client that attached on `device` (a UUID, as sent).
+/// client that attached on `device` (resolved, as sent).
 pub(crate) fn map_device_ring(
     spec: &PipelineSpec,
     attached: &Attached,
     fds: [OwnedFd; 2],
-    device: &str,
+    device: &Device,
     sock: &SeqPacket,
 ) -> Result<(MemfdRing, DeviceImages), crate::client::ClientError> {
     let [host_fd, vmm_fd] = fds;
     let cuda_err = |source| DeviceError::Cuda {
-        device: device.into(),
+        device: device.to_string(),
         source,
     };
     let ring_err = |reason: String| DeviceError::Ring {
-        device: device.into(),
+        device: device.to_string(),
         reason,
     };
-    let uuid: GpuUuid = device.parse().map_err(|_| {
+    let uuid = device.gpu_uuid().ok_or_else(|| {
         ring_err("the daemon sent a device ring, but this client attached on no GPU".into())
     })?;
     // Attaching may run on a framework's thread: leave its current context as found.
@@ -391,41 +339,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn device_names_parse_once_and_print_back() {
-        let u = "GPU-5E2F0D8A-1B2C-4D3E-8F90-A1B2C3D4E5F6";
-        let cases = [
-            (" cpu ", "cpu"),
-            ("cuda", "cuda:0"),
-            ("gpu", "cuda:0"),
-            ("cuda:3", "cuda:3"),
-        ];
-        for (name, shown) in cases {
-            let d: Device = name.parse().unwrap();
-            assert_eq!(d.to_string(), shown, "{name}");
-            assert_eq!(shown.parse::<Device>().unwrap(), d);
-        }
-        let d: Device = u.parse().unwrap();
-        assert!(matches!(d, Device::Cuda(CudaDevice::Uuid(_))));
-        assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
-    }
-
-    #[test]
-    fn device_names_are_resolved_or_refused_by_name() {
-        assert_eq!(resolve_device("cpu").unwrap(), "cpu");
-        let u = "GPU-5E2F0D8A-1B2C-4D3E-8F90-A1B2C3D4E5F6";
-        assert_eq!(
-            resolve_device(u).unwrap(),
-            u.to_lowercase().replacen("gpu", "GPU", 1)
-        );
-        for bad in [
-            "tpu",
-            "cuda:x",
-            "cuda:-1",
-            "MIG-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6",
-        ] {
-            let e = resolve_device(bad).unwrap_err();
-            assert!(matches!(e, DeviceError::Unknown(_)), "{bad}: {e}");
-            assert!(e.to_string().contains(bad), "{e}");
-        }
+    fn cpu_and_uuids_resolve_to_themselves_without_the_driver() {
+        assert_eq!(Device::Cpu.resolve().unwrap(), Device::Cpu);
+        let u: Device = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6".parse().unwrap();
+        assert_eq!(u.resolve().unwrap(), u);
+        let e = DeviceError::from("tpu".parse::<Device>().unwrap_err());
+        assert!(e.to_string().contains("\"tpu\""), "{e}");
     }
 }

@@ -50,8 +50,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::{
-    Attach, Attached, DecodeError, EpochOffset, EpochSteps, ErrorCode, Message, Position, Ready,
-    ResumedEpoch, MAX_MESSAGE_BYTES,
+    Attach, Attached, DecodeError, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position,
+    Ready, ResumedEpoch, MAX_MESSAGE_BYTES,
 };
 use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
@@ -90,9 +90,9 @@ pub struct AttachOptions {
     pub job: String,
     pub rank: u32,
     pub world_size: u32,
-    /// `"cpu"`, a GPU UUID, or `"cuda"` / `"cuda:N"` (ordinal `N` under this process's
-    /// `CUDA_VISIBLE_DEVICES`, resolved to the UUID before the attach is sent).
-    pub device: String,
+    /// `cpu`, a GPU by UUID, or by ordinal under this process's `CUDA_VISIBLE_DEVICES`
+    /// (resolved to the UUID before the attach is sent).
+    pub device: Device,
     pub spec: PipelineSpec,
     /// A registered dataset name or a path.
     pub dataset: String,
@@ -114,7 +114,7 @@ impl AttachOptions {
             job: job.into(),
             rank: 0,
             world_size: 1,
-            device: "cpu".into(),
+            device: Device::Cpu,
             spec,
             dataset: dataset.into(),
             seed: 0,
@@ -259,7 +259,7 @@ impl Client {
                 opts.rank, opts.world_size
             )));
         }
-        let device = resolve_device(&opts.device)?;
+        let device = opts.device.resolve()?;
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
         let world_size = opts.world_size;
@@ -267,7 +267,7 @@ impl Client {
             job: opts.job,
             rank: opts.rank,
             world_size: opts.world_size,
-            device: device.clone(),
+            device,
             spec: opts.spec,
             dataset: opts.dataset,
             seed: opts.seed,
@@ -558,7 +558,7 @@ mod batch;
 mod device;
 mod stall;
 pub use batch::{Batch, DeviceSlice};
-pub use device::{resolve_device, ConsumerStream, CudaDevice, Device, DeviceError};
+pub use device::{ConsumerStream, DeviceError};
 use stall::StallClock;
 pub use stall::{StallStats, STATS_EVERY};
 

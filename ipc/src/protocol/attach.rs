@@ -6,12 +6,17 @@
 //!   exist: the offset nested in `start` (`{"epoch":..,"step":..,"offset":{..}}`), left out when
 //!   there is none, and `start` itself optional (clients from before it existed). `AttachJson`
 //!   is that form, written and read only here; a golden test holds it byte for byte.
+//! - `device` is parsed into a [`Device`] here, once: a name that is no device fails the
+//!   decode as [`DecodeError::Device`], which the daemon answers with UNSUPPORTED_DEVICE. On
+//!   the wire it is the device's `Display` (`cpu` or a GPU UUID once the client resolved it).
 
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 
+use super::device::Device;
 use super::position::{EpochOffset, Position};
+use super::{DecodeError, MessageType};
 use crate::spec::PipelineSpec;
 
 /// Client → daemon, first message of a connection.
@@ -21,8 +26,9 @@ pub struct Attach {
     pub job: String,
     pub rank: u32,
     pub world_size: u32,
-    /// `"cpu"`, or the UUID of the rank's GPU (`GPU-xxxxxxxx-...`).
-    pub device: String,
+    /// `cpu`, or the rank's GPU by UUID (a client resolves an ordinal before it sends; the
+    /// daemon refuses one).
+    pub device: Device,
     pub spec: PipelineSpec,
     /// A dataset registered in the daemon's config, or a path.
     pub dataset: String,
@@ -68,7 +74,7 @@ impl Attach {
             job: a.job,
             rank: a.rank,
             world_size: a.world_size,
-            device: a.device,
+            device: a.device.to_string(),
             spec: a.spec,
             dataset: a.dataset,
             seed: a.seed,
@@ -82,13 +88,16 @@ impl Attach {
     }
 
     /// Reads a JSON body.
-    pub(super) fn read_json(body: &[u8]) -> Result<Attach, serde_json::Error> {
-        let a: AttachJson = serde_json::from_slice(body)?;
+    pub(super) fn read_json(body: &[u8]) -> Result<Attach, DecodeError> {
+        let a: AttachJson = serde_json::from_slice(body).map_err(|e| DecodeError::Json {
+            kind: MessageType::Attach,
+            reason: e.to_string(),
+        })?;
         Ok(Attach {
+            device: a.device.parse().map_err(DecodeError::Device)?,
             job: a.job,
             rank: a.rank,
             world_size: a.world_size,
-            device: a.device,
             spec: a.spec,
             dataset: a.dataset,
             seed: a.seed,

@@ -135,9 +135,7 @@ impl Message {
         };
         let mut r = Reader(body);
         Ok(match kind {
-            MessageType::Attach => {
-                Message::Attach(Box::new(Attach::read_json(body).map_err(json_err)?))
-            }
+            MessageType::Attach => Message::Attach(Box::new(Attach::read_json(body)?)),
             MessageType::Attached => {
                 Message::Attached(serde_json::from_slice(body).map_err(json_err)?)
             }

@@ -273,6 +273,9 @@ pub enum DecodeError {
     UnknownErrorCode(u16),
     #[error("error text is not UTF-8")]
     ErrorText,
+    /// ATTACH's `device` is none of the names a device has.
+    #[error("ATTACH: {0}")]
+    Device(UnknownDevice),
 }
 
 impl DecodeError {
@@ -280,6 +283,7 @@ impl DecodeError {
     pub fn code(&self) -> ErrorCode {
         match self {
             DecodeError::Version { .. } => ErrorCode::VersionMismatch,
+            DecodeError::Device(_) => ErrorCode::UnsupportedDevice,
             _ => ErrorCode::BadMessage,
         }
     }
@@ -296,10 +300,12 @@ pub enum EncodeError {
 
 mod attach;
 mod codec;
+mod device;
 pub mod position;
 mod status;
 pub use attach::Attach;
 pub use codec::STATS_BODY;
+pub use device::{CudaDevice, Device, UnknownDevice};
 pub use position::{EpochOffset, EpochSteps, Position, ResumedEpoch};
 pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall};
 

@@ -10,7 +10,7 @@ fn attach() -> Attach {
         job: "resnet50-run7".into(),
         rank: 3,
         world_size: 8,
-        device: "cpu".into(),
+        device: Device::Cpu,
         spec: PipelineSpec::train(256, 224),
         dataset: "/data/imagenet/train".into(),
         seed: 42,
@@ -361,5 +361,30 @@ fn attach_json_is_byte_identical_to_the_golden_form() {
             String::from_utf8_lossy(&want)
         );
         assert_eq!(Message::decode(&want).unwrap(), m);
+    }
+}
+
+#[test]
+fn an_attach_naming_no_device_is_refused_as_an_unsupported_device() {
+    let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
+    for (name, ok) in [
+        ("tpu", false),
+        ("cuda:x", false),
+        ("cuda:1", true),
+        ("cpu", true),
+    ] {
+        json["device"] = name.into();
+        let mut bytes = encoded[..HEADER_BYTES].to_vec();
+        bytes.extend(serde_json::to_vec(&json).unwrap());
+        match Message::decode(&bytes) {
+            Ok(Message::Attach(a)) if ok => assert_eq!(a.device.to_string(), name),
+            Err(e) if !ok => {
+                assert_eq!(e, DecodeError::Device(UnknownDevice(name.into())));
+                assert_eq!(e.code(), ErrorCode::UnsupportedDevice);
+                assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
     }
 }

@@ -39,7 +39,7 @@ pub struct BenchClientArgs {
     /// Where the batches go: `cpu` (host memory, every byte read here), or `cuda`, `cuda:N`, a
     /// GPU UUID (device memory, every byte read by a kernel on this process's stream).
     #[arg(long, default_value = "cpu")]
-    pub device: String,
+    pub device: stoker::Device,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -88,7 +88,7 @@ fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::Client
     opts.rank = args.rank;
     opts.world_size = args.world;
     opts.seed = args.seed;
-    opts.device = args.device.clone();
+    opts.device = args.device;
     let gpu = GpuReader::for_device(&args.device)?;
     let mut client = Client::attach(&args.socket, opts)?;
     let mut start = Instant::now();
@@ -166,14 +166,12 @@ struct GpuReader {
 
 impl GpuReader {
     /// `None` for `cpu`; else the GPU this process will attach with, ready to read.
-    fn for_device(name: &str) -> Result<Option<GpuReader>, ClientError> {
-        let uuid = stoker::resolve_device(name).map_err(ClientError::Device)?;
-        if uuid == "cpu" {
+    fn for_device(device: &stoker::Device) -> Result<Option<GpuReader>, ClientError> {
+        let Some(uuid) = device.resolve().map_err(ClientError::Device)?.gpu_uuid() else {
             return Ok(None);
-        }
+        };
         let invalid = |e: &dyn std::fmt::Display| ClientError::Invalid(format!("{uuid}: {e}"));
-        let parsed = uuid.parse().map_err(|e| invalid(&e))?;
-        let device = Device::open(parsed).map_err(|e| invalid(&e))?;
+        let device = Device::open(uuid).map_err(|e| invalid(&e))?;
         let nvrtc = Nvrtc::global().map_err(|e| invalid(&e))?;
         let cache = KernelCache::default_dir().map(KernelCache::new);
         let kernels =

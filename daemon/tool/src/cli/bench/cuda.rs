@@ -13,7 +13,7 @@
 //! client for end to end. The report goes to stdout and, as JSON, to `--json`.
 //!
 //! # Design
-//! - The device is resolved as a client resolves it (`stoker::resolve_device`: `cuda`,
+//! - The device is resolved as a client resolves it (`stoker::Device::resolve`: `cuda`,
 //!   `cuda:N` or a UUID) and the daemon is given nothing GPU-specific: it serves the GPU the
 //!   client names in ATTACH.
 //! - Device buffers for decode only are allocated once per image (up to a quarter of the GPU's
@@ -122,12 +122,11 @@ pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> Exi
 fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, String> {
     let data =
         std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let uuid = stoker::resolve_device(&args.device).map_err(|e| e.to_string())?;
-    if uuid == "cpu" {
+    let resolved = args.device.resolve().map_err(|e| e.to_string())?;
+    let Some(uuid) = resolved.gpu_uuid() else {
         return Err("--device cpu with --backend cuda: name a GPU".into());
-    }
-    let device = Device::open(uuid.parse().map_err(|e| format!("{uuid}: {e}"))?)
-        .map_err(|e| e.to_string())?;
+    };
+    let device = Device::open(uuid).map_err(|e| format!("{uuid}: {e}"))?;
     let lib = NvjpegLib::global().map_err(|e| e.to_string())?;
     let mut decoder =
         NvjpegDecoder::new(&device, lib, args.spec.batch as usize).map_err(|e| e.to_string())?;
@@ -145,7 +144,13 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         CudaRow::unavailable("not asked for (--decode-only or --in-process)".into())
     } else {
         progress("end to end: stokerd --backend cuda + 1 client process");
-        served_row(args, &uuid, &data, &ds, decode_only.images_per_s)
+        served_row(
+            args,
+            &resolved.to_string(),
+            &data,
+            &ds,
+            decode_only.images_per_s,
+        )
     };
     let fraction_of_ceiling = end_to_end
         .images_per_s
@@ -155,7 +160,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         dataset: data.display().to_string(),
         backend: "cuda",
         emulated: stoker_nvidia::emulator::emulated_driver().map(|p| p.display().to_string()),
-        gpu_uuid: uuid,
+        gpu_uuid: uuid.to_string(),
         gpu_name: device.info().name.clone(),
         jpeg_engines: format!("{engines} x {cores}"),
         spec,

@@ -64,7 +64,7 @@ pub struct BenchArgs {
     pub backend: BackendChoice,
     /// With `--backend cuda`: the GPU (`cuda`, `cuda:N` or a UUID).
     #[arg(long, default_value = "cuda")]
-    pub device: String,
+    pub device: stoker::Device,
     /// With `--backend cuda`: only the hardware decoder's rate, no daemon.
     #[arg(long)]
     pub decode_only: bool,

@@ -208,8 +208,8 @@ fn daemon_backend(args: &BenchArgs) -> &'static str {
 /// host memory.
 fn client_device(args: &BenchArgs) -> String {
     match args.backend {
-        BackendChoice::Cuda => args.device.clone(),
-        _ => "cpu".into(),
+        BackendChoice::Cuda => args.device.to_string(),
+        _ => stoker::Device::Cpu.to_string(),
     }
 }
 
