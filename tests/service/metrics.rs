@@ -197,3 +197,103 @@ fn stoker_status_prints_jobs_and_json() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
 }
+
+/// No raw control character in `text` but the newlines that end its lines.
+fn assert_no_raw_controls(what: &str, text: &str) {
+    let text = &text.replace(&"k".repeat(200), "k…");
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| c != '\n' && c.is_control())
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{what} has raw control characters {raw:?}:\n{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED")),
+        "{what} has a forged row:\n{text}"
+    );
+}
+
+#[test]
+fn status_and_metrics_escape_job_keys_and_cut_long_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let socket = dir.path().join("stoker.sock");
+    let addr = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    let _d = spawn_ready(
+        dir.path(),
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--metrics-listen",
+            &addr,
+        ],
+    );
+    let data = data.to_str().unwrap();
+    let forged = "\u{1b}[2J\rFORGED\n\0row";
+    let long = "k".repeat(65_000);
+    let mut clients: Vec<Client> = [forged, long.as_str(), "plain"]
+        .iter()
+        .map(|key| Client::attach(&socket, options(data, key, None)).unwrap())
+        .collect();
+    // A batch, then one more after the stall report is due: the forged key reaches the
+    // per-rank stall series of /metrics and `stoker status`.
+    for c in &mut clients {
+        assert!(c.next_batch().unwrap().is_some());
+    }
+    std::thread::sleep(Duration::from_millis(600)); // past the client's STATS_EVERY (500 ms)
+    for c in &mut clients {
+        assert!(c.next_batch().unwrap().is_some());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let (_, m) = http_get(&addr, "/metrics");
+        if m.contains("FORGED") || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_no_raw_controls("/metrics", &metrics);
+    assert!(
+        metrics.contains(r#"job="\e[2J\rFORGED\n\0row""#),
+        "{metrics}"
+    );
+    check_exposition(&metrics);
+
+    let stoker = stokerd_path().with_file_name("stoker");
+    let out = Command::new(&stoker)
+        .args(["status", "--socket", socket.to_str().unwrap()])
+        .output()
+        .expect("run stoker status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert_no_raw_controls("stoker status", &table);
+    assert!(table.contains(r"\e[2J\rFORGED\n\0row"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("plain ")), "{table}");
+    assert!(table.lines().all(|l| l.chars().count() < 300), "{table}");
+    let out = Command::new(&stoker)
+        .args(["status", "--json", "--socket", socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job"].as_str().unwrap())
+        .collect();
+    assert!(
+        keys.contains(&forged) && keys.contains(&"plain"),
+        "{keys:?}"
+    );
+}

@@ -369,14 +369,17 @@ impl ServerHandle {
     }
 }
 
-/// Encodes a status reply, leaving out jobs until it fits the message limit.
+/// Encodes a status reply, leaving out jobs until it fits the message limit: those with the
+/// longest key and dataset first, so that one client's huge key cannot hide other jobs.
 pub(super) fn encode_status(mut status: DaemonStatus) -> Result<Vec<u8>, EncodeError> {
     loop {
         match Message::StatusReply(Box::new(status.clone())).encode() {
             Err(EncodeError::TooLong(_)) if !status.jobs.is_empty() => {
-                let drop = status.jobs.len().div_ceil(2);
-                status.jobs.truncate(status.jobs.len() - drop);
-                status.jobs_left_out += drop as u64;
+                let largest = (0..status.jobs.len())
+                    .max_by_key(|&i| status.jobs[i].job.len() + status.jobs[i].dataset.len())
+                    .unwrap_or(0);
+                status.jobs.remove(largest);
+                status.jobs_left_out += 1;
             }
             other => return other,
         }

@@ -56,6 +56,23 @@ pub fn escape_controls(text: &str) -> String {
     out
 }
 
+/// `text` with the control characters of each line escaped ([`escape_controls`]), keeping
+/// the newlines that end its lines: for multi-line text clients' strings are part of, such as
+/// `stoker status`'s table and the `/metrics` page.
+pub fn escape_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.strip_suffix('\n') {
+            Some(body) => {
+                out.push_str(&escape_controls(body));
+                out.push('\n');
+            }
+            None => out.push_str(&escape_controls(line)),
+        }
+    }
+    out
+}
+
 /// Writes each log line (one `write` call per event, as `tracing_subscriber::fmt` does) with
 /// its control characters escaped, keeping the final newline.
 pub struct EscapingWriter<W: Write>(pub W);
@@ -91,5 +108,6 @@ mod tests {
         let mut w = EscapingWriter(Vec::new());
         w.write_all(b"job=a\x00b\nINFO fake line\n").unwrap();
         assert_eq!(w.0, b"job=a\\0b\\nINFO fake line\n");
+        assert_eq!(escape_lines("a\rb\n\u{1b}[2J\nc"), "a\\rb\n\\e[2J\nc");
     }
 }

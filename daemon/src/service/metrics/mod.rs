@@ -216,6 +216,9 @@ fn answer(
                 body.push('\n');
             }
             body.push_str(&extra);
+            // Label values come from clients (job keys) and servers (error codes, GPU names):
+            // the exporter escapes only `\\`, `"` and newlines, so no raw CR, ESC or NUL passes.
+            let body = super::logging::escape_lines(&body);
             ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         (true, Route::NotFound) => ("404 Not Found", "text/plain", "only /metrics\n".into()),

@@ -1,6 +1,11 @@
 //! `stoker status`: asks the running daemon over its socket (a STATUS message instead of
 //! ATTACH) and prints what it serves: jobs, ranks, throughput, backend, errors. `--json`
 //! prints the daemon's reply as is, for scripts.
+//!
+//! Job keys and dataset paths come from clients: the table shows their control characters
+//! escaped as the daemon's logs do (`stoker_daemon::service::logging`), so none can write
+//! terminal escapes or forge a row, and cuts them to [`MAX_CELL_CHARS`] (the JSON keeps them
+//! whole), so a huge key cannot push other jobs out of view.
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +16,10 @@ use std::time::Duration;
 use clap::Args;
 use stoker::protocol::{DaemonStatus, JobStatus, Message, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
+use stoker_daemon::service::logging::{escape_controls, escape_lines};
+
+/// The most characters of a job key or dataset path the table shows; longer ones end in `…`.
+pub const MAX_CELL_CHARS: usize = 64;
 
 /// How long the daemon may take to answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,7 +91,7 @@ pub fn run(args: &StatusArgs) -> Exit {
             Exit::Ok
         }
         Ok(s) => {
-            print!("{}", render(&s));
+            print!("{}", escape_lines(&render(&s)));
             Exit::Ok
         }
         Err(e) => {
@@ -156,8 +165,8 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
         .iter()
         .map(|j| {
             [
-                j.job.clone(),
-                j.dataset.clone(),
+                cell(&j.job),
+                cell(&j.dataset),
                 j.samples.to_string(),
                 format!("{}/{} {}", j.ranks.len(), j.world_size, rank_list(&j.ranks)),
                 j.batch_size.to_string(),
@@ -200,7 +209,7 @@ fn render_stalls(s: &DaemonStatus) -> String {
         for r in &j.stalls {
             out.push_str(&format!(
                 "  {} rank {}: wait {:.0}%  ({:.1}s waiting, {:.1}s computing, {} batches)\n",
-                j.job,
+                cell(&j.job),
                 r.rank,
                 r.wait_fraction * 100.0,
                 r.wait_s,
@@ -210,6 +219,18 @@ fn render_stalls(s: &DaemonStatus) -> String {
         }
     }
     out
+}
+
+/// A client's string as the table shows it: control characters escaped, at most
+/// [`MAX_CELL_CHARS`] characters.
+fn cell(text: &str) -> String {
+    let escaped = escape_controls(text);
+    if escaped.chars().count() <= MAX_CELL_CHARS {
+        return escaped;
+    }
+    let mut cut: String = escaped.chars().take(MAX_CELL_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// `[0-3,5]`.
@@ -327,6 +348,25 @@ mod tests {
         assert!(t.contains("resnet  imagenet  1000     3/4 [0-2]"), "{t}");
         assert!(
             t.contains("resnet rank 2: wait 38%  (3.0s waiting, 5.0s computing, 3 batches)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn client_strings_are_escaped_and_cut() {
+        let s = DaemonStatus {
+            jobs: vec![JobStatus {
+                job: "\u{1b}[2J\rFORGED\n".into(),
+                dataset: "d".repeat(70_000),
+                ..JobStatus::default()
+            }],
+            ..DaemonStatus::default()
+        };
+        let t = render(&s);
+        assert!(t.contains("\\e[2J\\rFORGED\\n  ddd"), "{t}");
+        assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
+        assert!(
+            t.contains(&format!("{}…", "d".repeat(MAX_CELL_CHARS - 1))),
             "{t}"
         );
     }
