@@ -12,9 +12,12 @@
 //!   with `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`, so a component swapped for a
 //!   symlink after the attach is refused ([`OpenError::Symlink`]); where the kernel has no
 //!   `openat2` (before 5.6), `O_NOFOLLOW` guards the last component only.
+//! - **Syscalls through rustix** (opens, `fcntl`, ids, `setgroups`), except `setfsuid` /
+//!   `setfsgid`, which rustix has no call for: those two stay raw `libc::syscall`s.
 //! - **The client's credentials**: [`assume`] sets the calling thread's fsuid, fsgid and
 //!   supplementary groups (raw `setfsuid` / `setfsgid` / `setgroups` syscalls, which on Linux
-//!   change the calling thread only; glibc's `setgroups` wrapper would change every thread).
+//!   change the calling thread only; glibc's `setgroups` wrapper would change every thread;
+//!   rustix's `set_thread_groups` is the raw one).
 //!   The kernel then decides each open as it would for the client (modes, ACLs, every
 //!   directory on the path). Threads remember what they assumed, so a worker switches only
 //!   when the job it serves changes. Threads spawned while credentials are assumed inherit
@@ -36,14 +39,17 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use rustix::fs::{fcntl_getfl, fcntl_setfl, Mode, OFlags, ResolveFlags, CWD};
+use rustix::io::Errno;
+use rustix::process::Gid;
 
 /// Whose filesystem credentials open a job's files.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -153,18 +159,30 @@ pub enum OpenError {
     Credentials { uid: u32, gid: u32, reason: String },
 }
 
-/// What kind of non-regular file a mode is, for messages.
-fn file_kind(mode: u32) -> &'static str {
-    match mode & libc::S_IFMT {
-        libc::S_IFIFO => "FIFO",
-        libc::S_IFCHR => "character device",
-        libc::S_IFBLK => "block device",
-        libc::S_IFSOCK => "socket",
-        libc::S_IFDIR => "directory",
-        libc::S_IFLNK => "symlink",
-        _ => "special file",
+/// What kind of non-regular file this is, for messages.
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
     }
 }
+
+/// How every file is opened: read-only, never blocking, never a controlling terminal.
+const OPEN_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::NOCTTY)
+    .union(OFlags::CLOEXEC);
 
 /// Opens `path` for reading under `policy` (with the credentials the calling thread has
 /// assumed), refusing anything but a regular file, and one that is not `expected`.
@@ -173,17 +191,16 @@ pub fn open_sample(
     policy: &OpenPolicy,
     expected: Option<&FileIdentity>,
 ) -> Result<File, OpenError> {
-    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     let fd = if policy.no_symlinks {
-        open_no_symlinks(path, flags)?
+        open_no_symlinks(path, OPEN_FLAGS)?
     } else {
-        open_raw(path, flags)?
+        open_raw(path, OPEN_FLAGS)?
     };
     let file = File::from(fd);
     let meta = file.metadata().map_err(OpenError::Io)?;
     if !meta.file_type().is_file() {
         return Err(OpenError::NotRegular {
-            kind: file_kind(meta.mode()),
+            kind: file_kind(meta.file_type()),
         });
     }
     if let Some(want) = expected {
@@ -202,80 +219,44 @@ pub fn open_sample(
 /// Clears `O_NONBLOCK` on a regular file: read(2) ignores it, but io_uring would return
 /// EAGAIN for data not yet in the page cache instead of reading it.
 fn clear_nonblock(file: &File) -> Result<(), OpenError> {
-    use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    // SAFETY: F_GETFL / F_SETFL on an fd this function borrows; no memory is passed.
-    let rc = unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 {
-            flags
-        } else {
-            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK)
-        }
-    };
-    if rc < 0 {
-        return Err(OpenError::Io(io::Error::last_os_error()));
+    let flags = fcntl_getfl(file).map_err(errno)?;
+    fcntl_setfl(file, flags - OFlags::NONBLOCK).map_err(errno)
+}
+
+fn errno(e: rustix::io::Errno) -> OpenError {
+    OpenError::Io(io::Error::from(e))
+}
+
+/// Refuses a path holding a NUL byte (no syscall could name it) before rustix sees it.
+fn check_path(path: &Path) -> Result<(), OpenError> {
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(OpenError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path holds a NUL byte",
+        )));
     }
     Ok(())
 }
 
-fn c_path(path: &Path) -> Result<CString, OpenError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        OpenError::Io(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "path holds a NUL byte",
-        ))
-    })
+fn open_raw(path: &Path, flags: OFlags) -> Result<OwnedFd, OpenError> {
+    check_path(path)?;
+    match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) if flags.contains(OFlags::NOFOLLOW) => Err(OpenError::Symlink),
+        Err(e) => Err(errno(e)),
+    }
 }
 
-fn open_raw(path: &Path, flags: libc::c_int) -> Result<OwnedFd, OpenError> {
-    let c = c_path(path)?;
-    // SAFETY: `c` is a NUL-terminated path that lives across the call.
-    let fd = unsafe { libc::open(c.as_ptr(), flags) };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ELOOP) && flags & libc::O_NOFOLLOW != 0 {
-            return Err(OpenError::Symlink);
-        }
-        return Err(OpenError::Io(e));
+fn open_no_symlinks(path: &Path, flags: OFlags) -> Result<OwnedFd, OpenError> {
+    check_path(path)?;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(CWD, path, flags, Mode::empty(), resolve) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) => Err(OpenError::Symlink),
+        // No openat2 (Linux < 5.6, or a seccomp filter): guard the last component.
+        Err(Errno::NOSYS | Errno::PERM) => open_raw(path, flags | OFlags::NOFOLLOW),
+        Err(e) => Err(errno(e)),
     }
-    // SAFETY: `fd` was just returned by open and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn open_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, OpenError> {
-    let c = c_path(path)?;
-    // SAFETY: open_how is plain data; all-zero is its documented "no options" value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    // O_* flags are non-negative.
-    #[allow(clippy::cast_sign_loss)]
-    let how_flags = flags as u64;
-    how.flags = how_flags;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: `c` is a NUL-terminated path and `how` an open_how of the size passed, both
-    // live across the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ELOOP) => Err(OpenError::Symlink),
-            // No openat2 (Linux < 5.6, or a seccomp filter): guard the last component.
-            Some(libc::ENOSYS) | Some(libc::EPERM) => open_raw(path, flags | libc::O_NOFOLLOW),
-            _ => Err(OpenError::Io(e)),
-        };
-    }
-    let fd = libc::c_int::try_from(fd)
-        .map_err(|_| OpenError::Io(io::Error::other("openat2 fd overflow")))?;
-    // SAFETY: `fd` was just returned by openat2 and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 thread_local! {
@@ -287,15 +268,12 @@ thread_local! {
 fn own_credentials() -> &'static Credentials {
     static OWN: std::sync::OnceLock<Credentials> = std::sync::OnceLock::new();
     OWN.get_or_init(|| {
-        // SAFETY: geteuid and getegid cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        // SAFETY: getgroups(0, null) only returns the count.
-        let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
-        let mut groups = vec![0; usize::try_from(n).unwrap_or(0)];
-        // SAFETY: `groups` has room for `n` gids.
-        let got = unsafe { libc::getgroups(n.max(0), groups.as_mut_ptr()) };
-        groups.truncate(usize::try_from(got).unwrap_or(0));
-        Credentials { uid, gid, groups }
+        let groups = rustix::process::getgroups().unwrap_or_default();
+        Credentials {
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            groups: groups.into_iter().map(Gid::as_raw).collect(),
+        }
     })
 }
 
@@ -312,24 +290,17 @@ pub fn assume(creds: Option<&Credentials>) -> Result<(), OpenError> {
         gid: target.gid,
         reason,
     };
-    // SAFETY: raw setgroups on the calling thread only; the pointer and count describe
-    // `target.groups`, live across the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_setgroups,
-            target.groups.len(),
-            target.groups.as_ptr(),
-        )
-    };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
+    let groups: Vec<Gid> = target.groups.iter().map(|&g| Gid::from_raw(g)).collect();
+    // The raw setgroups: the calling thread only.
+    if let Err(e) = rustix::thread::set_thread_groups(&groups) {
         // Without CAP_SETGID the daemon can only keep its own groups.
-        if creds.is_some() || e.raw_os_error() != Some(libc::EPERM) {
-            return Err(fail(format!("setgroups: {e}")));
+        if creds.is_some() || e != Errno::PERM {
+            return Err(fail(format!("setgroups: {}", io::Error::from(e))));
         }
     }
     // setfsgid / setfsuid return the previous value and never fail visibly; calling them
     // again with -1 (an invalid id, changing nothing) returns the value in force.
+    // rustix has no setfsuid / setfsgid.
     // SAFETY: the raw syscalls change only the calling thread's fs ids.
     let gid_now = unsafe {
         libc::syscall(libc::SYS_setfsgid, target.gid);
@@ -362,14 +333,13 @@ pub fn as_client<T>(creds: Option<&Credentials>, f: impl FnOnce() -> T) -> Resul
 /// Whether the client (credentials assumed by the calling thread) may read `path`: a folder
 /// must be listable, a file readable. Refuses FIFOs and devices without blocking.
 pub fn check_readable(path: &Path) -> Result<(), OpenError> {
-    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-    let fd = open_raw(path, flags)?;
+    let fd = open_raw(path, OPEN_FLAGS)?;
     let meta = File::from(fd).metadata().map_err(OpenError::Io)?;
     if meta.is_dir() || meta.is_file() {
         Ok(())
     } else {
         Err(OpenError::NotRegular {
-            kind: file_kind(meta.mode()),
+            kind: file_kind(meta.file_type()),
         })
     }
 }
@@ -382,20 +352,15 @@ mod tests {
     fn a_fifo_is_refused_without_blocking_and_a_file_opens() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("f.jpg");
-        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        rustix::fs::mkfifoat(CWD, &fifo, Mode::from_raw_mode(0o644)).unwrap();
         let e = open_sample(&fifo, &OpenPolicy::default(), None).unwrap_err();
         assert!(matches!(e, OpenError::NotRegular { kind: "FIFO" }), "{e}");
         let file = dir.path().join("a.jpg");
         std::fs::write(&file, b"abc").unwrap();
         let f = open_sample(&file, &OpenPolicy::default(), None).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_GETFL on a live fd.
-        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-        assert_eq!(
-            flags & libc::O_NONBLOCK,
-            0,
+        let flags = fcntl_getfl(&f).unwrap();
+        assert!(
+            !flags.contains(OFlags::NONBLOCK),
             "O_NONBLOCK is cleared after the check"
         );
         let id = FileIdentity::of(&f.metadata().unwrap());
