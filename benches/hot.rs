@@ -86,6 +86,7 @@ fn batch_read(c: &mut Criterion) {
             path: p,
             offset: 0,
             len: data.len() as u64,
+            object: None,
         })
         .collect();
     let mut g = c.benchmark_group("batch_read_64_warm");

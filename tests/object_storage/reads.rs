@@ -116,7 +116,10 @@ fn the_index_is_cached_on_disk(dir: &Path, store: &Arc<ObjectStore>, listed: &Da
         assert_eq!(second.sample(i), listed.sample(i));
     }
     // Read through the cached index: the reader knows its objects.
-    let path = store.local_file(second.sample(0).path).unwrap();
+    let objects = second
+        .objects()
+        .expect("an s3:// dataset holds its objects");
+    let path = objects.local_file(second.sample(0)).unwrap();
     assert!(path.is_file(), "{}", path.display());
 }
 

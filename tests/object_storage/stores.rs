@@ -6,16 +6,7 @@ use stoker_daemon::source::local::reader::{ReadRequest, Reader, ReaderKind};
 /// Reads every sample of `ds` through its own storage; the bytes of each.
 fn read_all(ds: &Dataset) -> Vec<Vec<u8>> {
     let mut reader = Reader::new(ReaderKind::Pread, 4).unwrap();
-    let reqs: Vec<ReadRequest<'_>> = (0..ds.len())
-        .map(|i| {
-            let s = ds.sample(i);
-            ReadRequest {
-                path: s.path,
-                offset: s.offset,
-                len: s.len,
-            }
-        })
-        .collect();
+    let reqs: Vec<ReadRequest<'_>> = (0..ds.len()).map(|i| ds.sample(i).request()).collect();
     let mut bufs = vec![Vec::new(); reqs.len()];
     let got = stoker_daemon::source::read_batch(ds, &mut reader, &reqs, &mut bufs);
     for (i, r) in got.iter().enumerate() {

@@ -261,12 +261,7 @@ impl Backend for CpuBackend {
 pub(super) fn request(dataset: &Dataset, index: u64) -> ReadRequest<'_> {
     // Sample indices are below the dataset's length, a usize.
     #[allow(clippy::cast_possible_truncation)]
-    let s = dataset.sample(index as usize);
-    ReadRequest {
-        path: s.path,
-        offset: s.offset,
-        len: s.len,
-    }
+    dataset.sample(index as usize).request()
 }
 
 /// `file_too_large` when the indexed length of sample `index` is over `max_file_bytes`.

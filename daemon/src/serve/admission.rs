@@ -65,8 +65,9 @@ impl Admission {
         let name = &self.name;
         let mut last: Option<&Path> = None;
         for i in 0..dataset.len() {
-            let file = dataset.sample(i).path;
-            if last == Some(file) || crate::source::url::is_url(file) {
+            let sample = dataset.sample(i);
+            let file = sample.path;
+            if last == Some(file) || sample.storage == crate::source::index::Storage::Object {
                 continue; // samples of one tar shard; a file list's objects
             }
             last = Some(file);

@@ -7,17 +7,20 @@
 //!
 //! # Design
 //! `index` never names `object`: it defines what a dataset needs of object storage
-//! ([`index::ObjectStorage`]: open a prefix, HEAD a file list's URLs, read, prefetch, evict)
-//! and `object` implements it ([`object::ObjectStore`]). A store is an owned value: whoever
-//! reads object storage makes one (the service at start, each tool) and hands it to
-//! [`index::Dataset::open`] in [`index::OpenOptions::objects`]; a dataset with samples in
-//! object storage holds it, so its reads, prefetching and eviction go through its own store
-//! and two stores share nothing. A path is routed here ([`index::Dataset::open`]): a URL to
-//! object storage, anything else to the local index; a batch likewise ([`read_batch`]).
+//! ([`index::ObjectStorage`]: open a prefix, HEAD a file list's URLs, bind a dataset's
+//! objects; [`index::DatasetObjects`]: read, prefetch, evict) and `object` implements it
+//! ([`object::ObjectStore`]). A store is an owned value: whoever reads object storage makes
+//! one (the service at start, each tool) and hands it to [`index::Dataset::open`] in
+//! [`index::OpenOptions::objects`]; a dataset with samples in object storage holds its
+//! objects by file id, bound to that store, so its reads, prefetching and eviction go
+//! through its own store and two stores share nothing. A path is routed here
+//! ([`index::Dataset::open`]): a URL to object storage, anything else to the local index. A
+//! sample says where its file is ([`index::Storage`] and its file id, carried by its
+//! [`local::reader::ReadRequest`]), and a batch is routed by that ([`read_batch`]), never by
+//! the shape of its path: an object's URL is only its name in errors and logs.
 //!
 //! # Limitations
-//! A sample in object storage is still named by its URL in the index (a path that is not
-//! one); the store finds its object by that URL.
+//! The object table is built at open from the objects the store listed or HEADed, by URL.
 
 pub mod index;
 pub mod local;
@@ -49,9 +52,9 @@ impl Dataset {
 }
 
 /// Reads `reqs` (samples of `ds`) into the buffers of the same index with `reader`: local
-/// files directly, samples in object storage through the dataset's own store (from their
-/// node-cache copies, fetched first where needed). One result per request; errors name the
-/// request's path or URL.
+/// files directly, objects ([`ReadRequest::object`]) through the dataset's own objects (from
+/// their node-cache copies, fetched first where needed). One result per request; errors
+/// name the request's path or URL.
 ///
 /// # Panics
 /// If `bufs` is shorter than `reqs`.

@@ -62,10 +62,13 @@ pub(super) fn index_file_list(
             reason,
         })?;
         let id = ds.push_file(&found.path)?;
+        if found.object {
+            ds.mark_object(id);
+        }
         ds.push_sample(id, 0, found.size, labels[i]);
     }
-    if has_s3_entries(&ds) {
-        ds.objects = opts.objects.clone();
+    if let Some(store) = opts.objects.clone().filter(|_| ds.has_objects()) {
+        ds.objects = Some(store.bind(&ds));
     }
     Ok(ds)
 }
@@ -119,6 +122,8 @@ fn parse_line(
 struct Found {
     path: Vec<u8>,
     size: u64,
+    /// Whether it is an object (HEADed), not a local file (stat'ed).
+    object: bool,
 }
 
 /// Stats the local paths and HEADs the `s3://` ones, in list order.
@@ -137,6 +142,7 @@ fn sizes(
             size.map(|size| Found {
                 path: paths[i].as_os_str().as_bytes().to_vec(),
                 size,
+                object: false,
             })
             .map_err(|(p, e)| format!("cannot stat {}: {e}", p.display())),
         );
@@ -155,6 +161,7 @@ fn sizes(
                 head.map(|e| Found {
                     path: e.url.into_bytes(),
                     size: e.size,
+                    object: true,
                 })
                 .map_err(|e| format!("cannot read the object: {e}")),
             );
@@ -163,10 +170,4 @@ fn sizes(
     out.into_iter()
         .map(|f| f.unwrap_or_else(|| Err("not looked up".into())))
         .collect()
-}
-
-/// Whether a file list names `s3://` objects.
-fn has_s3_entries(ds: &Dataset) -> bool {
-    ds.kind == DatasetKind::FileList
-        && (0..ds.len()).any(|i| crate::source::url::is_url(ds.sample(i).path))
 }

@@ -225,7 +225,12 @@ pub enum IndexOrigin {
 /// One sample: where its bytes are, and its label (-1 when the layout has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleRef<'a> {
+    /// The local file, or the object's URL (its name in messages, never how it is found).
     pub path: &'a Path,
+    /// The file (image or shard) holding the sample, by its id in the dataset.
+    pub file: u32,
+    /// Where that file is: local, or an object in the dataset's object storage.
+    pub storage: Storage,
     pub offset: u64,
     pub len: u64,
     pub label: i64,
@@ -302,8 +307,10 @@ pub struct Dataset {
     label: Vec<i64>,
     stamps: Vec<Stamp>,
     origin: IndexOrigin,
-    /// Where samples named by URL are read from (see [`storage`]).
-    objects: Option<std::sync::Arc<dyn ObjectStorage>>,
+    /// Per file id, whether the file is an object (empty: all local; see [`storage`]).
+    object_files: Vec<bool>,
+    /// The objects of this dataset and the store they are read from (see [`storage`]).
+    objects: Option<std::sync::Arc<dyn DatasetObjects>>,
 }
 
 impl Dataset {
@@ -375,8 +382,11 @@ impl Dataset {
 
     /// Sample `i`. Panics if `i >= len()`.
     pub fn sample(&self, i: usize) -> SampleRef<'_> {
+        let file = self.file_id[i];
         SampleRef {
-            path: Path::new(OsStr::from_bytes(self.files.get(self.file_id[i] as usize))),
+            path: Path::new(OsStr::from_bytes(self.files.get(file as usize))),
+            file,
+            storage: self.storage_of(file),
             offset: self.offset[i],
             len: self.len[i],
             label: self.label[i],
@@ -456,6 +466,7 @@ impl Dataset {
             label: Vec::new(),
             stamps: Vec::new(),
             origin: IndexOrigin::Walked,
+            object_files: Vec::new(),
             objects: None,
         }
     }
@@ -612,7 +623,7 @@ mod remote;
 mod storage;
 pub use remote::{default_cache_dir, IndexedSample};
 pub(crate) use remote::{load_remote_index, save_remote_index};
-pub use storage::{ObjectStorage, RemoteFile};
+pub use storage::{DatasetObjects, ObjectStorage, RemoteFile, Storage};
 
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,8 @@ pub(crate) fn load_remote_index(
     }
     let extra = fs::read_to_string(base.with_extension("objects")).ok()?;
     dataset.origin = IndexOrigin::Cache;
+    // Every file of an `s3://` dataset is an object.
+    dataset.object_files = vec![true; dataset.files.len()];
     Some(CachedIndex { dataset, extra })
 }
 
@@ -120,6 +122,7 @@ impl Dataset {
         label: i64,
     ) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;
+        self.mark_object(id);
         self.push_sample(id, 0, len, label);
         Ok(())
     }
@@ -131,6 +134,7 @@ impl Dataset {
         samples: &[IndexedSample],
     ) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;
+        self.mark_object(id);
         for s in samples {
             self.push_sample(id, s.offset, s.len, s.label);
             self.members.push(s.name.as_bytes());
@@ -141,6 +145,7 @@ impl Dataset {
     /// Every sample of `shard` (indexed from a local copy) as a sample of the shard at `url`.
     pub(crate) fn append_shard(&mut self, url: &[u8], shard: &Dataset) -> Result<(), DatasetError> {
         let id = self.push_file(url)?;
+        self.mark_object(id);
         for i in 0..shard.len() {
             self.push_sample(id, shard.offset[i], shard.len[i], shard.label[i]);
             self.members.push(shard.members.get(i));

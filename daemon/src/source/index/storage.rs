@@ -3,9 +3,13 @@
 //! # Design
 //! Object storage is an owned value (`object::ObjectStore`), made by whoever reads object
 //! storage (the service, each tool) and handed to [`Dataset::open`] in
-//! [`OpenOptions::objects`]. A dataset with samples in object storage (an `s3://` prefix, a
-//! file list naming `s3://` URLs) holds it, so its reads, its prefetching and its eviction go
-//! through its own store, never a process-wide one.
+//! [`OpenOptions::objects`] ([`ObjectStorage`]). Each file of a dataset is local or an object
+//! ([`Storage`], by file id, in every [`SampleRef`]). A dataset with objects (an `s3://`
+//! prefix, a file list naming `s3://` URLs) holds its [`DatasetObjects`]: its object table by
+//! file id, bound to its store when it is opened ([`ObjectStorage::bind`]), so its reads, its
+//! prefetching and its eviction find each object by file id through its own store, never by
+//! URL and never through a process-wide one. An object's URL stays its sample path: the name
+//! errors and logs give it.
 //!
 //! # Limitations
 //! A dataset opened without a store cannot name object storage: an `s3://` path or entry is
@@ -15,21 +19,39 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Dataset, DatasetError, OpenOptions};
+use super::{Dataset, DatasetError, OpenOptions, SampleRef};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
-/// Object storage as a dataset holds it (implemented by `object::ObjectStore`).
+/// Where a dataset's file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// A local file, read at its path.
+    Local,
+    /// An object in the dataset's object storage, found by its file id.
+    Object,
+}
+
+/// Object storage as datasets are opened from it (implemented by `object::ObjectStore`).
 pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
-    /// Opens the dataset at the `s3://` URL `url`; the dataset holds this store.
+    /// Opens the dataset at the `s3://` URL `url`; the dataset holds its objects, bound to
+    /// this store.
     fn open(self: Arc<Self>, url: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError>;
 
     /// HEADs every URL in `urls` (a file list's entries), one result each in order: the URL
     /// as the reader knows it and the object's size, or why it cannot be read.
     fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, String>>;
 
+    /// The object table of `ds` (its object files, listed or HEADed by this store), bound to
+    /// this store.
+    fn bind(self: Arc<Self>, ds: &Dataset) -> Arc<dyn DatasetObjects>;
+}
+
+/// A dataset's objects as it holds them: its object table by file id and its store.
+pub trait DatasetObjects: Send + Sync + std::fmt::Debug {
     /// Reads `reqs` into the buffers of the same index: local files with `reader`, objects
-    /// from their node-cache copies (fetched first where needed, all at once), read with
-    /// `reader` too. One result per request; errors name the request's path or URL.
+    /// (found by [`ReadRequest::object`]) from their node-cache copies (fetched first where
+    /// needed, all at once), read with `reader` too. One result per request; errors name the
+    /// request's path or URL.
     fn read(
         &self,
         reader: &mut Reader,
@@ -37,12 +59,12 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
         bufs: &mut [Vec<u8>],
     ) -> Vec<Result<(), ReadError>>;
 
-    /// The local file holding the bytes of `path`: itself, or an object's node-cache copy
+    /// The local file holding the bytes of `sample`: its own, or its object's node-cache copy
     /// (fetched first if needed).
-    fn local_file(&self, path: &Path) -> io::Result<PathBuf>;
+    fn local_file(&self, sample: SampleRef<'_>) -> io::Result<PathBuf>;
 
     /// Whether samples of `ds` are fetched ahead of the readers (see [`Self::schedule`]).
-    fn prefetches(&self, ds: &Dataset) -> bool;
+    fn prefetches(&self) -> bool;
 
     /// Starts fetching the objects of samples `order` of `ds` (global sample indices, in the
     /// order one rank reads them from now on, `epoch`'s) in the background, while `current`
@@ -67,14 +89,48 @@ pub struct RemoteFile {
     pub size: u64,
 }
 
+impl<'a> SampleRef<'a> {
+    /// The read of this sample's bytes.
+    pub fn request(self) -> ReadRequest<'a> {
+        ReadRequest {
+            path: self.path,
+            offset: self.offset,
+            len: self.len,
+            object: (self.storage == Storage::Object).then_some(self.file),
+        }
+    }
+}
+
 impl Dataset {
-    /// The object storage this dataset's samples are read from; `None` for local datasets.
-    pub fn objects(&self) -> Option<&Arc<dyn ObjectStorage>> {
+    /// This dataset's objects and the store they are read from; `None` when it has none.
+    pub fn objects(&self) -> Option<&Arc<dyn DatasetObjects>> {
         self.objects.as_ref()
     }
 
-    /// Makes `objects` this dataset's object storage.
-    pub(crate) fn set_objects(&mut self, objects: Option<Arc<dyn ObjectStorage>>) {
+    /// Makes `objects` this dataset's objects.
+    pub(crate) fn set_objects(&mut self, objects: Option<Arc<dyn DatasetObjects>>) {
         self.objects = objects;
+    }
+
+    /// Where file `file` is.
+    pub(super) fn storage_of(&self, file: u32) -> Storage {
+        match self.object_files.get(file as usize) {
+            Some(true) => Storage::Object,
+            _ => Storage::Local,
+        }
+    }
+
+    /// Records that file `file` is an object.
+    pub(super) fn mark_object(&mut self, file: u32) {
+        let at = file as usize;
+        if self.object_files.len() <= at {
+            self.object_files.resize(at + 1, false);
+        }
+        self.object_files[at] = true;
+    }
+
+    /// Whether any file of this dataset is an object.
+    pub(super) fn has_objects(&self) -> bool {
+        self.object_files.contains(&true)
     }
 }

@@ -147,9 +147,13 @@ pub enum ReaderKind {
 /// One read: `len` bytes at `offset` of `path`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadRequest<'a> {
+    /// The local file, or an object's URL (its name in errors).
     pub path: &'a Path,
     pub offset: u64,
     pub len: u64,
+    /// The file id of the object holding the bytes, in its dataset's object table
+    /// (`source::read_batch` reads it from there); `None`: `path` is a local file.
+    pub object: Option<u32>,
 }
 
 /// Whether io_uring can be used here, and if not, why.

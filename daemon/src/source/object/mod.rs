@@ -2,16 +2,18 @@
 //!
 //! A prefix holding `.tar` objects is a set of WebDataset tar shards; otherwise its image
 //! objects form an ImageFolder (the first path component under the prefix is the class) or,
-//! when no object is under a sub-prefix, a flat dataset. Samples keep their `s3://` URL as
-//! their path; the dataset's store finds the object by it and reads its node-cache copy.
+//! when no object is under a sub-prefix, a flat dataset. A sample's file is an object found by
+//! its file id in its dataset's object table (built at open from the objects its store listed
+//! or HEADed); its `s3://` URL stays its path, the name errors and logs give it.
 //!
 //! # Design
 //! - All state is one owned value, [`ObjectStore`]: the `[s3]` config, the buckets' clients,
 //!   the listed objects, the node cache, the runtime and the request limits. The service
 //!   makes one at start (a reload reconfigures it: connections and registered datasets at
 //!   once, the cache folder, cap and in-flight limit as at its first use), each tool makes
-//!   its own, and a dataset opened through it holds it (see `index::ObjectStorage`): reads,
-//!   prefetch and eviction go through the dataset's own store. Two stores share nothing.
+//!   its own, and a dataset opened through it holds its objects bound to it (see
+//!   `index::ObjectStorage` and `storage`): reads, prefetch and eviction go through the
+//!   dataset's own store. Two stores share nothing.
 //!   Without an `[s3]` section, connections come from the standard AWS environment and the
 //!   node cache lives in `<cache dir>/objects`.
 //! - A store's runtime (two threads) runs every request of the store; at most
@@ -109,9 +111,9 @@ pub struct ObjectStore {
     /// Connections of registered datasets, by their URL.
     by_url: RwLock<HashMap<String, Connection>>,
     remotes: Mutex<HashMap<(Connection, String), Arc<Remote>>>,
-    /// Every object of the datasets opened through this store, by URL (shared with the
-    /// prefetcher's planning task).
-    objects: Arc<RwLock<HashMap<String, ObjectRef>>>,
+    /// Every object of the datasets opened through this store, by URL: what their object
+    /// tables are built from when they are opened (`storage`).
+    objects: RwLock<HashMap<String, ObjectRef>>,
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
@@ -149,7 +151,7 @@ impl ObjectStore {
             config: RwLock::new(S3Config::default()),
             by_url: RwLock::default(),
             remotes: Mutex::default(),
-            objects: Arc::default(),
+            objects: RwLock::default(),
             cache: OnceLock::new(),
             runtime: OnceLock::new(),
             permits: OnceLock::new(),
@@ -260,7 +262,7 @@ impl ObjectStore {
         Ok(self.runtime()?.block_on(f))
     }
 
-    /// Remembers the objects of an indexed dataset, so the reader can find them by URL.
+    /// Remembers the objects of an indexed dataset, so its object table can be built.
     fn remember(&self, remote: &Arc<Remote>, objects: &[ObjectInfo]) {
         let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
         for o in objects {

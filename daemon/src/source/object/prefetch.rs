@@ -17,7 +17,7 @@
 //! - An epoch is scheduled when the rank starts it, so its first objects may still be on
 //!   their way when its first batches are read.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -25,8 +25,9 @@ use tokio::sync::Semaphore;
 
 use super::cache::NodeCache;
 use super::ranged::{self, Piece};
-use super::{is_url, Fetcher, ObjectRef, ObjectStore};
-use crate::source::index::Dataset;
+use super::storage::ObjectTable;
+use super::{Fetcher, ObjectRef, ObjectStore};
+use crate::source::index::{Dataset, Storage};
 
 /// One rank's prefetching: told the rank's order, stopped by the next order or by its drop.
 #[derive(Debug, Default)]
@@ -39,7 +40,7 @@ impl Prefetch {
     /// Whether `ds` has objects to fetch ahead: an `s3://` dataset, with `s3.prefetch` on in
     /// its store. A feed asks this before it computes an order to schedule.
     pub fn wanted(ds: &Dataset) -> bool {
-        ds.objects().is_some_and(|o| o.prefetches(ds))
+        ds.objects().is_some_and(|o| o.prefetches())
     }
 
     /// Starts fetching the objects of samples `order` of `ds` (global sample indices, in the
@@ -47,7 +48,7 @@ impl Prefetch {
     /// stopping the previous schedule.
     pub fn schedule(&self, ds: &Arc<Dataset>, epoch: u64, order: Vec<u64>) {
         let mine = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let Some(objects) = ds.objects().filter(|o| o.prefetches(ds)) else {
+        let Some(objects) = ds.objects().filter(|o| o.prefetches()) else {
             return;
         };
         let generation = self.generation.clone();
@@ -63,16 +64,12 @@ impl Drop for Prefetch {
 }
 
 impl ObjectStore {
-    /// Whether `ds` is fetched ahead: an `s3://` dataset, `s3.prefetch` on.
-    pub(super) fn prefetches(&self, ds: &Dataset) -> bool {
-        is_url(ds.root()) && self.config().prefetch
-    }
-
-    /// Plans the objects behind `order` off the caller's thread, then downloads them in
-    /// order in the background while `current` holds.
+    /// Plans the objects behind `order` (of `table`, the objects of `ds`) off the caller's
+    /// thread, then downloads them in order in the background while `current` holds.
     pub(super) fn schedule_prefetch(
         &self,
         ds: &Arc<Dataset>,
+        table: &ObjectTable,
         epoch: u64,
         order: Vec<u64>,
         current: Box<dyn Fn() -> bool + Send + Sync>,
@@ -82,14 +79,11 @@ impl ObjectStore {
             return;
         };
         let share = self.prefetch_share();
-        let (ds, objects) = (ds.clone(), self.objects.clone());
+        let (ds, table) = (ds.clone(), table.clone());
         let max_whole = self.config().whole_object_max_bytes;
         tracing::debug!(epoch, samples = order.len(), "prefetch scheduled");
         fetcher.rt.clone().spawn(async move {
-            let plan = move || {
-                let map = objects.read().unwrap_or_else(|e| e.into_inner());
-                in_order(&ds, &order, &map, max_whole)
-            };
+            let plan = move || in_order(&ds, &order, &table, max_whole);
             let Ok(items) = tokio::task::spawn_blocking(plan).await else {
                 return;
             };
@@ -122,11 +116,11 @@ impl Item {
 }
 
 /// The objects (or, for large ones, samples) of the samples `order` of `ds`, in that order,
-/// each once; `objects` are the listed objects by URL.
+/// each once; `objects` are its objects by file id.
 fn in_order(
     ds: &Dataset,
     order: &[u64],
-    objects: &HashMap<String, ObjectRef>,
+    objects: &[Option<ObjectRef>],
     max_whole: u64,
 ) -> Vec<Item> {
     let mut seen = HashSet::new();
@@ -134,11 +128,14 @@ fn in_order(
         .iter()
         .filter_map(|&i| {
             let s = ds.sample(usize::try_from(i).ok()?);
-            let o = objects.get(s.path.to_string_lossy().as_ref())?;
+            if s.storage != Storage::Object {
+                return None;
+            }
+            let o = objects.get(s.file as usize)?.as_ref()?;
             if ranged::is_piece(o, s.offset, s.len, max_whole) {
                 return Some(Item::Piece(Piece::new(o.clone(), s.offset, s.len)));
             }
-            seen.insert(s.path).then(|| Item::Whole(o.clone()))
+            seen.insert(s.file).then(|| Item::Whole(o.clone()))
         })
         .collect()
 }
@@ -192,11 +189,11 @@ mod tests {
     use std::path::Path;
 
     /// A flat `s3://` dataset of `n` objects (`i.jpg`, `1000 + i` bytes) and its listing.
-    fn listed(n: usize) -> (Dataset, HashMap<String, ObjectRef>) {
+    fn listed(n: usize) -> (Dataset, Vec<Option<ObjectRef>>) {
         let cfg = S3Config::default();
         let remote = Arc::new(Remote::new(&Connection::default(), "b", &cfg).unwrap());
         let mut ds = Dataset::remote(Path::new("s3://b/d"), DatasetKind::Flat);
-        let mut objects = HashMap::new();
+        let mut objects = Vec::new();
         for i in 0..n {
             let key = format!("d/{i}.jpg");
             let size = 1000 + i as u64;
@@ -208,7 +205,7 @@ mod tests {
                 size,
                 etag: format!("e{i}"),
             };
-            objects.insert(remote.url(&key), obj);
+            objects.push(Some(obj));
         }
         (ds, objects)
     }

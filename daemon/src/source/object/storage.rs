@@ -1,16 +1,60 @@
-//! The store as a dataset holds it: [`ObjectStorage`] for [`ObjectStore`].
+//! The store as datasets hold it: [`ObjectStorage`] for [`ObjectStore`], and a dataset's
+//! object table bound to its store ([`Bound`], its [`DatasetObjects`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ObjectStore;
-use crate::source::index::{Dataset, DatasetError, ObjectStorage, OpenOptions, RemoteFile};
+use super::{ObjectRef, ObjectStore};
+use crate::source::index::{
+    Dataset, DatasetError, DatasetObjects, ObjectStorage, OpenOptions, RemoteFile, SampleRef,
+    Storage,
+};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
+
+/// A dataset's objects by file id (`None` for its local files), shared with the
+/// prefetcher's planning task.
+pub(super) type ObjectTable = Arc<Vec<Option<ObjectRef>>>;
+
+/// A dataset's objects: its object table and the store it reads them through.
+#[derive(Debug)]
+pub(super) struct Bound {
+    store: Arc<ObjectStore>,
+    table: ObjectTable,
+    /// Whether it is an `s3://` dataset, whose objects are fetched ahead while
+    /// `s3.prefetch` is on (a file list's objects are not).
+    ahead: bool,
+}
+
+impl ObjectStore {
+    /// The objects of `ds` by file id, from the objects this store listed or HEADed, bound
+    /// to this store; fetched ahead when `ahead` (see [`Bound`]).
+    fn bind_table(self: Arc<Self>, ds: &Dataset, ahead: bool) -> Arc<dyn DatasetObjects> {
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let mut table: Vec<Option<ObjectRef>> = Vec::new();
+        for i in 0..ds.len() {
+            let s = ds.sample(i);
+            let at = s.file as usize;
+            if s.storage != Storage::Object || table.get(at).is_some_and(Option::is_some) {
+                continue;
+            }
+            if table.len() <= at {
+                table.resize(at + 1, None);
+            }
+            table[at] = map.get(s.path.to_string_lossy().as_ref()).cloned();
+        }
+        drop(map);
+        Arc::new(Bound {
+            store: self,
+            table: Arc::new(table),
+            ahead,
+        })
+    }
+}
 
 impl ObjectStorage for ObjectStore {
     fn open(self: Arc<Self>, url: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let mut ds = super::index::open_dataset(&self, url, opts)?;
-        ds.set_objects(Some(self));
+        ds.set_objects(Some(self.bind_table(&ds, true)));
         Ok(ds)
     }
 
@@ -27,21 +71,27 @@ impl ObjectStorage for ObjectStore {
             .collect()
     }
 
+    fn bind(self: Arc<Self>, ds: &Dataset) -> Arc<dyn DatasetObjects> {
+        self.bind_table(ds, false)
+    }
+}
+
+impl DatasetObjects for Bound {
     fn read(
         &self,
         reader: &mut Reader,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
     ) -> Vec<Result<(), ReadError>> {
-        ObjectStore::read(self, reader, reqs, bufs)
+        self.store.read(&self.table, reader, reqs, bufs)
     }
 
-    fn local_file(&self, path: &Path) -> std::io::Result<PathBuf> {
-        ObjectStore::local_file(self, path)
+    fn local_file(&self, sample: SampleRef<'_>) -> std::io::Result<PathBuf> {
+        self.store.local_file(&self.table, sample.request())
     }
 
-    fn prefetches(&self, ds: &Dataset) -> bool {
-        ObjectStore::prefetches(self, ds)
+    fn prefetches(&self) -> bool {
+        self.ahead && self.store.config().prefetch
     }
 
     fn schedule(
@@ -51,10 +101,11 @@ impl ObjectStorage for ObjectStore {
         order: Vec<u64>,
         current: Box<dyn Fn() -> bool + Send + Sync>,
     ) {
-        self.schedule_prefetch(ds, epoch, order, current);
+        self.store
+            .schedule_prefetch(ds, &self.table, epoch, order, current);
     }
 
     fn evict(&self, ds: &Dataset) -> usize {
-        ObjectStore::evict(self, ds)
+        self.store.evict(&self.table, ds)
     }
 }

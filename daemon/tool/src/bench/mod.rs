@@ -507,12 +507,7 @@ pub fn storage_only(
                 .map(|&i| {
                     // A permutation of the dataset's indices, which are usizes.
                     #[allow(clippy::cast_possible_truncation)]
-                    let s = ds.sample(i as usize);
-                    stoker_daemon::source::local::reader::ReadRequest {
-                        path: s.path,
-                        offset: s.offset,
-                        len: s.len,
-                    }
+                    ds.sample(i as usize).request()
                 })
                 .collect();
             let res = reader.read_batch(&reqs, &mut bufs);
@@ -556,7 +551,7 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
         #[allow(clippy::cast_possible_truncation)]
         let mut buf = vec![0u8; s.len as usize];
         let file = match ds.objects() {
-            Some(objects) => objects.local_file(s.path),
+            Some(objects) => objects.local_file(s),
             None => Ok(s.path.to_owned()),
         };
         let ok = file.and_then(std::fs::File::open).and_then(|f| {

@@ -79,31 +79,37 @@ fn errors_stay_per_request_and_name_path_and_reason() {
             path: &good,
             offset: 100,
             len: 5000,
+            object: None,
         },
         ReadRequest {
             path: &missing,
             offset: 0,
             len: 10,
+            object: None,
         },
         ReadRequest {
             path: &good,
             offset: 9000,
             len: 2000,
+            object: None,
         },
         ReadRequest {
             path: &locked,
             offset: 0,
             len: 6,
+            object: None,
         },
         ReadRequest {
             path: &good,
             offset: 0,
             len: 0,
+            object: None,
         },
         ReadRequest {
             path: &good,
             offset: 0,
             len: 10_000,
+            object: None,
         },
     ];
     let mut readers = vec![pread()];
@@ -151,6 +157,7 @@ fn buffers_are_reused_across_batches() {
             path: &p,
             offset: i * 1000,
             len: 3000,
+            object: None,
         })
         .collect();
     let mut bufs = vec![Vec::new(); 16];
@@ -189,7 +196,7 @@ proptest! {
             let (p, d) = &files[ix.index(files.len())];
             let off = (a.abs().fract() * d.len() as f64) as u64;
             let len = (b.abs().fract() * (d.len() as u64 - off) as f64) as u64;
-            ReadRequest { path: p, offset: off, len }
+            ReadRequest { path: p, offset: off, len, object: None }
         }).collect();
         let Some(mut u) = uring_or_skip("io_uring_and_pread_return_identical_bytes", depth) else {
             return Ok(());
@@ -233,6 +240,7 @@ fn measure_io_uring_vs_pread_photos() {
             path: p,
             offset: 0,
             len: *n,
+            object: None,
         })
         .collect();
     let total: u64 = files.iter().map(|f| f.1).sum();
@@ -325,6 +333,7 @@ fn fd_cache_eviction_never_closes_a_file_in_flight() {
                 path: p,
                 offset: 512 + round,
                 len: 2000,
+                object: None,
             })
             .collect();
         let mut bufs = vec![Vec::new(); n];
