@@ -128,3 +128,36 @@ fn attach_retries_until_its_timeout_then_says_no_daemon() {
     assert!(t.elapsed() >= Duration::from_millis(300));
     assert!(t.elapsed() < Duration::from_secs(3));
 }
+
+// ---------------------------------------------------------------------------------------
+// Positions at the edge of their range.
+
+#[test]
+fn an_epoch_at_the_top_of_its_range_is_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_dataset(dir.path(), 2, 2); // 4 samples; batch 2: 2 steps an epoch
+    let data = data.to_str().unwrap().to_owned();
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let top = stoker::protocol::position::MAX_EPOCH;
+    for epoch in [u64::MAX, top + 1] {
+        let mut o = options(&data, "top", 0, 1, spec(2, 16, Some(2)));
+        o.start = Position::at(epoch, 0);
+        let e = match Client::attach(daemon.socket(), o) {
+            Ok(mut c) => panic!(
+                "ATTACH at epoch {epoch} was taken (it would wrap to epoch 0): {:?}",
+                c.next_batch().map(|b| b.map(|b| (b.epoch(), b.step())))
+            ),
+            Err(e) => e,
+        };
+        assert_eq!(e.code(), Some(ErrorCode::InvalidSpec), "{e}");
+        assert!(e.to_string().contains(&epoch.to_string()), "{e}");
+    }
+    // The last epoch a job may start at is served, and an endless stream goes on past it.
+    let mut o = options(&data, "top", 0, 1, spec(2, 16, None));
+    o.start = Position::at(top, 0);
+    let mut c = Client::attach(daemon.socket(), o).unwrap();
+    let epochs: Vec<u64> = (0..4)
+        .map(|_| c.next_batch().unwrap().unwrap().epoch())
+        .collect();
+    assert_eq!(epochs, vec![top, top, top + 1, top + 1]);
+}

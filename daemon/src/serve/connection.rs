@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustix::io::Errno;
+use stoker::protocol::position::MAX_EPOCH;
 use stoker::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
 };
@@ -350,6 +351,13 @@ pub(super) fn check_attach(a: &Attach) -> Result<(), Refusal> {
         return Err(refuse(
             ErrorCode::InvalidSpec,
             format!("rank {} is not within world_size {}", a.rank, a.world_size),
+        ));
+    }
+    let epochs = [Some(a.start.epoch), a.offset.map(|o| o.epoch)];
+    if let Some(epoch) = epochs.into_iter().flatten().find(|&e| e > MAX_EPOCH) {
+        return Err(refuse(
+            ErrorCode::InvalidSpec,
+            format!("epoch {epoch} is beyond the last epoch a job may start at ({MAX_EPOCH})"),
         ));
     }
     super::gpus::attached_gpu(&a.device)?;

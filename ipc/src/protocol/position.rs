@@ -22,6 +22,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The last epoch a job may start (or resume an elastic offset) at: every JSON reader holds
+/// it exactly (2^53 - 1, the largest integer a double holds), and a stream started there
+/// would need 2^64 - 2^53 epochs to reach the end of `u64`, so [`Position::settle`] never
+/// overflows. ATTACH refuses a start or offset epoch above it.
+pub const MAX_EPOCH: u64 = (1 << 53) - 1;
+
 /// A place in a job's stream of batches: batch `step` of epoch `epoch`.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
@@ -83,9 +89,11 @@ impl Position {
     /// any batch.
     pub fn settle(self, steps: &EpochSteps) -> Position {
         let mut pos = self;
-        // Only the resumed epoch may have fewer steps than `per_epoch`, so this ends.
+        // Only the resumed epoch may have fewer steps than `per_epoch`, so this ends. A job
+        // starts at most at MAX_EPOCH, so the epoch never reaches the end of `u64`; saturating
+        // keeps it from wrapping to 0 even so.
         while pos.step >= steps.steps_in(pos.epoch) && steps.per_epoch > 0 {
-            pos = Position::at(pos.epoch + 1, 0);
+            pos = Position::at(pos.epoch.saturating_add(1), 0);
         }
         pos
     }
