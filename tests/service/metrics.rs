@@ -80,23 +80,7 @@ fn metrics_count_exactly_what_clients_received() {
     let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path(), "data", 7);
     let socket = dir.path().join("stoker.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let _daemon = spawn_ready(
-        dir.path(),
-        &[
-            "--socket",
-            socket.to_str().unwrap(),
-            "--threads",
-            "2",
-            "--metrics-listen",
-            &addr,
-        ],
-    );
+    let (_daemon, addr) = spawn_with_metrics(dir.path(), &socket);
     let delivered = r#"stoker_images_total{stage="delivered"}"#;
     let (status, before) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -220,25 +204,7 @@ fn status_and_metrics_escape_job_keys_and_cut_long_ones() {
     let dir = tempfile::tempdir().unwrap();
     let data = dataset(dir.path(), "data", 4);
     let socket = dir.path().join("stoker.sock");
-    let addr = format!(
-        "127.0.0.1:{}",
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    );
-    let _d = spawn_ready(
-        dir.path(),
-        &[
-            "--socket",
-            socket.to_str().unwrap(),
-            "--threads",
-            "2",
-            "--metrics-listen",
-            &addr,
-        ],
-    );
+    let (_d, addr) = spawn_with_metrics(dir.path(), &socket);
     let data = data.to_str().unwrap();
     let forged = "\u{1b}[2J\rFORGED\n\0row";
     let long = "k".repeat(65_000);
@@ -296,4 +262,24 @@ fn status_and_metrics_escape_job_keys_and_cut_long_ones() {
         keys.contains(&forged) && keys.contains(&"plain"),
         "{keys:?}"
     );
+}
+
+/// A daemon on `socket` with 2 threads and `/metrics` on a free port of 127.0.0.1, and that
+/// address.
+fn spawn_with_metrics(dir: &Path, socket: &Path) -> (Daemon, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let args = [
+        "--socket",
+        socket.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--metrics-listen",
+        &addr,
+    ];
+    (spawn_ready(dir, &args), addr)
 }

@@ -272,12 +272,7 @@ impl ServerHandle {
     /// Sets the gauges that are state rather than events (clients, jobs, ring bytes, GPUs)
     /// and the GPUs' decode counts.
     fn refresh_gauges(&self) {
-        let jobs = self
-            .registry
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len();
+        let jobs = self.job_count();
         ::metrics::gauge!(m::JOBS).set(jobs as f64);
         ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
         let gpus = self.engines.gpu_status();
@@ -309,14 +304,18 @@ impl ServerHandle {
         }
     }
 
-    /// A one-line summary for systemd's STATUS=.
-    pub fn summary(&self) -> String {
-        let jobs = self
-            .registry
+    /// How many jobs are registered now.
+    fn job_count(&self) -> usize {
+        self.registry
             .jobs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .len();
+            .len()
+    }
+
+    /// A one-line summary for systemd's STATUS=.
+    pub fn summary(&self) -> String {
+        let jobs = self.job_count();
         format!(
             "{} jobs, {} clients, {:.0} img/s{}",
             jobs,
