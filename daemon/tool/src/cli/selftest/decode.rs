@@ -33,8 +33,9 @@ use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 /// PSNR every nvJPEG image must reach against the CPU decoder's.
 pub const MIN_PSNR_DB: f64 = 40.0;
 
-/// Failures named in a check's detail; the rest are counted.
-const NAMED_FAILURES: usize = 8;
+/// Failures named in a check's detail; the rest are counted. Every one is named: the first run on
+/// a GPU showed that a report naming 8 of 30 cannot be acted on without another run.
+const NAMED_FAILURES: usize = 256;
 
 /// The JPEG files under `dir` (recursively), sorted, at most `max` (0: all).
 pub fn photo_files(dir: &Path, max: usize) -> Vec<PathBuf> {
