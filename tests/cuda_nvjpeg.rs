@@ -1,6 +1,6 @@
 //! stoker's nvJPEG binding (`stoker_nvidia::nvjpeg`) on the emulated GPU: batched decode on
 //! the (emulated) hardware engines, the decoupled GPU-hybrid path, ROI, against stoker's CPU
-//! decoder on the shared photos (PSNR >= 40 dB each), and the edge corpus sorted into
+//! decoder upsampling chroma as nvJPEG does on the shared photos (PSNR >= 40 dB each), and the edge corpus sorted into
 //! hardware, hybrid and refused by nvJPEG's rules. Skips loudly without `../shared/data`.
 
 // Test code: its casts are of small sizes, counts and pixel values chosen by the test, not
@@ -101,6 +101,14 @@ fn job(dev: &Device, d: &NvjpegDecoder, name: String, jpeg: Vec<u8>, i: usize) -
     }
 }
 
+/// The CPU decoder upsampling chroma by replication, as nvJPEG does (docs/cuda.md, "First GPU
+/// run").
+fn plain_cpu_decoder() -> CpuDecoder {
+    let mut cpu = CpuDecoder::new(Limits::default()).unwrap();
+    cpu.set_fast_upsample(true).unwrap();
+    cpu
+}
+
 fn check(job: &Job, cpu: &mut CpuDecoder) {
     let mut got = vec![0u8; job.width as usize * job.height as usize * 3];
     job.out.read(&mut got).unwrap();
@@ -116,7 +124,7 @@ fn photos_decode_on_the_hardware_path_as_the_cpu_decoder_does() {
     let (dev, mut d, stream) = decoder();
     assert!(d.has_hardware());
     assert_eq!(d.hardware_info(), (7, 1));
-    let mut cpu = CpuDecoder::new(Limits::default()).unwrap();
+    let mut cpu = plain_cpu_decoder();
     let mut names: Vec<PathBuf> = std::fs::read_dir(data.join("photos"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -194,7 +202,7 @@ fn edge_files_are_sorted_into_hardware_hybrid_and_refused() {
     let Some(data) = shared_data() else { return };
     let edge = data.join("edge");
     let (dev, mut d, stream) = decoder();
-    let mut cpu = CpuDecoder::new(Limits::default()).unwrap();
+    let mut cpu = plain_cpu_decoder();
     let mut table = std::collections::BTreeMap::<&str, Vec<String>>::new();
     for (name, _) in edge_manifest::read(&edge) {
         let jpeg = std::fs::read(edge.join(&name)).unwrap();

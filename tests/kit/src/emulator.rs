@@ -17,6 +17,12 @@ pub const UUIDS: [&str; 2] = [
     "GPU-57e0e3c0-0000-4000-8000-000000000001",
 ];
 
+/// The least PSNR between a batch served from the (emulated) GPU and the CPU backend's batch for
+/// the same (seed, epoch, step). nvJPEG upsamples chroma by replication and the CPU decoder with
+/// libjpeg's triangle filter (docs/cuda.md, "First GPU run": 35-63 dB on whole photos, and the
+/// emulator does as the GPU did); a wrong image, a race or a stale slot is far below.
+pub const MIN_BACKEND_PSNR_DB: f64 = 30.0;
+
 /// `lib<name>.so` as cargo built it beside this test (a dev-dependency of `stoker-kernels`).
 pub fn built_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();

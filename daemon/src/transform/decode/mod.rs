@@ -468,23 +468,28 @@ pub struct CpuDecoder {
     factors: Vec<ScalingFactor>,
     /// CMYK pixels before conversion to RGB.
     cmyk: Vec<u8>,
+    /// Chroma upsampled by replication instead of libjpeg's "fancy" (triangle) filter.
+    fast_upsample: bool,
 }
 
 impl CpuDecoder {
     pub fn new(limits: Limits) -> Result<CpuDecoder, DecodeError> {
         Ok(CpuDecoder {
-            tj: Self::new_limited_handle(&limits)?,
+            tj: Self::new_limited_handle(&limits, false)?,
             limits,
             factors: Self::allowed_factors(false),
             cmyk: Vec::new(),
+            fast_upsample: false,
         })
     }
 
-    fn new_limited_handle(limits: &Limits) -> Result<TjHandle, DecodeError> {
+    fn new_limited_handle(limits: &Limits, fast_upsample: bool) -> Result<TjHandle, DecodeError> {
         let mut tj = new_handle()?;
         // TurboJPEG's own check (0 = none); ours in `check_limits` also covers larger limits.
         let tj_max = i32::try_from(limits.max_pixels).unwrap_or(0);
         tj.set(Param::MaxPixels, tj_max)
+            .map_err(DecodeError::from_tj)?;
+        tj.set(Param::FastUpsample, i32::from(fast_upsample))
             .map_err(DecodeError::from_tj)?;
         Ok(tj)
     }
@@ -492,11 +497,23 @@ impl CpuDecoder {
     /// Passes `result` through, replacing the TurboJPEG instance if it is an error.
     fn recover<T>(&mut self, result: Result<T, DecodeError>) -> Result<T, DecodeError> {
         if result.is_err() {
-            if let Ok(tj) = Self::new_limited_handle(&self.limits) {
+            if let Ok(tj) = Self::new_limited_handle(&self.limits, self.fast_upsample) {
                 self.tj = tj;
             }
         }
         result
+    }
+
+    /// Upsamples chroma by replication (`djpeg -nosmooth`, `TJPARAM_FASTUPSAMPLE`) instead of
+    /// libjpeg's default triangle filter. nvJPEG's hardware and GPU-hybrid decoders upsample
+    /// this way (bit-identical on a real H200: docs/results/gpu-check-2026-11-26), so `stoker
+    /// selftest --gpu` compares them with a decoder set so; serving never sets it.
+    pub fn set_fast_upsample(&mut self, fast: bool) -> Result<(), DecodeError> {
+        self.tj
+            .set(Param::FastUpsample, i32::from(fast))
+            .map_err(DecodeError::from_tj)?;
+        self.fast_upsample = fast;
+        Ok(())
     }
 
     fn allowed_factors(all: bool) -> Vec<ScalingFactor> {

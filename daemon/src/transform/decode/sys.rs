@@ -57,6 +57,7 @@ pub(crate) enum Param {
     Quality,
     RestartRows,
     SaveMarkers,
+    FastUpsample,
 }
 
 impl Param {
@@ -78,6 +79,7 @@ impl Param {
             Param::Quality => tj::TJPARAM_TJPARAM_QUALITY,
             Param::RestartRows => tj::TJPARAM_TJPARAM_RESTARTROWS,
             Param::SaveMarkers => tj::TJPARAM_TJPARAM_SAVEMARKERS,
+            Param::FastUpsample => tj::TJPARAM_TJPARAM_FASTUPSAMPLE,
         };
         p as libc::c_int
     }

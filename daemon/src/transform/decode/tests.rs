@@ -417,3 +417,35 @@ fn decoder_reuses_its_instance_after_errors() {
     d.decode_full(&jpeg, &mut out).unwrap();
     assert!(psnr(&out.data, &src) >= 40.0);
 }
+
+#[test]
+fn fast_upsample_changes_only_subsampled_chroma_and_survives_a_failed_decode() {
+    let decode_with = |d: &mut CpuDecoder, jpeg: &[u8]| {
+        let mut out = RgbImage::default();
+        d.decode_full(jpeg, &mut out).unwrap();
+        out.data
+    };
+    let mut fancy = CpuDecoder::new(Limits::default()).unwrap();
+    let mut plain = CpuDecoder::new(Limits::default()).unwrap();
+    plain.set_fast_upsample(true).unwrap();
+    // 4:2:0: chroma is upsampled, by a triangle filter or by replication: the pixels differ.
+    let (src, s420) = encode_rgb(Enc {
+        subsamp: 2,
+        ..Enc::default()
+    });
+    let replicated = decode_with(&mut plain, &s420);
+    assert_ne!(replicated, decode_with(&mut fancy, &s420));
+    assert!(psnr(&replicated, &src) >= 35.0);
+    // The setting outlives the TurboJPEG instance a failed decode replaces.
+    let mut out = RgbImage::default();
+    assert!(plain
+        .decode_full(&s420[..s420.len() / 2], &mut out)
+        .is_err());
+    assert_eq!(decode_with(&mut plain, &s420), replicated);
+    // 4:4:4: nothing to upsample, the same pixels either way.
+    let (_, s444) = encode_rgb(Enc::default());
+    assert_eq!(
+        decode_with(&mut plain, &s444),
+        decode_with(&mut fancy, &s444)
+    );
+}

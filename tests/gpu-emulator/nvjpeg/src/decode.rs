@@ -72,6 +72,10 @@ fn decode_packed(jpeg: &[u8], gray: bool) -> Result<(Vec<u8>, u32, u32), Status>
     // is exactly width * height * channels bytes, what tj3Decompress8 writes with that pitch.
     unsafe {
         tj::tj3Set(t.0, tj::TJPARAM_TJPARAM_STOPONWARNING as c_int, 1);
+        // Chroma upsampled by replication, never libjpeg's triangle filter: on a real H200 every
+        // nvJPEG hardware and hybrid decode that differed from libjpeg-turbo's was bit-identical
+        // to `djpeg -nosmooth` (docs/results/gpu-check-2026-11-26, docs/cuda.md).
+        tj::tj3Set(t.0, tj::TJPARAM_TJPARAM_FASTUPSAMPLE as c_int, 1);
         if tj::tj3DecompressHeader(t.0, jpeg.as_ptr(), jpeg.len() as tj::size_t) != 0 {
             return Err(status::BAD_JPEG);
         }
