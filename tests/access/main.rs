@@ -2,6 +2,7 @@
 //! quotas and limits, rings no other connection can obtain, and clients of another uid (a
 //! real separate uid, see `stoker_testkit::child`) refused by their own credentials.
 
+mod caches;
 mod other_uid;
 mod rings;
 mod rules;

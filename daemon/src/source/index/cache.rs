@@ -6,12 +6,29 @@
 //!
 //! # Limitations
 //! - Corrupt or stale caches are ignored and rewritten; a failed write is only a warning.
+//! - The folder is private (0700, files 0600); one another uid owns or may write to is not
+//!   used at all (a warning names it and why). Entries are not signed: whoever may write the
+//!   folder (this uid, root) is trusted.
 
 #![forbid(unsafe_code)]
 
 use super::*;
 
 // ---- The on-disk cache ----
+
+/// The cache folder, made private to this uid (0700, see `stoker_private`); `None` when there
+/// is none, or when it is refused (another uid's, writable by others: a warning says which
+/// and why), since an index planted there would be served as the dataset.
+pub(super) fn private_cache_dir(opts: &OpenOptions) -> Option<PathBuf> {
+    let dir = cache_dir(opts)?;
+    match stoker_private::ensure_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!(error = %e, "not using the dataset index cache");
+            None
+        }
+    }
+}
 
 pub(super) fn cache_dir(opts: &OpenOptions) -> Option<PathBuf> {
     if let Some(d) = &opts.cache_dir {
@@ -230,7 +247,6 @@ pub(super) fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<
 
 pub(super) fn save_cache(file: &Path, ds: &Dataset, written_at: i128) -> io::Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         file.file_name()
@@ -238,12 +254,8 @@ pub(super) fn save_cache(file: &Path, ds: &Dataset, written_at: i128) -> io::Res
             .unwrap_or_default(),
         std::process::id()
     ));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(&encode(ds, written_at))?;
-        f.sync_all()?;
-        fs::rename(&tmp, file)
-    })();
+    let result = stoker_private::write_file(&tmp, &encode(ds, written_at))
+        .and_then(|()| fs::rename(&tmp, file));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }

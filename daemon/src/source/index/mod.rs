@@ -53,7 +53,7 @@ use tar::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -325,7 +325,7 @@ impl Dataset {
             None => detect_kind(&root)?,
         };
         let cache_file = if opts.use_cache {
-            cache_dir(opts).map(|d| d.join(cache_file_name(&root, kind)))
+            private_cache_dir(opts).map(|d| d.join(cache_file_name(&root, kind)))
         } else {
             None
         };

@@ -14,10 +14,9 @@
 #![forbid(unsafe_code)]
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::cache::{decode, fnv1a, save_cache, FNV_OFFSET};
+use super::cache::{decode, fnv1a, private_cache_dir, save_cache, FNV_OFFSET};
 use super::{cache_dir, now_ns, Dataset, DatasetError, DatasetKind, IndexOrigin, OpenOptions};
 
 /// One sample of a shard as its sidecar index (`NAME.tar.idx`) gives it.
@@ -44,7 +43,7 @@ fn remote_index_base(url: &Path, key: &str, opts: &OpenOptions) -> Option<PathBu
         key.as_bytes(),
         fnv1a(url.as_os_str().as_encoded_bytes(), FNV_OFFSET),
     );
-    Some(cache_dir(opts)?.join(format!("s3-index-{h:016x}")))
+    Some(private_cache_dir(opts)?.join(format!("s3-index-{h:016x}")))
 }
 
 /// The index of the dataset at `url` (cache key `key`) written less than `ttl_ns` ago.
@@ -84,9 +83,7 @@ pub(crate) fn save_remote_index(key: &str, opts: &OpenOptions, ds: &Dataset, ext
     // The objects first, the index last: an index is read only with its objects beside it.
     let objects = base.with_extension("objects");
     let tmp = base.with_extension(format!("objects.{}.tmp", std::process::id()));
-    let written = fs::create_dir_all(base.parent().unwrap_or(Path::new(".")))
-        .and_then(|()| fs::File::create(&tmp))
-        .and_then(|mut f| f.write_all(extra.as_bytes()).and_then(|()| f.sync_all()))
+    let written = stoker_private::write_file(&tmp, extra.as_bytes())
         .and_then(|()| fs::rename(&tmp, &objects))
         .and_then(|()| save_cache(&base.with_extension("bin"), ds, now_ns()));
     if let Err(e) = written {

@@ -84,10 +84,12 @@ pub struct NodeCache {
 }
 
 impl NodeCache {
-    /// Opens (creating) `dir`, takes in the complete files already there and removes leftover
-    /// temporary files.
+    /// Opens (creating) `dir`, private to this uid (`stoker_private`: 0700, files 0600; a
+    /// folder another uid owns or may write to is refused, since an object planted there
+    /// would be served as the bucket's), takes in the complete files already there and
+    /// removes leftover temporary files.
     pub fn open(dir: &Path, cap: u64) -> std::io::Result<NodeCache> {
-        fs::create_dir_all(dir)?;
+        stoker_private::ensure_dir(dir).map_err(std::io::Error::other)?;
         let mut st = State::default();
         for e in fs::read_dir(dir)? {
             let e = e?;
@@ -325,5 +327,27 @@ mod tests {
         assert!(c.finish("x-y-3", &p, &tmp, Err(err), "s3://b/x").is_err());
         assert!(w.wait().is_err());
         assert!(matches!(c.claim("x-y-3"), Claim::Fetch(_)));
+    }
+
+    #[test]
+    fn the_folder_is_made_private_and_one_of_another_uid_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path().join("cache/objects");
+        NodeCache::open(&objects, 10).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&objects), 0o700);
+        fs::set_permissions(&objects, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = NodeCache::open(&objects, 10).unwrap_err().to_string();
+        assert!(
+            e.contains(&objects.display().to_string()) && e.contains("may write"),
+            "{e}"
+        );
+        if stoker_private::euid() == 0 {
+            fs::set_permissions(&objects, fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&objects, Some(65534), Some(65534)).unwrap();
+            let e = NodeCache::open(&objects, 10).unwrap_err().to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
     }
 }

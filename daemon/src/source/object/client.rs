@@ -287,7 +287,7 @@ impl Remote {
         .await
     }
 
-    /// Downloads the whole object `key` into `file` (created or truncated); returns its size.
+    /// Downloads the whole object `key` into `file` (made anew, mode 0600); returns its size.
     pub async fn download(&self, key: &str, file: &Path) -> Result<u64, S3Error> {
         let url = self.url(key);
         let path = object_path(key);
@@ -297,7 +297,7 @@ impl Remote {
                 .get(&path)
                 .await
                 .map_err(|e| S3Error::of(&url, &e))?;
-            let mut out = std::fs::File::create(file)
+            let mut out = stoker_private::replace_file(file)
                 .map_err(|e| S3Error::local(&url, format!("{}: {e}", file.display())))?;
             let mut stream = got.into_stream();
             let mut n = 0u64;

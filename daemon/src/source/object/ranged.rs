@@ -234,7 +234,7 @@ fn spawn_group(
             #[allow(clippy::cast_possible_truncation)]
             let (at, len) = ((p.offset - range.start) as usize, p.len as usize);
             let temp = cache.temp_path(name);
-            let written = std::fs::write(&temp, &bytes[at..at + len])
+            let written = stoker_private::write_file(&temp, &bytes[at..at + len])
                 .map(|()| p.len)
                 .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
             if written.is_ok() {

@@ -12,7 +12,9 @@
 //!   `$XDG_CACHE_HOME/stoker/kernels`, else `~/.cache/stoker/kernels`, named by a 128-bit
 //!   FNV-1a hash of (source, options, NVRTC version, arch). Written to a temporary file and
 //!   renamed, so a crash never leaves half a cubin; a file that is not an ELF image is ignored
-//!   and rebuilt.
+//!   and rebuilt. The folder is private (`stoker_private`: 0700, cubins 0600); one another
+//!   user owns or may write to is not used (a warning names it and why), since a cubin is
+//!   code the GPU runs.
 //!
 //! # Limitations
 //! - A device newer than the NVRTC in use (arch not in `nvrtcGetSupportedArchs`) is an error;
@@ -245,23 +247,46 @@ impl KernelCache {
     ) -> Result<Vec<u8>, NvrtcError> {
         let key = KernelCache::key(src.source, &Nvrtc::options(arch), nvrtc.version(), arch);
         let path = self.path(src.name, key, arch);
-        if let Ok(bytes) = std::fs::read(&path) {
-            if is_elf(&bytes) {
+        let private = self.private();
+        if private {
+            if let Some(bytes) = self.load(&path) {
                 return Ok(bytes);
             }
-            tracing::warn!(path = %path.display(), "ignoring a corrupt cached cubin");
         }
         let cubin = nvrtc.compile(src, arch)?;
-        if let Err(e) = self.store(&path, &cubin) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot cache a cubin");
+        if private {
+            if let Err(e) = self.store(&path, &cubin) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot cache a cubin");
+            }
         }
         Ok(cubin)
     }
 
+    /// Whether the folder is (made) private to this uid: a cubin is code the GPU runs, so one
+    /// from a folder another user owns or may write to is never loaded (nor written there).
+    fn private(&self) -> bool {
+        match stoker_private::ensure_dir(&self.dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "not using the kernel cache; compiling instead");
+                false
+            }
+        }
+    }
+
+    fn load(&self, path: &Path) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(path).ok()?;
+        if is_elf(&bytes) {
+            return Some(bytes);
+        }
+        tracing::warn!(path = %path.display(), "ignoring a corrupt cached cubin");
+        None
+    }
+
+    /// Writes a cubin mode 0600 under a temporary name, then renames it into place.
     fn store(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
+        stoker_private::write_file(&tmp, bytes)?;
         std::fs::rename(&tmp, path)
     }
 }
@@ -327,6 +352,27 @@ mod tests {
             c.path("augment.cu", 0xab, 90),
             Path::new("/c/augment-sm_90-000000000000000000000000000000ab.cubin")
         );
+    }
+
+    #[test]
+    fn cubins_are_stored_private_and_a_folder_of_another_uid_is_not_used() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let c = KernelCache::new(dir.path().join("kernels"));
+        let elf = [b"\x7fELF".as_slice(), &[0u8; 80]].concat();
+        assert!(c.private());
+        let path = c.path("k.cu", 1, 90);
+        c.store(&path, &elf).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!((mode(c.dir()), mode(&path)), (0o700, 0o600));
+        assert_eq!(c.load(&path), Some(elf));
+        std::fs::set_permissions(c.dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!c.private(), "a folder others may write to is refused");
+        if stoker_private::euid() == 0 {
+            std::fs::set_permissions(c.dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(c.dir(), Some(65534), Some(65534)).unwrap();
+            assert!(!c.private(), "a folder of uid 65534 is refused");
+        }
     }
 
     #[test]
