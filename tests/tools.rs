@@ -173,3 +173,90 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
         "{err}"
     );
 }
+
+/// Runs `stoker <args>` and returns (exit code, stdout + stderr); fails the test when it has
+/// not ended within 60 s (it hangs), killing it.
+fn run_bounded(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(stoker())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run stoker");
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "stoker {args:?} hangs (killed after 60 s): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[test]
+fn the_tools_refuse_a_fifo_naming_it_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    run(&[
+        "synth",
+        &s(&data),
+        "--images",
+        "6",
+        "--classes",
+        "2",
+        "--scale",
+        "0.2",
+    ]);
+    // One image becomes a FIFO that nobody writes to: opening it without O_NONBLOCK blocks.
+    let fifo = data.join("class_0000/img_00000000.jpg");
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let list = dir.path().join("list.tsv");
+    std::fs::write(&list, format!("{}\t0\n", fifo.display())).unwrap();
+    let named = |text: &str| text.contains(&s(&fifo)) && text.contains("FIFO");
+    for target in [&data, &list] {
+        let (code, text) = run_bounded(&["check", &s(target)]);
+        assert_eq!(code, Some(1), "check {}: {text}", target.display());
+        assert!(named(&text), "check {}: {text}", target.display());
+    }
+    let (code, text) = run_bounded(&["pack", &s(&data), &s(&dir.path().join("packed"))]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(named(&text), "pack: {text}");
+    let ppm = s(&dir.path().join("out.ppm"));
+    let (code, text) = run_bounded(&["decode", "--output", &ppm, &s(&fifo)]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(named(&text), "decode: {text}");
+    // The bench's decode stages load the samples into memory: the FIFO is left out.
+    let json = dir.path().join("bench.json");
+    let (code, text) = run_bounded(&[
+        "bench",
+        &s(&data),
+        "--in-process",
+        "--no-scaling",
+        "--epochs",
+        "1",
+        "--warmup",
+        "0",
+        "--min-seconds",
+        "0.2",
+        "--json",
+        &s(&json),
+    ]);
+    assert_eq!(code, Some(0), "bench: {text}");
+}

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::source::object::sidecar::{self, IndexedSample};
 
 /// Default target shard size: 256 MB.
@@ -234,7 +235,7 @@ pub fn pack_dataset_with(
     for i in 0..ds.len() {
         let s = ds.sample(i);
         if open.as_ref().map(|(p, _)| *p) != Some(s.path) {
-            let f = File::open(s.path).map_err(|source| PackError::Read {
+            let f = open_input(s.path).map_err(|source| PackError::Read {
                 sample: ds.display_name(i),
                 source,
             })?;

@@ -216,6 +216,17 @@ pub fn open_sample(
     Ok(file)
 }
 
+/// Opens an input file of a tool (`stoker check`, `pack`, `decode`, `bench`) as a sample is
+/// opened ([`open_sample`] with the process's own credentials): never blocking, regular files
+/// only. The error says why (a FIFO or device: "not a regular file but a FIFO: refused
+/// without reading"); the caller names the path.
+pub fn open_input(path: &Path) -> io::Result<File> {
+    open_sample(path, &OpenPolicy::default(), None).map_err(|e| match e {
+        OpenError::Io(e) => e,
+        e => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    })
+}
+
 /// Clears `O_NONBLOCK` on a regular file: read(2) ignores it, but io_uring would return
 /// EAGAIN for data not yet in the page cache instead of reading it.
 fn clear_nonblock(file: &File) -> Result<(), OpenError> {

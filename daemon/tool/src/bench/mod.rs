@@ -18,6 +18,7 @@ use stoker_daemon::engine::{
 };
 use stoker_daemon::service::config::DEFAULT_SLOTS_PER_RANK;
 use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::source::object::ObjectStore;
 
 /// What to measure.
@@ -420,7 +421,7 @@ pub fn evict(ds: &Dataset) -> Eviction {
         }
     }
     for p in distinct_files(ds) {
-        if let Ok(f) = std::fs::File::open(&p) {
+        if let Ok(f) = open_input(&p) {
             // Advice only: a file the kernel keeps cached is still read correctly.
             let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         }
@@ -554,7 +555,7 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
             Some(objects) => objects.local_file(s),
             None => Ok(s.path.to_owned()),
         };
-        let ok = file.and_then(std::fs::File::open).and_then(|f| {
+        let ok = file.and_then(|p| open_input(&p)).and_then(|f| {
             use std::os::unix::fs::FileExt;
             f.read_exact_at(&mut buf, s.offset)
         });

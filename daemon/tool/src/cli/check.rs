@@ -19,6 +19,7 @@ use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
 use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::source::object::ObjectStore;
 use stoker_daemon::sync::lock;
 use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
@@ -171,7 +172,7 @@ fn is_sidecar(path: &Path) -> bool {
 /// Reads `len` bytes at `offset` of `path` (a whole file, or a member of a tar shard).
 fn read_range(objects: &ObjectStore, path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(objects.local_file_at(path)?)?;
+    let mut f = open_input(&objects.local_file_at(path)?)?;
     f.seek(SeekFrom::Start(offset))?;
     let mut buf = Vec::with_capacity(usize::try_from(len).map_err(io::Error::other)?);
     f.take(len).read_to_end(&mut buf)?;

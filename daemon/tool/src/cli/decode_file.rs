@@ -3,11 +3,12 @@
 #![forbid(unsafe_code)]
 
 use crate::cli::Exit;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::RgbImage;
 
+use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Arguments of `stoker decode`.
@@ -58,10 +59,13 @@ enum DecodeFileError {
 }
 
 fn decode_to_ppm(file: &Path, output: &Path) -> Result<(u32, u32), DecodeFileError> {
-    let bytes = std::fs::read(file).map_err(|source| DecodeFileError::Read {
-        path: file.to_owned(),
-        source,
-    })?;
+    let mut bytes = Vec::new();
+    open_input(file)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|source| DecodeFileError::Read {
+            path: file.to_owned(),
+            source,
+        })?;
     let mut decoder = CpuDecoder::new(Limits::default()).map_err(DecodeFileError::Decoder)?;
     let mut img = RgbImage::default();
     decoder
