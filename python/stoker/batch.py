@@ -161,9 +161,18 @@ class Batch:
     1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
     slot's images address, host or device)."""
 
-    def __init__(self, handle):
-        self._handle = handle
-        header = _lib.read_info(_lib.BatchHeader, "stoker_batch_info", handle, self.release)
+    def __init__(self):
+        """An empty batch: `stoker_next` writes its lease into `_handle` (pass
+        `byref(batch._handle)`), then `_read_header()` fills the rest. The object exists before
+        the lease does, so the lease always has an owner, even when a KeyboardInterrupt unwinds
+        the call that received it (the Loader keeps the batch and hands it out next)."""
+        self._handle = ctypes.c_void_p()
+        self.epoch = None
+        self.step = self.n = self.slot = self.images_ptr = None
+
+    def _read_header(self):
+        """Fills epoch, step, n, slot and images_ptr from the lease (again: it is idempotent)."""
+        header = _lib.read_info(_lib.BatchHeader, "stoker_batch_info", self._handle)
         self.epoch = header.epoch
         self.step = header.step
         self.n = header.n

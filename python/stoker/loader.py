@@ -146,6 +146,9 @@ class Loader:
         # The elastic offset (epoch, consumed) this loader resumed from, or None.
         self._offset = None
         self._ended = False
+        # A batch received but not handed out yet (see _peek): what a KeyboardInterrupt while
+        # next() waited leaves behind, delivered by the next call.
+        self._held = None
 
     # --- connection --------------------------------------------------------------------
 
@@ -191,9 +194,13 @@ class Loader:
         self._position_from_client()
 
     def _position_from_client(self):
+        self._epoch, self._step = self._client_position()
+
+    def _client_position(self):
+        """The attached client's position: the batch after the last one it received."""
         epoch, step = c_uint64(), c_uint64()
         call("stoker_client_position", self._client, byref(epoch), byref(step))
-        self._epoch, self._step = epoch.value, step.value
+        return epoch.value, step.value
 
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
@@ -206,6 +213,9 @@ class Loader:
             for key in self._stall_before:
                 self._stall_before[key] += now[key]
         client, self._client = self._client, None
+        # A batch received but never handed out is the next batch of the position: attaching
+        # again receives it anew.
+        self._held = None
         if client:
             lib.stoker_detach(client)
 
@@ -239,18 +249,47 @@ class Loader:
     # --- iteration ----------------------------------------------------------------------
 
     def next_batch(self):
-        """The next `Batch`, or None once the job's epochs are done."""
-        if self._ended:
+        """The next `Batch`, or None once the job's epochs are done. A KeyboardInterrupt
+        raised while this waits loses nothing: the batch that arrives meanwhile is the next
+        call's, and `state_dict()` still names it."""
+        if self._peek() is None:
             return None
-        self._attach()
-        handle = c_void_p()
-        r = call("stoker_next", self._client, byref(handle))
-        if r == STOKER_END_OF_DATA:
-            self._ended = True
-            return None
-        batch = Batch(handle)
-        self._position_from_client()
-        return batch
+        return self._take()
+
+    def _peek(self):
+        """The next batch, received but not handed out: it stays in `_held` (and the position
+        before it) until `_take()`. The Batch exists before libstoker writes its lease, so an
+        exception unwinding this at any point (Ctrl-C while `stoker_next` waits, raised when
+        it returns) leaves the lease owned by `_held`, and the next call hands it out."""
+        held = self._held
+        if held is None or not held._handle:
+            if self._ended:
+                return None
+            self._attach()
+            held = self._held = Batch()
+            r = call("stoker_next", self._client, byref(held._handle))
+            if r == STOKER_END_OF_DATA:
+                self._held = None
+                self._ended = True
+                return None
+        try:
+            if held.epoch is None:
+                held._read_header()
+            if getattr(held, "_after", None) is None:
+                # Nothing was received since `held`: the client's position is right after it.
+                held._after = self._client_position()
+        except Exception:
+            self._held = None
+            raise
+        return held
+
+    def _take(self):
+        """Hands out the batch `_peek` returned and moves the position past it. No call in
+        here: Python raises a pending KeyboardInterrupt only at calls and loops, so the batch
+        is either still held or handed out, never lost."""
+        held, self._held = self._held, None
+        self._epoch, self._step = held._after
+        return held
 
     def _steps_in(self, epoch):
         """Batches of `epoch` for this rank (fewer in an elastic resume's epoch), as the
@@ -271,10 +310,16 @@ class Loader:
         """Yields `(images, labels)` for the rest of the current epoch."""
         epoch = self._epoch
         while self._epoch == epoch:
-            b = self.next_batch()
+            b = self._peek()
             if b is None:
                 return
-            yield b.images, b.labels
+            # Made before the batch is handed out: an interrupt in here leaves it held.
+            item = b.images, b.labels
+            del b
+            self._take()
+            yield item
+            # The caller has its own reference; waiting for the next batch, this keeps none.
+            del item
 
     def __len__(self):
         """Batches of the current epoch for this rank (attaches if needed); fewer than usual
