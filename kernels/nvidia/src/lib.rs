@@ -24,6 +24,7 @@
 
 pub mod cuda;
 pub mod emulator;
+pub mod jpeg_header;
 pub mod loader;
 pub mod nvjpeg;
 pub mod nvrtc;

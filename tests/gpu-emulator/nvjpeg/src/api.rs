@@ -92,6 +92,14 @@ pub extern "C" fn nvjpegGetProperty(kind: c_int, value: *mut c_int) -> Status {
     })
 }
 
+/// `NVJPEG_FLAGS_BITSTREAM_STRICT` (nvjpeg.h: `1<<2`).
+pub const FLAGS_BITSTREAM_STRICT: c_uint = 4;
+
+/// The flags nvjpeg.h defines (`NVJPEG_FLAGS_DEFAULT` 0 to
+/// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` 32); only the strict one changes what the
+/// emulator does.
+const FLAGS_KNOWN: c_uint = 63;
+
 #[no_mangle]
 pub extern "C" fn nvjpegCreateEx(
     backend: c_int,
@@ -101,7 +109,7 @@ pub extern "C" fn nvjpegCreateEx(
     handle: *mut *mut c_void,
 ) -> Status {
     call("nvjpegCreateEx", || {
-        if flags != 0 || !(0..=6).contains(&backend) {
+        if flags & !FLAGS_KNOWN != 0 || !(0..=6).contains(&backend) {
             return Err(status::INVALID_PARAMETER);
         }
         let (_, engines, cores) = crate::cuda::current_device()?;
@@ -110,6 +118,7 @@ pub extern "C" fn nvjpegCreateEx(
         }
         let h = reg().insert(Object::Handle(HandleObj {
             backend,
+            strict: flags & FLAGS_BITSTREAM_STRICT != 0,
             engines,
             cores,
         }));
@@ -180,6 +189,7 @@ fn new_state() -> Object {
         pinned: false,
         device: false,
         phase: Phase::Idle,
+        doomed: None,
     })
 }
 
@@ -331,7 +341,7 @@ fn supported(
     let roi = r.params(params)?.roi;
     let s = r.stream(stream)?;
     let fits = roi.is_none_or(|q| q.x + q.w <= s.header.width && q.y + q.h <= s.header.height);
-    let ok = s.header.supported_by(path) && fits;
+    let ok = header::supported_by(&s.header, path) && fits;
     // SAFETY: out-parameter from the caller.
     unsafe { out(flag, c_int::from(!ok)) }
 }

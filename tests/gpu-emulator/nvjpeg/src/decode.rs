@@ -1,10 +1,18 @@
 //! Decoding with libjpeg-turbo and laying the pixels out as nvJPEG's output formats do.
 //!
 //! # Design
-//! The whole image is decoded (libjpeg warnings are errors, as in stoker's CPU decoder), the
-//! region of interest is cut out, and the result is arranged for the output format into host
-//! memory; the write into the caller's device memory happens later, on the CUDA stream
-//! ([`crate::cuda`]).
+//! - The whole image is decoded, the region of interest is cut out, and the result is
+//!   arranged for the output format into host memory; the write into the caller's device
+//!   memory happens later, on the CUDA stream ([`crate::cuda`]).
+//! - Lenient unless strict ([`Mode`]): "nvJPEG library will try to decode a bitstream even if
+//!   it doesn't strictly follow the JPEG specification. Using this flag will return an error in
+//!   such cases." (`NVJPEG_FLAGS_BITSTREAM_STRICT`, NVJPEG#nvjpeg-flags). Without the flag a
+//!   stream libjpeg only warns about (corrupt entropy data, a file cut short) is decoded to
+//!   whatever libjpeg makes of it, as the real library decoded the corrupt and truncated edge
+//!   files on an H200 (docs/results/gpu-check-2026-11-26/selftest.txt); with it, `BAD_JPEG`.
+//! - Wrong colours where the real library gave them ([`crate::header::wrong_colours`]): the
+//!   decoded RGB is converted once more as if it were YCbCr, the emulator's stand-in for a
+//!   conversion applied to components that were not YCbCr.
 
 use std::ffi::c_int;
 
@@ -61,8 +69,18 @@ impl Drop for Turbo {
     }
 }
 
-/// Decodes `jpeg` to packed RGB (3 bytes a pixel) or gray; `BAD_JPEG` on any error or warning.
-fn decode_packed(jpeg: &[u8], gray: bool) -> Result<(Vec<u8>, u32, u32), Status> {
+/// How a decode treats a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mode {
+    /// `NVJPEG_FLAGS_BITSTREAM_STRICT`: a libjpeg warning is `BAD_JPEG`.
+    pub strict: bool,
+    /// The real library's wrong colours for this image ([`crate::header::wrong_colours`]).
+    pub wrong_colours: bool,
+}
+
+/// Decodes `jpeg` to packed RGB (3 bytes a pixel) or gray; `BAD_JPEG` on any error, and on a
+/// warning when `strict`.
+fn decode_packed(jpeg: &[u8], gray: bool, strict: bool) -> Result<(Vec<u8>, u32, u32), Status> {
     // SAFETY: tj3Init has no preconditions; the handle is owned by `Turbo` at once.
     let t = Turbo(unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int) });
     if t.0.is_null() {
@@ -71,7 +89,7 @@ fn decode_packed(jpeg: &[u8], gray: bool) -> Result<(Vec<u8>, u32, u32), Status>
     // SAFETY: (whole block) a live handle; `jpeg` is read for its length; the output buffer
     // is exactly width * height * channels bytes, what tj3Decompress8 writes with that pitch.
     unsafe {
-        tj::tj3Set(t.0, tj::TJPARAM_TJPARAM_STOPONWARNING as c_int, 1);
+        tj::tj3Set(t.0, tj::TJPARAM_TJPARAM_STOPONWARNING as c_int, c_int::from(strict));
         // Chroma upsampled by replication, never libjpeg's triangle filter: on a real H200 every
         // nvJPEG hardware and hybrid decode that differed from libjpeg-turbo's was bit-identical
         // to `djpeg -nosmooth` (docs/results/gpu-check-2026-11-26, docs/cuda.md).
@@ -99,7 +117,9 @@ fn decode_packed(jpeg: &[u8], gray: bool) -> Result<(Vec<u8>, u32, u32), Status>
             pitch as c_int,
             pf,
         );
-        if rc != 0 {
+        // Not strict: a warning leaves the pixels libjpeg made of the stream.
+        let warned = tj::tj3GetErrorCode(t.0) == tj::TJERR_TJERR_WARNING as c_int;
+        if rc != 0 && (strict || !warned) {
             return Err(status::BAD_JPEG);
         }
         Ok((out, w as u32, h as u32))
@@ -114,9 +134,13 @@ pub fn decode(
     size: (u32, u32),
     roi: Option<Roi>,
     format: OutputFormat,
+    mode: Mode,
 ) -> Result<Planes, Status> {
     let gray = format == OutputFormat::Y;
-    let (px, w, h) = decode_packed(jpeg, gray)?;
+    let (mut px, w, h) = decode_packed(jpeg, gray, mode.strict)?;
+    if mode.wrong_colours && !gray {
+        convert_again(&mut px);
+    }
     if (w, h) != size {
         return Err(status::BAD_JPEG);
     }
@@ -158,4 +182,15 @@ pub fn decode(
         OutputFormat::Bgr => planar([2, 1, 0]),
     };
     Ok(Planes { planes, rows: rh })
+}
+
+/// Converts packed RGB as if each pixel were (Y, Cb, Cr), JFIF's equations.
+fn convert_again(px: &mut [u8]) {
+    let clamp = |v: f32| v.round().clamp(0.0, 255.0) as u8;
+    for p in px.chunks_exact_mut(3) {
+        let (y, cb, cr) = (f32::from(p[0]), f32::from(p[1]) - 128.0, f32::from(p[2]) - 128.0);
+        p[0] = clamp(y + 1.402 * cr);
+        p[1] = clamp(y - 0.344_136 * cb - 0.714_136 * cr);
+        p[2] = clamp(y + 1.772 * cb);
+    }
 }

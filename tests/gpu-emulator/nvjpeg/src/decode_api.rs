@@ -11,8 +11,8 @@ use std::ffi::{c_int, c_uchar, c_void};
 
 use crate::api::{bytes, call};
 use crate::cuda::{enqueue, Write};
-use crate::decode::{decode, OutputFormat, Planes};
-use crate::header::{self, Path};
+use crate::decode::{decode, Mode, OutputFormat, Planes};
+use crate::header::{self, Path, Stage};
 use crate::objects::*;
 use crate::status::{self, Status};
 
@@ -42,13 +42,18 @@ fn writes(p: Planes, img: &NvjpegImage) -> Result<Vec<Write>, Status> {
     Ok(out)
 }
 
-/// Decodes one image on `path`: `JPEG_NOT_SUPPORTED` if that path cannot take it.
-fn decode_on(jpeg: &[u8], path: Path, params: ParamsObj) -> Result<Planes, Status> {
+/// Decodes one image on `path` (strictly with a strict handle): `JPEG_NOT_SUPPORTED` if that
+/// path cannot take it.
+fn decode_on(jpeg: &[u8], path: Path, params: ParamsObj, strict: bool) -> Result<Planes, Status> {
     let hd = header::parse(jpeg).ok_or(status::BAD_JPEG)?;
-    if !hd.supported_by(path) {
+    if !header::supported_by(&hd, path) {
         return Err(status::JPEG_NOT_SUPPORTED);
     }
-    decode(jpeg, (hd.width, hd.height), params.roi, params.format)
+    let mode = Mode {
+        strict,
+        wrong_colours: header::wrong_colours(&hd),
+    };
+    decode(jpeg, (hd.width, hd.height), params.roi, params.format, mode)
 }
 
 #[no_mangle]
@@ -81,9 +86,12 @@ fn batched(
     params: Option<*mut *mut c_void>,
     stream: *mut c_void,
 ) -> Result<(), Status> {
-    let (path, n, per_image) = {
+    let (path, n, per_image, strict) = {
         let mut r = reg();
-        let backend = r.handle(h)?.backend;
+        let (backend, strict) = {
+            let x = r.handle(h)?;
+            (x.backend, x.strict)
+        };
         let (n, format) = r.state(state)?.batch.ok_or(status::INVALID_PARAMETER)?;
         let path = decode_path(backend);
         let mut per_image = vec![ParamsObj { format, roi: None }; n];
@@ -96,7 +104,7 @@ fn batched(
                 *slot = *r.params(unsafe { *p.add(i) })?;
             }
         }
-        (path, n, per_image)
+        (path, n, per_image, strict)
     };
     if data.is_null() || lengths.is_null() || images.is_null() {
         return Err(status::INVALID_PARAMETER);
@@ -106,7 +114,7 @@ fn batched(
     for (i, params) in per_image.into_iter().enumerate().take(n) {
         // SAFETY: the caller passes `n` bitstreams, lengths and images.
         let (jpeg, img) = unsafe { (bytes(*data.add(i), *lengths.add(i))?, *images.add(i)) };
-        all.extend(writes(decode_on(jpeg, path, params)?, &img)?);
+        all.extend(writes(decode_on(jpeg, path, params, strict)?, &img)?);
         decoded.push(jpeg);
     }
     enqueue(stream, all)?;
@@ -146,6 +154,18 @@ pub extern "C" fn nvjpegDecodeBatchedEx(
     })
 }
 
+/// The real decoder's failure at `stage` for the image in progress, if it fails there (the
+/// state is then idle, as after any failed phase).
+fn fail_at(s: &mut StateObj, stage: Stage) -> Result<(), Status> {
+    match s.doomed {
+        Some((at, status)) if at == stage => {
+            (s.phase, s.doomed) = (Phase::Idle, None);
+            Err(status)
+        }
+        _ => Ok(()),
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeJpegHost(
     h: *mut c_void,
@@ -155,21 +175,32 @@ pub extern "C" fn nvjpegDecodeJpegHost(
     stream: *mut c_void,
 ) -> Status {
     call("nvjpegDecodeJpegHost", || {
-        let (path, p, jpeg) = {
+        let (path, p, jpeg, strict, doomed) = {
             let mut r = reg();
-            r.handle(h)?;
+            let strict = r.handle(h)?.strict;
             let backend = r.decoder(decoder)?;
             let p = *r.params(params)?;
             if !r.state(state)?.pinned {
                 return Err(status::INVALID_PARAMETER);
             }
-            let jpeg = r.stream(stream)?.data.clone();
-            (decode_path(backend), p, jpeg)
+            let s = r.stream(stream)?;
+            let doomed = header::hybrid_failure(&s.header);
+            (decode_path(backend), p, s.data.clone(), strict, doomed)
         };
-        let planes = decode_on(&jpeg, path, p)?;
+        // An image the real decoder failed on later passes this phase undecoded.
+        let planes = match doomed {
+            Some(_) => Planes {
+                planes: Vec::new(),
+                rows: 0,
+            },
+            None => decode_on(&jpeg, path, p, strict)?,
+        };
         let mut r = reg();
-        r.state(state)?.phase = Phase::Host(planes);
-        r.record(&jpeg, path);
+        let s = r.state(state)?;
+        (s.phase, s.doomed) = (Phase::Host(planes), doomed);
+        if doomed.is_none() {
+            r.record(&jpeg, path);
+        }
         Ok(())
     })
 }
@@ -191,6 +222,7 @@ pub extern "C" fn nvjpegDecodeJpegTransferToDevice(
         if !s.device {
             return Err(status::INVALID_PARAMETER);
         }
+        fail_at(s, Stage::Transfer)?;
         match std::mem::replace(&mut s.phase, Phase::Idle) {
             Phase::Host(p) => {
                 s.phase = Phase::Transferred(p);
@@ -221,6 +253,7 @@ pub extern "C" fn nvjpegDecodeJpegDevice(
             r.handle(h)?;
             r.decoder(decoder)?;
             let s = r.state(state)?;
+            fail_at(s, Stage::Device)?;
             match std::mem::replace(&mut s.phase, Phase::Idle) {
                 Phase::Transferred(p) => p,
                 other => {

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::decode::{OutputFormat, Planes, Roi};
-use crate::header::{Header, Path};
+use crate::header::{Header, Path, Stage};
 use crate::status::{self, Status};
 
 pub const BACKEND_DEFAULT: c_int = 0;
@@ -29,6 +29,8 @@ pub fn decode_path(backend: c_int) -> Path {
 
 pub struct HandleObj {
     pub backend: c_int,
+    /// Made with `NVJPEG_FLAGS_BITSTREAM_STRICT`.
+    pub strict: bool,
     pub engines: u32,
     pub cores: u32,
 }
@@ -46,6 +48,9 @@ pub struct StateObj {
     pub pinned: bool,
     pub device: bool,
     pub phase: Phase,
+    /// The decoupled phase that fails for the image in progress, and how
+    /// ([`crate::header::hybrid_failure`]).
+    pub doomed: Option<(Stage, Status)>,
 }
 
 pub struct StreamObj {

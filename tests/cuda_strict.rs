@@ -1,0 +1,196 @@
+//! The CUDA engine on the edge files a real nvJPEG got wrong (NVIDIA H200, nvJPEG 13.0.1,
+//! docs/results/gpu-check-2026-11-26/selftest.txt), on the emulated GPU, which now does what
+//! that library did: each file is served as the CPU backend serves it (the same per-sample
+//! status, pixels at PSNR >= 40 dB), never as nvJPEG's lenient decode of a corrupt stream,
+//! never as a failed rank when nvJPEG fails while decoding, never in wrong colours.
+//! The edge files are read from `../shared/data/edge` at test time (skipped loudly without).
+
+// Test code: small sizes and pixel values chosen by the test (the cast lints are for shipped
+// code).
+#![allow(clippy::cast_precision_loss)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use stoker::{AttachOptions, Client, DType, ImageMemory, PipelineSpec};
+use stoker_testkit::{emulator, write_image_folder, Daemon};
+
+fn edge_dir(test: &str) -> Option<PathBuf> {
+    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
+    if edge.join("MANIFEST.tsv").is_file() {
+        return Some(edge);
+    }
+    eprintln!("SKIPPED {test}: no {}", edge.display());
+    None
+}
+
+/// One sample as served: its index, per-sample status and u8 pixels.
+type Sample = (u64, u8, Vec<u8>);
+
+fn spec() -> PipelineSpec {
+    PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        ..PipelineSpec::train(4, 32)
+    }
+}
+
+/// Every sample of one epoch for the only rank, or the error that ended the feed.
+fn serve(socket: &Path, data: &Path, device: &str) -> Result<Vec<Sample>, String> {
+    let mut o = AttachOptions::new("strict", data.to_str().unwrap(), spec());
+    o.seed = 11;
+    o.device = device.parse().unwrap();
+    o.connect_timeout = Duration::from_secs(10);
+    let mut client = Client::attach(socket, o).map_err(|e| e.to_string())?;
+    let bytes = spec().image_bytes();
+    let mut out = Vec::new();
+    while let Some(batch) = client.next_batch().map_err(|e| e.to_string())? {
+        if batch.epoch() > 0 {
+            break;
+        }
+        let mut host = vec![0u8; batch.images_len()];
+        match batch.image_memory() {
+            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
+            ImageMemory::Host => host.copy_from_slice(&batch.images()[..batch.images_len()]),
+        }
+        for (k, (&i, &s)) in batch.indices().iter().zip(batch.status()).enumerate() {
+            out.push((i, s, host[k * bytes..(k + 1) * bytes].to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
+}
+
+/// Serves `files` of the edge corpus (and six synthetic photos) from the emulated GPU (with
+/// `faults` injected into its driver) and from the CPU backend, asserts every sample alike,
+/// and returns the GPU daemon's log.
+fn served_as_the_cpu_serves(test: &str, files: &[&str], faults: Option<&str>) -> Option<String> {
+    let edge = edge_dir(test)?;
+    emulator::use_emulator();
+    emulator::nvrtc(test)?;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    write_image_folder(&data, 2, 3, 48);
+    for f in files {
+        std::fs::copy(edge.join(f), data.join("c0").join(f)).unwrap();
+    }
+    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let log = dir.path().join("stokerd.log");
+    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+        cmd.env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("STOKER_NVIDIA_DIR", &wheels)
+            .env("STOKER_CACHE_DIR", &cache);
+        if let Some(f) = faults {
+            cmd.env("STOKER_EMU_FAULTS", f);
+        }
+    });
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let got = serve(gpu.socket(), &data, emulator::UUIDS[0]);
+    let want = serve(cpu.socket(), &data, "cpu").unwrap();
+    drop(gpu);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let got = got.unwrap_or_else(|e| panic!("{test}: the GPU's feed failed: {e}\n{text}"));
+    assert_eq!(got.len(), want.len(), "{test}: samples");
+    let mut names: Vec<String> = ["c0", "c1"]
+        .iter()
+        .flat_map(|c| std::fs::read_dir(data.join(c)).unwrap())
+        .map(|e| e.unwrap().path().strip_prefix(&data).unwrap().display().to_string())
+        .collect();
+    names.sort();
+    let mut wrong = Vec::new();
+    let name = |i: u64| names.get(i as usize).map_or("?", String::as_str);
+    for ((i, gs, gp), (wi, ws, wp)) in got.iter().zip(&want) {
+        // A sample replaced (policy skip) carries its replacement's index.
+        let db = psnr(gp, wp);
+        if (i, gs) != (wi, ws) || db < 40.0 {
+            wrong.push(format!(
+                "GPU: sample {i} ({}) status {gs}; CPU: sample {wi} ({}) status {ws}; \
+                 PSNR {db:.1} dB",
+                name(*i),
+                name(*wi)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{test}:\n{}\n{text}", wrong.join("\n"));
+    Some(text)
+}
+
+#[test]
+fn corrupt_and_truncated_edge_files_are_rejected_not_served_as_garbage() {
+    served_as_the_cpu_serves(
+        "corrupt_and_truncated_edge_files_are_rejected_not_served_as_garbage",
+        &[
+            "corrupt__broken_entropy_658x97.jpg",
+            "corrupt__broken_rst_1280x960.jpg",
+            "trunc__progressive_1024B.jpeg",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn samplings_nvjpeg_fails_on_are_decoded_by_the_cpu_not_a_failed_rank() {
+    served_as_the_cpu_serves(
+        "samplings_nvjpeg_fails_on_are_decoded_by_the_cpu_not_a_failed_rank",
+        &[
+            "subsamp__1x3_peacock.jpeg",
+            "subsamp__2x2-2x1-1x1_peacock.jpeg",
+            "subsamp__4x1-2x1-2x2_peacock.jpeg",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn an_nvjpeg_execution_failure_sends_its_images_to_the_cpu() {
+    // The emulated nvJPEG writes through cuLaunchHostFunc: its first call failing makes the
+    // first hardware batch's decode return NVJPEG_STATUS_EXECUTION_FAILED.
+    served_as_the_cpu_serves(
+        "an_nvjpeg_execution_failure_sends_its_images_to_the_cpu",
+        &["baseline__ljt_testorig.jpg"],
+        Some("cuLaunchHostFunc:1:CUDA_ERROR_INVALID_VALUE"),
+    );
+}
+
+#[test]
+fn repeated_nvjpeg_failures_switch_the_hardware_decoder_off_with_a_log_line() {
+    let faults: Vec<String> = (1..=12)
+        .map(|n| format!("cuLaunchHostFunc:{n}:CUDA_ERROR_INVALID_VALUE"))
+        .collect();
+    let test = "repeated_nvjpeg_failures_switch_the_hardware_decoder_off_with_a_log_line";
+    let Some(log) = served_as_the_cpu_serves(test, &[], Some(&faults.join(","))) else {
+        return;
+    };
+    assert!(
+        log.contains("switching nvJPEG's hardware decoder off"),
+        "{log}"
+    );
+}
+
+#[test]
+fn rgb_and_odd_gray_files_are_served_in_the_cpu_decoders_colours() {
+    served_as_the_cpu_serves(
+        "rgb_and_odd_gray_files_are_served_in_the_cpu_decoders_colours",
+        &[
+            "rgb__adobe0_500x333.jpg",
+            "rgb__adobe0_subsampled_go.jpeg",
+            "gray__blank_800x280.jpg",
+            "gray__sampling_2x2_factor.jpeg",
+        ],
+        None,
+    );
+}
