@@ -422,7 +422,7 @@ use stoker_testkit::edge_manifest;
 /// itself), among those whose header the daemon's probe reads.
 fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
     use stoker_nvidia::cuda::Device;
-    use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Route};
     let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
     let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
     let stream = dev.stream().unwrap();
@@ -444,13 +444,17 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
         };
         // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
         unsafe {
-            if d.hardware_supports(&jpeg, None).unwrap_or(false) {
-                hardware += u64::from(
-                    d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
-                        .is_ok(),
-                );
-            } else if d.hybrid_supports(&jpeg, None).unwrap_or(false) {
-                hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok());
+            match stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true) {
+                Route::Hardware => {
+                    hardware += u64::from(
+                        d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
+                            .is_ok(),
+                    )
+                }
+                Route::Hybrid => {
+                    hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok())
+                }
+                Route::Cpu => {}
             }
         }
         stream.synchronize().unwrap();

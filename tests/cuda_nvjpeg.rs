@@ -20,7 +20,7 @@ use emulator::*;
 use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi, Route};
 
 fn shared_data() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
@@ -183,17 +183,16 @@ fn photos_decode_on_the_hardware_path_as_the_cpu_decoder_does() {
     assert!(hardware > 0 && hardware + hybrid == names.len());
 }
 
-/// Where the edge file goes: "hardware", "hybrid" or "refused".
+/// Where the edge file goes by the engine's rule (`stoker_nvidia::nvjpeg::route`):
+/// "hardware", "hybrid" or "refused" (the CPU decoder's).
 fn route(d: &mut NvjpegDecoder, jpeg: &[u8]) -> &'static str {
     if d.info(jpeg).is_err() {
         return "refused";
     }
-    if d.hardware_supports(jpeg, None).unwrap_or(false) {
-        "hardware"
-    } else if d.hybrid_supports(jpeg, None).unwrap_or(false) {
-        "hybrid"
-    } else {
-        "refused"
+    match stoker_nvidia::nvjpeg::route(d, jpeg, None, true) {
+        Route::Hardware => "hardware",
+        Route::Hybrid => "hybrid",
+        Route::Cpu => "refused",
     }
 }
 
@@ -208,7 +207,12 @@ fn edge_files_are_sorted_into_hardware_hybrid_and_refused() {
         let jpeg = std::fs::read(edge.join(&name)).unwrap();
         let kind = name.split("__").next().unwrap().to_string();
         let r = route(&mut d, &jpeg);
+        // What a real nvJPEG got wrong goes to the CPU whatever its kind.
+        let observed = stoker_nvidia::jpeg_header::parse(&jpeg)
+            .and_then(|h| stoker_nvidia::nvjpeg::header_refusal(&h))
+            .is_some();
         let rule = match kind.as_str() {
+            _ if observed => Some("refused"),
             "baseline" => Some("hardware"),
             "prog" => Some("hybrid"),
             "12bit" | "arith" | "lossless" | "cmyk" | "notjpeg" => Some("refused"),

@@ -1,7 +1,7 @@
 //! The CUDA engine on the edge files a real nvJPEG got wrong (NVIDIA H200, nvJPEG 13.0.1,
 //! docs/results/gpu-check-2026-11-26/selftest.txt), on the emulated GPU, which now does what
 //! that library did: each file is served as the CPU backend serves it (the same per-sample
-//! status, pixels at PSNR >= 40 dB), never as nvJPEG's lenient decode of a corrupt stream,
+//! status, pixels at PSNR >= 25 dB), never as nvJPEG's lenient decode of a corrupt stream,
 //! never as a failed rank when nvJPEG fails while decoding, never in wrong colours.
 //! The edge files are read from `../shared/data/edge` at test time (skipped loudly without).
 
@@ -23,6 +23,13 @@ fn edge_dir(test: &str) -> Option<PathBuf> {
     eprintln!("SKIPPED {test}: no {}", edge.display());
     None
 }
+
+/// The least PSNR of one served sample against the CPU backend's. Lower than the batch-wide
+/// `emulator::MIN_BACKEND_PSNR_DB`: the emulated nvJPEG upsamples chroma by replication, as
+/// nvJPEG does, the CPU backend with libjpeg's filter, and one small synthetic colour image
+/// alone differs by 29-38 dB; what this file catches (garbage pixels of a corrupt stream,
+/// wrong colours) was at 7-15 dB before the fix.
+const MIN_SAMPLE_PSNR_DB: f64 = 25.0;
 
 /// One sample as served: its index, per-sample status and u8 pixels.
 type Sample = (u64, u8, Vec<u8>);
@@ -108,15 +115,25 @@ fn served_as_the_cpu_serves(test: &str, files: &[&str], faults: Option<&str>) ->
     let mut names: Vec<String> = ["c0", "c1"]
         .iter()
         .flat_map(|c| std::fs::read_dir(data.join(c)).unwrap())
-        .map(|e| e.unwrap().path().strip_prefix(&data).unwrap().display().to_string())
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .strip_prefix(&data)
+                .unwrap()
+                .display()
+                .to_string()
+        })
         .collect();
     names.sort();
     let mut wrong = Vec::new();
-    let name = |i: u64| names.get(i as usize).map_or("?", String::as_str);
+    let name = |i: u64| {
+        let i = usize::try_from(i).unwrap_or(usize::MAX);
+        names.get(i).map_or("?", String::as_str)
+    };
     for ((i, gs, gp), (wi, ws, wp)) in got.iter().zip(&want) {
         // A sample replaced (policy skip) carries its replacement's index.
         let db = psnr(gp, wp);
-        if (i, gs) != (wi, ws) || db < 40.0 {
+        if (i, gs) != (wi, ws) || db < MIN_SAMPLE_PSNR_DB {
             wrong.push(format!(
                 "GPU: sample {i} ({}) status {gs}; CPU: sample {wi} ({}) status {ws}; \
                  PSNR {db:.1} dB",

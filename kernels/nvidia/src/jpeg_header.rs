@@ -258,7 +258,10 @@ mod tests {
         assert_eq!(h.ids, [1, 2, 3]);
         let p = parse(&jpeg(&[], 0xc2, &YCC)).unwrap();
         assert_eq!(p.coding, Coding::Progressive);
-        assert_eq!(parse(&jpeg(&[], 0xc9, &YCC)).unwrap().coding, Coding::Arithmetic);
+        assert_eq!(
+            parse(&jpeg(&[], 0xc9, &YCC)).unwrap().coding,
+            Coding::Arithmetic
+        );
         assert!(parse(b"\xff\xd8\xff\xd9").is_none());
         assert!(parse(b"GIF89a").is_none());
         assert!(parse(&jpeg(&[], 0xc0, &[(1, 5, 1)])).is_none(), "factor 5");
@@ -268,7 +271,8 @@ mod tests {
     fn the_colour_space_is_libjpegs_reading_of_the_markers() {
         let a0 = adobe(0);
         let a1 = adobe(1);
-        let cases: [(&[(u8, &[u8])], &[(u8, u8, u8)], ColourSpace); 7] = [
+        type Case<'a> = (&'a [(u8, &'a [u8])], &'a [(u8, u8, u8)], ColourSpace);
+        let cases: [Case; 7] = [
             (&[JFIF], &YCC, ColourSpace::YCbCr),
             (&[(0xee, &a0)], &YCC, ColourSpace::Rgb),
             (&[(0xee, &a1)], &RGB, ColourSpace::YCbCr),

@@ -20,6 +20,7 @@ use crate::engine::backend::{
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
+use crate::service::ratelimit::{Admit, RateLimit};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::probe;
@@ -32,6 +33,11 @@ const SCRATCH_ALIGN: usize = 256;
 /// past it in a batch take the CPU path, so a batch of huge photos costs CPU time, never the
 /// rank.
 const MAX_SCRATCH_BYTES: usize = 1 << 30;
+
+/// nvJPEG failures in a row on the hardware engines (not bad images, not CUDA errors) after
+/// which a worker stops sending them images: a failing engine costs a failed call per image
+/// before its image reaches the CPU path, so repeated failures switch it off for good.
+const HARDWARE_FAILURES_BEFORE_OFF: u32 = 4;
 
 /// One image of a batch, planned: its route (the decoder [`route`] chose, or the reason it
 /// is a bad sample), its crop and the region nvJPEG decodes.
@@ -67,6 +73,10 @@ pub struct CudaBackend {
     /// Host images of the CPU path, `image_bytes` each, uploaded after the launch.
     host_images: Vec<u8>,
     zeros: Vec<u8>,
+    /// nvJPEG failures in a row on the hardware engines ([`HARDWARE_FAILURES_BEFORE_OFF`]).
+    hardware_failures: u32,
+    /// The log of nvJPEG failing on images (a few lines a second, then a count).
+    failure_log: RateLimit,
 }
 
 impl CudaBackend {
@@ -89,6 +99,8 @@ impl CudaBackend {
             samples: Vec::new(),
             host_images: Vec::new(),
             zeros: Vec::new(),
+            hardware_failures: 0,
+            failure_log: RateLimit::new(2),
             gpu,
         })
     }
@@ -174,16 +186,27 @@ impl CudaBackend {
         let hw: Vec<usize> = self.routed(Route::Hardware);
         let chunk = self.decoder.hardware_batch().min(MAX_HARDWARE_BATCH);
         for ks in hw.chunks(chunk) {
+            if !self.decoder.has_hardware() {
+                // Switched off during this batch: the rest take the CPU path.
+                ks.iter().for_each(|&k| self.plan[k].route = Ok(Route::Cpu));
+                continue;
+            }
             match self.decode_hardware(ks) {
-                // One image the engines fail on: decode the others one by one, so only that
-                // one goes to the CPU path.
-                Err(e) if e.is_bad_image() && ks.len() > 1 => {
-                    for k in ks {
-                        let r = self.decode_hardware(std::slice::from_ref(k));
-                        self.settle_nvjpeg(r, std::slice::from_ref(k))?;
+                // One image the engines fail on (a bad image, or nvJPEG failing while it
+                // decodes): decode the others one by one, so only that one goes to the CPU
+                // path.
+                Err(e) if !matches!(e, NvjpegError::Cuda(_)) && ks.len() > 1 => {
+                    self.settle_nvjpeg(Err(e), &[], Route::Hardware)?;
+                    for &k in ks {
+                        if !self.decoder.has_hardware() {
+                            self.plan[k].route = Ok(Route::Cpu);
+                            continue;
+                        }
+                        let r = self.decode_hardware(&[k]);
+                        self.settle_nvjpeg(r, &[k], Route::Hardware)?;
                     }
                 }
-                r => self.settle_nvjpeg(r, ks)?,
+                r => self.settle_nvjpeg(r, ks, Route::Hardware)?,
             }
         }
         for k in self.routed(Route::Hybrid) {
@@ -193,11 +216,10 @@ impl CudaBackend {
                 self.decoder
                     .decode_hybrid(&self.stream, &self.cpu.bufs[k], self.plan[k].roi, out)
             };
-            self.settle_nvjpeg(r, &[k])?;
-            // The hybrid state's pinned buffer is reused by the next image.
-            self.stream
-                .synchronize()
-                .map_err(|e| self.fault("hybrid decode", &e))?;
+            // The hybrid state's pinned buffer is reused by the next image: wait for this
+            // one, and take what the wait reports as this image's outcome.
+            let r = r.and_then(|()| self.stream.synchronize().map_err(NvjpegError::from));
+            self.settle_nvjpeg(r, &[k], Route::Hybrid)?;
         }
         Ok(())
     }
@@ -222,30 +244,55 @@ impl CudaBackend {
             .collect()
     }
 
-    /// An nvJPEG call's outcome: images it refused go to the CPU path; a device failure is a
-    /// fault.
+    /// An nvJPEG call's outcome for images `ks` on `path`: images it refused or failed on go
+    /// to the CPU path (which decodes them or says why not); a CUDA error is a fault.
     fn settle_nvjpeg(
         &mut self,
         r: Result<(), NvjpegError>,
         ks: &[usize],
+        path: Route,
     ) -> Result<(), BackendFault> {
-        match r {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_bad_image() => {
-                for &k in ks {
-                    self.plan[k].route = Ok(Route::Cpu);
+        let e = match r {
+            Ok(()) => {
+                if path == Route::Hardware {
+                    self.hardware_failures = 0;
                 }
-                Ok(())
+                return Ok(());
             }
-            Err(NvjpegError::Cuda(e)) => Err(self.fault("nvJPEG decode", &e)),
-            Err(e) => {
-                // nvJPEG's own failure (EXECUTION_FAILED, ...) may hide a dead context: the
-                // stream tells, and a sticky error marks the GPU broken.
-                if let Err(c) = self.stream.synchronize() {
-                    return Err(self.fault("nvJPEG decode", &c));
-                }
-                Err(self.gpu.fault("nvJPEG decode", &e, false))
+            Err(NvjpegError::Cuda(e)) => return Err(self.fault("nvJPEG decode", &e)),
+            Err(e) => e,
+        };
+        if !e.is_bad_image() {
+            // nvJPEG's own failure (EXECUTION_FAILED, INTERNAL_ERROR, INVALID_PARAMETER, as a
+            // real H200 gave on unusual files) may hide a dead context: the stream tells, and
+            // a sticky error marks the GPU broken. Otherwise the images are not lost.
+            if let Err(c) = self.stream.synchronize() {
+                return Err(self.fault("nvJPEG decode", &c));
             }
+            self.nvjpeg_failed(&e, ks, path);
+        }
+        for &k in ks {
+            self.plan[k].route = Ok(Route::Cpu);
+        }
+        Ok(())
+    }
+
+    /// Logs (rate-limited) nvJPEG failing on images `ks`, and switches the hardware engines
+    /// off after [`HARDWARE_FAILURES_BEFORE_OFF`] failures in a row there.
+    fn nvjpeg_failed(&mut self, e: &NvjpegError, ks: &[usize], path: Route) {
+        if let Admit::Log { suppressed } = self.failure_log.admit(Instant::now()) {
+            tracing::warn!(gpu = %self.gpu.label, path = path.name(), images = ks.len(), error = %e,
+                suppressed, "nvJPEG failed while decoding; the images go to the CPU decoder");
+        }
+        if path != Route::Hardware || !self.decoder.has_hardware() {
+            return;
+        }
+        self.hardware_failures += 1;
+        if self.hardware_failures >= HARDWARE_FAILURES_BEFORE_OFF {
+            self.decoder.switch_hardware_off();
+            tracing::error!(gpu = %self.gpu.label, failures = self.hardware_failures, error = %e,
+                "switching nvJPEG's hardware decoder off for this worker after repeated \
+                 failures; its images go to the GPU-hybrid decoder or the CPU");
         }
     }
 

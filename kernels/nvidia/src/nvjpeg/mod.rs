@@ -32,7 +32,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Device, Stream};
 use crate::loader::Loaded;
-pub use route::{route, Route, RouteQuery};
+pub use route::{header_refusal, route, Route, RouteQuery};
 
 use handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream, LibHandle, PinnedBuffer,
@@ -296,6 +296,9 @@ pub struct NvjpegDecoder {
     // Field order is drop order: every nvJPEG object before the library handle (each also
     // holds the handle), all of them while `device`'s context is bound (Drop binds it).
     hardware: Option<HardwareBatch>,
+    /// Set by [`Self::switch_hardware_off`]: the engines take nothing more (their objects stay
+    /// until drop, as work on a stream may still use them).
+    hardware_off: bool,
     hybrid: HybridDecoder,
     /// Parsed-stream object reused for support checks and the hybrid path.
     stream: JpegStream,
@@ -326,6 +329,7 @@ impl NvjpegDecoder {
             hardware: hw
                 .then(|| HardwareBatch::new(&handle, max_batch))
                 .transpose()?,
+            hardware_off: false,
             hybrid: HybridDecoder::new(&handle)?,
             stream: JpegStream::create(&handle)?,
             handle,
@@ -336,7 +340,13 @@ impl NvjpegDecoder {
 
     /// Whether the hardware engines are in use.
     pub fn has_hardware(&self) -> bool {
-        self.hardware.is_some()
+        self.hardware.is_some() && !self.hardware_off
+    }
+
+    /// Stops sending images to the hardware engines (after repeated failures there): from now
+    /// on [`Self::hardware_supports`] says no, so [`route`] asks the GPU-hybrid decoder.
+    pub fn switch_hardware_off(&mut self) {
+        self.hardware_off = true;
     }
 
     /// (engines, cores per engine); (0, 0) without hardware.
@@ -366,7 +376,7 @@ impl NvjpegDecoder {
         jpeg: &[u8],
         roi: Option<Roi>,
     ) -> Result<bool, NvjpegError> {
-        let Some(hw) = self.hardware.as_ref() else {
+        let Some(hw) = self.hardware.as_ref().filter(|_| !self.hardware_off) else {
             return Ok(false);
         };
         let params = &hw.params[0];
@@ -439,15 +449,25 @@ impl NvjpegDecoder {
             lengths: &lengths,
             images: &mut images,
         };
-        if rois.iter().all(Option::is_none) {
+        let decoded = if rois.iter().all(Option::is_none) {
             // SAFETY: the state is initialised for `n`; the arrays hold `n` entries and
             // outlive the call; the caller promises the outputs.
-            return unsafe { result::decode_batched(s, h, hw.state.raw(), args, stream.raw()) };
+            unsafe { result::decode_batched(s, h, hw.state.raw(), args, stream.raw()) }
+        } else {
+            let mut params: Vec<sys::DecodeParams> =
+                hw.params[..n].iter().map(|p| p.raw()).collect();
+            // SAFETY: as above (nvJPEG copies the bitstreams to its pinned staging before
+            // returning), with one live params object per image.
+            unsafe {
+                result::decode_batched_ex(s, h, hw.state.raw(), args, &mut params, stream.raw())
+            }
+        };
+        if decoded.is_err() {
+            // "if the batch decoding fails, then call the nvjpegDecodeBatchedInitialize()
+            // function again" (NVJPEG#single-phase).
+            hw.initialized = 0;
         }
-        let mut params: Vec<sys::DecodeParams> = hw.params[..n].iter().map(|p| p.raw()).collect();
-        // SAFETY: as above (nvJPEG copies the bitstreams to its pinned staging before
-        // returning), with one live params object per image.
-        unsafe { result::decode_batched_ex(s, h, hw.state.raw(), args, &mut params, stream.raw()) }
+        decoded
     }
 
     /// Decodes one image with the GPU-hybrid decoupled path (host Huffman, then device), for

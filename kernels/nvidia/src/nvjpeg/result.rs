@@ -26,11 +26,16 @@ pub fn get_property(s: &Nvjpeg, property: c_int) -> Result<i32, NvjpegError> {
 }
 
 /// `nvjpegCreateEx` with nvJPEG's default allocators.
+/// Handles are strict (`NVJPEG_FLAGS_BITSTREAM_STRICT`): without the flag nvJPEG decodes
+/// corrupt and truncated streams to garbage pixels where the CPU decoder refuses them (as a
+/// real H200 did, docs/results/gpu-check-2026-11-26).
 pub fn create_ex(s: &Nvjpeg, backend: c_int) -> Result<sys::Handle, NvjpegError> {
     let mut h: sys::Handle = ptr::null_mut();
-    // SAFETY: null allocators select nvJPEG's defaults; flags must be 0; writes one handle.
+    let flags = sys::FLAGS_BITSTREAM_STRICT;
+    // SAFETY: null allocators select nvJPEG's defaults; the flag is a documented one; writes
+    // one handle.
     check("nvjpegCreateEx", unsafe {
-        (s.create_ex)(backend, ptr::null_mut(), ptr::null_mut(), 0, &mut h)
+        (s.create_ex)(backend, ptr::null_mut(), ptr::null_mut(), flags, &mut h)
     })?;
     Ok(h)
 }

@@ -20,6 +20,9 @@ pub const MAX_COMPONENT: usize = 4;
 pub const BACKEND_DEFAULT: c_int = 0;
 pub const BACKEND_GPU_HYBRID: c_int = 2;
 pub const BACKEND_HARDWARE: c_int = 3;
+/// `NVJPEG_FLAGS_BITSTREAM_STRICT`: refuse a stream that does not strictly follow the JPEG
+/// specification instead of decoding what can be made of it.
+pub const FLAGS_BITSTREAM_STRICT: c_uint = 4;
 
 /// Interleaved RGB into channel 0 (what stoker's kernels read).
 pub const OUTPUT_RGBI: c_int = 5;

@@ -89,7 +89,11 @@ fn decode_packed(jpeg: &[u8], gray: bool, strict: bool) -> Result<(Vec<u8>, u32,
     // SAFETY: (whole block) a live handle; `jpeg` is read for its length; the output buffer
     // is exactly width * height * channels bytes, what tj3Decompress8 writes with that pitch.
     unsafe {
-        tj::tj3Set(t.0, tj::TJPARAM_TJPARAM_STOPONWARNING as c_int, c_int::from(strict));
+        tj::tj3Set(
+            t.0,
+            tj::TJPARAM_TJPARAM_STOPONWARNING as c_int,
+            c_int::from(strict),
+        );
         // Chroma upsampled by replication, never libjpeg's triangle filter: on a real H200 every
         // nvJPEG hardware and hybrid decode that differed from libjpeg-turbo's was bit-identical
         // to `djpeg -nosmooth` (docs/results/gpu-check-2026-11-26, docs/cuda.md).
@@ -188,7 +192,11 @@ pub fn decode(
 fn convert_again(px: &mut [u8]) {
     let clamp = |v: f32| v.round().clamp(0.0, 255.0) as u8;
     for p in px.chunks_exact_mut(3) {
-        let (y, cb, cr) = (f32::from(p[0]), f32::from(p[1]) - 128.0, f32::from(p[2]) - 128.0);
+        let (y, cb, cr) = (
+            f32::from(p[0]),
+            f32::from(p[1]) - 128.0,
+            f32::from(p[2]) - 128.0,
+        );
         p[0] = clamp(y + 1.402 * cr);
         p[1] = clamp(y - 0.344_136 * cb - 0.714_136 * cr);
         p[2] = clamp(y + 1.772 * cb);

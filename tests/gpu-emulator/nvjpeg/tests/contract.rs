@@ -159,6 +159,75 @@ fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
     flag
 }
 
+/// Decodes `data` with one batched call on a hardware handle made with `flags`, into a fresh
+/// 16 x 8 RGBI image; the call's status, then the stream's.
+fn decode_with_flags(flags: c_uint, data: &[u8]) -> R {
+    let (_, s) = setup(3);
+    let create: unsafe extern "C" fn(
+        c_int,
+        *mut c_void,
+        *mut c_void,
+        c_uint,
+        *mut *mut c_void,
+    ) -> R = sym(true, "nvjpegCreateEx");
+    let state_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStateCreate");
+    let init: unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedInitialize");
+    type Batched = unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *const *const u8,
+        *const usize,
+        *mut [usize; 8],
+        *mut c_void,
+    ) -> R;
+    let batched: Batched = sym(true, "nvjpegDecodeBatched");
+    let alloc: unsafe extern "C" fn(*mut u64, usize) -> R = sym(false, "cuMemAlloc_v2");
+    let sync: unsafe extern "C" fn(*mut c_void) -> R = sym(false, "cuStreamSynchronize");
+    let (mut h, mut st, mut dev) = (null_mut(), null_mut(), 0u64);
+    // SAFETY: (whole block) local out-parameters; `dev` holds one 16 x 8 RGBI image.
+    unsafe {
+        ok(create(3, null_mut(), null_mut(), flags, &mut h));
+        ok(state_create(h, &mut st));
+        ok(init(h, st, 1, 1, 5));
+        ok(alloc(&mut dev, 16 * 8 * 3));
+        let mut image = [0usize; 8];
+        (image[0], image[4]) = (dev as usize, 48);
+        let (ptrs, lens) = ([data.as_ptr()], [data.len()]);
+        let rc = batched(h, st, ptrs.as_ptr(), lens.as_ptr(), &mut image, s);
+        ok(sync(s));
+        rc
+    }
+}
+
+#[test]
+fn corrupt_streams_decode_leniently_unless_the_handle_is_strict() {
+    let baseline = jpeg(false);
+    // The entropy data cut short before the EOI: libjpeg warns ("premature end"), the real
+    // library without NVJPEG_FLAGS_BITSTREAM_STRICT decoded such files on an H200.
+    let cut = &baseline[..baseline.len() - 8];
+    assert_eq!(decode_with_flags(0, cut), 0, "lenient: decoded");
+    assert_eq!(decode_with_flags(4, cut), 3, "strict: BAD_JPEG");
+    assert_eq!(
+        decode_with_flags(4, &baseline),
+        0,
+        "strict: a sound stream decodes"
+    );
+    setup(3);
+    let create: unsafe extern "C" fn(
+        c_int,
+        *mut c_void,
+        *mut c_void,
+        c_uint,
+        *mut *mut c_void,
+    ) -> R = sym(true, "nvjpegCreateEx");
+    let mut h = null_mut();
+    // SAFETY: a local out-parameter.
+    let rc = unsafe { create(3, null_mut(), null_mut(), 64, &mut h) };
+    assert_eq!(rc, 2, "a flag nvjpeg.h does not define: INVALID_PARAMETER");
+}
+
 #[test]
 fn without_the_gate_every_call_refuses() {
     if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some() {
