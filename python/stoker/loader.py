@@ -4,7 +4,7 @@ import json
 import os
 from ctypes import byref, c_uint64, c_void_p
 
-from . import _daemon, _lib
+from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
 from .errors import ConnectError, DaemonGone
@@ -102,13 +102,18 @@ class Loader:
     Without `socket=` (or `$STOKER_SOCKET`) it uses the system daemon when one answers, else
     this user's own, which it starts when none answers (`autostart=False` turns that off).
     `stats()` is the data stall: time spent waiting in `next()` vs between calls.
+
+    Once attached, the loader sticks to that daemon's socket: when the daemon goes away
+    (restart, crash), it attaches again there at its own position, waiting up to
+    `reconnect_timeout` seconds ($STOKER_RECONNECT_TIMEOUT, default 120) for it to come back,
+    and the loop sees the batches an uninterrupted run would.
     """
 
     def __init__(self, dataset, batch_size=64, crop=224, *, train=True, resize=None,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
-                 spec=None, device="cpu", autostart=True):
+                 spec=None, device="cpu", autostart=True, reconnect_timeout=None):
         self.dataset = str(dataset)
         # The daemon resolves paths itself, from its own working directory: send absolute ones.
         self._dataset_arg = (os.path.abspath(self.dataset) if os.path.exists(self.dataset)
@@ -135,6 +140,11 @@ class Loader:
         self.seed = int(seed)
         self.socket = str(socket) if socket is not None else None
         self.autostart = bool(autostart)
+        self.reconnect_timeout = _reattach.reconnect_timeout(reconnect_timeout)
+        # (socket, may start a daemon there) of the first attach: every later one goes there.
+        self._home = None
+        # Why the daemon went away, for the message of the wait that follows.
+        self._gone = None
         # "cpu", "cuda:N" or a GPU UUID (see resolve_device).
         self.device = resolve_device(device)
         # The stall of connections closed earlier (a re-attach starts the client's from 0).
@@ -155,7 +165,18 @@ class Loader:
     def _attach(self):
         if self._client is not None:
             return
+        if self._home is not None:
+            # Attached before: the same daemon only, waiting for it while it restarts.
+            socket, may_start = self._home
+            gone, self._gone = self._gone, None
+            _reattach.attach_again(self._attach_at, socket, may_start, self.reconnect_timeout,
+                                   gone)
+            return
         socket, may_start = _daemon.resolve(self.socket, self.autostart)
+        self._first_attach(socket, may_start)
+        self._home = (socket, may_start)
+
+    def _first_attach(self, socket, may_start):
         if not may_start:
             return self._attach_at(socket)
         _daemon.ensure_daemon(socket)
@@ -189,7 +210,8 @@ class Loader:
         client = c_void_p()
         call("stoker_attach", byref(o), byref(client))
         self._client = client
-        self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client, self.close)
+        self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client,
+                                    self._drop_client)
         # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
         self._position_from_client()
 
@@ -204,7 +226,14 @@ class Loader:
 
     def close(self):
         """Detaches. Batches and arrays still held stay readable. Iterating attaches again,
-        at `state_dict()`'s position."""
+        at `state_dict()`'s position, to the same daemon."""
+        # A batch received but never handed out is the next batch of the position: attaching
+        # again receives it anew.
+        self._held = None
+        self._drop_client()
+
+    def _drop_client(self):
+        """Detaches, keeping the stall figures measured so far."""
         if self._client:
             try:
                 now = self._client_stall()
@@ -213,9 +242,6 @@ class Loader:
             for key in self._stall_before:
                 self._stall_before[key] += now[key]
         client, self._client = self._client, None
-        # A batch received but never handed out is the next batch of the position: attaching
-        # again receives it anew.
-        self._held = None
         if client:
             lib.stoker_detach(client)
 
@@ -267,7 +293,7 @@ class Loader:
                 return None
             self._attach()
             held = self._held = Batch()
-            r = call("stoker_next", self._client, byref(held._handle))
+            r = self._next_into(held)
             if r == STOKER_END_OF_DATA:
                 self._held = None
                 self._ended = True
@@ -282,6 +308,18 @@ class Loader:
             self._held = None
             raise
         return held
+
+    def _next_into(self, held):
+        """`stoker_next` into `held`. When the daemon went away (after the batches it had
+        already announced), attaches again at this loader's position, which is right after
+        the last batch handed out (nothing is held then), and asks again."""
+        while True:
+            try:
+                return call("stoker_next", self._client, byref(held._handle))
+            except DaemonGone as gone:
+                self._gone = str(gone)
+                self._drop_client()
+                self._attach()
 
     def _take(self):
         """Hands out the batch `_peek` returned and moves the position past it. No call in

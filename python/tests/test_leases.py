@@ -83,24 +83,46 @@ def test_a_released_batch_refuses_new_exports(dataset, daemon):
             np.from_dlpack(images)
 
 
-def test_the_daemon_going_away_raises_daemon_gone_then_connect_error(dataset, tmp_path,
-                                                                    monkeypatch):
-    monkeypatch.setenv("STOKER_CONNECT_TIMEOUT", "0.5")
+def test_a_daemon_that_stays_away_ends_the_wait_with_the_socket_and_the_bound(dataset, tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setenv("STOKER_RECONNECT_TIMEOUT", "0.5")
     served = serve_stokerd(tmp_path, ["--threads", "1", "--slots", "2"])
     sock = next(served)
     ld = loader(dataset, sock)
+    assert ld.reconnect_timeout == 0.5
     ld.next_batch()
     ld.next_batch()
     served.close()  # kills the daemon
+    t0 = time.monotonic()
     with pytest.raises(stoker.DaemonGone) as e:
         for _ in range(10):  # READYs already queued on the socket still arrive first
             ld.next_batch()
-    assert isinstance(e.value, ConnectionError) and "closed" in str(e.value)
+    assert time.monotonic() - t0 >= 0.5, "it waited for the daemon to come back"
+    assert isinstance(e.value, ConnectionError)
+    assert f"the daemon at {sock} went away" in str(e.value), e.value
+    assert "within 0.5 s" in str(e.value) and "STOKER_RECONNECT_TIMEOUT" in str(e.value)
     state = ld.state_dict()
     assert state["epoch"] == 0 and state["step"] >= 2
-    ld.load_state_dict(state)  # what a trainer does to resume: reattach at the position
-    with pytest.raises(stoker.ConnectError):
-        ld.next_batch()
+    # Trying again waits again (no spin), as does a resume from the state.
+    for again in (ld.next_batch, lambda: (ld.load_state_dict(state), ld.next_batch())):
+        t0 = time.monotonic()
+        with pytest.raises(stoker.DaemonGone, match="did not come back within 0.5 s"):
+            again()
+        assert time.monotonic() - t0 >= 0.5
+
+
+def test_a_loader_attaches_again_only_where_it_first_attached(dataset, daemon, monkeypatch):
+    ld = loader(dataset, daemon)
+    first = ld.next_batch().indices.numpy().tolist()
+    # Whichever socket the rule would name now (another user daemon, a system one coming back),
+    # the loader goes back to its own daemon.
+    monkeypatch.setattr(stoker._daemon, "resolve", lambda *a: pytest.fail("resolved again"))
+    state = ld.state_dict()
+    ld.close()
+    second = ld.next_batch().indices.numpy().tolist()
+    ld.load_state_dict(state)
+    assert ld.next_batch().indices.numpy().tolist() == second != first
+    ld.close()
 
 
 def test_stats_split_waiting_from_the_loops_own_time(dataset, daemon):
