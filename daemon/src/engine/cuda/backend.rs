@@ -195,7 +195,7 @@ impl CudaBackend {
                 // One image the engines fail on (a bad image, or nvJPEG failing while it
                 // decodes): decode the others one by one, so only that one goes to the CPU
                 // path.
-                Err(e) if !matches!(e, NvjpegError::Cuda(_)) && ks.len() > 1 => {
+                Err(e) if e.sends_image_to_cpu() && ks.len() > 1 => {
                     self.settle_nvjpeg(Err(e), &[], Route::Hardware)?;
                     for &k in ks {
                         if !self.decoder.has_hardware() {
@@ -260,6 +260,9 @@ impl CudaBackend {
                 return Ok(());
             }
             Err(NvjpegError::Cuda(e)) => return Err(self.fault("nvJPEG decode", &e)),
+            Err(e) if !e.sends_image_to_cpu() => {
+                return Err(self.gpu.fault("nvJPEG decode", &e, false))
+            }
             Err(e) => e,
         };
         if !e.is_bad_image() {

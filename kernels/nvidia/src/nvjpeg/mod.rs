@@ -91,6 +91,14 @@ impl NvjpegError {
     pub fn is_bad_image(&self) -> bool {
         matches!(self, NvjpegError::Call { status, .. } if status.is_bad_image())
     }
+
+    /// The image goes to the CPU decoder, which decodes it or says why not: nvJPEG refused it
+    /// or failed on it with any status (a real H200 returned EXECUTION_FAILED, INTERNAL_ERROR
+    /// and INVALID_PARAMETER on legal but unusual files, docs/results/gpu-check-2026-11-26).
+    /// Not for a CUDA error (the device's fault) or a missing library.
+    pub fn sends_image_to_cpu(&self) -> bool {
+        matches!(self, NvjpegError::Call { .. } | NvjpegError::Invalid(_))
+    }
 }
 
 fn unavailable(reason: crate::loader::LoadError) -> NvjpegError {
@@ -524,7 +532,12 @@ mod tests {
             call: "nvjpegDecodeBatchedEx",
             status: NvjpegStatus(4),
         };
-        assert!(e.is_bad_image());
+        assert!(e.is_bad_image() && e.sends_image_to_cpu());
+        let failed = NvjpegError::Call {
+            call: "nvjpegDecodeJpegTransferToDevice",
+            status: NvjpegStatus::INTERNAL_ERROR,
+        };
+        assert!(!failed.is_bad_image() && failed.sends_image_to_cpu());
         assert_eq!(
             e.to_string(),
             "nvjpegDecodeBatchedEx failed: NVJPEG_STATUS_JPEG_NOT_SUPPORTED (4)"

@@ -392,8 +392,9 @@ fn edge_outcome(
                 .map(|(want, backend)| (psnr(&got, &want), psnr(&got, &backend)));
             Ok(EdgeOutcome::Nvjpeg(p))
         }
-        // The engine sends an image nvJPEG finds bad to the CPU decoder.
-        Err(e) if e.is_bad_image() => Ok(on_cpu(cpu)),
+        // The engine sends an image nvJPEG refuses or fails on to the CPU decoder (the one
+        // rule: `NvjpegError::sends_image_to_cpu`).
+        Err(e) if e.sends_image_to_cpu() => Ok(on_cpu(cpu)),
         Err(e) => Err(format!("nvJPEG failed (not the image's fault): {e}")),
     }
 }
