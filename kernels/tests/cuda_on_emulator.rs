@@ -213,3 +213,61 @@ fn a_vmm_ring_written_here_is_read_by_a_child_process() {
     let out = run_child(test, "reader", &[("STOKER_TEST_RING_FD", raw.to_string())]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("bytes as written"));
 }
+
+/// CPU-seconds this thread has used.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Waiting for the device costs no core (issue: "no spinning waits"): a stream's and an
+/// event's `synchronize` on 400 ms of (delayed) device work sleep instead of busy-waiting,
+/// which the emulated driver does, as NVIDIA documents, unless told to block.
+#[test]
+fn waiting_for_the_device_sleeps_instead_of_spinning() {
+    let test = "waiting_for_the_device_sleeps_instead_of_spinning";
+    if child_role().as_deref() != Some("waiter") {
+        let out = run_child(
+            test,
+            "waiter",
+            &[("STOKER_EMU_OP_DELAY_US", "400000".into())],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("waited: stream, event"), "{text}");
+        return;
+    }
+    let dev = device(0);
+    let stream = dev.stream().unwrap();
+    let buf = dev.alloc(4096).unwrap();
+    let event = dev.event(false).unwrap();
+    let waits: [(&str, &dyn Fn()); 2] = [
+        ("stream", &|| stream.synchronize().unwrap()),
+        ("event", &|| {
+            event.record(&stream).unwrap();
+            event.synchronize().unwrap();
+        }),
+    ];
+    for (what, wait) in waits {
+        stream.copy_to_device(&buf, 0, &[7u8; 4096]).unwrap();
+        let (cpu, at) = (thread_cpu_s(), std::time::Instant::now());
+        wait();
+        let (cpu, wall) = (thread_cpu_s() - cpu, at.elapsed().as_secs_f64());
+        assert!(
+            wall >= 0.3,
+            "{what}: returned after {wall:.2} s, before the work ran"
+        );
+        assert!(
+            cpu < 0.1 * wall,
+            "{what} synchronize spun: {cpu:.2} CPU-s in {wall:.2} s of waiting"
+        );
+    }
+    println!("waited: stream, event");
+}

@@ -181,12 +181,16 @@ pub unsafe fn stream_synchronize(d: &Driver, s: sys::CUstream) -> Result<(), Cud
     check("cuStreamSynchronize", unsafe { (d.stream_synchronize)(s) })
 }
 
+/// A new event. Every event blocks the thread that waits on it (`CU_EVENT_BLOCKING_SYNC`):
+/// without the flag "the CPU thread will busy-wait until the event has been completed by the
+/// device" (`cuEventSynchronize`), a core per waiting thread in the daemon and in every
+/// training process's release thread.
 pub fn event_create(d: &Driver, timing: bool) -> Result<sys::CUevent, CudaError> {
     let mut e: sys::CUevent = ptr::null_mut();
     let flags = if timing {
-        0
+        sys::CU_EVENT_BLOCKING_SYNC
     } else {
-        sys::CU_EVENT_DISABLE_TIMING
+        sys::CU_EVENT_BLOCKING_SYNC | sys::CU_EVENT_DISABLE_TIMING
     };
     // SAFETY: writes one event handle in the current context.
     check("cuEventCreate", unsafe { (d.event_create)(&mut e, flags) })?;

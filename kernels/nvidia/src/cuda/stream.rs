@@ -14,10 +14,15 @@ pub struct Stream {
 unsafe impl Send for Stream {}
 
 impl Stream {
+    /// Waits for the work queued so far, sleeping: through a blocking-sync event, since
+    /// `cuStreamSynchronize` spins under the primary context's default scheduling
+    /// (`CU_CTX_SCHED_AUTO` busy-waits while contexts <= processors), and this crate never
+    /// changes the scheduling of a context a framework shares with it. Errors of earlier
+    /// asynchronous work surface here as they would from `cuStreamSynchronize`.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.device.bind()?;
-        // SAFETY: the stream is live while `self` is.
-        unsafe { result::stream_synchronize(self.device.driver(), self.raw) }
+        let done = self.device.event(false)?;
+        done.record(self)?;
+        done.synchronize()
     }
 
     pub fn raw(&self) -> sys::CUstream {

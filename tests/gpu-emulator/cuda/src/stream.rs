@@ -4,7 +4,10 @@
 //! # Design
 //! A [`Worker`] holds a queue of operations and two counters, submitted and completed; a
 //! position in the queue (a ticket) is complete when `completed >= ticket`. Threads are woken
-//! by condition variables, never polled. Each operation on a stream the program created waits
+//! by condition variables, except a host thread waiting as the driver makes it spin:
+//! `cuEventSynchronize` on an event without `CU_EVENT_BLOCKING_SYNC`, and `cuStreamSynchronize`
+//! / `cuCtxSynchronize` under the primary context's default scheduling (docs/cuda.md, emulator
+//! rule 21), which busy-wait and so cost CPU time as on a GPU. Each operation on a stream the program created waits
 //! the configured delay (`STOKER_EMU_OP_DELAY_US`) first, so a host that reads results without synchronising reads
 //! stale bytes in tests instead of being lucky. An event records (worker, ticket) of the
 //! stream it was recorded on; it completes when that ticket does, so events complete in
@@ -116,6 +119,15 @@ impl Worker {
         self.queue().completed >= ticket
     }
 
+    /// Busy-waits until the operation with `ticket` completed, as the driver does for a thread
+    /// not told to block: a waiting thread costs a core for as long as it waits. It yields
+    /// between looks, which still counts as CPU time, so the cost shows in a test's CPU clock.
+    pub fn spin(&self, ticket: u64) {
+        while !self.is_done(ticket) {
+            thread::yield_now();
+        }
+    }
+
     /// Blocks until the operation with `ticket` (and all before it) completed.
     pub fn wait(&self, ticket: u64) {
         let mut q = self.queue();
@@ -132,6 +144,7 @@ impl Worker {
 }
 
 const CU_EVENT_DISABLE_TIMING: u32 = 0x2;
+const CU_EVENT_BLOCKING_SYNC: u32 = 0x1;
 
 /// Where an event was last recorded.
 #[derive(Clone)]
@@ -206,7 +219,9 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
             let dev = e.current()?;
             (dev, e.stream(stream as u64, dev)?)
         };
-        w.wait(w.tail());
+        // The primary context's default scheduling (`CU_CTX_SCHED_AUTO`) spins while there are
+        // no more contexts than processors, as here.
+        w.spin(w.tail());
         a.lock().usable(dev)
     })
 }
@@ -242,7 +257,7 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
             (dev, w)
         };
         for w in workers {
-            w.wait(w.tail());
+            w.spin(w.tail());
         }
         a.lock().usable(dev)
     })
@@ -358,7 +373,11 @@ pub extern "C" fn cuEventSynchronize(ev: *mut c_void) -> CUresult {
     api("cuEventSynchronize", |a| {
         let (dev, e) = event(a, ev as u64)?;
         if let Some(r) = e.recorded() {
-            r.worker.wait(r.ticket);
+            if e.flags & CU_EVENT_BLOCKING_SYNC != 0 {
+                r.worker.wait(r.ticket);
+            } else {
+                r.worker.spin(r.ticket);
+            }
         }
         a.lock().usable(dev)
     })
