@@ -271,3 +271,13 @@ fn waiting_for_the_device_sleeps_instead_of_spinning() {
     }
     println!("waited: stream, event");
 }
+
+/// stoker's streams sit at their device's least priority, so a training job's kernels on any
+/// higher-priority stream go first.
+#[test]
+fn streams_are_made_at_the_least_priority() {
+    let dev = device(0);
+    let (least, greatest) = dev.stream_priority_range().unwrap();
+    assert!(greatest < least, "[{greatest}, {least}]");
+    assert_eq!(dev.stream().unwrap().priority().unwrap(), least);
+}

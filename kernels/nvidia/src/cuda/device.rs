@@ -92,7 +92,7 @@ impl Device {
         self.inner.dev
     }
 
-    /// A new non-blocking stream.
+    /// A new non-blocking stream at this device's least priority.
     pub fn stream(&self) -> Result<Stream, CudaError> {
         self.bind()?;
         let raw = result::stream_create(self.inner.d)?;
@@ -100,6 +100,12 @@ impl Device {
             raw,
             device: self.clone(),
         })
+    }
+
+    /// This device's stream priorities, (least, greatest): lower numbers are higher priorities.
+    pub fn stream_priority_range(&self) -> Result<(i32, i32), CudaError> {
+        self.bind()?;
+        result::stream_priority_range(self.inner.d)
     }
 
     /// A new event; `timing` events can measure elapsed time, others are cheaper.

@@ -158,13 +158,41 @@ pub fn ctx_get_current(d: &Driver) -> Result<sys::CUcontext, CudaError> {
     Ok(c)
 }
 
+/// A non-blocking stream at the least priority of the current context's device, so that its
+/// kernels yield to a training job's at any higher priority. On every GPU NVIDIA documents the
+/// least priority is the default ("'0' represents default priority"); asking for it by name
+/// keeps that true where a device's range says otherwise.
 pub fn stream_create(d: &Driver) -> Result<sys::CUstream, CudaError> {
+    let (least, _) = stream_priority_range(d)?;
     let mut s: sys::CUstream = ptr::null_mut();
     // SAFETY: writes one stream handle in the current context.
-    check("cuStreamCreate", unsafe {
-        (d.stream_create)(&mut s, sys::CU_STREAM_NON_BLOCKING)
+    check("cuStreamCreateWithPriority", unsafe {
+        (d.stream_create_with_priority)(&mut s, sys::CU_STREAM_NON_BLOCKING, least)
     })?;
     Ok(s)
+}
+
+/// The scheduling priority of `s` (lower numbers are higher priorities).
+///
+/// # Safety
+/// `s` must be a live stream of the current context.
+pub unsafe fn stream_priority(d: &Driver, s: sys::CUstream) -> Result<c_int, CudaError> {
+    let mut p: c_int = 0;
+    // SAFETY: the caller promises `s` is live; writes one int.
+    check("cuStreamGetPriority", unsafe {
+        (d.stream_get_priority)(s, &mut p)
+    })?;
+    Ok(p)
+}
+
+/// The current context's device's stream priorities: (least, greatest).
+pub fn stream_priority_range(d: &Driver) -> Result<(c_int, c_int), CudaError> {
+    let (mut least, mut greatest): (c_int, c_int) = (0, 0);
+    // SAFETY: writes two ints.
+    check("cuCtxGetStreamPriorityRange", unsafe {
+        (d.ctx_get_stream_priority_range)(&mut least, &mut greatest)
+    })?;
+    Ok((least, greatest))
 }
 
 /// # Safety

@@ -29,6 +29,14 @@ impl Stream {
         self.raw
     }
 
+    /// The stream's scheduling priority (lower numbers are higher priorities): stoker's
+    /// streams sit at their device's least priority ([`super::Device::stream_priority_range`]).
+    pub fn priority(&self) -> Result<i32, CudaError> {
+        self.device.bind()?;
+        // SAFETY: the stream is live while `self` is.
+        unsafe { result::stream_priority(self.device.driver(), self.raw) }
+    }
+
     /// Copies `src` into device memory at `dst + offset`; returns once `src` is staged
     /// (pageable host memory is copied before the call returns).
     pub fn copy_to_device(

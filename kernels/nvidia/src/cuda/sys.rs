@@ -92,6 +92,9 @@ crate::symbol_table! {
     ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
     ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
     stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
+    stream_create_with_priority = "cuStreamCreateWithPriority": fn(*mut CUstream, c_uint, c_int);
+    stream_get_priority = "cuStreamGetPriority": fn(CUstream, *mut c_int);
+    ctx_get_stream_priority_range = "cuCtxGetStreamPriorityRange": fn(*mut c_int, *mut c_int);
     stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
     stream_synchronize = "cuStreamSynchronize": fn(CUstream);
     event_create = "cuEventCreate": fn(*mut CUevent, c_uint);

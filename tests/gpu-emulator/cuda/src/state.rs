@@ -71,6 +71,8 @@ pub struct DeviceState {
 pub struct StreamEntry {
     pub dev: usize,
     pub worker: Arc<Worker>,
+    /// Scheduling priority, within [`crate::stream::GREATEST_PRIORITY`, `LEAST_PRIORITY`].
+    pub priority: i32,
 }
 
 pub struct Emu {

@@ -17,7 +17,8 @@
 //! - Blocking streams (flags 0) do not synchronise with the null stream: every stream behaves
 //!   as `CU_STREAM_NON_BLOCKING` (stoker creates only those). The null stream (0,
 //!   `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`) is one more in-order worker per context.
-//! - Stream priorities and graph capture are not emulated.
+//! - Stream priorities are recorded and clamped to the range, never used to schedule; graph
+//!   capture is not emulated.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -176,20 +177,88 @@ fn event(a: &crate::state::Api, e: u64) -> Result<(usize, Arc<EventState>), CUre
     }
 }
 
+/// The least (numerically largest) and greatest stream priorities of every emulated device;
+/// "'0' represents default priority" (`cuStreamCreateWithPriority`), the least one.
+pub const LEAST_PRIORITY: i32 = 0;
+pub const GREATEST_PRIORITY: i32 = -5;
+
+fn create_stream(
+    a: &crate::state::Api,
+    out_stream: *mut *mut c_void,
+    flags: u32,
+    priority: i32,
+) -> Result<(), CUresult> {
+    let mut e = a.lock();
+    let dev = e.current()?;
+    if flags > 1 {
+        return Err(status::INVALID_VALUE);
+    }
+    let h = e.new_handle(HandleKind::Stream);
+    let worker = Worker::spawn(dev, e.machine.op_delay_us);
+    // SAFETY: out-parameter from the caller.
+    unsafe { out(out_stream, h as *mut c_void) }?;
+    // "If the specified priority is outside the numerical range returned by
+    // cuCtxGetStreamPriorityRange, it will automatically be clamped".
+    let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
+    e.streams.insert(
+        h,
+        StreamEntry {
+            dev,
+            worker,
+            priority,
+        },
+    );
+    Ok(())
+}
+
 #[no_mangle]
 pub extern "C" fn cuStreamCreate(out_stream: *mut *mut c_void, flags: u32) -> CUresult {
-    api("cuStreamCreate", |a| {
-        let mut e = a.lock();
-        let dev = e.current()?;
-        if flags > 1 {
-            return Err(status::INVALID_VALUE);
+    api("cuStreamCreate", |a| create_stream(a, out_stream, flags, 0))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamCreateWithPriority(
+    out_stream: *mut *mut c_void,
+    flags: u32,
+    priority: i32,
+) -> CUresult {
+    api("cuStreamCreateWithPriority", |a| {
+        create_stream(a, out_stream, flags, priority)
+    })
+}
+
+/// The priority range of the current context's device: [greatest, least].
+#[no_mangle]
+pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> CUresult {
+    api("cuCtxGetStreamPriorityRange", |a| {
+        a.lock().current()?;
+        // "A NULL may be passed in for *leastPriority or *greatestPriority if the value is not
+        // desired."
+        for (p, v) in [(least, LEAST_PRIORITY), (greatest, GREATEST_PRIORITY)] {
+            if !p.is_null() {
+                // SAFETY: a non-null out-parameter from the caller.
+                unsafe { p.write(v) };
+            }
         }
-        let h = e.new_handle(HandleKind::Stream);
-        let worker = Worker::spawn(dev, e.machine.op_delay_us);
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(out_stream, h as *mut c_void) }?;
-        e.streams.insert(h, StreamEntry { dev, worker });
         Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamGetPriority(stream: *mut c_void, priority: *mut i32) -> CUresult {
+    api("cuStreamGetPriority", |a| {
+        let e = a.lock();
+        let dev = e.current()?;
+        let p = match stream as u64 {
+            0..=2 => 0,
+            h => match e.streams.get(&h) {
+                Some(s) if s.dev == dev => s.priority,
+                Some(_) => return Err(status::INVALID_CONTEXT),
+                None => return Err(status::INVALID_HANDLE),
+            },
+        };
+        // SAFETY: out-parameter from the caller.
+        unsafe { out(priority, p) }
     })
 }
 

@@ -219,3 +219,30 @@ fn timing_events_measure_the_work_between_them() {
         );
     }
 }
+
+/// Priorities: the range is [greatest, least] with 0, the default, the least; a priority outside
+/// it is clamped ("it will automatically be clamped to the lowest or the highest number in the
+/// range", `cuStreamCreateWithPriority`).
+#[test]
+fn stream_priorities_are_clamped_to_the_range_whose_least_is_the_default() {
+    let c = init();
+    bind(0);
+    let (mut least, mut greatest) = (7, 7);
+    let priority = |s: *mut c_void| {
+        let mut p = 99;
+        // SAFETY: a live stream of the current context; a local out-parameter.
+        ok(unsafe { (c.stream_get_priority)(s, &mut p) });
+        p
+    };
+    // SAFETY: local out-parameters.
+    unsafe {
+        ok((c.ctx_get_stream_priority_range)(&mut least, &mut greatest));
+        assert!(greatest < least && least == 0, "[{greatest}, {least}]");
+        assert_eq!(priority(stream()), least);
+        for (asked, got) in [(-100, greatest), (100, least), (greatest + 1, greatest + 1)] {
+            let mut s = null_mut();
+            ok((c.stream_create_with_priority)(&mut s, 1, asked));
+            assert_eq!(priority(s), got, "asked {asked}");
+        }
+    }
+}

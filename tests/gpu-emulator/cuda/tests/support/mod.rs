@@ -68,6 +68,10 @@ table! {
     ctx_set_current = "cuCtxSetCurrent": fn(*mut c_void) -> R;
     ctx_synchronize = "cuCtxSynchronize": fn() -> R;
     stream_create = "cuStreamCreate": fn(*mut *mut c_void, c_uint) -> R;
+    stream_create_with_priority = "cuStreamCreateWithPriority":
+        fn(*mut *mut c_void, c_uint, c_int) -> R;
+    stream_get_priority = "cuStreamGetPriority": fn(*mut c_void, *mut c_int) -> R;
+    ctx_get_stream_priority_range = "cuCtxGetStreamPriorityRange": fn(*mut c_int, *mut c_int) -> R;
     stream_destroy = "cuStreamDestroy_v2": fn(*mut c_void) -> R;
     stream_synchronize = "cuStreamSynchronize": fn(*mut c_void) -> R;
     stream_query = "cuStreamQuery": fn(*mut c_void) -> R;
