@@ -59,3 +59,38 @@ def test_idle_exit_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("STOKER_IDLE_EXIT", "soon")
     with pytest.raises(ValueError, match="STOKER_IDLE_EXIT"):
         _daemon.idle_exit()
+
+
+def test_a_daemon_of_another_user_gets_nothing_from_a_loader(dataset):
+    # A neighbour (uid 65534) runs its own stokerd in a folder it made in a shared sticky
+    # folder, as it could at /tmp/stoker-<our uid>: libstoker checks the daemon's uid
+    # (SO_PEERCRED) before sending the ATTACH, so the Loader refuses it by its uid.
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED: running a daemon as uid 65534 needs root")
+    import subprocess
+    import tempfile
+    import time
+
+    from conftest import find_stokerd
+
+    top = tempfile.mkdtemp(prefix="stoker-neighbour-")
+    os.chmod(top, 0o1777)
+    theirs = os.path.join(top, "stoker")
+    subprocess.run(["mkdir", theirs], user=65534, group=65534, check=True)
+    sock = os.path.join(theirs, "stoker.sock")
+    proc = subprocess.Popen([str(find_stokerd()), "--socket", sock],
+                            user=65534, group=65534, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "XDG_CACHE_HOME": os.path.join(theirs, "cache")})
+    try:
+        deadline = time.monotonic() + 30
+        while not _daemon.answers(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, "stokerd did not serve"
+            time.sleep(0.02)
+        loader = stoker.Loader(dataset, batch_size=2, crop=16, socket=sock, job="victim-job")
+        with pytest.raises(stoker.ConnectError, match="runs as uid 65534"):
+            next(iter(loader))
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["rm", "-rf", top])

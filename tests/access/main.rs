@@ -3,6 +3,7 @@
 //! real separate uid, see `stoker_testkit::child`) refused by their own credentials.
 
 mod caches;
+mod daemon_uid;
 mod other_uid;
 mod rings;
 mod rules;

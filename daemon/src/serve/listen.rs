@@ -69,13 +69,22 @@ pub(super) fn set_socket_permissions(
         mode,
         source,
     };
+    // Never through a symlink: the path must be the socket itself (its folder is ours and
+    // nobody else may write to it, so it cannot be swapped between this check and the chmod).
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::symlink_metadata(path).map_err(perms_err)?;
+    if !meta.file_type().is_socket() {
+        return Err(perms_err(std::io::Error::other(
+            "not the socket just bound (a symlink or another file): refused",
+        )));
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
     if let Some(group) = group {
         let gid = group_id(group).ok_or_else(|| ServerError::SocketGroup {
             path: path.to_owned(),
             group: group.to_owned(),
         })?;
-        std::os::unix::fs::chown(path, None, Some(gid)).map_err(perms_err)?;
+        std::os::unix::fs::lchown(path, None, Some(gid)).map_err(perms_err)?;
     }
     Ok(())
 }
@@ -113,9 +122,11 @@ impl Server {
     pub fn bind(config: &Config, backend: BackendKind) -> Result<Server, ServerError> {
         let socket = config.socket_path();
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| ServerError::SocketDir {
+            // Ours, and nobody else may write to it: else another user could put their
+            // own socket (or a symlink) where clients look for ours.
+            stoker_private::create_dir(dir).map_err(|e| ServerError::SocketDir {
                 path: dir.to_owned(),
-                source,
+                source: std::io::Error::other(e),
             })?;
         }
         if std::fs::symlink_metadata(&socket).is_ok() {

@@ -87,7 +87,7 @@ pub enum ServerError {
         mode: u32,
         source: std::io::Error,
     },
-    #[error("cannot create the socket directory {}: {source}", path.display())]
+    #[error("cannot use the socket directory {}: {source}", path.display())]
     SocketDir {
         path: PathBuf,
         #[source]

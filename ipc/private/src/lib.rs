@@ -77,20 +77,30 @@ pub fn euid() -> u32 {
 /// ours to 0700, and refuses one that is a symlink, not a folder, another uid's, or writable
 /// by others.
 pub fn ensure_dir(path: &Path) -> Result<(), PrivateDirError> {
-    let io_err = |source| PrivateDirError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let meta = create_dir(path)?;
+    if meta.mode() & 0o077 != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE)).map_err(|source| {
+            PrivateDirError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Creates `path` (and missing parents) mode 0700 when missing, then [`check_dir`]s it; an
+/// existing folder keeps its mode (a socket folder may be open to a group to read).
+pub fn create_dir(path: &Path) -> Result<fs::Metadata, PrivateDirError> {
     DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
         .create(path)
-        .map_err(io_err)?;
-    let meta = check_dir(path)?;
-    if meta.mode() & 0o077 != 0 {
-        fs::set_permissions(path, fs::Permissions::from_mode(DIR_MODE)).map_err(io_err)?;
-    }
-    Ok(())
+        .map_err(|source| PrivateDirError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    check_dir(path)
 }
 
 /// Checks that the existing `path` is a real folder owned by this uid that no other user may

@@ -25,6 +25,9 @@
 //!   with exponential backoff for [`AttachOptions::connect_timeout`] (default
 //!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
 //!   with [`ClientError::NoDaemon`].
+//! - Before sending anything the client checks whom it connected to
+//!   ([`crate::socket::trust`]): a daemon of another uid (a relay another user put where this
+//!   user's socket would be) is [`ClientError::Connect`] naming its uid.
 //!
 //! - Device rings (the daemon's CUDA backend, `device: "cuda:N"` or a GPU UUID): the images
 //!   are a VMM allocation on the client's GPU, imported and mapped once per attach
@@ -132,7 +135,16 @@ fn connect_with_retry(socket: &Path, timeout: Duration) -> Result<SeqPacket, Cli
     let mut pause = FIRST_CONNECT_BACKOFF;
     loop {
         match SeqPacket::connect(socket) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                // Nothing is sent to a daemon this user does not trust.
+                crate::socket::trust::check_daemon(&s, socket).map_err(|source| {
+                    ClientError::Connect {
+                        path: socket.to_owned(),
+                        source,
+                    }
+                })?;
+                return Ok(s);
+            }
             Err(e) => match e.raw_os_error() {
                 Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::EAGAIN) => {
                     let now = Instant::now();

@@ -1,6 +1,6 @@
 //! Unix SOCK_SEQPACKET sockets: listen, connect, accept, and send/receive one message with
 //! optional file descriptors (SCM_RIGHTS); [`path`]: which socket a daemon listens on and a
-//! client connects to unless told otherwise.
+//! client connects to unless told otherwise; [`trust`]: whom a client trusts as its daemon.
 //!
 //! # Design
 //! - SOCK_SEQPACKET keeps message boundaries and is connection-oriented, so one `send` is one
@@ -33,6 +33,7 @@ use rustix::net::{
 };
 
 pub mod path;
+pub mod trust;
 
 /// Most descriptors one message carries.
 pub const MAX_FDS: usize = 4;
@@ -56,6 +57,11 @@ pub enum SockError {
     SendTooManyFds(usize),
     #[error("message of {sent} bytes was sent as {len}")]
     ShortSend { sent: usize, len: usize },
+    #[error("refusing the stoker daemon at {}: {reason}", path.display())]
+    Untrusted {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }
 
 impl SockError {

@@ -53,7 +53,13 @@ pub enum StatusError {
 
 /// Asks the daemon at `socket` for its status.
 pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
-    let sock = SeqPacket::connect(socket).map_err(|source| StatusError::Connect {
+    let connect = |socket: &Path| {
+        let sock = SeqPacket::connect(socket)?;
+        // Nothing is sent to a daemon this user does not trust (stoker::socket::trust).
+        stoker::socket::trust::check_daemon(&sock, socket)?;
+        Ok(sock)
+    };
+    let sock = connect(socket).map_err(|source| StatusError::Connect {
         path: socket.to_owned(),
         source,
     })?;

@@ -1,0 +1,92 @@
+//! Whom a client trusts as its daemon, checked on the connected socket before anything is
+//! sent: the one rule the Rust client, the C ABI (and so the Python package) and
+//! `stoker status` follow.
+//!
+//! # Design
+//! - The daemon's uid comes from the socket (`SO_PEERCRED`, recorded by the kernel when the
+//!   daemon called `listen`), never from a file's owner alone: a relay another user put in a
+//!   folder we would use shows its own uid there.
+//! - Trusted: this user's uid, root, and the owner of the socket's folder when only root could
+//!   have given it that folder (its parent is root's and no one else may write to it, as
+//!   systemd's `RuntimeDirectory=` under `/run` is): the system daemon's service user.
+//! - This user's own daemon folder ([`super::path::user_daemon_dir`]) must also be a real
+//!   directory this user owns that no one else may write to (`stoker_private::check_dir`):
+//!   one another user made first (`/tmp/stoker-<uid>` without `XDG_RUNTIME_DIR`) is refused
+//!   with what to remove, even before the daemon's uid is looked at.
+//!
+//! # Limitations
+//! - `$STOKER_SOCKET` pointing into a folder of a service user that root did not make (under
+//!   `/srv`, say) is trusted only when that user is root or this user.
+
+#![forbid(unsafe_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::{SeqPacket, SockError};
+
+/// The uids a client accepts as the daemon serving `socket`: its own, root's, and the
+/// owner of the socket's folder when root made that folder (see the module docs).
+pub fn trusted_daemon_uids(socket: &Path) -> Vec<u32> {
+    let mut uids = vec![stoker_private::euid(), 0];
+    if let Some(owner) = root_given_folder_owner(socket) {
+        if !uids.contains(&owner) {
+            uids.push(owner);
+        }
+    }
+    uids
+}
+
+/// The owner of `socket`'s folder when no one but root could have made it: the folder and its
+/// parent are real directories nobody else may write to, and the parent is root's.
+fn root_given_folder_owner(socket: &Path) -> Option<u32> {
+    let dir = socket.parent()?;
+    let parent = dir.parent()?;
+    let (d, p) = (
+        std::fs::symlink_metadata(dir).ok()?,
+        std::fs::symlink_metadata(parent).ok()?,
+    );
+    let private = |m: &std::fs::Metadata| m.is_dir() && m.mode() & 0o022 == 0;
+    (private(&d) && private(&p) && p.uid() == 0).then_some(d.uid())
+}
+
+/// Refuses the daemon at `path` (connected as `sock`) unless its uid is trusted, and a socket
+/// in this user's own daemon folder unless that folder is this user's private one.
+pub fn check_daemon(sock: &SeqPacket, path: &Path) -> Result<(), SockError> {
+    let untrusted = |reason: String| SockError::Untrusted {
+        path: path.to_owned(),
+        reason,
+    };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir.filter(|d| *d == super::path::user_daemon_dir()) {
+        stoker_private::check_dir(dir).map_err(|e| untrusted(e.to_string()))?;
+    }
+    let uid = sock.peer_cred()?.uid;
+    let trusted = trusted_daemon_uids(path);
+    if trusted.contains(&uid) {
+        return Ok(());
+    }
+    Err(untrusted(format!(
+        "the process serving it runs as uid {uid}, not as this user (uid {}), root, or the \
+         owner of a folder root made for it (trusted: {trusted:?}); remove {} if you did not \
+         start it",
+        trusted[0],
+        path.display()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::socket::SeqPacketListener;
+
+    #[test]
+    fn a_daemon_of_this_uid_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let _l = SeqPacketListener::bind(&path).unwrap();
+        let c = SeqPacket::connect(&path).unwrap();
+        check_daemon(&c, &path).unwrap();
+        assert_eq!(trusted_daemon_uids(&path)[..2], [stoker_private::euid(), 0]);
+    }
+}
