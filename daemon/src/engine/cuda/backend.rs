@@ -196,7 +196,7 @@ impl CudaBackend {
                 // decodes): decode the others one by one, so only that one goes to the CPU
                 // path.
                 Err(e) if e.sends_image_to_cpu() && ks.len() > 1 => {
-                    self.settle_nvjpeg(Err(e), &[], Route::Hardware)?;
+                    self.nvjpeg_failure(&e, ks, Route::Hardware)?;
                     for &k in ks {
                         if !self.decoder.has_hardware() {
                             self.plan[k].route = Ok(Route::Cpu);
@@ -265,18 +265,30 @@ impl CudaBackend {
             }
             Err(e) => e,
         };
-        if !e.is_bad_image() {
-            // nvJPEG's own failure (EXECUTION_FAILED, INTERNAL_ERROR, INVALID_PARAMETER, as a
-            // real H200 gave on unusual files) may hide a dead context: the stream tells, and
-            // a sticky error marks the GPU broken. Otherwise the images are not lost.
-            if let Err(c) = self.stream.synchronize() {
-                return Err(self.fault("nvJPEG decode", &c));
-            }
-            self.nvjpeg_failed(&e, ks, path);
-        }
+        self.nvjpeg_failure(&e, ks, path)?;
         for &k in ks {
             self.plan[k].route = Ok(Route::Cpu);
         }
+        Ok(())
+    }
+
+    /// nvJPEG's own failure on images `ks` (EXECUTION_FAILED, INTERNAL_ERROR,
+    /// INVALID_PARAMETER, as a real H200 gave on unusual files; a bad image is not one) may
+    /// hide a dead context: the stream tells, and a sticky error marks the GPU broken.
+    /// Otherwise it is logged and counted, and the images are not lost.
+    fn nvjpeg_failure(
+        &mut self,
+        e: &NvjpegError,
+        ks: &[usize],
+        path: Route,
+    ) -> Result<(), BackendFault> {
+        if e.is_bad_image() {
+            return Ok(());
+        }
+        if let Err(c) = self.stream.synchronize() {
+            return Err(self.fault("nvJPEG decode", &c));
+        }
+        self.nvjpeg_failed(e, ks, path);
         Ok(())
     }
 
