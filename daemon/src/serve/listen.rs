@@ -362,3 +362,23 @@ pub(super) fn is_transient_accept(e: &SockError) -> bool {
         )
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_socket_mode_is_never_set_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("victim");
+        std::fs::write(&target, b"not a socket").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("stoker.sock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = set_socket_permissions(&link, 0o666, None).unwrap_err();
+        assert!(err.to_string().contains("not the socket"), "{err}");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the symlink's target was changed");
+    }
+}
