@@ -80,3 +80,59 @@ fn auto_without_a_gpu_serves_from_the_cpu_and_says_why() {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status.stdout)));
     assert_eq!(json["backend"], "cpu", "{json}");
 }
+
+/// A host whose every GPU lacks what stoker's rings need (here POSIX-fd handles, on the
+/// emulated GPU) is a host without a usable GPU: `--backend cuda` exits 78 naming each GPU and
+/// the missing capability, instead of serving and refusing every attach.
+#[test]
+fn cuda_with_only_unsupported_gpus_exits_with_the_reason() {
+    emulator::use_emulator();
+    if emulator::nvrtc("cuda_with_only_unsupported_gpus_exits_with_the_reason").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let [gpu0, gpu1] = emulator::UUIDS;
+    let config = format!(
+        r#"{{"devices": [{{"uuid": "{gpu0}", "posix_fd": false}}, {{"uuid": "{gpu1}", "posix_fd": false}}]}}"#
+    );
+    let mut child = Command::new(stoker_testkit::stokerd_path())
+        .arg("--socket")
+        .arg(dir.path().join("s.sock"))
+        .args(["--backend", "cuda"])
+        .env("NO_COLOR", "1")
+        .env("STOKER_EMU_CONFIG", config)
+        .env(
+            "STOKER_NVIDIA_DIR",
+            stoker_nvidia::loader::wheel_dir().unwrap(),
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "stokerd served from GPUs it cannot share rings on: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    for want in [
+        "no GPU here is supported",
+        gpu0,
+        gpu1,
+        "POSIX file descriptor",
+    ] {
+        assert!(
+            last.contains(want),
+            "{want:?} missing from the last line: {stderr}"
+        );
+    }
+}

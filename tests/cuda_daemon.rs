@@ -186,8 +186,9 @@ fn setup(test: &str) -> Option<tempfile::TempDir> {
 }
 
 /// `stokerd --backend <backend>` on the emulated GPU, finding NVRTC and nvJPEG in the wheels
-/// and keeping compiled kernels between runs.
-fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Daemon {
+/// and keeping compiled kernels between runs; `env` adds to its environment (the emulator's
+/// faults or configuration).
+fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Daemon {
     let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
     Daemon::start_logged_with(dir, args, log, |cmd| {
@@ -197,10 +198,8 @@ fn gpu_daemon(dir: &Path, args: &[&str], log: &Path, faults: Option<&str>) -> Da
             .env("NO_COLOR", "1")
             .env("STOKER_EMU_OP_DELAY_US", "1000")
             .env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-        if let Some(f) = faults {
-            cmd.env("STOKER_EMU_FAULTS", f);
-        }
+            .env("STOKER_CACHE_DIR", cache)
+            .envs(env.iter().copied());
     })
 }
 
@@ -235,7 +234,7 @@ fn two_ranks_on_two_gpus_get_the_cpu_backends_batches() {
             config,
         ],
         &log,
-        None,
+        &[],
     );
     let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu", "--config", config]);
     let u8_nhwc = PipelineSpec {
@@ -299,7 +298,12 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
     let faults = "cuMemCreate:1:CUDA_ERROR_OUT_OF_MEMORY,cuLaunchKernel:1:CUDA_ERROR_LAUNCH_FAILED";
-    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(faults));
+    let daemon = gpu_daemon(
+        dir.path(),
+        &["--backend", "cuda"],
+        &log,
+        &[("STOKER_EMU_FAULTS", faults)],
+    );
     let spec = PipelineSpec::train(4, 16);
     let gpu0 = emulator::UUIDS[0];
 
@@ -336,6 +340,30 @@ fn faults_fail_only_what_they_hit_and_name_the_gpu() {
     assert!(text.contains("rebuilding a broken GPU's engine"), "{text}");
 }
 
+/// A GPU without virtual memory management is refused at attach for that reason, as an
+/// unsupported device (not as out of quota), while the other GPU serves.
+#[test]
+fn a_gpu_without_vmm_is_refused_for_that_reason() {
+    let Some(dir) = setup("a_gpu_without_vmm_is_refused_for_that_reason") else {
+        return;
+    };
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let [gpu0, gpu1] = emulator::UUIDS;
+    let config =
+        format!(r#"{{"devices": [{{"uuid": "{gpu0}", "vmm": false}}, {{"uuid": "{gpu1}"}}]}}"#);
+    let env = [("STOKER_EMU_CONFIG", config.as_str())];
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, &env);
+    let spec = PipelineSpec::train(4, 16);
+    let err = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap_err();
+    let text = format!("{err:?}");
+    for want in ["UnsupportedDevice", gpu0, "virtual memory management"] {
+        assert!(text.contains(want), "{want:?} missing: {text}");
+    }
+    let mut b = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap();
+    assert_eq!(drain(&mut b, &spec).len(), 2);
+}
+
 /// A sticky fault on GPU 0's first launch: the rank fails naming the GPU and `status`, a job
 /// on GPU 1 is served meanwhile, and GPU 0 is then refused with the cause (`rebuilt: false`,
 /// a lost device) or rebuilt and serving again.
@@ -344,7 +372,12 @@ fn sticky_fault_case(status: &str, rebuilt: bool) {
     let data = dataset(dir.path());
     let log = dir.path().join("stokerd.log");
     let fault = format!("cuLaunchKernel:1:{status}");
-    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, Some(&fault));
+    let daemon = gpu_daemon(
+        dir.path(),
+        &["--backend", "cuda"],
+        &log,
+        &[("STOKER_EMU_FAULTS", &fault)],
+    );
     let spec = PipelineSpec::train(4, 16);
     let (gpu0, gpu1) = (emulator::UUIDS[0], emulator::UUIDS[1]);
     let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
@@ -409,7 +442,7 @@ fn backend_auto_serves_from_cuda_on_the_emulated_host() {
         return;
     };
     let log = dir.path().join("stokerd.log");
-    drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, None));
+    drop(gpu_daemon(dir.path(), &["--backend", "auto"], &log, &[]));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("backend auto: serving from CUDA"), "{text}");
     assert!(text.contains("THE GPU IS EMULATED"), "{text}");
@@ -482,7 +515,7 @@ fn the_decode_mix_counts_the_edge_files_on_the_paths_the_rules_say() {
     }
     let (hardware, hybrid) = expected_mix(&edge, &names);
     let log = dir.path().join("stokerd.log");
-    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, None);
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, &[]);
     // One epoch, so nothing of a next one is decoded ahead.
     let spec = PipelineSpec {
         dtype: DType::U8,
@@ -520,7 +553,7 @@ fn device_memory_counts_against_the_ring_quota() {
     std::fs::write(&config, "[limits]\nmax_client_ring_bytes = 1048576\n").unwrap();
     let log = dir.path().join("stokerd.log");
     let args = ["--backend", "cuda", "--config", config.to_str().unwrap()];
-    let daemon = gpu_daemon(dir.path(), &args, &log, None);
+    let daemon = gpu_daemon(dir.path(), &args, &log, &[]);
     let spec = PipelineSpec::train(4, 16);
     let gpu0 = emulator::UUIDS[0];
     let err = Client::attach(daemon.socket(), options(&data, "q", &spec, 0, gpu0)).unwrap_err();

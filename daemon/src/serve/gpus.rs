@@ -321,8 +321,18 @@ impl Target {
         let granularity = ring_granularity(gpu.device()).map_err(|e| internal(&e))?;
         let plan = VmmPlan::new(spec, slots, granularity).map_err(|e| internal(&e))?;
         let images = DeviceRing::create(gpu.device(), plan.bytes).map_err(|e| {
+            // Only a full device is a quota matter; any other failure is the GPU's.
+            let out_of_memory = matches!(
+                e,
+                stoker_nvidia::cuda::CudaError::Driver { status, .. }
+                    if status == stoker_nvidia::cuda::result::CuStatus::OUT_OF_MEMORY
+            );
             refuse(
-                ErrorCode::Quota,
+                if out_of_memory {
+                    ErrorCode::Quota
+                } else {
+                    ErrorCode::Internal
+                },
                 format!(
                     "GPU {} cannot hold the ring: {} bytes of device memory ({slots} slots of \
                      {} bytes of {}x{} {:?} images, batch {}) on a device of {} bytes: {e}",

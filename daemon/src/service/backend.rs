@@ -31,6 +31,8 @@ pub enum CudaUnusable {
     Driver(stoker_nvidia::cuda::CudaError),
     #[error("the CUDA driver sees no device")]
     NoDevice,
+    #[error("no GPU here is supported: {0}")]
+    NoSupportedDevice(String),
     #[error("NVRTC: {0}")]
     Nvrtc(stoker_nvidia::nvrtc::NvrtcError),
     #[error("nvJPEG: {0}")]
@@ -53,6 +55,20 @@ fn cuda_usable() -> Result<usize, CudaUnusable> {
     let info = stoker_nvidia::cuda::probe().map_err(CudaUnusable::Driver)?;
     if info.devices.is_empty() {
         return Err(CudaUnusable::NoDevice);
+    }
+    let unsupported: Vec<String> = info
+        .devices
+        .iter()
+        .filter_map(|d| {
+            d.unsupported_reason()
+                .map(|why| format!("{}: {why}", d.uuid))
+        })
+        .collect();
+    if unsupported.len() == info.devices.len() {
+        return Err(CudaUnusable::NoSupportedDevice(unsupported.join("; ")));
+    }
+    for why in &unsupported {
+        tracing::warn!(gpu = %why, "this GPU is refused to every rank that names it");
     }
     warn_if_emulated();
     stoker_nvidia::nvrtc::Nvrtc::global().map_err(CudaUnusable::Nvrtc)?;

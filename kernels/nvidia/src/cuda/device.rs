@@ -58,6 +58,9 @@ impl Device {
             let visible: Vec<String> = info.devices.iter().map(|x| x.uuid.to_string()).collect();
             return Err(CudaError::NoSuchDevice(uuid, visible.join(", ")));
         };
+        if let Some(why) = info.devices[ordinal].unsupported_reason() {
+            return Err(CudaError::Unsupported(uuid, why));
+        }
         // The ordinal indexes the devices `probe` listed from the driver's `c_int` count.
         #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         let dev = result::device_get(d, ordinal as i32)?;

@@ -17,6 +17,34 @@ pub struct DeviceInfo {
     pub total_memory: u64,
     /// Whether the device can share VMM allocations as POSIX file descriptors.
     pub posix_fd_sharing: bool,
+    /// Whether the device has virtual memory management (`cuMemCreate`, `cuMemMap`, ...).
+    pub vmm: bool,
+}
+
+impl DeviceInfo {
+    /// Why stoker cannot serve from this device, if it cannot: its rings are VMM allocations
+    /// shared as POSIX file descriptors, so a device without either is refused with the reason.
+    pub fn unsupported_reason(&self) -> Option<String> {
+        let missing: Vec<&str> = [
+            (!self.vmm).then_some(
+                "virtual memory management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)",
+            ),
+            (!self.posix_fd_sharing).then_some(
+                "POSIX file descriptor handles \
+                 (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)",
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "{} has no {}, which stoker's shared rings need",
+                self.name,
+                missing.join(" and no ")
+            )
+        })
+    }
 }
 
 /// What the driver reports: its version and the visible devices.
@@ -111,6 +139,7 @@ pub fn probe() -> Result<CudaInfo, CudaError> {
             posix_fd_sharing: attr(
                 sys::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
             )? != 0,
+            vmm: attr(sys::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)? != 0,
         });
     }
     Ok(CudaInfo {

@@ -59,6 +59,9 @@ pub enum CudaError {
     /// No visible device has this UUID.
     #[error("no CUDA device with UUID {0} (visible: {1})")]
     NoSuchDevice(GpuUuid, String),
+    /// The device lacks a capability stoker needs (`DeviceInfo::unsupported_reason`).
+    #[error("GPU {0} is not supported: {1}")]
+    Unsupported(GpuUuid, String),
     /// A string that is not a `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUID.
     #[error("not a GPU UUID: {0:?} (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")]
     BadUuid(String),

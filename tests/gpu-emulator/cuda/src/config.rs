@@ -4,7 +4,8 @@
 //! # Design
 //! - `STOKER_EMU_CONFIG`: JSON, inline (starts with `{`) or the path of a file:
 //!   `{"devices": [{"uuid": "GPU-...", "name": "...", "compute_capability": [9, 0],
-//!   "memory_mib": 4096, "jpeg_engines": 7, "jpeg_cores_per_engine": 1}],
+//!   "memory_mib": 4096, "jpeg_engines": 7, "jpeg_cores_per_engine": 1, "vmm": true,
+//!   "posix_fd": true}],
 //!   "op_delay_us": 0, "faults": [{"call": "cuMemAlloc_v2", "nth": 2,
 //!   "error": "CUDA_ERROR_OUT_OF_MEMORY"}]}`. Every field has a default; unknown fields are
 //!   errors.
@@ -39,6 +40,18 @@ pub struct DeviceConfig {
     pub jpeg_engines: u32,
     #[serde(default = "default_cores")]
     pub jpeg_cores_per_engine: u32,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`; without it `cuMemCreate` is
+    /// `NOT_SUPPORTED`.
+    #[serde(default = "default_true")]
+    pub vmm: bool,
+    /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`; without it an
+    /// allocation asking for POSIX-fd handles is `NOT_SUPPORTED`.
+    #[serde(default = "default_true")]
+    pub posix_fd: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_name() -> String {
@@ -87,6 +100,8 @@ pub fn default_devices() -> Vec<DeviceConfig> {
             memory_mib: DEFAULT_MEMORY_MIB,
             jpeg_engines: default_engines(),
             jpeg_cores_per_engine: default_cores(),
+            vmm: true,
+            posix_fd: true,
         })
         .collect()
 }

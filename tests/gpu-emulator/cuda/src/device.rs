@@ -149,9 +149,10 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult
 #[no_mangle]
 pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -> CUresult {
     api("cuDeviceGetAttribute", |a| {
-        let (cc, ordinal) = on_device(a, dev, |e, d| {
-            (e.machine.devices[d].config.compute_capability, d as c_int)
+        let (config, ordinal) = on_device(a, dev, |e, d| {
+            (e.machine.devices[d].config.clone(), d as c_int)
         })?;
+        let cc = config.compute_capability;
         let value = match attr {
             ATTR_MAX_THREADS_PER_BLOCK => 1024,
             ATTR_MAX_BLOCK_DIM_X..=3 => 1024,
@@ -166,7 +167,8 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -
             ATTR_PCI_DEVICE_ID | ATTR_PCI_DOMAIN_ID => 0,
             ATTR_CC_MAJOR => cc[0] as c_int,
             ATTR_CC_MINOR => cc[1] as c_int,
-            ATTR_VMM_SUPPORTED | ATTR_POSIX_FD_SUPPORTED => 1,
+            ATTR_VMM_SUPPORTED => c_int::from(config.vmm),
+            ATTR_POSIX_FD_SUPPORTED => c_int::from(config.posix_fd),
             _ => return Err(status::INVALID_VALUE),
         };
         // SAFETY: out-parameter from the caller.

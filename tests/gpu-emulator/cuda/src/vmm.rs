@@ -209,6 +209,12 @@ pub extern "C" fn cuMemCreate(
         let mut e = a.lock();
         e.current()?;
         let (dev, p) = prop_device(&e, prop)?;
+        // A device without VMM, or without POSIX-fd handles when they are asked for, has no
+        // such allocation (the capabilities are device attributes 102 and 103).
+        let caps = &e.machine.devices[dev].config;
+        if !caps.vmm || (!caps.posix_fd && p.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0) {
+            return Err(status::NOT_SUPPORTED);
+        }
         granular(size as u64)?;
         if flags != 0 || p.requested_handle_types & !HANDLE_TYPE_POSIX_FD != 0 {
             return Err(if flags != 0 {
