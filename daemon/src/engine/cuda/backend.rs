@@ -9,10 +9,12 @@ use std::time::Instant;
 use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{route, DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route};
+use stoker_nvidia::nvjpeg::{
+    route, DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route,
+};
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
-use super::{breaks_context, Gpu, MAX_HARDWARE_BATCH};
+use super::{breaks_context, Gpu, BATCHES_IN_FLIGHT_PER_WORKER};
 use crate::engine::backend::BackendKind;
 use crate::engine::backend::{
     Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
@@ -56,12 +58,24 @@ struct Planned {
     host: usize,
 }
 
+/// What a batch in flight holds until its hardware decode has run on the stream: the
+/// bitstreams it read (nvJPEG reads them asynchronously) and the nvJPEG state it decoded with.
+#[derive(Default)]
+struct InFlight {
+    /// The read buffers, swapped with the reader's for the batch.
+    bufs: Vec<Vec<u8>>,
+    hardware: Option<HardwareBatchState>,
+}
+
 /// One worker's GPU tools: a stream, an nvJPEG decoder, the CPU backend (reads, the CPU
 /// path, replacements), scratch for decoded images and the kernel's sample array.
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
     // Field order: everything using the stream's work goes before the stream; the decoder
-    // before the device (it binds the context on drop).
+    // and the states made from it before the device (they bind the context on drop).
+    /// Used in turn, one per batch this worker has in flight.
+    in_flight: Vec<InFlight>,
+    next: usize,
     decoder: NvjpegDecoder,
     scratch: Option<DeviceBuffer>,
     samples_dev: Option<DeviceBuffer>,
@@ -86,9 +100,22 @@ impl CudaBackend {
             .device()
             .stream()
             .map_err(|e| PipelineError::Backend(fault("cannot create a stream", &e)))?;
-        let decoder = NvjpegDecoder::new(gpu.device(), gpu.nvjpeg.clone(), MAX_HARDWARE_BATCH)
-            .map_err(|e| PipelineError::Backend(fault("cannot set up nvJPEG", &e)))?;
+        let max_batch = stoker::spec::MAX_BATCH_SIZE as usize;
+        let nvjpeg = |e: NvjpegError| PipelineError::Backend(fault("cannot set up nvJPEG", &e));
+        let decoder =
+            NvjpegDecoder::new(gpu.device(), gpu.nvjpeg.clone(), max_batch).map_err(nvjpeg)?;
+        let in_flight = (0..BATCHES_IN_FLIGHT_PER_WORKER)
+            .map(|_| {
+                let hardware = decoder.hardware_batch_state().map_err(nvjpeg)?;
+                Ok(InFlight {
+                    bufs: Vec::new(),
+                    hardware,
+                })
+            })
+            .collect::<Result<_, PipelineError>>()?;
         Ok(CudaBackend {
+            in_flight,
+            next: 0,
             decoder,
             scratch: None,
             samples_dev: None,
@@ -107,6 +134,42 @@ impl CudaBackend {
 
     fn fault(&self, what: &str, e: &CudaError) -> BackendFault {
         self.gpu.fault(what, e, breaks_context(e))
+    }
+
+    /// Reads, routes and enqueues the unit with the next of `in_flight`: once the batch that
+    /// used it last has been decoded, its buffers take this batch's bitstreams and stay with
+    /// them until this batch's decode has run, while the other batches in flight keep theirs.
+    fn fill_in_flight(&mut self, unit: &UnitWork<'_>) -> Result<PendingBatch, BackendFault> {
+        let at = self.next;
+        self.next = (at + 1) % self.in_flight.len();
+        let mut mine = std::mem::take(&mut self.in_flight[at]);
+        let idle = mine.hardware.as_ref().map_or(Ok(()), |s| s.wait_idle());
+        let pending = match idle {
+            Err(e) => {
+                // Nothing read: the batch's fault speaks for every sample.
+                self.plan.clear();
+                self.plan
+                    .resize(unit.indices.len(), Planned::unread(Ok(Route::Cpu)));
+                Err(self.nvjpeg_fault(e))
+            }
+            Ok(()) => {
+                std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
+                self.plan_unit(unit);
+                let pending = self.enqueue(unit, &mut mine.hardware);
+                std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
+                pending
+            }
+        };
+        self.in_flight[at] = mine;
+        pending
+    }
+
+    /// A failure of nvJPEG itself (not of an image) as the batch's fault.
+    fn nvjpeg_fault(&self, e: NvjpegError) -> BackendFault {
+        match e {
+            NvjpegError::Cuda(c) => self.fault("nvJPEG decode", &c),
+            other => self.gpu.fault("nvJPEG decode", &other, false),
+        }
     }
 
     /// Routes and crops every sample of the unit (after the read).
@@ -180,33 +243,30 @@ impl CudaBackend {
         }
     }
 
-    /// Decodes the hardware images in engines x cores batches, then the hybrid ones; an
-    /// image nvJPEG fails on goes to the CPU path.
-    fn decode_gpu(&mut self) -> Result<(), BackendFault> {
+    /// Decodes the hardware images with one batched call on `state`, then the hybrid ones;
+    /// an image nvJPEG fails on goes to the CPU path.
+    fn decode_gpu(&mut self, state: &mut Option<HardwareBatchState>) -> Result<(), BackendFault> {
         let hw: Vec<usize> = self.routed(Route::Hardware);
-        let chunk = self.decoder.hardware_batch().min(MAX_HARDWARE_BATCH);
-        for ks in hw.chunks(chunk) {
-            if !self.decoder.has_hardware() {
-                // Switched off during this batch: the rest take the CPU path.
-                ks.iter().for_each(|&k| self.plan[k].route = Ok(Route::Cpu));
-                continue;
-            }
-            match self.decode_hardware(ks) {
+        if !hw.is_empty() && !self.decoder.has_hardware() {
+            // Switched off after repeated failures: they take the CPU path.
+            hw.iter().for_each(|&k| self.plan[k].route = Ok(Route::Cpu));
+        } else if !hw.is_empty() {
+            match self.decode_hardware(state, &hw) {
                 // One image the engines fail on (a bad image, or nvJPEG failing while it
                 // decodes): decode the others one by one, so only that one goes to the CPU
                 // path.
-                Err(e) if e.sends_image_to_cpu() && ks.len() > 1 => {
-                    self.nvjpeg_failure(&e, ks, Route::Hardware)?;
-                    for &k in ks {
+                Err(e) if e.sends_image_to_cpu() && hw.len() > 1 => {
+                    self.nvjpeg_failure(&e, &hw, Route::Hardware)?;
+                    for &k in &hw {
                         if !self.decoder.has_hardware() {
                             self.plan[k].route = Ok(Route::Cpu);
                             continue;
                         }
-                        let r = self.decode_hardware(&[k]);
+                        let r = self.decode_hardware(state, &[k]);
                         self.settle_nvjpeg(r, &[k], Route::Hardware)?;
                     }
                 }
-                r => self.settle_nvjpeg(r, ks, Route::Hardware)?,
+                r => self.settle_nvjpeg(r, &hw, Route::Hardware)?,
             }
         }
         for k in self.routed(Route::Hybrid) {
@@ -224,17 +284,26 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Enqueues images `ks` of the plan on the hardware engines.
-    fn decode_hardware(&mut self, ks: &[usize]) -> Result<(), NvjpegError> {
+    /// Enqueues images `ks` of the plan on the hardware engines with `state`.
+    fn decode_hardware(
+        &mut self,
+        state: &mut Option<HardwareBatchState>,
+        ks: &[usize],
+    ) -> Result<(), NvjpegError> {
+        let Some(state) = state.as_mut() else {
+            return Err(NvjpegError::Invalid("no hardware decoder".into()));
+        };
         let jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
         let rois: Vec<Option<Roi>> = ks.iter().map(|&k| self.plan[k].roi).collect();
         let outs: Vec<DeviceImage> = ks.iter().map(|&k| self.out(k)).collect();
         // SAFETY: each output is a region of the scratch sized height * pitch (`place`), which
         // lives until the stream's work on it is done (it is only replaced after a
-        // synchronise); each image was accepted by `hardware_supports` with its ROI.
+        // synchronise); the bitstreams are this batch's read buffers, which `fill` keeps with
+        // `state` and reads into again only after `state`'s decode has run; each image was
+        // accepted by `hardware_supports` with its ROI.
         unsafe {
             self.decoder
-                .decode_hardware_batch(&self.stream, &jpegs, &rois, &outs)
+                .decode_hardware_batch_in(state, &self.stream, &jpegs, &rois, &outs)
         }
     }
 
@@ -362,7 +431,11 @@ impl CudaBackend {
 
     /// Everything after the read and the routing: decode, the launch, the CPU uploads, the
     /// events. Returns the batch's pending work.
-    fn enqueue(&mut self, unit: &UnitWork<'_>) -> Result<PendingBatch, BackendFault> {
+    fn enqueue(
+        &mut self,
+        unit: &UnitWork<'_>,
+        state: &mut Option<HardwareBatchState>,
+    ) -> Result<PendingBatch, BackendFault> {
         let SlotImages::Device(dst) = unit.images else {
             panic!(
                 "the CUDA backend writes device memory only, got {:?}",
@@ -371,7 +444,7 @@ impl CudaBackend {
         };
         let t0 = Instant::now();
         self.place().map_err(|e| self.fault("decode scratch", &e))?;
-        self.decode_gpu()?;
+        self.decode_gpu(state)?;
         self.decode_cpu(unit);
         let events = self.take_events()?;
         let rec = |s: &CudaBackend, e: &stoker_nvidia::cuda::Event| {
@@ -484,8 +557,13 @@ impl CudaBackend {
 
 impl Planned {
     fn bad(bad: BadSample) -> Planned {
+        Planned::unread(Err(bad))
+    }
+
+    /// A sample with no crop or region yet, going `route`.
+    fn unread(route: Result<Route, BadSample>) -> Planned {
         Planned {
-            route: Err(bad),
+            route,
             crop: CropBox::new(0.0, 0.0, 0.0, 0.0),
             flip: false,
             roi: None,
@@ -547,8 +625,7 @@ impl Backend for CudaBackend {
             let fault = self.fault("cannot bind the context", &e);
             return Completion::Pending(Box::new(Failed(fault)));
         }
-        self.plan_unit(unit);
-        let pending = self.enqueue(unit);
+        let pending = self.fill_in_flight(unit);
         outcomes.extend(self.plan.iter().map(|p| match &p.route {
             Err(bad) => Err(bad.clone()),
             Ok(_) => Ok(()),

@@ -10,7 +10,7 @@
 //!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
 //!   [`crate::transform::augment::sample_params`], then each image goes down the path
 //!   [`stoker_nvidia::nvjpeg::route`] gives it (the one rule, shared with the tools): the hardware
-//!   engines (`nvjpegDecodeBatchedEx` with the crop as ROI, in batches of engines x cores),
+//!   engines (one `nvjpegDecodeBatchedEx` for all of the batch's, the crop as ROI),
 //!   the GPU-hybrid decoder (ROI), or the CPU (what nvJPEG refuses or fails on: the CPU
 //!   backend's decode and augment, uploaded into the slot). One fused `stoker_augment` launch
 //!   writes every nvJPEG-decoded image straight into the slot's device memory; an event
@@ -23,6 +23,11 @@
 //!   launch failure, ECC, device lost) mark the [`Gpu`] broken: every later batch on it fails
 //!   at once with the same cause, and the server refuses new ranks on it (or rebuilds it once
 //!   its ranks are gone). Other GPUs are separate engines and keep serving.
+//!
+//! - A worker keeps [`BATCHES_IN_FLIGHT_PER_WORKER`] batches in flight, each with its own read
+//!   buffers and nvJPEG hardware state, used in turn: nvJPEG's batched decode reads its
+//!   bitstreams asynchronously, so a batch's buffers are read into again only after its decode
+//!   has run on the stream (the state's event), while the next batch is read into the others.
 //!
 //! # Limitations
 //! - Read buffers are the CPU reader's pageable buffers, not pinned: nvJPEG copies the
@@ -58,8 +63,9 @@ pub use backend::CudaBackend;
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
 pub const STREAMS_PER_GPU: usize = 2;
-/// Most images one `nvjpegDecodeBatched` call takes (the engines x cores batch is smaller).
-pub const MAX_HARDWARE_BATCH: usize = 64;
+/// Batches one worker may have in flight on its stream, each with its own read buffers and
+/// nvJPEG state (the next batch is read and decoded while the last one's decode runs).
+pub const BATCHES_IN_FLIGHT_PER_WORKER: usize = 2;
 
 /// Why a GPU cannot serve.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -12,8 +12,13 @@
 //!   `nvjpegDecodeBatchedSupportedEx`, which reports **0 for supported**.
 //! - Output is interleaved RGB (`NVJPEG_OUTPUT_RGBI`) in device memory the caller owns, which
 //!   is what `stoker_augment` reads.
-//! - `nvjpegDecodeBatched` decodes exactly the batch size it was initialised with; a batch of
-//!   another size re-initialises (a partial last batch only).
+//! - A batch's hardware images go in one `nvjpegDecodeBatchedEx` call, its ROIs in one
+//!   decode-params object per image, on a [`HardwareBatchState`] (pre-allocated with
+//!   `nvjpegDecodeBatchedPreAllocate`, as nvImageCodec does). The call is asynchronous to the
+//!   host, so a state waits for an event recorded after its last decode before it is
+//!   initialised or decodes again, is initialised again after a failed batch or when the
+//!   batch size changes, and its batch's bitstreams stay untouched until that event (the
+//!   caller's part: one state per batch in flight).
 //! - Which decoder takes an image is one rule, [`route`], used by the engine and the tools.
 //!
 //! # Limitations
@@ -30,7 +35,7 @@ use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::cuda::{Device, Stream};
+use crate::cuda::{Device, Event, Stream};
 use crate::loader::Loaded;
 pub use route::{header_refusal, route, Route, RouteQuery};
 
@@ -229,31 +234,140 @@ impl JpegInfo {
     }
 }
 
-/// The hardware engines' batched decoder state.
-struct HardwareBatch {
-    /// One decode-params object per batch position (ROI and output format).
-    params: Vec<DecodeParams>,
-    state: JpegState,
-    /// The batch size `nvjpegDecodeBatchedInitialize` was last called with (0: never).
-    initialized: usize,
+/// The hardware engines: their size, and the decode params used to ask whether they take an
+/// image.
+struct Hardware {
+    probe: DecodeParams,
     engines: u32,
     cores_per_engine: u32,
 }
 
-impl HardwareBatch {
-    fn new(handle: &Arc<LibHandle>, max_batch: usize) -> Result<HardwareBatch, NvjpegError> {
+impl Hardware {
+    fn new(handle: &Arc<LibHandle>) -> Result<Hardware, NvjpegError> {
         // SAFETY: the handle is live (held by the Arc) and made with the hardware backend.
         let (engines, cores_per_engine) =
             unsafe { result::get_hardware_decoder_info(handle.sys(), handle.raw())? };
-        Ok(HardwareBatch {
-            params: (0..max_batch)
-                .map(|_| DecodeParams::create(handle, sys::OUTPUT_RGBI))
-                .collect::<Result<_, _>>()?,
-            state: JpegState::create(handle)?,
-            initialized: 0,
+        Ok(Hardware {
+            probe: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
             engines,
             cores_per_engine,
         })
+    }
+}
+
+/// One JPEG state of the hardware engines' batched decode, with the event recorded after its
+/// last decode. nvJPEG's batched decode is asynchronous to the host: until that event has
+/// completed, the state must not be re-initialised or decode again, and the bitstreams of
+/// that decode must stay untouched. Use one per batch in flight
+/// ([`NvjpegDecoder::hardware_batch_state`]); [`Self::wait_idle`] says when its inputs are
+/// free.
+pub struct HardwareBatchState {
+    // Field order is drop order: the nvJPEG objects before the event (Drop waits on it first).
+    state: JpegState,
+    /// One decode-params object per batch position (ROI and output format), grown on demand.
+    params: Vec<DecodeParams>,
+    /// Images `nvjpegDecodeBatchedInitialize` was last called for; 0 when it must be called
+    /// (never yet, or after a failed batch, as nvJPEG requires).
+    initialized: usize,
+    decoded: Event,
+    handle: Arc<LibHandle>,
+}
+
+impl HardwareBatchState {
+    fn new(handle: &Arc<LibHandle>, device: &Device) -> Result<HardwareBatchState, NvjpegError> {
+        let state = JpegState::create(handle)?;
+        // nvImageCodec pre-allocates every hardware state even without a size hint: the
+        // decoder's memory is then pooled rather than allocated per batch.
+        // SAFETY: the handle (hardware backend) and the fresh state are live and idle.
+        unsafe {
+            result::decode_batched_pre_allocate(
+                handle.sys(),
+                handle.raw(),
+                state.raw(),
+                (1, 1, 1),
+                sys::OUTPUT_RGBI,
+            )?
+        };
+        Ok(HardwareBatchState {
+            state,
+            params: Vec::new(),
+            initialized: 0,
+            decoded: device.event(false)?,
+            handle: handle.clone(),
+        })
+    }
+
+    /// Waits until the last decode with this state has run on its stream: its bitstreams may
+    /// then be reused and the state initialised again. At once when it never decoded.
+    pub fn wait_idle(&self) -> Result<(), NvjpegError> {
+        Ok(self.decoded.synchronize()?)
+    }
+
+    /// `nvjpegDecodeBatchedEx` of `jpegs` into `outs` on `stream`, once the last decode with
+    /// this state has run; initialises the state when the batch size changed or the last
+    /// batch failed.
+    ///
+    /// # Safety
+    /// As [`NvjpegDecoder::decode_hardware_batch`].
+    unsafe fn decode(
+        &mut self,
+        stream: &Stream,
+        jpegs: &[&[u8]],
+        rois: &[Option<Roi>],
+        outs: &[DeviceImage],
+    ) -> Result<(), NvjpegError> {
+        let n = jpegs.len();
+        while self.params.len() < n {
+            self.params
+                .push(DecodeParams::create(&self.handle, sys::OUTPUT_RGBI)?);
+        }
+        for (p, roi) in self.params.iter().zip(rois) {
+            p.set_roi(*roi)?;
+        }
+        self.wait_idle()?;
+        let (s, h) = (self.handle.sys(), self.handle.raw());
+        if self.initialized != n {
+            let count = c_int::try_from(n)
+                .map_err(|_| NvjpegError::Invalid(format!("batch of {n} images")))?;
+            // SAFETY: handle and state are live; the state's last decode has run.
+            unsafe {
+                result::decode_batched_initialize(s, h, self.state.raw(), count, sys::OUTPUT_RGBI)?
+            };
+            self.initialized = n;
+        }
+        let data: Vec<*const u8> = jpegs.iter().map(|j| j.as_ptr()).collect();
+        let lengths: Vec<usize> = jpegs.iter().map(|j| j.len()).collect();
+        let mut images: Vec<sys::NvjpegImage> = outs.iter().map(|o| o.as_nvjpeg()).collect();
+        let mut params: Vec<sys::DecodeParams> = self.params[..n].iter().map(|p| p.raw()).collect();
+        let args = result::BatchArgs {
+            data: &data,
+            lengths: &lengths,
+            images: &mut images,
+        };
+        // SAFETY: the state is initialised for `n` and idle; the arrays hold `n` entries and
+        // outlive the call, with one live params object per image; the caller promises the
+        // bitstreams and the outputs until the work completes on `stream`.
+        let decoded = unsafe {
+            result::decode_batched_ex(s, h, self.state.raw(), args, &mut params, stream.raw())
+        };
+        // Recorded whatever the outcome: a failed call may have enqueued part of its work.
+        let recorded = self.decoded.record(stream);
+        if decoded.is_err() {
+            // nvJPEG: "if the batch decoding fails, then call nvjpegDecodeBatchedInitialize()
+            // again".
+            self.initialized = 0;
+        }
+        decoded?;
+        Ok(recorded?)
+    }
+}
+
+impl Drop for HardwareBatchState {
+    fn drop(&mut self) {
+        // The state must not be destroyed under its own decode.
+        if let Err(e) = self.wait_idle() {
+            tracing::warn!(error = %e, "waiting for a batched decode before releasing its state");
+        }
     }
 }
 
@@ -303,7 +417,9 @@ impl HybridDecoder {
 pub struct NvjpegDecoder {
     // Field order is drop order: every nvJPEG object before the library handle (each also
     // holds the handle), all of them while `device`'s context is bound (Drop binds it).
-    hardware: Option<HardwareBatch>,
+    hardware: Option<Hardware>,
+    /// The state [`Self::decode_hardware_batch`] decodes with (with `hardware`).
+    own_batch: Option<HardwareBatchState>,
     /// Set by [`Self::switch_hardware_off`]: the engines take nothing more (their objects stay
     /// until drop, as work on a stream may still use them).
     hardware_off: bool,
@@ -334,8 +450,9 @@ impl NvjpegDecoder {
             }
         };
         Ok(NvjpegDecoder {
-            hardware: hw
-                .then(|| HardwareBatch::new(&handle, max_batch))
+            hardware: hw.then(|| Hardware::new(&handle)).transpose()?,
+            own_batch: hw
+                .then(|| HardwareBatchState::new(&handle, device))
                 .transpose()?,
             hardware_off: false,
             hybrid: HybridDecoder::new(&handle)?,
@@ -387,7 +504,7 @@ impl NvjpegDecoder {
         let Some(hw) = self.hardware.as_ref().filter(|_| !self.hardware_off) else {
             return Ok(false);
         };
-        let params = &hw.params[0];
+        let params = &hw.probe;
         params.set_roi(roi)?;
         let (s, h) = (self.handle.sys(), self.handle.raw());
         // SAFETY: handle, stream and params are live; the stream is parsed before the check.
@@ -410,14 +527,48 @@ impl NvjpegDecoder {
         }
     }
 
-    /// Decodes a batch on the hardware engines into `outs`, enqueued on `stream`.
+    /// A batched-decode state of the hardware engines for one batch in flight (the decoder's
+    /// own serves [`Self::decode_hardware_batch`]); `None` without hardware.
+    pub fn hardware_batch_state(&self) -> Result<Option<HardwareBatchState>, NvjpegError> {
+        if self.hardware.is_none() {
+            return Ok(None);
+        }
+        self.device.bind()?;
+        HardwareBatchState::new(&self.handle, &self.device).map(Some)
+    }
+
+    /// Decodes a batch on the hardware engines into `outs` with one `nvjpegDecodeBatchedEx`,
+    /// enqueued on `stream` once the decoder's own state's last decode has run.
     ///
     /// # Safety
     /// Each `outs[i]` must name `height * pitch` writable device bytes (height of image `i`, or
-    /// of its ROI) that stay valid until the work completes on `stream`; every image must be one
-    /// [`Self::hardware_supports`] accepted with the same ROI.
+    /// of its ROI) that stay valid until the work completes on `stream`; every `jpegs[i]` must
+    /// stay unchanged until then (nvJPEG reads the bitstreams asynchronously); every image must
+    /// be one [`Self::hardware_supports`] accepted with the same ROI.
     pub unsafe fn decode_hardware_batch(
         &mut self,
+        stream: &Stream,
+        jpegs: &[&[u8]],
+        rois: &[Option<Roi>],
+        outs: &[DeviceImage],
+    ) -> Result<(), NvjpegError> {
+        let Some(mut own) = self.own_batch.take() else {
+            return Err(NvjpegError::Invalid("no hardware decoder".into()));
+        };
+        // SAFETY: the caller's promises.
+        let r = unsafe { self.decode_hardware_batch_in(&mut own, stream, jpegs, rois, outs) };
+        self.own_batch = Some(own);
+        r
+    }
+
+    /// [`Self::decode_hardware_batch`] with `state`, one of [`Self::hardware_batch_state`]'s:
+    /// the caller keeps the bitstreams of each state's batch until [`HardwareBatchState::wait_idle`].
+    ///
+    /// # Safety
+    /// As [`Self::decode_hardware_batch`].
+    pub unsafe fn decode_hardware_batch_in(
+        &mut self,
+        state: &mut HardwareBatchState,
         stream: &Stream,
         jpegs: &[&[u8]],
         rois: &[Option<Roi>],
@@ -432,50 +583,14 @@ impl NvjpegDecoder {
                 self.max_batch
             )));
         }
-        let Some(hw) = self.hardware.as_mut() else {
-            return Err(NvjpegError::Invalid("no hardware decoder".into()));
-        };
-        for (p, roi) in hw.params.iter().zip(rois) {
-            p.set_roi(*roi)?;
+        if !self.has_hardware() || !Arc::ptr_eq(&state.handle, &self.handle) {
+            return Err(NvjpegError::Invalid(
+                "no hardware decoder, or a hardware batch state of another decoder".into(),
+            ));
         }
         self.device.bind()?;
-        let (s, h) = (self.handle.sys(), self.handle.raw());
-        if hw.initialized != n {
-            let count = c_int::try_from(n)
-                .map_err(|_| NvjpegError::Invalid(format!("batch of {n} images")))?;
-            // SAFETY: handle and state are live.
-            unsafe {
-                result::decode_batched_initialize(s, h, hw.state.raw(), count, sys::OUTPUT_RGBI)?
-            };
-            hw.initialized = n;
-        }
-        let data: Vec<*const u8> = jpegs.iter().map(|j| j.as_ptr()).collect();
-        let lengths: Vec<usize> = jpegs.iter().map(|j| j.len()).collect();
-        let mut images: Vec<sys::NvjpegImage> = outs.iter().map(|o| o.as_nvjpeg()).collect();
-        let args = result::BatchArgs {
-            data: &data,
-            lengths: &lengths,
-            images: &mut images,
-        };
-        let decoded = if rois.iter().all(Option::is_none) {
-            // SAFETY: the state is initialised for `n`; the arrays hold `n` entries and
-            // outlive the call; the caller promises the outputs.
-            unsafe { result::decode_batched(s, h, hw.state.raw(), args, stream.raw()) }
-        } else {
-            let mut params: Vec<sys::DecodeParams> =
-                hw.params[..n].iter().map(|p| p.raw()).collect();
-            // SAFETY: as above (nvJPEG copies the bitstreams to its pinned staging before
-            // returning), with one live params object per image.
-            unsafe {
-                result::decode_batched_ex(s, h, hw.state.raw(), args, &mut params, stream.raw())
-            }
-        };
-        if decoded.is_err() {
-            // "if the batch decoding fails, then call the nvjpegDecodeBatchedInitialize()
-            // function again" (NVJPEG#single-phase).
-            hw.initialized = 0;
-        }
-        decoded
+        // SAFETY: the caller's promises.
+        unsafe { state.decode(stream, jpegs, rois, outs) }
     }
 
     /// Decodes one image with the GPU-hybrid decoupled path (host Huffman, then device), for

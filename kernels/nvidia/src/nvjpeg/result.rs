@@ -350,35 +350,32 @@ pub struct BatchArgs<'a> {
     pub images: &'a mut [sys::NvjpegImage],
 }
 
-/// `nvjpegDecodeBatched`.
+/// `nvjpegDecodeBatchedPreAllocate` for batches of `batch` images of `width` x `height`
+/// (4:4:4) in `format`: the hardware decoder's memory is then pooled instead of allocated per
+/// batch.
 ///
 /// # Safety
-/// `h`, `state` live and initialised for `data.len()` images; every output names device memory
-/// valid until the work completes on `cuda_stream`.
-pub unsafe fn decode_batched(
+/// `h` (a hardware-backend handle) and `state` must be live, no batched decode with `state`
+/// pending.
+pub unsafe fn decode_batched_pre_allocate(
     s: &Nvjpeg,
     h: sys::Handle,
     state: sys::JpegState,
-    args: BatchArgs<'_>,
-    cuda_stream: sys::CudaStream,
+    (batch, width, height): (c_int, c_int, c_int),
+    format: c_int,
 ) -> Result<(), NvjpegError> {
-    // SAFETY: the caller's promise; the arrays hold the batch's entries for the call.
-    check("nvjpegDecodeBatched", unsafe {
-        (s.decode_batched)(
-            h,
-            state,
-            args.data.as_ptr(),
-            args.lengths.as_ptr(),
-            args.images.as_mut_ptr(),
-            cuda_stream,
-        )
+    // SAFETY: the caller's promise.
+    check("nvjpegDecodeBatchedPreAllocate", unsafe {
+        (s.decode_batched_pre_allocate)(h, state, batch, width, height, sys::CSS_444, format)
     })
 }
 
 /// `nvjpegDecodeBatchedEx` with one decode-params object per image.
 ///
 /// # Safety
-/// As [`decode_batched`]; `params` holds one live object per image.
+/// `h`, `state` live and initialised for `data.len()` images, no batched decode with `state`
+/// still pending; `params` holds one live object per image; every bitstream stays unchanged
+/// and every output names device memory valid until the work completes on `cuda_stream`.
 pub unsafe fn decode_batched_ex(
     s: &Nvjpeg,
     h: sys::Handle,

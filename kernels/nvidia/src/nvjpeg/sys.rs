@@ -27,6 +27,9 @@ pub const FLAGS_BITSTREAM_STRICT: c_uint = 4;
 /// Interleaved RGB into channel 0 (what stoker's kernels read).
 pub const OUTPUT_RGBI: c_int = 5;
 
+/// `NVJPEG_CSS_444`.
+pub const CSS_444: c_int = 0;
+
 /// `libraryPropertyType`.
 pub const MAJOR_VERSION: c_int = 0;
 pub const MINOR_VERSION: c_int = 1;
@@ -72,8 +75,8 @@ crate::symbol_table! {
     jpeg_state_destroy = "nvjpegJpegStateDestroy": fn(JpegState);
     decode_batched_initialize = "nvjpegDecodeBatchedInitialize":
         fn(Handle, JpegState, c_int, c_int, c_int);
-    decode_batched = "nvjpegDecodeBatched":
-        fn(Handle, JpegState, *const *const c_uchar, *const usize, *mut NvjpegImage, CudaStream);
+    decode_batched_pre_allocate = "nvjpegDecodeBatchedPreAllocate":
+        fn(Handle, JpegState, c_int, c_int, c_int, c_int, c_int);
     decode_batched_ex = "nvjpegDecodeBatchedEx":
         fn(Handle, JpegState, *const *const c_uchar, *const usize, *mut NvjpegImage,
            *mut DecodeParams, CudaStream);

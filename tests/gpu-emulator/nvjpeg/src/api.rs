@@ -186,6 +186,7 @@ pub extern "C" fn nvjpegGetImageInfo(
 fn new_state() -> Object {
     Object::State(StateObj {
         batch: None,
+        pending: Default::default(),
         pinned: false,
         device: false,
         phase: Phase::Idle,

@@ -72,29 +72,35 @@ pub struct Write {
     pub data: Vec<u8>,
 }
 
-unsafe extern "C" fn run(data: *mut c_void) {
-    // SAFETY: `data` is the Box made in `enqueue`, passed back exactly once.
-    let writes = unsafe { Box::from_raw(data.cast::<Vec<Write>>()) };
-    for w in writes.iter() {
-        for (i, row) in w.data.chunks_exact(w.row_bytes).enumerate() {
-            // SAFETY: the caller of the decode promised `rows * pitch` writable device bytes
-            // at `dst` until the stream passes this point (nvJPEG's contract); device memory
-            // of the emulated GPU is host memory at the same address.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    row.as_ptr(),
-                    (w.dst + (i * w.pitch) as u64) as *mut u8,
-                    w.row_bytes,
-                )
-            };
-        }
+/// Writes `w`'s rows at its device address.
+pub fn write(w: &Write) {
+    for (i, row) in w.data.chunks_exact(w.row_bytes).enumerate() {
+        // SAFETY: the caller of the decode promised `rows * pitch` writable device bytes at
+        // `dst` until the stream passes this point (nvJPEG's contract); device memory of the
+        // emulated GPU is host memory at the same address.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                row.as_ptr(),
+                (w.dst + (i * w.pitch) as u64) as *mut u8,
+                w.row_bytes,
+            )
+        };
     }
 }
 
-/// Enqueues `writes` on `stream`.
-pub fn enqueue(stream: *mut c_void, writes: Vec<Write>) -> Result<(), Status> {
+/// Work a stream runs when it reaches it.
+type Job = Box<dyn FnOnce() + Send>;
+
+unsafe extern "C" fn run(data: *mut c_void) {
+    // SAFETY: `data` is the Box made in `enqueue_job`, passed back exactly once.
+    let job = unsafe { Box::from_raw(data.cast::<Job>()) };
+    job();
+}
+
+/// Enqueues `job` on `stream`: it runs in stream order, on the stream's worker.
+pub fn enqueue_job(stream: *mut c_void, job: Job) -> Result<(), Status> {
     let d = driver()?;
-    let data = Box::into_raw(Box::new(writes));
+    let data = Box::into_raw(Box::new(job));
     // SAFETY: `run` takes back the box when the stream reaches it.
     let rc = unsafe { (d.launch_host_func)(stream, run, data.cast()) };
     if rc != 0 {
@@ -103,4 +109,9 @@ pub fn enqueue(stream: *mut c_void, writes: Vec<Write>) -> Result<(), Status> {
         return Err(status::EXECUTION_FAILED);
     }
     Ok(())
+}
+
+/// Enqueues `writes` on `stream`.
+pub fn enqueue(stream: *mut c_void, writes: Vec<Write>) -> Result<(), Status> {
+    enqueue_job(stream, Box::new(move || writes.iter().for_each(write)))
 }

@@ -2,15 +2,24 @@
 //! host, transfer, device phases).
 //!
 //! # Design
-//! The bitstream is decoded during the call (so corrupt or unsupported input is reported by
-//! the call, with nvJPEG's statuses), and the pixels reach the caller's device memory through
-//! a host function on the caller's CUDA stream: before that stream is synchronised the output
-//! is not there. Each decoded image is recorded with its path (`stoker_emu_nvjpeg_path`).
+//! - Batched decodes are asynchronous to the host, as NVIDIA documents them: the decode runs
+//!   on the caller's CUDA stream (a host function of the emulated driver) and reads the input
+//!   bitstreams when the stream reaches it, so bytes the caller changes before then are what
+//!   gets decoded. The bitstreams are also decoded during the call, so corrupt or unsupported
+//!   input is reported by the call with nvJPEG's statuses.
+//! - A JPEG state takes no batched call (`nvjpegDecodeBatchedInitialize`, `...PreAllocate`, a
+//!   decode) while its last batched decode is still pending on a stream
+//!   (`NVJPEG_STATUS_INVALID_PARAMETER` and a line on stderr), and a failed batched decode
+//!   leaves it needing Initialize again.
+//! - The decoupled path's device phase writes the pixels on the caller's stream; its host
+//!   phase decodes during the call.
+//! - Each decoded image is recorded with its path (`stoker_emu_nvjpeg_path`).
 
 use std::ffi::{c_int, c_uchar, c_void};
+use std::sync::atomic::Ordering;
 
 use crate::api::{bytes, call};
-use crate::cuda::{enqueue, Write};
+use crate::cuda::{enqueue, enqueue_job, write, Write};
 use crate::decode::{decode, Mode, OutputFormat, Planes};
 use crate::header::{self, Path, Stage};
 use crate::objects::*;
@@ -24,22 +33,30 @@ pub struct NvjpegImage {
     pub pitch: [usize; 4],
 }
 
-fn writes(p: Planes, img: &NvjpegImage) -> Result<Vec<Write>, Status> {
-    let mut out = Vec::new();
-    for (i, (data, row_bytes)) in p.planes.into_iter().enumerate() {
-        let (dst, pitch) = (img.channel[i] as u64, img.pitch[i]);
-        if dst == 0 || pitch < row_bytes {
+/// Whether `img` can take `p`: a non-null channel and a wide enough pitch per plane.
+fn fits(p: &Planes, img: &NvjpegImage) -> Result<(), Status> {
+    for (i, (_, row_bytes)) in p.planes.iter().enumerate() {
+        if img.channel[i].is_null() || img.pitch[i] < *row_bytes {
             return Err(status::INVALID_PARAMETER);
         }
-        debug_assert_eq!(data.len(), row_bytes * p.rows);
-        out.push(Write {
-            dst,
-            pitch,
-            row_bytes,
-            data,
-        });
     }
-    Ok(out)
+    Ok(())
+}
+
+fn writes(p: Planes, img: &NvjpegImage) -> Result<Vec<Write>, Status> {
+    fits(&p, img)?;
+    let rows = p.rows;
+    Ok((p.planes.into_iter().enumerate())
+        .map(|(i, (data, row_bytes))| {
+            debug_assert_eq!(data.len(), row_bytes * rows);
+            Write {
+                dst: img.channel[i] as u64,
+                pitch: img.pitch[i],
+                row_bytes,
+                data,
+            }
+        })
+        .collect())
 }
 
 /// Decodes one image on `path` (strictly with a strict handle): `JPEG_NOT_SUPPORTED` if that
@@ -54,6 +71,18 @@ fn decode_on(jpeg: &[u8], path: Path, params: ParamsObj, strict: bool) -> Result
         wrong_colours: header::wrong_colours(&hd),
     };
     decode(jpeg, (hd.width, hd.height), params.roi, params.format, mode)
+}
+
+/// Refuses a batched call on a state whose last batched decode has not run on its stream yet.
+fn idle(s: &StateObj, call: &str) -> Result<(), Status> {
+    if s.busy() {
+        eprintln!(
+            "stoker nvJPEG emulator: {call} on a JPEG state whose batched decode is still \
+             pending on its stream (wait for that decode before re-using the state)"
+        );
+        return Err(status::INVALID_PARAMETER);
+    }
+    Ok(())
 }
 
 #[no_mangle]
@@ -71,12 +100,105 @@ pub extern "C" fn nvjpegDecodeBatchedInitialize(
         if batch <= 0 {
             return Err(status::INVALID_PARAMETER);
         }
-        r.state(state)?.batch = Some((batch as usize, f));
+        let s = r.state(state)?;
+        idle(s, "nvjpegDecodeBatchedInitialize")?;
+        s.batch = Some((batch as usize, f));
         Ok(())
     })
 }
 
-/// The batched decode shared by `nvjpegDecodeBatched` and `nvjpegDecodeBatchedEx`.
+/// Resources are not modelled: the arguments are checked, the state must be idle.
+#[no_mangle]
+pub extern "C" fn nvjpegDecodeBatchedPreAllocate(
+    h: *mut c_void,
+    state: *mut c_void,
+    batch: c_int,
+    width: c_int,
+    height: c_int,
+    _chroma_subsampling: c_int,
+    format: c_int,
+) -> Status {
+    call("nvjpegDecodeBatchedPreAllocate", || {
+        OutputFormat::from_raw(format)?;
+        let mut r = reg();
+        if r.handle(h)?.backend != BACKEND_HARDWARE {
+            return Err(status::INVALID_PARAMETER);
+        }
+        if batch <= 0 || width <= 0 || height <= 0 {
+            return Err(status::INVALID_PARAMETER);
+        }
+        idle(r.state(state)?, "nvjpegDecodeBatchedPreAllocate")
+    })
+}
+
+/// One image of a batched decode as the call left it: the caller's bitstream (read again when
+/// the stream runs the decode), what it decoded to at the call, and where the pixels go.
+struct Queued {
+    data: *const u8,
+    len: usize,
+    digest: u64,
+    planes: Planes,
+    path: Path,
+    params: ParamsObj,
+    strict: bool,
+    image: NvjpegImage,
+}
+
+// SAFETY: the pointers are the caller's bitstream and device memory, which nvJPEG's contract
+// keeps valid until the stream has run the decode; the stream's worker is the only reader.
+unsafe impl Send for Queued {}
+
+impl Queued {
+    /// The pixels as the stream's decode finds the bitstream now: the call's when the bytes
+    /// are unchanged; else the changed bytes decoded (the image in the buffer now, as a GPU
+    /// would read it), or grey where they no longer decode to the same geometry.
+    fn pixels(self, at: usize) -> Result<Vec<Write>, Status> {
+        // SAFETY: the caller promised the bitstream until the decode has run (see `Send`).
+        let now = unsafe { std::slice::from_raw_parts(self.data, self.len) };
+        if fnv1a(now) == self.digest {
+            return writes(self.planes, &self.image);
+        }
+        eprintln!(
+            "stoker nvJPEG emulator: image {at} of a batched decode changed between the call \
+             and the decode on the stream; decoding the bytes found now"
+        );
+        let same_shape = |p: &Planes| {
+            p.rows == self.planes.rows
+                && p.planes
+                    .iter()
+                    .map(|x| x.1)
+                    .eq(self.planes.planes.iter().map(|x| x.1))
+        };
+        let planes = match decode_on(now, self.path, self.params, self.strict) {
+            Ok(p) if same_shape(&p) => p,
+            _ => Planes {
+                planes: (self.planes.planes.iter())
+                    .map(|(d, row)| (vec![0x80; d.len()], *row))
+                    .collect(),
+                rows: self.planes.rows,
+            },
+        };
+        writes(planes, &self.image)
+    }
+}
+
+/// What one image of a batched call names: its bitstream and its output.
+///
+/// # Safety
+/// `data`, `lengths` and `images` must hold more than `i` entries.
+unsafe fn nth(
+    data: *const *const c_uchar,
+    lengths: *const usize,
+    images: *mut NvjpegImage,
+    i: usize,
+) -> Result<(&'static [u8], NvjpegImage), Status> {
+    // SAFETY: the caller's promise.
+    unsafe { Ok((bytes(*data.add(i), *lengths.add(i))?, *images.add(i))) }
+}
+
+/// The batched decode shared by `nvjpegDecodeBatched` and `nvjpegDecodeBatchedEx`: the
+/// bitstreams are checked and decoded at the call (errors come back from it), and the decode
+/// runs again on `stream` when the stream reaches it, reading the bitstreams then.
 fn batched(
     h: *mut c_void,
     state: *mut c_void,
@@ -86,13 +208,16 @@ fn batched(
     params: Option<*mut *mut c_void>,
     stream: *mut c_void,
 ) -> Result<(), Status> {
-    let (path, n, per_image, strict) = {
+    let (path, n, per_image, strict, pending) = {
         let mut r = reg();
         let (backend, strict) = {
             let x = r.handle(h)?;
             (x.backend, x.strict)
         };
-        let (n, format) = r.state(state)?.batch.ok_or(status::INVALID_PARAMETER)?;
+        let s = r.state(state)?;
+        idle(s, "a batched decode")?;
+        let (n, format) = s.batch.ok_or(status::INVALID_PARAMETER)?;
+        let pending = s.pending.clone();
         let path = decode_path(backend);
         let mut per_image = vec![ParamsObj { format, roi: None }; n];
         if let Some(p) = params {
@@ -104,25 +229,59 @@ fn batched(
                 *slot = *r.params(unsafe { *p.add(i) })?;
             }
         }
-        (path, n, per_image, strict)
+        (path, n, per_image, strict, pending)
     };
     if data.is_null() || lengths.is_null() || images.is_null() {
         return Err(status::INVALID_PARAMETER);
     }
-    let mut all = Vec::new();
-    let mut decoded = Vec::new();
-    for (i, params) in per_image.into_iter().enumerate().take(n) {
+    let mut queued = Vec::with_capacity(n);
+    for (i, params) in per_image.into_iter().enumerate() {
         // SAFETY: the caller passes `n` bitstreams, lengths and images.
-        let (jpeg, img) = unsafe { (bytes(*data.add(i), *lengths.add(i))?, *images.add(i)) };
-        all.extend(writes(decode_on(jpeg, path, params, strict)?, &img)?);
-        decoded.push(jpeg);
+        let (jpeg, image) = unsafe { nth(data, lengths, images, i) }?;
+        let planes = decode_on(jpeg, path, params, strict)?;
+        fits(&planes, &image)?;
+        queued.push(Queued {
+            data: jpeg.as_ptr(),
+            len: jpeg.len(),
+            digest: fnv1a(jpeg),
+            planes,
+            path,
+            params,
+            strict,
+            image,
+        });
     }
-    enqueue(stream, all)?;
+    let digests: Vec<u64> = queued.iter().map(|q| q.digest).collect();
+    pending.fetch_add(1, Ordering::AcqRel);
+    let on_stream = pending.clone();
+    let job = Box::new(move || {
+        for (i, q) in queued.into_iter().enumerate() {
+            // Outputs were checked at the call: the same planes' shapes cannot fail here.
+            if let Ok(w) = q.pixels(i) {
+                w.iter().for_each(write);
+            }
+        }
+        on_stream.fetch_sub(1, Ordering::AcqRel);
+    });
+    if let Err(e) = enqueue_job(stream, job) {
+        pending.fetch_sub(1, Ordering::AcqRel);
+        return Err(e);
+    }
     let mut r = reg();
-    for jpeg in decoded {
-        r.record(jpeg, path);
+    for d in digests {
+        r.paths.insert(d, path);
     }
     Ok(())
+}
+
+/// A failed batched decode leaves its state needing `nvjpegDecodeBatchedInitialize` again.
+fn reset_on_failure(state: *mut c_void, r: Result<(), Status>) -> Result<(), Status> {
+    if r.is_err() {
+        if let Ok(s) = reg().state(state) {
+            s.batch = None;
+        }
+    }
+    r
 }
 
 #[no_mangle]
@@ -135,7 +294,8 @@ pub extern "C" fn nvjpegDecodeBatched(
     stream: *mut c_void,
 ) -> Status {
     call("nvjpegDecodeBatched", || {
-        batched(h, state, data, lengths, images, None, stream)
+        let r = batched(h, state, data, lengths, images, None, stream);
+        reset_on_failure(state, r)
     })
 }
 
@@ -150,7 +310,8 @@ pub extern "C" fn nvjpegDecodeBatchedEx(
     stream: *mut c_void,
 ) -> Status {
     call("nvjpegDecodeBatchedEx", || {
-        batched(h, state, data, lengths, images, Some(params), stream)
+        let r = batched(h, state, data, lengths, images, Some(params), stream);
+        reset_on_failure(state, r)
     })
 }
 

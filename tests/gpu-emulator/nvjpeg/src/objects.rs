@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::decode::{OutputFormat, Planes, Roi};
 use crate::header::{Header, Path, Stage};
@@ -43,14 +44,24 @@ pub enum Phase {
 }
 
 pub struct StateObj {
-    /// `nvjpegDecodeBatchedInitialize`: (batch size, output format).
+    /// `nvjpegDecodeBatchedInitialize`: (batch size, output format); `None` before it and after
+    /// a failed batched decode, which must be followed by another Initialize.
     pub batch: Option<(usize, OutputFormat)>,
+    /// Batched decodes with this state enqueued on a stream and not yet run there.
+    pub pending: Arc<AtomicUsize>,
     pub pinned: bool,
     pub device: bool,
     pub phase: Phase,
     /// The decoupled phase that fails for the image in progress, and how
     /// ([`crate::header::hybrid_failure`]).
     pub doomed: Option<(Stage, Status)>,
+}
+
+impl StateObj {
+    /// Whether a batched decode with this state is still waiting for its stream.
+    pub fn busy(&self) -> bool {
+        self.pending.load(Ordering::Acquire) > 0
+    }
 }
 
 pub struct StreamObj {

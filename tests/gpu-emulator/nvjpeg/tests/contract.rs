@@ -98,11 +98,14 @@ fn setup(backend: c_int) -> (*mut c_void, *mut c_void) {
 
 /// A small baseline JPEG: 16 x 8, 4:4:4, smooth colours (hand-made with libjpeg-turbo).
 fn jpeg(progressive: bool) -> Vec<u8> {
+    encode(progressive, |i| [(i * 2) as u8, 100, (255 - i) as u8])
+}
+
+/// A 16 x 8 4:4:4 JPEG of the pixels `rgb` gives for each index.
+fn encode(progressive: bool, rgb: impl Fn(usize) -> [u8; 3]) -> Vec<u8> {
     use turbojpeg_sys as tj;
     let (w, h) = (16usize, 8usize);
-    let rgb: Vec<u8> = (0..w * h)
-        .flat_map(|i| [(i * 2) as u8, 100, (255 - i) as u8])
-        .collect();
+    let rgb: Vec<u8> = (0..w * h).flat_map(rgb).collect();
     // SAFETY: (whole block) a fresh compressor; `rgb` is w * h * 3 bytes; the output buffer
     // is allocated by TurboJPEG and freed with tj3Free after copying.
     unsafe {
@@ -313,13 +316,22 @@ fn batched_decode_follows_nvjpegs_rules_and_the_stream() {
         );
         let prog = [progressive.as_ptr()];
         let plen = [progressive.len()];
+        let data = [baseline.as_ptr()];
+        let lens = [baseline.len()];
+        // A failed batch leaves the state to be initialised again (nvJPEG's single-phase
+        // rule), even for a good batch of the same size.
+        assert_eq!(
+            batched(h, st, data.as_ptr(), lens.as_ptr(), &mut image, s),
+            2,
+            "INVALID_PARAMETER: not initialised since the failure"
+        );
+        ok(init(h, st, 1, 1, 5));
         assert_eq!(
             batched(h, st, prog.as_ptr(), plen.as_ptr(), &mut image, s),
             4,
             "JPEG_NOT_SUPPORTED"
         );
-        let data = [baseline.as_ptr()];
-        let lens = [baseline.len()];
+        ok(init(h, st, 1, 1, 5));
         ok(batched(h, st, data.as_ptr(), lens.as_ptr(), &mut image, s));
         let mut early = vec![0u8; n];
         ok(dtoh(early.as_mut_ptr().cast(), dev, n));
@@ -354,5 +366,114 @@ fn batched_decode_follows_nvjpegs_rules_and_the_stream() {
             0,
             "never decoded"
         );
+    }
+}
+
+#[test]
+fn a_batched_decode_reads_its_bitstreams_on_the_stream_and_holds_its_state_until_then() {
+    let (h, s) = setup(3);
+    let state_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStateCreate");
+    let init: unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedInitialize");
+    let prealloc: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+    ) -> R = sym(true, "nvjpegDecodeBatchedPreAllocate");
+    type BatchedEx = unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *const *const u8,
+        *const usize,
+        *mut [usize; 8],
+        *mut *mut c_void,
+        *mut c_void,
+    ) -> R;
+    let batched: BatchedEx = sym(true, "nvjpegDecodeBatchedEx");
+    let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegDecodeParamsCreate");
+    let alloc: unsafe extern "C" fn(*mut u64, usize) -> R = sym(false, "cuMemAlloc_v2");
+    let dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> R = sym(false, "cuMemcpyDtoH_v2");
+    let sync: unsafe extern "C" fn(*mut c_void) -> R = sym(false, "cuStreamSynchronize");
+    // The caller's buffer holds a patterned image at the call, a flat one (shorter: padded
+    // with zeros past its end of image) once the call has returned.
+    let first = jpeg(false);
+    let flat = encode(false, |_| [200, 40, 90]);
+    assert!(flat.len() < first.len());
+    let mut buffer = first.clone();
+    let n = 16 * 8 * 3;
+    let (mut st, mut p, mut dev) = (null_mut(), null_mut(), 0u64);
+    // SAFETY: (whole block) live handles; `buffer` outlives the stream's work (synchronised
+    // below); `dev` holds one 16 x 8 RGBI image (pitch 48).
+    unsafe {
+        ok(state_create(h, &mut st));
+        ok(prealloc(h, st, 1, 16, 8, 0, 5));
+        ok(init(h, st, 1, 1, 5));
+        ok(params_create(h, &mut p));
+        ok(alloc(&mut dev, n));
+        let mut image = [0usize; 8];
+        image[0] = dev as usize;
+        image[4] = 48;
+        let data = [buffer.as_ptr()];
+        let lens = [buffer.len()];
+        let mut params = [p];
+        ok(batched(
+            h,
+            st,
+            data.as_ptr(),
+            lens.as_ptr(),
+            &mut image,
+            params.as_mut_ptr(),
+            s,
+        ));
+        // The state is busy until the stream has run the decode: no Initialize, no decode.
+        assert_eq!(
+            init(h, st, 1, 1, 5),
+            2,
+            "Initialize while a decode is pending"
+        );
+        assert_eq!(
+            batched(
+                h,
+                st,
+                data.as_ptr(),
+                lens.as_ptr(),
+                &mut image,
+                params.as_mut_ptr(),
+                s
+            ),
+            2,
+            "a second decode on a busy state"
+        );
+        assert_eq!(
+            prealloc(h, st, 1, 16, 8, 0, 5),
+            2,
+            "PreAllocate on a busy state"
+        );
+        std::ptr::write_bytes(buffer.as_mut_ptr(), 0, buffer.len());
+        std::ptr::copy_nonoverlapping(flat.as_ptr(), buffer.as_mut_ptr(), flat.len());
+        ok(sync(s));
+        let mut got = vec![0u8; n];
+        ok(dtoh(got.as_mut_ptr().cast(), dev, n));
+        let err: f64 = got
+            .chunks_exact(3)
+            .map(|px| {
+                (f64::from(px[0]) - 200.0).abs()
+                    + (f64::from(px[1]) - 40.0).abs()
+                    + (f64::from(px[2]) - 90.0).abs()
+            })
+            .sum::<f64>()
+            / (16.0 * 8.0);
+        assert!(
+            err < 9.0,
+            "the bytes found when the stream ran are decoded: error {err}"
+        );
+        // Idle again once the stream has run it.
+        ok(init(h, st, 1, 1, 5));
     }
 }
