@@ -95,32 +95,20 @@ fn cuda_with_only_unsupported_gpus_exits_with_the_reason() {
     let config = format!(
         r#"{{"devices": [{{"uuid": "{gpu0}", "posix_fd": false}}, {{"uuid": "{gpu1}", "posix_fd": false}}]}}"#
     );
-    let mut child = Command::new(stoker_testkit::stokerd_path())
-        .arg("--socket")
-        .arg(dir.path().join("s.sock"))
-        .args(["--backend", "cuda"])
-        .env("NO_COLOR", "1")
-        .env("STOKER_EMU_CONFIG", config)
-        .env(
-            "STOKER_NVIDIA_DIR",
-            stoker_nvidia::loader::wheel_dir().unwrap(),
-        )
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "stokerd served from GPUs it cannot share rings on: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = stoker_testkit::child::output_within(
+        Command::new(stoker_testkit::stokerd_path())
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .args(["--backend", "cuda"])
+            .env("NO_COLOR", "1")
+            .env("STOKER_EMU_CONFIG", config)
+            .env(
+                "STOKER_NVIDIA_DIR",
+                stoker_nvidia::loader::wheel_dir().unwrap(),
+            ),
+        std::time::Duration::from_secs(60),
+        "stokerd serving from GPUs it cannot share rings on",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();

@@ -177,25 +177,11 @@ fn synth_shards_and_pack_give_the_same_samples_and_the_bench_reads_both() {
 /// Runs `stoker <args>` and returns (exit code, stdout + stderr); fails the test when it has
 /// not ended within 60 s (it hangs), killing it.
 fn run_bounded(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(stoker())
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run stoker");
-    let started = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "stoker {args:?} hangs (killed after 60 s): {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = stoker_testkit::child::output_within(
+        Command::new(stoker()).args(args),
+        std::time::Duration::from_secs(60),
+        &format!("stoker {args:?}"),
+    );
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

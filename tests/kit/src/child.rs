@@ -69,3 +69,26 @@ pub fn output_text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Runs `cmd` (stdout and stderr captured) and returns its output, or fails the test when it
+/// has not ended within `limit` (it hangs: killed, its stderr in the message, `what` naming it).
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration, what: &str) -> Output {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} has not ended after {limit:?} (killed): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
