@@ -117,6 +117,104 @@ fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() 
     }
 }
 
+/// Takes `n` batches from each client.
+fn take(clients: &mut [Client], n: usize, seen: &mut [Vec<Got>]) {
+    for (c, seen) in clients.iter_mut().zip(seen.iter_mut()) {
+        for _ in 0..n {
+            seen.push(got(&c.next_batch().unwrap().unwrap()));
+        }
+    }
+}
+
+/// Starts a daemon in `dir` after `after`, as systemd restarts one.
+fn restart_later(dir: &Path, after: Duration) -> std::thread::JoinHandle<Daemon> {
+    let dir = dir.to_owned();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        Daemon::start(&dir, &["--threads", "2", "--slots", "2"])
+    })
+}
+
+#[test]
+fn with_reattach_a_2_rank_job_goes_on_through_a_sigterm_restart_and_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_dataset(dir.path(), 4, 6); // 24 samples; world 2, batch 2: 6 steps
+    let data = data.to_str().unwrap().to_owned();
+    let spec = spec(2, 16, Some(2));
+    let reference: Vec<Vec<Got>> = {
+        let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+        (0..2)
+            .map(|r| {
+                let o = options(&data, "reattach", r, 2, spec.clone());
+                drain(&mut Client::attach(daemon.socket(), o).unwrap())
+            })
+            .collect()
+    };
+    assert_eq!(reference[0].len(), 12);
+
+    let mut daemon = Daemon::start(dir.path(), &["--threads", "2", "--slots", "2"]);
+    let mut clients: Vec<Client> = (0..2)
+        .map(|r| {
+            let mut o = options(&data, "reattach", r, 2, spec.clone());
+            o.reattach = Some(Duration::from_secs(20));
+            Client::attach(daemon.socket(), o).unwrap()
+        })
+        .collect();
+    let mut seen: Vec<Vec<Got>> = vec![Vec::new(), Vec::new()];
+    take(&mut clients, 3, &mut seen);
+    // systemd's restart: SIGTERM (the daemon drains and exits), a new daemon a little later.
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait_exit(Duration::from_secs(15)).success());
+    let restarted = restart_later(dir.path(), Duration::from_millis(300));
+    let t = Instant::now();
+    take(&mut clients, 4, &mut seen);
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "next_batch waited for the daemon"
+    );
+    drop(restarted.join().unwrap()); // SIGKILL mid-epoch
+    let restarted = restart_later(dir.path(), Duration::from_millis(300));
+    for (c, seen) in clients.iter_mut().zip(seen.iter_mut()) {
+        seen.extend(drain(c));
+    }
+    drop(restarted.join().unwrap());
+    let key = |g: &Got| (g.epoch, g.step, g.hash, g.indices.clone());
+    for r in 0..2 {
+        let a: Vec<_> = seen[r].iter().map(key).collect();
+        let b: Vec<_> = reference[r].iter().map(key).collect();
+        assert_eq!(a, b, "rank {r}: the batches of an uninterrupted run");
+    }
+}
+
+#[test]
+fn with_reattach_a_daemon_that_stays_away_is_named_with_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_dataset(dir.path(), 2, 4);
+    let daemon = Daemon::start(dir.path(), &["--threads", "1", "--slots", "2"]);
+    let socket = daemon.socket().to_owned();
+    let mut o = options(data.to_str().unwrap(), "away", 0, 1, spec(2, 8, None));
+    o.reattach = Some(Duration::from_millis(400));
+    let mut c = Client::attach(&socket, o).unwrap();
+    c.next_batch().unwrap().unwrap();
+    drop(daemon); // SIGKILL, and no restart
+    let t = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            Ok(_) => continue, // announced before the kill
+            Err(e) => break e,
+        }
+    };
+    assert!(t.elapsed() >= Duration::from_millis(400), "{err}");
+    assert!(matches!(err, ClientError::StayedAway { .. }), "{err}");
+    assert!(err.is_disconnected());
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("the daemon at {} went away", socket.display())),
+        "{msg}"
+    );
+    assert!(msg.contains("within 0.4 s"), "{msg}");
+}
+
 #[test]
 fn attach_retries_until_its_timeout_then_says_no_daemon() {
     let dir = tempfile::tempdir().unwrap();

@@ -117,7 +117,7 @@ impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
         let code = match &e {
             ClientError::NoDaemon(_) | ClientError::Connect { .. } => STOKER_ERR_CONNECT,
-            ClientError::Closed => STOKER_ERR_DAEMON_GONE,
+            ClientError::Closed | ClientError::StayedAway { .. } => STOKER_ERR_DAEMON_GONE,
             ClientError::Socket(_) if e.is_disconnected() => STOKER_ERR_DAEMON_GONE,
             ClientError::Socket(_) | ClientError::Ring(_) => STOKER_ERR_IO,
             ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,

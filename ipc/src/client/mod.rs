@@ -28,6 +28,10 @@
 //! - Before sending anything the client checks whom it connected to
 //!   ([`crate::socket::trust`]): a daemon of another uid (a relay another user put where this
 //!   user's socket would be) is [`ClientError::Connect`] naming its uid.
+//! - When the daemon goes away, [`Client::next_batch`] reports it
+//!   ([`ClientError::is_disconnected`]) and the caller attaches again at [`Client::position`];
+//!   or, with [`AttachOptions::reattach`] set, it does so itself (`reattach`): same socket,
+//!   same position, waiting for the daemon within that bound.
 //!
 //! - Device rings (the daemon's CUDA backend, `device: "cuda:N"` or a GPU UUID): the images
 //!   are a VMM allocation on the client's GPU, imported and mapped once per attach
@@ -108,6 +112,11 @@ pub struct AttachOptions {
     pub offset: Option<EpochOffset>,
     /// How long to keep retrying while no daemon answers (see [`default_connect_timeout`]).
     pub connect_timeout: Duration,
+    /// `Some(bound)`: when the daemon goes away (a restart, a crash), `next_batch` attaches
+    /// again by itself at [`Client::position`] to the same socket, waiting up to `bound` for
+    /// the daemon to come back, and goes on with the batches an uninterrupted run gets (see
+    /// `reattach`). `None` (the default): it returns the error.
+    pub reattach: Option<Duration>,
 }
 
 impl AttachOptions {
@@ -124,6 +133,7 @@ impl AttachOptions {
             start: Position::default(),
             offset: None,
             connect_timeout: default_connect_timeout(),
+            reattach: None,
         }
     }
 }
@@ -194,13 +204,25 @@ pub enum ClientError {
     Ring(#[from] MemfdError),
     #[error("{0}")]
     Device(#[from] DeviceError),
+    #[error(
+        "the daemon at {} went away ({gone}) and did not come back within {:.1} s \
+         (AttachOptions::reattach); last attempt: {last}",
+        socket.display(),
+        waited.as_secs_f64()
+    )]
+    StayedAway {
+        socket: PathBuf,
+        gone: String,
+        waited: Duration,
+        last: String,
+    },
 }
 
 impl ClientError {
     /// True when the daemon is gone (not running, or went away): reconnect and resume.
     pub fn is_disconnected(&self) -> bool {
         match self {
-            ClientError::NoDaemon(_) | ClientError::Closed => true,
+            ClientError::NoDaemon(_) | ClientError::Closed | ClientError::StayedAway { .. } => true,
             ClientError::Socket(e) => matches!(
                 e.raw_os_error(),
                 Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
@@ -259,6 +281,9 @@ pub struct Client {
     ended: bool,
     buf: Vec<u8>,
     clock: StallClock,
+    /// Where and how it attached: a re-attach (`reattach`) goes there again.
+    socket: PathBuf,
+    opts: AttachOptions,
 }
 
 impl Client {
@@ -272,6 +297,7 @@ impl Client {
             )));
         }
         let device = opts.device.resolve()?;
+        let again = opts.clone();
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
         let world_size = opts.world_size;
@@ -333,6 +359,8 @@ impl Client {
             ended: false,
             buf,
             clock: StallClock::new(),
+            socket: socket.to_owned(),
+            opts: again,
         })
     }
 
@@ -379,7 +407,7 @@ impl Client {
     /// The time spent here, and between calls, is the data stall ([`Client::stall`]).
     pub fn next_batch(&mut self) -> Result<Option<Batch>, ClientError> {
         let entered = self.clock.enter();
-        let got = self.receive();
+        let got = self.receive_or_reattach();
         self.clock.leave(entered, matches!(got, Ok(Some(_))));
         if got.is_ok() && self.attached.accepts_stats && self.clock.due() {
             self.send_stats();
@@ -568,6 +596,7 @@ fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), Cli
 mod batch;
 /// cbindgen:ignore
 mod device;
+mod reattach;
 mod stall;
 pub use batch::{Batch, DeviceSlice};
 pub use device::{ConsumerStream, DeviceError};
