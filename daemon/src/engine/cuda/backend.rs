@@ -197,11 +197,12 @@ impl CudaBackend {
             let (w, h) = (header.width, header.height);
             let (crop, flip) = sample_params(spec, w, h, unit.job.seed, unit.pos.epoch, index);
             let roi = clamp.then(|| crop_region(crop, w, h));
-            let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
             // Over the limits: the CPU decoder refuses it with the CPU backend's reason.
             let within_limits = unit.config.limits.admits(w, h);
+            let route = route(&mut self.decoder, data, roi, within_limits);
+            let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
             self.plan.push(Planned {
-                route: Ok(route(&mut self.decoder, data, roi, within_limits)),
+                route: Ok(route),
                 crop,
                 flip,
                 roi,
@@ -444,6 +445,14 @@ impl CudaBackend {
         };
         let t0 = Instant::now();
         self.place().map_err(|e| self.fault("decode scratch", &e))?;
+        // The hardware engines write the decoded images without waiting for work queued
+        // before them on the stream (seen on an H200: docs/cuda.md, "First GPU run"): the last
+        // batch's kernel must have read the scratch before this batch is decoded into it.
+        if self.plan.iter().any(|p| p.route == Ok(Route::Hardware)) {
+            self.stream
+                .synchronize()
+                .map_err(|e| self.fault("decode scratch", &e))?;
+        }
         self.decode_gpu(state)?;
         self.decode_cpu(unit);
         let events = self.take_events()?;

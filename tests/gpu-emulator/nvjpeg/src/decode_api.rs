@@ -254,15 +254,31 @@ fn batched(
     let digests: Vec<u64> = queued.iter().map(|q| q.digest).collect();
     pending.fetch_add(1, Ordering::AcqRel);
     let on_stream = pending.clone();
-    let job = Box::new(move || {
+    let decode = move || {
         for (i, q) in queued.into_iter().enumerate() {
             // Outputs were checked at the call: the same planes' shapes cannot fail here.
             if let Ok(w) = q.pixels(i) {
                 w.iter().for_each(write);
             }
         }
-        on_stream.fetch_sub(1, Ordering::AcqRel);
-    });
+    };
+    // The hardware engines start on the batch at the call, without waiting for work queued
+    // earlier on `stream`; only work queued later waits for them (and the state stays busy
+    // until the stream gets there). On a real H200 a kernel still reading the previous
+    // batch's decoded images saw the next batch's rows written over them, top first
+    // (docs/cuda.md, "First GPU run"; emulator rule 76).
+    let job: Box<dyn FnOnce() + Send> = if path == Path::Hardware {
+        let engine = std::thread::spawn(decode);
+        Box::new(move || {
+            let _ = engine.join();
+            on_stream.fetch_sub(1, Ordering::AcqRel);
+        })
+    } else {
+        Box::new(move || {
+            decode();
+            on_stream.fetch_sub(1, Ordering::AcqRel);
+        })
+    };
     if let Err(e) = enqueue_job(stream, job) {
         pending.fetch_sub(1, Ordering::AcqRel);
         return Err(e);

@@ -333,12 +333,8 @@ fn batched_decode_follows_nvjpegs_rules_and_the_stream() {
         );
         ok(init(h, st, 1, 1, 5));
         ok(batched(h, st, data.as_ptr(), lens.as_ptr(), &mut image, s));
-        let mut early = vec![0u8; n];
-        ok(dtoh(early.as_mut_ptr().cast(), dev, n));
-        assert!(
-            early.iter().all(|&b| b == 0),
-            "pixels arrived before the stream ran"
-        );
+        // The hardware engines may write before the (delayed) stream gets there (rule 76):
+        // the pixels are only promised once the stream is synchronised.
         ok(sync(s));
         let mut got = vec![0u8; n];
         ok(dtoh(got.as_mut_ptr().cast(), dev, n));
