@@ -231,7 +231,7 @@ impl CudaBackend {
                 at += bytes;
             }
         }
-        grow(&self.gpu, &self.stream, &mut self.scratch, at)
+        self.gpu.grow(&self.stream, &mut self.scratch, at)
     }
 
     /// Where image `k` of the plan is decoded to.
@@ -462,7 +462,8 @@ impl CudaBackend {
         rec(self, &events.decoded)?;
         let decode_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let bytes = self.kernel_samples();
-        grow(&self.gpu, &self.stream, &mut self.samples_dev, bytes)
+        self.gpu
+            .grow(&self.stream, &mut self.samples_dev, bytes)
             .map_err(|e| self.fault("sample array", &e))?;
         let samples_dev = self.samples_dev.as_ref().expect("grown");
         self.stream
@@ -599,24 +600,6 @@ fn crop_region(crop: CropBox, width: u32, height: u32) -> Roi {
         width: x1 - x0,
         height: y1 - y0,
     }
-}
-
-/// Makes `buf` at least `bytes` long; an old, smaller buffer is freed only after the
-/// stream's work on it is done.
-fn grow(
-    gpu: &Gpu,
-    stream: &Stream,
-    buf: &mut Option<DeviceBuffer>,
-    bytes: usize,
-) -> Result<(), CudaError> {
-    if buf.as_ref().is_some_and(|b| b.len() >= bytes) || bytes == 0 {
-        return Ok(());
-    }
-    stream.synchronize()?;
-    *buf = None;
-    // Room to grow a little without reallocating at the next larger crop.
-    *buf = Some(gpu.device().alloc(bytes + bytes / 4)?);
-    Ok(())
 }
 
 impl Backend for CudaBackend {

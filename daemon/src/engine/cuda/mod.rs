@@ -51,7 +51,7 @@ use stoker::protocol::GpuStatus;
 use stoker::ring::ImageMemory;
 use stoker_kernels::augment::{AugmentKernels, KernelError};
 use stoker_nvidia::cuda::result::CuStatus;
-use stoker_nvidia::cuda::{CudaError, Device, GpuUuid};
+use stoker_nvidia::cuda::{CudaError, Device, DeviceBuffer, GpuUuid, Stream};
 use stoker_nvidia::nvjpeg::{NvjpegError, NvjpegLib};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
@@ -119,6 +119,24 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
+    /// Makes `buf` at least `bytes` long on this GPU; an old, smaller buffer is freed only
+    /// after `stream`'s work on it is done.
+    pub(super) fn grow(
+        &self,
+        stream: &Stream,
+        buf: &mut Option<DeviceBuffer>,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
+        if buf.as_ref().is_some_and(|b| b.len() >= bytes) || bytes == 0 {
+            return Ok(());
+        }
+        stream.synchronize()?;
+        *buf = None;
+        // Room to grow a little without reallocating at the next larger crop.
+        *buf = Some(self.device().alloc(bytes + bytes / 4)?);
+        Ok(())
+    }
+
     /// Opens the GPU with this UUID: its primary context, augment.cu (NVRTC, cached) and
     /// libnvjpeg.
     pub fn open(uuid: GpuUuid) -> Result<Arc<Gpu>, GpuError> {

@@ -196,6 +196,33 @@ unsafe fn nth(
     unsafe { Ok((bytes(*data.add(i), *lengths.add(i))?, *images.add(i))) }
 }
 
+/// What a batched decode puts on its stream: the decode (for the hardware engines, only the
+/// wait for it), then the state's release. The hardware engines start on the batch at the
+/// call, without waiting for work queued earlier on the stream; only work queued later waits
+/// for them. On a real H200 a kernel still reading the previous batch's decoded images saw the
+/// next batch's rows written over them, top first (docs/cuda.md; emulator rule 76).
+fn stream_job(
+    path: Path,
+    decode: impl FnOnce() + Send + 'static,
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Box<dyn FnOnce() + Send> {
+    let done = move || {
+        pending.fetch_sub(1, Ordering::AcqRel);
+    };
+    if path == Path::Hardware {
+        let engine = std::thread::spawn(decode);
+        Box::new(move || {
+            let _ = engine.join();
+            done();
+        })
+    } else {
+        Box::new(move || {
+            decode();
+            done();
+        })
+    }
+}
+
 /// The batched decode shared by `nvjpegDecodeBatched` and `nvjpegDecodeBatchedEx`: the
 /// bitstreams are checked and decoded at the call (errors come back from it), and the decode
 /// runs again on `stream` when the stream reaches it, reading the bitstreams then.
@@ -262,24 +289,7 @@ fn batched(
             }
         }
     };
-    // The hardware engines start on the batch at the call, without waiting for work queued
-    // earlier on `stream`; only work queued later waits for them (and the state stays busy
-    // until the stream gets there). On a real H200 a kernel still reading the previous
-    // batch's decoded images saw the next batch's rows written over them, top first
-    // (docs/cuda.md, "First GPU run"; emulator rule 76).
-    let job: Box<dyn FnOnce() + Send> = if path == Path::Hardware {
-        let engine = std::thread::spawn(decode);
-        Box::new(move || {
-            let _ = engine.join();
-            on_stream.fetch_sub(1, Ordering::AcqRel);
-        })
-    } else {
-        Box::new(move || {
-            decode();
-            on_stream.fetch_sub(1, Ordering::AcqRel);
-        })
-    };
-    if let Err(e) = enqueue_job(stream, job) {
+    if let Err(e) = enqueue_job(stream, stream_job(path, decode, on_stream)) {
         pending.fetch_sub(1, Ordering::AcqRel);
         return Err(e);
     }
