@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from ctypes import byref, c_uint64, c_void_p
 
 from . import _daemon, _lib, _reattach
@@ -55,19 +56,46 @@ def _env_int(name):
     return int(v) if v not in (None, "") else None
 
 
+def _visible_gpus():
+    """How many GPUs CUDA_VISIBLE_DEVICES leaves this process, or None when it is unset (all
+    of them, a count only the driver knows). The driver stops at the first entry that is not
+    a device; counting entries is enough to tell one visible GPU from LOCAL_RANK's."""
+    v = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if v is None:
+        return None
+    return len([e for e in v.split(",") if e.strip()])
+
+
+def _bare_cuda_ordinal():
+    """The ordinal a bare "cuda" means: PyTorch's current device once PyTorch has set one up
+    in this process; else LOCAL_RANK (torchrun's one GPU per process) when this process sees
+    that many GPUs; else 0, as under Slurm or Kubernetes where each rank sees exactly its own
+    GPU through CUDA_VISIBLE_DEVICES."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return int(torch.cuda.current_device())
+    except (AttributeError, RuntimeError):
+        pass
+    local_rank = _env_int("LOCAL_RANK") or 0
+    visible = _visible_gpus()
+    return local_rank if visible is None or local_rank < visible else 0
+
+
 def resolve_device(device):
     """What a Loader sends as its device: "cpu", "cuda:N", or a GPU UUID, from `device` as a
     user gives it ("cpu", "cuda", "cuda:N", a GPU UUID, a `torch.device`, None for "cpu").
-    A bare "cuda" is "cuda:<LOCAL_RANK>" (torchrun's one GPU per process), "cuda:0" outside
-    torchrun. Ordinals count the devices this process sees (its CUDA_VISIBLE_DEVICES);
-    libstoker turns them into the GPU's UUID for the daemon."""
+    A bare "cuda" is PyTorch's current device, else "cuda:<LOCAL_RANK>" when this process sees
+    that many GPUs, else "cuda:0" (see `_bare_cuda_ordinal`). Ordinals count the devices this
+    process sees (its CUDA_VISIBLE_DEVICES); libstoker turns them into the GPU's UUID for the
+    daemon."""
     if device is None:
         return "cpu"
     name = str(device).strip()
     if name == "cpu" or name.upper().startswith("GPU-"):
         return name
     if name == "cuda":
-        return f"cuda:{_env_int('LOCAL_RANK') or 0}"
+        return f"cuda:{_bare_cuda_ordinal()}"
     if name.startswith("cuda:") and name[5:].isdigit():
         return f"cuda:{int(name[5:])}"
     raise ValueError(f"device {device!r} is not 'cpu', 'cuda', 'cuda:N' or a GPU UUID "
@@ -97,7 +125,8 @@ class Loader:
 
     `device="cuda"` (or "cuda:N") asks the daemon for the images in that GPU's memory: the
     images tensors are then CUDA tensors (DLPack kDLCUDA) viewing the ring, and a bare "cuda"
-    is cuda:LOCAL_RANK under torchrun.
+    is the GPU `resolve_device` says (PyTorch's current device, else LOCAL_RANK's when
+    visible, else the first visible).
 
     Without `socket=` (or `$STOKER_SOCKET`) it uses the system daemon when one answers, else
     this user's own, which it starts when none answers (`autostart=False` turns that off).
