@@ -210,7 +210,16 @@ fn stream_job(
         pending.fetch_sub(1, Ordering::AcqRel);
     };
     if path == Path::Hardware {
-        let engine = std::thread::spawn(decode);
+        // The engines take as long as one stream operation (`STOKER_EMU_OP_DELAY_US`) before
+        // they read the bitstreams: a caller that reuses them too early is still caught.
+        let delay = std::env::var("STOKER_EMU_OP_DELAY_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(std::time::Duration::ZERO, std::time::Duration::from_micros);
+        let engine = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            decode();
+        });
         Box::new(move || {
             let _ = engine.join();
             done();
