@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
+use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
 use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
 use stoker_testkit::emulator;
 use stoker_testkit::{synthetic_rgb, Daemon};
@@ -18,14 +18,9 @@ fn drain(client: &mut Client) -> Vec<(Vec<u64>, Vec<f64>)> {
         if batch.epoch() > 0 {
             break;
         }
+        // Host or device images alike.
         let mut host = vec![0u8; batch.images_len()];
-        match batch.image_memory() {
-            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
-            ImageMemory::Host => {
-                let n = host.len();
-                host.copy_from_slice(&batch.images()[..n])
-            }
-        }
+        batch.copy_images_to_host(&mut host).unwrap();
         out.push((
             batch.indices().to_vec(),
             host.into_iter().map(f64::from).collect(),

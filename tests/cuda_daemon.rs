@@ -102,14 +102,9 @@ fn drain(client: &mut Client, spec: &PipelineSpec) -> Vec<Seen> {
         if batch.epoch() > 0 {
             break;
         }
+        // Host or device images alike.
         let mut host = vec![0u8; batch.images_len()];
-        match batch.image_memory() {
-            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
-            ImageMemory::Host => {
-                let n = host.len();
-                host.copy_from_slice(&batch.images()[..n])
-            }
-        }
+        batch.copy_images_to_host(&mut host).unwrap();
         out.push(Seen {
             indices: batch.indices().to_vec(),
             labels: batch.labels().to_vec(),

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use stoker::{AttachOptions, Client, DType, ImageMemory, PipelineSpec};
+use stoker::{AttachOptions, Client, DType, PipelineSpec};
 use stoker_testkit::{emulator, write_image_folder, Daemon};
 
 fn edge_dir(test: &str) -> Option<PathBuf> {
@@ -55,11 +55,9 @@ fn serve(socket: &Path, data: &Path, device: &str) -> Result<Vec<Sample>, String
         if batch.epoch() > 0 {
             break;
         }
+        // Host or device images alike.
         let mut host = vec![0u8; batch.images_len()];
-        match batch.image_memory() {
-            ImageMemory::Device => batch.copy_images_to_host(&mut host).unwrap(),
-            ImageMemory::Host => host.copy_from_slice(&batch.images()[..batch.images_len()]),
-        }
+        batch.copy_images_to_host(&mut host).unwrap();
         for (k, (&i, &s)) in batch.indices().iter().zip(batch.status()).enumerate() {
             out.push((i, s, host[k * bytes..(k + 1) * bytes].to_vec()));
         }

@@ -12,6 +12,18 @@ fn options(data: &str, job: &str, rank: u32, world: u32, spec: PipelineSpec) -> 
 // ---------------------------------------------------------------------------------------
 // Crash safety.
 
+/// Every batch of both ranks of a 2-rank job `job` on a daemon left alone: what a run that
+/// the daemon's restarts interrupt must equal.
+fn uninterrupted(dir: &Path, data: &str, job: &str, spec: &PipelineSpec) -> Vec<Vec<Got>> {
+    let daemon = Daemon::start(dir, &["--threads", "2"]);
+    (0..2)
+        .map(|r| {
+            let o = options(data, job, r, 2, spec.clone());
+            drain(&mut Client::attach(daemon.socket(), o).unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -20,17 +32,7 @@ fn a_sigkilled_daemon_restarts_and_resumed_batches_equal_an_uninterrupted_run() 
     let spec = spec(2, 16, Some(2));
 
     // The uninterrupted run.
-    let reference: Vec<Vec<Got>> = {
-        let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
-        (0..2)
-            .map(|r| {
-                let mut c =
-                    Client::attach(daemon.socket(), options(&data, "crash", r, 2, spec.clone()))
-                        .unwrap();
-                drain(&mut c)
-            })
-            .collect()
-    };
+    let reference = uninterrupted(dir.path(), &data, "crash", &spec);
     assert_eq!(reference[0].len(), 12);
 
     // The run with a SIGKILL mid-epoch: rank 0 has had 4 batches, rank 1 has had 7.
@@ -141,15 +143,7 @@ fn with_reattach_a_2_rank_job_goes_on_through_a_sigterm_restart_and_a_sigkill() 
     let data = tiny_dataset(dir.path(), 4, 6); // 24 samples; world 2, batch 2: 6 steps
     let data = data.to_str().unwrap().to_owned();
     let spec = spec(2, 16, Some(2));
-    let reference: Vec<Vec<Got>> = {
-        let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
-        (0..2)
-            .map(|r| {
-                let o = options(&data, "reattach", r, 2, spec.clone());
-                drain(&mut Client::attach(daemon.socket(), o).unwrap())
-            })
-            .collect()
-    };
+    let reference = uninterrupted(dir.path(), &data, "reattach", &spec);
     assert_eq!(reference[0].len(), 12);
 
     let mut daemon = Daemon::start(dir.path(), &["--threads", "2", "--slots", "2"]);
