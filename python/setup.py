@@ -57,7 +57,9 @@ def cargo_build():
                  "https://rustup.rs) on PATH or in $CARGO; or install a built wheel")
     cmd = [cargo, "build", "--locked", "--profile", profile, "-p", "stoker-client", "--lib",
            "-p", "stoker-daemon", "-p", "stoker-tool", "--bins"]
-    sys.stderr.write(f"stoker: {' '.join(cmd)}\n")
+    sys.stderr.write(f"stoker: compiling the Rust daemon and library ({profile} profile): "
+                     "several minutes the first time on a small machine, seconds after that\n"
+                     f"stoker: {' '.join(cmd)}\n")
     subprocess.run(cmd, cwd=REPO, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
     if not target.is_absolute():
