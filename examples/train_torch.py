@@ -15,8 +15,15 @@ from the environment torchrun sets):
 
 Batches arrive as DLPack tensors viewing the daemon's shared ring; `torch.from_dlpack` wraps
 them without a copy. The slot goes back to the daemon once the tensors made from it are freed,
-so the loop drops them each step (here by rebinding the names). `--resume` shows
-state_dict()/load_state_dict(): the loader's position is saved with the model.
+so the loop drops them each step (here by rebinding the names).
+
+Preemption (Slurm, Kubernetes, spot instances) is survived: with `--checkpoint PATH` the model,
+optimiser and loader state are saved together every `--checkpoint-every` steps and when SIGTERM
+arrives (at the end of the step running then, every rank at the same step; exit code 143), and
+`--resume` continues from PATH when it exists, with exactly the batches an uninterrupted run
+would have seen next:
+
+    python examples/train_torch.py DATA --steps 1000 --checkpoint ck.pt --resume
 
 `--device cuda` has the daemon decode and augment on this rank's GPU (cuda:LOCAL_RANK under
 torchrun) and hand the images over in GPU memory: `torch.from_dlpack` gives a CUDA tensor
@@ -25,6 +32,7 @@ viewing the ring, and the slot goes back once the work queued on it has run.
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -32,6 +40,9 @@ import stoker
 
 # Exit code when the dataset has no labels to train on.
 EXIT_UNLABELED = 2
+# Exit code after a SIGTERM's checkpoint (128 + SIGTERM, as a shell reports it): not 0, so that
+# a scheduler does not count a preempted run as finished.
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 def tiny_cnn(classes):
@@ -64,8 +75,12 @@ def main():
     p.add_argument("--steps", type=int, default=20, help="optimiser steps to run")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", default=None, help="save model + loader state here at the end")
-    p.add_argument("--resume", default=None, help="checkpoint to resume from")
+    p.add_argument("--checkpoint", default=None,
+                   help="save model, optimiser and loader state here: every --checkpoint-every "
+                        "steps, on SIGTERM and at the end")
+    p.add_argument("--checkpoint-every", type=int, default=100, metavar="N")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint when that file exists")
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda / cuda:N: batches in this GPU's memory (the daemon's CUDA "
                         "backend; a bare cuda is cuda:LOCAL_RANK under torchrun)")
@@ -83,8 +98,68 @@ def main():
             "ImageFolder tree (one subfolder per class) or a file list with labels.\n")
         return EXIT_UNLABELED
 
+    return train(args, loader, classes)
+
+
+class Preemption:
+    """SIGTERM noted by a handler and agreed on by every rank at the end of each step, so that
+    all ranks stop after the same step (a rank that stopped alone would hang the others in
+    their next allreduce)."""
+
+    def __init__(self, distributed, device):
+        self.signalled = False
+        self.distributed = distributed
+        self.device = device
+        signal.signal(signal.SIGTERM, self._note)
+
+    def _note(self, signum, frame):
+        self.signalled = True
+
+    def requested(self):
+        if not self.distributed:
+            return self.signalled
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.signalled)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def save_checkpoint(path, model, opt, loader, step):
+    """Model, optimiser and loader state together, written by rank 0 (ranks move in step, so
+    its loader state is every rank's) and renamed into place: a SIGKILL while writing leaves
+    the previous checkpoint whole."""
     import torch
-    import torch.nn.functional as F
+
+    if loader.rank == 0:
+        state = {"model": getattr(model, "module", model).state_dict(), "opt": opt.state_dict(),
+                 "loader": loader.state_dict(), "step": step}
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        print(f"saved {path} at step {step}, loader position {state['loader']['epoch']}:"
+              f"{state['loader']['step']}", flush=True)
+
+
+def resume(path, model, opt, loader, device):
+    """The step to continue from: the checkpoint's, with model, optimiser and loader restored;
+    0 when there is no checkpoint yet (the first run of a job that is always started with
+    --resume)."""
+    import torch
+
+    if not path or not os.path.exists(path):
+        return 0
+    state = torch.load(path, map_location=device)
+    getattr(model, "module", model).load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    loader.load_state_dict(state["loader"])
+    if loader.rank == 0:
+        print(f"resumed from {path} at step {state['step']}", flush=True)
+    return state["step"]
+
+
+def train(args, loader, classes):
+    import torch
 
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
@@ -97,14 +172,22 @@ def main():
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    if args.resume:
-        ckpt = torch.load(args.resume)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["opt"])
-        loader.load_state_dict(ckpt["loader"])
+    preemption = Preemption(distributed, device)
+    try:
+        step = resume(args.checkpoint, model, opt, loader, device) if args.resume else 0
+        return run_steps(args, loader, model, opt, device, step, preemption)
+    finally:
+        loader.close()
+        if distributed:
+            dist.destroy_process_group()
 
-    rank = loader.rank
-    step, seen, t0 = 0, 0, time.perf_counter()
+
+def run_steps(args, loader, model, opt, device, step, preemption):
+    """Optimiser steps from `step` to `args.steps`, checkpointing on the way; the exit code."""
+    import torch
+    import torch.nn.functional as F
+
+    rank, seen, t0, loss = loader.rank, 0, time.perf_counter(), None
     while step < args.steps:
         for images, labels in loader:  # one epoch of this rank's share
             x = torch.from_dlpack(images)  # [B, 3, H, W] float32, a view of the ring
@@ -121,20 +204,24 @@ def main():
                       f"({rate:.0f} images/s on rank 0)", flush=True)
             # Dropping the views hands the slot back before the next batch is awaited.
             del x, y, images, labels
+            if preemption.requested():
+                if args.checkpoint:
+                    save_checkpoint(args.checkpoint, model, opt, loader, step)
+                if rank == 0:
+                    print(f"stopped by SIGTERM after step {step}", flush=True)
+                return EXIT_TERMINATED
+            if args.checkpoint and step % args.checkpoint_every == 0:
+                save_checkpoint(args.checkpoint, model, opt, loader, step)
             if step >= args.steps:
                 break
 
-    if args.checkpoint and rank == 0:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                    "loader": loader.state_dict()}, args.checkpoint)
-        print(f"saved {args.checkpoint} at loader position {loader.state_dict()}")
-    loader.close()
-    if distributed:
-        dist.destroy_process_group()
+    if args.checkpoint and step % args.checkpoint_every != 0:
+        save_checkpoint(args.checkpoint, model, opt, loader, step)
     if rank == 0:
         stall = loader.stats()
-        print(f"done: {step} steps, {seen} images on rank 0; waited for data "
-              f"{stall['wait_fraction']:.0%} of the time")
+        final = f"{loss.item():.6f}" if loss is not None else "none"
+        print(f"done: {step} steps, {seen} images on rank 0, final loss {final}; waited for "
+              f"data {stall['wait_fraction']:.0%} of the time", flush=True)
     return 0
 
 
