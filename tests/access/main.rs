@@ -4,6 +4,7 @@
 
 mod caches;
 mod daemon_uid;
+mod groups;
 mod other_uid;
 mod rings;
 mod rules;

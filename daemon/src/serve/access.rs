@@ -2,8 +2,9 @@
 //!
 //! The daemon may run as a service user that can read datasets its clients cannot, so an
 //! attach is checked before anything is opened or allocated:
-//! 1. **Peer**: the uid, gid and supplementary groups of the connecting process (SO_PEERCRED,
-//!    plus the `Groups:` line of `/proc/<pid>/status`) against `[access] allowed_uids` /
+//! 1. **Peer**: the uid, gid and supplementary groups of the connecting process (SO_PEERCRED
+//!    and SO_PEERGROUPS, taken from the socket when it is accepted, never from `/proc/<pid>`,
+//!    whose pid may be another process's by then) against `[access] allowed_uids` /
 //!    `allowed_gids`. With both lists empty: the daemon's own uid and root only. A list that is
 //!    set replaces that default entirely.
 //! 2. **Dataset**: a name registered in `[datasets]` (trusted as configured), or an absolute
@@ -38,7 +39,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use super::admission::{Admission, OpenDatasetError};
-use stoker::socket::PeerCred;
+use stoker::socket::{SeqPacket, SockError};
 
 use crate::service::config::{AccessConfig, LimitsConfig};
 use crate::source::local::fsopen::{Credentials, OpenPolicy};
@@ -66,36 +67,22 @@ pub struct Peer {
     pub pid: i32,
     pub uid: u32,
     pub gid: u32,
-    /// Supplementary groups (empty when `/proc/<pid>/status` could not be read).
+    /// Supplementary groups, as recorded when the peer connected (SO_PEERGROUPS).
     pub groups: Vec<u32>,
 }
 
 impl Peer {
-    /// From SO_PEERCRED, adding the supplementary groups from `/proc/<pid>/status`.
-    pub fn from_cred(cred: &PeerCred) -> Peer {
-        let groups = std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
-            .map(|s| parse_groups(&s))
-            .unwrap_or_default();
-        Peer {
+    /// The credentials the kernel recorded for the socket's peer when it connected: uid, gid
+    /// (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS). The pid is for logs only.
+    pub fn of(sock: &SeqPacket) -> Result<Peer, SockError> {
+        let cred = sock.peer_cred()?;
+        Ok(Peer {
             pid: cred.pid,
             uid: cred.uid,
             gid: cred.gid,
-            groups,
-        }
-    }
-}
-
-/// The numbers of the `Groups:` line of a `/proc/<pid>/status` text.
-fn parse_groups(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
+            groups: sock.peer_groups()?,
         })
-        .unwrap_or_default()
+    }
 }
 
 /// The access rules of one daemon.
@@ -434,10 +421,20 @@ mod tests {
     }
 
     #[test]
-    fn groups_are_parsed_from_proc_status() {
-        let status = "Name:\tx\nUid:\t1 1 1 1\nGroups:\t4 24 27 \nNgid:\t0\n";
-        assert_eq!(parse_groups(status), vec![4, 24, 27]);
-        assert_eq!(parse_groups("Groups:\n"), Vec::<u32>::new());
+    fn groups_are_the_sockets() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let p = Peer::of(&a).unwrap();
+        assert_eq!(p.uid, rustix::process::geteuid().as_raw());
+        let mut mine: Vec<u32> = rustix::process::getgroups()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_raw())
+            .collect();
+        let mut theirs = p.groups.clone();
+        mine.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(theirs, mine);
+        drop(b);
     }
 
     #[test]

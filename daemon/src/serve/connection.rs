@@ -66,45 +66,37 @@ pub(super) struct Started {
 }
 
 impl Connection {
-    pub(super) fn run(self, sock: SeqPacket) {
+    /// Serves `sock`, whose peer's credentials `peer` were taken from it at accept.
+    pub(super) fn run(self, sock: SeqPacket, peer: Peer) {
         // Nothing a peer sends is parsed before its credentials pass.
-        let Some(peer) = self.check_peer(&sock) else {
+        if !self.check_peer(&sock, &peer) {
             return;
-        };
+        }
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         if let Some(attach) = self.open(&sock, &mut buf) {
             self.serve_rank(&sock, &attach, &peer, &mut buf);
         }
     }
 
-    /// The peer's credentials, if the access rules let it in; else it is told why.
-    fn check_peer(&self, sock: &SeqPacket) -> Option<Peer> {
+    /// Whether the access rules let the peer in; else it is told why.
+    fn check_peer(&self, sock: &SeqPacket, peer: &Peer) -> bool {
         let id = self.id;
-        let peer = match sock.peer_cred() {
-            Ok(c) => Peer::from_cred(&c),
-            Err(e) => {
-                tracing::warn!(conn = id, error = %e, "no peer credentials; refused");
-                let why = format!("cannot read the peer's credentials: {e}");
-                send_error(sock, refuse(ErrorCode::PermissionDenied, why));
-                return None;
-            }
-        };
         tracing::debug!(
             conn = id,
             pid = peer.pid,
             uid = peer.uid,
             "client connected"
         );
-        if let Err(e) = self.handle.registry.access().check_peer(&peer) {
+        if let Err(e) = self.handle.registry.access().check_peer(peer) {
             tracing::warn!(conn = id, reason = %e, "client refused");
             // Take the client's first message off the socket, unread, so that its send does
             // not fail on a closed connection before it can read why.
             let _ = sock.set_read_timeout(Some(REFUSED_PEER_DRAIN));
             let _ = sock.recv(&mut [0u8; 64]);
             send_error(sock, e.into());
-            return None;
+            return false;
         }
-        Some(peer)
+        true
     }
 
     /// Reads the opening message: answers a STATUS, refuses what cannot attach, and returns

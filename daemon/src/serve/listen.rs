@@ -28,7 +28,7 @@ use crate::service::config::{Config, LimitsConfig};
 use crate::source::object::ObjectStore;
 
 use super::gpus::Engines;
-use crate::serve::lobby::Lobby;
+use crate::serve::lobby::{Arrived, Lobby};
 use crate::service::metrics as m;
 use crate::service::ratelimit::{Admit, RateLimit};
 
@@ -291,7 +291,7 @@ impl Server {
         let polled: Vec<PollFlags> = pfds.iter().map(PollFd::revents).collect();
         drop(pfds);
         for arrived in lobby.sort_out(&polled) {
-            self.spawn_connection(arrived.id, arrived.sock);
+            self.spawn_connection(arrived);
         }
         let stopped = polled.last().is_some_and(|p| !p.is_empty());
         Ok(if polled[0].contains(PollFlags::IN) && !stopped {
@@ -302,7 +302,8 @@ impl Server {
     }
 
     /// Serves a connection whose first message has arrived on a thread of its own.
-    fn spawn_connection(&self, id: u64, conn: SeqPacket) {
+    fn spawn_connection(&self, arrived: Arrived) {
+        let Arrived { id, sock, peer } = arrived;
         let ctx = Connection {
             id,
             handle: self.handle(),
@@ -314,7 +315,7 @@ impl Server {
             .name(format!("stoker-conn-{id}"))
             .spawn(move || {
                 let state = Arc::clone(&ctx.handle.state);
-                ctx.run(conn);
+                ctx.run(sock, peer);
                 state.connection_closed();
             });
         if let Err(e) = spawned {

@@ -32,6 +32,7 @@ use rustix::net::RecvFlags;
 
 use stoker::socket::SeqPacket;
 
+use crate::serve::access::Peer;
 use crate::service::config::LimitsConfig;
 use crate::service::ratelimit::{Admit, RateLimit};
 
@@ -51,7 +52,8 @@ struct Caps {
 struct Waiting {
     id: u64,
     sock: SeqPacket,
-    uid: u32,
+    /// Taken at accept, from the socket: the access rules judge these, never `/proc`.
+    peer: Peer,
     since: Instant,
 }
 
@@ -59,6 +61,7 @@ struct Waiting {
 pub struct Arrived {
     pub id: u64,
     pub sock: SeqPacket,
+    pub peer: Peer,
 }
 
 /// Why a connection left the lobby without a thread.
@@ -127,10 +130,11 @@ impl Lobby {
 
     /// Takes a new connection in, or closes it when its uid or the lobby is full.
     pub fn admit(&mut self, id: u64, sock: SeqPacket) {
-        let uid = match sock.peer_cred() {
-            Ok(c) => c.uid,
+        let peer = match Peer::of(&sock) {
+            Ok(p) => p,
             Err(_) => return self.closed(id, None, Closed::NoCredentials),
         };
+        let uid = peer.uid;
         let mine = self.by_uid.get(&uid).copied().unwrap_or(0);
         if mine >= self.limits.per_uid {
             return self.closed(id, Some(uid), Closed::UidCap);
@@ -142,7 +146,7 @@ impl Lobby {
         self.waiting.push(Waiting {
             id,
             sock,
-            uid,
+            peer,
             since: Instant::now(),
         });
     }
@@ -190,13 +194,15 @@ impl Lobby {
                 keep.push(w);
                 continue;
             };
-            self.leave(w.uid);
+            let uid = w.peer.uid;
+            self.leave(uid);
             match verdict {
                 None => arrived.push(Arrived {
                     id: w.id,
                     sock: w.sock,
+                    peer: w.peer,
                 }),
-                Some(why) => self.closed(w.id, Some(w.uid), why),
+                Some(why) => self.closed(w.id, Some(uid), why),
             }
         }
         self.waiting = keep;
@@ -209,7 +215,7 @@ impl Lobby {
         let Some((&uid, _)) = self.by_uid.iter().max_by_key(|(_, n)| **n) else {
             return false;
         };
-        let Some(i) = self.waiting.iter().position(|w| w.uid == uid) else {
+        let Some(i) = self.waiting.iter().position(|w| w.peer.uid == uid) else {
             return false;
         };
         let w = self.waiting.remove(i);

@@ -15,7 +15,7 @@
 //! # Limitations
 //! - Linux only. At most [`MAX_FDS`] descriptors per message.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::io;
 use std::io::{IoSlice, IoSliceMut};
@@ -33,6 +33,8 @@ use rustix::net::{
 };
 
 pub mod path;
+#[allow(unsafe_code)]
+mod peergroups;
 pub mod trust;
 
 /// Most descriptors one message carries.
@@ -171,6 +173,20 @@ impl AsFd for SeqPacketListener {
     }
 }
 
+/// A connected SOCK_SEQPACKET socket received or inherited as a descriptor (SCM_RIGHTS,
+/// stdin); the caller vouches that it is one.
+impl From<OwnedFd> for SeqPacket {
+    fn from(fd: OwnedFd) -> SeqPacket {
+        SeqPacket { fd }
+    }
+}
+
+impl From<SeqPacket> for OwnedFd {
+    fn from(s: SeqPacket) -> OwnedFd {
+        s.fd
+    }
+}
+
 impl SeqPacket {
     /// Connects to the listener at `path`.
     pub fn connect(path: &Path) -> Result<SeqPacket, SockError> {
@@ -225,6 +241,15 @@ impl SeqPacket {
             pid: cred.pid.as_raw_nonzero().get(),
             uid: cred.uid.as_raw(),
             gid: cred.gid.as_raw(),
+        })
+    }
+
+    /// The peer's supplementary groups as the kernel recorded them at connect time
+    /// (SO_PEERGROUPS), never read from `/proc/<pid>`: the pid may be another process's by now.
+    pub fn peer_groups(&self) -> Result<Vec<u32>, SockError> {
+        peergroups::peer_groups(self.fd.as_fd()).map_err(|source| SockError::Io {
+            op: "getsockopt(SO_PEERGROUPS)",
+            source,
         })
     }
 

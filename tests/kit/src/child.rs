@@ -35,6 +35,27 @@ pub fn as_other_uid(cmd: &mut Command) -> &mut Command {
     cmd.uid(OTHER_UID).gid(OTHER_UID)
 }
 
+/// Makes `cmd` run as uid and gid [`OTHER_UID`] with exactly the supplementary `groups`
+/// (set in the child before it drops root, as a login would).
+pub fn as_other_uid_in_groups<'a>(cmd: &'a mut Command, groups: &[u32]) -> &'a mut Command {
+    let groups: Vec<libc::gid_t> = groups.to_vec();
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe and the closure touches only
+    // `groups`, allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let set = [
+                libc::setgroups(groups.len(), groups.as_ptr()),
+                libc::setgid(OTHER_UID),
+                libc::setuid(OTHER_UID),
+            ];
+            if set.iter().any(|&r| r != 0) {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// The role this process was started in by [`rerun_test`], if it was.
 pub fn role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
