@@ -3,6 +3,8 @@ fake_daemon.py, a stand-in speaking the wire format, used to serve)."""
 
 import ctypes
 import gc
+import subprocess
+import sys
 import threading
 import time
 
@@ -140,3 +142,40 @@ def test_stats_split_waiting_from_the_loops_own_time(dataset, daemon):
         assert s["wait_fraction"] == pytest.approx(s["wait_s"] / (s["wait_s"] + s["compute_s"]))
     # Closing keeps what was measured.
     assert ld.stats()["batches"] == STEPS
+
+
+def test_a_loop_that_keeps_every_batch_is_told_why_it_waits(dataset, daemon):
+    """The user's mistake from issue 24: `total = total + loss` keeps each step's graph, and
+    with it each batch's images, alive; after the ring's 4 slots the wait cannot end. After a
+    few seconds of it the process is told so, once, on stderr."""
+    pytest.importorskip("torch", reason="the loop is a PyTorch one")
+    script = f"""
+import torch, stoker
+loader = stoker.Loader({str(dataset)!r}, batch_size=4, crop={SIDE}, socket={str(daemon)!r})
+w = torch.ones(1, 3, 1, 1, requires_grad=True)
+total = 0
+for images, labels in loader:
+    x = torch.from_dlpack(images)
+    loss = (x * w).mean()  # the graph keeps x for w's gradient
+    total = total + loss   # and total keeps every step's graph
+    print("step", flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        err = ""
+        while time.monotonic() < deadline and "docs/python.md" not in err:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            err += line
+        assert "all 4 slots" in err, err
+        assert "0:0, 0:1, 0:2, 0:3" in err, err
+        assert '"Leases: free what you are done with"' in err, err
+        assert proc.poll() is None, "the loop ended although every slot was held"
+    finally:
+        proc.kill()
+        out, rest = proc.communicate()
+    assert out.count("step") == 4, out
+    assert (err + rest).count("holds all") == 1, err + rest

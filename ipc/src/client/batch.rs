@@ -165,6 +165,7 @@ impl Batch {
             return Ok(());
         }
         self.released = true;
+        self.conn.held.give_back(self.ready.epoch, self.ready.step);
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|p| p.into_inner()));
         self.conn.release(&self.ready, &streams)
     }

@@ -249,6 +249,8 @@ struct Connection {
     ring: MemfdRing,
     /// The images' device mapping, when the daemon serves them in device memory.
     device: Option<DeviceImages>,
+    /// The batches received on this connection and not released yet.
+    held: HeldLeases,
 }
 
 impl Connection {
@@ -281,6 +283,8 @@ pub struct Client {
     ended: bool,
     buf: Vec<u8>,
     clock: StallClock,
+    /// Whether the wait with every slot held was reported (once per client).
+    warned_all_held: bool,
     /// Where and how it attached: a re-attach (`reattach`) goes there again.
     socket: PathBuf,
     opts: AttachOptions,
@@ -349,7 +353,12 @@ impl Client {
             opts.start
         };
         Ok(Client {
-            conn: Arc::new(Connection { sock, ring, device }),
+            conn: Arc::new(Connection {
+                sock,
+                ring,
+                device,
+                held: HeldLeases::default(),
+            }),
             attached,
             spec,
             world_size,
@@ -359,6 +368,7 @@ impl Client {
             ended: false,
             buf,
             clock: StallClock::new(),
+            warned_all_held: false,
             socket: socket.to_owned(),
             opts: again,
         })
@@ -432,6 +442,7 @@ impl Client {
         if self.ended {
             return Ok(None);
         }
+        self.warn_if_all_held();
         let (msg, fds) = recv(&self.conn.sock, &mut self.buf)?;
         if !fds.is_empty() {
             return Err(ClientError::Protocol(format!(
@@ -457,6 +468,20 @@ impl Client {
         }
     }
 
+    /// Before a wait: when this client holds every slot of its ring, no batch can come until
+    /// one is released; after [`held::ALL_HELD_WARN_AFTER`] of such a wait, says so on stderr,
+    /// once, naming the held batches.
+    fn warn_if_all_held(&mut self) {
+        let slots = self.conn.ring.layout().slots;
+        if self.warned_all_held || self.conn.held.count() < slots {
+            return;
+        }
+        if !held::readable_within(&self.conn.sock, held::ALL_HELD_WARN_AFTER) {
+            self.warned_all_held = true;
+            eprintln!("{}", self.conn.held.warning(slots));
+        }
+    }
+
     fn batch(&mut self, r: Ready) -> Result<Batch, ClientError> {
         let layout = self.conn.ring.layout();
         if r.slot as usize >= layout.slots || r.n as usize > layout.slot.batch_size {
@@ -466,6 +491,7 @@ impl Client {
             )));
         }
         self.position = Position::at(r.epoch, r.step).next(&self.steps);
+        self.conn.held.take(r.epoch, r.step);
         Ok(Batch {
             conn: Arc::clone(&self.conn),
             ready: r,
@@ -596,10 +622,13 @@ fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), Cli
 mod batch;
 /// cbindgen:ignore
 mod device;
+mod held;
 mod reattach;
 mod stall;
 pub use batch::{Batch, DeviceSlice};
 pub use device::{ConsumerStream, DeviceError};
+use held::HeldLeases;
+pub use held::ALL_HELD_WARN_AFTER;
 use stall::StallClock;
 pub use stall::{StallStats, STATS_EVERY};
 
