@@ -254,6 +254,15 @@ struct Connection {
 }
 
 impl Connection {
+    fn new(sock: SeqPacket, ring: MemfdRing, device: Option<DeviceImages>) -> Connection {
+        Connection {
+            sock,
+            ring,
+            device,
+            held: HeldLeases::default(),
+        }
+    }
+
     /// Gives a slot back: at once for host images; for device images after an event on each
     /// consumer stream completed (waited for by the release thread, not here).
     /// A failed send (host images) is reported; the daemon is then gone and reclaims the
@@ -353,12 +362,7 @@ impl Client {
             opts.start
         };
         Ok(Client {
-            conn: Arc::new(Connection {
-                sock,
-                ring,
-                device,
-                held: HeldLeases::default(),
-            }),
+            conn: Arc::new(Connection::new(sock, ring, device)),
             attached,
             spec,
             world_size,
