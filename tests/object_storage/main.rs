@@ -10,8 +10,10 @@
     clippy::cast_possible_wrap
 )]
 
+mod fake;
 mod outages;
 mod reads;
+mod stalls;
 mod stores;
 
 use std::collections::BTreeMap;

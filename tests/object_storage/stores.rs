@@ -8,7 +8,7 @@ fn read_all(ds: &Dataset) -> Vec<Vec<u8>> {
     let mut reader = Reader::new(ReaderKind::Pread, 4).unwrap();
     let reqs: Vec<ReadRequest<'_>> = (0..ds.len()).map(|i| ds.sample(i).request()).collect();
     let mut bufs = vec![Vec::new(); reqs.len()];
-    let got = stoker_daemon::source::read_batch(ds, &mut reader, &reqs, &mut bufs);
+    let got = stoker_daemon::source::read_batch(ds, &mut reader, &reqs, &mut bufs, None);
     for (i, r) in got.iter().enumerate() {
         assert!(r.is_ok(), "sample {i}: {r:?}");
     }

@@ -29,6 +29,8 @@
 
 #![forbid(unsafe_code)]
 
+use std::time::Instant;
+
 use stoker::ring::{ImageMemory, SlotLayout};
 
 use super::job::Job;
@@ -75,6 +77,9 @@ pub struct UnitWork<'a> {
     pub layout: SlotLayout,
     pub config: &'a EngineConfig,
     pub stats: &'a StageStats,
+    /// When the batch is due: a read waits for an object no longer (see
+    /// [`crate::source::read_batch`]); `None` for a batch with no object to wait for.
+    pub due: Option<Instant>,
 }
 
 /// One sample filled on its own (a replacement for a bad one): sample `index` into position
@@ -88,6 +93,8 @@ pub struct SampleWork<'a> {
     pub layout: SlotLayout,
     pub config: &'a EngineConfig,
     pub stats: &'a StageStats,
+    /// When the batch is due (see [`UnitWork::due`]).
+    pub due: Option<Instant>,
 }
 
 /// A GPU (or other hardware) failure that leaves a unit's images unwritten.

@@ -121,6 +121,7 @@ impl CpuBackend {
             &mut self.reader,
             &requests,
             &mut self.bufs[..count],
+            unit.due,
         );
         if let Some(t) = unit.config.throttle {
             std::thread::sleep(t.read_delay * u32::try_from(count).unwrap_or(u32::MAX));
@@ -233,6 +234,7 @@ impl Backend for CpuBackend {
             &mut self.reader,
             &req,
             &mut self.replacement_buf[..1],
+            work.due,
         );
         if let Some(Err(e)) = read.into_iter().next() {
             return Err(BadSample::from(&e));

@@ -21,6 +21,7 @@ use super::job::Job;
 use super::memory::SlotMemory;
 use super::scheduler::{Shared, Unit};
 use super::{PipelineError, Position};
+use crate::source::index::Staged;
 use crate::source::object::Prefetch;
 use crate::transform::sampler::Sampler;
 
@@ -47,6 +48,10 @@ pub(super) struct SlotState {
     pub(super) indices: Vec<u64>,
     pub(super) units_left: usize,
     pub(super) leased: bool,
+    /// The objects of the batch being dispatched, on their way into the node cache: its
+    /// units are handed out once they all arrived or the batch is due, so that no worker
+    /// waits for the network (dropped once its last unit is handed out; the units hold it).
+    pub(super) staged: Option<Arc<dyn Staged>>,
 }
 
 pub(super) struct FeedState {
@@ -95,6 +100,8 @@ pub(super) struct FeedShared {
     /// Told this rank's order as it starts each epoch, so object storage fetches ahead what
     /// this rank reads next (stops when the feed goes).
     pub(super) prefetch: Prefetch,
+    /// Wakes the engine's workers: a staged batch's objects arrived, or it is due.
+    pub(super) wake: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl FeedShared {
@@ -104,6 +111,7 @@ impl FeedShared {
         ring: Arc<dyn SlotMemory>,
         sampler: Sampler,
         start: Position,
+        wake: Arc<dyn Fn() + Send + Sync>,
     ) -> FeedShared {
         let slots = ring.layout().slots;
         FeedShared {
@@ -117,6 +125,7 @@ impl FeedShared {
                         indices: Vec::with_capacity(job.spec.batch_size as usize),
                         units_left: 0,
                         leased: false,
+                        staged: None,
                     })
                     .collect(),
                 dispatching: None,
@@ -134,6 +143,7 @@ impl FeedShared {
             ring,
             changed: Condvar::new(),
             prefetch: Prefetch::default(),
+            wake,
         }
     }
 
@@ -164,6 +174,7 @@ impl FeedShared {
                 .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
             let len = s.indices.len();
             s.units_left = len.div_ceil(unit_size.samples(len)).max(1);
+            s.staged = self.stage(&s.indices);
             st.in_flight.insert(pos, slot);
             st.dispatching = Some(Dispatch {
                 slot,
@@ -176,8 +187,21 @@ impl FeedShared {
             pos,
             next_start: start,
         } = st.dispatching.expect("set above");
-        let n = st.slots[slot].indices.len();
+        let s = &mut st.slots[slot];
+        if s.staged
+            .as_ref()
+            .is_some_and(|g| !g.settled() && Instant::now() < g.due())
+        {
+            // Its objects are on their way: no worker waits for them (the wake comes).
+            return None;
+        }
+        let n = s.indices.len();
         let end = (start + unit_size.samples(n)).min(n);
+        let staged = if end < n {
+            s.staged.clone()
+        } else {
+            s.staged.take()
+        };
         st.dispatching = (end < n).then_some(Dispatch {
             slot,
             pos,
@@ -191,7 +215,21 @@ impl FeedShared {
             start,
             end,
             batch_len: n,
+            staged,
         })
+    }
+
+    /// Starts fetching the objects of the batch `indices` (nothing for local files).
+    fn stage(&self, indices: &[u64]) -> Option<Arc<dyn Staged>> {
+        let ds = &self.job.dataset;
+        let objects = ds.objects()?;
+        // Sample indices are below the dataset's length, a usize.
+        #[allow(clippy::cast_possible_truncation)]
+        let reqs: Vec<_> = indices
+            .iter()
+            .map(|&i| ds.sample(i as usize).request())
+            .collect();
+        objects.stage(&reqs, self.wake.clone()).map(Arc::from)
     }
 
     /// Tells the dataset's storage the order this rank reads from `pos` to the end of its

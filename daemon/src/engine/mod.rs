@@ -310,7 +310,23 @@ impl Engine {
                 got: layout.image_memory,
             });
         }
-        let feed = Arc::new(FeedShared::new(job.clone(), rank, ring, sampler, start));
+        let engine = Arc::downgrade(&self.shared);
+        let wake = Arc::new(move || {
+            if let Some(shared) = engine.upgrade() {
+                // Taken and let go first: a worker between its look and its wait holds it,
+                // so the notification cannot fall between the two.
+                drop(lock(&shared.sched));
+                shared.work.notify_all();
+            }
+        });
+        let feed = Arc::new(FeedShared::new(
+            job.clone(),
+            rank,
+            ring,
+            sampler,
+            start,
+            wake,
+        ));
         {
             let mut sched = lock(&self.shared.sched);
             match sched.jobs.iter_mut().find(|j| Arc::ptr_eq(&j.job, &job)) {

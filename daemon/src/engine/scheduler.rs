@@ -15,12 +15,14 @@
 
 use crate::sync::{lock, wait};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use super::backend::UnitSize;
 use super::feed::FeedShared;
 use super::job::Job;
 use super::stats::StageStats;
 use super::{EngineConfig, Position};
+use crate::source::index::Staged;
 use crate::transform::badsample::BadSampleLog;
 
 pub(super) struct Shared {
@@ -59,6 +61,16 @@ pub(super) struct Unit {
     pub(super) end: usize,
     /// Samples in the whole batch.
     pub(super) batch_len: usize,
+    /// The batch's objects, kept in the node cache until every unit of it is done; when it
+    /// is due (`None`: nothing to wait for).
+    pub(super) staged: Option<Arc<dyn Staged>>,
+}
+
+impl Unit {
+    /// When the batch is due: its reads wait for objects no longer.
+    pub(super) fn due(&self) -> Option<Instant> {
+        self.staged.as_ref().map(|s| s.due())
+    }
 }
 
 impl Shared {

@@ -20,6 +20,7 @@
 use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use stoker::ring::{SampleStatus, SlotLayout};
 
@@ -56,6 +57,7 @@ struct Spot<'a> {
     at: usize,
     images: SlotImages,
     layout: SlotLayout,
+    due: Option<Instant>,
 }
 
 impl Worker {
@@ -110,6 +112,7 @@ impl Worker {
             layout,
             config: &shared.config,
             stats: &shared.stats,
+            due: unit.due(),
         };
         self.outcomes.clear();
         let completion = self.backend.fill(&work, &mut self.outcomes);
@@ -140,6 +143,7 @@ impl Worker {
                         at,
                         images,
                         layout,
+                        due: unit.due(),
                     };
                     self.settle_bad(&spot, index, bad)
                 }
@@ -216,6 +220,7 @@ impl Worker {
                 layout: spot.layout,
                 config: &shared.config,
                 stats: &shared.stats,
+                due: spot.due,
             };
             if self.backend.fill_sample(&work).is_ok() {
                 self.count_decoded();

@@ -53,8 +53,9 @@ impl Dataset {
 
 /// Reads `reqs` (samples of `ds`) into the buffers of the same index with `reader`: local
 /// files directly, objects ([`ReadRequest::object`]) through the dataset's own objects (from
-/// their node-cache copies, fetched first where needed). One result per request; errors
-/// name the request's path or URL.
+/// their node-cache copies, fetched first where needed and waited for until `due` at most,
+/// see [`index::DatasetObjects::read`]). One result per request; errors name the request's
+/// path or URL.
 ///
 /// # Panics
 /// If `bufs` is shorter than `reqs`.
@@ -63,9 +64,10 @@ pub fn read_batch(
     reader: &mut Reader,
     reqs: &[ReadRequest<'_>],
     bufs: &mut [Vec<u8>],
+    due: Option<std::time::Instant>,
 ) -> Vec<Result<(), ReadError>> {
     match ds.objects() {
-        Some(objects) => objects.read(reader, reqs, bufs),
+        Some(objects) => objects.read(reader, reqs, bufs, due),
         None => reader.read_batch(reqs, bufs),
     }
 }

@@ -18,6 +18,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{Dataset, DatasetError, OpenOptions, SampleRef};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
@@ -50,14 +51,26 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
 pub trait DatasetObjects: Send + Sync + std::fmt::Debug {
     /// Reads `reqs` into the buffers of the same index: local files with `reader`, objects
     /// (found by [`ReadRequest::object`]) from their node-cache copies (fetched first where
-    /// needed, all at once), read with `reader` too. One result per request; errors name the
+    /// needed, all at once, waited for until `due` at most: past it an object still on its
+    /// way is an `io` error), read with `reader` too. One result per request; errors name the
     /// request's path or URL.
     fn read(
         &self,
         reader: &mut Reader,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
+        due: Option<Instant>,
     ) -> Vec<Result<(), ReadError>>;
+
+    /// Starts fetching the objects of `reqs` (one batch's) that are not local, without
+    /// waiting for any, and keeps them in the node cache while the [`Staged`] lives; `wake`
+    /// is called (from another thread) once every fetch ended, or when the batch is due.
+    /// `None` when no request is for an object.
+    fn stage(
+        &self,
+        reqs: &[ReadRequest<'_>],
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> Option<Box<dyn Staged>>;
 
     /// The local file holding the bytes of `sample`: its own, or its object's node-cache copy
     /// (fetched first if needed).
@@ -80,6 +93,18 @@ pub trait DatasetObjects: Send + Sync + std::fmt::Debug {
     /// Deletes the node-cache copies of the samples of `ds`, so that the next read fetches
     /// them from the server; how many copies were deleted.
     fn evict(&self, ds: &Dataset) -> usize;
+}
+
+/// One batch's objects on their way into the node cache ([`DatasetObjects::stage`]), kept
+/// there while this lives. A batch is read once it is settled or due, whichever comes first:
+/// nobody waits for the network meanwhile.
+pub trait Staged: Send + Sync + std::fmt::Debug {
+    /// Whether every fetch ended (well or not).
+    fn settled(&self) -> bool;
+
+    /// When the batch is due: its reads wait no longer (the whole-request deadline from the
+    /// time it was staged).
+    fn due(&self) -> Instant;
 }
 
 /// A file named by URL: the URL as the reader knows it (normalised) and its size.

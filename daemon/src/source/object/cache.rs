@@ -20,31 +20,94 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use super::client::S3Error;
 
 /// The outcome of one download, shared by everyone waiting for it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Pending {
-    done: Mutex<Option<Result<PathBuf, S3Error>>>,
+    done: Mutex<Outcome>,
     cond: Condvar,
+}
+
+/// A download's outcome once it ended, and who is to be told when it does.
+#[derive(Default)]
+struct Outcome {
+    result: Option<Result<PathBuf, S3Error>>,
+    watchers: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("done", &self.is_done())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pending {
     /// Blocks until the download finished.
     pub fn wait(&self) -> Result<PathBuf, S3Error> {
-        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(r) = &*g {
-                return r.clone();
+            if let Some(r) = self.wait_until(None) {
+                return r;
             }
-            g = self.cond.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
 
+    /// Blocks until the download finished or `deadline` passed (`None`: no deadline);
+    /// `None` when it had not finished by then.
+    pub fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<PathBuf, S3Error>> {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = &g.result {
+                return Some(r.clone());
+            }
+            g = match deadline {
+                None => self.cond.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.checked_duration_since(Instant::now())?;
+                    self.cond
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Whether the download ended (well or not).
+    pub fn is_done(&self) -> bool {
+        self.done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .result
+            .is_some()
+    }
+
+    /// Calls `f` once the download ended, on the thread that ends it; returns `false` (and
+    /// drops `f` uncalled) when it ended already.
+    pub fn on_done(&self, f: Box<dyn FnOnce() + Send>) -> bool {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        if g.result.is_some() {
+            return false;
+        }
+        g.watchers.push(f);
+        true
+    }
+
     fn set(&self, r: Result<PathBuf, S3Error>) {
-        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        let watchers = {
+            let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            g.result = Some(r);
+            std::mem::take(&mut g.watchers)
+        };
         self.cond.notify_all();
+        // Outside the lock: a watcher may take other locks (the engine's scheduler).
+        for w in watchers {
+            w();
+        }
     }
 }
 
@@ -72,6 +135,23 @@ struct State {
     total: u64,
     tick: u64,
     pending: HashMap<String, Arc<Pending>>,
+    /// Objects held by a [`Pin`] (here or on their way), by name: never evicted.
+    pins: HashMap<String, u32>,
+}
+
+/// A hold on one object of the cache, there or on its way: it is not evicted while a pin on
+/// it lives (a read between its fetch and its read, a batch waiting for its objects). The
+/// cap may be overrun by what is pinned; the excess goes when the last pin does.
+#[derive(Debug)]
+pub struct Pin {
+    cache: Arc<NodeCache>,
+    name: String,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.cache.unpin(&self.name);
+    }
 }
 
 /// The folder, its cap and what is in it.
@@ -160,6 +240,44 @@ impl NodeCache {
         Claim::Fetch(p)
     }
 
+    /// Pins the object stored as `name` (see [`Pin`]).
+    pub fn pin(self: &Arc<Self>, name: &str) -> Pin {
+        *self.lock().pins.entry(name.to_owned()).or_default() += 1;
+        Pin {
+            cache: self.clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn unpin(&self, name: &str) {
+        let mut st = self.lock();
+        if let Some(n) = st.pins.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                st.pins.remove(name);
+            }
+        }
+        if st.total > self.cap {
+            self.evict(&mut st, "");
+        }
+    }
+
+    /// Deletes least recently used objects nobody pins until `bytes` are freed, or none is
+    /// left: what a write that found the disk full does before it tries again. Returns the
+    /// bytes freed.
+    pub fn make_room(&self, bytes: u64) -> u64 {
+        let mut st = self.lock();
+        let mut freed = 0;
+        while freed < bytes {
+            let Some(size) = self.evict_one(&mut st, "") else {
+                break;
+            };
+            freed += size;
+        }
+        tracing::info!(freed, wanted = bytes, dir = %self.dir.display(), "node cache: disk full, evicted");
+        freed
+    }
+
     /// Whether `name` is here or being downloaded (claims nothing).
     pub fn known(&self, name: &str) -> bool {
         let st = self.lock();
@@ -228,24 +346,30 @@ impl NodeCache {
         fs::remove_file(self.dir.join(name)).is_ok()
     }
 
-    /// Removes least recently used objects (never `keep`) until the total fits the cap.
+    /// Removes least recently used objects (never `keep`, never a pinned one) until the total
+    /// fits the cap.
     fn evict(&self, st: &mut State, keep: &str) {
         while st.total > self.cap {
-            let Some((victim, e)) = st
-                .entries
-                .iter()
-                .filter(|(n, _)| n.as_str() != keep)
-                .min_by_key(|(_, e)| e.tick)
-                .map(|(n, e)| (n.clone(), *e))
-            else {
+            if self.evict_one(st, keep).is_none() {
                 return;
-            };
-            st.entries.remove(&victim);
-            st.total -= e.size;
-            // A reader that opened the file already keeps reading it.
-            let _ = fs::remove_file(self.dir.join(&victim));
-            tracing::debug!(file = %victim, bytes = e.size, "node cache evicted an object");
+            }
         }
+    }
+
+    /// Removes the least recently used object that is not `keep` and not pinned; its size.
+    fn evict_one(&self, st: &mut State, keep: &str) -> Option<u64> {
+        let (victim, e) = st
+            .entries
+            .iter()
+            .filter(|(n, _)| n.as_str() != keep && !st.pins.contains_key(n.as_str()))
+            .min_by_key(|(_, e)| e.tick)
+            .map(|(n, e)| (n.clone(), *e))?;
+        st.entries.remove(&victim);
+        st.total -= e.size;
+        // A reader that opened the file already keeps reading it.
+        let _ = fs::remove_file(self.dir.join(&victim));
+        tracing::debug!(file = %victim, bytes = e.size, "node cache evicted an object");
+        Some(e.size)
     }
 }
 

@@ -57,6 +57,33 @@ impl S3Error {
         }
     }
 
+    /// A fetch that did not end within its whole-request deadline.
+    pub fn timeout(url: &str, deadline: Duration) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Other,
+            code: "timeout".into(),
+            message: format!(
+                "not fetched within the {} ms deadline (s3.fetch_deadline_ms)",
+                deadline.as_millis()
+            ),
+        }
+    }
+
+    /// A local write that failed: `disk_full` when the disk is, else `local`.
+    fn write(url: &str, file: &Path, e: &std::io::Error) -> S3Error {
+        let mut err = S3Error::local(url, format!("{}: {e}", file.display()));
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            err.code = "disk_full".into();
+        }
+        err
+    }
+
+    /// Whether a local write found the disk full (the node cache then makes room).
+    pub fn is_disk_full(&self) -> bool {
+        self.code == "disk_full"
+    }
+
     fn of(url: &str, e: &object_store::Error) -> S3Error {
         let text = format!("{e}");
         let debug = format!("{e:?}");
@@ -100,7 +127,12 @@ impl S3Error {
             Some(status) => status.starts_with('5') || status == "429" || status == "408",
             None => !matches!(
                 self.code.as_str(),
-                "NoSuchBucket" | "InvalidBucketName" | "InvalidAccessKeyId" | "local"
+                "NoSuchBucket"
+                    | "InvalidBucketName"
+                    | "InvalidAccessKeyId"
+                    | "local"
+                    | "disk_full"
+                    | "timeout"
             ),
         }
     }
@@ -297,14 +329,14 @@ impl Remote {
                 .get(&path)
                 .await
                 .map_err(|e| S3Error::of(&url, &e))?;
-            let mut out = stoker_private::replace_file(file)
-                .map_err(|e| S3Error::local(&url, format!("{}: {e}", file.display())))?;
+            let mut out =
+                stoker_private::replace_file(file).map_err(|e| S3Error::write(&url, file, &e))?;
             let mut stream = got.into_stream();
             let mut n = 0u64;
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
                 out.write_all(&chunk)
-                    .map_err(|e| S3Error::local(&url, format!("{}: {e}", file.display())))?;
+                    .map_err(|e| S3Error::write(&url, file, &e))?;
                 n += chunk.len() as u64;
             }
             Ok(n)

@@ -26,6 +26,9 @@ pub const DEFAULT_BACKOFF_MS: u64 = 100;
 pub const MAX_BACKOFF_MS: u64 = 5_000;
 /// Timeout of one request, connection included.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// How long one fetch may take, every attempt, retry and backoff together; also how long a
+/// batch waits (holding no decode worker) for its objects before what is missing is bad.
+pub const DEFAULT_FETCH_DEADLINE_MS: u64 = 30_000;
 /// Objects larger than this (shards) are read by per-sample ranged GETs, not fetched whole.
 pub const DEFAULT_WHOLE_OBJECT_MAX_BYTES: u64 = 64 << 20;
 /// How long an `s3://` dataset's index, cached on disk, is used without listing again.
@@ -62,6 +65,9 @@ pub struct S3Config {
     pub retries: u32,
     pub backoff_ms: u64,
     pub timeout_ms: u64,
+    /// The whole-request deadline of one fetch (attempts, retries and backoffs together),
+    /// and how long a batch waits for its objects before a sample still missing is bad.
+    pub fetch_deadline_ms: u64,
     /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
     pub cache_dir: Option<PathBuf>,
     pub cache_max_bytes: u64,
@@ -84,6 +90,7 @@ impl Default for S3Config {
             retries: DEFAULT_RETRIES,
             backoff_ms: DEFAULT_BACKOFF_MS,
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            fetch_deadline_ms: DEFAULT_FETCH_DEADLINE_MS,
             cache_dir: None,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             prefetch: true,
@@ -112,6 +119,9 @@ impl S3Config {
         }
         if self.timeout_ms == 0 {
             return Some("s3.timeout_ms must be at least 1".into());
+        }
+        if self.fetch_deadline_ms == 0 {
+            return Some("s3.fetch_deadline_ms must be at least 1".into());
         }
         None
     }

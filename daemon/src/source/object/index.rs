@@ -172,7 +172,9 @@ fn index_shards(
         .filter(|(_, i)| i.is_none())
         .map(|(o, _)| object_ref(remote, o))
         .collect();
-    let mut local = store.fetch_all(&refs).into_iter();
+    // Pinned until the shards are walked.
+    let (fetched, _pins) = store.fetch_all(&refs);
+    let mut local = fetched.into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
         kind: Some(DatasetKind::TarShards),
@@ -220,7 +222,8 @@ fn read_sidecars(
         .collect();
     let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let mut out = vec![None; shards.len()];
-    for ((i, r), file) in wanted.into_iter().zip(store.fetch_all(&refs)) {
+    let (fetched, _pins) = store.fetch_all(&refs);
+    for ((i, r), file) in wanted.into_iter().zip(fetched) {
         let samples = file
             .map_err(|e| e.to_string())
             .and_then(|f| std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display())))

@@ -17,10 +17,13 @@
 //!   Without an `[s3]` section, connections come from the standard AWS environment and the
 //!   node cache lives in `<cache dir>/objects`.
 //! - A store's runtime (two threads) runs every request of the store; at most
-//!   `max_in_flight` downloads are in flight at once, all its datasets together. Decode
-//!   workers never run a request: they ask the [`cache::NodeCache`] for a chunk's objects,
-//!   which starts the missing downloads all at once, and wait only for those, then read the
-//!   local copies with their own reader. Background tasks hold the runtime's handle and the
+//!   `max_in_flight` downloads are in flight at once, all its datasets together, each within
+//!   the whole-request deadline `fetch_deadline_ms` (attempts, retries and backoffs
+//!   together). Decode workers never run a request nor wait for one: a feed stages a batch
+//!   (`DatasetObjects::stage`: the missing downloads started at once, the batch's objects
+//!   pinned in the [`cache::NodeCache`]) and hands it to workers once its objects are local
+//!   or it is due; the workers then read the local copies with their own reader, and what
+//!   is still missing is a bad sample. Background tasks hold the runtime's handle and the
 //!   limits, never the store. Each rank's feed tells its [`Prefetch`] the order it reads each
 //!   epoch in, and its objects are fetched in that order in the background (up to the cache
 //!   cap, with at most half of the requests, so the workers' own requests never queue behind
@@ -59,17 +62,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::source::url::join_key;
 pub use crate::source::url::{is_url, S3Url};
-use cache::{Claim, NodeCache, Pending};
+use cache::{Claim, NodeCache, Pending, Pin};
 use client::{ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use entries::Entry;
 pub use prefetch::Prefetch;
+use ranged::Started;
 
 /// Object storage's series, as the metrics catalogue declares them
 /// ([`crate::service::metrics::catalogue`], which also describes and registers them).
@@ -278,31 +283,35 @@ impl ObjectStore {
         }
     }
 
-    /// What a request started in the background needs: the runtime, the request permits
-    /// and the downloaded-bytes counter (not the store: a task never holds the store whose
-    /// runtime runs it).
+    /// What a request started in the background needs: the runtime, the request permits,
+    /// the whole-request deadline and the downloaded-bytes counter (not the store: a task
+    /// never holds the store whose runtime runs it).
     fn fetcher(&self) -> Result<Fetcher, String> {
         Ok(Fetcher {
             rt: self.runtime()?.handle().clone(),
             permits: self.permits(),
+            deadline: Duration::from_millis(self.config().fetch_deadline_ms),
             downloaded: self.downloaded.clone(),
         })
     }
 
-    /// Makes every object in `objects` local, all downloads in flight at once; one result
-    /// each.
-    fn fetch_all(&self, objects: &[ObjectRef]) -> Vec<Result<PathBuf, S3Error>> {
+    /// Starts making every object in `objects` local, all downloads in flight at once, each
+    /// pinned (see [`Pin`]) while the pins returned live; one claim each, waited for by
+    /// [`ranged::wait`].
+    fn start_all(&self, objects: &[ObjectRef]) -> (Vec<Started>, Vec<Pin>) {
         let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
         let (cache, fetcher) = match ready {
             Ok(r) => r,
             Err(e) => {
-                return objects
+                let failed = objects
                     .iter()
-                    .map(|o| Err(S3Error::local(&o.remote.url(&o.key), e.clone())))
-                    .collect()
+                    .map(|o| Started::Failed(S3Error::local(&o.remote.url(&o.key), e.clone())))
+                    .collect();
+                return (failed, Vec::new());
             }
         };
-        let claims: Vec<Claim> = objects
+        let pins = objects.iter().map(|o| cache.pin(&o.cache_name())).collect();
+        let claims = objects
             .iter()
             .map(|o| {
                 let c = fetcher.start(&cache, o, None);
@@ -314,16 +323,20 @@ impl ObjectStore {
                 if hit {
                     metrics::counter!(metric::BYTES_TOTAL, "source" => "cache").increment(o.size);
                 }
-                c
+                match c {
+                    Claim::Ready(p) => Started::Ready(p),
+                    Claim::Wait(p) | Claim::Fetch(p) => Started::Pending(p),
+                }
             })
             .collect();
-        claims
-            .into_iter()
-            .map(|c| match c {
-                Claim::Ready(p) => Ok(p),
-                Claim::Wait(p) | Claim::Fetch(p) => p.wait(),
-            })
-            .collect()
+        (claims, pins)
+    }
+
+    /// Makes every object in `objects` local, all downloads in flight at once; one result
+    /// each, every object pinned while the pins returned live.
+    fn fetch_all(&self, objects: &[ObjectRef]) -> (Vec<Result<PathBuf, S3Error>>, Vec<Pin>) {
+        let (started, pins) = self.start_all(objects);
+        (ranged::wait(started, None), pins)
     }
 }
 
@@ -332,6 +345,8 @@ impl ObjectStore {
 struct Fetcher {
     rt: tokio::runtime::Handle,
     permits: Arc<Semaphore>,
+    /// How long one fetch may take, every attempt together (`s3.fetch_deadline_ms`).
+    deadline: Duration,
     downloaded: Arc<AtomicU64>,
 }
 
@@ -349,7 +364,7 @@ impl Fetcher {
         let claim = cache.claim(&name);
         if let Claim::Fetch(p) = &claim {
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
-            let (permits, downloaded) = (self.permits.clone(), self.downloaded.clone());
+            let (permits, fetcher) = (self.permits.clone(), self.clone());
             self.rt.spawn(async move {
                 let _permits = match held {
                     Some(h) => h,
@@ -365,24 +380,44 @@ impl Fetcher {
                         }
                     },
                 };
-                download(&cache, &obj, &name, &p, &downloaded).await;
+                download(&cache, &obj, &name, &p, &fetcher).await;
             });
         }
         claim
     }
 }
 
-async fn download(
-    cache: &NodeCache,
-    obj: &ObjectRef,
-    name: &str,
-    p: &Pending,
-    downloaded: &AtomicU64,
-) {
+/// Runs `fetch` within the whole-request deadline: its attempts, retries and backoffs
+/// together; past it the fetch fails with code `timeout`.
+async fn within<T>(
+    deadline: Duration,
+    url: &str,
+    fetch: impl std::future::Future<Output = Result<T, S3Error>>,
+) -> Result<T, S3Error> {
+    match tokio::time::timeout(deadline, fetch).await {
+        Ok(r) => r,
+        Err(_) => {
+            metrics::counter!(metric::ERRORS_TOTAL, "code" => "timeout").increment(1);
+            Err(S3Error::timeout(url, deadline))
+        }
+    }
+}
+
+async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending, f: &Fetcher) {
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
     let temp = cache.temp_path(name);
-    let got = obj.remote.download(&obj.key, &temp).await;
+    let fetch = async {
+        let got = obj.remote.download(&obj.key, &temp).await;
+        match got {
+            // A full disk: room is made by evicting what nobody pins, then one more try.
+            Err(e) if e.is_disk_full() && cache.make_room(obj.size) > 0 => {
+                obj.remote.download(&obj.key, &temp).await
+            }
+            got => got,
+        }
+    };
+    let got = within(f.deadline, &url, fetch).await;
     metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
     let got = got.and_then(|n| {
         if n == obj.size {
@@ -399,7 +434,7 @@ async fn download(
     });
     if let Ok(n) = got {
         metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
-        downloaded.fetch_add(n, Ordering::Relaxed);
+        f.downloaded.fetch_add(n, Ordering::Relaxed);
         tracing::debug!(url, bytes = n, "object fetched into the node cache");
     }
     let _ = cache.finish(name, p, &temp, got, &url);

@@ -18,8 +18,11 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::cache::{Claim, NodeCache, Pending};
-use super::client::S3Error;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::cache::{Claim, NodeCache, Pending, Pin};
+use super::client::{S3Error, S3ErrorKind};
 use super::{metric, Fetcher, ObjectRef};
 
 /// Pieces of one object at most this far apart are fetched by one GET.
@@ -50,7 +53,7 @@ impl Piece {
         self.len
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         self.obj.remote.url(&self.obj.key)
     }
 }
@@ -61,25 +64,31 @@ pub fn is_piece(o: &ObjectRef, offset: u64, len: u64, max_whole: u64) -> bool {
     o.size > max_whole && len > 0 && len < o.size && offset.saturating_add(len) <= o.size
 }
 
-/// One piece's claim, made by [`start`].
+/// One claim on an object or piece: local, on its way, or failed before it could start.
+#[derive(Debug)]
 pub enum Started {
     Ready(std::path::PathBuf),
     Pending(Arc<Pending>),
     Failed(S3Error),
 }
 
-/// Claims every piece and starts the GETs of those nobody is fetching, merged.
+/// Claims (and pins, while the pins returned live) every piece and starts the GETs of those
+/// nobody is fetching, merged.
 pub(super) fn start(
     ready: Result<(&Arc<NodeCache>, &Fetcher), &str>,
     pieces: &[Piece],
-) -> Vec<Started> {
+) -> (Vec<Started>, Vec<Pin>) {
     let (cache, fetcher) = match ready {
         Ok(r) => r,
         Err(e) => {
             let e = |p: &Piece| S3Error::local(&p.url(), e.to_owned());
-            return pieces.iter().map(|p| Started::Failed(e(p))).collect();
+            return (
+                pieces.iter().map(|p| Started::Failed(e(p))).collect(),
+                Vec::new(),
+            );
         }
     };
+    let pins = pieces.iter().map(|p| cache.pin(&p.cache_name())).collect();
     let mut fetch: Vec<(usize, String, Arc<Pending>)> = Vec::new();
     let started = pieces
         .iter()
@@ -124,7 +133,7 @@ pub(super) fn start(
             .collect();
         spawn_group(fetcher, cache, group, None);
     }
-    started
+    (started, pins)
 }
 
 /// A piece as merging sees it: object key, offset, length.
@@ -150,14 +159,22 @@ fn merge_runs(spans: &[Span<'_>]) -> Vec<Range<usize>> {
     runs
 }
 
-/// Waits for every piece [`start`] claimed; its cache file, or why there is none.
-pub fn wait(started: Vec<Started>, pieces: &[Piece]) -> Vec<Result<std::path::PathBuf, S3Error>> {
+/// Waits for every claim, until `due` at most (`None`: until each fetch ends, within its
+/// own deadline); each one's cache file, or why there is none (`timeout` for one still on
+/// its way at `due`).
+pub fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<PathBuf, S3Error>> {
     started
         .into_iter()
-        .zip(pieces)
-        .map(|(s, _)| match s {
+        .map(|s| match s {
             Started::Ready(p) => Ok(p),
-            Started::Pending(p) => p.wait(),
+            Started::Pending(p) => p.wait_until(due).unwrap_or_else(|| {
+                Err(S3Error {
+                    url: String::new(),
+                    kind: S3ErrorKind::Other,
+                    code: "timeout".into(),
+                    message: "not fetched by the time its batch was due".into(),
+                })
+            }),
             Started::Failed(e) => Err(e),
         })
         .collect()
@@ -203,6 +220,7 @@ fn spawn_group(
         }
     };
     let (permits, downloaded) = (fetcher.permits.clone(), fetcher.downloaded.clone());
+    let deadline = fetcher.deadline;
     fetcher.rt.spawn(async move {
         let _permits = match held {
             Some(h) => h,
@@ -219,11 +237,8 @@ fn spawn_group(
         let end = group.iter().map(|(p, _, _)| p.offset + p.len).max();
         let range: Range<u64> = first.offset..end.unwrap_or(first.offset);
         metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
-        let got = first
-            .obj
-            .remote
-            .get_range(&first.obj.key, range.clone())
-            .await;
+        let fetch = first.obj.remote.get_range(&first.obj.key, range.clone());
+        let got = super::within(deadline, &first.url(), fetch).await;
         metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
         let bytes = match got {
             Ok(b) => b,
@@ -234,7 +249,7 @@ fn spawn_group(
             #[allow(clippy::cast_possible_truncation)]
             let (at, len) = ((p.offset - range.start) as usize, p.len as usize);
             let temp = cache.temp_path(name);
-            let written = stoker_private::write_file(&temp, &bytes[at..at + len])
+            let written = write_piece(&cache, &temp, &bytes[at..at + len])
                 .map(|()| p.len)
                 .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
             if written.is_ok() {
@@ -244,6 +259,21 @@ fn spawn_group(
             let _ = cache.finish(name, pending, &temp, written, &p.url());
         }
     });
+}
+
+/// Writes a piece's bytes to `temp`; on a full disk makes room in the cache (evicting what
+/// nobody pins) and tries once more.
+fn write_piece(cache: &NodeCache, temp: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    match stoker_private::write_file(temp, bytes) {
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            let _ = std::fs::remove_file(temp);
+            if cache.make_room(bytes.len() as u64) == 0 {
+                return Err(e);
+            }
+            stoker_private::write_file(temp, bytes)
+        }
+        r => r,
+    }
 }
 
 #[cfg(test)]

@@ -6,19 +6,25 @@
 //! Requests for whole objects (images) and small objects fetch the object whole; requests for
 //! one sample of an object larger than `s3.whole_object_max_bytes` (a tar shard) fetch that
 //! sample's bytes alone ([`super::ranged`]) unless the whole object is local already. All of a
-//! chunk's fetches are started before any is waited for. A request names its object by URL
-//! in errors only.
+//! chunk's fetches are started before any is waited for, and each is pinned in the node cache
+//! until it is read. The engine stages a batch first ([`ObjectStore::stage`]: fetches started,
+//! nothing waited for) and reads it once it is settled or due; a read waits until the batch's
+//! due time at most. A request names its object by URL in errors only.
 //!
 //! # Limitations
 //! A request for an object its dataset's table lacks is `not_found`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use super::cache::{Pending, Pin};
 use super::client::{S3Error, S3ErrorKind};
-use super::ranged::{self, Piece};
+use super::ranged::{self, Piece, Started};
 use super::{ObjectRef, ObjectStore};
-use crate::source::index::{Dataset, Storage};
+use crate::source::index::{Dataset, Staged, Storage};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
 /// Where one request's bytes are local: a node-cache file and the offset in it.
@@ -28,7 +34,11 @@ struct Local {
     pub offset: u64,
 }
 
+/// Where one request for an object is local, or why it is not.
+type LocalResult = Result<Local, ReadError>;
+
 /// What one request needs fetched.
+#[derive(Clone, Copy)]
 enum Want {
     /// The whole object (index into the wholes).
     Whole(usize),
@@ -36,76 +46,186 @@ enum Want {
     Piece(usize),
 }
 
+/// The fetches a list of requests needs: each object or piece once.
+#[derive(Default)]
+struct Plan {
+    /// Per request: nothing to fetch (a local file), what to fetch, or why it cannot be.
+    slot: Vec<Option<Result<Want, ReadError>>>,
+    wholes: Vec<ObjectRef>,
+    pieces: Vec<Piece>,
+}
+
+/// A plan's fetches, started: every claim, and the pins that keep them in the cache.
+struct Claims {
+    wholes: Vec<Started>,
+    pieces: Vec<Started>,
+    pins: Vec<Pin>,
+}
+
+/// A batch's objects on their way into the node cache ([`DatasetObjects::stage`]): pinned
+/// while this lives.
+pub(super) struct Staging {
+    pending: Vec<Arc<Pending>>,
+    due: Instant,
+    _pins: Vec<Pin>,
+}
+
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging")
+            .field("pending", &self.pending.len())
+            .field("due", &self.due)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Staged for Staging {
+    fn settled(&self) -> bool {
+        self.pending.iter().all(|p| p.is_done())
+    }
+
+    fn due(&self) -> Instant {
+        self.due
+    }
+}
+
 impl ObjectStore {
-    /// The local files of the requests for objects among `reqs` (objects of `table`); `None`
-    /// when there are none.
-    fn localize(
-        &self,
-        table: &[Option<ObjectRef>],
-        reqs: &[ReadRequest<'_>],
-    ) -> Option<Vec<Option<Result<Local, ReadError>>>> {
+    /// What `reqs` (of objects of `table`) need fetched; `None` when none is an object.
+    fn plan(&self, table: &[Option<ObjectRef>], reqs: &[ReadRequest<'_>]) -> Option<Plan> {
         if reqs.iter().all(|r| r.object.is_none()) {
             return None;
         }
         let max_whole = self.config().whole_object_max_bytes;
-        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
-        let cache = ready.as_ref().ok().map(|(c, _)| c);
-        let mut wholes: Vec<ObjectRef> = Vec::new();
-        let mut pieces: Vec<Piece> = Vec::new();
+        let cache = self.node_cache().ok();
+        let mut plan = Plan::default();
         let mut whole_at: HashMap<u32, usize> = HashMap::new();
         let mut piece_at: HashMap<(u32, u64, u64), usize> = HashMap::new();
-        let mut slot: Vec<Option<Result<Want, ReadError>>> = Vec::with_capacity(reqs.len());
         for r in reqs {
             let Some(id) = r.object else {
-                slot.push(None);
+                plan.slot.push(None);
                 continue;
             };
             let Some(o) = table.get(id as usize).and_then(Option::as_ref) else {
-                slot.push(Some(Err(ReadError::NotFound {
+                plan.slot.push(Some(Err(ReadError::NotFound {
                     path: r.path.to_owned(),
                 })));
                 continue;
             };
             let piece = ranged::is_piece(o, r.offset, r.len, max_whole)
-                && !cache.is_some_and(|c| c.ready(&o.cache_name()));
+                && !cache.as_ref().is_some_and(|c| c.ready(&o.cache_name()));
             let want = if piece {
                 Want::Piece(*piece_at.entry((id, r.offset, r.len)).or_insert_with(|| {
-                    pieces.push(Piece::new(o.clone(), r.offset, r.len));
-                    pieces.len() - 1
+                    plan.pieces.push(Piece::new(o.clone(), r.offset, r.len));
+                    plan.pieces.len() - 1
                 }))
             } else {
                 Want::Whole(*whole_at.entry(id).or_insert_with(|| {
-                    wholes.push(o.clone());
-                    wholes.len() - 1
+                    plan.wholes.push(o.clone());
+                    plan.wholes.len() - 1
                 }))
             };
-            slot.push(Some(Ok(want)));
+            plan.slot.push(Some(Ok(want)));
         }
-        let started = ranged::start(
+        Some(plan)
+    }
+
+    /// Starts every fetch of `plan` at once (none is waited for), each pinned.
+    fn claim_plan(&self, plan: &Plan) -> Claims {
+        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
+        let (pieces, mut pins) = ranged::start(
             ready.as_ref().map(|(c, f)| (c, f)).map_err(String::as_str),
-            &pieces,
+            &plan.pieces,
         );
-        let got_wholes = self.fetch_all(&wholes);
-        let got_pieces = ranged::wait(started, &pieces);
-        Some(
-            slot.into_iter()
-                .zip(reqs)
-                .map(|(s, r)| {
-                    s.map(|s| {
-                        let got = match s? {
-                            Want::Whole(i) => got_wholes[i].clone().map(|path| Local {
-                                path,
-                                offset: r.offset,
-                            }),
-                            Want::Piece(i) => {
-                                got_pieces[i].clone().map(|path| Local { path, offset: 0 })
-                            }
-                        };
-                        got.map_err(|e| read_error(r.path, e))
-                    })
+        let (wholes, whole_pins) = self.start_all(&plan.wholes);
+        pins.extend(whole_pins);
+        Claims {
+            wholes,
+            pieces,
+            pins,
+        }
+    }
+
+    /// Starts fetching the objects of `reqs` (of `table`) that are not local, pinned while the
+    /// staging lives; `wake` is called once they all ended, or at the batch's due time (now
+    /// plus `s3.fetch_deadline_ms`). `None` when no request is for an object.
+    pub(super) fn stage(
+        &self,
+        table: &[Option<ObjectRef>],
+        reqs: &[ReadRequest<'_>],
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> Option<Box<dyn Staged>> {
+        let plan = self.plan(table, reqs)?;
+        let claims = self.claim_plan(&plan);
+        let due = Instant::now() + Duration::from_millis(self.config().fetch_deadline_ms);
+        let pending: Vec<Arc<Pending>> = (claims.wholes.iter())
+            .chain(&claims.pieces)
+            .filter_map(|s| match s {
+                Started::Pending(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        let left = Arc::new(AtomicUsize::new(pending.len()));
+        for p in &pending {
+            let (count, wake) = (left.clone(), wake.clone());
+            let last = move || {
+                if count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    wake();
+                }
+            };
+            // One that ended already is counted here, without a wake: the caller looks.
+            if !p.on_done(Box::new(last)) {
+                left.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if left.load(Ordering::Acquire) > 0 {
+            if let Ok(rt) = self.runtime() {
+                rt.spawn(async move {
+                    // Just past it: the feed then finds the batch due, not a hair early.
+                    tokio::time::sleep_until((due + Duration::from_millis(2)).into()).await;
+                    wake();
+                });
+            }
+        }
+        Some(Box::new(Staging {
+            pending,
+            due,
+            _pins: claims.pins,
+        }))
+    }
+
+    /// The local files of the requests for objects among `reqs` (objects of `table`),
+    /// waited for until `due` at most, and the pins that keep them in the cache until they
+    /// are read; `None` when there are none.
+    fn localize(
+        &self,
+        table: &[Option<ObjectRef>],
+        reqs: &[ReadRequest<'_>],
+        due: Option<Instant>,
+    ) -> Option<(Vec<Option<LocalResult>>, Vec<Pin>)> {
+        let plan = self.plan(table, reqs)?;
+        let claims = self.claim_plan(&plan);
+        let got_wholes = ranged::wait(claims.wholes, due);
+        let got_pieces = ranged::wait(claims.pieces, due);
+        let local = plan
+            .slot
+            .into_iter()
+            .zip(reqs)
+            .map(|(s, r)| {
+                s.map(|s| {
+                    let got = match s? {
+                        Want::Whole(i) => got_wholes[i].clone().map(|path| Local {
+                            path,
+                            offset: r.offset,
+                        }),
+                        Want::Piece(i) => {
+                            got_pieces[i].clone().map(|path| Local { path, offset: 0 })
+                        }
+                    };
+                    got.map_err(|e| read_error(r.path, e))
                 })
-                .collect(),
-        )
+            })
+            .collect();
+        Some((local, claims.pins))
     }
 
     /// The local file to read for `req` (of an object of `table`, or a local file): itself,
@@ -121,8 +241,8 @@ impl ObjectStore {
             ..req
         }];
         match self
-            .localize(table, &req)
-            .and_then(|mut l| l.pop().flatten())
+            .localize(table, &req, None)
+            .and_then(|(mut l, _)| l.pop().flatten())
         {
             None => Ok(req[0].path.to_owned()),
             Some(Ok(l)) => Ok(l.path),
@@ -183,15 +303,17 @@ impl ObjectStore {
 
     /// Reads `reqs` with `reader`: local files as they are, objects (of `table`) from their
     /// node-cache copies (fetched first where needed, all of the batch's fetches in flight at
-    /// once); a request whose object could not be fetched gets that error and an empty buffer.
+    /// once, waited for until `due` at most, and kept in the cache until read); a request
+    /// whose object could not be fetched (by `due`) gets that error and an empty buffer.
     pub(super) fn read(
         &self,
         table: &[Option<ObjectRef>],
         reader: &mut Reader,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
+        due: Option<Instant>,
     ) -> Vec<Result<(), ReadError>> {
-        let Some(local) = self.localize(table, reqs) else {
+        let Some((local, _pins)) = self.localize(table, reqs, due) else {
             return reader.read_batch(reqs, bufs);
         };
         let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());

@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{ObjectRef, ObjectStore};
 use crate::source::index::{
     Dataset, DatasetError, DatasetObjects, ObjectStorage, OpenOptions, RemoteFile, SampleRef,
-    Storage,
+    Staged, Storage,
 };
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
@@ -82,8 +83,17 @@ impl DatasetObjects for Bound {
         reader: &mut Reader,
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
+        due: Option<Instant>,
     ) -> Vec<Result<(), ReadError>> {
-        self.store.read(&self.table, reader, reqs, bufs)
+        self.store.read(&self.table, reader, reqs, bufs, due)
+    }
+
+    fn stage(
+        &self,
+        reqs: &[ReadRequest<'_>],
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> Option<Box<dyn Staged>> {
+        self.store.stage(&self.table, reqs, wake)
     }
 
     fn local_file(&self, sample: SampleRef<'_>) -> std::io::Result<PathBuf> {
