@@ -472,7 +472,7 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
         };
         // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
         unsafe {
-            match stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true) {
+            match stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true).route {
                 Route::Hardware => {
                     hardware += u64::from(
                         d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])

@@ -189,7 +189,7 @@ fn route(d: &mut NvjpegDecoder, jpeg: &[u8]) -> &'static str {
     if d.info(jpeg).is_err() {
         return "refused";
     }
-    match stoker_nvidia::nvjpeg::route(d, jpeg, None, true) {
+    match stoker_nvidia::nvjpeg::route(d, jpeg, None, true).route {
         Route::Hardware => "hardware",
         Route::Hybrid => "hybrid",
         Route::Cpu => "refused",
@@ -287,4 +287,66 @@ fn info_sizes_outputs_from_the_largest_component() {
     let e = d.info(b"not a jpeg").unwrap_err();
     assert!(e.is_bad_image(), "{e}");
     assert!(e.to_string().contains("nvjpegGetImageInfo"), "{e}");
+}
+
+/// A decoder opened on an emulated GPU set up by `config` (JSON) and `faults`, in this
+/// (child) process.
+fn open_with(config: Option<&str>, faults: Option<&str>) -> Result<NvjpegDecoder, String> {
+    use_emulator();
+    if let Some(c) = config {
+        std::env::set_var("STOKER_EMU_CONFIG", c);
+    }
+    if let Some(f) = faults {
+        std::env::set_var("STOKER_EMU_FAULTS", f);
+    }
+    let dev = Device::open(UUIDS[0].parse().unwrap()).map_err(|e| e.to_string())?;
+    let lib = NvjpegLib::global().map_err(|e| e.to_string())?;
+    NvjpegDecoder::new(&dev, lib, 8).map_err(|e| e.to_string())
+}
+
+#[test]
+fn only_arch_mismatch_or_a_zero_sized_engine_means_no_hardware_decoder() {
+    let test = "only_arch_mismatch_or_a_zero_sized_engine_means_no_hardware_decoder";
+    let device = |engines: u32, cores: u32| {
+        format!(
+            r#"{{"devices": [{{"uuid": "{}", "jpeg_engines": {engines}, "jpeg_cores_per_engine": {cores}}}]}}"#,
+            UUIDS[0]
+        )
+    };
+    match emulator::child_role().as_deref() {
+        Some("arch-mismatch") => {
+            // No engines: nvjpegCreateEx(HARDWARE) is ARCH_MISMATCH, the default backend serves.
+            let d = open_with(Some(&device(0, 1)), None).unwrap();
+            assert!(!d.has_hardware());
+        }
+        Some("no-cores") => {
+            // A hardware handle reporting 0 cores has no hardware decoder.
+            let mut d = open_with(Some(&device(2, 0)), None).unwrap();
+            assert!(!d.has_hardware(), "engines x cores {:?}", d.hardware_info());
+            assert_eq!(d.hardware_info(), (0, 0));
+            let jpeg = stoker_testkit::encode_jpeg(&vec![128; 32 * 16 * 3], 32, 16, 90);
+            let r = stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true);
+            assert_eq!(r.route, Route::Hybrid);
+        }
+        Some("failed") => {
+            // nvjpegCreateEx(HARDWARE) failing otherwise (the emulated library cannot read the
+            // current device: EXECUTION_FAILED) is an error, not a quiet fall-back.
+            let fault = "cuCtxGetDevice:1:CUDA_ERROR_INVALID_CONTEXT";
+            let e = open_with(None, Some(fault))
+                .map(|d| format!("opened, hardware {}", d.has_hardware()))
+                .unwrap_err();
+            assert!(e.contains("NVJPEG_STATUS_EXECUTION_FAILED"), "{e}");
+        }
+        _ => {
+            for role in ["arch-mismatch", "no-cores", "failed"] {
+                let out = emulator::run_child(test, role, &[]);
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success() && stdout.contains("1 passed"),
+                    "{role}:\n{stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
 }

@@ -3,6 +3,9 @@
 //! that library did: each file is served as the CPU backend serves it (the same per-sample
 //! status, pixels at PSNR >= 25 dB), never as nvJPEG's lenient decode of a corrupt stream,
 //! never as a failed rank when nvJPEG fails while decoding, never in wrong colours.
+//! The same harness holds the routing as the real library routes (issue 22 item 7): progressive
+//! files on nvJPEG's hybrid decoder, not the CPU; a region the hardware refuses decoded whole
+//! on the hardware, the kernel cropping it.
 //! The edge files are read from `../shared/data/edge` at test time (skipped loudly without).
 
 // Test code: small sizes and pixel values chosen by the test (the cast lints are for shipped
@@ -75,10 +78,16 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
     10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
 }
 
-/// Serves `files` of the edge corpus (and six synthetic photos) from the emulated GPU (with
-/// `faults` injected into its driver) and from the CPU backend, asserts every sample alike,
-/// and returns the GPU daemon's log.
-fn served_as_the_cpu_serves(test: &str, files: &[&str], faults: Option<&str>) -> Option<String> {
+/// What the GPU daemon said: its log, and its GPU's decode mix (hardware, hybrid, cpu).
+struct Served {
+    log: String,
+    mix: (u64, u64, u64),
+}
+
+/// Serves `files` of the edge corpus (and six synthetic photos) from the emulated GPU (its
+/// daemon given `env`: injected faults, emulator settings) and from the CPU backend, asserts
+/// every sample alike, and returns what the GPU daemon said.
+fn served_as_the_cpu_serves(test: &str, files: &[&str], env: &[(&str, &str)]) -> Option<Served> {
     let edge = edge_dir(test)?;
     emulator::use_emulator();
     emulator::nvrtc(test)?;
@@ -99,13 +108,19 @@ fn served_as_the_cpu_serves(test: &str, files: &[&str], faults: Option<&str>) ->
             .env("NO_COLOR", "1")
             .env("STOKER_NVIDIA_DIR", &wheels)
             .env("STOKER_CACHE_DIR", &cache);
-        if let Some(f) = faults {
-            cmd.env("STOKER_EMU_FAULTS", f);
+        for (k, v) in env {
+            cmd.env(k, v);
         }
     });
     let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
     let got = serve(gpu.socket(), &data, emulator::UUIDS[0]);
     let want = serve(cpu.socket(), &data, "cpu").unwrap();
+    let mix = stoker_tool::cli::status::query(gpu.socket())
+        .ok()
+        .and_then(|s| s.gpus.first().cloned())
+        .map_or((0, 0, 0), |g| {
+            (g.decoded_hardware, g.decoded_hybrid, g.decoded_cpu)
+        });
     drop(gpu);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let got = got.unwrap_or_else(|e| panic!("{test}: the GPU's feed failed: {e}\n{text}"));
@@ -141,7 +156,7 @@ fn served_as_the_cpu_serves(test: &str, files: &[&str], faults: Option<&str>) ->
         }
     }
     assert!(wrong.is_empty(), "{test}:\n{}\n{text}", wrong.join("\n"));
-    Some(text)
+    Some(Served { log: text, mix })
 }
 
 #[test]
@@ -153,7 +168,7 @@ fn corrupt_and_truncated_edge_files_are_rejected_not_served_as_garbage() {
             "corrupt__broken_rst_1280x960.jpg",
             "trunc__progressive_1024B.jpeg",
         ],
-        None,
+        &[],
     );
 }
 
@@ -166,7 +181,7 @@ fn samplings_nvjpeg_fails_on_are_decoded_by_the_cpu_not_a_failed_rank() {
             "subsamp__2x2-2x1-1x1_peacock.jpeg",
             "subsamp__4x1-2x1-2x2_peacock.jpeg",
         ],
-        None,
+        &[],
     );
 }
 
@@ -177,7 +192,10 @@ fn an_nvjpeg_execution_failure_sends_its_images_to_the_cpu() {
     served_as_the_cpu_serves(
         "an_nvjpeg_execution_failure_sends_its_images_to_the_cpu",
         &["baseline__ljt_testorig.jpg"],
-        Some("cuLaunchHostFunc:1:CUDA_ERROR_INVALID_VALUE"),
+        &[(
+            "STOKER_EMU_FAULTS",
+            "cuLaunchHostFunc:1:CUDA_ERROR_INVALID_VALUE",
+        )],
     );
 }
 
@@ -187,9 +205,12 @@ fn repeated_nvjpeg_failures_switch_the_hardware_decoder_off_with_a_log_line() {
         .map(|n| format!("cuLaunchHostFunc:{n}:CUDA_ERROR_INVALID_VALUE"))
         .collect();
     let test = "repeated_nvjpeg_failures_switch_the_hardware_decoder_off_with_a_log_line";
-    let Some(log) = served_as_the_cpu_serves(test, &[], Some(&faults.join(","))) else {
+    let faults = faults.join(",");
+    let Some(served) = served_as_the_cpu_serves(test, &[], &[("STOKER_EMU_FAULTS", &faults)])
+    else {
         return;
     };
+    let log = served.log;
     assert!(
         log.contains("switching nvJPEG's hardware decoder off"),
         "{log}"
@@ -206,6 +227,41 @@ fn rgb_and_odd_gray_files_are_served_in_the_cpu_decoders_colours() {
             "gray__blank_800x280.jpg",
             "gray__sampling_2x2_factor.jpeg",
         ],
-        None,
+        &[],
     );
+}
+
+#[test]
+fn progressive_files_go_to_nvjpegs_hybrid_decoder_not_the_cpu() {
+    // Progressive files to NVJPEG_BACKEND_HYBRID (a GPU_HYBRID decoder refuses them, as
+    // nvImageCodec and DALI read it); a baseline file in one scan per component to a decoupled
+    // decoder, the hardware taking single-scan baseline only (nvjpeg.h).
+    let files = [
+        "prog__peacock.jpeg",
+        "subsamp__440_progressive_go.jpeg",
+        "prog__restarts_jpegsuite.jpg",
+        "subsamp__440_noninterleaved.jpg",
+    ];
+    let test = "progressive_files_go_to_nvjpegs_hybrid_decoder_not_the_cpu";
+    let Some(served) = served_as_the_cpu_serves(test, &files, &[]) else {
+        return;
+    };
+    let (hardware, hybrid, cpu) = served.mix;
+    // The six synthetic photos are single-scan baseline files.
+    assert_eq!((hardware, hybrid, cpu), (6, 4, 0), "{}", served.log);
+}
+
+#[test]
+fn a_region_the_hardware_refuses_is_decoded_whole_on_the_hardware() {
+    // The emulated engines refuse every region of interest; random-resized crops then decode
+    // the whole image on the hardware and the kernel crops it (before: the GPU-hybrid decoder
+    // took every image).
+    let test = "a_region_the_hardware_refuses_is_decoded_whole_on_the_hardware";
+    let roi_refused = [("STOKER_EMU_NVJPEG_HARDWARE_ROI", "0")];
+    let Some(served) =
+        served_as_the_cpu_serves(test, &["baseline__ljt_testorig.jpg"], &roi_refused)
+    else {
+        return;
+    };
+    assert_eq!(served.mix, (7, 0, 0), "{}", served.log);
 }

@@ -5,8 +5,12 @@
 //! emulated nvJPEG (tests/gpu-emulator/nvjpeg: what the stand-in library decides).
 //!
 //! # Design
-//! - The walk stops at the first frame header (SOF); APP0 (JFIF) and APP14 (Adobe) segments
-//!   before it are recorded. Nothing past the frame header is read: no scan, no table.
+//! - The walk reads the first frame header (SOF), recording APP0 (JFIF) and APP14 (Adobe)
+//!   segments before it, then goes on over the tables to the first scan header (SOS) to count
+//!   its components: a sequential file whose first scan holds fewer components than the frame
+//!   has one scan per component (non-interleaved), which nvJPEG's hardware backend does not
+//!   take (nvjpeg.h: "supports baseline JPEG bitstream with single scan"). No entropy-coded
+//!   data is read.
 //! - The colour space of a 3-component file is libjpeg's rule (`jdapimin.c:
 //!   default_decompress_parms`): a JFIF marker means YCbCr; else an Adobe marker's transform
 //!   (0: RGB, otherwise YCbCr); else component ids `R`, `G`, `B` mean RGB; else YCbCr.
@@ -67,6 +71,8 @@ pub struct Header {
     pub jfif: bool,
     /// The Adobe APP14 segment's transform byte, when there is one before the frame.
     pub adobe_transform: Option<u8>,
+    /// Components of the first scan (SOS); `None` when the bytes end before one.
+    pub first_scan_components: Option<u8>,
 }
 
 impl Header {
@@ -122,6 +128,16 @@ impl Header {
         self.sampling.len() == 1 && self.sampling[0] != (1, 1)
     }
 
+    /// A sequential (baseline or extended) file with more than one scan: its first scan holds
+    /// fewer components than the frame (one scan per component). Progressive files always
+    /// have several scans and are not counted here.
+    pub fn multi_scan_sequential(&self) -> bool {
+        matches!(self.coding, Coding::Baseline | Coding::Extended)
+            && self
+                .first_scan_components
+                .is_some_and(|n| usize::from(n) < self.sampling.len())
+    }
+
     /// A 3-component image whose two chroma components are sampled differently, or any
     /// component with a sampling factor of 3 (legal, rare: `subsamp__2x2-2x1-1x1`,
     /// `subsamp__1x3` of the edge corpus).
@@ -171,9 +187,32 @@ pub fn parse(b: &[u8]) -> Option<Header> {
         if let Some(coding) = coding(marker) {
             let mut h = frame(coding, seg)?;
             (h.jfif, h.adobe_transform) = (jfif, adobe_transform);
+            h.first_scan_components = first_scan_components(b, at + len);
             return Some(h);
         }
         at += len;
+    }
+}
+
+/// The component count of the first scan header at or after `at` (tables, restart intervals
+/// and application segments are skipped); `None` when the bytes end or break before one.
+fn first_scan_components(b: &[u8], mut at: usize) -> Option<u8> {
+    loop {
+        if *b.get(at)? != 0xff {
+            return None;
+        }
+        while *b.get(at)? == 0xff {
+            at += 1;
+        }
+        let marker = *b.get(at)?;
+        at += 1;
+        if marker == 0xda {
+            return b.get(at + 2).copied();
+        }
+        if marker == 0xd9 || (0xd0..=0xd8).contains(&marker) {
+            return None;
+        }
+        at += usize::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
     }
 }
 
@@ -215,6 +254,7 @@ fn frame(coding: Coding, seg: &[u8]) -> Option<Header> {
         ids: (0..n).map(|i| comp(i)[0]).collect(),
         jfif: false,
         adobe_transform: None,
+        first_scan_components: None,
     })
 }
 
@@ -296,5 +336,30 @@ mod tests {
         assert!(s(&[(1, 1, 3), (2, 1, 1), (3, 1, 1)]).unusual_sampling());
         assert!(!s(&YCC).unusual_sampling());
         assert!(!s(&[(1, 4, 1), (2, 1, 1), (3, 1, 1)]).unusual_sampling());
+    }
+
+    #[test]
+    fn counts_the_components_of_the_first_scan() {
+        // A DQT, a DRI, then a scan of `n` components.
+        let with_scan = |sof: u8, n: u8| {
+            let mut b = jpeg(&[], sof, &YCC);
+            b.extend([0xff, 0xdb, 0, 3, 0, 0xff, 0xff, 0xdd, 0, 4, 0, 8]);
+            b.extend([0xff, 0xda, 0, 6 + 2 * n, n]);
+            b
+        };
+        let interleaved = parse(&with_scan(0xc0, 3)).unwrap();
+        assert_eq!(interleaved.first_scan_components, Some(3));
+        assert!(!interleaved.multi_scan_sequential());
+        let one_per_component = parse(&with_scan(0xc0, 1)).unwrap();
+        assert!(one_per_component.multi_scan_sequential());
+        assert!(parse(&with_scan(0xc1, 1)).unwrap().multi_scan_sequential());
+        // Progressive files are several scans by nature: not counted here.
+        assert!(!parse(&with_scan(0xc2, 1)).unwrap().multi_scan_sequential());
+        // Cut before the scan: unknown, not multi-scan.
+        let cut = parse(&jpeg(&[], 0xc0, &YCC)).unwrap();
+        assert_eq!(cut.first_scan_components, None);
+        assert!(!cut.multi_scan_sequential());
+        let gray = parse(&jpeg(&[], 0xc0, &[(1, 1, 1)])).unwrap();
+        assert!(!gray.multi_scan_sequential());
     }
 }

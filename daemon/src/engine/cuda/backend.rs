@@ -10,10 +10,11 @@ use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{
-    route, DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route,
+    DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route,
 };
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
+use super::routing::route_image;
 use super::{breaks_context, Gpu, BATCHES_IN_FLIGHT_PER_WORKER};
 use crate::engine::backend::BackendKind;
 use crate::engine::backend::{
@@ -197,12 +198,13 @@ impl CudaBackend {
             let (w, h) = (header.width, header.height);
             let (crop, flip) = sample_params(spec, w, h, unit.job.seed, unit.pos.epoch, index);
             let roi = clamp.then(|| crop_region(crop, w, h));
-            // Over the limits: the CPU decoder refuses it with the CPU backend's reason.
-            let within_limits = unit.config.limits.admits(w, h);
-            let route = route(&mut self.decoder, data, roi, within_limits);
+            // Over the limits: the CPU decoder refuses it with the CPU backend's reason. The
+            // region decoded may be the whole image (the engines refused the crop's).
+            let routed = route_image(&mut self.decoder, data, roi, &unit.config.limits);
+            let roi = routed.roi;
             let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
             self.plan.push(Planned {
-                route: Ok(route),
+                route: Ok(routed.route),
                 crop,
                 flip,
                 roi,

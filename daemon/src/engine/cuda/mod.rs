@@ -3,15 +3,17 @@
 //! per GPU while decode, the kernel and host-side work overlap.
 //!
 //! Files: `mod` (the GPU, its health and counters, the factory), `backend` (filling one
-//! batch), `pending` (a batch's completion).
+//! batch), `pending` (a batch's completion), `routing` (the route of one image, shared with
+//! the tools).
 //!
 //! # Design
 //! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
 //!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
 //!   [`crate::transform::augment::sample_params`], then each image goes down the path
-//!   [`stoker_nvidia::nvjpeg::route`] gives it (the one rule, shared with the tools): the hardware
-//!   engines (one `nvjpegDecodeBatchedEx` for all of the batch's, the crop as ROI),
-//!   the GPU-hybrid decoder (ROI), or the CPU (what nvJPEG refuses or fails on: the CPU
+//!   [`route_image`] gives it (the one rule, shared with the tools): the hardware
+//!   engines (one `nvjpegDecodeBatchedEx` for all of the batch's, the crop as ROI, or the
+//!   whole image where the engines refuse the ROI, the kernel cropping it), nvJPEG's
+//!   decoupled decoders (ROI; the hybrid one for progressive files), or the CPU (what nvJPEG refuses or fails on: the CPU
 //!   backend's decode and augment, uploaded into the slot). One fused `stoker_augment` launch
 //!   writes every nvJPEG-decoded image straight into the slot's device memory; an event
 //!   recorded after it is the batch's [`Completion::Pending`](super::Completion).
@@ -42,6 +44,9 @@
 
 mod backend;
 mod pending;
+mod routing;
+
+pub use routing::route_image;
 
 use crate::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

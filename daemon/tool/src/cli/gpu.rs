@@ -4,9 +4,9 @@
 //! buffers, and the loud line that says the GPU is the emulated one.
 //!
 //! # Design
-//! - [`route`] is the engine's rule ([`stoker_nvidia::nvjpeg::route`]: nvJPEG's hardware
-//!   engines, then its hybrid decoder, else the CPU), after the engine's limit on pixels
-//!   ([`Limits::admits`]).
+//! - [`route`] is the engine's own function ([`stoker_daemon::engine::cuda::route_image`]:
+//!   the engine's limit on pixels, then nvJPEG's hardware engines with the region, then whole,
+//!   then its decoupled decoders, else the CPU).
 //! - [`decode_sync`] checks that every output buffer holds the image, enqueues the whole
 //!   route's work on one stream and waits for it, so it is safe to call: the buffers outlive
 //!   the work.
@@ -19,9 +19,9 @@
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{self, DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route, Routed};
 
-use stoker_daemon::transform::decode::{probe, CpuDecoder, DecodeError, Limits};
+use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// How many images took each route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -55,16 +55,10 @@ impl std::fmt::Display for DecodeMix {
     }
 }
 
-/// The route the CUDA engine takes for `jpeg` cut to `roi`: the engine's rule
-/// ([`stoker_nvidia::nvjpeg::route`]) with the engine's limits, on the image's size from the
-/// CPU decoder's header (nvJPEG's where the CPU cannot read one).
-pub fn route(d: &mut NvjpegDecoder, jpeg: &[u8], roi: Option<Roi>, limits: &Limits) -> Route {
-    let size = match probe(jpeg) {
-        Ok(h) => Some((h.width, h.height)),
-        Err(_) => d.info(jpeg).ok().map(|i| (i.width, i.height)),
-    };
-    let within_limits = size.is_some_and(|(w, h)| limits.admits(w, h));
-    nvjpeg::route(d, jpeg, roi, within_limits)
+/// The route the CUDA engine takes for `jpeg` cut to `roi`, and the region it decodes: the
+/// engine's own function ([`stoker_daemon::engine::cuda::route_image`]).
+pub fn route(d: &mut NvjpegDecoder, jpeg: &[u8], roi: Option<Roi>, limits: &Limits) -> Routed {
+    stoker_daemon::engine::cuda::route_image(d, jpeg, roi, limits)
 }
 
 /// One image for the GPU: its bytes, region, output size and where its RGB pixels go (packed,

@@ -6,9 +6,10 @@
 //!   `.so.12`, `libnvjpeg.so`, then the PyPI wheel `nvidia-nvjpeg` under a wheel root).
 //!   [`NvjpegLib::version`] is `nvjpegGetProperty`'s (major, minor, patch): it needs no GPU.
 //! - [`NvjpegDecoder`] holds one handle per device: the hardware backend when
-//!   `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)` succeeds (A100, H100/H200, ...), sized to
-//!   `nvjpegGetHardwareDecoderInfo` engines x cores, plus the decoupled GPU-hybrid decoder for
-//!   images the engines refuse. Whether the engines take an image is asked per image with
+//!   `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)` succeeds (A100, H100/H200, ...) with engines
+//!   and cores above 0 (`backend`: only `ARCH_MISMATCH` falls back to the default backend),
+//!   sized to `nvjpegGetHardwareDecoderInfo` engines x cores, plus the decoupled decoders for
+//!   images the engines refuse (`decoupled`: GPU-hybrid, and hybrid for progressive files). Whether the engines take an image is asked per image with
 //!   `nvjpegDecodeBatchedSupportedEx`, which reports **0 for supported**.
 //! - Output is interleaved RGB (`NVJPEG_OUTPUT_RGBI`) in device memory the caller owns, which
 //!   is what `stoker_augment` reads.
@@ -26,6 +27,8 @@
 //! nvJPEG's documented rules); a real libnvjpeg has only been loaded and asked its version
 //! (docs/cuda.md, "Unverified until a GPU run").
 
+mod backend;
+mod decoupled;
 mod handles;
 mod result;
 mod route;
@@ -37,11 +40,10 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Device, Event, Stream};
 use crate::loader::Loaded;
-pub use route::{header_refusal, route, Route, RouteQuery};
+pub use route::{header_refusal, route, Route, RouteQuery, Routed};
 
-use handles::{
-    DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream, LibHandle, PinnedBuffer,
-};
+use decoupled::Decoupled;
+use handles::{DecodeParams, JpegState, JpegStream, LibHandle};
 
 crate::status_type! {
     /// An nvJPEG status code.
@@ -243,10 +245,10 @@ struct Hardware {
 }
 
 impl Hardware {
-    fn new(handle: &Arc<LibHandle>) -> Result<Hardware, NvjpegError> {
-        // SAFETY: the handle is live (held by the Arc) and made with the hardware backend.
-        let (engines, cores_per_engine) =
-            unsafe { result::get_hardware_decoder_info(handle.sys(), handle.raw())? };
+    fn new(
+        handle: &Arc<LibHandle>,
+        (engines, cores_per_engine): (u32, u32),
+    ) -> Result<Hardware, NvjpegError> {
         Ok(Hardware {
             probe: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
             engines,
@@ -371,48 +373,6 @@ impl Drop for HardwareBatchState {
     }
 }
 
-/// The decoupled GPU-hybrid decoder, for images the engines refuse (progressive, 4:1:1, ...).
-/// Field order is drop order: the state goes before the buffers attached to it and the
-/// decoder it was made for.
-struct HybridDecoder {
-    params: DecodeParams,
-    state: JpegState,
-    _device_buf: DeviceStaging,
-    _pinned: PinnedBuffer,
-    decoder: JpegDecoder,
-}
-
-impl HybridDecoder {
-    fn new(handle: &Arc<LibHandle>) -> Result<HybridDecoder, NvjpegError> {
-        let decoder = JpegDecoder::create(handle, sys::BACKEND_GPU_HYBRID)?;
-        let state = JpegState::for_decoder(handle, &decoder)?;
-        let pinned = PinnedBuffer::create(handle)?;
-        let device_buf = DeviceStaging::create(handle)?;
-        let s = handle.sys();
-        // SAFETY: the state and the buffers are live, and the buffers outlive the state
-        // (field order above).
-        unsafe {
-            result::state_attach_pinned_buffer(s, state.raw(), pinned.raw())?;
-            result::state_attach_device_buffer(s, state.raw(), device_buf.raw())?;
-        }
-        Ok(HybridDecoder {
-            params: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
-            state,
-            _device_buf: device_buf,
-            _pinned: pinned,
-            decoder,
-        })
-    }
-
-    fn objects(&self, handle: &LibHandle) -> result::Decoupled {
-        result::Decoupled {
-            handle: handle.raw(),
-            decoder: self.decoder.raw(),
-            state: self.state.raw(),
-        }
-    }
-}
-
 /// nvJPEG decoding for one device. Not `Sync`: one per decode thread.
 pub struct NvjpegDecoder {
     // Field order is drop order: every nvJPEG object before the library handle (each also
@@ -423,7 +383,8 @@ pub struct NvjpegDecoder {
     /// Set by [`Self::switch_hardware_off`]: the engines take nothing more (their objects stay
     /// until drop, as work on a stream may still use them).
     hardware_off: bool,
-    hybrid: HybridDecoder,
+    /// The decoupled decoders (GPU-hybrid for sequential files, hybrid for progressive ones).
+    decoupled: Decoupled,
     /// Parsed-stream object reused for support checks and the hybrid path.
     stream: JpegStream,
     handle: Arc<LibHandle>,
@@ -442,20 +403,14 @@ impl NvjpegDecoder {
             return Err(NvjpegError::Invalid(format!("batch size {max_batch}")));
         }
         device.bind()?;
-        let (handle, hw) = match LibHandle::create(lib.clone(), sys::BACKEND_HARDWARE) {
-            Ok(h) => (h, true),
-            Err(e) => {
-                tracing::info!(error = %e, "no hardware JPEG decoder; decoding on the GPU cores");
-                (LibHandle::create(lib, sys::BACKEND_DEFAULT)?, false)
-            }
-        };
+        let (handle, engines) = backend::open_handle(&lib)?;
         Ok(NvjpegDecoder {
-            hardware: hw.then(|| Hardware::new(&handle)).transpose()?,
-            own_batch: hw
-                .then(|| HardwareBatchState::new(&handle, device))
+            hardware: engines.map(|e| Hardware::new(&handle, e)).transpose()?,
+            own_batch: engines
+                .map(|_| HardwareBatchState::new(&handle, device))
                 .transpose()?,
             hardware_off: false,
-            hybrid: HybridDecoder::new(&handle)?,
+            decoupled: Decoupled::new(&handle)?,
             stream: JpegStream::create(&handle)?,
             handle,
             max_batch,
@@ -514,12 +469,14 @@ impl NvjpegDecoder {
         }
     }
 
-    /// Whether the GPU-hybrid decoder can decode `jpeg` (with `roi`); `false` sends the image
-    /// to the CPU decoder.
+    /// Whether nvJPEG's decoupled decoder for `jpeg` (hybrid for a progressive file,
+    /// GPU-hybrid otherwise) can decode it (with `roi`); `false` sends the image to the CPU
+    /// decoder.
     pub fn hybrid_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError> {
-        self.hybrid.params.set_roi(roi)?;
+        let d = self.decoupled.for_file(jpeg);
+        d.params.set_roi(roi)?;
         let (s, h) = (self.handle.sys(), self.handle.raw());
-        let (decoder, params) = (self.hybrid.decoder.raw(), self.hybrid.params.raw());
+        let (decoder, params) = (d.objects(&self.handle).decoder, d.params.raw());
         // SAFETY: every object is live; the stream is parsed before the check.
         unsafe {
             result::jpeg_stream_parse_header(s, h, jpeg, self.stream.raw())?;
@@ -593,7 +550,8 @@ impl NvjpegDecoder {
         unsafe { state.decode(stream, jpegs, rois, outs) }
     }
 
-    /// Decodes one image with the GPU-hybrid decoupled path (host Huffman, then device), for
+    /// Decodes one image with nvJPEG's decoupled decoder for it (host phase, transfer, device
+    /// phase: the hybrid decoder for a progressive file, the GPU-hybrid one otherwise), for
     /// images the engines refuse.
     ///
     /// # Safety
@@ -606,17 +564,19 @@ impl NvjpegDecoder {
         roi: Option<Roi>,
         out: DeviceImage,
     ) -> Result<(), NvjpegError> {
-        self.hybrid.params.set_roi(roi)?;
         self.device.bind()?;
-        let s = self.handle.sys();
-        let d = self.hybrid.objects(&self.handle);
         let js = self.stream.raw();
+        let handle = self.handle.clone();
+        let s = handle.sys();
+        let dd = self.decoupled.for_file(jpeg);
+        dd.params.set_roi(roi)?;
+        let d = dd.objects(&handle);
         let mut image = out.as_nvjpeg();
         // SAFETY: every object is live and owned by `self`; `jpeg` outlives the parse and host
         // phases, which copy what they need; the caller promises `out`.
         unsafe {
             result::jpeg_stream_parse(s, d.handle, jpeg, js)?;
-            result::decode_jpeg_host(s, d, self.hybrid.params.raw(), js)?;
+            result::decode_jpeg_host(s, d, dd.params.raw(), js)?;
             result::decode_jpeg_transfer_to_device(s, d, js, stream.raw())?;
             result::decode_jpeg_device(s, d, &mut image, stream.raw())
         }

@@ -9,9 +9,15 @@
 //!   decoded to wrong colours or failed on ([`header_refusal`]; NVIDIA H200, nvJPEG 13.0.1,
 //!   docs/results/gpu-check-2026-11-26/selftest.txt) goes to the CPU without asking.
 //! - Then nvJPEG is asked, in order and only as far as needed: the hardware engines
-//!   (`nvjpegDecodeBatchedSupportedEx`, with the region), the GPU-hybrid decoder
-//!   (`nvjpegDecoderJpegSupported`, with the region), else the CPU. A query that fails counts as
-//!   a refusal: the image is not lost, the CPU decodes it or says why it cannot.
+//!   (`nvjpegDecodeBatchedSupportedEx`, with the region); where they refuse the region, the
+//!   hardware engines for the whole image (the augment kernel then crops it: the engines are
+//!   the fast path, and `nvjpegDecodeBatchedSupportedEx` is asked with the ROI set because an
+//!   ROI can make an image unsupported); the decoupled decoder for the file
+//!   (`nvjpegDecoderJpegSupported`, with the region: hybrid for progressive files, GPU-hybrid
+//!   otherwise), else the CPU. A query that fails counts as a refusal: the image is not lost,
+//!   the CPU decodes it or says why it cannot.
+//! - The answer is a [`Routed`]: the decoder and the region it decodes, which is the caller's
+//!   region or the whole image.
 //! - The two questions are a trait ([`RouteQuery`]) so the rule's table is tested without a
 //!   GPU; [`NvjpegDecoder`] answers them for real.
 //!
@@ -63,6 +69,14 @@ impl Route {
     }
 }
 
+/// Where [`route`] sends an image: the decoder, and the region it decodes (`None`: the whole
+/// image; the caller's region otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routed {
+    pub route: Route,
+    pub roi: Option<Roi>,
+}
+
 /// The questions [`route`] asks a decoder about one image cut to a region.
 pub trait RouteQuery {
     /// Whether the hardware engines decode `jpeg` (with `roi`).
@@ -81,23 +95,27 @@ impl RouteQuery for NvjpegDecoder {
     }
 }
 
-/// The decoder that takes `jpeg` cut to `roi`; `within_limits` is false where the caller's
-/// limits refuse the image (it then goes to the CPU without asking nvJPEG).
+/// The decoder that takes `jpeg` cut to `roi`, and the region it decodes; `within_limits` is
+/// false where the caller's limits refuse the image (it then goes to the CPU without asking
+/// nvJPEG).
 pub fn route(
     decoder: &mut impl RouteQuery,
     jpeg: &[u8],
     roi: Option<Roi>,
     within_limits: bool,
-) -> Route {
+) -> Routed {
     let refused = || jpeg_header::parse(jpeg).is_some_and(|h| header_refusal(&h).is_some());
+    let to = |route, roi| Routed { route, roi };
     if !within_limits || refused() {
-        Route::Cpu
+        to(Route::Cpu, roi)
     } else if decoder.hardware_supports(jpeg, roi).unwrap_or(false) {
-        Route::Hardware
+        to(Route::Hardware, roi)
+    } else if roi.is_some() && decoder.hardware_supports(jpeg, None).unwrap_or(false) {
+        to(Route::Hardware, None)
     } else if decoder.hybrid_supports(jpeg, roi).unwrap_or(false) {
-        Route::Hybrid
+        to(Route::Hybrid, roi)
     } else {
-        Route::Cpu
+        to(Route::Cpu, roi)
     }
 }
 
@@ -105,17 +123,35 @@ pub fn route(
 mod tests {
     use super::*;
 
-    /// Answers fixed in advance, and the questions asked.
+    /// Answers fixed in advance (the hardware's for the whole image and for a region), and
+    /// the questions asked.
     struct Answers {
         hardware: Result<bool, NvjpegError>,
+        hardware_region: Result<bool, NvjpegError>,
         hybrid: Result<bool, NvjpegError>,
         asked: Vec<&'static str>,
     }
 
+    impl Answers {
+        fn all(yes: bool) -> Answers {
+            Answers {
+                hardware: Ok(yes),
+                hardware_region: Ok(yes),
+                hybrid: Ok(yes),
+                asked: Vec::new(),
+            }
+        }
+    }
+
     impl RouteQuery for Answers {
-        fn hardware_supports(&mut self, _: &[u8], _: Option<Roi>) -> Result<bool, NvjpegError> {
-            self.asked.push("hardware");
-            self.hardware.clone()
+        fn hardware_supports(&mut self, _: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError> {
+            if roi.is_some() {
+                self.asked.push("hardware region");
+                self.hardware_region.clone()
+            } else {
+                self.asked.push("hardware whole");
+                self.hardware.clone()
+            }
         }
 
         fn hybrid_supports(&mut self, _: &[u8], _: Option<Roi>) -> Result<bool, NvjpegError> {
@@ -124,12 +160,14 @@ mod tests {
         }
     }
 
-    /// (within limits, hardware says, hybrid says, the route, the questions asked).
+    /// (within limits, hardware whole / region, hybrid, the route, whether the region is
+    /// kept, the questions asked).
     type Case = (
         bool,
-        Result<bool, NvjpegError>,
+        [Result<bool, NvjpegError>; 2],
         Result<bool, NvjpegError>,
         Route,
+        bool,
         &'static [&'static str],
     );
 
@@ -140,33 +178,101 @@ mod tests {
     #[test]
     fn the_routing_table() {
         use Route::*;
+        const REGION: &str = "hardware region";
+        const WHOLE: &str = "hardware whole";
         let table: Vec<Case> = vec![
-            (false, Ok(true), Ok(true), Cpu, &[]),
-            (false, Ok(false), Ok(false), Cpu, &[]),
-            (true, Ok(true), Ok(true), Hardware, &["hardware"]),
-            (true, Ok(true), Ok(false), Hardware, &["hardware"]),
-            (true, Ok(false), Ok(true), Hybrid, &["hardware", "hybrid"]),
-            (true, Ok(false), Ok(false), Cpu, &["hardware", "hybrid"]),
-            (true, failed(), Ok(true), Hybrid, &["hardware", "hybrid"]),
-            (true, failed(), failed(), Cpu, &["hardware", "hybrid"]),
-            (true, Ok(false), failed(), Cpu, &["hardware", "hybrid"]),
+            (false, [Ok(true), Ok(true)], Ok(true), Cpu, true, &[]),
+            (
+                true,
+                [Ok(true), Ok(true)],
+                Ok(true),
+                Hardware,
+                true,
+                &[REGION],
+            ),
+            (
+                true,
+                [Ok(true), Ok(true)],
+                Ok(false),
+                Hardware,
+                true,
+                &[REGION],
+            ),
+            // The region refused, the whole image taken: the kernel crops it.
+            (
+                true,
+                [Ok(true), Ok(false)],
+                Ok(true),
+                Hardware,
+                false,
+                &[REGION, WHOLE],
+            ),
+            (
+                true,
+                [Ok(true), failed()],
+                Ok(true),
+                Hardware,
+                false,
+                &[REGION, WHOLE],
+            ),
+            (
+                true,
+                [Ok(false), Ok(false)],
+                Ok(true),
+                Hybrid,
+                true,
+                &[REGION, WHOLE, "hybrid"],
+            ),
+            (
+                true,
+                [Ok(false), Ok(false)],
+                Ok(false),
+                Cpu,
+                true,
+                &[REGION, WHOLE, "hybrid"],
+            ),
+            (
+                true,
+                [failed(), failed()],
+                Ok(true),
+                Hybrid,
+                true,
+                &[REGION, WHOLE, "hybrid"],
+            ),
+            (
+                true,
+                [failed(), failed()],
+                failed(),
+                Cpu,
+                true,
+                &[REGION, WHOLE, "hybrid"],
+            ),
         ];
-        for (within, hardware, hybrid, want, asked) in table {
-            let case = format!("within {within}, hardware {hardware:?}, hybrid {hybrid:?}");
+        let roi = Some(Roi {
+            x: 1,
+            y: 2,
+            width: 3,
+            height: 4,
+        });
+        for (within, [hardware, hardware_region], hybrid, want, kept, asked) in table {
+            let case = format!(
+                "within {within}, hardware {hardware:?} / {hardware_region:?}, hybrid {hybrid:?}"
+            );
             let mut d = Answers {
                 hardware,
+                hardware_region,
                 hybrid,
                 asked: Vec::new(),
             };
-            let roi = Some(Roi {
-                x: 1,
-                y: 2,
-                width: 3,
-                height: 4,
-            });
-            assert_eq!(route(&mut d, b"jpeg", roi, within), want, "{case}");
+            let r = route(&mut d, b"jpeg", roi, within);
+            assert_eq!(r.route, want, "{case}");
+            assert_eq!(r.roi, if kept { roi } else { None }, "{case}");
             assert_eq!(d.asked, asked, "{case}");
         }
+        // Without a region there is nothing to retry whole.
+        let mut d = Answers::all(false);
+        assert_eq!(route(&mut d, b"jpeg", None, true).route, Cpu);
+        assert_eq!(d.asked, [WHOLE, "hybrid"]);
     }
 
     /// SOI, an optional Adobe APP14 segment with `transform`, and a baseline frame of 16x16
@@ -202,12 +308,8 @@ mod tests {
             (header(None, &[(1, 2, 2), (2, 2, 1), (3, 1, 1)]), Route::Cpu),
         ];
         for (jpeg, want) in cases {
-            let mut d = Answers {
-                hardware: Ok(true),
-                hybrid: Ok(true),
-                asked: Vec::new(),
-            };
-            assert_eq!(route(&mut d, &jpeg, None, true), want, "{jpeg:02x?}");
+            let mut d = Answers::all(true);
+            assert_eq!(route(&mut d, &jpeg, None, true).route, want, "{jpeg:02x?}");
             assert_eq!(d.asked.is_empty(), want == Route::Cpu, "{jpeg:02x?}");
         }
     }

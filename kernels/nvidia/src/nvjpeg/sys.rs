@@ -18,6 +18,7 @@ pub type CudaStream = *mut c_void;
 pub const MAX_COMPONENT: usize = 4;
 
 pub const BACKEND_DEFAULT: c_int = 0;
+pub const BACKEND_HYBRID: c_int = 1;
 pub const BACKEND_GPU_HYBRID: c_int = 2;
 pub const BACKEND_HARDWARE: c_int = 3;
 /// `NVJPEG_FLAGS_BITSTREAM_STRICT`: refuse a stream that does not strictly follow the JPEG

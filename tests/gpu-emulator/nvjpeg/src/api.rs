@@ -319,7 +319,10 @@ pub extern "C" fn nvjpegDecoderCreate(
         let mut r = reg();
         let engines = r.handle(h)?.engines;
         let backend = match backend {
-            BACKEND_DEFAULT | BACKEND_HYBRID | BACKEND_GPU_HYBRID => BACKEND_GPU_HYBRID,
+            // The default decoupled decoder is the hybrid one (torchvision decodes progressive
+            // files with it).
+            BACKEND_DEFAULT | BACKEND_HYBRID => BACKEND_HYBRID,
+            BACKEND_GPU_HYBRID => BACKEND_GPU_HYBRID,
             BACKEND_HARDWARE if engines > 0 => BACKEND_HARDWARE,
             BACKEND_HARDWARE => return Err(status::ARCH_MISMATCH),
             _ => return Err(status::INVALID_PARAMETER),
@@ -330,19 +333,35 @@ pub extern "C" fn nvjpegDecoderCreate(
     })
 }
 
-/// Whether `path` can decode the parsed `stream` with `params`' ROI: 0 yes (nvJPEG's
-/// convention), 1 no.
+/// `STOKER_EMU_NVJPEG_HARDWARE_ROI=0`: the hardware engines refuse every region of interest
+/// (a GPU or an nvJPEG without hardware ROI decode: nvImageCodec's `hw_decoder.cpp` reports
+/// `ROI_UNSUPPORTED` where `nvjpegDecodeBatchedEx` is missing).
+pub fn hardware_takes_roi() -> bool {
+    std::env::var("STOKER_EMU_NVJPEG_HARDWARE_ROI").as_deref() != Ok("0")
+}
+
+/// Whether a decoder made for `backend` can decode the parsed `stream` with `params`' ROI:
+/// 0 yes (nvJPEG's convention), 1 no. `cores`: the hardware cores behind the handle (a
+/// hardware handle reporting 0 has no decoder: "Return value of 0 indicates that hardware
+/// decoder is not available", `nvjpegGetHardwareDecoderInfo`).
 fn supported(
     stream: *mut c_void,
     params: *mut c_void,
-    path: Path,
+    backend: c_int,
+    cores: u32,
     flag: *mut c_int,
 ) -> Result<(), Status> {
     let mut r = reg();
     let roi = r.params(params)?.roi;
     let s = r.stream(stream)?;
     let fits = roi.is_none_or(|q| q.x + q.w <= s.header.width && q.y + q.h <= s.header.height);
-    let ok = header::supported_by(&s.header, path) && fits;
+    let path = decode_path(backend);
+    let hardware_ok =
+        path != Path::Hardware || (cores > 0 && (roi.is_none() || hardware_takes_roi()));
+    let ok = header::supported_by(&s.header, path)
+        && header::backend_takes(&s.header, backend)
+        && fits
+        && hardware_ok;
     // SAFETY: out-parameter from the caller.
     unsafe { out(flag, c_int::from(!ok)) }
 }
@@ -355,8 +374,12 @@ pub extern "C" fn nvjpegDecodeBatchedSupportedEx(
     flag: *mut c_int,
 ) -> Status {
     call("nvjpegDecodeBatchedSupportedEx", || {
-        let backend = reg().handle(h)?.backend;
-        supported(stream, params, decode_path(backend), flag)
+        let (backend, cores) = {
+            let mut r = reg();
+            let x = r.handle(h)?;
+            (x.backend, x.engines * x.cores)
+        };
+        supported(stream, params, backend, cores, flag)
     })
 }
 
@@ -369,7 +392,7 @@ pub extern "C" fn nvjpegDecoderJpegSupported(
 ) -> Status {
     call("nvjpegDecoderJpegSupported", || {
         let backend = reg().decoder(decoder)?;
-        supported(stream, params, decode_path(backend), flag)
+        supported(stream, params, backend, 1, flag)
     })
 }
 

@@ -274,6 +274,9 @@ fn batched(
     for (i, params) in per_image.into_iter().enumerate() {
         // SAFETY: the caller passes `n` bitstreams, lengths and images.
         let (jpeg, image) = unsafe { nth(data, lengths, images, i) }?;
+        if path == Path::Hardware && params.roi.is_some() && !crate::api::hardware_takes_roi() {
+            return Err(status::JPEG_NOT_SUPPORTED);
+        }
         let planes = decode_on(jpeg, path, params, strict)?;
         fits(&planes, &image)?;
         queued.push(Queued {
@@ -380,6 +383,9 @@ pub extern "C" fn nvjpegDecodeJpegHost(
                 return Err(status::INVALID_PARAMETER);
             }
             let s = r.stream(stream)?;
+            if !header::backend_takes(&s.header, backend) {
+                return Err(status::JPEG_NOT_SUPPORTED);
+            }
             let doomed = header::hybrid_failure(&s.header);
             (decode_path(backend), p, s.data.clone(), strict, doomed)
         };

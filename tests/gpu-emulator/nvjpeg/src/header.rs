@@ -4,9 +4,12 @@
 //!
 //! # Design
 //! The rules are nvJPEG's documented ones: the hardware engines take baseline (SOF0) Huffman
-//! 8-bit JPEGs with 4:4:4, 4:2:2, 4:2:0, 4:4:0 or grayscale sampling; the GPU-hybrid decoder
-//! takes Huffman 8-bit JPEGs (baseline, extended or progressive) with 1 or 3 components and any
-//! sampling where the first component is full size; nothing here takes arithmetic coding,
+//! 8-bit JPEGs in a single scan (nvjpeg.h: "NVJPEG_BACKEND_HARDWARE : supports baseline JPEG
+//! bitstream with single scan") with 4:4:4, 4:2:2, 4:2:0, 4:4:0 or grayscale sampling; the
+//! decoupled decoders take Huffman 8-bit JPEGs (baseline, extended or progressive) with 1 or 3
+//! components and any sampling where the first component is full size, except that a decoder
+//! made for `NVJPEG_BACKEND_GPU_HYBRID` refuses progressive files ([`backend_takes`]: as
+//! nvImageCodec and DALI never give it one); nothing here takes arithmetic coding,
 //! lossless, 12-bit or 4-component (CMYK) JPEGs, nor chroma sampled finer than luma (whose
 //! first component, reported first by `nvjpegGetImageInfo`, is smaller than the image). A
 //! header that cannot be read is `NVJPEG_STATUS_BAD_JPEG`.
@@ -77,12 +80,24 @@ pub fn wrong_colours(h: &Header) -> bool {
     h.colour_space() == ColourSpace::Rgb || h.gray_with_sampling()
 }
 
+/// Whether a decoder made for `backend` takes this image, beyond its path's rule
+/// ([`supported_by`]): `NVJPEG_BACKEND_GPU_HYBRID` refuses progressive files. nvImageCodec
+/// (`extensions/nvjpeg/cuda_decoder.cpp`: "gpu hybrid is not supported for progressive") asks
+/// the GPU-hybrid decoder about baseline files only and DALI
+/// (`dali/operators/decoder/nvjpeg/nvjpeg_decoder_decoupled_api.h`) sends progressive files to
+/// `NVJPEG_BACKEND_HYBRID`; the H200 with nvJPEG 13.0.1 did decode progressive files on
+/// `GPU_HYBRID`, so this is the safe reading, not the observed one.
+pub fn backend_takes(h: &Header, backend: std::ffi::c_int) -> bool {
+    backend != crate::objects::BACKEND_GPU_HYBRID || h.coding != Coding::Progressive
+}
+
 /// Whether `path` can decode this image.
 pub fn supported_by(h: &Header, path: Path) -> bool {
     let colour = matches!(h.sampling.len(), 1 | 3);
     match path {
         Path::Hardware => {
             h.coding == Coding::Baseline
+                && !h.multi_scan_sequential()
                 && h.precision == 8
                 && matches!(
                     h.subsampling(),

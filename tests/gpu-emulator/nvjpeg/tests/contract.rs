@@ -45,7 +45,11 @@ fn libs() -> &'static Libs {
         }
         std::env::set_var("STOKER_LIBCUDA", &cuda);
         std::env::set_var("STOKER_EMU_OP_DELAY_US", "200000");
-        std::env::remove_var("STOKER_EMU_CONFIG");
+        // A child process may be given a configuration of its own.
+        match std::env::var_os("STOKER_EMU_CONFIG_CHILD") {
+            Some(c) => std::env::set_var("STOKER_EMU_CONFIG", c),
+            None => std::env::remove_var("STOKER_EMU_CONFIG"),
+        }
         // SAFETY: the emulator libraries have no initialisers with preconditions.
         unsafe {
             Libs {
@@ -472,4 +476,152 @@ fn a_batched_decode_reads_its_bitstreams_on_the_stream_and_holds_its_state_until
         // Idle again once the stream has run it.
         ok(init(h, st, 1, 1, 5));
     }
+}
+
+/// SOI, a frame of 16 x 8 with three components (Y 2x2, Cb, Cr) coded as `sof`, and a first
+/// scan header of `scan` components: enough for the support queries, which read headers only.
+fn header_with_scan(sof: u8, scan: u8) -> Vec<u8> {
+    let mut b = vec![0xff, 0xd8, 0xff, sof, 0, 17, 8, 0, 8, 0, 16, 3];
+    b.extend([1, 0x22, 0, 2, 0x11, 0, 3, 0x11, 0]);
+    b.extend([0xff, 0xda, 0, 6 + 2 * scan, scan]);
+    b
+}
+
+/// `nvjpegDecoderJpegSupported` of a decoder made for `backend` on `data` (no ROI).
+fn decoder_flag(h: *mut c_void, backend: c_int, data: &[u8]) -> c_int {
+    let decoder_create: unsafe extern "C" fn(*mut c_void, c_int, *mut *mut c_void) -> R =
+        sym(true, "nvjpegDecoderCreate");
+    let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamCreate");
+    let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamParseHeader");
+    let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegDecodeParamsCreate");
+    let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
+        sym(true, "nvjpegDecoderJpegSupported");
+    let (mut d, mut js, mut p, mut flag) = (null_mut(), null_mut(), null_mut(), -1);
+    // SAFETY: a live handle and local out-parameters.
+    unsafe {
+        ok(decoder_create(h, backend, &mut d));
+        ok(stream_create(h, &mut js));
+        ok(parse(h, data.as_ptr(), data.len(), js));
+        ok(params_create(h, &mut p));
+        ok(check(d, js, p, &mut flag));
+    }
+    flag
+}
+
+#[test]
+fn each_decoder_takes_what_nvjpeg_and_its_users_give_it() {
+    let (h, _) = setup(3);
+    let single = header_with_scan(0xc0, 3);
+    let multi = header_with_scan(0xc0, 1);
+    let progressive = header_with_scan(0xc2, 1);
+    // nvjpeg.h: "NVJPEG_BACKEND_HARDWARE : supports baseline JPEG bitstream with single scan".
+    assert_eq!(
+        supported_flag(h, &single),
+        0,
+        "single-scan baseline: hardware"
+    );
+    assert_eq!(
+        supported_flag(h, &multi),
+        1,
+        "one scan per component: not hardware"
+    );
+    assert_eq!(supported_flag(h, &progressive), 1);
+    // GPU_HYBRID decoders take baseline files, multi-scan ones too, never progressive ones
+    // (nvImageCodec, DALI); HYBRID and DEFAULT take progressive files.
+    let (default, hybrid, gpu_hybrid) = (0, 1, 2);
+    assert_eq!(decoder_flag(h, gpu_hybrid, &single), 0);
+    assert_eq!(decoder_flag(h, gpu_hybrid, &multi), 0);
+    assert_eq!(decoder_flag(h, gpu_hybrid, &progressive), 1);
+    assert_eq!(decoder_flag(h, hybrid, &progressive), 0);
+    assert_eq!(decoder_flag(h, default, &progressive), 0);
+}
+
+#[test]
+fn the_hardware_refuses_regions_where_configured_to() {
+    let child = std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some();
+    if !child {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "the_hardware_refuses_regions_where_configured_to",
+                "--nocapture",
+            ])
+            .env("STOKER_NVJPEG_TEST_CHILD", "1")
+            .env("STOKER_EMU_NVJPEG_HARDWARE_ROI", "0")
+            .output()
+            .unwrap();
+        let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
+        assert!(
+            out.status.success() && ran,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::env::set_var("STOKER_GPU_EMULATOR", "1");
+    let (h, _) = setup(3);
+    let baseline = jpeg(false);
+    let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamCreate");
+    let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
+        sym(true, "nvjpegJpegStreamParseHeader");
+    let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
+        sym(true, "nvjpegDecodeParamsCreate");
+    let set_roi: unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, c_int) -> R =
+        sym(true, "nvjpegDecodeParamsSetROI");
+    let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedSupportedEx");
+    let (mut js, mut p) = (null_mut(), null_mut());
+    let (mut whole, mut region) = (-1, -1);
+    // SAFETY: live handles and local out-parameters.
+    unsafe {
+        ok(stream_create(h, &mut js));
+        ok(parse(h, baseline.as_ptr(), baseline.len(), js));
+        ok(params_create(h, &mut p));
+        ok(check(h, js, p, &mut whole));
+        ok(set_roi(p, 2, 2, 8, 4));
+        ok(check(h, js, p, &mut region));
+    }
+    assert_eq!(whole, 0, "the whole image is taken");
+    assert_eq!(
+        region,
+        i32::from(child),
+        "a region is refused only where configured"
+    );
+}
+
+#[test]
+fn a_hardware_handle_without_cores_takes_nothing() {
+    if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some() {
+        std::env::set_var("STOKER_GPU_EMULATOR", "1");
+        let (h, _) = setup(3);
+        let info: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_uint) -> R =
+            sym(true, "nvjpegGetHardwareDecoderInfo");
+        let (mut engines, mut cores) = (9, 9);
+        // SAFETY: a live handle, local out-parameters.
+        unsafe { ok(info(h, &mut engines, &mut cores)) };
+        assert_eq!((engines, cores), (2, 0));
+        assert_eq!(supported_flag(h, &jpeg(false)), 1, "no hardware decoder");
+        return;
+    }
+    let config = r#"{"devices": [{"uuid": "GPU-57e0e3c0-0000-4000-8000-000000000000",
+        "jpeg_engines": 2, "jpeg_cores_per_engine": 0}]}"#;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_hardware_handle_without_cores_takes_nothing",
+            "--nocapture",
+        ])
+        .env("STOKER_NVJPEG_TEST_CHILD", "1")
+        .env("STOKER_EMU_CONFIG_CHILD", config)
+        .output()
+        .unwrap();
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
+    assert!(
+        out.status.success() && ran,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -193,7 +193,7 @@ fn hardware_images(
     let budget = device.info().total_memory / 4;
     let (mut used, mut mix, mut out) = (0u64, DecodeMix::default(), Vec::new());
     for (_, jpeg) in samples {
-        let r = route(decoder, &jpeg, None, &cpu.limits());
+        let r = route(decoder, &jpeg, None, &cpu.limits()).route;
         mix.add(r);
         let Ok(h) = cpu.probe(&jpeg) else { continue };
         let bytes = u64::from(h.width) * u64::from(h.height) * 3;

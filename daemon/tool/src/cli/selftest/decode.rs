@@ -181,12 +181,15 @@ fn item(gpu: &mut GpuUnderTest, cpu: &mut CpuDecoder, path: &Path, with_roi: boo
         width: w / 2,
         height: h / 2,
     });
-    let (width, height) = roi.map_or((w, h), |r| (r.width, r.height));
-    let route = if width == 0 || height == 0 {
-        Route::Cpu
+    // The engine's route, and the region it decodes (the whole image where the hardware
+    // engines refuse the region).
+    let (route, roi) = if w == 0 || h == 0 {
+        (Route::Cpu, roi)
     } else {
-        route(&mut gpu.decoder, &jpeg, roi, &cpu.limits())
+        let r = route(&mut gpu.decoder, &jpeg, roi, &cpu.limits());
+        (r.route, r.roi)
     };
+    let (width, height) = roi.map_or((w, h), |r| (r.width, r.height));
     Item {
         name,
         jpeg,

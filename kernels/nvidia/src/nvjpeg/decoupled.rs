@@ -1,0 +1,94 @@
+//! nvJPEG's decoupled decoders, for the images the hardware engines do not take: the
+//! GPU-hybrid one (`NVJPEG_BACKEND_GPU_HYBRID`, Huffman decoding helped by the GPU) for
+//! sequential files, the hybrid one (`NVJPEG_BACKEND_HYBRID`, Huffman on the CPU) for
+//! progressive files.
+//!
+//! # Design
+//! - Which one takes a file is [`Decoupled::for_file`]: progressive files go to the hybrid
+//!   decoder, as nvImageCodec (`extensions/nvjpeg/cuda_decoder.cpp`: "gpu hybrid is not
+//!   supported for progressive") and DALI (`nvjpeg_decoder_decoupled_api.h`: `!is_progressive`
+//!   before choosing `NVJPEG_BACKEND_GPU_HYBRID`) do; everything else to the GPU-hybrid one.
+//!   Support is then asked of that decoder (`nvjpegDecoderJpegSupported`) and the decode runs
+//!   on it, so the question and the answer are the same decoder's.
+//! - Each decoder has its own state with its own pinned and device buffers, attached once.
+//!
+//! # Limitations
+//! - DALI and nvImageCodec also send small sequential images to the hybrid decoder (a size
+//!   threshold, for speed); stoker does not, having no measurement of its own.
+//! - The hybrid and GPU-hybrid decoders are one path in the decode mix ("hybrid").
+
+use std::sync::Arc;
+
+use super::handles::{
+    DecodeParams, DeviceStaging, JpegDecoder, JpegState, LibHandle, PinnedBuffer,
+};
+use super::{result, sys, NvjpegError};
+use crate::jpeg_header::{self, Coding};
+
+/// One decoupled decoder with its state and buffers. Field order is drop order: the state
+/// goes before the buffers attached to it and the decoder it was made for.
+pub(super) struct DecoupledDecoder {
+    pub params: DecodeParams,
+    state: JpegState,
+    _device_buf: DeviceStaging,
+    _pinned: PinnedBuffer,
+    decoder: JpegDecoder,
+}
+
+impl DecoupledDecoder {
+    fn new(handle: &Arc<LibHandle>, backend: std::ffi::c_int) -> Result<Self, NvjpegError> {
+        let decoder = JpegDecoder::create(handle, backend)?;
+        let state = JpegState::for_decoder(handle, &decoder)?;
+        let pinned = PinnedBuffer::create(handle)?;
+        let device_buf = DeviceStaging::create(handle)?;
+        let s = handle.sys();
+        // SAFETY: the state and the buffers are live, and the buffers outlive the state
+        // (field order above).
+        unsafe {
+            result::state_attach_pinned_buffer(s, state.raw(), pinned.raw())?;
+            result::state_attach_device_buffer(s, state.raw(), device_buf.raw())?;
+        }
+        Ok(DecoupledDecoder {
+            params: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
+            state,
+            _device_buf: device_buf,
+            _pinned: pinned,
+            decoder,
+        })
+    }
+
+    pub fn objects(&self, handle: &LibHandle) -> result::Decoupled {
+        result::Decoupled {
+            handle: handle.raw(),
+            decoder: self.decoder.raw(),
+            state: self.state.raw(),
+        }
+    }
+}
+
+/// The two decoupled decoders of one [`super::NvjpegDecoder`].
+pub(super) struct Decoupled {
+    gpu_hybrid: DecoupledDecoder,
+    hybrid: DecoupledDecoder,
+}
+
+impl Decoupled {
+    pub fn new(handle: &Arc<LibHandle>) -> Result<Decoupled, NvjpegError> {
+        Ok(Decoupled {
+            gpu_hybrid: DecoupledDecoder::new(handle, sys::BACKEND_GPU_HYBRID)?,
+            hybrid: DecoupledDecoder::new(handle, sys::BACKEND_HYBRID)?,
+        })
+    }
+
+    /// The decoder that takes `jpeg`: the hybrid one for a progressive file, else the
+    /// GPU-hybrid one (a header that cannot be read goes to the GPU-hybrid one, which says
+    /// why it cannot take it).
+    pub fn for_file(&mut self, jpeg: &[u8]) -> &mut DecoupledDecoder {
+        let progressive = jpeg_header::parse(jpeg).is_some_and(|h| h.coding == Coding::Progressive);
+        if progressive {
+            &mut self.hybrid
+        } else {
+            &mut self.gpu_hybrid
+        }
+    }
+}
