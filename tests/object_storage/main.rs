@@ -10,6 +10,7 @@
     clippy::cast_possible_wrap
 )]
 
+mod cache;
 mod fake;
 mod outages;
 mod reads;

@@ -274,7 +274,7 @@ impl NodeCache {
             };
             freed += size;
         }
-        tracing::info!(freed, wanted = bytes, dir = %self.dir.display(), "node cache: disk full, evicted");
+        tracing::debug!(freed, wanted = bytes, dir = %self.dir.display(), "node cache: disk full, evicted");
         freed
     }
 
@@ -434,6 +434,28 @@ mod tests {
         // Removing a copy deletes its file and frees its bytes.
         assert!(c2.remove(&a) && !dir.path().join(&a).exists());
         assert!(!c2.remove(&a));
+    }
+
+    #[test]
+    fn a_pinned_object_is_not_evicted_and_room_is_made_from_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(NodeCache::open(dir.path(), 4).unwrap());
+        let a = NodeCache::name("e", "b", "a", "etag", 4);
+        let b = NodeCache::name("e", "b", "b", "etag", 4);
+        let pin = c.pin(&a);
+        put(&c, &a, b"aaaa");
+        put(&c, &b, b"bbbb"); // over the cap, but a is pinned: the cap is overrun
+        assert!(dir.path().join(&a).exists() && dir.path().join(&b).exists());
+        assert_eq!(c.total(), 8);
+        drop(pin); // the cap holds again: a (least recently used) goes
+        assert_eq!(c.total(), 4);
+        assert!(!dir.path().join(&a).exists());
+        // A full disk: room is made from what nobody pins.
+        let _pin_b = c.pin(&b);
+        assert_eq!(c.make_room(4), 0, "only a pinned object is left");
+        drop(_pin_b);
+        assert_eq!(c.make_room(4), 4);
+        assert_eq!(c.total(), 0);
     }
 
     #[test]

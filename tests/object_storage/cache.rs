@@ -1,0 +1,89 @@
+//! The node cache never costs a sample (issue 23 item 6): a cap smaller than what is being
+//! read evicts nothing between its fetch and its read, and a full disk is made room on.
+
+use super::*;
+
+/// Runs `data` (one epoch, batches of 6) as job `job`; every batch.
+fn batches(socket: &Path, data: &str, job: &str) -> Vec<Seen> {
+    run(socket, data, job, 6)
+}
+
+#[test]
+fn a_cache_cap_smaller_than_a_batch_replaces_no_sample() {
+    let s = Served::folder();
+    let folder = &s.folder;
+    // 18 objects of about 1 KB, a cap of 2 KB: every batch's 6 objects overrun it.
+    let keys = "prefetch = false\ncache_max_bytes = 2000";
+    let daemon = s.daemon(keys, &["--threads", "2"]);
+    let local = batches(daemon.socket(), folder.to_str().unwrap(), "local");
+    let url = format!("s3://{BUCKET}/folder");
+    for job in ["first", "again"] {
+        let remote = batches(daemon.socket(), &url, job);
+        let status: Vec<u8> = remote.iter().flat_map(|b| b.status.clone()).collect();
+        assert!(
+            all_ok(&remote),
+            "{job}: no sample lost to the cache: {status:?}"
+        );
+        assert!(remote == local, "{job}: the local folder's batches");
+    }
+    // Once nothing is pinned the cap holds again.
+    let held: u64 = std::fs::read_dir(s.dir.path().join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(held <= 2000, "{held} bytes left in the cache");
+}
+
+/// A tmpfs of `bytes` mounted at `at` (made 0700), unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, bytes: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes},mode=0700")])
+            .arg("tmpfs")
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(at.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_cache_disk_evicts_and_retries_instead_of_failing_samples() {
+    let s = Served::folder();
+    let dir = s.dir.path();
+    let big = dir.join("big");
+    write_image_folder(&big, 2, 24, 200);
+    let total: u64 = Dataset::open(&big, &s.weed.no_cache())
+        .map(|ds| (0..ds.len()).map(|i| ds.sample(i).len).sum())
+        .unwrap();
+    s.weed.upload(&big, "big");
+    // The node cache on a disk that holds about half of the dataset (a few batches), the cap
+    // far above.
+    let disk = (total / 2).max(256 << 10);
+    let Some(_mounted) = Tmpfs::mount(&dir.join("objects"), disk) else {
+        eprintln!(
+            "SKIPPED a_full_cache_disk_evicts_and_retries_instead_of_failing_samples: cannot \
+             mount a tmpfs here (needs root)"
+        );
+        return;
+    };
+    eprintln!("dataset {total} bytes, cache disk {disk} bytes");
+    let daemon = s.daemon("prefetch = false", &["--threads", "2"]);
+    let local = batches(daemon.socket(), big.to_str().unwrap(), "local");
+    let remote = batches(daemon.socket(), &format!("s3://{BUCKET}/big"), "s3");
+    let status: Vec<u8> = remote.iter().flat_map(|b| b.status.clone()).collect();
+    assert!(
+        all_ok(&remote),
+        "no sample lost to the full disk: {status:?}"
+    );
+    assert!(remote == local, "the local folder's batches");
+}
