@@ -246,3 +246,36 @@ fn the_tools_refuse_a_fifo_naming_it_instead_of_hanging() {
     ]);
     assert_eq!(code, Some(0), "bench: {text}");
 }
+
+/// Issue 24 item 12: log lines into a pipe carry no colour codes (they used to, whatever the
+/// output was: tracing-subscriber colours by default), and a stale `$STOKER_SOCKET` is named
+/// as the cause when nothing answers there.
+#[test]
+fn the_tools_write_plain_text_into_pipes_and_name_a_stale_stoker_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    run(&["synth", &s(&data), "--images", "4", "--scale", "0.1"]);
+    let out = Command::new(stoker())
+        .args(["check", &s(&data)])
+        .env("STOKER_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("INFO"), "no log line to look at: {err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
+
+    let stale = dir.path().join("gone.sock");
+    let out = Command::new(stoker())
+        .arg("status")
+        .env("STOKER_SOCKET", &stale)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&s(&stale)) && err.contains("named by $STOKER_SOCKET"),
+        "{err}"
+    );
+}

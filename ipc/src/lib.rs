@@ -35,6 +35,7 @@ pub use ring::memfd::{MemfdError, MemfdRing};
 pub use ring::vmm_plan::VmmPlan;
 pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
 pub use socket::path::{
-    client_socket_path, default_socket_path, resolve_client_socket, user_socket_path, SocketSource,
+    client_socket_path, default_socket_path, resolve_client_socket, socket_env_note,
+    user_socket_path, SocketSource,
 };
 pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};

@@ -102,6 +102,18 @@ def resolve_device(device):
                      "(GPU-xxxxxxxx-...)")
 
 
+def _dataset_arg(dataset):
+    """What the daemon is sent for `dataset`: a URL, or a registered name, as it is; a path
+    made absolute, since the daemon cannot know this process's working folder. A name with a
+    '/' (or a leading '.') is a path, registered names have none, so a relative path that does
+    not exist goes absolute too and the daemon answers "not found" for it."""
+    if "://" in dataset:
+        return dataset
+    if os.path.exists(dataset) or "/" in dataset or dataset.startswith("."):
+        return os.path.abspath(dataset)
+    return dataset
+
+
 def job_from_env():
     """The job key torchrun gives every rank alike, or None outside torchrun."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
@@ -144,9 +156,7 @@ class Loader:
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None):
         self.dataset = str(dataset)
-        # The daemon resolves paths itself, from its own working directory: send absolute ones.
-        self._dataset_arg = (os.path.abspath(self.dataset) if os.path.exists(self.dataset)
-                             else self.dataset)
+        self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,

@@ -125,3 +125,13 @@ def test_state_dict_moves_to_another_world_size_as_an_elastic_offset(tmp_path):
     assert (a.state_dict()["epoch"], a.state_dict()["step"]) == (1, 3)
     with pytest.raises(ValueError, match="world_size"):
         b.load_state_dict(old)
+
+
+def test_a_stale_stoker_socket_is_named_as_the_cause(tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_CONNECT_TIMEOUT", "0")
+    stale = tmp_path / "gone.sock"
+    monkeypatch.setenv("STOKER_SOCKET", str(stale))
+    loader = stoker.Loader(tmp_path, batch_size=4, crop=32)
+    with pytest.raises(stoker.ConnectError) as e:
+        next(iter(loader))
+    assert f"no stoker daemon at {stale} (named by $STOKER_SOCKET" in str(e.value)

@@ -188,3 +188,12 @@ def test_a_checkpoint_resumes_at_another_world_size_serving_the_epoch_once(datas
     # 16 over 3 ranks pads 2 samples, wrapped to the epoch's start (served before).
     twice = [i for i, k in seen.items() if k > 1]
     assert len(twice) == 2 and set(twice) <= set(before) and max(seen.values()) == 2
+
+
+def test_a_relative_path_that_does_not_exist_is_not_found(daemon, tmp_path, monkeypatch):
+    """Issue 24 item 12: it said "permission denied ... not an absolute path"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(stoker.DatasetError) as e:
+        len(stoker.Loader("nope/train", batch_size=4, crop=8, socket=daemon))
+    assert f"{tmp_path}/nope/train: not found" in str(e.value), str(e.value)
+    assert "permission denied" not in str(e.value)

@@ -101,7 +101,10 @@ fn dataset_paths_escaping_the_roots_are_refused_with_the_rule() {
         root.join("list.tsv").to_str().unwrap(),
         "outside the allowed roots",
     );
-    refused("relative/path", "not an absolute path");
+    // A relative path is not found (issue 24 item 12), never "permission denied".
+    let err = attach("relative/path").expect_err("relative/path");
+    assert_eq!(err.code(), Some(ErrorCode::UnknownDataset), "{err}");
+    assert!(err.to_string().contains("not found"), "{err}");
     // Allowed: a path under the root, and a registered name.
     let mut c = attach(root.join("inside").to_str().unwrap()).unwrap();
     assert!(c.next_batch().unwrap().is_some());

@@ -201,17 +201,13 @@ impl AccessPolicy {
             return refuse("a path may not contain '..' components".into());
         }
         if !path.is_absolute() {
-            let message = format!(
-                "dataset {name:?}: not a registered dataset (registered: {:?}) and not an \
-                 absolute path",
+            // Not found, never "permission denied": a bare name is a dataset the daemon does
+            // not know, a relative path one it cannot place (it has no client's folder).
+            return Err(AccessError::UnknownName(format!(
+                "dataset {name:?}: not found: not a registered dataset (registered: {:?}), and \
+                 a relative path means nothing to the daemon (name the folder absolute)",
                 self.registry.keys().collect::<Vec<_>>()
-            );
-            // A bare name is a dataset the daemon does not know; a relative path breaks a rule.
-            return Err(if name.contains('/') {
-                AccessError::Dataset(message)
-            } else {
-                AccessError::UnknownName(message)
-            });
+            )));
         }
         if self.roots.is_empty() {
             if self.is_owner(peer) {
@@ -473,8 +469,11 @@ mod tests {
             e.contains("symlink") && e.contains("leaving the root"),
             "{e}"
         );
-        let e = p.resolve_dataset(&me, "relative").unwrap_err().to_string();
-        assert!(e.contains("not an absolute path"), "{e}");
+        for relative in ["relative", "relative/path"] {
+            let e = p.resolve_dataset(&me, relative).unwrap_err();
+            assert!(matches!(e, AccessError::UnknownName(_)), "{e}");
+            assert!(e.to_string().contains("not found"), "{e}");
+        }
 
         let open = policy(&[], &[], &[]);
         open.resolve_dataset(&me, "/anything").unwrap();

@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
+
 use clap::{Parser, Subcommand};
 use stoker_tool::cli;
 
@@ -50,6 +52,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a pipe or a log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let code = match &args.command {
         Command::Bench(a) => cli::bench::run(a),

@@ -62,7 +62,7 @@ use crate::protocol::{
 };
 use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
-use crate::socket::path::client_socket_path;
+use crate::socket::path::{client_socket_path, socket_env_note};
 use crate::socket::{SeqPacket, SockError};
 use crate::spec::{PipelineSpec, SpecError};
 use device::{map_device_ring, send_release, DeviceImages};
@@ -178,7 +178,7 @@ fn connect_with_retry(socket: &Path, timeout: Duration) -> Result<SeqPacket, Cli
 /// Why the client failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("no stoker daemon at {}", .0.display())]
+    #[error("no stoker daemon at {}{}", .0.display(), socket_env_note(.0))]
     NoDaemon(PathBuf),
     #[error("cannot connect to the stoker daemon at {}: {source}", path.display())]
     Connect {

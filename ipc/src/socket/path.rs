@@ -29,6 +29,17 @@ pub fn user_socket_path() -> PathBuf {
     user_daemon_dir().join("stoker.sock")
 }
 
+/// What a message about an unreachable socket adds when `$STOKER_SOCKET` named it, so that a
+/// stale variable (left from another job, a container's environment) is seen as the cause.
+pub fn socket_env_note(socket: &Path) -> String {
+    match std::env::var_os(SOCKET_ENV) {
+        Some(p) if !p.is_empty() && Path::new(&p) == socket => {
+            format!(" (named by ${SOCKET_ENV}: unset it, or point it at a running daemon's socket)")
+        }
+        _ => String::new(),
+    }
+}
+
 /// Where the daemon listens unless told otherwise: `$STOKER_SOCKET` if set; else
 /// [`SYSTEM_SOCKET`] for root; else [`user_socket_path`]. The daemon's config
 /// (`stoker_daemon::service::config::default_socket_path`) is this.

@@ -38,7 +38,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    #[error("cannot reach the daemon at {}: {source}", path.display())]
+    #[error("cannot reach the daemon at {}: {source}{}", path.display(), stoker::socket_env_note(path))]
     Connect {
         path: PathBuf,
         source: stoker::socket::SockError,
