@@ -2,18 +2,25 @@
 //! against what this host has.
 //!
 //! # Design
-//! - CUDA is usable when the driver loads with at least one visible device and NVRTC and
-//!   libnvjpeg load too (the GPUs themselves are opened when a rank first attaches on one).
+//! - CUDA is usable when the driver loads with at least one visible, supported device, NVRTC
+//!   and libnvjpeg of a CUDA major the driver runs load (`stoker_nvidia::compat`), and on
+//!   each such GPU a trivial cubin built by that NVRTC loads and an nvJPEG handle can be
+//!   made (`stoker_nvidia::usability`). A GPU failing it is logged with the reason; CUDA
+//!   serves when at least one passes.
 //! - `auto` serves from CUDA when it is usable and from the CPU otherwise, logging why;
 //!   `cuda` refuses to start with the reason where it is not usable.
 //! - Serving from CUDA still serves ranks that attach with `device: "cpu"` from the CPU
 //!   engine (`serve/gpus.rs`).
 //!
 //! # Limitations
-//! - Usable libraries do not prove a GPU works: a GPU that fails to open is refused at attach
-//!   with the reason.
+//! - The check proves that the libraries and the driver agree, not that decoding is right
+//!   (`stoker selftest --gpu`).
 
 #![forbid(unsafe_code)]
+
+use stoker_nvidia::compat::CudaVersion;
+use stoker_nvidia::nvjpeg::NvjpegLib;
+use stoker_nvidia::nvrtc::Nvrtc;
 
 use crate::engine::backend::BackendKind;
 use crate::service::config::BackendChoice;
@@ -37,6 +44,8 @@ pub enum CudaUnusable {
     Nvrtc(stoker_nvidia::nvrtc::NvrtcError),
     #[error("nvJPEG: {0}")]
     Nvjpeg(stoker_nvidia::nvjpeg::NvjpegError),
+    #[error("no GPU passed the check: {0}")]
+    Check(String),
 }
 
 /// Says loudly when the GPU found is the emulated one of tests/gpu-emulator.
@@ -50,7 +59,7 @@ fn warn_if_emulated() {
     }
 }
 
-/// Whether CUDA can serve here: the driver with a device, NVRTC and libnvjpeg; else why not.
+/// Whether CUDA can serve here (how many GPUs passed the check); else why not.
 fn cuda_usable() -> Result<usize, CudaUnusable> {
     let info = stoker_nvidia::cuda::probe().map_err(CudaUnusable::Driver)?;
     if info.devices.is_empty() {
@@ -71,9 +80,36 @@ fn cuda_usable() -> Result<usize, CudaUnusable> {
         tracing::warn!(gpu = %why, "this GPU is refused to every rank that names it");
     }
     warn_if_emulated();
-    stoker_nvidia::nvrtc::Nvrtc::global().map_err(CudaUnusable::Nvrtc)?;
-    stoker_nvidia::nvjpeg::NvjpegLib::global().map_err(CudaUnusable::Nvjpeg)?;
-    Ok(info.devices.len())
+    let driver = CudaVersion(info.driver_version);
+    let nvrtc = Nvrtc::global().map_err(CudaUnusable::Nvrtc)?;
+    let nvjpeg = NvjpegLib::global().map_err(CudaUnusable::Nvjpeg)?;
+    let mut failed = Vec::new();
+    let mut usable = 0;
+    for device in info
+        .devices
+        .iter()
+        .filter(|d| d.unsupported_reason().is_none())
+    {
+        match stoker_nvidia::usability::check_device(device, driver) {
+            Ok(()) => usable += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "this GPU failed the CUDA check");
+                failed.push(e.to_string());
+            }
+        }
+    }
+    if usable == 0 {
+        return Err(CudaUnusable::Check(failed.join("; ")));
+    }
+    tracing::info!(
+        driver = %driver,
+        nvrtc = %nvrtc.origin().display(),
+        nvrtc_version = ?nvrtc.version(),
+        nvjpeg = %nvjpeg.origin().display(),
+        nvjpeg_version = ?nvjpeg.version(),
+        "CUDA libraries chosen for the driver"
+    );
+    Ok(usable)
 }
 
 /// Resolves `choice` on this host, logging the reason when `auto` falls back to the CPU.

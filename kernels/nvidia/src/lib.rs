@@ -22,6 +22,7 @@
 //! # Limitations
 //! `emulator` recognises the CI's libcuda stand-in only when `STOKER_LIBCUDA` names it.
 
+pub mod compat;
 pub mod cuda;
 pub mod emulator;
 pub mod jpeg_header;
@@ -29,3 +30,4 @@ pub mod loader;
 pub mod nvjpeg;
 pub mod nvrtc;
 mod status;
+pub mod usability;

@@ -142,6 +142,14 @@ impl LibrarySpec {
         open_first(&self.candidates(), self.env)
     }
 
+    /// Opens one candidate; the error is `path: why`.
+    pub fn open_candidate(&self, path: &Path) -> Result<Loaded, String> {
+        open_first(std::slice::from_ref(&path.to_path_buf()), self.env).map_err(|e| match e {
+            LoadError::Tried { attempts } => attempts.join("; "),
+            other => other.to_string(),
+        })
+    }
+
     /// Opens the library from the wheel tree under `root` only (tests pin the wheel this way).
     pub fn open_from_wheel(&self, root: &Path) -> Result<Loaded, LoadError> {
         let c = self.wheel_candidates(root);

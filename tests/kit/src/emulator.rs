@@ -60,6 +60,25 @@ pub fn nvrtc(test: &str) -> Option<Nvrtc> {
     Some(Nvrtc::load_from_wheel(&root).unwrap_or_else(|e| panic!("{e}")))
 }
 
+/// The folder `scripts/test` installs the CUDA 12 wheels into (`scripts/cuda-wheels --cuda 12`
+/// with `STOKER_NVIDIA_DIR` set to it): `$STOKER_NVIDIA_DIR_CU12`, else `nvidia-cu12` beside
+/// the default wheel folder; `None` said loudly (a failure when `CI` is set) when its NVRTC 12
+/// is missing.
+pub fn cuda12_wheels(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("STOKER_NVIDIA_DIR_CU12")
+        .map(PathBuf::from)
+        .or_else(|| loader::default_wheel_dir().map(|d| d.with_file_name("nvidia-cu12")));
+    let found = dir.filter(|d| d.join("nvidia/cuda_nvrtc/lib/libnvrtc.so.12").is_file());
+    if found.is_none() {
+        let msg = format!(
+            "{test}: the CUDA 12 wheels are not installed (STOKER_NVIDIA_DIR=~/.cache/stoker/nvidia-cu12 scripts/cuda-wheels --cuda 12)"
+        );
+        assert!(std::env::var_os("CI").is_none(), "{msg}");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+    }
+    found
+}
+
 /// The role this process was started in by [`run_child`], if it was.
 pub fn child_role() -> Option<String> {
     crate::child::role()

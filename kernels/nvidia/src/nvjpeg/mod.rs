@@ -3,7 +3,8 @@
 //!
 //! # Design
 //! - libnvjpeg is found as [`crate::loader`] says (`STOKER_NVJPEG`, then `libnvjpeg.so.13`,
-//!   `.so.12`, `libnvjpeg.so`, then the PyPI wheel `nvidia-nvjpeg` under a wheel root).
+//!   `.so.12`, `libnvjpeg.so`, then the PyPI wheel `nvidia-nvjpeg` under a wheel root): the
+//!   first whose CUDA major the driver runs ([`crate::compat`]).
 //!   [`NvjpegLib::version`] is `nvjpegGetProperty`'s (major, minor, patch): it needs no GPU.
 //! - [`NvjpegDecoder`] holds one handle per device: the hardware backend when
 //!   `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)` succeeds (A100, H100/H200, ...) with engines
@@ -29,6 +30,7 @@
 
 mod backend;
 mod decoupled;
+mod for_driver;
 mod handles;
 mod result;
 mod route;
@@ -126,12 +128,11 @@ pub struct NvjpegLib {
 static GLOBAL: OnceLock<Result<Arc<NvjpegLib>, NvjpegError>> = OnceLock::new();
 
 impl NvjpegLib {
-    /// The process's libnvjpeg, found by the search order on first use.
+    /// The process's libnvjpeg: the first in the search order whose CUDA major the driver
+    /// runs (`for_driver.rs`), found on first use.
     pub fn global() -> Result<Arc<NvjpegLib>, NvjpegError> {
         GLOBAL
-            .get_or_init(|| {
-                NvjpegLib::open(sys::LIBNVJPEG.open().map_err(unavailable)?).map(Arc::new)
-            })
+            .get_or_init(|| NvjpegLib::open_for_driver().map(Arc::new))
             .clone()
     }
 

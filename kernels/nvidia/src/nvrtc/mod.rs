@@ -3,7 +3,9 @@
 //!
 //! # Design
 //! - libnvrtc is found as [`crate::loader`] says (`STOKER_NVRTC`, then `libnvrtc.so.13`,
-//!   `.so.12`, `libnvrtc.so`, then the PyPI wheel `nvidia-cuda-nvrtc` under a wheel root).
+//!   `.so.12`, `libnvrtc.so`, then the PyPI wheel `nvidia-cuda-nvrtc` under a wheel root):
+//!   the first whose CUDA major the driver runs ([`crate::compat`]), since the driver refuses
+//!   a cubin of a newer major.
 //! - Options are fixed per build: `--gpu-architecture=sm_XX --std=c++17 --fmad=false`.
 //!   `--fmad=false` keeps the GPU's rounding that of the CPU reference (no fused multiply-add
 //!   contraction), so kernel and reference agree to the last bit in almost every pixel.
@@ -93,10 +95,24 @@ fn unavailable(reason: crate::loader::LoadError) -> NvrtcError {
 }
 
 impl Nvrtc {
-    /// The process's NVRTC, found by the search order on first use.
+    /// The process's NVRTC: the first in the search order whose CUDA major the driver runs
+    /// ([`crate::compat`]; any, where no driver loads), found on first use.
     pub fn global() -> Result<&'static Nvrtc, NvrtcError> {
         GLOBAL
-            .get_or_init(|| Nvrtc::open(sys::LIBNVRTC.open().map_err(unavailable)?))
+            .get_or_init(|| {
+                crate::compat::open_for_driver(
+                    &sys::LIBNVRTC,
+                    crate::compat::driver_version(),
+                    |loaded| Nvrtc::open(loaded).map_err(|e| e.to_string()),
+                    |n| {
+                        (
+                            n.version.0,
+                            format!("NVRTC {}.{}", n.version.0, n.version.1),
+                        )
+                    },
+                )
+                .map_err(unavailable)
+            })
             .as_ref()
             .map_err(Clone::clone)
     }

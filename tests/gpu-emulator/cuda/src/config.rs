@@ -6,9 +6,12 @@
 //!   `{"devices": [{"uuid": "GPU-...", "name": "...", "compute_capability": [9, 0],
 //!   "memory_mib": 4096, "jpeg_engines": 7, "jpeg_cores_per_engine": 1, "vmm": true,
 //!   "posix_fd": true}],
-//!   "op_delay_us": 0, "faults": [{"call": "cuMemAlloc_v2", "nth": 2,
+//!   "op_delay_us": 0, "driver_version": 13000, "faults": [{"call": "cuMemAlloc_v2", "nth": 2,
 //!   "error": "CUDA_ERROR_OUT_OF_MEMORY"}]}`. Every field has a default; unknown fields are
 //!   errors.
+//! - `driver_version` is what `cuDriverGetVersion` reports (1000 * major + 10 * minor: 12080
+//!   stands for an R570 driver, 13000 for R580): the newest CUDA the driver runs. A cubin,
+//!   PTX or nvJPEG of a newer CUDA major is refused (docs/cuda.md, rows 3 and 50).
 //! - Without it: two devices ([`default_devices`]).
 //! - `STOKER_EMU_OP_DELAY_US` overrides `op_delay_us`; `STOKER_EMU_FAULTS`
 //!   (`call:nth:ERROR[,call:nth:ERROR...]`) adds faults.
@@ -86,8 +89,18 @@ pub struct EmuConfig {
     pub devices: Vec<DeviceConfig>,
     #[serde(default)]
     pub op_delay_us: u64,
+    /// `cuDriverGetVersion`: 1000 * major + 10 * minor.
+    #[serde(default = "default_driver_version")]
+    pub driver_version: i32,
     #[serde(default)]
     pub faults: Vec<FaultConfig>,
+}
+
+/// The driver version reported by default: CUDA 13.0 (an R580 driver).
+pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
+
+fn default_driver_version() -> i32 {
+    DEFAULT_DRIVER_VERSION
 }
 
 /// Two Hopper-like devices, so multi-GPU paths run by default.
@@ -128,6 +141,8 @@ pub struct Machine {
     /// Visible devices, in ordinal order.
     pub devices: Vec<Device>,
     pub op_delay_us: u64,
+    /// `cuDriverGetVersion`: the newest CUDA this driver runs.
+    pub driver_version: i32,
     pub faults: Vec<PlannedFault>,
 }
 
@@ -169,6 +184,7 @@ pub fn load() -> Result<Machine, String> {
         None => EmuConfig {
             devices: default_devices(),
             op_delay_us: 0,
+            driver_version: DEFAULT_DRIVER_VERSION,
             faults: Vec::new(),
         },
         Some(v) if v.trim_start().starts_with('{') => {
@@ -206,11 +222,19 @@ pub fn load() -> Result<Machine, String> {
             faults.push(fault(call, nth, error, "STOKER_EMU_FAULTS")?);
         }
     }
+    // CUDA 11.0 (11000) to 99.x: what cuDriverGetVersion can report for a driver stoker meets.
+    if !(11000..100_000).contains(&config.driver_version) || config.driver_version % 10 != 0 {
+        return Err(format!(
+            "STOKER_EMU_CONFIG driver_version {}: not 1000 * major + 10 * minor for CUDA 11 or newer",
+            config.driver_version
+        ));
+    }
     let all = physical_devices(&config.devices)?;
     let devices = visible(all, env("CUDA_VISIBLE_DEVICES").as_deref())?;
     Ok(Machine {
         devices,
         op_delay_us: delay,
+        driver_version: config.driver_version,
         faults,
     })
 }

@@ -14,9 +14,6 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use crate::state::{api, ctx_handle, initialize, out, Api, Emu, CURRENT};
 use crate::status::{self, CUresult};
 
-/// The driver version reported: 13.0.
-pub const DRIVER_VERSION: c_int = 13000;
-
 const ATTR_MAX_THREADS_PER_BLOCK: c_int = 1;
 const ATTR_MAX_BLOCK_DIM_X: c_int = 2;
 const ATTR_MAX_BLOCK_DIM_Z: c_int = 4;
@@ -58,8 +55,16 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
 
 #[no_mangle]
 pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
-    // SAFETY: out-parameter from the caller; works before cuInit, as the driver's does.
-    status_of(unsafe { out(v, DRIVER_VERSION) })
+    // Works before cuInit, as the driver's does: the configuration is read here.
+    let version = match crate::config::load() {
+        Ok(m) => m.driver_version,
+        Err(e) => {
+            eprintln!("stoker GPU emulator: cuDriverGetVersion: {e}");
+            return status::INVALID_VALUE;
+        }
+    };
+    // SAFETY: out-parameter from the caller.
+    status_of(unsafe { out(v, version) })
 }
 
 #[no_mangle]

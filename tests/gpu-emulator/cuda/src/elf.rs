@@ -39,6 +39,33 @@ pub struct Cubin {
     /// 10 * major + minor.
     pub arch: u32,
     pub kernels: HashMap<String, KernelInfo>,
+    /// The CUDA toolkit that built it, (major, minor), from the `.note.nv.tkinfo` note
+    /// ("Cuda compilation tools, release 13.5, V13.5.37"); `None` when the cubin has none.
+    pub toolkit: Option<(u32, u32)>,
+}
+
+/// The "release M.m" of a `.note.nv.tkinfo` section.
+fn toolkit_release(note: &[u8]) -> Option<(u32, u32)> {
+    const KEY: &[u8] = b"release ";
+    let at = note.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let text: String = note[at..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit() || **c == b'.')
+        .map(|&c| char::from(c))
+        .collect();
+    let (major, minor) = text.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The PTX ISA version (`.version M.m`) of a PTX text, if `image` is one.
+pub fn ptx_isa(image: &[u8]) -> Option<(u32, u32)> {
+    let text = std::str::from_utf8(image).ok()?;
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(".version"))?;
+    let (major, minor) = line.trim_start_matches(".version").trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.trim().parse().ok()?))
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -194,7 +221,15 @@ pub fn parse(b: &[u8]) -> Result<Cubin, CUresult> {
         };
         kernels.insert(name.to_string(), info);
     }
-    Ok(Cubin { arch, kernels })
+    let toolkit = secs
+        .iter()
+        .find(|s| s.name == ".note.nv.tkinfo")
+        .and_then(|s| toolkit_release(s.data));
+    Ok(Cubin {
+        arch,
+        kernels,
+        toolkit,
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!   `stoker_check_pattern`); another entry point loads but its launch is
 //!   `CUDA_ERROR_NOT_SUPPORTED`.
 //! - PTX (JIT) images and fat binaries are refused as `CUDA_ERROR_INVALID_IMAGE`; stoker loads
-//!   NVRTC cubins only. `extra` launch arguments and shared memory are not supported.
+//!   NVRTC cubins only. A PTX or cubin of a CUDA major newer than the configured driver
+//!   version is `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` first (docs/cuda.md, row 3). `extra` launch arguments and shared memory are not supported.
 //! - Threads of a block run one after another: `__syncthreads` would not work (no kernel uses
 //!   it) and nothing about speed can be learned.
 
@@ -51,12 +52,31 @@ pub extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_voi
         if image.is_null() {
             return Err(status::INVALID_VALUE);
         }
+        let driver = e.machine.driver_version;
+        // SAFETY: the caller passes a whole image (the driver's contract): an ELF, or PTX as a
+        // NUL-terminated string.
+        if unsafe { *image.cast::<u8>() } != 0x7f {
+            // SAFETY: not an ELF, so a C string by the same contract.
+            let text = unsafe { CStr::from_ptr(image.cast()) }.to_bytes();
+            return Err(refuse_ptx(elf::ptx_isa(text), driver));
+        }
         // SAFETY: the caller passes a whole image (the driver's contract); `image_len` reads
         // only its headers to find its end.
         let len = unsafe { elf::image_len(image.cast()) }?;
         // SAFETY: the image is `len` bytes long (from its own headers).
         let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
         let cubin = elf::parse(bytes)?;
+        if let Some((major, minor)) = cubin.toolkit {
+            if i64::from(major) > i64::from(driver / 1000) {
+                eprintln!(
+                    "stoker GPU emulator: a cubin built by CUDA {major}.{minor} refused by a driver \
+                     that runs CUDA {}.{} (CUDA {major} needs a newer driver)",
+                    driver / 1000,
+                    driver % 1000 / 10
+                );
+                return Err(status::UNSUPPORTED_PTX_VERSION);
+            }
+        }
         let [major, minor] = e.machine.devices[dev].config.compute_capability;
         // SASS runs on the architecture it was built for and on later minor revisions of the
         // same major one (sm_80 on sm_86), never across majors (sm_80 on sm_90).
@@ -80,6 +100,24 @@ pub extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_voi
         crate::stats::changed(&e);
         Ok(())
     })
+}
+
+/// What a PTX image gets: `UNSUPPORTED_PTX_VERSION` when its ISA belongs to a CUDA major
+/// newer than the driver's (PTX ISA 9.x is CUDA 13, 8.x CUDA 12, 7.x CUDA 11), else
+/// `INVALID_IMAGE` (PTX is not emulated).
+fn refuse_ptx(isa: Option<(u32, u32)>, driver: c_int) -> CUresult {
+    match isa {
+        Some((major, minor)) if i64::from(major) + 4 > i64::from(driver / 1000) => {
+            eprintln!(
+                "stoker GPU emulator: PTX ISA {major}.{minor} refused by a driver that runs CUDA \
+                 {}.{}",
+                driver / 1000,
+                driver % 1000 / 10
+            );
+            status::UNSUPPORTED_PTX_VERSION
+        }
+        _ => status::INVALID_IMAGE,
+    }
 }
 
 #[no_mangle]

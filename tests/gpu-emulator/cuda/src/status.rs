@@ -30,6 +30,7 @@ statuses! {
     INVALID_CONTEXT = 201, c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context";
     NO_BINARY_FOR_GPU = 209, c"CUDA_ERROR_NO_BINARY_FOR_GPU", c"no kernel image is available for execution on the device";
     ECC_UNCORRECTABLE = 214, c"CUDA_ERROR_ECC_UNCORRECTABLE", c"uncorrectable ECC error encountered";
+    UNSUPPORTED_PTX_VERSION = 222, c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION", c"the provided PTX was compiled with an unsupported toolchain.";
     INVALID_HANDLE = 400, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle";
     NOT_FOUND = 500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found";
     NOT_READY = 600, c"CUDA_ERROR_NOT_READY", c"device not ready";

@@ -45,6 +45,57 @@ fn function(m: *mut c_void, name: &str) -> Result<*mut c_void, R> {
     }
 }
 
+/// `CONFIG` with the driver version set to `version`.
+fn config_with_driver(version: i32) -> String {
+    let body = CONFIG.trim_end().trim_end_matches('}');
+    format!("{body}, \"driver_version\": {version}}}")
+}
+
+#[test]
+fn a_driver_refuses_code_of_a_newer_cuda_major_than_its_own() {
+    let config = config_with_driver(12080);
+    if ran_as_child(
+        "a_driver_refuses_code_of_a_newer_cuda_major_than_its_own",
+        "driver-12",
+        &[("STOKER_EMU_CONFIG", &config)],
+    ) {
+        return;
+    }
+    let c = init();
+    let mut v = 0;
+    // SAFETY: a local out-parameter.
+    ok(unsafe { (c.driver_get_version)(&mut v) });
+    assert_eq!(v, 12080, "cuDriverGetVersion reports the configured driver");
+    // NVRTC 13 (the wheel CI installs) builds a cubin whose tkinfo note says CUDA 13.
+    let Some(sm90) = nvrtc_compile(&augment_cu(), 90) else {
+        return;
+    };
+    on_own_thread(move || {
+        bind(0);
+        assert_eq!(
+            load(&sm90).unwrap_err(),
+            UNSUPPORTED_PTX_VERSION,
+            "a CUDA 13 cubin on a CUDA 12.8 driver"
+        );
+        let ptx = |isa: &str| format!("{:<256}\0", format!("//\n.version {isa}\n.target sm_90\n"));
+        assert_eq!(
+            load(ptx("9.0").as_bytes()).unwrap_err(),
+            UNSUPPORTED_PTX_VERSION
+        );
+        // PTX of the driver's own major is still refused as PTX (not emulated).
+        assert_eq!(load(ptx("8.7").as_bytes()).unwrap_err(), INVALID_IMAGE);
+    });
+}
+
+#[test]
+fn the_default_driver_reports_cuda_13() {
+    let c = init();
+    let mut v = 0;
+    // SAFETY: a local out-parameter.
+    ok(unsafe { (c.driver_get_version)(&mut v) });
+    assert_eq!(v, 13000);
+}
+
 #[test]
 fn only_a_cubin_for_the_devices_architecture_loads() {
     init();

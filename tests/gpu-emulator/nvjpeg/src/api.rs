@@ -82,9 +82,11 @@ pub unsafe fn bytes<'a>(data: *const c_uchar, len: usize) -> Result<&'a [u8], St
 #[no_mangle]
 pub extern "C" fn nvjpegGetProperty(kind: c_int, value: *mut c_int) -> Status {
     call("nvjpegGetProperty", || {
+        let (major, minor, patch) = crate::version::version();
         let v = match kind {
-            0 => 13,
-            1 | 2 => 0,
+            0 => major,
+            1 => minor,
+            2 => patch,
             _ => return Err(status::INVALID_PARAMETER),
         };
         // SAFETY: out-parameter from the caller.
@@ -112,6 +114,7 @@ pub extern "C" fn nvjpegCreateEx(
         if flags & !FLAGS_KNOWN != 0 || !(0..=6).contains(&backend) {
             return Err(status::INVALID_PARAMETER);
         }
+        crate::version::check_driver()?;
         let (_, engines, cores) = crate::cuda::current_device()?;
         if backend == BACKEND_HARDWARE && engines == 0 {
             return Err(status::ARCH_MISMATCH);

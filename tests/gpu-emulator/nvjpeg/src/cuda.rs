@@ -19,6 +19,7 @@ struct Driver {
     ctx_get_device: unsafe extern "C" fn(*mut c_int) -> c_int,
     launch_host_func: unsafe extern "C" fn(*mut c_void, HostFn, *mut c_void) -> c_int,
     device_jpeg: unsafe extern "C" fn(c_int, *mut u32, *mut u32) -> c_int,
+    driver_get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
     _lib: Library,
 }
 
@@ -33,6 +34,7 @@ fn open() -> Result<Driver, String> {
         Ok(Driver {
             ctx_get_device: *lib.get(b"cuCtxGetDevice").map_err(|e| e.to_string())?,
             launch_host_func: *lib.get(b"cuLaunchHostFunc").map_err(|e| e.to_string())?,
+            driver_get_version: *lib.get(b"cuDriverGetVersion").map_err(|e| e.to_string())?,
             device_jpeg: *lib
                 .get(b"stoker_emu_device_jpeg")
                 .map_err(|e| format!("not the emulated libcuda: {e}"))?,
@@ -62,6 +64,17 @@ pub fn current_device() -> Result<(c_int, u32, u32), Status> {
         }
     }
     Ok((dev, engines, cores))
+}
+
+/// The driver's `cuDriverGetVersion` (1000 * major + 10 * minor).
+pub fn driver_version() -> Result<c_int, Status> {
+    let d = driver()?;
+    let mut v = 0;
+    // SAFETY: out-parameter is a local.
+    if unsafe { (d.driver_get_version)(&mut v) } != 0 {
+        return Err(status::EXECUTION_FAILED);
+    }
+    Ok(v)
 }
 
 /// Bytes to write at a device address, row by row.

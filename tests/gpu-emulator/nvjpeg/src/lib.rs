@@ -14,6 +14,8 @@
 //! - [`cuda`]: the output is written on the caller's CUDA stream of the emulated driver
 //!   (`cuLaunchHostFunc`); engines and cores per device come from the emulator's
 //!   configuration (`nvjpegGetHardwareDecoderInfo`).
+//! - [`version`]: its major (from the soname it was loaded by, else 13), and handle creation
+//!   refused on a driver of an older CUDA major.
 //! - [`objects`]: handles checked in a registry; the path that decoded each image is recorded
 //!   for tests (`stoker_emu_nvjpeg_path`).
 //!
@@ -41,3 +43,4 @@ pub mod decode_api;
 pub mod header;
 pub mod objects;
 pub mod status;
+pub mod version;

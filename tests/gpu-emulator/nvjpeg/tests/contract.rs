@@ -235,6 +235,78 @@ fn corrupt_streams_decode_leniently_unless_the_handle_is_strict() {
     assert_eq!(rc, 2, "a flag nvjpeg.h does not define: INVALID_PARAMETER");
 }
 
+/// nvJPEG's major and whether it makes a handle on device 0, for the library at `lib`.
+fn major_and_handle(lib: &Library) -> (c_int, R) {
+    // SAFETY: the types are nvjpeg.h's.
+    let (prop, create) = unsafe {
+        (
+            *lib.get::<unsafe extern "C" fn(c_int, *mut c_int) -> R>(b"nvjpegGetProperty")
+                .unwrap(),
+            *lib.get::<unsafe extern "C" fn(
+                c_int,
+                *mut c_void,
+                *mut c_void,
+                c_uint,
+                *mut *mut c_void,
+            ) -> R>(b"nvjpegCreateEx")
+                .unwrap(),
+        )
+    };
+    let (mut major, mut h) = (0, null_mut());
+    // SAFETY: local out-parameters; the context is current (`setup`).
+    unsafe {
+        ok(prop(0, &mut major));
+        (major, create(0, null_mut(), null_mut(), 0, &mut h))
+    }
+}
+
+#[test]
+fn an_nvjpeg_of_a_newer_cuda_major_than_the_driver_makes_no_handle() {
+    let test = "an_nvjpeg_of_a_newer_cuda_major_than_the_driver_makes_no_handle";
+    if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some() {
+        // The stand-in takes its major from the soname it is loaded by, as a real one has it.
+        let dir = std::env::temp_dir().join(format!("stoker-nvjpeg-12-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let twelve = dir.join("libnvjpeg.so.12");
+        std::fs::copy(built("stoker_emu_nvjpeg"), &twelve).unwrap();
+        libs();
+        let init: unsafe extern "C" fn(c_uint) -> R = sym(false, "cuInit");
+        let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> R =
+            sym(false, "cuDevicePrimaryCtxRetain");
+        let set: unsafe extern "C" fn(*mut c_void) -> R = sym(false, "cuCtxSetCurrent");
+        let mut ctx = null_mut();
+        // SAFETY: local out-parameters.
+        unsafe {
+            ok(init(0));
+            ok(retain(&mut ctx, 0));
+            ok(set(ctx));
+        }
+        assert_eq!(
+            major_and_handle(&libs().nvjpeg),
+            (13, 6),
+            "EXECUTION_FAILED"
+        );
+        // SAFETY: a copy of the stand-in.
+        let lib12 = unsafe { Library::new(&twelve) }.unwrap();
+        assert_eq!(major_and_handle(&lib12), (12, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env("STOKER_NVJPEG_TEST_CHILD", "1")
+        .env("STOKER_EMU_CONFIG_CHILD", r#"{"driver_version": 12080}"#)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
+    assert!(out.status.success() && ran, "{stderr}");
+    assert!(
+        stderr.contains("nvJPEG 13.0 needs a driver that runs CUDA 13; this one runs CUDA 12.8"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn without_the_gate_every_call_refuses() {
     if std::env::var_os("STOKER_NVJPEG_TEST_CHILD").is_some() {

@@ -56,6 +56,7 @@ macro_rules! table {
 
 table! {
     init = "cuInit": fn(c_uint) -> R;
+    driver_get_version = "cuDriverGetVersion": fn(*mut c_int) -> R;
     device_get_count = "cuDeviceGetCount": fn(*mut c_int) -> R;
     device_get = "cuDeviceGet": fn(*mut c_int, c_int) -> R;
     device_get_uuid = "cuDeviceGetUuid_v2": fn(*mut [u8; 16], c_int) -> R;
@@ -165,7 +166,7 @@ pub use stoker_emu_cuda::stats::EmuLive as Live;
 pub use stoker_emu_cuda::status::{
     CONTEXT_IS_DESTROYED, ECC_UNCORRECTABLE, ILLEGAL_ADDRESS, INVALID_CONTEXT, INVALID_IMAGE,
     INVALID_VALUE, NOT_FOUND, NOT_INITIALIZED, NOT_READY, NO_BINARY_FOR_GPU, OUT_OF_MEMORY,
-    STUB_LIBRARY,
+    STUB_LIBRARY, UNSUPPORTED_PTX_VERSION,
 };
 
 pub const MIB: usize = 1 << 20;
