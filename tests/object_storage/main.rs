@@ -12,6 +12,7 @@
 
 mod cache;
 mod fake;
+mod keys;
 mod outages;
 mod reads;
 mod stalls;

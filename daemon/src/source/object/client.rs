@@ -24,6 +24,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig};
 
 use super::config::{Connection, S3Config, MAX_BACKOFF_MS};
+use super::listing::Lister;
 use super::metric;
 
 /// What kind of failure an S3 request met.
@@ -84,7 +85,7 @@ impl S3Error {
         self.code == "disk_full"
     }
 
-    fn of(url: &str, e: &object_store::Error) -> S3Error {
+    pub(super) fn of(url: &str, e: &object_store::Error) -> S3Error {
         let text = format!("{e}");
         let debug = format!("{e:?}");
         let code = xml_code(&text)
@@ -101,20 +102,39 @@ impl S3Error {
             object_store::Error::NotFound { .. } => S3ErrorKind::NotFound,
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. } => S3ErrorKind::Permission,
-            _ if code == "NoSuchKey" || code == "NoSuchBucket" => S3ErrorKind::NotFound,
-            _ if code == "AccessDenied"
-                || code.contains("Signature")
-                || code.contains("AccessKey") =>
-            {
-                S3ErrorKind::Permission
-            }
-            _ => S3ErrorKind::Other,
+            _ => kind_of_code(&code),
         };
         S3Error {
             url: url.to_owned(),
             kind,
             code,
             message: text,
+        }
+    }
+
+    /// A response with a failure `status` and `body` (the S3 error XML, usually).
+    pub(super) fn of_status(url: &str, status: u16, body: &str) -> S3Error {
+        let code = xml_code(body).unwrap_or_else(|| format!("HTTP {status}"));
+        let kind = match status {
+            404 => S3ErrorKind::NotFound,
+            401 | 403 => S3ErrorKind::Permission,
+            _ => kind_of_code(&code),
+        };
+        S3Error {
+            url: url.to_owned(),
+            kind,
+            code,
+            message: format!("status {status}: {body}"),
+        }
+    }
+
+    /// A request that got no answer (refused, reset, timed out).
+    pub(super) fn connection(url: &str, message: String) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Other,
+            code: "connection".into(),
+            message,
         }
     }
 
@@ -133,8 +153,20 @@ impl S3Error {
                     | "local"
                     | "disk_full"
                     | "timeout"
+                    | "bad_key"
             ),
         }
+    }
+}
+
+/// The kind of failure an S3 error code names.
+fn kind_of_code(code: &str) -> S3ErrorKind {
+    if code == "NoSuchKey" || code == "NoSuchBucket" {
+        S3ErrorKind::NotFound
+    } else if code == "AccessDenied" || code.contains("Signature") || code.contains("AccessKey") {
+        S3ErrorKind::Permission
+    } else {
+        S3ErrorKind::Other
     }
 }
 
@@ -178,6 +210,7 @@ pub struct ObjectInfo {
 #[derive(Debug)]
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
+    lister: Lister,
     bucket: String,
     /// Identifies the service in cache file names (the endpoint, or the region).
     pub origin: String,
@@ -228,13 +261,12 @@ impl Remote {
             max_retries: 0,
             ..RetryConfig::default()
         };
-        let store = b
-            .with_client_options(options)
-            .with_retry(retry)
-            .build()
-            .map_err(|e| S3Error::of(&url, &e))?;
+        let b = b.with_client_options(options.clone()).with_retry(retry);
+        let s3 = Arc::new(b.clone().build().map_err(|e| S3Error::of(&url, &e))?);
+        let lister = Lister::new(&b, s3.clone(), &options, bucket)?;
         Ok(Remote {
-            store: Arc::new(store),
+            store: s3,
+            lister,
             bucket: bucket.to_owned(),
             origin: endpoint.or(conn.region.clone()).unwrap_or_default(),
             retries: cfg.retries,
@@ -277,26 +309,36 @@ impl Remote {
         }
     }
 
-    /// Every object under `prefix` (paginated listing), in key order.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, S3Error> {
+    /// Every object under `prefix` (paginated listing), in key order; more than `max` is an
+    /// error naming the limit (`limits.max_index_entries`). Keys object_store cannot fetch
+    /// are listed too (see `listing`).
+    pub async fn list(&self, prefix: &str, max: u64) -> Result<Vec<ObjectInfo>, S3Error> {
         let url = self.url(prefix);
-        let prefix_path = (!prefix.is_empty()).then(|| ObjectPath::from(prefix));
-        let mut out = self
-            .with_retries(&url, || async {
-                let mut stream = self.store.list(prefix_path.as_ref());
-                let mut out = Vec::new();
-                while let Some(meta) = stream.next().await {
-                    let meta = meta.map_err(|e| S3Error::of(&url, &e))?;
-                    out.push(ObjectInfo {
-                        key: meta.location.to_string(),
-                        size: meta.size,
-                        etag: meta.e_tag.unwrap_or_default(),
-                    });
-                }
-                Ok(out)
-            })
-            .await?;
+        let mut out: Vec<ObjectInfo> = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let t = token.as_deref();
+            let (page, next) = self
+                .with_retries(&url, || self.lister.page(&url, prefix, t))
+                .await?;
+            out.extend(page);
+            if out.len() as u64 > max {
+                return Err(S3Error {
+                    url,
+                    kind: S3ErrorKind::Other,
+                    code: "too_many_objects".into(),
+                    message: format!(
+                        "more than {max} objects under the prefix (limits.max_index_entries)"
+                    ),
+                });
+            }
+            match next {
+                Some(n) => token = Some(n),
+                None => break,
+            }
+        }
         out.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+        out.shrink_to_fit();
         Ok(out)
     }
 
@@ -322,7 +364,7 @@ impl Remote {
     /// Downloads the whole object `key` into `file` (made anew, mode 0600); returns its size.
     pub async fn download(&self, key: &str, file: &Path) -> Result<u64, S3Error> {
         let url = self.url(key);
-        let path = object_path(key);
+        let path = fetchable(&url, key)?;
         self.with_retries(&url, || async {
             let got = self
                 .store
@@ -347,7 +389,7 @@ impl Remote {
     /// Bytes `range` of the object `key` (a ranged GET); a short answer is an error.
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, S3Error> {
         let url = self.url(key);
-        let path = object_path(key);
+        let path = fetchable(&url, key)?;
         let want = range.end - range.start;
         self.with_retries(&url, || async {
             let got = self
@@ -397,6 +439,17 @@ impl Remote {
         })
         .await
     }
+}
+
+/// The key as object_store fetches it; a key it cannot represent (an empty or `..` segment,
+/// a control character) is a `bad_key` error: that object's sample is bad, nothing else.
+fn fetchable(url: &str, key: &str) -> Result<ObjectPath, S3Error> {
+    ObjectPath::parse(key).map_err(|e| S3Error {
+        url: url.to_owned(),
+        kind: S3ErrorKind::Other,
+        code: "bad_key".into(),
+        message: format!("the key cannot be fetched through object_store: {e}"),
+    })
 }
 
 /// A key as object_store wants it: as listed (already valid) or encoded.

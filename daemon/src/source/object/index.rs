@@ -49,9 +49,15 @@ pub(super) fn open_dataset(
         return Ok(ds);
     }
     let listed = store
-        .block_on(remote.list(&url.prefix))
+        .block_on(remote.list(&url.prefix, opts.limits.max_entries))
         .map_err(|reason| remote_error(path, "local".into(), reason))?
-        .map_err(|e| refused(path, e))?;
+        .map_err(|e| match e.code.as_str() {
+            "too_many_objects" => DatasetError::WalkLimit {
+                path: path.to_owned(),
+                reason: e.message,
+            },
+            _ => refused(path, e),
+        })?;
     let prefix_len = url.prefix.trim_end_matches('/').len();
     let rel = |o: &ObjectInfo| -> String {
         o.key[prefix_len.min(o.key.len())..]

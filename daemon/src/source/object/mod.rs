@@ -42,7 +42,8 @@
 //!   web identity, container and instance credentials are.
 //! - The cache's bookkeeping is per store: two stores (or daemons) sharing one folder do not
 //!   see each other's use (files stay consistent; the cap may be overrun).
-//! - Every listed object is remembered in its store (URL, size, ETag) while the store lives.
+//! - Every listed object is remembered in its store (URL, size, ETag) while a dataset opened
+//!   with it lives (`storage`: forgotten when the dataset goes).
 
 #![forbid(unsafe_code)]
 
@@ -52,6 +53,7 @@ pub mod config;
 mod entries;
 mod index;
 mod index_cache;
+mod listing;
 mod prefetch;
 mod ranged;
 mod read;

@@ -52,6 +52,32 @@ impl ObjectStore {
     }
 }
 
+impl Drop for Bound {
+    /// The dataset is gone (its job ended): its objects are forgotten by the store too, so a
+    /// large listing's memory is given back (a later open lists again, or reads its index
+    /// cache, and remembers them anew).
+    fn drop(&mut self) {
+        self.store.forget(&self.table);
+    }
+}
+
+impl ObjectStore {
+    /// Forgets the objects of `table` (see `remember`).
+    fn forget(&self, table: &[Option<ObjectRef>]) {
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        for o in table.iter().flatten() {
+            map.remove(&o.remote.url(&o.key));
+        }
+        map.shrink_to_fit();
+    }
+
+    /// How many listed or HEADed objects this store remembers now (those of the datasets
+    /// opened through it that are still open).
+    pub fn objects_remembered(&self) -> usize {
+        self.objects.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 impl ObjectStorage for ObjectStore {
     fn open(self: Arc<Self>, url: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let mut ds = super::index::open_dataset(&self, url, opts)?;

@@ -197,12 +197,17 @@ enum SamplesError {
     Dataset(DatasetError),
 }
 
+/// One sample to check: its name, its file, and the offset and length of its bytes there.
+type SampleFile = (String, PathBuf, u64, u64);
+
 /// The samples under `path`: a single image file, or every sample of a dataset in any
-/// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`).
+/// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`); and the
+/// dataset, which the caller keeps while it reads them (its objects are known to `objects`
+/// while it lives).
 fn dataset_samples(
     path: &Path,
     objects: &Arc<ObjectStore>,
-) -> Result<Vec<(String, PathBuf, u64, u64)>, SamplesError> {
+) -> Result<(Vec<SampleFile>, Option<Dataset>), SamplesError> {
     let meta = match stoker_daemon::source::object::is_url(path) {
         true => None,
         false => Some(std::fs::metadata(path).map_err(SamplesError::Stat)?),
@@ -214,29 +219,31 @@ fn dataset_samples(
         )
     });
     if let Some(meta) = meta.filter(|m| m.is_file() && !is_dataset_file) {
-        return Ok(vec![(
+        let file = (
             path.display().to_string(),
             path.to_path_buf(),
             0,
             meta.len(),
-        )]);
+        );
+        return Ok((vec![file], None));
     }
     let opts = OpenOptions {
         objects: Some(objects.clone()),
         ..OpenOptions::default()
     };
     let ds = Dataset::open(path, &opts).map_err(SamplesError::Dataset)?;
-    Ok((0..ds.len())
+    let samples = (0..ds.len())
         .map(|i| {
             let s = ds.sample(i);
             (ds.display_name(i), s.path.to_path_buf(), s.offset, s.len)
         })
-        .collect())
+        .collect();
+    Ok((samples, Some(ds)))
 }
 
 pub fn run(args: &CheckArgs) -> Exit {
     let objects = ObjectStore::from_environment();
-    let files = match dataset_samples(&args.path, &objects) {
+    let (files, _dataset) = match dataset_samples(&args.path, &objects) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("stoker check: {}: {e}", args.path.display());
