@@ -139,10 +139,17 @@ pub struct PipelineSpec {
     /// Epochs to serve; `None` serves until the client detaches.
     #[serde(default)]
     pub epochs: Option<u32>,
+    /// Each epoch in a new random order (training), or in dataset order (evaluation). Either
+    /// way the ranks take DistributedSampler's interleaved shares of it.
+    #[serde(default = "default_shuffle")]
+    pub shuffle: bool,
 }
 
 fn default_version() -> u32 {
     SPEC_VERSION
+}
+fn default_shuffle() -> bool {
+    true
 }
 fn default_flip() -> f32 {
     0.5
@@ -202,14 +209,16 @@ impl PipelineSpec {
             layout: Layout::Nchw,
             drop_last: false,
             epochs: None,
+            shuffle: true,
         }
     }
 
-    /// The standard evaluation transform: Resize + CenterCrop, no flip.
+    /// The standard evaluation transform: Resize + CenterCrop, no flip, dataset order.
     pub fn eval(batch_size: u32, side: u32) -> PipelineSpec {
         PipelineSpec {
             crop: Crop::center(side),
             flip_prob: 0.0,
+            shuffle: false,
             ..PipelineSpec::train(batch_size, side)
         }
     }

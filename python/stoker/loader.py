@@ -8,47 +8,12 @@ from ctypes import byref, c_uint64, c_void_p
 from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
+from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec
 from .errors import ConnectError, DaemonGone
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
 STATE_VERSIONS = (1, 2)
-
-
-def _pair(v):
-    if isinstance(v, int):
-        return [v, v]
-    h, w = v
-    return [int(h), int(w)]
-
-
-def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
-               ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-               dtype="f32", layout="nchw", drop_last=False, epochs=None):
-    """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md."""
-    size = _pair(crop)
-    if train:
-        crop_spec = {"kind": "random_resized", "size": size, "scale": list(scale),
-                     "ratio": list(ratio)}
-    else:
-        crop_spec = {"kind": "center_crop", "size": size,
-                     "resize": int(resize if resize is not None else min(size) * 256 // 224)}
-    spec = {
-        "batch_size": int(batch_size),
-        "crop": crop_spec,
-        "flip_prob": float(flip_prob if flip_prob is not None else (0.5 if train else 0.0)),
-        "mean": list(mean),
-        "std": list(std),
-        "dtype": dtype,
-        "layout": layout,
-        "drop_last": bool(drop_last),
-    }
-    if epochs is not None:
-        spec["epochs"] = int(epochs)
-    return spec
 
 
 def _env_int(name):
@@ -144,6 +109,12 @@ class Loader:
     this user's own, which it starts when none answers (`autostart=False` turns that off).
     `stats()` is the data stall: time spent waiting in `next()` vs between calls.
 
+    `train=True` (the default) is RandomResizedCrop(crop, scale, ratio), a horizontal flip with
+    probability `flip_prob` (default 0.5) and a new sample order every epoch (`shuffle`,
+    default True); `train=False` is Resize(resize, default crop*256/224) + CenterCrop(crop),
+    no flip and dataset order (`flip_prob` and `shuffle` default to 0 and False). The
+    arguments are checked here: a bad one raises SpecError naming it.
+
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
     (restart, crash), it attaches again there at its own position, waiting up to
     `reconnect_timeout` seconds ($STOKER_RECONNECT_TIMEOUT, default 120) for it to come back,
@@ -154,13 +125,15 @@ class Loader:
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
-                 spec=None, device="cpu", autostart=True, reconnect_timeout=None):
+                 spec=None, device="cpu", autostart=True, reconnect_timeout=None,
+                 shuffle=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
-                              layout=layout, drop_last=drop_last, epochs=epochs)
+                              layout=layout, drop_last=drop_last, epochs=epochs,
+                              shuffle=shuffle)
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)

@@ -47,9 +47,23 @@ def test_missing_daemon_raises_connect_error(tmp_path, monkeypatch):
 
 
 def test_invalid_spec_raises_spec_error_naming_the_field(tmp_path):
-    loader = stoker.Loader(tmp_path, batch_size=0, crop=32, socket=tmp_path / "s.sock")
-    with pytest.raises(stoker.SpecError, match="batch_size"):
-        len(loader)
+    # The Loader's own arguments are checked when it is made, in the user's terms.
+    bad = [({"batch_size": 0}, "Loader(batch_size=...): must be a whole number from 1"),
+           ({"crop": "224"}, "Loader(crop=...): must be a side in pixels"),
+           ({"dtype": "float64"}, "Loader(dtype=...): must be one of u8, f16, bf16, f32"),
+           ({"layout": "chw"}, "Loader(layout=...): must be one of nchw, nhwc"),
+           ({"flip_prob": 2}, "Loader(flip_prob=...): must be a probability"),
+           ({"scale": (1.0, 0.5)}, "Loader(scale=...): must be a (low, high) pair"),
+           ({"std": (0.2, 0, 0.2)}, "Loader(std=...): must be 3 numbers (R, G, B), none"),
+           ({"epochs": 0}, "Loader(epochs=...): must be a whole number from 1"),
+           ({"train": False, "crop": 224, "resize": 100}, "Loader(resize=...)")]
+    for kw, message in bad:
+        kw = {"batch_size": 4, "crop": 32, **kw}
+        with pytest.raises(stoker.SpecError) as e:
+            stoker.Loader(tmp_path, socket=tmp_path / "s.sock", **kw)
+        assert message in str(e.value), (kw, str(e.value))
+    assert stoker.build_spec(4, 32, dtype="bfloat16")["dtype"] == "bf16"
+    # A spec given whole is checked by libstoker at attach, naming the field too.
     loader = stoker.Loader(tmp_path, spec='{"batch_size": 2}', socket=tmp_path / "s.sock")
     with pytest.raises(stoker.SpecError, match="crop"):
         len(loader)
@@ -91,6 +105,9 @@ def test_spec_follows_torchvision_defaults():
     e = stoker.build_spec(8, (160, 224), train=False)
     assert e["crop"] == {"kind": "center_crop", "size": [160, 224], "resize": 182}
     assert e["flip_prob"] == 0.0
+    # Evaluation is in dataset order, training shuffled, unless told otherwise.
+    assert s["shuffle"] is True and e["shuffle"] is False
+    assert stoker.build_spec(8, 224, shuffle=False)["shuffle"] is False
 
 
 def test_state_dict_round_trips_and_refuses_another_seed(tmp_path):

@@ -197,3 +197,20 @@ def test_a_relative_path_that_does_not_exist_is_not_found(daemon, tmp_path, monk
         len(stoker.Loader("nope/train", batch_size=4, crop=8, socket=daemon))
     assert f"{tmp_path}/nope/train: not found" in str(e.value), str(e.value)
     assert "permission denied" not in str(e.value)
+
+
+def test_evaluation_is_served_in_dataset_order_and_training_shuffled(dataset, daemon):
+    """Issue 24 item 9: shuffle=False exists, and an evaluation loader is not shuffled unless
+    asked; ranks take DistributedSampler's interleaved shares of the order."""
+    n = CLASSES * PER_CLASS
+
+    def indices(**kw):
+        with stoker.Loader(dataset, batch_size=4, crop=8, socket=daemon, epochs=1, **kw) as ld:
+            return [i for b in ld.batches() for i in np.from_dlpack(b.indices).tolist()]
+
+    assert indices(train=False) == list(range(n))
+    assert indices(train=False, rank=1, world_size=2, job="eval-order") == list(range(1, n, 2))
+    assert indices(shuffle=False) == list(range(n))
+    shuffled = indices()
+    assert sorted(shuffled) == list(range(n)) and shuffled != list(range(n))
+    assert indices(train=False, shuffle=True) == shuffled

@@ -100,7 +100,8 @@ impl Job {
             world_size as u64,
             spec.batch_size as u64,
             spec.drop_last,
-        );
+        )
+        .map(|s| s.shuffled(spec.shuffle));
         match offset {
             Some(o) => sampler.and_then(|s| s.with_offset(o)),
             None => sampler,

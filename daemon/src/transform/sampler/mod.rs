@@ -2,7 +2,8 @@
 //!
 //! A pure function of (dataset length, seed, rank, world size, batch size, drop_last, epoch,
 //! step), and of an optional elastic [`EpochOffset`]. The epoch's permutation of `0..len` is a
-//! Fisher-Yates shuffle drawn from `KeyedRng::new(seed, epoch, 0, Stream::Permutation)`; ranks
+//! Fisher-Yates shuffle drawn from `KeyedRng::new(seed, epoch, 0, Stream::Permutation)`, or
+//! `0..len` itself when the spec says `shuffle = false` ([`Sampler::shuffled`]); ranks
 //! then take the `torch.utils.data.DistributedSampler` share of it, and the share is cut into
 //! batches.
 //!
@@ -110,6 +111,8 @@ pub struct Sampler {
     world_size: u64,
     batch_size: u64,
     drop_last: bool,
+    /// Whether each epoch's order is a permutation (training) or `0..len` (evaluation).
+    shuffle: bool,
     /// Every epoch's partition but the elastic one.
     regular: Partition,
     /// The epoch an [`EpochOffset`] resumes, and its partition.
@@ -170,11 +173,20 @@ impl Sampler {
             world_size,
             batch_size,
             drop_last,
+            shuffle: true,
             regular,
             resumed: None,
             perm_epoch: None,
             perm: Vec::new(),
         })
+    }
+
+    /// This sampler with every epoch in dataset order (`shuffle = false`: evaluation, as
+    /// DistributedSampler(shuffle=False)) or permuted (the default).
+    pub fn shuffled(mut self, shuffle: bool) -> Sampler {
+        self.shuffle = shuffle;
+        self.perm_epoch = None;
+        self
     }
 
     /// This sampler with epoch `offset.epoch` covering only the samples after the first
@@ -295,7 +307,12 @@ impl Sampler {
     fn share_into(&mut self, epoch: u64, start: u64, end: u64, out: &mut Vec<u64>) {
         let part = *self.partition(epoch);
         if self.perm_epoch != Some(epoch) {
-            permutation_into(self.len, self.seed, epoch, &mut self.perm);
+            if self.shuffle {
+                permutation_into(self.len, self.seed, epoch, &mut self.perm);
+            } else {
+                self.perm.clear();
+                self.perm.extend(0..self.len);
+            }
             self.perm_epoch = Some(epoch);
         }
         out.clear();

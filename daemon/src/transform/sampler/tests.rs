@@ -382,3 +382,16 @@ proptest! {
         prop_assert_eq!(a, (0..len).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn without_shuffle_ranks_interleave_the_dataset_order() {
+    let mut r1 = Sampler::new(10, 7, 1, 2, 2, false).unwrap().shuffled(false);
+    assert_eq!(r1.batch_indices(0, 0), [1, 3]);
+    assert_eq!(r1.batch_indices(3, 2), [9]);
+    let mut again = Sampler::new(10, 7, 1, 2, 2, false)
+        .unwrap()
+        .shuffled(false)
+        .shuffled(true);
+    let mut shuffled = Sampler::new(10, 7, 1, 2, 2, false).unwrap();
+    assert_eq!(again.batch_indices(0, 0), shuffled.batch_indices(0, 0));
+}

@@ -1,0 +1,98 @@
+"""The pipeline spec a Loader sends: built from the Loader's arguments, and checked in the
+user's terms (the argument's name and what it must be) before anything is sent, so that a typo
+fails at `Loader(...)`, not as a JSON column number at the first batch."""
+
+from numbers import Integral, Real
+
+from .errors import SpecError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# libstoker's limits (ipc/src/spec.rs: MAX_BATCH_SIZE, MAX_OUTPUT_SIDE).
+MAX_BATCH_SIZE = 65_536
+MAX_SIDE = 16_384
+DTYPES = ("u8", "f16", "bf16", "f32")
+# The names PyTorch and numpy users reach for first.
+DTYPE_ALIASES = {"uint8": "u8", "float16": "f16", "half": "f16", "bfloat16": "bf16",
+                 "float32": "f32", "float": "f32"}
+LAYOUTS = ("nchw", "nhwc")
+
+
+def _refuse(name, must, got):
+    raise SpecError(f"Loader({name}=...): {must}, got {got!r}")
+
+
+def _int(name, v, lo, hi):
+    if isinstance(v, bool) or not isinstance(v, Integral) or not lo <= v <= hi:
+        _refuse(name, f"must be a whole number from {lo} to {hi}", v)
+    return int(v)
+
+
+def _pair(name, v, lo, hi):
+    """An int side or an (h, w) pair of them, as [h, w]."""
+    if isinstance(v, Integral) and not isinstance(v, bool):
+        v = (v, v)
+    if not isinstance(v, (tuple, list)) or len(v) != 2:
+        _refuse(name, "must be a side in pixels or an (height, width) pair", v)
+    return [_int(name, x, lo, hi) for x in v]
+
+
+def _range(name, v):
+    """A (low, high) pair of positive numbers with low <= high."""
+    ok = (isinstance(v, (tuple, list)) and len(v) == 2
+          and all(isinstance(x, Real) and not isinstance(x, bool) for x in v)
+          and 0 < v[0] <= v[1])
+    if not ok:
+        _refuse(name, "must be a (low, high) pair of positive numbers with low <= high", v)
+    return [float(v[0]), float(v[1])]
+
+
+def _triple(name, v, nonzero=False):
+    ok = (isinstance(v, (tuple, list)) and len(v) == 3
+          and all(isinstance(x, Real) and not isinstance(x, bool) for x in v)
+          and not (nonzero and any(x == 0 for x in v)))
+    if not ok:
+        _refuse(name, "must be 3 numbers (R, G, B)" + (", none of them 0" if nonzero else ""), v)
+    return [float(x) for x in v]
+
+
+def _choice(name, v, choices, aliases=None):
+    key = v.lower() if isinstance(v, str) else v
+    key = (aliases or {}).get(key, key)
+    if key not in choices:
+        _refuse(name, f"must be one of {', '.join(choices)}", v)
+    return key
+
+
+def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
+               ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+               dtype="f32", layout="nchw", drop_last=False, epochs=None, shuffle=None):
+    """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md.
+    `flip_prob` defaults to 0.5 for training and 0 for evaluation (`train=False`), `shuffle`
+    to True for training and False for evaluation. Raises SpecError naming the argument."""
+    size = _pair("crop", crop, 1, MAX_SIDE)
+    if train:
+        crop_spec = {"kind": "random_resized", "size": size, "scale": _range("scale", scale),
+                     "ratio": _range("ratio", ratio)}
+    else:
+        smaller = min(size)
+        side = resize if resize is not None else smaller * 256 // 224
+        crop_spec = {"kind": "center_crop", "size": size,
+                     "resize": _int("resize", side, smaller, MAX_SIDE)}
+    flip = flip_prob if flip_prob is not None else (0.5 if train else 0.0)
+    if isinstance(flip, bool) or not isinstance(flip, Real) or not 0 <= flip <= 1:
+        _refuse("flip_prob", "must be a probability from 0 to 1", flip_prob)
+    spec = {
+        "batch_size": _int("batch_size", batch_size, 1, MAX_BATCH_SIZE),
+        "crop": crop_spec,
+        "flip_prob": float(flip),
+        "mean": _triple("mean", mean),
+        "std": _triple("std", std, nonzero=True),
+        "dtype": _choice("dtype", dtype, DTYPES, DTYPE_ALIASES),
+        "layout": _choice("layout", layout, LAYOUTS),
+        "drop_last": bool(drop_last),
+        "shuffle": bool(train if shuffle is None else shuffle),
+    }
+    if epochs is not None:
+        spec["epochs"] = _int("epochs", epochs, 1, 2**32 - 1)
+    return spec
