@@ -73,7 +73,7 @@ pub(super) fn save(store: &ObjectStore, url: &S3Url, opts: &OpenOptions, ds: &Da
                 continue; // the samples of one shard
             }
             last = Some(p);
-            let Some(o) = map.get(p.to_string_lossy().as_ref()) else {
+            let Some(o) = map.get(p.to_string_lossy().as_ref()).map(|r| &r.object) else {
                 return;
             };
             if o.key.contains('\n') || o.etag.contains(['\t', '\n']) {

@@ -43,7 +43,9 @@
 //! - The cache's bookkeeping is per store: two stores (or daemons) sharing one folder do not
 //!   see each other's use (files stay consistent; the cap may be overrun).
 //! - Every listed object is remembered in its store (URL, size, ETag) while a dataset opened
-//!   with it lives (`storage`: forgotten when the dataset goes).
+//!   with it lives (`storage`: forgotten when the last dataset holding it goes). An open that
+//!   fails after listing, and a file list naming one URL twice, leave their objects
+//!   remembered until the store goes.
 
 #![forbid(unsafe_code)]
 
@@ -109,6 +111,14 @@ impl ObjectRef {
     }
 }
 
+/// An object the store remembers: what it is, and how many datasets (open, or being
+/// opened) hold it; forgotten when the last one goes.
+#[derive(Debug)]
+struct Remembered {
+    object: ObjectRef,
+    holders: u32,
+}
+
 /// Object storage: the `[s3]` config, the buckets' clients, the listed objects, the node
 /// cache, the request limit and the runtime that runs every request. One is made by whoever
 /// reads object storage (the service at start, each tool) and handed to every dataset it
@@ -120,7 +130,7 @@ pub struct ObjectStore {
     remotes: Mutex<HashMap<(Connection, String), Arc<Remote>>>,
     /// Every object of the datasets opened through this store, by URL: what their object
     /// tables are built from when they are opened (`storage`).
-    objects: RwLock<HashMap<String, ObjectRef>>,
+    objects: RwLock<HashMap<String, Remembered>>,
     cache: OnceLock<Result<Arc<NodeCache>, String>>,
     runtime: OnceLock<Result<Runtime, String>>,
     permits: OnceLock<Arc<Semaphore>>,
@@ -269,19 +279,23 @@ impl ObjectStore {
         Ok(self.runtime()?.block_on(f))
     }
 
-    /// Remembers the objects of an indexed dataset, so its object table can be built.
+    /// Remembers the objects of a dataset being opened, so its object table can be built;
+    /// each counts a holder until the dataset that binds them goes (`storage`).
     fn remember(&self, remote: &Arc<Remote>, objects: &[ObjectInfo]) {
         let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
         for o in objects {
-            map.insert(
-                remote.url(&o.key),
-                ObjectRef {
-                    remote: remote.clone(),
-                    key: o.key.clone(),
-                    size: o.size,
-                    etag: o.etag.clone(),
-                },
-            );
+            let object = ObjectRef {
+                remote: remote.clone(),
+                key: o.key.clone(),
+                size: o.size,
+                etag: o.etag.clone(),
+            };
+            let r = map.entry(remote.url(&o.key)).or_insert(Remembered {
+                object: object.clone(),
+                holders: 0,
+            });
+            r.object = object;
+            r.holders += 1;
         }
     }
 

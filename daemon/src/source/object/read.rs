@@ -259,7 +259,9 @@ impl ObjectStore {
     /// samples by path; a dataset's reads find objects by file id instead.
     pub fn local_file_at(&self, path: &Path) -> std::io::Result<PathBuf> {
         let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
-        let table = [map.get(path.to_string_lossy().as_ref()).cloned()];
+        let table = [map
+            .get(path.to_string_lossy().as_ref())
+            .map(|r| r.object.clone())];
         drop(map);
         let object = table[0].is_some().then_some(0);
         self.local_file(

@@ -41,7 +41,9 @@ impl ObjectStore {
             if table.len() <= at {
                 table.resize(at + 1, None);
             }
-            table[at] = map.get(s.path.to_string_lossy().as_ref()).cloned();
+            table[at] = map
+                .get(s.path.to_string_lossy().as_ref())
+                .map(|r| r.object.clone());
         }
         drop(map);
         Arc::new(Bound {
@@ -53,20 +55,27 @@ impl ObjectStore {
 }
 
 impl Drop for Bound {
-    /// The dataset is gone (its job ended): its objects are forgotten by the store too, so a
-    /// large listing's memory is given back (a later open lists again, or reads its index
-    /// cache, and remembers them anew).
+    /// The dataset is gone (its job ended): its objects are forgotten by the store once no
+    /// other dataset holds them, so a large listing's memory is given back (a later open
+    /// lists again, or reads its index cache, and remembers them anew).
     fn drop(&mut self) {
         self.store.forget(&self.table);
     }
 }
 
 impl ObjectStore {
-    /// Forgets the objects of `table` (see `remember`).
+    /// Lets go of the objects of `table` (see `remember`): each is forgotten once no other
+    /// dataset, open or being opened, holds it.
     fn forget(&self, table: &[Option<ObjectRef>]) {
         let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
         for o in table.iter().flatten() {
-            map.remove(&o.remote.url(&o.key));
+            let url = o.remote.url(&o.key);
+            if let Some(r) = map.get_mut(&url) {
+                r.holders = r.holders.saturating_sub(1);
+                if r.holders == 0 {
+                    map.remove(&url);
+                }
+            }
         }
         map.shrink_to_fit();
     }
