@@ -272,8 +272,13 @@ impl FeedShared {
             st.ready.push_back(ready);
             st.publish_next = self.advance(pos);
         }
+        let failed = st.failed.is_some();
         drop(st);
         self.changed.notify_all();
+        if failed {
+            // A sticky CUDA error restarts the daemon once its ranks' feeds carry the cause.
+            super::cuda::sticky::fire_if_recorded();
+        }
     }
 }
 
@@ -327,6 +332,11 @@ impl Feed {
             }
             st = wait(&self.shared.changed, st);
         }
+    }
+
+    /// Why the feed failed, if it did, without waiting.
+    pub fn failure(&self) -> Option<BackendFault> {
+        lock(&self.shared.state).failed.clone()
     }
 
     /// Waits until woken, whatever the feed does meanwhile.

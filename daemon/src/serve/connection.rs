@@ -433,7 +433,7 @@ pub(super) fn forward(
 ) {
     let mut bytes = Vec::with_capacity(64);
     loop {
-        if stop.load(Ordering::Acquire) || told_stopping(sock, counts) {
+        if stop.load(Ordering::Acquire) || told_stopping(Some(feed), sock, counts) {
             return;
         }
         let msg = match feed.recv_wakeable() {
@@ -462,7 +462,7 @@ pub(super) fn forward(
         let Message::Ready(r) = &msg else {
             // Nothing more to send, but a drain must still end this connection: wait for the
             // connection thread to finish, or tell the client the daemon stops.
-            while !stop.load(Ordering::Acquire) && !told_stopping(sock, counts) {
+            while !stop.load(Ordering::Acquire) && !told_stopping(None, sock, counts) {
                 feed.wait_woken();
             }
             return;
@@ -474,10 +474,19 @@ pub(super) fn forward(
     }
 }
 
-/// When the daemon drains: tells the client and shuts the socket; true if it did.
-fn told_stopping(sock: &SeqPacket, counts: &Delivered) -> bool {
+/// When the daemon drains: tells the client and shuts the socket; true if it did. A rank
+/// whose `feed` failed and was not told yet (a sticky GPU error restarts the daemon) is told
+/// that cause first.
+fn told_stopping(feed: Option<&Feed>, sock: &SeqPacket, counts: &Delivered) -> bool {
     if !counts.daemon.stopping() {
         return false;
+    }
+    if let Some(fault) = feed.and_then(Feed::failure) {
+        let e = PipelineError::Backend(fault);
+        send_error(
+            sock,
+            refuse(ErrorCode::Internal, format!("feed failed: {e}")),
+        );
     }
     send_error(sock, refuse(ErrorCode::Stopping, STOPPING_MESSAGE));
     sock.shutdown();

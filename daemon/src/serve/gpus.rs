@@ -175,7 +175,7 @@ impl Engines {
                 // The map and each worker's backend hold the GPU; rings and batches add to that.
                 Some(cause) if Arc::strong_count(&g.gpu) > 1 + STREAMS_PER_GPU => {
                     return Err(unsupported(format!(
-                        "GPU {} is broken ({cause}); it is rebuilt once its ranks have left",
+                        "GPU {} is broken ({cause}); the daemon restarts to recover it",
                         g.gpu.label
                     )));
                 }

@@ -17,6 +17,11 @@ pub enum Exit {
     Usage,
     /// 3: `stoker status` found no daemon answering.
     NoDaemon,
+    /// 75 (EX_TEMPFAIL from sysexits.h): `stokerd` drained and exited after a sticky CUDA
+    /// error, which NVIDIA says only a new process recovers from; systemd's
+    /// `Restart=on-failure` and the clients of the auto-started per-user daemon start it
+    /// again, and the ranks resume at their position.
+    GpuRestart,
     /// 78 (EX_CONFIG from sysexits.h): a configuration error (the config file, a flag, the
     /// backend choice, the socket or metrics address).
     Config,
@@ -30,6 +35,7 @@ impl Exit {
             Exit::Failure => 1,
             Exit::Usage => 2,
             Exit::NoDaemon => 3,
+            Exit::GpuRestart => 75,
             Exit::Config => 78,
         }
     }
@@ -52,6 +58,7 @@ mod tests {
             Exit::Failure,
             Exit::Usage,
             Exit::NoDaemon,
+            Exit::GpuRestart,
             Exit::Config,
         ];
         let mut codes: Vec<u8> = all.iter().map(|e| e.code()).collect();
@@ -59,6 +66,7 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), all.len());
         assert_eq!(Exit::Config.code(), 78);
+        assert_eq!(Exit::GpuRestart.code(), 75);
         assert_eq!(Exit::Ok.code(), 0);
     }
 }

@@ -97,6 +97,9 @@ pub enum ServiceError {
         name: &'static str,
         source: std::io::Error,
     },
+    /// A sticky CUDA error: the process must be relaunched (engine/cuda/sticky.rs).
+    #[error("exiting to be restarted after a sticky CUDA error: {0}")]
+    GpuRestart(String),
 }
 
 impl ServiceError {
@@ -106,13 +109,16 @@ impl ServiceError {
             ServiceError::Config(_) | ServiceError::Systemd(_) | ServiceError::Backend(_) => true,
             ServiceError::Server(e) => e.is_config(),
             ServiceError::Metrics(e) => e.is_config(),
-            ServiceError::Thread { .. } => false,
+            ServiceError::Thread { .. } | ServiceError::GpuRestart(_) => false,
         }
     }
 
     /// The process exit code: [`Exit::Config`] for configuration errors, else
     /// [`Exit::Failure`].
     pub fn exit_code(&self) -> Exit {
+        if let ServiceError::GpuRestart(_) = self {
+            return Exit::GpuRestart;
+        }
         if self.is_config() {
             Exit::Config
         } else {
@@ -157,6 +163,7 @@ pub fn run(
         MetricsListener::spawn(addr, prom, move || h.metrics_text())?;
     }
     spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
+    drain_on_sticky_error(&handle, &notifier);
     let idle_exit = match file.server.idle_exit_s {
         0 => None,
         s => Some(Duration::from_secs(s)),
@@ -179,16 +186,35 @@ pub fn run(
     ));
     ready.ready();
     server.serve()?;
+    let restart = crate::engine::cuda::sticky::cause().map(str::to_owned);
     if !handle.wait_drained(DRAIN_TIMEOUT) {
         tracing::warn!(
             clients = handle.connections(),
             "drain timed out: exiting with clients still attached"
         );
-        std::process::exit(0);
+        let code = if restart.is_some() {
+            Exit::GpuRestart
+        } else {
+            Exit::Ok
+        };
+        std::process::exit(i32::from(code.code()));
     }
     drop(server);
+    if let Some(cause) = restart {
+        return Err(ServiceError::GpuRestart(cause));
+    }
     tracing::info!("stokerd stopped");
     Ok(())
+}
+
+/// A sticky CUDA error starts the drain; `run` then exits with [`Exit::GpuRestart`].
+fn drain_on_sticky_error(handle: &ServerHandle, notifier: &Arc<Notifier>) {
+    let (handle, notifier) = (handle.clone(), Arc::clone(notifier));
+    crate::engine::cuda::sticky::on_restart(move |cause| {
+        tracing::warn!(%cause, "draining to restart (clients are told the daemon stops)");
+        notifier.notify("STOPPING=1\nSTATUS=restarting after a sticky CUDA error");
+        handle.stop();
+    });
 }
 
 /// The thread that takes SIGTERM (drain; a second one exits) and SIGHUP (reload).

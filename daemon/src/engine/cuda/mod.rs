@@ -4,7 +4,7 @@
 //!
 //! Files: `mod` (the GPU, its health and counters, the factory), `backend` (filling one
 //! batch), `pending` (a batch's completion), `routing` (the route of one image, shared with
-//! the tools).
+//! the tools), `sticky` (a sticky CUDA error restarts the process).
 //!
 //! # Design
 //! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
@@ -23,8 +23,8 @@
 //! - Faults: a driver error in a batch fails that batch's rank with a [`BackendFault`] naming
 //!   the GPU and the cause. Errors that break the context or the device (illegal address,
 //!   launch failure, ECC, device lost) mark the [`Gpu`] broken: every later batch on it fails
-//!   at once with the same cause, and the server refuses new ranks on it (or rebuilds it once
-//!   its ranks are gone). Other GPUs are separate engines and keep serving.
+//!   at once with the same cause, and the daemon restarts (`sticky`: the ranks on it are told,
+//!   the others drained, and it exits with 75 for systemd or the clients to start it again).
 //!
 //! - A worker keeps [`BATCHES_IN_FLIGHT_PER_WORKER`] batches in flight, each with its own read
 //!   buffers and nvJPEG hardware state, used in turn: nvJPEG's batched decode reads its
@@ -45,6 +45,7 @@
 mod backend;
 mod pending;
 mod routing;
+pub mod sticky;
 
 pub use routing::route_image;
 
@@ -182,6 +183,7 @@ impl Gpu {
             if broken.is_none() {
                 tracing::error!(gpu = %self.label, %reason, "GPU broken; its ranks fail");
                 *broken = Some(reason.clone());
+                sticky::record(&self.label, &reason);
             }
         }
         BackendFault {

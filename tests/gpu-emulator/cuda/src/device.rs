@@ -219,7 +219,8 @@ fn destroy_context(e: &mut Emu, d: usize) {
     e.functions
         .retain(|_, (module, _)| !unloaded.contains(module));
     crate::memory::free_context(e, d);
-    e.devices[d].ctx.sticky = None;
+    // A context-sticky error is not cleared: NVIDIA says "To continue using CUDA, the process
+    // must be terminated and relaunched" (docs/cuda.md, row 8).
 }
 
 fn release(a: &Api, dev: c_int, reset: bool) -> Result<(), CUresult> {
@@ -246,8 +247,8 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxRelease_v2", |a| release(a, dev, false))
 }
 
-/// Destroys the primary context's resources now (the retain count stays), which also clears
-/// a context-sticky error (not a lost device).
+/// Destroys the primary context's resources now (the retain count stays); a sticky error
+/// stays, as it does for the life of a real process.
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxReset_v2", |a| release(a, dev, true))

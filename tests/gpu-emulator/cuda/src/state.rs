@@ -9,7 +9,7 @@
 //! Primary contexts: one per device, its handle fixed for the life of the process (as the
 //! real driver's is). `cuDevicePrimaryCtxRetain` counts up; the release that brings the count
 //! to 0 destroys everything made in the context (streams drained, modules unloaded, memory
-//! freed) and clears a context-sticky error.
+//! freed); a context-sticky error stays for the life of the process.
 
 use std::cell::Cell;
 use std::collections::HashMap;
