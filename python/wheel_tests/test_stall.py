@@ -80,7 +80,7 @@ def test_status_and_metrics_show_a_low_and_a_high_wait_fraction(env, dataset):
     metrics = metrics.decode()
 
     def sample(job):
-        m = re.search(r'^stoker_client_wait_fraction\{job="%s",rank="0"\} (\S+)$' % job,
+        m = re.search(r'^stoker_client_wait_fraction\{job="%s",rank="0",uid="\d+"\} (\S+)$' % job,
                       metrics, re.M)
         assert m, metrics
         return float(m.group(1))

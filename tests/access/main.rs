@@ -5,6 +5,7 @@
 mod caches;
 mod daemon_uid;
 mod groups;
+mod jobs;
 mod other_uid;
 mod rings;
 mod rules;

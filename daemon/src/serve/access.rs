@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 pub use super::admission::{Admission, OpenDatasetError};
 use stoker::socket::{SeqPacket, SockError};
 
+use super::registry::JobKey;
 use crate::service::config::{AccessConfig, LimitsConfig};
 use crate::source::local::fsopen::{Credentials, OpenPolicy};
 
@@ -128,7 +129,13 @@ impl AccessPolicy {
     }
 
     fn is_owner(&self, peer: &Peer) -> bool {
-        peer.uid == self.daemon_uid || peer.uid == 0
+        self.sees_every_job(peer.uid)
+    }
+
+    /// Whether `uid` may see every user's jobs (root and the daemon's own uid); any other
+    /// uid sees only the jobs it created.
+    pub fn sees_every_job(&self, uid: u32) -> bool {
+        uid == self.daemon_uid || uid == 0
     }
 
     /// Whether `peer` may attach at all.
@@ -282,15 +289,14 @@ pub struct Quotas {
 struct Usage {
     clients: usize,
     by_uid: HashMap<u32, u64>,
-    by_job: HashMap<String, u64>,
+    by_job: HashMap<JobKey, u64>,
 }
 
 /// One attached rank's share of the quotas; dropping it gives the share back.
 #[derive(Debug)]
 pub struct QuotaGrant {
     quotas: Arc<Quotas>,
-    uid: u32,
-    job: String,
+    job: JobKey,
     bytes: u64,
 }
 
@@ -302,14 +308,14 @@ impl Quotas {
         })
     }
 
-    /// Reserves a ring of `bytes` for a client of `uid` in `job`, or says which limit it is
-    /// over, with the numbers.
-    pub fn reserve(
+    /// Reserves a ring of `bytes` for a rank of `job` (its owner's client), or says which
+    /// limit it is over, with the numbers.
+    pub(crate) fn reserve(
         self: &Arc<Self>,
-        uid: u32,
-        job: &str,
+        job: &JobKey,
         bytes: u64,
     ) -> Result<QuotaGrant, AccessError> {
+        let uid = job.owner;
         let l = &self.limits;
         let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
         if u.clients >= l.max_clients {
@@ -329,18 +335,17 @@ impl Quotas {
         let by_job = u.by_job.get(job).copied().unwrap_or(0);
         if by_job.saturating_add(bytes) > l.max_job_ring_bytes {
             return Err(AccessError::Quota(format!(
-                "a ring of {bytes} bytes for job {job:?}, whose ranks hold {by_job} bytes already, \
+                "a ring of {bytes} bytes for job {job}, whose ranks hold {by_job} bytes already, \
                  is over the per-job quota (limits.max_job_ring_bytes) of {} bytes",
                 l.max_job_ring_bytes
             )));
         }
         u.clients += 1;
         *u.by_uid.entry(uid).or_default() += bytes;
-        *u.by_job.entry(job.to_owned()).or_default() += bytes;
+        *u.by_job.entry(job.clone()).or_default() += bytes;
         Ok(QuotaGrant {
             quotas: Arc::clone(self),
-            uid,
-            job: job.to_owned(),
+            job: job.clone(),
             bytes,
         })
     }
@@ -357,10 +362,10 @@ impl Drop for QuotaGrant {
         let mut u = self.quotas.used.lock().unwrap_or_else(|e| e.into_inner());
         u.clients -= 1;
         let give_back = |m: &mut u64| *m -= self.bytes;
-        if let Some(v) = u.by_uid.get_mut(&self.uid) {
+        if let Some(v) = u.by_uid.get_mut(&self.job.owner) {
             give_back(v);
             if *v == 0 {
-                u.by_uid.remove(&self.uid);
+                u.by_uid.remove(&self.job.owner);
             }
         }
         if let Some(v) = u.by_job.get_mut(&self.job) {
@@ -376,6 +381,13 @@ impl Drop for QuotaGrant {
 mod tests {
     use super::*;
     use crate::source::index::OpenOptions;
+
+    fn key(owner: u32, name: &str) -> JobKey {
+        JobKey {
+            owner,
+            name: name.to_owned(),
+        }
+    }
 
     fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
         Peer {
@@ -528,28 +540,29 @@ mod tests {
     fn quotas_refuse_with_numbers_and_are_given_back() {
         let q = Quotas::new(LimitsConfig {
             max_client_ring_bytes: 100,
-            max_job_ring_bytes: 150,
+            max_job_ring_bytes: 80,
             max_clients: 3,
             max_jobs: 10,
             ..LimitsConfig::default()
         });
-        let a = q.reserve(1, "j", 60).unwrap();
-        let e = q.reserve(1, "k", 50).unwrap_err().to_string();
+        let a = q.reserve(&key(1, "j"), 60).unwrap();
+        let e = q.reserve(&key(1, "k"), 50).unwrap_err().to_string();
         assert!(
             e.contains("50 bytes") && e.contains("60 bytes") && e.contains("100"),
             "{e}"
         );
-        let b = q.reserve(2, "j", 80).unwrap();
-        let e = q.reserve(3, "j", 20).unwrap_err().to_string();
+        let e = q.reserve(&key(1, "j"), 30).unwrap_err().to_string();
         assert!(
-            e.contains("per-job") && e.contains("140") && e.contains("150"),
+            e.contains("per-job") && e.contains("60 bytes") && e.contains("80"),
             "{e}"
         );
-        let _c = q.reserve(3, "x", 1).unwrap();
-        let e = q.reserve(4, "y", 1).unwrap_err().to_string();
+        // Another uid's job of the same key has its own share.
+        let b = q.reserve(&key(2, "j"), 80).unwrap();
+        let _c = q.reserve(&key(3, "x"), 1).unwrap();
+        let e = q.reserve(&key(4, "y"), 1).unwrap_err().to_string();
         assert!(e.contains("max_clients"), "{e}");
         drop((a, b));
         assert_eq!(q.usage(), (1, 1));
-        q.reserve(1, "j", 100).unwrap();
+        q.reserve(&key(1, "j"), 80).unwrap();
     }
 }

@@ -73,7 +73,7 @@ impl Connection {
             return;
         }
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
-        if let Some(attach) = self.open(&sock, &mut buf) {
+        if let Some(attach) = self.open(&sock, &peer, &mut buf) {
             self.serve_rank(&sock, &attach, &peer, &mut buf);
         }
     }
@@ -101,7 +101,7 @@ impl Connection {
 
     /// Reads the opening message: answers a STATUS, refuses what cannot attach, and returns
     /// an ATTACH to serve.
-    fn open(&self, sock: &SeqPacket, buf: &mut [u8]) -> Option<Box<Attach>> {
+    fn open(&self, sock: &SeqPacket, peer: &Peer, buf: &mut [u8]) -> Option<Box<Attach>> {
         let id = self.id;
         match self.read_attach(sock, buf) {
             Ok(Opening::Attach(_)) if self.handle.is_stopping() => {
@@ -110,7 +110,7 @@ impl Connection {
             }
             Ok(Opening::Attach(a)) => Some(a),
             Ok(Opening::Status) => {
-                match encode_status(self.handle.status()) {
+                match encode_status(self.handle.status(peer.uid)) {
                     Ok(bytes) => {
                         let _ = sock.send(&bytes, &[]);
                     }
@@ -289,7 +289,7 @@ impl Connection {
         let target = self.handle.engines.target(&a.device)?;
         let layout = target.layout(&a.spec, self.slots)?;
         let ring_bytes = layout.total_bytes() as u64;
-        let grant = self.handle.quotas.reserve(peer.uid, &a.job, ring_bytes)?;
+        let grant = self.handle.quotas.reserve(&seat.key, ring_bytes)?;
         let ring = target.make_ring(&a.spec, a.rank, layout)?;
         let device_images = target.gpu.is_some();
         let answer = Attached {

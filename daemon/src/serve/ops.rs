@@ -325,14 +325,18 @@ impl ServerHandle {
         )
     }
 
-    /// What `stoker status` shows.
-    pub fn status(&self) -> DaemonStatus {
+    /// What `stoker status` shows a client of `viewer` uid: the daemon's figures, and the
+    /// jobs it may see (its own; every job for root and the daemon's uid).
+    pub fn status(&self, viewer: u32) -> DaemonStatus {
         let totals = self.engines.stage_figures().totals;
+        let every_job = self.registry.access().sees_every_job(viewer);
         let mut jobs: Vec<JobStatus> = {
             let reg = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
             reg.iter()
+                .filter(|(key, _)| every_job || key.owner == viewer)
                 .map(|(key, e)| JobStatus {
-                    job: key.clone(),
+                    job: key.name.clone(),
+                    owner: key.owner,
                     dataset: e.terms.dataset.clone(),
                     samples: e.job.dataset.len() as u64,
                     world_size: e.terms.world_size,
@@ -344,7 +348,7 @@ impl ServerHandle {
                 })
                 .collect()
         };
-        jobs.sort_by(|a, b| a.job.cmp(&b.job));
+        jobs.sort_by(|a, b| (&a.job, a.owner).cmp(&(&b.job, b.owner)));
         DaemonStatus {
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
             pid: std::process::id(),

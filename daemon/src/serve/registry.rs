@@ -2,6 +2,11 @@
 //! rank's seat.
 //!
 //! # Design
+//! - Jobs belong to the uid that created them: a job is keyed by its owner and the key its
+//!   ranks name ([`JobKey`]), so another uid's attach under the same key (torchrun's
+//!   predictable `ADDR:PORT/dataset`) makes a job of its own instead of joining, taking a
+//!   rank's share or locking the real rank out. Refusing it instead would let anyone who
+//!   guesses a key first lock its owner out.
 //! - The first rank of a job creates it (opening the dataset); a later rank whose terms differ
 //!   is refused naming the field; a rank attached twice is refused. Dropping a [`RankSeat`]
 //!   frees the rank, and the job with its last rank.
@@ -82,6 +87,29 @@ impl JobTerms {
     }
 }
 
+/// A job's identity: the uid that created it and the key its ranks name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct JobKey {
+    pub(crate) owner: u32,
+    pub(crate) name: String,
+}
+
+impl JobKey {
+    /// The job `a` names for a peer of `uid`.
+    pub(super) fn of(uid: u32, a: &Attach) -> JobKey {
+        JobKey {
+            owner: uid,
+            name: a.job.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for JobKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} of uid {}", self.name, self.owner)
+    }
+}
+
 pub(super) struct JobEntry {
     pub(super) terms: JobTerms,
     pub(super) job: Arc<Job>,
@@ -93,7 +121,7 @@ pub(super) struct JobEntry {
 /// Job key → job, and the access rules (which SIGHUP may replace). Shared by every
 /// connection.
 pub(super) struct Registry {
-    pub(super) jobs: Mutex<HashMap<String, JobEntry>>,
+    pub(super) jobs: Mutex<HashMap<JobKey, JobEntry>>,
     pub(super) access: RwLock<AccessPolicy>,
     pub(super) max_jobs: usize,
     pub(super) walk: WalkLimits,
@@ -127,7 +155,7 @@ pub(super) struct Seated {
 /// last rank).
 pub(super) struct RankSeat {
     pub(super) registry: Arc<Registry>,
-    pub(super) key: String,
+    pub(super) key: JobKey,
     pub(super) rank: u32,
     pub(super) delivered: Arc<AtomicU64>,
 }
@@ -152,7 +180,7 @@ impl Registry {
     }
 
     /// Refuses a new job when `limits.max_jobs` run already.
-    fn check_job_count(&self, jobs: &HashMap<String, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+    fn check_job_count(&self, jobs: &HashMap<JobKey, JobEntry>, a: &Attach) -> Result<(), Refusal> {
         if jobs.len() < self.max_jobs {
             return Ok(());
         }
@@ -195,13 +223,14 @@ impl Registry {
     /// this one indexed. Returns whether this call made it.
     fn create_if_absent<'r>(
         &'r self,
+        key: &JobKey,
         a: &Attach,
         admitted: &Admission,
         terms: &JobTerms,
-    ) -> Result<(MutexGuard<'r, HashMap<String, JobEntry>>, bool), Refusal> {
+    ) -> Result<(MutexGuard<'r, HashMap<JobKey, JobEntry>>, bool), Refusal> {
         let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let mut jobs = lock();
-        if jobs.contains_key(&a.job) {
+        if jobs.contains_key(key) {
             return Ok((jobs, false));
         }
         self.check_job_count(&jobs, a)?;
@@ -211,12 +240,13 @@ impl Registry {
         let job = self.create_job(a, admitted, terms.offset)?;
         jobs = lock();
         // Another first rank of the same job may have made it meanwhile: join that one.
-        if jobs.contains_key(&a.job) {
+        if jobs.contains_key(key) {
             return Ok((jobs, false));
         }
         self.check_job_count(&jobs, a)?;
         tracing::info!(
             job = %a.job,
+            owner = key.owner,
             dataset = %a.dataset,
             samples = job.dataset.len(),
             world_size = a.world_size,
@@ -230,7 +260,7 @@ impl Registry {
             ranks: BTreeSet::new(),
             delivered: Arc::default(),
         };
-        jobs.insert(a.job.clone(), entry);
+        jobs.insert(key.clone(), entry);
         Ok((jobs, true))
     }
 
@@ -246,8 +276,9 @@ impl Registry {
         peer_uid: u32,
     ) -> Result<Seated, Refusal> {
         let terms = JobTerms::of(a);
-        let (mut jobs, created) = self.create_if_absent(a, admitted, &terms)?;
-        let entry = jobs.get(&a.job).expect("inserted or present above");
+        let key = JobKey::of(peer_uid, a);
+        let (mut jobs, created) = self.create_if_absent(&key, a, admitted, &terms)?;
+        let entry = jobs.get(&key).expect("inserted or present above");
         if let Some(diff) = entry.terms.mismatch(&terms) {
             return Err(refuse(
                 ErrorCode::SpecMismatch,
@@ -270,11 +301,11 @@ impl Registry {
                 format!("job {:?}: rank {} is attached already", a.job, a.rank),
             ));
         }
-        let entry = jobs.get_mut(&a.job).expect("inserted or present above");
+        let entry = jobs.get_mut(&key).expect("inserted or present above");
         entry.ranks.insert(a.rank);
         let seat = RankSeat {
             registry: Arc::clone(self),
-            key: a.job.clone(),
+            key,
             rank: a.rank,
             delivered: Arc::clone(&entry.delivered),
         };

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use stoker::protocol::{RankStall, Stats};
 
+use super::registry::JobKey;
 use crate::service::metrics::catalogue::{
     self, CLIENT_COMPUTE_SECONDS_TOTAL as COMPUTE_SECONDS, CLIENT_WAIT_FRACTION as WAIT_FRACTION,
     CLIENT_WAIT_SECONDS_TOTAL as WAIT_SECONDS,
@@ -34,7 +35,7 @@ use crate::service::metrics::catalogue::{
 /// Which rank of which job.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct RankKey {
-    job: String,
+    job: JobKey,
     rank: u32,
 }
 
@@ -76,11 +77,11 @@ pub struct StallBoard {
 
 impl StallBoard {
     /// A place for `rank` of `job` to report into, for as long as the returned entry lives.
-    pub fn entry(self: &Arc<Self>, job: &str, rank: u32) -> RankStallEntry {
+    pub(crate) fn entry(self: &Arc<Self>, job: &JobKey, rank: u32) -> RankStallEntry {
         RankStallEntry {
             board: Arc::clone(self),
             key: RankKey {
-                job: job.to_owned(),
+                job: job.clone(),
                 rank,
             },
         }
@@ -91,10 +92,10 @@ impl StallBoard {
     }
 
     /// The ranks of `job` that reported, by rank.
-    pub fn of_job(&self, job: &str) -> Vec<RankStall> {
+    pub(crate) fn of_job(&self, job: &JobKey) -> Vec<RankStall> {
         self.lock()
             .iter()
-            .filter(|(k, _)| k.job == job)
+            .filter(|(k, _)| &k.job == job)
             .map(|(k, r)| r.shown(k.rank))
             .collect()
     }
@@ -118,9 +119,10 @@ impl StallBoard {
                 };
                 let _ = writeln!(
                     out,
-                    "{name}{{job=\"{}\",rank=\"{}\"}} {value}",
-                    label_value(&k.job),
-                    k.rank
+                    "{name}{{job=\"{}\",rank=\"{}\",uid=\"{}\"}} {value}",
+                    label_value(&k.job.name),
+                    k.rank,
+                    k.job.owner
                 );
             }
         }
@@ -165,6 +167,13 @@ impl Drop for RankStallEntry {
 mod tests {
     use super::*;
 
+    fn key(owner: u32, name: &str) -> JobKey {
+        JobKey {
+            owner,
+            name: name.to_owned(),
+        }
+    }
+
     fn stats(wait_ms: u64, compute_ms: u64, batches: u64) -> Stats {
         Stats {
             wait_ns: wait_ms * 1_000_000,
@@ -176,35 +185,41 @@ mod tests {
     #[test]
     fn the_fraction_follows_the_last_interval() {
         let board = Arc::new(StallBoard::default());
-        let e = board.entry("job \"a\"", 3);
+        let e = board.entry(&key(7, "job \"a\""), 3);
         e.record(stats(900, 100, 1));
-        let s = &board.of_job("job \"a\"")[0];
+        let s = &board.of_job(&key(7, "job \"a\""))[0];
         assert_eq!((s.rank, s.batches), (3, 1));
         assert!((s.wait_fraction - 0.9).abs() < 1e-9, "{s:?}");
         // Since then: 100 ms waited, 900 ms computed.
         e.record(stats(1000, 1000, 10));
-        let s = &board.of_job("job \"a\"")[0];
+        let s = &board.of_job(&key(7, "job \"a\""))[0];
         assert!((s.wait_fraction - 0.1).abs() < 1e-9, "{s:?}");
         assert_eq!((s.wait_s, s.compute_s, s.batches), (1.0, 1.0, 10));
-        assert!(board.of_job("other").is_empty());
+        assert!(board.of_job(&key(7, "other")).is_empty());
+        assert!(
+            board.of_job(&key(8, "job \"a\"")).is_empty(),
+            "another uid's job of the same key"
+        );
         let text = board.prometheus_text();
         assert!(
-            text.contains("stoker_client_wait_fraction{job=\"job \\\"a\\\"\",rank=\"3\"} 0.1"),
+            text.contains(
+                "stoker_client_wait_fraction{job=\"job \\\"a\\\"\",rank=\"3\",uid=\"7\"} 0.1"
+            ),
             "{text}"
         );
         assert!(text.contains("# TYPE stoker_client_wait_seconds_total counter"));
         drop(e);
-        assert!(board.of_job("job \"a\"").is_empty());
+        assert!(board.of_job(&key(7, "job \"a\"")).is_empty());
         assert!(!board.prometheus_text().contains("rank=\"3\""));
     }
 
     #[test]
     fn totals_that_go_backwards_restart_the_window() {
         let board = Arc::new(StallBoard::default());
-        let e = board.entry("j", 0);
+        let e = board.entry(&key(0, "j"), 0);
         e.record(stats(500, 500, 5));
         e.record(stats(100, 300, 1));
-        let s = &board.of_job("j")[0];
+        let s = &board.of_job(&key(0, "j"))[0];
         assert!((s.wait_fraction - 0.25).abs() < 1e-9, "{s:?}");
     }
 }

@@ -74,6 +74,11 @@ pub struct GpuStatus {
 #[serde(deny_unknown_fields)]
 pub struct JobStatus {
     pub job: String,
+    /// The uid that created the job: jobs are keyed by owner and key, so two users' jobs may
+    /// share a key. A user's STATUS shows only their own jobs (root and the daemon's uid see
+    /// every job).
+    #[serde(default)]
+    pub owner: u32,
     pub dataset: String,
     pub samples: u64,
     pub world_size: u32,

@@ -155,7 +155,8 @@ pub fn render(s: &DaemonStatus) -> String {
     out
 }
 
-/// The jobs' table: one row a job, columns padded to their widest cell.
+/// The jobs' table: one row a job, columns padded to their widest cell. UID is the job's
+/// owner: two users' jobs may share a key, and only root and the daemon's uid see others'.
 fn render_jobs(jobs: &[JobStatus]) -> String {
     let mut out = String::new();
     let header = [
@@ -166,8 +167,9 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
         "BATCH",
         "STEPS/EPOCH",
         "DELIVERED",
+        "UID",
     ];
-    let rows: Vec<[String; 7]> = jobs
+    let rows: Vec<[String; 8]> = jobs
         .iter()
         .map(|j| {
             [
@@ -178,6 +180,7 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
                 j.batch_size.to_string(),
                 j.steps_per_epoch.to_string(),
                 j.images_delivered.to_string(),
+                j.owner.to_string(),
             ]
         })
         .collect();
@@ -328,6 +331,7 @@ mod tests {
             ring_bytes: 3 << 20,
             jobs: vec![JobStatus {
                 job: "resnet".into(),
+                owner: 1000,
                 dataset: "imagenet".into(),
                 samples: 1000,
                 world_size: 4,

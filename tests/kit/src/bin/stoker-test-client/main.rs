@@ -8,6 +8,8 @@
 //!   whose file turned into a symlink out of the roots fails (run as another uid).
 //! - `lobby <socket>`: attaches the registered dataset `reg` and receives within 1 s (run as
 //!   another uid).
+//! - `intruder <socket> <job>`: attaches ranks 0 and 1 of 2 of another uid's job key on `reg`,
+//!   reports a data stall, prints `ready` and holds them (run as another uid).
 //! - `rank <json>`: one rank of a multi-host job (`stoker_testkit::rank_orders`).
 //!
 //! A failed check panics: the exit status and stderr tell the parent test.
@@ -32,6 +34,7 @@ fn main() {
         "refused" => other_uid::refused(Path::new(arg(1))),
         "permissions" => other_uid::permissions(Path::new(arg(1)), Path::new(arg(2))),
         "lobby" => other_uid::lobby(Path::new(arg(1))),
+        "intruder" => other_uid::intruder(Path::new(arg(1)), arg(2)),
         "rank" => rank::run(arg(1)),
         other => panic!("stoker-test-client: unknown role {other:?}"),
     }

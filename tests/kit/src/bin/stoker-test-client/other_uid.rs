@@ -83,3 +83,36 @@ pub fn lobby(socket: &Path) {
     println!("attached and received in {} ms", took.as_millis());
     assert!(took < Duration::from_secs(1), "attach took {took:?}");
 }
+
+/// Attaches ranks 0 and 1 of 2 of job `job` on the registered dataset `reg` (another uid's
+/// job has that key), says for each whether it made a job or joined one, reports a data stall
+/// from rank 1, prints `ready` and holds both ranks until killed.
+pub fn intruder(socket: &Path, job: &str) {
+    let attach = |rank: u32| {
+        let o = options("reg", job, (rank, 2), u8_spec(2, 16, None));
+        Client::attach(socket, o)
+    };
+    let mut held = Vec::new();
+    for rank in [0, 1] {
+        match attach(rank) {
+            Ok(c) => {
+                let a = c.attached();
+                println!(
+                    "rank {rank}: created_job {} ranks_attached {}",
+                    a.created_job, a.ranks_attached
+                );
+                held.push(c);
+            }
+            Err(e) => println!("rank {rank}: refused: {e}"),
+        }
+    }
+    if let Some(c) = held.last_mut() {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(1300) {
+            c.next_batch().expect("a batch").expect("not the end");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(60));
+}
