@@ -283,3 +283,55 @@ fn spawn_with_metrics(dir: &Path, socket: &Path) -> (Daemon, String) {
     ];
     (spawn_ready(dir, &args), addr)
 }
+
+/// A GET of `/metrics` that gives up after `limit`: (status line, or the error, and the time).
+fn scrape_within(addr: &str, limit: Duration) -> (Result<String, String>, Duration) {
+    use std::io::Read;
+    let t0 = Instant::now();
+    let got = (|| {
+        let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        Ok(text.lines().next().unwrap_or("").to_owned())
+    })();
+    (got, t0.elapsed())
+}
+
+#[test]
+fn a_slowloris_connection_neither_holds_up_a_scrape_nor_outlives_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stoker.sock");
+    let (_daemon, addr) = spawn_with_metrics(dir.path(), &socket);
+    let (status, _) = http_get(&addr, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    let slow_addr = addr.clone();
+    // One byte of a request every 1.5 s (each within the old per-read timeout), until the
+    // daemon closes the connection or 30 s have passed.
+    let slow = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(&slow_addr).unwrap();
+        let t0 = Instant::now();
+        let request = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+        for b in request.iter().chain(std::iter::repeat(&b'a')) {
+            if s.write_all(&[*b]).is_err() || t0.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        t0.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let (got, took) = scrape_within(&addr, Duration::from_secs(5));
+    println!("a scrape beside a slowloris connection: {got:?} in {took:?}");
+    assert!(
+        got.as_ref().is_ok_and(|s| s.contains("200")),
+        "a scrape waited behind a connection sending a byte every 1.5 s: {got:?} after {took:?}"
+    );
+    let held = slow.join().unwrap();
+    println!("the slowloris connection was held for {held:?}");
+    assert!(
+        held < Duration::from_secs(12),
+        "a connection sending a byte every 1.5 s was held {held:?}"
+    );
+}

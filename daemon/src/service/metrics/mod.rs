@@ -10,8 +10,13 @@
 //! - [`install`] installs `metrics-exporter-prometheus`'s recorder (without its HTTP stack),
 //!   describes every series of the catalogue and registers every label set known at start at
 //!   zero, so a scrape lists each documented series from the start.
-//! - [`MetricsListener`] is one thread: accept, read one request of at most
-//!   [`MAX_REQUEST_BYTES`] within [`REQUEST_TIMEOUT`], answer, close. Gauges that are state
+//! - [`MetricsListener`] accepts on one thread and answers each connection on a thread of its
+//!   own, at most [`MAX_CONNECTIONS`] at a time (past that a new connection is closed at
+//!   once): read one request of at most [`MAX_REQUEST_BYTES`], answer, close. The whole
+//!   request must arrive within [`REQUEST_TIMEOUT`] and the whole answer leave within
+//!   [`RESPONSE_TIMEOUT`] (deadlines, not per-read timeouts: a client sending a byte a second
+//!   is closed at the deadline), so a slow or stalled client holds one of the threads for
+//!   seconds and never blocks another scrape. Gauges that are state
 //!   (clients, jobs) are refreshed by a callback just before each render; the text it returns
 //!   (series that come and go with ranks, such as the data stall of `crate::serve::stall`) is
 //!   appended to the render.
@@ -24,7 +29,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -41,8 +48,12 @@ pub const STAGE_BUCKETS: &[f64] = &[
 ];
 /// Largest HTTP request head read.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// How long a scraper may take to send its request.
+/// How long a scraper may take to send its whole request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a scraper may take to read the whole answer.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections answered at once; more are closed as they come.
+pub const MAX_CONNECTIONS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -121,21 +132,19 @@ impl MetricsListener {
     pub fn spawn(
         addr: SocketAddr,
         handle: PrometheusHandle,
-        refresh: impl Fn() -> String + Send + 'static,
+        refresh: impl Fn() -> String + Send + Sync + 'static,
     ) -> Result<MetricsListener, MetricsError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
         let addr = listener.local_addr().unwrap_or(addr);
+        let refresh = Arc::new(refresh);
         std::thread::Builder::new()
             .name("stoker-metrics".into())
             .spawn(move || {
+                let busy = Arc::new(AtomicUsize::new(0));
                 for conn in listener.incoming() {
                     match conn {
-                        Ok(mut s) => {
-                            if let Err(e) = answer(&mut s, &handle, &refresh) {
-                                tracing::debug!(error = %e, "metrics request failed");
-                            }
-                        }
+                        Ok(s) => serve_one(s, &busy, &handle, &refresh),
                         Err(e) => {
                             tracing::warn!(error = %e, "metrics accept failed");
                             std::thread::sleep(Duration::from_millis(50));
@@ -150,6 +159,33 @@ impl MetricsListener {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+}
+
+/// Answers `s` on a thread of its own, unless [`MAX_CONNECTIONS`] are being answered (then
+/// `s` is closed).
+fn serve_one<F: Fn() -> String + Send + Sync + 'static>(
+    mut s: TcpStream,
+    busy: &Arc<AtomicUsize>,
+    handle: &PrometheusHandle,
+    refresh: &Arc<F>,
+) {
+    if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        busy.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!("metrics connection closed: {MAX_CONNECTIONS} being answered");
+        return;
+    }
+    let (busy, handle, refresh) = (Arc::clone(busy), handle.clone(), Arc::clone(refresh));
+    let spawned = std::thread::Builder::new()
+        .name("stoker-metrics-conn".into())
+        .spawn(move || {
+            if let Err(e) = answer(&mut s, &handle, &*refresh) {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+            busy.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a metrics connection thread");
     }
 }
 
@@ -191,11 +227,11 @@ fn answer(
     handle: &PrometheusHandle,
     refresh: &impl Fn() -> String,
 ) -> std::io::Result<()> {
-    s.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-    s.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let complete = loop {
+        s.set_read_timeout(Some(left_until(deadline)?))?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             break false;
@@ -237,9 +273,34 @@ fn answer(
         out.push_str("Allow: GET\r\n");
     }
     out.push_str("\r\n");
-    s.write_all(out.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    s.flush()
+    out.push_str(&body);
+    write_before(s, out.as_bytes(), Instant::now() + RESPONSE_TIMEOUT)
+}
+
+/// The time left until `deadline`, or a timeout error once it has passed.
+fn left_until(deadline: Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client missed the deadline",
+        ));
+    }
+    Ok(left)
+}
+
+/// Writes all of `bytes` to `s` before `deadline`, or fails with a timeout.
+fn write_before(s: &mut TcpStream, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        s.set_write_timeout(Some(left_until(deadline)?))?;
+        match s.write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
