@@ -9,6 +9,7 @@ mod jobs;
 mod other_uid;
 mod rings;
 mod rules;
+mod users;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;

@@ -14,6 +14,7 @@ mod cache;
 mod fake;
 mod keys;
 mod outages;
+mod owners;
 mod reads;
 mod stalls;
 mod stores;

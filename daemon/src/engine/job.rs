@@ -33,6 +33,8 @@ pub struct Job {
     offset: Option<EpochOffset>,
     /// How the job's files are opened (credentials, symlinks, shard identities).
     pub(super) rules: Arc<OpenRules>,
+    /// The uid that created the job: the scheduler shares the workers between users first.
+    pub owner: u32,
 }
 
 impl std::fmt::Debug for Job {
@@ -53,7 +55,15 @@ impl Job {
         seed: u64,
         world_size: u32,
     ) -> Result<Arc<Job>, PipelineError> {
-        Job::with_policy(dataset, spec, seed, world_size, None, OpenPolicy::default())
+        Job::with_policy(
+            dataset,
+            spec,
+            seed,
+            world_size,
+            None,
+            OpenPolicy::default(),
+            0,
+        )
     }
 
     /// A job whose files are opened under `policy` (a client's credentials, no symlinks;
@@ -66,6 +76,7 @@ impl Job {
         world_size: u32,
         offset: Option<EpochOffset>,
         policy: OpenPolicy,
+        owner: u32,
     ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
         let offset = offset.filter(|o| o.consumed > 0);
@@ -82,6 +93,7 @@ impl Job {
             seed,
             world_size,
             rules,
+            owner,
         }))
     }
 

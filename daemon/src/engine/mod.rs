@@ -140,6 +140,8 @@ pub struct EngineConfig {
     /// Test and benchmark hook: deliberately slows the reader and the decoder, so that the
     /// benchmark's bottleneck verdict can be checked on constructed cases. `None` in service.
     pub throttle: Option<Throttle>,
+    /// Each uid's share of the workers (a uid not named: 1); see [`scheduler`].
+    pub user_shares: std::collections::BTreeMap<u32, f64>,
 }
 
 /// Artificial delays per image (a slow disk, a slow decoder), for `stoker bench` tests only.
@@ -162,6 +164,7 @@ impl Default for EngineConfig {
             policy: BadSamplePolicy::default(),
             bad_log_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
             throttle: None,
+            user_shares: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -207,7 +210,7 @@ impl Engine {
             .map(|_| factory.make(&config))
             .collect::<Result<Vec<_>, _>>()?;
         let shared = Arc::new(Shared {
-            sched: Mutex::new(Sched::default()),
+            sched: Mutex::new(Sched::with_shares(config.user_shares.clone())),
             work: Condvar::new(),
             bad_log: BadSampleLog::new(config.bad_log_per_second),
             config,

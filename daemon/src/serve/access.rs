@@ -14,7 +14,10 @@
 //!    image). With no roots set, only the daemon's own uid and root may name paths: they could
 //!    read them anyway.
 //! 3. **Quotas**: ring bytes per client (all connections of one uid), ring bytes per job (all
-//!    its ranks), clients attached, jobs. A [`QuotaGrant`] holds its share until dropped.
+//!    its ranks), clients attached per uid and in all, jobs per uid and in all (the registry).
+//!    The per-uid caps default to half the totals, so one user can never hold every ring or
+//!    job; a refusal names the limit that bit, the user's own first. A [`QuotaGrant`] holds
+//!    its share until dropped.
 //!
 //! 4. **Opening**: a dataset a client named by path is indexed and read with that client's
 //!    filesystem credentials when its uid is not the daemon's (so the kernel decides what it
@@ -288,6 +291,8 @@ pub struct Quotas {
 #[derive(Debug, Default)]
 struct Usage {
     clients: usize,
+    /// Clients attached, by uid.
+    clients_by_uid: HashMap<u32, usize>,
     by_uid: HashMap<u32, u64>,
     by_job: HashMap<JobKey, u64>,
 }
@@ -324,6 +329,14 @@ impl Quotas {
                 u.clients, l.max_clients
             )));
         }
+        let mine = u.clients_by_uid.get(&uid).copied().unwrap_or(0);
+        if mine >= l.clients_per_uid() {
+            return Err(AccessError::Quota(format!(
+                "uid {uid} has {mine} clients attached, its limit (limits.max_clients_per_uid) \
+                 is {}",
+                l.clients_per_uid()
+            )));
+        }
         let by_uid = u.by_uid.get(&uid).copied().unwrap_or(0);
         if by_uid.saturating_add(bytes) > l.max_client_ring_bytes {
             return Err(AccessError::Quota(format!(
@@ -341,6 +354,7 @@ impl Quotas {
             )));
         }
         u.clients += 1;
+        *u.clients_by_uid.entry(uid).or_default() += 1;
         *u.by_uid.entry(uid).or_default() += bytes;
         *u.by_job.entry(job.clone()).or_default() += bytes;
         Ok(QuotaGrant {
@@ -361,6 +375,12 @@ impl Drop for QuotaGrant {
     fn drop(&mut self) {
         let mut u = self.quotas.used.lock().unwrap_or_else(|e| e.into_inner());
         u.clients -= 1;
+        if let Some(n) = u.clients_by_uid.get_mut(&self.job.owner) {
+            *n -= 1;
+            if *n == 0 {
+                u.clients_by_uid.remove(&self.job.owner);
+            }
+        }
         let give_back = |m: &mut u64| *m -= self.bytes;
         if let Some(v) = u.by_uid.get_mut(&self.job.owner) {
             give_back(v);
@@ -537,11 +557,30 @@ mod tests {
     }
 
     #[test]
+    fn one_uid_holds_at_most_half_the_clients_by_default() {
+        let q = Quotas::new(LimitsConfig {
+            max_clients: 4,
+            ..LimitsConfig::default()
+        });
+        let a = q.reserve(&key(1, "a"), 1).unwrap();
+        let _b = q.reserve(&key(1, "b"), 1).unwrap();
+        let e = q.reserve(&key(1, "c"), 1).unwrap_err().to_string();
+        assert!(
+            e.contains("uid 1 has 2") && e.contains("limits.max_clients_per_uid) is 2"),
+            "{e}"
+        );
+        q.reserve(&key(2, "a"), 1).unwrap();
+        drop(a);
+        q.reserve(&key(1, "c"), 1).unwrap();
+    }
+
+    #[test]
     fn quotas_refuse_with_numbers_and_are_given_back() {
         let q = Quotas::new(LimitsConfig {
             max_client_ring_bytes: 100,
             max_job_ring_bytes: 80,
             max_clients: 3,
+            max_clients_per_uid: Some(3),
             max_jobs: 10,
             ..LimitsConfig::default()
         });

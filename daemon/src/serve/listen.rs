@@ -182,6 +182,7 @@ impl Server {
             jobs: Mutex::default(),
             access: RwLock::new(AccessPolicy::new(&config.access, &config.datasets)),
             max_jobs: config.limits.max_jobs,
+            max_jobs_per_uid: config.limits.jobs_per_uid(),
             walk: config.limits.walk(),
             objects: ObjectStore::new(&config.s3, &config.datasets),
         });

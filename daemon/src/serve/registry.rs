@@ -27,7 +27,7 @@ use stoker::spec::PipelineSpec;
 
 use crate::engine::{Job, PipelineError};
 use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};
-use crate::source::index::{OpenOptions, WalkLimits};
+use crate::source::index::{DatasetError, OpenOptions, WalkLimits};
 use crate::source::object::{ObjectStore, S3Config};
 
 use super::refusal::{refuse, Refusal};
@@ -124,6 +124,8 @@ pub(super) struct Registry {
     pub(super) jobs: Mutex<HashMap<JobKey, JobEntry>>,
     pub(super) access: RwLock<AccessPolicy>,
     pub(super) max_jobs: usize,
+    /// `limits.max_jobs_per_uid` (or its default, half of `max_jobs`).
+    pub(super) max_jobs_per_uid: usize,
     pub(super) walk: WalkLimits,
     /// Object storage, handed to every dataset a job opens (a reload reconfigures it).
     pub(super) objects: Arc<ObjectStore>,
@@ -135,6 +137,7 @@ impl Default for Registry {
             jobs: Mutex::default(),
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
+            max_jobs_per_uid: usize::MAX,
             walk: WalkLimits::default(),
             objects: ObjectStore::new(&S3Config::default(), &Default::default()),
         }
@@ -179,8 +182,25 @@ impl Registry {
         self.access.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Refuses a new job when `limits.max_jobs` run already.
-    fn check_job_count(&self, jobs: &HashMap<JobKey, JobEntry>, a: &Attach) -> Result<(), Refusal> {
+    /// Refuses a new job of `key.owner` when that uid runs `limits.max_jobs_per_uid` jobs
+    /// already, or when `limits.max_jobs` run in all; the refusal names the limit that bit.
+    fn check_job_count(
+        &self,
+        jobs: &HashMap<JobKey, JobEntry>,
+        key: &JobKey,
+    ) -> Result<(), Refusal> {
+        let uid = key.owner;
+        let mine = jobs.keys().filter(|k| k.owner == uid).count();
+        if mine >= self.max_jobs_per_uid {
+            return Err(refuse(
+                ErrorCode::Quota,
+                format!(
+                    "job {:?}: uid {uid} runs {mine} jobs, its limit (limits.max_jobs_per_uid) \
+                     is {}",
+                    key.name, self.max_jobs_per_uid
+                ),
+            ));
+        }
         if jobs.len() < self.max_jobs {
             return Ok(());
         }
@@ -188,7 +208,7 @@ impl Registry {
             ErrorCode::Quota,
             format!(
                 "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
-                a.job,
+                key.name,
                 jobs.len(),
                 self.max_jobs
             ),
@@ -199,6 +219,7 @@ impl Registry {
     fn create_job(
         &self,
         a: &Attach,
+        peer_uid: u32,
         admitted: &Admission,
         offset: Option<EpochOffset>,
     ) -> Result<Arc<Job>, Refusal> {
@@ -209,14 +230,35 @@ impl Registry {
         };
         let dataset = admitted.open(&opts).map_err(|e| match e {
             OpenDatasetError::Access(e) => Refusal::from(e),
-            OpenDatasetError::Dataset(e) => refuse(ErrorCode::UnknownDataset, e.to_string()),
+            OpenDatasetError::Dataset(e) => self.dataset_refusal(a, peer_uid, &e),
         })?;
         let (ds, spec, policy) = (Arc::new(dataset), a.spec.clone(), admitted.policy.clone());
-        Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy).map_err(|e| match e {
+        let made = Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy, peer_uid);
+        made.map_err(|e| match e {
             PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
             PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
             e => refuse(ErrorCode::Internal, e.to_string()),
         })
+    }
+
+    /// Why a dataset could not be opened, as the client of `peer_uid` is told: an object
+    /// storage error's body (on AWS it carries the access key id and the string to sign) only
+    /// to the dataset's owners (root and the daemon's uid, who configured it); any other user
+    /// gets the S3 code and the dataset's name, and the log keeps the whole error.
+    fn dataset_refusal(&self, a: &Attach, peer_uid: u32, e: &DatasetError) -> Refusal {
+        match e {
+            DatasetError::Remote { code, .. } if !self.access().sees_every_job(peer_uid) => {
+                tracing::warn!(dataset = %a.dataset, uid = peer_uid, error = %e, "object storage refused");
+                refuse(
+                    ErrorCode::UnknownDataset,
+                    format!(
+                        "dataset {:?}: S3 error {code} (the details are in the daemon's log)",
+                        a.dataset
+                    ),
+                )
+            }
+            _ => refuse(ErrorCode::UnknownDataset, e.to_string()),
+        }
     }
 
     /// Makes the job `a` names for its first rank, unless another first rank made it while
@@ -233,17 +275,17 @@ impl Registry {
         if jobs.contains_key(key) {
             return Ok((jobs, false));
         }
-        self.check_job_count(&jobs, a)?;
+        self.check_job_count(&jobs, key)?;
         // Indexing may take long (a large or hostile tree): not under the lock, so status
         // and other attaches go on meanwhile.
         drop(jobs);
-        let job = self.create_job(a, admitted, terms.offset)?;
+        let job = self.create_job(a, key.owner, admitted, terms.offset)?;
         jobs = lock();
         // Another first rank of the same job may have made it meanwhile: join that one.
         if jobs.contains_key(key) {
             return Ok((jobs, false));
         }
-        self.check_job_count(&jobs, a)?;
+        self.check_job_count(&jobs, key)?;
         tracing::info!(
             job = %a.job,
             owner = key.owner,

@@ -134,6 +134,17 @@ pub struct LimitsConfig {
     pub max_job_ring_bytes: u64,
     pub max_clients: usize,
     pub max_jobs: usize,
+    /// Clients (rings) one uid may have attached; unset: half of `max_clients` (at least 1),
+    /// so no single user can hold every ring.
+    pub max_clients_per_uid: Option<usize>,
+    /// Jobs one uid may run; unset: half of `max_jobs` (at least 1), so no single user can
+    /// hold every job.
+    pub max_jobs_per_uid: Option<usize>,
+    /// Each uid's share of the decode workers while several users' jobs run, by uid (a
+    /// number as a string key: `{ "1000" = 2.0 }`); a uid not named has share 1, so by default
+    /// the workers are split evenly between the users with jobs, then evenly between each
+    /// user's jobs.
+    pub user_shares: BTreeMap<String, f64>,
     /// Bad-sample log lines per second; past it lines are counted and reported as
     /// "suppressed K" (each bad file is logged once anyway).
     pub log_bad_samples_per_second: u32,
@@ -149,6 +160,45 @@ pub struct LimitsConfig {
     pub max_index_depth: u32,
 }
 
+impl LimitsConfig {
+    /// `max_clients_per_uid`, or half of `max_clients` (at least 1).
+    pub fn clients_per_uid(&self) -> usize {
+        self.max_clients_per_uid
+            .unwrap_or((self.max_clients / 2).max(1))
+    }
+
+    /// `max_jobs_per_uid`, or half of `max_jobs` (at least 1).
+    pub fn jobs_per_uid(&self) -> usize {
+        self.max_jobs_per_uid.unwrap_or((self.max_jobs / 2).max(1))
+    }
+
+    /// `user_shares` by uid (keys and values checked by [`Config::problem`]; bad ones left out).
+    pub fn shares(&self) -> BTreeMap<u32, f64> {
+        self.user_shares
+            .iter()
+            .filter_map(|(uid, share)| Some((uid.parse().ok()?, *share)))
+            .filter(|(_, share): &(u32, f64)| share.is_finite() && *share > 0.0)
+            .collect()
+    }
+
+    /// The first bad `user_shares` entry, named.
+    fn shares_problem(&self) -> Option<String> {
+        self.user_shares.iter().find_map(|(uid, share)| {
+            if uid.parse::<u32>().is_err() {
+                Some(format!(
+                    "limits.user_shares: key {uid:?} is not a uid (a number)"
+                ))
+            } else if !(share.is_finite() && *share > 0.0) {
+                Some(format!(
+                    "limits.user_shares.{uid}: share must be a positive number, got {share}"
+                ))
+            } else {
+                None
+            }
+        })
+    }
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
@@ -158,6 +208,9 @@ impl Default for LimitsConfig {
             max_job_ring_bytes: DEFAULT_MAX_JOB_RING_BYTES,
             max_clients: DEFAULT_MAX_CLIENTS,
             max_jobs: DEFAULT_MAX_JOBS,
+            max_clients_per_uid: None,
+            max_jobs_per_uid: None,
+            user_shares: BTreeMap::new(),
             log_bad_samples_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
             max_waiting_per_uid: DEFAULT_MAX_WAITING_PER_UID,
             max_waiting: DEFAULT_MAX_WAITING,
@@ -259,6 +312,9 @@ impl Config {
                 ));
             }
         }
+        if let Some(problem) = self.limits.shares_problem() {
+            return Some(problem);
+        }
         if let Some(problem) = self.s3.problem(&self.datasets) {
             return Some(problem);
         }
@@ -287,6 +343,7 @@ impl Config {
             policy: self.pipeline.bad_samples,
             bad_log_per_second: self.limits.log_bad_samples_per_second,
             throttle: None,
+            user_shares: self.limits.shares(),
         }
     }
 

@@ -10,6 +10,9 @@
 //!   another uid).
 //! - `intruder <socket> <job>`: attaches ranks 0 and 1 of 2 of another uid's job key on `reg`,
 //!   reports a data stall, prints `ready` and holds them (run as another uid).
+//! - `attach-error <socket> <dataset>`: attaches `dataset`, must be refused, prints why.
+//! - `hog <socket> <n> <seconds>`: attaches `n` jobs of `reg`, and takes batches from all of
+//!   them for `seconds` (0: holds them until killed) (run as another uid).
 //! - `rank <json>`: one rank of a multi-host job (`stoker_testkit::rank_orders`).
 //!
 //! A failed check panics: the exit status and stderr tell the parent test.
@@ -35,6 +38,12 @@ fn main() {
         "permissions" => other_uid::permissions(Path::new(arg(1)), Path::new(arg(2))),
         "lobby" => other_uid::lobby(Path::new(arg(1))),
         "intruder" => other_uid::intruder(Path::new(arg(1)), arg(2)),
+        "attach-error" => other_uid::attach_error(Path::new(arg(1)), arg(2)),
+        "hog" => other_uid::hog(
+            Path::new(arg(1)),
+            arg(2).parse().expect("a job count"),
+            arg(3).parse().expect("seconds"),
+        ),
         "rank" => rank::run(arg(1)),
         other => panic!("stoker-test-client: unknown role {other:?}"),
     }

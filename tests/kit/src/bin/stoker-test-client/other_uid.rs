@@ -116,3 +116,49 @@ pub fn intruder(socket: &Path, job: &str) {
     println!("ready");
     std::thread::sleep(Duration::from_secs(60));
 }
+
+/// Attaches the dataset `dataset`, which must be refused; prints the code and the message.
+pub fn attach_error(socket: &Path, dataset: &str) {
+    let o = options(dataset, "refused-dataset", (0, 1), u8_spec(2, 16, Some(1)));
+    let err = Client::attach(socket, o).expect_err("the attach was served");
+    println!("refused: {:?}: {err}", err.code());
+}
+
+/// Attaches `n` one-rank jobs `hog-<i>` on the registered dataset `reg` and says for each
+/// whether it was served; prints `attached`. With `seconds` > 0 it then takes batches from
+/// every job for that long and prints `delivered <images>`; else it holds them until killed.
+pub fn hog(socket: &Path, n: usize, seconds: f64) {
+    let mut held = Vec::new();
+    for i in 0..n {
+        let o = options("reg", &format!("hog-{i}"), (0, 1), u8_spec(2, 16, None));
+        match Client::attach(socket, o) {
+            Ok(c) => {
+                println!("job {i}: attached");
+                held.push(c);
+            }
+            Err(e) => println!("job {i}: refused: {e}"),
+        }
+    }
+    println!("attached");
+    if seconds <= 0.0 {
+        std::thread::sleep(Duration::from_secs(120));
+        return;
+    }
+    let window = Duration::from_secs_f64(seconds);
+    let threads: Vec<_> = held
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                let mut images = 0u64;
+                while t0.elapsed() < window {
+                    let b = c.next_batch().expect("a batch").expect("not the end");
+                    images += b.n() as u64;
+                }
+                images
+            })
+        })
+        .collect();
+    let delivered: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    println!("delivered {delivered}");
+}
