@@ -121,7 +121,7 @@ fn ring_requests_over_the_quotas_and_limits_are_refused_with_the_numbers() {
     let config = write_config(
         dir.path(),
         "[limits]\nmax_client_ring_bytes = 1000000\nmax_job_ring_bytes = 1000000\n\
-         max_clients = 2\nmax_jobs = 2\n",
+         max_clients = 2\nmax_jobs = 2\nmax_clients_per_uid = 2\nmax_jobs_per_uid = 2\n",
     );
     let daemon = Daemon::start(
         dir.path(),
