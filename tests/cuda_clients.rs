@@ -219,7 +219,10 @@ fn a_slot_is_not_reused_before_the_consumers_release_event() {
     assert_eq!(cpu.len(), 6);
     let dev = Device::open(cuda::probe().unwrap().devices[0].uuid).unwrap();
     let stream = dev.stream().unwrap();
-    let marker = vec![0x7Fu8; spec.image_bytes() * 4];
+    // Pinned, so each write stays queued on the delayed stream until it runs (from pageable
+    // memory the driver may run it before the call returns).
+    let mut marker = cuda::PinnedHostBuffer::new(&dev, spec.image_bytes() * 4).unwrap();
+    marker.as_mut_slice().fill(0x7F);
     let mut c = Client::attach(s.daemon.socket(), options(&s, "gpu", 0, "cuda:0", &spec)).unwrap();
     let mut got = Vec::new();
     while let Some(b) = c.next_batch().unwrap() {
@@ -234,7 +237,7 @@ fn a_slot_is_not_reused_before_the_consumers_release_event() {
             cuda::result::memcpy_htod_async(
                 cuda::driver().unwrap(),
                 slice.ptr,
-                &marker[..slice.bytes],
+                &marker.as_slice()[..slice.bytes],
                 stream.raw(),
             )
             .unwrap()
@@ -242,6 +245,8 @@ fn a_slot_is_not_reused_before_the_consumers_release_event() {
         b.record_stream(ConsumerStream(stream.raw() as usize));
         drop(b);
     }
+    // The last marker write reads `marker` until it ran: before the pinned memory is freed.
+    stream.synchronize().unwrap();
     assert_matches_cpu(
         "batches behind a delayed consumer",
         &spec,

@@ -201,12 +201,21 @@ fn a_device_ring_is_mapped_and_released_after_the_consumers_event() {
     // dropped with that stream recorded. The drop must not wait for the GPU.
     let dev = device(1);
     let stream = dev.stream().unwrap();
-    let zeros = vec![0u8; slice.bytes];
+    // From pinned memory, so the copy stays queued on the delayed stream (from pageable memory
+    // the driver may run it before returning).
+    let mut zeros = cuda::PinnedHostBuffer::new(&dev, slice.bytes).unwrap();
+    zeros.as_mut_slice().fill(0);
     // SAFETY: the slot's images are mapped in this process while `batch` holds the lease, and
-    // the release waits for this copy (the point of the test).
+    // the release waits for this copy (the point of the test); `zeros` outlives the stream's
+    // work (synchronised before the end of the test).
     unsafe {
-        cuda::result::memcpy_htod_async(cuda::driver().unwrap(), slice.ptr, &zeros, stream.raw())
-            .unwrap()
+        cuda::result::memcpy_htod_async(
+            cuda::driver().unwrap(),
+            slice.ptr,
+            zeros.as_slice(),
+            stream.raw(),
+        )
+        .unwrap()
     };
     let done = dev.event(false).unwrap();
     done.record(&stream).unwrap();
@@ -352,11 +361,13 @@ fn the_c_abi_hands_out_cuda_tensors_and_fences_their_release() {
 
         let dev = device(1);
         let stream = dev.stream().unwrap();
-        let zeros = vec![0u8; header.images_bytes as usize];
+        // Pinned, so the copy stays queued on the delayed stream.
+        let mut zeros = cuda::PinnedHostBuffer::new(&dev, header.images_bytes as usize).unwrap();
+        zeros.as_mut_slice().fill(0);
         cuda::result::memcpy_htod_async(
             cuda::driver().unwrap(),
             header.images,
-            &zeros,
+            zeros.as_slice(),
             stream.raw(),
         )
         .unwrap();

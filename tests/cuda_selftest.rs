@@ -251,9 +251,41 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         "bench.txt",
         "bench.json",
         "peer.txt",
+        "sanitizer.txt",
+        "checklist.txt",
         "summary.txt",
     ] {
         assert!(out.join(file).is_file(), "{file} missing: {stdout}");
+    }
+    // The first-GPU-run checklist: an answer per item, the emulator's and said to be.
+    let checklist = std::fs::read_to_string(out.join("checklist.txt")).unwrap();
+    assert!(checklist.contains("EMULATED GPU"), "{checklist}");
+    let answer = |item: &str| {
+        checklist
+            .lines()
+            .find(|l| l.starts_with(item))
+            .unwrap_or_else(|| panic!("no item {item:?} in {checklist}"))[72..]
+            .trim()
+            .to_string()
+    };
+    assert_eq!(answer("1. hardware decoder engines x cores"), "7 x 1");
+    assert!(
+        answer("3. hardware ROI support").contains("asked"),
+        "{checklist}"
+    );
+    assert!(
+        answer("4. which decoder").starts_with("hardware "),
+        "{checklist}"
+    );
+    assert_eq!(
+        answer("7. compute-sanitizer"),
+        "not run: the GPU is emulated"
+    );
+    for n in 1..=9 {
+        assert!(
+            checklist.contains(&format!("\n{n}. ")),
+            "item {n}: {checklist}"
+        );
     }
     let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
     assert!(stdout.ends_with(&format!("{summary}outputs in {}\n", out.display())));

@@ -265,3 +265,39 @@ fn a_region_the_hardware_refuses_is_decoded_whole_on_the_hardware() {
     };
     assert_eq!(served.mix, (7, 0, 0), "{}", served.log);
 }
+
+#[test]
+fn every_upload_of_a_served_batch_comes_from_pinned_memory() {
+    // The per-sample parameters and the CPU path's images (the RGB file's, by its header) are
+    // uploaded with cuMemcpyHtoDAsync; from pageable memory the driver may make that copy wait
+    // for the stream (driver API, "API synchronization behavior"), so the engine stages them in
+    // pinned memory. The emulated driver counts asynchronous uploads by their source's memory.
+    let test = "every_upload_of_a_served_batch_comes_from_pinned_memory";
+    let stats = tempfile::tempdir().unwrap();
+    let dir = stats.path().to_str().unwrap();
+    let files = ["rgb__adobe0_500x333.jpg", "baseline__ljt_testorig.jpg"];
+    let Some(served) = served_as_the_cpu_serves(test, &files, &[("STOKER_EMU_STATS_DIR", dir)])
+    else {
+        return;
+    };
+    let (_, _, cpu) = served.mix;
+    assert!(cpu >= 1, "a CPU-path image was served: {:?}", served.mix);
+    let files: Vec<_> = std::fs::read_dir(stats.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(files.len(), 1, "the GPU daemon's stats only: {files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let count = |key: &str| -> u64 {
+        let at = text.find(&format!("\"{key}\": ")).unwrap() + key.len() + 4;
+        let digits: String = text[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    assert_eq!(count("async_uploads_pageable"), 0, "{text}");
+    // Two batches of parameters at least, and the CPU-path image.
+    assert!(count("async_uploads_pinned") >= 3, "{text}");
+}

@@ -5,11 +5,21 @@ batch checked as a CUDA DLPack producer and copied back to the host into an .npz
 usage: cuda_client_proc.py SOCKET DATASET SPECS_JSON OUT_NPZ SEED   (env LOCAL_RANK, RANK)
        cuda_client_proc.py fence SOCKET DATASET SPEC_JSON OUT_NPZ SEED
 
+       cuda_client_proc.py jax SOCKET DATASET SPEC_JSON OUT_NPZ SEED
+
 `fence` plays a framework consumer on its own CUDA stream (made through the emulated driver
 with ctypes, every operation on it delayed by STOKER_EMU_OP_DELAY_US): it hands the stream to
 `__dlpack__(stream=...)`, queues a write of a marker into the slot there, and drops the batch at
 once. The release must wait for that write: each batch, read once the stream has drained, is
 saved for the test to compare with the CPU backend's.
+
+`jax` plays JAX without JAX: `jax.dlpack.from_dlpack` passes `__dlpack__(stream=...)` the
+device's stream for external ready events (`jax/_src/dlpack.py`:
+`device.get_stream_for_external_ready_events()`), not a stream its computations run on. So the
+consumer names one stream (the ready-events one) and queues its work on another (the compute
+one, delayed); before it drops the batch it waits for that work, as docs/python.md tells a JAX
+user to (`block_until_ready()` on what was computed from the batch). Each batch, read once the
+compute stream has drained, is saved for the test to compare with the CPU backend's.
 """
 
 import ctypes
@@ -83,17 +93,67 @@ def fence():
     check("cuCtxSetCurrent", ctx)
     check("cuStreamCreate", ctypes.byref(stream), 1)
     arrays = {}
+    # The marker is in pinned memory, so its copy stays queued on the delayed stream (from
+    # pageable memory the driver may run the copy before returning).
+    marker, marker_bytes = ctypes.c_void_p(), 0
     for step, b in enumerate(loader.batches()):
         check("cuStreamSynchronize", stream)
         images = b.images
         arrays[f"images_{step}"] = images.copy_to_host()
         arrays[f"indices_{step}"] = b.indices.copy_to_host()
         capsule = images.__dlpack__(stream=stream.value)
-        marker = np.full(images.copy_to_host().nbytes, 0x7F, dtype=np.uint8)
-        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr),
-              marker.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(marker.nbytes), stream)
+        n = arrays[f"images_{step}"].nbytes
+        if marker_bytes < n:
+            check("cuMemAllocHost_v2", ctypes.byref(marker), ctypes.c_size_t(n))
+            ctypes.memset(marker, 0x7F, n)
+            marker_bytes = n
+        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr), marker,
+              ctypes.c_size_t(n), stream)
         del capsule, images, b
     check("cuStreamSynchronize", stream)
+    loader.close()
+    np.savez(out, **arrays)
+    print("done", len(arrays))
+
+
+def jax_style():
+    socket, dataset, spec, out, seed = sys.argv[2:7]
+    cu = ctypes.CDLL(os.environ["STOKER_LIBCUDA"])
+
+    def check(name, *args):
+        r = getattr(cu, name)(*args)
+        assert r == 0, f"{name} returned {r}"
+
+    loader = stoker.Loader(dataset, spec=json.loads(spec), device="cuda:0", rank=0,
+                           world_size=1, job="jax", seed=int(seed), socket=socket,
+                           autostart=False)
+    loader.info
+    ctx, ready, compute = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
+    check("cuCtxSetCurrent", ctx)
+    # XLA's streams are non-blocking: neither waits for the other, nor for the default stream.
+    check("cuStreamCreate", ctypes.byref(ready), 1)
+    check("cuStreamCreate", ctypes.byref(compute), 1)
+    marker, marker_bytes = ctypes.c_void_p(), 0
+    arrays = {}
+    for step, b in enumerate(loader.batches()):
+        images = b.images
+        arrays[f"images_{step}"] = images.copy_to_host()
+        arrays[f"indices_{step}"] = b.indices.copy_to_host()
+        # What jax.dlpack.from_dlpack does: the ready-events stream, not the compute stream.
+        capsule = images.__dlpack__(stream=ready.value)
+        n = arrays[f"images_{step}"].nbytes
+        if marker_bytes < n:
+            check("cuMemAllocHost_v2", ctypes.byref(marker), ctypes.c_size_t(n))
+            ctypes.memset(marker, 0x7F, n)
+            marker_bytes = n
+        # "The computation": it writes the slot on the compute stream, after a delay.
+        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr), marker,
+              ctypes.c_size_t(n), compute)
+        # What a JAX user must do before letting go of the batch: wait for the work that
+        # reads it (`out.block_until_ready()`). The ready-events stream fences nothing of it.
+        check("cuStreamSynchronize", compute)
+        del capsule, images, b
     loader.close()
     np.savez(out, **arrays)
     print("done", len(arrays))
@@ -102,5 +162,7 @@ def fence():
 if __name__ == "__main__":
     if sys.argv[1] == "fence":
         fence()
+    elif sys.argv[1] == "jax":
+        jax_style()
     else:
         main()

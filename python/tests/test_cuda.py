@@ -155,21 +155,22 @@ def test_two_gpu_ranks_in_two_processes_get_the_cpu_backends_batches(cuda_daemon
     print(f"lowest PSNR against the CPU backend: {worst:.1f} dB")
 
 
-def test_the_stream_given_to_dlpack_fences_the_release(cuda_daemon, smooth_dataset, tmp_path):
-    """A consumer's stream passed to `__dlpack__(stream=...)` holds the slot until the work
-    queued there ran (every operation on it delayed): a marker written there into each slot
-    never shows in a later batch, which all equal the CPU backend's."""
+def _fenced_consumer(mode, cuda_daemon, smooth_dataset, tmp_path):
+    """Runs cuda_client_proc.py `mode` (a consumer writing a marker into every slot on a
+    delayed stream before it drops the batch) and checks every batch it read against the CPU
+    backend's: a slot given back before the write ran would show the marker in a later
+    batch."""
     sock, env = cuda_daemon
     spec = stoker.build_spec(4, 16, epochs=3)
-    out = tmp_path / "fence.npz"
-    cmd = [sys.executable, str(HERE / "cuda_client_proc.py"), "fence", sock,
+    out = tmp_path / f"{mode}.npz"
+    cmd = [sys.executable, str(HERE / "cuda_client_proc.py"), mode, sock,
            str(smooth_dataset), json.dumps(spec), str(out), str(SEED)]
     p = subprocess.run(cmd, env={**os.environ, **env, "STOKER_EMU_OP_DELAY_US": "100000"},
                        capture_output=True, timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr).decode(errors="replace")[-4000:]
     got = np.load(out)
-    loader = stoker.Loader(smooth_dataset, spec=spec, device="cpu", job="fence-cpu", seed=SEED,
-                           socket=sock, autostart=False)
+    loader = stoker.Loader(smooth_dataset, spec=spec, device="cpu", job=f"{mode}-cpu",
+                           seed=SEED, socket=sock, autostart=False)
     n = 0
     for step, b in enumerate(loader.batches()):
         assert np.array_equal(got[f"indices_{step}"], b.indices.copy_to_host())
@@ -180,3 +181,20 @@ def test_the_stream_given_to_dlpack_fences_the_release(cuda_daemon, smooth_datas
         del b
     loader.close()
     assert n == len([k for k in got.files if k.startswith("images_")]) == 12
+
+
+def test_the_stream_given_to_dlpack_fences_the_release(cuda_daemon, smooth_dataset, tmp_path):
+    """A consumer's stream passed to `__dlpack__(stream=...)` holds the slot until the work
+    queued there ran (every operation on it delayed): a marker written there into each slot
+    never shows in a later batch, which all equal the CPU backend's."""
+    _fenced_consumer("fence", cuda_daemon, smooth_dataset, tmp_path)
+
+
+def test_a_jax_style_consumer_waits_for_its_work_before_dropping_the_batch(
+        cuda_daemon, smooth_dataset, tmp_path):
+    """JAX's protocol without JAX (not installed in CI): `jax.dlpack.from_dlpack` names its
+    stream for external ready events in `__dlpack__(stream=...)`, while its computations run on
+    another stream. The consumer here does the same (the marker is written on a second,
+    delayed stream) and then what docs/python.md tells a JAX user: wait for the work that reads
+    the batch before dropping it. Every batch equals the CPU backend's."""
+    _fenced_consumer("jax", cuda_daemon, smooth_dataset, tmp_path)

@@ -1,14 +1,19 @@
 //! Filling one batch on a GPU: read, probe, draw crops, route each image (hardware / hybrid /
 //! CPU), decode, one fused augment launch into the slot, an event (see the parent module).
+//! Uploads go from pinned host memory (`staging`).
+
+mod staging;
 
 use crate::sync::lock;
+use staging::HostStaging;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
-use stoker_nvidia::cuda::{result as cu, CudaError, DeviceBuffer, Stream};
+use stoker_nvidia::cuda::{CudaError, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{
     DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route,
 };
@@ -59,13 +64,16 @@ struct Planned {
     host: usize,
 }
 
-/// What a batch in flight holds until its hardware decode has run on the stream: the
-/// bitstreams it read (nvJPEG reads them asynchronously) and the nvJPEG state it decoded with.
+/// What a batch in flight holds until its work has run on the stream: the bitstreams it read
+/// (nvJPEG reads them asynchronously), the nvJPEG state it decoded with, and the pinned memory
+/// its uploads read.
 #[derive(Default)]
 struct InFlight {
     /// The read buffers, swapped with the reader's for the batch.
     bufs: Vec<Vec<u8>>,
     hardware: Option<HardwareBatchState>,
+    /// Always set once made (`Option` only for `Default`, which `mem::take` needs).
+    staging: Option<HostStaging>,
 }
 
 /// One worker's GPU tools: a stream, an nvJPEG decoder, the CPU backend (reads, the CPU
@@ -88,6 +96,8 @@ pub struct CudaBackend {
     /// Host images of the CPU path, `image_bytes` each, uploaded after the launch.
     host_images: Vec<u8>,
     zeros: Vec<u8>,
+    /// Pinned memory of the replacements' and cleared samples' uploads (`put_sample`).
+    sample_staging: RefCell<HostStaging>,
     /// nvJPEG failures in a row on the hardware engines ([`HARDWARE_FAILURES_BEFORE_OFF`]).
     hardware_failures: u32,
     /// The log of nvJPEG failing on images (a few lines a second, then a count).
@@ -103,6 +113,7 @@ impl CudaBackend {
             .map_err(|e| PipelineError::Backend(fault("cannot create a stream", &e)))?;
         let max_batch = stoker::spec::MAX_BATCH_SIZE as usize;
         let nvjpeg = |e: NvjpegError| PipelineError::Backend(fault("cannot set up nvJPEG", &e));
+        let pinned = |e: CudaError| PipelineError::Backend(fault("cannot set up staging", &e));
         let decoder =
             NvjpegDecoder::new(gpu.device(), gpu.nvjpeg.clone(), max_batch).map_err(nvjpeg)?;
         let in_flight = (0..BATCHES_IN_FLIGHT_PER_WORKER)
@@ -111,9 +122,11 @@ impl CudaBackend {
                 Ok(InFlight {
                     bufs: Vec::new(),
                     hardware,
+                    staging: Some(HostStaging::new(gpu.device()).map_err(pinned)?),
                 })
             })
             .collect::<Result<_, PipelineError>>()?;
+        let sample_staging = RefCell::new(HostStaging::new(gpu.device()).map_err(pinned)?);
         Ok(CudaBackend {
             in_flight,
             next: 0,
@@ -127,6 +140,7 @@ impl CudaBackend {
             samples: Vec::new(),
             host_images: Vec::new(),
             zeros: Vec::new(),
+            sample_staging,
             hardware_failures: 0,
             failure_log: RateLimit::new(2),
             gpu,
@@ -156,7 +170,7 @@ impl CudaBackend {
             Ok(()) => {
                 std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
                 self.plan_unit(unit);
-                let pending = self.enqueue(unit, &mut mine.hardware);
+                let pending = self.enqueue(unit, &mut mine);
                 std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
                 pending
             }
@@ -437,7 +451,7 @@ impl CudaBackend {
     fn enqueue(
         &mut self,
         unit: &UnitWork<'_>,
-        state: &mut Option<HardwareBatchState>,
+        mine: &mut InFlight,
     ) -> Result<PendingBatch, BackendFault> {
         let SlotImages::Device(dst) = unit.images else {
             panic!(
@@ -455,7 +469,7 @@ impl CudaBackend {
                 .synchronize()
                 .map_err(|e| self.fault("decode scratch", &e))?;
         }
-        self.decode_gpu(state)?;
+        self.decode_gpu(&mut mine.hardware)?;
         self.decode_cpu(unit);
         let events = self.take_events()?;
         let rec = |s: &CudaBackend, e: &stoker_nvidia::cuda::Event| {
@@ -468,8 +482,19 @@ impl CudaBackend {
             .grow(&self.stream, &mut self.samples_dev, bytes)
             .map_err(|e| self.fault("sample array", &e))?;
         let samples_dev = self.samples_dev.as_ref().expect("grown");
-        self.stream
-            .copy_to_device(samples_dev, 0, AugmentSample::as_bytes(&self.samples))
+        let staging = mine.staging.as_mut().expect("made with the in-flight set");
+        let cpu_images = self
+            .plan
+            .iter()
+            .filter(|p| p.route == Ok(Route::Cpu))
+            .count();
+        let device = self.gpu.device();
+        staging
+            .begin(device, bytes + cpu_images * unit.layout.image_bytes)
+            .and_then(|()| {
+                let src = AugmentSample::as_bytes(&self.samples);
+                staging.upload(device, &self.stream, samples_dev.ptr(), src)
+            })
             .map_err(|e| self.fault("sample array upload", &e))?;
         let first = dst + (unit.layout.images + unit.start * unit.layout.image_bytes) as u64;
         // One unit's samples, at most the spec's u32 batch size.
@@ -483,7 +508,10 @@ impl CudaBackend {
             stoker_kernels::augment::KernelError::Cuda(c) => self.fault("augment launch", &c),
             other => self.gpu.fault("augment launch", &other, false),
         })?;
-        self.upload_cpu(first, unit.layout.image_bytes)?;
+        self.upload_cpu(staging, first, unit.layout.image_bytes)?;
+        staging
+            .finish(&self.stream)
+            .map_err(|e| self.fault("event record", &e))?;
         rec(self, &events.done)?;
         self.count(decode_ns);
         Ok(PendingBatch {
@@ -491,31 +519,6 @@ impl CudaBackend {
             events,
             pool: self.events.clone(),
         })
-    }
-
-    /// Uploads the CPU path's images into their places, after the launch on the stream.
-    fn upload_cpu(&self, first: u64, image_bytes: usize) -> Result<(), BackendFault> {
-        // Each image's own place: a CPU-path image that failed before it kept its place.
-        for (k, p) in self.plan.iter().enumerate() {
-            if p.route != Ok(Route::Cpu) {
-                continue;
-            }
-            let src = &self.host_images[p.host * image_bytes..(p.host + 1) * image_bytes];
-            self.upload(first + (k * image_bytes) as u64, src)?;
-        }
-        Ok(())
-    }
-
-    /// Copies `src` to device address `dst` on the stream (staged before return).
-    fn upload(&self, dst: u64, src: &[u8]) -> Result<(), BackendFault> {
-        let copy = || -> Result<(), CudaError> {
-            self.gpu.device().bind()?;
-            let d = stoker_nvidia::cuda::driver()?;
-            // SAFETY: `dst` is a sample's place in a slot's device images, image_bytes long
-            // (SlotMemory); `src` is pageable, staged by the driver before it returns.
-            unsafe { cu::memcpy_htod_async(d, dst, src, self.stream.raw()) }
-        };
-        copy().map_err(|e| self.fault("upload", &e))
     }
 
     fn take_events(&self) -> Result<EventSet, BackendFault> {
@@ -538,32 +541,6 @@ impl CudaBackend {
         s.batches.fetch_add(1, Ordering::Relaxed);
         s.decode.record_ns(decode_ns);
         s.in_flight.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Copies one host image into place `at` and waits for it (after the batch's kernel,
-    /// which runs before it on the stream).
-    fn put_sample(&self, images: SlotImages, layout: &SlotLayout, at: usize, src: &[u8]) -> bool {
-        let SlotImages::Device(base) = images else {
-            panic!("the CUDA backend writes device memory only, got {images:?}");
-        };
-        assert!(
-            at < layout.batch_size,
-            "sample {at} of {}",
-            layout.batch_size
-        );
-        let dst = base + (layout.images + at * layout.image_bytes) as u64;
-        let done = self.upload(dst, src).and_then(|()| {
-            self.stream
-                .synchronize()
-                .map_err(|e| self.fault("upload", &e))
-        });
-        match done {
-            Ok(()) => true,
-            Err(fault) => {
-                tracing::error!(error = %fault, "cannot upload a sample");
-                false
-            }
-        }
     }
 }
 

@@ -32,6 +32,8 @@
 //!   has run on the stream (the state's event), while the next batch is read into the others.
 //!
 //! # Limitations
+//! - Uploads (per-sample parameters, CPU-path images, replacements) go from pinned host memory,
+//!   one staging buffer per batch in flight (`backend/staging.rs`).
 //! - Read buffers are the CPU reader's pageable buffers, not pinned: nvJPEG copies the
 //!   bitstreams into its own pinned staging, so only that copy is slower.
 //! - A hybrid decode synchronises the stream before the next one (its pinned buffer is

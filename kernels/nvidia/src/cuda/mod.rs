@@ -6,7 +6,7 @@
 //! per call returning `Result<_, CudaError>` with named statuses) and the safe types, one room
 //! each: `driver` (loading, [`probe`]), `uuid` ([`GpuUuid`]), `device` ([`Device`],
 //! [`ContextRestore`]), `stream` ([`Stream`], [`Event`]), `module` ([`Module`], [`Function`]),
-//! `buffer` ([`DeviceBuffer`]) and `vmm` (rings shared across processes). `sys` is a
+//! `buffer` ([`DeviceBuffer`]), `pinned` ([`PinnedHostBuffer`]) and `vmm` (rings shared across processes). `sys` is a
 //! [`crate::symbol_table!`]; `result` makes every call; the safe rooms' unsafe code is where
 //! raw handles become owning types (`Send`/`Sync`, `Drop`) and the kernel launch, whose
 //! parameters only the caller can vouch for (docs/cuda.md lists every place).
@@ -29,6 +29,7 @@ mod buffer;
 mod device;
 mod driver;
 mod module;
+mod pinned;
 pub mod result;
 mod stream;
 pub mod sys;
@@ -39,6 +40,7 @@ pub use buffer::DeviceBuffer;
 pub use device::{ContextRestore, Device};
 pub use driver::{driver, probe, try_driver_at, CudaInfo, DeviceInfo};
 pub use module::{Function, Module};
+pub use pinned::PinnedHostBuffer;
 pub use stream::{Event, Stream};
 pub use uuid::GpuUuid;
 

@@ -354,6 +354,24 @@ pub unsafe fn mem_free(d: &Driver, p: sys::CUdeviceptr) -> Result<(), CudaError>
     check("cuMemFree_v2", unsafe { (d.mem_free)(p) })
 }
 
+/// `cuMemHostAlloc(bytes, 0)`: page-locked host memory, which asynchronous copies read when
+/// they run (pageable memory the driver may have to stage synchronously).
+pub fn mem_host_alloc(d: &Driver, bytes: usize) -> Result<*mut u8, CudaError> {
+    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: writes one host pointer; the current context owns the allocation.
+    check("cuMemHostAlloc", unsafe {
+        (d.mem_host_alloc)(&mut p, bytes, 0)
+    })?;
+    Ok(p.cast())
+}
+
+/// # Safety
+/// `p` must come from [`mem_host_alloc`], with no copy in flight from it, not used afterwards.
+pub unsafe fn mem_free_host(d: &Driver, p: *mut u8) -> Result<(), CudaError> {
+    // SAFETY: the caller owns `p`.
+    check("cuMemFreeHost", unsafe { (d.mem_free_host)(p.cast()) })
+}
+
 /// # Safety
 /// `dst..dst+src.len()` must be device memory; `src` must stay alive and unchanged until the
 /// copy completes on `s` (pageable memory is staged before return, pinned memory is not).

@@ -111,6 +111,8 @@ crate::symbol_table! {
         *mut *mut c_void, *mut *mut c_void);
     mem_alloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize);
     mem_free = "cuMemFree_v2": fn(CUdeviceptr);
+    mem_host_alloc = "cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint);
+    mem_free_host = "cuMemFreeHost": fn(*mut c_void);
     memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(CUdeviceptr, *const c_void, usize, CUstream);
     memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CUdeviceptr, usize);
     mem_get_allocation_granularity = "cuMemGetAllocationGranularity":

@@ -43,6 +43,9 @@ pub struct MemState {
     /// Host ranges pinned with `cuMemHostRegister` (owned by the caller, never unmapped here).
     pub registered: BTreeMap<u64, Region>,
     pub vmm: VmmState,
+    /// Asynchronous host-to-device copies so far, by their source's memory:
+    /// (pageable, pinned). Reported in the stats file (rule 24).
+    pub async_uploads: (u64, u64),
 }
 
 /// Maps `size` bytes of fresh read-write anonymous memory.
@@ -347,9 +350,20 @@ fn copy(
             e.device_range(dev, dst, len)?;
         }
         let w = e.stream(stream, dev)?;
+        let pageable_in = dir == Direction::HostToDevice && !e.is_pinned(src, len);
+        if dir == Direction::HostToDevice && !sync {
+            let counts = &mut e.mem.async_uploads;
+            *(if pageable_in {
+                &mut counts.0
+            } else {
+                &mut counts.1
+            }) += 1;
+            crate::stats::changed(&e);
+        }
         let op = match dir {
-            Direction::HostToDevice if !e.is_pinned(src, len) => {
-                // Pageable source: staged before the call returns.
+            Direction::HostToDevice if pageable_in => {
+                // Pageable source: staged, and the call returns once the stream ran it (the
+                // driver "may synchronize with the stream and stage the copy").
                 // SAFETY: the caller promises `n` readable bytes at `src` for the call.
                 let staged = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
                 Box::new(move || {
@@ -365,7 +379,7 @@ fn copy(
         };
         let pageable_out = dir == Direction::DeviceToHost && !e.is_pinned(dst, len);
         let ticket = w.submit(op);
-        (w, ticket, sync || pageable_out)
+        (w, ticket, sync || pageable_out || pageable_in)
     };
     if wait {
         worker.wait(ticket);

@@ -1,7 +1,9 @@
 //! What is alive in this process: contexts, streams, events, modules, device and pinned
 //! memory, VMM allocations, mappings and reservations. Tests (and leak checks from outside) ask
 //! through [`stoker_emu_live`], or read `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a
-//! temporary name, then renamed) after every change.
+//! temporary name, then renamed) after every change. The file also counts asynchronous
+//! host-to-device copies by their source's memory (`async_uploads_pageable`,
+//! `async_uploads_pinned`), so a test can tell pinned staging from pageable.
 
 use std::io::Write;
 
@@ -78,7 +80,7 @@ pub fn changed(e: &Emu) {
         "{{\"pid\": {}, \"contexts\": {}, \"streams\": {}, \"events\": {}, \"modules\": {}, \
          \"device_allocations\": {}, \"device_bytes\": {}, \"pinned_allocations\": {}, \
          \"pinned_bytes\": {}, \"vmm_allocations\": {}, \"vmm_bytes\": {}, \"vmm_mappings\": {}, \
-         \"reservations\": {}}}\n",
+         \"reservations\": {}, \"async_uploads_pageable\": {}, \"async_uploads_pinned\": {}}}\n",
         std::process::id(),
         l.contexts,
         l.streams,
@@ -91,7 +93,9 @@ pub fn changed(e: &Emu) {
         l.vmm_allocations,
         l.vmm_bytes,
         l.vmm_mappings,
-        l.reservations
+        l.reservations,
+        e.mem.async_uploads.0,
+        e.mem.async_uploads.1
     );
     let dir = std::path::PathBuf::from(dir);
     let pid = std::process::id();

@@ -304,6 +304,23 @@ fn live_allocations_are_written_to_the_stats_file() {
         let text = read();
         assert!(text.contains("\"device_allocations\": 1,"), "{text}");
         assert!(text.contains("\"device_bytes\": 12288,"), "{text}");
+        // Uploads counted by their source's memory.
+        let (mut s, mut pinned) = (std::ptr::null_mut(), std::ptr::null_mut());
+        let pageable = [1u8; 16];
+        // SAFETY: local out-parameters; `p` holds 16 bytes, `pinned` is freed.
+        unsafe {
+            ok((c.stream_create)(&mut s, 1));
+            ok((c.mem_alloc_host)(&mut pinned, 16));
+            ok((c.memcpy_htod_async)(p, pageable.as_ptr().cast(), 16, s));
+            ok((c.memcpy_htod_async)(p, pinned, 16, s));
+            ok((c.memcpy_htod_async)(p, pinned, 16, s));
+            ok((c.stream_synchronize)(s));
+            ok((c.mem_free_host)(pinned));
+            ok((c.stream_destroy)(s));
+        }
+        let text = read();
+        assert!(text.contains("\"async_uploads_pageable\": 1,"), "{text}");
+        assert!(text.contains("\"async_uploads_pinned\": 2}"), "{text}");
         let m = map(2 * MIB, None, true);
         assert!(read().contains("\"vmm_mappings\": 1,"), "{}", read());
         unmap(&m);

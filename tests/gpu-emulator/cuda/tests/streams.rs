@@ -41,8 +41,12 @@ fn reading_before_synchronising_reads_stale_bytes() {
         let zeros = vec![0u8; 4096];
         ok((c.memcpy_htod_async)(d, zeros.as_ptr().cast(), 4096, s));
         ok((c.stream_synchronize)(s));
-        ok((c.memcpy_htod_async)(d, src.as_ptr().cast(), 4096, s));
-        // The copy returned before it was done.
+        // From pinned memory: the copy returns before it is done (from pageable memory it
+        // would not: the test below).
+        let mut pinned: *mut c_void = null_mut();
+        ok((c.mem_alloc_host)(&mut pinned, 4096));
+        std::ptr::copy_nonoverlapping(src.as_ptr(), pinned.cast::<u8>(), 4096);
+        ok((c.memcpy_htod_async)(d, pinned, 4096, s));
         assert_eq!((c.stream_query)(s), NOT_READY);
         // A synchronous copy runs on the null stream, which does not wait for `s`.
         ok((c.memcpy_dtoh)(back.as_mut_ptr().cast(), d, 4096));
@@ -54,6 +58,44 @@ fn reading_before_synchronising_reads_stale_bytes() {
         ok((c.stream_query)(s));
         ok((c.memcpy_dtoh)(back.as_mut_ptr().cast(), d, 4096));
         assert_eq!(back, src);
+        ok((c.mem_free_host)(pinned));
+        ok((c.mem_free)(d));
+        ok((c.stream_destroy)(s));
+    }
+}
+
+#[test]
+fn an_upload_from_pageable_memory_returns_once_the_stream_ran_it() {
+    // "If pageable memory must first be staged to pinned memory, the driver may synchronize
+    // with the stream and stage the copy into pinned memory" (driver API, "API
+    // synchronization behavior"): the emulator does, so pageable staging costs the caller
+    // the stream's queued work, as it may on a GPU.
+    if !in_child("an_upload_from_pageable_memory_returns_once_the_stream_ran_it") {
+        return;
+    }
+    let c = init();
+    bind(0);
+    let s = stream();
+    let mut d = 0u64;
+    let pageable = [5u8; 64];
+    let mut pinned: *mut c_void = null_mut();
+    let delay = std::time::Duration::from_micros(DELAY_US.parse().unwrap());
+    // SAFETY: `d` is 64 device bytes, `pinned` 64 pinned bytes; all synchronised below.
+    unsafe {
+        ok((c.mem_alloc)(&mut d, 64));
+        ok((c.mem_alloc_host)(&mut pinned, 64));
+        let t = std::time::Instant::now();
+        ok((c.memcpy_htod_async)(d, pinned, 64, s));
+        assert!(t.elapsed() < delay / 2, "from pinned memory: asynchronous");
+        assert_eq!((c.stream_query)(s), NOT_READY);
+        let t = std::time::Instant::now();
+        ok((c.memcpy_htod_async)(d, pageable.as_ptr().cast(), 64, s));
+        assert!(
+            t.elapsed() >= delay,
+            "from pageable memory: after the stream's work"
+        );
+        ok((c.stream_query)(s));
+        ok((c.mem_free_host)(pinned));
         ok((c.mem_free)(d));
         ok((c.stream_destroy)(s));
     }

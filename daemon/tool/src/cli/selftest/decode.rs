@@ -76,6 +76,9 @@ struct Item {
     name: String,
     jpeg: Vec<u8>,
     roi: Option<Roi>,
+    /// Whether the check asked for a region (`roi` is then the one the route decodes: `None`
+    /// where the hardware engines refused the region and take the whole image).
+    region_asked: bool,
     width: u32,
     height: u32,
     route: Route,
@@ -193,6 +196,7 @@ fn item(gpu: &mut GpuUnderTest, cpu: &mut CpuDecoder, path: &Path, with_roi: boo
     Item {
         name,
         jpeg,
+        region_asked: with_roi && w > 8 && h > 8,
         roi,
         width,
         height,
@@ -275,6 +279,8 @@ pub fn photos(
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
     let mut plain = plain_decoder()?;
     let mut tally = Tally::default();
+    // Regions asked: (on the engines, decoded whole on the engines, elsewhere).
+    let mut regions = (0usize, 0usize, 0usize);
     // Batches as the engines take them, within the decoder's maximum.
     let chunk = gpu.decoder.hardware_batch().clamp(8, super::MAX_BATCH);
     for (c, paths) in files.chunks(chunk).enumerate() {
@@ -283,6 +289,13 @@ pub fn photos(
             .enumerate()
             .map(|(i, p)| item(gpu, &mut cpu, p, (c * chunk + i) % 2 == 1))
             .collect();
+        for it in items.iter().filter(|i| i.region_asked) {
+            match (it.route, it.roi) {
+                (Route::Hardware, Some(_)) => regions.0 += 1,
+                (Route::Hardware, None) => regions.1 += 1,
+                _ => regions.2 += 1,
+            }
+        }
         for route in [Route::Hardware, Route::Hybrid] {
             let these: Vec<&Item> = items.iter().filter(|i| i.route == route).collect();
             if these.is_empty() {
@@ -326,7 +339,13 @@ pub fn photos(
     if files.is_empty() {
         return Err("no JPEG files in the photos folder".into());
     }
-    tally.outcome(format!("{} photos", files.len()))
+    let (on, whole, elsewhere) = regions;
+    tally.outcome(format!(
+        "{} photos; regions: {} asked, {on} on the hardware engines, {whole} refused there and \
+         decoded whole on them, {elsewhere} on another decoder",
+        files.len(),
+        on + whole + elsewhere
+    ))
 }
 
 /// The reference decoder: the CPU decoder upsampling chroma as nvJPEG does.
