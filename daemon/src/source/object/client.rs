@@ -72,7 +72,7 @@ impl S3Error {
     }
 
     /// A local write that failed: `disk_full` when the disk is, else `local`.
-    fn write(url: &str, file: &Path, e: &std::io::Error) -> S3Error {
+    pub(super) fn write(url: &str, file: &Path, e: &std::io::Error) -> S3Error {
         let mut err = S3Error::local(url, format!("{}: {e}", file.display()));
         if e.kind() == std::io::ErrorKind::StorageFull {
             err.code = "disk_full".into();

@@ -419,20 +419,36 @@ async fn within<T>(
     }
 }
 
+/// How long a write that found the disk full, with nothing the cache could evict, waits before
+/// it tries again: downloads still writing and batches still reading free the room soon.
+const FULL_DISK_WAIT: Duration = Duration::from_millis(20);
+
+/// Runs `write` (a download into the node cache) again for as long as it finds the disk full:
+/// each time room is made by evicting what nobody pins, or, when every object is pinned by a
+/// batch in flight or being written, after a short wait for them. The fetch's deadline
+/// (`within`) bounds the whole. A sample is never lost to the cache's own disk use.
+async fn until_room<T, F, Fut>(cache: &NodeCache, bytes: u64, mut write: F) -> Result<T, S3Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, S3Error>>,
+{
+    loop {
+        match write().await {
+            Err(e) if e.is_disk_full() => {
+                if cache.make_room(bytes) == 0 {
+                    tokio::time::sleep(FULL_DISK_WAIT).await;
+                }
+            }
+            got => return got,
+        }
+    }
+}
+
 async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending, f: &Fetcher) {
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
     let temp = cache.temp_path(name);
-    let fetch = async {
-        let got = obj.remote.download(&obj.key, &temp).await;
-        match got {
-            // A full disk: room is made by evicting what nobody pins, then one more try.
-            Err(e) if e.is_disk_full() && cache.make_room(obj.size) > 0 => {
-                obj.remote.download(&obj.key, &temp).await
-            }
-            got => got,
-        }
-    };
+    let fetch = until_room(cache, obj.size, || obj.remote.download(&obj.key, &temp));
     let got = within(f.deadline, &url, fetch).await;
     metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
     let got = got.and_then(|n| {

@@ -249,9 +249,16 @@ fn spawn_group(
             #[allow(clippy::cast_possible_truncation)]
             let (at, len) = ((p.offset - range.start) as usize, p.len as usize);
             let temp = cache.temp_path(name);
-            let written = write_piece(&cache, &temp, &bytes[at..at + len])
-                .map(|()| p.len)
-                .map_err(|e| S3Error::local(&p.url(), format!("{}: {e}", temp.display())));
+            let write = || async {
+                stoker_private::write_file(&temp, &bytes[at..at + len])
+                    .map(|()| p.len)
+                    .map_err(|e| {
+                        let _ = std::fs::remove_file(&temp);
+                        S3Error::write(&p.url(), &temp, &e)
+                    })
+            };
+            let room = super::until_room(&cache, p.len, write);
+            let written = super::within(deadline, &p.url(), room).await;
             if written.is_ok() {
                 metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(p.len);
                 downloaded.fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
@@ -259,21 +266,6 @@ fn spawn_group(
             let _ = cache.finish(name, pending, &temp, written, &p.url());
         }
     });
-}
-
-/// Writes a piece's bytes to `temp`; on a full disk makes room in the cache (evicting what
-/// nobody pins) and tries once more.
-fn write_piece(cache: &NodeCache, temp: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    match stoker_private::write_file(temp, bytes) {
-        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
-            let _ = std::fs::remove_file(temp);
-            if cache.make_room(bytes.len() as u64) == 0 {
-                return Err(e);
-            }
-            stoker_private::write_file(temp, bytes)
-        }
-        r => r,
-    }
 }
 
 #[cfg(test)]
