@@ -76,7 +76,10 @@ def main():
     print("done", len(arrays))
 
 
-def fence():
+def attached_on_the_driver(job):
+    """(the loader of job `job` on cuda:0 from argv, attached; `check(name, *args)` calling the
+    driver libstoker uses and asserting success; the output file), with the device's primary
+    context current in this thread."""
     socket, dataset, spec, out, seed = sys.argv[2:7]
     cu = ctypes.CDLL(os.environ["STOKER_LIBCUDA"])
 
@@ -85,12 +88,18 @@ def fence():
         assert r == 0, f"{name} returned {r}"
 
     loader = stoker.Loader(dataset, spec=json.loads(spec), device="cuda:0", rank=0,
-                           world_size=1, job="fence", seed=int(seed), socket=socket,
+                           world_size=1, job=job, seed=int(seed), socket=socket,
                            autostart=False)
     loader.info  # attach (the driver is initialised by libstoker)
-    ctx, stream = ctypes.c_void_p(), ctypes.c_void_p()
+    ctx = ctypes.c_void_p()
     check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
     check("cuCtxSetCurrent", ctx)
+    return loader, check, out
+
+
+def fence():
+    loader, check, out = attached_on_the_driver("fence")
+    stream = ctypes.c_void_p()
     check("cuStreamCreate", ctypes.byref(stream), 1)
     arrays = {}
     # The marker is in pinned memory, so its copy stays queued on the delayed stream (from
@@ -117,20 +126,8 @@ def fence():
 
 
 def jax_style():
-    socket, dataset, spec, out, seed = sys.argv[2:7]
-    cu = ctypes.CDLL(os.environ["STOKER_LIBCUDA"])
-
-    def check(name, *args):
-        r = getattr(cu, name)(*args)
-        assert r == 0, f"{name} returned {r}"
-
-    loader = stoker.Loader(dataset, spec=json.loads(spec), device="cuda:0", rank=0,
-                           world_size=1, job="jax", seed=int(seed), socket=socket,
-                           autostart=False)
-    loader.info
-    ctx, ready, compute = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
-    check("cuCtxSetCurrent", ctx)
+    loader, check, out = attached_on_the_driver("jax")
+    ready, compute = ctypes.c_void_p(), ctypes.c_void_p()
     # XLA's streams are non-blocking: neither waits for the other, nor for the default stream.
     check("cuStreamCreate", ctypes.byref(ready), 1)
     check("cuStreamCreate", ctypes.byref(compute), 1)
