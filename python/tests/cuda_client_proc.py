@@ -97,27 +97,36 @@ def attached_on_the_driver(job):
     return loader, check, out
 
 
+class Marker:
+    """0x7F bytes in pinned memory, copied over a batch's images on a stream: the write a
+    consumer's late work makes. Pinned, so the copy stays queued on a delayed stream (from
+    pageable memory the driver may run it before returning)."""
+
+    def __init__(self, check):
+        self.check, self.ptr, self.bytes = check, ctypes.c_void_p(), 0
+
+    def write(self, images, n, stream):
+        if self.bytes < n:
+            self.check("cuMemAllocHost_v2", ctypes.byref(self.ptr), ctypes.c_size_t(n))
+            ctypes.memset(self.ptr, 0x7F, n)
+            self.bytes = n
+        self.check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr), self.ptr,
+                   ctypes.c_size_t(n), stream)
+
+
 def fence():
     loader, check, out = attached_on_the_driver("fence")
     stream = ctypes.c_void_p()
     check("cuStreamCreate", ctypes.byref(stream), 1)
     arrays = {}
-    # The marker is in pinned memory, so its copy stays queued on the delayed stream (from
-    # pageable memory the driver may run the copy before returning).
-    marker, marker_bytes = ctypes.c_void_p(), 0
+    marker = Marker(check)
     for step, b in enumerate(loader.batches()):
         check("cuStreamSynchronize", stream)
         images = b.images
         arrays[f"images_{step}"] = images.copy_to_host()
         arrays[f"indices_{step}"] = b.indices.copy_to_host()
         capsule = images.__dlpack__(stream=stream.value)
-        n = arrays[f"images_{step}"].nbytes
-        if marker_bytes < n:
-            check("cuMemAllocHost_v2", ctypes.byref(marker), ctypes.c_size_t(n))
-            ctypes.memset(marker, 0x7F, n)
-            marker_bytes = n
-        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr), marker,
-              ctypes.c_size_t(n), stream)
+        marker.write(images, arrays[f"images_{step}"].nbytes, stream)
         del capsule, images, b
     check("cuStreamSynchronize", stream)
     loader.close()
@@ -131,7 +140,7 @@ def jax_style():
     # XLA's streams are non-blocking: neither waits for the other, nor for the default stream.
     check("cuStreamCreate", ctypes.byref(ready), 1)
     check("cuStreamCreate", ctypes.byref(compute), 1)
-    marker, marker_bytes = ctypes.c_void_p(), 0
+    marker = Marker(check)
     arrays = {}
     for step, b in enumerate(loader.batches()):
         images = b.images
@@ -139,14 +148,8 @@ def jax_style():
         arrays[f"indices_{step}"] = b.indices.copy_to_host()
         # What jax.dlpack.from_dlpack does: the ready-events stream, not the compute stream.
         capsule = images.__dlpack__(stream=ready.value)
-        n = arrays[f"images_{step}"].nbytes
-        if marker_bytes < n:
-            check("cuMemAllocHost_v2", ctypes.byref(marker), ctypes.c_size_t(n))
-            ctypes.memset(marker, 0x7F, n)
-            marker_bytes = n
         # "The computation": it writes the slot on the compute stream, after a delay.
-        check("cuMemcpyHtoDAsync_v2", ctypes.c_uint64(images.data_ptr), marker,
-              ctypes.c_size_t(n), compute)
+        marker.write(images, arrays[f"images_{step}"].nbytes, compute)
         # What a JAX user must do before letting go of the batch: wait for the work that
         # reads it (`out.block_until_ready()`). The ready-events stream fences nothing of it.
         check("cuStreamSynchronize", compute)

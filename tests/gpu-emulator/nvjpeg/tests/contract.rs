@@ -145,24 +145,33 @@ fn encode(progressive: bool, rgb: impl Fn(usize) -> [u8; 3]) -> Vec<u8> {
     }
 }
 
-/// `nvjpegDecodeBatchedSupportedEx` on `data` with no ROI: nvJPEG's flag (0 = supported).
-fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
+/// A JPEG stream of `data`, its header parsed, and fresh decode parameters (no ROI): what a
+/// "supported" query takes.
+fn parsed_with_params(h: *mut c_void, data: &[u8]) -> (*mut c_void, *mut c_void) {
     let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
         sym(true, "nvjpegJpegStreamCreate");
     let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
         sym(true, "nvjpegJpegStreamParseHeader");
     let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
         sym(true, "nvjpegDecodeParamsCreate");
-    let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
-        sym(true, "nvjpegDecodeBatchedSupportedEx");
-    let (mut js, mut p, mut flag) = (null_mut(), null_mut(), -1);
-    // SAFETY: live handles and local out-parameters.
+    let (mut js, mut p) = (null_mut(), null_mut());
+    // SAFETY: a live handle and local out-parameters.
     unsafe {
         ok(stream_create(h, &mut js));
         ok(parse(h, data.as_ptr(), data.len(), js));
         ok(params_create(h, &mut p));
-        ok(check(h, js, p, &mut flag));
     }
+    (js, p)
+}
+
+/// `nvjpegDecodeBatchedSupportedEx` on `data` with no ROI: nvJPEG's flag (0 = supported).
+fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
+    let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
+        sym(true, "nvjpegDecodeBatchedSupportedEx");
+    let (js, p) = parsed_with_params(h, data);
+    let mut flag = -1;
+    // SAFETY: live handles and a local out-parameter.
+    unsafe { ok(check(h, js, p, &mut flag)) };
     flag
 }
 
@@ -563,23 +572,14 @@ fn header_with_scan(sof: u8, scan: u8) -> Vec<u8> {
 fn decoder_flag(h: *mut c_void, backend: c_int, data: &[u8]) -> c_int {
     let decoder_create: unsafe extern "C" fn(*mut c_void, c_int, *mut *mut c_void) -> R =
         sym(true, "nvjpegDecoderCreate");
-    let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
-        sym(true, "nvjpegJpegStreamCreate");
-    let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
-        sym(true, "nvjpegJpegStreamParseHeader");
-    let params_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
-        sym(true, "nvjpegDecodeParamsCreate");
     let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
         sym(true, "nvjpegDecoderJpegSupported");
-    let (mut d, mut js, mut p, mut flag) = (null_mut(), null_mut(), null_mut(), -1);
+    let (mut d, mut flag) = (null_mut(), -1);
     // SAFETY: a live handle and local out-parameters.
-    unsafe {
-        ok(decoder_create(h, backend, &mut d));
-        ok(stream_create(h, &mut js));
-        ok(parse(h, data.as_ptr(), data.len(), js));
-        ok(params_create(h, &mut p));
-        ok(check(d, js, p, &mut flag));
-    }
+    unsafe { ok(decoder_create(h, backend, &mut d)) };
+    let (js, p) = parsed_with_params(h, data);
+    // SAFETY: live handles and a local out-parameter.
+    unsafe { ok(check(d, js, p, &mut flag)) };
     flag
 }
 
