@@ -407,10 +407,56 @@ fn an_illegal_address_restarts_the_daemon_and_the_other_ranks_resume() {
 }
 
 #[test]
-fn a_lost_device_restarts_the_daemon_and_the_other_ranks_resume() {
-    if setup("a_lost_device_restarts_the_daemon_and_the_other_ranks_resume").is_some() {
-        sticky_fault_case("CUDA_ERROR_DEVICE_UNAVAILABLE");
+fn an_uncorrectable_ecc_error_restarts_the_daemon_and_the_other_ranks_resume() {
+    if setup("an_uncorrectable_ecc_error_restarts_the_daemon_and_the_other_ranks_resume").is_some()
+    {
+        sticky_fault_case("CUDA_ERROR_ECC_UNCORRECTABLE");
     }
+}
+
+/// `CUDA_ERROR_DEVICE_UNAVAILABLE` is a device "unavailable at the current time", "often …
+/// due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or CU_COMPUTEMODE_PROHIBITED", not a lost
+/// one: a GPU whose compute mode prohibits contexts is refused at attach with that status,
+/// and the status from a launch fails that batch's rank without restarting the daemon.
+#[test]
+fn a_busy_device_fails_only_what_it_hit_and_never_restarts_the_daemon() {
+    let Some(dir) = setup("a_busy_device_fails_only_what_it_hit_and_never_restarts_the_daemon")
+    else {
+        return;
+    };
+    let data = dataset(dir.path());
+    let log = dir.path().join("stokerd.log");
+    let [gpu0, gpu1] = emulator::UUIDS;
+    let config = format!(
+        r#"{{"devices": [{{"uuid": "{gpu0}"}}, {{"uuid": "{gpu1}", "compute_mode": "prohibited"}}]}}"#
+    );
+    let fault = "cuLaunchKernel:1:CUDA_ERROR_DEVICE_UNAVAILABLE";
+    let env = [
+        ("STOKER_EMU_CONFIG", config.as_str()),
+        ("STOKER_EMU_FAULTS", fault),
+    ];
+    let daemon = gpu_daemon(dir.path(), &["--backend", "cuda"], &log, &env);
+    let spec = PipelineSpec::train(4, 16);
+    let err = Client::attach(daemon.socket(), options(&data, "b", &spec, 0, gpu1)).unwrap_err();
+    let text = format!("{err:?}");
+    for want in [gpu1, "CUDA_ERROR_DEVICE_UNAVAILABLE"] {
+        assert!(text.contains(want), "{want:?} missing: {text}");
+    }
+    let mut a = Client::attach(daemon.socket(), options(&data, "a", &spec, 0, gpu0)).unwrap();
+    let text = (0..4)
+        .find_map(|_| match a.next_batch() {
+            Ok(Some(_)) => None,
+            Ok(None) => Some(String::from("the epoch ended without the fault")),
+            Err(e) => Some(e.to_string()),
+        })
+        .unwrap_or_default();
+    assert!(text.contains("CUDA_ERROR_DEVICE_UNAVAILABLE"), "{text}");
+    drop(a);
+    let mut c = Client::attach(daemon.socket(), options(&data, "c", &spec, 0, gpu0))
+        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap()));
+    assert_eq!(drain(&mut c, &spec).len(), 2);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("must be terminated"), "{text}");
 }
 
 #[test]

@@ -228,11 +228,12 @@ impl Gpu {
 pub fn breaks_context(e: &CudaError) -> bool {
     // The driver documents these as leaving the process's context unusable: every later
     // call on it fails, so the GPU is marked broken (rebuilt or refused), never half-working.
-    const STICKY: [CuStatus; 11] = [
+    // Not `CUDA_ERROR_DEVICE_UNAVAILABLE`: a device "unavailable at the current time" (its
+    // compute mode), which fails only its call (docs/cuda.md, row 12).
+    const STICKY: [CuStatus; 10] = [
         CuStatus::ILLEGAL_ADDRESS,
         CuStatus::LAUNCH_FAILED,
-        CuStatus::DEVICE_UNAVAILABLE,
-        CuStatus(214), // CUDA_ERROR_ECC_UNCORRECTABLE
+        CuStatus::ECC_UNCORRECTABLE,
         CuStatus(702), // CUDA_ERROR_LAUNCH_TIMEOUT
         CuStatus(710), // CUDA_ERROR_ASSERT
         CuStatus(714), // CUDA_ERROR_HARDWARE_STACK_ERROR

@@ -5,7 +5,7 @@
 //! - `STOKER_EMU_CONFIG`: JSON, inline (starts with `{`) or the path of a file:
 //!   `{"devices": [{"uuid": "GPU-...", "name": "...", "compute_capability": [9, 0],
 //!   "memory_mib": 4096, "jpeg_engines": 7, "jpeg_cores_per_engine": 1, "vmm": true,
-//!   "posix_fd": true}],
+//!   "posix_fd": true, "compute_mode": "default"}],
 //!   "op_delay_us": 0, "driver_version": 13000, "faults": [{"call": "cuMemAlloc_v2", "nth": 2,
 //!   "error": "CUDA_ERROR_OUT_OF_MEMORY"}]}`. Every field has a default; unknown fields are
 //!   errors.
@@ -51,6 +51,32 @@ pub struct DeviceConfig {
     /// allocation asking for POSIX-fd handles is `NOT_SUPPORTED`.
     #[serde(default = "default_true")]
     pub posix_fd: bool,
+    /// `CU_DEVICE_ATTRIBUTE_COMPUTE_MODE`.
+    #[serde(default)]
+    pub compute_mode: ComputeMode,
+}
+
+/// A device's compute mode (`CUcomputemode`), as `nvidia-smi -c` sets it.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeMode {
+    /// `CU_COMPUTEMODE_DEFAULT`: any number of contexts.
+    #[default]
+    Default,
+    /// `CU_COMPUTEMODE_PROHIBITED`: no context can be made on it;
+    /// `cuDevicePrimaryCtxRetain` is `CUDA_ERROR_DEVICE_UNAVAILABLE` ("Devices are often
+    /// unavailable due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or CU_COMPUTEMODE_PROHIBITED").
+    Prohibited,
+}
+
+impl ComputeMode {
+    /// The `CUcomputemode` value.
+    pub fn value(self) -> i32 {
+        match self {
+            ComputeMode::Default => 0,
+            ComputeMode::Prohibited => 2,
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -115,6 +141,7 @@ pub fn default_devices() -> Vec<DeviceConfig> {
             jpeg_cores_per_engine: default_cores(),
             vmm: true,
             posix_fd: true,
+            compute_mode: ComputeMode::Default,
         })
         .collect()
 }

@@ -11,6 +11,7 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
+use crate::config::ComputeMode;
 use crate::state::{api, ctx_handle, initialize, out, Api, Emu, CURRENT};
 use crate::status::{self, CUresult};
 
@@ -22,6 +23,7 @@ const ATTR_MAX_GRID_DIM_YZ: [c_int; 2] = [6, 7];
 const ATTR_WARP_SIZE: c_int = 10;
 const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
 const ATTR_INTEGRATED: c_int = 18;
+const ATTR_COMPUTE_MODE: c_int = 20;
 const ATTR_CAN_MAP_HOST_MEMORY: c_int = 19;
 const ATTR_PCI_BUS_ID: c_int = 33;
 const ATTR_PCI_DEVICE_ID: c_int = 34;
@@ -167,6 +169,7 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -
             ATTR_WARP_SIZE => 32,
             ATTR_MULTIPROCESSOR_COUNT => 132,
             ATTR_INTEGRATED => 0,
+            ATTR_COMPUTE_MODE => config.compute_mode.value(),
             ATTR_CAN_MAP_HOST_MEMORY | ATTR_UNIFIED_ADDRESSING => 1,
             ATTR_PCI_BUS_ID => 0x10 + ordinal,
             ATTR_PCI_DEVICE_ID | ATTR_PCI_DOMAIN_ID => 0,
@@ -188,6 +191,11 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int) ->
         let d = device(&e, dev)?;
         if let Some(s) = e.devices[d].broken {
             return Err(s);
+        }
+        // "Devices are often unavailable due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or
+        // CU_COMPUTEMODE_PROHIBITED" (CUDA_ERROR_DEVICE_UNAVAILABLE); not sticky.
+        if e.machine.devices[d].config.compute_mode == ComputeMode::Prohibited {
+            return Err(status::DEVICE_UNAVAILABLE);
         }
         // SAFETY: out-parameter from the caller.
         unsafe { out(ctx, ctx_handle(d) as *mut c_void) }?;

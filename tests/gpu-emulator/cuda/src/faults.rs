@@ -5,7 +5,7 @@
 //! from the configuration (`STOKER_EMU_FAULTS`, `STOKER_EMU_CONFIG`) or, in-process, from
 //! [`stoker_emu_inject_fault`] (counted from the moment it is called). Sticky statuses
 //! (`CUDA_ERROR_ILLEGAL_ADDRESS`, `CUDA_ERROR_LAUNCH_FAILED`: the context;
-//! `CUDA_ERROR_ECC_UNCORRECTABLE`, `CUDA_ERROR_DEVICE_UNAVAILABLE`: the whole device) break
+//! `CUDA_ERROR_ECC_UNCORRECTABLE`: the whole device) break
 //! what they break for every later call; injected into a call that enqueues stream work
 //! (`cuLaunchKernel`, async copies) they surface when that work runs, as on a GPU.
 //!

@@ -78,14 +78,18 @@ pub enum Stickiness {
     Call,
     /// The context is unusable: every later call in it returns the same status.
     Context,
-    /// The whole device is unusable (ECC, fallen off the bus).
+    /// The whole device is unusable (an uncorrectable ECC error).
     Device,
 }
 
+/// `ILLEGAL_ADDRESS` and `LAUNCH_FAILED` are the statuses NVIDIA documents as leaving "the
+/// process in an inconsistent state". `LAUNCH_OUT_OF_RESOURCES` is a launch that "did not
+/// occur", and `DEVICE_UNAVAILABLE` a device busy at context creation (compute mode): both
+/// fail only their call (docs/cuda.md, rows 10 and 12).
 pub fn stickiness(code: CUresult) -> Stickiness {
     match code {
-        ILLEGAL_ADDRESS | LAUNCH_FAILED | LAUNCH_OUT_OF_RESOURCES => Stickiness::Context,
-        ECC_UNCORRECTABLE | DEVICE_UNAVAILABLE => Stickiness::Device,
+        ILLEGAL_ADDRESS | LAUNCH_FAILED => Stickiness::Context,
+        ECC_UNCORRECTABLE => Stickiness::Device,
         _ => Stickiness::Call,
     }
 }
@@ -104,5 +108,7 @@ mod tests {
         assert_eq!(stickiness(ILLEGAL_ADDRESS), Stickiness::Context);
         assert_eq!(stickiness(ECC_UNCORRECTABLE), Stickiness::Device);
         assert_eq!(stickiness(OUT_OF_MEMORY), Stickiness::Call);
+        assert_eq!(stickiness(LAUNCH_OUT_OF_RESOURCES), Stickiness::Call);
+        assert_eq!(stickiness(DEVICE_UNAVAILABLE), Stickiness::Call);
     }
 }

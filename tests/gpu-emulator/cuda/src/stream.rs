@@ -335,11 +335,23 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, ev: *mut c_void, flags: u32) -> CUresult {
     api("cuStreamWaitEvent", |a| {
-        if flags > 1 {
+        // `CU_EVENT_WAIT_EXTERNAL` (1) "is invalid outside of stream capture", which the
+        // emulator does not have.
+        if flags != 0 {
             return Err(status::INVALID_VALUE);
         }
-        let (dev, e) = event(a, ev as u64)?;
-        let w = a.lock().stream(stream as u64, dev)?;
+        // "hEvent may be from a different context or device than hStream."
+        let e = {
+            let emu = a.lock();
+            emu.current()?;
+            emu.events.get(&(ev as u64)).map(|(_, e)| e.clone())
+        }
+        .ok_or(status::INVALID_HANDLE)?;
+        let w = {
+            let mut emu = a.lock();
+            let dev = emu.current()?;
+            emu.stream(stream as u64, dev)?
+        };
         if let Some(r) = e.recorded() {
             w.submit(Box::new(move || {
                 r.worker.wait(r.ticket);

@@ -128,3 +128,47 @@ fn an_ecc_error_loses_the_whole_device() {
         assert_eq!((c.primary_ctx_retain)(&mut ctx, 0), ECC_UNCORRECTABLE);
     }
 }
+
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`: "a launch did not occur because it did not have
+/// appropriate resources"; `CUDA_ERROR_DEVICE_UNAVAILABLE`: a device "unavailable at the
+/// current time", "often … due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or
+/// CU_COMPUTEMODE_PROHIBITED". Neither breaks anything beyond its call; a prohibited device
+/// refuses every context and leaves the others usable (docs/cuda.md, rows 10 and 12).
+#[test]
+fn a_refused_launch_and_a_busy_device_fail_only_their_call() {
+    const PROHIBITED: &str = r#"{"devices": [
+      {"uuid": "GPU-11111111-2222-4333-8444-555555555550", "compute_mode": "prohibited"},
+      {"uuid": "GPU-11111111-2222-4333-8444-555555555551"}]}"#;
+    if ran_as_child(
+        "a_refused_launch_and_a_busy_device_fail_only_their_call",
+        "busy",
+        &[("STOKER_EMU_CONFIG", PROHIBITED)],
+    ) {
+        return;
+    }
+    const DEVICE_UNAVAILABLE: R = 46;
+    const LAUNCH_OUT_OF_RESOURCES: R = 701;
+    const ATTR_COMPUTE_MODE: i32 = 20;
+    let c = init();
+    let mut ctx: *mut c_void = null_mut();
+    let (mut mode0, mut mode1) = (-1, -1);
+    // SAFETY: local out-parameters.
+    unsafe {
+        ok((c.device_get_attribute)(&mut mode0, ATTR_COMPUTE_MODE, 0));
+        ok((c.device_get_attribute)(&mut mode1, ATTR_COMPUTE_MODE, 1));
+        assert_eq!((mode0, mode1), (2, 0), "CU_COMPUTEMODE_PROHIBITED, DEFAULT");
+        assert_eq!((c.primary_ctx_retain)(&mut ctx, 0), DEVICE_UNAVAILABLE);
+        assert_eq!((c.primary_ctx_retain)(&mut ctx, 0), DEVICE_UNAVAILABLE);
+    }
+    bind(1);
+    let mut p = 0u64;
+    // SAFETY: local out-parameters.
+    unsafe {
+        for status in [LAUNCH_OUT_OF_RESOURCES, DEVICE_UNAVAILABLE] {
+            inject(c"cuMemAlloc_v2", 1, status);
+            assert_eq!((c.mem_alloc)(&mut p, 64), status);
+            ok((c.mem_alloc)(&mut p, 64));
+            ok((c.mem_free)(p));
+        }
+    }
+}

@@ -177,6 +177,50 @@ fn a_stream_waits_for_an_event_of_another_stream() {
     }
 }
 
+/// "hEvent may be from a different context or device than hStream", and
+/// `CU_EVENT_WAIT_EXTERNAL` "is invalid outside of stream capture" (`cuStreamWaitEvent`).
+#[test]
+fn a_stream_waits_for_an_event_of_another_device_and_refuses_the_external_flag() {
+    if !in_child("a_stream_waits_for_an_event_of_another_device_and_refuses_the_external_flag") {
+        return;
+    }
+    let c = init();
+    let mut e = null_mut();
+    let mut host: *mut c_void = null_mut();
+    let (mut d1, mut d0) = (0u64, 0u64);
+    let sevens = vec![7u8; 256];
+    // SAFETY: pinned host memory and device memory live until the end; all synchronised.
+    unsafe {
+        bind(1);
+        let s1 = stream();
+        ok((c.mem_alloc)(&mut d1, 256));
+        ok((c.event_create)(&mut e, 0x2));
+        ok((c.memcpy_htod_async)(d1, sevens.as_ptr().cast(), 256, s1));
+        ok((c.event_record)(e, s1));
+        bind(0);
+        let s0 = stream();
+        ok((c.mem_alloc)(&mut d0, 256));
+        ok((c.mem_alloc_host)(&mut host, 256));
+        std::ptr::write_bytes(host.cast::<u8>(), 0, 256);
+        assert_eq!((c.stream_wait_event)(s0, e, 1), INVALID_VALUE);
+        ok((c.stream_wait_event)(s0, e, 0));
+        ok((c.launch_host_func)(s0, note_done, host));
+        assert_eq!(
+            *host.cast::<u8>(),
+            0,
+            "the wait held the host function back"
+        );
+        ok((c.stream_synchronize)(s0));
+        assert_eq!(*host.cast::<u8>(), 1);
+        ok((c.mem_free_host)(host));
+    }
+}
+
+unsafe extern "C" fn note_done(p: *mut c_void) {
+    // SAFETY: the test passes 256 bytes of pinned memory.
+    unsafe { *p.cast::<u8>() = 1 };
+}
+
 #[test]
 fn pageable_sources_are_staged_and_pinned_ones_are_read_later() {
     if !in_child("pageable_sources_are_staged_and_pinned_ones_are_read_later") {
