@@ -312,9 +312,16 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library's version, e.g. `"0.1.0"` (static storage).
+ * The library's version (static storage): `git describe` of its source at build time, e.g.
+ * `"0.1.0+g1a2b3c4d5e"`, or the crate version where it was built without git.
  */
 const char *stoker_version(void);
+
+/**
+ * The protocol version the library speaks to `stokerd` (a daemon of another one refuses it,
+ * saying which side to upgrade).
+ */
+uint16_t stoker_protocol_version(void);
 
 /**
  * The message of the last error returned on this thread; `""` if none. Valid until the next

@@ -25,12 +25,20 @@ from .errors import (
 )
 from .loader import IMAGENET_MEAN, IMAGENET_STD, Loader, build_spec, job_from_env, resolve_device
 
-__version__ = "0.1.0"
-
-
 def library_version():
-    """The version of the libstoker.so in use."""
+    """The version of the libstoker.so in use: `git describe` of its source at build time
+    (e.g. `0.1.0+g1a2b3c4d5e`), or the crate version where it was built without git."""
     return _cdll.stoker_version().decode()
+
+
+def protocol_version():
+    """The protocol version libstoker speaks to stokerd; a daemon of another one refuses the
+    attach, saying which side to upgrade and both versions."""
+    return int(_cdll.stoker_protocol_version())
+
+
+# The package and its libstoker.so ship together (the wheel bundles them): one version.
+__version__ = library_version()
 
 
 def library_path():
@@ -59,5 +67,6 @@ __all__ = [
     "job_from_env",
     "library_path",
     "library_version",
+    "protocol_version",
     "resolve_device",
 ]

@@ -169,6 +169,7 @@ _TENSOR_OUT = POINTER(POINTER(DLManagedTensorVersioned))
 # name: (restype, argtypes), exactly as stoker.h declares them.
 _SIGNATURES = {
     "stoker_version": (c_char_p, []),
+    "stoker_protocol_version": (c_uint16, []),
     "stoker_last_error": (c_char_p, []),
     "stoker_result_name": (c_char_p, [c_int32]),
     "stoker_attach_options_init": (_RESULT, [POINTER(AttachOptions)]),

@@ -1,6 +1,7 @@
 """What works without a daemon: loading libstoker, typed errors, spec and environment handling."""
 
 import ctypes
+import re
 from pathlib import Path
 
 import pytest
@@ -10,15 +11,22 @@ from stoker import _lib
 
 
 def test_library_loads_and_reports_its_version():
-    assert stoker.library_version() == "0.1.0"
     assert Path(stoker.library_path()).is_file()
+    version = stoker.__version__
+    assert version == stoker.library_version()
+    # git describe at build time, never a path; a checkout builds the commit into it.
+    assert "/" not in version, version
+    if (Path(__file__).resolve().parents[2] / ".git").exists():
+        assert re.fullmatch(r"\d+\.\d+\.\d+(\+g[0-9a-f]{10}|-\d+-g[0-9a-f]{10})", version), version
+    assert stoker.protocol_version() >= 2
 
 
 def test_every_header_function_is_bound():
     header = (Path(__file__).resolve().parents[2] / "ipc/include/stoker.h").read_text()
     declared = {line.split("(")[0].split()[-1].lstrip("*")
                 for line in header.splitlines()
-                if line.startswith(("stoker_result stoker_", "const char *stoker_", "void stoker_"))}
+                if line.startswith(("stoker_result stoker_", "const char *stoker_", "void stoker_",
+                                    "uint16_t stoker_"))}
     assert declared == set(_lib._SIGNATURES), declared ^ set(_lib._SIGNATURES)
 
 

@@ -1,11 +1,13 @@
 //! Serving: the real `stokerd` on a temp socket, real JPEG files, real clients. Whole epochs
 //! in order, ranks splitting the permutation as the in-process pipeline does, refusals by
 //! name, a killed daemon read as a closed connection, and no leak over a thousand attaches;
-//! the soak (ignored in the ordinary run, see `soak`).
+//! a client and a daemon of different protocol versions told which side to upgrade
+//! (`versions`); the soak (ignored in the ordinary run, see `soak`).
 
 mod clients;
 mod leaks;
 mod soak;
+mod versions;
 
 use std::collections::BTreeSet;
 use std::path::Path;

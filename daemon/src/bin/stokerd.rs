@@ -48,6 +48,11 @@ fn main() -> ExitCode {
         }
     };
     stoker_daemon::service::logging::init_daemon();
+    tracing::info!(
+        version = stoker::protocol::VERSION,
+        protocol = stoker::protocol::PROTOCOL_VERSION,
+        "stokerd starting"
+    );
     match service::run(&args, signals, ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -28,7 +28,7 @@ use crate::serve::stall::RankStallEntry;
 use crate::service::metrics as m;
 
 use super::ops::{encode_status, ServerHandle, ServerState};
-use super::refusal::{refuse, Refusal};
+use super::refusal::{refuse, undecodable, Refusal};
 use super::registry::{RankSeat, Seated};
 use super::{ATTACH_TIMEOUT, REFUSED_PEER_DRAIN, STOPPING_MESSAGE};
 /// One client connection.
@@ -255,7 +255,7 @@ impl Connection {
                 ErrorCode::BadMessage,
                 format!("expected ATTACH, got {:?}", other.kind()),
             )),
-            Err(e) => Err(refuse(e.code(), e.to_string())),
+            Err(e) => Err(undecodable(e)),
         }
     }
 
@@ -310,7 +310,7 @@ impl Connection {
             classes: job.dataset.classes().len() as u64,
             ranks_attached,
             created_job,
-            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            daemon_version: stoker::protocol::VERSION.to_owned(),
             accepts_stats: true,
         };
         let bytes = Message::Attached(answer)
@@ -359,7 +359,10 @@ pub(super) fn check_attach(a: &Attach) -> Result<(), Refusal> {
 }
 
 pub(super) fn send_error(sock: &SeqPacket, r: Refusal) {
-    if let Ok(bytes) = Message::error(r.code, r.message).encode() {
+    let Message::Error(e) = Message::error(r.code, r.message) else {
+        return;
+    };
+    if let Ok(bytes) = e.encode_in_protocol(r.protocol) {
         let _ = sock.send(&bytes, &[]);
     }
 }

@@ -350,7 +350,8 @@ impl ServerHandle {
         };
         jobs.sort_by(|a, b| (&a.job, a.owner).cmp(&(&b.job, b.owner)));
         DaemonStatus {
-            daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+            daemon_version: stoker::protocol::VERSION.to_owned(),
+            protocol: stoker::protocol::PROTOCOL_VERSION,
             pid: std::process::id(),
             uptime_s: self.state.started.elapsed().as_secs_f64(),
             socket: self.socket.display().to_string(),

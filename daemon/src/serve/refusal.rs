@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker::protocol::ErrorCode;
+use stoker::protocol::{DecodeError, ErrorCode, Speaker, VersionMismatch, PROTOCOL_VERSION};
 
 use crate::serve::access::AccessError;
 /// A refusal sent to the client before the connection closes.
@@ -16,12 +16,37 @@ use crate::serve::access::AccessError;
 pub(super) struct Refusal {
     pub(super) code: ErrorCode,
     pub(super) message: String,
+    /// The protocol version the ERROR is sent in: the client's, so that a client of another
+    /// version reads why it was refused.
+    pub(super) protocol: u16,
 }
 
 pub(super) fn refuse(code: ErrorCode, message: impl Into<String>) -> Refusal {
     Refusal {
         code,
         message: message.into(),
+        protocol: PROTOCOL_VERSION,
+    }
+}
+
+/// The refusal of an opening message that cannot be decoded: for a client of another protocol
+/// version, which side to upgrade, sent in that client's version.
+pub(super) fn undecodable(e: DecodeError) -> Refusal {
+    match e {
+        DecodeError::Version { got, peer_version } => {
+            let mismatch = VersionMismatch {
+                client: Speaker {
+                    protocol: got,
+                    version: peer_version,
+                },
+                daemon: Speaker::this_build(),
+            };
+            Refusal {
+                protocol: got,
+                ..refuse(ErrorCode::VersionMismatch, mismatch.to_string())
+            }
+        }
+        e => refuse(e.code(), e.to_string()),
     }
 }
 

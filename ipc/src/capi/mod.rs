@@ -122,7 +122,9 @@ impl From<ClientError> for Failure {
             ClientError::Socket(_) | ClientError::Ring(_) => STOKER_ERR_IO,
             ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,
             ClientError::Spec(_) => STOKER_ERR_SPEC,
-            ClientError::Decode(_) | ClientError::Protocol(_) => STOKER_ERR_PROTOCOL,
+            ClientError::Decode(_) | ClientError::Protocol(_) | ClientError::Version { .. } => {
+                STOKER_ERR_PROTOCOL
+            }
             ClientError::Device(_) => STOKER_ERR_DEVICE,
             ClientError::Refused { code, .. } => match code {
                 ErrorCode::SpecMismatch | ErrorCode::InvalidSpec => STOKER_ERR_SPEC,
@@ -261,10 +263,18 @@ fn check_out<T>(out: *mut T, what: &str) -> Result<(), Failure> {
 
 static ANONYMOUS_JOBS: AtomicU64 = AtomicU64::new(0);
 
-/// The library's version, e.g. `"0.1.0"` (static storage).
+/// The library's version (static storage): `git describe` of its source at build time, e.g.
+/// `"0.1.0+g1a2b3c4d5e"`, or the crate version where it was built without git.
 #[no_mangle]
 pub extern "C" fn stoker_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+    concat!(env!("STOKER_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The protocol version the library speaks to `stokerd` (a daemon of another one refuses it,
+/// saying which side to upgrade).
+#[no_mangle]
+pub extern "C" fn stoker_protocol_version() -> u16 {
+    crate::protocol::PROTOCOL_VERSION
 }
 
 /// The message of the last error returned on this thread; `""` if none. Valid until the next

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{
     Attach, Attached, DecodeError, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position,
-    Ready, ResumedEpoch, MAX_MESSAGE_BYTES,
+    Ready, ResumedEpoch, Speaker, VersionMismatch, MAX_MESSAGE_BYTES,
 };
 use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
@@ -195,7 +195,13 @@ pub enum ClientError {
     #[error("invalid spec: {0}")]
     Spec(#[from] SpecError),
     #[error("daemon sent a malformed message: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(DecodeError),
+    /// The daemon speaks another protocol version: which side to upgrade, both versions.
+    #[error("the daemon at {}: {mismatch}", socket.display())]
+    Version {
+        socket: PathBuf,
+        mismatch: VersionMismatch,
+    },
     #[error("daemon broke the protocol: {0}")]
     Protocol(String),
     #[error("socket: {0}")]
@@ -228,6 +234,26 @@ impl ClientError {
                 Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
             ),
             _ => false,
+        }
+    }
+
+    /// A message in another protocol version becomes [`ClientError::Version`], naming the
+    /// daemon at `socket`.
+    fn with_socket(self, socket: &Path) -> ClientError {
+        match self {
+            ClientError::Decode(DecodeError::Version { got, peer_version }) => {
+                ClientError::Version {
+                    socket: socket.to_owned(),
+                    mismatch: VersionMismatch {
+                        client: Speaker::this_build(),
+                        daemon: Speaker {
+                            protocol: got,
+                            version: peer_version,
+                        },
+                    },
+                }
+            }
+            e => e,
         }
     }
 
@@ -330,7 +356,7 @@ impl Client {
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
         sock.send(&bytes, &[]).map_err(closed_or)?;
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
-        let (msg, fds) = recv(&sock, &mut buf)?;
+        let (msg, fds) = recv(&sock, &mut buf).map_err(|e| e.with_socket(socket))?;
         let attached = attached(msg)?;
         let (ring, device) = if attached.image_memory == ImageMemory::Device {
             let fds = <[OwnedFd; 2]>::try_from(fds).map_err(|fds| {
@@ -616,7 +642,10 @@ fn closed_or(e: SockError) -> ClientError {
 fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), ClientError> {
     match sock.recv(buf).map_err(closed_or)? {
         None => Err(ClientError::Closed),
-        Some(r) => Ok((Message::decode(&buf[..r.len])?, r.fds)),
+        Some(r) => Ok((
+            Message::decode(&buf[..r.len]).map_err(ClientError::Decode)?,
+            r.fds,
+        )),
     }
 }
 

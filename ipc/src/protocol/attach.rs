@@ -6,6 +6,10 @@
 //!   exist: the offset nested in `start` (`{"epoch":..,"step":..,"offset":{..}}`), left out when
 //!   there is none, and `start` itself optional (clients from before it existed). `AttachJson`
 //!   is that form, written and read only here; a golden test holds it byte for byte.
+//! - Since protocol 2 the JSON ends with `client_version`, the sending build's
+//!   [`VERSION`](super::VERSION): always this build's, so it is not a field of [`Attach`]. A
+//!   daemon repeats it in the message answering an ATTACH it cannot read (another protocol
+//!   version, or a JSON it does not know).
 //! - `device` is parsed into a [`Device`] here, once: a name that is no device fails the
 //!   decode as [`DecodeError::Device`], which the daemon answers with UNSUPPORTED_DEVICE. On
 //!   the wire it is the device's `Display` (`cpu` or a GPU UUID once the client resolved it).
@@ -54,6 +58,7 @@ struct AttachJson {
     seed: u64,
     #[serde(default)]
     start: StartJson,
+    client_version: String,
 }
 
 /// ATTACH's `start`: the position, with the job's elastic offset inside it.
@@ -83,15 +88,20 @@ impl Attach {
                 step: a.start.step,
                 offset: a.offset,
             },
+            client_version: super::VERSION.to_owned(),
         };
         serde_json::to_writer(out, &json)
     }
 
-    /// Reads a JSON body.
+    /// Reads a JSON body. A body this version cannot read names the client's version when it
+    /// holds one (a client that added a field without bumping the protocol version).
     pub(super) fn read_json(body: &[u8]) -> Result<Attach, DecodeError> {
         let a: AttachJson = serde_json::from_slice(body).map_err(|e| DecodeError::Json {
             kind: MessageType::Attach,
-            reason: e.to_string(),
+            reason: match super::version::peer_version(body) {
+                Some(v) => format!("{e} (client stoker {v}, daemon stokerd {})", super::VERSION),
+                None => e.to_string(),
+            },
         })?;
         Ok(Attach {
             device: a.device.parse().map_err(DecodeError::Device)?,

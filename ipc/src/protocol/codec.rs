@@ -104,7 +104,10 @@ impl Message {
         }
         let version = u16::from_le_bytes([header[2], header[3]]);
         if version != PROTOCOL_VERSION {
-            return Err(DecodeError::Version { got: version });
+            return Err(DecodeError::Version {
+                got: version,
+                peer_version: super::version::peer_version(body),
+            });
         }
         let ty = u16::from_le_bytes([header[4], header[5]]);
         let kind = MessageType::from_u16(ty).ok_or(DecodeError::UnknownType(ty))?;
@@ -181,6 +184,17 @@ impl Message {
             }
             MessageType::Error => Message::Error(decode_error(body)?),
         })
+    }
+}
+
+impl ErrorMessage {
+    /// Encodes this ERROR with `protocol` in its header instead of this build's version:
+    /// ERROR's layout is the same in every protocol version, so a peer speaking `protocol`
+    /// reads it (the answer to a peer of another version).
+    pub fn encode_in_protocol(&self, protocol: u16) -> Result<Vec<u8>, EncodeError> {
+        let mut bytes = Message::error(self.code, self.message.clone()).encode()?;
+        bytes[2..4].copy_from_slice(&protocol.to_le_bytes());
+        Ok(bytes)
     }
 }
 

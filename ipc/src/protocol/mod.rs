@@ -20,6 +20,9 @@
 //! - Unknown message types, trailing bytes, a non-zero reserved field and unknown JSON fields
 //!   are all errors: a peer that speaks another dialect is refused, not half understood.
 //!
+//! - The header's version is checked before anything else: a peer of another protocol
+//!   version gets an ERROR in its own version saying which side to upgrade (see [`version`]).
+//!
 //! # Limitations
 //! - The version is checked for equality; there is no negotiation yet.
 
@@ -29,8 +32,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::ring::ImageMemory;
 
-/// Wire protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
 /// First two bytes of every message.
 pub const MAGIC: [u8; 2] = *b"SK";
 /// Size of the fixed header.
@@ -99,7 +100,7 @@ pub struct Attached {
     pub ranks_attached: u32,
     /// Whether this attach created the job (the first rank) or joined it.
     pub created_job: bool,
-    /// The daemon's version, for logs.
+    /// The daemon's [`VERSION`] (`git describe` at its build).
     pub daemon_version: String,
     /// Whether the daemon takes [`Message::Stats`] on this connection (a daemon from before
     /// STATS omits the field: the client then sends none).
@@ -255,8 +256,13 @@ pub enum DecodeError {
     TooLong(usize),
     #[error("bad magic {0:02x?} (not a stoker peer)")]
     Magic([u8; 2]),
-    #[error("protocol version {got} (this build speaks {PROTOCOL_VERSION})")]
-    Version { got: u16 },
+    /// The peer speaks another protocol version; `peer_version` is its software version when
+    /// its message said.
+    #[error("protocol version {got} (this build speaks {PROTOCOL_VERSION}, stoker {VERSION})")]
+    Version {
+        got: u16,
+        peer_version: Option<String>,
+    },
     #[error("unknown message type {0}")]
     UnknownType(u16),
     #[error("reserved header field is {0}, must be 0")]
@@ -303,11 +309,13 @@ mod codec;
 mod device;
 pub mod position;
 mod status;
+pub mod version;
 pub use attach::Attach;
 pub use codec::STATS_BODY;
 pub use device::{CudaDevice, Device, UnknownDevice};
 pub use position::{EpochOffset, EpochSteps, Position, ResumedEpoch};
 pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall};
+pub use version::{Speaker, VersionMismatch, PROTOCOL_VERSION, VERSION, VERSION_LINE};
 
 #[cfg(test)]
 mod tests;

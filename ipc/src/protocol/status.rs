@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonStatus {
+    /// The daemon's [`VERSION`](super::VERSION).
     pub daemon_version: String,
+    /// The daemon's [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION).
+    pub protocol: u16,
     pub pid: u32,
     pub uptime_s: f64,
     /// The socket the daemon serves on.

@@ -140,7 +140,7 @@ fn both_start_position_forms_are_understood() {
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
     let decode = |json: &serde_json::Value| {
-        let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+        let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
         bytes.extend(serde_json::to_vec(json).unwrap());
         let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
             panic!("not an attach")
@@ -180,7 +180,7 @@ fn both_start_position_forms_are_understood() {
     assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
     // Unknown fields inside `start` are refused like anywhere else.
     json["start"] = serde_json::json!({"epoch": 4, "step": 1, "offest": null});
-    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let e = Message::decode(&bytes).unwrap_err();
     assert!(e.to_string().contains("offest"), "{e}");
@@ -209,7 +209,7 @@ fn hot_messages_have_fixed_sizes() {
 fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
     // A daemon from before STATS sends no `accepts_stats`.
     let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
-    let mut bytes = b"SK\x01\x00\x02\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x02\x00\x02\x00\x00\x00".to_vec();
     bytes.extend_from_slice(json);
     let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
         panic!("expected ATTACHED")
@@ -222,8 +222,85 @@ fn a_wrong_version_is_reported_as_such() {
     let mut bytes = Message::Detach.encode().unwrap();
     bytes[2] = 9;
     let err = Message::decode(&bytes).unwrap_err();
-    assert_eq!(err, DecodeError::Version { got: 9 });
+    assert_eq!(
+        err,
+        DecodeError::Version {
+            got: 9,
+            peer_version: None
+        }
+    );
     assert_eq!(err.code(), ErrorCode::VersionMismatch);
+}
+
+#[test]
+fn a_message_of_another_version_still_names_its_senders_version() {
+    let mut bytes = Message::Attach(Box::new(attach())).encode().unwrap();
+    bytes[2..4].copy_from_slice(&(PROTOCOL_VERSION + 1).to_le_bytes());
+    assert_eq!(
+        Message::decode(&bytes).unwrap_err(),
+        DecodeError::Version {
+            got: PROTOCOL_VERSION + 1,
+            peer_version: Some(VERSION.to_owned()),
+        }
+    );
+}
+
+#[test]
+fn an_error_encoded_for_another_protocol_version_reads_there() {
+    let e = ErrorMessage {
+        code: ErrorCode::VersionMismatch,
+        message: "upgrade".into(),
+    };
+    let bytes = e.encode_in_protocol(1).unwrap();
+    assert_eq!(&bytes[..4], b"SK\x01\x00");
+    assert_eq!(bytes[HEADER_BYTES..HEADER_BYTES + 2], [2, 0]);
+    assert_eq!(&bytes[HEADER_BYTES + 2..], b"upgrade");
+}
+
+#[test]
+fn the_version_line_names_this_protocol_version() {
+    assert_eq!(
+        VERSION_LINE,
+        format!("{VERSION} (protocol {PROTOCOL_VERSION})")
+    );
+    // A real version: the crate's, with the commit where git was there at build time.
+    assert!(VERSION.starts_with(char::is_numeric), "{VERSION}");
+    assert!(!VERSION.contains('/'), "a path in the version: {VERSION}");
+}
+
+#[test]
+fn a_mismatch_says_which_side_to_upgrade_with_both_versions() {
+    let old = Speaker {
+        protocol: 1,
+        version: None,
+    };
+    let new = Speaker {
+        protocol: 2,
+        version: Some("0.2.0-3-gabc".into()),
+    };
+    let daemon_older = VersionMismatch {
+        client: new.clone(),
+        daemon: old.clone(),
+    }
+    .to_string();
+    assert!(daemon_older.contains("upgrade the daemon (stokerd) to 0.2.0-3-gabc or later"));
+    assert!(daemon_older.contains("client stoker 0.2.0-3-gabc, protocol 2"));
+    assert!(
+        daemon_older.contains("daemon stokerd of a version that does not report it, protocol 1")
+    );
+    let client_older = VersionMismatch {
+        client: old,
+        daemon: new,
+    }
+    .to_string();
+    assert!(
+        client_older.contains("upgrade the client"),
+        "{client_older}"
+    );
+    assert!(
+        client_older.contains("to 0.2.0-3-gabc or later"),
+        "{client_older}"
+    );
 }
 
 #[test]
@@ -234,11 +311,11 @@ fn malformed_messages_say_what_is_wrong() {
         Err(DecodeError::Magic(*b"XX"))
     );
     assert_eq!(
-        Message::decode(b"SK\x01\x00\x63\x00\x00\x00"),
+        Message::decode(b"SK\x02\x00\x63\x00\x00\x00"),
         Err(DecodeError::UnknownType(0x63))
     );
     assert_eq!(
-        Message::decode(b"SK\x01\x00\x05\x00\x01\x00"),
+        Message::decode(b"SK\x02\x00\x05\x00\x01\x00"),
         Err(DecodeError::Reserved(1))
     );
     // Trailing bytes after a fixed body.
@@ -256,10 +333,15 @@ fn malformed_messages_say_what_is_wrong() {
     let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     json["colour"] = 1.into();
-    let mut bytes = b"SK\x01\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let err = Message::decode(&bytes).unwrap_err();
     assert!(err.to_string().contains("colour"), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("client stoker {VERSION}")),
+        "{err}"
+    );
     let big = vec![0u8; MAX_MESSAGE_BYTES + 1];
     assert_eq!(
         Message::decode(&big),
@@ -295,7 +377,7 @@ proptest! {
         ty in 0u16..11,
         body in proptest::collection::vec(any::<u8>(), 0..128),
     ) {
-        let mut bytes = b"SK\x01\x00".to_vec();
+        let mut bytes = b"SK\x02\x00".to_vec();
         bytes.extend(ty.to_le_bytes());
         bytes.extend([0, 0]);
         bytes.extend(body);
@@ -327,18 +409,24 @@ proptest! {
     }
 }
 
-/// The ATTACH body every client sends (the Rust client, the C ABI, the Python package through
-/// it, and clients built before this one): its JSON must stay byte for byte what it was.
+/// The ATTACH body every client of this protocol version sends (the Rust client, the C ABI,
+/// the Python package through it): its JSON must stay byte for byte what it is for as long
+/// as [`PROTOCOL_VERSION`] stays 2. Changing it means a new protocol version: bump
+/// [`PROTOCOL_VERSION`] and this test's header with it (docs/protocol.md says why).
 fn golden_attach_json(device: &str, start: &str) -> String {
     let spec = serde_json::to_string(&PipelineSpec::train(256, 224)).unwrap();
     format!(
-        r#"{{"job":"resnet50-run7","rank":3,"world_size":8,"device":"{device}","spec":{spec},"dataset":"/data/imagenet/train","seed":42,"start":{start}}}"#
+        r#"{{"job":"resnet50-run7","rank":3,"world_size":8,"device":"{device}","spec":{spec},"dataset":"/data/imagenet/train","seed":42,"start":{start},"client_version":"{VERSION}"}}"#
     )
 }
 
 #[test]
 fn attach_json_is_byte_identical_to_the_golden_form() {
-    let header = b"SK\x01\x00\x01\x00\x00\x00";
+    let header = b"SK\x02\x00\x01\x00\x00\x00";
+    assert_eq!(
+        PROTOCOL_VERSION, 2,
+        "a new protocol version has new golden forms"
+    );
     let uuid = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6";
     let plain = golden_attach_json("cpu", r#"{"epoch":2,"step":17}"#);
     let elastic = golden_attach_json(

@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use stoker::protocol::{DaemonStatus, JobStatus, Message, MAX_MESSAGE_BYTES};
+use stoker::protocol::{
+    DaemonStatus, DecodeError, JobStatus, Message, Speaker, VersionMismatch, MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION, VERSION,
+};
 use stoker::socket::SeqPacket;
 use stoker_daemon::service::logging::{escape_controls, escape_lines};
 
@@ -49,6 +52,11 @@ pub enum StatusError {
     Closed,
     #[error("the daemon's answer: {0}")]
     Protocol(String),
+    #[error("the daemon at {}: {mismatch}", socket.display())]
+    Version {
+        socket: PathBuf,
+        mismatch: VersionMismatch,
+    },
 }
 
 /// Asks the daemon at `socket` for its status.
@@ -79,6 +87,16 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
             "expected STATUS_REPLY, got {:?}",
             other.kind()
         ))),
+        Err(DecodeError::Version { got, peer_version }) => Err(StatusError::Version {
+            socket: socket.to_owned(),
+            mismatch: VersionMismatch {
+                client: Speaker::this_build(),
+                daemon: Speaker {
+                    protocol: got,
+                    version: peer_version,
+                },
+            },
+        }),
         Err(e) => Err(StatusError::Protocol(e.to_string())),
     }
 }
@@ -112,8 +130,9 @@ pub fn render(s: &DaemonStatus) -> String {
     let mut out = String::new();
     let state = if s.stopping { "stopping" } else { "serving" };
     out.push_str(&format!(
-        "stokerd {} (pid {}) {state} on {}{} for {}\n",
+        "stokerd {} (protocol {}, pid {}) {state} on {}{} for {}\n",
         s.daemon_version,
+        s.protocol,
         s.pid,
         s.socket,
         if s.activated {
@@ -133,6 +152,9 @@ pub fn render(s: &DaemonStatus) -> String {
         s.images_delivered,
         s.bad_samples,
         human_bytes(s.ring_bytes)
+    ));
+    out.push_str(&format!(
+        "this tool: stoker {VERSION} (protocol {PROTOCOL_VERSION})\n"
     ));
     if !s.datasets.is_empty() {
         out.push_str(&format!("datasets: {}\n", s.datasets.join(", ")));
@@ -320,7 +342,8 @@ mod tests {
     #[test]
     fn renders_a_table() {
         let s = DaemonStatus {
-            daemon_version: "0.1.0".into(),
+            daemon_version: "0.1.0+g1234567890".into(),
+            protocol: 2,
             pid: 7,
             uptime_s: 125.0,
             socket: "/run/stoker/stoker.sock".into(),
@@ -350,6 +373,16 @@ mod tests {
             ..DaemonStatus::default()
         };
         let t = render(&s);
+        assert!(
+            t.starts_with("stokerd 0.1.0+g1234567890 (protocol 2, pid 7) serving on "),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "this tool: stoker {VERSION} (protocol {PROTOCOL_VERSION})"
+            )),
+            "{t}"
+        );
         assert!(t.contains("serving on /run/stoker/stoker.sock"), "{t}");
         assert!(t.contains("2m05s"), "{t}");
         assert!(t.contains("1234 img/s"), "{t}");
