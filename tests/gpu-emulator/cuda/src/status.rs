@@ -32,6 +32,7 @@ statuses! {
     ECC_UNCORRECTABLE = 214, c"CUDA_ERROR_ECC_UNCORRECTABLE", c"uncorrectable ECC error encountered";
     UNSUPPORTED_PTX_VERSION = 222, c"CUDA_ERROR_UNSUPPORTED_PTX_VERSION", c"the provided PTX was compiled with an unsupported toolchain.";
     INVALID_HANDLE = 400, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle";
+    ILLEGAL_STATE = 401, c"CUDA_ERROR_ILLEGAL_STATE", c"the operation cannot be performed in the present state";
     NOT_FOUND = 500, c"CUDA_ERROR_NOT_FOUND", c"named symbol not found";
     NOT_READY = 600, c"CUDA_ERROR_NOT_READY", c"device not ready";
     ILLEGAL_ADDRESS = 700, c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered";

@@ -336,9 +336,12 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, ev: *mut c_void, flags: u32) -> CUresult {
     api("cuStreamWaitEvent", |a| {
         // `CU_EVENT_WAIT_EXTERNAL` (1) "is invalid outside of stream capture", which the
-        // emulator does not have.
-        if flags != 0 {
-            return Err(status::INVALID_VALUE);
+        // emulator does not have: `CUDA_ERROR_ILLEGAL_STATE` on an H100 (docs/results/
+        // gpu-check-2026-11-26-h100/probe.json); other flags are undefined.
+        match flags {
+            0 => {}
+            1 => return Err(status::ILLEGAL_STATE),
+            _ => return Err(status::INVALID_VALUE),
         }
         // "hEvent may be from a different context or device than hStream."
         let e = {

@@ -202,7 +202,11 @@ fn a_stream_waits_for_an_event_of_another_device_and_refuses_the_external_flag()
         ok((c.mem_alloc)(&mut d0, 256));
         ok((c.mem_alloc_host)(&mut host, 256));
         std::ptr::write_bytes(host.cast::<u8>(), 0, 256);
-        assert_eq!((c.stream_wait_event)(s0, e, 1), INVALID_VALUE);
+        assert_eq!(
+            (c.stream_wait_event)(s0, e, 1),
+            401,
+            "CUDA_ERROR_ILLEGAL_STATE"
+        );
         ok((c.stream_wait_event)(s0, e, 0));
         ok((c.launch_host_func)(s0, note_done, host));
         assert_eq!(

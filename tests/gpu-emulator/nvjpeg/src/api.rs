@@ -115,12 +115,13 @@ pub extern "C" fn nvjpegCreateEx(
             return Err(status::INVALID_PARAMETER);
         }
         crate::version::check_driver()?;
-        let (_, engines, cores) = crate::cuda::current_device()?;
+        let (device, engines, cores) = crate::cuda::current_device()?;
         if backend == BACKEND_HARDWARE && engines == 0 {
             return Err(status::ARCH_MISMATCH);
         }
         let h = reg().insert(Object::Handle(HandleObj {
             backend,
+            device,
             strict: flags & FLAGS_BITSTREAM_STRICT != 0,
             engines,
             cores,
@@ -138,10 +139,9 @@ pub extern "C" fn nvjpegGetHardwareDecoderInfo(
 ) -> Status {
     call("nvjpegGetHardwareDecoderInfo", || {
         let mut r = reg();
+        // Any handle reports the device's engines: a real nvJPEG 13.0.1 did for HYBRID and
+        // GPU_HYBRID handles (docs/results/gpu-check-2026-11-26-h100/probe.json).
         let x = r.handle(h)?;
-        if x.backend != BACKEND_HARDWARE {
-            return Err(status::INVALID_PARAMETER);
-        }
         // SAFETY: out-parameters from the caller.
         unsafe {
             out(engines, x.engines)?;
@@ -194,6 +194,7 @@ fn new_state() -> Object {
         device: false,
         phase: Phase::Idle,
         doomed: None,
+        thread: None,
     })
 }
 

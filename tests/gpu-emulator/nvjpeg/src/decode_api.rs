@@ -96,7 +96,7 @@ pub extern "C" fn nvjpegDecodeBatchedInitialize(
     call("nvjpegDecodeBatchedInitialize", || {
         let f = OutputFormat::from_raw(format)?;
         let mut r = reg();
-        r.handle(h)?;
+        r.bound(h, state, "nvjpegDecodeBatchedInitialize")?;
         if batch <= 0 {
             return Err(status::INVALID_PARAMETER);
         }
@@ -127,6 +127,7 @@ pub extern "C" fn nvjpegDecodeBatchedPreAllocate(
         if batch <= 0 || width <= 0 || height <= 0 {
             return Err(status::INVALID_PARAMETER);
         }
+        r.on_device(h, "nvjpegDecodeBatchedPreAllocate")?;
         idle(r.state(state)?, "nvjpegDecodeBatchedPreAllocate")
     })
 }
@@ -250,7 +251,11 @@ fn batched(
             let x = r.handle(h)?;
             (x.backend, x.strict)
         };
-        let s = r.state(state)?;
+        // BatchedEx: hardware (or lossless) handles only (docs/cuda.md, row 63).
+        if params.is_some() && backend != BACKEND_HARDWARE {
+            return Err(status::IMPLEMENTATION_NOT_SUPPORTED);
+        }
+        let s = r.bound(h, state, "a batched decode")?;
         idle(s, "a batched decode")?;
         let (n, format) = s.batch.ok_or(status::INVALID_PARAMETER)?;
         let pending = s.pending.clone();
@@ -379,9 +384,8 @@ pub extern "C" fn nvjpegDecodeJpegHost(
             let strict = r.handle(h)?.strict;
             let backend = r.decoder(decoder)?;
             let p = *r.params(params)?;
-            if !r.state(state)?.pinned {
-                return Err(status::INVALID_PARAMETER);
-            }
+            // No pinned buffer attached is allowed: "the state will use heap host memory".
+            r.bound(h, state, "nvjpegDecodeJpegHost")?;
             let s = r.stream(stream)?;
             if !header::backend_takes(&s.header, backend) {
                 return Err(status::JPEG_NOT_SUPPORTED);
@@ -417,7 +421,7 @@ pub extern "C" fn nvjpegDecodeJpegTransferToDevice(
 ) -> Status {
     call("nvjpegDecodeJpegTransferToDevice", || {
         let mut r = reg();
-        r.handle(h)?;
+        r.bound(h, state, "nvjpegDecodeJpegTransferToDevice")?;
         r.decoder(decoder)?;
         r.stream(stream)?;
         let s = r.state(state)?;
@@ -452,7 +456,7 @@ pub extern "C" fn nvjpegDecodeJpegDevice(
         }
         let planes = {
             let mut r = reg();
-            r.handle(h)?;
+            r.bound(h, state, "nvjpegDecodeJpegDevice")?;
             r.decoder(decoder)?;
             let s = r.state(state)?;
             fail_at(s, Stage::Device)?;

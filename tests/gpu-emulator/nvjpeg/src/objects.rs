@@ -30,6 +30,9 @@ pub fn decode_path(backend: c_int) -> Path {
 
 pub struct HandleObj {
     pub backend: c_int,
+    /// The device current when it was made: "The nvJPEG states and handles are bound to the
+    /// device that was set as current during their creation."
+    pub device: c_int,
     /// Made with `NVJPEG_FLAGS_BITSTREAM_STRICT`.
     pub strict: bool,
     pub engines: u32,
@@ -55,6 +58,9 @@ pub struct StateObj {
     /// The decoupled phase that fails for the image in progress, and how
     /// ([`crate::header::hybrid_failure`]).
     pub doomed: Option<(Stage, Status)>,
+    /// The thread that first decoded with it: states "should be instantiated separately for
+    /// each thread".
+    pub thread: Option<std::thread::ThreadId>,
 }
 
 impl StateObj {
@@ -178,9 +184,47 @@ impl Registry {
         }
     }
 
+    /// Refuses `call` with handle `h` made for another device than the current one: "Using
+    /// these states and handles with another device set as current is undefined".
+    pub fn on_device(&mut self, h: *mut c_void, call: &str) -> Result<(), Status> {
+        let made_on = self.handle(h)?.device;
+        let (current, _, _) = crate::cuda::current_device()?;
+        if made_on == current {
+            return Ok(());
+        }
+        undefined(
+            call,
+            &format!("a handle made on device {made_on} used with device {current} current"),
+        )
+    }
+
+    /// [`Registry::on_device`], and refuses a decoding call with a state another thread
+    /// decoded with first: states "should be instantiated separately for each thread" (made
+    /// and pre-allocated on one thread, a state may be handed to the thread that decodes).
+    pub fn bound(
+        &mut self,
+        h: *mut c_void,
+        state: *mut c_void,
+        call: &str,
+    ) -> Result<&mut StateObj, Status> {
+        self.on_device(h, call)?;
+        let me = std::thread::current().id();
+        let s = self.state(state)?;
+        if s.thread.is_some_and(|t| t != me) {
+            undefined(call, "a JPEG state decoded with by a second thread")?;
+        }
+        s.thread = Some(me);
+        Ok(s)
+    }
+
     pub fn record(&mut self, jpeg: &[u8], path: Path) {
         self.paths.insert(fnv1a(jpeg), path);
     }
+}
+
+fn undefined(call: &str, why: &str) -> Result<(), Status> {
+    eprintln!("stoker nvJPEG emulator: {call}: {why}; undefined on a real library");
+    Err(status::INVALID_PARAMETER)
 }
 
 pub fn fnv1a(b: &[u8]) -> u64 {
