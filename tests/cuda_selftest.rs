@@ -88,7 +88,7 @@ fn edge_rows() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ),
         (
             "notjpeg.jpg",
-            b"\x89PNG\r\n\x1a\nnot a jpeg at all".to_vec(),
+            b"GIF89a: not a jpeg at all".to_vec(),
             "must be rejected with a clear error",
         ),
     ]
@@ -192,7 +192,7 @@ fn selftest_passes_on_both_emulated_gpus_and_fails_a_wrong_manifest() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("notjpeg.jpg: must decode, refused by nvJPEG and the CPU (not_jpeg)"),
+        stdout.contains("notjpeg.jpg: must decode, refused by nvJPEG and the CPU (unknown_format)"),
         "{stdout}"
     );
 }

@@ -2,7 +2,7 @@
 LOCAL_RANK choosing the GPU (as under torchrun), every spec in turn as a job of its own, each
 batch checked as a CUDA DLPack producer and copied back to the host into an .npz file.
 
-usage: cuda_client_proc.py SOCKET DATASET SPECS_JSON OUT_NPZ SEED   (env LOCAL_RANK, RANK)
+usage: cuda_client_proc.py SOCKET DATASET SPECS_JSON OUT_NPZ SEED [JOB]   (env LOCAL_RANK, RANK)
        cuda_client_proc.py fence SOCKET DATASET SPEC_JSON OUT_NPZ SEED
 
        cuda_client_proc.py jax SOCKET DATASET SPEC_JSON OUT_NPZ SEED
@@ -34,12 +34,13 @@ import stoker
 
 def main():
     socket, dataset, specs, out, seed = sys.argv[1:6]
+    job = sys.argv[6] if len(sys.argv) > 6 else "py"
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     arrays = {}
     for i, spec in enumerate(json.loads(specs)):
         loader = stoker.Loader(dataset, spec=spec, device="cuda", rank=rank, world_size=2,
-                               job=f"py-{i}", seed=int(seed), socket=socket, autostart=False)
+                               job=f"{job}-{i}", seed=int(seed), socket=socket, autostart=False)
         assert loader.device == f"cuda:{local_rank}", loader.device
         assert loader.info["image_memory"] == 1 and loader.info["device_id"] == local_rank
         slots = {}

@@ -22,6 +22,7 @@ import pytest
 import stoker
 
 from conftest import _unavailable, find_stokerd, serve_stokerd
+from formats_data import HEIGHT, WIDTH, write_dataset
 
 SEED = 11
 # Least PSNR of a CUDA-backend batch against the CPU backend's (tests/kit's MIN_BACKEND_PSNR_DB).
@@ -153,6 +154,52 @@ def test_two_gpu_ranks_in_two_processes_get_the_cpu_backends_batches(cuda_daemon
                 assert db >= MIN_BACKEND_PSNR, f"{at}: PSNR {db:.1f} dB"
                 worst = min(worst, db)
     print(f"lowest PSNR against the CPU backend: {worst:.1f} dB")
+
+
+def _gpu_ranks(sock, env, dataset, specs, tmp_path, job):
+    """Every spec of `specs` served to 2 GPU ranks, one client process each: their .npz files."""
+    procs = []
+    for rank in (0, 1):
+        out = tmp_path / f"{job}-rank{rank}.npz"
+        cmd = [sys.executable, str(HERE / "cuda_client_proc.py"), sock, str(dataset),
+               json.dumps(specs), str(out), str(SEED), job]
+        p = subprocess.Popen(cmd, env={**os.environ, **env, "RANK": str(rank),
+                                       "LOCAL_RANK": str(rank)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append((p, out))
+    results = []
+    for p, out in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, (stdout + stderr).decode(errors="replace")[-4000:]
+        results.append(np.load(out))
+    return results
+
+
+def test_every_format_on_the_emulated_gpu_gives_the_cpu_backends_samples(cuda_daemon,
+                                                                         tmp_path):
+    """The mixed-format dataset of test_formats.py (JPEG, CMYK JPEG, PNG of every kind, WebP)
+    served whole by `stokerd --backend cuda`: no replaced sample, and each PNG and WebP (decoded
+    on the CUDA backend's CPU route) exactly the CPU backend's; the JPEGs, which nvJPEG decodes,
+    at PSNR >= 30 dB."""
+    pytest.importorskip("PIL.Image", reason="Pillow writes the test images")
+    sock, env = cuda_daemon
+    root = tmp_path / "formats"
+    files = write_dataset(root / "mixed")
+    spec = stoker.build_spec(len(files) // 2, (HEIGHT, WIDTH), train=False, resize=HEIGHT,
+                             dtype="u8", layout="nhwc", epochs=1)
+    results = _gpu_ranks(sock, env, root, [spec], tmp_path, "formats")
+    for rank in (0, 1):
+        [want] = _cpu_batches(sock, root, spec, "formats", rank)
+        got = results[rank]
+        assert np.array_equal(got["indices_0_0"], want["indices"])
+        assert np.all(want["status"] == 0) and np.array_equal(got["status_0_0"], want["status"])
+        for k, index in enumerate(want["indices"]):
+            name = files[int(index)][0]
+            a, b = got["images_0_0"][k], want["images"][k]
+            if name.endswith(".jpg"):
+                assert _psnr(spec, a, b) >= MIN_BACKEND_PSNR, name
+            else:
+                assert np.array_equal(a, b), f"{name}: the CUDA backend's pixels differ"
 
 
 def _fenced_consumer(mode, cuda_daemon, smooth_dataset, tmp_path):

@@ -1,5 +1,5 @@
-//! The CPU backend: reads a unit's files with one batched read, then decodes (libjpeg-turbo,
-//! only the crop region) and augments each sample straight into its place in the slot.
+//! The CPU backend: reads a unit's files with one batched read, then decodes (JPEG with
+//! libjpeg-turbo, only the crop region; PNG and WebP whole) and augments each sample straight into its place in the slot.
 //!
 //! # Design
 //! - Units of up to [`CPU_UNIT_SAMPLES`] samples, complete when `fill` returns.
@@ -31,7 +31,7 @@ use crate::source::index::Dataset;
 use crate::source::local::reader::{ReadRequest, Reader};
 use crate::transform::augment::{sample_params, Augmenter};
 use crate::transform::badsample::BadSample;
-use crate::transform::decode::{probe, CpuDecoder, DecodeError};
+use crate::transform::decode::{probe_image, CpuDecoder, DecodeError};
 
 /// Makes [`CpuBackend`]s.
 #[derive(Debug, Clone, Copy, Default)]
@@ -150,7 +150,7 @@ impl CpuBackend {
         if let Some(t) = sample.config.throttle {
             std::thread::sleep(t.decode_delay);
         }
-        let header = probe(data)?;
+        let header = probe_image(data)?;
         let (crop, flip) = sample_params(
             &job.spec,
             header.width,

@@ -35,7 +35,7 @@ pub const REASONS: &[&str] = &[
     "changed",
     "credentials",
     // DecodeError::reason
-    "not_jpeg",
+    "unknown_format",
     "truncated",
     "corrupt",
     "corrupt_warning",
@@ -184,7 +184,11 @@ mod tests {
             assert!(REASONS.contains(&e.reason()), "{}", e.reason());
         }
         let decode = [
-            DecodeError::NotJpeg { what: "x".into() },
+            DecodeError::UnknownFormat { what: "x".into() },
+            DecodeError::TruncatedImage {
+                format: crate::transform::decode::ImageFormat::Png,
+                detail: "x".into(),
+            },
             DecodeError::Truncated { detail: "x".into() },
             DecodeError::FileTooLarge { len: 2, limit: 1 },
             DecodeError::TooLarge {

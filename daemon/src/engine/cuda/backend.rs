@@ -31,7 +31,7 @@ use crate::engine::{EngineConfig, PipelineError};
 use crate::service::ratelimit::{Admit, RateLimit};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;
-use crate::transform::decode::probe;
+use crate::transform::decode::probe_image;
 
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
@@ -200,7 +200,7 @@ impl CudaBackend {
             let header = match (too_large(&unit.job.dataset, index, max_file_bytes), read) {
                 (Some(bad), _) => Err(bad),
                 (None, Err(e)) => Err(BadSample::from(&e)),
-                (None, Ok(())) => probe(data).map_err(BadSample::from),
+                (None, Ok(())) => probe_image(data).map_err(BadSample::from),
             };
             let header = match header {
                 Ok(h) => h,

@@ -11,7 +11,8 @@
 //!   `key.jpg` / `key.jpeg` and `key.cls` (an ASCII integer label). Samples are read from the
 //!   shard by (offset, length); nothing is extracted.
 //!
-//! Samples are files whose extension is jpg, jpeg, jpe or jfif (any case); hidden entries
+//! Samples are files whose extension is jpg, jpeg, jpe, jfif, mpo, png or webp (any case; the
+//! decoder goes by the content, not the name); hidden entries
 //! (names starting with `.`) are skipped. Order is deterministic: classes in sorted order,
 //! files in byte order of their paths within a class, shards in sorted order and members in
 //! shard order.
@@ -64,7 +65,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const RACY_WINDOW_NS: i128 = 100_000_000;
 
 /// File extensions (lowercase) taken as images in folder layouts.
-pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo"];
+pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo", "png", "webp"];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
 
@@ -72,7 +73,8 @@ mod walk;
 pub use walk::WalkLimits;
 use walk::{Walk, WalkBudget};
 /// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
-const CACHE_VERSION: u32 = 2;
+/// 3: PNG and WebP files are samples (a folder indexed before held none).
+const CACHE_VERSION: u32 = 3;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]

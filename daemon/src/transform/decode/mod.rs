@@ -5,8 +5,9 @@
 //! - One [`CpuDecoder`] per decode thread; it owns a TurboJPEG instance (RAII, in the private
 //!   `sys` module, the only unsafe code here) and a scratch buffer, so steady-state decoding does
 //!   not allocate once `out` has grown to the largest image.
-//! - JPEG is recognised by its first bytes (`FF D8 FF`), never by the file name; other formats
-//!   are named in [`DecodeError::NotJpeg`].
+//! - The format is recognised by its first bytes ([`ImageFormat::detect`]), never by the file
+//!   name. PNG and WebP are decoded whole by pure-Rust decoders (`image`); other formats are
+//!   named in [`DecodeError::UnknownFormat`].
 //! - Output is always packed 8-bit RGB. Grayscale is expanded by libjpeg; CMYK and YCCK are
 //!   decoded to CMYK and converted here with the Adobe (inverted) convention, the same formula
 //!   as libjpeg-turbo's `djpeg`: `R = C * K / 255` on the stored values.
@@ -29,15 +30,22 @@
 //!   decode.
 
 mod encode;
+mod error;
+mod image;
+mod png;
 mod sniff;
 mod sys;
+mod webp;
 
 use std::cell::RefCell;
 
 use stoker_kernels::reference::{CropBox, RgbImage};
 
 pub use encode::{EncodeOptions, JpegEncoder};
-use sys::{Param, PixelFormat, ScalingFactor, TjError, TjHandle};
+pub use error::DecodeError;
+pub use image::{probe_image, ImageHeader};
+pub use sniff::ImageFormat;
+use sys::{Param, PixelFormat, ScalingFactor, TjHandle};
 
 /// Default [`Limits::max_pixels`]: 100 megapixels (a 10000 x 10000 image). Larger images are
 /// almost always decompression bombs in a training set; RGB output alone would be 300 MB.
@@ -68,92 +76,21 @@ impl Limits {
     }
 }
 
+impl Limits {
+    /// No limit: for reading headers, where the decoder applies the real limits later.
+    pub(super) fn unlimited() -> Limits {
+        Limits {
+            max_pixels: u64::MAX,
+            max_file_bytes: u64::MAX,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_pixels: DEFAULT_MAX_PIXELS,
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-        }
-    }
-}
-
-/// Why an image could not be decoded. Each variant has a stable [`DecodeError::reason`] code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum DecodeError {
-    /// The data is not JPEG at all.
-    #[error("not a JPEG file: looks like {what}")]
-    NotJpeg { what: String },
-    /// The data ends before the image does.
-    #[error("truncated JPEG data: {detail}")]
-    Truncated { detail: String },
-    /// libjpeg found the data invalid and stopped.
-    #[error("corrupt JPEG data: {detail}")]
-    Corrupt { detail: String },
-    /// libjpeg found damaged data it would have patched over (a warning); treated as an error.
-    #[error("corrupt JPEG data (libjpeg warning, treated as an error): {detail}")]
-    Warning { detail: String },
-    /// A valid JPEG of a kind stoker does not decode (12-bit, lossless, ...).
-    #[error("unsupported JPEG: {what}")]
-    Unsupported { what: String },
-    /// More pixels than [`Limits::max_pixels`].
-    #[error("image too large: {w}x{h} is over the limit of {limit} pixels")]
-    TooLarge { w: u32, h: u32, limit: u64 },
-    /// A larger file than [`Limits::max_file_bytes`].
-    #[error("file too large: {len} bytes is over the limit of {limit} bytes")]
-    FileTooLarge { len: u64, limit: u64 },
-    /// A progressive file with more than [`MAX_SCANS`] scans.
-    #[error("too many progressive scans (limit {limit})")]
-    TooManyScans { limit: u32 },
-    /// `decode_for_crop` was given a box that does not overlap the image.
-    #[error("crop box {want:?} does not overlap the {w}x{h} image")]
-    BadCrop { want: CropBox, w: u32, h: u32 },
-    /// TurboJPEG failed for a reason unrelated to the data (for example out of memory).
-    #[error("internal decoder error: {detail}")]
-    Internal { detail: String },
-}
-
-impl DecodeError {
-    /// A short, stable snake_case code for counting failures by reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            DecodeError::NotJpeg { .. } => "not_jpeg",
-            DecodeError::Truncated { .. } => "truncated",
-            DecodeError::Corrupt { .. } => "corrupt",
-            DecodeError::Warning { .. } => "corrupt_warning",
-            DecodeError::Unsupported { .. } => "unsupported",
-            DecodeError::TooLarge { .. } => "too_large",
-            DecodeError::FileTooLarge { .. } => "file_too_large",
-            DecodeError::TooManyScans { .. } => "too_many_scans",
-            DecodeError::BadCrop { .. } => "bad_crop",
-            DecodeError::Internal { .. } => "internal",
-        }
-    }
-
-    /// Maps a TurboJPEG failure to the variant its message describes.
-    fn from_tj(e: TjError) -> DecodeError {
-        // TurboJPEG's own errors are prefixed with the function name ("tj3Decompress8(): ...").
-        let detail = match e.message.split_once("(): ") {
-            Some((prefix, rest)) if prefix.starts_with("tj") => rest.to_owned(),
-            _ => e.message.clone(),
-        };
-        let m = detail.as_str();
-        if m.contains("Premature end of JPEG file") {
-            DecodeError::Truncated { detail }
-        } else if m.contains("exceeds maximum scans")
-            || m.contains("Progressive JPEG image has more than")
-        {
-            DecodeError::TooManyScans { limit: MAX_SCANS }
-        } else if m.contains("Unsupported JPEG process")
-            || m.contains("Unsupported JPEG data precision")
-            || m.contains("Requested features are incompatible")
-        {
-            DecodeError::Unsupported { what: detail }
-        } else if m.contains("Memory allocation failure") || m.contains("Insufficient memory") {
-            DecodeError::Internal { detail }
-        } else if e.warning {
-            DecodeError::Warning { detail }
-        } else {
-            DecodeError::Corrupt { detail }
         }
     }
 }
@@ -285,8 +222,8 @@ fn read_header(
                 detail: String::from("no marker after the start-of-image marker"),
             });
         }
-        return Err(DecodeError::NotJpeg {
-            what: sniff::describe_non_jpeg(bytes),
+        return Err(DecodeError::UnknownFormat {
+            what: sniff::describe_unknown(bytes),
         });
     }
     let frame = sniff::check_frame(bytes)?;
@@ -468,6 +405,8 @@ pub struct CpuDecoder {
     factors: Vec<ScalingFactor>,
     /// CMYK pixels before conversion to RGB.
     cmyk: Vec<u8>,
+    /// PNG and WebP pixels before conversion to RGB.
+    pixels: Vec<u8>,
     /// Chroma upsampled by replication instead of libjpeg's "fancy" (triangle) filter.
     fast_upsample: bool,
 }
@@ -479,6 +418,7 @@ impl CpuDecoder {
             limits,
             factors: Self::allowed_factors(false),
             cmyk: Vec::new(),
+            pixels: Vec::new(),
             fast_upsample: false,
         })
     }
@@ -542,20 +482,28 @@ impl CpuDecoder {
         self.recover(result)
     }
 
-    fn begin(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+    fn check_file_size(&self, bytes: &[u8]) -> Result<(), DecodeError> {
         if bytes.len() as u64 > self.limits.max_file_bytes {
             return Err(DecodeError::FileTooLarge {
                 len: bytes.len() as u64,
                 limit: self.limits.max_file_bytes,
             });
         }
+        Ok(())
+    }
+
+    fn begin(&mut self, bytes: &[u8]) -> Result<JpegHeader, DecodeError> {
+        self.check_file_size(bytes)?;
         let header = read_header(&mut self.tj, bytes, self.limits.max_pixels)?;
         header.check_limits(&self.limits)?;
         Ok(header)
     }
 
-    /// Decodes the whole image at full size into `out` (packed RGB).
+    /// Decodes the whole image (JPEG, PNG or WebP) at full size into `out` (packed RGB).
     pub fn decode_full(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+        if let Some(format) = other_format(bytes) {
+            return self.decode_other(format, bytes, out);
+        }
         let result = self.decode_full_inner(bytes, out);
         self.recover(result)
     }
@@ -578,7 +526,8 @@ impl CpuDecoder {
     /// holds the box plus a margin of up to [`REGION_MARGIN`] scaled pixels on each side (so the
     /// box's pixels equal a full decode's), and its left edge is aligned down to the scaled iMCU
     /// width as TurboJPEG requires, so it may start up to one iMCU further left. Images whose
-    /// subsampling TurboJPEG cannot name are decoded whole at the chosen scale.
+    /// subsampling TurboJPEG cannot name are decoded whole at the chosen scale. PNG and WebP
+    /// images are decoded whole at full size (`want` is returned as it is).
     pub fn decode_for_crop(
         &mut self,
         bytes: &[u8],
@@ -586,6 +535,9 @@ impl CpuDecoder {
         out_size: (u32, u32),
         out: &mut RgbImage,
     ) -> Result<CropBox, DecodeError> {
+        if let Some(format) = other_format(bytes) {
+            return self.decode_other_for_crop(format, bytes, want, out);
+        }
         let result = self.begin(bytes).and_then(|header| {
             // A region decode stops at the region's last row, so a file cut short below it
             // would pass (and pass or fail by crop box, epoch to epoch): require its end.
@@ -641,6 +593,11 @@ impl CpuDecoder {
         }
         Ok(())
     }
+}
+
+/// The format of `bytes` when it is one decoded outside libjpeg-turbo (PNG, WebP).
+fn other_format(bytes: &[u8]) -> Option<ImageFormat> {
+    ImageFormat::detect(bytes).filter(|&f| f != ImageFormat::Jpeg)
 }
 
 /// Adobe-style CMYK (as stored by Photoshop and returned by libjpeg: 255 = no ink) to RGB:

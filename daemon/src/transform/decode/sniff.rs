@@ -1,5 +1,6 @@
-//! Recognising a file by its first bytes: JPEG or, when it is not, what it most likely is, so
-//! that a PNG renamed `.jpg` is reported as "PNG image", not as a corrupt JPEG.
+//! Recognising a file by its first bytes, never by its name: [`ImageFormat::detect`] is the one
+//! rule saying which decoder a file goes to (JPEG, PNG or WebP); what any other data most
+//! likely is ([`describe_unknown`]: "a GIF image", "text") names it in the error.
 
 #![forbid(unsafe_code)]
 
@@ -8,20 +9,62 @@ use super::DecodeError;
 /// The three bytes every JPEG stream starts with: SOI (`FF D8`) and the `FF` of the next marker.
 pub(crate) const JPEG_MAGIC: [u8; 3] = [0xFF, 0xD8, 0xFF];
 
-/// What non-JPEG data looks like, for the error message ("PNG image", "text", ...).
-pub(crate) fn describe_non_jpeg(bytes: &[u8]) -> String {
+/// The signature every PNG file starts with.
+const PNG_MAGIC: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
+
+/// An image format stoker decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageFormat {
+    /// Decoded by libjpeg-turbo (CPU) or nvJPEG (CUDA).
+    Jpeg,
+    /// Decoded on the CPU by the `png` crate, on both backends.
+    Png,
+    /// Decoded on the CPU by the `image-webp` crate, on both backends.
+    WebP,
+}
+
+impl ImageFormat {
+    /// The format of `bytes` by their first bytes; `None` for anything else. JPEG is claimed
+    /// by its SOI marker alone (`FF D8`), so that a stream broken right after it is reported
+    /// as a corrupt JPEG.
+    pub fn detect(bytes: &[u8]) -> Option<ImageFormat> {
+        if bytes.starts_with(&JPEG_MAGIC[..2]) {
+            Some(ImageFormat::Jpeg)
+        } else if bytes.starts_with(PNG_MAGIC) {
+            Some(ImageFormat::Png)
+        } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP") {
+            Some(ImageFormat::WebP)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ImageFormat::Jpeg => "JPEG",
+            ImageFormat::Png => "PNG",
+            ImageFormat::WebP => "WebP",
+        }
+    }
+}
+
+impl std::fmt::Display for ImageFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What data of no format stoker decodes looks like, for the error message ("a GIF image",
+/// "text", ...).
+pub(crate) fn describe_unknown(bytes: &[u8]) -> String {
     let starts = |m: &[u8]| bytes.starts_with(m);
     let at = |off: usize, m: &[u8]| bytes.len() >= off + m.len() && &bytes[off..off + m.len()] == m;
     let name = if bytes.is_empty() {
         "an empty file"
-    } else if starts(b"\x89PNG\r\n\x1a\n") {
-        "a PNG image"
     } else if starts(b"GIF87a") || starts(b"GIF89a") {
         "a GIF image"
     } else if starts(b"BM") && bytes.len() >= 14 {
         "a BMP image"
-    } else if starts(b"RIFF") && at(8, b"WEBP") {
-        "a WebP image"
     } else if starts(b"II*\0") || starts(b"MM\0*") {
         "a TIFF image"
     } else if starts(b"\0\0\0\x0cjP  \r\n\x87\n") || starts(&[0xFF, 0x4F, 0xFF, 0x51]) {
@@ -183,14 +226,23 @@ mod tests {
     }
 
     #[test]
+    fn detects_the_decoded_formats_by_content() {
+        let detect = ImageFormat::detect;
+        assert_eq!(detect(b"\x89PNG\r\n\x1a\n0000"), Some(ImageFormat::Png));
+        assert_eq!(detect(b"RIFF\0\0\0\0WEBPVP8 "), Some(ImageFormat::WebP));
+        assert_eq!(detect(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageFormat::Jpeg));
+        assert_eq!(detect(b"\x89PNG\r\n\x1a"), None, "a cut signature");
+        assert_eq!(detect(b"RIFF\0\0\0\0WAVEfmt "), None);
+        assert_eq!(detect(b"GIF89a...."), None);
+    }
+
+    #[test]
     fn names_common_formats() {
-        assert_eq!(describe_non_jpeg(b"\x89PNG\r\n\x1a\n0000"), "a PNG image");
-        assert_eq!(describe_non_jpeg(b"GIF89a...."), "a GIF image");
-        assert_eq!(describe_non_jpeg(b"RIFF\0\0\0\0WEBPVP8 "), "a WebP image");
-        assert_eq!(describe_non_jpeg(b"hello, world\n"), "text");
-        assert_eq!(describe_non_jpeg(b""), "an empty file");
+        assert_eq!(describe_unknown(b"GIF89a...."), "a GIF image");
+        assert_eq!(describe_unknown(b"hello, world\n"), "text");
+        assert_eq!(describe_unknown(b""), "an empty file");
         assert_eq!(
-            describe_non_jpeg(&[0x00, 0x01, 0x02, 0x03, 0x04]),
+            describe_unknown(&[0x00, 0x01, 0x02, 0x03, 0x04]),
             "unknown data starting with 00 01 02 03"
         );
     }

@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn reports_failures_in_input_order_with_reasons() {
         let samples = vec![
-            ("a.jpg".to_owned(), Ok(b"\x89PNG\r\n\x1a\nxxxx".to_vec())),
+            ("a.jpg".to_owned(), Ok(b"GIF89a\x01\x00\x01\x00".to_vec())),
             ("b.jpg".to_owned(), Err(io::Error::other("gone"))),
             ("c.jpg".to_owned(), Ok(b"hello".to_vec())),
             ("d.jpg".to_owned(), Ok(vec![0xFF, 0xD8, 0xFF, 0xD9])),
@@ -319,11 +319,11 @@ mod tests {
             .iter()
             .map(|f| (f.name.as_str(), f.reason))
             .collect();
-        assert_eq!(names[0], ("a.jpg", "not_jpeg"));
+        assert_eq!(names[0], ("a.jpg", "unknown_format"));
         assert_eq!(names[1], ("b.jpg", REASON_IO));
-        assert_eq!(names[2], ("c.jpg", "not_jpeg"));
+        assert_eq!(names[2], ("c.jpg", "unknown_format"));
         assert_eq!(names[3].0, "d.jpg");
-        assert_eq!(r.by_reason["not_jpeg"], 2);
-        assert!(r.failures[0].message.contains("PNG"));
+        assert_eq!(r.by_reason["unknown_format"], 2);
+        assert!(r.failures[0].message.contains("GIF"));
     }
 }

@@ -1,0 +1,94 @@
+//! Why an image could not be decoded: one enum for every format, each variant with a stable
+//! reason code for counting (`badsample::REASONS`).
+
+use stoker_kernels::reference::CropBox;
+
+use super::sys::TjError;
+use super::{ImageFormat, MAX_SCANS};
+
+/// Why an image could not be decoded. Each variant has a stable [`DecodeError::reason`] code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// The data is no format stoker decodes (JPEG, PNG, WebP).
+    #[error("not an image format stoker decodes (JPEG, PNG, WebP): looks like {what}")]
+    UnknownFormat { what: String },
+    /// A PNG or WebP file that ends before its image does.
+    #[error("truncated {format} data: {detail}")]
+    TruncatedImage { format: ImageFormat, detail: String },
+    /// A PNG or WebP file its decoder found invalid.
+    #[error("corrupt {format} data: {detail}")]
+    CorruptImage { format: ImageFormat, detail: String },
+    /// The data ends before the image does.
+    #[error("truncated JPEG data: {detail}")]
+    Truncated { detail: String },
+    /// libjpeg found the data invalid and stopped.
+    #[error("corrupt JPEG data: {detail}")]
+    Corrupt { detail: String },
+    /// libjpeg found damaged data it would have patched over (a warning); treated as an error.
+    #[error("corrupt JPEG data (libjpeg warning, treated as an error): {detail}")]
+    Warning { detail: String },
+    /// A valid JPEG of a kind stoker does not decode (12-bit, lossless, ...).
+    #[error("unsupported JPEG: {what}")]
+    Unsupported { what: String },
+    /// More pixels than [`Limits::max_pixels`].
+    #[error("image too large: {w}x{h} is over the limit of {limit} pixels")]
+    TooLarge { w: u32, h: u32, limit: u64 },
+    /// A larger file than [`Limits::max_file_bytes`].
+    #[error("file too large: {len} bytes is over the limit of {limit} bytes")]
+    FileTooLarge { len: u64, limit: u64 },
+    /// A progressive file with more than [`MAX_SCANS`] scans.
+    #[error("too many progressive scans (limit {limit})")]
+    TooManyScans { limit: u32 },
+    /// `decode_for_crop` was given a box that does not overlap the image.
+    #[error("crop box {want:?} does not overlap the {w}x{h} image")]
+    BadCrop { want: CropBox, w: u32, h: u32 },
+    /// TurboJPEG failed for a reason unrelated to the data (for example out of memory).
+    #[error("internal decoder error: {detail}")]
+    Internal { detail: String },
+}
+
+impl DecodeError {
+    /// A short, stable snake_case code for counting failures by reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::UnknownFormat { .. } => "unknown_format",
+            DecodeError::Truncated { .. } | DecodeError::TruncatedImage { .. } => "truncated",
+            DecodeError::Corrupt { .. } | DecodeError::CorruptImage { .. } => "corrupt",
+            DecodeError::Warning { .. } => "corrupt_warning",
+            DecodeError::Unsupported { .. } => "unsupported",
+            DecodeError::TooLarge { .. } => "too_large",
+            DecodeError::FileTooLarge { .. } => "file_too_large",
+            DecodeError::TooManyScans { .. } => "too_many_scans",
+            DecodeError::BadCrop { .. } => "bad_crop",
+            DecodeError::Internal { .. } => "internal",
+        }
+    }
+
+    /// Maps a TurboJPEG failure to the variant its message describes.
+    pub(super) fn from_tj(e: TjError) -> DecodeError {
+        // TurboJPEG's own errors are prefixed with the function name ("tj3Decompress8(): ...").
+        let detail = match e.message.split_once("(): ") {
+            Some((prefix, rest)) if prefix.starts_with("tj") => rest.to_owned(),
+            _ => e.message.clone(),
+        };
+        let m = detail.as_str();
+        if m.contains("Premature end of JPEG file") {
+            DecodeError::Truncated { detail }
+        } else if m.contains("exceeds maximum scans")
+            || m.contains("Progressive JPEG image has more than")
+        {
+            DecodeError::TooManyScans { limit: MAX_SCANS }
+        } else if m.contains("Unsupported JPEG process")
+            || m.contains("Unsupported JPEG data precision")
+            || m.contains("Requested features are incompatible")
+        {
+            DecodeError::Unsupported { what: detail }
+        } else if m.contains("Memory allocation failure") || m.contains("Insufficient memory") {
+            DecodeError::Internal { detail }
+        } else if e.warning {
+            DecodeError::Warning { detail }
+        } else {
+            DecodeError::Corrupt { detail }
+        }
+    }
+}
