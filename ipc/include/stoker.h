@@ -526,10 +526,12 @@ stoker_result stoker_position_consumed(uint64_t epoch,
 
 /**
  * Where a client connects when given no socket (docs/operations.md, "Which socket"):
- * `$STOKER_SOCKET`, else the system daemon's socket when a daemon answers there, else this
- * user's own. `*path` is valid until the next call of this function on this thread;
- * `*source` says which it is: 0 `$STOKER_SOCKET`, 1 the system daemon's, 2 this user's own
- * (the only one where a caller may start a daemon when none answers).
+ * `$STOKER_SOCKET`, else the system daemon's socket when a daemon answers there or when it
+ * exists but refuses this user (unless `$STOKER_PRIVATE_DAEMON=1`), else this user's own.
+ * `*path` is valid until the next call of this function on this thread; `*source` says
+ * which it is: 0 `$STOKER_SOCKET`, 1 the system daemon's, 2 this user's own (the only one
+ * where a caller may start a daemon when none answers), 3 the system daemon's, refusing
+ * this user (attaching there fails with the reason).
  *
  * # Safety
  * `path` and `source` are writable.

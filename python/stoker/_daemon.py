@@ -1,9 +1,12 @@
 """Which daemon a Loader talks to, and starting this user's own when none answers.
 
 `socket=` is used as given; without it libstoker resolves the socket by the one rule
-(docs/operations.md, "Which socket": `$STOKER_SOCKET`, else the system daemon when one answers,
-else this user's own socket). Only at this user's own socket is a daemon started from the
-stokerd bundled in this package when none answers (unless `autostart=False`).
+(docs/operations.md, "Which socket": `$STOKER_SOCKET`, else the system daemon when one answers
+or when its socket exists but refuses this user, else this user's own socket). Only at this
+user's own socket is a daemon started from the stokerd bundled in this package when none
+answers (unless `autostart=False`): a refusing system socket makes the attach fail with
+libstoker's reason (which socket, its group, this user's groups), never a private daemon,
+unless `STOKER_PRIVATE_DAEMON=1` asks for one.
 
 Starting happens under an exclusive `flock` on `stoker.lock` in that folder: of the ranks that
 find no daemon at once, the first starts it and the others, woken when the lock is released,
@@ -26,7 +29,8 @@ from pathlib import Path
 from ._lib import call
 from .errors import ConnectError
 
-# `stoker_socket_path_resolve`'s source for this user's own socket.
+# `stoker_socket_path_resolve`'s source for this user's own socket (0 $STOKER_SOCKET, 1 the
+# system daemon's, 3 the system daemon's refusing this user: nothing is started at those).
 USER_SOCKET = 2
 LOCK_NAME = "stoker.lock"
 LOG_NAME = "stokerd.log"

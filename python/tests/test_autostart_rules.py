@@ -94,3 +94,91 @@ def test_a_daemon_of_another_user_gets_nothing_from_a_loader(dataset):
         proc.kill()
         proc.wait()
         subprocess.run(["rm", "-rf", top])
+
+
+# What uid 65534 runs in test_a_refusing_system_socket_is_said_and_no_daemon_is_started: a
+# Loader with no socket given, then whether a daemon of its own appeared.
+_REFUSED_CHILD = """
+import os, sys, stoker
+try:
+    next(iter(stoker.Loader(sys.argv[1], batch_size=2, crop=16, epochs=1)))
+    print("served")
+except stoker.StokerError as e:
+    print(type(e).__name__, e)
+own = os.path.join(os.environ["XDG_RUNTIME_DIR"], "stoker", "stoker.sock")
+print("own daemon:", os.path.exists(own))
+"""
+
+
+def _python_for_nobody():
+    """`PYTHONPATH=<this stoker's folder> <python>` that uid 65534 can run and that imports
+    this stoker: this interpreter, else the system's (a venv's may live under /root)."""
+    import shutil
+    import subprocess
+    import sys
+
+    site = os.path.dirname(os.path.dirname(stoker.__file__))
+    for python in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
+        if not python:
+            continue
+        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "env", f"PYTHONPATH={site}", python, "-c",
+                                f"import stoker; assert stoker.__file__ == {stoker.__file__!r}"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return f"PYTHONPATH={site} {python}"
+    return None
+
+
+def test_a_refusing_system_socket_is_said_and_no_daemon_is_started(dataset):
+    # A root stokerd at /run/stoker/stoker.sock (a private mount namespace's own /run), its
+    # socket 0660 root:root: uid 65534 may not connect. Its Loader must say which socket
+    # refused it and why, and start no daemon of its own unless STOKER_PRIVATE_DAEMON=1.
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import find_stokerd
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+        pytest.skip("SKIPPED: needs root, unshare and setpriv (a second uid, a private /run)")
+    top = tempfile.mkdtemp(prefix="stoker-refused-")
+    try:
+        os.chmod(top, 0o755)
+        data = os.path.join(top, "data")
+        shutil.copytree(dataset, data)
+        subprocess.run(["chmod", "-R", "a+rX", data], check=True)
+        xdg = os.path.join(top, "xdg")
+        os.mkdir(xdg, 0o700)
+        os.chown(xdg, 65534, 65534)
+        child = os.path.join(top, "child.py")
+        with open(child, "w") as f:
+            f.write(_REFUSED_CHILD)
+        python = _python_for_nobody()
+        if python is None:
+            pytest.skip("SKIPPED: no Python interpreter uid 65534 may run that imports stoker")
+        as_nobody = (f"setpriv --reuid=65534 --regid=65534 --clear-groups env -u STOKER_SOCKET "
+                     f"XDG_RUNTIME_DIR={xdg} STOKER_IDLE_EXIT=3 {python} {child} {data}")
+        script = f"""set -eu
+mount --make-rprivate /
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -m 0755 /run/stoker
+{find_stokerd()} --socket /run/stoker/stoker.sock --detach >/dev/null 2>&1
+echo "== asked nothing"; {as_nobody}
+echo "== asked for its own"; STOKER_PRIVATE_DAEMON=1 {as_nobody}
+{find_stokerd().with_name("stoker")} status --json | sed -n 's/^ *"pid": *\\([0-9]*\\),*$/\\1/p' \
+    > /run/stoker/pid
+kill $(cat /run/stoker/pid)
+"""
+        out = subprocess.run(["unshare", "--mount", "bash", "-c", script], capture_output=True,
+                             text=True, timeout=120)
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text
+        refused, own = text.split("== asked nothing")[1].split("== asked for its own")
+        assert "RefusedError" in refused and "/run/stoker/stoker.sock" in refused, text
+        assert "refuses this user" in refused and "STOKER_PRIVATE_DAEMON=1" in refused, text
+        assert "own daemon: False" in refused, f"a daemon was started unasked:\n{text}"
+        assert "served" in own and "own daemon: True" in own, text
+    finally:
+        subprocess.run(["rm", "-rf", top])

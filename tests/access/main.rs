@@ -5,10 +5,12 @@
 mod caches;
 mod daemon_uid;
 mod groups;
+mod install;
 mod jobs;
 mod other_uid;
 mod rings;
 mod rules;
+mod service_user;
 mod users;
 
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -7,40 +7,52 @@ use super::*;
 
 #[test]
 fn a_client_outside_the_allowed_uids_and_gids_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = tiny_dataset(dir.path(), 1, 2);
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let other = if uid == 4242 { 4343 } else { 4242 };
-    let config = write_config(
-        dir.path(),
-        &format!("[access]\nallowed_uids = [{other}]\nallowed_gids = [{other}]\n"),
-    );
-    let daemon = Daemon::start_configured(dir.path(), &config, &[]);
-    let err = Client::attach(
-        daemon.socket(),
-        options(data.to_str().unwrap(), "j", 0, 1, spec(2, 8, Some(1))),
-    )
-    .unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
-    let msg = err.to_string();
-    assert!(msg.contains(&format!("uid {uid}")), "{msg}");
-    assert!(msg.contains(&format!("allowed uids [{other}]")), "{msg}");
-    drop(daemon);
-
-    // Our group is allowed: accepted.
-    let dir2 = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir2.path(),
-        &format!("[access]\nallowed_uids = [{other}]\nallowed_gids = [{gid}]\n"),
-    );
-    let daemon = Daemon::start_configured(dir2.path(), &config, &[]);
-    let mut c = Client::attach(
-        daemon.socket(),
-        options(data.to_str().unwrap(), "j", 0, 1, spec(2, 8, Some(1))),
-    )
-    .unwrap();
-    assert!(c.next_batch().unwrap().is_some());
+    let test = "a_client_outside_the_allowed_uids_and_gids_is_refused";
+    if !child::can_run_as_other_uid(test) {
+        return;
+    }
+    let other = 4242;
+    for (gids, served) in [(other, false), (OTHER_UID, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = tiny_dataset(dir.path(), 1, 2);
+        let config = write_config(
+            dir.path(),
+            &format!(
+                "[access]\nallowed_uids = [{other}]\nallowed_gids = [{gids}]\n[datasets]\n\
+                 reg = \"{}\"\n",
+                data.display()
+            ),
+        );
+        let daemon = Daemon::start_configured(dir.path(), &config, &[]);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(daemon.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        // The daemon's own uid (root here) is served whatever the lists say.
+        let mut mine = Client::attach(
+            daemon.socket(),
+            options("reg", "mine", 0, 1, spec(2, 8, Some(1))),
+        )
+        .unwrap();
+        assert!(mine.next_batch().unwrap().is_some());
+        let mut cmd = stoker_testkit::client_process::test_client(
+            "train",
+            &[daemon.socket().as_os_str(), "reg".as_ref()],
+        );
+        let out = child::as_other_uid(&mut cmd).output().unwrap();
+        let text = child::output_text(&out);
+        if served {
+            // Its primary group is allowed.
+            assert!(out.status.success() && text.contains("trained"), "{text}");
+        } else {
+            assert!(!out.status.success(), "{text}");
+            assert!(
+                text.contains("permission denied")
+                    && text.contains(&format!("uid {OTHER_UID}"))
+                    && text.contains(&format!("uids [{other}], gids [{other}]"))
+                    && text.contains(&daemon.socket().display().to_string()),
+                "{text}"
+            );
+        }
+    }
 }
 
 #[test]

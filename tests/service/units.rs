@@ -73,7 +73,6 @@ fn systemd_analyze_verifies_the_units() {
         "Type=notify",
         "ExecStart=/usr/bin/stokerd --config /etc/stoker/stoker.toml",
         "LimitMEMLOCK=infinity",
-        "RuntimeDirectory=stoker",
         "CacheDirectory=stoker",
         "User=stoker",
         "DeviceAllow=/dev/nvidiactl rw",
@@ -81,6 +80,12 @@ fn systemd_analyze_verifies_the_units() {
     ] {
         assert_line(&service, "stokerd.service", line);
     }
+    // The socket unit owns /run/stoker: a RuntimeDirectory= there would be chowned to the
+    // service's User=/Group= at every start, socket included (systemd issue #8635).
+    assert!(
+        !service.lines().any(|l| l.starts_with("RuntimeDirectory")),
+        "stokerd.service sets RuntimeDirectory*: it would take the socket's group away"
+    );
     // systemd must not restart a configuration error: the code the daemon exits with for one.
     let prevent = format!(
         "RestartPreventExitStatus={}",
@@ -102,15 +107,20 @@ fn systemd_analyze_verifies_the_units() {
 }
 
 /// Every key of the config reference parses: the example file is a valid config, and every
-/// value it sets but the two marked as examples is the default.
+/// value it sets but those marked as examples is the default. It lets the clients' group in.
 #[test]
 fn the_example_config_parses() {
-    use stoker_daemon::service::config::Config;
+    use stoker_daemon::service::config::{Config, GroupRef};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/stoker.toml.example");
     let mut c = Config::load(&path).unwrap();
     assert_eq!(c.metrics.listen.as_deref(), Some("127.0.0.1:9464"));
+    let clients = GroupRef::Name("stoker-clients".into());
+    assert_eq!(c.access.allowed_gids, [clients]);
+    assert_eq!(c.server.socket_group.as_deref(), Some("stoker-clients"));
     c.metrics.listen = None;
     c.server.socket = None;
+    c.server.socket_group = None;
+    c.access.allowed_gids.clear();
     assert_eq!(
         c,
         Config::default(),

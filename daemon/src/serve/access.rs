@@ -5,14 +5,17 @@
 //! 1. **Peer**: the uid, gid and supplementary groups of the connecting process (SO_PEERCRED
 //!    and SO_PEERGROUPS, taken from the socket when it is accepted, never from `/proc/<pid>`,
 //!    whose pid may be another process's by then) against `[access] allowed_uids` /
-//!    `allowed_gids`. With both lists empty: the daemon's own uid and root only. A list that is
-//!    set replaces that default entirely.
+//!    `allowed_gids` (gids or group names, looked up when the rules are made). Root and the
+//!    daemon's own uid are always allowed (the lists add to them), so the operator's
+//!    `stoker status` and a readiness probe work whatever the lists say.
 //! 2. **Dataset**: a name registered in `[datasets]` (trusted as configured), or an absolute
 //!    path. A path may have no `..` component; with `dataset_roots` set it must lie under a
 //!    root both as written and once canonicalised (so a symlink cannot leave the root), and
 //!    every file of the opened dataset must too (a file list naming `/etc/shadow`, a symlinked
-//!    image). With no roots set, only the daemon's own uid and root may name paths: they could
-//!    read them anyway.
+//!    image). Paths are resolved with the client's filesystem credentials, as its files are
+//!    read (a user's own 0700 folder resolves for that user, not for a service user that may
+//!    not enter it). With no roots set, only the daemon's own uid and root may name paths:
+//!    they could read them anyway.
 //! 3. **Quotas**: ring bytes per client (all connections of one uid), ring bytes per job (all
 //!    its ranks), clients attached per uid and in all, jobs per uid and in all (the registry).
 //!    The per-uid caps default to half the totals, so one user can never hold every ring or
@@ -46,7 +49,7 @@ use stoker::socket::{SeqPacket, SockError};
 
 use super::registry::JobKey;
 use crate::service::config::{AccessConfig, LimitsConfig};
-use crate::source::local::fsopen::{Credentials, OpenPolicy};
+use crate::source::local::fsopen::{self, Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +92,15 @@ impl Peer {
     }
 }
 
+/// A group named in `access.allowed_gids` that this system does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "access.allowed_gids: the group {0} does not exist on this host (create it, e.g. \
+     `groupadd --system NAME` or systemd-sysusers with deploy/sysusers-stoker.conf, or name \
+     the group by its gid)"
+)]
+pub struct UnknownGroup(pub String);
+
 /// The access rules of one daemon.
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
@@ -101,12 +113,30 @@ pub struct AccessPolicy {
 }
 
 impl AccessPolicy {
-    pub fn new(access: &AccessConfig, registry: &BTreeMap<String, PathBuf>) -> AccessPolicy {
+    /// The rules of `access` over the registered datasets `registry`; a group name the
+    /// system does not know is refused.
+    pub fn new(
+        access: &AccessConfig,
+        registry: &BTreeMap<String, PathBuf>,
+    ) -> Result<AccessPolicy, UnknownGroup> {
+        let allowed_gids = access
+            .allowed_gids
+            .iter()
+            .map(|g| g.gid().ok_or_else(|| UnknownGroup(g.to_string())))
+            .collect::<Result<Vec<u32>, _>>()?;
+        Ok(AccessPolicy::with_gids(access, allowed_gids, registry))
+    }
+
+    fn with_gids(
+        access: &AccessConfig,
+        allowed_gids: Vec<u32>,
+        registry: &BTreeMap<String, PathBuf>,
+    ) -> AccessPolicy {
         let daemon_uid = rustix::process::geteuid().as_raw();
         AccessPolicy {
             daemon_uid,
             allowed_uids: access.allowed_uids.clone(),
-            allowed_gids: access.allowed_gids.clone(),
+            allowed_gids,
             roots: access
                 .dataset_roots
                 .iter()
@@ -128,7 +158,7 @@ impl AccessPolicy {
 
     /// The defaults: the daemon's own uid and root, any path for them, no registry.
     pub fn permissive_for_owner() -> AccessPolicy {
-        AccessPolicy::new(&AccessConfig::default(), &BTreeMap::new())
+        AccessPolicy::with_gids(&AccessConfig::default(), Vec::new(), &BTreeMap::new())
     }
 
     fn is_owner(&self, peer: &Peer) -> bool {
@@ -141,28 +171,28 @@ impl AccessPolicy {
         uid == self.daemon_uid || uid == 0
     }
 
-    /// Whether `peer` may attach at all.
+    /// Whether `peer` may attach at all: root and the daemon's own uid always, others when
+    /// the lists name their uid or one of their groups.
     pub fn check_peer(&self, peer: &Peer) -> Result<(), AccessError> {
-        let allowed = if self.allowed_uids.is_empty() && self.allowed_gids.is_empty() {
-            self.is_owner(peer)
-        } else {
-            self.allowed_uids.contains(&peer.uid)
-                || self.allowed_gids.contains(&peer.gid)
-                || peer.groups.iter().any(|g| self.allowed_gids.contains(g))
-        };
+        let allowed = self.is_owner(peer)
+            || self.allowed_uids.contains(&peer.uid)
+            || self.allowed_gids.contains(&peer.gid)
+            || peer.groups.iter().any(|g| self.allowed_gids.contains(g));
         if allowed {
             return Ok(());
         }
         let rule = if self.allowed_uids.is_empty() && self.allowed_gids.is_empty() {
             format!(
-                "only the daemon's own uid {} and root may attach (set access.allowed_uids or \
-                 access.allowed_gids)",
+                "only the daemon's own uid {} and root may attach (set access.allowed_gids to a \
+                 group of the users who may, e.g. [\"stoker-clients\"], or access.allowed_uids)",
                 self.daemon_uid
             )
         } else {
             format!(
-                "allowed uids {:?}, allowed gids {:?}",
-                self.allowed_uids, self.allowed_gids
+                "allowed: root, the daemon's uid {}, uids {:?}, gids {}",
+                self.daemon_uid,
+                self.allowed_uids,
+                gid_list(&self.allowed_gids)
             )
         };
         Err(AccessError::Peer(format!(
@@ -239,9 +269,17 @@ impl AccessPolicy {
                 self.root_list()
             ));
         };
-        let canonical = std::fs::canonicalize(path).map_err(|e| {
-            AccessError::Dataset(format!("dataset {name:?}: cannot resolve the path: {e}"))
-        })?;
+        // With the client's credentials, as its files will be read: a user's own 0700
+        // folder resolves for that user though the daemon's uid may not enter it.
+        let creds = self.open_policy(peer, name).credentials;
+        let canonical = fsopen::as_client(creds.as_ref(), || std::fs::canonicalize(path))
+            .map_err(|e| AccessError::Dataset(format!("dataset {name:?}: {e}")))?
+            .map_err(|e| {
+                let who = creds.map_or(String::new(), |c| format!(" as uid {}", c.uid));
+                AccessError::Dataset(format!(
+                    "dataset {name:?}: cannot resolve the path{who}: {e}"
+                ))
+            })?;
         if !canonical.starts_with(canonical_root) {
             return refuse(format!(
                 "resolves to {} through a symlink, leaving the root {}",
@@ -273,6 +311,18 @@ impl AccessPolicy {
     fn root_list(&self) -> Vec<String> {
         root_list(&self.roots)
     }
+}
+
+/// Gids for messages, each with its name where the system has one: `[997 (stoker-clients)]`.
+fn gid_list(gids: &[u32]) -> String {
+    let named: Vec<String> = gids
+        .iter()
+        .map(|&g| match stoker::socket::groups::name_of(g) {
+            Some(n) => format!("{g} ({n})"),
+            None => g.to_string(),
+        })
+        .collect();
+    format!("[{}]", named.join(", "))
 }
 
 /// The roots as configured, for messages.
@@ -400,6 +450,7 @@ impl Drop for QuotaGrant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::config::GroupRef;
     use crate::source::index::OpenOptions;
 
     fn key(owner: u32, name: &str) -> JobKey {
@@ -424,11 +475,12 @@ mod tests {
         AccessPolicy::new(
             &AccessConfig {
                 allowed_uids: uids.to_vec(),
-                allowed_gids: gids.to_vec(),
+                allowed_gids: gids.iter().map(|&g| GroupRef::Gid(g)).collect(),
                 dataset_roots: roots.iter().map(|r| r.to_path_buf()).collect(),
             },
             &registry,
         )
+        .unwrap()
     }
 
     #[test]
@@ -444,8 +496,37 @@ mod tests {
         p.check_peer(&peer(1000, 1, &[])).unwrap();
         p.check_peer(&peer(2000, 300, &[])).unwrap();
         p.check_peer(&peer(2000, 1, &[7, 300])).unwrap();
-        let e = p.check_peer(&peer(0, 0, &[])).unwrap_err();
-        assert!(e.to_string().contains("allowed uids [1000]"), "{e}");
+        // Root and the daemon's own uid are never locked out by the lists.
+        p.check_peer(&peer(0, 0, &[])).unwrap();
+        p.check_peer(&peer(p.daemon_uid, 5, &[])).unwrap();
+        if p.daemon_uid != 2000 {
+            let e = p.check_peer(&peer(2000, 1, &[7])).unwrap_err();
+            assert!(e.to_string().contains("uids [1000], gids [300"), "{e}");
+        }
+    }
+
+    #[test]
+    fn groups_are_named_by_gid_or_name_and_an_unknown_name_is_refused() {
+        let access = |gids: Vec<GroupRef>| AccessConfig {
+            allowed_gids: gids,
+            ..AccessConfig::default()
+        };
+        let p = AccessPolicy::new(
+            &access(vec![GroupRef::Name("root".into()), GroupRef::Gid(300)]),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(p.allowed_gids, [0, 300]);
+        let e = AccessPolicy::new(
+            &access(vec![GroupRef::Name("no-such-group-of-stoker".into())]),
+            &BTreeMap::new(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("access.allowed_gids") && e.contains("\"no-such-group-of-stoker\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -53,7 +53,15 @@ impl Admission {
     /// it reads resolves under the roots (a file list or a symlink could point anywhere).
     pub fn open(&self, opts: &OpenOptions) -> Result<Dataset, OpenDatasetError> {
         let dataset = open_dataset(&self.name, &self.path, opts, &self.policy)?;
-        self.check_files(&dataset)
+        // Resolved as the client, as they will be read (a 0700 folder of its own included).
+        let creds = self.policy.credentials.as_ref();
+        fsopen::as_client(creds, || self.check_files(&dataset))
+            .map_err(|e| {
+                OpenDatasetError::Access(AccessError::Dataset(format!(
+                    "dataset {:?}: {e}",
+                    self.name
+                )))
+            })?
             .map_err(OpenDatasetError::Access)?;
         Ok(dataset)
     }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
+use stoker::socket::groups::gid_of;
 use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::engine::backend::BackendKind;
@@ -80,38 +81,33 @@ pub(super) fn set_socket_permissions(
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
     if let Some(group) = group {
-        let gid = group_id(group).ok_or_else(|| ServerError::SocketGroup {
+        let gid = gid_of(group).ok_or_else(|| ServerError::SocketGroup {
             path: path.to_owned(),
             group: group.to_owned(),
         })?;
-        std::os::unix::fs::lchown(path, None, Some(gid)).map_err(perms_err)?;
+        std::os::unix::fs::lchown(path, None, Some(gid)).map_err(|e| {
+            // Only root may give a file a group its owner is not in: say that, not EPERM.
+            if e.raw_os_error() == Some(libc::EPERM) && !in_group(gid) {
+                return ServerError::SocketGroupNotMember {
+                    path: path.to_owned(),
+                    group: group.to_owned(),
+                    gid,
+                    uid: rustix::process::geteuid().as_raw(),
+                };
+            }
+            perms_err(e)
+        })?;
     }
     Ok(())
 }
 
-/// The gid of a group name (or a numeric gid), from the system's group database.
-pub(super) fn group_id(name: &str) -> Option<u32> {
-    if let Ok(gid) = name.parse::<u32>() {
-        return Some(gid);
-    }
-    // rustix has no group database (getgrnam_r is NSS, libc's own): libc it stays.
-    let cname = std::ffi::CString::new(name).ok()?;
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: a zeroed libc::group is a valid out-parameter for getgrnam_r.
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: every pointer refers to live memory of the stated size for the call's duration;
-    // the result only points into `grp` and `buf`, which we do not read beyond gr_gid.
-    let rc = unsafe {
-        libc::getgrnam_r(
-            cname.as_ptr(),
-            &mut grp,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut found,
-        )
-    };
-    (rc == 0 && !found.is_null()).then_some(grp.gr_gid)
+/// Whether this process has `gid` as its effective or a supplementary group.
+fn in_group(gid: u32) -> bool {
+    rustix::process::getegid().as_raw() == gid
+        || rustix::process::getgroups()
+            .unwrap_or_default()
+            .iter()
+            .any(|g| g.as_raw() == gid)
 }
 
 impl Server {
@@ -180,7 +176,9 @@ impl Server {
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
             jobs: Mutex::default(),
-            access: RwLock::new(AccessPolicy::new(&config.access, &config.datasets)),
+            access: RwLock::new(
+                AccessPolicy::new(&config.access, &config.datasets).map_err(ServerError::Access)?,
+            ),
             max_jobs: config.limits.max_jobs,
             max_jobs_per_uid: config.limits.jobs_per_uid(),
             walk: config.limits.walk(),

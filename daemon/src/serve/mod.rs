@@ -81,6 +81,18 @@ pub const STOPPING_MESSAGE: &str = "daemon stopping";
 pub enum ServerError {
     #[error("socket {path}: group {group:?} does not exist (server.socket_group)")]
     SocketGroup { path: PathBuf, group: String },
+    #[error(
+        "socket {path}: server.socket_group {group:?} (gid {gid}): the daemon's user (uid {uid}) \
+         is not a member of it, and only root may give the socket a group its owner is not in; \
+         add the daemon's user to the group (usermod -aG {group} <user>, or \
+         SupplementaryGroups={group} in its unit), or leave socket_group unset"
+    )]
+    SocketGroupNotMember {
+        path: PathBuf,
+        group: String,
+        gid: u32,
+        uid: u32,
+    },
     #[error("socket {path}: cannot set mode {mode:#o} / group: {source}")]
     SocketPermissions {
         path: PathBuf,
@@ -101,6 +113,8 @@ pub enum ServerError {
         #[source]
         source: SockError,
     },
+    #[error("{0}")]
+    Access(access::UnknownGroup),
     #[error("cannot start the pipeline engine: {0}")]
     Engine(#[from] PipelineError),
     #[error("accept failed: {0}")]
@@ -117,7 +131,9 @@ impl ServerError {
         match self {
             ServerError::Bind { source, .. } => matches!(source, SockError::PathTooLong(_)),
             ServerError::Activated(_) => true,
-            ServerError::SocketGroup { .. } => true,
+            ServerError::SocketGroup { .. }
+            | ServerError::SocketGroupNotMember { .. }
+            | ServerError::Access(_) => true,
             _ => false,
         }
     }

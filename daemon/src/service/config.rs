@@ -224,15 +224,43 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessConfig {
-    /// Client uids allowed to attach; empty with `allowed_gids` empty means the daemon's own
-    /// uid and root only.
+    /// Client uids allowed to attach besides root and the daemon's own uid (always allowed).
     pub allowed_uids: Vec<u32>,
-    /// Client gids allowed to attach (primary group of the peer).
-    pub allowed_gids: Vec<u32>,
+    /// Groups whose members may attach (the peer's primary or a supplementary group, as the
+    /// socket recorded them), by gid or by name (`["stoker-clients", 2000]`).
+    pub allowed_gids: Vec<GroupRef>,
     /// Folders under which clients may name datasets by path. When empty, a client whose uid
     /// is the daemon's own may name any path (it could read it itself) and other clients may
     /// use registered datasets only.
     pub dataset_roots: Vec<PathBuf>,
+}
+
+/// A group in the config: a gid, or a name looked up in the system's group database when
+/// the access rules are made (a name the system lacks is a configuration error then).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GroupRef {
+    Gid(u32),
+    Name(String),
+}
+
+impl GroupRef {
+    /// The gid, or `None` when the name is no group of this system.
+    pub fn gid(&self) -> Option<u32> {
+        match self {
+            GroupRef::Gid(g) => Some(*g),
+            GroupRef::Name(n) => stoker::socket::groups::gid_of(n),
+        }
+    }
+}
+
+impl std::fmt::Display for GroupRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupRef::Gid(g) => write!(f, "{g}"),
+            GroupRef::Name(n) => write!(f, "{n:?}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -416,6 +444,7 @@ max_pixels = 50000000
 
 [access]
 allowed_uids = [1000]
+allowed_gids = ["stoker-clients", 2000]
 dataset_roots = ["/data"]
 
 [metrics]
@@ -431,6 +460,10 @@ imagenet = "/data/imagenet/train"
         assert_eq!(c.pipeline.bad_samples, BadSamplePolicy::Fail);
         assert_eq!(c.limits.max_pixels, 50_000_000);
         assert_eq!(c.limits.max_clients, DEFAULT_MAX_CLIENTS);
+        assert_eq!(
+            c.access.allowed_gids,
+            [GroupRef::Name("stoker-clients".into()), GroupRef::Gid(2000)]
+        );
         assert_eq!(
             c.datasets["imagenet"],
             PathBuf::from("/data/imagenet/train")

@@ -284,11 +284,15 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
         "RELOADING=1\nMONOTONIC_USEC={}",
         systemd::monotonic_usec()
     ));
-    match Config::load(path) {
-        Ok(c) => {
+    let loaded = Config::load(path).map_err(|e| e.to_string()).and_then(|c| {
+        let access = AccessPolicy::new(&c.access, &c.datasets).map_err(|e| e.to_string())?;
+        Ok((c, access))
+    });
+    match loaded {
+        Ok((c, access)) => {
             let names: Vec<&String> = c.datasets.keys().collect();
             tracing::info!(config = %path.display(), datasets = ?names, "config reloaded");
-            handle.set_access(AccessPolicy::new(&c.access, &c.datasets));
+            handle.set_access(access);
             handle.objects().configure(&c.s3, &c.datasets);
             ::metrics::counter!(crate::service::metrics::RELOADS_TOTAL, "result" => "ok")
                 .increment(1);

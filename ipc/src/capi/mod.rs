@@ -126,6 +126,7 @@ impl From<ClientError> for Failure {
                 STOKER_ERR_PROTOCOL
             }
             ClientError::Device(_) => STOKER_ERR_DEVICE,
+            ClientError::SocketRefused { .. } => STOKER_ERR_REFUSED,
             ClientError::Refused { code, .. } => match code {
                 ErrorCode::SpecMismatch | ErrorCode::InvalidSpec => STOKER_ERR_SPEC,
                 ErrorCode::UnknownDataset => STOKER_ERR_DATASET,

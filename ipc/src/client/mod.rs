@@ -25,6 +25,9 @@
 //!   with exponential backoff for [`AttachOptions::connect_timeout`] (default
 //!   [`DEFAULT_CONNECT_TIMEOUT`], or `$STOKER_CONNECT_TIMEOUT` seconds) before it gives up
 //!   with [`ClientError::NoDaemon`].
+//! - A socket whose permissions refuse this user is [`ClientError::SocketRefused`] at once,
+//!   saying which socket, its mode and group, this user's groups and what to do
+//!   ([`crate::socket::path::explain_refusal`]).
 //! - Before sending anything the client checks whom it connected to
 //!   ([`crate::socket::trust`]): a daemon of another uid (a relay another user put where this
 //!   user's socket would be) is [`ClientError::Connect`] naming its uid.
@@ -155,6 +158,12 @@ fn connect_with_retry(socket: &Path, timeout: Duration) -> Result<SeqPacket, Cli
                 })?;
                 return Ok(s);
             }
+            Err(e) if crate::socket::path::is_refusal(e.raw_os_error()) => {
+                return Err(ClientError::SocketRefused {
+                    path: socket.to_owned(),
+                    reason: crate::socket::path::explain_refusal(socket),
+                })
+            }
             Err(e) => match e.raw_os_error() {
                 Some(libc::ENOENT) | Some(libc::ECONNREFUSED) | Some(libc::EAGAIN) => {
                     let now = Instant::now();
@@ -175,6 +184,21 @@ fn connect_with_retry(socket: &Path, timeout: Duration) -> Result<SeqPacket, Cli
     }
 }
 
+/// A refusal of this user names the daemon that refused it: a user with several daemons in
+/// reach (the system's, one of their own) learns which one said no.
+fn naming_socket(e: ClientError, socket: &Path) -> ClientError {
+    match e {
+        ClientError::Refused {
+            code: code @ ErrorCode::PermissionDenied,
+            message,
+        } => ClientError::Refused {
+            code,
+            message: format!("{message} (the daemon at {})", socket.display()),
+        },
+        e => e,
+    }
+}
+
 /// Why the client failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -186,6 +210,10 @@ pub enum ClientError {
         #[source]
         source: SockError,
     },
+    /// The socket exists but its permissions keep this user out: never retried, never
+    /// worked around (a daemon of the user's own is started only when asked).
+    #[error("cannot connect to the stoker daemon at {}: {reason}", path.display())]
+    SocketRefused { path: PathBuf, reason: String },
     #[error("daemon closed the connection")]
     Closed,
     #[error("daemon refused: {code}: {message}")]
@@ -357,7 +385,7 @@ impl Client {
         sock.send(&bytes, &[]).map_err(closed_or)?;
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let (msg, fds) = recv(&sock, &mut buf).map_err(|e| e.with_socket(socket))?;
-        let attached = attached(msg)?;
+        let attached = attached(msg).map_err(|e| naming_socket(e, socket))?;
         let (ring, device) = if attached.image_memory == ImageMemory::Device {
             let fds = <[OwnedFd; 2]>::try_from(fds).map_err(|fds| {
                 ClientError::Protocol(format!(

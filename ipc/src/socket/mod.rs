@@ -1,6 +1,7 @@
 //! Unix SOCK_SEQPACKET sockets: listen, connect, accept, and send/receive one message with
 //! optional file descriptors (SCM_RIGHTS); [`path`]: which socket a daemon listens on and a
-//! client connects to unless told otherwise; [`trust`]: whom a client trusts as its daemon.
+//! client connects to unless told otherwise; [`trust`]: whom a client trusts as its daemon;
+//! [`groups`]: group names and gids.
 //!
 //! # Design
 //! - SOCK_SEQPACKET keeps message boundaries and is connection-oriented, so one `send` is one
@@ -32,6 +33,8 @@ use rustix::net::{
     SocketType,
 };
 
+#[allow(unsafe_code)]
+pub mod groups;
 pub mod path;
 #[allow(unsafe_code)]
 mod peergroups;

@@ -6,9 +6,12 @@
 //! - The daemon's uid comes from the socket (`SO_PEERCRED`, recorded by the kernel when the
 //!   daemon called `listen`), never from a file's owner alone: a relay another user put in a
 //!   folder we would use shows its own uid there.
-//! - Trusted: this user's uid, root, and the owner of the socket's folder when only root could
-//!   have given it that folder (its parent is root's and no one else may write to it, as
-//!   systemd's `RuntimeDirectory=` under `/run` is): the system daemon's service user.
+//! - Trusted: this user's uid, root, the owner of the socket's folder when only root could
+//!   have given it that folder (its parent is root's and no one else may write to it: a
+//!   folder root made for a service user, as `install -d -o stoker /run/stoker` does), and the
+//!   owner of the socket file itself when its folder is root's and no one else may write to
+//!   it (only root could have put it there: systemd's socket unit, `SocketUser=stoker` in a
+//!   `/run/stoker` it made): the system daemon's service user.
 //! - This user's own daemon folder ([`super::path::user_daemon_dir`]) must also be a real
 //!   directory this user owns that no one else may write to (`stoker_private::check_dir`):
 //!   one another user made first (`/tmp/stoker-<uid>` without `XDG_RUNTIME_DIR`) is refused
@@ -29,12 +32,30 @@ use super::{SeqPacket, SockError};
 /// owner of the socket's folder when root made that folder (see the module docs).
 pub fn trusted_daemon_uids(socket: &Path) -> Vec<u32> {
     let mut uids = vec![stoker_private::euid(), 0];
-    if let Some(owner) = root_given_folder_owner(socket) {
+    let given = [
+        root_given_folder_owner(socket),
+        root_given_socket_owner(socket),
+    ];
+    for owner in given.into_iter().flatten() {
         if !uids.contains(&owner) {
             uids.push(owner);
         }
     }
     uids
+}
+
+/// A folder nobody but its owner may write to.
+fn private(m: &std::fs::Metadata) -> bool {
+    m.is_dir() && m.mode() & 0o022 == 0
+}
+
+/// The owner of the socket file when its folder is root's and nobody else may write to it:
+/// only root (systemd's socket unit) could have made it, and given it that owner.
+fn root_given_socket_owner(socket: &Path) -> Option<u32> {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = std::fs::symlink_metadata(socket.parent()?).ok()?;
+    let file = std::fs::symlink_metadata(socket).ok()?;
+    (private(&dir) && dir.uid() == 0 && file.file_type().is_socket()).then_some(file.uid())
 }
 
 /// The owner of `socket`'s folder when no one but root could have made it: the folder and its
@@ -46,7 +67,6 @@ fn root_given_folder_owner(socket: &Path) -> Option<u32> {
         std::fs::symlink_metadata(dir).ok()?,
         std::fs::symlink_metadata(parent).ok()?,
     );
-    let private = |m: &std::fs::Metadata| m.is_dir() && m.mode() & 0o022 == 0;
     (private(&d) && private(&p) && p.uid() == 0).then_some(d.uid())
 }
 
@@ -88,5 +108,25 @@ mod tests {
         let c = SeqPacket::connect(&path).unwrap();
         check_daemon(&c, &path).unwrap();
         assert_eq!(trusted_daemon_uids(&path)[..2], [stoker_private::euid(), 0]);
+    }
+
+    #[test]
+    fn a_socket_root_gave_a_service_user_in_a_folder_of_roots_is_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        if stoker_private::euid() != 0 {
+            eprintln!("SKIPPED a_socket_root_gave_...: needs root to chown the socket");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("run-stoker");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = folder.join("stoker.sock");
+        let _l = SeqPacketListener::bind(&path).unwrap();
+        std::os::unix::fs::lchown(&path, Some(4321), Some(4321)).unwrap();
+        assert!(trusted_daemon_uids(&path).contains(&4321));
+        // A folder others may write to vouches for nothing.
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!trusted_daemon_uids(&path).contains(&4321));
     }
 }

@@ -46,6 +46,8 @@ pub enum StatusError {
         path: PathBuf,
         source: stoker::socket::SockError,
     },
+    #[error("cannot reach the daemon at {}: {reason}", path.display())]
+    Refused { path: PathBuf, reason: String },
     #[error("talking to the daemon: {0}")]
     Socket(#[from] stoker::socket::SockError),
     #[error("the daemon closed the connection without answering")]
@@ -57,6 +59,8 @@ pub enum StatusError {
         socket: PathBuf,
         mismatch: VersionMismatch,
     },
+    #[error("the daemon at {} refused: {message}", path.display())]
+    Denied { path: PathBuf, message: String },
 }
 
 /// Asks the daemon at `socket` for its status.
@@ -67,9 +71,17 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
         stoker::socket::trust::check_daemon(&sock, socket)?;
         Ok(sock)
     };
-    let sock = connect(socket).map_err(|source| StatusError::Connect {
-        path: socket.to_owned(),
-        source,
+    let sock = connect(socket).map_err(|source: stoker::socket::SockError| {
+        if stoker::socket::path::is_refusal(source.raw_os_error()) {
+            return StatusError::Refused {
+                path: socket.to_owned(),
+                reason: stoker::socket::path::explain_refusal(socket),
+            };
+        }
+        StatusError::Connect {
+            path: socket.to_owned(),
+            source,
+        }
     })?;
     let bytes = Message::Status
         .encode()
@@ -82,6 +94,12 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
     };
     match Message::decode(&buf[..r.len]) {
         Ok(Message::StatusReply(s)) => Ok(*s),
+        Ok(Message::Error(e)) if e.code == stoker::ErrorCode::PermissionDenied => {
+            Err(StatusError::Denied {
+                path: socket.to_owned(),
+                message: e.message,
+            })
+        }
         Ok(Message::Error(e)) => Err(StatusError::Protocol(format!("{}: {}", e.code, e.message))),
         Ok(other) => Err(StatusError::Protocol(format!(
             "expected STATUS_REPLY, got {:?}",

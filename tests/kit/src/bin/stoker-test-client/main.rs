@@ -14,6 +14,9 @@
 //! - `hog <socket> <n> <seconds>`: attaches `n` jobs of `reg`, and takes batches from all of
 //!   them for `seconds` (0: holds them until killed) (run as another uid).
 //! - `rank <json>`: one rank of a multi-host job (`stoker_testkit::rank_orders`).
+//! - `train <socket> <dataset>`: one epoch of `dataset` as a one-rank job, at `socket` (`-`:
+//!   wherever the client's default rule finds a daemon, as a user's script would); prints
+//!   `trained <images> images at <socket>`, or the error and exits 1.
 //!
 //! A failed check panics: the exit status and stderr tell the parent test.
 
@@ -45,6 +48,7 @@ fn main() {
             arg(3).parse().expect("seconds"),
         ),
         "rank" => rank::run(arg(1)),
+        "train" => train(arg(1), arg(2)),
         other => panic!("stoker-test-client: unknown role {other:?}"),
     }
 }
@@ -65,4 +69,24 @@ fn hold(socket: &Path, data: &str, ready: &Path) {
         .collect();
     std::fs::write(ready, format!("holding {}", held.len())).expect("write the ready file");
     std::thread::sleep(Duration::from_secs(120));
+}
+
+/// One epoch of `dataset` at `socket` (`-`: the default rule's socket), as a user trains.
+fn train(socket: &str, dataset: &str) {
+    let o = options(dataset, "train", (0, 1), u8_spec(2, 16, Some(1)));
+    let (path, attached) = if socket == "-" {
+        let path = stoker::client_socket_path();
+        (path, Client::attach_default(o))
+    } else {
+        (socket.into(), Client::attach(Path::new(socket), o))
+    };
+    let mut client = attached.unwrap_or_else(|e| {
+        eprintln!("stoker-test-client train: {e}");
+        std::process::exit(1)
+    });
+    let mut images = 0;
+    while let Some(batch) = client.next_batch().expect("a batch") {
+        images += batch.n();
+    }
+    println!("trained {images} images at {}", path.display());
 }
