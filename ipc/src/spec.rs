@@ -143,6 +143,16 @@ pub struct PipelineSpec {
     /// way the ranks take DistributedSampler's interleaved shares of it.
     #[serde(default = "default_shuffle")]
     pub shuffle: bool,
+    /// Show each image as its EXIF orientation says (Pillow's `ImageOps.exif_transpose`,
+    /// torchcodec's default) before the crop is drawn. Off by default: pixels in stored order,
+    /// as torchvision's `decode_jpeg` and DALI give them. Left out of the JSON when off, so a
+    /// spec that does not use it reads as before.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exif_orientation: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !v
 }
 
 fn default_version() -> u32 {
@@ -210,6 +220,7 @@ impl PipelineSpec {
             drop_last: false,
             epochs: None,
             shuffle: true,
+            exif_orientation: false,
         }
     }
 
@@ -296,6 +307,8 @@ impl PipelineSpec {
             Some("drop_last")
         } else if self.epochs != other.epochs {
             Some("epochs")
+        } else if self.exif_orientation != other.exif_orientation {
+            Some("exif_orientation")
         } else {
             None
         }
@@ -335,6 +348,21 @@ mod tests {
         assert_eq!(spec.dtype, DType::F32);
         assert_eq!(spec.flip_prob, 0.5);
         spec.validate().unwrap();
+    }
+
+    #[test]
+    fn exif_orientation_is_off_by_default_and_written_only_when_on() {
+        let off = PipelineSpec::train(4, 32);
+        assert!(!off.exif_orientation);
+        assert!(!serde_json::to_string(&off).unwrap().contains("exif"));
+        let on = PipelineSpec {
+            exif_orientation: true,
+            ..off.clone()
+        };
+        let text = serde_json::to_string(&on).unwrap();
+        assert!(text.contains(r#""exif_orientation":true"#), "{text}");
+        assert_eq!(serde_json::from_str::<PipelineSpec>(&text).unwrap(), on);
+        assert_eq!(off.first_difference(&on), Some("exif_orientation"));
     }
 
     #[test]

@@ -66,7 +66,8 @@ def _choice(name, v, choices, aliases=None):
 
 def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
                ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-               dtype="f32", layout="nchw", drop_last=False, epochs=None, shuffle=None):
+               dtype="f32", layout="nchw", drop_last=False, epochs=None, shuffle=None,
+               exif_orientation=False):
     """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md.
     `flip_prob` defaults to 0.5 for training and 0 for evaluation (`train=False`), `shuffle`
     to True for training and False for evaluation. Raises SpecError naming the argument."""
@@ -95,4 +96,9 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
     }
     if epochs is not None:
         spec["epochs"] = _int("epochs", epochs, 1, 2**32 - 1)
+    if not isinstance(exif_orientation, bool):
+        _refuse("exif_orientation", "must be True or False", exif_orientation)
+    if exif_orientation:
+        # Sent only when on, so a daemon that predates the option serves the rest as before.
+        spec["exif_orientation"] = True
     return spec

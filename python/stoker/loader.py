@@ -112,7 +112,9 @@ class Loader:
     `train=True` (the default) is RandomResizedCrop(crop, scale, ratio), a horizontal flip with
     probability `flip_prob` (default 0.5) and a new sample order every epoch (`shuffle`,
     default True); `train=False` is Resize(resize, default crop*256/224) + CenterCrop(crop),
-    no flip and dataset order (`flip_prob` and `shuffle` default to 0 and False). The
+    no flip and dataset order (`flip_prob` and `shuffle` default to 0 and False).
+    `exif_orientation=True` shows each JPEG as its EXIF orientation says (as Pillow's
+    `ImageOps.exif_transpose`) before cropping; off by default (stored order). The
     arguments are checked here: a bad one raises SpecError naming it.
 
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
@@ -126,14 +128,14 @@ class Loader:
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None,
-                 shuffle=None):
+                 shuffle=None, exif_orientation=False):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
                               layout=layout, drop_last=drop_last, epochs=epochs,
-                              shuffle=shuffle)
+                              shuffle=shuffle, exif_orientation=exif_orientation)
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)

@@ -100,3 +100,38 @@ def reference(path):
             gray = (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
             return np.repeat(gray[..., None], 3, axis=-1)
         return np.asarray(img.convert("RGB"))
+
+
+# What Pillow's `exif_transpose` undoes for each EXIF orientation: writing the shown picture
+# through this gives the stored pixels of a file with that orientation.
+_STORE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+          6: "ROTATE_90", 7: "TRANSVERSE", 8: "ROTATE_270"}
+
+
+def write_oriented(folder, exif=True):
+    """JPEGs `o1.jpg` .. `o8.jpg` each showing the same WIDTH x HEIGHT picture once turned by
+    its EXIF orientation (stored turned the other way, so orientations 5 to 8 are stored
+    HEIGHT x WIDTH); `exif=False` writes the same stored pixels with no EXIF."""
+    from PIL import Image
+
+    folder.mkdir(parents=True)
+    shown = Image.fromarray(_picture(20))
+    names = []
+    for o in range(1, 9):
+        stored = shown.transpose(getattr(Image.Transpose, _STORE[o])) if o > 1 else shown
+        kw = {"quality": 95, "subsampling": 0}
+        if exif:
+            tags = Image.Exif()
+            tags[0x0112] = o
+            kw["exif"] = tags
+        stored.save(folder / f"o{o}.jpg", **kw)
+        names.append(f"o{o}.jpg")
+    return names
+
+
+def transposed(path):
+    """Pillow's `ImageOps.exif_transpose` of `path`, as RGB."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as img:
+        return np.asarray(ImageOps.exif_transpose(img).convert("RGB"))

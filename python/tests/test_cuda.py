@@ -22,7 +22,7 @@ import pytest
 import stoker
 
 from conftest import _unavailable, find_stokerd, serve_stokerd
-from formats_data import HEIGHT, WIDTH, write_dataset
+from formats_data import HEIGHT, WIDTH, write_dataset, write_oriented
 
 SEED = 11
 # Least PSNR of a CUDA-backend batch against the CPU backend's (tests/kit's MIN_BACKEND_PSNR_DB).
@@ -200,6 +200,31 @@ def test_every_format_on_the_emulated_gpu_gives_the_cpu_backends_samples(cuda_da
                 assert _psnr(spec, a, b) >= MIN_BACKEND_PSNR, name
             else:
                 assert np.array_equal(a, b), f"{name}: the CUDA backend's pixels differ"
+
+
+def test_exif_orientation_on_the_emulated_gpu_gives_the_cpu_backends_samples(cuda_daemon,
+                                                                            tmp_path):
+    """With `exif_orientation`, the CUDA backend turns each tagged JPEG as the CPU backend does
+    (it sends them to its CPU route): random crops of the 8 orientations equal the CPU
+    backend's; the untagged one (orientation 1, decoded by nvJPEG) at PSNR >= 30 dB."""
+    pytest.importorskip("PIL.Image", reason="Pillow writes the test images")
+    sock, env = cuda_daemon
+    root = tmp_path / "oriented"
+    names = write_oriented(root / "c")
+    spec = stoker.build_spec(4, (20, 30), scale=(0.3, 1.0), dtype="u8", layout="nhwc",
+                             epochs=1, shuffle=False, exif_orientation=True)
+    results = _gpu_ranks(sock, env, root, [spec], tmp_path, "exif")
+    for rank in (0, 1):
+        [want] = _cpu_batches(sock, root, spec, "exif", rank)
+        got = results[rank]
+        assert np.array_equal(got["indices_0_0"], want["indices"])
+        assert not want["status"].any() and not got["status_0_0"].any()
+        for k, index in enumerate(want["indices"]):
+            a, b = got["images_0_0"][k], want["images"][k]
+            if names[int(index)] == "o1.jpg":
+                assert _psnr(spec, a, b) >= MIN_BACKEND_PSNR
+            else:
+                assert np.array_equal(a, b), f"{names[int(index)]} differs from the CPU backend"
 
 
 def _fenced_consumer(mode, cuda_daemon, smooth_dataset, tmp_path):

@@ -13,7 +13,8 @@ import pytest
 
 import stoker
 from stoker._daemon import bundled
-from formats_data import HEIGHT, LOSSLESS, WIDTH, png_bomb, reference, write_dataset
+from formats_data import (HEIGHT, LOSSLESS, WIDTH, png_bomb, reference, transposed,
+                          write_dataset, write_oriented)
 
 MIN_LOSSY_PSNR = 35
 
@@ -75,3 +76,67 @@ def test_check_passes_every_format_and_names_a_png_bomb(formats_dataset, tmp_pat
     [failure] = report["failures"]
     assert failure["name"].endswith("99_bomb.png") and failure["reason"] == "too_large", failure
     assert "100000x100000" in failure["message"], failure
+
+
+@pytest.fixture(scope="module")
+def oriented(tmp_path_factory):
+    """(tagged, untagged, turned): the 8 EXIF orientations as JPEGs; the same stored pixels
+    without EXIF; Pillow's `exif_transpose` of each tagged file as a (lossless) PNG."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("oriented")
+    names = write_oriented(root / "tagged" / "c")
+    write_oriented(root / "untagged" / "c", exif=False)
+    (root / "turned" / "c").mkdir(parents=True)
+    for n in names:
+        Image.fromarray(transposed(root / "tagged" / "c" / n)).save(
+            root / "turned" / "c" / n.replace(".jpg", ".png"))
+    return root / "tagged", root / "untagged", root / "turned", names
+
+
+def batch(root, socket, spec, job, **kw):
+    with stoker.Loader(root, spec=spec, socket=socket, autostart=False, job=job, seed=7,
+                       **kw) as ld:
+        b = ld.next_batch()
+        return (np.from_dlpack(b.images).copy(), np.from_dlpack(b.indices).copy(),
+                np.from_dlpack(b.status).copy())
+
+
+def test_each_exif_orientation_gives_pillows_exif_transpose(oriented, daemon):
+    tagged, _, _, names = oriented
+    spec = stoker.build_spec(8, (HEIGHT, WIDTH), train=False, resize=HEIGHT, dtype="u8",
+                             layout="nhwc", epochs=1, exif_orientation=True)
+    assert spec["exif_orientation"] is True
+    images, indices, status = batch(tagged, daemon, spec, "exif-on")
+    assert list(indices) == list(range(8)) and not status.any()
+    for i, name in enumerate(names):
+        want = transposed(tagged / "c" / name)
+        assert want.shape == images[i].shape, name
+        diff = int(np.abs(images[i].astype(np.int16) - want.astype(np.int16)).max())
+        assert diff <= 1, f"{name}: off by {diff} from Pillow's exif_transpose"
+
+
+def test_random_crops_with_exif_orientation_are_crops_of_the_turned_image(oriented, daemon):
+    """The crop is drawn on the image as shown: each random crop (and flip) of a tagged JPEG
+    equals the same crop of Pillow's turned picture, written as a PNG without EXIF."""
+    tagged, _, turned, _ = oriented
+    on = stoker.build_spec(8, (20, 30), scale=(0.3, 1.0), dtype="u8", layout="nhwc",
+                           epochs=1, shuffle=False, exif_orientation=True)
+    plain = {k: v for k, v in on.items() if k != "exif_orientation"}
+    got, gi, gs = batch(tagged, daemon, on, "exif-crops")
+    want, wi, ws = batch(turned, daemon, plain, "exif-crops-turned")
+    assert list(gi) == list(wi) and not gs.any() and not ws.any()
+    diff = int(np.abs(got.astype(np.int16) - want.astype(np.int16)).max())
+    assert diff <= 1, f"random crops off by {diff} from the turned pictures' crops"
+
+
+def test_exif_orientation_off_serves_the_stored_pixels(oriented, daemon):
+    """Off (the default), a tagged file gives exactly what the same file without EXIF gives."""
+    tagged, untagged, _, _ = oriented
+    spec = stoker.build_spec(8, (20, 30), dtype="u8", layout="nhwc", epochs=1, shuffle=False)
+    assert "exif_orientation" not in spec
+    a, ai, _ = batch(tagged, daemon, spec, "exif-off")
+    b, bi, _ = batch(untagged, daemon, spec, "exif-untagged")
+    assert list(ai) == list(bi) and np.array_equal(a, b)
+    turned_on, _, _ = batch(tagged, daemon, {**spec, "exif_orientation": True}, "exif-on-2")
+    assert not np.array_equal(a, turned_on), "the option changes the pixels of turned files"

@@ -32,6 +32,7 @@ use crate::source::local::reader::{ReadRequest, Reader};
 use crate::transform::augment::{sample_params, Augmenter};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::{probe_image, CpuDecoder, DecodeError};
+use crate::transform::orient::Orientation;
 
 /// Makes [`CpuBackend`]s.
 #[derive(Debug, Clone, Copy, Default)]
@@ -60,6 +61,8 @@ pub struct CpuBackend {
     /// One read buffer per sample of a unit (grown for a GPU backend's whole batches).
     pub(super) bufs: Vec<Vec<u8>>,
     image: RgbImage,
+    /// `image` turned to its EXIF orientation (when the spec asks and the file has one).
+    turned: RgbImage,
     replacement_buf: Vec<Vec<u8>>,
 }
 
@@ -95,6 +98,7 @@ impl CpuBackend {
             augmenter: Augmenter::default(),
             bufs: (0..CPU_UNIT_SAMPLES).map(|_| Vec::new()).collect(),
             image: RgbImage::default(),
+            turned: RgbImage::default(),
             replacement_buf: vec![Vec::new()],
         })
     }
@@ -151,23 +155,34 @@ impl CpuBackend {
             std::thread::sleep(t.decode_delay);
         }
         let header = probe_image(data)?;
+        // The crop is drawn on the image as shown, and only its region is turned.
+        let turn = Orientation::applied(job.spec.exif_orientation, header.orientation);
+        let (width, height) = turn.shown_size(header.width, header.height);
         let (crop, flip) = sample_params(
             &job.spec,
-            header.width,
-            header.height,
+            width,
+            height,
             job.seed,
             sample.pos.epoch,
             sample.index,
         );
+        let (out_h, out_w) = job.spec.crop.output_size();
         let within = self.decoder.decode_for_crop(
             data,
-            crop,
-            job.spec.crop.output_size(),
+            turn.to_stored(crop, header.width, header.height),
+            turn.shown_size(out_h, out_w),
             &mut self.image,
         )?;
+        let (image, within) = if turn == Orientation::STORED {
+            (&self.image, within)
+        } else {
+            turn.turn(&self.image, &mut self.turned);
+            let shown = turn.to_shown(within, self.image.width, self.image.height);
+            (&self.turned, shown)
+        };
         let t1 = Instant::now();
         self.augmenter
-            .augment_into(&self.image, within, flip, &job.spec, out);
+            .augment_into(image, within, flip, &job.spec, out);
         let decode_ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
         let augment_ns = elapsed_ns(t1);
         // The decode and augment counts of the metrics are these histograms' counts.

@@ -3,7 +3,8 @@
 //! Files: `sampler` (which samples each rank reads, in which order, per epoch), `rng` (the
 //! seeded generators the sampler and augmentation draw from), `decode` (libjpeg-turbo, and the
 //! sniffing of formats), `augment` (fused crop-resize-flip-normalize-convert into the slot),
-//! `badsample` (why a sample could not be delivered, counted and logged by reason).
+//! `badsample` (why a sample could not be delivered, counted and logged by reason), `orient`
+//! (EXIF orientation in the crop geometry).
 //!
 //! # Design
 //! - Nothing here reads storage or serves: the engine hands these functions bytes and slots.
@@ -11,5 +12,6 @@
 pub mod augment;
 pub mod badsample;
 pub mod decode;
+pub mod orient;
 pub mod rng;
 pub mod sampler;

@@ -15,7 +15,7 @@ use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{CudaError, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{
-    DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route,
+    DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route, Routed,
 };
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
@@ -214,7 +214,15 @@ impl CudaBackend {
             let roi = clamp.then(|| crop_region(crop, w, h));
             // Over the limits: the CPU decoder refuses it with the CPU backend's reason. The
             // region decoded may be the whole image (the engines refused the crop's).
-            let routed = route_image(&mut self.decoder, data, roi, &unit.config.limits);
+            let routed = if spec.exif_orientation && header.orientation != 1 {
+                // nvJPEG's output is not turned: the CPU route turns the region it decodes.
+                Routed {
+                    route: Route::Cpu,
+                    roi,
+                }
+            } else {
+                route_image(&mut self.decoder, data, roi, &unit.config.limits)
+            };
             let roi = routed.roi;
             let (rw, rh) = roi.map_or((w, h), |r| (r.width, r.height));
             self.plan.push(Planned {

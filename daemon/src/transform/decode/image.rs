@@ -16,7 +16,7 @@
 
 use stoker_kernels::reference::{CropBox, RgbImage};
 
-use super::{png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits};
+use super::{exif, png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits};
 
 /// What any image's header says, read without decoding a pixel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,19 +24,23 @@ pub struct ImageHeader {
     pub format: ImageFormat,
     pub width: u32,
     pub height: u32,
+    /// The EXIF orientation, 1 (stored order) to 8; 1 where the file has none (and for PNG and
+    /// WebP, whose EXIF is not read).
+    pub orientation: u8,
 }
 
 /// Reads the header of an image of any format stoker decodes, and checks it is not empty.
 /// JPEGs are also checked to be of a kind stoker decodes ([`probe`]). Size limits are applied
 /// by the decoder, not here.
 pub fn probe_image(bytes: &[u8]) -> Result<ImageHeader, DecodeError> {
-    let (format, (width, height)) = match ImageFormat::detect(bytes) {
-        Some(ImageFormat::Png) => (ImageFormat::Png, png::size(bytes)?),
-        Some(ImageFormat::WebP) => (ImageFormat::WebP, webp::size(bytes)?),
+    let (format, (width, height), orientation) = match ImageFormat::detect(bytes) {
+        Some(ImageFormat::Png) => (ImageFormat::Png, png::size(bytes)?, 1),
+        Some(ImageFormat::WebP) => (ImageFormat::WebP, webp::size(bytes)?, 1),
         // JPEG, and the error naming what anything else looks like.
         Some(ImageFormat::Jpeg) | None => {
             let h = probe(bytes)?;
-            (ImageFormat::Jpeg, (h.width, h.height))
+            let orientation = exif::jpeg_orientation(bytes);
+            (ImageFormat::Jpeg, (h.width, h.height), orientation)
         }
     };
     check_size(format, width, height, &Limits::unlimited())?;
@@ -44,6 +48,7 @@ pub fn probe_image(bytes: &[u8]) -> Result<ImageHeader, DecodeError> {
         format,
         width,
         height,
+        orientation,
     })
 }
 

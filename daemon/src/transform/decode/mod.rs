@@ -23,14 +23,16 @@
 //! # Limitations
 //! - 12-bit and 16-bit samples, lossless (SOF3), hierarchical and JPEG-LS files are rejected as
 //!   [`DecodeError::Unsupported`].
-//! - EXIF orientation is metadata and is ignored: pixels come out in stored order, as
-//!   torchvision's `decode_jpeg` and DALI do by default.
+//! - Pixels come out in stored order, as torchvision's `decode_jpeg` and DALI give them;
+//!   [`probe_image`] reads the EXIF orientation, which the engine applies in the crop geometry
+//!   when the spec asks (`transform::orient`).
 //! - ICC profiles are ignored (no colour management): APP2 markers are not saved
 //!   (`TJPARAM_SAVEMARKERS = 0`), so a malformed or duplicated ICC sequence cannot fail a
 //!   decode.
 
 mod encode;
 mod error;
+mod exif;
 mod image;
 mod png;
 mod sniff;
