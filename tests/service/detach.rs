@@ -83,7 +83,11 @@ fn a_detached_daemon_serves_reports_the_stall_and_exits_when_idle() {
     assert!(rank.batches > 0 && rank.batches <= mine.batches);
     assert!(rank.wait_fraction < 0.5, "{rank:?}");
     let text = stoker_tool::cli::status::render(&shown);
-    assert!(text.contains("stall rank 0: wait "), "{text}");
+    // The job's name, then its owner (this user), then the rank.
+    assert!(
+        text.contains("  stall (") && text.contains(") rank 0: wait "),
+        "{text}"
+    );
 
     // Busy while attached; after the detach, gone within the idle time (plus a tick).
     drop(client);

@@ -15,7 +15,8 @@
 //! host has), `systemd` (sd_notify, the watchdog, socket activation, signals), `exit` (the
 //! exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the
 //! child), `logging` (the tracing subscriber), `metrics` (the Prometheus names and the
-//! `/metrics` listener), `ratelimit` (the log-line rate limiter).
+//! `/metrics` listener), `ratelimit` (the log-line rate limiter), `users` (user names for
+//! uids).
 //!
 //! # Limitations
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
@@ -30,5 +31,6 @@ pub mod metrics;
 pub mod ratelimit;
 mod run;
 pub mod systemd;
+pub mod users;
 
 pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT};

@@ -37,6 +37,9 @@ pub struct StatusArgs {
     /// Print the daemon's reply as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Show whole job keys (up to 64 characters) instead of short names.
+    #[arg(long)]
+    pub wide: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,7 +136,12 @@ pub fn run(args: &StatusArgs) -> Exit {
             Exit::Ok
         }
         Ok(s) => {
-            print!("{}", escape_lines(&render(&s)));
+            let names = if args.wide {
+                JobNames::Whole
+            } else {
+                JobNames::Short
+            };
+            print!("{}", escape_lines(&render_as(&s, names)));
             Exit::Ok
         }
         Err(e) => {
@@ -143,8 +151,25 @@ pub fn run(args: &StatusArgs) -> Exit {
     }
 }
 
-/// The table a person reads.
+/// How the table names jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobNames {
+    /// [`short_job`]: at most [`JOB_CHARS`] characters.
+    Short,
+    /// The key, cut only at [`MAX_CELL_CHARS`] (`--wide`).
+    Whole,
+}
+
+/// The most characters of a job's short name.
+pub const JOB_CHARS: usize = 32;
+
+/// The table a person reads, with short job names.
 pub fn render(s: &DaemonStatus) -> String {
+    render_as(s, JobNames::Short)
+}
+
+/// The table a person reads.
+pub fn render_as(s: &DaemonStatus, names: JobNames) -> String {
     let mut out = String::new();
     let state = if s.stopping { "stopping" } else { "serving" };
     out.push_str(&format!(
@@ -184,43 +209,75 @@ pub fn render(s: &DaemonStatus) -> String {
         out.push_str("no jobs\n");
         return out;
     }
-    out.push_str(&render_jobs(&s.jobs));
+    out.push_str(&render_jobs(&s.jobs, names));
     if s.jobs_left_out > 0 {
         out.push_str(&format!(
             "({} more jobs not shown: the reply hit the message size limit)\n",
             s.jobs_left_out
         ));
     }
-    out.push_str(&render_stalls(s));
+    out.push_str(&render_stalls(s, names));
     out
 }
 
-/// The jobs' table: one row a job, columns padded to their widest cell. UID is the job's
-/// owner: two users' jobs may share a key, and only root and the daemon's uid see others'.
-fn render_jobs(jobs: &[JobStatus]) -> String {
+/// A job's name in the table: its key, escaped; for [`JobNames::Short`], a dataset path the
+/// key ends with (the Python Loader's keys are `<run>/<dataset>`) shortened to its last
+/// component, and a key still longer than [`JOB_CHARS`] cut in the middle, so that both the
+/// run and what tells its loaders apart stay in view.
+pub fn job_name(job: &JobStatus, names: JobNames) -> String {
+    if names == JobNames::Whole {
+        return cell(&job.job);
+    }
+    let mut key = job.job.clone();
+    let dataset = job.dataset.trim_end_matches('/');
+    if let Some((_, last)) = dataset.rsplit_once('/') {
+        if let Some(run) = key.strip_suffix(dataset).filter(|r| r.ends_with('/')) {
+            key = format!("{run}{last}");
+        }
+    }
+    let key = escape_controls(&key);
+    let n = key.chars().count();
+    if n <= JOB_CHARS {
+        return key;
+    }
+    let tail = JOB_CHARS / 3;
+    let head: String = key.chars().take(JOB_CHARS - tail - 1).collect();
+    let end: String = key.chars().skip(n - tail).collect();
+    format!("{head}…{end}")
+}
+
+/// A job owner's user name, else the uid.
+fn owner_name(uid: u32) -> String {
+    stoker_daemon::service::users::user_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// The jobs' table: one row a job, columns padded to their widest cell. OWNER is the user
+/// that made the job: two users' jobs may share a key, and only root and the daemon's uid
+/// see others'.
+fn render_jobs(jobs: &[JobStatus], names: JobNames) -> String {
     let mut out = String::new();
     let header = [
         "JOB",
+        "OWNER",
         "DATASET",
         "SAMPLES",
         "RANKS",
         "BATCH",
         "STEPS/EPOCH",
         "DELIVERED",
-        "UID",
     ];
     let rows: Vec<[String; 8]> = jobs
         .iter()
         .map(|j| {
             [
-                cell(&j.job),
+                job_name(j, names),
+                cell(&owner_name(j.owner)),
                 cell(&j.dataset),
                 j.samples.to_string(),
                 format!("{}/{} {}", j.ranks.len(), j.world_size, rank_list(&j.ranks)),
                 j.batch_size.to_string(),
                 j.steps_per_epoch.to_string(),
                 j.images_delivered.to_string(),
-                j.owner.to_string(),
             ]
         })
         .collect();
@@ -249,7 +306,7 @@ fn render_jobs(jobs: &[JobStatus]) -> String {
 
 /// The data stall of every rank that reported one: the share of its training loop's time
 /// spent waiting for data (recent), and the totals since it attached.
-fn render_stalls(s: &DaemonStatus) -> String {
+fn render_stalls(s: &DaemonStatus, names: JobNames) -> String {
     let mut out = String::new();
     for j in s.jobs.iter().filter(|j| !j.stalls.is_empty()) {
         if out.is_empty() {
@@ -257,8 +314,9 @@ fn render_stalls(s: &DaemonStatus) -> String {
         }
         for r in &j.stalls {
             out.push_str(&format!(
-                "  {} rank {}: wait {:.0}%  ({:.1}s waiting, {:.1}s computing, {} batches)\n",
-                cell(&j.job),
+                "  {} ({}) rank {}: wait {:.0}%  ({:.1}s waiting, {:.1}s computing, {} batches)\n",
+                job_name(j, names),
+                owner_name(j.owner),
                 r.rank,
                 r.wait_fraction * 100.0,
                 r.wait_s,
@@ -372,7 +430,7 @@ mod tests {
             ring_bytes: 3 << 20,
             jobs: vec![JobStatus {
                 job: "resnet".into(),
-                owner: 1000,
+                owner: 0,
                 dataset: "imagenet".into(),
                 samples: 1000,
                 world_size: 4,
@@ -405,10 +463,49 @@ mod tests {
         assert!(t.contains("2m05s"), "{t}");
         assert!(t.contains("1234 img/s"), "{t}");
         assert!(t.contains("3.0 MiB"), "{t}");
-        assert!(t.contains("JOB     DATASET   SAMPLES  RANKS"), "{t}");
-        assert!(t.contains("resnet  imagenet  1000     3/4 [0-2]"), "{t}");
+        assert!(t.contains("JOB     OWNER  DATASET   SAMPLES  RANKS"), "{t}");
         assert!(
-            t.contains("resnet rank 2: wait 38%  (3.0s waiting, 5.0s computing, 3 batches)"),
+            t.contains("resnet  root   imagenet  1000     3/4 [0-2]"),
+            "{t}"
+        );
+        assert!(
+            t.contains("resnet (root) rank 2: wait 38%  (3.0s waiting, 5.0s computing, 3 batches)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn job_names_are_short_and_show_their_owner() {
+        // The key a Loader under torchrun makes: the run's id, then the dataset's path.
+        let train = "/home/alice/datasets/imagenet/train";
+        let job = JobStatus {
+            job: format!("torchrun-8f3c2a1e-4b5d-4e6f-9a0b-1c2d3e4f5a6b/{train}"),
+            dataset: train.into(),
+            owner: u32::MAX - 7,
+            ..JobStatus::default()
+        };
+        let short = job_name(&job, JobNames::Short);
+        assert_eq!(short, "torchrun-8f3c2a1e-4b5…5a6b/train");
+        assert_eq!(short.chars().count(), JOB_CHARS);
+        assert_eq!(job_name(&job, JobNames::Whole), cell(&job.job));
+        let plain = JobStatus {
+            job: "resnet-eval".into(),
+            dataset: train.into(),
+            ..JobStatus::default()
+        };
+        assert_eq!(job_name(&plain, JobNames::Short), "resnet-eval");
+        let s = DaemonStatus {
+            jobs: vec![job, plain],
+            ..DaemonStatus::default()
+        };
+        let t = render(&s);
+        // A uid without a name shows as its number; root by name.
+        assert!(
+            t.contains(&format!("{short}  {}  {train}", u32::MAX - 7)),
+            "{t}"
+        );
+        assert!(
+            t.contains("resnet-eval                       root  "),
             "{t}"
         );
     }
@@ -424,7 +521,7 @@ mod tests {
             ..DaemonStatus::default()
         };
         let t = render(&s);
-        assert!(t.contains("\\e[2J\\rFORGED\\n  ddd"), "{t}");
+        assert!(t.contains("\\e[2J\\rFORGED\\n  root   ddd"), "{t}");
         assert!(t.lines().all(|l| l.chars().count() < 200), "{t}");
         assert!(
             t.contains(&format!("{}…", "d".repeat(MAX_CELL_CHARS - 1))),
