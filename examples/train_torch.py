@@ -88,7 +88,7 @@ def main():
 
     loader = stoker.Loader(args.dataset, batch_size=args.batch_size, crop=args.crop,
                            seed=args.seed, socket=args.socket, device=args.device)
-    classes = loader.info["classes"]
+    classes = loader.info["num_classes"]
     if classes == 0:
         # A flat folder: every label is -1, which no classification loss accepts.
         loader.close()

@@ -389,6 +389,24 @@ stoker_result stoker_attach(const struct stoker_attach_options *options,
 stoker_result stoker_client_info(struct stoker_client *client, struct stoker_attach_info *info);
 
 /**
+ * Copies the name of class `index` (label order; `stoker_attach_info.classes` of them) into
+ * `buf` as a NUL-terminated UTF-8 string and sets `*name_len` to its length in bytes (without
+ * the NUL). With `buf` NULL only `*name_len` is set. A `buf_len` of `*name_len` or less is
+ * STOKER_ERR_INVALID_ARGUMENT with `*name_len` set, so the caller can retry with more room.
+ * A dataset without class names (a flat folder, a file list, shards, or more names than an
+ * ATTACHED carries) is STOKER_ERR_INVALID_ARGUMENT for every index.
+ *
+ * # Safety
+ * `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+ * `buf_len` bytes.
+ */
+stoker_result stoker_client_class_name(struct stoker_client *client,
+                                       uint64_t index,
+                                       char *buf,
+                                       size_t buf_len,
+                                       size_t *name_len);
+
+/**
  * Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
  * The client also reports it to the daemon, which shows it per rank (`stoker status`).
  *

@@ -175,6 +175,8 @@ _SIGNATURES = {
     "stoker_attach_options_init": (_RESULT, [POINTER(AttachOptions)]),
     "stoker_attach": (_RESULT, [POINTER(AttachOptions), POINTER(_CLIENT)]),
     "stoker_client_info": (_RESULT, [_CLIENT, POINTER(AttachInfo)]),
+    "stoker_client_class_name": (_RESULT, [_CLIENT, c_uint64, c_char_p, c_size_t,
+                                           POINTER(c_size_t)]),
     "stoker_client_stall": (_RESULT, [_CLIENT, POINTER(StallInfo)]),
     "stoker_next": (_RESULT, [_CLIENT, POINTER(_BATCH)]),
     "stoker_batch_info": (_RESULT, [_BATCH, POINTER(BatchHeader)]),

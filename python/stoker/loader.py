@@ -3,13 +3,13 @@
 import json
 import os
 import sys
-from ctypes import byref, c_uint64, c_void_p
+from ctypes import byref, c_size_t, c_uint64, c_void_p, create_string_buffer
 
 from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
 from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec
-from .errors import ConnectError, DaemonGone
+from .errors import ConnectError, DaemonGone, InvalidArgument
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
@@ -226,6 +226,7 @@ class Loader:
         self._client = client
         self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client,
                                     self._drop_client)
+        self._classes = self._class_names(client, self._info.classes)
         # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
         self._position_from_client()
 
@@ -379,12 +380,34 @@ class Loader:
         self._attach()
         return self._steps_in(self._epoch)
 
+    @staticmethod
+    def _class_names(client, count):
+        """The dataset's class names in label order, as libstoker has them; the labels as
+        strings where the daemon sent none (no names in the dataset, or too many to send)."""
+        names, length = [], c_size_t()
+        for i in range(count):
+            try:
+                call("stoker_client_class_name", client, i, None, 0, byref(length))
+            except InvalidArgument:
+                return [str(label) for label in range(count)]
+            buf = create_string_buffer(length.value + 1)
+            call("stoker_client_class_name", client, i, buf, len(buf), byref(length))
+            names.append(buf.value.decode("utf-8", "replace"))
+        return names
+
     @property
     def info(self):
-        """What the daemon said at attach: slots, steps_per_epoch, dataset_len, classes, ..."""
+        """What the daemon said at attach: slots, steps_per_epoch, dataset_len, ... and the
+        classes as torchvision's ImageFolder names them: `classes` (names in label order: an
+        ImageFolder's class folders; the labels as strings for a dataset without names) and
+        `class_to_idx`; `num_classes` is their number."""
         self._attach()
-        return {name: getattr(self._info, name) for name, _ in self._info._fields_
-                if name != "size"}
+        info = {name: getattr(self._info, name) for name, _ in self._info._fields_
+                if name not in ("size", "classes")}
+        info["num_classes"] = self._info.classes
+        info["classes"] = list(self._classes)
+        info["class_to_idx"] = {name: i for i, name in enumerate(self._classes)}
+        return info
 
     @property
     def epoch(self):

@@ -40,7 +40,10 @@ def test_labels_and_indices_match_the_dataset(dataset, daemon):
     with loader(dataset, daemon, seed=2, job="labels") as ld:
         assert len(ld) == N // 4
         info = ld.info
-        assert (info["dataset_len"], info["classes"], info["batch_size"]) == (N, CLASSES, 4)
+        assert (info["dataset_len"], info["num_classes"], info["batch_size"]) == (N, CLASSES, 4)
+        # torchvision's ImageFolder names: the class folders, in label order.
+        assert info["classes"] == [f"class{c}" for c in range(CLASSES)], info["classes"]
+        assert info["class_to_idx"] == {f"class{c}": c for c in range(CLASSES)}
         seen = []
         for _ in range(len(ld)):
             b = ld.next_batch()

@@ -10,6 +10,8 @@ fn one_rank_receives_the_whole_epoch_in_order() {
     let info = client.attached().clone();
     assert_eq!(info.dataset_len, n as u64);
     assert_eq!(info.classes, 3);
+    // The class folders' names, in label order (issue 24 item 9).
+    assert_eq!(info.class_names, ["c0", "c1", "c2"]);
     assert_eq!(info.steps_per_epoch, 4); // ceil(15 / 4)
     assert_eq!(info.slots, 3);
     assert!(info.created_job);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rustix::io::Errno;
 use stoker::protocol::position::MAX_EPOCH;
 use stoker::protocol::{
-    Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, MAX_MESSAGE_BYTES,
+    Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, CLASS_NAMES_BYTES, MAX_MESSAGE_BYTES,
 };
 use stoker::socket::{SeqPacket, SockError};
 
@@ -308,6 +308,7 @@ impl Connection {
             offset_epoch_steps: job.offset().map(|o| job.steps_in(o.epoch)),
             dataset_len: job.dataset.len() as u64,
             classes: job.dataset.classes().len() as u64,
+            class_names: class_names(job.dataset.classes()),
             ranks_attached,
             created_job,
             daemon_version: stoker::protocol::VERSION.to_owned(),
@@ -331,6 +332,17 @@ impl Connection {
             grant,
             ring_bytes,
         })
+    }
+}
+
+/// The class names ATTACHED carries: all of them when they fit in [`CLASS_NAMES_BYTES`],
+/// else none (the count still says how many).
+fn class_names(classes: &[String]) -> Vec<String> {
+    let bytes: usize = classes.iter().map(|c| c.len() + 3).sum();
+    if bytes <= CLASS_NAMES_BYTES {
+        classes.to_vec()
+    } else {
+        Vec::new()
     }
 }
 

@@ -266,6 +266,60 @@ pub unsafe extern "C" fn stoker_client_info(
     })
 }
 
+/// Copies the name of class `index` (label order; `stoker_attach_info.classes` of them) into
+/// `buf` as a NUL-terminated UTF-8 string and sets `*name_len` to its length in bytes (without
+/// the NUL). With `buf` NULL only `*name_len` is set. A `buf_len` of `*name_len` or less is
+/// STOKER_ERR_INVALID_ARGUMENT with `*name_len` set, so the caller can retry with more room.
+/// A dataset without class names (a flat folder, a file list, shards, or more names than an
+/// ATTACHED carries) is STOKER_ERR_INVALID_ARGUMENT for every index.
+///
+/// # Safety
+/// `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_class_name(
+    client: *mut stoker_client,
+    index: u64,
+    buf: *mut c_char,
+    buf_len: usize,
+    name_len: *mut usize,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(name_len, "name_len")?;
+        let guard = lock(c)?;
+        let a = guard.attached();
+        let name = usize::try_from(index)
+            .ok()
+            .and_then(|i| a.class_names.get(i))
+            .ok_or_else(|| match a.class_names.len() {
+                0 => Failure::invalid(format!(
+                    "the daemon sent no class names ({} classes): the dataset has none, or                      more than an ATTACHED carries",
+                    a.classes
+                )),
+                n => Failure::invalid(format!("class {index} is beyond the {n} classes")),
+            })?;
+        // SAFETY: non-NULL (checked), writable by the caller's promise.
+        unsafe { name_len.write(name.len()) };
+        if buf.is_null() {
+            return Ok(STOKER_OK);
+        }
+        if buf_len <= name.len() {
+            return Err(Failure::invalid(format!(
+                "buffer of {buf_len} bytes is too small for class name of {} bytes and its NUL",
+                name.len()
+            )));
+        }
+        // SAFETY: `buf` is writable for `buf_len` > name.len() bytes by the caller's promise.
+        unsafe {
+            std::ptr::copy_nonoverlapping(name.as_ptr(), buf.cast::<u8>(), name.len());
+            buf.add(name.len()).write(0);
+        }
+        Ok(STOKER_OK)
+    })
+}
+
 /// Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
 /// The client also reports it to the daemon, which shows it per rank (`stoker status`).
 ///

@@ -38,6 +38,9 @@ pub const MAGIC: [u8; 2] = *b"SK";
 pub const HEADER_BYTES: usize = 8;
 /// Largest message either side sends or accepts, header included.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Most bytes of class names an ATTACHED carries (with [`MAX_MESSAGE_BYTES`], room for ImageNet-1k's
+/// 1000 names many times over; a dataset with more is told by `classes` only).
+pub const CLASS_NAMES_BYTES: usize = 32 * 1024;
 /// Longest error message sent; longer ones are cut at a character boundary.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
@@ -96,6 +99,11 @@ pub struct Attached {
     pub dataset_len: u64,
     /// Classes in the dataset (labels are `0..classes`).
     pub classes: u64,
+    /// The classes' names, label order (an ImageFolder's class folders), when they fit in
+    /// [`CLASS_NAMES_BYTES`]; left out when the dataset has none (a flat folder, a file list,
+    /// shards) or they do not fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub class_names: Vec<String>,
     /// Ranks of the job attached now, this one included.
     pub ranks_attached: u32,
     /// Whether this attach created the job (the first rank) or joined it.

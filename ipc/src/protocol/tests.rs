@@ -30,6 +30,7 @@ fn all_messages() -> Vec<Message> {
             offset_epoch_steps: None,
             dataset_len: 1_281_167,
             classes: 1000,
+            class_names: vec!["n01440764".into(), "ťench".into()],
             ranks_attached: 2,
             created_job: false,
             daemon_version: "0.1.0".into(),

@@ -131,6 +131,11 @@ pub(super) fn encode(ds: &Dataset, written_at: i128) -> Vec<u8> {
     for c in &ds.classes {
         e.bytes(c.as_bytes());
     }
+    e.u64(ds.skipped.count);
+    e.u64(ds.skipped.first.len() as u64);
+    for name in &ds.skipped.first {
+        e.bytes(name.as_bytes());
+    }
     for arena in [&ds.files, &ds.members] {
         e.bytes(&arena.bytes);
         e.u64s(&arena.ends);
@@ -181,6 +186,10 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
     }
     for _ in 0..d.u64()? {
         ds.classes.push(String::from_utf8(d.bytes()?).ok()?);
+    }
+    ds.skipped.count = d.u64()?;
+    for _ in 0..d.u64()? {
+        ds.skipped.first.push(String::from_utf8(d.bytes()?).ok()?);
     }
     for arena in [&mut ds.files, &mut ds.members] {
         arena.bytes = d.bytes()?;

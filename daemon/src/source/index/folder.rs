@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::walk::Listing;
 use super::*;
 
 /// Sizes of `paths`, statted in parallel chunks.
@@ -67,7 +68,7 @@ pub(super) fn index_folder(
         work.push((-1, root.to_owned(), false));
     }
     let next = AtomicUsize::new(0);
-    type Listed = Vec<(usize, Vec<PathBuf>, Vec<Stamp>)>;
+    type Listed = Vec<(usize, Listing)>;
     let per_worker: Vec<Result<Listed, DatasetError>> = std::thread::scope(|s| {
         let handles = (0..threads.min(work.len()).max(1))
             .map(|_| {
@@ -79,40 +80,35 @@ pub(super) fn index_folder(
                         let Some((_, dir, recurse)) = work.get(w) else {
                             return Ok(mine);
                         };
-                        let (mut files, mut stamps) = (Vec::new(), Vec::new());
+                        let mut found = Listing::default();
                         let depth = u32::from(*recurse);
-                        Walk::new(budget, root).list_images(
-                            dir,
-                            *recurse,
-                            depth,
-                            &mut files,
-                            &mut stamps,
-                            done,
-                        )?;
-                        files.sort_unstable_by(|a, b| {
+                        Walk::new(budget, root)
+                            .list_images(dir, *recurse, depth, &mut found, done)?;
+                        found.files.sort_unstable_by(|a, b| {
                             a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes())
                         });
-                        mine.push((w, files, stamps));
+                        mine.push((w, found));
                     }
                 })
             })
             .collect();
         wait_with_progress(root, "listing", &done, handles)
     });
-    let mut listed: Vec<(usize, Vec<PathBuf>, Vec<Stamp>)> = Vec::with_capacity(work.len());
+    let mut listed: Vec<(usize, Listing)> = Vec::with_capacity(work.len());
     for r in per_worker {
         listed.extend(r?);
     }
-    listed.sort_unstable_by_key(|(w, _, _)| *w);
+    listed.sort_unstable_by_key(|(w, _)| *w);
     let mut all = Vec::new();
     let mut labels = Vec::new();
-    for (w, files, stamps) in listed {
-        if files.is_empty() && kind == DatasetKind::ImageFolder {
+    for (w, found) in listed {
+        if found.files.is_empty() && kind == DatasetKind::ImageFolder {
             tracing::warn!(class = %ds.classes[w], dataset = %root.display(), "class folder has no images");
         }
-        labels.resize(labels.len() + files.len(), work[w].0);
-        all.extend(files);
-        ds.stamps.extend(stamps);
+        labels.resize(labels.len() + found.files.len(), work[w].0);
+        all.extend(found.files);
+        ds.stamps.extend(found.stamps);
+        ds.skipped.extend(found.skipped);
     }
     for (i, size) in stat_sizes(root, &all, threads).into_iter().enumerate() {
         let size = size.map_err(|(p, e)| DatasetError::io(&p, e))?;

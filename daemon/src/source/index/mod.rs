@@ -69,12 +69,15 @@ pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo", "pn
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
 
+mod skipped;
 mod walk;
+pub use skipped::{Skipped, METADATA_EXTENSIONS, SKIPPED_NAMED, SKIP_REASON};
 pub use walk::WalkLimits;
 use walk::{Walk, WalkBudget};
 /// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
 /// 3: PNG and WebP files are samples (a folder indexed before held none).
-const CACHE_VERSION: u32 = 3;
+/// 4: the files a folder walk skipped (count and first names).
+const CACHE_VERSION: u32 = 4;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +311,8 @@ pub struct Dataset {
     len: Vec<u64>,
     label: Vec<i64>,
     stamps: Vec<Stamp>,
+    /// Files a folder walk left out (see [`Skipped`]).
+    skipped: Skipped,
     origin: IndexOrigin,
     /// Per file id, whether the file is an object (empty: all local; see [`storage`]).
     object_files: Vec<bool>,
@@ -337,6 +342,7 @@ impl Dataset {
                     dataset = %root.display(), samples = ds.len(), cache = %cf.display(),
                     "dataset index loaded from cache"
                 );
+                ds.log_skipped();
                 return Ok(ds);
             }
         }
@@ -364,6 +370,7 @@ impl Dataset {
             dataset = %root.display(), kind = kind.as_str(), samples = ds.len(),
             seconds = started.elapsed().as_secs_f64(), "dataset indexed"
         );
+        ds.log_skipped();
         // A list's s3:// entries are known to the reader only once HEADed: not cached.
         let cache_file = cache_file.filter(|_| ds.objects.is_none());
         if let Some(cf) = &cache_file {
@@ -376,6 +383,17 @@ impl Dataset {
 
     pub fn len(&self) -> usize {
         self.label.len()
+    }
+
+    /// Files the folder walk left out: how many, and the first few.
+    pub fn skipped(&self) -> &Skipped {
+        &self.skipped
+    }
+
+    fn log_skipped(&self) {
+        if let Some(summary) = self.skipped.summary() {
+            tracing::warn!(dataset = %self.root.display(), "{summary}");
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -467,6 +485,7 @@ impl Dataset {
             len: Vec::new(),
             label: Vec::new(),
             stamps: Vec::new(),
+            skipped: Skipped::default(),
             origin: IndexOrigin::Walked,
             object_files: Vec::new(),
             objects: None,

@@ -129,15 +129,54 @@ fn image_folder_labels_by_sorted_class_and_sorted_files() {
 }
 
 #[test]
+fn a_folder_walk_counts_and_names_the_files_it_skips_and_the_cache_keeps_them() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    write(&root.join("cat/a.jpg"), b"a");
+    write(&root.join("cat/b.gif"), b"GIF89a");
+    write(&root.join("cat/deep/c.bmp"), b"BM");
+    write(&root.join("cat/labels.txt"), b"metadata, not a sample");
+    write(&root.join("dog/d.png"), b"png");
+    write(&root.join("dog/e.tiff"), b"II*");
+    write(&root.join("dog/.f.avif"), b"hidden");
+    let cache = t.path().join("cache");
+    let ds = Dataset::open(&root, &opts(&cache)).unwrap();
+    assert_eq!(ds.len(), 2);
+    let want = Skipped {
+        count: 3,
+        first: vec![
+            "cat/b.gif".into(),
+            "cat/deep/c.bmp".into(),
+            "dog/e.tiff".into(),
+        ],
+    };
+    assert_eq!(ds.skipped(), &want);
+    assert_eq!(
+        ds.skipped().summary().unwrap(),
+        "3 files skipped (not a supported image format): cat/b.gif, cat/deep/c.bmp, dog/e.tiff"
+    );
+    settle();
+    let _ = Dataset::open(&root, &opts(&cache)).unwrap();
+    let cached = Dataset::open(&root, &opts(&cache)).unwrap();
+    assert_eq!(cached.origin(), IndexOrigin::Cache);
+    assert_eq!(cached.skipped(), &want);
+}
+
+#[test]
 fn flat_folder_has_no_labels() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("flat");
-    for (n, b) in [("b.jpg", &b"bb"[..]), ("a.jpg", b"a"), ("c.png", b"c")] {
+    // A GIF is no sample (a PNG is, since PNG decodes): counted and named as skipped.
+    for (n, b) in [("b.jpg", &b"bb"[..]), ("a.jpg", b"a"), ("c.gif", b"c")] {
         write(&root.join(n), b);
     }
     let ds = Dataset::open(&root, &opts(&t.path().join("cache"))).unwrap();
     assert_eq!(ds.kind(), DatasetKind::Flat);
     assert_eq!(ds.len(), 2);
+    assert_eq!(
+        (ds.skipped().count, &ds.skipped().first[..]),
+        (1, &["c.gif".to_owned()][..])
+    );
     assert!(ds.classes().is_empty());
     assert_eq!(ds.sample(0).path.file_name().unwrap(), "a.jpg");
     assert_eq!((ds.sample(1).len, ds.sample(1).label), (2, -1));

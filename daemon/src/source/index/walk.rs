@@ -24,6 +24,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::skipped::{is_skipped_name, Skipped};
 use super::{entry_is_dir, is_image_name, read_dir_sorted, DatasetError, Stamp};
 
 /// Entries one index may look at, by default.
@@ -118,10 +119,20 @@ pub(super) fn refuse_root(root: &Path) -> Result<(), DatasetError> {
     Ok(())
 }
 
+/// What a walk found below one folder: image files, folder stamps, files it skipped.
+#[derive(Default)]
+pub(super) struct Listing {
+    pub(super) files: Vec<PathBuf>,
+    pub(super) stamps: Vec<Stamp>,
+    pub(super) skipped: Skipped,
+}
+
 /// One thread's walk: the folders it has listed.
 pub(super) struct Walk<'a> {
     pub(super) budget: &'a WalkBudget,
     visited: HashSet<(u64, u64)>,
+    /// The dataset's root, which skipped files are named below.
+    root: PathBuf,
 }
 
 impl<'a> Walk<'a> {
@@ -130,6 +141,7 @@ impl<'a> Walk<'a> {
         Walk {
             budget,
             visited: dir_identity(root).into_iter().collect(),
+            root: root.to_owned(),
         }
     }
 
@@ -140,8 +152,7 @@ impl<'a> Walk<'a> {
         dir: &Path,
         recurse: bool,
         depth: u32,
-        out: &mut Vec<PathBuf>,
-        stamps: &mut Vec<Stamp>,
+        found: &mut Listing,
         done: &AtomicU64,
     ) -> Result<(), DatasetError> {
         let stamp = Stamp::of(dir).map_err(|source| DatasetError::UnreadableDir {
@@ -170,17 +181,21 @@ impl<'a> Walk<'a> {
                 ),
             });
         }
-        stamps.push(stamp);
+        found.stamps.push(stamp);
         let entries = read_dir_sorted(dir)?;
         self.budget.spend(entries.len() as u64, dir)?;
         for e in entries {
             if entry_is_dir(&e) {
                 if recurse {
-                    self.list_images(&e.path(), true, depth + 1, out, stamps, done)?;
+                    self.list_images(&e.path(), true, depth + 1, found, done)?;
                 }
             } else if is_image_name(&e.file_name()) {
-                out.push(e.path());
+                found.files.push(e.path());
                 done.fetch_add(1, Ordering::Relaxed);
+            } else if is_skipped_name(&e.file_name()) {
+                let path = e.path();
+                let below = path.strip_prefix(&self.root).unwrap_or(&path);
+                found.skipped.add(below.to_string_lossy().into_owned());
             }
         }
         Ok(())

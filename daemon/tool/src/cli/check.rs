@@ -3,9 +3,13 @@
 //! The core, [`check_samples`], takes `(display name, bytes)` pairs and does not care where they
 //! come from; `stoker check PATH` reads every sample of the dataset at PATH (any layout), and
 //! `sample_files` walks a folder for regular files (sorted), skipping hidden
-//! files and known non-image sidecar files (`.tsv`, `.txt`, `.md`, `.json`, `.csv`, `.cls`).
-//! Everything else is decoded: a JPEG is recognised by its bytes, so a PNG named `.jpg` is
-//! reported as not JPEG, and a JPEG named `.png` is checked like any other.
+//! files and metadata beside the images (the indexer's `METADATA_EXTENSIONS`).
+//! Everything else is decoded: the format is recognised by its bytes, so a GIF named `.jpg`
+//! is reported as an unknown format, and a JPEG named `.png` is checked like any other.
+//!
+//! Files the dataset's index leaves out (not a supported image format by name, see
+//! `stoker_daemon::source::index::Skipped`) are counted and the first few named in the
+//! report, so that nothing is dropped silently.
 
 #![forbid(unsafe_code)]
 
@@ -18,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_daemon::source::index::{
+    Dataset, DatasetError, OpenOptions, Skipped, METADATA_EXTENSIONS,
+};
 use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::source::object::ObjectStore;
 use stoker_daemon::sync::lock;
@@ -26,9 +32,6 @@ use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
 pub const REASON_IO: &str = "io_error";
-
-/// Extensions of files in a dataset tree that are metadata, not samples.
-const SIDECAR_EXTENSIONS: &[&str] = &["tsv", "txt", "md", "json", "csv", "cls"];
 
 /// Arguments of `stoker check`.
 #[derive(Debug, clap::Args)]
@@ -68,6 +71,8 @@ pub struct CheckReport {
     pub failures: Vec<CheckFailure>,
     /// Number of failures per reason code.
     pub by_reason: BTreeMap<&'static str, usize>,
+    /// Files under the path that are no samples: not a supported image format.
+    pub skipped: Skipped,
 }
 
 impl CheckReport {
@@ -165,7 +170,7 @@ pub fn sample_files(root: &Path) -> io::Result<Vec<PathBuf>> {
 fn is_sidecar(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
-        .is_some_and(|e| SIDECAR_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+        .is_some_and(|e| METADATA_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// Runs `stoker check`; returns the exit code (0: every sample decoded, 1: some did not).
@@ -243,7 +248,7 @@ fn dataset_samples(
 
 pub fn run(args: &CheckArgs) -> Exit {
     let objects = ObjectStore::from_environment();
-    let (files, _dataset) = match dataset_samples(&args.path, &objects) {
+    let (files, dataset) = match dataset_samples(&args.path, &objects) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("stoker check: {}: {e}", args.path.display());
@@ -262,7 +267,10 @@ pub fn run(args: &CheckArgs) -> Exit {
     let samples = files
         .into_iter()
         .map(|(name, path, offset, len)| (name, read_range(&objects, &path, offset, len)));
-    let report = check_samples(samples, &opts);
+    let mut report = check_samples(samples, &opts);
+    if let Some(ds) = &dataset {
+        report.skipped = ds.skipped().clone();
+    }
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -293,6 +301,9 @@ fn print_text(report: &CheckReport) {
     );
     for (reason, n) in &report.by_reason {
         println!("  {reason:<16} {n}");
+    }
+    if let Some(summary) = report.skipped.summary() {
+        println!("{summary}");
     }
 }
 
