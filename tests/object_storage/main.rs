@@ -313,6 +313,22 @@ fn datasets(dir: &Path) -> (PathBuf, PathBuf) {
     (folder, shards)
 }
 
+/// The sizes of the node cache's entries in `dir` (not its key, not the entries' tag files);
+/// none when there is no such folder.
+fn cached_objects(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.matches('-').count() == 2 && !name.contains('.')
+        })
+        .map(|e| e.metadata().unwrap().len())
+        .collect()
+}
+
 fn all_ok(seen: &[Seen]) -> bool {
     seen.iter()
         .all(|s| s.status.iter().all(|&x| x == SampleStatus::Ok as u8))

@@ -70,10 +70,7 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         "s3:// shards must give the local shards' batches"
     );
     // Only samples came down: no file of the node cache is as large as a shard.
-    let cached: Vec<u64> = std::fs::read_dir(dir.path().join("objects"))
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .collect();
+    let cached = cached_objects(&dir.path().join("objects"));
     let want = 36 + shard_sizes.len();
     assert_eq!(
         cached.len(),
@@ -84,9 +81,7 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
 
     file_lists_naming_objects_give_the_batches_of_local_files(dir.path(), &folder, socket);
     // A list's objects are the folder's: read from the node cache, not fetched again.
-    let files = std::fs::read_dir(dir.path().join("objects"))
-        .unwrap()
-        .count();
+    let files = cached_objects(&dir.path().join("objects")).len();
     assert_eq!(files, want, "the lists' objects come from the node cache");
 
     // A wrong secret refuses the attach, naming the dataset and the S3 code.

@@ -16,7 +16,7 @@ fn read_all(ds: &Dataset) -> Vec<Vec<u8>> {
 }
 
 fn files_in(dir: &Path) -> usize {
-    std::fs::read_dir(dir).map_or(0, |d| d.count())
+    cached_objects(dir).len()
 }
 
 #[test]

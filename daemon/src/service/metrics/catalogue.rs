@@ -105,7 +105,8 @@ pub const RELOADS_TOTAL: &str = "stoker_reloads_total";
 pub const CONNECTIONS_TOTAL: &str = "stoker_connections_total";
 /// Bytes of samples' objects, by `source`: `s3` (downloaded) or `cache` (found local).
 pub const S3_BYTES_TOTAL: &str = "stoker_s3_bytes_total";
-/// Objects asked of the node cache, by `result`: `hit` or `miss`.
+/// Objects asked of the node cache, by `result`: `hit`, `miss`, or `rejected` (an entry that
+/// failed its check before use, deleted and fetched again).
 pub const S3_CACHE_REQUESTS_TOTAL: &str = "stoker_s3_cache_requests_total";
 /// Downloads in flight now.
 pub const S3_IN_FLIGHT: &str = "stoker_s3_requests_in_flight";
@@ -191,7 +192,7 @@ pub const ALL: &[Series] = &[
         "Bytes of s3:// objects, by source (s3: downloaded, cache: found in the node cache).",
         &["source"], Each("source", &["s3", "cache"])),
     series(S3_CACHE_REQUESTS_TOTAL, Counter, Unit::Count, "Node-cache lookups, by result.",
-        &["result"], Each("result", &["hit", "miss"])),
+        &["result"], Each("result", &["hit", "miss", "rejected"])),
     series(S3_IN_FLIGHT, Gauge, Unit::Count, "S3 downloads in flight.", &[], Plain),
     series(S3_RETRIES_TOTAL, Counter, Unit::Count, "S3 requests tried again.", &[], Plain),
     series(S3_ERRORS_TOTAL, Counter, Unit::Count,

@@ -2,7 +2,10 @@
 //! daemon serves, under a size cap with least-recently-used eviction.
 //!
 //! Files are named `<hash of service, bucket, key>-<hash of ETag>-<size>`, so a changed object
-//! (new ETag or size) never reuses a stale copy; on reuse the file's size is checked again.
+//! (new ETag or size) never reuses a stale copy. Every entry is checked before it is served:
+//! its size, and the keyed hash of its bytes recorded when they were fetched, hashed again
+//! whenever the file changed since its last check ([`super::integrity`]); an entry that fails
+//! is deleted and fetched again, never served.
 //! Downloads go to a temporary name in the same folder and are renamed into place, so a
 //! reader never sees a partial file. One download per object at a time: later askers wait for
 //! the one in flight.
@@ -23,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::client::S3Error;
+use super::integrity::{self, Stamp, Tag, TagKey};
 
 /// The outcome of one download, shared by everyone waiting for it.
 #[derive(Default)]
@@ -127,6 +131,10 @@ pub enum Claim {
 struct Entry {
     size: u64,
     tick: u64,
+    /// The keyed hash of the bytes fetched.
+    tag: Tag,
+    /// The file as it was at its last good check (`None`: not checked by this process yet).
+    stamp: Option<Stamp>,
 }
 
 #[derive(Debug, Default)]
@@ -159,6 +167,7 @@ impl Drop for Pin {
 pub struct NodeCache {
     dir: PathBuf,
     cap: u64,
+    key: TagKey,
     state: Mutex<State>,
     temp_counter: AtomicU64,
 }
@@ -166,10 +175,12 @@ pub struct NodeCache {
 impl NodeCache {
     /// Opens (creating) `dir`, private to this uid (`stoker_private`: 0700, files 0600; a
     /// folder another uid owns or may write to is refused, since an object planted there
-    /// would be served as the bucket's), takes in the complete files already there and
-    /// removes leftover temporary files.
+    /// would be served as the bucket's), takes in the complete files already there with their
+    /// recorded tags (checked when first claimed), and removes leftover temporary files and
+    /// entries without a tag.
     pub fn open(dir: &Path, cap: u64) -> std::io::Result<NodeCache> {
         stoker_private::ensure_dir(dir).map_err(std::io::Error::other)?;
+        let key = TagKey::open(dir)?;
         let mut st = State::default();
         for e in fs::read_dir(dir)? {
             let e = e?;
@@ -178,17 +189,33 @@ impl NodeCache {
                 let _ = fs::remove_file(e.path());
                 continue;
             }
+            if let Some(entry) = name.strip_suffix(integrity::TAG_SUFFIX) {
+                if !dir.join(entry).exists() {
+                    let _ = fs::remove_file(e.path());
+                }
+                continue;
+            }
             let (Some(size), Ok(meta)) = (size_of_name(&name), e.metadata()) else {
                 continue;
             };
-            if meta.len() == size {
-                st.total += size;
-                st.entries.insert(name, Entry { size, tick: 0 });
+            match integrity::read_tag(&e.path()) {
+                Some(tag) if meta.len() == size => {
+                    st.total += size;
+                    let entry = Entry {
+                        size,
+                        tick: 0,
+                        tag,
+                        stamp: None,
+                    };
+                    st.entries.insert(name, entry);
+                }
+                _ => remove_entry_files(&e.path()),
             }
         }
         Ok(NodeCache {
             dir: dir.to_owned(),
             cap,
+            key,
             state: Mutex::new(st),
             temp_counter: AtomicU64::new(0),
         })
@@ -219,25 +246,50 @@ impl NodeCache {
 
     /// Asks for the object stored as `name` (see [`NodeCache::name`]).
     pub fn claim(&self, name: &str) -> Claim {
-        let mut st = self.lock();
-        if let Some(e) = st.entries.get(name).copied() {
-            let path = self.dir.join(name);
-            if fs::metadata(&path).is_ok_and(|m| m.len() == e.size) {
-                st.tick += 1;
-                let tick = st.tick;
-                st.entries.insert(name.to_owned(), Entry { tick, ..e });
-                return Claim::Ready(path);
-            }
-            // Removed or changed behind our back: fetch it again.
-            st.total -= e.size;
-            st.entries.remove(name);
+        if let Some(path) = self.checked(name) {
+            return Claim::Ready(path);
         }
+        let mut st = self.lock();
         if let Some(p) = st.pending.get(name) {
             return Claim::Wait(p.clone());
         }
         let p = Arc::new(Pending::default());
         st.pending.insert(name.to_owned(), p.clone());
         Claim::Fetch(p)
+    }
+
+    /// The path of `name` if it is here and passes its check (see the module's docs); an entry
+    /// that fails is forgotten and deleted. The file is hashed outside the lock.
+    fn checked(&self, name: &str) -> Option<PathBuf> {
+        let e = self.lock().entries.get(name).copied()?;
+        let path = self.dir.join(name);
+        let meta = fs::metadata(&path).ok().filter(|m| m.len() == e.size);
+        let now = meta.as_ref().map(Stamp::of);
+        let good = now.is_some()
+            && (e.stamp.is_some() && e.stamp == now
+                || self.key.tag_of(&path).is_ok_and(|t| t == e.tag));
+        let stamp = meta.as_ref().and_then(Stamp::settled);
+        let mut st = self.lock();
+        if st.entries.get(name)?.tag != e.tag {
+            return None; // fetched again meanwhile: the caller claims anew
+        }
+        if good {
+            st.tick += 1;
+            let tick = st.tick;
+            st.entries
+                .insert(name.to_owned(), Entry { tick, stamp, ..e });
+            return Some(path);
+        }
+        // Removed, or changed behind our back: never served, fetched again.
+        if meta.is_some() {
+            tracing::warn!(file = %path.display(), "node cache: an entry no longer holds the bytes fetched (its keyed hash differs); deleted, fetching it again");
+            metrics::counter!(super::metric::CACHE_REQUESTS_TOTAL, "result" => "rejected")
+                .increment(1);
+        }
+        st.total -= e.size;
+        st.entries.remove(name);
+        remove_entry_files(&path);
+        None
     }
 
     /// Pins the object stored as `name` (see [`Pin`]).
@@ -308,8 +360,8 @@ impl NodeCache {
     ) -> Result<PathBuf, S3Error> {
         let path = self.dir.join(name);
         let result = result.and_then(|size| {
-            fs::rename(temp, &path)
-                .map(|()| size)
+            self.put_in_place(temp, &path)
+                .map(|(tag, stamp)| (size, tag, stamp))
                 .map_err(|e| S3Error::local(url, format!("{}: {e}", path.display())))
         });
         if result.is_err() {
@@ -317,10 +369,16 @@ impl NodeCache {
         }
         let mut st = self.lock();
         st.pending.remove(name);
-        let out = result.map(|size| {
+        let out = result.map(|(size, tag, stamp)| {
             st.tick += 1;
             let tick = st.tick;
-            if let Some(old) = st.entries.insert(name.to_owned(), Entry { size, tick }) {
+            let entry = Entry {
+                size,
+                tick,
+                tag,
+                stamp,
+            };
+            if let Some(old) = st.entries.insert(name.to_owned(), entry) {
                 st.total -= old.size;
             }
             st.total += size;
@@ -330,6 +388,29 @@ impl NodeCache {
         drop(st);
         pending.set(out.clone());
         out
+    }
+
+    /// Records the keyed hash of the download `temp` beside `path` (making room while the disk
+    /// is full, for a second at most), then moves it there.
+    fn put_in_place(&self, temp: &Path, path: &Path) -> std::io::Result<(Tag, Option<Stamp>)> {
+        let tag = self.key.tag_of(temp)?;
+        let mut tries = 0;
+        loop {
+            match integrity::write_tag(path, &tag) {
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull && tries < 100 => {
+                    tries += 1;
+                    if self.make_room(1 << 12) == 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                }
+                written => break written?,
+            }
+        }
+        fs::rename(temp, path)?;
+        Ok((
+            tag,
+            fs::metadata(path).ok().and_then(|m| Stamp::settled(&m)),
+        ))
     }
 
     /// Deletes the copy stored as `name`, if there is one and no download of it is under way
@@ -343,7 +424,9 @@ impl NodeCache {
             return false;
         };
         st.total -= e.size;
-        fs::remove_file(self.dir.join(name)).is_ok()
+        let path = self.dir.join(name);
+        let _ = fs::remove_file(integrity::tag_path(&path));
+        fs::remove_file(path).is_ok()
     }
 
     /// Removes least recently used objects (never `keep`, never a pinned one) until the total
@@ -367,10 +450,16 @@ impl NodeCache {
         st.entries.remove(&victim);
         st.total -= e.size;
         // A reader that opened the file already keeps reading it.
-        let _ = fs::remove_file(self.dir.join(&victim));
+        remove_entry_files(&self.dir.join(&victim));
         tracing::debug!(file = %victim, bytes = e.size, "node cache evicted an object");
         Some(e.size)
     }
+}
+
+/// Deletes the entry at `path` and its tag.
+fn remove_entry_files(path: &Path) {
+    let _ = fs::remove_file(path);
+    let _ = fs::remove_file(integrity::tag_path(path));
 }
 
 /// The size at the end of a cache file name.
@@ -456,6 +545,29 @@ mod tests {
         drop(_pin_b);
         assert_eq!(c.make_room(4), 4);
         assert_eq!(c.total(), 0);
+    }
+
+    #[test]
+    fn an_entry_whose_bytes_changed_is_deleted_and_fetched_again_never_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = NodeCache::open(dir.path(), 100).unwrap();
+        let a = NodeCache::name("e", "b", "a", "etag", 4);
+        let b = NodeCache::name("e", "b", "b", "etag", 4);
+        put(&c, &a, b"aaaa");
+        put(&c, &b, b"bbbb");
+        assert!(matches!(c.claim(&a), Claim::Ready(_)));
+        // Same size, other bytes: the size check passes, the keyed hash does not.
+        fs::write(dir.path().join(&a), b"aaab").unwrap();
+        assert!(matches!(c.claim(&a), Claim::Fetch(_)));
+        assert!(!dir.path().join(&a).exists() && c.total() == 4);
+        // Changed while the daemon was down, or planted without a tag: not taken in.
+        fs::write(dir.path().join(&b), b"bbbc").unwrap();
+        let planted = NodeCache::name("e", "b", "p", "etag", 4);
+        fs::write(dir.path().join(&planted), b"pppp").unwrap();
+        let c2 = NodeCache::open(dir.path(), 100).unwrap();
+        assert!(matches!(c2.claim(&b), Claim::Fetch(_)));
+        assert!(matches!(c2.claim(&planted), Claim::Fetch(_)));
+        assert!(!dir.path().join(&planted).exists());
     }
 
     #[test]

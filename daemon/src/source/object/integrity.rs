@@ -1,0 +1,198 @@
+//! What the node cache checks before it serves an entry: the keyed hash (HMAC-SHA256) of the
+//! bytes it fetched, recorded when they were written, and the file's identity at its last
+//! check.
+//!
+//! # Design
+//! - The key is 32 random bytes in `<cache folder>/key` (mode 0600, made once by the first
+//!   daemon or tool that opens the folder, shared by all of them). An entry `NAME` has its tag
+//!   in `NAME.sum` (64 hex digits) beside it, written before the entry is moved into place.
+//! - A file is hashed again whenever its [`Stamp`] (device, inode, size, modification and
+//!   change times) differs from the one of its last good check: after a restart (no stamp
+//!   yet) and after any write to it, which no user can make without changing its change time.
+//!   Reads of an unchanged file cost one `stat`, not a hash. A stamp is kept only once the
+//!   file's change time is [`SETTLED`] old: file times come from a coarse clock, so a write
+//!   in the same tick as a check could leave the stamp unchanged ("racily clean", as git
+//!   calls it); until then every claim hashes the file again.
+//! - An entry without a tag, with a tag that is not 64 hex digits, or whose bytes do not give
+//!   its tag is never served: the cache deletes it and fetches the object again.
+//!
+//! # Limitations
+//! A change made below the file system (a disk that flips a bit without the kernel noticing)
+//! keeps the stamp and is not seen until the next restart.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// The suffix of an entry's tag file.
+pub const TAG_SUFFIX: &str = ".sum";
+/// The key's file name in the cache folder.
+pub const KEY_FILE: &str = "key";
+const KEY_BYTES: usize = 32;
+
+/// An entry's keyed hash.
+pub type Tag = [u8; 32];
+
+/// A file's identity as `stat` gives it: equal stamps mean no write reached the file between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+/// How old a file's change time must be for its stamp to be trusted: well above the coarse
+/// clock's tick (1 to 10 ms).
+pub const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Stamp {
+    /// The stamp of a file whose metadata is `m`, if it has [`SETTLED`].
+    pub fn settled(m: &fs::Metadata) -> Option<Stamp> {
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(m.ctime()).unwrap_or(0),
+                u32::try_from(m.ctime_nsec()).unwrap_or(0),
+            );
+        let age = std::time::SystemTime::now().duration_since(changed).ok()?;
+        (age >= SETTLED).then(|| Stamp::of(m))
+    }
+
+    pub fn of(m: &fs::Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            modified: (m.mtime(), m.mtime_nsec()),
+            changed: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// The cache folder's key.
+pub struct TagKey(hmac::Key);
+
+impl std::fmt::Debug for TagKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TagKey(..)")
+    }
+}
+
+impl TagKey {
+    /// The key of the (private) folder `dir`, made there if it has none or a broken one.
+    pub fn open(dir: &Path) -> std::io::Result<TagKey> {
+        let path = dir.join(KEY_FILE);
+        for _ in 0..2 {
+            match fs::read(&path) {
+                Ok(bytes) if bytes.len() == KEY_BYTES => return Ok(TagKey::from(&bytes)),
+                Ok(_) => {
+                    tracing::warn!(key = %path.display(), "node cache: a broken key file is replaced; every entry will be fetched again");
+                    fs::remove_file(&path)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            let mut bytes = [0u8; KEY_BYTES];
+            SystemRandom::new()
+                .fill(&mut bytes)
+                .map_err(|_| std::io::Error::other("no random bytes for the node cache's key"))?;
+            match stoker_private::create_file(&path) {
+                Ok(mut f) => {
+                    f.write_all(&bytes)?;
+                    f.sync_all()?;
+                    return Ok(TagKey::from(&bytes));
+                }
+                // Another process made it first: read theirs.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{}: the node cache's key could not be read or made",
+            path.display()
+        )))
+    }
+
+    fn from(bytes: &[u8]) -> TagKey {
+        TagKey(hmac::Key::new(hmac::HMAC_SHA256, bytes))
+    }
+
+    /// The tag of the bytes of the file at `path`.
+    pub fn tag_of(&self, path: &Path) -> std::io::Result<Tag> {
+        let mut f = fs::File::open(path)?;
+        let mut ctx = hmac::Context::with_key(&self.0);
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            ctx.update(&buf[..n]);
+        }
+        let mut tag = [0u8; 32];
+        tag.copy_from_slice(ctx.sign().as_ref());
+        Ok(tag)
+    }
+}
+
+/// The tag file of the entry at `path`.
+pub fn tag_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(TAG_SUFFIX);
+    PathBuf::from(p)
+}
+
+/// Writes `tag` as the tag of the entry at `path` (mode 0600).
+pub fn write_tag(path: &Path, tag: &Tag) -> std::io::Result<()> {
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    stoker_private::replace_file(&tag_path(path))?.write_all(hex.as_bytes())
+}
+
+/// The tag recorded for the entry at `path`; `None` if there is none or it is broken.
+pub fn read_tag(path: &Path) -> Option<Tag> {
+    let text = fs::read_to_string(tag_path(path)).ok()?;
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut tag = [0u8; 32];
+    for (i, t) in tag.iter_mut().enumerate() {
+        *t = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(tag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_keyed_recorded_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = TagKey::open(dir.path()).unwrap();
+        let again = TagKey::open(dir.path()).unwrap();
+        let f = dir.path().join("entry");
+        fs::write(&f, b"some bytes").unwrap();
+        let tag = key.tag_of(&f).unwrap();
+        assert_eq!(again.tag_of(&f).unwrap(), tag, "one key per folder");
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(TagKey::open(other.path()).unwrap().tag_of(&f).unwrap(), tag);
+        write_tag(&f, &tag).unwrap();
+        assert_eq!(read_tag(&f), Some(tag));
+        fs::write(tag_path(&f), "zz").unwrap();
+        assert_eq!(read_tag(&f), None);
+        fs::write(&f, b"some bytez").unwrap();
+        assert_ne!(key.tag_of(&f).unwrap(), tag);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(dir.path().join(KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
