@@ -281,7 +281,7 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         answer("7. compute-sanitizer"),
         "not run: the GPU is emulated"
     );
-    for n in 1..=9 {
+    for n in 1..=10 {
         assert!(
             checklist.contains(&format!("\n{n}. ")),
             "item {n}: {checklist}"
