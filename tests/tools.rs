@@ -98,6 +98,13 @@ fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
         svg.to_str().unwrap(),
     ]);
     assert!(table.contains("verdict: "), "{table}");
+    // Issue 24 item 11: the verdict says what to do, and the MB/s column which bytes.
+    assert!(table.contains("; to go faster: "), "{table}");
+    assert!(
+        table.contains("MB/s: stage rows count the compressed file bytes")
+            && table.contains("end-to-end rows count the output bytes"),
+        "{table}"
+    );
     let r = json(&j);
     assert_eq!(r["timed_epochs"], 1, "--min-seconds 0 keeps --epochs");
     let stages = strings(&r["stages"], "stage");

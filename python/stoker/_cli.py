@@ -16,6 +16,11 @@ def _exec(name):
 
 
 def stoker():
+    # `stoker bench --compare` runs the peer scripts shipped in this package, with this
+    # Python (where the user installed torch, torchvision or DALI), unless told otherwise.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ.setdefault("STOKER_PEERS", os.path.join(here, "peers"))
+    os.environ.setdefault("STOKER_PEER_PYTHON", sys.executable)
     _exec("stoker")
 
 

@@ -1,7 +1,9 @@
 """What works without a daemon: loading libstoker, typed errors, spec and environment handling."""
 
 import ctypes
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,3 +162,25 @@ def test_a_stale_stoker_socket_is_named_as_the_cause(tmp_path, monkeypatch):
     with pytest.raises(stoker.ConnectError) as e:
         next(iter(loader))
     assert f"no stoker daemon at {stale} (named by $STOKER_SOCKET" in str(e.value)
+
+
+def test_the_bench_peer_scripts_ship_with_the_package(monkeypatch):
+    # `stoker bench --compare` runs them (issue 24 item 11): the installed package carries
+    # them, and its `stoker` command points the bench at them and at this Python.
+    peers = Path(stoker.__file__).resolve().parent / "peers"
+    for script in ("torch_loader.py", "dali_cpu.py", "s3_loader.py", "README.md"):
+        assert (peers / script).is_file(), f"{script} is not in {peers}"
+    from stoker import _cli
+    seen = {}
+    monkeypatch.setattr(_cli, "_exec", lambda name: seen.update(
+        name=name, peers=os.environ.get("STOKER_PEERS"),
+        python=os.environ.get("STOKER_PEER_PYTHON")))
+    saved = {k: os.environ.pop(k, None) for k in ("STOKER_PEERS", "STOKER_PEER_PYTHON")}
+    try:
+        _cli.stoker()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+    assert seen == {"name": "stoker", "peers": str(peers), "python": sys.executable}, seen

@@ -21,8 +21,35 @@ pub struct Verdict {
     pub bottleneck: &'static str,
     /// Images/s each part could give alone: (part, images/s).
     pub capacity: Vec<(&'static str, f64)>,
-    /// One line: "decode-bound: storage could give 3.1x more, augment 4.0x more".
+    /// What to do about the bottleneck ([`advice`]).
+    pub advice: &'static str,
+    /// One line: "decode-bound: storage could give 3.1x more, augment 4.0x more; to go
+    /// faster: ...".
     pub line: String,
+}
+
+/// What a user can do about `bottleneck` (a [`Verdict::bottleneck`]).
+pub fn advice(bottleneck: &str) -> &'static str {
+    match bottleneck {
+        "storage" => {
+            "pack the files into tar shards (`stoker pack`: large sequential reads instead of \
+             one small file each), or move the data to faster local storage (object storage \
+             is read through the node cache)"
+        }
+        "decode" => {
+            "give the daemon more cores (--threads), decode on the GPU (the CUDA backend, \
+             `--backend cuda`), or add remote CPU workers (docs/multi-host.md)"
+        }
+        "augment" => {
+            "output u8 (dtype u8) and normalise on the GPU, or give the daemon more cores \
+             (--threads); the CUDA backend augments on the GPU"
+        }
+        "delivery" => {
+            "output u8 (4x fewer bytes a batch than f32) or read with more client processes \
+             (ranks); a GPU rank's batches stay on its GPU with the CUDA backend"
+        }
+        _ => "",
+    }
 }
 
 /// Names the bottleneck from the stage rates (images/s). Augment's own rate is derived from
@@ -75,8 +102,11 @@ pub fn verdict(
             e / p.max(1e-9)
         ));
     }
+    let advice = advice(bottleneck);
+    line.push_str(&format!("; to go faster: {advice}"));
     Verdict {
         bottleneck,
+        advice,
         capacity: capacity
             .into_iter()
             .map(|(n, r)| (n, if r.is_finite() { r } else { -1.0 }))
@@ -140,4 +170,41 @@ pub fn svg_chart(title: &str, subtitle: &str, groups: &[(String, Vec<(String, f6
         esc(title),
         esc(subtitle)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_says_what_to_do_about_each_bottleneck() {
+        // (storage, decode, decode+augment, pipeline, end to end) -> bottleneck, advice.
+        let cases = [
+            ((100.0, 900.0, 800.0, None, None), "storage", "stoker pack"),
+            (
+                (5000.0, 300.0, 290.0, None, None),
+                "decode",
+                "the CUDA backend",
+            ),
+            ((5000.0, 3000.0, 400.0, None, None), "augment", "output u8"),
+            (
+                (5000.0, 3000.0, 2900.0, Some(2900.0), Some(500.0)),
+                "delivery",
+                "more client",
+            ),
+        ];
+        for ((storage, decode, both, pipeline, e2e), bottleneck, want) in cases {
+            let v = verdict(storage, decode, both, pipeline, e2e);
+            assert_eq!(v.bottleneck, bottleneck, "{}", v.line);
+            assert!(
+                v.line.starts_with(&format!("{bottleneck}-bound: ")),
+                "{}",
+                v.line
+            );
+            assert!(v.line.contains("; to go faster: "), "{}", v.line);
+            assert!(v.line.contains(want), "{}", v.line);
+        }
+        assert!(advice("decode").contains("remote CPU workers"));
+        assert!(advice("decode").contains("--threads"));
+    }
 }

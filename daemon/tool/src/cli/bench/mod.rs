@@ -113,7 +113,8 @@ pub struct BenchArgs {
     /// At most this many samples are held in memory for the decode stages.
     #[arg(long, default_value_t = 2000)]
     pub decode_sample: usize,
-    /// Run the CPU peers (../shared/peers) on the same files and print stoker's ratio to each;
+    /// Run the CPU peers (the scripts shipped in the Python package's stoker/peers) on the same
+    /// files and print stoker's ratio to each;
     /// for an `s3://` dataset, s3torchconnector with the DataLoader on the same objects, against
     /// stoker's cold (from the server) figure.
     #[arg(long)]
@@ -123,11 +124,13 @@ pub struct BenchArgs {
     /// printed beside the peers.
     #[arg(long)]
     pub local_copy: Option<PathBuf>,
-    /// The peers' Python (default /tmp/peer/bin/python if it exists).
+    /// The peers' Python (default: $STOKER_PEER_PYTHON, which the wheel's stoker sets to its
+    /// own, else /tmp/peer/bin/python if it exists).
     #[arg(long)]
     pub peer_python: Option<PathBuf>,
-    /// The peers' folder (default: $STOKER_PEERS, else ../shared/peers beside the working
-    /// directory or the dataset).
+    /// The peers' folder (default: $STOKER_PEERS, else the wheel's stoker/peers beside this
+    /// executable, else python/stoker/peers or ../shared/peers beside the working directory or
+    /// the dataset).
     #[arg(long)]
     pub peers: Option<PathBuf>,
     /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being

@@ -3,8 +3,12 @@
 //! (`--local-copy`), and where the peers' scripts are found at run time.
 //!
 //! # Design
-//! - Peers are found by `--peers`, `$STOKER_PEERS`, or beside the working directory or the
-//!   dataset; never a path of the source tree.
+//! - The peer scripts ship with the project: in the Python package (`stoker/peers/`, which
+//!   the wheel installs; its `stoker` command points `$STOKER_PEERS` there and
+//!   `$STOKER_PEER_PYTHON` at its own Python) and in a checkout (`python/stoker/peers/`).
+//!   They are found at run time by `--peers`, `$STOKER_PEERS`, beside the executable (the
+//!   wheel's `stoker/bin/../peers`), or beside the working directory or the dataset; never by
+//!   a path of the source tree compiled in.
 //!
 //! # Limitations
 //! - Peers need their own Python (`--peer-python`).
@@ -16,6 +20,8 @@
 use super::*;
 
 pub const PEERS_ENV: &str = "STOKER_PEERS";
+/// The peers' Python when `--peer-python` is not given.
+pub const PEER_PYTHON_ENV: &str = "STOKER_PEER_PYTHON";
 
 /// Where the peer scripts are, found at run time: `--peers`, else `$STOKER_PEERS`, else
 /// `../shared/peers` beside the working directory or beside the dataset (its parent's
@@ -29,7 +35,14 @@ pub(super) fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
         return Some(PathBuf::from(p));
     }
     let mut candidates = Vec::new();
+    if let Some(bin) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_owned))
+    {
+        candidates.push(bin.join("../peers"));
+    }
     if let Ok(cwd) = std::env::current_dir() {
+        candidates.push(cwd.join("python/stoker/peers"));
         candidates.push(cwd.join("../shared/peers"));
     }
     if let Some(parent) = data.parent() {
@@ -42,12 +55,20 @@ pub(super) fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
         .find(|p| p.join("torch_loader.py").exists())
 }
 
-/// The peers' Python: `--peer-python`, else /tmp/peer/bin/python if it exists.
+/// The peers' Python: `--peer-python`, else `$STOKER_PEER_PYTHON` (the wheel's `stoker`
+/// sets its own), else /tmp/peer/bin/python if it exists.
 fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
-    args.peer_python.clone().or_else(|| {
-        let p = PathBuf::from("/tmp/peer/bin/python");
-        p.exists().then_some(p)
-    })
+    args.peer_python
+        .clone()
+        .or_else(|| {
+            std::env::var_os(PEER_PYTHON_ENV)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| {
+            let p = PathBuf::from("/tmp/peer/bin/python");
+            p.exists().then_some(p)
+        })
 }
 
 /// The peers' Python and folder, or why there are none.
@@ -57,7 +78,8 @@ fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), Strin
     match (peer_python(args), peers_dir(args, data)) {
         (Some(python), Some(dir)) => Ok((python, dir)),
         _ => {
-            let why = "no peer Python or peers folder (give --peer-python and --peers)";
+            let why = "no peer Python or peer scripts (pip install the stoker wheel, which ships \
+                       them, or give --peer-python and --peers python/stoker/peers)";
             eprintln!("stoker bench: --compare: {why}");
             Err(why.into())
         }

@@ -84,6 +84,7 @@ pub(super) fn table(r: &FullReport) -> String {
             e.wait_p99_ms
         );
     }
+    s += MB_PER_S_NOTE;
     if let Some(v) = &r.verdict {
         s += &format!("\nverdict: {}\n", v.line);
     }
@@ -99,6 +100,11 @@ pub(super) fn table(r: &FullReport) -> String {
     s += &scaling_and_peers(r);
     s
 }
+
+/// Which bytes the MB/s column counts: not the same on every row.
+pub const MB_PER_S_NOTE: &str = "MB/s: stage rows count the compressed file bytes read (storage) \
+     or decoded (decode, augment); end-to-end rows count the output bytes delivered to the \
+     clients (images at the output size and dtype)\n";
 
 /// The scaling lines and the peers' figures, under the table.
 fn scaling_and_peers(r: &FullReport) -> String {
