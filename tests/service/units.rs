@@ -147,9 +147,15 @@ fn logs_suit_the_journal() {
         String::from_utf8(out.stderr).unwrap()
     };
     let journal = run(true);
-    let first = journal.lines().next().unwrap();
-    assert!(first.trim_start().starts_with("ERROR"), "{journal}");
-    assert!(first.contains("slots"), "{journal}");
+    // The first line is the version (INFO), then the refusal: each opens with its level.
+    let first = journal.lines().next().unwrap().trim_start();
+    assert!(
+        first.starts_with("INFO") && first.contains("version"),
+        "{journal}"
+    );
+    let error = journal.lines().find(|l| l.contains("stopped")).unwrap();
+    assert!(error.trim_start().starts_with("ERROR"), "{journal}");
+    assert!(error.contains("slots"), "{journal}");
     assert!(
         !journal.contains('\x1b'),
         "colour codes in piped logs: {journal:?}"
