@@ -58,15 +58,42 @@ pub struct Server {
     pub(super) accept_log: Mutex<RateLimit>,
 }
 
-/// Gives a socket file the configured mode and group (who may connect is who may write it).
+/// Binds a listening socket at `socket` whose mode and group are already the configured ones
+/// when it appears there: bound under a temporary name in the same folder, given its
+/// permissions, then hard-linked to `socket` (which fails, as bind would, if something is
+/// there) and the temporary name removed. So no client connects before the mode is final.
+fn bind_with_permissions(
+    socket: &Path,
+    mode: u32,
+    group: Option<&str>,
+) -> Result<SeqPacketListener, ServerError> {
+    // No longer than "stoker.sock", so that a path that fits a socket address still does.
+    let tmp = socket.with_file_name(format!(".s{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let bind_err = |source| ServerError::Bind {
+        path: socket.to_owned(),
+        source,
+    };
+    let listener = SeqPacketListener::bind(&tmp).map_err(bind_err)?;
+    let placed = set_socket_permissions(&tmp, socket, mode, group).and_then(|()| {
+        std::fs::hard_link(&tmp, socket)
+            .map_err(|source| bind_err(SockError::Io { op: "link", source }))
+    });
+    let _ = std::fs::remove_file(&tmp);
+    placed.map(|()| listener)
+}
+
+/// Gives the socket file `path` (named `shown` in errors) the configured mode and group (who
+/// may connect is who may write it).
 pub(super) fn set_socket_permissions(
     path: &Path,
+    shown: &Path,
     mode: u32,
     group: Option<&str>,
 ) -> Result<(), ServerError> {
     use std::os::unix::fs::PermissionsExt;
     let perms_err = |source| ServerError::SocketPermissions {
-        path: path.to_owned(),
+        path: shown.to_owned(),
         mode,
         source,
     };
@@ -82,14 +109,14 @@ pub(super) fn set_socket_permissions(
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perms_err)?;
     if let Some(group) = group {
         let gid = gid_of(group).ok_or_else(|| ServerError::SocketGroup {
-            path: path.to_owned(),
+            path: shown.to_owned(),
             group: group.to_owned(),
         })?;
         std::os::unix::fs::lchown(path, None, Some(gid)).map_err(|e| {
             // Only root may give a file a group its owner is not in: say that, not EPERM.
             if e.raw_os_error() == Some(libc::EPERM) && !in_group(gid) {
                 return ServerError::SocketGroupNotMember {
-                    path: path.to_owned(),
+                    path: shown.to_owned(),
                     group: group.to_owned(),
                     gid,
                     uid: rustix::process::geteuid().as_raw(),
@@ -134,11 +161,7 @@ impl Server {
                 }
             }
         }
-        let listener = SeqPacketListener::bind(&socket).map_err(|source| ServerError::Bind {
-            path: socket.clone(),
-            source,
-        })?;
-        set_socket_permissions(
+        let listener = bind_with_permissions(
             &socket,
             config.server.socket_mode,
             config.server.socket_group.as_deref(),
@@ -376,7 +399,7 @@ mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
         let link = dir.path().join("stoker.sock");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let err = set_socket_permissions(&link, 0o666, None).unwrap_err();
+        let err = set_socket_permissions(&link, &link, 0o666, None).unwrap_err();
         assert!(err.to_string().contains("not the socket"), "{err}");
         let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the symlink's target was changed");

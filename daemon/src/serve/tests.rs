@@ -92,11 +92,12 @@ fn a_created_socket_gets_the_configured_mode_and_group() {
     let _listener = stoker::socket::SeqPacketListener::bind(&path).unwrap();
     // SAFETY: getegid has no preconditions and cannot fail.
     let gid = unsafe { libc::getegid() };
-    set_socket_permissions(&path, 0o640, Some(&gid.to_string())).unwrap();
+    set_socket_permissions(&path, &path, 0o640, Some(&gid.to_string())).unwrap();
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
     assert_eq!(meta.gid(), gid);
-    let err = set_socket_permissions(&path, 0o660, Some("no-such-group-stoker")).unwrap_err();
+    let err =
+        set_socket_permissions(&path, &path, 0o660, Some("no-such-group-stoker")).unwrap_err();
     assert!(err.is_config(), "{err}");
     assert!(err.to_string().contains("no-such-group-stoker"), "{err}");
 }
