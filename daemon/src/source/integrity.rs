@@ -1,6 +1,6 @@
-//! What the node cache checks before it serves an entry: the keyed hash (HMAC-SHA256) of the
-//! bytes it fetched, recorded when they were written, and the file's identity at its last
-//! check.
+//! What the caches check before they trust a file: the keyed hash (HMAC-SHA256) of its bytes,
+//! recorded when this uid's daemon or tool wrote it (node-cache entries, dataset index caches),
+//! and, for the node cache, the file's identity at its last check.
 //!
 //! # Design
 //! - The key is 32 random bytes in `<cache folder>/key` (mode 0600, made once by the first
@@ -120,6 +120,13 @@ impl TagKey {
 
     fn from(bytes: &[u8]) -> TagKey {
         TagKey(hmac::Key::new(hmac::HMAC_SHA256, bytes))
+    }
+
+    /// The tag of `data`.
+    pub fn tag_of_bytes(&self, data: &[u8]) -> Tag {
+        let mut tag = [0u8; 32];
+        tag.copy_from_slice(hmac::sign(&self.0, data).as_ref());
+        tag
     }
 
     /// The tag of the bytes of the file at `path`.

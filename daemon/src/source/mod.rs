@@ -23,6 +23,7 @@
 //! The object table is built at open from the objects the store listed or HEADed, by URL.
 
 pub mod index;
+pub(crate) mod integrity;
 pub mod local;
 pub mod object;
 pub mod url;

@@ -3,16 +3,22 @@
 //! # Design
 //! - One file per (canonical path, kind), named by an FNV-1a hash; stamps of every folder,
 //!   list and shard decide freshness; a cache written within the racy window is not trusted.
+//! - Every cache file is signed: its keyed hash under the folder's key
+//!   ([`crate::source::integrity`], the node cache's rule) is recorded beside it (`NAME.sum`)
+//!   when written, and a file whose bytes do not give it (planted, altered, or written by a
+//!   build from before signing) is not used: the dataset is indexed again and the cache
+//!   rewritten.
 //!
 //! # Limitations
 //! - Corrupt or stale caches are ignored and rewritten; a failed write is only a warning.
 //! - The folder is private (0700, files 0600); one another uid owns or may write to is not
-//!   used at all (a warning names it and why). Entries are not signed: whoever may write the
-//!   folder (this uid, root) is trusted.
+//!   used at all (a warning names it and why). Whoever can read the folder's key (this uid,
+//!   root) can sign a file.
 
 #![forbid(unsafe_code)]
 
 use super::*;
+use crate::source::integrity::{self, TagKey};
 
 // ---- The on-disk cache ----
 
@@ -229,8 +235,46 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
     Some((ds, written_at))
 }
 
+// ---- Signed files ----
+
+/// The bytes of the cache file `file`, if its keyed hash is the one recorded beside it; an
+/// unsigned or altered file is an `InvalidData` error.
+pub(super) fn read_signed(file: &Path) -> io::Result<Vec<u8>> {
+    let data = fs::read(file)?;
+    let key = TagKey::open(file.parent().unwrap_or(Path::new(".")))?;
+    if integrity::read_tag(file) != Some(key.tag_of_bytes(&data)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its keyed hash is not the one recorded beside it (written by another program, or changed since)",
+        ));
+    }
+    Ok(data)
+}
+
+/// Writes `data` as the cache file `file`: to a temporary file beside it, then its keyed hash
+/// beside `file`, then moved into place (a crash between leaves a file that fails its check).
+pub(super) fn write_signed(file: &Path, data: &[u8]) -> io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = TagKey::open(dir).and_then(|key| {
+        stoker_private::write_file(&tmp, data)?;
+        integrity::write_tag(file, &key.tag_of_bytes(data))?;
+        fs::rename(&tmp, file)
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 pub(super) fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<Dataset> {
-    let data = match fs::read(file) {
+    let data = match read_signed(file) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
         Err(e) => {
@@ -255,18 +299,5 @@ pub(super) fn load_cache(file: &Path, root: &Path, kind: DatasetKind) -> Option<
 }
 
 pub(super) fn save_cache(file: &Path, ds: &Dataset, written_at: i128) -> io::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        file.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let result = stoker_private::write_file(&tmp, &encode(ds, written_at))
-        .and_then(|()| fs::rename(&tmp, file));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    write_signed(file, &encode(ds, written_at))
 }

@@ -13,10 +13,11 @@
 
 #![forbid(unsafe_code)]
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::cache::{decode, fnv1a, private_cache_dir, save_cache, FNV_OFFSET};
+use super::cache::{
+    decode, fnv1a, private_cache_dir, read_signed, save_cache, write_signed, FNV_OFFSET,
+};
 use super::{cache_dir, now_ns, Dataset, DatasetError, DatasetKind, IndexOrigin, OpenOptions};
 
 /// One sample of a shard as its sidecar index (`NAME.tar.idx`) gives it.
@@ -54,7 +55,7 @@ pub(crate) fn load_remote_index(
     ttl_ns: i128,
 ) -> Option<CachedIndex> {
     let base = remote_index_base(url, key, opts).filter(|_| ttl_ns > 0)?;
-    let data = fs::read(base.with_extension("bin")).ok()?;
+    let data = read_signed(&base.with_extension("bin")).ok()?;
     let kinds = [
         DatasetKind::Flat,
         DatasetKind::ImageFolder,
@@ -68,7 +69,7 @@ pub(crate) fn load_remote_index(
     if !(0..ttl_ns).contains(&age) {
         return None;
     }
-    let extra = fs::read_to_string(base.with_extension("objects")).ok()?;
+    let extra = String::from_utf8(read_signed(&base.with_extension("objects")).ok()?).ok()?;
     dataset.origin = IndexOrigin::Cache;
     // Every file of an `s3://` dataset is an object.
     dataset.object_files = vec![true; dataset.files.len()];
@@ -81,13 +82,9 @@ pub(crate) fn save_remote_index(key: &str, opts: &OpenOptions, ds: &Dataset, ext
         return;
     };
     // The objects first, the index last: an index is read only with its objects beside it.
-    let objects = base.with_extension("objects");
-    let tmp = base.with_extension(format!("objects.{}.tmp", std::process::id()));
-    let written = stoker_private::write_file(&tmp, extra.as_bytes())
-        .and_then(|()| fs::rename(&tmp, &objects))
+    let written = write_signed(&base.with_extension("objects"), extra.as_bytes())
         .and_then(|()| save_cache(&base.with_extension("bin"), ds, now_ns()));
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
         tracing::warn!(cache = %base.display(), error = %e, "cannot write the s3 dataset index cache");
     }
 }

@@ -7,6 +7,7 @@
 )]
 
 use super::*;
+use crate::source::integrity;
 use std::time::Duration;
 
 fn opts(cache: &Path) -> OpenOptions {
@@ -381,6 +382,54 @@ fn cache_hits_when_unchanged_and_reindexes_on_change() {
     assert_eq!(
         Dataset::open(&root, &opts(&cache)).unwrap().origin(),
         IndexOrigin::Cache
+    );
+}
+
+/// A well-formed index planted in the cache folder (labels swapped, stamps still fresh) is not
+/// used: it does not carry the folder key's hash of its bytes; neither does an unsigned one.
+#[test]
+fn a_planted_or_unsigned_index_cache_is_not_used() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    let cache = t.path().join("cache");
+    for c in ["a", "b"] {
+        for i in 0..3 {
+            write(&root.join(format!("{c}/{i}.jpg")), b"xx");
+        }
+    }
+    settle();
+    let first = Dataset::open(&root, &opts(&cache)).unwrap();
+    let canonical = root.canonicalize().unwrap();
+    let file = cache.join(cache_file_name(&canonical, DatasetKind::ImageFolder));
+    let (mut planted, written_at) = decode(
+        &fs::read(&file).unwrap(),
+        &canonical,
+        DatasetKind::ImageFolder,
+    )
+    .unwrap();
+    for l in planted.label.iter_mut() {
+        *l = 1 - *l;
+    }
+    fs::write(&file, encode(&planted, written_at)).unwrap();
+    let again = Dataset::open(&root, &opts(&cache)).unwrap();
+    assert_eq!(
+        again.origin(),
+        IndexOrigin::Walked,
+        "the planted index was used"
+    );
+    for i in 0..first.len() {
+        assert_eq!(again.sample(i), first.sample(i));
+    }
+    assert_eq!(
+        Dataset::open(&root, &opts(&cache)).unwrap().origin(),
+        IndexOrigin::Cache,
+        "the rewritten cache is signed"
+    );
+    fs::remove_file(integrity::tag_path(&file)).unwrap();
+    assert_eq!(
+        Dataset::open(&root, &opts(&cache)).unwrap().origin(),
+        IndexOrigin::Walked,
+        "an unsigned index was used"
     );
 }
 

@@ -4,7 +4,7 @@
 //! Files are named `<hash of service, bucket, key>-<hash of ETag>-<size>`, so a changed object
 //! (new ETag or size) never reuses a stale copy. Every entry is checked before it is served:
 //! its size, and the keyed hash of its bytes recorded when they were fetched, hashed again
-//! whenever the file changed since its last check ([`super::integrity`]); an entry that fails
+//! whenever the file changed since its last check ([`crate::source::integrity`]); an entry that fails
 //! is deleted and fetched again, never served.
 //! Downloads go to a temporary name in the same folder and are renamed into place, so a
 //! reader never sees a partial file. One download per object at a time: later askers wait for
@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::client::S3Error;
-use super::integrity::{self, Stamp, Tag, TagKey};
+use crate::source::integrity::{self, Stamp, Tag, TagKey};
 
 /// The outcome of one download, shared by everyone waiting for it.
 #[derive(Default)]

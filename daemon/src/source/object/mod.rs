@@ -55,7 +55,6 @@ pub mod config;
 mod entries;
 mod index;
 mod index_cache;
-mod integrity;
 mod listing;
 mod prefetch;
 mod ranged;
