@@ -311,6 +311,12 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         let r = s.recv(&mut buf).unwrap();
         if let Some(r) = r {
+            if *what == "wrong version" {
+                // The refusal comes in the sender's own version (ERROR reads the same in
+                // every version: ipc/src/protocol/version.rs), so a client of that version reads it.
+                assert_eq!(buf[2..4], [99, 0], "{what}: answered in another version");
+                buf[2..4].copy_from_slice(&stoker::protocol::PROTOCOL_VERSION.to_le_bytes());
+            }
             match Message::decode(&buf[..r.len]).unwrap() {
                 Message::Error(e) => assert_ne!(e.code, ErrorCode::Internal, "{what}"),
                 other => panic!("{what}: expected ERROR, got {other:?}"),

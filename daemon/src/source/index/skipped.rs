@@ -1,5 +1,6 @@
-//! Files a folder walk leaves out, counted and named: a dataset says what it did not take
-//! instead of dropping it silently (`stoker check`, the daemon's log when it indexes).
+//! Files a folder walk and tar members a shard index leave out, counted and named: a dataset
+//! says what it did not take instead of dropping it silently (`stoker check`, the daemon's log
+//! when it indexes).
 //!
 //! # Design
 //! - The rule is the indexer's own: a file is a sample when its name has one of
@@ -11,8 +12,10 @@
 //! - The count is exact; the first [`SKIPPED_NAMED`] names, in walk order, say which files.
 //!
 //! # Limitations
-//! - Only folder layouts are walked for files; a tar shard's or file list's entries are what
-//!   they name.
+//! - A tar shard's members follow the same rule by their extension (after the key's first
+//!   dot, WebDataset's convention), named `SHARD:MEMBER`; a member with no extension is
+//!   skipped too. A file list has nothing to skip: every line it names is a sample, and one
+//!   of no decoded format is a bad sample naming its reason.
 
 #![forbid(unsafe_code)]
 

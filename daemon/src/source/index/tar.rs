@@ -32,7 +32,7 @@ pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, D
         let (stamp, members) = r?;
         ds.stamps.push(stamp);
         let id = ds.push_file(shard.as_os_str().as_bytes())?;
-        for (image, label) in pair_members(shard, &members)? {
+        for (image, label) in pair_members(shard, &members, &mut ds.skipped)? {
             if let Some(m) = image {
                 let member = &members[m];
                 ds.push_sample(id, member.offset, member.size, label);
@@ -79,16 +79,24 @@ fn read_shard_headers(root: &Path, shards: &[PathBuf], threads: usize) -> Vec<Sh
 
 /// The samples of one shard: per WebDataset key (the name up to the first dot of its last
 /// component), in order of first appearance, the image member (if any) and the label.
+/// Members that are neither an image nor metadata (`skipped`'s rule) are counted in `skipped`
+/// as `SHARD:MEMBER`.
 fn pair_members(
     shard: &Path,
     members: &[TarMember],
+    skipped: &mut Skipped,
 ) -> Result<Vec<(Option<usize>, i64)>, DatasetError> {
     let mut by_key: HashMap<&[u8], usize> = HashMap::new();
     let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
     for (m, member) in members.iter().enumerate() {
         let name = &member.name[..];
         let base_start = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        let skip = |skipped: &mut Skipped| {
+            let name = String::from_utf8_lossy(name);
+            skipped.add(format!("{}:{name}", shard.display()));
+        };
         let Some(dot) = name[base_start..].iter().position(|&b| b == b'.') else {
+            skip(skipped);
             continue;
         };
         let (key, ext) = (&name[..base_start + dot], &name[base_start + dot + 1..]);
@@ -97,6 +105,12 @@ fn pair_members(
             .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
         let is_cls = ext.eq_ignore_ascii_case(b"cls");
         if !is_image && !is_cls {
+            if !METADATA_EXTENSIONS
+                .iter()
+                .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()))
+            {
+                skip(skipped);
+            }
             continue;
         }
         let s = *by_key.entry(key).or_insert_with(|| {

@@ -294,6 +294,27 @@ fn tar_shards_index_members_by_offset_with_long_names() {
     assert_eq!(one.sample(0).offset, b0);
 }
 
+/// Members that are neither an image nor metadata are counted and named, shard first.
+#[test]
+fn tar_members_of_no_supported_format_are_counted_and_named() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = t.path().join("s.tar");
+    let mut a = Vec::new();
+    tar_member(&mut a, "k0.jpg", b"JPEG", LongName::Plain);
+    tar_member(&mut a, "k0.cls", b"1", LongName::Plain);
+    tar_member(&mut a, "k0.txt", b"a caption", LongName::Plain);
+    tar_member(&mut a, "k1.gif", b"GIF89a", LongName::Plain);
+    tar_member(&mut a, "README", b"no extension", LongName::Plain);
+    tar_end(&mut a);
+    fs::write(&shard, &a).unwrap();
+    let ds = Dataset::open(&shard, &opts(&t.path().join("cache"))).unwrap();
+    assert_eq!(ds.len(), 1);
+    let skipped = ds.skipped();
+    assert_eq!(skipped.count, 2, "{skipped:?}");
+    let named = |m: &str| format!("{}:{m}", shard.canonicalize().unwrap().display());
+    assert_eq!(skipped.first, [named("k1.gif"), named("README")]);
+}
+
 #[test]
 fn bad_tar_is_an_error_naming_the_shard() {
     let t = tempfile::tempdir().unwrap();
