@@ -37,8 +37,8 @@ pub fn advice(bottleneck: &str) -> &'static str {
              is read through the node cache)"
         }
         "decode" => {
-            "give the daemon more cores (--threads), decode on the GPU (the CUDA backend, \
-             `--backend cuda`), or add remote CPU workers (docs/multi-host.md)"
+            "give the daemon more cores (--threads), or decode on the GPU (the CUDA backend, \
+             `--backend cuda`)"
         }
         "augment" => {
             "output u8 (dtype u8) and normalise on the GPU, or give the daemon more cores \
@@ -204,7 +204,7 @@ mod tests {
             assert!(v.line.contains("; to go faster: "), "{}", v.line);
             assert!(v.line.contains(want), "{}", v.line);
         }
-        assert!(advice("decode").contains("remote CPU workers"));
+        assert!(advice("decode").contains("--backend cuda"));
         assert!(advice("decode").contains("--threads"));
     }
 }

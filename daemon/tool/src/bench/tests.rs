@@ -109,7 +109,8 @@ fn the_verdict_names_the_slowest_part_and_the_headroom_of_the_others() {
     assert_eq!(
         v.line,
         "decode-bound: storage could give 3.1x more, augment could give 4.0x more; \
-         end to end delivers 0.99x of the in-process pipeline"
+         end to end delivers 0.99x of the in-process pipeline; to go faster: give the daemon \
+         more cores (--threads), or decode on the GPU (the CUDA backend, `--backend cuda`)"
     );
     let v = verdict(3100.0, 1000.0, 800.0, Some(790.0), Some(200.0));
     assert_eq!(v.bottleneck, "delivery", "{}", v.line);
