@@ -141,7 +141,7 @@ except OSError as e:
 try:
     len(stoker.Loader({data!r}, batch_size=8, crop=32, socket=theirs, autostart=False))
     loader_refused = None
-except stoker.ConnectError as e:
+except (stoker.ConnectError, stoker.RefusedError) as e:
     loader_refused = str(e)
 loader = stoker.Loader({data!r}, batch_size=8, crop=32)
 n = sum(1 for _ in loader)

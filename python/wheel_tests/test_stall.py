@@ -74,8 +74,8 @@ def test_status_and_metrics_show_a_low_and_a_high_wait_fraction(env, dataset):
     assert high["wait_fraction"] > 0.7, stalls
     text = subprocess.run(["stoker", "status"], env=env, capture_output=True, text=True,
                           timeout=30).stdout
-    assert re.search(r"compute-bound rank 0: wait \d+%", text), text
-    assert re.search(r"input-bound rank 0: wait \d+%", text), text
+    assert re.search(r"compute-bound \(root\) rank 0: wait \d+%", text), text
+    assert re.search(r"input-bound \(root\) rank 0: wait \d+%", text), text
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
     metrics = metrics.decode()
 
