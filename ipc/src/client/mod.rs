@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::{
     Attach, Attached, DecodeError, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position,
-    Ready, ResumedEpoch, Speaker, VersionMismatch, MAX_MESSAGE_BYTES,
+    Ready, ResumedEpoch, VersionMismatch, MAX_MESSAGE_BYTES,
 };
 use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
@@ -272,13 +272,7 @@ impl ClientError {
             ClientError::Decode(DecodeError::Version { got, peer_version }) => {
                 ClientError::Version {
                     socket: socket.to_owned(),
-                    mismatch: VersionMismatch {
-                        client: Speaker::this_build(),
-                        daemon: Speaker {
-                            protocol: got,
-                            version: peer_version,
-                        },
-                    },
+                    mismatch: VersionMismatch::with_daemon(got, peer_version),
                 }
             }
             e => e,

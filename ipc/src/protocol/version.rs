@@ -71,6 +71,15 @@ pub struct VersionMismatch {
 }
 
 impl VersionMismatch {
+    /// This build as the client, against a daemon whose message came in protocol `protocol`
+    /// (its software version, where the message carried one).
+    pub fn with_daemon(protocol: u16, version: Option<String>) -> VersionMismatch {
+        VersionMismatch {
+            client: Speaker::this_build(),
+            daemon: Speaker { protocol, version },
+        }
+    }
+
     /// Whether the daemon is the older side (the one to upgrade).
     pub fn daemon_is_older(&self) -> bool {
         self.daemon.protocol < self.client.protocol

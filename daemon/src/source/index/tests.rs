@@ -22,6 +22,16 @@ fn write(path: &Path, bytes: &[u8]) {
     fs::write(path, bytes).unwrap();
 }
 
+/// Classes `a` and `b` of three (tiny) images each under `root`, settled (see [`settle`]).
+fn two_classes_of_three(root: &Path) {
+    for c in ["a", "b"] {
+        for i in 0..3 {
+            write(&root.join(format!("{c}/{i}.jpg")), b"xx");
+        }
+    }
+    settle();
+}
+
 /// Lets folder mtimes leave the cache's racy window, so a reopen may trust the cache.
 fn settle() {
     std::thread::sleep(Duration::from_millis(150));
@@ -351,12 +361,7 @@ fn cache_hits_when_unchanged_and_reindexes_on_change() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("data");
     let cache = t.path().join("cache");
-    for c in ["a", "b"] {
-        for i in 0..3 {
-            write(&root.join(format!("{c}/{i}.jpg")), b"xx");
-        }
-    }
-    settle();
+    two_classes_of_three(&root);
     let first = Dataset::open(&root, &opts(&cache)).unwrap();
     assert_eq!(first.origin(), IndexOrigin::Walked);
     let again = Dataset::open(&root, &opts(&cache)).unwrap();
@@ -413,12 +418,7 @@ fn a_planted_or_unsigned_index_cache_is_not_used() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("data");
     let cache = t.path().join("cache");
-    for c in ["a", "b"] {
-        for i in 0..3 {
-            write(&root.join(format!("{c}/{i}.jpg")), b"xx");
-        }
-    }
-    settle();
+    two_classes_of_three(&root);
     let first = Dataset::open(&root, &opts(&cache)).unwrap();
     let canonical = root.canonicalize().unwrap();
     let file = cache.join(cache_file_name(&canonical, DatasetKind::ImageFolder));

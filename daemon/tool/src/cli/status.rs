@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Args;
 use stoker::protocol::{
-    DaemonStatus, DecodeError, JobStatus, Message, Speaker, VersionMismatch, MAX_MESSAGE_BYTES,
+    DaemonStatus, DecodeError, JobStatus, Message, VersionMismatch, MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION, VERSION,
 };
 use stoker::socket::SeqPacket;
@@ -110,13 +110,7 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
         ))),
         Err(DecodeError::Version { got, peer_version }) => Err(StatusError::Version {
             socket: socket.to_owned(),
-            mismatch: VersionMismatch {
-                client: Speaker::this_build(),
-                daemon: Speaker {
-                    protocol: got,
-                    version: peer_version,
-                },
-            },
+            mismatch: VersionMismatch::with_daemon(got, peer_version),
         }),
         Err(e) => Err(StatusError::Protocol(e.to_string())),
     }
