@@ -158,6 +158,7 @@ pub(super) fn encode(ds: &Dataset, written_at: i128) -> Vec<u8> {
     for &x in &ds.label {
         e.0.extend_from_slice(&x.to_le_bytes());
     }
+    ds.fields.encode(&mut e.0);
     let sum = fnv1a(&e.0, FNV_OFFSET);
     e.u64(sum);
     e.0
@@ -225,6 +226,8 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
         // Written as the label's eight bytes (`to_le_bytes`): the same bits back.
         ds.label.push(i64::from_ne_bytes(d.u64()?.to_ne_bytes()));
     }
+    let (fields, rest) = SampleFields::decode(d.0, n)?;
+    (ds.fields, d.0) = (fields, rest);
     let nfiles = ds.files.len();
     if !d.0.is_empty()
         || ds.file_id.iter().any(|&f| f as usize >= nfiles)

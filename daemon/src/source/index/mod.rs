@@ -42,11 +42,13 @@
 //! - Tar shards must be uncompressed.
 
 mod cache;
+pub mod fields;
 mod file_list;
 mod folder;
 mod tar;
 
 use cache::*;
+pub use fields::{FieldRef, SampleFields};
 use file_list::*;
 use folder::*;
 use tar::*;
@@ -77,7 +79,8 @@ use walk::{Walk, WalkBudget};
 /// 2: stamps carry (device, inode), so a file replaced by rename is seen as changed.
 /// 3: PNG and WebP files are samples (a folder indexed before held none).
 /// 4: the files a folder walk skipped (count and first names).
-const CACHE_VERSION: u32 = 4;
+/// 5: tar samples' fields (their other members, see [`fields`]).
+const CACHE_VERSION: u32 = 5;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +309,8 @@ pub struct Dataset {
     files: PathArena,
     /// Member names, tar shards only (for messages).
     members: PathArena,
+    /// The samples' other members, tar shards only (see [`fields`]).
+    fields: SampleFields,
     file_id: Vec<u32>,
     offset: Vec<u64>,
     len: Vec<u64>,
@@ -413,6 +418,17 @@ impl Dataset {
         }
     }
 
+    /// Field `name` (a lowercase extension, see [`fields`]) of sample `i`: where it lies in the
+    /// sample's file, which [`Self::sample`] names. `None` when the sample has no such field.
+    pub fn field(&self, i: usize, name: &str) -> Option<FieldRef> {
+        self.fields.get(i, name.as_bytes())
+    }
+
+    /// The names of the fields the dataset's samples have (tar shards), sorted.
+    pub fn field_names(&self) -> Vec<String> {
+        self.fields.names()
+    }
+
     /// Class names (ImageFolder); empty for other layouts.
     pub fn classes(&self) -> &[String] {
         &self.classes
@@ -480,6 +496,7 @@ impl Dataset {
             classes: Vec::new(),
             files: PathArena::default(),
             members: PathArena::default(),
+            fields: SampleFields::default(),
             file_id: Vec::new(),
             offset: Vec::new(),
             len: Vec::new(),

@@ -141,6 +141,7 @@ impl Dataset {
         let id = self.push_file(url)?;
         self.mark_object(id);
         for i in 0..shard.len() {
+            self.fields.push_sample(self.len(), &shard.fields.of(i));
             self.push_sample(id, shard.offset[i], shard.len[i], shard.label[i]);
             self.members.push(shard.members.get(i));
         }

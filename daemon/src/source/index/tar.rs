@@ -1,5 +1,5 @@
 //! Tar shards (WebDataset-style): reading ustar / GNU / pax headers without extracting, and
-//! pairing `key.jpg` with `key.cls`.
+//! pairing `key.jpg` with `key.cls` and the key's other members (its fields, see [`fields`]).
 //!
 //! # Design
 //! - Only headers are read; member data is skipped by seeking, so indexing is cheap.
@@ -32,10 +32,16 @@ pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, D
         let (stamp, members) = r?;
         ds.stamps.push(stamp);
         let id = ds.push_file(shard.as_os_str().as_bytes())?;
-        for (image, label) in pair_members(shard, &members, &mut ds.skipped)? {
-            if let Some(m) = image {
+        for key in pair_members(shard, &members, &mut ds.skipped)? {
+            if let Some(m) = key.image {
                 let member = &members[m];
-                ds.push_sample(id, member.offset, member.size, label);
+                let fields: Vec<(&[u8], u64, u64)> = key
+                    .fields
+                    .iter()
+                    .map(|&(ext, f)| (ext, members[f].offset, members[f].size))
+                    .collect();
+                ds.fields.push_sample(ds.len(), &fields);
+                ds.push_sample(id, member.offset, member.size, key.label);
                 ds.members.push(&member.name);
             }
         }
@@ -77,51 +83,66 @@ fn read_shard_headers(root: &Path, shards: &[PathBuf], threads: usize) -> Vec<Sh
     indexed.into_iter().map(|(_, r)| r).collect()
 }
 
+/// One WebDataset key of a shard: its image member (if any), its label, and its other
+/// members (the sample's fields: extension and member index).
+pub(super) struct KeySample<'a> {
+    pub(super) image: Option<usize>,
+    pub(super) label: i64,
+    pub(super) fields: Vec<(&'a [u8], usize)>,
+}
+
 /// The samples of one shard: per WebDataset key (the name up to the first dot of its last
-/// component), in order of first appearance, the image member (if any) and the label.
-/// Members that are neither an image nor metadata (`skipped`'s rule) are counted in `skipped`
-/// as `SHARD:MEMBER`.
-fn pair_members(
+/// component), in order of first appearance, the image member (if any), the label and the
+/// other members. Members that are neither an image nor metadata (`skipped`'s rule) are
+/// counted in `skipped` as `SHARD:MEMBER` (they are still fields of their key).
+fn pair_members<'a>(
     shard: &Path,
-    members: &[TarMember],
+    members: &'a [TarMember],
     skipped: &mut Skipped,
-) -> Result<Vec<(Option<usize>, i64)>, DatasetError> {
-    let mut by_key: HashMap<&[u8], usize> = HashMap::new();
-    let mut samples: Vec<(Option<usize>, i64)> = Vec::new();
+) -> Result<Vec<KeySample<'a>>, DatasetError> {
+    let mut keys = fields::KeyMembers::default();
+    let mut samples: Vec<KeySample<'a>> = Vec::new();
     for (m, member) in members.iter().enumerate() {
         let name = &member.name[..];
-        let base_start = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
         let skip = |skipped: &mut Skipped| {
             let name = String::from_utf8_lossy(name);
             skipped.add(format!("{}:{name}", shard.display()));
         };
-        let Some(dot) = name[base_start..].iter().position(|&b| b == b'.') else {
+        let (key, Some(ext)) = fields::key_and_ext(name) else {
             skip(skipped);
             continue;
         };
-        let (key, ext) = (&name[..base_start + dot], &name[base_start + dot + 1..]);
         let is_image = IMAGE_EXTENSIONS
             .iter()
             .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
         let is_cls = ext.eq_ignore_ascii_case(b"cls");
-        if !is_image && !is_cls {
-            if !METADATA_EXTENSIONS
-                .iter()
-                .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()))
-            {
-                skip(skipped);
+        let is_metadata = METADATA_EXTENSIONS
+            .iter()
+            .any(|e| ext.eq_ignore_ascii_case(e.as_bytes()));
+        if !is_image && !is_metadata {
+            skip(skipped);
+        }
+        let s = keys.key(key);
+        if s == samples.len() {
+            samples.push(KeySample {
+                image: None,
+                label: -1,
+                fields: Vec::new(),
+            });
+        }
+        let sample = &mut samples[s];
+        if is_image {
+            // The key's last image is its image; an earlier one is a field.
+            if let Some(earlier) = sample.image.replace(m) {
+                let (_, ext) = fields::key_and_ext(&members[earlier].name);
+                sample.fields.push((ext.unwrap_or_default(), earlier));
             }
             continue;
         }
-        let s = *by_key.entry(key).or_insert_with(|| {
-            samples.push((None, -1));
-            samples.len() - 1
-        });
-        if is_image {
-            samples[s].0 = Some(m);
-        } else {
+        sample.fields.push((ext, m));
+        if is_cls {
             let text = member.data.as_deref().unwrap_or_default();
-            samples[s].1 = std::str::from_utf8(text)
+            sample.label = std::str::from_utf8(text)
                 .ok()
                 .and_then(|t| t.trim().parse().ok())
                 .ok_or_else(|| DatasetError::BadTar {

@@ -325,6 +325,48 @@ fn tar_members_of_no_supported_format_are_counted_and_named() {
     assert_eq!(skipped.first, [named("k1.gif"), named("README")]);
 }
 
+/// A key's other members are its fields, by extension, found again from the cache; an
+/// earlier image member of the key is a field too.
+#[test]
+fn tar_keys_carry_their_other_members_as_fields_through_the_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let shard = t.path().join("s.tar");
+    let mut a = Vec::new();
+    tar_member(&mut a, "k0.jpg", b"JPEG0", LongName::Plain);
+    let cap0 = tar_member(&mut a, "k0.txt", b"a cat", LongName::Plain);
+    let json0 = tar_member(&mut a, "k0.JSON", b"{\"w\": 1}", LongName::Plain);
+    let mask1 = tar_member(&mut a, "d/k1.png", b"PNG-mask", LongName::Plain);
+    tar_member(&mut a, "d/k1.jpg", b"JPEG1", LongName::Plain);
+    let seg1 = tar_member(&mut a, "d/k1.seg.npy", b"NPY", LongName::Plain);
+    tar_member(
+        &mut a,
+        "k2.txt",
+        b"a caption without an image",
+        LongName::Plain,
+    );
+    tar_end(&mut a);
+    fs::write(&shard, &a).unwrap();
+    let cache = t.path().join("cache");
+    settle();
+    let walked = Dataset::open(&shard, &opts(&cache)).unwrap();
+    let cached = Dataset::open(&shard, &opts(&cache)).unwrap();
+    assert_eq!(walked.origin(), IndexOrigin::Walked);
+    assert_eq!(cached.origin(), IndexOrigin::Cache);
+    for ds in [&walked, &cached] {
+        assert_eq!(ds.len(), 2);
+        assert_eq!(ds.field_names(), ["json", "png", "seg.npy", "txt"]);
+        let at = |off: u64, len: u64| Some(FieldRef { offset: off, len });
+        assert_eq!(ds.field(0, "txt"), at(cap0, 5));
+        assert_eq!(ds.field(0, "json"), at(json0, 8));
+        assert_eq!(ds.field(0, "png"), None);
+        assert_eq!(ds.field(1, "png"), at(mask1, 8));
+        assert_eq!(ds.field(1, "seg.npy"), at(seg1, 3));
+        assert_eq!(ds.field(1, "txt"), None);
+        let s = ds.sample(1);
+        assert_eq!(&a[s.offset as usize..][..s.len as usize], b"JPEG1");
+    }
+}
+
 #[test]
 fn bad_tar_is_an_error_naming_the_shard() {
     let t = tempfile::tempdir().unwrap();
