@@ -10,11 +10,17 @@
 //!   larger than the target.
 //! - Shards are written to `NAME.tar.partial` and renamed when complete, so an interrupted
 //!   pack never leaves a truncated shard that looks finished.
+//! - `--restart` ([`PackOptions::restart`]) losslessly rewrites every JPEG it can with restart
+//!   markers ([`stoker_daemon::transform::decode::add_restart_markers`]: same pixels, proven
+//!   per file by decoding both), so the decoder entropy decodes only the intervals a crop
+//!   touches; any other file (progressive, arithmetic, CMYK, not a JPEG, corrupt) is stored as
+//!   it is, and counted.
 //! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`stoker_daemon::source::object::sidecar`]):
 //!   an `s3://` dataset of shards is indexed from it without downloading the shards.
 
 #![forbid(unsafe_code)]
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
@@ -24,6 +30,7 @@ use std::time::{Duration, Instant};
 use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
 use stoker_daemon::source::local::fsopen::open_input;
 use stoker_daemon::source::object::sidecar::{self, IndexedSample};
+use stoker_daemon::transform::decode::add_restart_markers;
 
 /// Default target shard size: 256 MB.
 pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
@@ -178,29 +185,73 @@ pub fn append_sample(
     Ok(())
 }
 
-/// What a pack wrote.
+/// How to pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackOptions {
+    /// Target shard size in bytes.
+    pub shard_bytes: u64,
+    /// Progress on stderr about once a second.
+    pub progress: bool,
+    /// Rewrite JPEGs with restart markers (module docs).
+    pub restart: bool,
+}
+
+impl PackOptions {
+    /// Shards of `shard_bytes`, no progress, files stored as they are.
+    pub fn plain(shard_bytes: u64) -> PackOptions {
+        PackOptions {
+            shard_bytes,
+            progress: false,
+            restart: false,
+        }
+    }
+}
+
+/// What a pack wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PackSummary {
     pub samples: usize,
     pub shards: usize,
     pub bytes: u64,
+    /// Samples rewritten with restart markers (`--restart`).
+    pub restart_indexed: usize,
+    /// Samples `--restart` stored as they are (they cannot be rewritten).
+    pub kept_as_is: usize,
+    /// Bytes of the rewritten samples before and after the rewrite.
+    pub rewritten_bytes_in: u64,
+    pub rewritten_bytes_out: u64,
+}
+
+/// The bytes to store for `data`: rewritten with restart markers when `restart` is set and
+/// the file allows it, else as it is; counted in `summary`.
+fn stored_bytes<'a>(data: &'a [u8], restart: bool, summary: &mut PackSummary) -> Cow<'a, [u8]> {
+    if !restart {
+        return Cow::Borrowed(data);
+    }
+    match add_restart_markers(data) {
+        Ok(v) => {
+            summary.restart_indexed += 1;
+            summary.rewritten_bytes_in += data.len() as u64;
+            summary.rewritten_bytes_out += v.len() as u64;
+            Cow::Owned(v)
+        }
+        Err(_) => {
+            summary.kept_as_is += 1;
+            Cow::Borrowed(data)
+        }
+    }
 }
 
 /// Packs every sample of the dataset at `src` (any layout) into shards of about
 /// `shard_bytes` under `out`, in dataset order, labels preserved. Progress goes to stderr
 /// about once a second when `progress` is set.
-pub fn pack(
-    src: &Path,
-    out: &Path,
-    shard_bytes: u64,
-    progress: bool,
-) -> Result<PackSummary, PackError> {
+pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
     let ds = Dataset::open(src, &OpenOptions::default())?;
     std::fs::create_dir_all(out).map_err(|source| PackError::Write {
         path: out.to_owned(),
         source,
     })?;
-    pack_dataset(&ds, out, shard_bytes, progress)
+    pack_dataset_with(&ds, out, opts, &mut |_| Ok(()))
 }
 
 /// [`pack`] for an opened dataset.
@@ -210,7 +261,11 @@ pub fn pack_dataset(
     shard_bytes: u64,
     progress: bool,
 ) -> Result<PackSummary, PackError> {
-    pack_dataset_with(ds, out, shard_bytes, progress, &mut |_| Ok(()))
+    let opts = PackOptions {
+        progress,
+        ..PackOptions::plain(shard_bytes)
+    };
+    pack_dataset_with(ds, out, &opts, &mut |_| Ok(()))
 }
 
 /// [`pack_dataset`], calling `done` with each shard's path once it (and its sidecar) is
@@ -218,17 +273,13 @@ pub fn pack_dataset(
 pub fn pack_dataset_with(
     ds: &Dataset,
     out: &Path,
-    shard_bytes: u64,
-    progress: bool,
+    opts: &PackOptions,
     done: &mut dyn FnMut(&Path) -> Result<(), PackError>,
 ) -> Result<PackSummary, PackError> {
+    let (shard_bytes, progress) = (opts.shard_bytes, opts.progress);
     let t0 = Instant::now();
     let mut last = Instant::now();
-    let mut summary = PackSummary {
-        samples: 0,
-        shards: 0,
-        bytes: 0,
-    };
+    let mut summary = PackSummary::default();
     let mut tar: Option<TarWriter> = None;
     let mut buf = Vec::new();
     let mut open: Option<(&Path, File)> = None;
@@ -256,7 +307,8 @@ pub fn pack_dataset_with(
             tar = Some(TarWriter::create(&shard_path(out, summary.shards))?);
         }
         let t = tar.as_mut().expect("created above");
-        append_sample(t, &format!("{i:09}"), &buf, s.label)?;
+        let data = stored_bytes(&buf, opts.restart, &mut summary);
+        append_sample(t, &format!("{i:09}"), &data, s.label)?;
         summary.samples += 1;
         if t.bytes() >= shard_bytes {
             summary.bytes += tar.take().expect("open shard").finish()?;
@@ -303,7 +355,7 @@ mod tests {
         generate(&src, &opts).unwrap();
         let out = dir.path().join("shards");
         // Small target: several shards.
-        let summary = pack(&src, &out, 4000, false).unwrap();
+        let summary = pack(&src, &out, &PackOptions::plain(4000)).unwrap();
         assert_eq!(summary.samples, 30);
         assert!(summary.shards > 1, "{summary:?}");
         let no_cache = OpenOptions {
@@ -347,5 +399,83 @@ mod tests {
             }
         }
         assert_eq!(i, b.len());
+    }
+
+    #[test]
+    fn restart_packing_rewrites_jpegs_to_the_same_pixels_and_keeps_the_rest() {
+        use stoker_daemon::transform::decode::{CpuDecoder, Limits};
+        use stoker_kernels::reference::RgbImage;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        let opts = SynthOptions {
+            images: 12,
+            classes: 3,
+            size_scale: 0.3,
+            threads: 2,
+            ..SynthOptions::default()
+        };
+        generate(&src, &opts).unwrap();
+        // One file that is no JPEG: stored as it is.
+        let odd = std::fs::read_dir(
+            src.join(
+                std::fs::read_dir(&src)
+                    .unwrap()
+                    .next()
+                    .unwrap()
+                    .unwrap()
+                    .file_name(),
+            ),
+        )
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+        std::fs::write(&odd, b"not an image at all").unwrap();
+        let out = dir.path().join("shards");
+        let opts = PackOptions {
+            restart: true,
+            ..PackOptions::plain(1 << 20)
+        };
+        let summary = pack(&src, &out, &opts).unwrap();
+        assert_eq!(
+            (summary.restart_indexed, summary.kept_as_is),
+            (11, 1),
+            "{summary:?}"
+        );
+        let no_cache = OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let a = Dataset::open(&src, &no_cache).unwrap();
+        let b = Dataset::open(&out, &no_cache).unwrap();
+        let mut dec = CpuDecoder::new(Limits::default()).unwrap();
+        let (mut pa, mut pb) = (RgbImage::default(), RgbImage::default());
+        let mut rewritten = 0;
+        for i in 0..a.len() {
+            let read = |s: stoker_daemon::source::index::SampleRef<'_>| {
+                // Lengths index memory on the 64-bit hosts stoker runs on.
+                #[allow(clippy::cast_possible_truncation)]
+                let mut v = vec![0u8; s.len as usize];
+                File::open(s.path)
+                    .unwrap()
+                    .read_exact_at(&mut v, s.offset)
+                    .unwrap();
+                v
+            };
+            let (ba, bb) = (read(a.sample(i)), read(b.sample(i)));
+            if ba == bb {
+                assert!(
+                    dec.decode_full(&ba, &mut pa).is_err(),
+                    "sample {i} not rewritten"
+                );
+                continue;
+            }
+            rewritten += 1;
+            dec.decode_full(&ba, &mut pa).unwrap();
+            dec.decode_full(&bb, &mut pb).unwrap();
+            assert!(pa == pb, "sample {i}: the rewrite changed pixels");
+        }
+        assert_eq!(rewritten, 11);
     }
 }

@@ -35,6 +35,7 @@ mod error;
 mod exif;
 mod image;
 mod png;
+mod restart;
 mod sniff;
 mod sys;
 mod webp;
@@ -46,6 +47,7 @@ use stoker_kernels::reference::{CropBox, RgbImage};
 pub use encode::{EncodeOptions, JpegEncoder};
 pub use error::DecodeError;
 pub use image::{probe_image, ImageHeader};
+pub use restart::{add_restart_markers, NotRewritten, RESTART_COLUMNS};
 pub use sniff::ImageFormat;
 use sys::{Param, PixelFormat, ScalingFactor, TjHandle};
 
@@ -411,6 +413,8 @@ pub struct CpuDecoder {
     pixels: Vec<u8>,
     /// Chroma upsampled by replication instead of libjpeg's "fancy" (triangle) filter.
     fast_upsample: bool,
+    /// The restart intervals a crop touches, for restart-indexed files (`restart`).
+    partial: restart::PartialStream,
 }
 
 impl CpuDecoder {
@@ -422,6 +426,7 @@ impl CpuDecoder {
             cmyk: Vec::new(),
             pixels: Vec::new(),
             fast_upsample: false,
+            partial: restart::PartialStream::default(),
         })
     }
 
@@ -549,7 +554,9 @@ impl CpuDecoder {
                 });
             }
             let plan = plan_region(&header, want, out_size, &self.factors)?;
-            self.run(bytes, &header, &plan, out)?;
+            if !self.run_restart_intervals(bytes, &plan, out)? {
+                self.run(bytes, &header, &plan, out)?;
+            }
             Ok(plan.box_out)
         });
         self.recover(result)

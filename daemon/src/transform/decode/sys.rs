@@ -56,6 +56,7 @@ pub(crate) enum Param {
     MaxPixels,
     Quality,
     RestartRows,
+    RestartBlocks,
     SaveMarkers,
     FastUpsample,
 }
@@ -78,6 +79,7 @@ impl Param {
             Param::MaxPixels => tj::TJPARAM_TJPARAM_MAXPIXELS,
             Param::Quality => tj::TJPARAM_TJPARAM_QUALITY,
             Param::RestartRows => tj::TJPARAM_TJPARAM_RESTARTROWS,
+            Param::RestartBlocks => tj::TJPARAM_TJPARAM_RESTARTBLOCKS,
             Param::SaveMarkers => tj::TJPARAM_TJPARAM_SAVEMARKERS,
             Param::FastUpsample => tj::TJPARAM_TJPARAM_FASTUPSAMPLE,
         };
@@ -153,6 +155,11 @@ impl TjHandle {
 
     pub(crate) fn new_compressor() -> Option<TjHandle> {
         Self::init(tj::TJINIT_TJINIT_COMPRESS)
+    }
+
+    /// A lossless-transform instance (decompresses coefficients, compresses them again).
+    pub(crate) fn new_transformer() -> Option<TjHandle> {
+        Self::init(tj::TJINIT_TJINIT_TRANSFORM)
     }
 
     fn init(kind: tj::TJINIT) -> Option<TjHandle> {
@@ -313,6 +320,57 @@ impl TjHandle {
                 format.raw(),
                 &mut buf,
                 &mut size,
+            )
+        };
+        let result = self.check(rc).map(|()| {
+            // TurboJPEG's output lies in memory: its size fits a usize.
+            #[allow(clippy::cast_possible_truncation)]
+            let size = size as usize;
+            // SAFETY: on success `buf` points to `size` bytes written by TurboJPEG.
+            unsafe { std::slice::from_raw_parts(buf, size) }.to_vec()
+        });
+        if !buf.is_null() {
+            // SAFETY: `buf` was allocated by TurboJPEG (tj3Alloc) and is freed once, here.
+            unsafe { tj::tj3Free(buf.cast()) };
+        }
+        result
+    }
+}
+
+impl TjHandle {
+    /// Losslessly rewrites `jpeg` (`tj3Transform`, no geometric operation): the DCT
+    /// coefficients are copied untouched and entropy coded again with optimised Huffman tables
+    /// and the restart interval set with [`Param::RestartBlocks`] / [`Param::RestartRows`].
+    /// Extra markers (EXIF, ICC, comments) are copied as `TJPARAM_SAVEMARKERS` says.
+    pub(crate) fn transform_recode(&mut self, jpeg: &[u8]) -> Result<Vec<u8>, TjError> {
+        // Option bits are small constants.
+        #[allow(clippy::cast_possible_wrap)]
+        let xform = tj::tjtransform {
+            r: tj::tjregion {
+                x: 0,
+                y: 0,
+                w: 0,
+                h: 0,
+            },
+            op: tj::TJXOP_TJXOP_NONE as libc::c_int,
+            options: tj::TJXOPT_OPTIMIZE as libc::c_int,
+            data: std::ptr::null_mut(),
+            customFilter: None,
+        };
+        let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
+        let mut size: tj::size_t = 0;
+        // SAFETY: the handle is a live transformer; `jpeg` is readable for its length during
+        // the call; `xform` is one valid transform (no callback); with a null `buf` TurboJPEG
+        // allocates the output with tj3Alloc and stores its size in `size`.
+        let rc = unsafe {
+            tj::tj3Transform(
+                self.raw.as_ptr(),
+                jpeg.as_ptr(),
+                jpeg.len() as tj::size_t,
+                1,
+                &mut buf,
+                &mut size,
+                &xform,
             )
         };
         let result = self.check(rc).map(|()| {

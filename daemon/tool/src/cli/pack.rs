@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::pack::{pack, pack_dataset_with, PackError, PackSummary, DEFAULT_SHARD_BYTES};
+use crate::pack::{
+    pack, pack_dataset_with, PackError, PackOptions, PackSummary, DEFAULT_SHARD_BYTES,
+};
 use stoker_daemon::source::index::{Dataset, OpenOptions};
 use stoker_daemon::source::object::{ObjectStore, S3Url};
 
@@ -24,15 +26,24 @@ pub struct PackArgs {
     /// Target shard size in MB (a shard closes once it reaches it).
     #[arg(long, default_value_t = DEFAULT_SHARD_BYTES / 1_000_000)]
     pub shard_mb: u64,
+    /// Rewrite each JPEG losslessly with restart markers (same pixels), so crops entropy
+    /// decode only the restart intervals they touch; files that cannot be rewritten
+    /// (progressive, arithmetic, CMYK, not a JPEG, corrupt) are stored as they are.
+    #[arg(long)]
+    pub restart: bool,
 }
 
 pub fn run(args: &PackArgs) -> Exit {
     let t0 = std::time::Instant::now();
-    let shard_bytes = args.shard_mb.max(1) * 1_000_000;
+    let opts = PackOptions {
+        shard_bytes: args.shard_mb.max(1) * 1_000_000,
+        progress: true,
+        restart: args.restart,
+    };
     let packed = if stoker_daemon::source::object::is_url(&args.out) {
-        pack_to_s3(&args.src, &args.out, shard_bytes)
+        pack_to_s3(&args.src, &args.out, &opts)
     } else {
-        pack(&args.src, &args.out, shard_bytes, true)
+        pack(&args.src, &args.out, &opts)
     };
     match packed {
         Ok(s) => {
@@ -44,6 +55,15 @@ pub fn run(args: &PackArgs) -> Exit {
                 args.out.display(),
                 t0.elapsed().as_secs_f64()
             );
+            if args.restart {
+                println!(
+                    "restart markers: {} samples rewritten ({:.1} MB -> {:.1} MB), {} stored as they are",
+                    s.restart_indexed,
+                    s.rewritten_bytes_in as f64 / 1e6,
+                    s.rewritten_bytes_out as f64 / 1e6,
+                    s.kept_as_is
+                );
+            }
             Exit::Ok
         }
         Err(e) => {
@@ -56,7 +76,7 @@ pub fn run(args: &PackArgs) -> Exit {
 /// Packs `src` into shards under the `s3://` prefix `out`: each shard and its sidecar index
 /// are written to a temporary folder, uploaded as soon as complete and removed, so one shard
 /// at a time is on local disk. The connection comes from the environment, as for `check`.
-fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, PackError> {
+fn pack_to_s3(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
     let refused = |reason: String| PackError::Upload {
         path: out.to_owned(),
         reason,
@@ -88,7 +108,7 @@ fn pack_to_s3(src: &Path, out: &Path, shard_bytes: u64) -> Result<PackSummary, P
         }
         Ok(())
     };
-    let packed = pack_dataset_with(&ds, &tmp, shard_bytes, true, &mut upload);
+    let packed = pack_dataset_with(&ds, &tmp, opts, &mut upload);
     let _ = std::fs::remove_dir_all(&tmp);
     packed
 }

@@ -1,0 +1,439 @@
+//! Restart-indexed JPEGs: a lossless rewrite that puts a restart marker every few MCUs
+//! ([`add_restart_markers`], used by `stoker pack --restart`), and the decode-side shortcut that
+//! entropy decodes only the restart intervals a crop touches.
+//!
+//! # Design
+//! - The rewrite is `tj3Transform` with no geometric operation: the DCT coefficients are
+//!   copied untouched and entropy coded again (optimised Huffman tables, the restart interval
+//!   set), so the file decodes to the same pixels. [`add_restart_markers`] proves it per file
+//!   by decoding both and comparing every pixel, and refuses the file otherwise.
+//! - The interval is [`RESTART_COLUMNS`] intervals per MCU row (a divisor of the row's MCU
+//!   count, so every interval lies in one MCU row and intervals form a grid): a crop then skips
+//!   the rows above and below it and most of the columns beside it.
+//! - At decode time [`RestartLayout::parse`] finds the markers by walking the scan (a search
+//!   for `FF` over bytes that are being decoded anyway, a few microseconds), so the index needs
+//!   no per-sample offsets and old shards, folders and `s3://` shards all work alike.
+//! - [`PartialStream`] builds a smaller, valid JPEG from the intervals covering the decode
+//!   region plus [`MARGIN_MCUS`] MCUs on every side (libjpeg's fancy upsampling reads the
+//!   chroma samples across MCU edges; the margin keeps every decoded pixel's neighbours the
+//!   same): the original header segments with a new frame size, the intervals concatenated,
+//!   the RST markers renumbered mod 8, EOI. The decode region is shifted by the sub-image's
+//!   origin, which lies on the MCU grid, so DCT-scaled decodes land on the same pixels.
+//!
+//! # Limitations
+//! - Only sequential Huffman files with one scan holding every component, and a restart
+//!   interval that divides the MCU row, take the shortcut; anything else decodes as before.
+//! - APP1-APP13, APP15 and COM segments are left out of the partial stream (the decoder
+//!   ignores them: `TJPARAM_SAVEMARKERS = 0`); APP0 (JFIF) and APP14 (Adobe, colour transform)
+//!   are kept.
+
+use stoker_kernels::reference::RgbImage;
+
+use super::sys::{Param, ScalingFactor, TjHandle};
+use super::{probe, ColorSpace, CpuDecoder, DecodeError, ImageFormat, Limits, RegionPlan};
+
+/// Restart intervals per MCU row that `stoker pack --restart` aims for.
+pub const RESTART_COLUMNS: u32 = 4;
+
+/// MCUs decoded around the region on every side (where the image has them).
+const MARGIN_MCUS: u32 = 1;
+
+/// The partial stream is used only when it leaves out at least this share of the MCUs.
+const MIN_SKIPPED_SHARE: f64 = 0.1;
+
+/// Why [`add_restart_markers`] left a file as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not rewritten with restart markers: {0}")]
+pub struct NotRewritten(pub String);
+
+/// Losslessly rewrites `jpeg` with a restart marker every few MCUs (see the module docs), or
+/// says why not: not a JPEG, corrupt, progressive, arithmetic coded, CMYK/YCCK, or a rewrite
+/// that would not decode to the same pixels.
+pub fn add_restart_markers(jpeg: &[u8]) -> Result<Vec<u8>, NotRewritten> {
+    let no = |why: String| NotRewritten(why);
+    if ImageFormat::detect(jpeg) != Some(ImageFormat::Jpeg) {
+        return Err(no("not a JPEG".into()));
+    }
+    let header = probe(jpeg).map_err(|e| no(e.to_string()))?;
+    let limits = Limits::default();
+    if !limits.admits(header.width, header.height) || jpeg.len() as u64 > limits.max_file_bytes {
+        return Err(no(format!(
+            "{}x{}, {} bytes: over the decoder's limits",
+            header.width,
+            header.height,
+            jpeg.len()
+        )));
+    }
+    if header.progressive || header.arithmetic {
+        return Err(no("progressive or arithmetic coded".into()));
+    }
+    if matches!(header.colorspace, ColorSpace::Cmyk | ColorSpace::Ycck) {
+        return Err(no("CMYK or YCCK".into()));
+    }
+    let frame = Frame::parse(jpeg).ok_or_else(|| no("frame header not understood".into()))?;
+    let blocks = interval_for(frame.mcus_per_row());
+    let mut tj = TjHandle::new_transformer().ok_or_else(|| no("tj3Init failed".into()))?;
+    let tj_err = |e: super::sys::TjError| no(e.message);
+    tj.set(Param::StopOnWarning, 1).map_err(tj_err)?;
+    tj.set(
+        Param::MaxPixels,
+        i32::try_from(limits.max_pixels).unwrap_or(0),
+    )
+    .map_err(tj_err)?;
+    tj.set(Param::RestartBlocks, i32::try_from(blocks).unwrap_or(0))
+        .map_err(tj_err)?;
+    let out = tj.transform_recode(jpeg).map_err(tj_err)?;
+    if RestartLayout::parse(&out).is_none() {
+        return Err(no("the rewrite has no usable restart layout".into()));
+    }
+    same_pixels(jpeg, &out)?;
+    Ok(out)
+}
+
+/// The restart interval in MCUs: the largest divisor of the row's MCU count that gives at
+/// least [`RESTART_COLUMNS`] intervals per row, or one interval per row when that divisor
+/// would cut the row into more than twice as many (a prime MCU count, say).
+fn interval_for(mcus_per_row: u32) -> u32 {
+    let target = mcus_per_row.div_ceil(RESTART_COLUMNS).max(1);
+    let best = (1..=target)
+        .rev()
+        .find(|&d| mcus_per_row.is_multiple_of(d))
+        .unwrap_or(1);
+    if mcus_per_row / best > 2 * RESTART_COLUMNS {
+        mcus_per_row.max(1)
+    } else {
+        best
+    }
+}
+
+/// Decodes both files whole and compares every pixel.
+fn same_pixels(a: &[u8], b: &[u8]) -> Result<(), NotRewritten> {
+    let mut dec = CpuDecoder::new(Limits::default()).map_err(|e| NotRewritten(e.to_string()))?;
+    let (mut pa, mut pb) = (RgbImage::default(), RgbImage::default());
+    dec.decode_full(a, &mut pa)
+        .and_then(|()| dec.decode_full(b, &mut pb))
+        .map_err(|e| NotRewritten(e.to_string()))?;
+    if (pa.width, pa.height) != (pb.width, pb.height) || pa.data != pb.data {
+        return Err(NotRewritten("the rewrite decodes to other pixels".into()));
+    }
+    Ok(())
+}
+
+/// The frame of a sequential Huffman JPEG with one interleaved scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Frame {
+    width: u32,
+    height: u32,
+    mcu_w: u32,
+    mcu_h: u32,
+    /// Offset of the frame header's height field (width follows).
+    dims_at: usize,
+    /// The restart interval in MCUs (0: none).
+    interval: u32,
+    /// Where the entropy-coded data of the scan starts.
+    scan_at: usize,
+    /// Header segments the partial stream keeps, as (start, end) byte ranges.
+    keep: Vec<(usize, usize)>,
+}
+
+impl Frame {
+    fn mcus_per_row(&self) -> u32 {
+        self.width.div_ceil(self.mcu_w)
+    }
+
+    fn mcu_rows(&self) -> u32 {
+        self.height.div_ceil(self.mcu_h)
+    }
+
+    /// Walks the marker segments up to the first scan; `None` for anything but a sequential
+    /// Huffman frame (SOF0/SOF1) whose first scan holds every component.
+    fn parse(b: &[u8]) -> Option<Frame> {
+        let be16 = |i: usize| Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
+        let mut pos = 2;
+        let mut frame: Option<Frame> = None;
+        let mut interval = 0;
+        let mut keep = Vec::new();
+        let mut components = 0u8;
+        loop {
+            while b.get(pos) == Some(&0xFF) && b.get(pos + 1) == Some(&0xFF) {
+                pos += 1;
+            }
+            if *b.get(pos)? != 0xFF {
+                return None;
+            }
+            let marker = *b.get(pos + 1)?;
+            let len = usize::from(be16(pos + 2)?);
+            let end = pos + 2 + len;
+            let body = b.get(pos + 4..end)?;
+            match marker {
+                0xC0 | 0xC1 => {
+                    components = *body.get(5)?;
+                    frame = Some(Frame::from_sof(pos + 5, body)?);
+                }
+                0xC2..=0xCF if marker != 0xC4 && marker != 0xC8 && marker != 0xCC => return None,
+                0xDD => interval = u32::from(be16(pos + 4)?),
+                0xDA => {
+                    let mut f = frame?;
+                    if *body.first()? != components {
+                        return None;
+                    }
+                    keep.push((pos, end));
+                    f.interval = interval;
+                    f.scan_at = end;
+                    f.keep = keep;
+                    return Some(f);
+                }
+                0xD9 => return None,
+                _ => {}
+            }
+            let dropped = matches!(marker, 0xE1..=0xED | 0xEF | 0xFE);
+            if !dropped {
+                keep.push((pos, end));
+            }
+            pos = end;
+        }
+    }
+
+    /// The frame from a SOF0/SOF1 body; `dims_at` is the offset of its height field.
+    fn from_sof(dims_at: usize, body: &[u8]) -> Option<Frame> {
+        if *body.first()? != 8 {
+            return None;
+        }
+        let height = u32::from(u16::from_be_bytes([*body.get(1)?, *body.get(2)?]));
+        let width = u32::from(u16::from_be_bytes([*body.get(3)?, *body.get(4)?]));
+        let n = usize::from(*body.get(5)?);
+        let comps = body.get(6..6 + 3 * n)?;
+        let (mut hmax, mut vmax) = (1u32, 1u32);
+        for c in comps.chunks_exact(3) {
+            let (h, v) = (u32::from(c[1] >> 4), u32::from(c[1] & 15));
+            if !(1..=4).contains(&h) || !(1..=4).contains(&v) {
+                return None;
+            }
+            hmax = hmax.max(h);
+            vmax = vmax.max(v);
+        }
+        // One component: the scan is not interleaved and an MCU is one 8x8 block.
+        let (mcu_w, mcu_h) = if n == 1 { (8, 8) } else { (8 * hmax, 8 * vmax) };
+        if width == 0 || height == 0 || n == 0 {
+            return None;
+        }
+        Some(Frame {
+            width,
+            height,
+            mcu_w,
+            mcu_h,
+            dims_at,
+            interval: 0,
+            scan_at: 0,
+            keep: Vec::new(),
+        })
+    }
+}
+
+/// Where every restart interval of a restart-indexed JPEG lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RestartLayout {
+    frame: Frame,
+    /// Where each interval's entropy-coded data starts.
+    starts: Vec<usize>,
+    /// Where the scan's EOI marker is.
+    eoi_at: usize,
+}
+
+impl RestartLayout {
+    /// The layout of `b`, or `None` when it has no restart interval that divides its MCU
+    /// rows, or its markers are not where the interval puts them.
+    pub(crate) fn parse(b: &[u8]) -> Option<RestartLayout> {
+        let frame = Frame::parse(b)?;
+        let per_row = frame.mcus_per_row();
+        if frame.interval == 0 || !per_row.is_multiple_of(frame.interval) {
+            return None;
+        }
+        let count = (per_row / frame.interval) as usize * frame.mcu_rows() as usize;
+        let mut starts = Vec::with_capacity(count);
+        starts.push(frame.scan_at);
+        let mut pos = frame.scan_at;
+        let eoi_at = loop {
+            pos += b.get(pos..)?.iter().position(|&c| c == 0xFF)?;
+            match *b.get(pos + 1)? {
+                0x00 | 0xFF => pos += 1,
+                m @ 0xD0..=0xD7 => {
+                    if usize::from(m - 0xD0) != (starts.len() - 1) % 8 {
+                        return None;
+                    }
+                    pos += 2;
+                    starts.push(pos);
+                }
+                0xD9 => break pos,
+                _ => return None,
+            }
+        };
+        (starts.len() == count).then_some(RestartLayout {
+            frame,
+            starts,
+            eoi_at,
+        })
+    }
+
+    fn per_row(&self) -> u32 {
+        self.frame.mcus_per_row() / self.frame.interval
+    }
+
+    /// The entropy-coded bytes of interval `k` (its RST marker excluded).
+    fn interval(&self, k: usize) -> (usize, usize) {
+        let end = self.starts.get(k + 1).map_or(self.eoi_at, |s| s - 2);
+        (self.starts[k], end)
+    }
+}
+
+/// A JPEG made of the restart intervals a region needs, and where it lies in the original.
+#[derive(Debug, Default)]
+pub(crate) struct PartialStream {
+    bytes: Vec<u8>,
+}
+
+/// The sub-image a partial stream covers: intervals `cols` of MCU rows `rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cover {
+    cols: (u32, u32),
+    rows: (u32, u32),
+}
+
+impl PartialStream {
+    /// Builds the stream for the scaled region `(x, y, w, h)` at `factor`; returns the
+    /// sub-image's origin in scaled pixels, or `None` when the region needs nearly every MCU.
+    fn build(
+        &mut self,
+        b: &[u8],
+        layout: &RestartLayout,
+        factor: ScalingFactor,
+        region: (u32, u32, u32, u32),
+    ) -> Option<(u32, u32)> {
+        let f = &layout.frame;
+        let cover = cover(layout, factor, region);
+        let mcu_cols = (cover.cols.1 - cover.cols.0) * f.interval;
+        let share = f64::from(mcu_cols * (cover.rows.1 - cover.rows.0))
+            / f64::from(f.mcus_per_row() * f.mcu_rows());
+        if share > 1.0 - MIN_SKIPPED_SHARE {
+            return None;
+        }
+        let x0 = cover.cols.0 * f.interval * f.mcu_w;
+        let y0 = cover.rows.0 * f.mcu_h;
+        let width = if cover.cols.1 == layout.per_row() {
+            f.width - x0
+        } else {
+            mcu_cols * f.mcu_w
+        };
+        let height = if cover.rows.1 == f.mcu_rows() {
+            f.height - y0
+        } else {
+            (cover.rows.1 - cover.rows.0) * f.mcu_h
+        };
+        let out = &mut self.bytes;
+        out.clear();
+        out.extend_from_slice(&[0xFF, 0xD8]);
+        for &(s, e) in &f.keep {
+            if (s..e).contains(&f.dims_at) {
+                let at = out.len() + (f.dims_at - s);
+                out.extend_from_slice(&b[s..e]);
+                out[at..at + 2].copy_from_slice(&u16::try_from(height).ok()?.to_be_bytes());
+                out[at + 2..at + 4].copy_from_slice(&u16::try_from(width).ok()?.to_be_bytes());
+            } else {
+                out.extend_from_slice(&b[s..e]);
+            }
+        }
+        let per_row = layout.per_row() as usize;
+        // The next RST marker's number (RST0..RST7, in turn); none before the first interval.
+        let mut rst: Option<u8> = None;
+        for row in cover.rows.0..cover.rows.1 {
+            for col in cover.cols.0..cover.cols.1 {
+                if let Some(m) = rst {
+                    out.extend_from_slice(&[0xFF, 0xD0 + m]);
+                }
+                rst = Some(rst.map_or(0, |m| (m + 1) % 8));
+                let (s, e) = layout.interval(row as usize * per_row + col as usize);
+                out.extend_from_slice(&b[s..e]);
+            }
+        }
+        out.extend_from_slice(&[0xFF, 0xD9]);
+        // The origin is on the MCU grid (a multiple of 8 pixels): exact at every factor.
+        Some((factor.scale(x0), factor.scale(y0)))
+    }
+}
+
+/// The interval columns and MCU rows covering the scaled region plus the margin.
+fn cover(layout: &RestartLayout, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
+    let f = &layout.frame;
+    let (x, y, w, h) = region;
+    // Scaled pixel `s` comes from full pixels [s * d / n, (s + 1) * d / n).
+    let full = |s: u32| (u64::from(s) * u64::from(factor.denom)).div_ceil(u64::from(factor.num));
+    let lo = |s: u32, mcu: u32| {
+        let v = u64::from(s) * u64::from(factor.denom) / u64::from(factor.num);
+        u32::try_from(v / u64::from(mcu))
+            .unwrap_or(u32::MAX)
+            .saturating_sub(MARGIN_MCUS)
+    };
+    let hi = |s: u32, mcu: u32, max: u32| {
+        u32::try_from(full(s).div_ceil(u64::from(mcu)))
+            .unwrap_or(u32::MAX)
+            .saturating_add(MARGIN_MCUS)
+            .min(max)
+    };
+    let interval = f.interval;
+    let c0 = lo(x, f.mcu_w) / interval;
+    let c1 = hi(x + w, f.mcu_w, f.mcus_per_row()).div_ceil(interval);
+    let r0 = lo(y, f.mcu_h);
+    let r1 = hi(y + h, f.mcu_h, f.mcu_rows());
+    Cover {
+        cols: (c0, c1.max(c0 + 1)),
+        rows: (r0, r1.max(r0 + 1)),
+    }
+}
+
+impl CpuDecoder {
+    /// Runs `plan` on the restart intervals it touches when `bytes` is restart-indexed and the
+    /// region skips enough of it; `Ok(false)` when it is not (the caller decodes as before).
+    pub(super) fn run_restart_intervals(
+        &mut self,
+        bytes: &[u8],
+        plan: &RegionPlan,
+        out: &mut RgbImage,
+    ) -> Result<bool, DecodeError> {
+        let Some(region) = plan.crop else {
+            return Ok(false);
+        };
+        let Some(layout) = RestartLayout::parse(bytes) else {
+            return Ok(false);
+        };
+        let mut partial = std::mem::take(&mut self.partial);
+        let result = self.run_partial(bytes, &layout, &mut partial, plan, region, out);
+        self.partial = partial;
+        result
+    }
+
+    fn run_partial(
+        &mut self,
+        bytes: &[u8],
+        layout: &RestartLayout,
+        partial: &mut PartialStream,
+        plan: &RegionPlan,
+        region: (u32, u32, u32, u32),
+        out: &mut RgbImage,
+    ) -> Result<bool, DecodeError> {
+        let Some((ox, oy)) = partial.build(bytes, layout, plan.factor, region) else {
+            return Ok(false);
+        };
+        let header = self.begin(&partial.bytes)?;
+        let (x, y, w, h) = region;
+        let shifted = RegionPlan {
+            crop: Some((x - ox, y - oy, w, h)),
+            ..*plan
+        };
+        self.run(&partial.bytes, &header, &shifted, out)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+#[path = "restart_tests.rs"]
+mod tests;

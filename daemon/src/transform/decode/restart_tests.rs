@@ -1,0 +1,259 @@
+//! Restart-indexed JPEGs: the rewrite keeps every pixel, and a crop decoded from the restart
+//! intervals it touches equals the same crop decoded from the original, bit for bit.
+
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
+use std::path::{Path, PathBuf};
+
+use stoker_kernels::reference::CropBox;
+
+use super::super::plan_region;
+use super::super::sys::PixelFormat;
+use super::*;
+
+/// A deterministic pseudo-random sequence (xorshift), so failures replay.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Textured pixels (noise over gradients), so every MCU has AC coefficients.
+fn textured(w: u32, h: u32, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let mut v = Vec::with_capacity(w as usize * h as usize * 3);
+    for y in 0..h {
+        for x in 0..w {
+            for c in 0..3u32 {
+                let base = (x * (c + 1) + y * (3 - c)) % 256;
+                v.push((base as u64 + rng.next() % 48) as u8);
+            }
+        }
+    }
+    v
+}
+
+fn encode(w: u32, h: u32, subsamp: i32, format: PixelFormat) -> Vec<u8> {
+    let mut pixels = textured(w, h, u64::from(w * 31 + h));
+    if format == PixelFormat::Gray {
+        pixels = pixels.chunks_exact(3).map(|p| p[1]).collect();
+    }
+    let mut tj = TjHandle::new_compressor().expect("tj3Init(compress)");
+    tj.set(Param::Quality, 90).unwrap();
+    tj.set(Param::Subsamp, subsamp).unwrap();
+    tj.compress8(&pixels, w, h, format).expect("compress")
+}
+
+/// A random RandomResizedCrop-like box and output size for an image of `w` x `h`.
+fn random_crop(rng: &mut Rng, w: u32, h: u32) -> (CropBox, (u32, u32)) {
+    let (fw, fh) = (f64::from(w), f64::from(h));
+    let bw = (fw * (0.08 + 0.92 * rng.unit())).max(1.0);
+    let bh = (fh * (0.08 + 0.92 * rng.unit())).max(1.0);
+    let x = (fw - bw) * rng.unit();
+    let y = (fh - bh) * rng.unit();
+    let side = [224, 112, 64, 16][(rng.next() % 4) as usize];
+    (CropBox::new(x, y, bw, bh), (side, side))
+}
+
+/// Decodes `crops` random crops of `original` and `rewritten` and asserts equal output; returns
+/// how many took the restart-interval path.
+fn assert_crops_equal(name: &str, original: &[u8], rewritten: &[u8], crops: usize) -> usize {
+    let header = probe(original).unwrap();
+    let mut plain = CpuDecoder::new(Limits::default()).unwrap();
+    let mut partial = CpuDecoder::new(Limits::default()).unwrap();
+    let (mut a, mut b) = (RgbImage::default(), RgbImage::default());
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ original.len() as u64);
+    let mut took = 0;
+    for i in 0..crops {
+        let (want, out) = random_crop(&mut rng, header.width, header.height);
+        let box_a = plain.decode_for_crop(original, want, out, &mut a).unwrap();
+        let plan = plan_region(&header, want, out, &partial.factors).unwrap();
+        let mut c = RgbImage::default();
+        if partial
+            .run_restart_intervals(rewritten, &plan, &mut c)
+            .unwrap()
+        {
+            took += 1;
+            assert!(c == a, "{name} crop {i} {want:?}: restart path differs");
+        }
+        let box_b = partial
+            .decode_for_crop(rewritten, want, out, &mut b)
+            .unwrap();
+        assert_eq!(box_a, box_b, "{name} crop {i}");
+        assert!(a == b, "{name} crop {i} {want:?} -> {out:?}: pixels differ");
+    }
+    took
+}
+
+fn rewrite_checked(name: &str, jpeg: &[u8]) -> Vec<u8> {
+    let out = add_restart_markers(jpeg).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(RestartLayout::parse(&out).is_some(), "{name}");
+    let full = |b: &[u8]| {
+        let mut d = CpuDecoder::new(Limits::default()).unwrap();
+        let mut img = RgbImage::default();
+        d.decode_full(b, &mut img).unwrap();
+        img
+    };
+    assert!(full(jpeg) == full(&out), "{name}: full decodes differ");
+    out
+}
+
+#[test]
+fn rewritten_files_decode_every_crop_bit_identically() {
+    let cases = [
+        (203, 157, 0, PixelFormat::Rgb),
+        (640, 480, 2, PixelFormat::Rgb),
+        (517, 389, 2, PixelFormat::Rgb),
+        (498, 333, 1, PixelFormat::Rgb),
+        (300, 451, 4, PixelFormat::Rgb),
+        (401, 299, 3, PixelFormat::Gray),
+    ];
+    for (w, h, subsamp, format) in cases {
+        let name = format!("{w}x{h} subsamp {subsamp} {format:?}");
+        let jpeg = encode(w, h, subsamp, format);
+        let out = rewrite_checked(&name, &jpeg);
+        let took = assert_crops_equal(&name, &jpeg, &out, 60);
+        assert!(
+            took >= 20,
+            "{name}: only {took} of 60 crops skipped intervals"
+        );
+    }
+}
+
+#[test]
+fn the_interval_divides_the_row_into_about_four() {
+    assert_eq!(interval_for(32), 8);
+    assert_eq!(interval_for(40), 10);
+    assert_eq!(interval_for(30), 6);
+    // Prime: one interval per row, not one per MCU.
+    assert_eq!(interval_for(37), 37);
+    assert_eq!(interval_for(1), 1);
+    assert_eq!(interval_for(3), 1);
+}
+
+#[test]
+fn partial_stream_renumbers_markers_and_ends_with_eoi() {
+    let jpeg = encode(640, 480, 2, PixelFormat::Rgb);
+    let out = add_restart_markers(&jpeg).unwrap();
+    let layout = RestartLayout::parse(&out).unwrap();
+    let mut p = PartialStream::default();
+    let origin = p.build(&out, &layout, ScalingFactor::ONE, (320, 160, 64, 64));
+    // Columns 256..448 of 640 (intervals of 160 px), rows 144..240 of 480 (MCU rows of 16).
+    assert_eq!(origin, Some((160, 144)));
+    let sub = RestartLayout::parse(&p.bytes).expect("the partial stream is restart-indexed");
+    assert_eq!(
+        (sub.frame.width, sub.frame.height),
+        (320, 96),
+        "two interval columns, six MCU rows"
+    );
+    assert_eq!(sub.starts.len(), 12);
+    assert!(p.bytes.ends_with(&[0xFF, 0xD9]));
+    // The whole image: not worth it.
+    assert_eq!(
+        p.build(&out, &layout, ScalingFactor::ONE, (0, 0, 640, 480)),
+        None
+    );
+}
+
+#[test]
+fn files_that_cannot_be_rewritten_say_why() {
+    let mut tj = TjHandle::new_compressor().unwrap();
+    tj.set(Param::Quality, 90).unwrap();
+    tj.set(Param::Subsamp, 0).unwrap();
+    tj.set(Param::Progressive, 1).unwrap();
+    let pixels = textured(64, 48, 7);
+    let progressive = tj.compress8(&pixels, 64, 48, PixelFormat::Rgb).unwrap();
+    let err = add_restart_markers(&progressive).unwrap_err();
+    assert!(err.0.contains("progressive"), "{err}");
+    let err = add_restart_markers(b"\x89PNG\r\n\x1a\n....").unwrap_err();
+    assert!(err.0.contains("not a JPEG"), "{err}");
+    let good = encode(64, 48, 0, PixelFormat::Rgb);
+    let cut = &good[..good.len() / 2];
+    assert!(add_restart_markers(cut).is_err());
+    let mut tj = TjHandle::new_compressor().unwrap();
+    tj.set(Param::Quality, 90).unwrap();
+    tj.set(Param::Subsamp, 0).unwrap();
+    let cmyk: Vec<u8> = textured(32, 32, 3)
+        .chunks_exact(3)
+        .flat_map(|p| [p[0], p[1], p[2], 200])
+        .collect();
+    let cmyk = tj.compress8(&cmyk, 32, 32, PixelFormat::Cmyk).unwrap();
+    let err = add_restart_markers(&cmyk).unwrap_err();
+    assert!(err.0.contains("CMYK"), "{err}");
+}
+
+fn shared_data(dir: &str) -> Option<Vec<PathBuf>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(dir);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("SKIPPED: {} is missing", dir.display());
+        return None;
+    };
+    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e != "tsv" && e != "md"));
+    files.sort();
+    Some(files)
+}
+
+/// Every photo is rewritten (they are all baseline), decodes whole to the same pixels, and
+/// random crops from it equal the original's.
+#[test]
+fn every_shared_photo_rewrites_and_crops_bit_identically() {
+    let Some(files) = shared_data("photos") else {
+        return;
+    };
+    assert!(files.len() >= 100, "{} photos", files.len());
+    let mut took = 0;
+    for path in &files {
+        let name = path.display().to_string();
+        let jpeg = std::fs::read(path).unwrap();
+        assert!(RestartLayout::parse(&jpeg).is_none(), "{name} had markers");
+        let out = rewrite_checked(&name, &jpeg);
+        took += assert_crops_equal(&name, &jpeg, &out, 4);
+    }
+    assert!(took >= files.len(), "{took} restart-path crops");
+}
+
+/// Edge files: those that decode either rewrite to the same pixels or are kept as they are
+/// with a reason; none that fails to decode is rewritten.
+#[test]
+fn edge_files_rewrite_identically_or_stay_as_they_are() {
+    let Some(files) = shared_data("edge") else {
+        return;
+    };
+    let (mut rewritten, mut kept) = (0, 0);
+    for path in &files {
+        let name = path.display().to_string();
+        let jpeg = std::fs::read(path).unwrap();
+        let mut d = CpuDecoder::new(Limits::default()).unwrap();
+        let mut img = RgbImage::default();
+        let decodes = d.decode_full(&jpeg, &mut img).is_ok();
+        match add_restart_markers(&jpeg) {
+            Ok(out) => {
+                assert!(
+                    decodes,
+                    "{name}: rewritten but the original does not decode"
+                );
+                let _ = rewrite_checked(&name, &jpeg);
+                assert_crops_equal(&name, &jpeg, &out, 8);
+                rewritten += 1;
+            }
+            Err(why) => {
+                assert!(!why.0.is_empty());
+                kept += 1;
+            }
+        }
+    }
+    eprintln!("edge files: {rewritten} rewritten, {kept} kept as they are");
+    assert!(rewritten >= 10 && kept >= 10, "{rewritten} / {kept}");
+}
