@@ -101,6 +101,12 @@ enum stoker_result
    * device ring cannot be imported or mapped on it (the message says which and why).
    */
   STOKER_ERR_DEVICE = -10,
+  /**
+   * `stoker_batch_field`: that sample's field is not served (the sample has no such member,
+   * it is over the spec's `field_max_bytes`, or it could not be read); the message names
+   * the sample and the reason. Other samples' fields are unaffected.
+   */
+  STOKER_ERR_FIELD = -11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -358,6 +364,25 @@ stoker_result stoker_batch_record_stream(struct stoker_batch *batch, size_t stre
  * `batch` is a live batch; `dst` is writable for `bytes` bytes.
  */
 stoker_result stoker_batch_copy_images_to_host(struct stoker_batch *batch, void *dst, size_t bytes);
+
+/**
+ * Field `field` (its position in the spec's `fields`) of sample `sample` of the batch:
+ * `STOKER_OK` with `*data` pointing at its `*len` bytes, exactly as stored (not
+ * NUL-terminated; valid while the batch handle is held, like its labels). A field the sample
+ * does not serve is `STOKER_ERR_FIELD` for that sample only: `*data` is NULL, `*len` its true
+ * length when it is over the spec's `field_max_bytes` (else 0), `*status` (when not NULL)
+ * says why (1 missing, 2 over `field_max_bytes`, 3 unreadable; 0 on success), and
+ * `stoker_last_error()` names the sample (its global index), the field and the reason.
+ *
+ * # Safety
+ * `batch` is a live batch; `data` and `len` are writable; `status` is NULL or writable.
+ */
+stoker_result stoker_batch_field(struct stoker_batch *batch,
+                                 uint32_t field,
+                                 uint32_t sample,
+                                 const uint8_t **data,
+                                 size_t *len,
+                                 uint8_t *status);
 
 /**
  * Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its

@@ -26,14 +26,15 @@ pub mod socket;
 pub mod spec;
 
 pub use client::{
-    AttachOptions, Batch, Client, ClientError, ConsumerStream, DeviceError, DeviceSlice, StallStats,
+    AttachOptions, Batch, Client, ClientError, ConsumerStream, DeviceError, DeviceSlice,
+    FieldError, StallStats,
 };
 pub use protocol::{
     CudaDevice, Device, EpochOffset, ErrorCode, Message, Position, UnknownDevice, PROTOCOL_VERSION,
 };
 pub use ring::memfd::{MemfdError, MemfdRing};
 pub use ring::vmm_plan::VmmPlan;
-pub use ring::{ImageMemory, RingLayout, SampleStatus, SlotLayout};
+pub use ring::{FieldStatus, ImageMemory, RingLayout, SampleStatus, SlotLayout};
 pub use socket::path::{
     client_socket_path, default_socket_path, resolve_client_socket, socket_env_note,
     user_socket_path, SocketSource,

@@ -149,6 +149,39 @@ pub struct PipelineSpec {
     /// spec that does not use it reads as before.
     #[serde(default, skip_serializing_if = "is_false")]
     pub exif_orientation: bool,
+    /// Per-sample fields served beside the images, in this order: a WebDataset key's other
+    /// members by extension (`"txt"`, `"json"`, `"cls"`, `"seg.png"`), byte-exact in the slot.
+    /// Left out of the JSON when empty, so a spec that asks for none reads as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+    /// Most bytes one field of one sample may have: each (sample, field) has this much room in
+    /// the slot, and a longer field is that sample's field error (see `ring::FieldStatus`).
+    /// Left out of the JSON at its default.
+    #[serde(
+        default = "default_field_max_bytes",
+        skip_serializing_if = "is_default_field_max_bytes"
+    )]
+    pub field_max_bytes: u32,
+}
+
+/// Room for one field of one sample unless the spec says otherwise: a caption or a small
+/// JSON record.
+pub const DEFAULT_FIELD_MAX_BYTES: u32 = 4096;
+/// Most fields a spec may ask for.
+pub const MAX_FIELDS: usize = 16;
+/// Longest field name (an extension).
+pub const MAX_FIELD_NAME: usize = 64;
+/// Largest `field_max_bytes`.
+pub const MAX_FIELD_BYTES: u32 = 16 << 20;
+/// Most bytes of fields one slot may hold (`batch_size * fields * field_max_bytes`).
+pub const MAX_SLOT_FIELD_BYTES: u64 = 1 << 30;
+
+fn default_field_max_bytes() -> u32 {
+    DEFAULT_FIELD_MAX_BYTES
+}
+
+fn is_default_field_max_bytes(v: &u32) -> bool {
+    *v == DEFAULT_FIELD_MAX_BYTES
 }
 
 fn is_false(v: &bool) -> bool {
@@ -202,6 +235,18 @@ pub enum SpecError {
     Mean(usize, f32),
     #[error("epochs must be at least 1 when given")]
     Epochs,
+    #[error("fields[{index}] {name:?}: {reason}")]
+    Field {
+        index: usize,
+        name: String,
+        reason: &'static str,
+    },
+    #[error("fields: at most {MAX_FIELDS} may be asked for, got {0}")]
+    FieldCount(usize),
+    #[error("field_max_bytes must be 1..={MAX_FIELD_BYTES}, got {0}")]
+    FieldMaxBytes(u32),
+    #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
+    FieldSlotBytes(u64),
 }
 
 impl PipelineSpec {
@@ -221,6 +266,8 @@ impl PipelineSpec {
             epochs: None,
             shuffle: true,
             exif_orientation: false,
+            fields: Vec::new(),
+            field_max_bytes: DEFAULT_FIELD_MAX_BYTES,
         }
     }
 
@@ -275,6 +322,42 @@ impl PipelineSpec {
         if self.epochs == Some(0) {
             return Err(SpecError::Epochs);
         }
+        self.validate_fields()
+    }
+
+    /// Checks `fields` and `field_max_bytes`: names are lowercase extensions, each once.
+    fn validate_fields(&self) -> Result<(), SpecError> {
+        if self.fields.len() > MAX_FIELDS {
+            return Err(SpecError::FieldCount(self.fields.len()));
+        }
+        for (index, name) in self.fields.iter().enumerate() {
+            let refuse = |reason| {
+                Err(SpecError::Field {
+                    index,
+                    name: name.clone(),
+                    reason,
+                })
+            };
+            if name.is_empty() || name.len() > MAX_FIELD_NAME {
+                return refuse("a field name is 1 to 64 characters");
+            }
+            let allowed =
+                |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b);
+            if !name.bytes().all(allowed) || name.starts_with('.') || name.ends_with('.') {
+                return refuse("a field name is an extension: lowercase a-z, 0-9, '.', '_', '-', not starting or ending with '.'");
+            }
+            if self.fields[..index].contains(name) {
+                return refuse("is asked for twice");
+            }
+        }
+        if self.field_max_bytes == 0 || self.field_max_bytes > MAX_FIELD_BYTES {
+            return Err(SpecError::FieldMaxBytes(self.field_max_bytes));
+        }
+        let slot =
+            u64::from(self.batch_size) * self.fields.len() as u64 * u64::from(self.field_max_bytes);
+        if slot > MAX_SLOT_FIELD_BYTES {
+            return Err(SpecError::FieldSlotBytes(slot));
+        }
         Ok(())
     }
 
@@ -309,6 +392,10 @@ impl PipelineSpec {
             Some("epochs")
         } else if self.exif_orientation != other.exif_orientation {
             Some("exif_orientation")
+        } else if self.fields != other.fields {
+            Some("fields")
+        } else if self.field_max_bytes != other.field_max_bytes {
+            Some("field_max_bytes")
         } else {
             None
         }
@@ -363,6 +450,49 @@ mod tests {
         assert!(text.contains(r#""exif_orientation":true"#), "{text}");
         assert_eq!(serde_json::from_str::<PipelineSpec>(&text).unwrap(), on);
         assert_eq!(off.first_difference(&on), Some("exif_orientation"));
+    }
+
+    #[test]
+    fn fields_are_written_only_when_asked_and_checked() {
+        let off = PipelineSpec::train(4, 32);
+        let text = serde_json::to_string(&off).unwrap();
+        assert!(!text.contains("field"), "{text}");
+        let on = PipelineSpec {
+            fields: vec!["txt".into(), "seg.png".into()],
+            field_max_bytes: 100,
+            ..off.clone()
+        };
+        on.validate().unwrap();
+        let text = serde_json::to_string(&on).unwrap();
+        assert!(
+            text.contains(r#""fields":["txt","seg.png"],"field_max_bytes":100"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<PipelineSpec>(&text).unwrap(), on);
+        assert_eq!(off.first_difference(&on), Some("fields"));
+        let refused = |fields: &[&str], max: u32| {
+            let spec = PipelineSpec {
+                fields: fields.iter().map(|f| f.to_string()).collect(),
+                field_max_bytes: max,
+                ..off.clone()
+            };
+            spec.validate().unwrap_err().to_string()
+        };
+        assert!(refused(&["TXT"], 10).contains(r#"fields[0] "TXT""#));
+        assert!(refused(&["txt", ".json"], 10).contains("fields[1]"));
+        assert!(refused(&["txt", "txt"], 10).contains("twice"));
+        assert!(refused(&[""], 10).contains("1 to 64"));
+        assert!(refused(&["txt"], 0).contains("field_max_bytes"));
+        let many: Vec<String> = (0..17).map(|i| format!("f{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(refused(&many, 10).contains("at most 16"));
+        let big = PipelineSpec {
+            batch_size: 65_536,
+            fields: vec!["a".into(), "b".into()],
+            field_max_bytes: MAX_FIELD_BYTES,
+            ..off
+        };
+        assert!(matches!(big.validate(), Err(SpecError::FieldSlotBytes(_))));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! - Raw pointers underneath: which slot may be written when is the feed's business
 //!   (`feed.rs`); making a [`HostWriter`] is the one unsafe step on the host part.
 
-use stoker::ring::{RingLayout, SampleStatus, SlotLayout};
+use stoker::ring::{FieldStatus, RingLayout, SampleStatus, SlotLayout};
 use stoker::spec::PipelineSpec;
 
 /// Where one slot's images are.
@@ -156,6 +156,43 @@ impl<'a> HostWriter<'a> {
             (self.host.add(l.labels) as *mut i64).add(at).write(label);
             (self.host.add(l.indices) as *mut u64).add(at).write(index);
             self.host.add(l.status + at).write(status as u8);
+        }
+    }
+
+    /// Writes field `field` of position `at`: its status, its length, and (when `Ok`) its
+    /// bytes, which must fit the field's room.
+    ///
+    /// # Panics
+    /// If `at` is not one of the writer's positions, `field` not one of the spec's, or
+    /// `bytes` longer than `field_max_bytes`.
+    pub fn write_field(
+        &mut self,
+        at: usize,
+        field: usize,
+        status: FieldStatus,
+        len: u32,
+        bytes: &[u8],
+    ) {
+        assert!(
+            (self.start..self.end).contains(&at),
+            "position {at} of {}..{}",
+            self.start,
+            self.end
+        );
+        assert!(
+            bytes.len() <= self.layout.field_max_bytes,
+            "field of {} bytes",
+            bytes.len()
+        );
+        let (len_at, status_at, data_at) = self.layout.field_at(at, field);
+        // SAFETY: `field_at` checked `at` and `field` against the slot's layout, so the length
+        // (4-byte aligned: SLOT_ALIGN region, 4-byte entries), the status and the room of
+        // `field_max_bytes` >= bytes.len() lie inside the slot's host part, which the ring
+        // keeps valid (SlotMemory); `new`'s caller gave this writer position `at` alone.
+        unsafe {
+            (self.host.add(len_at) as *mut u32).write(len);
+            self.host.add(status_at).write(status as u8);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.host.add(data_at), bytes.len());
         }
     }
 

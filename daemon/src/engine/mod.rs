@@ -35,6 +35,7 @@ pub mod backend;
 mod cpu;
 pub mod cuda;
 mod feed;
+mod fields;
 mod job;
 mod memory;
 mod scheduler;

@@ -9,6 +9,9 @@
 //!   `skip` replaced by the first of a deterministic sequence of other samples (drawn from
 //!   (seed, epoch, bad index)) that the backend fills; under `fail`, or when no replacement
 //!   works, zeroed and reported failed.
+//! - Fields (`PipelineSpec::fields`) are those of the sample delivered at each position, the
+//!   replacement's when a sample was replaced, filled once the outcomes are settled
+//!   ([`super::fields`]).
 //! - A unit whose completion is pending goes to the completion thread, which waits for each
 //!   in the order they were filled and only then finishes the unit, so a slot is never
 //!   published before its images are complete.
@@ -26,6 +29,7 @@ use stoker::ring::{SampleStatus, SlotLayout};
 
 use super::backend::UnitWork;
 use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};
+use super::fields::{FieldFiller, FieldUnit};
 use super::job::Job;
 use super::memory::{HostWriter, SlotImages};
 use super::scheduler::{Shared, Unit};
@@ -44,8 +48,11 @@ pub(super) struct PendingUnit {
 pub(super) struct Worker {
     shared: Arc<Shared>,
     backend: Box<dyn Backend>,
-    /// Global index of the sample actually delivered at each unit position.
+    /// Global index of the sample asked for at each unit position.
     indices: Vec<u64>,
+    /// Global index of the sample actually delivered at each unit position.
+    delivered: Vec<u64>,
+    fields: FieldFiller,
     outcomes: Vec<SampleOutcome>,
     completions: crossbeam_channel::Sender<PendingUnit>,
 }
@@ -70,6 +77,8 @@ impl Worker {
             shared,
             backend,
             indices: Vec::new(),
+            delivered: Vec::new(),
+            fields: FieldFiller::default(),
             outcomes: Vec::new(),
             completions,
         }
@@ -128,6 +137,7 @@ impl Worker {
         // past `batch_len` belongs to the batch's last unit (feed.rs hands each out once).
         let mut host = unsafe { HostWriter::new(&*feed.ring, unit.slot, unit.start, end) };
         let outcomes = std::mem::take(&mut self.outcomes);
+        self.delivered.clear();
         for (k, outcome) in outcomes.iter().enumerate() {
             let at = unit.start + k;
             let index = self.indices[k];
@@ -152,8 +162,19 @@ impl Worker {
             #[allow(clippy::cast_possible_truncation)]
             let label = job.dataset.sample(delivered as usize).label;
             host.write(at, label, delivered, status);
+            self.delivered.push(delivered);
         }
         self.outcomes = outcomes;
+        let fields = FieldUnit {
+            job,
+            start: unit.start,
+            delivered: &self.delivered,
+            due: unit.due(),
+            config: &shared.config,
+            stats: &shared.stats,
+            log: &shared.bad_log,
+        };
+        self.fields.fill(&fields, &mut host);
         let stats = &self.shared.stats;
         stats
             .images

@@ -39,7 +39,9 @@ use crate::protocol::ErrorCode;
 use crate::spec::{DType, Layout};
 
 mod device;
+mod fields;
 pub use device::{stoker_batch_copy_images_to_host, stoker_batch_record_stream};
+pub use fields::stoker_batch_field;
 
 /// What every function returns.
 #[allow(non_camel_case_types)]
@@ -72,6 +74,10 @@ pub enum stoker_result {
     /// The GPU asked for cannot be used: no CUDA driver, no such device, or the daemon's
     /// device ring cannot be imported or mapped on it (the message says which and why).
     STOKER_ERR_DEVICE = -10,
+    /// `stoker_batch_field`: that sample's field is not served (the sample has no such member,
+    /// it is over the spec's `field_max_bytes`, or it could not be read); the message names
+    /// the sample and the reason. Other samples' fields are unaffected.
+    STOKER_ERR_FIELD = -11,
 }
 
 use stoker_result::*;
@@ -302,6 +308,7 @@ pub extern "C" fn stoker_result_name(result: i32) -> *const c_char {
         -8 => c"STOKER_ERR_IO",
         -9 => c"STOKER_ERR_INTERNAL",
         -10 => c"STOKER_ERR_DEVICE",
+        -11 => c"STOKER_ERR_FIELD",
         _ => c"STOKER_UNKNOWN_RESULT",
     };
     name.as_ptr()

@@ -1,10 +1,27 @@
-//! A received batch: a lease on one filled slot, its images, labels, indices and statuses.
+//! A received batch: a lease on one filled slot, its images, labels, indices, statuses and
+//! per-sample fields.
 
 use std::sync::{Arc, Mutex};
 
 use super::{ClientError, Connection, ConsumerStream, DeviceError};
 use crate::protocol::Ready;
-use crate::ring::{ImageMemory, SampleStatus};
+use crate::ring::{FieldStatus, ImageMemory, SampleStatus};
+
+/// Why a field of a sample is not served: the sample (its global index), the field and the
+/// reason, as the slot records them (see [`FieldStatus`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FieldError {
+    /// The sample's global index in the dataset.
+    pub sample: u64,
+    /// The field's name (its extension, as the spec asks for it).
+    pub field: String,
+    /// What the slot says of it (never `Ok`).
+    pub status: FieldStatus,
+    /// The field's length: its true length when [`FieldStatus::TooLarge`], else 0.
+    pub len: u32,
+    message: String,
+}
 
 #[derive(Debug)]
 pub struct Batch {
@@ -146,6 +163,44 @@ impl Batch {
     pub fn status(&self) -> &[u8] {
         let s = &self.conn.ring.layout().slot;
         self.region(s.status, self.n())
+    }
+
+    /// The spec's fields, in the order of [`Batch::field`]'s `field`.
+    pub fn field_names(&self) -> &[String] {
+        &self.conn.field_names
+    }
+
+    /// Field `field` (its position in the spec's `fields`) of sample `i` of the batch: its bytes
+    /// exactly as stored (valid while the batch lives), or why it is not served (the sample
+    /// lacks it, it is over the spec's `field_max_bytes`, it could not be read), for that
+    /// sample only.
+    ///
+    /// # Panics
+    /// If `i >= n()` or `field` is not one of the spec's fields.
+    pub fn field(&self, field: usize, i: usize) -> Result<&[u8], FieldError> {
+        let s = &self.conn.ring.layout().slot;
+        assert!(i < self.n(), "sample {i} of a batch of {}", self.n());
+        let (len_at, status_at, data_at) = s.field_at(i, field);
+        let len = u32::from_le_bytes(self.region(len_at, 4).try_into().expect("4 bytes"));
+        let status = FieldStatus::from_u8(self.region(status_at, 1)[0]);
+        if status == Some(FieldStatus::Ok) && len as usize <= s.field_max_bytes {
+            return Ok(self.region(data_at, len as usize));
+        }
+        let status = status.unwrap_or(FieldStatus::Unreadable);
+        let name = self.conn.field_names[field].clone();
+        let sample = self.indices()[i];
+        let message = status
+            .reason(&name, sample, len, s.field_max_bytes)
+            .unwrap_or_else(|| {
+                format!("field {name:?} of sample {sample}: length {len} is over its room")
+            });
+        Err(FieldError {
+            sample,
+            field: name,
+            status,
+            len,
+            message,
+        })
     }
 
     /// Per-sample status, decoded; unknown values read as `Failed`.

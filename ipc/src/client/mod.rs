@@ -299,6 +299,8 @@ struct Connection {
     device: Option<DeviceImages>,
     /// The batches received on this connection and not released yet.
     held: HeldLeases,
+    /// The spec's field names, in slot order (for the reasons a field is not served).
+    field_names: Vec<String>,
 }
 
 impl Connection {
@@ -308,6 +310,7 @@ impl Connection {
             ring,
             device,
             held: HeldLeases::default(),
+            field_names: Vec::new(),
         }
     }
 
@@ -410,7 +413,10 @@ impl Client {
             opts.start
         };
         Ok(Client {
-            conn: Arc::new(Connection::new(sock, ring, device)),
+            conn: Arc::new(Connection {
+                field_names: spec.fields.clone(),
+                ..Connection::new(sock, ring, device)
+            }),
             attached,
             spec,
             world_size,
@@ -680,7 +686,7 @@ mod device;
 mod held;
 mod reattach;
 mod stall;
-pub use batch::{Batch, DeviceSlice};
+pub use batch::{Batch, DeviceSlice, FieldError};
 pub use device::{ConsumerStream, DeviceError};
 use held::HeldLeases;
 pub use held::ALL_HELD_WARN_AFTER;

@@ -141,7 +141,7 @@ fn both_start_position_forms_are_understood() {
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
     let decode = |json: &serde_json::Value| {
-        let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
+        let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
         bytes.extend(serde_json::to_vec(json).unwrap());
         let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
             panic!("not an attach")
@@ -181,7 +181,7 @@ fn both_start_position_forms_are_understood() {
     assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
     // Unknown fields inside `start` are refused like anywhere else.
     json["start"] = serde_json::json!({"epoch": 4, "step": 1, "offest": null});
-    let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let e = Message::decode(&bytes).unwrap_err();
     assert!(e.to_string().contains("offest"), "{e}");
@@ -210,7 +210,7 @@ fn hot_messages_have_fixed_sizes() {
 fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
     // A daemon from before STATS sends no `accepts_stats`.
     let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
-    let mut bytes = b"SK\x02\x00\x02\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x03\x00\x02\x00\x00\x00".to_vec();
     bytes.extend_from_slice(json);
     let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
         panic!("expected ATTACHED")
@@ -312,11 +312,11 @@ fn malformed_messages_say_what_is_wrong() {
         Err(DecodeError::Magic(*b"XX"))
     );
     assert_eq!(
-        Message::decode(b"SK\x02\x00\x63\x00\x00\x00"),
+        Message::decode(b"SK\x03\x00\x63\x00\x00\x00"),
         Err(DecodeError::UnknownType(0x63))
     );
     assert_eq!(
-        Message::decode(b"SK\x02\x00\x05\x00\x01\x00"),
+        Message::decode(b"SK\x03\x00\x05\x00\x01\x00"),
         Err(DecodeError::Reserved(1))
     );
     // Trailing bytes after a fixed body.
@@ -334,7 +334,7 @@ fn malformed_messages_say_what_is_wrong() {
     let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     json["colour"] = 1.into();
-    let mut bytes = b"SK\x02\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let err = Message::decode(&bytes).unwrap_err();
     assert!(err.to_string().contains("colour"), "{err}");
@@ -378,7 +378,7 @@ proptest! {
         ty in 0u16..11,
         body in proptest::collection::vec(any::<u8>(), 0..128),
     ) {
-        let mut bytes = b"SK\x02\x00".to_vec();
+        let mut bytes = b"SK\x03\x00".to_vec();
         bytes.extend(ty.to_le_bytes());
         bytes.extend([0, 0]);
         bytes.extend(body);
@@ -412,7 +412,7 @@ proptest! {
 
 /// The ATTACH body every client of this protocol version sends (the Rust client, the C ABI,
 /// the Python package through it): its JSON must stay byte for byte what it is for as long
-/// as [`PROTOCOL_VERSION`] stays 2. Changing it means a new protocol version: bump
+/// as [`PROTOCOL_VERSION`] stays 3. Changing it means a new protocol version: bump
 /// [`PROTOCOL_VERSION`] and this test's header with it (docs/protocol.md says why).
 fn golden_attach_json(device: &str, start: &str) -> String {
     let spec = serde_json::to_string(&PipelineSpec::train(256, 224)).unwrap();
@@ -423,9 +423,9 @@ fn golden_attach_json(device: &str, start: &str) -> String {
 
 #[test]
 fn attach_json_is_byte_identical_to_the_golden_form() {
-    let header = b"SK\x02\x00\x01\x00\x00\x00";
+    let header = b"SK\x03\x00\x01\x00\x00\x00";
     assert_eq!(
-        PROTOCOL_VERSION, 2,
+        PROTOCOL_VERSION, 3,
         "a new protocol version has new golden forms"
     );
     let uuid = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6";

@@ -28,12 +28,13 @@
 pub const VERSION: &str = env!("STOKER_VERSION");
 
 /// Wire protocol version this build speaks. Version 2 added the software versions
-/// (`client_version` in ATTACH, `protocol` in STATUS_REPLY) and this mismatch rule.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// (`client_version` in ATTACH, `protocol` in STATUS_REPLY) and this mismatch rule; version 3
+/// the spec's per-sample `fields` and the slot's field regions (`ring::SlotLayout`).
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// What `--version` prints after the program's name: the version and the protocol version
 /// (a literal, as clap wants a `&'static str`; a test holds it to [`PROTOCOL_VERSION`]).
-pub const VERSION_LINE: &str = concat!(env!("STOKER_VERSION"), " (protocol 2)");
+pub const VERSION_LINE: &str = concat!(env!("STOKER_VERSION"), " (protocol 3)");
 
 /// One side of a connection, as a mismatch message names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

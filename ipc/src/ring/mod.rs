@@ -20,7 +20,15 @@
 //!   labels   batch_size * i64
 //!   indices  batch_size * u64           (global sample index in the dataset)
 //!   status   batch_size * u8            (SampleStatus)
+//!   field_lens    batch_size * fields * u32   (bytes of field f of sample i at [i * fields + f])
+//!   field_status  batch_size * fields * u8    (FieldStatus, same order)
+//!   field_data    batch_size * fields * field_max_bytes
+//!                 (field f of sample i at (i * fields + f) * field_max_bytes)
 //! ```
+//! The field regions are empty when the spec asks for no fields (the host part is then what
+//! it was before fields existed). Each (sample, field) has its own fixed room: workers fill a
+//! batch's samples in parallel without sharing an allocator, and one sample's long field can
+//! never crowd out another's.
 //! Every region starts on a [`SLOT_ALIGN`]-byte boundary, and so does every slot of each part.
 //!
 //! [`memfd`] holds a ring in shared host memory (the host part, and the images of the CPU
@@ -64,6 +72,52 @@ impl SampleStatus {
     }
 }
 
+/// What became of one field of one sample (see [`SlotLayout`]'s field regions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FieldStatus {
+    /// The field's bytes are in the slot, exactly as stored; its length is the field's length.
+    Ok = 0,
+    /// The sample has no member with this extension (or its dataset has no fields: a folder,
+    /// a file list); its length is 0.
+    Missing = 1,
+    /// The field is longer than the spec's `field_max_bytes`; its length is the field's
+    /// length, its bytes are not in the slot.
+    TooLarge = 2,
+    /// The field could not be read (the daemon's log says why); its length is 0.
+    Unreadable = 3,
+}
+
+impl FieldStatus {
+    pub fn from_u8(v: u8) -> Option<FieldStatus> {
+        match v {
+            0 => Some(FieldStatus::Ok),
+            1 => Some(FieldStatus::Missing),
+            2 => Some(FieldStatus::TooLarge),
+            3 => Some(FieldStatus::Unreadable),
+            _ => None,
+        }
+    }
+
+    /// Why field `field` of `sample` (its global index) is not served, for a person:
+    /// `None` when it is.
+    pub fn reason(self, field: &str, sample: u64, len: u32, max: usize) -> Option<String> {
+        let what = format!("field {field:?} of sample {sample}");
+        match self {
+            FieldStatus::Ok => None,
+            FieldStatus::Missing => Some(format!(
+                "{what}: the sample has no member with that extension"
+            )),
+            FieldStatus::TooLarge => Some(format!(
+                "{what}: {len} bytes, over the spec's field_max_bytes of {max}"
+            )),
+            FieldStatus::Unreadable => Some(format!(
+                "{what}: cannot be read (the daemon's log says why)"
+            )),
+        }
+    }
+}
+
 /// Rounds `n` up to a multiple of `align` (a power of two).
 pub const fn align_up(n: usize, align: usize) -> usize {
     (n + align - 1) & !(align - 1)
@@ -103,6 +157,14 @@ pub struct SlotLayout {
     pub labels: usize,
     pub indices: usize,
     pub status: usize,
+    /// Fields asked for per sample, and the room each has.
+    pub fields: usize,
+    pub field_max_bytes: usize,
+    /// Offsets in the slot's host part of the fields' lengths (u32), statuses
+    /// ([`FieldStatus`]) and bytes; see the module docs.
+    pub field_lens: usize,
+    pub field_status: usize,
+    pub field_data: usize,
     /// Bytes of one slot's host part, a multiple of [`SLOT_ALIGN`].
     pub host_slot_bytes: usize,
     /// Both parts: what one slot costs in all.
@@ -118,7 +180,17 @@ impl SlotLayout {
         let labels = 0;
         let indices = align_up(labels + batch_size * 8, SLOT_ALIGN);
         let status = align_up(indices + batch_size * 8, SLOT_ALIGN);
-        let host_slot_bytes = align_up(status + batch_size, SLOT_ALIGN);
+        let fields = spec.fields.len();
+        let field_max_bytes = if fields == 0 {
+            0
+        } else {
+            spec.field_max_bytes as usize
+        };
+        let entries = batch_size * fields;
+        let field_lens = align_up(status + batch_size, SLOT_ALIGN);
+        let field_status = align_up(field_lens + entries * 4, SLOT_ALIGN);
+        let field_data = align_up(field_status + entries, SLOT_ALIGN);
+        let host_slot_bytes = align_up(field_data + entries * field_max_bytes, SLOT_ALIGN);
         SlotLayout {
             batch_size,
             image_bytes,
@@ -127,9 +199,36 @@ impl SlotLayout {
             labels,
             indices,
             status,
+            fields,
+            field_max_bytes,
+            field_lens,
+            field_status,
+            field_data,
             host_slot_bytes,
             slot_bytes: image_slot_bytes + host_slot_bytes,
         }
+    }
+}
+
+impl SlotLayout {
+    /// Where field `field` of the sample at position `at` lies in the slot's host part:
+    /// (offset of its length, of its status, of its room of `field_max_bytes`).
+    ///
+    /// # Panics
+    /// If `at` or `field` is out of the slot's range.
+    pub fn field_at(&self, at: usize, field: usize) -> (usize, usize, usize) {
+        assert!(
+            at < self.batch_size && field < self.fields,
+            "field {field} of position {at}: the slot has {} fields of {} samples",
+            self.fields,
+            self.batch_size
+        );
+        let e = at * self.fields + field;
+        (
+            self.field_lens + e * 4,
+            self.field_status + e,
+            self.field_data + e * self.field_max_bytes,
+        )
     }
 }
 
@@ -242,6 +341,42 @@ mod tests {
         assert_eq!(r.host_offset(0), 5 * s.image_slot_bytes);
         assert!(r.host_offset(4) + s.host_slot_bytes <= r.ring_bytes);
         assert_eq!(r.total_bytes(), r.ring_bytes);
+    }
+
+    #[test]
+    fn field_regions_are_empty_without_fields_and_disjoint_with_them() {
+        let plain = PipelineSpec::train(3, 17);
+        let without = SlotLayout::new(&plain);
+        assert_eq!(without.field_data, without.host_slot_bytes);
+        assert_eq!(
+            without.host_slot_bytes,
+            align_up(without.status + 3, SLOT_ALIGN)
+        );
+        let spec = PipelineSpec {
+            fields: vec!["txt".into(), "json".into()],
+            field_max_bytes: 100,
+            ..plain
+        };
+        let s = SlotLayout::new(&spec);
+        assert_eq!(
+            (s.labels, s.indices, s.status),
+            (without.labels, without.indices, without.status)
+        );
+        for off in [s.field_lens, s.field_status, s.field_data] {
+            assert_eq!(off % SLOT_ALIGN, 0);
+        }
+        assert!(s.field_lens >= s.status + 3);
+        assert!(s.field_status >= s.field_lens + 6 * 4);
+        assert!(s.field_data >= s.field_status + 6);
+        assert_eq!(
+            s.field_at(0, 0),
+            (s.field_lens, s.field_status, s.field_data)
+        );
+        assert_eq!(
+            s.field_at(2, 1),
+            (s.field_lens + 20, s.field_status + 5, s.field_data + 500)
+        );
+        assert!(s.field_at(2, 1).2 + 100 <= s.host_slot_bytes);
     }
 
     #[test]

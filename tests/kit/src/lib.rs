@@ -11,6 +11,7 @@
 //! - [`child`]: the test binary again in a role, processes of another uid.
 //! - [`wire`]: the protocol spoken by hand.
 //! - [`client_process`]: the client processes tests start (`stoker-test-client`).
+//! - [`shards`]: WebDataset shard sets with captions and JSON fields.
 //! - [`rank_orders`]: what a rank's client process does in the multi-host tests.
 //! - [`prometheus`]: the daemon's metrics endpoint scraped over HTTP.
 //! - [`edge_manifest`], [`fuzz_cases`]: the edge corpus's expectations, fuzz case counts.
@@ -35,6 +36,7 @@ pub mod fuzz_cases;
 pub mod images;
 pub mod prometheus;
 pub mod rank_orders;
+pub mod shards;
 pub mod wire;
 
 pub use daemon::{proc_fd_targets, proc_rss_kib, read_log, stokerd_path, Daemon};
