@@ -16,6 +16,8 @@ DTYPES = ("u8", "f16", "bf16", "f32")
 DTYPE_ALIASES = {"uint8": "u8", "float16": "f16", "half": "f16", "bfloat16": "bf16",
                  "float32": "f32", "float": "f32"}
 LAYOUTS = ("nchw", "nhwc")
+# How a field's bytes are handed out (Loader(fields={name: mode})).
+FIELD_MODES = ("bytes", "str", "json")
 
 
 def _refuse(name, must, got):
@@ -67,7 +69,7 @@ def _choice(name, v, choices, aliases=None):
 def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
                ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                dtype="f32", layout="nchw", drop_last=False, epochs=None, shuffle=None,
-               exif_orientation=False):
+               exif_orientation=False, fields=None, field_max_bytes=None):
     """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md.
     `flip_prob` defaults to 0.5 for training and 0 for evaluation (`train=False`), `shuffle`
     to True for training and False for evaluation. Raises SpecError naming the argument."""
@@ -101,4 +103,32 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
     if exif_orientation:
         # Sent only when on, so a daemon that predates the option serves the rest as before.
         spec["exif_orientation"] = True
+    names = [name for name, _ in field_modes(fields)]
+    if names:
+        # Sent only when asked for, like exif_orientation. The names' rules are libstoker's.
+        spec["fields"] = names
+    if field_max_bytes is not None:
+        spec["field_max_bytes"] = _int("field_max_bytes", field_max_bytes, 1, 2**32 - 1)
     return spec
+
+
+def field_modes(fields):
+    """[(name, mode)] for `Loader(fields=...)`: a list of extensions (each served as bytes),
+    or a dict {extension: "bytes" | "str" | "json"}."""
+    if fields is None:
+        return []
+    must = "must be a list of extensions or a dict {extension: 'bytes' | 'str' | 'json'}"
+    if isinstance(fields, (str, bytes)):
+        _refuse("fields", must, fields)
+    if isinstance(fields, dict):
+        items = list(fields.items())
+    elif isinstance(fields, (list, tuple)):
+        items = [(name, "bytes") for name in fields]
+    else:
+        _refuse("fields", must, fields)
+    for name, mode in items:
+        if not isinstance(name, str):
+            _refuse("fields", "names must be strings (extensions such as 'txt')", name)
+        if mode not in FIELD_MODES:
+            _refuse(f"fields[{name!r}]", "must be 'bytes', 'str' or 'json'", mode)
+    return items

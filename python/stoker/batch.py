@@ -11,12 +11,16 @@ event there when the slot is released and gives the slot back only once it compl
 """
 
 import ctypes
+import json
 import sys
 from ctypes import POINTER, byref
 
 from . import _lib
 from ._lib import DLManagedTensorVersioned, call, lib
-from .errors import StokerError
+from .errors import FieldError, StokerError, error_for
+
+# FieldStatus (ipc/src/ring/mod.rs) as FieldError.reason names it.
+_FIELD_REASONS = {1: "missing", 2: "too_large", 3: "unreadable"}
 
 _DTYPE_NAMES = {
     (_lib.KDL_UINT, 8): "uint8",
@@ -159,14 +163,17 @@ def _tensor(which):
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
     1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
-    slot's images address, host or device)."""
+    slot's images address, host or device). `fields` (when the spec asks for fields) is a dict
+    of per-sample lists, `field(name, i)` one value."""
 
-    def __init__(self):
+    def __init__(self, field_modes=()):
         """An empty batch: `stoker_next` writes its lease into `_handle` (pass
         `byref(batch._handle)`), then `_read_header()` fills the rest. The object exists before
         the lease does, so the lease always has an owner, even when a KeyboardInterrupt unwinds
         the call that received it (the Loader keeps the batch and hands it out next)."""
         self._handle = ctypes.c_void_p()
+        # (name, "bytes" | "str" | "json") per field the spec asks for, in its order.
+        self._field_modes = tuple(field_modes)
         self.epoch = None
         self.step = self.n = self.slot = self.images_ptr = None
 
@@ -187,6 +194,61 @@ class Batch:
     labels = _tensor("labels")
     indices = _tensor("indices")
     status = _tensor("status")
+
+    @property
+    def fields(self):
+        """{name: [value per sample]} for the spec's fields: each value the sample's own bytes
+        (copied out of the ring), decoded as the Loader's `fields` asked (bytes, str, parsed
+        JSON), or a FieldError (not raised) where that sample's field is not served: the
+        other samples are unaffected. Read anew on each access."""
+        out = {}
+        for f, (name, mode) in enumerate(self._field_modes):
+            values = []
+            for i in range(self.n):
+                try:
+                    values.append(self._field(f, name, mode, i))
+                except FieldError as e:
+                    values.append(e)
+            out[name] = values
+        return out
+
+    def field(self, name, i):
+        """Field `name` of sample `i`, decoded as the Loader's `fields` asked; raises FieldError
+        (naming the sample and the reason) where it is not served."""
+        for f, (known, mode) in enumerate(self._field_modes):
+            if known == name:
+                if not 0 <= i < self.n:
+                    raise IndexError(f"sample {i} of a batch of {self.n}")
+                return self._field(f, name, mode, i)
+        raise KeyError(f"field {name!r}: the spec asks for {[n for n, _ in self._field_modes]}")
+
+    def _field(self, f, name, mode, i):
+        if not self._handle:
+            raise StokerError(f"the batch's field {name!r} was read after release()")
+        data, length, status = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_uint8()
+        r = lib.stoker_batch_field(self._handle, f, i, byref(data), byref(length), byref(status))
+        if r == FieldError.code:
+            raise FieldError(_lib.last_error(), sample=self._index(i), field=name,
+                             reason=_FIELD_REASONS.get(status.value, "unreadable"))
+        if r != 0:
+            raise error_for(r, f"stoker_batch_field: {_lib.last_error()}")
+        raw = ctypes.string_at(data.value, length.value) if length.value else b""
+        if mode == "bytes":
+            return raw
+        try:
+            text = raw.decode("utf-8")
+            return text if mode == "str" else json.loads(text)
+        except ValueError as e:
+            reason = "not_text" if isinstance(e, UnicodeDecodeError) else "not_json"
+            what = "UTF-8 text" if reason == "not_text" else "JSON"
+            sample = self._index(i)
+            raise FieldError(f"field {name!r} of sample {sample} is not {what}: {e}",
+                             sample=sample, field=name, reason=reason) from None
+
+    def _index(self, i):
+        """The global sample index at position `i`."""
+        header = _lib.read_info(_lib.BatchHeader, "stoker_batch_info", self._handle)
+        return header.indices[i]
 
     def release(self):
         """Gives up this object's share of the slot now (arrays already imported keep theirs).

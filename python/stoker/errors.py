@@ -73,6 +73,23 @@ class DeviceError(StokerError):
     code = -10
 
 
+class FieldError(StokerError):
+    """One sample's field is not served: the sample has no member with that extension, it is
+    over the spec's `field_max_bytes`, it could not be read, or it is not the text or JSON
+    asked for. The message names the sample (its global index), the field and the reason;
+    `sample`, `field` and `reason` ("missing", "too_large", "unreadable", "not_text",
+    "not_json") say the same. Batches carry it in place of that sample's value, they do not
+    raise it: other samples are unaffected."""
+
+    code = -11
+
+    def __init__(self, message, code=None, *, sample=None, field=None, reason=None):
+        super().__init__(message, code)
+        self.sample = sample
+        self.field = field
+        self.reason = reason
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -86,6 +103,7 @@ _BY_CODE = {
         StokerIOError,
         InternalError,
         DeviceError,
+        FieldError,
     )
 }
 

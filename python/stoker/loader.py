@@ -8,7 +8,7 @@ from ctypes import byref, c_size_t, c_uint64, c_void_p, create_string_buffer
 from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
-from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec
+from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes
 from .errors import ConnectError, DaemonGone, InvalidArgument
 
 STATE_VERSION = 2
@@ -114,7 +114,11 @@ class Loader:
     default True); `train=False` is Resize(resize, default crop*256/224) + CenterCrop(crop),
     no flip and dataset order (`flip_prob` and `shuffle` default to 0 and False).
     `exif_orientation=True` shows each JPEG as its EXIF orientation says (as Pillow's
-    `ImageOps.exif_transpose`) before cropping; off by default (stored order). The
+    `ImageOps.exif_transpose`) before cropping; off by default (stored order).
+    `fields=["txt", "json"]` (or `{"txt": "str", "json": "json"}`) serves those members of each
+    WebDataset key beside the images: iterating then yields `(images, labels, fields)`, fields
+    a dict of per-sample lists (bytes, str or parsed JSON; a `FieldError` in place of a sample's
+    value that is missing, over `field_max_bytes` (default 4096) or unreadable). The
     arguments are checked here: a bad one raises SpecError naming it.
 
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
@@ -128,17 +132,21 @@ class Loader:
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None,
-                 shuffle=None, exif_orientation=False):
+                 shuffle=None, exif_orientation=False, fields=None, field_max_bytes=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
                               layout=layout, drop_last=drop_last, epochs=epochs,
-                              shuffle=shuffle, exif_orientation=exif_orientation)
+                              shuffle=shuffle, exif_orientation=exif_orientation,
+                              fields=fields, field_max_bytes=field_max_bytes)
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)
+        # (name, "bytes" | "str" | "json") per field the spec asks for, in its order.
+        self._field_modes = (field_modes(fields) if fields is not None
+                             else [(name, "bytes") for name in self.spec.get("fields", [])])
         self.rank = rank if rank is not None else (_env_int("RANK") or 0)
         self.world_size = world_size if world_size is not None else (_env_int("WORLD_SIZE") or 1)
         self.local_rank = _env_int("LOCAL_RANK") or 0
@@ -307,7 +315,7 @@ class Loader:
             if self._ended:
                 return None
             self._attach()
-            held = self._held = Batch()
+            held = self._held = Batch(self._field_modes)
             r = self._next_into(held)
             if r == STOKER_END_OF_DATA:
                 self._held = None
@@ -367,7 +375,7 @@ class Loader:
             if b is None:
                 return
             # Made before the batch is handed out: an interrupt in here leaves it held.
-            item = b.images, b.labels
+            item = (b.images, b.labels, b.fields) if self._field_modes else (b.images, b.labels)
             del b
             self._take()
             yield item
