@@ -112,11 +112,24 @@ fn bench_measures_every_stage_and_two_client_processes_end_to_end() {
         stages,
         [
             "storage",
+            "entropy decode (ceiling)",
             "decode",
             "decode+augment",
             "pipeline (in-process)"
         ]
     );
+    // Issue 25 item 1: stoker's rate per core as a fraction of the entropy-decode ceiling.
+    let ceiling = &r["ceiling"];
+    let (entropy, ours) = (
+        ceiling["entropy_per_core"].as_f64().unwrap(),
+        ceiling["stoker_per_core"].as_f64().unwrap(),
+    );
+    assert!(entropy > 0.0 && ours > 0.0, "{ceiling}");
+    assert!(
+        (ceiling["fraction"].as_f64().unwrap() - ours / entropy).abs() < 1e-9,
+        "{ceiling}"
+    );
+    assert!(table.contains("of the entropy-decode ceiling"), "{table}");
     let e2e = &r["end_to_end"][0];
     assert_eq!(e2e["clients"], 2);
     // Two ranks share one epoch of 40 samples.

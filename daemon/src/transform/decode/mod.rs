@@ -31,6 +31,7 @@
 //!   decode.
 
 mod encode;
+mod entropy;
 mod error;
 mod exif;
 mod image;
@@ -45,6 +46,7 @@ use std::cell::RefCell;
 use stoker_kernels::reference::{CropBox, RgbImage};
 
 pub use encode::{EncodeOptions, JpegEncoder};
+pub use entropy::EntropyDecoder;
 pub use error::DecodeError;
 pub use image::{probe_image, ImageHeader};
 pub use restart::{add_restart_markers, NotRewritten, RESTART_COLUMNS};

@@ -157,7 +157,8 @@ impl TjHandle {
         Self::init(tj::TJINIT_TJINIT_COMPRESS)
     }
 
-    /// A lossless-transform instance (decompresses coefficients, compresses them again).
+    /// A lossless-transform instance (decompresses coefficients, compresses them again; or
+    /// only decompresses them, [`TjHandle::read_coefficients`]).
     pub(crate) fn new_transformer() -> Option<TjHandle> {
         Self::init(tj::TJINIT_TJINIT_TRANSFORM)
     }
@@ -291,6 +292,50 @@ impl TjHandle {
                 format.raw(),
             )
         };
+        self.check(rc)
+    }
+
+    /// Entropy-decodes every DCT coefficient of `jpeg` and nothing else: no IDCT, no
+    /// upsampling, no colour conversion, no output. This is libjpeg's
+    /// `jpeg_read_coefficients`, reached through `tj3Transform` with one `TJXOP_NONE` transform
+    /// whose output is switched off (`TJXOPT_NOOUTPUT`, `TJXOPT_COPYNONE`). The handle must
+    /// come from [`TjHandle::new_transformer`].
+    pub(crate) fn read_coefficients(&mut self, jpeg: &[u8]) -> Result<(), TjError> {
+        // TJXOP and TJXOPT values are small enum constants.
+        #[allow(clippy::cast_possible_wrap)]
+        let transform = tj::tjtransform {
+            r: tj::tjregion {
+                x: 0,
+                y: 0,
+                w: 0,
+                h: 0,
+            },
+            op: tj::TJXOP_TJXOP_NONE as libc::c_int,
+            options: (tj::TJXOPT_NOOUTPUT | tj::TJXOPT_COPYNONE) as libc::c_int,
+            data: std::ptr::null_mut(),
+            customFilter: None,
+        };
+        let mut dst: *mut libc::c_uchar = std::ptr::null_mut();
+        let mut size: tj::size_t = 0;
+        // SAFETY: the handle is live; `jpeg` is readable for its length and only read during
+        // the call; `dst`, `size` and `transform` are one valid element each (n = 1). With
+        // TJXOPT_NOOUTPUT TurboJPEG neither writes nor allocates an output buffer, so `dst`
+        // stays null (checked below all the same).
+        let rc = unsafe {
+            tj::tj3Transform(
+                self.raw.as_ptr(),
+                jpeg.as_ptr(),
+                jpeg.len() as tj::size_t,
+                1,
+                &mut dst,
+                &mut size,
+                &transform,
+            )
+        };
+        if !dst.is_null() {
+            // SAFETY: a non-null `dst` was allocated by TurboJPEG (tj3Alloc); freed once, here.
+            unsafe { tj::tj3Free(dst.cast()) };
+        }
         self.check(rc)
     }
 

@@ -239,6 +239,9 @@ pub enum Stage {
     DecodeAugment,
     #[serde(rename = "pipeline (in-process)")]
     Pipeline,
+    /// Entropy decoding alone (coefficients only): the ceiling the others are judged against.
+    #[serde(rename = "entropy decode (ceiling)")]
+    Entropy,
 }
 
 impl Stage {
@@ -248,6 +251,7 @@ impl Stage {
             Stage::Decode => "decode",
             Stage::DecodeAugment => "decode+augment",
             Stage::Pipeline => "pipeline (in-process)",
+            Stage::Entropy => "entropy decode (ceiling)",
         }
     }
 }
@@ -276,7 +280,7 @@ pub struct StageResult {
 }
 
 impl StageResult {
-    fn new(
+    pub(super) fn new(
         stage: Stage,
         threads: usize,
         images: u64,
@@ -455,7 +459,7 @@ pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
 
 /// Runs `work(thread)` on `threads` threads at once and returns the wall seconds and the
 /// process CPU seconds it took.
-fn timed_threads<F>(threads: usize, work: F) -> (f64, f64)
+pub(super) fn timed_threads<F>(threads: usize, work: F) -> (f64, f64)
 where
     F: Fn(usize) + Sync,
 {
@@ -674,7 +678,9 @@ pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
     r
 }
 
+mod ceiling;
 mod report;
+pub use ceiling::{entropy_stage, Ceiling};
 pub use report::{svg_chart, verdict, Verdict};
 
 #[cfg(test)]

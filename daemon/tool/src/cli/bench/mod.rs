@@ -26,9 +26,9 @@ use serde::Serialize;
 use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 
 use crate::bench::{
-    decode_stage, effective_threads, evict, index_timing, load_samples, peak_rss_mb,
+    decode_stage, effective_threads, entropy_stage, evict, index_timing, load_samples, peak_rss_mb,
     pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
-    BenchReport, CacheState, Eviction, IndexTiming, Stage, StageResult, Verdict,
+    BenchReport, CacheState, Ceiling, Eviction, IndexTiming, Stage, StageResult, Verdict,
 };
 use stoker_daemon::service::config::BackendChoice;
 use stoker_daemon::source::index::Dataset;
@@ -259,6 +259,7 @@ pub struct FullReport {
     pub eviction: Option<Eviction>,
     /// Absent with `--storage-only`.
     pub verdict: Option<Verdict>,
+    pub ceiling: Option<Ceiling>,
     pub peers: Vec<PeerResult>,
     pub bench_peak_rss_mb: Option<f64>,
 }
@@ -405,6 +406,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
 
     Ok(FullReport {
         pipeline: Some(pipeline),
+        ceiling: Ceiling::of(&stages),
         stages,
         end_to_end,
         thread_scaling,
@@ -440,6 +442,7 @@ impl FullReport {
             thread_scaling: Vec::new(),
             eviction: None,
             verdict: None,
+            ceiling: None,
             peers: Vec::new(),
             bench_peak_rss_mb: peak_rss_mb(None),
         }
@@ -467,11 +470,10 @@ fn decode_stages(
         images: 1000.max(samples.len()),
         seconds: min_s,
     };
-    progress("decode only");
-    stages.push(
-        decode_stage(&samples, spec, &opts.engine, args.seed, false, at_least)
-            .map_err(|e| e.to_string())?,
-    );
+    progress("entropy decode only (the ceiling), then decode only");
+    stages.push(entropy_stage(&samples, &opts.engine, at_least).map_err(|e| e.to_string())?);
+    let decode = decode_stage(&samples, spec, &opts.engine, args.seed, false, at_least);
+    stages.push(decode.map_err(|e| e.to_string())?);
     progress("decode + augment");
     let both = decode_stage(&samples, spec, &opts.engine, args.seed, true, at_least)
         .map_err(|e| e.to_string())?;

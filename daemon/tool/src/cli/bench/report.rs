@@ -106,9 +106,9 @@ pub const MB_PER_S_NOTE: &str = "MB/s: stage rows count the compressed file byte
      or decoded (decode, augment); end-to-end rows count the output bytes delivered to the \
      clients (images at the output size and dtype)\n";
 
-/// The scaling lines and the peers' figures, under the table.
+/// The ceiling line, the scaling lines and the peers' figures, under the table.
 fn scaling_and_peers(r: &FullReport) -> String {
-    let mut s = String::new();
+    let mut s = r.ceiling.map_or(String::new(), |c| c.line());
     let warm: Vec<&ServedResult> = r
         .end_to_end
         .iter()
