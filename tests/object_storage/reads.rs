@@ -275,3 +275,52 @@ fn walk_sizes(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// Shards packed with `--restart` (JPEGs rewritten with restart markers) give, from a bucket,
+/// the batches plain shards of the same images give: the crops that decode only the restart
+/// intervals they touch are bit-identical to full decodes.
+#[test]
+fn s3_restart_indexed_shards_give_the_batches_of_plain_shards() {
+    use stoker_tool::pack::{pack_dataset_with, PackOptions};
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // Large enough for crops to skip restart intervals (16x16 outputs from 160-190 px images).
+    let folder = dir.path().join("big");
+    write_image_folder(&folder, 2, 6, 160);
+    let no_cache = OpenOptions {
+        use_cache: false,
+        ..OpenOptions::default()
+    };
+    let ds = Dataset::open(&folder, &no_cache).unwrap();
+    let pack = |name: &str, restart: bool| {
+        let out = dir.path().join(name);
+        std::fs::create_dir_all(&out).unwrap();
+        let opts = PackOptions {
+            restart,
+            ..PackOptions::plain(1 << 20)
+        };
+        let summary = pack_dataset_with(&ds, &out, &opts, &mut |_| Ok(())).unwrap();
+        (out, summary)
+    };
+    let (plain, _) = pack("plain", false);
+    let (restart, summary) = pack("restart", true);
+    assert_eq!(summary.restart_indexed, 12, "{summary:?}");
+    let weed = Weed::start(dir.path());
+    weed.upload(&restart, "restart");
+    let config = write_config(dir.path(), &weed, "", "");
+    let daemon = Daemon::start_configured(dir.path(), &config, &["--threads", "2"]);
+    let socket = daemon.socket();
+    let want = run(socket, plain.to_str().unwrap(), "plain-shards", 4);
+    let local = run(socket, restart.to_str().unwrap(), "restart-shards", 4);
+    let remote = run(socket, &format!("s3://{BUCKET}/restart"), "s3-restart", 4);
+    assert_eq!(want.len(), 3);
+    assert!(all_ok(&want) && all_ok(&local) && all_ok(&remote));
+    assert!(
+        local == want,
+        "local restart-indexed shards differ from plain shards"
+    );
+    assert!(
+        remote == want,
+        "s3:// restart-indexed shards differ from plain shards"
+    );
+}

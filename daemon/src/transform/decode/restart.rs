@@ -10,7 +10,7 @@
 //! - The interval is [`RESTART_COLUMNS`] intervals per MCU row (a divisor of the row's MCU
 //!   count, so every interval lies in one MCU row and intervals form a grid): a crop then skips
 //!   the rows above and below it and most of the columns beside it.
-//! - At decode time [`RestartLayout::parse`] finds the markers by walking the scan (a search
+//! - At decode time [`RestartLayout::parse`] finds the markers by walking the scan (a `memchr`
 //!   for `FF` over bytes that are being decoded anyway, a few microseconds), so the index needs
 //!   no per-sample offsets and old shards, folders and `s3://` shards all work alike.
 //! - [`PartialStream`] builds a smaller, valid JPEG from the intervals covering the decode
@@ -254,7 +254,7 @@ impl RestartLayout {
         starts.push(frame.scan_at);
         let mut pos = frame.scan_at;
         let eoi_at = loop {
-            pos += b.get(pos..)?.iter().position(|&c| c == 0xFF)?;
+            pos += memchr::memchr(0xFF, b.get(pos..)?)?;
             match *b.get(pos + 1)? {
                 0x00 | 0xFF => pos += 1,
                 m @ 0xD0..=0xD7 => {
