@@ -10,6 +10,8 @@
 //!   completion, the backend trait, the CPU backend and the CUDA backend);
 //! - **serve**: `serve` (registry, connection state machine, accept loop, ops handle, `lobby`,
 //!   `stall`, `access`);
+//! - **remote**: `remote` (remote CPU workers: a worker's TCP listener, the home daemon's
+//!   backends that send units to workers, the wire, the shared-secret handshake);
 //! - **service**: `service` (what `stokerd` runs; `config`, `backend` (the `--backend`
 //!   choice), `systemd`, `detach`, `logging`, `metrics`, `ratelimit`);
 //! - **sync**: the one lock policy (locks recover from poison), used by every room.
@@ -21,6 +23,7 @@
 //! → the `engine` publishes the slot.
 
 pub mod engine;
+pub mod remote;
 pub mod serve;
 pub mod service;
 pub mod source;

@@ -16,6 +16,8 @@
 use stoker::ring::{FieldStatus, RingLayout, SampleStatus, SlotLayout};
 use stoker::spec::PipelineSpec;
 
+use super::backend::UnitWork;
+
 /// Where one slot's images are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotImages {
@@ -24,6 +26,41 @@ pub enum SlotImages {
     /// A device address (CUDA `CUdeviceptr`) on the ring's GPU, valid for
     /// `layout().slot.image_slot_bytes` bytes.
     Device(u64),
+}
+
+impl UnitWork<'_> {
+    /// The unit's images, `indices.len()` of them one after another, as host bytes (a
+    /// remote worker's pixels are read straight into them, `crate::remote::home`).
+    ///
+    /// # Panics
+    /// If the slot's images are device memory, or the unit lies outside the slot.
+    ///
+    /// # Safety
+    /// The caller must be filling this unit (the worker holding it), and no other reference
+    /// to these images may live while the slice does.
+    #[allow(
+        clippy::mut_from_ref,
+        reason = "the unit's images are the holder's alone"
+    )]
+    pub unsafe fn host_images(&self) -> &mut [u8] {
+        let SlotImages::Host(base) = self.images else {
+            panic!("host images expected, got {:?}", self.images);
+        };
+        let (layout, end) = (&self.layout, self.start + self.indices.len());
+        assert!(
+            end <= layout.batch_size,
+            "unit ends at {end} of {}",
+            layout.batch_size
+        );
+        // SAFETY: the images of positions start..end lie inside the slot's image part
+        // (SlotLayout, SlotMemory's contract), and the caller holds them alone.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                base.add(layout.images + self.start * layout.image_bytes),
+                self.indices.len() * layout.image_bytes,
+            )
+        }
+    }
 }
 
 /// Memory a feed writes slots into: host memory for the in-process pipeline, a memfd mapping

@@ -67,6 +67,7 @@ pub use job::Job;
 pub use memory::{HeapRing, SlotImages, SlotMemory};
 use scheduler::{JobFeeds, Sched, Shared};
 pub use stats::{StageHistograms, StageStats, StageTotals};
+pub use worker::replacement_candidates;
 use worker::{PendingUnit, Worker};
 
 /// Most samples of one batch in a unit of work of the CPU backend.
@@ -125,6 +126,16 @@ pub enum PipelineError {
     },
     #[error("backend fault: {0}")]
     Backend(BackendFault),
+    #[error("{0}: its units or image memory differ from the engine's backend")]
+    Extra(String),
+}
+
+/// More threads taking the engine's units, each with a backend of `factory`: `threads` of
+/// them, named `stoker-NAME-i` (the remote workers' connections, `crate::remote`).
+pub struct ExtraWorkers<'a> {
+    pub name: String,
+    pub factory: &'a dyn BackendFactory,
+    pub threads: usize,
 }
 
 /// How the engine runs.
@@ -193,6 +204,23 @@ impl Engine {
         config: EngineConfig,
         factory: &dyn BackendFactory,
     ) -> Result<Arc<Engine>, PipelineError> {
+        Engine::with_backends(config, factory, &[])
+    }
+
+    /// As [`Engine::with_backend`], plus the threads of `extra`: more takers of the same
+    /// units (remote workers, `crate::remote`), each waiting on its own backend. They must
+    /// cut units and write images as `factory` does.
+    pub fn with_backends(
+        config: EngineConfig,
+        factory: &dyn BackendFactory,
+        extra: &[ExtraWorkers<'_>],
+    ) -> Result<Arc<Engine>, PipelineError> {
+        if let Some(e) = extra.iter().find(|e| {
+            e.factory.unit_size() != factory.unit_size()
+                || e.factory.image_memory() != factory.image_memory()
+        }) {
+            return Err(PipelineError::Extra(e.name.clone()));
+        }
         let threads = if config.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -207,9 +235,14 @@ impl Engine {
             backend = kind.name(),
             "pipeline engine starting"
         );
-        let backends = (0..threads)
-            .map(|_| factory.make(&config))
+        let mut backends = (0..threads)
+            .map(|_| factory.make(&config).map(|b| (b, "worker".to_owned())))
             .collect::<Result<Vec<_>, _>>()?;
+        for e in extra {
+            for _ in 0..e.threads {
+                backends.push((e.factory.make(&config)?, e.name.clone()));
+            }
+        }
         let shared = Arc::new(Shared {
             sched: Mutex::new(Sched::with_shares(config.user_shares.clone())),
             work: Condvar::new(),
@@ -232,10 +265,10 @@ impl Engine {
             kind,
             image_memory: factory.image_memory(),
         });
-        for (i, backend) in backends.into_iter().enumerate() {
+        for (i, (backend, name)) in backends.into_iter().enumerate() {
             let mut worker = Worker::new(shared.clone(), backend, completions.clone());
             let handle = std::thread::Builder::new()
-                .name(format!("stoker-worker-{i}"))
+                .name(format!("stoker-{name}-{i}"))
                 .spawn(move || worker.run())
                 .map_err(PipelineError::Thread)?;
             lock(&engine.workers).push(handle);

@@ -224,14 +224,9 @@ impl Worker {
     /// fills; returns the index of the one delivered.
     fn replace(&mut self, spot: &Spot<'_>, bad: u64) -> Option<u64> {
         let (job, pos) = (spot.job, spot.pos);
-        let mut rng = KeyedRng::new(job.seed, pos.epoch, bad, Stream::Replacement);
         let len = job.dataset.len() as u64;
         let shared = Arc::clone(&self.shared);
-        for _ in 0..MAX_REPLACEMENT_TRIES {
-            let other = rng.below(len);
-            if other == bad {
-                continue;
-            }
+        for other in replacement_candidates(job.seed, pos.epoch, bad, len) {
             let work = SampleWork {
                 job,
                 pos,
@@ -250,6 +245,21 @@ impl Worker {
         }
         None
     }
+}
+
+/// The samples tried, in order, in place of the bad sample `bad` of `epoch` (of a dataset of
+/// `len` samples) under the `skip` policy: the one rule the engine and a remote worker
+/// (`crate::remote`) both follow, so a replacement is the same wherever it is decided.
+pub fn replacement_candidates(
+    seed: u64,
+    epoch: u64,
+    bad: u64,
+    len: u64,
+) -> impl Iterator<Item = u64> {
+    let mut rng = KeyedRng::new(seed, epoch, bad, Stream::Replacement);
+    (0..MAX_REPLACEMENT_TRIES)
+        .map(move |_| rng.below(len))
+        .filter(move |&other| other != bad)
 }
 
 /// The completion thread: waits for each pending unit in turn, then finishes it (publishing

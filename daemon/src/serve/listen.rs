@@ -23,7 +23,7 @@ use stoker::socket::groups::gid_of;
 use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::engine::backend::BackendKind;
-use crate::engine::Engine;
+use crate::engine::{CpuBackendFactory, Engine, ExtraWorkers};
 use crate::serve::access::{AccessPolicy, Quotas};
 use crate::service::config::{Config, LimitsConfig};
 use crate::source::object::ObjectStore;
@@ -142,7 +142,12 @@ impl Server {
     /// creating its directory and replacing a stale socket no daemon answers on. `config` has
     /// been validated (with the command line's overrides applied); `backend` serves ranks that
     /// name a GPU (`Cuda`) or refuses them (`Cpu`).
-    pub fn bind(config: &Config, backend: BackendKind) -> Result<Server, ServerError> {
+    /// `extra` are more takers of the CPU engine's units (remote workers' connections).
+    pub fn bind(
+        config: &Config,
+        backend: BackendKind,
+        extra: &[ExtraWorkers<'_>],
+    ) -> Result<Server, ServerError> {
         let socket = config.socket_path();
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Ours, and nobody else may write to it: else another user could put their
@@ -166,7 +171,7 @@ impl Server {
             config.server.socket_mode,
             config.server.socket_group.as_deref(),
         )?;
-        Server::with_listener(listener, socket, true, config, backend)
+        Server::with_listener(listener, socket, true, config, backend, extra)
     }
 
     /// Serves on a listening socket systemd passed (socket activation), after checking it is
@@ -176,6 +181,7 @@ impl Server {
         socket: PathBuf,
         config: &Config,
         backend: BackendKind,
+        extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
         crate::service::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
         Server::with_listener(
@@ -184,6 +190,7 @@ impl Server {
             false,
             config,
             backend,
+            extra,
         )
     }
 
@@ -193,9 +200,10 @@ impl Server {
         owns_socket: bool,
         config: &Config,
         backend: BackendKind,
+        extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
         let engine = config.engine();
-        let cpu = Engine::new(engine.clone())?;
+        let cpu = Engine::with_backends(engine.clone(), &CpuBackendFactory, extra)?;
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
             jobs: Mutex::default(),

@@ -84,6 +84,10 @@ pub struct Config {
     pub datasets: BTreeMap<String, PathBuf>,
     /// Object storage (`s3://` datasets) and the node cache.
     pub s3: crate::source::object::S3Config,
+    /// This daemon as a remote worker for home daemons (`crate::remote`).
+    pub worker: super::remote_config::WorkerConfig,
+    /// The remote workers this daemon sends units to.
+    pub remote: super::remote_config::RemoteConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -351,6 +355,9 @@ impl Config {
                 "access.dataset_roots: {} must be absolute",
                 root.display()
             ));
+        }
+        if let Some(problem) = self.worker.problem().or_else(|| self.remote.problem()) {
+            return Some(problem);
         }
         if let Some(addr) = &self.metrics.listen {
             if let Err(e) = addr.parse::<std::net::SocketAddr>() {

@@ -11,7 +11,8 @@
 //!   SIGHUP reloads the access rules and registered datasets.
 //!
 //! Files: `run` (the run itself: config, backend, bind, serve, drain), `config` (the TOML
-//! file, its defaults and validation), `backend` (the `--backend` choice against what this
+//! file, its defaults and validation), `remote_config` (its `[worker]` and `[remote]`
+//! sections, for `crate::remote`), `backend` (the `--backend` choice against what this
 //! host has), `systemd` (sd_notify, the watchdog, socket activation, signals), `exit` (the
 //! exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the
 //! child), `logging` (the tracing subscriber), `metrics` (the Prometheus names and the
@@ -29,6 +30,7 @@ pub mod exit;
 pub mod logging;
 pub mod metrics;
 pub mod ratelimit;
+pub mod remote_config;
 mod run;
 pub mod systemd;
 pub mod users;

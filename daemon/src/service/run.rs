@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::ExtraWorkers;
+use crate::remote::home::RemoteFactory;
+use crate::remote::unit::DatasetRules;
+use crate::remote::worker::WorkerSetup;
 use crate::serve::access::AccessPolicy;
 use crate::serve::{Server, ServerError, ServerHandle};
 use crate::service::backend::BackendError;
@@ -16,6 +20,7 @@ use crate::service::detach::ReadyNotice;
 use crate::service::exit::Exit;
 use crate::service::metrics::{MetricsError, MetricsListener};
 use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
+use crate::source::object::ObjectStore;
 
 /// How long attached clients get to go after SIGTERM before the daemon exits anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,6 +97,8 @@ pub enum ServiceError {
     Server(#[from] ServerError),
     #[error("{0}")]
     Metrics(#[from] MetricsError),
+    #[error("{0}")]
+    Remote(crate::remote::worker::WorkerError),
     #[error("cannot start the {name} thread: {source}")]
     Thread {
         name: &'static str,
@@ -109,6 +116,7 @@ impl ServiceError {
             ServiceError::Config(_) | ServiceError::Systemd(_) | ServiceError::Backend(_) => true,
             ServiceError::Server(e) => e.is_config(),
             ServiceError::Metrics(e) => e.is_config(),
+            ServiceError::Remote(e) => e.is_config(),
             ServiceError::Thread { .. } | ServiceError::GpuRestart(_) => false,
         }
     }
@@ -148,14 +156,18 @@ pub fn run(
     let activated = systemd::listen_fd()?;
     let backend = crate::service::backend::choose(file.pipeline.backend)?;
     tracing::info!(backend = backend.name(), "decode backend");
+    let remotes = remote_workers(&file)?;
+    // Listening before the socket is: once a client can attach here, home daemons can too.
+    start_worker(&file)?;
     let server = match activated {
         Some((fd, name)) => {
             tracing::info!(name, "using the socket systemd passed (socket activation)");
             let path = systemd::socket_path(&fd).unwrap_or_else(|| file.socket_path());
-            Server::from_activated(fd, path, &file, backend)?
+            Server::from_activated(fd, path, &file, backend, &extra_workers(&remotes))?
         }
-        None => Server::bind(&file, backend)?,
+        None => Server::bind(&file, backend, &extra_workers(&remotes))?,
     };
+
     let handle = server.handle();
     if let Some(addr) = file.metrics_addr() {
         let prom = crate::service::metrics::install()?;
@@ -204,6 +216,55 @@ pub fn run(
         return Err(ServiceError::GpuRestart(cause));
     }
     tracing::info!("stokerd stopped");
+    Ok(())
+}
+
+/// The workers of `[remote]`, one backend factory each.
+fn remote_workers(file: &Config) -> Result<Vec<RemoteFactory>, ServiceError> {
+    let remotes =
+        crate::remote::home::factories(&file.remote).map_err(|e| ServiceError::Remote(e.into()))?;
+    for r in &remotes {
+        let connections = r.connections();
+        tracing::info!(worker = r.addr(), connections, "remote worker");
+    }
+    Ok(remotes)
+}
+
+/// The engine threads of `remotes`: `remote.connections` per worker.
+fn extra_workers(remotes: &[RemoteFactory]) -> Vec<ExtraWorkers<'_>> {
+    remotes
+        .iter()
+        .map(|r| ExtraWorkers {
+            name: "remote".into(),
+            factory: r,
+            threads: r.connections(),
+        })
+        .collect()
+}
+
+/// Starts `[worker]` if configured: units of work for home daemons over TCP, from the
+/// datasets this daemon's own config allows.
+fn start_worker(file: &Config) -> Result<(), ServiceError> {
+    if file.worker.listen.is_none() {
+        return Ok(());
+    }
+    let open = crate::source::index::OpenOptions {
+        limits: file.limits.walk(),
+        objects: Some(ObjectStore::new(&file.s3, &file.datasets)),
+        ..crate::source::index::OpenOptions::default()
+    };
+    let rules = DatasetRules::new(
+        &file.access.dataset_roots,
+        &file.datasets,
+        &file.worker.s3_prefixes,
+        open,
+    )
+    .map_err(|e| ServiceError::Remote(crate::remote::worker::WorkerError::Setup(e)))?;
+    let setup = WorkerSetup {
+        rules,
+        engine: file.engine(),
+    };
+    crate::remote::worker::spawn(&file.worker, setup).map_err(ServiceError::Remote)?;
     Ok(())
 }
 

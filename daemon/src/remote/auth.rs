@@ -1,0 +1,273 @@
+//! The shared secret and the handshake that proves both sides hold it.
+//!
+//! # Design
+//! - The secret is a file only its owner may read or write (mode `0600` or stricter, like
+//!   ssh's keys), of at least [`MIN_SECRET_BYTES`] bytes; surrounding whitespace is not part
+//!   of it. Its bytes are an HMAC-SHA256 key and appear nowhere else: not in errors, logs,
+//!   status or metrics ([`Secret`]'s `Debug` prints no byte of it).
+//! - Challenge-response both ways, each side with a fresh 32-byte nonce: the worker sends
+//!   its nonce; the home answers with its own and `HMAC(secret, "home" | worker nonce | home
+//!   nonce)`; the worker checks it in constant time (`ring::hmac::verify`) and answers with
+//!   `HMAC(secret, "worker" | home nonce | worker nonce)`, which the home checks the same way.
+//!   Neither proof can be replayed (fresh nonces) or reflected (the role is in the MAC).
+//!
+//! # Limitations
+//! - Authentication only: the traffic after the handshake is not encrypted or MACed.
+
+#![forbid(unsafe_code)]
+
+use std::net::TcpStream;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+
+use super::wire::{hex, read_message, unhex, write_message, Message, WireError, WIRE_VERSION};
+
+/// The fewest bytes a secret may have.
+pub const MIN_SECRET_BYTES: usize = 16;
+const NONCE_BYTES: usize = 32;
+
+/// The shared secret, as an HMAC key.
+pub struct Secret(hmac::Key);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Why the secret file cannot be used (never says what is in it).
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("secret file {path}: mode {mode:o} lets others read or write it (chmod 600 it)")]
+    Mode { path: PathBuf, mode: u32 },
+    #[error("secret file {path}: not a regular file")]
+    NotFile { path: PathBuf },
+    #[error("secret file {path}: {len} bytes, fewer than {MIN_SECRET_BYTES}")]
+    Short { path: PathBuf, len: usize },
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("protocol version {got}, this side speaks {WIRE_VERSION}")]
+    Version { got: u32 },
+    #[error("the peer's proof of the shared secret is wrong")]
+    BadProof,
+    #[error("expected {expected}, got {got}")]
+    Unexpected { expected: &'static str, got: String },
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+impl Secret {
+    /// Reads the secret file at `path`.
+    pub fn load(path: &Path) -> Result<Secret, SecretError> {
+        let read = |source| SecretError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read)?;
+        if !meta.is_file() {
+            return Err(SecretError::NotFile {
+                path: path.to_owned(),
+            });
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(SecretError::Mode {
+                path: path.to_owned(),
+                mode: meta.mode() & 0o777,
+            });
+        }
+        let bytes = std::fs::read(path).map_err(read)?;
+        let trimmed = bytes.trim_ascii();
+        if trimmed.len() < MIN_SECRET_BYTES {
+            return Err(SecretError::Short {
+                path: path.to_owned(),
+                len: trimmed.len(),
+            });
+        }
+        Ok(Secret(hmac::Key::new(hmac::HMAC_SHA256, trimmed)))
+    }
+
+    fn proof(&self, role: &[u8], first: &[u8], second: &[u8]) -> Vec<u8> {
+        let mut ctx = hmac::Context::with_key(&self.0);
+        ctx.update(role);
+        ctx.update(first);
+        ctx.update(second);
+        ctx.sign().as_ref().to_vec()
+    }
+
+    fn verify(&self, role: &[u8], first: &[u8], second: &[u8], proof: &str) -> bool {
+        let Some(proof) = unhex(proof) else {
+            return false;
+        };
+        let message = [role, first, second].concat();
+        hmac::verify(&self.0, &message, &proof).is_ok()
+    }
+}
+
+fn nonce() -> [u8; NONCE_BYTES] {
+    let mut n = [0u8; NONCE_BYTES];
+    SystemRandom::new()
+        .fill(&mut n)
+        .expect("the system's random source works");
+    n
+}
+
+fn unexpected(expected: &'static str, got: &Message) -> AuthError {
+    match got {
+        Message::Refused { reason, .. } => AuthError::Refused(reason.clone()),
+        other => AuthError::Unexpected {
+            expected,
+            got: format!("{other:?}").chars().take(80).collect(),
+        },
+    }
+}
+
+/// The worker's side: challenges the peer and checks its proof, by `deadline`. A peer that
+/// fails is told only "authentication failed".
+pub fn accept(stream: &mut TcpStream, secret: &Secret, deadline: Instant) -> Result<(), AuthError> {
+    let ours = nonce();
+    let challenge = Message::Challenge {
+        version: WIRE_VERSION,
+        nonce: hex(&ours),
+    };
+    write_message(stream, &challenge, &[])?;
+    let hello = read_message(stream, Some(deadline))?;
+    let Message::Hello {
+        version,
+        nonce: theirs,
+        proof,
+    } = hello
+    else {
+        return Err(unexpected("hello", &hello));
+    };
+    let refuse = |stream: &mut TcpStream, reason: &str| {
+        let _ = write_message(
+            stream,
+            &Message::Refused {
+                job: None,
+                unit: None,
+                reason: reason.to_owned(),
+            },
+            &[],
+        );
+    };
+    if version != WIRE_VERSION {
+        refuse(stream, &format!("protocol version {WIRE_VERSION} only"));
+        return Err(AuthError::Version { got: version });
+    }
+    let theirs = unhex(&theirs).filter(|n| n.len() == NONCE_BYTES);
+    let Some(theirs) = theirs.filter(|t| secret.verify(b"home", &ours, t, &proof)) else {
+        refuse(stream, "authentication failed");
+        return Err(AuthError::BadProof);
+    };
+    let welcome = Message::Welcome {
+        proof: hex(&secret.proof(b"worker", &theirs, &ours)),
+    };
+    write_message(stream, &welcome, &[])?;
+    Ok(())
+}
+
+/// The home daemon's side: answers the worker's challenge and checks its proof, by
+/// `deadline`.
+pub fn connect(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    deadline: Instant,
+) -> Result<(), AuthError> {
+    let challenge = read_message(stream, Some(deadline))?;
+    let Message::Challenge {
+        version,
+        nonce: theirs,
+    } = challenge
+    else {
+        return Err(unexpected("challenge", &challenge));
+    };
+    if version != WIRE_VERSION {
+        return Err(AuthError::Version { got: version });
+    }
+    let theirs = unhex(&theirs)
+        .filter(|n| n.len() == NONCE_BYTES)
+        .ok_or(AuthError::BadProof)?;
+    let ours = nonce();
+    let hello = Message::Hello {
+        version: WIRE_VERSION,
+        nonce: hex(&ours),
+        proof: hex(&secret.proof(b"home", &theirs, &ours)),
+    };
+    write_message(stream, &hello, &[])?;
+    match read_message(stream, Some(deadline))? {
+        Message::Welcome { proof } if secret.verify(b"worker", &ours, &theirs, &proof) => Ok(()),
+        Message::Welcome { .. } => Err(AuthError::BadProof),
+        other => Err(unexpected("welcome", &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    fn secret_file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_secret_file_others_may_read_or_too_short_is_refused_without_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = secret_file(dir.path(), "open", "0123456789abcdef-open", 0o644);
+        let e = Secret::load(&open).unwrap_err().to_string();
+        assert!(e.contains("mode 644") && !e.contains("0123456789"), "{e}");
+        let short = secret_file(dir.path(), "short", "tooshort\n", 0o600);
+        let e = Secret::load(&short).unwrap_err().to_string();
+        assert!(e.contains("8 bytes") && !e.contains("tooshort"), "{e}");
+        let good = secret_file(dir.path(), "good", "0123456789abcdef\n", 0o600);
+        let s = Secret::load(&good).unwrap();
+        assert_eq!(format!("{s:?}"), "Secret(..)");
+    }
+
+    /// Runs the handshake between a worker holding `worker` and a home holding `home`.
+    fn handshake(worker: &str, home: &str) -> (Result<(), AuthError>, Result<(), AuthError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Secret::load(&secret_file(dir.path(), "w", worker, 0o600)).unwrap();
+        let h = Secret::load(&secret_file(dir.path(), "h", home, 0o600)).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            accept(&mut s, &w, deadline)
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let home_side = connect(&mut c, &h, deadline);
+        (server.join().unwrap(), home_side)
+    }
+
+    #[test]
+    fn both_sides_holding_the_secret_pass_and_a_wrong_secret_is_refused() {
+        let (w, h) = handshake("the-shared-secret-1", "the-shared-secret-1");
+        assert!(w.is_ok() && h.is_ok(), "{w:?} {h:?}");
+        let (w, h) = handshake("the-shared-secret-1", "the-shared-secret-2");
+        assert!(matches!(w, Err(AuthError::BadProof)), "{w:?}");
+        assert!(
+            matches!(&h, Err(AuthError::Refused(r)) if r == "authentication failed"),
+            "{h:?}"
+        );
+    }
+}

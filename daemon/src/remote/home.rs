@@ -1,0 +1,433 @@
+//! The home daemon's side: one [`RemoteBackend`] per connection to a worker, run by an engine
+//! thread of its own ([`crate::engine::ExtraWorkers`]), taking units from the same scheduler
+//! as the local decode threads.
+//!
+//! # Design
+//! - `fill` sends the unit (opening its job on this connection first), reads the worker's
+//!   answer by the unit's deadline and its pixels straight into the slot. Every answer is
+//!   checked: the unit's id, one result per sample, exactly the unit's image bytes, and
+//!   fates the engine could have reached (Ok is the sample itself; a replacement is one of
+//!   [`replacement_candidates`] under `skip`). Then it reports the outcomes as the CPU
+//!   backend would, and `fill_sample` answers the engine's replacement tries from the
+//!   worker's decisions (the pixels are already in place).
+//! - Anything else (a timeout, a closed or cut connection, a malformed answer) drops the
+//!   connection and fills the unit locally with this thread's own [`CpuBackend`], so the
+//!   batch is the same; the worker is tried again after a backoff ([`MIN_BACKOFF`] doubling
+//!   to [`MAX_BACKOFF`]). A job or unit the worker refuses is filled locally too; a refused
+//!   job is not offered to that connection again.
+//!
+//! # Limitations
+//! - The local fill after a fault runs on this thread, beside the decode threads.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use stoker::ring::{ImageMemory, SlotLayout};
+
+use super::auth::{self, Secret, SecretError};
+use super::unit::fingerprint;
+use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
+use super::wire::{SampleResult, WireError};
+use crate::engine::backend::BackendKind;
+use crate::engine::{
+    replacement_candidates, Backend, BackendFactory, BadSamplePolicy, Completion, CpuBackend,
+    EngineConfig, Job, PipelineError, SampleOutcome, SampleWork, SlotImages, UnitSize, UnitWork,
+    CPU_UNIT_SAMPLES,
+};
+use crate::service::remote_config::RemoteConfig;
+use crate::source::index::Dataset;
+use crate::sync::lock;
+use crate::transform::badsample::{BadSample, REASONS};
+
+/// The first wait before a worker that failed is tried again.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait before a worker that keeps failing is tried again.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long connecting and the handshake may take at most.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every connection of a home daemon shares.
+struct HomeShared {
+    secret: Secret,
+    timeout: Duration,
+    /// Fingerprints of the datasets seen, by identity (computed once per dataset).
+    fingerprints: Mutex<Vec<(Weak<Dataset>, String)>>,
+}
+
+impl HomeShared {
+    fn fingerprint(&self, dataset: &Arc<Dataset>) -> String {
+        let mut known = lock(&self.fingerprints);
+        known.retain(|(d, _)| d.strong_count() > 0);
+        if let Some((_, f)) = known
+            .iter()
+            .find(|(d, _)| d.upgrade().is_some_and(|d| Arc::ptr_eq(&d, dataset)))
+        {
+            return f.clone();
+        }
+        let f = fingerprint(dataset);
+        known.push((Arc::downgrade(dataset), f.clone()));
+        f
+    }
+}
+
+/// Makes the backends of one worker's connections.
+pub struct RemoteFactory {
+    addr: String,
+    connections: usize,
+    shared: Arc<HomeShared>,
+}
+
+/// One factory per worker of `[remote] workers`.
+pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, SecretError> {
+    let Some(secret) = (!config.workers.is_empty())
+        .then_some(config.secret_file.as_ref())
+        .flatten()
+    else {
+        return Ok(Vec::new());
+    };
+    let shared = Arc::new(HomeShared {
+        secret: Secret::load(secret)?,
+        timeout: Duration::from_millis(config.unit_timeout_ms),
+        fingerprints: Mutex::default(),
+    });
+    Ok(config
+        .workers
+        .iter()
+        .map(|addr| RemoteFactory {
+            addr: addr.clone(),
+            connections: config.connections,
+            shared: Arc::clone(&shared),
+        })
+        .collect())
+}
+
+impl RemoteFactory {
+    /// The worker's address as configured.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+    /// Connections (engine threads) to this worker.
+    pub fn connections(&self) -> usize {
+        self.connections
+    }
+}
+
+impl BackendFactory for RemoteFactory {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+    fn unit_size(&self) -> UnitSize {
+        UnitSize::Samples(CPU_UNIT_SAMPLES)
+    }
+    fn image_memory(&self) -> ImageMemory {
+        ImageMemory::Host
+    }
+    fn make(&self, config: &EngineConfig) -> Result<Box<dyn Backend>, PipelineError> {
+        Ok(Box::new(RemoteBackend {
+            addr: self.addr.clone(),
+            shared: Arc::clone(&self.shared),
+            config: config.clone(),
+            local: CpuBackend::new(config)?,
+            conn: None,
+            retry_at: Instant::now(),
+            backoff: MIN_BACKOFF,
+            last: Last::Local,
+            next_unit: 0,
+        }))
+    }
+}
+
+/// One connection to a worker, and what it has opened.
+struct Conn {
+    stream: TcpStream,
+    /// Jobs opened (their key, their id here) and refused (id `None`).
+    jobs: Vec<(String, Option<u32>)>,
+}
+
+/// Who filled the last unit, for the engine's replacement tries.
+enum Last {
+    Local,
+    Remote {
+        start: usize,
+        samples: Vec<SampleResult>,
+    },
+}
+
+/// Why a unit was not filled remotely.
+enum Fault {
+    /// No connection now (waiting out a backoff).
+    Down,
+    /// The worker refused the job or the unit (the connection stays).
+    Refused(String),
+    /// The connection is broken or the worker misbehaved: dropped.
+    Broken(String),
+}
+
+impl From<WireError> for Fault {
+    fn from(e: WireError) -> Fault {
+        Fault::Broken(e.to_string())
+    }
+}
+
+/// An engine thread's backend that sends its units to one worker.
+pub struct RemoteBackend {
+    addr: String,
+    shared: Arc<HomeShared>,
+    config: EngineConfig,
+    /// Fills units the worker does not (faults, refusals).
+    local: CpuBackend,
+    conn: Option<Conn>,
+    retry_at: Instant,
+    backoff: Duration,
+    last: Last,
+    next_unit: u64,
+}
+
+impl Backend for RemoteBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
+        match self.remote_fill(unit, outcomes) {
+            Ok(()) => return Completion::Done,
+            Err(Fault::Down) => {}
+            Err(Fault::Refused(reason)) => {
+                tracing::warn!(worker = %self.addr, reason, "worker refused: filling locally");
+            }
+            Err(Fault::Broken(reason)) => {
+                tracing::warn!(
+                    worker = %self.addr,
+                    reason,
+                    "dropping the worker's connection; its unit is filled locally"
+                );
+                self.disconnect();
+            }
+        }
+        outcomes.clear();
+        self.last = Last::Local;
+        self.local.fill(unit, outcomes)
+    }
+
+    fn fill_sample(&mut self, work: &SampleWork<'_>) -> SampleOutcome {
+        let Last::Remote { start, samples } = &self.last else {
+            return self.local.fill_sample(work);
+        };
+        let chosen = work
+            .at
+            .checked_sub(*start)
+            .and_then(|k| samples.get(k))
+            .is_some_and(|s| s.status == SampleFate::Replaced && s.delivered == work.index);
+        if chosen {
+            Ok(())
+        } else {
+            Err(BadSample {
+                reason: "other",
+                detail: format!("not the replacement worker {} delivered", self.addr),
+            })
+        }
+    }
+
+    fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize) {
+        self.local.clear_sample(images, layout, at);
+    }
+}
+
+impl RemoteBackend {
+    /// Has the worker fill the unit; the pixels land in the slot.
+    fn remote_fill(
+        &mut self,
+        unit: &UnitWork<'_>,
+        outcomes: &mut Vec<SampleOutcome>,
+    ) -> Result<(), Fault> {
+        let deadline = Instant::now() + self.shared.timeout;
+        self.ensure_connected()?;
+        let job = self.ensure_job(unit.job, deadline)?;
+        let id = self.next_unit;
+        self.next_unit += 1;
+        let conn = self.conn.as_mut().ok_or(Fault::Down)?;
+        let ask = Message::Unit {
+            id,
+            job,
+            epoch: unit.pos.epoch,
+            indices: unit.indices.to_vec(),
+        };
+        write_message(&mut conn.stream, &ask, &[])?;
+        let (samples, bytes) = match read_message(&mut conn.stream, Some(deadline))? {
+            Message::Done {
+                id: got,
+                samples,
+                bytes,
+            } if got == id => (samples, bytes),
+            Message::Refused {
+                unit: Some(got),
+                reason,
+                ..
+            } if got == id => return Err(Fault::Refused(reason)),
+            other => return Err(Fault::Broken(format!("answered unit {id} with {other:?}"))),
+        };
+        check_answer(unit, &self.config, &samples, bytes).map_err(Fault::Broken)?;
+        // SAFETY: this thread holds the unit (the engine handed it to this worker), and no
+        // other reference to its images lives while the pixels are read into them.
+        let images = unsafe { unit.host_images() };
+        read_exact_by(&mut conn.stream, images, Some(deadline))?;
+        outcomes.extend(samples.iter().map(outcome));
+        self.last = Last::Remote {
+            start: unit.start,
+            samples,
+        };
+        Ok(())
+    }
+
+    fn ensure_connected(&mut self) -> Result<(), Fault> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        if Instant::now() < self.retry_at {
+            return Err(Fault::Down);
+        }
+        match connect(&self.addr, &self.shared.secret, self.shared.timeout) {
+            Ok(stream) => {
+                tracing::info!(worker = %self.addr, "connected to a remote worker");
+                self.backoff = MIN_BACKOFF;
+                self.conn = Some(Conn {
+                    stream,
+                    jobs: Vec::new(),
+                });
+                Ok(())
+            }
+            Err(reason) => {
+                tracing::warn!(worker = %self.addr, reason, retry_in = ?self.backoff,
+                    "cannot reach the worker: filling locally");
+                self.disconnect();
+                Err(Fault::Down)
+            }
+        }
+    }
+
+    fn disconnect(&mut self) {
+        self.conn = None;
+        self.retry_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// The id of `job` on this connection, opening it first if need be.
+    fn ensure_job(&mut self, job: &Job, deadline: Instant) -> Result<u32, Fault> {
+        let open = self.open_of(job)?;
+        let key = serde_json::to_string(&open).map_err(|e| Fault::Refused(e.to_string()))?;
+        let conn = self.conn.as_mut().ok_or(Fault::Down)?;
+        match conn.jobs.iter().find(|(k, _)| *k == key) {
+            Some((_, Some(id))) => return Ok(*id),
+            Some((_, None)) => return Err(Fault::Down),
+            None => {}
+        }
+        let id = u32::try_from(conn.jobs.len()).map_err(|_| Fault::Down)?;
+        let message = Message::Open(Box::new(OpenJob { job: id, ..open }));
+        write_message(&mut conn.stream, &message, &[])?;
+        match read_message(&mut conn.stream, Some(deadline))? {
+            Message::Opened { job } if job == id => {
+                conn.jobs.push((key, Some(id)));
+                Ok(id)
+            }
+            Message::Refused {
+                job: Some(job),
+                reason,
+                ..
+            } if job == id => {
+                conn.jobs.push((key, None));
+                Err(Fault::Refused(reason))
+            }
+            other => Err(Fault::Broken(format!("answered open {id} with {other:?}"))),
+        }
+    }
+
+    /// What the worker needs to open `job` (its id left 0).
+    fn open_of(&self, job: &Job) -> Result<OpenJob, Fault> {
+        let dataset = job
+            .dataset
+            .root()
+            .to_str()
+            .ok_or_else(|| Fault::Refused("the dataset's path is not UTF-8".into()))?;
+        Ok(OpenJob {
+            job: 0,
+            dataset: dataset.to_owned(),
+            fingerprint: self.shared.fingerprint(&job.dataset),
+            spec: job.spec.clone(),
+            seed: job.seed,
+            policy: self.config.policy,
+            max_pixels: self.config.limits.max_pixels,
+            max_file_bytes: self.config.limits.max_file_bytes,
+        })
+    }
+}
+
+/// Connects to `addr` (resolved now) and passes the handshake.
+fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<TcpStream, String> {
+    let wait = timeout.min(CONNECT_TIMEOUT);
+    let addrs = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve: {e}"))?;
+    let mut last = format!("{addr} resolves to no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, wait) {
+            Ok(mut stream) => {
+                let _ = stream.set_nodelay(true);
+                return auth::connect(&mut stream, secret, Instant::now() + wait)
+                    .map(|()| stream)
+                    .map_err(|e| format!("handshake with {a}: {e}"));
+            }
+            Err(e) => last = format!("connect to {a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// Whether the worker's answer is one the local engine could have given for `unit`.
+fn check_answer(
+    unit: &UnitWork<'_>,
+    config: &EngineConfig,
+    samples: &[SampleResult],
+    bytes: u64,
+) -> Result<(), String> {
+    let n = unit.indices.len();
+    let want = (n * unit.layout.image_bytes) as u64;
+    if samples.len() != n || bytes != want {
+        return Err(format!(
+            "{} results and {bytes} bytes for a unit of {n} samples ({want} bytes)",
+            samples.len()
+        ));
+    }
+    let len = unit.job.dataset.len() as u64;
+    for (s, &index) in samples.iter().zip(unit.indices) {
+        let plausible = match s.status {
+            SampleFate::Ok => s.delivered == index && s.bad.is_none(),
+            SampleFate::Failed => s.delivered == index && s.bad.is_some(),
+            SampleFate::Replaced => {
+                config.policy == BadSamplePolicy::Skip
+                    && s.bad.is_some()
+                    && replacement_candidates(unit.job.seed, unit.pos.epoch, index, len)
+                        .any(|c| c == s.delivered)
+            }
+        };
+        if !plausible {
+            return Err(format!("sample {index}: an impossible result {s:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// The outcome the CPU backend would have reported for a sample with this result.
+fn outcome(s: &SampleResult) -> SampleOutcome {
+    match &s.bad {
+        None => Ok(()),
+        Some((reason, detail)) => Err(BadSample {
+            reason: REASONS
+                .iter()
+                .find(|r| **r == reason.as_str())
+                .copied()
+                .unwrap_or("other"),
+            detail: detail.clone(),
+        }),
+    }
+}

@@ -1,0 +1,46 @@
+//! Remote CPU workers: a `stokerd` on another machine does units of work for home daemons
+//! over TCP (`[worker]`), and a home daemon sends some of its units there (`[remote]`; both
+//! sections are `crate::service::remote_config`).
+//!
+//! Files: `wire` (frames and messages), `auth` (the
+//! shared secret and its challenge-response), `worker` (the worker's listener and
+//! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
+//! `home` (the home daemon's side: a backend per connection that sends units out).
+//!
+//! # Design
+//! - A home daemon's engine gets, beside its decode threads, `[remote] connections` threads
+//!   per worker ([`crate::engine::ExtraWorkers`]). They take units from the same scheduler as
+//!   the local threads, so a worker's share follows how fast it returns units, and batches
+//!   are published in order as always. They wait on the network, never a decode thread.
+//! - A unit crosses as (job, epoch, sample indices); the worker draws every crop, flip and
+//!   replacement from (seed, epoch, index) with the same code as the local CPU backend
+//!   ([`crate::engine::CpuBackend`], [`crate::engine::replacement_candidates`]), so its
+//!   bytes are the local bytes. The job is opened once per connection with the dataset's
+//!   path, a fingerprint of its index (both sides must number the same samples alike), the
+//!   spec, seed, bad-sample policy and decode limits.
+//! - The pixels of a unit travel raw after a small header and are read straight into the
+//!   slot (no staging copy). docs/decisions.md ("Remote workers") says why frames over TCP
+//!   and not gRPC, and why the bytes are the spec's output bytes.
+//! - A unit that is not back by `[remote] unit_timeout_ms`, or comes back malformed (another
+//!   unit, another size, a cut frame, an impossible replacement), is filled locally at once
+//!   and the connection dropped; it is tried again after a backoff (the address is resolved
+//!   again then, so a DNS name follows a Kubernetes headless Service).
+//! - Only who is allowed: HMAC-SHA256 challenge-response both ways over a shared secret file
+//!   (never logged; compared in constant time); the worker opens only registered datasets,
+//!   paths under its own `[access] dataset_roots` or `s3://` URLs under `[worker]
+//!   s3_prefixes`, and caps connections (in all, per peer address) and unit memory.
+//!
+//! # Limitations
+//! - Traffic is authenticated, not encrypted (no TLS yet): use it on a trusted network.
+//! - One unit in flight per connection; more connections give more in flight.
+//! - While a worker is down its threads fill their units locally (after the backoff each
+//!   tries once to reconnect), which adds threads to the local CPUs.
+//! - No per-worker rows in `stoker status` or `/metrics` yet.
+
+pub mod auth;
+pub mod home;
+pub mod unit;
+pub mod wire;
+pub mod worker;
+
+pub use crate::service::remote_config::{RemoteConfig, WorkerConfig};

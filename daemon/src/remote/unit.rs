@@ -1,0 +1,322 @@
+//! A unit done on a worker exactly as the home's local CPU backend would do it, and the
+//! datasets a worker agrees to open.
+//!
+//! # Design
+//! - A job is opened per connection: the dataset is resolved by the worker's own rules
+//!   ([`DatasetRules`]), opened once per worker process and shared, and checked against the
+//!   home's [`fingerprint`]; the job gets its own [`CpuBackend`] made with the home's decode
+//!   limits (which must not exceed the worker's own), so every outcome is the local one.
+//! - A unit is filled by [`CpuBackend::fill`] into the job's buffer; each bad sample is then
+//!   settled as the engine settles it: under `skip`, the first of
+//!   [`replacement_candidates`] that fills, else zeroed and failed.
+//!
+//! # Limitations
+//! - The dataset must be at the same path on the worker as on the home daemon (a shared
+//!   filesystem, the same mount in every pod, or `s3://`).
+
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ring::digest;
+use stoker::ring::SlotLayout;
+
+use super::wire::{hex, OpenJob, SampleFate, SampleResult};
+use crate::engine::{
+    replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, Position,
+    SampleOutcome, SampleWork, SlotImages, StageStats, UnitWork,
+};
+use crate::serve::access::{AccessPolicy, Peer};
+use crate::service::config::AccessConfig;
+use crate::source::index::{Dataset, OpenOptions};
+use crate::source::local::fsopen::OpenPolicy;
+use crate::sync::lock;
+
+/// Most samples in one unit a worker takes.
+pub const MAX_UNIT_SAMPLES: usize = 256;
+
+/// A digest of what a dataset's index numbers: each sample's file (relative to the
+/// dataset's root), offset, length and label, in order. Home and worker must agree on it.
+pub fn fingerprint(dataset: &Dataset) -> String {
+    let mut ctx = digest::Context::new(&digest::SHA256);
+    ctx.update(&(dataset.len() as u64).to_le_bytes());
+    let root = dataset.root();
+    for i in 0..dataset.len() {
+        let s = dataset.sample(i);
+        let rel = s.path.strip_prefix(root).unwrap_or(s.path);
+        ctx.update(rel.as_os_str().as_encoded_bytes());
+        ctx.update(&[0]);
+        ctx.update(&s.offset.to_le_bytes());
+        ctx.update(&s.len.to_le_bytes());
+        ctx.update(&s.label.to_le_bytes());
+    }
+    hex(ctx.finish().as_ref())
+}
+
+/// Which datasets home daemons may name on this worker: registered ones (by their path),
+/// paths under `[access] dataset_roots` (checked as for local clients, symlinks included),
+/// and `s3://` URLs under `[worker] s3_prefixes`. Nothing else, whatever the home says.
+pub struct DatasetRules {
+    policy: AccessPolicy,
+    registered: BTreeMap<String, PathBuf>,
+    has_roots: bool,
+    s3_prefixes: Vec<String>,
+    open: OpenOptions,
+    /// Datasets opened so far, by path, with their fingerprint and how their files are read.
+    opened: Mutex<HashMap<String, Arc<Opened>>>,
+}
+
+struct Opened {
+    dataset: Arc<Dataset>,
+    fingerprint: String,
+    policy: OpenPolicy,
+}
+
+impl DatasetRules {
+    pub fn new(
+        roots: &[PathBuf],
+        registered: &BTreeMap<String, PathBuf>,
+        s3_prefixes: &[String],
+        open: OpenOptions,
+    ) -> Result<DatasetRules, String> {
+        let access = AccessConfig {
+            dataset_roots: roots.to_vec(),
+            ..AccessConfig::default()
+        };
+        let policy = AccessPolicy::new(&access, registered).map_err(|e| e.to_string())?;
+        Ok(DatasetRules {
+            policy,
+            registered: registered.clone(),
+            has_roots: !roots.is_empty(),
+            s3_prefixes: s3_prefixes.to_vec(),
+            open,
+            opened: Mutex::default(),
+        })
+    }
+
+    /// The dataset at `path` with its fingerprint, or why this worker will not open it.
+    fn open(&self, path: &str) -> Result<Arc<Opened>, String> {
+        if let Some(o) = lock(&self.opened).get(path) {
+            return Ok(Arc::clone(o));
+        }
+        // A registered dataset is named by its name to the access rules (trusted as
+        // configured); anything else must pass them as a path.
+        let name = self
+            .registered
+            .iter()
+            .find(|(_, p)| Path::new(path) == p.as_path())
+            .map(|(n, _)| n.clone());
+        let is_url = crate::source::url::is_url(Path::new(path));
+        if name.is_none() && is_url && !self.s3_prefixes.iter().any(|p| under_prefix(path, p)) {
+            return Err(format!(
+                "{path:?} is not a registered dataset of this worker nor under its \
+                 worker.s3_prefixes {:?}",
+                self.s3_prefixes
+            ));
+        }
+        if name.is_none() && !is_url && !self.has_roots {
+            return Err(format!(
+                "{path:?} is not a registered dataset of this worker, and it has no \
+                 access.dataset_roots"
+            ));
+        }
+        let me = Peer {
+            pid: 0,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            groups: Vec::new(),
+        };
+        let admission = self
+            .policy
+            .admit(&me, name.as_deref().unwrap_or(path))
+            .map_err(|e| e.to_string())?;
+        let dataset = admission.open(&self.open).map_err(|e| e.to_string())?;
+        let opened = Arc::new(Opened {
+            fingerprint: fingerprint(&dataset),
+            dataset: Arc::new(dataset),
+            policy: admission.policy.clone(),
+        });
+        lock(&self.opened).insert(path.to_owned(), Arc::clone(&opened));
+        Ok(opened)
+    }
+}
+
+/// Whether `url` is `prefix` or below it (at a `/`).
+fn under_prefix(url: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    url == prefix || url.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
+}
+
+/// One job opened on a connection: its engine job, limits and backend.
+pub struct WorkerJob {
+    job: Arc<Job>,
+    config: EngineConfig,
+    backend: CpuBackend,
+    stats: StageStats,
+    buf: Vec<u8>,
+    outcomes: Vec<SampleOutcome>,
+}
+
+impl WorkerJob {
+    /// Opens what `open` asks for, within `rules` and this worker's `own` limits.
+    pub fn open(open: &OpenJob, rules: &DatasetRules, own: &EngineConfig) -> Result<Self, String> {
+        if open.max_pixels > own.limits.max_pixels
+            || open.max_file_bytes > own.limits.max_file_bytes
+        {
+            return Err(format!(
+                "the home's decode limits ({} pixels, {} bytes) exceed this worker's ({}, {}): \
+                 samples it decodes could not be decoded here",
+                open.max_pixels,
+                open.max_file_bytes,
+                own.limits.max_pixels,
+                own.limits.max_file_bytes
+            ));
+        }
+        let opened = rules.open(&open.dataset)?;
+        if opened.fingerprint != open.fingerprint {
+            return Err(format!(
+                "dataset {:?} differs here: its index numbers other files than the home's",
+                open.dataset
+            ));
+        }
+        let job = Job::with_policy(
+            Arc::clone(&opened.dataset),
+            open.spec.clone(),
+            open.seed,
+            1,
+            None,
+            opened.policy.clone(),
+            0,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut config = own.clone();
+        config.limits.max_pixels = open.max_pixels;
+        config.limits.max_file_bytes = open.max_file_bytes;
+        config.policy = open.policy;
+        config.throttle = None;
+        let backend = CpuBackend::new(&config).map_err(|e| e.to_string())?;
+        Ok(WorkerJob {
+            job,
+            config,
+            backend,
+            stats: StageStats::default(),
+            buf: Vec::new(),
+            outcomes: Vec::new(),
+        })
+    }
+
+    /// The bytes a unit of `samples` samples needs.
+    pub fn unit_bytes(&self, samples: usize) -> u64 {
+        (samples as u64).saturating_mul(self.job.spec.image_bytes() as u64)
+    }
+
+    /// Why the unit may not be done (an index past the dataset), if so.
+    pub fn check(&self, indices: &[u64]) -> Result<(), String> {
+        let len = self.job.dataset.len() as u64;
+        match indices.iter().find(|&&i| i >= len) {
+            Some(i) => Err(format!("sample {i} is past the dataset's {len}")),
+            None if indices.is_empty() || indices.len() > MAX_UNIT_SAMPLES => Err(format!(
+                "{} samples: a unit has 1 to {MAX_UNIT_SAMPLES}",
+                indices.len()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Fills samples `indices` of `epoch` as the local CPU backend and engine would: their
+    /// fates, and their images one after another.
+    pub fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
+        let n = indices.len();
+        self.buf.clear();
+        self.buf.resize(n * self.job.spec.image_bytes(), 0);
+        let layout = SlotLayout {
+            batch_size: n,
+            ..SlotLayout::new(&self.job.spec)
+        };
+        let images = SlotImages::Host(self.buf.as_mut_ptr());
+        let pos = Position { epoch, step: 0 };
+        let unit = UnitWork {
+            job: &self.job,
+            pos,
+            start: 0,
+            indices,
+            images,
+            layout,
+            config: &self.config,
+            stats: &self.stats,
+            due: None,
+        };
+        self.outcomes.clear();
+        // The CPU backend completes on return.
+        let _ = self.backend.fill(&unit, &mut self.outcomes);
+        let outcomes = std::mem::take(&mut self.outcomes);
+        let results = outcomes
+            .iter()
+            .enumerate()
+            .map(|(at, outcome)| match outcome {
+                Ok(()) => SampleResult {
+                    status: SampleFate::Ok,
+                    delivered: indices[at],
+                    bad: None,
+                },
+                Err(bad) => {
+                    let (status, delivered) = self.settle(pos, at, indices[at], images, layout);
+                    SampleResult {
+                        status,
+                        delivered,
+                        bad: Some((bad.reason.to_owned(), bad.detail.clone())),
+                    }
+                }
+            })
+            .collect();
+        self.outcomes = outcomes;
+        (results, &self.buf)
+    }
+
+    /// The engine's policy for the bad sample `bad` at `at`: its fate and what is in its place.
+    fn settle(
+        &mut self,
+        pos: Position,
+        at: usize,
+        bad: u64,
+        images: SlotImages,
+        layout: SlotLayout,
+    ) -> (SampleFate, u64) {
+        if self.config.policy == BadSamplePolicy::Skip {
+            let len = self.job.dataset.len() as u64;
+            for other in replacement_candidates(self.job.seed, pos.epoch, bad, len) {
+                let work = SampleWork {
+                    job: &self.job,
+                    pos,
+                    index: other,
+                    at,
+                    images,
+                    layout,
+                    config: &self.config,
+                    stats: &self.stats,
+                    due: None,
+                };
+                if self.backend.fill_sample(&work).is_ok() {
+                    return (SampleFate::Replaced, other);
+                }
+            }
+        }
+        self.backend.clear_sample(images, &layout, at);
+        (SampleFate::Failed, bad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_prefix;
+
+    #[test]
+    fn an_s3_prefix_covers_itself_and_what_is_below_a_slash_only() {
+        assert!(under_prefix("s3://b/data", "s3://b/data/"));
+        assert!(under_prefix("s3://b/data/x", "s3://b/data"));
+        assert!(!under_prefix("s3://b/database", "s3://b/data"));
+        assert!(!under_prefix("s3://c/data", "s3://b/data"));
+    }
+}

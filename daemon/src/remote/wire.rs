@@ -1,0 +1,265 @@
+//! What crosses between a home daemon and a worker: length-prefixed frames over TCP.
+//!
+//! # Design
+//! - A frame is a 4-byte little-endian length, then that many bytes of one JSON
+//!   [`Message`] (at most [`MAX_MESSAGE_BYTES`]). Control messages are small and rare (one per
+//!   unit of up to 16 samples), so JSON costs nothing that shows and keeps them debuggable.
+//! - A unit's pixels follow its [`Message::Done`] as `bytes` raw bytes, outside any frame,
+//!   so the home daemon reads them straight into the slot ([`read_exact_by`]).
+//! - Every read has a deadline where the reader waits on the other side's work.
+//!
+//! # Limitations
+//! - Versioned by [`WIRE_VERSION`] in the handshake; both sides must speak the same one.
+
+#![forbid(unsafe_code)]
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use stoker::spec::PipelineSpec;
+
+use crate::engine::BadSamplePolicy;
+
+/// The version of this protocol, checked in the handshake.
+pub const WIRE_VERSION: u32 = 1;
+/// The largest control message (a unit's index list, a job's spec).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// One control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// Worker → home, first: the worker's nonce (hex).
+    Challenge { version: u32, nonce: String },
+    /// Home → worker: the home's nonce and its proof over both nonces (hex).
+    Hello {
+        version: u32,
+        nonce: String,
+        proof: String,
+    },
+    /// Worker → home: the worker's proof over both nonces (hex).
+    Welcome { proof: String },
+    /// Home → worker: a job the following units name by `job`.
+    Open(Box<OpenJob>),
+    /// Worker → home: the job is open.
+    Opened { job: u32 },
+    /// Home → worker: fill these samples of `epoch`.
+    Unit {
+        id: u64,
+        job: u32,
+        epoch: u64,
+        indices: Vec<u64>,
+    },
+    /// Worker → home: unit `id` done; `bytes` raw image bytes follow, one image per sample
+    /// in order.
+    Done {
+        id: u64,
+        samples: Vec<SampleResult>,
+        bytes: u64,
+    },
+    /// Either way: refused (the job, the unit, or the connection when both are `None`).
+    Refused {
+        job: Option<u32>,
+        unit: Option<u64>,
+        reason: String,
+    },
+}
+
+/// What a home daemon asks a worker to open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenJob {
+    pub job: u32,
+    /// The dataset's path (or `s3://` URL) as the home daemon opened it.
+    pub dataset: String,
+    /// [`crate::remote::unit::fingerprint`] of the home's index.
+    pub fingerprint: String,
+    pub spec: PipelineSpec,
+    pub seed: u64,
+    pub policy: BadSamplePolicy,
+    pub max_pixels: u64,
+    pub max_file_bytes: u64,
+}
+
+/// What became of one sample on the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleResult {
+    pub status: SampleFate,
+    /// The sample whose image is in its place (itself unless replaced).
+    pub delivered: u64,
+    /// Why it was bad (a reason code) and the full message; none when Ok.
+    pub bad: Option<(String, String)>,
+}
+
+/// A sample's fate on the worker, as the engine would settle it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleFate {
+    Ok,
+    Replaced,
+    Failed,
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("no answer in time")]
+    Timeout,
+    #[error("connection closed")]
+    Closed,
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("a frame of {0} bytes, over the limit of {MAX_MESSAGE_BYTES}")]
+    TooLarge(usize),
+    #[error("not a message: {0}")]
+    Malformed(String),
+}
+
+impl WireError {
+    fn of(e: std::io::Error) -> WireError {
+        match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => WireError::Timeout,
+            ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe => WireError::Closed,
+            _ => WireError::Io(e),
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, by `deadline` if given.
+pub fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<(), WireError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let wait = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(w) if !w.is_zero() => Some(w),
+                _ => return Err(WireError::Timeout),
+            },
+            None => None,
+        };
+        stream.set_read_timeout(wait).map_err(WireError::Io)?;
+        match stream.read(&mut buf[done..]) {
+            Ok(0) => return Err(WireError::Closed),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(WireError::of(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one message, by `deadline` if given.
+pub fn read_message(
+    stream: &mut TcpStream,
+    deadline: Option<Instant>,
+) -> Result<Message, WireError> {
+    let mut len = [0u8; 4];
+    read_exact_by(stream, &mut len, deadline)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    read_exact_by(stream, &mut body, deadline)?;
+    serde_json::from_slice(&body).map_err(|e| WireError::Malformed(e.to_string()))
+}
+
+/// Writes one message (and `then`, raw, right after it).
+pub fn write_message(
+    stream: &mut TcpStream,
+    message: &Message,
+    then: &[u8],
+) -> Result<(), WireError> {
+    let body = serde_json::to_vec(message).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&l| l as usize <= MAX_MESSAGE_BYTES)
+        .ok_or(WireError::TooLarge(body.len()))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).map_err(WireError::of)?;
+    if !then.is_empty() {
+        stream.write_all(then).map_err(WireError::of)?;
+    }
+    Ok(())
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower- or upper-case hex `text`; `None` when it is not hex.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&bytes), "0001abff");
+        assert_eq!(unhex("0001ABff").unwrap(), bytes);
+        assert_eq!(unhex("0g"), None);
+        assert_eq!(unhex("abc"), None);
+    }
+
+    #[test]
+    fn a_frame_over_the_limit_or_not_json_is_refused_and_a_cut_one_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut b, _) = listener.accept().unwrap();
+        let soon = || Some(Instant::now() + std::time::Duration::from_millis(200));
+        a.write_all(&(u32::try_from(MAX_MESSAGE_BYTES).unwrap() + 1).to_le_bytes())
+            .unwrap();
+        assert!(matches!(
+            read_message(&mut b, soon()),
+            Err(WireError::TooLarge(_))
+        ));
+        a.write_all(&3u32.to_le_bytes()).unwrap();
+        a.write_all(b"{x}").unwrap();
+        assert!(matches!(
+            read_message(&mut b, soon()),
+            Err(WireError::Malformed(_))
+        ));
+        a.write_all(&10u32.to_le_bytes()).unwrap();
+        a.write_all(b"{\"ty").unwrap();
+        assert!(matches!(
+            read_message(&mut b, soon()),
+            Err(WireError::Timeout)
+        ));
+        // A fresh connection: the cut frame's missing bytes would be read first.
+        let mut a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut b, _) = listener.accept().unwrap();
+        let unit = Message::Unit {
+            id: 7,
+            job: 1,
+            epoch: 2,
+            indices: vec![3, 4],
+        };
+        write_message(&mut a, &unit, &[]).unwrap();
+        assert_eq!(read_message(&mut b, soon()).unwrap(), unit);
+        drop(a);
+        assert!(matches!(
+            read_message(&mut b, soon()),
+            Err(WireError::Closed)
+        ));
+    }
+}

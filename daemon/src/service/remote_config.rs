@@ -1,0 +1,120 @@
+//! The config sections of remote work (`crate::remote`): `[worker]` (this daemon works for home daemons) and
+//! `[remote]` (this home daemon sends units to workers). Keys and defaults are documented in
+//! docs/operations.md and docs/multi-host.md.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Most connections a worker takes at once, by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Most connections from one peer address, by default.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 16;
+/// Most pixel bytes one unit may need on a worker (its buffer), by default.
+pub const DEFAULT_MAX_UNIT_BYTES: u64 = 256 << 20;
+/// Connections (units in flight) a home daemon keeps to each worker, by default.
+pub const DEFAULT_CONNECTIONS_PER_WORKER: usize = 2;
+/// Milliseconds a unit may take on a worker before it is filled locally, by default.
+pub const DEFAULT_UNIT_TIMEOUT_MS: u64 = 10_000;
+
+/// `[worker]`: do units of work for home daemons over TCP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// The TCP address to listen on (`0.0.0.0:7411`); none: not a worker.
+    pub listen: Option<String>,
+    /// The shared secret home daemons prove they hold (a file only its owner may read).
+    pub secret_file: Option<PathBuf>,
+    pub max_connections: usize,
+    pub max_connections_per_peer: usize,
+    pub max_unit_bytes: u64,
+    /// `s3://bucket/prefix` URLs under which home daemons may name unregistered datasets.
+    pub s3_prefixes: Vec<String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            listen: None,
+            secret_file: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            max_unit_bytes: DEFAULT_MAX_UNIT_BYTES,
+            s3_prefixes: Vec::new(),
+        }
+    }
+}
+
+/// `[remote]`: the workers this home daemon sends units to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteConfig {
+    /// `host:port` of each worker (a name is resolved again at every reconnect).
+    pub workers: Vec<String>,
+    /// The shared secret the workers hold too.
+    pub secret_file: Option<PathBuf>,
+    pub connections: usize,
+    pub unit_timeout_ms: u64,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            workers: Vec::new(),
+            secret_file: None,
+            connections: DEFAULT_CONNECTIONS_PER_WORKER,
+            unit_timeout_ms: DEFAULT_UNIT_TIMEOUT_MS,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The first value out of range, named by its key.
+    pub fn problem(&self) -> Option<String> {
+        let listen = self.listen.as_ref()?;
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            return Some(format!(
+                "worker.listen: {listen:?} is not an address like 0.0.0.0:7411"
+            ));
+        }
+        if self.secret_file.is_none() {
+            return Some(
+                "worker.listen is set but worker.secret_file is not: a worker \
+                         serves only home daemons that prove they hold the secret"
+                    .into(),
+            );
+        }
+        if self.max_connections == 0 || self.max_connections_per_peer == 0 {
+            return Some(
+                "worker.max_connections and max_connections_per_peer must be \
+                         at least 1"
+                    .into(),
+            );
+        }
+        if let Some(p) = self.s3_prefixes.iter().find(|p| !p.starts_with("s3://")) {
+            return Some(format!("worker.s3_prefixes: {p:?} is not an s3:// URL"));
+        }
+        None
+    }
+}
+
+impl RemoteConfig {
+    /// The first value out of range, named by its key.
+    pub fn problem(&self) -> Option<String> {
+        if self.workers.is_empty() {
+            return None;
+        }
+        if self.secret_file.is_none() {
+            return Some("remote.workers are set but remote.secret_file is not".into());
+        }
+        if self.connections == 0 || self.unit_timeout_ms == 0 {
+            return Some("remote.connections and remote.unit_timeout_ms must be at least 1".into());
+        }
+        if let Some(w) = self.workers.iter().find(|w| w.rsplit_once(':').is_none()) {
+            return Some(format!("remote.workers: {w:?} is not host:port"));
+        }
+        None
+    }
+}
