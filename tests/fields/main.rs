@@ -222,3 +222,45 @@ fn c_line(s: &Served) -> String {
         field(&s.json)
     )
 }
+
+/// An ImageFolder whose images have sidecar captions (`img000.txt` beside `img000.jpg`) serves
+/// them as field `txt`; an image without one reports it missing, for that sample only.
+#[test]
+fn a_folders_sidecar_captions_are_served_as_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let n = stoker_testkit::write_image_folder(&data, 2, 3, 24);
+    let caption = |c: usize, i: usize| format!("class {c}, image {i}: caf\u{e9}\n").into_bytes();
+    for c in 0..2 {
+        for i in 0..3 {
+            if (c, i) != (1, 2) {
+                std::fs::write(data.join(format!("c{c}/img{i:03}.txt")), caption(c, i)).unwrap();
+            }
+        }
+    }
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let spec = PipelineSpec {
+        fields: vec!["txt".into()],
+        ..u8_spec(3, 16, Some(1))
+    };
+    let o = rank_options(data.to_str().unwrap(), "sidecars", (0, 1), SEED, spec);
+    let mut c = Client::attach(daemon.socket(), o).unwrap();
+    let mut seen = 0;
+    while let Some(b) = c.next_batch().unwrap() {
+        for i in 0..b.n() {
+            // Samples are class-major in sorted order: index = class * 3 + image.
+            let index = b.indices()[i] as usize;
+            let (class, image) = (index / 3, index % 3);
+            match b.field(0, i) {
+                Ok(bytes) => assert_eq!(bytes, caption(class, image), "sample {index}"),
+                Err(e) => {
+                    assert_eq!((class, image), (1, 2), "{e}");
+                    assert_eq!((e.sample, e.status), (index as u64, FieldStatus::Missing));
+                    assert!(e.to_string().contains("has none"), "{e}");
+                }
+            }
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, n);
+}

@@ -86,14 +86,7 @@ impl FieldFiller {
                         let why = format!("{} bytes, over the spec's field_max_bytes {max}", r.len);
                         unit.note(index, name, why);
                     }
-                    Some(r) => {
-                        let req = ReadRequest {
-                            offset: r.offset,
-                            len: r.len,
-                            ..ds.sample(i).request()
-                        };
-                        wanted.push((at, f, req));
-                    }
+                    Some(r) => wanted.push((at, f, ds.field_source(i, r).request())),
                 }
             }
         }

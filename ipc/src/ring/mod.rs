@@ -78,8 +78,8 @@ impl SampleStatus {
 pub enum FieldStatus {
     /// The field's bytes are in the slot, exactly as stored; its length is the field's length.
     Ok = 0,
-    /// The sample has no member with this extension (or its dataset has no fields: a folder,
-    /// a file list); its length is 0.
+    /// The sample has no shard member or sidecar file with this extension (a file list has
+    /// no fields); its length is 0.
     Missing = 1,
     /// The field is longer than the spec's `field_max_bytes`; its length is the field's
     /// length, its bytes are not in the slot.
@@ -106,7 +106,7 @@ impl FieldStatus {
         match self {
             FieldStatus::Ok => None,
             FieldStatus::Missing => Some(format!(
-                "{what}: the sample has no member with that extension"
+                "{what}: the sample has none (no shard member or sidecar file with that extension)"
             )),
             FieldStatus::TooLarge => Some(format!(
                 "{what}: {len} bytes, over the spec's field_max_bytes of {max}"

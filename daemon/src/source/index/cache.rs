@@ -226,7 +226,7 @@ pub(super) fn decode(data: &[u8], root: &Path, kind: DatasetKind) -> Option<(Dat
         // Written as the label's eight bytes (`to_le_bytes`): the same bits back.
         ds.label.push(i64::from_ne_bytes(d.u64()?.to_ne_bytes()));
     }
-    let (fields, rest) = SampleFields::decode(d.0, n)?;
+    let (fields, rest) = SampleFields::decode(d.0, n, ds.files.len())?;
     (ds.fields, d.0) = (fields, rest);
     let nfiles = ds.files.len();
     if !d.0.is_empty()

@@ -100,6 +100,7 @@ pub(super) fn index_folder(
     }
     listed.sort_unstable_by_key(|(w, _)| *w);
     let mut all = Vec::new();
+    let mut others = Vec::new();
     let mut labels = Vec::new();
     for (w, found) in listed {
         if found.files.is_empty() && kind == DatasetKind::ImageFolder {
@@ -107,6 +108,7 @@ pub(super) fn index_folder(
         }
         labels.resize(labels.len() + found.files.len(), work[w].0);
         all.extend(found.files);
+        others.extend(found.others);
         ds.stamps.extend(found.stamps);
         ds.skipped.extend(found.skipped);
     }
@@ -115,5 +117,62 @@ pub(super) fn index_folder(
         let id = ds.push_file(all[i].as_os_str().as_bytes())?;
         ds.push_sample(id, 0, size, labels[i]);
     }
+    add_sidecars(&mut ds, root, &all, &others, threads)?;
     Ok(ds)
+}
+
+/// Records each image's sidecar files as its fields: `S.X` beside the image `S.E` is field `X`
+/// of that image's sample (the longest `S` that is an image's, when a name has several dots).
+/// Sidecars are files of the dataset of their own, statted for their length.
+fn add_sidecars(
+    ds: &mut Dataset,
+    root: &Path,
+    images: &[PathBuf],
+    others: &[PathBuf],
+    threads: usize,
+) -> Result<(), DatasetError> {
+    if others.is_empty() {
+        return Ok(()); // No image has a sidecar: no map of a million stems for nothing.
+    }
+    let stems: HashMap<&[u8], usize> = images
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let b = p.as_os_str().as_bytes();
+            Some((&b[..b.iter().rposition(|&c| c == b'.')?], i))
+        })
+        .rev() // The first image of a stem wins.
+        .collect();
+    // (sample, field name, sidecar) per sidecar, in walk order.
+    let mut found: Vec<(usize, &[u8], &PathBuf)> = Vec::new();
+    for path in others {
+        let b = path.as_os_str().as_bytes();
+        let base = b.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1);
+        let dots = b[base..].iter().enumerate().filter(|(_, &c)| c == b'.');
+        let stem = dots.map(|(k, _)| base + k).rev().find_map(|dot| {
+            let i = *stems.get(&b[..dot])?;
+            Some((i, &b[dot + 1..]))
+        });
+        if let Some((i, name)) = stem.filter(|(_, name)| !name.is_empty()) {
+            found.push((i, name, path));
+        }
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    found.sort_by_key(|&(i, _, _)| i);
+    let paths: Vec<PathBuf> = found.iter().map(|&(_, _, p)| p.clone()).collect();
+    let mut per_sample: Vec<Vec<fields::FieldEntry<'_>>> = vec![Vec::new(); images.len()];
+    let mut ids = Vec::with_capacity(paths.len());
+    for (k, size) in stat_sizes(root, &paths, threads).into_iter().enumerate() {
+        let size = size.map_err(|(p, e)| DatasetError::io(&p, e))?;
+        ids.push((ds.push_file(paths[k].as_os_str().as_bytes())?, size));
+    }
+    for (&(i, name, _), &(id, size)) in found.iter().zip(&ids) {
+        per_sample[i].push((name, Some(id), 0, size));
+    }
+    for (i, fields) in per_sample.iter().enumerate() {
+        ds.fields.push_sample(i, fields);
+    }
+    Ok(())
 }

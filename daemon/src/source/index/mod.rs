@@ -80,7 +80,8 @@ use walk::{Walk, WalkBudget};
 /// 3: PNG and WebP files are samples (a folder indexed before held none).
 /// 4: the files a folder walk skipped (count and first names).
 /// 5: tar samples' fields (their other members, see [`fields`]).
-const CACHE_VERSION: u32 = 5;
+/// 6: folders' sidecar files as fields.
+const CACHE_VERSION: u32 = 6;
 
 /// Why a dataset cannot be opened. Each variant names the path and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -424,7 +425,22 @@ impl Dataset {
         self.fields.get(i, name.as_bytes())
     }
 
-    /// The names of the fields the dataset's samples have (tar shards), sorted.
+    /// Where field `r` of sample `i` is read: the sample's own file (a shard) or the field's
+    /// sidecar file, at the field's offset and length.
+    pub fn field_source(&self, i: usize, r: FieldRef) -> SampleRef<'_> {
+        let own = self.sample(i);
+        let file = r.file.unwrap_or(own.file);
+        SampleRef {
+            path: Path::new(OsStr::from_bytes(self.files.get(file as usize))),
+            file,
+            storage: self.storage_of(file),
+            offset: r.offset,
+            len: r.len,
+            label: own.label,
+        }
+    }
+
+    /// The names of the fields the dataset's samples have, sorted.
     pub fn field_names(&self) -> Vec<String> {
         self.fields.names()
     }

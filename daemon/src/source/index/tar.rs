@@ -35,10 +35,10 @@ pub(super) fn index_tar_shards(root: &Path, threads: usize) -> Result<Dataset, D
         for key in pair_members(shard, &members, &mut ds.skipped)? {
             if let Some(m) = key.image {
                 let member = &members[m];
-                let fields: Vec<(&[u8], u64, u64)> = key
+                let fields: Vec<fields::FieldEntry<'_>> = key
                     .fields
                     .iter()
-                    .map(|&(ext, f)| (ext, members[f].offset, members[f].size))
+                    .map(|&(ext, f)| (ext, None, members[f].offset, members[f].size))
                     .collect();
                 ds.fields.push_sample(ds.len(), &fields);
                 ds.push_sample(id, member.offset, member.size, key.label);

@@ -355,7 +355,13 @@ fn tar_keys_carry_their_other_members_as_fields_through_the_cache() {
     for ds in [&walked, &cached] {
         assert_eq!(ds.len(), 2);
         assert_eq!(ds.field_names(), ["json", "png", "seg.npy", "txt"]);
-        let at = |off: u64, len: u64| Some(FieldRef { offset: off, len });
+        let at = |off: u64, len: u64| {
+            Some(FieldRef {
+                file: None,
+                offset: off,
+                len,
+            })
+        };
         assert_eq!(ds.field(0, "txt"), at(cap0, 5));
         assert_eq!(ds.field(0, "json"), at(json0, 8));
         assert_eq!(ds.field(0, "png"), None);

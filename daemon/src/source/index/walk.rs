@@ -119,10 +119,12 @@ pub(super) fn refuse_root(root: &Path) -> Result<(), DatasetError> {
     Ok(())
 }
 
-/// What a walk found below one folder: image files, folder stamps, files it skipped.
+/// What a walk found below one folder: image files, the other files (sidecars, maybe),
+/// folder stamps, files it skipped.
 #[derive(Default)]
 pub(super) struct Listing {
     pub(super) files: Vec<PathBuf>,
+    pub(super) others: Vec<PathBuf>,
     pub(super) stamps: Vec<Stamp>,
     pub(super) skipped: Skipped,
 }
@@ -192,10 +194,13 @@ impl<'a> Walk<'a> {
             } else if is_image_name(&e.file_name()) {
                 found.files.push(e.path());
                 done.fetch_add(1, Ordering::Relaxed);
-            } else if is_skipped_name(&e.file_name()) {
+            } else {
                 let path = e.path();
-                let below = path.strip_prefix(&self.root).unwrap_or(&path);
-                found.skipped.add(below.to_string_lossy().into_owned());
+                if is_skipped_name(&e.file_name()) {
+                    let below = path.strip_prefix(&self.root).unwrap_or(&path);
+                    found.skipped.add(below.to_string_lossy().into_owned());
+                }
+                found.others.push(path);
             }
         }
         Ok(())
