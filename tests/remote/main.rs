@@ -7,6 +7,7 @@
 //!
 //! Network namespaces are not used: each process listens on its own loopback port.
 
+mod malformed;
 mod refusals;
 
 use std::path::{Path, PathBuf};
@@ -67,14 +68,19 @@ impl World {
         (d, log, addr)
     }
 
-    /// A home daemon sending units to `workers` (none: the local-only reference).
+    /// A home daemon sending units to `workers` (none: the local-only reference) over 2
+    /// connections each.
     fn home(&self, name: &str, workers: &[&str]) -> (Daemon, PathBuf) {
+        self.home_with(name, workers, 2)
+    }
+
+    fn home_with(&self, name: &str, workers: &[&str], connections: usize) -> (Daemon, PathBuf) {
         let dir = self.dir(name);
         let mut text = "[pipeline]\nthreads = 1\n".to_owned();
         if !workers.is_empty() {
             text += &format!(
-                "[remote]\nworkers = {workers:?}\nsecret_file = {:?}\nconnections = 2\n\
-                 unit_timeout_ms = 3000\n",
+                "[remote]\nworkers = {workers:?}\nsecret_file = {:?}\n\
+                 connections = {connections}\nunit_timeout_ms = 3000\n",
                 self.secret
             );
         }
@@ -127,6 +133,13 @@ fn reference(world: &World) -> Vec<Vec<Got>> {
     batches
 }
 
+/// Threads of process `pid`.
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
 /// The units each worker's connections did, from its log once the home daemon has gone.
 fn units_done(log: &Path) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -148,15 +161,30 @@ fn units_done(log: &Path) -> u64 {
 fn a_home_daemon_with_two_workers_serves_the_local_batches_bit_for_bit() {
     let world = World::new();
     let expected = reference(&world);
-    let (_w1, log1, a1) = world.worker("worker-1");
+    let (w1, log1, a1) = world.worker("worker-1");
     let (_w2, log2, a2) = world.worker("worker-2");
+    let idle = (w1.fd_count(), threads_of(w1.pid()));
     let (home, home_log) = world.home("home", &[&a1, &a2]);
     let batches = serve_job(home.socket(), &world.data, 0, || {});
+    assert!(
+        threads_of(w1.pid()) > idle.1,
+        "no connection thread on worker 1"
+    );
+    // The home daemon is SIGKILLed: the workers end its connections and their threads.
     drop(home);
     assert_eq!(batches, expected);
     // Both workers did units (the batches would be the same if they had done none).
     let (u1, u2) = (units_done(&log1), units_done(&log2));
     assert!(u1 > 0 && u2 > 0, "units done by the workers: {u1} and {u2}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (w1.fd_count(), threads_of(w1.pid())) != idle && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = (w1.fd_count(), threads_of(w1.pid()));
+    assert_eq!(
+        left, idle,
+        "worker 1's (fds, threads) once its home daemon is gone"
+    );
     let home_log = read_log(&home_log);
     assert!(!home_log.contains("filling locally"), "{home_log}");
 }

@@ -32,6 +32,9 @@
 //!
 //! # Limitations
 //! - Traffic is authenticated, not encrypted (no TLS yet): use it on a trusted network.
+//! - An authenticated worker is trusted with its decoding: the home checks an answer's
+//!   shape and that a replacement is one the engine's rule allows, not the pixels, nor that
+//!   a sample it calls bad is bad.
 //! - One unit in flight per connection; more connections give more in flight.
 //! - While a worker is down its threads fill their units locally (after the backoff each
 //!   tries once to reconnect), which adds threads to the local CPUs.
