@@ -295,6 +295,45 @@ impl TjHandle {
         self.check(rc)
     }
 
+    /// Decompresses `jpeg` (the buffer whose header was read last) to planar YUV at the scaling
+    /// factor set: the stored components, not upsampled, not colour converted. Only the
+    /// measurement behind the decision to keep RGB decoding calls it (`docs/decisions.md`,
+    /// "Colour at the output size").
+    ///
+    /// # Panics
+    /// If `planes` does not hold three planes of at least `strides[i] * rows` bytes for the
+    /// scaled image (one plane suffices for grayscale).
+    #[cfg(test)]
+    pub(crate) fn decompress_yuv8(
+        &mut self,
+        jpeg: &[u8],
+        planes: &mut [Vec<u8>; 3],
+        strides: [libc::c_int; 3],
+        rows: [usize; 3],
+    ) -> Result<(), TjError> {
+        for ((p, &s), &r) in planes.iter().zip(&strides).zip(&rows) {
+            assert!(
+                p.len() >= usize::try_from(s).unwrap_or(usize::MAX) * r,
+                "plane too small"
+            );
+        }
+        let mut ptrs = planes.each_mut().map(|p| p.as_mut_ptr());
+        let mut strides = strides;
+        // SAFETY: the handle is live; `jpeg` is readable for its length; each plane pointer is
+        // writable for `strides[i] * rows[i]` bytes (asserted), which the caller computed from
+        // the header and scaling factor set on this handle, as tj3YUVPlaneHeight gives them.
+        let rc = unsafe {
+            tj::tj3DecompressToYUVPlanes8(
+                self.raw.as_ptr(),
+                jpeg.as_ptr(),
+                jpeg.len() as tj::size_t,
+                ptrs.as_mut_ptr(),
+                strides.as_mut_ptr(),
+            )
+        };
+        self.check(rc)
+    }
+
     /// Entropy-decodes every DCT coefficient of `jpeg` and nothing else: no IDCT, no
     /// upsampling, no colour conversion, no output. This is libjpeg's
     /// `jpeg_read_coefficients`, reached through `tj3Transform` with one `TJXOP_NONE` transform

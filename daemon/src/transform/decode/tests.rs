@@ -449,3 +449,121 @@ fn fast_upsample_changes_only_subsampled_chroma_and_survives_a_failed_decode() {
         decode_with(&mut fancy, &s444)
     );
 }
+
+/// A copy of baseline `jpeg` whose frame header says `height` rows: libjpeg then decodes only
+/// those rows (and warns of the scan bytes it skips at the end). `None` without a SOF0/SOF1.
+fn with_frame_height(jpeg: &[u8], height: u16) -> Option<Vec<u8>> {
+    let mut copy = jpeg.to_vec();
+    let mut i = 2;
+    while i + 9 < copy.len() && copy[i] == 0xFF {
+        let len = u16::from_be_bytes([copy[i + 2], copy[i + 3]]) as usize;
+        if matches!(copy[i + 1], 0xC0 | 0xC1) {
+            copy[i + 5..i + 7].copy_from_slice(&height.to_be_bytes());
+            return Some(copy);
+        }
+        i += 2 + len;
+    }
+    None
+}
+
+/// Decodes `jpeg` to planar YUV at `factor` with `tj`; returns the luma samples decoded. The
+/// warning about the scan bytes left after a shortened frame is expected.
+fn decode_yuv(
+    tj: &mut TjHandle,
+    jpeg: &[u8],
+    factor: ScalingFactor,
+    planes: &mut [Vec<u8>; 3],
+) -> u64 {
+    let h = read_header(tj, jpeg, u64::MAX).unwrap();
+    tj.set_scaling_factor(factor).unwrap();
+    let (sw, sh) = (factor.scale(h.width), factor.scale(h.height));
+    let (cw, ch) = match h.subsampling {
+        Subsampling::S420 => (sw.div_ceil(2), sh.div_ceil(2)),
+        Subsampling::S422 => (sw.div_ceil(2), sh),
+        _ => (sw, sh),
+    };
+    let rows = [sh as usize, ch as usize, ch as usize];
+    planes[0].resize((sw * sh) as usize, 0);
+    for p in &mut planes[1..] {
+        p.resize((cw * ch) as usize, 0);
+    }
+    match tj.decompress_yuv8(jpeg, planes, [sw as i32, cw as i32, cw as i32], rows) {
+        Err(e) if !e.message.contains("extraneous bytes") => panic!("{}", e.message),
+        _ => {}
+    }
+    u64::from(sw) * u64::from(sh)
+}
+
+/// Issue 25 item 3's first question: is decoding to planar YUV (no upsampling, no colour
+/// conversion; TurboJPEG cannot crop it, so full width, at the same DCT scale) cheaper than
+/// today's cropped RGB decode? Per photo of ../shared/data/photos (baseline YCbCr ones) and
+/// three epochs of RandomResizedCrop boxes, the three decodes run back to back, so machine
+/// load hits them alike. Figures and the decision: docs/decisions.md.
+#[test]
+#[ignore = "measurement: cargo test -p stoker-daemon --lib yuv_decode_cost -- --ignored --nocapture"]
+fn yuv_decode_cost_against_the_cropped_rgb_decode() {
+    use std::time::Instant;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/photos");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let spec = stoker::spec::PipelineSpec::train(64, 224);
+    let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
+    let mut yuv = new_handle().unwrap();
+    let (mut out, mut planes) = (RgbImage::default(), [vec![], vec![], vec![]]);
+    let (mut secs, mut px, mut n) = ([0f64; 3], [0u64; 3], 0u32);
+    for epoch in 0..3 {
+        for (index, f) in files.iter().enumerate() {
+            let bytes = std::fs::read(f).unwrap();
+            let Ok(h) = probe(&bytes) else { continue };
+            if h.colorspace != ColorSpace::YCbCr
+                || h.progressive
+                || h.subsampling == Subsampling::Unknown
+            {
+                continue;
+            }
+            let (crop, _) = crate::transform::augment::sample_params(
+                &spec,
+                h.width,
+                h.height,
+                0,
+                epoch,
+                index as u64,
+            );
+            let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
+            let t = Instant::now();
+            rgb.decode_for_crop(&bytes, crop, (224, 224), &mut out)
+                .unwrap();
+            secs[0] += t.elapsed().as_secs_f64();
+            px[0] += u64::from(out.width) * u64::from(out.height);
+            let t = Instant::now();
+            px[1] += decode_yuv(&mut yuv, &bytes, plan.factor, &mut planes);
+            secs[1] += t.elapsed().as_secs_f64();
+            // To the crop's last row (plus the region margin), whole iMCU rows.
+            let t = Instant::now();
+            let bottom = (crop.y + crop.h).ceil() as u32 + REGION_MARGIN * plan.factor.denom;
+            let rows = bottom.div_ceil(16).saturating_mul(16).min(h.height);
+            let short = with_frame_height(&bytes, rows as u16).unwrap();
+            px[2] += decode_yuv(&mut yuv, &short, plan.factor, &mut planes);
+            secs[2] += t.elapsed().as_secs_f64();
+            yuv = new_handle().unwrap();
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no baseline YCbCr photo in {}", dir.display());
+    let names = [
+        "RGB, cropped (today)",
+        "YUV planes, whole",
+        "YUV planes, to the crop's last row",
+    ];
+    for i in 0..3 {
+        eprintln!(
+            "{:<36} {:.3} ms/image, {:>7} pixels/image",
+            names[i],
+            secs[i] / f64::from(n) * 1e3,
+            px[i] / u64::from(n)
+        );
+    }
+}
