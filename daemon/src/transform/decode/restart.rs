@@ -10,9 +10,10 @@
 //! - The interval is [`RESTART_COLUMNS`] intervals per MCU row (a divisor of the row's MCU
 //!   count, so every interval lies in one MCU row and intervals form a grid): a crop then skips
 //!   the rows above and below it and most of the columns beside it.
-//! - At decode time [`RestartLayout::parse`] finds the markers by walking the scan (a `memchr`
-//!   for `FF` over bytes that are being decoded anyway, a few microseconds), so the index needs
-//!   no per-sample offsets and old shards, folders and `s3://` shards all work alike.
+//! - At decode time the markers are found by walking the scan (a `memchr` for `FF`), only
+//!   once the crop is known to skip enough of the file and only as far as the last interval it
+//!   needs, so the index needs no per-sample offsets (docs/datasets.md weighs the two) and old
+//!   shards, folders and `s3://` shards all work alike.
 //! - [`PartialStream`] builds a smaller, valid JPEG from the intervals covering the decode
 //!   region plus [`MARGIN_MCUS`] MCUs on every side (libjpeg's fancy upsampling reads the
 //!   chroma samples across MCU edges; the margin keeps every decoded pixel's neighbours the
@@ -145,6 +146,16 @@ impl Frame {
         self.height.div_ceil(self.mcu_h)
     }
 
+    /// Whether the restart intervals form a grid: an interval that divides the MCU row.
+    fn has_grid(&self) -> bool {
+        self.interval > 0 && self.mcus_per_row().is_multiple_of(self.interval)
+    }
+
+    /// Restart intervals per MCU row (with a grid).
+    fn per_row(&self) -> u32 {
+        self.mcus_per_row() / self.interval
+    }
+
     /// Walks the marker segments up to the first scan; `None` for anything but a sequential
     /// Huffman frame (SOF0/SOF1) whose first scan holds every component.
     fn parse(b: &[u8]) -> Option<Frame> {
@@ -236,24 +247,33 @@ pub(crate) struct RestartLayout {
     frame: Frame,
     /// Where each interval's entropy-coded data starts.
     starts: Vec<usize>,
-    /// Where the scan's EOI marker is.
-    eoi_at: usize,
+    /// Where the walk stopped: the scan's EOI marker, or the start of the interval after the
+    /// last one asked for.
+    end: usize,
 }
 
 impl RestartLayout {
     /// The layout of `b`, or `None` when it has no restart interval that divides its MCU
     /// rows, or its markers are not where the interval puts them.
     pub(crate) fn parse(b: &[u8]) -> Option<RestartLayout> {
-        let frame = Frame::parse(b)?;
-        let per_row = frame.mcus_per_row();
-        if frame.interval == 0 || !per_row.is_multiple_of(frame.interval) {
+        Self::walk(b, Frame::parse(b)?, usize::MAX, Vec::new())
+    }
+
+    /// Walks the scan of `b` for where its intervals start, up to the start of interval
+    /// `need` (every interval, and their count checked, when the walk reaches EOI first);
+    /// `starts` is reused. `None` when the markers are not where `frame`'s interval puts them.
+    fn walk(b: &[u8], frame: Frame, need: usize, mut starts: Vec<usize>) -> Option<RestartLayout> {
+        if !frame.has_grid() {
             return None;
         }
-        let count = (per_row / frame.interval) as usize * frame.mcu_rows() as usize;
-        let mut starts = Vec::with_capacity(count);
+        let count = frame.per_row() as usize * frame.mcu_rows() as usize;
+        starts.clear();
         starts.push(frame.scan_at);
         let mut pos = frame.scan_at;
-        let eoi_at = loop {
+        let end = loop {
+            if starts.len() > need {
+                break pos;
+            }
             pos += memchr::memchr(0xFF, b.get(pos..)?)?;
             match *b.get(pos + 1)? {
                 0x00 | 0xFF => pos += 1,
@@ -264,24 +284,16 @@ impl RestartLayout {
                     pos += 2;
                     starts.push(pos);
                 }
-                0xD9 => break pos,
+                0xD9 if starts.len() == count => break pos,
                 _ => return None,
             }
         };
-        (starts.len() == count).then_some(RestartLayout {
-            frame,
-            starts,
-            eoi_at,
-        })
-    }
-
-    fn per_row(&self) -> u32 {
-        self.frame.mcus_per_row() / self.frame.interval
+        Some(RestartLayout { frame, starts, end })
     }
 
     /// The entropy-coded bytes of interval `k` (its RST marker excluded).
     fn interval(&self, k: usize) -> (usize, usize) {
-        let end = self.starts.get(k + 1).map_or(self.eoi_at, |s| s - 2);
+        let end = self.starts.get(k + 1).map_or(self.end, |s| s - 2);
         (self.starts[k], end)
     }
 }
@@ -290,6 +302,8 @@ impl RestartLayout {
 #[derive(Debug, Default)]
 pub(crate) struct PartialStream {
     bytes: Vec<u8>,
+    /// Interval starts, kept between decodes.
+    starts: Vec<usize>,
 }
 
 /// The sub-image a partial stream covers: intervals `cols` of MCU rows `rows`.
@@ -299,27 +313,35 @@ struct Cover {
     rows: (u32, u32),
 }
 
+impl Cover {
+    /// Whether the cover leaves out enough MCUs to be worth a partial stream.
+    fn skips_enough(&self, f: &Frame) -> bool {
+        let mcus = (self.cols.1 - self.cols.0) * f.interval * (self.rows.1 - self.rows.0);
+        let share = f64::from(mcus) / f64::from(f.mcus_per_row() * f.mcu_rows());
+        share <= 1.0 - MIN_SKIPPED_SHARE
+    }
+
+    /// The last interval the cover holds.
+    fn last_interval(&self, f: &Frame) -> usize {
+        (self.rows.1 - 1) as usize * f.per_row() as usize + (self.cols.1 - 1) as usize
+    }
+}
+
 impl PartialStream {
-    /// Builds the stream for the scaled region `(x, y, w, h)` at `factor`; returns the
-    /// sub-image's origin in scaled pixels, or `None` when the region needs nearly every MCU.
+    /// Builds the stream of the intervals `cover` holds; returns the sub-image's origin in
+    /// scaled pixels at `factor`, or `None` when its size does not fit a frame header.
     fn build(
         &mut self,
         b: &[u8],
         layout: &RestartLayout,
+        cover: Cover,
         factor: ScalingFactor,
-        region: (u32, u32, u32, u32),
     ) -> Option<(u32, u32)> {
         let f = &layout.frame;
-        let cover = cover(layout, factor, region);
         let mcu_cols = (cover.cols.1 - cover.cols.0) * f.interval;
-        let share = f64::from(mcu_cols * (cover.rows.1 - cover.rows.0))
-            / f64::from(f.mcus_per_row() * f.mcu_rows());
-        if share > 1.0 - MIN_SKIPPED_SHARE {
-            return None;
-        }
         let x0 = cover.cols.0 * f.interval * f.mcu_w;
         let y0 = cover.rows.0 * f.mcu_h;
-        let width = if cover.cols.1 == layout.per_row() {
+        let width = if cover.cols.1 == f.per_row() {
             f.width - x0
         } else {
             mcu_cols * f.mcu_w
@@ -342,7 +364,7 @@ impl PartialStream {
                 out.extend_from_slice(&b[s..e]);
             }
         }
-        let per_row = layout.per_row() as usize;
+        let per_row = f.per_row() as usize;
         // The next RST marker's number (RST0..RST7, in turn); none before the first interval.
         let mut rst: Option<u8> = None;
         for row in cover.rows.0..cover.rows.1 {
@@ -362,8 +384,7 @@ impl PartialStream {
 }
 
 /// The interval columns and MCU rows covering the scaled region plus the margin.
-fn cover(layout: &RestartLayout, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
-    let f = &layout.frame;
+fn cover(f: &Frame, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
     let (x, y, w, h) = region;
     // Scaled pixel `s` comes from full pixels [s * d / n, (s + 1) * d / n).
     let full = |s: u32| (u64::from(s) * u64::from(factor.denom)).div_ceil(u64::from(factor.num));
@@ -393,6 +414,7 @@ fn cover(layout: &RestartLayout, factor: ScalingFactor, region: (u32, u32, u32, 
 impl CpuDecoder {
     /// Runs `plan` on the restart intervals it touches when `bytes` is restart-indexed and the
     /// region skips enough of it; `Ok(false)` when it is not (the caller decodes as before).
+    /// The scan is walked only up to the last interval needed.
     pub(super) fn run_restart_intervals(
         &mut self,
         bytes: &[u8],
@@ -402,34 +424,47 @@ impl CpuDecoder {
         let Some(region) = plan.crop else {
             return Ok(false);
         };
-        let Some(layout) = RestartLayout::parse(bytes) else {
+        let Some(frame) = Frame::parse(bytes).filter(Frame::has_grid) else {
             return Ok(false);
         };
+        let cover = cover(&frame, plan.factor, region);
+        if !cover.skips_enough(&frame) {
+            return Ok(false);
+        }
+        let need = cover.last_interval(&frame) + 1;
         let mut partial = std::mem::take(&mut self.partial);
-        let result = self.run_partial(bytes, &layout, &mut partial, plan, region, out);
+        let starts = std::mem::take(&mut partial.starts);
+        let result = match RestartLayout::walk(bytes, frame, need, starts) {
+            Some(layout) => {
+                let built = partial.build(bytes, &layout, cover, plan.factor);
+                partial.starts = layout.starts;
+                match built {
+                    Some(origin) => self.run_partial(&partial.bytes, plan, region, origin, out),
+                    None => Ok(false),
+                }
+            }
+            None => Ok(false),
+        };
         self.partial = partial;
         result
     }
 
+    /// Decodes `plan` from the partial stream `sub`, whose origin is `origin` (scaled pixels).
     fn run_partial(
         &mut self,
-        bytes: &[u8],
-        layout: &RestartLayout,
-        partial: &mut PartialStream,
+        sub: &[u8],
         plan: &RegionPlan,
         region: (u32, u32, u32, u32),
+        origin: (u32, u32),
         out: &mut RgbImage,
     ) -> Result<bool, DecodeError> {
-        let Some((ox, oy)) = partial.build(bytes, layout, plan.factor, region) else {
-            return Ok(false);
-        };
-        let header = self.begin(&partial.bytes)?;
+        let header = self.begin(sub)?;
         let (x, y, w, h) = region;
         let shifted = RegionPlan {
-            crop: Some((x - ox, y - oy, w, h)),
+            crop: Some((x - origin.0, y - origin.1, w, h)),
             ..*plan
         };
-        self.run(&partial.bytes, &header, &shifted, out)?;
+        self.run(sub, &header, &shifted, out)?;
         Ok(true)
     }
 }

@@ -146,8 +146,11 @@ fn partial_stream_renumbers_markers_and_ends_with_eoi() {
     let out = add_restart_markers(&jpeg).unwrap();
     let layout = RestartLayout::parse(&out).unwrap();
     let mut p = PartialStream::default();
-    let origin = p.build(&out, &layout, ScalingFactor::ONE, (320, 160, 64, 64));
-    // Columns 256..448 of 640 (intervals of 160 px), rows 144..240 of 480 (MCU rows of 16).
+    let c = cover(&layout.frame, ScalingFactor::ONE, (320, 160, 64, 64));
+    assert!(c.skips_enough(&layout.frame));
+    let origin = p.build(&out, &layout, c, ScalingFactor::ONE);
+    // MCUs 19..25 of 40 (one MCU of margin each side) lie in interval columns 1..3 of 4
+    // (intervals of 10 MCUs, 160 px): x 160..480; MCU rows 9..15 of 30: y 144..240.
     assert_eq!(origin, Some((160, 144)));
     let sub = RestartLayout::parse(&p.bytes).expect("the partial stream is restart-indexed");
     assert_eq!(
@@ -158,10 +161,14 @@ fn partial_stream_renumbers_markers_and_ends_with_eoi() {
     assert_eq!(sub.starts.len(), 12);
     assert!(p.bytes.ends_with(&[0xFF, 0xD9]));
     // The whole image: not worth it.
-    assert_eq!(
-        p.build(&out, &layout, ScalingFactor::ONE, (0, 0, 640, 480)),
-        None
-    );
+    let whole = cover(&layout.frame, ScalingFactor::ONE, (0, 0, 640, 480));
+    assert!(!whole.skips_enough(&layout.frame));
+    // A walk asked for the intervals up to the cover's last stops early, with the same starts.
+    let need = c.last_interval(&layout.frame) + 1;
+    let short = RestartLayout::walk(&out, layout.frame.clone(), need, Vec::new()).unwrap();
+    assert_eq!(short.starts.len(), need + 1);
+    assert_eq!(short.starts[..], layout.starts[..=need]);
+    assert!(short.end < layout.end);
 }
 
 #[test]
