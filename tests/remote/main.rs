@@ -7,6 +7,7 @@
 //!
 //! Network namespaces are not used: each process listens on its own loopback port.
 
+mod deploy;
 mod malformed;
 mod refusals;
 

@@ -16,10 +16,16 @@
 //!   to [`MAX_BACKOFF`]). A job or unit the worker refuses is filled locally too; a refused
 //!   job is not offered to that connection again.
 //!
+//! - A worker entry's name is resolved at every (re)connect, and the entry's connections
+//!   start at different addresses of the answer, so a Kubernetes headless Service's pods
+//!   share them (`remote.connections` should be at least the pods' count).
+//!
 //! # Limitations
 //! - The local fill after a fault runs on this thread, beside the decode threads.
+//! - A worker pod added behind a name is used only when a connection reconnects.
 
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -76,6 +82,8 @@ pub struct RemoteFactory {
     addr: String,
     connections: usize,
     shared: Arc<HomeShared>,
+    /// Backends made so far: the next one's place among the addresses the name resolves to.
+    made: AtomicUsize,
 }
 
 /// One factory per worker of `[remote] workers`.
@@ -98,6 +106,7 @@ pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, SecretErro
             addr: addr.clone(),
             connections: config.connections,
             shared: Arc::clone(&shared),
+            made: AtomicUsize::new(0),
         })
         .collect())
 }
@@ -130,6 +139,7 @@ impl BackendFactory for RemoteFactory {
             config: config.clone(),
             local: CpuBackend::new(config)?,
             conn: None,
+            place: self.made.fetch_add(1, Ordering::Relaxed),
             retry_at: Instant::now(),
             backoff: MIN_BACKOFF,
             last: Last::Local,
@@ -178,6 +188,8 @@ pub struct RemoteBackend {
     /// Fills units the worker does not (faults, refusals).
     local: CpuBackend,
     conn: Option<Conn>,
+    /// This connection's place among the addresses the worker's name resolves to.
+    place: usize,
     retry_at: Instant,
     backoff: Duration,
     last: Last,
@@ -287,7 +299,12 @@ impl RemoteBackend {
         if Instant::now() < self.retry_at {
             return Err(Fault::Down);
         }
-        match connect(&self.addr, &self.shared.secret, self.shared.timeout) {
+        match connect(
+            &self.addr,
+            self.place,
+            &self.shared.secret,
+            self.shared.timeout,
+        ) {
             Ok(stream) => {
                 tracing::info!(worker = %self.addr, "connected to a remote worker");
                 self.backoff = MIN_BACKOFF;
@@ -362,12 +379,24 @@ impl RemoteBackend {
     }
 }
 
-/// Connects to `addr` (resolved now) and passes the handshake.
-fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<TcpStream, String> {
+/// Connects to `addr` (resolved now) and passes the handshake. A name that resolves to
+/// several addresses (a headless Service's pods) is tried from the `place`-th on, so the
+/// connections of one worker entry spread over them.
+fn connect(
+    addr: &str,
+    place: usize,
+    secret: &Secret,
+    timeout: Duration,
+) -> Result<TcpStream, String> {
     let wait = timeout.min(CONNECT_TIMEOUT);
-    let addrs = addr
+    let mut addrs: Vec<_> = addr
         .to_socket_addrs()
-        .map_err(|e| format!("resolve: {e}"))?;
+        .map_err(|e| format!("resolve: {e}"))?
+        .collect();
+    if !addrs.is_empty() {
+        let n = addrs.len();
+        addrs.rotate_left(place % n);
+    }
     let mut last = format!("{addr} resolves to no address");
     for a in addrs {
         match TcpStream::connect_timeout(&a, wait) {
