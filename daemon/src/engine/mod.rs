@@ -5,7 +5,7 @@
 //! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
 //! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
 //! trait), `cpu` (the CPU backend), `cuda` (the CUDA backend, one engine per GPU), `memory`
-//! (ring memory), `stats`.
+//! (ring memory), `fields` (a unit's per-sample fields read into the slot), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:

@@ -137,6 +137,44 @@ impl Worker {
         // past `batch_len` belongs to the batch's last unit (feed.rs hands each out once).
         let mut host = unsafe { HostWriter::new(&*feed.ring, unit.slot, unit.start, end) };
         let outcomes = std::mem::take(&mut self.outcomes);
+        self.write_outcomes(unit, &outcomes, &mut host);
+        self.outcomes = outcomes;
+        let fields = FieldUnit {
+            job,
+            start: unit.start,
+            delivered: &self.delivered,
+            due: unit.due(),
+            config: &shared.config,
+            stats: &shared.stats,
+            log: &shared.bad_log,
+        };
+        self.fields.fill(&fields, &mut host);
+        let stats = &self.shared.stats;
+        stats
+            .images
+            .fetch_add(self.indices.len() as u64, Ordering::Relaxed);
+        if last {
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            // Partial final batch: mark the unused tail so clients never mistake it for data.
+            for at in unit.batch_len..layout.batch_size {
+                host.mark_empty(at);
+            }
+        }
+        completion
+    }
+
+    /// Writes each sample's label, delivered index and status into the slot, settling the bad
+    /// ones by the job's policy; remembers the indices delivered for the fields' pass.
+    fn write_outcomes(
+        &mut self,
+        unit: &Unit,
+        outcomes: &[SampleOutcome],
+        host: &mut HostWriter<'_>,
+    ) {
+        let feed = &unit.feed;
+        let job = &feed.job;
+        let layout = feed.ring.layout().slot;
+        let images = feed.ring.images(unit.slot);
         self.delivered.clear();
         for (k, outcome) in outcomes.iter().enumerate() {
             let at = unit.start + k;
@@ -164,29 +202,6 @@ impl Worker {
             host.write(at, label, delivered, status);
             self.delivered.push(delivered);
         }
-        self.outcomes = outcomes;
-        let fields = FieldUnit {
-            job,
-            start: unit.start,
-            delivered: &self.delivered,
-            due: unit.due(),
-            config: &shared.config,
-            stats: &shared.stats,
-            log: &shared.bad_log,
-        };
-        self.fields.fill(&fields, &mut host);
-        let stats = &self.shared.stats;
-        stats
-            .images
-            .fetch_add(self.indices.len() as u64, Ordering::Relaxed);
-        if last {
-            stats.batches.fetch_add(1, Ordering::Relaxed);
-            // Partial final batch: mark the unused tail so clients never mistake it for data.
-            for at in unit.batch_len..layout.batch_size {
-                host.mark_empty(at);
-            }
-        }
-        completion
     }
 
     fn count_decoded(&self) {
