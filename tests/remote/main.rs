@@ -71,13 +71,20 @@ impl World {
 
     /// A home daemon sending units to `workers` (none: the local-only reference) over 2
     /// connections each.
-    fn home(&self, name: &str, workers: &[&str]) -> (Daemon, PathBuf) {
+    fn home(&self, name: &str, workers: &[&str]) -> (Daemon, PathBuf, String) {
         self.home_with(name, workers, 2)
     }
 
-    fn home_with(&self, name: &str, workers: &[&str], connections: usize) -> (Daemon, PathBuf) {
+    /// As [`World::home`], with `connections` per worker; its log and its metrics' address.
+    fn home_with(
+        &self,
+        name: &str,
+        workers: &[&str],
+        connections: usize,
+    ) -> (Daemon, PathBuf, String) {
         let dir = self.dir(name);
-        let mut text = "[pipeline]\nthreads = 1\n".to_owned();
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let mut text = format!("[pipeline]\nthreads = 1\n[metrics]\nlisten = {metrics:?}\n");
         if !workers.is_empty() {
             text += &format!(
                 "[remote]\nworkers = {workers:?}\nsecret_file = {:?}\n\
@@ -88,7 +95,7 @@ impl World {
         let config = write_config(&dir, &text);
         let log = dir.join("log");
         let d = Daemon::start_logged(&dir, &["--config", config.to_str().unwrap()], &log);
-        (d, log)
+        (d, log, metrics)
     }
 }
 
@@ -125,13 +132,25 @@ fn serve_job(home: &Path, data: &Path, pause_after: usize, fault: impl FnOnce())
 
 /// The local-only daemon's batches of the job.
 fn reference(world: &World) -> Vec<Vec<Got>> {
-    let (home, _) = world.home("reference", &[]);
+    let (home, _, _) = world.home("reference", &[]);
     let batches = serve_job(home.socket(), &world.data, 0, || {});
     // 64 + 1 samples, 2 ranks of 4: 9 steps per epoch each; one sample is replaced.
     assert!(batches.iter().all(|b| b.len() == 18), "{batches:?}");
     let replaced = batches.iter().flatten().flat_map(|b| &b.status);
     assert!(replaced.filter(|&&s| s == 1).count() >= EPOCHS as usize);
     batches
+}
+
+/// `stoker_remote_units_total` of `worker` with `result`, 0 when absent.
+fn remote_units(text: &str, worker: &str, result: &str) -> f64 {
+    let (w, r) = (
+        format!("worker=\"{worker}\""),
+        format!("result=\"{result}\""),
+    );
+    text.lines()
+        .filter(|l| l.starts_with("stoker_remote_units_total{") && l.contains(&w) && l.contains(&r))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Threads of process `pid`.
@@ -165,12 +184,18 @@ fn a_home_daemon_with_two_workers_serves_the_local_batches_bit_for_bit() {
     let (w1, log1, a1) = world.worker("worker-1");
     let (_w2, log2, a2) = world.worker("worker-2");
     let idle = (w1.fd_count(), threads_of(w1.pid()));
-    let (home, home_log) = world.home("home", &[&a1, &a2]);
+    let (home, home_log, metrics) = world.home("home", &[&a1, &a2]);
     let batches = serve_job(home.socket(), &world.data, 0, || {});
     assert!(
         threads_of(w1.pid()) > idle.1,
         "no connection thread on worker 1"
     );
+    let text = stoker_testkit::prometheus::http_get(&metrics, "/metrics").1;
+    for worker in [&a1, &a2] {
+        let done = remote_units(&text, worker, "done");
+        assert!(done > 0.0, "{worker}: {done} units done\n{text}");
+        assert_eq!(remote_units(&text, worker, "reissued"), 0.0, "{text}");
+    }
     // The home daemon is SIGKILLed: the workers end its connections and their threads.
     drop(home);
     assert_eq!(batches, expected);
@@ -196,13 +221,15 @@ fn a_worker_killed_and_one_stopped_mid_epoch_leave_the_batches_unchanged() {
     let expected = reference(&world);
     let (mut killed, _, a1) = world.worker("worker-killed");
     let (stopped, _, a2) = world.worker("worker-stopped");
-    let (home, home_log) = world.home("home", &[&a1, &a2]);
+    let (home, home_log, metrics) = world.home("home", &[&a1, &a2]);
     let batches = serve_job(home.socket(), &world.data, 3, || {
         stopped.signal(libc::SIGSTOP);
         killed.signal(libc::SIGKILL);
         let _ = killed.wait_exit(Duration::from_secs(10));
     });
     assert_eq!(batches, expected);
+    let text = stoker_testkit::prometheus::http_get(&metrics, "/metrics").1;
+    assert!(remote_units(&text, &a2, "reissued") > 0.0, "{text}");
     let log = read_log(&home_log);
     // The stopped worker's unit timed out and was filled locally.
     assert!(

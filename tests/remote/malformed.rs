@@ -100,7 +100,7 @@ fn workers_answering_another_unit_size_a_cut_frame_or_an_impossible_fate_change_
     .map(|g| fake_worker(&world.secret, g))
     .collect();
     let workers: Vec<&str> = fakes.iter().map(String::as_str).collect();
-    let (home, home_log) = world.home_with("home", &workers, 1);
+    let (home, home_log, metrics) = world.home_with("home", &workers, 1);
     let batches = serve_job(home.socket(), &world.data, 0, || {});
     assert_eq!(batches, expected);
     let log = read_log(&home_log);
@@ -117,4 +117,12 @@ fn workers_answering_another_unit_size_a_cut_frame_or_an_impossible_fate_change_
     }
     let drops = log.matches("its unit is filled locally").count();
     assert!(drops >= 4, "{drops} connections dropped:\n{log}");
+    let text = stoker_testkit::prometheus::http_get(&metrics, "/metrics").1;
+    for fake in &fakes {
+        assert!(
+            remote_units(&text, fake, "reissued") >= 1.0,
+            "{fake}\n{text}"
+        );
+        assert_eq!(remote_units(&text, fake, "done"), 0.0, "{fake}\n{text}");
+    }
 }

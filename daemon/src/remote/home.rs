@@ -41,6 +41,7 @@ use crate::engine::{
     EngineConfig, Job, PipelineError, SampleOutcome, SampleWork, SlotImages, UnitSize, UnitWork,
     CPU_UNIT_SAMPLES,
 };
+use crate::service::metrics as m;
 use crate::service::remote_config::RemoteConfig;
 use crate::source::index::Dataset;
 use crate::sync::lock;
@@ -202,13 +203,26 @@ impl Backend for RemoteBackend {
     }
 
     fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
-        match self.remote_fill(unit, outcomes) {
-            Ok(()) => return Completion::Done,
+        let result = self.remote_fill(unit, outcomes);
+        let worker = self.addr.clone();
+        let count = |result: &'static str| {
+            metrics::counter!(m::REMOTE_UNITS_TOTAL, "worker" => worker.clone(), "result" => result)
+                .increment(1);
+        };
+        match result {
+            Ok(()) => {
+                count("done");
+                metrics::counter!(m::REMOTE_IMAGES_TOTAL, "worker" => worker.clone())
+                    .increment(unit.indices.len() as u64);
+                return Completion::Done;
+            }
             Err(Fault::Down) => {}
             Err(Fault::Refused(reason)) => {
+                count("refused");
                 tracing::warn!(worker = %self.addr, reason, "worker refused: filling locally");
             }
             Err(Fault::Broken(reason)) => {
+                count("reissued");
                 tracing::warn!(
                     worker = %self.addr,
                     reason,

@@ -38,7 +38,8 @@
 //! - One unit in flight per connection; more connections give more in flight.
 //! - While a worker is down its threads fill their units locally (after the backoff each
 //!   tries once to reconnect), which adds threads to the local CPUs.
-//! - No per-worker rows in `stoker status` or `/metrics` yet.
+//! - `/metrics` counts units and images per worker; `stoker status` has no rows for them
+//!   yet, nor units in flight or round-trip times.
 
 pub mod auth;
 pub mod home;

@@ -29,6 +29,7 @@ use super::auth::{self, Secret};
 use super::unit::{DatasetRules, WorkerJob};
 use super::wire::{read_message, write_message, Message, WireError};
 use crate::engine::EngineConfig;
+use crate::service::metrics as m;
 use crate::service::remote_config::WorkerConfig;
 use crate::sync::lock;
 
@@ -253,6 +254,7 @@ fn do_unit(
     let (Some(job), None) = (job, &refusal) else {
         let reason = refusal.unwrap_or_default();
         tracing::warn!(%peer, unit = id, reason, "worker refused a unit");
+        metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "refused").increment(1);
         let refused = Message::Refused {
             job: None,
             unit: Some(id),
@@ -261,6 +263,7 @@ fn do_unit(
         return write_message(stream, &refused, &[]);
     };
     let (samples, pixels) = job.run(epoch, indices);
+    metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
     let done = Message::Done {
         id,
         samples,

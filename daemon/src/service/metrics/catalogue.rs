@@ -121,6 +121,12 @@ pub const CLIENT_WAIT_SECONDS_TOTAL: &str = "stoker_client_wait_seconds_total";
 /// Seconds each rank's loop spent between `next()` calls, by `job`, `rank`.
 pub const CLIENT_COMPUTE_SECONDS_TOTAL: &str = "stoker_client_compute_seconds_total";
 /// Images decoded on a GPU, by `gpu` (UUID) and `path` (hardware, hybrid, cpu).
+/// Units sent to a remote worker, by worker and result.
+pub const REMOTE_UNITS_TOTAL: &str = "stoker_remote_units_total";
+/// Images a remote worker filled, by worker.
+pub const REMOTE_IMAGES_TOTAL: &str = "stoker_remote_images_total";
+/// Units a worker did or refused for home daemons, by result.
+pub const WORKER_UNITS_TOTAL: &str = "stoker_worker_units_total";
 pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
 /// Host time per batch decoding on a GPU (nvJPEG calls and the CPU path), by `gpu`.
 pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
@@ -206,6 +212,14 @@ pub const ALL: &[Series] = &[
     rendered(series(CLIENT_COMPUTE_SECONDS_TOTAL, Counter, Unit::Seconds,
         "Seconds the training loop spent between next() calls, per rank.",
         &["job", "rank"], Nothing)),
+    series(REMOTE_UNITS_TOTAL, Counter, Unit::Count,
+        "Units given to a remote worker, by worker and result (done there, reissued locally \
+         after a fault, refused by the worker).", &["worker", "result"], Nothing),
+    series(REMOTE_IMAGES_TOTAL, Counter, Unit::Count, "Images a remote worker filled.",
+        &["worker"], Nothing),
+    series(WORKER_UNITS_TOTAL, Counter, Unit::Count,
+        "Units this worker did for home daemons, or refused, by result.",
+        &["result"], Each("result", &["done", "refused"])),
     series(GPU_DECODE_TOTAL, Counter, Unit::Count,
         "Images decoded on a GPU, by GPU and path (hardware, hybrid, cpu).",
         &["gpu", "path"], Nothing),
