@@ -7,6 +7,7 @@
 //!
 //! Network namespaces are not used: each process listens on its own loopback port.
 
+mod credentials;
 mod deploy;
 mod malformed;
 mod refusals;
@@ -82,9 +83,29 @@ impl World {
         workers: &[&str],
         connections: usize,
     ) -> (Daemon, PathBuf, String) {
+        self.home_full(name, workers, connections, "")
+    }
+
+    /// A home daemon as [`World::home`] whose config also holds `extra` (whole sections).
+    fn home_configured(
+        &self,
+        name: &str,
+        workers: &[&str],
+        extra: &str,
+    ) -> (Daemon, PathBuf, String) {
+        self.home_full(name, workers, 2, extra)
+    }
+
+    fn home_full(
+        &self,
+        name: &str,
+        workers: &[&str],
+        connections: usize,
+        extra: &str,
+    ) -> (Daemon, PathBuf, String) {
         let dir = self.dir(name);
         let metrics = format!("127.0.0.1:{}", free_port());
-        let mut text = format!("[pipeline]\nthreads = 1\n[metrics]\nlisten = {metrics:?}\n");
+        let mut text = format!("[pipeline]\nthreads = 1\n[metrics]\nlisten = {metrics:?}\n{extra}");
         if !workers.is_empty() {
             text += &format!(
                 "[remote]\nworkers = {workers:?}\nsecret_file = {:?}\n\

@@ -203,7 +203,13 @@ impl Backend for RemoteBackend {
     }
 
     fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
-        let result = self.remote_fill(unit, outcomes);
+        // A worker reads as itself: a job read with its client's credentials stays here, so
+        // that client is served only what it could read (DESIGN.md, security).
+        let result = if unit.job.open_policy().credentials.is_some() {
+            Err(Fault::Down)
+        } else {
+            self.remote_fill(unit, outcomes)
+        };
         let worker = self.addr.clone();
         let count = |result: &'static str| {
             metrics::counter!(m::REMOTE_UNITS_TOTAL, "worker" => worker.clone(), "result" => result)

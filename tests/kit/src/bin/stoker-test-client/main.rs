@@ -40,6 +40,11 @@ fn main() {
         "refused" => other_uid::refused(Path::new(arg(1))),
         "permissions" => other_uid::permissions(Path::new(arg(1)), Path::new(arg(2))),
         "lobby" => other_uid::lobby(Path::new(arg(1))),
+        "statuses" => other_uid::statuses(
+            Path::new(arg(1)),
+            arg(2),
+            arg(3).parse().expect("an epoch count"),
+        ),
         "intruder" => other_uid::intruder(Path::new(arg(1)), arg(2)),
         "attach-error" => other_uid::attach_error(Path::new(arg(1)), arg(2)),
         "hog" => other_uid::hog(

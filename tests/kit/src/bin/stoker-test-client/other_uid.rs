@@ -162,3 +162,25 @@ pub fn hog(socket: &Path, n: usize, seconds: f64) {
     let delivered: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     println!("delivered {delivered}");
 }
+
+/// Reads `data` for `epochs` epochs (world size 1, batch 4) and prints each batch's indices
+/// with their statuses, one line per batch: what a test compares between two daemons.
+pub fn statuses(socket: &Path, data: &str, epochs: u32) {
+    let o = options(data, "statuses", (0, 1), u8_spec(4, 16, Some(epochs)));
+    let mut c = Client::attach(socket, o).expect("attach");
+    for g in drain(&mut c) {
+        let pairs: Vec<String> = g
+            .indices
+            .iter()
+            .zip(&g.status)
+            .map(|(i, s)| format!("{i}:{s}"))
+            .collect();
+        println!(
+            "epoch {} step {} hash {:x}: {}",
+            g.epoch,
+            g.step,
+            g.hash,
+            pairs.join(" ")
+        );
+    }
+}
