@@ -340,42 +340,9 @@ impl TjHandle {
     /// whose output is switched off (`TJXOPT_NOOUTPUT`, `TJXOPT_COPYNONE`). The handle must
     /// come from [`TjHandle::new_transformer`].
     pub(crate) fn read_coefficients(&mut self, jpeg: &[u8]) -> Result<(), TjError> {
-        // TJXOP and TJXOPT values are small enum constants.
-        #[allow(clippy::cast_possible_wrap)]
-        let transform = tj::tjtransform {
-            r: tj::tjregion {
-                x: 0,
-                y: 0,
-                w: 0,
-                h: 0,
-            },
-            op: tj::TJXOP_TJXOP_NONE as libc::c_int,
-            options: (tj::TJXOPT_NOOUTPUT | tj::TJXOPT_COPYNONE) as libc::c_int,
-            data: std::ptr::null_mut(),
-            customFilter: None,
-        };
-        let mut dst: *mut libc::c_uchar = std::ptr::null_mut();
-        let mut size: tj::size_t = 0;
-        // SAFETY: the handle is live; `jpeg` is readable for its length and only read during
-        // the call; `dst`, `size` and `transform` are one valid element each (n = 1). With
-        // TJXOPT_NOOUTPUT TurboJPEG neither writes nor allocates an output buffer, so `dst`
-        // stays null (checked below all the same).
-        let rc = unsafe {
-            tj::tj3Transform(
-                self.raw.as_ptr(),
-                jpeg.as_ptr(),
-                jpeg.len() as tj::size_t,
-                1,
-                &mut dst,
-                &mut size,
-                &transform,
-            )
-        };
-        if !dst.is_null() {
-            // SAFETY: a non-null `dst` was allocated by TurboJPEG (tj3Alloc); freed once, here.
-            unsafe { tj::tj3Free(dst.cast()) };
-        }
-        self.check(rc)
+        let options = tj::TJXOPT_NOOUTPUT | tj::TJXOPT_COPYNONE;
+        // With TJXOPT_NOOUTPUT TurboJPEG writes no output: whatever came back is dropped.
+        self.transform_none(jpeg, options).map(drop)
     }
 
     /// Compresses packed pixels (fixtures and `stoker synth`).
@@ -406,18 +373,10 @@ impl TjHandle {
                 &mut size,
             )
         };
-        let result = self.check(rc).map(|()| {
-            // TurboJPEG's output lies in memory: its size fits a usize.
-            #[allow(clippy::cast_possible_truncation)]
-            let size = size as usize;
-            // SAFETY: on success `buf` points to `size` bytes written by TurboJPEG.
-            unsafe { std::slice::from_raw_parts(buf, size) }.to_vec()
-        });
-        if !buf.is_null() {
-            // SAFETY: `buf` was allocated by TurboJPEG (tj3Alloc) and is freed once, here.
-            unsafe { tj::tj3Free(buf.cast()) };
-        }
-        result
+        let result = self.check(rc);
+        // SAFETY: `buf` and `size` are what tj3Compress8 left: null, or its tj3Alloc'd output.
+        let output = unsafe { take_output(buf, size) };
+        result.map(|()| output)
     }
 }
 
@@ -427,7 +386,14 @@ impl TjHandle {
     /// and the restart interval set with [`Param::RestartBlocks`] / [`Param::RestartRows`].
     /// Extra markers (EXIF, ICC, comments) are copied as `TJPARAM_SAVEMARKERS` says.
     pub(crate) fn transform_recode(&mut self, jpeg: &[u8]) -> Result<Vec<u8>, TjError> {
-        // Option bits are small constants.
+        self.transform_none(jpeg, tj::TJXOPT_OPTIMIZE)
+    }
+
+    /// `tj3Transform` of `jpeg` with no geometric operation and the `TJXOPT_*` bits
+    /// `options`; returns the output TurboJPEG wrote (empty with `TJXOPT_NOOUTPUT`). The
+    /// handle must come from [`TjHandle::new_transformer`].
+    fn transform_none(&mut self, jpeg: &[u8], options: u32) -> Result<Vec<u8>, TjError> {
+        // TJXOP and TJXOPT values are small constants.
         #[allow(clippy::cast_possible_wrap)]
         let xform = tj::tjtransform {
             r: tj::tjregion {
@@ -437,15 +403,16 @@ impl TjHandle {
                 h: 0,
             },
             op: tj::TJXOP_TJXOP_NONE as libc::c_int,
-            options: tj::TJXOPT_OPTIMIZE as libc::c_int,
+            options: options as libc::c_int,
             data: std::ptr::null_mut(),
             customFilter: None,
         };
         let mut buf: *mut libc::c_uchar = std::ptr::null_mut();
         let mut size: tj::size_t = 0;
         // SAFETY: the handle is a live transformer; `jpeg` is readable for its length during
-        // the call; `xform` is one valid transform (no callback); with a null `buf` TurboJPEG
-        // allocates the output with tj3Alloc and stores its size in `size`.
+        // the call; `buf`, `size` and `xform` are one valid element each (n = 1, no
+        // callback); with a null `buf` TurboJPEG allocates any output with tj3Alloc and
+        // stores its size in `size` (with TJXOPT_NOOUTPUT it writes none).
         let rc = unsafe {
             tj::tj3Transform(
                 self.raw.as_ptr(),
@@ -457,19 +424,30 @@ impl TjHandle {
                 &xform,
             )
         };
-        let result = self.check(rc).map(|()| {
-            // TurboJPEG's output lies in memory: its size fits a usize.
-            #[allow(clippy::cast_possible_truncation)]
-            let size = size as usize;
-            // SAFETY: on success `buf` points to `size` bytes written by TurboJPEG.
-            unsafe { std::slice::from_raw_parts(buf, size) }.to_vec()
-        });
-        if !buf.is_null() {
-            // SAFETY: `buf` was allocated by TurboJPEG (tj3Alloc) and is freed once, here.
-            unsafe { tj::tj3Free(buf.cast()) };
-        }
-        result
+        let result = self.check(rc);
+        // SAFETY: `buf` and `size` are what tj3Transform left: null, or its tj3Alloc'd output.
+        let output = unsafe { take_output(buf, size) };
+        result.map(|()| output)
     }
+}
+
+/// Copies TurboJPEG's output out and frees it: empty for a null `buf`.
+///
+/// # Safety
+/// `buf` is null or points to `size` readable bytes allocated by TurboJPEG (tj3Alloc) that
+/// nothing else frees.
+unsafe fn take_output(buf: *mut libc::c_uchar, size: tj::size_t) -> Vec<u8> {
+    if buf.is_null() {
+        return Vec::new();
+    }
+    // TurboJPEG's output lies in memory: its size fits a usize.
+    #[allow(clippy::cast_possible_truncation)]
+    let size = size as usize;
+    // SAFETY: the caller's contract: `buf` points to `size` bytes TurboJPEG wrote.
+    let output = unsafe { std::slice::from_raw_parts(buf, size) }.to_vec();
+    // SAFETY: allocated by TurboJPEG (tj3Alloc) and freed once, here.
+    unsafe { tj::tj3Free(buf.cast()) };
+    output
 }
 
 impl Drop for TjHandle {
