@@ -9,7 +9,7 @@
 //!   its output switched off (`sys::TjHandle::read_coefficients`): the vendored library, the
 //!   same Huffman decoder `CpuDecoder` runs, no second JPEG implementation.
 //! - Same refusals as [`CpuDecoder`]: file size and pixel limits, libjpeg warnings are errors,
-//!   at most [`MAX_SCANS`] progressive scans.
+//!   at most [`MAX_SCANS`](super::MAX_SCANS) progressive scans.
 //!
 //! # Limitations
 //! - The whole file is entropy-decoded, while `CpuDecoder::decode_for_crop` stops at the crop's
@@ -21,7 +21,7 @@
 #![forbid(unsafe_code)]
 
 use super::sys::{Param, TjHandle};
-use super::{read_header, DecodeError, JpegHeader, Limits, MAX_SCANS};
+use super::{read_header, DecodeError, JpegHeader, Limits};
 
 /// Entropy-decodes JPEGs and throws the coefficients away: one per thread.
 pub struct EntropyDecoder {
@@ -45,13 +45,7 @@ impl EntropyDecoder {
         let mut tj = TjHandle::new_transformer().ok_or_else(|| DecodeError::Internal {
             detail: String::from("tj3Init(TJINIT_TRANSFORM) failed"),
         })?;
-        tj.set(Param::StopOnWarning, 1)
-            .map_err(DecodeError::from_tj)?;
-        tj.set(
-            Param::ScanLimit,
-            i32::try_from(MAX_SCANS).unwrap_or(i32::MAX),
-        )
-        .map_err(DecodeError::from_tj)?;
+        super::set_strict(&mut tj)?;
         tj.set(
             Param::MaxPixels,
             i32::try_from(limits.max_pixels).unwrap_or(0),

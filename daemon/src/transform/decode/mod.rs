@@ -293,13 +293,7 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
     let mut tj = TjHandle::new_decompressor().ok_or_else(|| DecodeError::Internal {
         detail: String::from("tj3Init failed"),
     })?;
-    tj.set(Param::StopOnWarning, 1)
-        .map_err(DecodeError::from_tj)?;
-    tj.set(
-        Param::ScanLimit,
-        i32::try_from(MAX_SCANS).unwrap_or(i32::MAX),
-    )
-    .map_err(DecodeError::from_tj)?;
+    set_strict(&mut tj)?;
     // TurboJPEG 3 saves APP2 markers and extracts the ICC profile by default
     // (TJPARAM_SAVEMARKERS = 2); an ICC sequence it finds inconsistent (a second profile, parts
     // around the frame header) raises "bad ICC marker", a warning, fatal under
@@ -308,6 +302,18 @@ fn new_handle() -> Result<TjHandle, DecodeError> {
     tj.set(Param::SaveMarkers, 0)
         .map_err(DecodeError::from_tj)?;
     Ok(tj)
+}
+
+/// What every TurboJPEG instance that reads a JPEG is set to: a warning is an error, and at
+/// most [`MAX_SCANS`] scans.
+fn set_strict(tj: &mut TjHandle) -> Result<(), DecodeError> {
+    tj.set(Param::StopOnWarning, 1)
+        .map_err(DecodeError::from_tj)?;
+    tj.set(
+        Param::ScanLimit,
+        i32::try_from(MAX_SCANS).unwrap_or(i32::MAX),
+    )
+    .map_err(DecodeError::from_tj)
 }
 
 /// Scaled pixels decoded around a wanted box (see `plan_region`).

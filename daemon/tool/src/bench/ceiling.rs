@@ -34,11 +34,7 @@ pub fn entropy_stage(
 ) -> Result<StageResult, BenchError> {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
     let threads = effective_threads(engine.threads);
-    let total = if samples.is_empty() {
-        0
-    } else {
-        at_least.images.div_ceil(samples.len()).max(1) * samples.len()
-    };
+    let total = at_least.whole_passes(samples.len());
     let (next, done, bytes) = (AtomicUsize::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();

@@ -578,6 +578,18 @@ pub struct AtLeast {
     pub seconds: f64,
 }
 
+impl AtLeast {
+    /// The images a stage times over a set of `n`: whole passes over it, at least `images`
+    /// (and one pass); none for an empty set.
+    pub fn whole_passes(&self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            self.images.div_ceil(n).max(1) * n
+        }
+    }
+}
+
 /// Decode only (`augment == false`) or decode + augment, from bytes in memory, on `threads`
 /// threads, each image decoded as the pipeline does (ROI at the smallest DCT scale that covers
 /// the crop). Repeats the set until `at_least` is reached.
@@ -590,11 +602,7 @@ pub fn decode_stage(
     at_least: AtLeast,
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
-    let total = if samples.is_empty() {
-        0
-    } else {
-        at_least.images.div_ceil(samples.len()).max(1) * samples.len()
-    };
+    let total = at_least.whole_passes(samples.len());
     let image_bytes = stoker::ring::SlotLayout::new(spec).image_bytes;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::atomic::AtomicU64::new(0);
