@@ -10,6 +10,7 @@
 mod credentials;
 mod deploy;
 mod malformed;
+mod quickstart;
 mod refusals;
 
 use std::path::{Path, PathBuf};

@@ -217,3 +217,49 @@ fn a_bad_config_at_start_exits_78() {
     );
     assert_eq!(d.wait_exit(Duration::from_secs(30)).code(), Some(78));
 }
+
+/// A remote worker started from deploy/stoker-worker.toml.example (its paths and port moved
+/// into a temp folder), as deploy/stokerd-worker.service starts it: READY=1 comes once its TCP
+/// port accepts, so systemd's "started" means home daemons can connect.
+#[test]
+fn a_worker_from_the_example_config_is_ready_once_its_port_listens() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let secret = d.join("worker.secret");
+    std::fs::write(&secret, "a test secret of some length\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/stoker-worker.toml.example");
+    let mut config = std::fs::read_to_string(example).unwrap();
+    for (from, to) in [
+        (
+            "\"/run/stoker-worker/stoker.sock\"",
+            format!("{:?}", d.join("stoker.sock")),
+        ),
+        ("[\"/data\"]", format!("[{d:?}]")),
+        ("\"0.0.0.0:7411\"", format!("\"127.0.0.1:{port}\"")),
+        ("\"/etc/stoker/worker.secret\"", format!("{secret:?}")),
+        ("listen = \"0.0.0.0:9464\"", String::new()),
+    ] {
+        assert!(config.contains(from), "the example no longer has {from}");
+        config = config.replace(from, &to);
+    }
+    let path = d.join("worker.toml");
+    std::fs::write(&path, config).unwrap();
+    let notify = NotifySocket::bind(d.join("notify").to_str().unwrap());
+    let _w = spawn(
+        d,
+        &["--config", path.to_str().unwrap()],
+        &[("NOTIFY_SOCKET", &notify.address)],
+        None,
+    );
+    notify.wait_for("READY=1", Duration::from_secs(30));
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("the worker's port right after READY");
+    let status = stoker_tool::cli::status::query(&d.join("stoker.sock")).unwrap();
+    assert_eq!(status.socket, d.join("stoker.sock").display().to_string());
+}

@@ -46,7 +46,11 @@ fn systemd_analyze_verifies_the_units() {
     assert!(cp.success());
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     let mut units = Vec::new();
-    for unit in ["stokerd.service", "stokerd.socket"] {
+    for unit in [
+        "stokerd.service",
+        "stokerd.socket",
+        "stokerd-worker.service",
+    ] {
         let dst = r.join("etc/systemd/system").join(unit);
         std::fs::copy(deploy.join(unit), &dst).unwrap();
         units.push(dst);
@@ -104,6 +108,57 @@ fn systemd_analyze_verifies_the_units() {
     ] {
         assert_line(&socket, "stokerd.socket", line);
     }
+}
+
+/// The remote worker's unit runs the worker's example config as shipped: the socket it names
+/// lies in the unit's own runtime folder, it decodes on the CPU with no capability or device,
+/// and a config error is not restarted. (`systemd_analyze_verifies_the_units` verifies it.)
+#[test]
+fn the_worker_unit_runs_the_worker_example_config() {
+    use stoker_daemon::service::config::Config;
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let unit = std::fs::read_to_string(deploy.join("stokerd-worker.service")).unwrap();
+    let name = "stokerd-worker.service";
+    let config = Config::load(&deploy.join("stoker-worker.toml.example")).unwrap();
+    assert_line(
+        &unit,
+        name,
+        "ExecStart=/usr/bin/stokerd --config /etc/stoker/worker.toml",
+    );
+    let runtime = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("RuntimeDirectory="))
+        .expect("stokerd-worker.service sets RuntimeDirectory=");
+    let socket = config
+        .server
+        .socket
+        .as_ref()
+        .expect("the example names its socket");
+    assert_eq!(
+        socket.parent().unwrap(),
+        Path::new("/run").join(runtime),
+        "the worker's socket is not in the unit's runtime folder"
+    );
+    assert_eq!(config.worker.listen.as_deref(), Some("0.0.0.0:7411"));
+    assert!(config.worker.secret_file.is_some());
+    assert_eq!(
+        config.pipeline.backend,
+        stoker_daemon::service::config::BackendChoice::Cpu
+    );
+    let code = stoker_daemon::service::exit::Exit::Config.code();
+    for line in [
+        "Type=notify".to_string(),
+        format!("RestartPreventExitStatus={code}"),
+        "CapabilityBoundingSet=".into(),
+        "PrivateDevices=yes".into(),
+        "User=stoker".into(),
+    ] {
+        assert_line(&unit, name, &line);
+    }
+    assert!(
+        !unit.contains("DeviceAllow"),
+        "a worker needs no GPU device"
+    );
 }
 
 /// Every key of the config reference parses: the example file is a valid config, and every

@@ -30,7 +30,7 @@ const STATUS_EVERY: Duration = Duration::from_secs(2);
 const ALIVE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Serve decoded, augmented training batches to local processes over a Unix socket.
-#[derive(Debug, clap::Parser)]
+#[derive(Debug, Clone, clap::Parser)]
 #[command(name = "stokerd", version = stoker::protocol::VERSION_LINE)]
 pub struct StokerdArgs {
     /// Config file (TOML). Without it the defaults serve a single-user workstation. SIGHUP
@@ -69,6 +69,23 @@ pub struct StokerdArgs {
     /// Overrides pipeline.backend.
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    /// Work for other hosts' daemons: take their units of work on ADDR (e.g. 0.0.0.0:7411).
+    /// Needs --secret-file. Sets worker.listen.
+    #[arg(long, value_name = "ADDR")]
+    pub worker: Option<std::net::SocketAddr>,
+    /// Send units of work to the worker at HOST:PORT too, beside the local decode threads
+    /// (repeat for several). Needs --secret-file. Adds to remote.workers.
+    #[arg(long = "remote-worker", value_name = "HOST:PORT")]
+    pub remote_workers: Vec<String>,
+    /// The secret workers and home daemons share (a file only its owner may read). A worker
+    /// makes it when it does not exist yet; give home daemons the same file. Sets
+    /// worker.secret_file and remote.secret_file.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// A folder under which clients and home daemons may name datasets by path (repeat for
+    /// several). Adds to access.dataset_roots.
+    #[arg(long = "dataset-root", value_name = "DIR")]
+    pub dataset_roots: Vec<PathBuf>,
 }
 
 /// A `--socket-mode` that is not a file mode.
@@ -97,6 +114,11 @@ pub enum ServiceError {
     Server(#[from] ServerError),
     #[error("{0}")]
     Metrics(#[from] MetricsError),
+    #[error("cannot make the shared secret file {path}: {source}")]
+    Secret {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Remote(crate::remote::worker::WorkerError),
     #[error("cannot start the {name} thread: {source}")]
@@ -113,7 +135,10 @@ impl ServiceError {
     /// True when the configuration (file, flags, environment systemd set) is at fault.
     pub fn is_config(&self) -> bool {
         match self {
-            ServiceError::Config(_) | ServiceError::Systemd(_) | ServiceError::Backend(_) => true,
+            ServiceError::Config(_)
+            | ServiceError::Systemd(_)
+            | ServiceError::Backend(_)
+            | ServiceError::Secret { .. } => true,
             ServiceError::Server(e) => e.is_config(),
             ServiceError::Metrics(e) => e.is_config(),
             ServiceError::Remote(e) => e.is_config(),
@@ -174,7 +199,7 @@ pub fn run(
         let h = handle.clone();
         MetricsListener::spawn(addr, prom, move || h.metrics_text())?;
     }
-    spawn_signal_thread(signals, &handle, &notifier, args.config.clone())?;
+    spawn_signal_thread(signals, &handle, &notifier, args.clone())?;
     drain_on_sticky_error(&handle, &notifier);
     let idle_exit = match file.server.idle_exit_s {
         0 => None,
@@ -248,6 +273,9 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
     if file.worker.listen.is_none() {
         return Ok(());
     }
+    if let Some(secret) = &file.worker.secret_file {
+        make_secret_if_missing(secret)?;
+    }
     let open = crate::source::index::OpenOptions {
         limits: file.limits.walk(),
         objects: Some(ObjectStore::new(&file.s3, &file.datasets)),
@@ -268,6 +296,44 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// A worker whose secret file does not exist yet makes one: 32 random bytes in hex, mode 0600,
+/// in a folder it makes 0700 if need be. Home daemons are then given the same file.
+fn make_secret_if_missing(path: &Path) -> Result<(), ServiceError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if path.exists() {
+        return Ok(());
+    }
+    let fail = |source: std::io::Error| ServiceError::Secret {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folder)
+            .map_err(fail)?;
+    }
+    let mut bytes = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| fail(std::io::Error::other("no randomness from the system")))?;
+    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(fail)?;
+    file.write_all(format!("{text}\n").as_bytes())
+        .map_err(fail)?;
+    tracing::info!(
+        secret_file = %path.display(),
+        "made a new shared secret: give the home daemons the same file"
+    );
+    Ok(())
+}
+
 /// A sticky CUDA error starts the drain; `run` then exits with [`Exit::GpuRestart`].
 fn drain_on_sticky_error(handle: &ServerHandle, notifier: &Arc<Notifier>) {
     let (handle, notifier) = (handle.clone(), Arc::clone(notifier));
@@ -283,7 +349,7 @@ fn spawn_signal_thread(
     signals: Signals,
     handle: &ServerHandle,
     notifier: &Arc<Notifier>,
-    config_path: Option<PathBuf>,
+    args: StokerdArgs,
 ) -> Result<(), ServiceError> {
     let (handle, notifier) = (handle.clone(), Arc::clone(notifier));
     std::thread::Builder::new()
@@ -302,7 +368,7 @@ fn spawn_signal_thread(
                     notifier.notify("STOPPING=1\nSTATUS=draining");
                     handle.stop();
                 }
-                Signal::Reload => reload(config_path.as_deref(), &handle, &notifier),
+                Signal::Reload => reload(&args, &handle, &notifier),
             }
         })
         .map_err(|source| ServiceError::Thread {
@@ -327,6 +393,7 @@ impl StokerdArgs {
         if let Some(addr) = self.metrics_listen {
             config.metrics.listen = Some(addr.to_string());
         }
+        self.apply_remote(config);
         match config.problem() {
             Some(message) => Err(ConfigError::Flags { message }),
             None => Ok(()),
@@ -334,10 +401,35 @@ impl StokerdArgs {
     }
 }
 
-/// SIGHUP: reads the config again and applies what can change while serving (registered
-/// datasets and the access rules). A bad file is logged and the running config kept.
-fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
-    let Some(path) = path else {
+impl StokerdArgs {
+    /// The flags of remote work: `--worker`, `--remote-worker`, `--secret-file`,
+    /// `--dataset-root`.
+    fn apply_remote(&self, config: &mut Config) {
+        if let Some(addr) = self.worker {
+            config.worker.listen = Some(addr.to_string());
+        }
+        if let Some(secret) = &self.secret_file {
+            config.worker.secret_file = Some(secret.clone());
+            config.remote.secret_file = Some(secret.clone());
+        }
+        for w in &self.remote_workers {
+            if !config.remote.workers.contains(w) {
+                config.remote.workers.push(w.clone());
+            }
+        }
+        for root in &self.dataset_roots {
+            if !config.access.dataset_roots.contains(root) {
+                config.access.dataset_roots.push(root.clone());
+            }
+        }
+    }
+}
+
+/// SIGHUP: reads the config again (the command line's flags still override it) and applies
+/// what can change while serving (registered datasets and the access rules). A bad file is
+/// logged and the running config kept.
+fn reload(args: &StokerdArgs, handle: &ServerHandle, notifier: &Notifier) {
+    let Some(path) = args.config.as_deref() else {
         tracing::info!("SIGHUP: no config file to reload");
         return;
     };
@@ -345,10 +437,13 @@ fn reload(path: Option<&Path>, handle: &ServerHandle, notifier: &Notifier) {
         "RELOADING=1\nMONOTONIC_USEC={}",
         systemd::monotonic_usec()
     ));
-    let loaded = Config::load(path).map_err(|e| e.to_string()).and_then(|c| {
-        let access = AccessPolicy::new(&c.access, &c.datasets).map_err(|e| e.to_string())?;
-        Ok((c, access))
-    });
+    let loaded = Config::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|mut c| {
+            args.apply_to(&mut c).map_err(|e| e.to_string())?;
+            let access = AccessPolicy::new(&c.access, &c.datasets).map_err(|e| e.to_string())?;
+            Ok((c, access))
+        });
     match loaded {
         Ok((c, access)) => {
             let names: Vec<&String> = c.datasets.keys().collect();
