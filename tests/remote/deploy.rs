@@ -34,3 +34,46 @@ fn the_kubernetes_worker_manifests_hold_a_valid_worker_config() {
     assert!(manifest.contains("clusterIP: None\n"));
     assert!(manifest.contains("defaultMode: 0400\n"));
 }
+
+/// `deploy/kubernetes/workers-autoscale.yaml` scales the worker Deployment of workers.yaml on
+/// an external metric its prometheus-adapter rule makes from the data-stall series stokerd
+/// exports, and never to more pods than the home daemons' commented `[remote]` block keeps
+/// connections for.
+#[test]
+fn the_worker_autoscaler_follows_the_data_stall_stokerd_exports() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let read = |f: &str| std::fs::read_to_string(deploy.join(f)).unwrap();
+    let (autoscale, workers, configmap) = (
+        read("workers-autoscale.yaml"),
+        read("workers.yaml"),
+        read("configmap.yaml"),
+    );
+    let value = |text: &str, key: &str| -> String {
+        let line = text.lines().find(|l| l.trim_start().starts_with(key));
+        let line = line.unwrap_or_else(|| panic!("no {key}"));
+        line.trim_start()[key.len()..].trim().to_string()
+    };
+    let scaled =
+        "scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: stoker-worker\n";
+    assert!(
+        autoscale.contains(scaled),
+        "the autoscaler scales another target"
+    );
+    assert!(workers.contains("kind: Deployment\nmetadata:\n  name: stoker-worker\n"));
+    let series = stoker_daemon::service::metrics::catalogue::CLIENT_WAIT_FRACTION;
+    assert!(
+        autoscale.contains(&format!("seriesQuery: '{{__name__=\"{series}\"}}'")),
+        "the adapter rule does not read {series}"
+    );
+    let made = value(&autoscale, "as:");
+    assert!(
+        autoscale.contains(&format!("metric:\n          name: {made}\n")),
+        "the autoscaler asks for another metric than the adapter's {made}"
+    );
+    let max: usize = value(&autoscale, "maxReplicas:").parse().unwrap();
+    let connections: usize = value(&configmap, "# connections =").parse().unwrap();
+    assert!(
+        max <= connections,
+        "maxReplicas {max} over the home daemons' remote.connections {connections}"
+    );
+}

@@ -12,6 +12,7 @@ mod deploy;
 mod malformed;
 mod quickstart;
 mod refusals;
+mod slurm;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
