@@ -5,9 +5,12 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import kill_daemons, user_socket
 
 REPO = Path(os.environ.get("STOKER_REPO", Path(__file__).resolve().parents[2]))
 
@@ -63,3 +66,52 @@ def test_the_training_example_trains_on_an_imagefolder_tree(env, dataset):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "done: 6 steps" in out.stdout, out.stdout
+
+
+def test_the_readme_two_commands_add_a_worker(env, dataset, tmp_path):
+    """The README's two commands for adding a CPU host, with the worker on a loopback port,
+    HOME and the dataset root moved into temp folders: the daemon the Loader starts sends
+    units to the worker, which did some once that daemon is gone."""
+    import socket
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- add-worker")[1].split("<!-- /add-worker -->")[0]
+    commands = [l for l in re.search(r"```sh\n(.*?)```", block, re.S).group(1).splitlines()
+                if l and not l.startswith("#")]
+    assert len(commands) == 2, commands
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    moves = {"0.0.0.0:7411": f"127.0.0.1:{port}", "cpu-1:7411": f"127.0.0.1:{port}",
+             "--dataset-root /data": f"--dataset-root {dataset.parent}"}
+    for old, new in moves.items():
+        commands = [c.replace(old, new) for c in commands]
+    assert all(str(port) in c for c in commands), commands
+    env = dict(env, HOME=str(tmp_path), RUST_LOG="info")
+    log = tmp_path / "worker.log"
+    with open(log, "w") as err:
+        worker = subprocess.Popen(["bash", "-c", "exec " + commands[0]], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 30
+        while "remote worker listening" not in log.read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert (tmp_path / ".stoker" / "worker.secret").stat().st_mode & 0o777 == 0o600
+        loop = tmp_path / "loop.py"
+        loop.write_text("import stoker\n"
+                        f"loader = stoker.Loader({str(dataset)!r}, batch_size=8, crop=32)\n"
+                        "print(sum(len(labels) for _, labels in loader))\n")
+        out = subprocess.run(["bash", "-c", f"{commands[1]}\nexec {sys.executable} {loop}"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["64"], out.stdout
+        kill_daemons(user_socket(env))
+        deadline = time.monotonic() + 30
+        units = []
+        while not units and time.monotonic() < deadline:
+            units = [int(u) for u in re.findall(r"units=(\d+)", log.read_text())]
+            time.sleep(0.2)
+        assert sum(units) > 0, log.read_text()
+    finally:
+        worker.kill()
+        worker.wait()
