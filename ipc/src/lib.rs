@@ -39,4 +39,4 @@ pub use socket::path::{
     client_socket_path, default_socket_path, resolve_client_socket, socket_env_note,
     user_socket_path, SocketSource,
 };
-pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError};
+pub use spec::{Crop, DType, Layout, PipelineSpec, SpecError, View};

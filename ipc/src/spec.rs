@@ -8,6 +8,11 @@
 //! - Normalisation follows torchvision: `out = (px / 255 - mean) / std` with `mean`/`std` in
 //!   the 0..1 scale. It applies to float outputs only; `u8` output is the resized pixels as-is.
 //! - Sizes are `(height, width)` like torchvision.
+//! - Several views of one image (self-supervised training): view 0 is the spec's `crop` and
+//!   `flip_prob`; `extra_views` lists views 1.. (each its own crop and flip probability; the
+//!   dtype, layout and normalisation are the spec's). Each view is its own tensor of the
+//!   batch, its random draws keyed by [`view_seed`]. A one-view spec has no `extra_views` in
+//!   its JSON, so it reads and writes as before.
 
 #![forbid(unsafe_code)]
 
@@ -114,6 +119,32 @@ impl Crop {
     }
 }
 
+/// Most views one spec may ask for (view 0 and 15 extra views).
+pub const MAX_VIEWS: usize = 16;
+
+/// One more view of each image: its own crop and flip probability (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct View {
+    pub crop: Crop,
+    /// Probability of a horizontal flip, 0..=1.
+    #[serde(default = "default_flip")]
+    pub flip_prob: f32,
+}
+
+/// The seed view `view`'s random draws (crop box, flip) are keyed by in a job of `seed`:
+/// `seed` itself for view 0 (so a one-view job draws as before), a SplitMix64 mix of the two
+/// for the others. A one-view job of this seed, with the view's crop, draws the same boxes.
+pub fn view_seed(seed: u64, view: usize) -> u64 {
+    if view == 0 {
+        return seed;
+    }
+    let mut z = seed ^ (view as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// What a batch is. See the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +193,10 @@ pub struct PipelineSpec {
         skip_serializing_if = "is_default_field_max_bytes"
     )]
     pub field_max_bytes: u32,
+    /// Views 1.. of each image (view 0 is `crop` with `flip_prob`), each its own tensor of the
+    /// batch. Left out of the JSON when empty, so a one-view spec reads as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_views: Vec<View>,
 }
 
 /// Room for one field of one sample unless the spec says otherwise: a caption or a small
@@ -245,6 +280,10 @@ pub enum SpecError {
     FieldCount(usize),
     #[error("field_max_bytes must be 1..={MAX_FIELD_BYTES}, got {0}")]
     FieldMaxBytes(u32),
+    #[error("extra_views: at most {max} may be asked for, got {0}", max = MAX_VIEWS - 1)]
+    ViewCount(usize),
+    #[error("extra_views[{index}]: {reason}")]
+    View { index: usize, reason: String },
     #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
     FieldSlotBytes(u64),
 }
@@ -268,7 +307,34 @@ impl PipelineSpec {
             exif_orientation: false,
             fields: Vec::new(),
             field_max_bytes: DEFAULT_FIELD_MAX_BYTES,
+            extra_views: Vec::new(),
         }
+    }
+
+    /// The spec of view `view` alone: this spec with that view's crop and flip probability and
+    /// no extra views (what one view's crop, resize and output follow).
+    ///
+    /// # Panics
+    /// If `view` is not below [`PipelineSpec::view_count`].
+    pub fn view_spec(&self, view: usize) -> PipelineSpec {
+        let (crop, flip_prob) = match view {
+            0 => (self.crop, self.flip_prob),
+            v => (
+                self.extra_views[v - 1].crop,
+                self.extra_views[v - 1].flip_prob,
+            ),
+        };
+        PipelineSpec {
+            crop,
+            flip_prob,
+            extra_views: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// How many views (tensors) each batch has: 1 plus the extra views.
+    pub fn view_count(&self) -> usize {
+        1 + self.extra_views.len()
     }
 
     /// The standard evaluation transform: Resize + CenterCrop, no flip, dataset order.
@@ -289,27 +355,24 @@ impl PipelineSpec {
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
             return Err(SpecError::BatchSize(self.batch_size));
         }
-        let (h, w) = self.crop.output_size();
-        if h == 0 || w == 0 || h > MAX_OUTPUT_SIDE || w > MAX_OUTPUT_SIDE {
-            return Err(SpecError::OutputSize(h, w));
-        }
-        match self.crop {
-            Crop::RandomResized { scale, ratio, .. } => {
-                check_range("scale", scale)?;
-                check_range("ratio", ratio)?;
-            }
-            Crop::CenterCrop { resize, size } => {
-                let smaller = size[0].min(size[1]);
-                if resize < smaller || resize > MAX_OUTPUT_SIDE {
-                    return Err(SpecError::Resize {
-                        resize,
-                        size: smaller,
-                    });
-                }
-            }
-        }
+        check_crop(&self.crop)?;
         if !(0.0..=1.0).contains(&self.flip_prob) {
             return Err(SpecError::FlipProb(self.flip_prob));
+        }
+        if self.extra_views.len() >= MAX_VIEWS {
+            return Err(SpecError::ViewCount(self.extra_views.len()));
+        }
+        for (index, view) in self.extra_views.iter().enumerate() {
+            let flip = match (0.0..=1.0).contains(&view.flip_prob) {
+                true => Ok(()),
+                false => Err(SpecError::FlipProb(view.flip_prob)),
+            };
+            check_crop(&view.crop)
+                .and(flip)
+                .map_err(|e| SpecError::View {
+                    index,
+                    reason: e.to_string(),
+                })?;
         }
         for c in 0..3 {
             if !self.mean[c].is_finite() {
@@ -396,8 +459,34 @@ impl PipelineSpec {
             Some("fields")
         } else if self.field_max_bytes != other.field_max_bytes {
             Some("field_max_bytes")
+        } else if self.extra_views != other.extra_views {
+            Some("extra_views")
         } else {
             None
+        }
+    }
+}
+
+/// Checks one crop: its output size, and its ranges or resize.
+fn check_crop(crop: &Crop) -> Result<(), SpecError> {
+    let (h, w) = crop.output_size();
+    if h == 0 || w == 0 || h > MAX_OUTPUT_SIDE || w > MAX_OUTPUT_SIDE {
+        return Err(SpecError::OutputSize(h, w));
+    }
+    match *crop {
+        Crop::RandomResized { scale, ratio, .. } => {
+            check_range("scale", scale)?;
+            check_range("ratio", ratio)
+        }
+        Crop::CenterCrop { resize, size } => {
+            let smaller = size[0].min(size[1]);
+            if resize < smaller || resize > MAX_OUTPUT_SIDE {
+                return Err(SpecError::Resize {
+                    resize,
+                    size: smaller,
+                });
+            }
+            Ok(())
         }
     }
 }
@@ -493,6 +582,59 @@ mod tests {
             ..off
         };
         assert!(matches!(big.validate(), Err(SpecError::FieldSlotBytes(_))));
+    }
+
+    #[test]
+    fn extra_views_are_written_only_when_asked_and_checked() {
+        let one = PipelineSpec::train(4, 32);
+        assert!(!serde_json::to_string(&one).unwrap().contains("views"));
+        assert_eq!(one.view_count(), 1);
+        assert_eq!(one.view_spec(0), one);
+        let local = View {
+            crop: Crop::RandomResized {
+                size: [16, 16],
+                scale: [0.05, 0.4],
+                ratio: [0.75, 1.25],
+            },
+            flip_prob: 0.25,
+        };
+        let many = PipelineSpec {
+            extra_views: vec![local; 3],
+            ..one.clone()
+        };
+        many.validate().unwrap();
+        let text = serde_json::to_string(&many).unwrap();
+        assert_eq!(serde_json::from_str::<PipelineSpec>(&text).unwrap(), many);
+        assert_eq!(many.view_count(), 4);
+        assert_eq!(many.view_spec(0), one);
+        assert_eq!(many.view_spec(2).crop, local.crop);
+        assert_eq!(many.view_spec(2).flip_prob, 0.25);
+        assert!(many.view_spec(3).extra_views.is_empty());
+        assert_eq!(one.first_difference(&many), Some("extra_views"));
+        let bad = |view: View| {
+            let spec = PipelineSpec {
+                extra_views: vec![local, view],
+                ..one.clone()
+            };
+            spec.validate().unwrap_err().to_string()
+        };
+        let err = bad(View {
+            flip_prob: 2.0,
+            ..local
+        });
+        assert!(err.contains("extra_views[1]: flip_prob"), "{err}");
+        let err = bad(View {
+            crop: Crop::random_resized(0),
+            ..local
+        });
+        assert!(err.contains("extra_views[1]: crop size"), "{err}");
+        let too_many = PipelineSpec {
+            extra_views: vec![local; MAX_VIEWS],
+            ..one
+        };
+        assert_eq!(too_many.validate(), Err(SpecError::ViewCount(MAX_VIEWS)));
+        assert_eq!(view_seed(7, 0), 7);
+        assert_ne!(view_seed(7, 1), view_seed(7, 2));
     }
 
     #[test]

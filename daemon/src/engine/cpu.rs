@@ -25,6 +25,7 @@ use super::backend::{
 use super::job::Job;
 use super::memory::SlotImages;
 use super::stats::StageStats;
+use super::views::view_out;
 use super::{EngineConfig, PipelineError, Position, CPU_UNIT_SAMPLES};
 use crate::engine::backend::BackendKind;
 use crate::source::index::Dataset;
@@ -55,14 +56,14 @@ impl BackendFactory for CpuBackendFactory {
 
 /// One worker thread's tools, reused for every unit.
 pub struct CpuBackend {
-    reader: Reader,
-    decoder: CpuDecoder,
-    augmenter: Augmenter,
+    pub(super) reader: Reader,
+    pub(super) decoder: CpuDecoder,
+    pub(super) augmenter: Augmenter,
     /// One read buffer per sample of a unit (grown for a GPU backend's whole batches).
     pub(super) bufs: Vec<Vec<u8>>,
-    image: RgbImage,
+    pub(super) image: RgbImage,
     /// `image` turned to its EXIF orientation (when the spec asks and the file has one).
-    turned: RgbImage,
+    pub(super) turned: RgbImage,
     replacement_buf: Vec<Vec<u8>>,
 }
 
@@ -192,6 +193,30 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// Decodes and augments one sample into position `at` of the slot: one view as
+    /// [`CpuBackend::process`], several as [`CpuBackend::process_views`].
+    ///
+    /// # Safety
+    /// As [`sample_out`] for position `at` of `images`.
+    unsafe fn process_at(
+        &mut self,
+        sample: Sample<'_>,
+        data: &[u8],
+        images: SlotImages,
+        layout: &SlotLayout,
+        at: usize,
+    ) -> Result<(), BadSample> {
+        if layout.views > 1 {
+            // SAFETY: the caller's guarantee.
+            return unsafe { self.process_views(sample, data, images, layout, at) };
+        }
+        // SAFETY: the caller's guarantee.
+        let out = unsafe { sample_out(images, layout, at) };
+        self.process(sample, data, out)
+    }
+}
+
 /// What `process` needs to know of the sample beyond its bytes.
 #[derive(Clone, Copy)]
 pub(super) struct Sample<'a> {
@@ -212,9 +237,6 @@ impl Backend for CpuBackend {
         let max_file_bytes = unit.config.limits.max_file_bytes;
         for (k, read) in results.into_iter().enumerate() {
             let index = unit.indices[k];
-            // SAFETY: the slot's images are host memory of image_slot_bytes (SlotMemory), and
-            // the worker holds this unit, so no one else writes position start + k.
-            let out = unsafe { sample_out(unit.images, &unit.layout, unit.start + k) };
             let outcome = match (too_large(&unit.job.dataset, index, max_file_bytes), read) {
                 (Some(bad), _) => Err(bad),
                 (None, Ok(())) => {
@@ -226,7 +248,12 @@ impl Backend for CpuBackend {
                         config: unit.config,
                         stats: unit.stats,
                     };
-                    let r = self.process(sample, &data, out);
+                    // SAFETY: the slot's images are host memory of image_slot_bytes
+                    // (SlotMemory), and the worker holds this unit, so no one else writes
+                    // position start + k.
+                    let r = unsafe {
+                        self.process_at(sample, &data, unit.images, &unit.layout, unit.start + k)
+                    };
                     self.bufs[k] = data;
                     r
                 }
@@ -254,8 +281,6 @@ impl Backend for CpuBackend {
         if let Some(Err(e)) = read.into_iter().next() {
             return Err(BadSample::from(&e));
         }
-        // SAFETY: as in `fill`: host images, and the worker holds the sample's unit.
-        let out = unsafe { sample_out(work.images, &work.layout, work.at) };
         let data = std::mem::take(&mut self.replacement_buf[0]);
         let sample = Sample {
             job: work.job,
@@ -264,14 +289,17 @@ impl Backend for CpuBackend {
             config: work.config,
             stats: work.stats,
         };
-        let r = self.process(sample, &data, out);
+        // SAFETY: as in `fill`: host images, and the worker holds the sample's unit.
+        let r = unsafe { self.process_at(sample, &data, work.images, &work.layout, work.at) };
         self.replacement_buf[0] = data;
         r
     }
 
     fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize) {
-        // SAFETY: as in `fill`.
-        unsafe { sample_out(images, layout, at) }.fill(0);
+        for view in 0..layout.views {
+            // SAFETY: as in `fill`.
+            unsafe { view_out(images, layout, view, at) }.fill(0);
+        }
     }
 }
 
@@ -302,6 +330,6 @@ fn capped(req: ReadRequest<'_>, max_file_bytes: u64) -> ReadRequest<'_> {
     }
 }
 
-fn elapsed_ns(t0: Instant) -> u64 {
+pub(super) fn elapsed_ns(t0: Instant) -> u64 {
     u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }

@@ -35,6 +35,8 @@ pub struct Job {
     pub(super) rules: Arc<OpenRules>,
     /// The uid that created the job: the scheduler shares the workers between users first.
     pub owner: u32,
+    /// Each view's own spec (`spec.view_spec(v)`), made once: one entry for a one-view job.
+    pub(super) view_specs: Vec<PipelineSpec>,
 }
 
 impl std::fmt::Debug for Job {
@@ -82,7 +84,9 @@ impl Job {
         let offset = offset.filter(|o| o.consumed > 0);
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
         let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
+        let view_specs = (0..spec.view_count()).map(|v| spec.view_spec(v)).collect();
         Ok(Arc::new(Job {
+            view_specs,
             steps: EpochSteps {
                 per_epoch: sampler.steps_per_epoch(),
                 resumed: sampler.resumed_epoch(),

@@ -4,7 +4,8 @@
 //!
 //! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
 //! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
-//! trait), `cpu` (the CPU backend), `cuda` (the CUDA backend, one engine per GPU), `memory`
+//! trait), `cpu` (the CPU backend), `views` (several views of one image, decoded once, on the
+//! CPU), `cuda` (the CUDA backend, one engine per GPU), `memory`
 //! (ring memory), `fields` (a unit's per-sample fields read into the slot), `stats`.
 //!
 //! # Design
@@ -40,6 +41,7 @@ mod job;
 mod memory;
 mod scheduler;
 mod stats;
+mod views;
 mod worker;
 
 use crate::sync::lock;

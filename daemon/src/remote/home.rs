@@ -204,8 +204,9 @@ impl Backend for RemoteBackend {
 
     fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
         // A worker reads as itself: a job read with its client's credentials stays here, so
-        // that client is served only what it could read (DESIGN.md, security).
-        let result = if unit.job.open_policy().credentials.is_some() {
+        // that client is served only what it could read (DESIGN.md, security). A job of
+        // several views stays here too: a worker returns one image per sample.
+        let result = if unit.job.open_policy().credentials.is_some() || unit.layout.views > 1 {
             Err(Fault::Down)
         } else {
             self.remote_fill(unit, outcomes)

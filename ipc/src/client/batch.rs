@@ -85,6 +85,49 @@ impl Batch {
         &slot[s.images..s.images + self.n() * s.image_bytes]
     }
 
+    /// How many views (tensors) each batch has: 1, or 1 plus the spec's `extra_views`.
+    pub fn views(&self) -> usize {
+        self.conn.ring.layout().slot.views
+    }
+
+    /// View `view`'s output `(height, width)`; view 0 is the spec's `crop`.
+    ///
+    /// # Panics
+    /// If `view >= views()`.
+    pub fn view_size(&self, view: usize) -> (u32, u32) {
+        let r = self.conn.ring.layout().slot.view(view);
+        (r.height, r.width)
+    }
+
+    /// The `n` images of view `view` (view 0 is [`Batch::images`]), packed in the spec's dtype
+    /// and layout at that view's size.
+    ///
+    /// # Panics
+    /// If `view >= views()`, or the images are in device memory (use
+    /// [`Batch::device_view`]).
+    pub fn view_images(&self, view: usize) -> &[u8] {
+        let r = self.conn.ring.layout().slot.view(view);
+        // SAFETY: as in `region`: the lease keeps the daemon from writing the slot.
+        let slot = unsafe { self.conn.ring.image_bytes(self.slot()) }
+            .expect("the images are in device memory: use device_view()");
+        &slot[r.offset..r.offset + self.n() * r.image_bytes]
+    }
+
+    /// View `view`'s images in device memory, as [`Batch::device_images`] gives view 0.
+    ///
+    /// # Panics
+    /// If `view >= views()`.
+    pub fn device_view(&self, view: usize) -> Option<DeviceSlice> {
+        let d = self.conn.device.as_ref()?;
+        let s = &self.conn.ring.layout().slot;
+        let r = s.view(view);
+        Some(DeviceSlice {
+            ptr: d.slot_ptr(self.slot()) - s.images as u64 + r.offset as u64,
+            bytes: self.n() * r.image_bytes,
+            ordinal: d.ordinal(),
+        })
+    }
+
     /// Where the images live: host memory or the client's GPU.
     pub fn image_memory(&self) -> ImageMemory {
         self.conn.ring.layout().image_memory
@@ -110,16 +153,25 @@ impl Batch {
     /// Copies the `n` images to `out` (exactly [`Batch::images_len`] bytes), from host or
     /// device memory; synchronous, for inspection and tests, not for the training path.
     pub fn copy_images_to_host(&self, out: &mut [u8]) -> Result<(), ClientError> {
-        if out.len() != self.images_len() {
+        self.copy_view_to_host(0, out)
+    }
+
+    /// Copies the `n` images of view `view` to `out` (exactly their bytes), as
+    /// [`Batch::copy_images_to_host`] copies view 0.
+    ///
+    /// # Panics
+    /// If `view >= views()`.
+    pub fn copy_view_to_host(&self, view: usize, out: &mut [u8]) -> Result<(), ClientError> {
+        let len = self.n() * self.conn.ring.layout().slot.view(view).image_bytes;
+        if out.len() != len {
             return Err(ClientError::Invalid(format!(
-                "copy of the images into {} bytes; they are {} bytes",
+                "copy of view {view}'s images into {} bytes; they are {len} bytes",
                 out.len(),
-                self.images_len()
             )));
         }
         match &self.conn.device {
-            None => out.copy_from_slice(self.images()),
-            Some(d) => d.copy_to_host(self.slot(), out).map_err(|source| {
+            None => out.copy_from_slice(self.view_images(view)),
+            Some(d) => d.copy_to_host(self.slot(), view, out).map_err(|source| {
                 ClientError::Device(DeviceError::Cuda {
                     device: d.uuid().to_string(),
                     source,

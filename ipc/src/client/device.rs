@@ -247,19 +247,25 @@ impl DeviceImages {
         self.ring.ptr() + (self.layout.image_offset(slot) + self.layout.slot.images) as u64
     }
 
-    /// Copies `out.len()` bytes from slot `slot`'s images to the host, synchronously.
-    pub(crate) fn copy_to_host(&self, slot: usize, out: &mut [u8]) -> Result<(), CudaError> {
-        let s = &self.layout.slot;
-        if out.len() > s.batch_size * s.image_bytes {
+    /// Copies `out.len()` bytes from view `view` of slot `slot`'s images to the host,
+    /// synchronously (view 0 is the spec's `crop`).
+    pub(crate) fn copy_to_host(
+        &self,
+        slot: usize,
+        view: usize,
+        out: &mut [u8],
+    ) -> Result<(), CudaError> {
+        let r = self.layout.slot.view(view);
+        let room = self.layout.slot.batch_size * r.image_bytes;
+        if out.len() > room {
             return Err(CudaError::Invalid(format!(
-                "a copy of {} bytes from a slot of {} image bytes",
+                "a copy of {} bytes from view {view} of a slot, of {room} image bytes",
                 out.len(),
-                s.batch_size * s.image_bytes
             )));
         }
         let _restore = cuda::ContextRestore::save()?;
-        let offset = self.layout.image_offset(slot) + self.layout.slot.images;
-        self.ring.copy_to_host(offset, out)
+        self.ring
+            .copy_to_host(self.layout.image_offset(slot) + r.offset, out)
     }
 
     /// Records an event on each consumer stream (the null stream when there is none) and

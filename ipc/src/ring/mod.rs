@@ -16,6 +16,8 @@
 //! ```text
 //! image part, slot i at i * image_slot_bytes:
 //!   images   batch_size * image_bytes   (dtype, layout as the spec says)
+//!   view 1   batch_size * its image bytes   (only when the spec has extra views)
+//!   ...      one region per view, each [batch, C, H, W] (or NHWC) at its own size
 //! host part, slot i at host_offset + i * host_slot_bytes:
 //!   labels   batch_size * i64
 //!   indices  batch_size * u64           (global sample index in the dataset)
@@ -37,7 +39,7 @@
 //! # Limitations
 //! - One image memory per ring: all its slots live in host memory, or all on one device.
 
-use crate::spec::PipelineSpec;
+use crate::spec::{PipelineSpec, MAX_VIEWS};
 
 pub mod memfd;
 /// cbindgen:ignore
@@ -143,6 +145,16 @@ impl ImageMemory {
     }
 }
 
+/// Where one view's images lie in a slot's image part: `batch_size` images of `image_bytes`
+/// from `offset`, each `height` x `width`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ViewRegion {
+    pub offset: usize,
+    pub image_bytes: usize,
+    pub height: u32,
+    pub width: u32,
+}
+
 /// Byte offsets of the regions of one slot: the images relative to the slot's start in the
 /// image part, the rest relative to the slot's start in the host part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +165,10 @@ pub struct SlotLayout {
     pub images: usize,
     /// Bytes of one slot's image part, a multiple of [`SLOT_ALIGN`].
     pub image_slot_bytes: usize,
+    /// How many views (tensors) the slot holds; view 0 is `images` of `image_bytes`.
+    pub views: usize,
+    /// Each view's region, the first `views` of them (see [`SlotLayout::view`]).
+    pub view_regions: [ViewRegion; MAX_VIEWS],
     /// Offsets in the slot's host part.
     pub labels: usize,
     pub indices: usize,
@@ -176,7 +192,21 @@ impl SlotLayout {
         let batch_size = spec.batch_size as usize;
         let image_bytes = spec.image_bytes();
         let images = 0;
-        let image_slot_bytes = align_up(images + batch_size * image_bytes, SLOT_ALIGN);
+        let views = spec.view_count().min(MAX_VIEWS);
+        let mut view_regions = [ViewRegion::default(); MAX_VIEWS];
+        let mut end = images;
+        for (v, region) in view_regions.iter_mut().enumerate().take(views) {
+            let view = spec.view_spec(v);
+            let (height, width) = view.crop.output_size();
+            *region = ViewRegion {
+                offset: end,
+                image_bytes: view.image_bytes(),
+                height,
+                width,
+            };
+            end = align_up(end + batch_size * region.image_bytes, SLOT_ALIGN);
+        }
+        let image_slot_bytes = end;
         let labels = 0;
         let indices = align_up(labels + batch_size * 8, SLOT_ALIGN);
         let status = align_up(indices + batch_size * 8, SLOT_ALIGN);
@@ -196,6 +226,8 @@ impl SlotLayout {
             image_bytes,
             images,
             image_slot_bytes,
+            views,
+            view_regions,
             labels,
             indices,
             status,
@@ -211,6 +243,45 @@ impl SlotLayout {
 }
 
 impl SlotLayout {
+    /// Where view `view`'s images lie in the slot's image part.
+    ///
+    /// # Panics
+    /// If `view` is not below `views`.
+    pub fn view(&self, view: usize) -> ViewRegion {
+        assert!(
+            view < self.views,
+            "view {view} of a slot of {} views",
+            self.views
+        );
+        self.view_regions[view]
+    }
+
+    /// The image part of one sample of this slot: the same views, each holding one image,
+    /// packed as a slot of batch size 1 packs them (a backend's host staging of one sample).
+    pub fn one_sample(&self) -> SlotLayout {
+        let mut one = SlotLayout {
+            batch_size: 1,
+            ..*self
+        };
+        let mut end = self.images;
+        for region in one.view_regions.iter_mut().take(self.views) {
+            region.offset = end;
+            end = align_up(end + region.image_bytes, SLOT_ALIGN);
+        }
+        one.image_slot_bytes = end;
+        one
+    }
+
+    /// Byte offset in the slot's image part of view `view` of the sample at position `at`.
+    ///
+    /// # Panics
+    /// If `view` or `at` is out of the slot's range.
+    pub fn view_image(&self, view: usize, at: usize) -> usize {
+        assert!(at < self.batch_size, "position {at} of {}", self.batch_size);
+        let r = self.view(view);
+        r.offset + at * r.image_bytes
+    }
+
     /// Where field `field` of the sample at position `at` lies in the slot's host part:
     /// (offset of its length, of its status, of its room of `field_max_bytes`).
     ///
@@ -377,6 +448,53 @@ mod tests {
             (s.field_lens + 20, s.field_status + 5, s.field_data + 500)
         );
         assert!(s.field_at(2, 1).2 + 100 <= s.host_slot_bytes);
+    }
+
+    #[test]
+    fn views_lie_one_after_another_and_one_view_is_as_before() {
+        let one = PipelineSpec::train(3, 17);
+        let plain = SlotLayout::new(&one);
+        assert_eq!(plain.views, 1);
+        assert_eq!(plain.view_image(0, 2), 2 * plain.image_bytes);
+        assert_eq!(
+            plain.image_slot_bytes,
+            align_up(3 * plain.image_bytes, SLOT_ALIGN)
+        );
+        let local = crate::spec::View {
+            crop: crate::spec::Crop::random_resized(5),
+            flip_prob: 0.5,
+        };
+        let spec = PipelineSpec {
+            extra_views: vec![local; 2],
+            ..one
+        };
+        let s = SlotLayout::new(&spec);
+        assert_eq!(s.views, 3);
+        assert_eq!(s.view(0).offset, 0);
+        assert_eq!(s.view(0).image_bytes, plain.image_bytes);
+        assert_eq!(s.view(1).offset, plain.image_slot_bytes);
+        assert_eq!((s.view(1).height, s.view(1).width), (5, 5));
+        assert_eq!(s.view(1).image_bytes, 5 * 5 * 3 * 4);
+        assert_eq!(
+            s.view(2).offset,
+            align_up(s.view(1).offset + 3 * 300, SLOT_ALIGN)
+        );
+        assert_eq!(s.view_image(2, 1), s.view(2).offset + 300);
+        let one = s.one_sample();
+        assert_eq!((one.batch_size, one.views), (1, 3));
+        let sizes = [plain.image_bytes, 300, 300];
+        let mut end = 0;
+        for (v, bytes) in sizes.into_iter().enumerate() {
+            assert_eq!((one.view(v).offset, one.view(v).image_bytes), (end, bytes));
+            end = align_up(end + bytes, SLOT_ALIGN);
+        }
+        assert_eq!(one.image_slot_bytes, end);
+        assert!(s.image_slot_bytes >= s.view(2).offset + 3 * 300);
+        assert_eq!(s.image_slot_bytes % SLOT_ALIGN, 0);
+        assert_eq!(
+            (s.labels, s.host_slot_bytes),
+            (plain.labels, plain.host_slot_bytes)
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Uploads go from pinned host memory (`staging`).
 
 mod staging;
+mod views;
 
 use crate::sync::lock;
 use staging::HostStaging;
@@ -604,6 +605,9 @@ impl Backend for CudaBackend {
             let fault = self.fault("cannot bind the context", &e);
             return Completion::Pending(Box::new(Failed(fault)));
         }
+        if unit.layout.views > 1 {
+            return self.fill_views(unit, outcomes);
+        }
         let pending = self.fill_in_flight(unit);
         outcomes.extend(self.plan.iter().map(|p| match &p.route {
             Err(bad) => Err(bad.clone()),
@@ -621,41 +625,21 @@ impl Backend for CudaBackend {
     }
 
     fn fill_sample(&mut self, work: &SampleWork<'_>) -> SampleOutcome {
-        let bytes = work.layout.image_bytes;
-        self.host_images.resize(bytes, 0);
-        let host = SampleWork {
-            images: SlotImages::Host(self.host_images.as_mut_ptr()),
-            layout: SlotLayout {
-                images: 0,
-                ..work.layout
-            },
-            at: 0,
-            ..*work
-        };
-        self.cpu.fill_sample(&host)?;
-        // Replacements are decoded on the CPU: they count in the GPU's decode mix as such.
-        self.gpu.stats.cpu.fetch_add(1, Ordering::Relaxed);
-        if !self.put_sample(
-            work.images,
-            &work.layout,
-            work.at,
-            &self.host_images[..bytes],
-        ) {
-            // The GPU failed, not the file: the batch's completion reports the fault.
-            return Err(BadSample {
+        // Replacements are decoded on the CPU. A GPU that fails the upload is the batch's
+        // completion's to report; the sample is not served.
+        self.fill_sample_on_cpu(work).unwrap_or_else(|fault| {
+            Err(BadSample {
                 reason: "internal",
-                detail: format!(
-                    "the replacement could not be uploaded to GPU {}",
-                    self.gpu.label
-                ),
-            });
-        }
-        Ok(())
+                detail: format!("the replacement could not be uploaded: {fault}"),
+            })
+        })
     }
 
     fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize) {
-        self.zeros.resize(layout.image_bytes, 0);
-        self.put_sample(images, layout, at, &self.zeros);
+        for view in 0..layout.views {
+            self.zeros.resize(layout.view(view).image_bytes, 0);
+            self.put_sample(images, layout, (view, at), &self.zeros);
+        }
     }
 }
 

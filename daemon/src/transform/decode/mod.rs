@@ -39,6 +39,7 @@ mod png;
 mod restart;
 mod sniff;
 mod sys;
+mod views;
 mod webp;
 
 use std::cell::RefCell;
@@ -52,6 +53,7 @@ pub use image::{probe_image, ImageHeader};
 pub use restart::{add_restart_markers, NotRewritten, RESTART_COLUMNS};
 pub use sniff::ImageFormat;
 use sys::{Param, PixelFormat, ScalingFactor, TjHandle};
+pub use views::DecodedRegion;
 
 /// Default [`Limits::max_pixels`]: 100 megapixels (a 10000 x 10000 image). Larger images are
 /// almost always decompression bombs in a training set; RGB output alone would be 300 MB.
@@ -332,15 +334,9 @@ struct RegionPlan {
     box_out: CropBox,
 }
 
-/// Plans a region decode: the smallest allowed factor (`factors` sorted largest first, all
-/// <= 1) keeping `want` at least `out_size` (h, w) big, the scaled region covering `want` with
-/// its left edge aligned down to the scaled iMCU width.
-fn plan_region(
-    header: &JpegHeader,
-    want: CropBox,
-    out_size: (u32, u32),
-    factors: &[ScalingFactor],
-) -> Result<RegionPlan, DecodeError> {
+/// The part of `want` inside the image, `(x0, y0, x1, y1)`; a box that is not finite, empty
+/// or outside the image is a bad crop.
+fn inside(header: &JpegHeader, want: CropBox) -> Result<(f64, f64, f64, f64), DecodeError> {
     let (iw, ih) = (header.width as f64, header.height as f64);
     let bad = || DecodeError::BadCrop {
         want,
@@ -360,13 +356,41 @@ fn plan_region(
     if x1 <= x0 || y1 <= y0 {
         return Err(bad());
     }
+    Ok((x0, y0, x1, y1))
+}
+
+/// Plans a region decode: the smallest allowed factor (`factors` sorted largest first, all
+/// <= 1) keeping `want` at least `out_size` (h, w) big, the scaled region covering `want` with
+/// its left edge aligned down to the scaled iMCU width.
+fn plan_region(
+    header: &JpegHeader,
+    want: CropBox,
+    out_size: (u32, u32),
+    factors: &[ScalingFactor],
+) -> Result<RegionPlan, DecodeError> {
+    let (x0, y0, x1, y1) = inside(header, want)?;
     let (out_h, out_w) = (out_size.0 as f64, out_size.1 as f64);
-    let factor = factors
+    let factor = smallest_factor(factors, |s| want.w * s >= out_w && want.h * s >= out_h);
+    plan_region_at(header, want, (x0, y0, x1, y1), factor)
+}
+
+/// The smallest of `factors` (sorted largest first) for which `covers` holds; 1 if none.
+fn smallest_factor(factors: &[ScalingFactor], covers: impl Fn(f64) -> bool) -> ScalingFactor {
+    factors
         .iter()
         .rev()
         .copied()
-        .find(|f| want.w * f.as_f64() >= out_w && want.h * f.as_f64() >= out_h)
-        .unwrap_or(ScalingFactor::ONE);
+        .find(|f| covers(f.as_f64()))
+        .unwrap_or(ScalingFactor::ONE)
+}
+
+/// Plans the decode of `want` (whose part inside the image is `(x0, y0, x1, y1)`) at `factor`.
+fn plan_region_at(
+    header: &JpegHeader,
+    want: CropBox,
+    (x0, y0, x1, y1): (f64, f64, f64, f64),
+    factor: ScalingFactor,
+) -> Result<RegionPlan, DecodeError> {
     let s = factor.as_f64();
     let sw = factor.scale(header.width);
     let sh = factor.scale(header.height);

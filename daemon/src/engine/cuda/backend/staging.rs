@@ -121,24 +121,19 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Copies one host image into place `at` and waits for it (after the batch's kernel,
-    /// which runs before it on the stream).
+    /// Copies one host image into view `view` of place `at` and waits for it (after the
+    /// batch's kernel, which runs before it on the stream).
     pub(super) fn put_sample(
         &self,
         images: SlotImages,
         layout: &SlotLayout,
-        at: usize,
+        (view, at): (usize, usize),
         src: &[u8],
     ) -> bool {
         let SlotImages::Device(base) = images else {
             panic!("the CUDA backend writes device memory only, got {images:?}");
         };
-        assert!(
-            at < layout.batch_size,
-            "sample {at} of {}",
-            layout.batch_size
-        );
-        let dst = base + (layout.images + at * layout.image_bytes) as u64;
+        let dst = base + layout.view_image(view, at) as u64;
         let mut staging = self.sample_staging.borrow_mut();
         let done = staging
             .begin(self.gpu.device(), src.len())

@@ -1,0 +1,97 @@
+//! Several views of one image on the CUDA backend (the emulated GPU): a job of 1 + 3 views
+//! goes the CPU route (docs/views.md) and its device batches are the CPU backend's bit for bit,
+//! every view, a corrupt file replaced alike (all of its views from the replacement).
+
+use std::path::Path;
+use std::time::Duration;
+
+use stoker::spec::{Crop, View};
+use stoker::{AttachOptions, Client, DType, ImageMemory, PipelineSpec};
+use stoker_testkit::{emulator, write_image_folder, Daemon};
+
+fn spec() -> PipelineSpec {
+    let local = View {
+        crop: Crop::RandomResized {
+            size: [16, 16],
+            scale: [0.05, 0.4],
+            ratio: [0.75, 4.0 / 3.0],
+        },
+        flip_prob: 0.5,
+    };
+    PipelineSpec {
+        dtype: DType::U8,
+        epochs: Some(1),
+        extra_views: vec![local; 3],
+        ..PipelineSpec::train(4, 32)
+    }
+}
+
+/// Per batch: indices, statuses, and each view's bytes.
+type Seen = Vec<(Vec<u64>, Vec<u8>, Vec<Vec<u8>>)>;
+
+fn drain(socket: &Path, data: &Path, device: &str) -> Seen {
+    let mut o = AttachOptions::new("views", data.to_str().unwrap(), spec());
+    o.seed = 5;
+    o.device = device.parse().unwrap();
+    o.connect_timeout = Duration::from_secs(10);
+    let mut client = Client::attach(socket, o).unwrap();
+    let memory = if device == "cpu" {
+        ImageMemory::Host
+    } else {
+        ImageMemory::Device
+    };
+    assert_eq!(client.image_memory(), memory);
+    let mut out = Vec::new();
+    while let Some(b) = client.next_batch().unwrap() {
+        let views = (0..b.views())
+            .map(|v| {
+                let (h, w) = b.view_size(v);
+                let mut host = vec![0u8; b.n() * h as usize * w as usize * 3];
+                b.copy_view_to_host(v, &mut host).unwrap();
+                host
+            })
+            .collect();
+        out.push((b.indices().to_vec(), b.status().to_vec(), views));
+    }
+    out
+}
+
+#[test]
+fn views_on_the_emulated_gpu_are_the_cpu_backends() {
+    emulator::use_emulator();
+    if emulator::nvrtc("views_on_the_emulated_gpu_are_the_cpu_backends").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    write_image_folder(&data, 2, 5, 48);
+    std::fs::write(
+        data.join("c0/zz_corrupt.jpg"),
+        b"\xff\xd8\xff\xe0 not really",
+    )
+    .unwrap();
+    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    let log = dir.path().join("stokerd.log");
+    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+        cmd.env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", cache);
+    });
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let got = drain(gpu.socket(), &data, emulator::UUIDS[0]);
+    let want = drain(cpu.socket(), &data, "cpu");
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|b| b.2.len() == 4));
+    // One sample was replaced, on both backends alike.
+    let replaced = |s: &Seen| s.iter().flat_map(|b| &b.1).filter(|&&s| s == 1).count();
+    assert_eq!((replaced(&got), replaced(&want)), (1, 1));
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!((&g.0, &g.1), (&w.0, &w.1), "batch {step}");
+        for v in 0..4 {
+            assert!(g.2[v] == w.2[v], "batch {step} view {v} differs");
+        }
+    }
+}
