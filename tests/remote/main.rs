@@ -7,11 +7,17 @@
 //!
 //! Network namespaces are not used: each process listens on its own loopback port.
 
+mod caps;
 mod credentials;
 mod deploy;
 mod malformed;
+mod prefix;
 mod quickstart;
 mod refusals;
+mod restart;
+mod s3;
+mod secret_file;
+mod silence;
 mod slurm;
 
 use std::path::{Path, PathBuf};
@@ -56,20 +62,26 @@ impl World {
 
     /// A worker on a free loopback port whose roots hold the dataset; its log and address.
     fn worker(&self, name: &str) -> (Daemon, PathBuf, String) {
-        let dir = self.dir(name);
         let addr = format!("127.0.0.1:{}", free_port());
+        self.worker_at(name, &addr, "")
+    }
+
+    /// A worker listening on `addr` whose `[worker]` section also holds `keys`, and `extra`
+    /// sections after it; its log and address.
+    fn worker_at(&self, name: &str, addr: &str, keys: &str) -> (Daemon, PathBuf, String) {
+        let dir = self.dir(name);
         let config = write_config(
             &dir,
             &format!(
                 "[pipeline]\nthreads = 1\n[access]\ndataset_roots = [{:?}]\n\
-                 [worker]\nlisten = {addr:?}\nsecret_file = {:?}\n",
+                 [worker]\nlisten = {addr:?}\nsecret_file = {:?}\n{keys}",
                 self.tmp.path(),
                 self.secret
             ),
         );
         let log = dir.join("log");
         let d = Daemon::start_logged(&dir, &["--config", config.to_str().unwrap()], &log);
-        (d, log, addr)
+        (d, log, addr.to_owned())
     }
 
     /// A home daemon sending units to `workers` (none: the local-only reference) over 2

@@ -35,7 +35,7 @@ fn fake_worker(secret: &Path, garbage: Garbage) -> String {
         for stream in listener.incoming().take(20) {
             let mut s = stream.unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
-            if auth::accept(&mut s, &secret, deadline).is_ok() {
+            if auth::accept(&mut s, &secret, deadline, || Ok(())).is_ok() {
                 let _ = answer_badly(&mut s, garbage);
             }
         }
@@ -49,7 +49,10 @@ fn answer_badly(s: &mut TcpStream, garbage: Garbage) -> Result<(), String> {
         let unit = match read_message(s, None).map_err(|e| e.to_string())? {
             Message::Open(open) => {
                 image_bytes = open.spec.image_bytes();
-                let opened = Message::Opened { job: open.job };
+                let opened = Message::Opened {
+                    job: open.job,
+                    closed: Vec::new(),
+                };
                 write_message(s, &opened, &[]).map_err(|e| e.to_string())?;
                 continue;
             }

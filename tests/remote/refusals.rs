@@ -11,7 +11,7 @@ use stoker_testkit::attach::u8_spec;
 
 use super::*;
 
-fn secret(world: &World, text: &str) -> Secret {
+pub(crate) fn secret(world: &World, text: &str) -> Secret {
     use std::os::unix::fs::PermissionsExt;
     let path = world.tmp.path().join(format!("secret-{}", text.len()));
     std::fs::write(&path, text).unwrap();
@@ -19,7 +19,7 @@ fn secret(world: &World, text: &str) -> Secret {
     Secret::load(&path).unwrap()
 }
 
-fn wait_for_line(log: &Path, needle: &str) -> String {
+pub(crate) fn wait_for_line(log: &Path, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = read_log(log);

@@ -1,9 +1,11 @@
 //! The shared secret and the handshake that proves both sides hold it.
 //!
 //! # Design
-//! - The secret is a file only its owner may read or write (mode `0600` or stricter, like
-//!   ssh's keys), of at least [`MIN_SECRET_BYTES`] bytes; surrounding whitespace is not part
-//!   of it. Its bytes are an HMAC-SHA256 key and appear nowhere else: not in errors, logs,
+//! - The secret is a file only its owner may read or write (mode `0600` or stricter), owned
+//!   by the daemon's own uid or by root (ssh's rule for keys: another user could have
+//!   written it or could read it), of at least [`MIN_SECRET_BYTES`] bytes; surrounding
+//!   whitespace is not part of it. The file is opened once and checked through that open
+//!   file, so what is checked is what is read. Its bytes are an HMAC-SHA256 key and appear nowhere else: not in errors, logs,
 //!   status or metrics ([`Secret`]'s `Debug` prints no byte of it).
 //! - Challenge-response both ways, each side with a fresh 32-byte nonce: the worker sends
 //!   its nonce; the home answers with its own and `HMAC(secret, "home" | worker nonce | home
@@ -49,6 +51,11 @@ pub enum SecretError {
     },
     #[error("secret file {path}: mode {mode:o} lets others read or write it (chmod 600 it)")]
     Mode { path: PathBuf, mode: u32 },
+    #[error(
+        "secret file {path}: owned by uid {owner}, not by this daemon's uid {me} or root \
+         (chown it)"
+    )]
+    Owner { path: PathBuf, owner: u32, me: u32 },
     #[error("secret file {path}: not a regular file")]
     NotFile { path: PathBuf },
     #[error("secret file {path}: {len} bytes, fewer than {MIN_SECRET_BYTES}")]
@@ -77,10 +84,19 @@ impl Secret {
             path: path.to_owned(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(read)?;
+        let mut file = std::fs::File::open(path).map_err(read)?;
+        let meta = file.metadata().map_err(read)?;
         if !meta.is_file() {
             return Err(SecretError::NotFile {
                 path: path.to_owned(),
+            });
+        }
+        let me = rustix::process::geteuid().as_raw();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(SecretError::Owner {
+                path: path.to_owned(),
+                owner: meta.uid(),
+                me,
             });
         }
         if meta.mode() & 0o077 != 0 {
@@ -89,7 +105,8 @@ impl Secret {
                 mode: meta.mode() & 0o777,
             });
         }
-        let bytes = std::fs::read(path).map_err(read)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(read)?;
         let trimmed = bytes.trim_ascii();
         if trimmed.len() < MIN_SECRET_BYTES {
             return Err(SecretError::Short {
@@ -136,8 +153,14 @@ fn unexpected(expected: &'static str, got: &Message) -> AuthError {
 }
 
 /// The worker's side: challenges the peer and checks its proof, by `deadline`. A peer that
-/// fails is told only "authentication failed".
-pub fn accept(stream: &mut TcpStream, secret: &Secret, deadline: Instant) -> Result<(), AuthError> {
+/// fails is told only "authentication failed"; one that passes is then let in by `admit`,
+/// or told its reason.
+pub fn accept(
+    stream: &mut TcpStream,
+    secret: &Secret,
+    deadline: Instant,
+    admit: impl FnOnce() -> Result<(), String>,
+) -> Result<(), AuthError> {
     let ours = nonce();
     let challenge = Message::Challenge {
         version: WIRE_VERSION,
@@ -173,6 +196,10 @@ pub fn accept(stream: &mut TcpStream, secret: &Secret, deadline: Instant) -> Res
         refuse(stream, "authentication failed");
         return Err(AuthError::BadProof);
     };
+    if let Err(reason) = admit() {
+        refuse(stream, &reason);
+        return Err(AuthError::Refused(reason));
+    }
     let welcome = Message::Welcome {
         proof: hex(&secret.proof(b"worker", &theirs, &ours)),
     };
@@ -237,6 +264,15 @@ mod tests {
         let short = secret_file(dir.path(), "short", "tooshort\n", 0o600);
         let e = Secret::load(&short).unwrap_err().to_string();
         assert!(e.contains("8 bytes") && !e.contains("tooshort"), "{e}");
+        let theirs = secret_file(dir.path(), "theirs", "0123456789abcdef-theirs", 0o600);
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = Secret::load(&theirs).unwrap_err().to_string();
+            assert!(
+                e.contains("owned by uid 65534") && e.contains("theirs"),
+                "{e}"
+            );
+        }
         let good = secret_file(dir.path(), "good", "0123456789abcdef\n", 0o600);
         let s = Secret::load(&good).unwrap();
         assert_eq!(format!("{s:?}"), "Secret(..)");
@@ -252,7 +288,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            accept(&mut s, &w, deadline)
+            accept(&mut s, &w, deadline, || Ok(()))
         });
         let mut c = TcpStream::connect(addr).unwrap();
         let home_side = connect(&mut c, &h, deadline);

@@ -34,7 +34,7 @@ use stoker::ring::{ImageMemory, SlotLayout};
 use super::auth::{self, Secret, SecretError};
 use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
-use super::wire::{SampleResult, WireError};
+use super::wire::{tune, SampleResult, WireError};
 use crate::engine::backend::BackendKind;
 use crate::engine::{
     replacement_candidates, Backend, BackendFactory, BadSamplePolicy, Completion, CpuBackend,
@@ -154,6 +154,8 @@ struct Conn {
     stream: TcpStream,
     /// Jobs opened (their key, their id here) and refused (id `None`).
     jobs: Vec<(String, Option<u32>)>,
+    /// The id the next job opened gets.
+    next_job: u32,
 }
 
 /// Who filled the last unit, for the engine's replacement tries.
@@ -173,11 +175,16 @@ enum Fault {
     Refused(String),
     /// The connection is broken or the worker misbehaved: dropped.
     Broken(String),
+    /// The worker closed the connection (dropped too; a reused one is tried once afresh).
+    Closed(String),
 }
 
 impl From<WireError> for Fault {
     fn from(e: WireError) -> Fault {
-        Fault::Broken(e.to_string())
+        match e {
+            WireError::Closed => Fault::Closed(e.to_string()),
+            e => Fault::Broken(e.to_string()),
+        }
     }
 }
 
@@ -209,7 +216,7 @@ impl Backend for RemoteBackend {
         let result = if unit.job.open_policy().credentials.is_some() || unit.layout.views > 1 {
             Err(Fault::Down)
         } else {
-            self.remote_fill(unit, outcomes)
+            self.remote_fill_afresh(unit, outcomes)
         };
         let worker = self.addr.clone();
         let count = |result: &'static str| {
@@ -228,7 +235,7 @@ impl Backend for RemoteBackend {
                 count("refused");
                 tracing::warn!(worker = %self.addr, reason, "worker refused: filling locally");
             }
-            Err(Fault::Broken(reason)) => {
+            Err(Fault::Broken(reason) | Fault::Closed(reason)) => {
                 count("reissued");
                 tracing::warn!(
                     worker = %self.addr,
@@ -268,6 +275,31 @@ impl Backend for RemoteBackend {
 }
 
 impl RemoteBackend {
+    /// As [`RemoteBackend::remote_fill`]; a connection used before that turns out closed
+    /// (the worker's `idle_timeout_ms`, a restarted worker) is made again at once and the
+    /// unit sent once more (a worker that got it did nothing another may not redo: the
+    /// same unit gives the same bytes), before the unit is filled here.
+    fn remote_fill_afresh(
+        &mut self,
+        unit: &UnitWork<'_>,
+        outcomes: &mut Vec<SampleOutcome>,
+    ) -> Result<(), Fault> {
+        let reused = self.conn.is_some();
+        match self.remote_fill(unit, outcomes) {
+            Err(Fault::Closed(reason)) if reused => {
+                tracing::info!(worker = %self.addr, reason, "the worker closed an idle \
+                    connection: connecting again");
+                self.conn = None;
+                outcomes.clear();
+                match self.remote_fill(unit, outcomes) {
+                    Err(Fault::Down) => Err(Fault::Closed(reason)),
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Has the worker fill the unit; the pixels land in the slot.
     fn remote_fill(
         &mut self,
@@ -332,6 +364,7 @@ impl RemoteBackend {
                 self.conn = Some(Conn {
                     stream,
                     jobs: Vec::new(),
+                    next_job: 0,
                 });
                 Ok(())
             }
@@ -360,11 +393,15 @@ impl RemoteBackend {
             Some((_, None)) => return Err(Fault::Down),
             None => {}
         }
-        let id = u32::try_from(conn.jobs.len()).map_err(|_| Fault::Down)?;
+        let id = conn.next_job;
+        conn.next_job = id.checked_add(1).ok_or(Fault::Down)?;
         let message = Message::Open(Box::new(OpenJob { job: id, ..open }));
         write_message(&mut conn.stream, &message, &[])?;
         match read_message(&mut conn.stream, Some(deadline))? {
-            Message::Opened { job } if job == id => {
+            Message::Opened { job, closed } if job == id => {
+                // Jobs the worker let go are opened again when next needed.
+                conn.jobs
+                    .retain(|(_, j)| j.is_none_or(|j| !closed.contains(&j)));
                 conn.jobs.push((key, Some(id)));
                 Ok(id)
             }
@@ -422,7 +459,9 @@ fn connect(
     for a in addrs {
         match TcpStream::connect_timeout(&a, wait) {
             Ok(mut stream) => {
-                let _ = stream.set_nodelay(true);
+                if let Err(e) = tune(&stream) {
+                    tracing::warn!(worker = %a, error = %e, "cannot set TCP options");
+                }
                 return auth::connect(&mut stream, secret, Instant::now() + wait)
                     .map(|()| stream)
                     .map_err(|e| format!("handshake with {a}: {e}"));

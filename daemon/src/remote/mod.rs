@@ -3,7 +3,8 @@
 //! sections are `crate::service::remote_config`).
 //!
 //! Files: `wire` (frames and messages), `auth` (the
-//! shared secret and its challenge-response), `worker` (the worker's listener and
+//! shared secret and its challenge-response), `gate` (what each peer may hold on a worker:
+//! handshakes, connections, pixel memory), `worker` (the worker's listener and
 //! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
 //! `home` (the home daemon's side: a backend per connection that sends units out).
 //!
@@ -28,7 +29,9 @@
 //! - Only who is allowed: HMAC-SHA256 challenge-response both ways over a shared secret file
 //!   (never logged; compared in constant time); the worker opens only registered datasets,
 //!   paths under its own `[access] dataset_roots` or `s3://` URLs under `[worker]
-//!   s3_prefixes`, and caps connections (in all, per peer address) and unit memory.
+//!   s3_prefixes`, and caps handshakes, connections, jobs and pixel memory per peer
+//!   ([`gate`]). Both sides keep TCP keepalive on and bound writes; a worker closes a
+//!   connection silent for `[worker] idle_timeout_ms`.
 //!
 //! # Limitations
 //! - Traffic is authenticated, not encrypted (no TLS yet): use it on a trusted network.
@@ -42,6 +45,7 @@
 //!   yet, nor units in flight or round-trip times.
 
 pub mod auth;
+pub mod gate;
 pub mod home;
 pub mod unit;
 pub mod wire;

@@ -143,10 +143,20 @@ impl DatasetRules {
     }
 }
 
-/// Whether `url` is `prefix` or below it (at a `/`).
+/// Whether `url` is `prefix` or below it (at a `/`), with no `.`, `..` or empty component
+/// below it that a server or HTTP client could read as a step elsewhere. (The listing of
+/// `url` is of `url/`, so `s3://b/data` never holds `s3://b/data2/...`:
+/// `crate::source::object::index`.)
 fn under_prefix(url: &str, prefix: &str) -> bool {
     let prefix = prefix.trim_end_matches('/');
-    url == prefix || url.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'))
+    let Some(rest) = url.strip_prefix(prefix) else {
+        return false;
+    };
+    let Some(below) = rest.strip_prefix('/') else {
+        return rest.is_empty();
+    };
+    let below = below.strip_suffix('/').unwrap_or(below);
+    below.is_empty() || below.split('/').all(|c| !matches!(c, "" | "." | ".."))
 }
 
 /// One job opened on a connection: its engine job, limits and backend.
@@ -207,6 +217,11 @@ impl WorkerJob {
         })
     }
 
+    /// The bytes this job's buffer holds now.
+    pub fn held_bytes(&self) -> u64 {
+        self.buf.capacity() as u64
+    }
+
     /// The bytes a unit of `samples` samples needs.
     pub fn unit_bytes(&self, samples: usize) -> u64 {
         (samples as u64).saturating_mul(self.job.spec.image_bytes() as u64)
@@ -230,6 +245,8 @@ impl WorkerJob {
     pub fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
         let n = indices.len();
         self.buf.clear();
+        // Exactly the unit's bytes: the worker counts them against its peer's memory cap.
+        self.buf.reserve_exact(n * self.job.spec.image_bytes());
         self.buf.resize(n * self.job.spec.image_bytes(), 0);
         let layout = SlotLayout {
             batch_size: n,
@@ -318,5 +335,10 @@ mod tests {
         assert!(under_prefix("s3://b/data/x", "s3://b/data"));
         assert!(!under_prefix("s3://b/database", "s3://b/data"));
         assert!(!under_prefix("s3://c/data", "s3://b/data"));
+        assert!(!under_prefix("s3://b/data2/x", "s3://b/data/"));
+        assert!(!under_prefix("s3://b/data/../data2", "s3://b/data"));
+        assert!(!under_prefix("s3://b/data/./x", "s3://b/data"));
+        assert!(!under_prefix("s3://b/data//x", "s3://b/data"));
+        assert!(under_prefix("s3://b/data/x/", "s3://b/data"));
     }
 }

@@ -15,7 +15,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use stoker::spec::PipelineSpec;
@@ -43,8 +43,13 @@ pub enum Message {
     Welcome { proof: String },
     /// Home → worker: a job the following units name by `job`.
     Open(Box<OpenJob>),
-    /// Worker → home: the job is open.
-    Opened { job: u32 },
+    /// Worker → home: the job is open; `closed` are jobs of this connection the worker let
+    /// go to make room (the home opens them again when it needs them).
+    Opened {
+        job: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        closed: Vec<u32>,
+    },
     /// Home → worker: fill these samples of `epoch`.
     Unit {
         id: u64,
@@ -192,6 +197,34 @@ pub fn write_message(
     Ok(())
 }
 
+/// How long the peer may go without acknowledging bytes sent, or without answering TCP
+/// keepalive probes, before the connection is given up.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Keepalive: the first probe after this long without traffic, then every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] times.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// Sets a connection up for the protocol, on either side: no Nagle delay (a unit's request
+/// is small and waited on), TCP keepalive (a peer partitioned away is noticed in
+/// `KEEPALIVE_IDLE` + `KEEPALIVE_PROBES` x `KEEPALIVE_INTERVAL`, 30 s, even while the
+/// connection is idle), and writes that fail once the peer takes no byte for
+/// [`STALL_TIMEOUT`] (`SO_SNDTIMEO` and `TCP_USER_TIMEOUT`), so a stalled peer never holds a
+/// writer forever.
+pub fn tune(stream: &TcpStream) -> std::io::Result<()> {
+    use rustix::net::sockopt;
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(STALL_TIMEOUT))?;
+    sockopt::set_socket_keepalive(stream, true)?;
+    sockopt::set_tcp_keepidle(stream, KEEPALIVE_IDLE)?;
+    sockopt::set_tcp_keepintvl(stream, KEEPALIVE_INTERVAL)?;
+    sockopt::set_tcp_keepcnt(stream, KEEPALIVE_PROBES)?;
+    let user_timeout = u32::try_from(STALL_TIMEOUT.as_millis()).unwrap_or(u32::MAX);
+    sockopt::set_tcp_user_timeout(stream, user_timeout)?;
+    Ok(())
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -211,6 +244,20 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tuned_connection_has_keepalive_and_bounded_writes() {
+        use rustix::net::sockopt;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        tune(&a).unwrap();
+        assert!(sockopt::socket_keepalive(&a).unwrap());
+        assert_eq!(sockopt::tcp_keepidle(&a).unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(sockopt::tcp_keepcnt(&a).unwrap(), KEEPALIVE_PROBES);
+        assert_eq!(sockopt::tcp_user_timeout(&a).unwrap(), 30_000);
+        assert_eq!(a.write_timeout().unwrap(), Some(STALL_TIMEOUT));
+        assert!(a.nodelay().unwrap());
+    }
 
     #[test]
     fn hex_round_trips_and_refuses_what_is_not_hex() {

@@ -2,39 +2,42 @@
 //!
 //! # Design
 //! - One thread per connection (a connection carries one unit at a time; a home daemon opens
-//!   several). Before its handshake a connection is counted against `[worker]
-//!   max_connections` and `max_connections_per_peer`; over either it is closed at once, with
-//!   the reason logged.
+//!   several). Who may hold a connection, and how much memory, is [`super::gate`]'s: a
+//!   connection still in its handshake holds no slot, and the oldest of those gives way to
+//!   a new one; an authenticated one counts against `[worker] max_connections` and
+//!   `max_connections_per_peer`, its pixel buffers against `max_bytes_per_peer`.
 //! - The handshake ([`super::auth::accept`]) must finish within [`HANDSHAKE_TIMEOUT`]; a peer
 //!   that fails it is logged with its address and the reason, never with what it sent.
 //! - A job the worker will not open, or a unit it will not do (an index past the dataset,
-//!   too many samples, more than `max_unit_bytes` of pixels, an unknown job), is refused
-//!   with the reason, told to the home daemon and logged; the connection stays.
+//!   too many samples, more than `max_unit_bytes` of pixels or than its peer's memory may
+//!   grow by, an unknown job), is refused with the reason, told to the home daemon and
+//!   logged; the connection stays. A connection keeps at most [`MAX_JOBS_PER_CONNECTION`]
+//!   jobs: opening one more lets the least recently used go (its buffer freed), and the
+//!   answer names it, so the home daemon opens it again when it needs it.
 //! - Anything that is not a message of the protocol closes the connection, logged.
-//! - A home daemon that goes away (killed, partitioned) ends its connections' threads at
-//!   their next read or write; each thread's jobs and buffers go with it.
-//!
-//! # Limitations
-//! - A home daemon partitioned away without a FIN is noticed only by TCP keepalive (off)
-//!   or the next write: its connection's thread waits in its read meanwhile.
+//! - A home daemon that goes away ends its connections' threads, each with its jobs and
+//!   buffers: closed or reset at the next read or write; silent (partitioned, stopped) after
+//!   `[worker] idle_timeout_ms` without a message, or once TCP keepalive or a write finds it
+//!   gone ([`super::wire::tune`]).
 
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret};
+use super::gate::{Gate, GateLimits};
 use super::unit::{DatasetRules, WorkerJob};
-use super::wire::{read_message, write_message, Message, WireError};
+use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
 use crate::engine::EngineConfig;
 use crate::service::metrics as m;
 use crate::service::remote_config::WorkerConfig;
-use crate::sync::lock;
 
 /// How long a new connection has to prove it holds the secret.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most jobs one connection keeps open.
+pub const MAX_JOBS_PER_CONNECTION: usize = 8;
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,11 +70,9 @@ pub struct WorkerSetup {
 struct Shared {
     secret: Secret,
     setup: WorkerSetup,
-    max_connections: usize,
-    max_per_peer: usize,
     max_unit_bytes: u64,
-    /// Connections open, by peer address.
-    peers: Mutex<HashMap<IpAddr, usize>>,
+    idle: Duration,
+    gate: Gate,
 }
 
 /// Binds `[worker] listen` and serves home daemons on a thread of its own; returns the
@@ -92,10 +93,13 @@ pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, Wo
     let shared = Arc::new(Shared {
         secret,
         setup,
-        max_connections: config.max_connections,
-        max_per_peer: config.max_connections_per_peer,
         max_unit_bytes: config.max_unit_bytes,
-        peers: Mutex::default(),
+        idle: Duration::from_millis(config.idle_timeout_ms),
+        gate: Gate::new(GateLimits {
+            max_connections: config.max_connections,
+            max_per_peer: config.max_connections_per_peer,
+            max_bytes_per_peer: config.max_bytes_per_peer,
+        }),
     });
     std::thread::Builder::new()
         .name("stoker-worker-accept".into())
@@ -118,158 +122,205 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
         let Ok(peer) = stream.peer_addr() else {
             continue;
         };
-        if let Err(reason) = shared.admit(peer.ip()) {
-            tracing::warn!(%peer, reason, "worker connection refused");
-            continue;
-        }
+        let ticket = shared.gate.pending(peer.ip(), &stream);
         let shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("stoker-worker-conn".into())
-            .spawn(move || {
-                serve_connection(stream, peer, &shared);
-                shared.leave(peer.ip());
-            });
+            .spawn(move || serve_connection(stream, peer, ticket, &shared));
         if let Err(e) = spawned {
             tracing::warn!(%peer, error = %e, "cannot start a connection thread");
         }
     }
 }
 
-impl Shared {
-    /// Counts a new connection from `ip`, or says which cap refuses it.
-    fn admit(&self, ip: IpAddr) -> Result<(), String> {
-        let mut peers = lock(&self.peers);
-        let total: usize = peers.values().sum();
-        if total >= self.max_connections {
-            return Err(format!(
-                "{total} connections open: worker.max_connections is {}",
-                self.max_connections
-            ));
-        }
-        let mine = peers.entry(ip).or_insert(0);
-        if *mine >= self.max_per_peer {
-            return Err(format!(
-                "{mine} connections from this address: worker.max_connections_per_peer is {}",
-                self.max_per_peer
-            ));
-        }
-        *mine += 1;
-        Ok(())
-    }
-
-    fn leave(&self, ip: IpAddr) {
-        let mut peers = lock(&self.peers);
-        if let Some(n) = peers.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                peers.remove(&ip);
-            }
-        }
-    }
-}
-
 /// One home daemon's connection: the handshake, then jobs and units until it closes.
-fn serve_connection(mut stream: TcpStream, peer: SocketAddr, shared: &Shared) {
-    let _ = stream.set_nodelay(true);
+fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, shared: &Shared) {
+    if let Err(e) = tune(&stream) {
+        tracing::warn!(%peer, error = %e, "cannot set the connection's TCP options");
+    }
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    if let Err(e) = auth::accept(&mut stream, &shared.secret, deadline) {
-        tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
-        return;
+    let admit = || shared.gate.admit(peer.ip());
+    let passed = auth::accept(&mut stream, &shared.secret, deadline, admit);
+    shared.gate.handshake_over(ticket);
+    match passed {
+        Ok(()) => {}
+        Err(auth::AuthError::Refused(reason)) => {
+            tracing::warn!(%peer, reason, "worker connection refused");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
+            return;
+        }
     }
     tracing::info!(%peer, "home daemon connected");
-    let mut jobs: HashMap<u32, WorkerJob> = HashMap::new();
-    let mut units = 0u64;
-    let end = loop {
-        let message = match read_message(&mut stream, None) {
-            Ok(m) => m,
-            Err(WireError::Closed) => break None,
-            Err(e) => break Some(e.to_string()),
-        };
-        let answered = match message {
-            Message::Open(open) => {
-                let answer = match WorkerJob::open(&open, &shared.setup.rules, &shared.setup.engine)
-                {
-                    Ok(job) => {
-                        jobs.insert(open.job, job);
-                        Message::Opened { job: open.job }
-                    }
-                    Err(reason) => {
-                        tracing::warn!(%peer, dataset = %open.dataset, reason, "worker refused a job");
-                        Message::Refused {
-                            job: Some(open.job),
-                            unit: None,
-                            reason,
-                        }
-                    }
-                };
-                write_message(&mut stream, &answer, &[])
-            }
-            Message::Unit {
-                id,
-                job,
-                epoch,
-                indices,
-            } => {
-                units += 1;
-                do_unit(
-                    &mut stream,
-                    peer,
-                    shared,
-                    jobs.get_mut(&job),
-                    (id, epoch, &indices),
-                )
-            }
-            other => break Some(format!("unexpected {}", kind(&other))),
-        };
-        if let Err(e) = answered {
-            break Some(e.to_string());
-        }
+    let mut conn = Connection {
+        peer,
+        shared,
+        jobs: Vec::new(),
+        uses: 0,
+        units: 0,
     };
+    let end = conn.serve(&mut stream);
+    let (units, held) = (conn.units, conn.held_bytes());
+    drop(conn);
+    shared.gate.leave(peer.ip(), held);
     match end {
         None => tracing::info!(%peer, units, "home daemon disconnected"),
         Some(reason) => tracing::warn!(%peer, units, reason, "worker closed a connection"),
     }
 }
 
-/// Does one unit (or refuses it, with the reason) and sends the answer.
-fn do_unit(
-    stream: &mut TcpStream,
+/// One authenticated connection's state: its jobs (by the home's id, with when each was
+/// last used) and how many units it did.
+struct Connection<'a> {
     peer: SocketAddr,
-    shared: &Shared,
-    job: Option<&mut WorkerJob>,
-    (id, epoch, indices): (u64, u64, &[u64]),
-) -> Result<(), WireError> {
-    let refusal = match &job {
-        None => Some("no such job on this connection".to_owned()),
-        Some(j) => j.check(indices).err().or_else(|| {
-            let bytes = j.unit_bytes(indices.len());
-            (bytes > shared.max_unit_bytes).then(|| {
-                format!(
-                    "{bytes} bytes of pixels: over worker.max_unit_bytes {}",
-                    shared.max_unit_bytes
-                )
-            })
-        }),
-    };
-    let (Some(job), None) = (job, &refusal) else {
-        let reason = refusal.unwrap_or_default();
-        tracing::warn!(%peer, unit = id, reason, "worker refused a unit");
-        metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "refused").increment(1);
-        let refused = Message::Refused {
-            job: None,
-            unit: Some(id),
-            reason,
+    shared: &'a Shared,
+    jobs: Vec<(u32, WorkerJob, u64)>,
+    uses: u64,
+    units: u64,
+}
+
+impl Connection<'_> {
+    /// Answers messages until the connection ends; why, unless the home closed it.
+    fn serve(&mut self, stream: &mut TcpStream) -> Option<String> {
+        let idle = self.shared.idle;
+        loop {
+            let message = match read_message(stream, Some(Instant::now() + idle)) {
+                Ok(m) => m,
+                Err(WireError::Closed) => return None,
+                Err(WireError::Timeout) => {
+                    return Some(format!(
+                        "idle for {} ms (worker.idle_timeout_ms): the home daemon is gone \
+                         or partitioned",
+                        idle.as_millis()
+                    ))
+                }
+                Err(e) => return Some(e.to_string()),
+            };
+            let answered = match message {
+                Message::Open(open) => {
+                    let answer = self.open(&open);
+                    write_message(stream, &answer, &[])
+                }
+                Message::Unit {
+                    id,
+                    job,
+                    epoch,
+                    indices,
+                } => {
+                    self.units += 1;
+                    self.unit(stream, job, (id, epoch, &indices))
+                }
+                other => return Some(format!("unexpected {}", kind(&other))),
+            };
+            if let Err(e) = answered {
+                return Some(e.to_string());
+            }
+        }
+    }
+
+    /// Opens a job (letting the least recently used go if need be), or says why not.
+    fn open(&mut self, open: &OpenJob) -> Message {
+        let shared = self.shared;
+        let job = match WorkerJob::open(open, &shared.setup.rules, &shared.setup.engine) {
+            Ok(job) => job,
+            Err(reason) => {
+                tracing::warn!(peer = %self.peer, dataset = %open.dataset, reason,
+                    "worker refused a job");
+                return Message::Refused {
+                    job: Some(open.job),
+                    unit: None,
+                    reason,
+                };
+            }
         };
-        return write_message(stream, &refused, &[]);
-    };
-    let (samples, pixels) = job.run(epoch, indices);
-    metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
-    let done = Message::Done {
-        id,
-        samples,
-        bytes: pixels.len() as u64,
-    };
-    write_message(stream, &done, pixels)
+        let mut closed = Vec::new();
+        if let Some(at) = self.jobs.iter().position(|(id, _, _)| *id == open.job) {
+            self.drop_job(at);
+        } else if self.jobs.len() >= MAX_JOBS_PER_CONNECTION {
+            let lru = (0..self.jobs.len()).min_by_key(|&i| self.jobs[i].2);
+            if let Some(at) = lru {
+                closed.push(self.jobs[at].0);
+                self.drop_job(at);
+            }
+            tracing::info!(peer = %self.peer, closed = ?closed,
+                "worker let a job go: {MAX_JOBS_PER_CONNECTION} jobs open on this connection");
+        }
+        self.uses += 1;
+        self.jobs.push((open.job, job, self.uses));
+        Message::Opened {
+            job: open.job,
+            closed,
+        }
+    }
+
+    fn drop_job(&mut self, at: usize) {
+        let (_, job, _) = self.jobs.swap_remove(at);
+        self.shared.gate.release(self.peer.ip(), job.held_bytes());
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.jobs.iter().map(|(_, j, _)| j.held_bytes()).sum()
+    }
+
+    /// Does one unit of job `job` (or refuses it, with the reason) and sends the answer.
+    fn unit(
+        &mut self,
+        stream: &mut TcpStream,
+        job: u32,
+        (id, epoch, indices): (u64, u64, &[u64]),
+    ) -> Result<(), WireError> {
+        let (peer, shared) = (self.peer, self.shared);
+        let at = self.jobs.iter().position(|(j, _, _)| *j == job);
+        let refusal = match at {
+            None => Err("no such job on this connection".to_owned()),
+            Some(at) => self.room_for(at, indices),
+        };
+        let (Some(at), Ok(())) = (at, &refusal) else {
+            let reason = refusal.err().unwrap_or_default();
+            tracing::warn!(%peer, unit = id, reason, "worker refused a unit");
+            metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "refused").increment(1);
+            let refused = Message::Refused {
+                job: None,
+                unit: Some(id),
+                reason,
+            };
+            return write_message(stream, &refused, &[]);
+        };
+        self.uses += 1;
+        let (_, job, used) = &mut self.jobs[at];
+        *used = self.uses;
+        let before = job.held_bytes();
+        let (samples, pixels) = job.run(epoch, indices);
+        let bytes = pixels.len() as u64;
+        metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
+        let done = Message::Done { id, samples, bytes };
+        let sent = write_message(stream, &done, pixels);
+        // The buffer grew by what was reserved (exactly, see `WorkerJob::run`); should the
+        // allocator have given more, the gate is told.
+        let grown = job.held_bytes().saturating_sub(before.max(bytes));
+        if grown > 0 {
+            let _ = shared.gate.reserve(peer.ip(), grown);
+        }
+        sent
+    }
+
+    /// Why the unit of `indices` of the job at `at` may not be done, if so; reserves the
+    /// pixel memory its buffer must grow by.
+    fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), String> {
+        let job = &self.jobs[at].1;
+        job.check(indices)?;
+        let bytes = job.unit_bytes(indices.len());
+        let max = self.shared.max_unit_bytes;
+        if bytes > max {
+            return Err(format!(
+                "{bytes} bytes of pixels: over worker.max_unit_bytes {max}"
+            ));
+        }
+        let grow = bytes.saturating_sub(job.held_bytes());
+        self.shared.gate.reserve(self.peer.ip(), grow)
+    }
 }
 
 /// A message's kind, for logs (never its content).

@@ -14,6 +14,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 16;
 /// Most pixel bytes one unit may need on a worker (its buffer), by default.
 pub const DEFAULT_MAX_UNIT_BYTES: u64 = 256 << 20;
+/// Most pixel bytes the units of one peer address may hold on a worker at once, by default.
+pub const DEFAULT_MAX_BYTES_PER_PEER: u64 = 1 << 30;
+/// Milliseconds a worker waits for a home daemon's next message before it closes the
+/// connection, by default.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Connections (units in flight) a home daemon keeps to each worker, by default.
 pub const DEFAULT_CONNECTIONS_PER_WORKER: usize = 2;
 /// Milliseconds a unit may take on a worker before it is filled locally, by default.
@@ -30,6 +35,8 @@ pub struct WorkerConfig {
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
     pub max_unit_bytes: u64,
+    pub max_bytes_per_peer: u64,
+    pub idle_timeout_ms: u64,
     /// `s3://bucket/prefix` URLs under which home daemons may name unregistered datasets.
     pub s3_prefixes: Vec<String>,
 }
@@ -42,6 +49,8 @@ impl Default for WorkerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_unit_bytes: DEFAULT_MAX_UNIT_BYTES,
+            max_bytes_per_peer: DEFAULT_MAX_BYTES_PER_PEER,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             s3_prefixes: Vec::new(),
         }
     }
@@ -92,6 +101,9 @@ impl WorkerConfig {
                          at least 1"
                     .into(),
             );
+        }
+        if self.max_bytes_per_peer == 0 || self.idle_timeout_ms == 0 {
+            return Some("worker.max_bytes_per_peer and idle_timeout_ms must be at least 1".into());
         }
         if let Some(p) = self.s3_prefixes.iter().find(|p| !p.starts_with("s3://")) {
             return Some(format!("worker.s3_prefixes: {p:?} is not an s3:// URL"));

@@ -49,7 +49,7 @@ pub(super) fn open_dataset(
         return Ok(ds);
     }
     let listed = store
-        .block_on(remote.list(&url.prefix, opts.limits.max_entries))
+        .block_on(remote.list(&folder(&url.prefix), opts.limits.max_entries))
         .map_err(|reason| remote_error(path, "local".into(), reason))?
         .map_err(|e| match e.code.as_str() {
             "too_many_objects" => DatasetError::WalkLimit {
@@ -99,6 +99,16 @@ pub(super) fn open_dataset(
     );
     super::index_cache::save(store, &url, opts, &ds);
     Ok(ds)
+}
+
+/// What a prefix lists: it names a folder, so `data` lists `data/`, never a neighbour
+/// `data2/`.
+fn folder(prefix: &str) -> String {
+    match prefix {
+        "" => String::new(),
+        p if p.ends_with('/') => p.to_owned(),
+        p => format!("{p}/"),
+    }
 }
 
 fn is_image(rel: &str) -> bool {

@@ -22,7 +22,12 @@ use crate::source::index::{load_remote_index, save_remote_index, Dataset, OpenOp
 /// The URL, its connection and the environment a connection takes what it leaves out from
 /// (so another key or endpoint, even from the environment, never reuses this index).
 fn cache_key(store: &ObjectStore, url: &S3Url) -> String {
-    let mut key = format!("{}\n{:?}", url.as_string(), store.connection_for(url));
+    // "folder": listed as `prefix/` (an index cached before could hold a neighbour's objects).
+    let mut key = format!(
+        "{}\nfolder\n{:?}",
+        url.as_string(),
+        store.connection_for(url)
+    );
     for var in ENV_KEYS {
         key += &format!("\n{var}={:?}", std::env::var_os(var));
     }

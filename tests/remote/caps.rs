@@ -1,0 +1,165 @@
+//! What one peer may hold on a worker: jobs per connection, pixel memory per peer address,
+//! and connections that have not authenticated, which never keep an authenticated home
+//! daemon out.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use stoker_daemon::engine::BadSamplePolicy;
+use stoker_daemon::remote::auth;
+use stoker_daemon::remote::unit::fingerprint;
+use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
+use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_testkit::attach::u8_spec;
+
+use super::refusals::{secret, wait_for_line};
+use super::*;
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(30)
+}
+
+/// An authenticated connection to the worker at `addr`.
+fn home_connection(world: &World, addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    auth::connect(
+        &mut s,
+        &secret(world, "a-test-secret-of-some-length"),
+        soon(),
+    )
+    .unwrap();
+    s
+}
+
+/// What a home daemon sends to open `world`'s dataset as job `job` with output `side`.
+fn open_job(world: &World, job: u32, seed: u64, side: u32) -> Message {
+    let ds = Dataset::open_local(&world.data, &OpenOptions::default()).unwrap();
+    Message::Open(Box::new(OpenJob {
+        job,
+        dataset: world.data.to_str().unwrap().to_owned(),
+        fingerprint: fingerprint(&ds),
+        spec: u8_spec(4, side, None),
+        seed,
+        policy: BadSamplePolicy::Skip,
+        max_pixels: 1 << 26,
+        max_file_bytes: 1 << 26,
+    }))
+}
+
+fn ask(s: &mut TcpStream, message: &Message) -> Message {
+    write_message(s, message, &[]).unwrap();
+    read_message(s, Some(soon())).unwrap()
+}
+
+#[test]
+fn a_connection_keeps_a_bounded_number_of_jobs_and_names_those_it_lets_go() {
+    let world = World::new();
+    let (_worker, log, addr) = world.worker("worker");
+    let mut s = home_connection(&world, &addr);
+    let closed: Vec<u32> = (0..40)
+        .flat_map(
+            |job| match ask(&mut s, &open_job(&world, job, u64::from(job), 32)) {
+                Message::Opened { closed, .. } => closed,
+                other => panic!("{other:?}"),
+            },
+        )
+        .collect();
+    // The worker keeps 8: each job past the 8th lets the least recently used go.
+    assert_eq!(closed, (0..32).collect::<Vec<u32>>());
+    let unit = |id, job| Message::Unit {
+        id,
+        job,
+        epoch: 0,
+        indices: vec![0, 1],
+    };
+    match ask(&mut s, &unit(1, 0)) {
+        Message::Refused { reason, .. } => assert!(reason.contains("no such job"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    write_message(&mut s, &unit(2, 39), &[]).unwrap();
+    assert!(matches!(
+        read_message(&mut s, Some(soon())).unwrap(),
+        Message::Done { id: 2, .. }
+    ));
+    wait_for_line(&log, "jobs open on this connection");
+}
+
+#[test]
+fn the_pixel_memory_of_one_peer_is_capped_and_freed_when_it_goes() {
+    let world = World::new();
+    let (worker, log, addr) = world.worker("worker");
+    let idle = worker.rss_kib();
+    // 2048x2048x3 bytes an image, 20 a unit: 252 MB, under worker.max_unit_bytes (256 MiB).
+    let indices: Vec<u64> = (0..20).collect();
+    let mut held = Vec::new();
+    let mut answers = Vec::new();
+    for c in 0..5u32 {
+        let mut s = home_connection(&world, &addr);
+        assert!(matches!(
+            ask(&mut s, &open_job(&world, 1, 7, 2048)),
+            Message::Opened { job: 1, .. }
+        ));
+        let unit = Message::Unit {
+            id: u64::from(c),
+            job: 1,
+            epoch: 0,
+            indices: indices.clone(),
+        };
+        write_message(&mut s, &unit, &[]).unwrap();
+        let answer = read_message(&mut s, Some(soon())).unwrap();
+        if let Message::Done { bytes, .. } = &answer {
+            let mut pixels = vec![0u8; usize::try_from(*bytes).unwrap()];
+            stoker_daemon::remote::wire::read_exact_by(&mut s, &mut pixels, Some(soon())).unwrap();
+        }
+        answers.push(answer);
+        held.push(s);
+    }
+    let done = answers
+        .iter()
+        .filter(|a| matches!(a, Message::Done { .. }))
+        .count();
+    assert_eq!(done, 4, "units of 252 MB done for one peer: {answers:?}");
+    let Some(Message::Refused { reason, .. }) = answers.last() else {
+        panic!("{:?}", answers.last());
+    };
+    assert!(reason.contains("worker.max_bytes_per_peer"), "{reason}");
+    wait_for_line(&log, "worker.max_bytes_per_peer");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while worker.rss_kib() > idle + 200 * 1024 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        worker.rss_kib() <= idle + 200 * 1024,
+        "the worker holds {} KiB once its peer has gone (idle: {idle} KiB)",
+        worker.rss_kib()
+    );
+}
+
+#[test]
+fn peers_that_never_authenticate_do_not_keep_a_home_daemon_out() {
+    let world = World::new();
+    let (_worker, log, addr) = world.worker("worker");
+    // More silent connections than worker.max_connections (64), from the home's address.
+    let silent: Vec<TcpStream> = (0..80)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    assert_eq!(silent.len(), 80);
+    let started = Instant::now();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let quick = Instant::now() + Duration::from_secs(1);
+    let key = secret(&world, "a-test-secret-of-some-length");
+    auth::connect(&mut s, &key, quick).unwrap_or_else(|e| {
+        panic!(
+            "an authenticated home was kept out by silent peers ({e}); worker log:\n{}",
+            read_log(&log)
+        )
+    });
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(matches!(
+        ask(&mut s, &open_job(&world, 0, 1, 32)),
+        Message::Opened { job: 0, .. }
+    ));
+    wait_for_line(&log, "handshake");
+    drop(silent);
+}
