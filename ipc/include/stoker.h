@@ -385,6 +385,28 @@ stoker_result stoker_batch_field(struct stoker_batch *batch,
                                  uint8_t *status);
 
 /**
+ * How many views (image tensors) each batch of this batch's job has: 1, or 1 plus the spec's
+ * `extra_views`, in `*count`.
+ *
+ * # Safety
+ * `batch` is a live batch; `count` is writable.
+ */
+stoker_result stoker_batch_view_count(struct stoker_batch *batch, uint32_t *count);
+
+/**
+ * View `view`'s images as a DLPack tensor, as `stoker_batch_images` gives view 0: the spec's
+ * dtype and layout at that view's size (`[n, 3, h, w]` or `[n, h, w, 3]`), on kDLCPU or
+ * kDLCUDA, holding the batch's lease until its deleter is called. A view at or past
+ * `stoker_batch_view_count` is `STOKER_ERR_INVALID`.
+ *
+ * # Safety
+ * `batch` is a live batch; `out` is writable.
+ */
+stoker_result stoker_batch_view(struct stoker_batch *batch,
+                                uint32_t view,
+                                DLManagedTensorVersioned **out);
+
+/**
  * Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its
  * `size`.
  *

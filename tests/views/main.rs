@@ -2,16 +2,19 @@
 //! Rust client: a 2-global + 6-local spec gives 8 tensors a batch at their own sizes; each
 //! view is bit for bit what a one-view job of that view's crop and seed
 //! (`stoker::spec::view_seed`) serves; the same in a second run and after a resume; and the
-//! daemon decodes each image once (its `stoker_images_total{stage="decode"}`).
+//! daemon decodes each image once (its `stoker_images_total{stage="decode"}`); the C client
+//! (`tests/c/views.c`) reads the same views as DLPack tensors.
 
 // Test code: its casts are of small counts chosen by the test.
 #![allow(clippy::cast_possible_truncation)]
 
 use std::path::Path;
+use std::process::Command;
 
 use stoker::spec::{view_seed, Crop, View};
 use stoker::{Batch, Client, PipelineSpec, Position};
 use stoker_testkit::attach::{rank_options, u8_spec};
+use stoker_testkit::daemon::build_c_client;
 use stoker_testkit::images::write_image_folder;
 use stoker_testkit::prometheus::{http_get, sample};
 use stoker_testkit::Daemon;
@@ -145,4 +148,54 @@ fn eight_views_are_each_a_one_view_jobs_pixels_decoded_once() {
     );
     let from = views.iter().position(|b| (b.0, b.1) == (1, 1)).unwrap();
     assert_eq!(resumed, views[from..]);
+}
+
+/// FNV-1a of `bytes`, as `tests/c/views.c` hashes a view.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The C client reads every view through `stoker_batch_view` with the Rust client's shapes and
+/// bytes.
+#[test]
+fn the_c_client_reads_the_same_views_as_the_rust_client() {
+    const TEST: &str = "the_c_client_reads_the_same_views_as_the_rust_client";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_c_client(dir.path(), "views.c", TEST) else {
+        return;
+    };
+    let data = dir.path().join("data");
+    write_image_folder(&data, 2, 3, SIDE);
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let spec = dino_spec();
+    let rust = drain(&daemon, &data, "rust-views", spec.clone(), SEED);
+    let mut expected = Vec::new();
+    for (epoch, step, indices, views) in &rust {
+        for (v, bytes) in views.iter().enumerate() {
+            let side = if v < 2 { GLOBAL } else { LOCAL };
+            let hash = fnv1a(bytes);
+            expected.push(format!(
+                "view {epoch} {step} {v} {} 3 {side} {side} {hash:016x}",
+                indices.len()
+            ));
+        }
+    }
+    let out = Command::new(&exe)
+        .arg(daemon.socket())
+        .arg(&data)
+        .arg(serde_json::to_string(&spec).unwrap())
+        .arg(SEED.to_string())
+        .env("STOKER_CONNECT_TIMEOUT", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "C client failed: {stderr}");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!((rust.len(), lines.len()), (4, 8 * 4));
+    assert_eq!(lines, expected);
 }

@@ -139,19 +139,26 @@ pub unsafe extern "C" fn stoker_batch_info(
 
 /// Which region of a batch a tensor views.
 #[derive(Clone, Copy)]
-enum Region {
-    Images,
+pub(super) enum Region {
+    /// The images of one view (view 0: the spec's `crop`, what `stoker_batch_images` gives).
+    View(usize),
     Labels,
     Indices,
     Status,
 }
 
-fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersioned {
+pub(super) fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersioned {
     let l = &b.lease;
     // `n` widens the wire's u32 (`BatchReady::n`), so it fits an i64.
     #[allow(clippy::cast_possible_wrap)]
     let n = l.batch.n() as i64;
-    let (h, w) = (i64::from(l.height), i64::from(l.width));
+    let (h, w) = match region {
+        Region::View(v) => {
+            let (h, w) = l.batch.view_size(v);
+            (i64::from(h), i64::from(w))
+        }
+        _ => (i64::from(l.height), i64::from(l.width)),
+    };
     let images_shape = match l.layout {
         Layout::Nchw => [n, 3, h, w],
         Layout::Nhwc => [n, h, w, 3],
@@ -159,8 +166,8 @@ fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersio
     let n_shape = [n];
     let mut device = DLDevice::CPU;
     let (data, dtype, shape): (*const u8, DLDataType, &[i64]) = match region {
-        Region::Images => (
-            match l.batch.device_images() {
+        Region::View(v) => (
+            match l.batch.device_view(v) {
                 Some(d) => {
                     device = DLDevice::cuda(d.ordinal);
                     // CUDA runs only on 64-bit hosts, where a device address fits a pointer.
@@ -168,7 +175,7 @@ fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedTensorVersio
                     let ptr = d.ptr as usize;
                     ptr as *const u8
                 }
-                None => l.batch.images().as_ptr(),
+                None => l.batch.view_images(v).as_ptr(),
             },
             match l.dtype {
                 DType::U8 => DLDataType::new(dlpack::KDL_UINT, 8),
@@ -242,7 +249,7 @@ pub unsafe extern "C" fn stoker_batch_images(
     out: *mut *mut DLManagedTensorVersioned,
 ) -> stoker_result {
     // SAFETY: same contract as this function's.
-    unsafe { batch_tensor(batch, Region::Images, out) }
+    unsafe { batch_tensor(batch, Region::View(0), out) }
 }
 
 /// The batch's labels as a DLPack `int64` tensor of shape `[n]` viewing the ring.

@@ -42,6 +42,8 @@ mod device;
 mod fields;
 pub use device::{stoker_batch_copy_images_to_host, stoker_batch_record_stream};
 pub use fields::stoker_batch_field;
+mod views;
+pub use views::{stoker_batch_view, stoker_batch_view_count};
 
 /// What every function returns.
 #[allow(non_camel_case_types)]
