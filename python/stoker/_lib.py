@@ -184,6 +184,8 @@ _SIGNATURES = {
     "stoker_batch_labels": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_indices": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_status": (_RESULT, [_BATCH, _TENSOR_OUT]),
+    "stoker_batch_view_count": (_RESULT, [_BATCH, POINTER(c_uint32)]),
+    "stoker_batch_view": (_RESULT, [_BATCH, c_uint32, _TENSOR_OUT]),
     "stoker_batch_field": (_RESULT, [_BATCH, c_uint32, c_uint32, POINTER(c_void_p),
                                      POINTER(c_size_t), POINTER(c_uint8)]),
     "stoker_batch_record_stream": (_RESULT, [_BATCH, c_size_t]),

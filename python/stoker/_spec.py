@@ -16,6 +16,10 @@ DTYPES = ("u8", "f16", "bf16", "f32")
 DTYPE_ALIASES = {"uint8": "u8", "float16": "f16", "half": "f16", "bfloat16": "bf16",
                  "float32": "f32", "float": "f32"}
 LAYOUTS = ("nchw", "nhwc")
+# Most views a spec may ask for (ipc/src/spec.rs: MAX_VIEWS).
+MAX_VIEWS = 16
+# What one entry of Loader(views=[...]) may say; the Loader's own arguments fill the rest.
+VIEW_KEYS = ("crop", "scale", "ratio", "flip_prob", "resize")
 # How a field's bytes are handed out (Loader(fields={name: mode})).
 FIELD_MODES = ("bytes", "str", "json")
 
@@ -73,22 +77,11 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
     """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md.
     `flip_prob` defaults to 0.5 for training and 0 for evaluation (`train=False`), `shuffle`
     to True for training and False for evaluation. Raises SpecError naming the argument."""
-    size = _pair("crop", crop, 1, MAX_SIDE)
-    if train:
-        crop_spec = {"kind": "random_resized", "size": size, "scale": _range("scale", scale),
-                     "ratio": _range("ratio", ratio)}
-    else:
-        smaller = min(size)
-        side = resize if resize is not None else smaller * 256 // 224
-        crop_spec = {"kind": "center_crop", "size": size,
-                     "resize": _int("resize", side, smaller, MAX_SIDE)}
-    flip = flip_prob if flip_prob is not None else (0.5 if train else 0.0)
-    if isinstance(flip, bool) or not isinstance(flip, Real) or not 0 <= flip <= 1:
-        _refuse("flip_prob", "must be a probability from 0 to 1", flip_prob)
+    crop_spec, flip = _view(train, "", crop, scale, ratio, flip_prob, resize)
     spec = {
         "batch_size": _int("batch_size", batch_size, 1, MAX_BATCH_SIZE),
         "crop": crop_spec,
-        "flip_prob": float(flip),
+        "flip_prob": flip,
         "mean": _triple("mean", mean),
         "std": _triple("std", std, nonzero=True),
         "dtype": _choice("dtype", dtype, DTYPES, DTYPE_ALIASES),
@@ -110,6 +103,54 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
     if field_max_bytes is not None:
         spec["field_max_bytes"] = _int("field_max_bytes", field_max_bytes, 1, 2**32 - 1)
     return spec
+
+
+def _view(train, where, crop, scale, ratio, flip_prob, resize):
+    """One view's (crop spec, flip probability); `where` prefixes the argument names an error
+    gives (e.g. "views[2]." for an entry of Loader(views=...))."""
+    size = _pair(f"{where}crop", crop, 1, MAX_SIDE)
+    if train:
+        crop_spec = {"kind": "random_resized", "size": size,
+                     "scale": _range(f"{where}scale", scale),
+                     "ratio": _range(f"{where}ratio", ratio)}
+    else:
+        smaller = min(size)
+        side = resize if resize is not None else smaller * 256 // 224
+        crop_spec = {"kind": "center_crop", "size": size,
+                     "resize": _int(f"{where}resize", side, smaller, MAX_SIDE)}
+    flip = flip_prob if flip_prob is not None else (0.5 if train else 0.0)
+    if isinstance(flip, bool) or not isinstance(flip, Real) or not 0 <= flip <= 1:
+        _refuse(f"{where}flip_prob", "must be a probability from 0 to 1", flip_prob)
+    return crop_spec, float(flip)
+
+
+def with_views(spec, views, *, train=True, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+               flip_prob=None, resize=None):
+    """`spec` with the views of `Loader(views=[...])` (docs/views.md): each entry a dict of
+    `crop` (a side or (h, w), required), `scale`, `ratio`, `flip_prob` and `resize`, the
+    Loader's own arguments filling what it leaves out (or a bare side). The first is the
+    spec's `crop` and `flip_prob`, the others its `extra_views`."""
+    if isinstance(views, (str, bytes, dict)) or not isinstance(views, (list, tuple)):
+        _refuse("views", "must be a list of views (dicts such as {'crop': 96, "
+                "'scale': (0.05, 0.4)})", views)
+    if not 1 <= len(views) <= MAX_VIEWS:
+        _refuse("views", f"must list 1 to {MAX_VIEWS} views", views)
+    made = []
+    for i, v in enumerate(views):
+        if isinstance(v, Integral) and not isinstance(v, bool):
+            v = {"crop": v}
+        if not isinstance(v, dict) or "crop" not in v:
+            _refuse(f"views[{i}]", "must be a dict with at least 'crop'", v)
+        unknown = sorted(set(v) - set(VIEW_KEYS))
+        if unknown:
+            _refuse(f"views[{i}]", f"may say only {', '.join(VIEW_KEYS)}", unknown)
+        made.append(_view(train, f"views[{i}].", v["crop"], v.get("scale", scale),
+                          v.get("ratio", ratio), v.get("flip_prob", flip_prob),
+                          v.get("resize", resize)))
+    out = dict(spec, crop=made[0][0], flip_prob=made[0][1])
+    if len(made) > 1:
+        out["extra_views"] = [{"crop": c, "flip_prob": f} for c, f in made[1:]]
+    return out
 
 
 def field_modes(fields):

@@ -50,11 +50,13 @@ class Tensor:
     `shape`, `dtype` (a name such as "float32") and `data_ptr` describe it.
     """
 
-    __slots__ = ("batch", "kind", "shape", "dtype", "data_ptr", "device")
+    __slots__ = ("batch", "kind", "view", "shape", "dtype", "data_ptr", "device")
 
-    def __init__(self, batch, kind):
+    def __init__(self, batch, kind, view=None):
         self.batch = batch
         self.kind = kind
+        # For kind "images": which view (None: view 0 through stoker_batch_images).
+        self.view = view
         ptr = self._export()
         try:
             t = ptr.contents.dl_tensor
@@ -75,7 +77,10 @@ class Tensor:
         if not handle:
             raise StokerError(f"the batch's {self.kind} tensor was used after release()")
         out = POINTER(DLManagedTensorVersioned)()
-        call(_EXPORTS[self.kind], handle, byref(out))
+        if self.view is None:
+            call(_EXPORTS[self.kind], handle, byref(out))
+        else:
+            call("stoker_batch_view", handle, self.view, byref(out))
         return out
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -125,8 +130,11 @@ class Tensor:
         and tests, not the training path). bfloat16 comes as its uint16 bit patterns."""
         import numpy
 
-        if self.kind != "images":
+        if self.kind != "images" or (self.view and not self.is_cuda):
             return numpy.array(self.numpy(), copy=True)
+        if self.view:
+            raise StokerError(f"copy_to_host() of view {self.view} on cuda:{self.device[1]}: "
+                              "import it (torch.from_dlpack) and copy that")
         handle = self.batch._handle
         if not handle:
             raise StokerError(f"the batch's {self.kind} tensor was used after release()")
@@ -139,7 +147,8 @@ class Tensor:
 
     def __repr__(self):
         where = f", device=cuda:{self.device[1]}" if self.is_cuda else ""
-        return f"stoker.Tensor({self.kind}, shape={self.shape}, dtype={self.dtype}{where})"
+        kind = self.kind if self.view is None else f"view {self.view}"
+        return f"stoker.Tensor({kind}, shape={self.shape}, dtype={self.dtype}{where})"
 
 
 def current_stream(device_id):
@@ -162,7 +171,7 @@ def _tensor(which):
 
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
-    1 replaced, 2 failed) as Tensors, and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
+    1 replaced, 2 failed) as Tensors, `views` (a list of Tensors, one per view), and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
     slot's images address, host or device). `fields` (when the spec asks for fields) is a dict
     of per-sample lists, `field(name, i)` one value."""
 
@@ -194,6 +203,17 @@ class Batch:
     labels = _tensor("labels")
     indices = _tensor("indices")
     status = _tensor("status")
+
+    @property
+    def views(self):
+        """The images of every view (docs/views.md), a list of Tensors, view 0 first (the
+        same images as `images`); one entry for a spec without `extra_views`. Made anew on
+        each access."""
+        if not self._handle:
+            raise StokerError("the batch's views were read after release()")
+        count = ctypes.c_uint32()
+        call("stoker_batch_view_count", self._handle, byref(count))
+        return [Tensor(self, "images", v) for v in range(count.value)]
 
     @property
     def fields(self):

@@ -8,7 +8,7 @@ from ctypes import byref, c_size_t, c_uint64, c_void_p, create_string_buffer
 from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
-from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes
+from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_views
 from .errors import ConnectError, DaemonGone, InvalidArgument
 
 STATE_VERSION = 2
@@ -118,8 +118,12 @@ class Loader:
     `fields=["txt", "json"]` (or `{"txt": "str", "json": "json"}`) serves those members of each
     WebDataset key beside the images: iterating then yields `(images, labels, fields)`, fields
     a dict of per-sample lists (bytes, str or parsed JSON; a `FieldError` in place of a sample's
-    value that is missing, over `field_max_bytes` (default 4096) or unreadable). The
-    arguments are checked here: a bad one raises SpecError naming it.
+    value that is missing, over `field_max_bytes` (default 4096) or unreadable).
+    `views=[{"crop": 224, "scale": (0.4, 1)}, ..., {"crop": 96, "scale": (0.05, 0.4)}]` serves
+    several views of each image, decoded once (docs/views.md): iterating then yields a list of
+    image tensors, one per view, in place of `images`; each entry may say `crop`, `scale`,
+    `ratio`, `flip_prob`, `resize`, the Loader's arguments filling the rest.
+    The arguments are checked here: a bad one raises SpecError naming it.
 
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
     (restart, crash), it attaches again there at its own position, waiting up to
@@ -132,7 +136,8 @@ class Loader:
                  std=IMAGENET_STD, dtype="f32", layout="nchw", drop_last=False, epochs=None,
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None,
-                 shuffle=None, exif_orientation=False, fields=None, field_max_bytes=None):
+                 shuffle=None, exif_orientation=False, fields=None, field_max_bytes=None,
+                 views=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
@@ -141,9 +146,14 @@ class Loader:
                               layout=layout, drop_last=drop_last, epochs=epochs,
                               shuffle=shuffle, exif_orientation=exif_orientation,
                               fields=fields, field_max_bytes=field_max_bytes)
+            if views is not None:
+                spec = with_views(spec, views, train=train, scale=scale, ratio=ratio,
+                                  flip_prob=flip_prob, resize=resize)
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)
+        # Several views: iterating yields a list of image tensors in place of one.
+        self._views = bool(self.spec.get("extra_views")) or views is not None
         # (name, "bytes" | "str" | "json") per field the spec asks for, in its order.
         self._field_modes = (field_modes(fields) if fields is not None
                              else [(name, "bytes") for name in self.spec.get("fields", [])])
@@ -375,7 +385,8 @@ class Loader:
             if b is None:
                 return
             # Made before the batch is handed out: an interrupt in here leaves it held.
-            item = (b.images, b.labels, b.fields) if self._field_modes else (b.images, b.labels)
+            images = b.views if self._views else b.images
+            item = (images, b.labels, b.fields) if self._field_modes else (images, b.labels)
             del b
             self._take()
             yield item
