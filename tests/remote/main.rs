@@ -11,6 +11,7 @@ mod caps;
 mod credentials;
 mod deploy;
 mod malformed;
+mod observe;
 mod prefix;
 mod quickstart;
 mod refusals;

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use stoker::ring::{ImageMemory, SlotLayout};
 
 use super::auth::{self, Secret, SecretError};
+use super::board::{frame_bytes, thread_cpu_ns, UnitEnd, UnitTiming, WorkerBoard};
 use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
@@ -85,6 +86,7 @@ pub struct RemoteFactory {
     shared: Arc<HomeShared>,
     /// Backends made so far: the next one's place among the addresses the name resolves to.
     made: AtomicUsize,
+    board: Arc<WorkerBoard>,
 }
 
 /// One factory per worker of `[remote] workers`.
@@ -108,6 +110,7 @@ pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, SecretErro
             connections: config.connections,
             shared: Arc::clone(&shared),
             made: AtomicUsize::new(0),
+            board: Arc::new(WorkerBoard::new(addr)),
         })
         .collect())
 }
@@ -120,6 +123,10 @@ impl RemoteFactory {
     /// Connections (engine threads) to this worker.
     pub fn connections(&self) -> usize {
         self.connections
+    }
+    /// What its connections record, for status and metrics.
+    pub fn board(&self) -> Arc<WorkerBoard> {
+        Arc::clone(&self.board)
     }
 }
 
@@ -145,6 +152,8 @@ impl BackendFactory for RemoteFactory {
             backoff: MIN_BACKOFF,
             last: Last::Local,
             next_unit: 0,
+            board: Arc::clone(&self.board),
+            in_flight: None,
         }))
     }
 }
@@ -202,6 +211,9 @@ pub struct RemoteBackend {
     backoff: Duration,
     last: Last,
     next_unit: u64,
+    board: Arc<WorkerBoard>,
+    /// The unit written to the worker and not settled yet.
+    in_flight: Option<UnitTiming>,
 }
 
 impl Backend for RemoteBackend {
@@ -223,6 +235,16 @@ impl Backend for RemoteBackend {
             metrics::counter!(m::REMOTE_UNITS_TOTAL, "worker" => worker.clone(), "result" => result)
                 .increment(1);
         };
+        let end = match &result {
+            Ok(()) => Some(UnitEnd::Done(unit.indices.len() as u64)),
+            Err(Fault::Down) => None,
+            Err(Fault::Refused(_)) => Some(UnitEnd::Refused),
+            Err(Fault::Broken(_) | Fault::Closed(_)) => Some(UnitEnd::Reissued),
+        };
+        let timing = self.in_flight.take();
+        if let Some(end) = end {
+            self.board.settle(timing, end);
+        }
         match result {
             Ok(()) => {
                 count("done");
@@ -291,6 +313,9 @@ impl RemoteBackend {
                     connection: connecting again");
                 self.conn = None;
                 outcomes.clear();
+                if let Some(t) = self.in_flight.take() {
+                    self.board.resent(t);
+                }
                 match self.remote_fill(unit, outcomes) {
                     Err(Fault::Down) => Err(Fault::Closed(reason)),
                     other => other,
@@ -319,7 +344,11 @@ impl RemoteBackend {
             indices: unit.indices.to_vec(),
         };
         write_message(&mut conn.stream, &ask, &[])?;
-        let (samples, bytes) = match read_message(&mut conn.stream, Some(deadline))? {
+        self.in_flight = Some(self.board.sent(frame_bytes(&ask)));
+        let cpu0 = thread_cpu_ns();
+        let answer = read_message(&mut conn.stream, Some(deadline))?;
+        self.board.received(frame_bytes(&answer), 0);
+        let (samples, bytes) = match answer {
             Message::Done {
                 id: got,
                 samples,
@@ -337,6 +366,8 @@ impl RemoteBackend {
         // other reference to its images lives while the pixels are read into them.
         let images = unsafe { unit.host_images() };
         read_exact_by(&mut conn.stream, images, Some(deadline))?;
+        self.board
+            .received(bytes, thread_cpu_ns().saturating_sub(cpu0));
         outcomes.extend(samples.iter().map(outcome));
         self.last = Last::Remote {
             start: unit.start,
@@ -397,7 +428,10 @@ impl RemoteBackend {
         conn.next_job = id.checked_add(1).ok_or(Fault::Down)?;
         let message = Message::Open(Box::new(OpenJob { job: id, ..open }));
         write_message(&mut conn.stream, &message, &[])?;
-        match read_message(&mut conn.stream, Some(deadline))? {
+        let answer = read_message(&mut conn.stream, Some(deadline))?;
+        self.board
+            .control(frame_bytes(&message), frame_bytes(&answer));
+        match answer {
             Message::Opened { job, closed } if job == id => {
                 // Jobs the worker let go are opened again when next needed.
                 conn.jobs

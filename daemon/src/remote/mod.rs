@@ -6,7 +6,9 @@
 //! shared secret and its challenge-response), `gate` (what each peer may hold on a worker:
 //! handshakes, connections, pixel memory), `worker` (the worker's listener and
 //! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
-//! `home` (the home daemon's side: a backend per connection that sends units out).
+//! `home` (the home daemon's side: a backend per connection that sends units out), `board`
+//! (what a home daemon shows of each worker in `stoker status` and `/metrics`), `tally` (a
+//! worker's own `/metrics`).
 //!
 //! # Design
 //! - A home daemon's engine gets, beside its decode threads, `[remote] connections` threads
@@ -41,12 +43,12 @@
 //! - One unit in flight per connection; more connections give more in flight.
 //! - While a worker is down its threads fill their units locally (after the backoff each
 //!   tries once to reconnect), which adds threads to the local CPUs.
-//! - `/metrics` counts units and images per worker; `stoker status` has no rows for them
-//!   yet, nor units in flight or round-trip times.
 
 pub mod auth;
+pub mod board;
 pub mod gate;
 pub mod home;
+pub mod tally;
 pub mod unit;
 pub mod wire;
 pub mod worker;

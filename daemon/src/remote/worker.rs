@@ -27,7 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret};
+use super::board::frame_bytes;
 use super::gate::{Gate, GateLimits};
+use super::tally::{self, HomeSeat};
 use super::unit::{DatasetRules, WorkerJob};
 use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
 use crate::engine::EngineConfig;
@@ -145,15 +147,18 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>
     match passed {
         Ok(()) => {}
         Err(auth::AuthError::Refused(reason)) => {
+            tally::refused("connections");
             tracing::warn!(%peer, reason, "worker connection refused");
             return;
         }
         Err(e) => {
+            tally::refused("handshake");
             tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
             return;
         }
     }
     tracing::info!(%peer, "home daemon connected");
+    let seat = HomeSeat::new(peer.ip());
     let mut conn = Connection {
         peer,
         shared,
@@ -165,6 +170,7 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>
     let (units, held) = (conn.units, conn.held_bytes());
     drop(conn);
     shared.gate.leave(peer.ip(), held);
+    drop(seat);
     match end {
         None => tracing::info!(%peer, units, "home daemon disconnected"),
         Some(reason) => tracing::warn!(%peer, units, reason, "worker closed a connection"),
@@ -187,7 +193,10 @@ impl Connection<'_> {
         let idle = self.shared.idle;
         loop {
             let message = match read_message(stream, Some(Instant::now() + idle)) {
-                Ok(m) => m,
+                Ok(m) => {
+                    tally::received(frame_bytes(&m));
+                    m
+                }
                 Err(WireError::Closed) => return None,
                 Err(WireError::Timeout) => {
                     return Some(format!(
@@ -226,6 +235,7 @@ impl Connection<'_> {
         let job = match WorkerJob::open(open, &shared.setup.rules, &shared.setup.engine) {
             Ok(job) => job,
             Err(reason) => {
+                tally::refused("job");
                 tracing::warn!(peer = %self.peer, dataset = %open.dataset, reason,
                     "worker refused a job");
                 return Message::Refused {
@@ -274,11 +284,12 @@ impl Connection<'_> {
         let (peer, shared) = (self.peer, self.shared);
         let at = self.jobs.iter().position(|(j, _, _)| *j == job);
         let refusal = match at {
-            None => Err("no such job on this connection".to_owned()),
+            None => Err(("unit", "no such job on this connection".to_owned())),
             Some(at) => self.room_for(at, indices),
         };
         let (Some(at), Ok(())) = (at, &refusal) else {
-            let reason = refusal.err().unwrap_or_default();
+            let (code, reason) = refusal.err().unwrap_or_default();
+            tally::refused(code);
             tracing::warn!(%peer, unit = id, reason, "worker refused a unit");
             metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "refused").increment(1);
             let refused = Message::Refused {
@@ -292,11 +303,14 @@ impl Connection<'_> {
         let (_, job, used) = &mut self.jobs[at];
         *used = self.uses;
         let before = job.held_bytes();
-        let (samples, pixels) = job.run(epoch, indices);
+        let (samples, pixels) = tally::work(|| job.run(epoch, indices));
         let bytes = pixels.len() as u64;
         metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
         let done = Message::Done { id, samples, bytes };
-        let sent = write_message(stream, &done, pixels);
+        let wire = frame_bytes(&done) + bytes;
+        let sent = tally::send(wire, indices.len() as u64, || {
+            write_message(stream, &done, pixels)
+        });
         // The buffer grew by what was reserved (exactly, see `WorkerJob::run`); should the
         // allocator have given more, the gate is told.
         let grown = job.held_bytes().saturating_sub(before.max(bytes));
@@ -306,20 +320,24 @@ impl Connection<'_> {
         sent
     }
 
-    /// Why the unit of `indices` of the job at `at` may not be done, if so; reserves the
-    /// pixel memory its buffer must grow by.
-    fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), String> {
+    /// Why the unit of `indices` of the job at `at` may not be done, if so (with its
+    /// [`tally::REFUSALS`] code); reserves the pixel memory its buffer must grow by.
+    fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), (&'static str, String)> {
         let job = &self.jobs[at].1;
-        job.check(indices)?;
+        job.check(indices).map_err(|e| ("unit", e))?;
         let bytes = job.unit_bytes(indices.len());
         let max = self.shared.max_unit_bytes;
         if bytes > max {
-            return Err(format!(
-                "{bytes} bytes of pixels: over worker.max_unit_bytes {max}"
+            return Err((
+                "unit_bytes",
+                format!("{bytes} bytes of pixels: over worker.max_unit_bytes {max}"),
             ));
         }
         let grow = bytes.saturating_sub(job.held_bytes());
-        self.shared.gate.reserve(self.peer.ip(), grow)
+        self.shared
+            .gate
+            .reserve(self.peer.ip(), grow)
+            .map_err(|e| ("memory", e))
     }
 }
 

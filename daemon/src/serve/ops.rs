@@ -15,12 +15,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
 
 use crate::engine::FeedWaker;
+use crate::remote::board::RemoteBoard;
 use crate::serve::access::{AccessPolicy, Quotas};
 
 use super::gpus::Engines;
@@ -54,6 +55,8 @@ pub(super) struct ServerState {
     pub(super) rate: Mutex<Rate>,
     /// Every attached rank's data stall, as its client reports it.
     pub(super) stalls: Arc<StallBoard>,
+    /// The remote workers' figures (`[remote]`), once the service set them.
+    pub(super) remote: OnceLock<RemoteBoard>,
 }
 
 /// Delivered images per second, as last computed.
@@ -86,6 +89,7 @@ impl ServerState {
                 per_s: 0.0,
             }),
             stalls: Arc::default(),
+            remote: OnceLock::new(),
         })
     }
 
@@ -165,6 +169,11 @@ impl ServerHandle {
             .wait_timeout_while(n, timeout, |n| *n > 0)
             .unwrap_or_else(|e| e.into_inner());
         *n == 0
+    }
+
+    /// Shows `board`'s workers in status and metrics (once; later boards are ignored).
+    pub fn show_workers(&self, board: RemoteBoard) {
+        let _ = self.state.remote.set(board);
     }
 
     /// Replaces the access rules and registered datasets (config reload). Running jobs keep
@@ -266,6 +275,9 @@ impl ServerHandle {
             histogram::render(&mut text, name, &rows);
         }
         text.push_str(&self.state.stalls.prometheus_text());
+        if let Some(remote) = self.state.remote.get() {
+            text.push_str(&remote.metrics_text(t.images));
+        }
         text
     }
 
@@ -369,6 +381,18 @@ impl ServerHandle {
             jobs,
             jobs_left_out: 0,
             gpus: self.engines.gpu_status(),
+            workers: self
+                .state
+                .remote
+                .get()
+                .map(RemoteBoard::rows)
+                .unwrap_or_default(),
+            remote_share: self
+                .state
+                .remote
+                .get()
+                .filter(|r| !r.workers.is_empty())
+                .map(|r| r.share(totals.images)),
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::ExtraWorkers;
+use crate::remote::board::RemoteBoard;
 use crate::remote::home::RemoteFactory;
 use crate::remote::unit::DatasetRules;
 use crate::remote::worker::WorkerSetup;
@@ -194,11 +195,10 @@ pub fn run(
     };
 
     let handle = server.handle();
-    if let Some(addr) = file.metrics_addr() {
-        let prom = crate::service::metrics::install()?;
-        let h = handle.clone();
-        MetricsListener::spawn(addr, prom, move || h.metrics_text())?;
-    }
+    handle.show_workers(RemoteBoard {
+        workers: remotes.iter().map(RemoteFactory::board).collect(),
+    });
+    serve_metrics(&file, &handle)?;
     spawn_signal_thread(signals, &handle, &notifier, args.clone())?;
     drain_on_sticky_error(&handle, &notifier);
     let idle_exit = match file.server.idle_exit_s {
@@ -241,6 +241,24 @@ pub fn run(
         return Err(ServiceError::GpuRestart(cause));
     }
     tracing::info!("stokerd stopped");
+    Ok(())
+}
+
+/// Serves `/metrics` if `metrics.listen` is set: the server's series, and a worker's own.
+fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceError> {
+    let Some(addr) = file.metrics_addr() else {
+        return Ok(());
+    };
+    let prom = crate::service::metrics::install()?;
+    let h = handle.clone();
+    let worker = file.worker.listen.is_some();
+    MetricsListener::spawn(addr, prom, move || {
+        let mut text = h.metrics_text();
+        if worker {
+            text.push_str(&crate::remote::tally::metrics_text());
+        }
+        text
+    })?;
     Ok(())
 }
 

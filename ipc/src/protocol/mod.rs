@@ -322,7 +322,7 @@ pub use attach::Attach;
 pub use codec::STATS_BODY;
 pub use device::{CudaDevice, Device, UnknownDevice};
 pub use position::{EpochOffset, EpochSteps, Position, ResumedEpoch};
-pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall};
+pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall, WorkerStatus};
 pub use version::{Speaker, VersionMismatch, PROTOCOL_VERSION, VERSION, VERSION_LINE};
 
 #[cfg(test)]

@@ -46,6 +46,40 @@ pub struct DaemonStatus {
     /// there is none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<GpuStatus>,
+    /// Each remote worker this home daemon sends units to (`[remote] workers`); left out
+    /// when there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerStatus>,
+    /// The share of images (so of units) the remote workers filled since start; none
+    /// without workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_share: Option<f64>,
+}
+
+/// One remote worker in a [`DaemonStatus`], as its home daemon saw it since start.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerStatus {
+    /// The worker's address as configured (`host:port`).
+    pub addr: String,
+    /// Units sent to it and not answered yet.
+    pub units_in_flight: u64,
+    pub units_done: u64,
+    /// Units given up on after a fault (timeout, cut or malformed answer) and filled locally.
+    pub units_reissued: u64,
+    /// Units the worker refused (filled locally).
+    pub units_refused: u64,
+    /// Images it filled.
+    pub images: u64,
+    /// Images it filled per second, recently.
+    pub images_per_s: f64,
+    /// Mean time from sending a unit to the last byte of its pixels.
+    pub round_trip_ms: f64,
+    /// TCP payload bytes sent to it and received from it (frames and pixels).
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// CPU seconds the home daemon's connections spent reading its answers.
+    pub receive_cpu_s: f64,
 }
 
 /// One GPU in a [`DaemonStatus`]: its health, decode mix, ring memory and time per batch.

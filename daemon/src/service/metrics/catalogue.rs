@@ -127,6 +127,31 @@ pub const REMOTE_UNITS_TOTAL: &str = "stoker_remote_units_total";
 pub const REMOTE_IMAGES_TOTAL: &str = "stoker_remote_images_total";
 /// Units a worker did or refused for home daemons, by result.
 pub const WORKER_UNITS_TOTAL: &str = "stoker_worker_units_total";
+/// Units sent to each remote worker and not answered yet, by worker.
+pub const REMOTE_UNITS_IN_FLIGHT: &str = "stoker_remote_units_in_flight";
+/// Images each remote worker filled per second, recently, by worker.
+pub const REMOTE_IMAGES_PER_SECOND: &str = "stoker_remote_images_per_second";
+/// Time from sending a unit to a worker to the last byte of its pixels, by worker.
+pub const REMOTE_ROUND_TRIP_SECONDS: &str = "stoker_remote_round_trip_seconds";
+/// TCP payload bytes to and from each remote worker, by worker and direction.
+pub const REMOTE_BYTES_TOTAL: &str = "stoker_remote_bytes_total";
+/// CPU seconds the home daemon spent reading each worker's answers, by worker.
+pub const REMOTE_RECEIVE_CPU_SECONDS_TOTAL: &str = "stoker_remote_receive_cpu_seconds_total";
+/// The share of images (so of units) remote workers filled since start.
+pub const REMOTE_SHARE: &str = "stoker_remote_share";
+/// Images a worker filled for home daemons.
+pub const WORKER_IMAGES_TOTAL: &str = "stoker_worker_images_total";
+/// TCP payload bytes a worker sent and received, by direction.
+pub const WORKER_BYTES_TOTAL: &str = "stoker_worker_bytes_total";
+/// Connections, jobs and units a worker refused, by reason.
+pub const WORKER_REFUSALS_TOTAL: &str = "stoker_worker_refusals_total";
+/// Authenticated home-daemon connections a worker holds now.
+pub const WORKER_CONNECTIONS: &str = "stoker_worker_connections";
+/// Home daemons (distinct peer addresses) connected to a worker now.
+pub const WORKER_HOMES: &str = "stoker_worker_homes";
+/// CPU seconds a worker's connections spent, by part (work: reading, decoding and
+/// resizing units; send: writing the answers).
+pub const WORKER_CPU_SECONDS_TOTAL: &str = "stoker_worker_cpu_seconds_total";
 pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
 /// Host time per batch decoding on a GPU (nvJPEG calls and the CPU path), by `gpu`.
 pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";
@@ -220,6 +245,36 @@ pub const ALL: &[Series] = &[
     series(WORKER_UNITS_TOTAL, Counter, Unit::Count,
         "Units this worker did for home daemons, or refused, by result.",
         &["result"], Each("result", &["done", "refused"])),
+    series(REMOTE_UNITS_IN_FLIGHT, Gauge, Unit::Count,
+        "Units sent to a remote worker and not answered yet, by worker.", &["worker"], Nothing),
+    series(REMOTE_IMAGES_PER_SECOND, Gauge, Unit::Count,
+        "Images a remote worker filled per second, recently, by worker.", &["worker"], Nothing),
+    rendered(series(REMOTE_ROUND_TRIP_SECONDS, Histogram, Unit::Seconds,
+        "Time from sending a unit to a remote worker to the last byte of its pixels.",
+        &["worker"], Nothing)),
+    series(REMOTE_BYTES_TOTAL, Counter, Unit::Bytes,
+        "TCP payload bytes (frames and pixels) to and from a remote worker, by direction.",
+        &["worker", "direction"], Nothing),
+    rendered(series(REMOTE_RECEIVE_CPU_SECONDS_TOTAL, Counter, Unit::Seconds,
+        "CPU seconds the home daemon's connections spent reading a worker's answers.",
+        &["worker"], Nothing)),
+    series(REMOTE_SHARE, Gauge, Unit::Count,
+        "Share of images (so of units) filled by remote workers since start.", &[], Nothing),
+    series(WORKER_IMAGES_TOTAL, Counter, Unit::Count,
+        "Images this worker filled for home daemons.", &[], Plain),
+    series(WORKER_BYTES_TOTAL, Counter, Unit::Bytes,
+        "TCP payload bytes this worker sent and received, by direction.",
+        &["direction"], Each("direction", &["sent", "received"])),
+    series(WORKER_REFUSALS_TOTAL, Counter, Unit::Count,
+        "Connections, jobs and units this worker refused, by reason.",
+        &["reason"], Each("reason", crate::remote::tally::REFUSALS)),
+    series(WORKER_CONNECTIONS, Gauge, Unit::Count,
+        "Authenticated home-daemon connections this worker holds.", &[], Plain),
+    series(WORKER_HOMES, Gauge, Unit::Count,
+        "Home daemons (distinct peer addresses) connected to this worker.", &[], Plain),
+    rendered(series(WORKER_CPU_SECONDS_TOTAL, Counter, Unit::Seconds,
+        "CPU seconds this worker's connections spent, by part (work: reading, decoding and \
+         resizing units; send: writing the answers).", &["part"], Nothing)),
     series(GPU_DECODE_TOTAL, Counter, Unit::Count,
         "Images decoded on a GPU, by GPU and path (hardware, hybrid, cpu).",
         &["gpu", "path"], Nothing),

@@ -199,6 +199,7 @@ pub fn render_as(s: &DaemonStatus, names: JobNames) -> String {
     for g in &s.gpus {
         out.push_str(&render_gpu(g));
     }
+    out.push_str(&render_workers(s));
     if s.jobs.is_empty() {
         out.push_str("no jobs\n");
         return out;
@@ -318,6 +319,60 @@ fn render_stalls(s: &DaemonStatus, names: JobNames) -> String {
                 r.batches
             ));
         }
+    }
+    out
+}
+
+/// The remote workers' table (a home daemon's `[remote] workers`): one row a worker, and
+/// the share of images they filled.
+fn render_workers(s: &DaemonStatus) -> String {
+    let Some(share) = s.remote_share.filter(|_| !s.workers.is_empty()) else {
+        return String::new();
+    };
+    let mut out = format!(
+        "remote workers: {:.0}% of images (units) filled remotely
+",
+        share * 100.0
+    );
+    let header = [
+        "WORKER",
+        "IN FLIGHT",
+        "IMG/S",
+        "DONE",
+        "REISSUED",
+        "REFUSED",
+        "RTT ms",
+        "RECEIVED",
+    ];
+    let rows: Vec<[String; 8]> = s
+        .workers
+        .iter()
+        .map(|w| {
+            [
+                cell(&w.addr),
+                w.units_in_flight.to_string(),
+                format!("{:.0}", w.images_per_s),
+                w.units_done.to_string(),
+                w.units_reissued.to_string(),
+                w.units_refused.to_string(),
+                format!("{:.1}", w.round_trip_ms),
+                human_bytes(w.bytes_received),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
     }
     out
 }
@@ -521,6 +576,34 @@ mod tests {
             t.contains(&format!("{}…", "d".repeat(MAX_CELL_CHARS - 1))),
             "{t}"
         );
+    }
+
+    #[test]
+    fn workers_get_a_row_each_and_the_remote_share() {
+        let w = stoker::protocol::WorkerStatus {
+            addr: "10.0.0.7:7411".into(),
+            units_in_flight: 2,
+            units_done: 120,
+            units_reissued: 3,
+            images_per_s: 812.4,
+            round_trip_ms: 21.25,
+            bytes_received: 3 << 30,
+            ..Default::default()
+        };
+        let s = DaemonStatus {
+            workers: vec![w],
+            remote_share: Some(0.456),
+            ..DaemonStatus::default()
+        };
+        let t = render(&s);
+        assert!(t.contains("remote workers: 46% of images"), "{t}");
+        assert!(
+            t.contains(
+                "  10.0.0.7:7411  2          812    120   3         0        21.2    3.0 GiB\n"
+            ),
+            "{t}"
+        );
+        assert!(!render(&DaemonStatus::default()).contains("remote workers"));
     }
 
     #[test]
