@@ -76,6 +76,8 @@ pub struct BenchReport {
     pub decode_ms_per_image: f64,
     pub augment_ms_per_image: f64,
     pub bad_samples: u64,
+    /// Decodes per image produced, warm-up included: 1 however many views a spec has.
+    pub decodes_per_image: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +170,7 @@ pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         decode_ms_per_image: per_image(s.decode_ns, stats0.decode_ns),
         augment_ms_per_image: per_image(s.augment_ns, stats0.augment_ns),
         bad_samples: s.bad,
+        decodes_per_image: s.images_decoded as f64 / s.images.max(1) as f64,
     })
 }
 

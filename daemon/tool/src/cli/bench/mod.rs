@@ -9,7 +9,8 @@
 //! the terminal as a table, to JSON (`--json`) and to an SVG chart (`--svg`).
 //!
 //! With `--backend cuda` it measures the GPU path instead (`cuda.rs`): the hardware JPEG
-//! engines' batched decode rate and `stokerd --backend cuda` end to end.
+//! engines' batched decode rate and `stokerd --backend cuda` end to end. With `--views dino`
+//! only the several-views row (`views.rs`): stoker beside the DataLoader doing the same views.
 //!
 //! # Limitations
 //! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
-use stoker::spec::{Crop, DType, Layout, PipelineSpec};
+use stoker::spec::{Crop, PipelineSpec};
 
 use crate::bench::{
     decode_stage, effective_threads, entropy_stage, evict, index_timing, load_samples, peak_rss_mb,
@@ -35,23 +36,6 @@ use stoker_daemon::source::index::Dataset;
 
 use super::bench_client::ClientStats;
 use super::Exit;
-
-/// The pipeline spec, shared by `bench` and `bench-client`.
-#[derive(Debug, Clone, Args)]
-pub struct SpecArgs {
-    #[arg(long, default_value_t = 64)]
-    pub batch: u32,
-    /// Output side (RandomResizedCrop, or CenterCrop with --eval).
-    #[arg(long, default_value_t = 224)]
-    pub size: u32,
-    /// Evaluation transform (Resize + CenterCrop) instead of RandomResizedCrop + flip.
-    #[arg(long)]
-    pub eval: bool,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub dtype: DTypeArg,
-    #[arg(long, value_enum, default_value = "nchw")]
-    pub layout: LayoutArg,
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -141,66 +125,11 @@ pub struct BenchArgs {
     /// this file (default: stoker-bench-NAME.svg here).
     #[arg(long)]
     pub svg: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum DTypeArg {
-    U8,
-    F16,
-    Bf16,
-    F32,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LayoutArg {
-    Nchw,
-    Nhwc,
-}
-
-impl SpecArgs {
-    pub fn spec(&self) -> PipelineSpec {
-        let base = if self.eval {
-            PipelineSpec::eval(self.batch, self.size)
-        } else {
-            PipelineSpec::train(self.batch, self.size)
-        };
-        PipelineSpec {
-            crop: if self.eval {
-                Crop::center(self.size)
-            } else {
-                base.crop
-            },
-            dtype: match self.dtype {
-                DTypeArg::U8 => DType::U8,
-                DTypeArg::F16 => DType::F16,
-                DTypeArg::Bf16 => DType::Bf16,
-                DTypeArg::F32 => DType::F32,
-            },
-            layout: match self.layout {
-                LayoutArg::Nchw => Layout::Nchw,
-                LayoutArg::Nhwc => Layout::Nhwc,
-            },
-            ..base
-        }
-    }
-
-    /// The same flags, to pass on to a `bench-client`.
-    fn to_flags(&self) -> Vec<String> {
-        let mut v = vec![
-            "--batch".into(),
-            self.batch.to_string(),
-            "--size".into(),
-            self.size.to_string(),
-            "--dtype".into(),
-            format!("{:?}", self.dtype).to_lowercase(),
-            "--layout".into(),
-            format!("{:?}", self.layout).to_lowercase(),
-        ];
-        if self.eval {
-            v.push("--eval".into());
-        }
-        v
-    }
+    /// Only the several-views row (docs/views.md): `dino` is 2 global views (224, scale
+    /// 0.4-1) and 6 local ones (96, scale 0.05-0.4), in process, against the PyTorch
+    /// DataLoader doing the same views in the same run.
+    #[arg(long, value_enum)]
+    pub views: Option<views::ViewsPreset>,
 }
 
 /// One end-to-end run: a daemon serving `clients` client processes.
@@ -269,6 +198,9 @@ fn progress(step: &str) {
 }
 
 pub fn run(args: &BenchArgs) -> Exit {
+    if let Some(preset) = args.views {
+        return views::run(args, preset);
+    }
     let spec = args.spec.spec();
     if let Err(e) = spec.validate() {
         eprintln!("stoker bench: {e}");
@@ -690,10 +622,13 @@ mod cuda;
 mod peers;
 mod report;
 mod served;
+mod spec_args;
+mod views;
 
 use peers::*;
 use report::*;
 use served::*;
+pub use spec_args::{DTypeArg, LayoutArg, SpecArgs};
 
 #[cfg(test)]
 mod tests;

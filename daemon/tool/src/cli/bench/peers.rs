@@ -74,7 +74,7 @@ fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
 /// The peers' Python and folder, or why there are none.
 // String error: a failed run is one message for the user, composed at the CLI edge (which
 // step, which file or process) and printed as is.
-fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), String> {
+pub(super) fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), String> {
     match (peer_python(args), peers_dir(args, data)) {
         (Some(python), Some(dir)) => Ok((python, dir)),
         _ => {
@@ -87,7 +87,7 @@ fn peer_setup(args: &BenchArgs, data: &Path) -> Result<(PathBuf, PathBuf), Strin
 }
 
 /// A peer that could not run, with the reason.
-fn failed(name: &str, why: String) -> PeerResult {
+pub(super) fn failed(name: &str, why: String) -> PeerResult {
     PeerResult {
         name: name.into(),
         images_per_s: None,
@@ -98,7 +98,7 @@ fn failed(name: &str, why: String) -> PeerResult {
 }
 
 /// Runs one peer script and reads its rate; the ratio is `ours` over it.
-fn run_peer(
+pub(super) fn run_peer(
     python: &Path,
     script: &Path,
     flags: &[String],
