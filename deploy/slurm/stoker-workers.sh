@@ -20,13 +20,21 @@
 # the job id mod 20000, so that two jobs on one node rarely meet), STOKER_SHARED_DIR,
 # STOKER_WORKER_HOSTS, STOKERD (the binary, default `stokerd` on PATH).
 set -euo pipefail
+set -f # no globbing of host names or folders
 job=${SLURM_JOB_ID:?SLURM_JOB_ID is unset: run inside a Slurm job}
 shared=${STOKER_SHARED_DIR:-$HOME/.stoker/job-$job}
 port=${STOKER_WORKER_PORT:-$((20000 + job % 20000))}
 
+toml_safe() { # refuses a value that would need escaping in a TOML string
+    if [[ $1 == *[\"\\]* || $1 == *[[:cntrl:]]* ]]; then
+        echo "stoker-workers.sh: $2 ${1@Q} holds a quote, backslash or control character" >&2
+        exit 64
+    fi
+}
+
 toml_list() { # "a:b" -> ["a", "b"]
     local IFS=: out="" item
-    for item in $1; do out+="${out:+, }\"$item\""; done
+    for item in $1; do toml_safe "$item" "dataset root"; out+="${out:+, }\"$item\""; done
     echo "[$out]"
 }
 
@@ -37,6 +45,7 @@ setup() {
         local nodes=${SLURM_JOB_NODELIST_HET_GROUP_1:?no CPU component: submit a heterogeneous job (hetjob) or set STOKER_WORKER_HOSTS}
         hosts=$(scontrol show hostnames "$nodes" | paste -sd: -)
     fi
+    toml_safe "$shared" "shared folder"
     (umask 077 && mkdir -p "$shared")
     chmod 0700 "$shared"
     if [[ ! -e $shared/worker.secret ]]; then
@@ -51,7 +60,7 @@ secret_file = "$shared/worker.secret"
 TOML
     local workers="" h
     local IFS=:
-    for h in $hosts; do workers+="${workers:+, }\"$h:$port\""; done
+    for h in $hosts; do toml_safe "$h" "host"; workers+="${workers:+, }\"$h:$port\""; done
     unset IFS
     cat > "$shared/home.toml" <<TOML
 [remote]

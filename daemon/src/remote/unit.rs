@@ -172,6 +172,14 @@ pub struct WorkerJob {
 impl WorkerJob {
     /// Opens what `open` asks for, within `rules` and this worker's `own` limits.
     pub fn open(open: &OpenJob, rules: &DatasetRules, own: &EngineConfig) -> Result<Self, String> {
+        // A unit's answer is one image per sample (`run` sizes its buffer so): the home decodes
+        // jobs of several views itself and never sends them.
+        if open.spec.view_count() > 1 {
+            return Err(format!(
+                "a spec of {} views: workers decode one view per sample",
+                open.spec.view_count()
+            ));
+        }
         if open.max_pixels > own.limits.max_pixels
             || open.max_file_bytes > own.limits.max_file_bytes
         {
@@ -327,7 +335,31 @@ impl WorkerJob {
 
 #[cfg(test)]
 mod tests {
-    use super::under_prefix;
+    use super::*;
+
+    /// A home holding the secret that sends a spec of several views is refused before
+    /// anything is opened (a unit's buffer holds one image per sample).
+    #[test]
+    fn a_spec_of_several_views_is_refused() {
+        let mut spec = stoker::PipelineSpec::train(4, 32);
+        spec.extra_views.push(stoker::spec::View {
+            crop: spec.crop,
+            flip_prob: 0.5,
+        });
+        let open = OpenJob {
+            job: 1,
+            dataset: "/nowhere".into(),
+            fingerprint: String::new(),
+            spec,
+            seed: 1,
+            policy: BadSamplePolicy::default(),
+            max_pixels: 1,
+            max_file_bytes: 1,
+        };
+        let rules = DatasetRules::new(&[], &BTreeMap::new(), &[], OpenOptions::default()).unwrap();
+        let refused = WorkerJob::open(&open, &rules, &EngineConfig::default()).err();
+        assert!(refused.is_some_and(|r| r.contains("2 views")));
+    }
 
     #[test]
     fn an_s3_prefix_covers_itself_and_what_is_below_a_slash_only() {

@@ -263,7 +263,11 @@ fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceErro
 }
 
 /// The workers of `[remote]`, one backend factory each.
+/// A worker's missing secret is made first: a daemon that is both worker and home may share it.
 fn remote_workers(file: &Config) -> Result<Vec<RemoteFactory>, ServiceError> {
+    if let (Some(_), Some(secret)) = (&file.worker.listen, &file.worker.secret_file) {
+        make_secret_if_missing(secret)?;
+    }
     let remotes =
         crate::remote::home::factories(&file.remote).map_err(|e| ServiceError::Remote(e.into()))?;
     for r in &remotes {
@@ -290,9 +294,6 @@ fn extra_workers(remotes: &[RemoteFactory]) -> Vec<ExtraWorkers<'_>> {
 fn start_worker(file: &Config) -> Result<(), ServiceError> {
     if file.worker.listen.is_none() {
         return Ok(());
-    }
-    if let Some(secret) = &file.worker.secret_file {
-        make_secret_if_missing(secret)?;
     }
     let open = crate::source::index::OpenOptions {
         limits: file.limits.walk(),
@@ -337,14 +338,23 @@ fn make_secret_if_missing(path: &Path) -> Result<(), ServiceError> {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
         .map_err(|_| fail(std::io::Error::other("no randomness from the system")))?;
     let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let mut file = std::fs::OpenOptions::new()
+    // Written whole under a private name, then linked into place: a worker starting at the
+    // same time on a shared home reads either no file or the whole of one, and the first
+    // link wins.
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(fail)?;
-    file.write_all(format!("{text}\n").as_bytes())
-        .map_err(fail)?;
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{text}\n").as_bytes()));
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        other => other.map_err(fail)?,
+    }
     tracing::info!(
         secret_file = %path.display(),
         "made a new shared secret: give the home daemons the same file"
