@@ -567,3 +567,48 @@ fn yuv_decode_cost_against_the_cropped_rgb_decode() {
         );
     }
 }
+
+/// Several views decode once at the scale the most demanding one needs: a large box with a
+/// small output alone decodes at 1/4, beside a box needing every pixel at 1; the pixels of
+/// each view's box are then a full decode's.
+#[test]
+fn views_decode_once_at_the_most_demanding_views_scale() {
+    let (w, h) = (1024, 768);
+    let src = smooth_rgb(w, h);
+    let enc = Enc {
+        subsamp: 2,
+        ..Enc::default()
+    };
+    let jpeg = encode(&src, w, h, PixelFormat::Rgb, enc);
+    let full = decode(&jpeg).unwrap();
+    let mut d = CpuDecoder::new(Limits::default()).unwrap();
+    let mut out = RgbImage::default();
+    let big = (CropBox::new(203.3, 151.7, 700.0, 520.0), (120, 160));
+    let small = (CropBox::new(100.0, 96.0, 200.0, 150.0), (150, 200));
+    let alone = d.decode_for_views(&jpeg, &[big], &mut out).unwrap();
+    assert_eq!(alone.scale, 0.25);
+    let region = d.decode_for_views(&jpeg, &[big, small], &mut out).unwrap();
+    assert_eq!(region.scale, 1.0);
+    // One rectangle covering both boxes, not the whole image.
+    assert!(
+        out.width < w && out.height < h,
+        "{}x{}",
+        out.width,
+        out.height
+    );
+    let s = region.place(small.0);
+    let (sx, sy) = (s.x as usize, s.y as usize);
+    assert_eq!((s.x.fract(), s.y.fract()), (0.0, 0.0));
+    let (ow, fw) = (out.width as usize, w as usize);
+    for y in 0..150 {
+        let got = &out.data[((sy + y) * ow + sx) * 3..][..200 * 3];
+        let want = &full.data[((96 + y) * fw + 100) * 3..][..200 * 3];
+        assert!(got == want, "row {y} of the small view's box");
+    }
+    let b = region.place(big.0);
+    let p = psnr(&sample_box(&full, big.0, 32), &sample_box(&out, b, 32));
+    assert!(
+        p >= 45.0,
+        "the big view's box vs full decode: PSNR {p:.1} dB"
+    );
+}
