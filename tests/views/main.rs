@@ -1,7 +1,8 @@
 //! Several views of one image (issue 26 item 4), served by a real daemon to this process's
 //! Rust client: a 2-global + 6-local spec gives 8 tensors a batch at their own sizes; each
 //! view is bit for bit what a one-view job of that view's crop and seed
-//! (`stoker::spec::view_seed`) serves; the same in a second run and after a resume; and the
+//! (`stoker::spec::view_seed`) serves; the same in a second run and after a resume; a replaced
+//! sample brings every one of its views; and the
 //! daemon decodes each image once (its `stoker_images_total{stage="decode"}`); the C client
 //! (`tests/c/views.c`) reads the same views as DLPack tensors.
 
@@ -64,6 +65,54 @@ fn views_of(b: &Batch) -> Vec<Vec<u8>> {
 
 fn drain(daemon: &Daemon, data: &Path, job: &str, spec: PipelineSpec, seed: u64) -> Served {
     drain_from(daemon, data, job, spec, seed, Position::default())
+}
+
+/// A corrupt file's place is taken by a replacement, every view of it: each view of the
+/// replaced position is that view of the replacement sample where it is served in its own
+/// place the same epoch (views are keyed by the sample served, not the position).
+#[test]
+fn a_replaced_sample_brings_all_its_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    write_image_folder(&data, 2, 5, SIDE);
+    std::fs::write(
+        data.join("c0/zz_corrupt.jpg"),
+        b"\xff\xd8\xff\xe0 not really",
+    )
+    .unwrap();
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let mut o = rank_options(
+        data.to_str().unwrap(),
+        "replaced",
+        (0, 1),
+        SEED,
+        dino_spec(),
+    );
+    o.start = Position::default();
+    let mut c = Client::attach(daemon.socket(), o).unwrap();
+    // (epoch, index) -> (status, each view's bytes of that sample).
+    let mut seen: Vec<(u64, u64, u8, Vec<Vec<u8>>)> = Vec::new();
+    while let Some(b) = c.next_batch().unwrap() {
+        for i in 0..b.n() {
+            let views = (0..b.views())
+                .map(|v| {
+                    let len = b.view_images(v).len() / b.n();
+                    b.view_images(v)[i * len..(i + 1) * len].to_vec()
+                })
+                .collect();
+            seen.push((b.epoch(), b.indices()[i], b.status()[i], views));
+        }
+    }
+    let replaced: Vec<_> = seen.iter().filter(|s| s.2 == 1).collect();
+    assert_eq!(replaced.len(), 2, "once an epoch");
+    for r in replaced {
+        let own = seen
+            .iter()
+            .find(|s| s.2 == 0 && (s.0, s.1) == (r.0, r.1))
+            .expect("the replacement is served in its own place too");
+        assert_eq!(own.3.len(), 8);
+        assert!(own.3 == r.3, "sample {} in epoch {}", r.1, r.0);
+    }
 }
 
 fn drain_from(
