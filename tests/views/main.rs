@@ -2,7 +2,7 @@
 //! Rust client: a 2-global + 6-local spec gives 8 tensors a batch at their own sizes; each
 //! view is bit for bit what a one-view job of that view's crop and seed
 //! (`stoker::spec::view_seed`) serves; the same in a second run and after a resume; a replaced
-//! sample brings every one of its views; and the
+//! sample brings every one of its views (policy `fail`: all zeroed); and the
 //! daemon decodes each image once (its `stoker_images_total{stage="decode"}`); the C client
 //! (`tests/c/views.c`) reads the same views as DLPack tensors.
 
@@ -15,6 +15,7 @@ use std::process::Command;
 use stoker::spec::{view_seed, Crop, View};
 use stoker::{Batch, Client, PipelineSpec, Position};
 use stoker_testkit::attach::{rank_options, u8_spec};
+use stoker_testkit::batches::write_config;
 use stoker_testkit::daemon::build_c_client;
 use stoker_testkit::images::write_image_folder;
 use stoker_testkit::prometheus::{http_get, sample};
@@ -71,7 +72,7 @@ fn drain(daemon: &Daemon, data: &Path, job: &str, spec: PipelineSpec, seed: u64)
 /// replaced position is that view of the replacement sample where it is served in its own
 /// place the same epoch (views are keyed by the sample served, not the position).
 #[test]
-fn a_replaced_sample_brings_all_its_views() {
+fn a_bad_sample_is_replaced_or_zeroed_in_every_view() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     write_image_folder(&data, 2, 5, SIDE);
@@ -113,6 +114,29 @@ fn a_replaced_sample_brings_all_its_views() {
         assert_eq!(own.3.len(), 8);
         assert!(own.3 == r.3, "sample {} in epoch {}", r.1, r.0);
     }
+    drop(c);
+    // Policy `fail`: the bad sample is reported and every one of its views zeroed (its slot
+    // held other images before), the others served.
+    let fail_dir = dir.path().join("fail");
+    std::fs::create_dir_all(&fail_dir).unwrap();
+    let config = write_config(&fail_dir, "[pipeline]\nbad_samples = \"fail\"\n");
+    let daemon = Daemon::start_configured(&fail_dir, &config, &["--threads", "2"]);
+    let mut o = rank_options(data.to_str().unwrap(), "failed", (0, 1), SEED, dino_spec());
+    o.start = Position::default();
+    let mut c = Client::attach(daemon.socket(), o).unwrap();
+    let mut failed = 0;
+    while let Some(b) = c.next_batch().unwrap() {
+        for i in 0..b.n() {
+            for v in 0..b.views() {
+                let len = b.view_images(v).len() / b.n();
+                let bytes = &b.view_images(v)[i * len..(i + 1) * len];
+                let zero = bytes.iter().all(|&x| x == 0);
+                assert_eq!(zero, b.status()[i] == 2, "view {v} of position {i}");
+            }
+            failed += usize::from(b.status()[i] == 2);
+        }
+    }
+    assert_eq!(failed, 2, "once an epoch");
 }
 
 fn drain_from(
