@@ -11,6 +11,7 @@ mod caps;
 mod credentials;
 mod deploy;
 mod malformed;
+mod names;
 mod observe;
 mod prefix;
 mod quickstart;
@@ -20,6 +21,7 @@ mod s3;
 mod secret_file;
 mod silence;
 mod slurm;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};

@@ -18,7 +18,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,7 +25,8 @@ use std::time::Instant;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::wire::{hex, read_message, unhex, write_message, Message, WireError, WIRE_VERSION};
+use super::wire::WIRE_VERSION;
+use super::wire::{hex, read_message, unhex, write_message, Message, Transport, WireError};
 
 /// The fewest bytes a secret may have.
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -77,36 +77,43 @@ pub enum AuthError {
     Refused(String),
 }
 
+/// The bytes of the file at `path`, if only its owner may read or write it and that owner
+/// is this daemon's uid or root (a secret, a TLS key).
+pub fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
+    let read = |source| SecretError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let meta = file.metadata().map_err(read)?;
+    if !meta.is_file() {
+        return Err(SecretError::NotFile {
+            path: path.to_owned(),
+        });
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(SecretError::Owner {
+            path: path.to_owned(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(SecretError::Mode {
+            path: path.to_owned(),
+            mode: meta.mode() & 0o777,
+        });
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(read)?;
+    Ok(bytes)
+}
+
 impl Secret {
     /// Reads the secret file at `path`.
     pub fn load(path: &Path) -> Result<Secret, SecretError> {
-        let read = |source| SecretError::Read {
-            path: path.to_owned(),
-            source,
-        };
-        let mut file = std::fs::File::open(path).map_err(read)?;
-        let meta = file.metadata().map_err(read)?;
-        if !meta.is_file() {
-            return Err(SecretError::NotFile {
-                path: path.to_owned(),
-            });
-        }
-        let me = rustix::process::geteuid().as_raw();
-        if meta.uid() != me && meta.uid() != 0 {
-            return Err(SecretError::Owner {
-                path: path.to_owned(),
-                owner: meta.uid(),
-                me,
-            });
-        }
-        if meta.mode() & 0o077 != 0 {
-            return Err(SecretError::Mode {
-                path: path.to_owned(),
-                mode: meta.mode() & 0o777,
-            });
-        }
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(read)?;
+        let bytes = read_private(path)?;
         let trimmed = bytes.trim_ascii();
         if trimmed.len() < MIN_SECRET_BYTES {
             return Err(SecretError::Short {
@@ -154,13 +161,15 @@ fn unexpected(expected: &'static str, got: &Message) -> AuthError {
 
 /// The worker's side: challenges the peer and checks its proof, by `deadline`. A peer that
 /// fails is told only "authentication failed"; one that passes is then let in by `admit`,
-/// or told its reason.
-pub fn accept(
-    stream: &mut TcpStream,
-    secret: &Secret,
+/// or told its reason. Without a secret (mutual TLS proved who the peer is) only the
+/// protocol version is checked.
+pub fn accept<'a>(
+    stream: &mut impl Transport,
+    secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
     admit: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), AuthError> {
+    let secret = secret.into();
     let ours = nonce();
     let challenge = Message::Challenge {
         version: WIRE_VERSION,
@@ -176,7 +185,7 @@ pub fn accept(
     else {
         return Err(unexpected("hello", &hello));
     };
-    let refuse = |stream: &mut TcpStream, reason: &str| {
+    let refuse = |stream: &mut dyn Transport, reason: &str| {
         let _ = write_message(
             stream,
             &Message::Refused {
@@ -192,7 +201,8 @@ pub fn accept(
         return Err(AuthError::Version { got: version });
     }
     let theirs = unhex(&theirs).filter(|n| n.len() == NONCE_BYTES);
-    let Some(theirs) = theirs.filter(|t| secret.verify(b"home", &ours, t, &proof)) else {
+    let proved = |t: &Vec<u8>| secret.is_none_or(|s| s.verify(b"home", &ours, t, &proof));
+    let Some(theirs) = theirs.filter(proved) else {
         refuse(stream, "authentication failed");
         return Err(AuthError::BadProof);
     };
@@ -201,19 +211,20 @@ pub fn accept(
         return Err(AuthError::Refused(reason));
     }
     let welcome = Message::Welcome {
-        proof: hex(&secret.proof(b"worker", &theirs, &ours)),
+        proof: secret.map_or_else(String::new, |s| hex(&s.proof(b"worker", &theirs, &ours))),
     };
     write_message(stream, &welcome, &[])?;
     Ok(())
 }
 
 /// The home daemon's side: answers the worker's challenge and checks its proof, by
-/// `deadline`.
-pub fn connect(
-    stream: &mut TcpStream,
-    secret: &Secret,
+/// `deadline`. Without a secret (TLS proved who the worker is) it sends no proof.
+pub fn connect<'a>(
+    stream: &mut impl Transport,
+    secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
 ) -> Result<(), AuthError> {
+    let secret = secret.into();
     let challenge = read_message(stream, Some(deadline))?;
     let Message::Challenge {
         version,
@@ -232,11 +243,15 @@ pub fn connect(
     let hello = Message::Hello {
         version: WIRE_VERSION,
         nonce: hex(&ours),
-        proof: hex(&secret.proof(b"home", &theirs, &ours)),
+        proof: secret.map_or_else(String::new, |s| hex(&s.proof(b"home", &theirs, &ours))),
     };
     write_message(stream, &hello, &[])?;
     match read_message(stream, Some(deadline))? {
-        Message::Welcome { proof } if secret.verify(b"worker", &ours, &theirs, &proof) => Ok(()),
+        Message::Welcome { proof }
+            if secret.is_none_or(|s| s.verify(b"worker", &ours, &theirs, &proof)) =>
+        {
+            Ok(())
+        }
         Message::Welcome { .. } => Err(AuthError::BadProof),
         other => Err(unexpected("welcome", &other)),
     }
@@ -245,6 +260,7 @@ pub fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpStream;
     use std::os::unix::fs::PermissionsExt;
     use std::time::Duration;
 

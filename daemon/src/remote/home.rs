@@ -16,26 +16,30 @@
 //!   to [`MAX_BACKOFF`]). A job or unit the worker refuses is filled locally too; a refused
 //!   job is not offered to that connection again.
 //!
-//! - A worker entry's name is resolved at every (re)connect, and the entry's connections
-//!   start at different addresses of the answer, so a Kubernetes headless Service's pods
-//!   share them (`remote.connections` should be at least the pods' count).
+//! - A worker entry's name is resolved every `[remote] resolve_interval_s`
+//!   ([`super::resolve`]); each connection sits at its place among the addresses and moves,
+//!   between two units, when its address vanishes or its place goes to a new one, so a
+//!   Kubernetes headless Service's pods share the connections (`remote.connections` should
+//!   be at least the pods' count). With `[remote] tls_ca` the link is TLS ([`super::tls`]).
 //!
 //! # Limitations
 //! - The local fill after a fault runs on this thread, beside the decode threads.
-//! - A worker pod added behind a name is used only when a connection reconnects.
 
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use stoker::ring::{ImageMemory, SlotLayout};
 
-use super::auth::{self, Secret, SecretError};
+use super::auth::{self, Secret};
 use super::board::{frame_bytes, thread_cpu_ns, UnitEnd, UnitTiming, WorkerBoard};
+use super::resolve::{keeps, Resolver};
+use super::tls::{HomeTls, Link};
 use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
+use super::worker::WorkerError;
 use crate::engine::backend::BackendKind;
 use crate::engine::{
     replacement_candidates, Backend, BackendFactory, BadSamplePolicy, Completion, CpuBackend,
@@ -57,7 +61,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What every connection of a home daemon shares.
 struct HomeShared {
-    secret: Secret,
+    secret: Option<Secret>,
+    tls: Option<HomeTls>,
     timeout: Duration,
     /// Fingerprints of the datasets seen, by identity (computed once per dataset).
     fingerprints: Mutex<Vec<(Weak<Dataset>, String)>>,
@@ -82,6 +87,7 @@ impl HomeShared {
 /// Makes the backends of one worker's connections.
 pub struct RemoteFactory {
     addr: String,
+    names: Arc<Resolver>,
     connections: usize,
     shared: Arc<HomeShared>,
     /// Backends made so far: the next one's place among the addresses the name resolves to.
@@ -90,15 +96,22 @@ pub struct RemoteFactory {
 }
 
 /// One factory per worker of `[remote] workers`.
-pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, SecretError> {
-    let Some(secret) = (!config.workers.is_empty())
-        .then_some(config.secret_file.as_ref())
-        .flatten()
-    else {
+pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerError> {
+    if config.workers.is_empty() {
         return Ok(Vec::new());
+    }
+    let tls = match (&config.tls_ca, &config.tls_cert, &config.tls_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(HomeTls::load(ca, Some((cert, key)))?),
+        (Some(ca), _, _) => Some(HomeTls::load(ca, None)?),
+        _ => None,
     };
     let shared = Arc::new(HomeShared {
-        secret: Secret::load(secret)?,
+        secret: config
+            .secret_file
+            .as_deref()
+            .map(Secret::load)
+            .transpose()?,
+        tls,
         timeout: Duration::from_millis(config.unit_timeout_ms),
         fingerprints: Mutex::default(),
     });
@@ -107,6 +120,10 @@ pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, SecretErro
         .iter()
         .map(|addr| RemoteFactory {
             addr: addr.clone(),
+            names: Arc::new(Resolver::new(
+                addr,
+                Duration::from_secs(config.resolve_interval_s),
+            )),
             connections: config.connections,
             shared: Arc::clone(&shared),
             made: AtomicUsize::new(0),
@@ -143,6 +160,7 @@ impl BackendFactory for RemoteFactory {
     fn make(&self, config: &EngineConfig) -> Result<Box<dyn Backend>, PipelineError> {
         Ok(Box::new(RemoteBackend {
             addr: self.addr.clone(),
+            names: Arc::clone(&self.names),
             shared: Arc::clone(&self.shared),
             config: config.clone(),
             local: CpuBackend::new(config)?,
@@ -160,7 +178,10 @@ impl BackendFactory for RemoteFactory {
 
 /// One connection to a worker, and what it has opened.
 struct Conn {
-    stream: TcpStream,
+    stream: Link,
+    /// The address it is to, and the generation of the name's answer it was made under.
+    peer: SocketAddr,
+    made: u64,
     /// Jobs opened (their key, their id here) and refused (id `None`).
     jobs: Vec<(String, Option<u32>)>,
     /// The id the next job opened gets.
@@ -200,6 +221,7 @@ impl From<WireError> for Fault {
 /// An engine thread's backend that sends its units to one worker.
 pub struct RemoteBackend {
     addr: String,
+    names: Arc<Resolver>,
     shared: Arc<HomeShared>,
     config: EngineConfig,
     /// Fills units the worker does not (faults, refusals).
@@ -306,6 +328,7 @@ impl RemoteBackend {
         unit: &UnitWork<'_>,
         outcomes: &mut Vec<SampleOutcome>,
     ) -> Result<(), Fault> {
+        self.follow_name();
         let reused = self.conn.is_some();
         match self.remote_fill(unit, outcomes) {
             Err(Fault::Closed(reason)) if reused => {
@@ -322,6 +345,22 @@ impl RemoteBackend {
                 }
             }
             other => other,
+        }
+    }
+
+    /// Closes the connection (between two units) when the worker's name no longer leads
+    /// to its address, or leads this connection's place elsewhere ([`keeps`]).
+    fn follow_name(&mut self) {
+        let Some(conn) = &self.conn else {
+            return;
+        };
+        let Ok(now) = self.names.answer() else {
+            return;
+        };
+        if !keeps(conn.peer, conn.made, self.place, &now) {
+            tracing::info!(worker = %self.addr, peer = %conn.peer, "the worker's name leads \
+                this connection elsewhere now: closing it between two units");
+            self.conn = None;
         }
     }
 
@@ -383,17 +422,14 @@ impl RemoteBackend {
         if Instant::now() < self.retry_at {
             return Err(Fault::Down);
         }
-        match connect(
-            &self.addr,
-            self.place,
-            &self.shared.secret,
-            self.shared.timeout,
-        ) {
-            Ok(stream) => {
-                tracing::info!(worker = %self.addr, "connected to a remote worker");
+        match connect(&self.names, self.place, &self.shared) {
+            Ok((stream, peer, made)) => {
+                tracing::info!(worker = %self.addr, %peer, "connected to a remote worker");
                 self.backoff = MIN_BACKOFF;
                 self.conn = Some(Conn {
                     stream,
+                    peer,
+                    made,
                     jobs: Vec::new(),
                     next_job: 0,
                 });
@@ -471,37 +507,46 @@ impl RemoteBackend {
     }
 }
 
-/// Connects to `addr` (resolved now) and passes the handshake. A name that resolves to
-/// several addresses (a headless Service's pods) is tried from the `place`-th on, so the
-/// connections of one worker entry spread over them.
+/// Connects to the worker entry `names` (its current answer) and passes the handshakes
+/// (TLS if configured, then the secret's). The address at `place` is tried first, then the
+/// others, so the connections of one entry spread over a headless Service's pods. The
+/// link, the address and the answer's generation.
 fn connect(
-    addr: &str,
+    names: &Resolver,
     place: usize,
-    secret: &Secret,
-    timeout: Duration,
-) -> Result<TcpStream, String> {
-    let wait = timeout.min(CONNECT_TIMEOUT);
-    let mut addrs: Vec<_> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("resolve: {e}"))?
-        .collect();
-    if !addrs.is_empty() {
-        let n = addrs.len();
-        addrs.rotate_left(place % n);
-    }
-    let mut last = format!("{addr} resolves to no address");
+    shared: &HomeShared,
+) -> Result<(Link, SocketAddr, u64), String> {
+    let wait = shared.timeout.min(CONNECT_TIMEOUT);
+    let answer = names.answer()?;
+    let mut addrs = answer.addrs.clone();
+    let n = addrs.len();
+    addrs.rotate_left(place % n.max(1));
+    let host = names
+        .name()
+        .rsplit_once(':')
+        .map_or(names.name(), |(h, _)| h);
+    let mut last = format!("{} resolves to no address", names.name());
     for a in addrs {
-        match TcpStream::connect_timeout(&a, wait) {
-            Ok(mut stream) => {
-                if let Err(e) = tune(&stream) {
-                    tracing::warn!(worker = %a, error = %e, "cannot set TCP options");
-                }
-                return auth::connect(&mut stream, secret, Instant::now() + wait)
-                    .map(|()| stream)
-                    .map_err(|e| format!("handshake with {a}: {e}"));
+        let stream = match TcpStream::connect_timeout(&a, wait) {
+            Ok(s) => s,
+            Err(e) => {
+                last = format!("connect to {a}: {e}");
+                continue;
             }
-            Err(e) => last = format!("connect to {a}: {e}"),
+        };
+        if let Err(e) = tune(&stream) {
+            tracing::warn!(worker = %a, error = %e, "cannot set TCP options");
         }
+        let deadline = Instant::now() + wait;
+        let mut link = match &shared.tls {
+            None => Link::Plain(stream),
+            Some(tls) => tls
+                .connect(stream, host, deadline)
+                .map_err(|e| format!("with {a}: {e}"))?,
+        };
+        return auth::connect(&mut link, shared.secret.as_ref(), deadline)
+            .map(|()| (link, a, answer.generation))
+            .map_err(|e| format!("handshake with {a}: {e}"));
     }
     Err(last)
 }

@@ -8,7 +8,8 @@
 //! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
 //! `home` (the home daemon's side: a backend per connection that sends units out), `board`
 //! (what a home daemon shows of each worker in `stoker status` and `/metrics`), `tally` (a
-//! worker's own `/metrics`).
+//! worker's own `/metrics`), `resolve` (worker names resolved again on a timer), `tls`
+//! (TLS and mutual TLS, rustls).
 //!
 //! # Design
 //! - A home daemon's engine gets, beside its decode threads, `[remote] connections` threads
@@ -26,8 +27,9 @@
 //!   and not gRPC, and why the bytes are the spec's output bytes.
 //! - A unit that is not back by `[remote] unit_timeout_ms`, or comes back malformed (another
 //!   unit, another size, a cut frame, an impossible replacement), is filled locally at once
-//!   and the connection dropped; it is tried again after a backoff (the address is resolved
-//!   again then, so a DNS name follows a Kubernetes headless Service).
+//!   and the connection dropped; it is tried again after a backoff. A worker's name is
+//!   resolved again every `[remote] resolve_interval_s` ([`resolve`]), so the connections
+//!   follow a Kubernetes headless Service's pods.
 //! - Only who is allowed: HMAC-SHA256 challenge-response both ways over a shared secret file
 //!   (never logged; compared in constant time); the worker opens only registered datasets,
 //!   paths under its own `[access] dataset_roots` or `s3://` URLs under `[worker]
@@ -36,7 +38,8 @@
 //!   connection silent for `[worker] idle_timeout_ms`.
 //!
 //! # Limitations
-//! - Traffic is authenticated, not encrypted (no TLS yet): use it on a trusted network.
+//! - Without `tls_*` keys ([`tls`]) traffic is authenticated, not encrypted: use it on a
+//!   trusted network.
 //! - An authenticated worker is trusted with its decoding: the home checks an answer's
 //!   shape and that a replacement is one the engine's rule allows, not the pixels, nor that
 //!   a sample it calls bad is bad.
@@ -48,7 +51,9 @@ pub mod auth;
 pub mod board;
 pub mod gate;
 pub mod home;
+pub mod resolve;
 pub mod tally;
+pub mod tls;
 pub mod unit;
 pub mod wire;
 pub mod worker;

@@ -134,9 +134,21 @@ impl WireError {
     }
 }
 
+/// A connection messages cross: a TCP socket, or a TLS session over one
+/// ([`super::tls::Link`]). Deadlines are set on the socket underneath.
+pub trait Transport: Read + Write {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Transport for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
 /// Reads exactly `buf.len()` bytes, by `deadline` if given.
 pub fn read_exact_by(
-    stream: &mut TcpStream,
+    stream: &mut (impl Transport + ?Sized),
     buf: &mut [u8],
     deadline: Option<Instant>,
 ) -> Result<(), WireError> {
@@ -149,7 +161,7 @@ pub fn read_exact_by(
             },
             None => None,
         };
-        stream.set_read_timeout(wait).map_err(WireError::Io)?;
+        stream.tcp().set_read_timeout(wait).map_err(WireError::Io)?;
         match stream.read(&mut buf[done..]) {
             Ok(0) => return Err(WireError::Closed),
             Ok(n) => done += n,
@@ -162,7 +174,7 @@ pub fn read_exact_by(
 
 /// Reads one message, by `deadline` if given.
 pub fn read_message(
-    stream: &mut TcpStream,
+    stream: &mut (impl Transport + ?Sized),
     deadline: Option<Instant>,
 ) -> Result<Message, WireError> {
     let mut len = [0u8; 4];
@@ -178,7 +190,7 @@ pub fn read_message(
 
 /// Writes one message (and `then`, raw, right after it).
 pub fn write_message(
-    stream: &mut TcpStream,
+    stream: &mut (impl Transport + ?Sized),
     message: &Message,
     then: &[u8],
 ) -> Result<(), WireError> {
@@ -194,7 +206,8 @@ pub fn write_message(
     if !then.is_empty() {
         stream.write_all(then).map_err(WireError::of)?;
     }
-    Ok(())
+    // A TLS session holds what it has not sent yet.
+    stream.flush().map_err(WireError::of)
 }
 
 /// How long the peer may go without acknowledging bytes sent, or without answering TCP

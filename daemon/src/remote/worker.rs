@@ -30,6 +30,7 @@ use super::auth::{self, Secret};
 use super::board::frame_bytes;
 use super::gate::{Gate, GateLimits};
 use super::tally::{self, HomeSeat};
+use super::tls::{Link, WorkerTls};
 use super::unit::{DatasetRules, WorkerJob};
 use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
 use crate::engine::EngineConfig;
@@ -51,6 +52,8 @@ pub enum WorkerError {
     },
     #[error("{0}")]
     Secret(#[from] super::auth::SecretError),
+    #[error("{0}")]
+    Tls(#[from] super::tls::TlsError),
     #[error("worker: {0}")]
     Setup(String),
 }
@@ -70,7 +73,8 @@ pub struct WorkerSetup {
 }
 
 struct Shared {
-    secret: Secret,
+    secret: Option<Secret>,
+    tls: Option<WorkerTls>,
     setup: WorkerSetup,
     max_unit_bytes: u64,
     idle: Duration,
@@ -80,12 +84,23 @@ struct Shared {
 /// Binds `[worker] listen` and serves home daemons on a thread of its own; returns the
 /// address it listens on.
 pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, WorkerError> {
-    let (Some(addr), Some(secret)) = (&config.listen, &config.secret_file) else {
-        return Err(WorkerError::Setup(
-            "worker.listen and worker.secret_file are both needed".into(),
-        ));
+    let Some(addr) = &config.listen else {
+        return Err(WorkerError::Setup("worker.listen is needed".into()));
     };
-    let secret = Secret::load(secret)?;
+    if let Some(reason) = config.problem() {
+        return Err(WorkerError::Setup(reason));
+    }
+    let secret = config
+        .secret_file
+        .as_deref()
+        .map(Secret::load)
+        .transpose()?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(WorkerTls::load(cert, key, config.tls_client_ca.as_deref())?)
+        }
+        _ => None,
+    };
     let bind = |source| WorkerError::Bind {
         addr: addr.clone(),
         source,
@@ -94,6 +109,7 @@ pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, Wo
     let local = listener.local_addr().map_err(bind)?;
     let shared = Arc::new(Shared {
         secret,
+        tls,
         setup,
         max_unit_bytes: config.max_unit_bytes,
         idle: Duration::from_millis(config.idle_timeout_ms),
@@ -136,27 +152,12 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 /// One home daemon's connection: the handshake, then jobs and units until it closes.
-fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, shared: &Shared) {
-    if let Err(e) = tune(&stream) {
-        tracing::warn!(%peer, error = %e, "cannot set the connection's TCP options");
-    }
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    let admit = || shared.gate.admit(peer.ip());
-    let passed = auth::accept(&mut stream, &shared.secret, deadline, admit);
+fn serve_connection(stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, shared: &Shared) {
+    let passed = handshake(stream, peer, shared);
     shared.gate.handshake_over(ticket);
-    match passed {
-        Ok(()) => {}
-        Err(auth::AuthError::Refused(reason)) => {
-            tally::refused("connections");
-            tracing::warn!(%peer, reason, "worker connection refused");
-            return;
-        }
-        Err(e) => {
-            tally::refused("handshake");
-            tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
-            return;
-        }
-    }
+    let Some(mut link) = passed else {
+        return;
+    };
     tracing::info!(%peer, "home daemon connected");
     let seat = HomeSeat::new(peer.ip());
     let mut conn = Connection {
@@ -166,7 +167,7 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>
         uses: 0,
         units: 0,
     };
-    let end = conn.serve(&mut stream);
+    let end = conn.serve(&mut link);
     let (units, held) = (conn.units, conn.held_bytes());
     drop(conn);
     shared.gate.leave(peer.ip(), held);
@@ -174,6 +175,40 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ticket: Option<u64>
     match end {
         None => tracing::info!(%peer, units, "home daemon disconnected"),
         Some(reason) => tracing::warn!(%peer, units, reason, "worker closed a connection"),
+    }
+}
+
+/// TLS if configured, then the secret's proof (or the version alone under mutual TLS) and
+/// the gate's caps, within [`HANDSHAKE_TIMEOUT`]; the link, or `None` once logged why not.
+fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Link> {
+    if let Err(e) = tune(&stream) {
+        tracing::warn!(%peer, error = %e, "cannot set the connection's TCP options");
+    }
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut link = match &shared.tls {
+        None => Link::Plain(stream),
+        Some(tls) => match tls.accept(stream, deadline) {
+            Ok(link) => link,
+            Err(reason) => {
+                tally::refused("handshake");
+                tracing::warn!(%peer, reason, "worker refused a peer's TLS handshake");
+                return None;
+            }
+        },
+    };
+    let admit = || shared.gate.admit(peer.ip());
+    match auth::accept(&mut link, shared.secret.as_ref(), deadline, admit) {
+        Ok(()) => Some(link),
+        Err(auth::AuthError::Refused(reason)) => {
+            tally::refused("connections");
+            tracing::warn!(%peer, reason, "worker connection refused");
+            None
+        }
+        Err(e) => {
+            tally::refused("handshake");
+            tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
+            None
+        }
     }
 }
 
@@ -189,7 +224,7 @@ struct Connection<'a> {
 
 impl Connection<'_> {
     /// Answers messages until the connection ends; why, unless the home closed it.
-    fn serve(&mut self, stream: &mut TcpStream) -> Option<String> {
+    fn serve(&mut self, stream: &mut Link) -> Option<String> {
         let idle = self.shared.idle;
         loop {
             let message = match read_message(stream, Some(Instant::now() + idle)) {
@@ -277,7 +312,7 @@ impl Connection<'_> {
     /// Does one unit of job `job` (or refuses it, with the reason) and sends the answer.
     fn unit(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut Link,
         job: u32,
         (id, epoch, indices): (u64, u64, &[u64]),
     ) -> Result<(), WireError> {

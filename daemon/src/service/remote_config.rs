@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_BYTES_PER_PEER: u64 = 1 << 30;
 /// Milliseconds a worker waits for a home daemon's next message before it closes the
 /// connection, by default.
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Seconds between resolutions of a home daemon's worker names, by default.
+pub const DEFAULT_RESOLVE_INTERVAL_S: u64 = 30;
 /// Connections (units in flight) a home daemon keeps to each worker, by default.
 pub const DEFAULT_CONNECTIONS_PER_WORKER: usize = 2;
 /// Milliseconds a unit may take on a worker before it is filled locally, by default.
@@ -32,6 +34,11 @@ pub struct WorkerConfig {
     pub listen: Option<String>,
     /// The shared secret home daemons prove they hold (a file only its owner may read).
     pub secret_file: Option<PathBuf>,
+    /// This worker's TLS certificate chain and key (PEM): with them it speaks only TLS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// The CA home daemons' certificates must be signed by (mutual TLS).
+    pub tls_client_ca: Option<PathBuf>,
     pub max_connections: usize,
     pub max_connections_per_peer: usize,
     pub max_unit_bytes: u64,
@@ -46,6 +53,9 @@ impl Default for WorkerConfig {
         WorkerConfig {
             listen: None,
             secret_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_unit_bytes: DEFAULT_MAX_UNIT_BYTES,
@@ -64,6 +74,13 @@ pub struct RemoteConfig {
     pub workers: Vec<String>,
     /// The shared secret the workers hold too.
     pub secret_file: Option<PathBuf>,
+    /// The CA the workers' TLS certificates are signed by: with it, TLS to every worker.
+    pub tls_ca: Option<PathBuf>,
+    /// This home daemon's certificate chain and key (PEM), for workers asking mutual TLS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Seconds between resolutions of the workers' names (a headless Service's pods).
+    pub resolve_interval_s: u64,
     pub connections: usize,
     pub unit_timeout_ms: u64,
 }
@@ -73,6 +90,10 @@ impl Default for RemoteConfig {
         RemoteConfig {
             workers: Vec::new(),
             secret_file: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            resolve_interval_s: DEFAULT_RESOLVE_INTERVAL_S,
             connections: DEFAULT_CONNECTIONS_PER_WORKER,
             unit_timeout_ms: DEFAULT_UNIT_TIMEOUT_MS,
         }
@@ -88,10 +109,17 @@ impl WorkerConfig {
                 "worker.listen: {listen:?} is not an address like 0.0.0.0:7411"
             ));
         }
-        if self.secret_file.is_none() {
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Some("worker.tls_cert and worker.tls_key go together".into());
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Some("worker.tls_client_ca needs worker.tls_cert and tls_key".into());
+        }
+        if self.secret_file.is_none() && self.tls_client_ca.is_none() {
             return Some(
-                "worker.listen is set but worker.secret_file is not: a worker \
-                         serves only home daemons that prove they hold the secret"
+                "worker.listen is set but neither worker.secret_file nor worker.tls_client_ca \
+                 is: a worker serves only home daemons that prove they hold the secret or a \
+                 certificate of that CA"
                     .into(),
             );
         }
@@ -118,11 +146,23 @@ impl RemoteConfig {
         if self.workers.is_empty() {
             return None;
         }
-        if self.secret_file.is_none() {
-            return Some("remote.workers are set but remote.secret_file is not".into());
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Some("remote.tls_cert and remote.tls_key go together".into());
         }
-        if self.connections == 0 || self.unit_timeout_ms == 0 {
-            return Some("remote.connections and remote.unit_timeout_ms must be at least 1".into());
+        if self.tls_cert.is_some() && self.tls_ca.is_none() {
+            return Some("remote.tls_cert needs remote.tls_ca (TLS to the workers)".into());
+        }
+        if self.secret_file.is_none() && self.tls_cert.is_none() {
+            return Some(
+                "remote.workers are set but neither remote.secret_file nor remote.tls_cert is"
+                    .into(),
+            );
+        }
+        if self.connections == 0 || self.unit_timeout_ms == 0 || self.resolve_interval_s == 0 {
+            return Some(
+                "remote.connections, unit_timeout_ms and resolve_interval_s must be at least 1"
+                    .into(),
+            );
         }
         if let Some(w) = self.workers.iter().find(|w| w.rsplit_once(':').is_none()) {
             return Some(format!("remote.workers: {w:?} is not host:port"));

@@ -268,8 +268,7 @@ fn remote_workers(file: &Config) -> Result<Vec<RemoteFactory>, ServiceError> {
     if let (Some(_), Some(secret)) = (&file.worker.listen, &file.worker.secret_file) {
         make_secret_if_missing(secret)?;
     }
-    let remotes =
-        crate::remote::home::factories(&file.remote).map_err(|e| ServiceError::Remote(e.into()))?;
+    let remotes = crate::remote::home::factories(&file.remote).map_err(ServiceError::Remote)?;
     for r in &remotes {
         let connections = r.connections();
         tracing::info!(worker = r.addr(), connections, "remote worker");
