@@ -7,6 +7,7 @@
 //!
 //! Network namespaces are not used: each process listens on its own loopback port.
 
+mod bench;
 mod caps;
 mod credentials;
 mod deploy;

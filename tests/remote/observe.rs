@@ -17,7 +17,7 @@ use super::*;
 const IMAGE_BYTES: f64 = 32.0 * 32.0 * 3.0;
 
 /// A worker as [`World::worker`] that also serves `/metrics`; its address and metrics'.
-fn worker_with_metrics(world: &World) -> (Daemon, String, String) {
+pub(super) fn worker_with_metrics(world: &World) -> (Daemon, String, String) {
     let dir = world.dir("observed-worker");
     let (addr, metrics) = (
         format!("127.0.0.1:{}", free_port()),

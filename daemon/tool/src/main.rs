@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Measure the pipeline's images/s on a dataset, with the time per stage.
-    Bench(cli::bench::BenchArgs),
+    Bench(Box<cli::bench::BenchArgs>),
     /// One client process of `stoker bench` (internal).
     #[command(hide = true)]
     BenchClient(cli::bench_client::BenchClientArgs),

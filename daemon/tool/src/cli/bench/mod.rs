@@ -130,6 +130,8 @@ pub struct BenchArgs {
     /// DataLoader doing the same views in the same run.
     #[arg(long, value_enum)]
     pub views: Option<views::ViewsPreset>,
+    #[command(flatten)]
+    pub remote: workers::WorkersArgs,
 }
 
 /// One end-to-end run: a daemon serving `clients` client processes.
@@ -220,6 +222,9 @@ pub fn run(args: &BenchArgs) -> Exit {
     }
     if args.backend == BackendChoice::Cuda {
         return cuda::run(args, spec, &json_path);
+    }
+    if !args.remote.workers.is_empty() {
+        return workers::run(args, &spec, &json_path);
     }
     match bench(args, spec) {
         Ok(report) => {
@@ -603,27 +608,13 @@ fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64
     epochs.max(1).max(needed)
 }
 
-// String error: a failed run is one message for the user, composed at the CLI edge (which
-// step, which file or process) and printed as is.
-fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
-    if let Some(p) = &args.stokerd {
-        return Ok(p.clone());
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let p = exe.with_file_name("stokerd");
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(format!("no stokerd at {} (give --stokerd)", p.display()))
-    }
-}
-
 mod cuda;
 mod peers;
 mod report;
 mod served;
 mod spec_args;
 mod views;
+mod workers;
 
 use peers::*;
 use report::*;

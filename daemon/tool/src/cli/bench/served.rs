@@ -11,7 +11,7 @@
 
 use super::*;
 
-pub(super) struct ChildGuard(std::process::Child);
+pub(super) struct ChildGuard(pub(super) std::process::Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -40,7 +40,7 @@ pub(super) fn run_served(
     let _cleanup = RemoveDir(dir.clone());
     let (socket, daemon) = match &args.socket {
         Some(s) => (s.clone(), None),
-        None => start_stokerd(args, &dir, threads)?,
+        None => start_stokerd(args, &dir, threads, &[])?,
     };
     if let Some(ds) = cold {
         evict(ds);
@@ -89,7 +89,7 @@ pub(super) fn run_served(
 /// gathers each one's figures; `(warmup, epochs)` each client runs.
 // String error: a failed run is one message for the user, composed at the CLI edge (which
 // step, which file or process) and printed as is.
-fn run_clients(
+pub(super) fn run_clients(
     args: &BenchArgs,
     socket: &Path,
     data: &Path,
@@ -150,13 +150,15 @@ fn percentile(values: &[f64], p: f64) -> f64 {
     }
 }
 
-/// Starts `stokerd` on a socket in `dir` and waits until it listens.
+/// Starts `stokerd` on a socket in `dir`, with `extra` arguments, and waits until it
+/// listens.
 // String error: a failed run is one message for the user, composed at the CLI edge (which
 // step, which file or process) and printed as is.
-fn start_stokerd(
+pub(super) fn start_stokerd(
     args: &BenchArgs,
     dir: &Path,
     threads: usize,
+    extra: &[&std::ffi::OsStr],
 ) -> Result<(PathBuf, Option<ChildGuard>), String> {
     let socket = dir.join("stoker.sock");
     let log_path = dir.join("stokerd.log");
@@ -168,6 +170,7 @@ fn start_stokerd(
         .arg("--threads")
         .arg(threads.to_string())
         .args(["--backend", daemon_backend(args)])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -213,10 +216,26 @@ fn client_device(args: &BenchArgs) -> String {
     }
 }
 
-pub(super) struct RemoveDir(PathBuf);
+pub(super) struct RemoveDir(pub(super) PathBuf);
 
 impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `stokerd` to start: `--stokerd`, else the one beside this executable.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
+pub(super) fn stokerd_path(args: &BenchArgs) -> Result<PathBuf, String> {
+    if let Some(p) = &args.stokerd {
+        return Ok(p.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let p = exe.with_file_name("stokerd");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!("no stokerd at {} (give --stokerd)", p.display()))
     }
 }
