@@ -149,6 +149,9 @@ class Loader:
             if views is not None:
                 spec = with_views(spec, views, train=train, scale=scale, ratio=ratio,
                                   flip_prob=flip_prob, resize=resize)
+        elif views is not None:
+            raise ValueError("views= builds the spec's views from the Loader's arguments; with "
+                             "spec=, list them in the spec's extra_views instead")
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)

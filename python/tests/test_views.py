@@ -96,3 +96,9 @@ def test_views_are_checked_at_the_loader(small):
                          ("dino", "views")):
         with pytest.raises(stoker.SpecError, match=re.escape(f"Loader({names}=")):
             stoker.Loader(small, views=views, autostart=False, socket="/nonexistent")
+
+
+def test_views_beside_a_whole_spec_are_refused(small):
+    spec = {"batch_size": 4, "crop": {"kind": "center", "size": 16}}
+    with pytest.raises(ValueError, match="extra_views"):
+        stoker.Loader(small, spec=spec, views=[16, 8], autostart=False, socket="/nonexistent")

@@ -3,7 +3,8 @@
 //! # Design
 //! - The secret is a file only its owner may read or write (mode `0600` or stricter), owned
 //!   by the daemon's own uid or by root (ssh's rule for keys: another user could have
-//!   written it or could read it), of at least [`MIN_SECRET_BYTES`] bytes; surrounding
+//!   written it or could read it); a root-owned one may be group-readable too (`0640`, as
+//!   PostgreSQL allows for root-owned keys: Kubernetes mounts Secrets so under an fsGroup), of at least [`MIN_SECRET_BYTES`] bytes; surrounding
 //!   whitespace is not part of it. The file is opened once and checked through that open
 //!   file, so what is checked is what is read. Its bytes are an HMAC-SHA256 key and appear nowhere else: not in errors, logs,
 //!   status or metrics ([`Secret`]'s `Debug` prints no byte of it).
@@ -77,8 +78,9 @@ pub enum AuthError {
     Refused(String),
 }
 
-/// The bytes of the file at `path`, if only its owner may read or write it and that owner
-/// is this daemon's uid or root (a secret, a TLS key).
+/// The bytes of the file at `path`, if only its owner may read or write it (and its group
+/// read it, when root owns it) and that owner is this daemon's uid or root (a secret, a TLS
+/// key).
 pub fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
     let read = |source| SecretError::Read {
         path: path.to_owned(),
@@ -99,7 +101,11 @@ pub fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
             me,
         });
     }
-    if meta.mode() & 0o077 != 0 {
+    // A root-owned file may also be read by its group (PostgreSQL's rule for root-owned key
+    // files): Kubernetes gives a Secret mounted in a pod with an fsGroup mode 0440 whatever
+    // its defaultMode (kubernetes/kubernetes#57923), owned by root and the pod's group.
+    let others = if meta.uid() == 0 { 0o037 } else { 0o077 };
+    if meta.mode() & others != 0 {
         return Err(SecretError::Mode {
             path: path.to_owned(),
             mode: meta.mode() & 0o777,
@@ -288,6 +294,17 @@ mod tests {
                 e.contains("owned by uid 65534") && e.contains("theirs"),
                 "{e}"
             );
+        }
+        if rustix::process::geteuid().is_root() {
+            // Root-owned: its group may read it (a Kubernetes Secret under an fsGroup is
+            // 0440), never write it, and others nothing.
+            let pod = secret_file(dir.path(), "pod", "0123456789abcdef-pod", 0o440);
+            assert!(Secret::load(&pod).is_ok());
+            for mode in [0o460, 0o444] {
+                let bad = secret_file(dir.path(), "bad", "0123456789abcdef-bad", mode);
+                let e = Secret::load(&bad).unwrap_err().to_string();
+                assert!(e.contains(&format!("mode {mode:o}")), "{e}");
+            }
         }
         let good = secret_file(dir.path(), "good", "0123456789abcdef\n", 0o600);
         let s = Secret::load(&good).unwrap();
