@@ -45,12 +45,14 @@ fn a_secret_file_of_another_user_or_readable_by_others_is_refused_naming_it() {
     std::os::unix::fs::chown(&foreign, Some(OTHER_UID), None).unwrap();
     let shared = world.tmp.path().join("group-secret");
     std::fs::write(&shared, "a-test-secret-of-some-length\n").unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // Group-writable: refused even when root owns it (a root-owned secret may be 0640, as a
+    // Kubernetes Secret under an fsGroup is mounted 0440; auth.rs's unit test covers that).
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o660)).unwrap();
     let port = free_port();
     let cases = [
         ("worker", &foreign, format!("owned by uid {OTHER_UID}")),
         ("remote", &foreign, format!("owned by uid {OTHER_UID}")),
-        ("worker", &shared, "mode 640".to_owned()),
+        ("worker", &shared, "mode 660".to_owned()),
     ];
     for (i, (section, file, reason)) in cases.iter().enumerate() {
         let keys = match *section {
