@@ -11,6 +11,22 @@ fn a_worker_restarted_mid_unit_costs_only_reissued_units_and_is_used_again() {
     let addr = format!("127.0.0.1:{}", free_port());
     let (mut first, _, addr) = world.worker_at("worker-first", &addr, "");
     let (home, home_log, metrics) = world.home_with("home", &[&addr], 2);
+    // The home connects when its first units come: a job this small may end before then (or
+    // while a first try backs off), so jobs run until the first worker has done units.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(serve_job(home.socket(), &world.data, 0, || {}), expected);
+        let text = stoker_testkit::prometheus::http_get(&metrics, "/metrics").1;
+        if remote_units(&text, &addr, "done") > 0.0 {
+            break;
+        }
+        let log = read_log(&home_log);
+        assert!(
+            Instant::now() < deadline,
+            "the first worker was never used:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(600));
+    }
     let mut second = None;
     let batches = serve_job(home.socket(), &world.data, 3, || {
         first.signal(libc::SIGKILL);
