@@ -22,6 +22,29 @@ pub struct Weed {
     log: PathBuf,
 }
 
+/// `weed mini` serving S3 on `port` (and its other services on the next four), logging to `log`.
+fn spawn_weed(bin: &Path, dir: &Path, port: u16, log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    Command::new(bin)
+        .arg("mini")
+        .arg(format!("-dir={}", dir.join("weed").display()))
+        .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+        .arg(format!("-s3.config={}", dir.join("s3.json").display()))
+        .arg(format!("-s3.port={port}"))
+        .arg(format!("-master.port={}", port + 1))
+        .arg(format!("-volume.port={}", port + 2))
+        .arg(format!("-filer.port={}", port + 3))
+        .arg(format!("-admin.port={}", port + 4))
+        .args(["-admin.ui=false", "-webdav=false"])
+        .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
+        .arg(format!("-bucket={BUCKET}"))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("spawn weed mini")
+}
+
 impl Weed {
     pub fn start(dir: &Path) -> Weed {
         let bin = std::env::var_os("STOKER_SEAWEEDFS_DIR")
@@ -34,38 +57,36 @@ impl Weed {
             let ok = Command::new(repo_root().join("scripts/s3-server")).status();
             assert!(ok.is_ok_and(|s| s.success()), "scripts/s3-server failed");
         }
-        let port = 40_000 + u16::try_from(std::process::id() % 200).unwrap() * 100;
         let identities = format!(
             r#"{{"identities":[{{"name":"stoker","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET_KEY}"}}],"actions":["Admin","Read","Write","List"]}}]}}"#
         );
         std::fs::write(dir.join("s3.json"), identities).unwrap();
-        std::fs::create_dir_all(dir.join("weed")).unwrap();
         let log = dir.join("weed.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .arg("mini")
-            .arg(format!("-dir={}", dir.join("weed").display()))
-            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
-            .arg(format!("-s3.config={}", dir.join("s3.json").display()))
-            .arg(format!("-s3.port={port}"))
-            .arg(format!("-master.port={}", port + 1))
-            .arg(format!("-volume.port={}", port + 2))
-            .arg(format!("-filer.port={}", port + 3))
-            .arg(format!("-admin.port={}", port + 4))
-            .args(["-admin.ui=false", "-webdav=false"])
-            .args(["-s3.port.iceberg=0", "-s3.port.lance=0"])
-            .arg(format!("-bucket={BUCKET}"))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn weed mini");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "weed:\n{}", read_log(&log));
-            std::thread::sleep(Duration::from_millis(100));
+        // Five ports from a block of this process's; another process may hold one of them
+        // (weed then exits at once), so a few other blocks are tried.
+        let first = 40_000 + u16::try_from(std::process::id() % 200).unwrap() * 100;
+        for attempt in 0..8u16 {
+            let port = 40_000 + (first - 40_000 + attempt * 1_300) % 20_000;
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                continue; // someone else's server: not ours to test against
+            }
+            let _ = std::fs::remove_dir_all(dir.join("weed"));
+            std::fs::create_dir_all(dir.join("weed")).unwrap();
+            let mut child = spawn_weed(&bin, dir, port, &log);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Weed { child, port, log };
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "weed:\n{}", read_log(&log));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("weed exited on ports {port}..{}: trying others", port + 4);
         }
-        Weed { child, port, log }
+        panic!("weed never started:\n{}", read_log(&log));
     }
 
     /// A daemon config's `[s3]` sections for this server, its node cache under `dir`.
