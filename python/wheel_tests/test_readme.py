@@ -88,8 +88,11 @@ def test_the_readme_two_commands_add_a_worker(env, dataset, tmp_path):
     assert all(str(port) in c for c in commands), commands
     env = dict(env, HOME=str(tmp_path), RUST_LOG="info")
     log = tmp_path / "worker.log"
+    # The worker's own status socket, away from the one the Loader looks for (as root both
+    # would default to /run/stoker/stoker.sock, and the Loader would attach to the worker).
+    worker_env = dict(env, STOKER_SOCKET=str(tmp_path / "worker.sock"))
     with open(log, "w") as err:
-        worker = subprocess.Popen(["bash", "-c", "exec " + commands[0]], env=env,
+        worker = subprocess.Popen(["bash", "-c", "exec " + commands[0]], env=worker_env,
                                   stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 30
