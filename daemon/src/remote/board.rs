@@ -32,6 +32,7 @@ use metrics_exporter_prometheus::formatting::{
 };
 
 use super::wire::Message;
+use crate::serve::WorkerFigures;
 use crate::service::metrics::{self as m, histogram, LatencyHistogram};
 use crate::sync::lock;
 
@@ -218,30 +219,29 @@ pub struct RemoteBoard {
     pub workers: Vec<Arc<WorkerBoard>>,
 }
 
-impl RemoteBoard {
-    /// Each worker's row of `stoker status`.
-    pub fn rows(&self) -> Vec<WorkerStatus> {
+impl WorkerFigures for RemoteBoard {
+    fn rows(&self) -> Vec<WorkerStatus> {
         self.workers.iter().map(|w| w.status()).collect()
     }
 
-    /// The share of `all_images` (every image the engine filled) that workers filled.
-    pub fn share(&self, all_images: u64) -> f64 {
+    fn share(&self, all_images: u64) -> Option<f64> {
+        if self.workers.is_empty() {
+            return None;
+        }
         let remote: u64 = self
             .workers
             .iter()
             .map(|w| w.images.load(Ordering::Relaxed))
             .sum();
-        remote as f64 / all_images.max(1) as f64
+        Some(remote as f64 / all_images.max(1) as f64)
     }
 
-    /// Feeds the recorder each worker's figures and returns what it renders itself (the
-    /// round trips' histograms and the receiving CPU seconds) as Prometheus text; call just
-    /// before a render.
-    pub fn metrics_text(&self, all_images: u64) -> String {
+    fn metrics_text(&self, all_images: u64) -> String {
         if self.workers.is_empty() {
             return String::new();
         }
-        ::metrics::gauge!(m::REMOTE_SHARE).set(self.share(all_images));
+        let share = self.share(all_images).unwrap_or(0.0);
+        ::metrics::gauge!(m::REMOTE_SHARE).set(share);
         let mut trips = Vec::new();
         let mut cpu = Vec::new();
         for w in &self.workers {
@@ -316,6 +316,7 @@ mod tests {
         let board = RemoteBoard {
             workers: vec![Arc::new(b)],
         };
-        assert!((board.share(64) - 0.25).abs() < 1e-12);
+        assert!((board.share(64).unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(RemoteBoard::default().share(64), None);
     }
 }

@@ -25,24 +25,14 @@ use super::board::{render_seconds, thread_cpu_ns};
 use crate::service::metrics as m;
 use crate::sync::lock;
 
-/// Why a worker refused something (the `reason` label of its refusals).
-pub const REFUSALS: &[&str] = &[
-    "connections",
-    "handshake",
-    "job",
-    "unit",
-    "unit_bytes",
-    "memory",
-];
-
 static WORK_NS: AtomicU64 = AtomicU64::new(0);
 static SEND_NS: AtomicU64 = AtomicU64::new(0);
 /// Authenticated connections open, by peer address.
 static HOMES: LazyLock<Mutex<HashMap<IpAddr, usize>>> = LazyLock::new(Mutex::default);
 
-/// Counts a refusal; `reason` is one of [`REFUSALS`].
+/// Counts a refusal; `reason` is one of [`m::WORKER_REFUSALS`].
 pub fn refused(reason: &'static str) {
-    debug_assert!(REFUSALS.contains(&reason), "{reason}");
+    debug_assert!(m::WORKER_REFUSALS.contains(&reason), "{reason}");
     metrics::counter!(m::WORKER_REFUSALS_TOTAL, "reason" => reason).increment(1);
 }
 

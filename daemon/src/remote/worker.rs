@@ -356,7 +356,7 @@ impl Connection<'_> {
     }
 
     /// Why the unit of `indices` of the job at `at` may not be done, if so (with its
-    /// [`tally::REFUSALS`] code); reserves the pixel memory its buffer must grow by.
+    /// [`crate::service::metrics::WORKER_REFUSALS`] code); reserves the pixel memory its buffer must grow by.
     fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), (&'static str, String)> {
         let job = &self.jobs[at].1;
         job.check(indices).map_err(|e| ("unit", e))?;

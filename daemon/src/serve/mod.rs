@@ -57,7 +57,7 @@ pub mod stall;
 mod wake;
 
 pub use listen::Server;
-pub use ops::ServerHandle;
+pub use ops::{ServerHandle, WorkerFigures};
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -18,10 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message};
+use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message, WorkerStatus};
 
 use crate::engine::FeedWaker;
-use crate::remote::board::RemoteBoard;
 use crate::serve::access::{AccessPolicy, Quotas};
 
 use super::gpus::Engines;
@@ -56,7 +55,20 @@ pub(super) struct ServerState {
     /// Every attached rank's data stall, as its client reports it.
     pub(super) stalls: Arc<StallBoard>,
     /// The remote workers' figures (`[remote]`), once the service set them.
-    pub(super) remote: OnceLock<RemoteBoard>,
+    pub(super) remote: OnceLock<Box<dyn WorkerFigures>>,
+}
+
+/// What a home daemon's remote workers did, as status and metrics show it. The service hands
+/// the remote room's board in; the server only asks it.
+pub trait WorkerFigures: Send + Sync {
+    /// Each worker's row of `stoker status` (none without workers).
+    fn rows(&self) -> Vec<WorkerStatus>;
+    /// The share of `all_images` (every image the engine filled) that workers filled; None
+    /// without workers.
+    fn share(&self, all_images: u64) -> Option<f64>;
+    /// Feeds the recorder the workers' figures and returns what it renders itself, as
+    /// Prometheus text; called just before a render.
+    fn metrics_text(&self, all_images: u64) -> String;
 }
 
 /// Delivered images per second, as last computed.
@@ -172,8 +184,8 @@ impl ServerHandle {
     }
 
     /// Shows `board`'s workers in status and metrics (once; later boards are ignored).
-    pub fn show_workers(&self, board: RemoteBoard) {
-        let _ = self.state.remote.set(board);
+    pub fn show_workers(&self, board: impl WorkerFigures + 'static) {
+        let _ = self.state.remote.set(Box::new(board));
     }
 
     /// Replaces the access rules and registered datasets (config reload). Running jobs keep
@@ -385,14 +397,9 @@ impl ServerHandle {
                 .state
                 .remote
                 .get()
-                .map(RemoteBoard::rows)
+                .map(|r| r.rows())
                 .unwrap_or_default(),
-            remote_share: self
-                .state
-                .remote
-                .get()
-                .filter(|r| !r.workers.is_empty())
-                .map(|r| r.share(totals.images)),
+            remote_share: self.state.remote.get().and_then(|r| r.share(totals.images)),
         }
     }
 }

@@ -145,6 +145,15 @@ pub const WORKER_IMAGES_TOTAL: &str = "stoker_worker_images_total";
 pub const WORKER_BYTES_TOTAL: &str = "stoker_worker_bytes_total";
 /// Connections, jobs and units a worker refused, by reason.
 pub const WORKER_REFUSALS_TOTAL: &str = "stoker_worker_refusals_total";
+/// Why a worker refused something (the `reason` label of [`WORKER_REFUSALS_TOTAL`]).
+pub const WORKER_REFUSALS: &[&str] = &[
+    "connections",
+    "handshake",
+    "job",
+    "unit",
+    "unit_bytes",
+    "memory",
+];
 /// Authenticated home-daemon connections a worker holds now.
 pub const WORKER_CONNECTIONS: &str = "stoker_worker_connections";
 /// Home daemons (distinct peer addresses) connected to a worker now.
@@ -267,7 +276,7 @@ pub const ALL: &[Series] = &[
         &["direction"], Each("direction", &["sent", "received"])),
     series(WORKER_REFUSALS_TOTAL, Counter, Unit::Count,
         "Connections, jobs and units this worker refused, by reason.",
-        &["reason"], Each("reason", crate::remote::tally::REFUSALS)),
+        &["reason"], Each("reason", WORKER_REFUSALS)),
     series(WORKER_CONNECTIONS, Gauge, Unit::Count,
         "Authenticated home-daemon connections this worker holds.", &[], Plain),
     series(WORKER_HOMES, Gauge, Unit::Count,
