@@ -96,7 +96,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             reader: Reader::new(config.reader, CPU_UNIT_SAMPLES)?,
             decoder: CpuDecoder::new(config.limits)?,
-            augmenter: Augmenter::default(),
+            augmenter: Augmenter::new(),
             bufs: (0..CPU_UNIT_SAMPLES).map(|_| Vec::new()).collect(),
             image: RgbImage::default(),
             turned: RgbImage::default(),

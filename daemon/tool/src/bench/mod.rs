@@ -620,7 +620,7 @@ pub fn decode_stage(
                 return;
             }
         };
-        let mut augmenter = stoker_daemon::transform::augment::Augmenter::default();
+        let mut augmenter = stoker_daemon::transform::augment::Augmenter::new();
         let mut image = stoker_kernels::reference::RgbImage::default();
         let mut out = vec![0u8; image_bytes];
         loop {
