@@ -130,12 +130,17 @@ fn rewritten_files_decode_every_crop_bit_identically() {
 }
 
 #[test]
-fn the_interval_divides_the_row_into_about_four() {
-    assert_eq!(interval_for(32), 8);
-    assert_eq!(interval_for(40), 10);
-    assert_eq!(interval_for(30), 6);
-    // Prime: one interval per row, not one per MCU.
+fn the_interval_divides_the_row_into_about_sixteen() {
+    assert_eq!(interval_for(32), 2);
+    assert_eq!(interval_for(64), 4);
+    // 20 intervals (4 from sixteen) rather than 10 (6 from it).
+    assert_eq!(interval_for(40), 2);
+    assert_eq!(interval_for(30), 2);
+    assert_eq!(interval_for(27), 3);
+    // Prime: one interval per row, not one per MCU (31 and 1 are as far from sixteen: the
+    // fewer intervals win).
     assert_eq!(interval_for(37), 37);
+    assert_eq!(interval_for(31), 31);
     assert_eq!(interval_for(1), 1);
     assert_eq!(interval_for(3), 1);
 }
@@ -149,16 +154,16 @@ fn partial_stream_renumbers_markers_and_ends_with_eoi() {
     let c = cover(&layout.frame, ScalingFactor::ONE, (320, 160, 64, 64));
     assert!(c.skips_enough(&layout.frame));
     let origin = p.build(&out, &layout, c, ScalingFactor::ONE);
-    // MCUs 19..25 of 40 (one MCU of margin each side) lie in interval columns 1..3 of 4
-    // (intervals of 10 MCUs, 160 px): x 160..480; MCU rows 9..15 of 30: y 144..240.
-    assert_eq!(origin, Some((160, 144)));
+    // MCUs 19..25 of 40 (one MCU of margin each side) lie in interval columns 9..13 of 20
+    // (intervals of 2 MCUs, 32 px): x 288..416; MCU rows 9..15 of 30: y 144..240.
+    assert_eq!(origin, Some((288, 144)));
     let sub = RestartLayout::parse(&p.bytes).expect("the partial stream is restart-indexed");
     assert_eq!(
         (sub.frame.width, sub.frame.height),
-        (320, 96),
-        "two interval columns, six MCU rows"
+        (128, 96),
+        "four interval columns, six MCU rows"
     );
-    assert_eq!(sub.starts.len(), 12);
+    assert_eq!(sub.starts.len(), 24);
     assert!(p.bytes.ends_with(&[0xFF, 0xD9]));
     // The whole image: not worth it.
     let whole = cover(&layout.frame, ScalingFactor::ONE, (0, 0, 640, 480));
