@@ -9,6 +9,7 @@
 
 mod bench;
 mod caps;
+mod changes;
 mod credentials;
 mod deploy;
 mod malformed;

@@ -4,7 +4,9 @@
 //! # Design
 //! - A job is opened per connection: the dataset is resolved by the worker's own rules
 //!   ([`DatasetRules`]), opened once per worker process and shared, and checked against the
-//!   home's [`fingerprint`]; the job gets its own [`CpuBackend`] made with the home's decode
+//!   home's [`fingerprint`]. A dataset that differs from the home's is read again (it may have
+//!   changed since the worker opened it), at most once per [`REREAD_INTERVAL`], and at most
+//!   [`MAX_OPEN_DATASETS`] are kept (the least recently used go; jobs keep theirs). The job gets its own [`CpuBackend`] made with the home's decode
 //!   limits (which must not exceed the worker's own), so every outcome is the local one.
 //! - A unit is filled by [`CpuBackend::fill`] into the job's buffer; each bad sample is then
 //!   settled as the engine settles it: under `skip`, the first of
@@ -19,6 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ring::digest;
 use stoker::ring::SlotLayout;
@@ -36,6 +39,13 @@ use crate::sync::lock;
 
 /// Most samples in one unit a worker takes.
 pub const MAX_UNIT_SAMPLES: usize = 256;
+
+/// A dataset whose fingerprint differs from a home's is read again at most this often (a
+/// home with another dataset at the same path must not make the worker re-index it per open).
+pub const REREAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Datasets a worker keeps opened (their indexes) for the next jobs.
+pub const MAX_OPEN_DATASETS: usize = 8;
 
 /// A digest of what a dataset's index numbers: each sample's file (relative to the
 /// dataset's root), offset, length and label, in order. Home and worker must agree on it.
@@ -64,14 +74,66 @@ pub struct DatasetRules {
     has_roots: bool,
     s3_prefixes: Vec<String>,
     open: OpenOptions,
-    /// Datasets opened so far, by path, with their fingerprint and how their files are read.
-    opened: Mutex<HashMap<String, Arc<Opened>>>,
+    /// Datasets opened, by path, with their fingerprint and how their files are read.
+    opened: Mutex<Shelf>,
 }
 
 struct Opened {
     dataset: Arc<Dataset>,
     fingerprint: String,
     policy: OpenPolicy,
+}
+
+/// The datasets kept opened, by the path homes name them by.
+#[derive(Default)]
+struct Shelf {
+    entries: HashMap<String, Kept>,
+    /// Counts uses, for the least recently used.
+    tick: u64,
+}
+
+struct Kept {
+    opened: Arc<Opened>,
+    used: u64,
+    /// When it was last read again for a home whose fingerprint differed.
+    reread: Option<Instant>,
+}
+
+impl Shelf {
+    /// The entry for `path`, marked used.
+    fn get(&mut self, path: &str) -> Option<&mut Kept> {
+        self.tick += 1;
+        let tick = self.tick;
+        let kept = self.entries.get_mut(path)?;
+        kept.used = tick;
+        Some(kept)
+    }
+
+    /// Keeps `opened` for `path`, letting the least recently used entries go past
+    /// [`MAX_OPEN_DATASETS`].
+    fn put(&mut self, path: &str, opened: Arc<Opened>, reread: Option<Instant>) {
+        self.tick += 1;
+        let used = self.tick;
+        self.entries.insert(
+            path.to_owned(),
+            Kept {
+                opened,
+                used,
+                reread,
+            },
+        );
+        while self.entries.len() > MAX_OPEN_DATASETS {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, k)| k.used)
+                .map(|(p, _)| p.clone())
+            else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+    }
 }
 
 impl DatasetRules {
@@ -96,11 +158,36 @@ impl DatasetRules {
         })
     }
 
-    /// The dataset at `path` with its fingerprint, or why this worker will not open it.
-    fn open(&self, path: &str) -> Result<Arc<Opened>, String> {
-        if let Some(o) = lock(&self.opened).get(path) {
-            return Ok(Arc::clone(o));
+    /// The dataset at `path` with its fingerprint, or why this worker will not open it. One
+    /// kept whose fingerprint is not `want` is read again (see [`REREAD_INTERVAL`]).
+    fn open(&self, path: &str, want: &str) -> Result<Arc<Opened>, String> {
+        let kept = lock(&self.opened).get(path).map(|k| {
+            let stale = k.opened.fingerprint != want
+                && k.reread.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
+            (Arc::clone(&k.opened), stale)
+        });
+        match kept {
+            Some((opened, false)) => Ok(opened),
+            Some((_, true)) => {
+                let opened = self.read(path)?;
+                tracing::info!(
+                    dataset = path,
+                    same = opened.fingerprint == want,
+                    "worker read the dataset again: a home's index of it differed"
+                );
+                lock(&self.opened).put(path, Arc::clone(&opened), Some(Instant::now()));
+                Ok(opened)
+            }
+            None => {
+                let opened = self.read(path)?;
+                lock(&self.opened).put(path, Arc::clone(&opened), None);
+                Ok(opened)
+            }
         }
+    }
+
+    /// Resolves and opens the dataset at `path` under this worker's rules.
+    fn read(&self, path: &str) -> Result<Arc<Opened>, String> {
         // A registered dataset is named by its name to the access rules (trusted as
         // configured); anything else must pass them as a path.
         let name = self
@@ -133,13 +220,11 @@ impl DatasetRules {
             .admit(&me, name.as_deref().unwrap_or(path))
             .map_err(|e| e.to_string())?;
         let dataset = admission.open(&self.open).map_err(|e| e.to_string())?;
-        let opened = Arc::new(Opened {
+        Ok(Arc::new(Opened {
             fingerprint: fingerprint(&dataset),
             dataset: Arc::new(dataset),
             policy: admission.policy.clone(),
-        });
-        lock(&self.opened).insert(path.to_owned(), Arc::clone(&opened));
-        Ok(opened)
+        }))
     }
 }
 
@@ -192,7 +277,7 @@ impl WorkerJob {
                 own.limits.max_file_bytes
             ));
         }
-        let opened = rules.open(&open.dataset)?;
+        let opened = rules.open(&open.dataset, &open.fingerprint)?;
         if opened.fingerprint != open.fingerprint {
             return Err(format!(
                 "dataset {:?} differs here: its index numbers other files than the home's",
@@ -372,5 +457,47 @@ mod tests {
         assert!(!under_prefix("s3://b/data/./x", "s3://b/data"));
         assert!(!under_prefix("s3://b/data//x", "s3://b/data"));
         assert!(under_prefix("s3://b/data/x/", "s3://b/data"));
+    }
+
+    #[test]
+    fn a_worker_keeps_the_last_datasets_it_used_and_rereads_a_differing_one_rarely() {
+        let root = tempfile::tempdir().unwrap();
+        let folders: Vec<String> = (0..MAX_OPEN_DATASETS + 2)
+            .map(|i| {
+                let dir = root.path().join(format!("d{i}"));
+                std::fs::create_dir(&dir).unwrap();
+                std::fs::write(dir.join("a.jpg"), b"bytes").unwrap();
+                dir.to_str().unwrap().to_owned()
+            })
+            .collect();
+        let opts = OpenOptions {
+            use_cache: false,
+            ..OpenOptions::default()
+        };
+        let rules =
+            DatasetRules::new(&[root.path().to_owned()], &BTreeMap::new(), &[], opts).unwrap();
+        let mut first = Vec::new();
+        for f in &folders[..MAX_OPEN_DATASETS] {
+            first.push(rules.open(f, "").unwrap());
+        }
+        // d0 used again (its fingerprint matches: kept as it is), then two more datasets: d1
+        // and d2, the least recently used, go.
+        let d0 = rules.open(&folders[0], &first[0].fingerprint).unwrap();
+        assert!(Arc::ptr_eq(&first[0], &d0));
+        for f in &folders[MAX_OPEN_DATASETS..] {
+            rules.open(f, "").unwrap();
+        }
+        let shelf = lock(&rules.opened);
+        assert_eq!(shelf.entries.len(), MAX_OPEN_DATASETS);
+        assert!(shelf.entries.contains_key(&folders[0]));
+        assert!(!shelf.entries.contains_key(&folders[1]));
+        assert!(!shelf.entries.contains_key(&folders[2]));
+        drop(shelf);
+        // A fingerprint that differs reads d0 again once, then not within the interval.
+        let again = rules.open(&folders[0], "other").unwrap();
+        assert!(!Arc::ptr_eq(&d0, &again));
+        assert!(lock(&rules.opened).entries[&folders[0]].reread.is_some());
+        let kept = rules.open(&folders[0], "other").unwrap();
+        assert!(Arc::ptr_eq(&again, &kept));
     }
 }

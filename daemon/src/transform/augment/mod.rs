@@ -276,6 +276,7 @@ pub struct Augmenter {
     values: Vec<f32>,
     halves: Vec<half::f16>,
     /// Never the AVX2 copy ([`Augmenter::use_portable_code`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     portable: bool,
 }
 
@@ -609,7 +610,9 @@ fn normalisation(spec: &PipelineSpec) -> ([f32; 3], [f32; 3]) {
 fn encode(values: &[f32], dtype: DType, dst: &mut [u8], halves: &mut Vec<half::f16>) {
     match dtype {
         DType::F32 => {
-            if stream::store_f32(values, dst) {
+            // SAFETY: `encode` runs only in `store_row`, inside `Augmenter::augment`, which
+            // calls `stream::fence` after the image's last row, before it returns.
+            if unsafe { stream::store_f32(values, dst) } {
                 return;
             }
             for (d, v) in dst.chunks_exact_mut(4).zip(values) {

@@ -11,8 +11,13 @@
 /// Stores `values` into `dst` (native byte order, `dst.len() == 4 * values.len()`) with
 /// streaming stores; false, with nothing written, where it cannot (another architecture, an
 /// unaligned `dst`).
+///
+/// # Safety
+/// The calling thread must call [`fence`] after its last store of the image and before the
+/// image is read by, or published to, another thread or process (streaming stores are not
+/// ordered with later stores without it).
 #[inline]
-pub(super) fn store_f32(values: &[f32], dst: &mut [u8]) -> bool {
+pub(super) unsafe fn store_f32(values: &[f32], dst: &mut [u8]) -> bool {
     debug_assert_eq!(dst.len(), values.len() * 4);
     #[cfg(target_arch = "x86_64")]
     {

@@ -92,12 +92,15 @@ pub fn add_restart_markers(jpeg: &[u8]) -> Result<Vec<u8>, NotRewritten> {
     Ok(out)
 }
 
-/// The restart interval in MCUs: the divisor of the row's MCU count that cuts the row into
-/// the number of intervals closest to [`RESTART_COLUMNS`] (the fewer on a tie), so intervals
-/// form a grid; a prime count gets one interval per row rather than one per MCU.
+/// The restart interval in MCUs: the divisor of the row's MCU count, at least 2 MCUs (a row of
+/// 2 or fewer excepted), that cuts the row into the number of intervals closest to
+/// [`RESTART_COLUMNS`] (the fewer on a tie), so intervals form a grid. A row whose only such
+/// divisor is itself (a prime count) gets one interval per row: a marker after every MCU
+/// would cost more bytes than the columns it lets a crop skip.
 fn interval_for(mcus_per_row: u32) -> u32 {
     let mcus = mcus_per_row.max(1);
-    (1..=mcus)
+    let least = if mcus <= 2 { 1 } else { 2 };
+    (least..=mcus)
         .filter(|d| mcus.is_multiple_of(*d))
         .min_by_key(|&d| {
             (mcus / d).abs_diff(RESTART_COLUMNS) * 2 + u32::from(mcus / d > RESTART_COLUMNS)

@@ -137,12 +137,14 @@ fn the_interval_divides_the_row_into_about_sixteen() {
     assert_eq!(interval_for(40), 2);
     assert_eq!(interval_for(30), 2);
     assert_eq!(interval_for(27), 3);
-    // Prime: one interval per row, not one per MCU (31 and 1 are as far from sixteen: the
-    // fewer intervals win).
-    assert_eq!(interval_for(37), 37);
-    assert_eq!(interval_for(31), 31);
+    // 10 intervals of 2 MCUs, not 20 of one.
+    assert_eq!(interval_for(20), 2);
+    // Prime: one interval per row, not one per MCU.
+    for prime in [3, 13, 19, 29, 31, 37] {
+        assert_eq!(interval_for(prime), prime);
+    }
     assert_eq!(interval_for(1), 1);
-    assert_eq!(interval_for(3), 1);
+    assert_eq!(interval_for(2), 1);
 }
 
 #[test]
