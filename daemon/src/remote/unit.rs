@@ -95,7 +95,8 @@ struct Shelf {
 struct Kept {
     opened: Arc<Opened>,
     used: u64,
-    /// When it was last read again for a home whose fingerprint differed.
+    /// When a home's differing fingerprint last had it read again: set before the reading, so
+    /// opens meanwhile (and failed readings) wait out [`REREAD_INTERVAL`] instead of reading.
     reread: Option<Instant>,
 }
 
@@ -109,26 +110,39 @@ impl Shelf {
         Some(kept)
     }
 
-    /// Keeps `opened` for `path`, letting the least recently used entries go past
-    /// [`MAX_OPEN_DATASETS`].
-    fn put(&mut self, path: &str, opened: Arc<Opened>, reread: Option<Instant>) {
+    /// Keeps `opened` for `path`: in place of `replaces` (a reading it followed), or where
+    /// nothing is kept; an entry another thread put meanwhile stays. Then lets the least
+    /// recently used entries that no job holds go, past [`MAX_OPEN_DATASETS`] (one a job holds
+    /// would free nothing, and the next open would index it a second time).
+    fn put(&mut self, path: &str, opened: Arc<Opened>, replaces: Option<&Arc<Opened>>) {
         self.tick += 1;
         let used = self.tick;
-        self.entries.insert(
-            path.to_owned(),
-            Kept {
-                opened,
-                used,
-                reread,
-            },
-        );
+        match self.entries.get_mut(path) {
+            Some(k) if replaces.is_some_and(|r| Arc::ptr_eq(r, &k.opened)) => {
+                k.opened = opened;
+                k.used = used;
+            }
+            Some(_) => {}
+            None => {
+                let reread = replaces.map(|_| Instant::now());
+                self.entries.insert(
+                    path.to_owned(),
+                    Kept {
+                        opened,
+                        used,
+                        reread,
+                    },
+                );
+            }
+        }
         while self.entries.len() > MAX_OPEN_DATASETS {
-            let Some(oldest) = self
+            let unused = self
                 .entries
                 .iter()
+                .filter(|(p, k)| p.as_str() != path && Arc::strong_count(&k.opened.dataset) == 1)
                 .min_by_key(|(_, k)| k.used)
-                .map(|(p, _)| p.clone())
-            else {
+                .map(|(p, _)| p.clone());
+            let Some(oldest) = unused else {
                 break;
             };
             self.entries.remove(&oldest);
@@ -164,18 +178,21 @@ impl DatasetRules {
         let kept = lock(&self.opened).get(path).map(|k| {
             let stale = k.opened.fingerprint != want
                 && k.reread.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
+            if stale {
+                k.reread = Some(Instant::now());
+            }
             (Arc::clone(&k.opened), stale)
         });
         match kept {
             Some((opened, false)) => Ok(opened),
-            Some((_, true)) => {
+            Some((old, true)) => {
                 let opened = self.read(path)?;
                 tracing::info!(
                     dataset = path,
                     same = opened.fingerprint == want,
                     "worker read the dataset again: a home's index of it differed"
                 );
-                lock(&self.opened).put(path, Arc::clone(&opened), Some(Instant::now()));
+                lock(&self.opened).put(path, Arc::clone(&opened), Some(&old));
                 Ok(opened)
             }
             None => {
@@ -484,20 +501,61 @@ mod tests {
         // and d2, the least recently used, go.
         let d0 = rules.open(&folders[0], &first[0].fingerprint).unwrap();
         assert!(Arc::ptr_eq(&first[0], &d0));
+        // A job holds d1: letting it go would free nothing, so d2 and d3 go.
+        let job = Arc::clone(&first[1].dataset);
         for f in &folders[MAX_OPEN_DATASETS..] {
             rules.open(f, "").unwrap();
         }
         let shelf = lock(&rules.opened);
         assert_eq!(shelf.entries.len(), MAX_OPEN_DATASETS);
         assert!(shelf.entries.contains_key(&folders[0]));
-        assert!(!shelf.entries.contains_key(&folders[1]));
+        assert!(shelf.entries.contains_key(&folders[1]));
         assert!(!shelf.entries.contains_key(&folders[2]));
-        drop(shelf);
+        assert!(!shelf.entries.contains_key(&folders[3]));
+        drop((shelf, job));
         // A fingerprint that differs reads d0 again once, then not within the interval.
         let again = rules.open(&folders[0], "other").unwrap();
         assert!(!Arc::ptr_eq(&d0, &again));
         assert!(lock(&rules.opened).entries[&folders[0]].reread.is_some());
         let kept = rules.open(&folders[0], "other").unwrap();
         assert!(Arc::ptr_eq(&again, &kept));
+    }
+
+    #[test]
+    fn opens_at_once_with_a_differing_fingerprint_read_the_dataset_again_once() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("d");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("a.jpg"), b"bytes").unwrap();
+        let path = dir.to_str().unwrap();
+        let rules = DatasetRules::new(
+            &[root.path().to_owned()],
+            &BTreeMap::new(),
+            &[],
+            OpenOptions {
+                use_cache: false,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        let old = rules.open(path, "").unwrap();
+        for _ in 0..20 {
+            lock(&rules.opened).entries.get_mut(path).unwrap().reread = None;
+            let before = rules.open(path, &old.fingerprint).unwrap();
+            let barrier = std::sync::Barrier::new(2);
+            let (a, b) = std::thread::scope(|s| {
+                let open = || {
+                    barrier.wait();
+                    rules.open(path, "other").unwrap()
+                };
+                let a = s.spawn(open);
+                let b = s.spawn(open);
+                (a.join().unwrap(), b.join().unwrap())
+            });
+            // One reading at most: the other open got the kept entry, old or new.
+            let both_read =
+                !Arc::ptr_eq(&a, &before) && !Arc::ptr_eq(&b, &before) && !Arc::ptr_eq(&a, &b);
+            assert!(!both_read, "both opens read the dataset");
+        }
     }
 }
