@@ -19,6 +19,19 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// The arguments of `openssl req` that make a new P-256 key, unencrypted, into `key`.
+fn new_ec_key(key: &str) -> [&str; 7] {
+    [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        key,
+    ]
+}
+
 /// A CA `name`.pem (key `name`.key) in `dir`.
 fn ca(dir: &Path, name: &str) {
     let (key, pem, subj) = (
@@ -29,22 +42,11 @@ fn ca(dir: &Path, name: &str) {
     openssl(
         dir,
         &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &subj,
-        ],
+            &["req", "-x509"],
+            &new_ec_key(&key)[..],
+            &["-out", &pem, "-days", "2", "-subj", &subj],
+        ]
+        .concat(),
     );
 }
 
@@ -66,19 +68,11 @@ fn leaf(dir: &Path, name: &str, by: &str, ext: &str) {
     openssl(
         dir,
         &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &subj,
-        ],
+            &["req"],
+            &new_ec_key(&key)[..],
+            &["-out", &csr, "-subj", &subj],
+        ]
+        .concat(),
     );
     let (ca_pem, ca_key) = (format!("{by}.pem"), format!("{by}.key"));
     openssl(

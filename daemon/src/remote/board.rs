@@ -22,7 +22,7 @@
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use stoker::protocol::WorkerStatus;
@@ -33,8 +33,7 @@ use metrics_exporter_prometheus::formatting::{
 
 use super::wire::Message;
 use crate::serve::WorkerFigures;
-use crate::service::metrics::{self as m, histogram, LatencyHistogram};
-use crate::sync::lock;
+use crate::service::metrics::{self as m, histogram, LatencyHistogram, Throughput};
 
 /// One worker entry's figures, as its home daemon saw them.
 #[derive(Debug)]
@@ -51,14 +50,7 @@ pub struct WorkerBoard {
     bytes_received: AtomicU64,
     receive_cpu_ns: AtomicU64,
     round_trip: LatencyHistogram,
-    rate: Mutex<Rate>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Rate {
-    at: Instant,
-    images: u64,
-    per_s: f64,
+    rate: Throughput,
 }
 
 /// A unit on its way: made when its request is written, settled once.
@@ -79,11 +71,7 @@ impl WorkerBoard {
             bytes_received: AtomicU64::new(0),
             receive_cpu_ns: AtomicU64::new(0),
             round_trip: LatencyHistogram::default(),
-            rate: Mutex::new(Rate {
-                at: Instant::now(),
-                images: 0,
-                per_s: 0.0,
-            }),
+            rate: Throughput::default(),
         }
     }
 
@@ -144,17 +132,7 @@ impl WorkerBoard {
     /// Images/s over the time since the last call (at least half a second ago), else the
     /// figure of the last call.
     fn images_per_s(&self) -> f64 {
-        let images = self.images.load(Ordering::Relaxed);
-        let mut r = lock(&self.rate);
-        let dt = r.at.elapsed().as_secs_f64();
-        if dt >= 0.5 {
-            *r = Rate {
-                at: Instant::now(),
-                images,
-                per_s: (images - r.images) as f64 / dt,
-            };
-        }
-        r.per_s
+        self.rate.update(self.images.load(Ordering::Relaxed))
     }
 
     /// This worker's row of `stoker status`.

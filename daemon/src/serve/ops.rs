@@ -25,7 +25,7 @@ use crate::serve::access::{AccessPolicy, Quotas};
 
 use super::gpus::Engines;
 use crate::serve::stall::StallBoard;
-use crate::service::metrics::{self as m, histogram};
+use crate::service::metrics::{self as m, histogram, Throughput};
 
 use super::registry::Registry;
 use super::wake::EventFd;
@@ -51,7 +51,7 @@ pub(super) struct ServerState {
     /// Milliseconds since `started` when the accept loop last looked up.
     pub(super) heartbeat_ms: AtomicU64,
     /// The throughput figure.
-    pub(super) rate: Mutex<Rate>,
+    pub(super) rate: Throughput,
     /// Every attached rank's data stall, as its client reports it.
     pub(super) stalls: Arc<StallBoard>,
     /// The remote workers' figures (`[remote]`), once the service set them.
@@ -71,16 +71,6 @@ pub trait WorkerFigures: Send + Sync {
     fn metrics_text(&self, all_images: u64) -> String;
 }
 
-/// Delivered images per second, as last computed.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Rate {
-    /// When it was computed.
-    pub(super) at: Instant,
-    /// Images delivered by then.
-    pub(super) delivered: u64,
-    pub(super) per_s: f64,
-}
-
 impl ServerState {
     pub(super) fn new() -> Result<ServerState, std::io::Error> {
         let now = Instant::now();
@@ -95,11 +85,7 @@ impl ServerState {
             ring_bytes: AtomicU64::new(0),
             started: now,
             heartbeat_ms: AtomicU64::new(0),
-            rate: Mutex::new(Rate {
-                at: now,
-                delivered: 0,
-                per_s: 0.0,
-            }),
+            rate: Throughput::default(),
             stalls: Arc::default(),
             remote: OnceLock::new(),
         })
@@ -221,25 +207,13 @@ impl ServerHandle {
     /// Recomputes images/s from the delivered count since the last call (call it every
     /// second or so); returns it.
     pub fn update_rate(&self) -> f64 {
-        let delivered = self.state.delivered.load(Ordering::Relaxed);
-        let mut r = self.state.rate.lock().unwrap_or_else(|e| e.into_inner());
-        let dt = r.at.elapsed().as_secs_f64();
-        if dt >= 0.5 {
-            *r = Rate {
-                at: Instant::now(),
-                delivered,
-                per_s: (delivered - r.delivered) as f64 / dt,
-            };
-        }
-        r.per_s
+        self.state
+            .rate
+            .update(self.state.delivered.load(Ordering::Relaxed))
     }
 
     pub(super) fn rate(&self) -> f64 {
-        self.state
-            .rate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .per_s
+        self.state.rate.last()
     }
 
     /// Feeds the recorder what the daemon's atomics hold (the one record of those events,

@@ -37,9 +37,11 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub mod catalogue;
 pub mod histogram;
+pub mod rate;
 
 pub use catalogue::*;
 pub use histogram::{HistogramSnapshot, LatencyHistogram};
+pub use rate::Throughput;
 
 /// Histogram buckets for stage latency (seconds): 10 µs to 2.5 s.
 pub const STAGE_BUCKETS: &[f64] = &[
