@@ -37,6 +37,8 @@ use stoker_testkit::{read_log, write_image_folder, Daemon};
 const SEED: u64 = 27;
 const EPOCHS: u32 = 2;
 const BATCH: u32 = 4;
+/// The shared secret's text: never to be seen in a log, status or metrics.
+const SECRET: &str = "a-test-secret-of-some-length";
 
 /// A dataset of 4 classes of 16 JPEGs plus one file that is no JPEG (replaced under `skip`,
 /// on a worker as at home); a shared secret only its owner reads.
@@ -54,7 +56,7 @@ impl World {
         write_image_folder(&data, 4, 16, 40);
         std::fs::write(data.join("c1").join("img999.jpg"), b"not a jpeg at all").unwrap();
         let secret = tmp.path().join("secret");
-        std::fs::write(&secret, "a-test-secret-of-some-length\n").unwrap();
+        std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         World { tmp, data, secret }
     }
@@ -253,6 +255,38 @@ fn a_home_daemon_with_two_workers_serves_the_local_batches_bit_for_bit() {
     );
     let home_log = read_log(&home_log);
     assert!(!home_log.contains("filling locally"), "{home_log}");
+}
+
+/// One worker serves two home daemons at once: each one's job gets the local batches, each
+/// had units done on the worker, and the worker holds both homes' connections (2 each; its
+/// homes gauge counts addresses, and both are 127.0.0.1).
+#[test]
+fn one_worker_serves_two_home_daemons_at_once() {
+    let world = World::new();
+    let expected = reference(&world);
+    let (_worker, addr, worker_metrics) = observe::worker_with_metrics(&world);
+    let homes: Vec<_> = ["home-a", "home-b"]
+        .iter()
+        .map(|name| world.home(name, &[&addr]))
+        .collect();
+    let runs: Vec<_> = homes
+        .iter()
+        .map(|(home, _, _)| {
+            let (socket, data) = (home.socket().to_owned(), world.data.clone());
+            std::thread::spawn(move || serve_job(&socket, &data, 0, || {}))
+        })
+        .collect();
+    for (run, (_, _, metrics)) in runs.into_iter().zip(&homes) {
+        assert_eq!(run.join().unwrap(), expected);
+        let text = stoker_testkit::prometheus::http_get(metrics, "/metrics").1;
+        assert!(remote_units(&text, &addr, "done") > 0.0, "{text}");
+    }
+    let text = stoker_testkit::prometheus::http_get(&worker_metrics, "/metrics").1;
+    assert_eq!(
+        stoker_testkit::prometheus::sample(&text, "stoker_worker_connections"),
+        Some(4.0),
+        "{text}"
+    );
 }
 
 #[test]

@@ -156,6 +156,15 @@ fn status_and_metrics_show_each_worker_and_the_worker_counts_its_own() {
     );
     let metric_share = sample(&text, "stoker_remote_share").unwrap();
     assert!(metric_share > 0.0 && metric_share < 1.0, "{text}");
+    // The secret both sides hold is in none of what they show.
+    let shown = [
+        format!("{s:?}"),
+        text.clone(),
+        http_get(&worker_metrics, "/metrics").1,
+    ];
+    for what in &shown {
+        assert!(!what.contains(SECRET), "the secret is shown: {what}");
+    }
 
     // A peer that does not pass the handshake is refused, counted by reason (the home's
     // connections made while the worker was stopped may have failed theirs too).

@@ -271,3 +271,58 @@ fn edge_files_rewrite_identically_or_stay_as_they_are() {
     eprintln!("edge files: {rewritten} rewritten, {kept} kept as they are");
     assert!(rewritten >= 10 && kept >= 10, "{rewritten} / {kept}");
 }
+
+/// Issue 25 item 3 on restart-indexed files: TurboJPEG cannot crop a YUV decode, but the
+/// partial stream of a restart-indexed file is already about the crop's size. Per photo and
+/// three epochs of RandomResizedCrop boxes, today's RGB decode of the partial stream (cropped,
+/// upsampled, colour converted) against a planar YUV decode of the same partial stream at the
+/// same DCT scale, back to back. Figures: docs/decisions.md, "Colour stays at the decoded size".
+#[test]
+#[ignore = "measurement: cargo test --release -p stoker-daemon --lib yuv_partial -- --ignored --nocapture"]
+fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
+    use std::time::Instant;
+    let Some(files) = shared_data("photos") else {
+        return;
+    };
+    let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
+    let mut yuv = super::super::new_handle().unwrap();
+    let (mut out, mut planes) = (RgbImage::default(), [vec![], vec![], vec![]]);
+    let mut partial = PartialStream::default();
+    let (mut secs, mut px, mut n) = ([0f64; 2], [0u64; 2], 0u32);
+    let rewritten: Vec<Vec<u8>> = files
+        .iter()
+        .map(|p| add_restart_markers(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    for epoch in 0..3 {
+        for (index, bytes) in rewritten.iter().enumerate() {
+            let h = probe(bytes).unwrap();
+            if h.colorspace != ColorSpace::YCbCr {
+                continue;
+            }
+            let crop = super::super::tests::train_crop(&h, epoch, index);
+            let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
+            let t = Instant::now();
+            if !rgb.run_restart_intervals(bytes, &plan, &mut out).unwrap() {
+                continue;
+            }
+            secs[0] += t.elapsed().as_secs_f64();
+            px[0] += u64::from(out.width) * u64::from(out.height);
+            let t = Instant::now();
+            let frame = Frame::parse(bytes).unwrap();
+            let cover = cover(&frame, plan.factor, plan.crop.unwrap());
+            let need = cover.last_interval(&frame) + 1;
+            let layout = RestartLayout::walk(bytes, frame, need, Vec::new()).unwrap();
+            partial.build(bytes, &layout, cover, plan.factor).unwrap();
+            px[1] +=
+                super::super::tests::decode_yuv(&mut yuv, &partial.bytes, plan.factor, &mut planes);
+            secs[1] += t.elapsed().as_secs_f64();
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no photo took the restart path");
+    let names = [
+        "RGB, partial stream, cropped (today)",
+        "YUV planes, partial stream",
+    ];
+    super::super::tests::print_costs(&names, &secs, &px, n);
+}

@@ -468,7 +468,7 @@ fn with_frame_height(jpeg: &[u8], height: u16) -> Option<Vec<u8>> {
 
 /// Decodes `jpeg` to planar YUV at `factor` with `tj`; returns the luma samples decoded. The
 /// warning about the scan bytes left after a shortened frame is expected.
-fn decode_yuv(
+pub(super) fn decode_yuv(
     tj: &mut TjHandle,
     jpeg: &[u8],
     factor: ScalingFactor,
@@ -509,7 +509,6 @@ fn yuv_decode_cost_against_the_cropped_rgb_decode() {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    let spec = stoker::spec::PipelineSpec::train(64, 224);
     let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
     let mut yuv = new_handle().unwrap();
     let (mut out, mut planes) = (RgbImage::default(), [vec![], vec![], vec![]]);
@@ -524,14 +523,7 @@ fn yuv_decode_cost_against_the_cropped_rgb_decode() {
             {
                 continue;
             }
-            let (crop, _) = crate::transform::augment::sample_params(
-                &spec,
-                h.width,
-                h.height,
-                0,
-                epoch,
-                index as u64,
-            );
+            let crop = train_crop(&h, epoch, index);
             let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
             let t = Instant::now();
             rgb.decode_for_crop(&bytes, crop, (224, 224), &mut out)
@@ -558,12 +550,23 @@ fn yuv_decode_cost_against_the_cropped_rgb_decode() {
         "YUV planes, whole",
         "YUV planes, to the crop's last row",
     ];
-    for i in 0..3 {
+    print_costs(&names, &secs, &px, n);
+}
+
+/// The RandomResizedCrop(224) box of sample `index` in `epoch` (seed 0) for a measurement.
+pub(super) fn train_crop(h: &JpegHeader, epoch: u64, index: usize) -> CropBox {
+    let spec = stoker::spec::PipelineSpec::train(64, 224);
+    let params = crate::transform::augment::sample_params;
+    params(&spec, h.width, h.height, 0, epoch, index as u64).0
+}
+
+/// Prints a measurement's mean decode time and pixels per image, one line per way.
+pub(super) fn print_costs(names: &[&str], secs: &[f64], px: &[u64], n: u32) {
+    for ((name, s), p) in names.iter().zip(secs).zip(px) {
         eprintln!(
-            "{:<36} {:.3} ms/image, {:>7} pixels/image",
-            names[i],
-            secs[i] / f64::from(n) * 1e3,
-            px[i] / u64::from(n)
+            "{name:<38} {:.3} ms/image, {:>7} pixels/image",
+            s / f64::from(n) * 1e3,
+            p / u64::from(n)
         );
     }
 }
