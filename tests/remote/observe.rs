@@ -75,7 +75,7 @@ fn status_and_metrics_show_each_worker_and_the_worker_counts_its_own() {
     let world = World::new();
     let (worker, addr, worker_metrics) = worker_with_metrics(&world);
     // Four connections against one local thread: the units after the pause go out too.
-    let (home, _, home_metrics) = world.home_with("home", &[&addr], 4);
+    let (home, home_log, home_metrics) = world.home_with("home", &[&addr], 4);
     let before = row(&status(&home));
     assert_eq!(
         (before.addr.as_str(), before.units_done),
@@ -156,11 +156,13 @@ fn status_and_metrics_show_each_worker_and_the_worker_counts_its_own() {
     );
     let metric_share = sample(&text, "stoker_remote_share").unwrap();
     assert!(metric_share > 0.0 && metric_share < 1.0, "{text}");
-    // The secret both sides hold is in none of what they show.
+    // The secret both sides hold is in none of what they show or log.
     let shown = [
         format!("{s:?}"),
         text.clone(),
         http_get(&worker_metrics, "/metrics").1,
+        read_log(&home_log),
+        read_log(&world.dir("observed-worker").join("log")),
     ];
     for what in &shown {
         assert!(!what.contains(SECRET), "the secret is shown: {what}");

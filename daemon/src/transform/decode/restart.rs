@@ -386,6 +386,16 @@ impl PartialStream {
 
 /// The interval columns and MCU rows covering the scaled region plus the margin.
 fn cover(f: &Frame, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
+    cover_with(f, factor, region, MARGIN_MCUS)
+}
+
+/// [`cover`] with `margin` MCUs on every side.
+fn cover_with(
+    f: &Frame,
+    factor: ScalingFactor,
+    region: (u32, u32, u32, u32),
+    margin: u32,
+) -> Cover {
     let (x, y, w, h) = region;
     // Scaled pixel `s` comes from full pixels [s * d / n, (s + 1) * d / n).
     let full = |s: u32| (u64::from(s) * u64::from(factor.denom)).div_ceil(u64::from(factor.num));
@@ -393,12 +403,12 @@ fn cover(f: &Frame, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cove
         let v = u64::from(s) * u64::from(factor.denom) / u64::from(factor.num);
         u32::try_from(v / u64::from(mcu))
             .unwrap_or(u32::MAX)
-            .saturating_sub(MARGIN_MCUS)
+            .saturating_sub(margin)
     };
     let hi = |s: u32, mcu: u32, max: u32| {
         u32::try_from(full(s).div_ceil(u64::from(mcu)))
             .unwrap_or(u32::MAX)
-            .saturating_add(MARGIN_MCUS)
+            .saturating_add(margin)
             .min(max)
     };
     let interval = f.interval;
