@@ -636,6 +636,8 @@ fn encode(values: &[f32], dtype: DType, dst: &mut [u8], halves: &mut Vec<half::f
     }
 }
 
+#[cfg(test)]
+pub(crate) mod planar_probe;
 mod stream;
 #[cfg(test)]
 mod tests;

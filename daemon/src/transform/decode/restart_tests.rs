@@ -332,3 +332,156 @@ fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
     ];
     measure::print_costs(&names, &secs, &px, n);
 }
+
+/// Issue 25 item 3 end to end on restart-indexed files, as a measurement: today's path (the
+/// partial stream decoded to cropped RGB, then `Augmenter`) against the colour-at-the-output-
+/// size path (the partial stream without margin decoded to YCbCr planes, then
+/// `augment::planar_probe`), both to normalised f32 CHW at 224x224 with no flip, timed per
+/// stage back to back; and the PSNR of the planar path's image against today's (in 0-255
+/// units), the lowest over all photos and the mean. 4:4:4, 4:2:2 and 4:2:0 YCbCr photos.
+#[test]
+#[ignore = "measurement: cargo test --release -p stoker-daemon --lib planar_path -- --ignored --nocapture"]
+fn planar_path_cost_and_psnr_against_todays_path() {
+    use super::super::tests as measure;
+    use super::super::Subsampling;
+    use crate::transform::augment::Augmenter;
+    use std::time::Instant;
+    let Some(files) = shared_data("photos") else {
+        return;
+    };
+    let spec = stoker::spec::PipelineSpec::train(64, 224);
+    let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
+    let (mut augmenter, mut img) = (Augmenter::new(), RgbImage::default());
+    let mut planar_path = PlanarPath::default();
+    let mut today = vec![0u8; spec.image_bytes()];
+    let mut planar = vec![0f32; spec.image_bytes() / 4];
+    // Today's decode and augment, then the planar path's; one PSNR per image.
+    let (mut secs, mut n, mut psnrs) = ([0f64; 4], 0u32, Vec::new());
+    for epoch in 0..3 {
+        for (index, path) in files.iter().enumerate() {
+            let bytes = add_restart_markers(&std::fs::read(path).unwrap()).unwrap();
+            let h = probe(&bytes).unwrap();
+            let sub = match h.subsampling {
+                Subsampling::S444 => (1, 1),
+                Subsampling::S422 => (2, 1),
+                Subsampling::S420 => (2, 2),
+                _ => continue,
+            };
+            if h.colorspace != ColorSpace::YCbCr {
+                continue;
+            }
+            let crop = measure::train_crop(&h, epoch, index);
+            let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
+            let t = Instant::now();
+            if !rgb.run_restart_intervals(&bytes, &plan, &mut img).unwrap() {
+                continue;
+            }
+            secs[0] += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            augmenter.augment_into(&img, plan.box_out, false, &spec, &mut today);
+            secs[1] += t.elapsed().as_secs_f64();
+            let [d, a] = planar_path.run(&bytes, &plan, (crop, sub), &spec, &mut planar);
+            secs[2] += d;
+            secs[3] += a;
+            psnrs.push(psnr_255(&spec, &today, &planar));
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no photo took the restart path");
+    let per = |s: f64| s / f64::from(n) * 1e3;
+    for (name, d, a) in [("today", secs[0], secs[1]), ("planar", secs[2], secs[3])] {
+        let (d, a) = (per(d), per(a));
+        eprintln!(
+            "{name:<7} decode {d:.3} + augment {a:.3} = {:.3} ms/image",
+            d + a
+        );
+    }
+    let lowest = psnrs.iter().copied().fold(f64::INFINITY, f64::min);
+    let finite: Vec<f64> = psnrs.iter().copied().filter(|p| p.is_finite()).collect();
+    let mean = finite.iter().sum::<f64>() / finite.len() as f64;
+    let under_40 = psnrs.iter().filter(|&&p| p < 40.0).count();
+    eprintln!(
+        "PSNR planar vs today over {n} images: lowest {lowest:.1} dB, mean {mean:.1} dB \
+         ({} identical, {under_40} under 40 dB)",
+        psnrs.len() - finite.len()
+    );
+}
+
+/// The colour-at-the-output-size path for the measurement: the partial stream without margin
+/// decoded to YCbCr planes, then `augment::planar_probe`.
+#[derive(Default)]
+struct PlanarPath {
+    yuv: Option<TjHandle>,
+    planes: [Vec<u8>; 3],
+    partial: PartialStream,
+    probe: crate::transform::augment::planar_probe::PlanarProbe,
+}
+
+impl PlanarPath {
+    /// Runs `crop` (full-image pixels; chroma subsampled by `sub`) of restart-indexed `bytes`
+    /// through the planar path into `out`; returns the decode's and the augment's seconds.
+    fn run(
+        &mut self,
+        bytes: &[u8],
+        plan: &RegionPlan,
+        (crop, sub): (CropBox, (u32, u32)),
+        spec: &stoker::spec::PipelineSpec,
+        out: &mut [f32],
+    ) -> [f64; 2] {
+        use crate::transform::augment::planar_probe::Plane;
+        let t = std::time::Instant::now();
+        let frame = Frame::parse(bytes).unwrap();
+        let cover = cover_with(&frame, plan.factor, plan.crop.unwrap(), 0);
+        let need = cover.last_interval(&frame) + 1;
+        let layout = RestartLayout::walk(bytes, frame, need, Vec::new()).unwrap();
+        let origin = self
+            .partial
+            .build(bytes, &layout, cover, plan.factor)
+            .unwrap();
+        let yuv = self
+            .yuv
+            .get_or_insert_with(|| super::super::new_handle().unwrap());
+        let sub_bytes = &self.partial.bytes;
+        super::super::tests::decode_yuv(yuv, sub_bytes, plan.factor, &mut self.planes);
+        let decode = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let ph = probe(sub_bytes).unwrap();
+        let (sw, sh) = (plan.factor.scale(ph.width), plan.factor.scale(ph.height));
+        let (cw, ch) = (sw.div_ceil(sub.0), sh.div_ceil(sub.1));
+        let plane = |c: usize, width: u32, height: u32| Plane {
+            data: &self.planes[c],
+            width,
+            height,
+            stride: width as usize,
+        };
+        let views = [plane(0, sw, sh), plane(1, cw, ch), plane(2, cw, ch)];
+        let s = plan.factor.as_f64();
+        let at = CropBox::new(
+            crop.x * s - f64::from(origin.0),
+            crop.y * s - f64::from(origin.1),
+            crop.w * s,
+            crop.h * s,
+        );
+        self.probe.augment(&views, sub, at, spec, out);
+        [decode, t.elapsed().as_secs_f64()]
+    }
+}
+
+/// PSNR in 0-255 units between two normalised CHW images: `today` as the native-order f32
+/// bytes the augmenter writes, `planar` as f32s.
+fn psnr_255(spec: &stoker::spec::PipelineSpec, today: &[u8], planar: &[f32]) -> f64 {
+    let plane = planar.len() / 3;
+    let mut sum = 0.0f64;
+    for (i, (a, &b)) in today.chunks_exact(4).zip(planar).enumerate() {
+        let a = f32::from_ne_bytes(a.try_into().unwrap());
+        let std = f64::from(spec.std[i / plane]) * 255.0;
+        let d = (f64::from(a) - f64::from(b)) * std;
+        sum += d * d;
+    }
+    let mse = sum / planar.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
