@@ -286,14 +286,10 @@ fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
         return;
     };
     let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
-    let mut yuv = super::super::new_handle().unwrap();
-    let (mut out, mut planes) = (RgbImage::default(), [vec![], vec![], vec![]]);
-    let mut partial = PartialStream::default();
+    let mut out = RgbImage::default();
+    let mut planar_path = PlanarPath::default();
     let (mut secs, mut px, mut n) = ([0f64; 3], [0u64; 3], 0u32);
-    let rewritten: Vec<Vec<u8>> = files
-        .iter()
-        .map(|p| add_restart_markers(&std::fs::read(p).unwrap()).unwrap())
-        .collect();
+    let rewritten = rewritten_photos(&files);
     for epoch in 0..3 {
         for (index, bytes) in rewritten.iter().enumerate() {
             let h = probe(bytes).unwrap();
@@ -313,12 +309,8 @@ fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
             // the stream then ends at the crop's last MCU row.
             for (way, margin) in [(1, MARGIN_MCUS), (2, 0)] {
                 let t = Instant::now();
-                let frame = Frame::parse(bytes).unwrap();
-                let cover = cover_with(&frame, plan.factor, plan.crop.unwrap(), margin);
-                let need = cover.last_interval(&frame) + 1;
-                let layout = RestartLayout::walk(bytes, frame, need, Vec::new()).unwrap();
-                partial.build(bytes, &layout, cover, plan.factor).unwrap();
-                px[way] += measure::decode_yuv(&mut yuv, &partial.bytes, plan.factor, &mut planes);
+                let (_, pixels) = planar_path.decode(bytes, &plan, margin);
+                px[way] += pixels;
                 secs[way] += t.elapsed().as_secs_f64();
             }
             n += 1;
@@ -357,10 +349,10 @@ fn planar_path_cost_and_psnr_against_todays_path() {
     let mut planar = vec![0f32; spec.image_bytes() / 4];
     // Today's decode and augment, then the planar path's; one PSNR per image.
     let (mut secs, mut n, mut psnrs) = ([0f64; 4], 0u32, Vec::new());
+    let rewritten = rewritten_photos(&files);
     for epoch in 0..3 {
-        for (index, path) in files.iter().enumerate() {
-            let bytes = add_restart_markers(&std::fs::read(path).unwrap()).unwrap();
-            let h = probe(&bytes).unwrap();
+        for (index, bytes) in rewritten.iter().enumerate() {
+            let h = probe(bytes).unwrap();
             let sub = match h.subsampling {
                 Subsampling::S444 => (1, 1),
                 Subsampling::S422 => (2, 1),
@@ -373,14 +365,14 @@ fn planar_path_cost_and_psnr_against_todays_path() {
             let crop = measure::train_crop(&h, epoch, index);
             let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
             let t = Instant::now();
-            if !rgb.run_restart_intervals(&bytes, &plan, &mut img).unwrap() {
+            if !rgb.run_restart_intervals(bytes, &plan, &mut img).unwrap() {
                 continue;
             }
             secs[0] += t.elapsed().as_secs_f64();
             let t = Instant::now();
             augmenter.augment_into(&img, plan.box_out, false, &spec, &mut today);
             secs[1] += t.elapsed().as_secs_f64();
-            let [d, a] = planar_path.run(&bytes, &plan, (crop, sub), &spec, &mut planar);
+            let [d, a] = planar_path.run(bytes, &plan, (crop, sub), &spec, &mut planar);
             secs[2] += d;
             secs[3] += a;
             psnrs.push(psnr_255(&spec, &today, &planar));
@@ -407,6 +399,14 @@ fn planar_path_cost_and_psnr_against_todays_path() {
     );
 }
 
+/// The photos rewritten with restart markers, in order.
+fn rewritten_photos(files: &[PathBuf]) -> Vec<Vec<u8>> {
+    files
+        .iter()
+        .map(|p| add_restart_markers(&std::fs::read(p).unwrap()).unwrap())
+        .collect()
+}
+
 /// The colour-at-the-output-size path for the measurement: the partial stream without margin
 /// decoded to YCbCr planes, then `augment::planar_probe`.
 #[derive(Default)]
@@ -418,6 +418,26 @@ struct PlanarPath {
 }
 
 impl PlanarPath {
+    /// Builds the partial stream of `plan`'s region of restart-indexed `bytes` with `margin`
+    /// MCUs on every side and decodes it to YCbCr planes at the plan's scale; returns the
+    /// stream's origin (scaled pixels) and the luma samples decoded.
+    fn decode(&mut self, bytes: &[u8], plan: &RegionPlan, margin: u32) -> ((u32, u32), u64) {
+        let frame = Frame::parse(bytes).unwrap();
+        let cover = cover_with(&frame, plan.factor, plan.crop.unwrap(), margin);
+        let need = cover.last_interval(&frame) + 1;
+        let layout = RestartLayout::walk(bytes, frame, need, Vec::new()).unwrap();
+        let origin = self
+            .partial
+            .build(bytes, &layout, cover, plan.factor)
+            .unwrap();
+        let yuv = self
+            .yuv
+            .get_or_insert_with(|| super::super::new_handle().unwrap());
+        let decode_yuv = super::super::tests::decode_yuv;
+        let pixels = decode_yuv(yuv, &self.partial.bytes, plan.factor, &mut self.planes);
+        (origin, pixels)
+    }
+
     /// Runs `crop` (full-image pixels; chroma subsampled by `sub`) of restart-indexed `bytes`
     /// through the planar path into `out`; returns the decode's and the augment's seconds.
     fn run(
@@ -430,22 +450,10 @@ impl PlanarPath {
     ) -> [f64; 2] {
         use crate::transform::augment::planar_probe::Plane;
         let t = std::time::Instant::now();
-        let frame = Frame::parse(bytes).unwrap();
-        let cover = cover_with(&frame, plan.factor, plan.crop.unwrap(), 0);
-        let need = cover.last_interval(&frame) + 1;
-        let layout = RestartLayout::walk(bytes, frame, need, Vec::new()).unwrap();
-        let origin = self
-            .partial
-            .build(bytes, &layout, cover, plan.factor)
-            .unwrap();
-        let yuv = self
-            .yuv
-            .get_or_insert_with(|| super::super::new_handle().unwrap());
-        let sub_bytes = &self.partial.bytes;
-        super::super::tests::decode_yuv(yuv, sub_bytes, plan.factor, &mut self.planes);
+        let (origin, _) = self.decode(bytes, plan, 0);
         let decode = t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
-        let ph = probe(sub_bytes).unwrap();
+        let ph = probe(&self.partial.bytes).unwrap();
         let (sw, sh) = (plan.factor.scale(ph.width), plan.factor.scale(ph.height));
         let (cw, ch) = (sw.div_ceil(sub.0), sh.div_ceil(sub.1));
         let plane = |c: usize, width: u32, height: u32| Plane {
