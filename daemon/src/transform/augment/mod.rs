@@ -153,6 +153,10 @@ struct AxisTable {
     /// The most taps of any output sample; `weights` holds `stride` per output sample.
     stride: usize,
     weights: Vec<f32>,
+    /// `weights` for output samples taken two at a time (`2p`, `2p + 1`), `stride` entries
+    /// per pair: tap `k`'s weight of the first sample in lanes 0-3, of the second in lanes
+    /// 4-7, so that one 8-lane multiply resamples two RGB pixels (`rows::horizontal_row`).
+    paired: Vec<[f32; 8]>,
     /// The union of every output sample's taps: source indices `lo..hi`.
     lo: usize,
     hi: usize,
@@ -244,6 +248,7 @@ impl AxisTable {
         }
         self.lo = lo;
         self.hi = hi;
+        rows::pair_weights(self.stride, &self.weights, &mut self.paired);
         self.key = Some(key);
     }
 
@@ -305,7 +310,7 @@ impl Augmenter {
             unsafe { self.augment_avx2(img, crop, flip, spec, out) };
             return;
         }
-        self.augment(img, crop, flip, spec, out);
+        self.augment::<false>(img, crop, flip, spec, out);
     }
 
     /// Runs only the code built for every x86_64 CPU (SSE2), never the AVX2 copy: for the
@@ -316,7 +321,8 @@ impl Augmenter {
     }
 
     /// [`Augmenter::augment`] compiled for AVX2: the same operations in the same order (Rust
-    /// never fuses a multiply and an add), on 8 lanes where the portable copy has 4.
+    /// never fuses a multiply and an add), on 8 lanes where the portable copy has 4, and the
+    /// horizontal pass two pixels at a time (`rows`).
     ///
     /// # Safety
     /// The CPU must have AVX2.
@@ -330,12 +336,12 @@ impl Augmenter {
         spec: &PipelineSpec,
         out: &mut [u8],
     ) {
-        self.augment(img, crop, flip, spec, out);
+        self.augment::<true>(img, crop, flip, spec, out);
     }
 
-    /// The body of [`Augmenter::augment_into`], inlined into each copy.
+    /// The body of [`Augmenter::augment_into`], inlined into each copy; `AVX2` says which.
     #[inline(always)]
-    fn augment(
+    fn augment<const AVX2: bool>(
         &mut self,
         img: &RgbImage,
         crop: CropBox,
@@ -391,7 +397,7 @@ impl Augmenter {
             for y in first..first + count {
                 let slot = y % ring_rows;
                 if self.ring_holds[slot] != y {
-                    self.horizontal_pass(img, y, slot, w);
+                    self.horizontal_pass::<AVX2>(img, y, slot, w);
                     self.ring_holds[slot] = y;
                 }
             }
@@ -426,7 +432,13 @@ impl Augmenter {
 
     /// Resamples source row `y` horizontally into ring slot `slot`.
     #[inline(always)]
-    fn horizontal_pass(&mut self, img: &RgbImage, y: usize, slot: usize, w: usize) {
+    fn horizontal_pass<const AVX2: bool>(
+        &mut self,
+        img: &RgbImage,
+        y: usize,
+        slot: usize,
+        w: usize,
+    ) {
         let table = &self.horizontal;
         let (lo, hi) = (table.lo, table.hi);
         let row_start = y * img.width as usize * 3;
@@ -436,48 +448,19 @@ impl Augmenter {
             *d = f32::from(s);
         }
         let dst = &mut self.ring[slot * w..(slot + 1) * w];
-        let src = &self.source_row[..];
-        // A loop of exactly `stride` taps (zero weights past each column's count) unrolls into
-        // straight-line SIMD; adding 0 * pixel changes no bit of the sum.
-        match table.stride {
-            1 => horizontal_row::<1>(table, src, dst),
-            2 => horizontal_row::<2>(table, src, dst),
-            3 => horizontal_row::<3>(table, src, dst),
-            4 => horizontal_row::<4>(table, src, dst),
-            5 => horizontal_row::<5>(table, src, dst),
-            6 => horizontal_row::<6>(table, src, dst),
-            7 => horizontal_row::<7>(table, src, dst),
-            8 => horizontal_row::<8>(table, src, dst),
-            _ => {
-                for (ox, d) in dst.iter_mut().enumerate() {
-                    let (first, wx) = table.taps(ox);
-                    let px = &src[(first - lo) * 3..];
-                    let mut a = [0.0f32; 4];
-                    for (k, &wt) in wx.iter().enumerate() {
-                        let p = &px[k * 3..k * 3 + 4];
-                        for c in 0..4 {
-                            a[c] += wt * p[c];
-                        }
-                    }
-                    *d = a;
-                }
-            }
-        }
+        rows::horizontal::<AVX2>(table, &self.source_row, dst);
     }
 
     /// Sums the ring rows output row `oy` needs, weighted, into `acc`.
     #[inline(always)]
     fn vertical_pass(&mut self, oy: usize, ring_rows: usize, w: usize) {
         let (first, wy) = self.vertical.taps(oy);
-        let acc = self.acc.as_flattened_mut();
-        acc.fill(0.0);
-        for (k, &wt) in wy.iter().enumerate() {
+        let ring = &self.ring;
+        let row = |k: usize| {
             let slot = (first + k) % ring_rows;
-            let row = self.ring[slot * w..(slot + 1) * w].as_flattened();
-            for (a, p) in acc.iter_mut().zip(row) {
-                *a += wt * p;
-            }
-        }
+            ring[slot * w..(slot + 1) * w].as_flattened()
+        };
+        rows::vertical_row(wy, row, self.acc.as_flattened_mut());
     }
 
     /// Normalises and converts `acc` (output row `oy`) and stores it in `out`.
@@ -543,31 +526,6 @@ impl Augmenter {
                 }
             }
         }
-    }
-}
-
-/// One row of the horizontal pass with exactly `K` (the table's stride) taps per column.
-/// `src` holds source columns `table.lo..` as interleaved RGB f32, then at least `K` zero
-/// pixels and one float of padding. Each tap loads 4 lanes (RGB + the next pixel's R): lane 3
-/// is a harmless finite by-product that the store ignores.
-#[inline(always)]
-fn horizontal_row<const K: usize>(table: &AxisTable, src: &[f32], dst: &mut [[f32; 4]]) {
-    let lo = table.lo;
-    let columns = dst
-        .iter_mut()
-        .zip(&table.first)
-        .zip(table.weights.chunks_exact(K));
-    for ((d, &first), w) in columns {
-        let px = &src[(first as usize - lo) * 3..][..3 * K + 1];
-        let w: &[f32; K] = w.try_into().unwrap();
-        let mut a = [0.0f32; 4];
-        for k in 0..K {
-            let p: &[f32; 4] = px[3 * k..3 * k + 4].try_into().unwrap();
-            for c in 0..4 {
-                a[c] += w[k] * p[c];
-            }
-        }
-        *d = a;
     }
 }
 
@@ -638,6 +596,7 @@ fn encode(values: &[f32], dtype: DType, dst: &mut [u8], halves: &mut Vec<half::f
 
 #[cfg(test)]
 pub(crate) mod planar_probe;
+mod rows;
 mod stream;
 #[cfg(test)]
 mod tests;
