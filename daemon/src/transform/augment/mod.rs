@@ -157,6 +157,10 @@ struct AxisTable {
     /// per pair: tap `k`'s weight of the first sample in lanes 0-3, of the second in lanes
     /// 4-7, so that one 8-lane multiply resamples two RGB pixels (`rows::horizontal_row`).
     paired: Vec<[f32; 8]>,
+    /// Scratch of `build`: every output sample's unnormalised f64 weights, back to back, and
+    /// their sums.
+    raw: Vec<f64>,
+    totals: Vec<f64>,
     /// The union of every output sample's taps: source indices `lo..hi`.
     lo: usize,
     hi: usize,
@@ -201,23 +205,30 @@ impl AxisTable {
             let t = (x as f64 - center + 0.5) / filterscale;
             (1.0 - t.abs()).max(0.0)
         };
-        // Pass 1: each output sample's tap range; the stride is the longest.
+        // Pass 1: each output sample's tap range and its weights in f64 (each evaluated
+        // once); the stride is the longest range.
         self.first.clear();
         self.count.clear();
+        self.raw.clear();
+        self.totals.clear();
         for slot in 0..n {
             let c = center(slot);
             let xmin = (c - support + 0.5).floor().max(f64::from(win_lo)) as usize;
             let xmax = ((c + support + 0.5).floor().min(f64::from(win_hi)) as usize).max(xmin);
-            let total: f64 = (xmin..xmax).map(|x| weight(x, c)).sum();
+            let mark = self.raw.len();
+            self.raw.extend((xmin..xmax).map(|x| weight(x, c)));
+            let total: f64 = self.raw[mark..].iter().sum();
             let (first, count) = if total > 0.0 {
                 (xmin, xmax - xmin)
             } else {
                 // Only reachable for a box outside the image: the nearest edge sample.
+                self.raw.truncate(mark);
                 let nearest = (c.floor().max(f64::from(win_lo)) as usize).min(win_hi as usize - 1);
                 (nearest, 0)
             };
             self.first.push(first as u32);
             self.count.push(count as u32);
+            self.totals.push(total);
         }
         self.stride = self
             .count
@@ -225,12 +236,12 @@ impl AxisTable {
             .map(|&c| c.max(1) as usize)
             .max()
             .unwrap_or(1);
-        // Pass 2: weights, normalised in f64, stored as f32; zero past each sample's count.
+        // Pass 2: weights normalised in f64, stored as f32; zero past each sample's count.
         self.weights.clear();
         self.weights.resize(n * self.stride, 0.0);
         let (mut lo, mut hi) = (usize::MAX, 0usize);
+        let mut raw = self.raw.iter();
         for slot in 0..n {
-            let c = center(slot);
             let first = self.first[slot] as usize;
             let count = self.count[slot] as usize;
             let row = &mut self.weights[slot * self.stride..][..self.stride];
@@ -238,9 +249,9 @@ impl AxisTable {
                 row[0] = 1.0;
                 self.count[slot] = 1;
             } else {
-                let total: f64 = (first..first + count).map(|x| weight(x, c)).sum();
-                for (k, dst) in row[..count].iter_mut().enumerate() {
-                    *dst = (weight(first + k, c) / total) as f32;
+                let total = self.totals[slot];
+                for (dst, w) in row[..count].iter_mut().zip(raw.by_ref()) {
+                    *dst = (w / total) as f32;
                 }
             }
             lo = lo.min(first);
@@ -421,6 +432,9 @@ impl Augmenter {
             of(&v.first),
             of(&v.count),
             of(&v.weights),
+            of(&h.paired),
+            of(&h.raw),
+            of(&v.totals),
             of(&self.source_row),
             of(&self.ring),
             of(&self.ring_holds),
