@@ -155,7 +155,8 @@ struct AxisTable {
     weights: Vec<f32>,
     /// `weights` for output samples taken two at a time (`2p`, `2p + 1`), `stride` entries
     /// per pair: tap `k`'s weight of the first sample in lanes 0-3, of the second in lanes
-    /// 4-7, so that one 8-lane multiply resamples two RGB pixels (`rows::horizontal_row`).
+    /// 4-7, so that one 8-lane multiply resamples two RGB pixels (`rows::pairs_avx2`). Built
+    /// only by [`AxisTable::build_with_pairs`] (the horizontal table).
     paired: Vec<[f32; 8]>,
     /// Scratch of `build`: every output sample's unnormalised f64 weights, back to back, and
     /// their sums.
@@ -259,8 +260,16 @@ impl AxisTable {
         }
         self.lo = lo;
         self.hi = hi;
-        rows::pair_weights(self.stride, &self.weights, &mut self.paired);
         self.key = Some(key);
+    }
+
+    /// [`AxisTable::build`], and `paired` with it: the horizontal table, whose AVX2 step reads
+    /// two pixels' weights at a time.
+    fn build_with_pairs(&mut self, key: AxisKey) {
+        if self.key != Some(key) {
+            self.build(key);
+            rows::pair_weights(self.stride, &self.weights, &mut self.paired);
+        }
     }
 
     #[inline]
@@ -321,7 +330,8 @@ impl Augmenter {
             unsafe { self.augment_avx2(img, crop, flip, spec, out) };
             return;
         }
-        self.augment::<false>(img, crop, flip, spec, out);
+        // SAFETY: the portable copy has no precondition.
+        unsafe { self.augment::<false>(img, crop, flip, spec, out) };
     }
 
     /// Runs only the code built for every x86_64 CPU (SSE2), never the AVX2 copy: for the
@@ -347,12 +357,16 @@ impl Augmenter {
         spec: &PipelineSpec,
         out: &mut [u8],
     ) {
-        self.augment::<true>(img, crop, flip, spec, out);
+        // SAFETY: the CPU has AVX2 (this function's own precondition).
+        unsafe { self.augment::<true>(img, crop, flip, spec, out) };
     }
 
     /// The body of [`Augmenter::augment_into`], inlined into each copy; `AVX2` says which.
+    ///
+    /// # Safety
+    /// With `AVX2`, the CPU must have AVX2.
     #[inline(always)]
-    fn augment<const AVX2: bool>(
+    unsafe fn augment<const AVX2: bool>(
         &mut self,
         img: &RgbImage,
         crop: CropBox,
@@ -365,7 +379,7 @@ impl Augmenter {
         assert_eq!(out.len(), spec.image_bytes(), "output buffer size");
         assert_eq!(img.data.len(), img.width as usize * img.height as usize * 3);
         let clamp_to_crop = matches!(spec.crop, Crop::RandomResized { .. });
-        self.horizontal.build(AxisKey {
+        self.horizontal.build_with_pairs(AxisKey {
             start: crop.x,
             len: crop.w,
             out_len: out_w,
@@ -408,7 +422,8 @@ impl Augmenter {
             for y in first..first + count {
                 let slot = y % ring_rows;
                 if self.ring_holds[slot] != y {
-                    self.horizontal_pass::<AVX2>(img, y, slot, w);
+                    // SAFETY: with `AVX2`, the CPU has AVX2 (this function's precondition).
+                    unsafe { self.horizontal_pass::<AVX2>(img, y, slot, w) };
                     self.ring_holds[slot] = y;
                 }
             }
@@ -434,6 +449,8 @@ impl Augmenter {
             of(&v.weights),
             of(&h.paired),
             of(&h.raw),
+            of(&h.totals),
+            of(&v.raw),
             of(&v.totals),
             of(&self.source_row),
             of(&self.ring),
@@ -445,8 +462,11 @@ impl Augmenter {
     }
 
     /// Resamples source row `y` horizontally into ring slot `slot`.
+    ///
+    /// # Safety
+    /// With `AVX2`, the CPU must have AVX2.
     #[inline(always)]
-    fn horizontal_pass<const AVX2: bool>(
+    unsafe fn horizontal_pass<const AVX2: bool>(
         &mut self,
         img: &RgbImage,
         y: usize,
@@ -462,7 +482,8 @@ impl Augmenter {
             *d = f32::from(s);
         }
         let dst = &mut self.ring[slot * w..(slot + 1) * w];
-        rows::horizontal::<AVX2>(table, &self.source_row, dst);
+        // SAFETY: with `AVX2`, the CPU has AVX2 (this function's precondition).
+        unsafe { rows::horizontal::<AVX2>(table, &self.source_row, dst) };
     }
 
     /// Sums the ring rows output row `oy` needs, weighted, into `acc`.

@@ -12,6 +12,13 @@
 //!   ones with a broadcast each. An odd last column goes alone.
 //! - Vertical: each output value summed over its taps in a register and stored once, instead
 //!   of a row-long accumulator read and written once per tap.
+//!
+//! # Limitations
+//! - Only 1..=8 taps per output sample are specialised; more (downscales beyond about 3.5x,
+//!   rare after the DCT-scaled decode) take a generic loop, one pixel at a time.
+//! - The two-pixel step is x86_64 AVX2 only; no AVX-512 copy (not measured), and other
+//!   architectures take the portable loop.
+//! - A pixel's 4th lane is a by-product (the next pixel's R): a quarter of every multiply.
 
 use super::AxisTable;
 
@@ -28,19 +35,34 @@ pub(super) fn pair_weights(stride: usize, weights: &[f32], paired: &mut Vec<[f32
 /// One row of the horizontal pass: `src` holds source columns `table.lo..` as interleaved
 /// RGB f32, then at least `table.stride` zero pixels and one float of padding; `dst` gets one
 /// RGB(+spare) pixel per output column. `AVX2` is true only in the AVX2 copy of the augmenter.
+///
+/// # Safety
+/// With `AVX2`, the CPU must have AVX2.
 #[inline(always)]
-pub(super) fn horizontal<const AVX2: bool>(table: &AxisTable, src: &[f32], dst: &mut [[f32; 4]]) {
+pub(super) unsafe fn horizontal<const AVX2: bool>(
+    table: &AxisTable,
+    src: &[f32],
+    dst: &mut [[f32; 4]],
+) {
     // A loop of exactly `stride` taps (zero weights past each column's count) unrolls into
     // straight-line SIMD; adding 0 * pixel changes no bit of the sum.
     match table.stride {
-        1 => fixed_taps::<1, AVX2>(table, src, dst),
-        2 => fixed_taps::<2, AVX2>(table, src, dst),
-        3 => fixed_taps::<3, AVX2>(table, src, dst),
-        4 => fixed_taps::<4, AVX2>(table, src, dst),
-        5 => fixed_taps::<5, AVX2>(table, src, dst),
-        6 => fixed_taps::<6, AVX2>(table, src, dst),
-        7 => fixed_taps::<7, AVX2>(table, src, dst),
-        8 => fixed_taps::<8, AVX2>(table, src, dst),
+        // SAFETY: this function's precondition.
+        1 => unsafe { fixed_taps::<1, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        2 => unsafe { fixed_taps::<2, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        3 => unsafe { fixed_taps::<3, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        4 => unsafe { fixed_taps::<4, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        5 => unsafe { fixed_taps::<5, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        6 => unsafe { fixed_taps::<6, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        7 => unsafe { fixed_taps::<7, AVX2>(table, src, dst) },
+        // SAFETY: this function's precondition.
+        8 => unsafe { fixed_taps::<8, AVX2>(table, src, dst) },
         _ => {
             for (ox, d) in dst.iter_mut().enumerate() {
                 let (first, wx) = table.taps(ox);
@@ -58,16 +80,17 @@ pub(super) fn horizontal<const AVX2: bool>(table: &AxisTable, src: &[f32], dst: 
     }
 }
 
+/// # Safety
+/// With `AVX2`, the CPU must have AVX2.
 #[inline(always)]
-fn fixed_taps<const K: usize, const AVX2: bool>(
+unsafe fn fixed_taps<const K: usize, const AVX2: bool>(
     table: &AxisTable,
     src: &[f32],
     dst: &mut [[f32; 4]],
 ) {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        // SAFETY: `AVX2` is true only in `Augmenter::augment_avx2`, which runs only on a CPU
-        // with AVX2.
+        // SAFETY: with `AVX2`, the CPU has AVX2 (this function's precondition).
         unsafe { pairs_avx2::<K>(table, src, dst) };
         return;
     }
@@ -123,20 +146,25 @@ unsafe fn pairs_avx2<const K: usize>(table: &AxisTable, src: &[f32], dst: &mut [
         .zip(table.paired.chunks_exact(K));
     // Every column's taps start within `src` with 3K + 1 floats to spare: one check per
     // pair (the larger start) instead of two slices per pixel.
-    let last_start = src.len().saturating_sub(3 * K + 1);
+    assert!(
+        src.len() > 3 * K,
+        "source row shorter than one column's taps"
+    );
+    let last_start = src.len() - (3 * K + 1);
+    let p = src.as_ptr();
     for ((d, first), w) in columns {
         let x0 = (first[0] as usize - table.lo) * 3;
         let x1 = (first[1] as usize - table.lo) * 3;
-        assert!(x0.max(x1) <= last_start && src.len() > 3 * K);
-        let (px0, px1) = (src.as_ptr(), src.as_ptr());
+        assert!(x0.max(x1) <= last_start, "tap start past the source row");
         let mut a = _mm256_setzero_ps();
         for (k, wk) in w.iter().enumerate() {
-            // SAFETY: floats x + 3k .. x + 3k + 4 (k < K) lie inside `src` for x = x0 and
-            // x1 (checked above); `wk` is 8 floats; `d` is two [f32; 4], 8 contiguous floats.
-            // Unaligned loads and stores are allowed.
+            // SAFETY: `w` holds K weights (`chunks_exact(K)`), so k < K, and floats
+            // x + 3k .. x + 3k + 4 lie inside `src` for x = x0 and x1 (checked above); `wk`
+            // is 8 floats; `d` is two [f32; 4], 8 contiguous floats. Unaligned loads and
+            // stores are allowed.
             unsafe {
-                let p = _mm256_loadu2_m128(px1.add(x1 + 3 * k), px0.add(x0 + 3 * k));
-                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(wk.as_ptr()), p));
+                let px = _mm256_loadu2_m128(p.add(x1 + 3 * k), p.add(x0 + 3 * k));
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(wk.as_ptr()), px));
             }
         }
         // SAFETY: see above.
