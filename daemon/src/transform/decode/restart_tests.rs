@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::CropBox;
 
-use super::super::plan_region;
 use super::super::sys::PixelFormat;
+use super::super::{plan_region, JpegHeader};
 use super::*;
 
 /// A deterministic pseudo-random sequence (xorshift), so failures replay.
@@ -292,17 +292,11 @@ fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
     let rewritten = rewritten_photos(&files);
     for epoch in 0..3 {
         for (index, bytes) in rewritten.iter().enumerate() {
-            let h = probe(bytes).unwrap();
-            if h.colorspace != ColorSpace::YCbCr {
+            let Some((_, _, plan, decode)) = todays_decode(&mut rgb, bytes, epoch, index, &mut out)
+            else {
                 continue;
-            }
-            let crop = measure::train_crop(&h, epoch, index);
-            let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
-            let t = Instant::now();
-            if !rgb.run_restart_intervals(bytes, &plan, &mut out).unwrap() {
-                continue;
-            }
-            secs[0] += t.elapsed().as_secs_f64();
+            };
+            secs[0] += decode;
             px[0] += u64::from(out.width) * u64::from(out.height);
             // With the RGB path's margin of one MCU (for libjpeg's fancy upsampling), and
             // without it: a planar resize clamps its taps to the crop, so it needs none, and
@@ -334,7 +328,6 @@ fn yuv_partial_decode_cost_against_the_rgb_partial_decode() {
 #[test]
 #[ignore = "measurement: cargo test --release -p stoker-daemon --lib planar_path -- --ignored --nocapture"]
 fn planar_path_cost_and_psnr_against_todays_path() {
-    use super::super::tests as measure;
     use super::super::Subsampling;
     use crate::transform::augment::Augmenter;
     use std::time::Instant;
@@ -352,23 +345,18 @@ fn planar_path_cost_and_psnr_against_todays_path() {
     let rewritten = rewritten_photos(&files);
     for epoch in 0..3 {
         for (index, bytes) in rewritten.iter().enumerate() {
-            let h = probe(bytes).unwrap();
+            let Some((h, crop, plan, decode)) =
+                todays_decode(&mut rgb, bytes, epoch, index, &mut img)
+            else {
+                continue;
+            };
             let sub = match h.subsampling {
                 Subsampling::S444 => (1, 1),
                 Subsampling::S422 => (2, 1),
                 Subsampling::S420 => (2, 2),
                 _ => continue,
             };
-            if h.colorspace != ColorSpace::YCbCr {
-                continue;
-            }
-            let crop = measure::train_crop(&h, epoch, index);
-            let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
-            let t = Instant::now();
-            if !rgb.run_restart_intervals(bytes, &plan, &mut img).unwrap() {
-                continue;
-            }
-            secs[0] += t.elapsed().as_secs_f64();
+            secs[0] += decode;
             let t = Instant::now();
             augmenter.augment_into(&img, plan.box_out, false, &spec, &mut today);
             secs[1] += t.elapsed().as_secs_f64();
@@ -400,6 +388,30 @@ fn planar_path_cost_and_psnr_against_todays_path() {
 }
 
 /// The photos rewritten with restart markers, in order.
+/// Today's decode of one restart-indexed photo for the measurements above: its header, the
+/// RandomResizedCrop box of (`epoch`, `index`), the region plan, and the seconds the RGB decode
+/// of the crop's restart intervals into `out` took. `None` for a photo that is not YCbCr or
+/// does not take the restart path.
+fn todays_decode(
+    rgb: &mut CpuDecoder,
+    bytes: &[u8],
+    epoch: u64,
+    index: usize,
+    out: &mut RgbImage,
+) -> Option<(JpegHeader, CropBox, RegionPlan, f64)> {
+    let h = probe(bytes).unwrap();
+    if h.colorspace != ColorSpace::YCbCr {
+        return None;
+    }
+    let crop = super::super::tests::train_crop(&h, epoch, index);
+    let plan = plan_region(&h, crop, (224, 224), &rgb.factors).unwrap();
+    let t = std::time::Instant::now();
+    if !rgb.run_restart_intervals(bytes, &plan, out).unwrap() {
+        return None;
+    }
+    Some((h, crop, plan, t.elapsed().as_secs_f64()))
+}
+
 fn rewritten_photos(files: &[PathBuf]) -> Vec<Vec<u8>> {
     files
         .iter()
