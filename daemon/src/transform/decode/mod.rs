@@ -32,6 +32,7 @@
 
 mod encode;
 mod entropy;
+mod entry;
 mod error;
 mod exif;
 mod image;
@@ -586,7 +587,9 @@ impl CpuDecoder {
                 });
             }
             let plan = plan_region(&header, want, out_size, &self.factors)?;
-            if !self.run_restart_intervals(bytes, &plan, out)? {
+            if !self.run_restart_intervals(bytes, &plan, out)?
+                && !self.run_from_entry(bytes, &plan, out)?
+            {
                 self.run(bytes, &header, &plan, out)?;
             }
             Ok(plan.box_out)

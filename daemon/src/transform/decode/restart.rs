@@ -123,27 +123,27 @@ fn same_pixels(a: &[u8], b: &[u8]) -> Result<(), NotRewritten> {
 
 /// The frame of a sequential Huffman JPEG with one interleaved scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Frame {
-    width: u32,
-    height: u32,
+pub(super) struct Frame {
+    pub(super) width: u32,
+    pub(super) height: u32,
     mcu_w: u32,
-    mcu_h: u32,
+    pub(super) mcu_h: u32,
     /// Offset of the frame header's height field (width follows).
     dims_at: usize,
     /// The restart interval in MCUs (0: none).
-    interval: u32,
+    pub(super) interval: u32,
     /// Where the entropy-coded data of the scan starts.
-    scan_at: usize,
+    pub(super) scan_at: usize,
     /// Header segments the partial stream keeps, as (start, end) byte ranges.
     keep: Vec<(usize, usize)>,
 }
 
 impl Frame {
-    fn mcus_per_row(&self) -> u32 {
+    pub(super) fn mcus_per_row(&self) -> u32 {
         self.width.div_ceil(self.mcu_w)
     }
 
-    fn mcu_rows(&self) -> u32 {
+    pub(super) fn mcu_rows(&self) -> u32 {
         self.height.div_ceil(self.mcu_h)
     }
 
@@ -159,7 +159,7 @@ impl Frame {
 
     /// Walks the marker segments up to the first scan; `None` for anything but a sequential
     /// Huffman frame (SOF0/SOF1) whose first scan holds every component.
-    fn parse(b: &[u8]) -> Option<Frame> {
+    pub(super) fn parse(b: &[u8]) -> Option<Frame> {
         let be16 = |i: usize| Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
         let mut pos = 2;
         let mut frame: Option<Frame> = None;
@@ -242,6 +242,30 @@ impl Frame {
     }
 }
 
+impl Frame {
+    /// Appends the header segments a partial stream keeps to `out`, with the frame size set
+    /// to `width` x `height`; `None` when they do not fit a frame header.
+    pub(super) fn write_header(
+        &self,
+        b: &[u8],
+        out: &mut Vec<u8>,
+        width: u32,
+        height: u32,
+    ) -> Option<()> {
+        for &(s, e) in &self.keep {
+            if (s..e).contains(&self.dims_at) {
+                let at = out.len() + (self.dims_at - s);
+                out.extend_from_slice(&b[s..e]);
+                out[at..at + 2].copy_from_slice(&u16::try_from(height).ok()?.to_be_bytes());
+                out[at + 2..at + 4].copy_from_slice(&u16::try_from(width).ok()?.to_be_bytes());
+            } else {
+                out.extend_from_slice(&b[s..e]);
+            }
+        }
+        Some(())
+    }
+}
+
 /// Where every restart interval of a restart-indexed JPEG lies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RestartLayout {
@@ -302,7 +326,7 @@ impl RestartLayout {
 /// A JPEG made of the restart intervals a region needs, and where it lies in the original.
 #[derive(Debug, Default)]
 pub(crate) struct PartialStream {
-    bytes: Vec<u8>,
+    pub(super) bytes: Vec<u8>,
     /// Interval starts, kept between decodes.
     starts: Vec<usize>,
 }
@@ -355,16 +379,7 @@ impl PartialStream {
         let out = &mut self.bytes;
         out.clear();
         out.extend_from_slice(&[0xFF, 0xD8]);
-        for &(s, e) in &f.keep {
-            if (s..e).contains(&f.dims_at) {
-                let at = out.len() + (f.dims_at - s);
-                out.extend_from_slice(&b[s..e]);
-                out[at..at + 2].copy_from_slice(&u16::try_from(height).ok()?.to_be_bytes());
-                out[at + 2..at + 4].copy_from_slice(&u16::try_from(width).ok()?.to_be_bytes());
-            } else {
-                out.extend_from_slice(&b[s..e]);
-            }
-        }
+        f.write_header(b, out, width, height)?;
         let per_row = f.per_row() as usize;
         // The next RST marker's number (RST0..RST7, in turn); none before the first interval.
         let mut rst: Option<u8> = None;
@@ -387,6 +402,22 @@ impl PartialStream {
 /// The interval columns and MCU rows covering the scaled region plus the margin.
 fn cover(f: &Frame, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
     cover_with(f, factor, region, MARGIN_MCUS)
+}
+
+/// The MCU rows `r0..r1` covering the scaled region plus `margin` rows, in a frame with or
+/// without restart intervals.
+pub(super) fn cover_rows(
+    f: &Frame,
+    factor: ScalingFactor,
+    region: (u32, u32, u32, u32),
+    margin: u32,
+) -> (u32, u32) {
+    let rows = Frame {
+        interval: f.mcus_per_row(),
+        keep: Vec::new(),
+        ..*f
+    };
+    cover_with(&rows, factor, region, margin).rows
 }
 
 /// [`cover`] with `margin` MCUs on every side.
@@ -461,7 +492,7 @@ impl CpuDecoder {
     }
 
     /// Decodes `plan` from the partial stream `sub`, whose origin is `origin` (scaled pixels).
-    fn run_partial(
+    pub(super) fn run_partial(
         &mut self,
         sub: &[u8],
         plan: &RegionPlan,
@@ -482,4 +513,4 @@ impl CpuDecoder {
 
 #[cfg(test)]
 #[path = "restart_tests.rs"]
-mod tests;
+pub(super) mod tests;

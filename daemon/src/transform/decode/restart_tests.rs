@@ -12,17 +12,17 @@ use super::super::{plan_region, JpegHeader};
 use super::*;
 
 /// A deterministic pseudo-random sequence (xorshift), so failures replay.
-struct Rng(u64);
+pub(in crate::transform::decode) struct Rng(pub(in crate::transform::decode) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(in crate::transform::decode) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
 
-    fn unit(&mut self) -> f64 {
+    pub(in crate::transform::decode) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -42,7 +42,12 @@ fn textured(w: u32, h: u32, seed: u64) -> Vec<u8> {
     v
 }
 
-fn encode(w: u32, h: u32, subsamp: i32, format: PixelFormat) -> Vec<u8> {
+pub(in crate::transform::decode) fn encode(
+    w: u32,
+    h: u32,
+    subsamp: i32,
+    format: PixelFormat,
+) -> Vec<u8> {
     let mut pixels = textured(w, h, u64::from(w * 31 + h));
     if format == PixelFormat::Gray {
         pixels = pixels.chunks_exact(3).map(|p| p[1]).collect();
@@ -54,7 +59,11 @@ fn encode(w: u32, h: u32, subsamp: i32, format: PixelFormat) -> Vec<u8> {
 }
 
 /// A random RandomResizedCrop-like box and output size for an image of `w` x `h`.
-fn random_crop(rng: &mut Rng, w: u32, h: u32) -> (CropBox, (u32, u32)) {
+pub(in crate::transform::decode) fn random_crop(
+    rng: &mut Rng,
+    w: u32,
+    h: u32,
+) -> (CropBox, (u32, u32)) {
     let (fw, fh) = (f64::from(w), f64::from(h));
     let bw = (fw * (0.08 + 0.92 * rng.unit())).max(1.0);
     let bh = (fh * (0.08 + 0.92 * rng.unit())).max(1.0);
@@ -205,7 +214,7 @@ fn files_that_cannot_be_rewritten_say_why() {
     assert!(err.0.contains("CMYK"), "{err}");
 }
 
-fn shared_data(dir: &str) -> Option<Vec<PathBuf>> {
+pub(in crate::transform::decode) fn shared_data(dir: &str) -> Option<Vec<PathBuf>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/data")
         .join(dir);

@@ -1,0 +1,678 @@
+//! Entry points into JPEGs without restart markers: where each MCU row's entropy-coded data
+//! starts and what the DC predictors are there, learnt once per file, so that a crop's decode
+//! skips the Huffman decoding of the rows above it (a folder's files, epoch after epoch).
+//!
+//! # Design
+//! - A baseline JPEG's scan is one bit stream: a decoder cannot start mid-image without the
+//!   bit position of an MCU row's start and the DC predictors there (each block's DC is coded
+//!   as a difference from the previous block's). [`walk`] finds both by decoding the Huffman
+//!   symbols only (no coefficients stored, no IDCT), up to the row a crop needs.
+//! - The entries are kept per file content (a 64-bit hash of the bytes and their length) in
+//!   one process-wide table, so the same file gives the same entries whichever thread, job or
+//!   dataset reads it, and a changed file is a different key. The walk resumes from the
+//!   deepest row known: over all epochs a file is walked at most once, and the first epoch
+//!   walks only the rows above each crop, which its decode skips, so it costs about what
+//!   today's decode of those rows cost.
+//! - The decode reads a partial stream ([`build`]): the original header with a smaller frame
+//!   height, one synthetic MCU row, then the original entropy-coded bytes from the entry on.
+//!   The synthetic row's blocks are coded with the file's own Huffman tables so that (1) the
+//!   DC predictors at its end equal the entry's and (2) its length in bits leaves the original
+//!   bits at their own alignment, so the original bytes are copied as they are (one boundary
+//!   byte merged). Its pixels are never used: the decode region starts at least one real MCU
+//!   row below it, as libjpeg's fancy upsampling reads one chroma row across MCU rows.
+//! - Anything unexpected (a code the tables lack, a marker inside the walked rows, a DC
+//!   predictor out of range, a synthetic row the tables cannot code) means no entry: the file
+//!   decodes as before, and libjpeg reports any corruption as it always did.
+//!
+//! # Limitations
+//! - Only sequential Huffman files with one scan holding every component (1 to 3 of them)
+//!   and no restart interval; restart-indexed files take `restart`'s path.
+//! - Rows beside the crop are still entropy decoded: no bit position inside a row is known.
+//! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each); files past that decode
+//!   by walking from the top each time, about today's cost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use stoker_kernels::reference::RgbImage;
+
+use super::restart::{cover_rows, Frame};
+use super::{CpuDecoder, DecodeError, RegionPlan};
+
+/// The most row entries the process keeps (12 bytes each: 384 MiB, about ImageNet's 1.28
+/// million files at 25 MCU rows each).
+pub const MAX_ENTRIES: usize = 32 << 20;
+
+/// Entries kept in all (checked against [`MAX_ENTRIES`]).
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+const SHARDS: usize = 64;
+
+/// Scaled pixel rows at the top of an MCU row whose chroma upsampling reads the row above.
+const EDGE_ROWS: u32 = 2;
+
+/// Where an MCU row's entropy-coded data starts: byte `byte` of the file, bit `bit` of it
+/// (0 = most significant), with these DC predictors (per scan component).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowEntry {
+    byte: u32,
+    bit: u8,
+    dc: [i16; 3],
+}
+
+/// Per file (hash and length of its bytes): the entries of MCU rows `0..len`; empty when the
+/// file has none (its walk failed).
+type Table = HashMap<(u64, usize), Vec<RowEntry>>;
+
+fn table(key: (u64, usize)) -> &'static Mutex<Table> {
+    static TABLES: OnceLock<Vec<Mutex<Table>>> = OnceLock::new();
+    let all = TABLES.get_or_init(|| (0..SHARDS).map(|_| Mutex::default()).collect());
+    #[allow(clippy::cast_possible_truncation)]
+    &all[key.0 as usize % SHARDS]
+}
+
+/// A Huffman table, for reading codes and for writing them.
+#[derive(Debug, Clone)]
+struct Huff {
+    /// Per 9-bit prefix: the code's length << 8 | its symbol; 0 when the code is longer.
+    fast: Vec<u16>,
+    /// Per code length 1..=16: the largest code of that length (-1: none), and what to add
+    /// to a code of that length to index `vals`.
+    maxcode: [i32; 17],
+    offset: [i32; 17],
+    vals: Vec<u8>,
+    /// Per symbol: its code and the code's length (0: the table has no code for it).
+    code: [u16; 256],
+    len: [u8; 256],
+}
+
+const FAST_BITS: u32 = 9;
+
+impl Huff {
+    /// The table of a DHT entry (`counts` of codes per length, then the symbols), or `None`
+    /// where libjpeg would refuse it (too many codes for a length, a DC symbol over 15).
+    fn new(counts: &[u8], vals: &[u8], dc: bool) -> Option<Huff> {
+        let mut h = Huff {
+            fast: vec![0; 1 << FAST_BITS],
+            maxcode: [-1; 17],
+            offset: [0; 17],
+            vals: vals.to_vec(),
+            code: [0; 256],
+            len: [0; 256],
+        };
+        if dc && vals.iter().any(|&v| v > 15) {
+            return None;
+        }
+        let (mut code, mut k) = (0u32, 0usize);
+        for l in 1..=16u32 {
+            let n = usize::from(counts[l as usize - 1]);
+            h.offset[l as usize] = i32::try_from(k).ok()? - i32::try_from(code).ok()?;
+            for &sym in vals.get(k..k + n)? {
+                let s = usize::from(sym);
+                h.code[s] = u16::try_from(code).ok()?;
+                h.len[s] = u8::try_from(l).ok()?;
+                if l <= FAST_BITS {
+                    let shift = FAST_BITS - l;
+                    let base = (code << shift) as usize;
+                    let entry = u16::try_from(l << 8).ok()? | u16::from(sym);
+                    h.fast.get_mut(base..base + (1 << shift))?.fill(entry);
+                }
+                code += 1;
+            }
+            k += n;
+            if n > 0 {
+                h.maxcode[l as usize] = i32::try_from(code).ok()? - 1;
+            }
+            // As libjpeg: the codes of a length must fit it, and none may be all ones.
+            if code >= 1 << l {
+                return None;
+            }
+            code <<= 1;
+        }
+        (k == vals.len()).then_some(h)
+    }
+
+    /// Reads one code; `None` for a bit string no code starts.
+    #[inline(always)]
+    fn read(&self, bits: &mut Bits<'_>) -> Option<u8> {
+        bits.fill();
+        // A 9-bit value.
+        #[allow(clippy::cast_possible_truncation)]
+        let f = self.fast[bits.peek(FAST_BITS) as usize];
+        if f != 0 {
+            bits.consume(u32::from(f >> 8));
+            #[allow(clippy::cast_possible_truncation)]
+            return Some(f as u8);
+        }
+        for l in FAST_BITS + 1..=16 {
+            let c = i32::try_from(bits.peek(l)).ok()?;
+            if c <= self.maxcode[l as usize] {
+                bits.consume(l);
+                return self
+                    .vals
+                    .get(usize::try_from(self.offset[l as usize] + c).ok()?)
+                    .copied();
+            }
+        }
+        None
+    }
+}
+
+/// A reader of entropy-coded bits (stuffed `FF 00` pairs read as `FF`), most significant
+/// bit first. Past the data (a marker or the end) it reads zero bits, as libjpeg does, and
+/// counts them.
+struct Bits<'a> {
+    b: &'a [u8],
+    /// The next byte to load.
+    pos: usize,
+    /// Loaded bits, the next one the most significant.
+    buf: u64,
+    n: u32,
+    /// Zero bytes loaded past the data.
+    pad: u32,
+}
+
+impl<'a> Bits<'a> {
+    /// Reads from bit `bit` of byte `byte` of `b`.
+    fn at(b: &'a [u8], byte: usize, bit: u8) -> Bits<'a> {
+        let mut bits = Bits {
+            b,
+            pos: byte,
+            buf: 0,
+            n: 0,
+            pad: 0,
+        };
+        bits.fill();
+        bits.consume(u32::from(bit));
+        bits
+    }
+
+    /// Loads bytes until more than 56 bits are loaded.
+    #[inline(always)]
+    fn fill(&mut self) {
+        while self.n <= 56 {
+            let mut c = 0;
+            match self.b.get(self.pos..self.pos + 2) {
+                Some(&[0xFF, 0x00]) => {
+                    c = 0xFF;
+                    self.pos += 2;
+                }
+                Some(&[0xFF, _]) => self.pad += 1,
+                Some(&[x, _]) => {
+                    c = x;
+                    self.pos += 1;
+                }
+                _ => self.pad += 1,
+            }
+            self.buf |= u64::from(c) << (56 - self.n);
+            self.n += 8;
+        }
+    }
+
+    #[inline(always)]
+    fn peek(&self, l: u32) -> u64 {
+        self.buf >> (64 - l)
+    }
+
+    #[inline(always)]
+    fn consume(&mut self, l: u32) {
+        self.buf <<= l;
+        self.n -= l;
+    }
+
+    /// Reads `l` (1..=16) bits; the caller has just filled.
+    #[inline(always)]
+    fn take(&mut self, l: u32) -> u32 {
+        #[allow(clippy::cast_possible_truncation)]
+        let v = self.peek(l) as u32;
+        self.consume(l);
+        v
+    }
+
+    /// The byte holding the next unread bit and the bit's index in it; `None` past the data.
+    fn position(&self) -> Option<(usize, u8)> {
+        let real = self.n.checked_sub(self.pad * 8).filter(|&r| r > 0)?;
+        let mut p = self.pos;
+        for _ in 0..real.div_ceil(8) {
+            p -= 1;
+            if self.b[p] == 0 && p > 0 && self.b[p - 1] == 0xFF {
+                p -= 1;
+            }
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        Some((p, ((8 - real % 8) % 8) as u8))
+    }
+}
+
+/// JPEG's sign extension of a `s`-bit difference.
+#[inline(always)]
+fn extend(v: u32, s: u32) -> i32 {
+    let v = v.cast_signed();
+    if s > 0 && v < 1 << (s - 1) {
+        v - (1 << s) + 1
+    } else {
+        v
+    }
+}
+
+/// The scan of a file as the walk and the synthetic row need it.
+#[derive(Debug)]
+pub(super) struct Scan {
+    frame: Frame,
+    /// Per block of an MCU, in order: its scan component.
+    blocks: Vec<usize>,
+    /// Per scan component: its DC and AC tables.
+    dc: Vec<Huff>,
+    ac: Vec<Huff>,
+}
+
+impl Scan {
+    /// The scan of `b`, or `None` for anything the entries do not serve (see the module).
+    pub(super) fn parse(b: &[u8]) -> Option<Scan> {
+        let frame = Frame::parse(b).filter(|f| f.interval == 0)?;
+        let mut tables: [Option<Huff>; 8] = Default::default();
+        let mut sampling = Vec::new();
+        for (marker, body) in segments(b, frame.scan_at) {
+            match marker {
+                0xC0 | 0xC1 => {
+                    let n = usize::from(*body.get(5)?);
+                    for c in body.get(6..6 + 3 * n)?.chunks_exact(3) {
+                        sampling.push((c[0], c[1] >> 4, c[1] & 15));
+                    }
+                }
+                0xC4 => read_dht(body, &mut tables)?,
+                0xDA => return Self::from_sos(frame, body, &sampling, &tables),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn from_sos(
+        frame: Frame,
+        sos: &[u8],
+        sampling: &[(u8, u8, u8)],
+        tables: &[Option<Huff>; 8],
+    ) -> Option<Scan> {
+        let n = usize::from(*sos.first()?);
+        if !(1..=3).contains(&n) || n != sampling.len() {
+            return None;
+        }
+        let (mut blocks, mut dc, mut ac) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, sel) in sos.get(1..1 + 2 * n)?.chunks_exact(2).enumerate() {
+            let &(_, h, v) = sampling.iter().find(|s| s.0 == sel[0])?;
+            let count = if n == 1 {
+                1
+            } else {
+                usize::from(h) * usize::from(v)
+            };
+            blocks.extend(std::iter::repeat_n(i, count));
+            dc.push(tables[usize::from(sel[1] >> 4) & 3].clone()?);
+            ac.push(tables[4 + (usize::from(sel[1] & 15) & 3)].clone()?);
+        }
+        Some(Scan {
+            frame,
+            blocks,
+            dc,
+            ac,
+        })
+    }
+
+    /// Walks the Huffman symbols of MCU rows `from.0..to` from `from.1`, pushing the entry of
+    /// every row start after `from.0` up to `to` onto `found`; `None` on anything unexpected.
+    fn walk(
+        &self,
+        b: &[u8],
+        from: (usize, RowEntry),
+        to: usize,
+        found: &mut Vec<RowEntry>,
+    ) -> Option<()> {
+        let (row, start) = from;
+        let mut bits = Bits::at(b, start.byte as usize, start.bit);
+        let mut dc = start.dc.map(i32::from);
+        let per_row = self.frame.mcus_per_row() as usize;
+        for _ in row..to {
+            for _ in 0..per_row {
+                for &c in &self.blocks {
+                    self.skip_block(&mut bits, c, &mut dc[c])?;
+                }
+            }
+            let (byte, bit) = bits.position()?;
+            found.push(RowEntry {
+                byte: u32::try_from(byte).ok()?,
+                bit,
+                dc: [0, 1, 2].map(|c| i16::try_from(dc[c]).unwrap_or(i16::MAX)),
+            });
+            if dc.iter().any(|&d| i16::try_from(d).is_err()) {
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// Reads one block of component `c`: its DC difference (added to `dc`) and its AC codes.
+    #[inline(always)]
+    fn skip_block(&self, bits: &mut Bits<'_>, c: usize, dc: &mut i32) -> Option<()> {
+        let s = u32::from(self.dc[c].read(bits)?);
+        if s > 0 {
+            *dc = dc.checked_add(extend(bits.take(s), s))?;
+        }
+        let ac = &self.ac[c];
+        let mut k = 1;
+        while k < 64 {
+            let rs = ac.read(bits)?;
+            let (r, s) = (u32::from(rs >> 4), u32::from(rs & 15));
+            if s != 0 {
+                k += r + 1;
+                bits.consume(s);
+            } else if r == 15 {
+                k += 16;
+            } else {
+                break;
+            }
+        }
+        Some(())
+    }
+}
+
+/// The marker segments of `b` before byte `end`, as (marker, body).
+fn segments(b: &[u8], end: usize) -> impl Iterator<Item = (u8, &[u8])> {
+    let mut pos = 2;
+    std::iter::from_fn(move || {
+        while b.get(pos) == Some(&0xFF) && b.get(pos + 1) == Some(&0xFF) {
+            pos += 1;
+        }
+        if pos >= end || *b.get(pos)? != 0xFF {
+            return None;
+        }
+        let marker = *b.get(pos + 1)?;
+        let len = usize::from(u16::from_be_bytes([*b.get(pos + 2)?, *b.get(pos + 3)?]));
+        let body = b.get(pos + 4..pos + 2 + len)?;
+        pos += 2 + len;
+        Some((marker, body))
+    })
+}
+
+/// Reads the tables of one DHT segment into `tables` (DC 0-3, then AC 0-3).
+fn read_dht(mut body: &[u8], tables: &mut [Option<Huff>; 8]) -> Option<()> {
+    while let Some(&tc_th) = body.first() {
+        let counts = body.get(1..17)?;
+        let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
+        let vals = body.get(17..17 + total)?;
+        let (class, id) = (tc_th >> 4, usize::from(tc_th & 15));
+        if class > 1 || id > 3 {
+            return None;
+        }
+        tables[usize::from(class) * 4 + id] = Some(Huff::new(counts, vals, class == 0)?);
+        body = &body[17 + total..];
+    }
+    Some(())
+}
+
+/// The entry of MCU row `row` of `b`, from the process's table or by walking from the deepest
+/// row it knows (and keeping what the walk finds); `None` when the file has none.
+fn entry(b: &[u8], scan: &Scan, row: usize) -> Option<RowEntry> {
+    let key = (rapidhash::v3::rapidhash_v3(b), b.len());
+    let first = RowEntry {
+        byte: u32::try_from(scan.frame.scan_at).ok()?,
+        bit: 0,
+        dc: [0; 3],
+    };
+    let from = {
+        let t = table(key).lock().unwrap_or_else(|e| e.into_inner());
+        match t.get(&key) {
+            Some(rows) if rows.is_empty() => return None,
+            Some(rows) if rows.len() > row => return Some(rows[row]),
+            Some(rows) => (rows.len() - 1, rows[rows.len() - 1]),
+            None => (0, first),
+        }
+    };
+    let mut found = Vec::with_capacity(row - from.0);
+    let walked = scan.walk(b, from, row, &mut found);
+    let mut t = table(key).lock().unwrap_or_else(|e| e.into_inner());
+    let rows = t.entry(key).or_insert_with(|| vec![first]);
+    if walked.is_none() {
+        KEPT.fetch_sub(rows.len(), Ordering::Relaxed);
+        rows.clear();
+        return None;
+    }
+    // Another thread may have walked the same rows meanwhile: keep only what extends them.
+    if rows.len() == from.0 + 1 && KEPT.fetch_add(found.len(), Ordering::Relaxed) < MAX_ENTRIES {
+        rows.extend_from_slice(&found);
+    }
+    found.last().copied()
+}
+
+/// Bits written most significant first, `FF` stuffed with `00`.
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    n: u32,
+    /// Bits written in all.
+    total: u64,
+}
+
+impl Writer<'_> {
+    fn put(&mut self, code: u32, len: u32) {
+        self.acc = (self.acc << len) | u64::from(code);
+        self.n += len;
+        self.total += u64::from(len);
+        while self.n >= 8 {
+            self.n -= 8;
+            #[allow(clippy::cast_possible_truncation)]
+            let byte = (self.acc >> self.n) as u8;
+            self.out.push(byte);
+            if byte == 0xFF {
+                self.out.push(0);
+            }
+        }
+        self.acc &= (1 << self.n) - 1;
+    }
+}
+
+/// The size category of a DC difference (its bit length).
+fn category(v: i32) -> u32 {
+    32 - v.unsigned_abs().leading_zeros()
+}
+
+/// A DC difference for the next block when `rem` is left to reach: `rem` itself where the
+/// table codes its category, else a step towards it that the table codes.
+fn dc_step(rem: i32, t: &Huff) -> Option<i32> {
+    let has = |c: u32| t.len[c as usize] != 0;
+    let c = category(rem);
+    if has(c) {
+        return Some(rem);
+    }
+    let sign = if rem < 0 { -1 } else { 1 };
+    if let Some(below) = (1..c).rev().find(|&k| has(k)) {
+        return Some(sign * ((1 << below) - 1));
+    }
+    let above = (c + 1..=11).find(|&k| has(k))?;
+    Some(sign * (1 << (above - 1)))
+}
+
+/// `n` DC differences summing to `target`, each of a category table `t` codes: steps to the
+/// target, then zeros (or, without category 0, pairs `v, -v` and one triple `2v, -v, -v`).
+fn plan_dc(target: i32, n: usize, t: &Huff) -> Option<Vec<i32>> {
+    let has = |c: u32| t.len[c as usize] != 0;
+    let mut v = Vec::with_capacity(n);
+    let mut rem = target;
+    while rem != 0 {
+        if v.len() == n {
+            return None;
+        }
+        let d = dc_step(rem, t)?;
+        v.push(d);
+        rem -= d;
+    }
+    let mut left = n - v.len();
+    if has(0) {
+        v.resize(n, 0);
+        return Some(v);
+    }
+    if left % 2 == 1 {
+        let k = (1..11).find(|&k| has(k) && has(k + 1))?;
+        if left < 3 {
+            return None;
+        }
+        v.extend([1 << k, -(1 << (k - 1)), -(1 << (k - 1))]);
+        left -= 3;
+    }
+    let k = (1..=11).find(|&k| has(k))?;
+    for _ in 0..left / 2 {
+        v.extend([1 << (k - 1), -(1 << (k - 1))]);
+    }
+    Some(v)
+}
+
+/// Writes one DC difference `d` with table `t` (which codes its category).
+fn put_dc(w: &mut Writer<'_>, t: &Huff, d: i32) {
+    let s = category(d);
+    w.put(u32::from(t.code[s as usize]), u32::from(t.len[s as usize]));
+    if s > 0 {
+        let bits = if d < 0 { d + (1 << s) - 1 } else { d };
+        w.put(bits.cast_unsigned(), s);
+    }
+}
+
+/// An AC symbol of `t` (run 0..=7, a nonzero size) whose code and value bits are an odd
+/// number of bits: `k` of them shift a length by any residue mod 8.
+fn odd_ac(t: &Huff) -> Option<(u8, u32)> {
+    (0u8..=0x7F)
+        .filter(|rs| rs & 15 != 0)
+        .map(|rs| (rs, u32::from(t.len[usize::from(rs)]) + u32::from(rs & 15)))
+        .find(|&(rs, l)| t.len[usize::from(rs)] != 0 && l % 2 == 1)
+}
+
+impl Scan {
+    /// Writes the synthetic MCU row: DC predictors ending at `target`, every block's AC an
+    /// EOB (and some AC codes in the first block where needed), `bit` mod 8 bits long
+    /// (`bit` bits are left in the writer). `None` when the tables cannot code it.
+    fn synthetic_row(&self, w: &mut Writer<'_>, target: [i16; 3], bit: u8) -> Option<()> {
+        let per_row = self.frame.mcus_per_row() as usize;
+        // Plan every block's DC difference first; then the length is known.
+        let mut plans = Vec::with_capacity(3);
+        for (c, &t) in target.iter().enumerate().take(self.dc.len()) {
+            let n = per_row * self.blocks.iter().filter(|&&b| b == c).count();
+            plans.push(plan_dc(i32::from(t), n, &self.dc[c])?.into_iter());
+        }
+        let mut diffs = Vec::with_capacity(per_row * self.blocks.len());
+        let mut length = 0u64;
+        for _ in 0..per_row {
+            for &c in &self.blocks {
+                let d = plans[c].next()?;
+                let s = category(d);
+                let eob = self.ac[c].len[0];
+                if eob == 0 {
+                    return None;
+                }
+                length += u64::from(self.dc[c].len[s as usize]) + u64::from(s) + u64::from(eob);
+                diffs.push(d);
+            }
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let need = (u64::from(bit) + 8 - length % 8) as u32 % 8;
+        let c0 = self.blocks[0];
+        let (extra, sym) = if need == 0 {
+            (0, (0, 0))
+        } else {
+            let (rs, l) = odd_ac(&self.ac[c0])?;
+            ((1..8).find(|k| k * l % 8 == need)?, (rs, l))
+        };
+        for (i, &d) in diffs.iter().enumerate() {
+            let c = self.blocks[i % self.blocks.len()];
+            put_dc(w, &self.dc[c], d);
+            if i == 0 {
+                let (rs, _) = sym;
+                let (code, len) = (
+                    self.ac[c].code[usize::from(rs)],
+                    self.ac[c].len[usize::from(rs)],
+                );
+                let s = u32::from(rs & 15);
+                for _ in 0..extra {
+                    w.put(u32::from(code), u32::from(len));
+                    w.put((1 << s) - 1, s);
+                }
+            }
+            let eob = &self.ac[c];
+            w.put(u32::from(eob.code[0]), u32::from(eob.len[0]));
+        }
+        debug_assert_eq!(w.total % 8, u64::from(bit));
+        Some(())
+    }
+
+    /// Builds into `out` the partial stream starting at MCU row `row` (entry `e`): the header
+    /// with the frame height of rows `row - 1..`, the synthetic row, the original bytes.
+    /// Returns the first row of the partial image in original pixels.
+    fn build(&self, b: &[u8], row: usize, e: RowEntry, out: &mut Vec<u8>) -> Option<u32> {
+        let f = &self.frame;
+        let y0 = u32::try_from(row - 1).ok()? * f.mcu_h;
+        out.clear();
+        out.extend_from_slice(&[0xFF, 0xD8]);
+        f.write_header(b, out, f.width, f.height - y0)?;
+        let mut w = Writer {
+            out,
+            acc: 0,
+            n: 0,
+            total: 0,
+        };
+        self.synthetic_row(&mut w, e.dc, e.bit)?;
+        let (s, bit) = (e.byte as usize, u32::from(e.bit));
+        let mut from = s;
+        if bit > 0 {
+            // The boundary byte: the synthetic row's last bits, then the original's.
+            let mask = 0xFFu8 >> bit;
+            #[allow(clippy::cast_possible_truncation)]
+            let merged = ((w.acc << (8 - bit)) as u8 & !mask) | (b[s] & mask);
+            w.out.push(merged);
+            if merged == 0xFF {
+                w.out.push(0);
+            }
+            from = s + if b[s] == 0xFF { 2 } else { 1 };
+        }
+        out.extend_from_slice(b.get(from..)?);
+        Some(y0)
+    }
+}
+
+impl CpuDecoder {
+    /// Runs `plan` from the entry of the MCU row above its region when `bytes` has one (see
+    /// the module) and the region starts low enough to skip rows; `Ok(false)` when not.
+    pub(super) fn run_from_entry(
+        &mut self,
+        bytes: &[u8],
+        plan: &RegionPlan,
+        out: &mut RgbImage,
+    ) -> Result<bool, DecodeError> {
+        let Some(region) = plan.crop else {
+            return Ok(false);
+        };
+        let Some(scan) = Scan::parse(bytes) else {
+            return Ok(false);
+        };
+        // The first MCU row the region needs. Chroma upsampling reads one chroma row across
+        // the edge of an MCU row: a region starting in an MCU row's first two (scaled) rows
+        // needs the row above too.
+        let mcu_h = plan.factor.scale(scan.frame.mcu_h);
+        let margin = u32::from(region.1 % mcu_h < EDGE_ROWS);
+        let row = cover_rows(&scan.frame, plan.factor, region, margin).0 as usize;
+        if row < 1 {
+            return Ok(false);
+        }
+        let Some(e) = entry(bytes, &scan, row) else {
+            return Ok(false);
+        };
+        let mut partial = std::mem::take(&mut self.partial.bytes);
+        let result = match scan.build(bytes, row, e, &mut partial) {
+            Some(y0) => self.run_partial(&partial, plan, region, (0, plan.factor.scale(y0)), out),
+            None => Ok(false),
+        };
+        self.partial.bytes = partial;
+        result
+    }
+}
+
+#[cfg(test)]
+#[path = "entry_tests.rs"]
+mod tests;
