@@ -28,8 +28,11 @@
 //! - Only sequential Huffman files with one scan holding every component (1 to 3 of them)
 //!   and no restart interval; restart-indexed files take `restart`'s path.
 //! - Rows beside the crop are still entropy decoded: no bit position inside a row is known.
-//! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each); files past that decode
-//!   by walking from the top each time, about today's cost.
+//! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each, up to twice that in
+//!   vector capacity); files past that decode by walking from the top each time, about
+//!   today's cost. Nothing is evicted or persisted.
+//! - The key is a non-cryptographic hash: two different files of the same length whose
+//!   hashes collide (which takes a crafted pair) would share entries and decode wrongly.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +65,8 @@ struct RowEntry {
 }
 
 /// Per file (hash and length of its bytes): the entries of MCU rows `0..len`; empty when the
-/// file has none (its walk failed).
+/// file has none (its walk failed). Rows are counted in [`KEPT`] as they are added; a list
+/// that becomes empty keeps a count of one.
 type Table = HashMap<(u64, usize), Vec<RowEntry>>;
 
 fn table(key: (u64, usize)) -> &'static Mutex<Table> {
@@ -429,19 +433,41 @@ fn entry(b: &[u8], scan: &Scan, row: usize) -> Option<RowEntry> {
         }
     };
     let mut found = Vec::with_capacity(row - from.0);
-    let walked = scan.walk(b, from, row, &mut found);
+    let walked = scan.walk(b, from, row, &mut found).is_some();
+    keep(key, first, from.0, walked, &found);
+    walked.then(|| found.last().copied()).flatten()
+}
+
+/// Keeps what a walk from row `from` of file `key` found (`walked`: whether it succeeded), or
+/// that the file has no entries: new rows only while the table is under [`MAX_ENTRIES`], and
+/// only where they extend the kept rows (another thread may have walked them meanwhile).
+fn keep(key: (u64, usize), first: RowEntry, from: usize, walked: bool, found: &[RowEntry]) {
     let mut t = table(key).lock().unwrap_or_else(|e| e.into_inner());
-    let rows = t.entry(key).or_insert_with(|| vec![first]);
-    if walked.is_none() {
-        KEPT.fetch_sub(rows.len(), Ordering::Relaxed);
-        rows.clear();
-        return None;
+    let room = |n: usize| KEPT.load(Ordering::Relaxed) + n <= MAX_ENTRIES;
+    match t.get_mut(&key) {
+        None if walked && room(1 + found.len()) => {
+            KEPT.fetch_add(1 + found.len(), Ordering::Relaxed);
+            let mut rows = Vec::with_capacity(1 + found.len());
+            rows.push(first);
+            rows.extend_from_slice(found);
+            t.insert(key, rows);
+        }
+        // An empty list: no entries (counted as one, and kept for good).
+        None if !walked && room(1) => {
+            KEPT.fetch_add(1, Ordering::Relaxed);
+            t.insert(key, Vec::new());
+        }
+        None => {}
+        Some(rows) if !walked => {
+            KEPT.fetch_sub(rows.len().saturating_sub(1), Ordering::Relaxed);
+            *rows = Vec::new();
+        }
+        Some(rows) if rows.len() == from + 1 && room(found.len()) => {
+            KEPT.fetch_add(found.len(), Ordering::Relaxed);
+            rows.extend_from_slice(found);
+        }
+        Some(_) => {}
     }
-    // Another thread may have walked the same rows meanwhile: keep only what extends them.
-    if rows.len() == from.0 + 1 && KEPT.fetch_add(found.len(), Ordering::Relaxed) < MAX_ENTRIES {
-        rows.extend_from_slice(&found);
-    }
-    found.last().copied()
 }
 
 /// Bits written most significant first, `FF` stuffed with `00`.
