@@ -663,17 +663,16 @@ impl Scan {
 }
 
 impl CpuDecoder {
-    /// Runs `plan` from the entry of the MCU row above its region when `bytes` has one (see
-    /// the module) and the region starts low enough to skip rows; `Ok(false)` when not.
+    /// Runs `plan` (whose cropping region is `region`) from the entry of the MCU row above the
+    /// region when `bytes` has one (see the module) and the region starts low enough to skip
+    /// rows; `Ok(false)` when not.
     pub(super) fn run_from_entry(
         &mut self,
         bytes: &[u8],
         plan: &RegionPlan,
+        region: (u32, u32, u32, u32),
         out: &mut RgbImage,
     ) -> Result<bool, DecodeError> {
-        let Some(region) = plan.crop else {
-            return Ok(false);
-        };
         let Some(scan) = Scan::parse(bytes) else {
             return Ok(false);
         };

@@ -22,8 +22,11 @@ fn assert_crops_equal(name: &str, jpeg: &[u8], crops: usize, seed: u64) -> usize
         let plan = plan_region(&header, want, out, &dec.factors).unwrap();
         dec.begin(jpeg).unwrap();
         dec.run(jpeg, &header, &plan, &mut a).unwrap();
+        let Some(region) = plan.crop else {
+            continue;
+        };
         for pass in 0..2 {
-            if dec.run_from_entry(jpeg, &plan, &mut b).unwrap() {
+            if dec.run_from_entry(jpeg, &plan, region, &mut b).unwrap() {
                 took += usize::from(pass == 0);
                 assert!(
                     a == b,
@@ -127,7 +130,10 @@ fn damaged_scans_give_the_outcome_they_always_gave() {
                 .and_then(|_| dec.run(&jpeg, &header, &plan, &mut a))
                 .map_err(|e| e.to_string());
             errors += usize::from(today.is_err());
-            let entry = match dec.run_from_entry(&jpeg, &plan, &mut b) {
+            let entry = match plan
+                .crop
+                .map_or(Ok(false), |r| dec.run_from_entry(&jpeg, &plan, r, &mut b))
+            {
                 Ok(true) => Ok(()),
                 Ok(false) => dec
                     .begin(&jpeg)
@@ -174,4 +180,51 @@ fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
             }
         }
     }
+}
+
+/// How fast the walk goes beside libjpeg's own entropy decoding (`EntropyDecoder`: every
+/// coefficient, no IDCT), over every photo, whole files, alternating: what a file's first
+/// epoch pays for the rows above its crop. `cargo test --release -p stoker-daemon --lib
+/// walk_speed -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement"]
+fn walk_speed_against_libjpegs_entropy_decoding() {
+    let Some(files) = shared_data("photos") else {
+        return;
+    };
+    let jpegs: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let mut libjpeg = super::super::EntropyDecoder::new(Limits::default()).unwrap();
+    let (mut walk_s, mut lib_s) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        let mut found = Vec::new();
+        for jpeg in &jpegs {
+            let scan = Scan::parse(jpeg).unwrap();
+            let first = RowEntry {
+                byte: scan.frame.scan_at as u32,
+                bit: 0,
+                dc: [0; 3],
+            };
+            found.clear();
+            let rows = scan.frame.mcu_rows() as usize - 1;
+            scan.walk(jpeg, (0, first), rows, &mut found).unwrap();
+        }
+        walk_s.push(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        for jpeg in &jpegs {
+            libjpeg.decode(jpeg).unwrap();
+        }
+        lib_s.push(t.elapsed().as_secs_f64());
+    }
+    walk_s.sort_by(f64::total_cmp);
+    lib_s.sort_by(f64::total_cmp);
+    let per = |s: f64| s * 1e3 / jpegs.len() as f64;
+    eprintln!(
+        "{} photos, medians of 5: walk (all rows but the last) {:.3} ms/file, libjpeg entropy \
+         decoding {:.3} ms/file, ratio {:.2}",
+        jpegs.len(),
+        per(walk_s[2]),
+        per(lib_s[2]),
+        walk_s[2] / lib_s[2]
+    );
 }

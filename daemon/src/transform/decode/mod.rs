@@ -587,14 +587,29 @@ impl CpuDecoder {
                 });
             }
             let plan = plan_region(&header, want, out_size, &self.factors)?;
-            if !self.run_restart_intervals(bytes, &plan, out)?
-                && !self.run_from_entry(bytes, &plan, out)?
-            {
-                self.run(bytes, &header, &plan, out)?;
-            }
+            self.run_region(bytes, &header, &plan, out)?;
             Ok(plan.box_out)
         });
         self.recover(result)
+    }
+
+    /// Runs `plan`, skipping the entropy decoding a region does not need where the file
+    /// allows: its restart intervals (`restart`), else its entry points (`entry`).
+    fn run_region(
+        &mut self,
+        bytes: &[u8],
+        header: &JpegHeader,
+        plan: &RegionPlan,
+        out: &mut RgbImage,
+    ) -> Result<(), DecodeError> {
+        if let Some(region) = plan.crop {
+            if self.run_restart_intervals(bytes, plan, region, out)?
+                || self.run_from_entry(bytes, plan, region, out)?
+            {
+                return Ok(());
+            }
+        }
+        self.run(bytes, header, plan, out)
     }
 
     fn run(

@@ -454,18 +454,16 @@ fn cover_with(
 }
 
 impl CpuDecoder {
-    /// Runs `plan` on the restart intervals it touches when `bytes` is restart-indexed and the
-    /// region skips enough of it; `Ok(false)` when it is not (the caller decodes as before).
+    /// Runs `plan` (whose cropping region is `region`) on the restart intervals it touches
+    /// when `bytes` is restart-indexed and the region skips enough of it; `Ok(false)` when it is not (the caller decodes as before).
     /// The scan is walked only up to the last interval needed.
     pub(super) fn run_restart_intervals(
         &mut self,
         bytes: &[u8],
         plan: &RegionPlan,
+        region: (u32, u32, u32, u32),
         out: &mut RgbImage,
     ) -> Result<bool, DecodeError> {
-        let Some(region) = plan.crop else {
-            return Ok(false);
-        };
         let Some(frame) = Frame::parse(bytes).filter(Frame::has_grid) else {
             return Ok(false);
         };

@@ -93,9 +93,7 @@ impl CpuDecoder {
             };
             let factor = smallest_factor(&self.factors, covers);
             let plan = plan_region_at(&header, want, inside(&header, want)?, factor)?;
-            if !self.run_restart_intervals(bytes, &plan, out)? {
-                self.run(bytes, &header, &plan, out)?;
-            }
+            self.run_region(bytes, &header, &plan, out)?;
             let (ox, oy, _, _) = plan.crop.unwrap_or((0, 0, 0, 0));
             Ok(DecodedRegion {
                 scale: factor.as_f64(),
