@@ -168,6 +168,7 @@ impl CpuBackend {
             sample.index,
         );
         let (out_h, out_w) = job.spec.crop.output_size();
+        self.decoder.set_entry_scope(job.owner);
         let within = self.decoder.decode_for_crop(
             data,
             turn.to_stored(crop, header.width, header.height),

@@ -83,6 +83,7 @@ impl CpuBackend {
             wants[v] = (stored, turn.shown_size(out_h, out_w));
             flips[v] = flip;
         }
+        self.decoder.set_entry_scope(job.owner);
         let region = self
             .decoder
             .decode_for_views(data, &wants[..n], &mut self.image)?;

@@ -7,9 +7,12 @@
 //!   bit position of an MCU row's start and the DC predictors there (each block's DC is coded
 //!   as a difference from the previous block's). [`walk`] finds both by decoding the Huffman
 //!   symbols only (no coefficients stored, no IDCT), up to the row a crop needs.
-//! - The entries are kept per file content (a 64-bit hash of the bytes and their length) in
-//!   one process-wide table, so the same file gives the same entries whichever thread, job or
-//!   dataset reads it, and a changed file is a different key. The walk resumes from the
+//! - The entries are kept per owner and file content (the job owner's uid, a 64-bit hash of
+//!   the bytes seeded at random per process, and their length) in one process-wide table, so
+//!   the same file gives the same entries whichever thread, job or dataset of that user reads
+//!   it, and a changed file is a different key. Users never share entries: one user's files
+//!   cannot be crafted to collide with another's, nor can a user time whether another has
+//!   read a file. The walk resumes from the
 //!   deepest row known: over all epochs a file is walked at most once, and the first epoch
 //!   walks only the rows above each crop, which its decode skips, so it costs about what
 //!   today's decode of those rows cost.
@@ -31,8 +34,9 @@
 //! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each, up to twice that in
 //!   vector capacity); files past that decode by walking from the top each time, about
 //!   today's cost. Nothing is evicted or persisted.
-//! - The key is a non-cryptographic hash: two different files of the same length whose
-//!   hashes collide (which takes a crafted pair) would share entries and decode wrongly.
+//! - The key is a non-cryptographic hash: two different files of one user, of the same
+//!   length, whose hashes collide under the process's secret seed would share entries and
+//!   decode wrongly (for files not crafted against the seed, about 2^-64 per pair).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,16 +68,31 @@ struct RowEntry {
     dc: [i16; 3],
 }
 
-/// Per file (hash and length of its bytes): the entries of MCU rows `0..len`; empty when the
+/// Per owner and file (hash and length of its bytes): the entries of MCU rows `0..len`; empty when the
 /// file has none (its walk failed). Rows are counted in [`KEPT`] as they are added; a list
 /// that becomes empty keeps a count of one.
-type Table = HashMap<(u64, usize), Vec<RowEntry>>;
+type Table = HashMap<Key, Vec<RowEntry>>;
 
-fn table(key: (u64, usize)) -> &'static Mutex<Table> {
+/// (owner uid, seeded hash of the bytes, their length).
+type Key = (u32, u64, usize);
+
+/// The hash of a file's bytes under this process's random seed.
+fn content_hash(b: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    static SECRETS: OnceLock<rapidhash::v3::RapidSecrets> = OnceLock::new();
+    let secrets = SECRETS.get_or_init(|| {
+        // std seeds every RandomState from the OS's random source.
+        let seed = std::collections::hash_map::RandomState::new().hash_one(0u64);
+        rapidhash::v3::RapidSecrets::seed(seed)
+    });
+    rapidhash::v3::rapidhash_v3_seeded(b, secrets)
+}
+
+fn table(key: Key) -> &'static Mutex<Table> {
     static TABLES: OnceLock<Vec<Mutex<Table>>> = OnceLock::new();
     let all = TABLES.get_or_init(|| (0..SHARDS).map(|_| Mutex::default()).collect());
     #[allow(clippy::cast_possible_truncation)]
-    &all[key.0 as usize % SHARDS]
+    &all[key.1 as usize % SHARDS]
 }
 
 /// A Huffman table, for reading codes and for writing them.
@@ -414,10 +433,10 @@ fn read_dht(mut body: &[u8], tables: &mut [Option<Huff>; 8]) -> Option<()> {
     Some(())
 }
 
-/// The entry of MCU row `row` of `b`, from the process's table or by walking from the deepest
+/// The entry of MCU row `row` of `b` for owner `scope`, from the process's table or by walking from the deepest
 /// row it knows (and keeping what the walk finds); `None` when the file has none.
-fn entry(b: &[u8], scan: &Scan, row: usize) -> Option<RowEntry> {
-    let key = (rapidhash::v3::rapidhash_v3(b), b.len());
+fn entry(b: &[u8], scan: &Scan, row: usize, scope: u32) -> Option<RowEntry> {
+    let key = (scope, content_hash(b), b.len());
     let first = RowEntry {
         byte: u32::try_from(scan.frame.scan_at).ok()?,
         bit: 0,
@@ -441,7 +460,7 @@ fn entry(b: &[u8], scan: &Scan, row: usize) -> Option<RowEntry> {
 /// Keeps what a walk from row `from` of file `key` found (`walked`: whether it succeeded), or
 /// that the file has no entries: new rows only while the table is under [`MAX_ENTRIES`], and
 /// only where they extend the kept rows (another thread may have walked them meanwhile).
-fn keep(key: (u64, usize), first: RowEntry, from: usize, walked: bool, found: &[RowEntry]) {
+fn keep(key: Key, first: RowEntry, from: usize, walked: bool, found: &[RowEntry]) {
     let mut t = table(key).lock().unwrap_or_else(|e| e.into_inner());
     let room = |n: usize| KEPT.load(Ordering::Relaxed) + n <= MAX_ENTRIES;
     match t.get_mut(&key) {
@@ -685,7 +704,7 @@ impl CpuDecoder {
         if row < 1 {
             return Ok(false);
         }
-        let Some(e) = entry(bytes, &scan, row) else {
+        let Some(e) = entry(bytes, &scan, row, self.entry_scope) else {
             return Ok(false);
         };
         let mut partial = std::mem::take(&mut self.partial.bytes);

@@ -100,8 +100,30 @@ fn entries_do_not_depend_on_how_the_walk_was_split() {
     }
     assert_eq!(whole, split);
     for row in [rows - 1, 2, 7] {
-        assert_eq!(entry(&jpeg, &scan, row), Some(whole[row]), "row {row}");
+        assert_eq!(entry(&jpeg, &scan, row, 0), Some(whole[row]), "row {row}");
     }
+}
+
+/// Two owners decoding the same bytes keep separate entries: neither reads the other's.
+#[test]
+fn owners_never_share_entries() {
+    let jpeg = encode(333, 251, 1, PixelFormat::Rgb);
+    let scan = Scan::parse(&jpeg).unwrap();
+    let kept = |owner: u32| {
+        let key = (owner, content_hash(&jpeg), jpeg.len());
+        let t = table(key).lock().unwrap();
+        t.get(&key).map(Vec::len)
+    };
+    assert_eq!(kept(4001), None);
+    let e = entry(&jpeg, &scan, 5, 4001).unwrap();
+    assert_eq!(kept(4001), Some(6));
+    assert_eq!(
+        kept(4002),
+        None,
+        "another owner sees the first one's entries"
+    );
+    assert_eq!(entry(&jpeg, &scan, 5, 4002), Some(e));
+    assert_eq!(kept(4002), Some(6));
 }
 
 /// Damage inside the scan: whatever the crop, the entry path's outcome is today's (the same

@@ -448,6 +448,8 @@ pub struct CpuDecoder {
     fast_upsample: bool,
     /// The restart intervals a crop touches, for restart-indexed files (`restart`).
     partial: restart::PartialStream,
+    /// Whose entry points (`entry`) decodes use and keep: the job owner's uid.
+    entry_scope: u32,
 }
 
 impl CpuDecoder {
@@ -460,7 +462,14 @@ impl CpuDecoder {
             pixels: Vec::new(),
             fast_upsample: false,
             partial: restart::PartialStream::default(),
+            entry_scope: 0,
         })
+    }
+
+    /// Sets whose entry points the next decodes use and keep (the job owner's uid): one user's
+    /// decodes never read, nor time, what another's learnt.
+    pub fn set_entry_scope(&mut self, owner: u32) {
+        self.entry_scope = owner;
     }
 
     fn new_limited_handle(limits: &Limits, fast_upsample: bool) -> Result<TjHandle, DecodeError> {
