@@ -37,6 +37,12 @@ use crate::source::index::{Dataset, OpenOptions};
 use crate::source::local::fsopen::OpenPolicy;
 use crate::sync::lock;
 
+/// The owner of the jobs a worker runs for home daemons: `(uid_t)-1`, which no process can
+/// have, so their decodes keep their own entry points (`CpuDecoder::set_entry_scope`), apart
+/// from every local uid's (root's included). Homes share it: they all hold the worker's
+/// secret.
+pub(crate) const REMOTE_OWNER: u32 = u32::MAX;
+
 /// Most samples in one unit a worker takes.
 pub const MAX_UNIT_SAMPLES: usize = 256;
 
@@ -308,7 +314,7 @@ impl WorkerJob {
             1,
             None,
             opened.policy.clone(),
-            0,
+            REMOTE_OWNER,
         )
         .map_err(|e| e.to_string())?;
         let mut config = own.clone();

@@ -7,6 +7,7 @@
 use super::super::restart::tests::{encode, random_crop, shared_data, Rng};
 use super::super::sys::PixelFormat;
 use super::super::{plan_region, probe, Limits};
+use super::synthetic::Writer;
 use super::*;
 
 /// Decodes `crops` random crops of `jpeg` from the top and from the entries (twice: the second
