@@ -362,14 +362,16 @@ impl Scan {
                 }
             }
             let (byte, bit) = bits.position()?;
+            let [y, cb, cr] = dc;
             found.push(RowEntry {
                 byte: u32::try_from(byte).ok()?,
                 bit,
-                dc: [0, 1, 2].map(|c| i16::try_from(dc[c]).unwrap_or(i16::MAX)),
+                dc: [
+                    i16::try_from(y).ok()?,
+                    i16::try_from(cb).ok()?,
+                    i16::try_from(cr).ok()?,
+                ],
             });
-            if dc.iter().any(|&d| i16::try_from(d).is_err()) {
-                return None;
-            }
         }
         Some(())
     }
