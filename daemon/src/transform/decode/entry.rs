@@ -1,39 +1,44 @@
-//! Entry points into JPEGs without restart markers: where each MCU row's entropy-coded data
-//! starts and what the DC predictors are there, learnt once per file, so that a crop's decode
-//! skips the Huffman decoding of the rows above it (a folder's files, epoch after epoch).
+//! Entry points into JPEGs without restart markers: where MCU rows, and groups of MCUs in
+//! each row, start in the entropy-coded data and what the DC predictors are there, learnt once
+//! per file, so that a crop's decode skips the Huffman decoding of the rows above it and of
+//! the columns beside it (a folder's files, epoch after epoch), as a restart-indexed file's
+//! does.
 //!
 //! # Design
 //! - A baseline JPEG's scan is one bit stream: a decoder cannot start mid-image without the
-//!   bit position of an MCU row's start and the DC predictors there (each block's DC is coded
-//!   as a difference from the previous block's). `Scan::walk` finds both by decoding the Huffman
-//!   symbols only (no coefficients stored, no IDCT), up to the row a crop needs.
+//!   bit position of an MCU and the DC predictors there (each block's DC is coded as a
+//!   difference from the previous block's). `Scan::walk` finds both by decoding the Huffman
+//!   symbols only (no coefficients stored, no IDCT), up to the row below the crop's last, and
+//!   keeps an entry every [`Grid`] group (about [`ENTRY_COLUMNS`] per row).
 //! - The entries are kept per owner and file content (the job owner's uid, a 64-bit hash of
 //!   the bytes seeded at random per process, and their length) in one process-wide table, so
 //!   the same file gives the same entries whichever thread, job or dataset of that user reads
 //!   it, and a changed file is a different key. Users never share entries: one user's files
 //!   cannot be crafted to collide with another's, nor can a user time whether another has
-//!   read a file. The walk resumes from the
-//!   deepest row known: over all epochs a file is walked at most once, and the first epoch
-//!   walks only the rows above each crop, which its decode skips, so it costs about what
-//!   today's decode of those rows cost.
-//! - The decode reads a partial stream (`synthetic.rs`): the original header with a smaller frame
-//!   height, one synthetic MCU row, then the original entropy-coded bytes from the entry on.
-//!   The synthetic row's blocks are coded with the file's own Huffman tables so that (1) the
-//!   DC predictors at its end equal the entry's and (2) its length in bits leaves the original
-//!   bits at their own alignment, so the original bytes are copied as they are (one boundary
-//!   byte merged). Its pixels are never used: the decode region starts at least one real MCU
-//!   row below it, as libjpeg's fancy upsampling reads one chroma row across MCU rows.
+//!   read a file. The walk resumes from the deepest row known: over all epochs a file is
+//!   walked at most once.
+//! - The decode reads a partial stream (`synthetic.rs`) built from synthetic MCUs coded with
+//!   the file's own Huffman tables so that (1) the DC predictors at their end equal an
+//!   entry's and (2) their length in bits leaves the original bits at their own alignment, so
+//!   the original bytes are copied as they are (one boundary byte merged). A crop that leaves
+//!   columns out gets the stream of its column groups: each row one restart interval (which
+//!   resets the predictors), a synthetic MCU, then the row's span of original bits. A crop
+//!   as wide as the image gets one synthetic row, then the original bytes from its first
+//!   row on. Synthetic pixels are never used; libjpeg upsamples a cropped row as if its
+//!   edges were the image's, and reads one chroma row across MCU rows, so the rows hold one
+//!   MCU row below the crop, and one above where the crop starts in its first two rows.
 //! - Anything unexpected (a code the tables lack, a marker inside the walked rows, a DC
-//!   predictor out of range, a synthetic row the tables cannot code) means no entry: the file
-//!   decodes as before, and libjpeg reports any corruption as it always did.
+//!   predictor out of range, synthetic MCUs the tables cannot code) means no entry or no
+//!   partial stream: the file decodes as before, and libjpeg reports any corruption as it
+//!   always did, data left after the last MCU included.
 //!
 //! # Limitations
 //! - Only sequential Huffman files with one scan holding every component (1 to 3 of them)
 //!   and no restart interval; restart-indexed files take `restart`'s path.
-//! - Rows beside the crop are still entropy decoded: no bit position inside a row is known.
 //! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each, up to twice that in
-//!   vector capacity); files past that decode by walking from the top each time, about
-//!   today's cost. Nothing is evicted or persisted.
+//!   vector capacity): files get column entries while the whole file's fit, else one entry
+//!   per row, and past that decode by walking from the top each time, about the cost before
+//!   entry points. Nothing is evicted or persisted.
 //! - The key is a non-cryptographic hash: two different files of one user, of the same
 //!   length, whose hashes collide under the process's secret seed would share entries and
 //!   decode wrongly (for files not crafted against the seed, about 2^-64 per pair).
@@ -44,12 +49,17 @@ use std::sync::{Mutex, OnceLock};
 
 use stoker_kernels::reference::RgbImage;
 
-use super::restart::{cover_rows, Frame};
+use super::restart::{cover_groups, cover_rows, Frame};
 use super::{CpuDecoder, DecodeError, RegionPlan};
 
-/// The most row entries the process keeps (12 bytes each: 384 MiB, about ImageNet's 1.28
-/// million files at 25 MCU rows each).
+/// The most entries the process keeps (12 bytes each: 384 MiB; about ImageNet's 1.28
+/// million files at 25 MCU rows each with one entry per row, or 75,000 of them with
+/// [`ENTRY_COLUMNS`] per row).
 pub const MAX_ENTRIES: usize = 32 << 20;
+
+/// Entries per MCU row a file gets while the table has room: a crop then skips the
+/// Huffman decoding beside it too, as a restart-indexed file's does.
+const ENTRY_COLUMNS: u32 = 16;
 
 /// Entries kept in all (checked against [`MAX_ENTRIES`]).
 static KEPT: AtomicUsize = AtomicUsize::new(0);
@@ -68,10 +78,45 @@ struct RowEntry {
     dc: [i16; 3],
 }
 
-/// Per owner and file (hash and length of its bytes): the entries of MCU rows `0..len`; empty when the
-/// file has none (its walk failed). Rows are counted in [`KEPT`] as they are added; a list
-/// that becomes empty keeps a count of one.
-type Table = HashMap<Key, Vec<RowEntry>>;
+/// Where a file's entries lie: one every `group` MCUs of a row, `per_row` of them per row
+/// (entry `r * per_row + j` starts MCU `j * group` of row `r`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    group: u32,
+    per_row: u32,
+}
+
+impl Grid {
+    /// About [`ENTRY_COLUMNS`] entries per row.
+    fn columns(f: &Frame) -> Grid {
+        let mcus = f.mcus_per_row();
+        let group = mcus.div_ceil(ENTRY_COLUMNS);
+        Grid {
+            group,
+            per_row: mcus.div_ceil(group),
+        }
+    }
+
+    /// One entry per row: what a file gets once column entries no longer fit the table.
+    fn rows(f: &Frame) -> Grid {
+        Grid {
+            group: f.mcus_per_row(),
+            per_row: 1,
+        }
+    }
+}
+
+/// A file's entries: rows `0..` in `grid`, up to the first entry of the deepest row walked;
+/// empty when the file has none (its walk failed).
+#[derive(Debug)]
+struct Kept {
+    grid: Grid,
+    list: Vec<RowEntry>,
+}
+
+/// Per owner and file (hash and length of its bytes): what is kept. Entries are counted in
+/// [`KEPT`] as they are added; a list that becomes empty keeps a count of one.
+type Table = HashMap<Key, Kept>;
 
 /// (owner uid, seeded hash of the bytes, their length).
 type Key = (u32, u64, usize);
@@ -253,9 +298,13 @@ impl<'a> Bits<'a> {
         v
     }
 
-    /// The byte holding the next unread bit and the bit's index in it; `None` past the data.
+    /// The byte holding the next unread bit and the bit's index in it: the marker that ends
+    /// the data where every bit before it is read; `None` past the data.
     fn position(&self) -> Option<(usize, u8)> {
-        let real = self.n.checked_sub(self.pad * 8).filter(|&r| r > 0)?;
+        let real = self.n.checked_sub(self.pad * 8)?;
+        if real == 0 {
+            return Some((self.pos, 0));
+        }
         let mut p = self.pos;
         for _ in 0..real.div_ceil(8) {
             p -= 1;
@@ -266,6 +315,21 @@ impl<'a> Bits<'a> {
         #[allow(clippy::cast_possible_truncation)]
         Some((p, ((8 - real % 8) % 8) as u8))
     }
+}
+
+/// The entry where `bits` stands, with DC predictors `dc`.
+fn here(bits: &Bits<'_>, dc: [i32; 3]) -> Option<RowEntry> {
+    let (byte, bit) = bits.position()?;
+    let [y, cb, cr] = dc;
+    Some(RowEntry {
+        byte: u32::try_from(byte).ok()?,
+        bit,
+        dc: [
+            i16::try_from(y).ok()?,
+            i16::try_from(cb).ok()?,
+            i16::try_from(cr).ok()?,
+        ],
+    })
 }
 
 /// JPEG's sign extension of a `s`-bit difference.
@@ -342,36 +406,31 @@ impl Scan {
         })
     }
 
-    /// Walks the Huffman symbols of MCU rows `from.0..to` from `from.1`, pushing the entry of
-    /// every row start after `from.0` up to `to` onto `found`; `None` on anything unexpected.
+    /// Walks the Huffman symbols of MCU rows from entry `from.0` (the first of its row in
+    /// `grid`) to the start of row `to`, pushing every entry of `grid` after `from.0` onto
+    /// `found`; `None` on anything unexpected.
     fn walk(
         &self,
         b: &[u8],
+        grid: Grid,
         from: (usize, RowEntry),
         to: usize,
         found: &mut Vec<RowEntry>,
     ) -> Option<()> {
-        let (row, start) = from;
+        let (index, start) = from;
         let mut bits = Bits::at(b, start.byte as usize, start.bit);
         let mut dc = start.dc.map(i32::from);
-        let per_row = self.frame.mcus_per_row() as usize;
-        for _ in row..to {
-            for _ in 0..per_row {
+        let per_row = self.frame.mcus_per_row();
+        for _ in index / grid.per_row as usize..to {
+            for m in 0..per_row {
+                if m > 0 && m % grid.group == 0 {
+                    found.push(here(&bits, dc)?);
+                }
                 for &c in &self.blocks {
                     self.skip_block(&mut bits, c, &mut dc[c])?;
                 }
             }
-            let (byte, bit) = bits.position()?;
-            let [y, cb, cr] = dc;
-            found.push(RowEntry {
-                byte: u32::try_from(byte).ok()?,
-                bit,
-                dc: [
-                    i16::try_from(y).ok()?,
-                    i16::try_from(cb).ok()?,
-                    i16::try_from(cr).ok()?,
-                ],
-            });
+            found.push(here(&bits, dc)?);
         }
         Some(())
     }
@@ -435,66 +494,115 @@ fn read_dht(mut body: &[u8], tables: &mut [Option<Huff>; 8]) -> Option<()> {
     Some(())
 }
 
-/// The entry of MCU row `row` of `b` for owner `scope`, from the process's table or by walking from the deepest
-/// row it knows (and keeping what the walk finds); `None` when the file has none.
-fn entry(b: &[u8], scan: &Scan, row: usize, scope: u32) -> Option<RowEntry> {
+/// The entries of rows `rows.0..rows.1` of `b` for owner `scope` (each row's, then the first
+/// of row `rows.1`) into `out`, from the process's table, walking on from the deepest row it
+/// knows where needed (and keeping what the walk finds); their grid, or `None` when the file
+/// has none.
+fn entries(
+    b: &[u8],
+    scan: &Scan,
+    rows: (usize, usize),
+    scope: u32,
+    out: &mut Vec<RowEntry>,
+) -> Option<Grid> {
     let key = (scope, content_hash(b), b.len());
     let first = RowEntry {
         byte: u32::try_from(scan.frame.scan_at).ok()?,
         bit: 0,
         dc: [0; 3],
     };
-    let from = {
+    out.clear();
+    // `out` holds entries `at..` of the file's list, ending with the deepest one known.
+    let (grid, at) = {
         let t = table(key).lock().unwrap_or_else(|e| e.into_inner());
         match t.get(&key) {
-            Some(rows) if rows.is_empty() => return None,
-            Some(rows) if rows.len() > row => return Some(rows[row]),
-            Some(rows) => (rows.len() - 1, rows[rows.len() - 1]),
-            None => (0, first),
+            Some(k) if k.list.is_empty() => return None,
+            Some(k) => {
+                let per_row = k.grid.per_row as usize;
+                let (base, last) = (rows.0 * per_row, rows.1 * per_row);
+                if k.list.len() > last {
+                    out.extend_from_slice(&k.list[base..=last]);
+                    return Some(k.grid);
+                }
+                let at = base.min(k.list.len() - 1);
+                out.extend_from_slice(&k.list[at..]);
+                (k.grid, at)
+            }
+            None => {
+                let columns = Grid::columns(&scan.frame);
+                let all = scan.frame.mcu_rows() as usize * columns.per_row as usize + 1;
+                let room = KEPT.load(Ordering::Relaxed) + all <= MAX_ENTRIES;
+                out.push(first);
+                (
+                    if room {
+                        columns
+                    } else {
+                        Grid::rows(&scan.frame)
+                    },
+                    0,
+                )
+            }
         }
     };
-    let mut found = Vec::with_capacity(row - from.0);
-    let walked = scan.walk(b, from, row, &mut found).is_some();
-    keep(key, first, from.0, walked, &found);
-    walked.then(|| found.last().copied()).flatten()
+    let known = at + out.len();
+    let from = (known - 1, out[out.len() - 1]);
+    let walked = scan.walk(b, grid, from, rows.1, out).is_some();
+    keep(key, grid, (first, known), walked, &out[known - at..]);
+    if !walked {
+        return None;
+    }
+    out.drain(..rows.0 * grid.per_row as usize - at);
+    Some(grid)
 }
 
-/// Keeps what a walk from row `from` of file `key` found (`walked`: whether it succeeded), or
-/// that the file has no entries: new rows only while the table is under [`MAX_ENTRIES`], and
-/// only where they extend the kept rows (another thread may have walked them meanwhile).
-fn keep(key: Key, first: RowEntry, from: usize, walked: bool, found: &[RowEntry]) {
+/// Keeps what a walk in `grid` found after entry `from.1 - 1` of file `key` (`walked`:
+/// whether it succeeded; `from.0` is the file's first entry), or that the file has no
+/// entries: new entries only while the table is under [`MAX_ENTRIES`], and only where they
+/// extend the kept ones (another thread may have walked them meanwhile).
+fn keep(key: Key, grid: Grid, from: (RowEntry, usize), walked: bool, found: &[RowEntry]) {
     let mut t = table(key).lock().unwrap_or_else(|e| e.into_inner());
     let room = |n: usize| KEPT.load(Ordering::Relaxed) + n <= MAX_ENTRIES;
     match t.get_mut(&key) {
-        None if walked && room(1 + found.len()) => {
+        None if walked && from.1 == 1 && room(1 + found.len()) => {
             KEPT.fetch_add(1 + found.len(), Ordering::Relaxed);
-            let mut rows = Vec::with_capacity(1 + found.len());
-            rows.push(first);
-            rows.extend_from_slice(found);
-            t.insert(key, rows);
+            let mut list = Vec::with_capacity(1 + found.len());
+            list.push(from.0);
+            list.extend_from_slice(found);
+            t.insert(key, Kept { grid, list });
         }
         // An empty list: no entries (counted as one, and kept for good).
         None if !walked && room(1) => {
             KEPT.fetch_add(1, Ordering::Relaxed);
-            t.insert(key, Vec::new());
+            let list = Vec::new();
+            t.insert(key, Kept { grid, list });
         }
         None => {}
-        Some(rows) if !walked => {
-            KEPT.fetch_sub(rows.len().saturating_sub(1), Ordering::Relaxed);
-            *rows = Vec::new();
+        Some(k) if !walked => {
+            KEPT.fetch_sub(k.list.len().saturating_sub(1), Ordering::Relaxed);
+            k.list = Vec::new();
         }
-        Some(rows) if rows.len() == from + 1 && room(found.len()) => {
+        Some(k) if k.grid == grid && k.list.len() == from.1 && room(found.len()) => {
             KEPT.fetch_add(found.len(), Ordering::Relaxed);
-            rows.extend_from_slice(found);
+            k.list.extend_from_slice(found);
         }
         Some(_) => {}
     }
 }
 
+/// Whether only padding bits lie between entry `e` of `b` and the marker after it.
+fn ends_data(b: &[u8], e: RowEntry) -> bool {
+    let mut at = e.byte as usize;
+    if e.bit > 0 {
+        at += if b[at] == 0xFF { 2 } else { 1 };
+    }
+    b.get(at) == Some(&0xFF) && b.get(at + 1).is_some_and(|&m| m != 0)
+}
+
 impl CpuDecoder {
-    /// Runs `plan` (whose cropping region is `region`) from the entry of the MCU row above the
-    /// region when `bytes` has one (see the module) and the region starts low enough to skip
-    /// rows; `Ok(false)` when not.
+    /// Runs `plan` (whose cropping region is `region`) from the entries of the region's rows
+    /// when `bytes` has them (see the module): from the column groups it touches where it
+    /// leaves some out, else from the MCU row above it where it starts low enough to skip
+    /// rows; `Ok(false)` when neither.
     pub(super) fn run_from_entry(
         &mut self,
         bytes: &[u8],
@@ -505,21 +613,56 @@ impl CpuDecoder {
         let Some(scan) = Scan::parse(bytes) else {
             return Ok(false);
         };
-        // The first MCU row the region needs. Chroma upsampling reads one chroma row across
-        // the edge of an MCU row: a region starting in an MCU row's first two (scaled) rows
-        // needs the row above too.
-        let mcu_h = plan.factor.scale(scan.frame.mcu_h);
-        let margin = u32::from(region.1 % mcu_h < EDGE_ROWS);
-        let row = cover_rows(&scan.frame, plan.factor, region, margin).0 as usize;
-        if row < 1 {
+        let (f, factor) = (&scan.frame, plan.factor);
+        // The MCU rows the region needs. Chroma upsampling reads one chroma row across the
+        // edge of an MCU row: a region starting in an MCU row's first two (scaled) rows needs
+        // the row above too, and libjpeg reads the row below the region's last for it, which
+        // a stream of columns then holds too (meeting any damage there as libjpeg would).
+        let top = u32::from(region.1 % factor.scale(f.mcu_h) < EDGE_ROWS);
+        let rows = (
+            cover_rows(f, factor, region, top).0 as usize,
+            cover_rows(f, factor, region, 1).1 as usize,
+        );
+        // Columns need no margin: libjpeg upsamples a cropped row as if its edges were the
+        // image's.
+        let grid = Grid::columns(f);
+        let groups = cover_groups(f, factor, region, grid.group);
+        let narrow = groups.0 > 0 || groups.1 < grid.per_row;
+        if !narrow && rows.0 < 1 {
             return Ok(false);
         }
-        let Some(e) = entry(bytes, &scan, row, self.entry_scope) else {
+        let mut found = Vec::new();
+        let last = if narrow { rows.1 } else { rows.0 };
+        let Some(kept) = entries(bytes, &scan, (rows.0, last), self.entry_scope, &mut found) else {
             return Ok(false);
         };
         let mut partial = std::mem::take(&mut self.partial.bytes);
-        let result = match scan.build(bytes, row, e, &mut partial) {
-            Some(y0) => self.run_partial(&partial, plan, region, (0, plan.factor.scale(y0)), out),
+        let (x, y, w, h) = region;
+        // A region reaching the image's last row makes libjpeg read on to the marker after the
+        // scan, and report any byte of data before it: a stream of columns, which ends where
+        // the last MCU does, is used only where the file has none.
+        let bottom = y + h >= factor.scale(f.height);
+        let clean = !bottom || found.last().is_some_and(|&e| ends_data(bytes, e));
+        let built = if narrow && kept == grid && clean {
+            scan.build_columns(bytes, rows, groups, grid, &found, &mut partial)
+                .map(|()| {
+                    #[cfg(test)]
+                    tests::COLUMN_DECODES.with(|c| c.set(c.get() + 1));
+                    let x0 = (groups.0 * grid.group)
+                        .checked_sub(1)
+                        .map_or(0, |m| m * f.mcu_w);
+                    let left = factor.scale(f.mcu_w) * u32::from(groups.0 == 0);
+                    let y0 = u32::try_from(rows.0).unwrap_or(0) * f.mcu_h;
+                    (x + left - factor.scale(x0), y - factor.scale(y0), w, h)
+                })
+        } else if rows.0 >= 1 {
+            scan.build(bytes, rows.0, found[0], &mut partial)
+                .map(|y0| (x, y - factor.scale(y0), w, h))
+        } else {
+            None
+        };
+        let result = match built {
+            Some(shifted) => self.run_partial(&partial, plan, shifted, out),
             None => Ok(false),
         };
         self.partial.bytes = partial;

@@ -10,9 +10,29 @@ use super::super::{plan_region, probe, Limits};
 use super::synthetic::Writer;
 use super::*;
 
+thread_local! {
+    /// Decodes on this thread that took a stream of column groups.
+    pub(super) static COLUMN_DECODES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The file's entries from the top to the first of row `rows` in `grid`, by one walk.
+fn walk_all(scan: &Scan, jpeg: &[u8], grid: Grid, rows: usize) -> Vec<RowEntry> {
+    let first = RowEntry {
+        byte: scan.frame.scan_at as u32,
+        bit: 0,
+        dc: [0; 3],
+    };
+    let mut all = vec![first];
+    scan.walk(jpeg, grid, (0, first), rows, &mut all).unwrap();
+    all
+}
+
 /// Decodes `crops` random crops of `jpeg` from the top and from the entries (twice: the second
-/// from the kept entries) and asserts equal pixels; returns how many took the entry path.
-fn assert_crops_equal(name: &str, jpeg: &[u8], crops: usize, seed: u64) -> usize {
+/// from the kept entries) and asserts equal pixels; returns how many took the entry path, and
+/// how many of those a stream of column groups.
+fn assert_crops_equal(name: &str, jpeg: &[u8], crops: usize, seed: u64) -> (usize, usize) {
+    let decodes = || COLUMN_DECODES.with(std::cell::Cell::get);
+    let mut columns = 0;
     let header = probe(jpeg).unwrap();
     let mut dec = CpuDecoder::new(Limits::default()).unwrap();
     let (mut a, mut b) = (RgbImage::default(), RgbImage::default());
@@ -27,8 +47,10 @@ fn assert_crops_equal(name: &str, jpeg: &[u8], crops: usize, seed: u64) -> usize
             continue;
         };
         for pass in 0..2 {
+            let before = decodes();
             if dec.run_from_entry(jpeg, &plan, region, &mut b).unwrap() {
                 took += usize::from(pass == 0);
+                columns += usize::from(pass == 0) * (decodes() - before);
                 assert!(
                     a == b,
                     "{name} crop {i} {want:?} -> {out:?} (pass {pass}): entry path differs"
@@ -36,33 +58,34 @@ fn assert_crops_equal(name: &str, jpeg: &[u8], crops: usize, seed: u64) -> usize
             }
         }
     }
-    took
+    (took, columns)
 }
 
 /// Every photo, 8 random crops each: the entry path gives the same pixels, and takes most
-/// crops (those starting two MCU rows or more down).
+/// crops (those starting two MCU rows or more down, or leaving columns out), most of those by
+/// their column groups.
 #[test]
 fn every_shared_photo_crops_bit_identically_from_its_entries() {
     let Some(files) = shared_data("photos") else {
         return;
     };
-    let (mut took, mut crops) = (0, 0);
+    let (mut took, mut columns, mut crops) = (0, 0, 0);
     for path in &files {
         let jpeg = std::fs::read(path).unwrap();
-        took += assert_crops_equal(&path.display().to_string(), &jpeg, 8, 0x5EED);
-        crops += 8;
+        let (t, c) = assert_crops_equal(&path.display().to_string(), &jpeg, 8, 0x5EED);
+        (took, columns, crops) = (took + t, columns + c, crops + 8);
     }
-    eprintln!("entry path: {took} of {crops} crops");
+    eprintln!("entry path: {took} of {crops} crops, {columns} by column groups");
     assert!(
-        took * 2 >= crops,
-        "{took} of {crops} crops took the entry path"
+        took * 2 >= crops && columns * 2 >= took,
+        "{took} of {crops} crops took the entry path, {columns} by column groups"
     );
 }
 
 /// Every subsampling TurboJPEG writes, grayscale, and sizes off the MCU grid.
 #[test]
 fn every_subsampling_and_odd_sizes_crop_bit_identically() {
-    let mut took = 0;
+    let (mut took, mut columns) = (0, 0);
     for (subsamp, format) in [
         (0, PixelFormat::Rgb),
         (1, PixelFormat::Rgb),
@@ -74,34 +97,45 @@ fn every_subsampling_and_odd_sizes_crop_bit_identically() {
         for (w, h) in [(333, 251), (64, 200), (517, 389)] {
             let jpeg = encode(w, h, subsamp, format);
             let name = format!("{w}x{h} subsampling {subsamp}");
-            took += assert_crops_equal(&name, &jpeg, 12, u64::from(w * h));
+            let (t, c) = assert_crops_equal(&name, &jpeg, 12, u64::from(w * h));
+            (took, columns) = (took + t, columns + c);
         }
     }
-    assert!(took >= 60, "{took} crops took the entry path");
+    assert!(
+        took >= 60 && columns >= 30,
+        "{took} crops took the entry path, {columns} by column groups"
+    );
 }
 
-/// The entries found by walking equal those of a walk from the top to the last row, however
-/// the walks were split (each crop extends the kept entries from the deepest row known).
+/// The entries found by walking equal those of a walk from the top to the end, however the
+/// walks were split (each crop extends the kept entries from the deepest row known), in
+/// either grid; the last is where the scan's data ends.
 #[test]
 fn entries_do_not_depend_on_how_the_walk_was_split() {
     let jpeg = encode(517, 389, 2, PixelFormat::Rgb);
     let scan = Scan::parse(&jpeg).unwrap();
     let rows = scan.frame.mcu_rows() as usize;
-    let first = RowEntry {
-        byte: scan.frame.scan_at as u32,
-        bit: 0,
-        dc: [0; 3],
-    };
-    let mut whole = vec![first];
-    scan.walk(&jpeg, (0, first), rows - 1, &mut whole).unwrap();
-    let mut split = vec![first];
-    for to in [3, 4, 9, rows - 1] {
-        let from = (split.len() - 1, *split.last().unwrap());
-        scan.walk(&jpeg, from, to, &mut split).unwrap();
+    for grid in [Grid::rows(&scan.frame), Grid::columns(&scan.frame)] {
+        let whole = walk_all(&scan, &jpeg, grid, rows);
+        let per_row = grid.per_row as usize;
+        assert_eq!(whole.len(), rows * per_row + 1);
+        let end = whole[whole.len() - 1];
+        assert!(ends_data(&jpeg, end), "{grid:?}: {end:?}");
+        assert!(end.byte as usize >= jpeg.len() - 4, "{grid:?}: {end:?}");
+        let mut split = vec![whole[0]];
+        for to in [3, 4, 9, rows] {
+            let from = (split.len() - 1, *split.last().unwrap());
+            scan.walk(&jpeg, grid, from, to, &mut split).unwrap();
+        }
+        assert_eq!(whole, split, "{grid:?}");
     }
-    assert_eq!(whole, split);
-    for row in [rows - 1, 2, 7] {
-        assert_eq!(entry(&jpeg, &scan, row, 0), Some(whole[row]), "row {row}");
+    let whole = walk_all(&scan, &jpeg, Grid::columns(&scan.frame), rows);
+    let per_row = Grid::columns(&scan.frame).per_row as usize;
+    let mut found = Vec::new();
+    for (r0, r1) in [(rows - 1, rows - 1), (2, 5), (7, rows), (0, 3)] {
+        let grid = entries(&jpeg, &scan, (r0, r1), 0, &mut found);
+        assert_eq!(grid, Some(Grid::columns(&scan.frame)));
+        assert_eq!(found, whole[r0 * per_row..=r1 * per_row], "rows {r0}..{r1}");
     }
 }
 
@@ -113,18 +147,21 @@ fn owners_never_share_entries() {
     let kept = |owner: u32| {
         let key = (owner, content_hash(&jpeg), jpeg.len());
         let t = table(key).lock().unwrap();
-        t.get(&key).map(Vec::len)
+        t.get(&key).map(|k| k.list.len())
     };
+    let per_row = Grid::columns(&scan.frame).per_row as usize;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
     assert_eq!(kept(4001), None);
-    let e = entry(&jpeg, &scan, 5, 4001).unwrap();
-    assert_eq!(kept(4001), Some(6));
+    entries(&jpeg, &scan, (5, 5), 4001, &mut a).unwrap();
+    assert_eq!(kept(4001), Some(5 * per_row + 1));
     assert_eq!(
         kept(4002),
         None,
         "another owner sees the first one's entries"
     );
-    assert_eq!(entry(&jpeg, &scan, 5, 4002), Some(e));
-    assert_eq!(kept(4002), Some(6));
+    entries(&jpeg, &scan, (5, 5), 4002, &mut b).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(kept(4002), Some(5 * per_row + 1));
 }
 
 /// Damage inside the scan: whatever the crop, the entry path's outcome is today's (the same
@@ -173,33 +210,38 @@ fn damaged_scans_give_the_outcome_they_always_gave() {
     assert!(errors > 0, "no damage was ever seen");
 }
 
-/// The synthetic row reaches any DC predictors at any bit alignment with the usual tables,
-/// and with a DC table that lacks category 0 (an optimised table can).
+/// The synthetic row, and a single synthetic MCU written on from any bit of a byte, move the
+/// DC predictors by any amount and end at any bit alignment, with the usual tables and with
+/// a DC table that lacks category 0 (an optimised table can; a single MCU then needs a
+/// nonzero change in each chroma component).
 #[test]
 fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
     let jpeg = encode(333, 251, 2, PixelFormat::Rgb);
     let mut scan = Scan::parse(&jpeg).unwrap();
+    let per_row = scan.frame.mcus_per_row() as usize;
     for no_zero in [false, true] {
         if no_zero {
             for t in &mut scan.dc {
                 t.len[0] = 0;
             }
         }
-        for bit in 0..8u8 {
-            for dc in [[0, 0, 0], [1023, -1024, 5], [-3, 0, 700]] {
-                let mut out = Vec::new();
-                let mut w = Writer {
-                    out: &mut out,
-                    acc: 0,
-                    n: 0,
-                    total: 0,
-                };
-                let built = scan.synthetic_row(&mut w, dc, bit);
-                assert!(
-                    built.is_some(),
-                    "{dc:?} at bit {bit}, no category 0: {no_zero}"
-                );
-                assert_eq!(w.total % 8, u64::from(bit));
+        for (bit, held) in (0..8u8).flat_map(|b| (0..8u32).map(move |h| (b, h))) {
+            for dc in [[0, 0, 0], [1023, -1024, 5], [-3, 0, 700], [-2047, 2047, -1]] {
+                for mcus in [per_row, 1] {
+                    let mut out = Vec::new();
+                    let mut w = Writer::new(&mut out);
+                    w.put(0, held);
+                    let built = scan.synthetic(&mut w, mcus, dc, bit);
+                    let codable = mcus > 1 || !no_zero || (dc[1] != 0 && dc[2] != 0);
+                    assert_eq!(
+                        built.is_some(),
+                        codable,
+                        "{dc:?} to bit {bit} from {held}, {mcus} MCUs, no category 0: {no_zero}"
+                    );
+                    if codable {
+                        assert_eq!(w.total % 8, u64::from(bit));
+                    }
+                }
             }
         }
     }
@@ -220,17 +262,10 @@ fn walk_speed_against_libjpegs_entropy_decoding() {
     let (mut walk_s, mut lib_s) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let t = std::time::Instant::now();
-        let mut found = Vec::new();
         for jpeg in &jpegs {
             let scan = Scan::parse(jpeg).unwrap();
-            let first = RowEntry {
-                byte: scan.frame.scan_at as u32,
-                bit: 0,
-                dc: [0; 3],
-            };
-            found.clear();
             let rows = scan.frame.mcu_rows() as usize - 1;
-            scan.walk(jpeg, (0, first), rows, &mut found).unwrap();
+            walk_all(&scan, jpeg, Grid::rows(&scan.frame), rows);
         }
         walk_s.push(t.elapsed().as_secs_f64());
         let t = std::time::Instant::now();

@@ -126,7 +126,7 @@ fn same_pixels(a: &[u8], b: &[u8]) -> Result<(), NotRewritten> {
 pub(super) struct Frame {
     pub(super) width: u32,
     pub(super) height: u32,
-    mcu_w: u32,
+    pub(super) mcu_w: u32,
     pub(super) mcu_h: u32,
     /// Offset of the frame header's height field (width follows).
     dims_at: usize,
@@ -249,8 +249,7 @@ impl Frame {
         &self,
         b: &[u8],
         out: &mut Vec<u8>,
-        width: u32,
-        height: u32,
+        (width, height): (u32, u32),
     ) -> Option<()> {
         for &(s, e) in &self.keep {
             if (s..e).contains(&self.dims_at) {
@@ -379,7 +378,7 @@ impl PartialStream {
         let out = &mut self.bytes;
         out.clear();
         out.extend_from_slice(&[0xFF, 0xD8]);
-        f.write_header(b, out, width, height)?;
+        f.write_header(b, out, (width, height))?;
         let per_row = f.per_row() as usize;
         // The next RST marker's number (RST0..RST7, in turn); none before the first interval.
         let mut rst: Option<u8> = None;
@@ -418,6 +417,21 @@ pub(super) fn cover_rows(
         ..*f
     };
     cover_with(&rows, factor, region, margin).rows
+}
+
+/// The groups of `group` MCU columns `c0..c1` covering the scaled region, no margin.
+pub(super) fn cover_groups(
+    f: &Frame,
+    factor: ScalingFactor,
+    region: (u32, u32, u32, u32),
+    group: u32,
+) -> (u32, u32) {
+    let groups = Frame {
+        interval: group,
+        keep: Vec::new(),
+        ..*f
+    };
+    cover_with(&groups, factor, region, 0).cols
 }
 
 /// [`cover`] with `margin` MCUs on every side.
@@ -479,7 +493,11 @@ impl CpuDecoder {
                 let built = partial.build(bytes, &layout, cover, plan.factor);
                 partial.starts = layout.starts;
                 match built {
-                    Some(origin) => self.run_partial(&partial.bytes, plan, region, origin, out),
+                    Some(origin) => {
+                        let (x, y, w, h) = region;
+                        let shifted = (x - origin.0, y - origin.1, w, h);
+                        self.run_partial(&partial.bytes, plan, shifted, out)
+                    }
                     None => Ok(false),
                 }
             }
@@ -489,19 +507,18 @@ impl CpuDecoder {
         result
     }
 
-    /// Decodes `plan` from the partial stream `sub`, whose origin is `origin` (scaled pixels).
+    /// Decodes `plan` from the partial stream `sub`, in which its cropping region lies at
+    /// `shifted` (scaled pixels).
     pub(super) fn run_partial(
         &mut self,
         sub: &[u8],
         plan: &RegionPlan,
-        region: (u32, u32, u32, u32),
-        origin: (u32, u32),
+        shifted: (u32, u32, u32, u32),
         out: &mut RgbImage,
     ) -> Result<bool, DecodeError> {
         let header = self.begin(sub)?;
-        let (x, y, w, h) = region;
         let shifted = RegionPlan {
-            crop: Some((x - origin.0, y - origin.1, w, h)),
+            crop: Some(shifted),
             ..*plan
         };
         self.run(sub, &header, &shifted, out)?;

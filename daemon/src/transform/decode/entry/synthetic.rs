@@ -1,8 +1,16 @@
-//! The partial stream of an entry point: the synthetic MCU row (coded with the file's own
-//! Huffman tables so that its DC predictors end at the entry's and its length leaves the
-//! original bits at their own alignment), then the original bytes as they are.
+//! The partial streams of entry points. Synthetic MCUs, coded with the file's own Huffman
+//! tables so that their DC predictors end at an entry's and their length leaves the original
+//! bits at their own alignment, then the original bytes as they are: one synthetic row above
+//! the rows (`Scan::build`), or one synthetic MCU before each row's span of original bits,
+//! written on from wherever the span before it ended (`Scan::build_columns`).
 
-use super::{Huff, RowEntry, Scan};
+use super::{Grid, Huff, RowEntry, Scan};
+
+/// Zero bytes after a stream of columns' EOI marker, never read: libjpeg-turbo's Huffman
+/// decoder takes its fast path only while at least 512 bytes per block of an MCU (up to 10
+/// blocks) are left in the source, and never in a file with restart markers (`decode_mcu`
+/// in `jdhuff.c`), so without them a stream's last few kilobytes decode on the slow path.
+const TAIL_PAD: usize = 512 * 10;
 
 /// Bits written most significant first, `FF` stuffed with `00`.
 pub(super) struct Writer<'a> {
@@ -13,8 +21,56 @@ pub(super) struct Writer<'a> {
     pub(super) total: u64,
 }
 
-impl Writer<'_> {
-    fn put(&mut self, code: u32, len: u32) {
+impl<'a> Writer<'a> {
+    pub(super) fn new(out: &'a mut Vec<u8>) -> Writer<'a> {
+        Writer {
+            out,
+            acc: 0,
+            n: 0,
+            total: 0,
+        }
+    }
+
+    /// Ends the synthetic bits where the original's resume at entry `e` of `b`: writes the
+    /// byte they share (the writer holds `e.bit` bits) and returns the first original byte
+    /// to copy as it is; the writer is then empty, at a byte boundary.
+    fn resume(&mut self, b: &[u8], e: RowEntry) -> usize {
+        let (s, bit, acc) = (e.byte as usize, u32::from(e.bit), self.acc);
+        (self.acc, self.n, self.total) = (0, 0, 0);
+        if bit == 0 {
+            return s;
+        }
+        let mask = 0xFFu8 >> bit;
+        #[allow(clippy::cast_possible_truncation)]
+        let merged = ((acc << (8 - bit)) as u8 & !mask) | (b[s] & mask);
+        self.out.push(merged);
+        if merged == 0xFF {
+            self.out.push(0);
+        }
+        s + if b[s] == 0xFF { 2 } else { 1 }
+    }
+
+    /// Takes up, after the original bytes copied up to byte `e.byte` of `b`, the bits of
+    /// that byte before entry `e`.
+    fn hold(&mut self, b: &[u8], e: RowEntry) {
+        (self.acc, self.n, self.total) = (0, 0, 0);
+        if e.bit > 0 {
+            self.put(
+                u32::from(b[e.byte as usize] >> (8 - e.bit)),
+                u32::from(e.bit),
+            );
+        }
+    }
+
+    /// Pads the last byte with ones.
+    fn finish(&mut self) {
+        if self.n > 0 {
+            let n = 8 - self.n;
+            self.put((1 << n) - 1, n);
+        }
+    }
+
+    pub(super) fn put(&mut self, code: u32, len: u32) {
         self.acc = (self.acc << len) | u64::from(code);
         self.n += len;
         self.total += u64::from(len);
@@ -106,21 +162,22 @@ fn odd_ac(t: &Huff) -> Option<(u8, u32)> {
 }
 
 impl Scan {
-    /// Writes the synthetic MCU row: DC predictors ending at `target`, every block's AC an
-    /// EOB (and some AC codes in the first block where needed), `bit` mod 8 bits long
-    /// (`bit` bits are left in the writer). `None` when the tables cannot code it.
-    pub(super) fn synthetic_row(
+    /// Writes `per_row` synthetic MCUs: DC predictors moving by `delta`, every block's AC an
+    /// EOB (and some AC codes in the first block where needed), ending `bit` mod 8 bits into
+    /// a byte (`bit` bits are then left in the writer). `None` when the tables cannot code
+    /// them.
+    pub(super) fn synthetic(
         &self,
         w: &mut Writer<'_>,
-        target: [i16; 3],
+        per_row: usize,
+        delta: [i32; 3],
         bit: u8,
     ) -> Option<()> {
-        let per_row = self.frame.mcus_per_row() as usize;
         // Plan every block's DC difference first; then the length is known.
         let mut plans = Vec::with_capacity(3);
-        for (c, &t) in target.iter().enumerate().take(self.dc.len()) {
+        for (c, &t) in delta.iter().enumerate().take(self.dc.len()) {
             let n = per_row * self.blocks.iter().filter(|&&b| b == c).count();
-            plans.push(plan_dc(i32::from(t), n, &self.dc[c])?.into_iter());
+            plans.push(plan_dc(t, n, &self.dc[c])?.into_iter());
         }
         let mut diffs = Vec::with_capacity(per_row * self.blocks.len());
         let mut length = 0u64;
@@ -137,7 +194,7 @@ impl Scan {
             }
         }
         #[allow(clippy::cast_possible_truncation)]
-        let need = (u64::from(bit) + 8 - length % 8) as u32 % 8;
+        let need = (u64::from(bit) + 8 - (w.total + length) % 8) as u32 % 8;
         let c0 = self.blocks[0];
         let (extra, sym) = if need == 0 {
             (0, (0, 0))
@@ -181,28 +238,65 @@ impl Scan {
         let y0 = u32::try_from(row - 1).ok()? * f.mcu_h;
         out.clear();
         out.extend_from_slice(&[0xFF, 0xD8]);
-        f.write_header(b, out, f.width, f.height - y0)?;
-        let mut w = Writer {
-            out,
-            acc: 0,
-            n: 0,
-            total: 0,
-        };
-        self.synthetic_row(&mut w, e.dc, e.bit)?;
-        let (s, bit) = (e.byte as usize, u32::from(e.bit));
-        let mut from = s;
-        if bit > 0 {
-            // The boundary byte: the synthetic row's last bits, then the original's.
-            let mask = 0xFFu8 >> bit;
-            #[allow(clippy::cast_possible_truncation)]
-            let merged = ((w.acc << (8 - bit)) as u8 & !mask) | (b[s] & mask);
-            w.out.push(merged);
-            if merged == 0xFF {
-                w.out.push(0);
-            }
-            from = s + if b[s] == 0xFF { 2 } else { 1 };
-        }
+        f.write_header(b, out, (f.width, f.height - y0))?;
+        let mut w = Writer::new(out);
+        let (mcus, delta) = (f.mcus_per_row() as usize, e.dc.map(i32::from));
+        self.synthetic(&mut w, mcus, delta, e.bit)?;
+        let from = w.resume(b, e);
         out.extend_from_slice(b.get(from..)?);
         Some(y0)
+    }
+
+    /// Builds into `out` the partial stream of column groups `groups` (of `grid`) of MCU rows
+    /// `rows`, from their entries (`found[i * grid.per_row + j]`: row `rows.0 + i`, group
+    /// `j`; then the first of row `rows.1`). Each row is a synthetic MCU, written on from
+    /// where the row above ended and bringing the DC predictors from that row's last MCU
+    /// to the span's first, then the original bits of the span. The partial image's MCU
+    /// column 1 is the original's `groups.0 * grid.group`.
+    pub(super) fn build_columns(
+        &self,
+        b: &[u8],
+        rows: (usize, usize),
+        groups: (u32, u32),
+        grid: Grid,
+        found: &[RowEntry],
+        out: &mut Vec<u8>,
+    ) -> Option<()> {
+        let f = &self.frame;
+        let (m0, m1) = (
+            groups.0 * grid.group,
+            (groups.1 * grid.group).min(f.mcus_per_row()),
+        );
+        let width = if m1 == f.mcus_per_row() {
+            f.mcu_w + f.width - m0 * f.mcu_w
+        } else {
+            (1 + m1 - m0) * f.mcu_w
+        };
+        let y0 = u32::try_from(rows.0).ok()? * f.mcu_h;
+        let height = if rows.1 == f.mcu_rows() as usize {
+            f.height - y0
+        } else {
+            u32::try_from(rows.1 - rows.0).ok()? * f.mcu_h
+        };
+        out.clear();
+        out.extend_from_slice(&[0xFF, 0xD8]);
+        f.write_header(b, out, (width, height))?;
+        let per_row = grid.per_row as usize;
+        let mut w = Writer::new(out);
+        let mut dc = [0i32; 3];
+        for i in 0..rows.1 - rows.0 {
+            let start = found[i * per_row + groups.0 as usize];
+            let end = found[i * per_row + groups.1 as usize];
+            let delta = [0, 1, 2].map(|c| i32::from(start.dc[c]) - dc[c]);
+            self.synthetic(&mut w, 1, delta, start.bit)?;
+            let from = w.resume(b, start);
+            w.out.extend_from_slice(b.get(from..end.byte as usize)?);
+            w.hold(b, end);
+            dc = end.dc.map(i32::from);
+        }
+        w.finish();
+        out.extend_from_slice(&[0xFF, 0xD9]);
+        out.resize(out.len() + TAIL_PAD, 0);
+        Some(())
     }
 }
