@@ -49,7 +49,7 @@ use std::sync::{Mutex, OnceLock};
 
 use stoker_kernels::reference::RgbImage;
 
-use super::restart::{cover_groups, cover_rows, Frame};
+use super::restart::{region_cover, Frame};
 use super::{CpuDecoder, DecodeError, RegionPlan};
 
 /// The most entries the process keeps (12 bytes each: 384 MiB; about ImageNet's 1.28
@@ -65,9 +65,6 @@ const ENTRY_COLUMNS: u32 = 16;
 static KEPT: AtomicUsize = AtomicUsize::new(0);
 
 const SHARDS: usize = 64;
-
-/// Scaled pixel rows at the top of an MCU row whose chroma upsampling reads the row above.
-const EDGE_ROWS: u32 = 2;
 
 /// Where an MCU row's entropy-coded data starts: byte `byte` of the file, bit `bit` of it
 /// (0 = most significant), with these DC predictors (per scan component).
@@ -614,19 +611,9 @@ impl CpuDecoder {
             return Ok(false);
         };
         let (f, factor) = (&scan.frame, plan.factor);
-        // The MCU rows the region needs. Chroma upsampling reads one chroma row across the
-        // edge of an MCU row: a region starting in an MCU row's first two (scaled) rows needs
-        // the row above too, and libjpeg reads the row below the region's last for it, which
-        // a stream of columns then holds too (meeting any damage there as libjpeg would).
-        let top = u32::from(region.1 % factor.scale(f.mcu_h) < EDGE_ROWS);
-        let rows = (
-            cover_rows(f, factor, region, top).0 as usize,
-            cover_rows(f, factor, region, 1).1 as usize,
-        );
-        // Columns need no margin: libjpeg upsamples a cropped row as if its edges were the
-        // image's.
         let grid = Grid::columns(f);
-        let groups = cover_groups(f, factor, region, grid.group);
+        let cover = region_cover(f, factor, region, grid.group);
+        let (rows, groups) = ((cover.rows.0 as usize, cover.rows.1 as usize), cover.cols);
         let narrow = groups.0 > 0 || groups.1 < grid.per_row;
         if !narrow && rows.0 < 1 {
             return Ok(false);

@@ -16,9 +16,8 @@
 //!   needs, so the index needs no per-sample offsets (docs/datasets.md weighs the two) and old
 //!   shards, folders and `s3://` shards all work alike.
 //! - [`PartialStream`] builds a smaller, valid JPEG from the intervals covering the decode
-//!   region plus [`MARGIN_MCUS`] MCUs on every side (libjpeg's fancy upsampling reads the
-//!   chroma samples across MCU edges; the margin keeps every decoded pixel's neighbours the
-//!   same): the original header segments with a new frame size, the intervals concatenated,
+//!   region, with MCU rows of margin where libjpeg's fancy upsampling reads chroma across
+//!   them ([`region_cover`]): the original header segments with a new frame size, the intervals concatenated,
 //!   the RST markers renumbered mod 8, EOI. The decode region is shifted by the sub-image's
 //!   origin, which lies on the MCU grid, so DCT-scaled decodes land on the same pixels.
 //!
@@ -37,7 +36,8 @@ use super::{probe, ColorSpace, CpuDecoder, DecodeError, ImageFormat, Limits, Reg
 /// Restart intervals per MCU row that `stoker pack --restart` aims for.
 pub const RESTART_COLUMNS: u32 = 16;
 
-/// MCUs decoded around the region on every side (where the image has them).
+/// MCUs around the region on every side that the ignored planar measurements decoded.
+#[cfg(test)]
 const MARGIN_MCUS: u32 = 1;
 
 /// The partial stream is used only when it leaves out at least this share of the MCUs.
@@ -330,11 +330,11 @@ pub(crate) struct PartialStream {
     starts: Vec<usize>,
 }
 
-/// The sub-image a partial stream covers: intervals `cols` of MCU rows `rows`.
+/// The sub-image a partial stream covers: intervals (or groups) `cols` of MCU rows `rows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Cover {
-    cols: (u32, u32),
-    rows: (u32, u32),
+pub(super) struct Cover {
+    pub(super) cols: (u32, u32),
+    pub(super) rows: (u32, u32),
 }
 
 impl Cover {
@@ -398,43 +398,42 @@ impl PartialStream {
     }
 }
 
-/// The interval columns and MCU rows covering the scaled region plus the margin.
+/// Scaled pixel rows at the top of an MCU row whose chroma upsampling reads the row above.
+const EDGE_ROWS: u32 = 2;
+
+/// The interval columns and MCU rows covering the scaled region.
 fn cover(f: &Frame, factor: ScalingFactor, region: (u32, u32, u32, u32)) -> Cover {
-    cover_with(f, factor, region, MARGIN_MCUS)
+    region_cover(f, factor, region, f.interval)
 }
 
-/// The MCU rows `r0..r1` covering the scaled region plus `margin` rows, in a frame with or
-/// without restart intervals.
-pub(super) fn cover_rows(
-    f: &Frame,
-    factor: ScalingFactor,
-    region: (u32, u32, u32, u32),
-    margin: u32,
-) -> (u32, u32) {
-    let rows = Frame {
-        interval: f.mcus_per_row(),
-        keep: Vec::new(),
-        ..*f
-    };
-    cover_with(&rows, factor, region, margin).rows
-}
-
-/// The groups of `group` MCU columns `c0..c1` covering the scaled region, no margin.
-pub(super) fn cover_groups(
+/// The groups of `group` MCU columns (a restart interval, or a group of entries) and the MCU
+/// rows covering the scaled region. No column margin: libjpeg upsamples a cropped row as if
+/// its edges were the image's. Libjpeg reads one chroma row across the edge of MCU rows: a
+/// region starting in its MCU row's first [`EDGE_ROWS`] rows gets the row above, and every
+/// region the row below its last, which libjpeg reads too (so a partial stream meets any
+/// damage there as the plain decode does).
+pub(super) fn region_cover(
     f: &Frame,
     factor: ScalingFactor,
     region: (u32, u32, u32, u32),
     group: u32,
-) -> (u32, u32) {
+) -> Cover {
     let groups = Frame {
         interval: group,
         keep: Vec::new(),
         ..*f
     };
-    cover_with(&groups, factor, region, 0).cols
+    let top = u32::from(region.1 % factor.scale(f.mcu_h) < EDGE_ROWS);
+    Cover {
+        cols: cover_with(&groups, factor, region, 0).cols,
+        rows: (
+            cover_with(&groups, factor, region, top).rows.0,
+            cover_with(&groups, factor, region, 1).rows.1,
+        ),
+    }
 }
 
-/// [`cover`] with `margin` MCUs on every side.
+/// The cover of the scaled region with `margin` MCUs on every side.
 fn cover_with(
     f: &Frame,
     factor: ScalingFactor,

@@ -167,16 +167,17 @@ fn partial_stream_renumbers_markers_and_ends_with_eoi() {
     let c = cover(&layout.frame, ScalingFactor::ONE, (320, 160, 64, 64));
     assert!(c.skips_enough(&layout.frame));
     let origin = p.build(&out, &layout, c, ScalingFactor::ONE);
-    // MCUs 19..25 of 40 (one MCU of margin each side) lie in interval columns 9..13 of 20
-    // (intervals of 2 MCUs, 32 px): x 288..416; MCU rows 9..15 of 30: y 144..240.
-    assert_eq!(origin, Some((288, 144)));
+    // MCUs 20..24 of 40 (no column margin) lie in interval columns 10..12 of 20 (intervals of
+    // 2 MCUs, 32 px): x 320..384; MCU rows 9..15 of 30 (the row above, as the region starts
+    // on an MCU row's edge, and the row below): y 144..240.
+    assert_eq!(origin, Some((320, 144)));
     let sub = RestartLayout::parse(&p.bytes).expect("the partial stream is restart-indexed");
     assert_eq!(
         (sub.frame.width, sub.frame.height),
-        (128, 96),
-        "four interval columns, six MCU rows"
+        (64, 96),
+        "two interval columns, six MCU rows"
     );
-    assert_eq!(sub.starts.len(), 24);
+    assert_eq!(sub.starts.len(), 12);
     assert!(p.bytes.ends_with(&[0xFF, 0xD9]));
     // The whole image: not worth it.
     let whole = cover(&layout.frame, ScalingFactor::ONE, (0, 0, 640, 480));
