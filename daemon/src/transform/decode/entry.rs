@@ -586,13 +586,17 @@ fn keep(key: Key, grid: Grid, from: (RowEntry, usize), walked: bool, found: &[Ro
     }
 }
 
-/// Whether only padding bits lie between entry `e` of `b` and the marker after it.
+/// Whether only padding bits, then the EOI marker (after any fill bytes), follow entry `e`
+/// of `b`: anything else after the scan is libjpeg's to judge, from the original bytes.
 fn ends_data(b: &[u8], e: RowEntry) -> bool {
     let mut at = e.byte as usize;
     if e.bit > 0 {
         at += if b[at] == 0xFF { 2 } else { 1 };
     }
-    b.get(at) == Some(&0xFF) && b.get(at + 1).is_some_and(|&m| m != 0)
+    while b.get(at..at + 2) == Some(&[0xFF, 0xFF][..]) {
+        at += 1;
+    }
+    b.get(at..at + 2) == Some(&[0xFF, 0xD9][..])
 }
 
 impl CpuDecoder {
@@ -618,19 +622,22 @@ impl CpuDecoder {
         if !narrow && rows.0 < 1 {
             return Ok(false);
         }
+        // A region reaching the image's last row makes libjpeg read on after the scan, and
+        // what it reports there depends on how far its bit buffer had read ahead: such a
+        // region takes a partial stream only where the scan ends in EOI, else decodes as
+        // before, and so walks to the end.
+        let (x, y, w, h) = region;
+        let bottom = y + h >= factor.scale(f.height);
         let mut found = Vec::new();
-        let last = if narrow { rows.1 } else { rows.0 };
+        let last = if narrow || bottom { rows.1 } else { rows.0 };
         let Some(kept) = entries(bytes, &scan, (rows.0, last), self.entry_scope, &mut found) else {
             return Ok(false);
         };
+        if bottom && !found.last().is_some_and(|&e| ends_data(bytes, e)) {
+            return Ok(false);
+        }
         let mut partial = std::mem::take(&mut self.partial.bytes);
-        let (x, y, w, h) = region;
-        // A region reaching the image's last row makes libjpeg read on to the marker after the
-        // scan, and report any byte of data before it: a stream of columns, which ends where
-        // the last MCU does, is used only where the file has none.
-        let bottom = y + h >= factor.scale(f.height);
-        let clean = !bottom || found.last().is_some_and(|&e| ends_data(bytes, e));
-        let built = if narrow && kept == grid && clean {
+        let columns = if narrow && kept == grid {
             scan.build_columns(bytes, rows, groups, grid, &found, &mut partial)
                 .map(|()| {
                     #[cfg(test)]
@@ -642,12 +649,14 @@ impl CpuDecoder {
                     let y0 = u32::try_from(rows.0).unwrap_or(0) * f.mcu_h;
                     (x + left - factor.scale(x0), y - factor.scale(y0), w, h)
                 })
-        } else if rows.0 >= 1 {
-            scan.build(bytes, rows.0, found[0], &mut partial)
-                .map(|y0| (x, y - factor.scale(y0), w, h))
         } else {
             None
         };
+        let built = columns.or_else(|| {
+            let row = (rows.0 >= 1).then_some(rows.0)?;
+            scan.build(bytes, row, found[0], &mut partial)
+                .map(|y0| (x, y - factor.scale(y0), w, h))
+        });
         let result = match built {
             Some(shifted) => self.run_partial(&partial, plan, shifted, out),
             None => Ok(false),

@@ -9,6 +9,7 @@ use super::super::sys::PixelFormat;
 use super::super::{plan_region, probe, Limits};
 use super::synthetic::Writer;
 use super::*;
+use stoker_kernels::reference::CropBox;
 
 thread_local! {
     /// Decodes on this thread that took a stream of column groups.
@@ -164,6 +165,93 @@ fn owners_never_share_entries() {
     assert_eq!(kept(4002), Some(5 * per_row + 1));
 }
 
+/// Decodes `want` of `jpeg` from the top and by the entry path (or the plain decode where
+/// it declines) and asserts the same outcome: the same error, or the same pixels. Returns
+/// whether it was an error.
+fn assert_same_outcome(
+    name: &str,
+    dec: &mut CpuDecoder,
+    jpeg: &[u8],
+    want: CropBox,
+    out: (u32, u32),
+) -> bool {
+    let header = probe(jpeg).unwrap();
+    let plan = plan_region(&header, want, out, &dec.factors).unwrap();
+    let (mut a, mut b) = (RgbImage::default(), RgbImage::default());
+    let today = dec
+        .begin(jpeg)
+        .and_then(|_| dec.run(jpeg, &header, &plan, &mut a))
+        .map_err(|e| e.to_string());
+    let entry = match plan
+        .crop
+        .map_or(Ok(false), |r| dec.run_from_entry(jpeg, &plan, r, &mut b))
+    {
+        Ok(true) => Ok(()),
+        Ok(false) => dec
+            .begin(jpeg)
+            .and_then(|_| dec.run(jpeg, &header, &plan, &mut b)),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.to_string());
+    assert_eq!(today, entry, "{name}");
+    if today.is_ok() {
+        assert!(a == b, "{name}: pixels differ");
+    }
+    today.is_err()
+}
+
+/// What follows the scan: a crop reaching the last row makes libjpeg read on to EOI, so
+/// another scan header, stray bytes (a few, which libjpeg may or may not report, or many) or
+/// a comment there give the outcome they always gave, and a clean end still takes the stream
+/// of columns.
+#[test]
+fn what_follows_the_scan_gives_the_outcome_it_always_gave() {
+    let Some(files) = shared_data("photos") else {
+        return;
+    };
+    let tails: [(&str, &[u8], Option<bool>); 5] = [
+        ("EOI", &[], Some(false)),
+        (
+            "a second SOS",
+            &[0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0],
+            Some(true),
+        ),
+        ("3 stray bytes", &[0x00, 0x11, 0x22], None),
+        ("64 stray bytes", &[0x11; 64], Some(true)),
+        ("a comment", &[0xFF, 0xFE, 0, 4, 0x41, 0x42], Some(false)),
+    ];
+    let mut dec = CpuDecoder::new(Limits::default()).unwrap();
+    let decodes = || COLUMN_DECODES.with(std::cell::Cell::get);
+    let (before, mut errors) = (decodes(), [0; 5]);
+    for path in files.iter().take(20) {
+        let original = std::fs::read(path).unwrap();
+        let Some(body) = original.strip_suffix(&[0xFF, 0xD9]) else {
+            continue;
+        };
+        let header = probe(&original).unwrap();
+        let (w, h) = (f64::from(header.width), f64::from(header.height));
+        // The bottom right quarter, beyond the first column group and reaching the last row.
+        let want = CropBox::new(w * 0.5, h * 0.5, w * 0.5, h * 0.5);
+        for (k, (what, tail, _)) in tails.iter().enumerate() {
+            let jpeg = [body, tail, &[0xFF, 0xD9]].concat();
+            let name = format!("{} with {what}", path.display());
+            errors[k] += usize::from(assert_same_outcome(
+                &name,
+                &mut dec,
+                &jpeg,
+                want,
+                (224, 224),
+            ));
+        }
+    }
+    for (k, (what, _, fails)) in tails.iter().enumerate() {
+        if let Some(fails) = fails {
+            assert_eq!(errors[k] > 0, *fails, "{what}: {} errors", errors[k]);
+        }
+    }
+    assert!(decodes() > before, "no crop took the stream of columns");
+}
+
 /// Damage inside the scan: whatever the crop, the entry path's outcome is today's (the same
 /// error, or the same pixels where today's decode does not read the damage).
 #[test]
@@ -183,28 +271,8 @@ fn damaged_scans_give_the_outcome_they_always_gave() {
         let mut dec = CpuDecoder::new(Limits::default()).unwrap();
         for _ in 0..6 {
             let (want, out) = random_crop(&mut rng, header.width, header.height);
-            let plan = plan_region(&header, want, out, &dec.factors).unwrap();
-            let (mut a, mut b) = (RgbImage::default(), RgbImage::default());
-            let today = dec
-                .begin(&jpeg)
-                .and_then(|_| dec.run(&jpeg, &header, &plan, &mut a))
-                .map_err(|e| e.to_string());
-            errors += usize::from(today.is_err());
-            let entry = match plan
-                .crop
-                .map_or(Ok(false), |r| dec.run_from_entry(&jpeg, &plan, r, &mut b))
-            {
-                Ok(true) => Ok(()),
-                Ok(false) => dec
-                    .begin(&jpeg)
-                    .and_then(|_| dec.run(&jpeg, &header, &plan, &mut b)),
-                Err(e) => Err(e),
-            }
-            .map_err(|e| e.to_string());
-            assert_eq!(today, entry, "{} byte {at}", path.display());
-            if today.is_ok() {
-                assert!(a == b, "{} byte {at}: pixels differ", path.display());
-            }
+            let name = format!("{} byte {at}", path.display());
+            errors += usize::from(assert_same_outcome(&name, &mut dec, &jpeg, want, out));
         }
     }
     assert!(errors > 0, "no damage was ever seen");
