@@ -16,7 +16,7 @@
 //!   choice), `systemd`, `detach`, `logging`, `metrics`, `ratelimit`);
 //! - **sync**: the one lock policy (locks recover from poison), used by every room.
 //!
-//! Data flow for one rank (see `../shared/DESIGN.md`):
+//! Data flow for one rank (see docs/design.md):
 //! `transform::sampler` → `source` (io_uring / object storage) → decode (`transform::decode`:
 //! libjpeg-turbo; or nvJPEG in `engine::cuda`) → augment (`transform::augment`, or the
 //! `stoker_augment` kernel on a GPU: fused crop-resize-flip-normalize-convert into the slot)

@@ -13,8 +13,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stoker::ring::{SampleStatus, SlotLayout};
-use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_daemon::engine::{
     BadSamplePolicy, Engine, EngineConfig, Feed, FeedEvent, HeapRing, Job, Position,
 };
@@ -23,6 +21,8 @@ use stoker_daemon::transform::augment::{sample_params, Augmenter};
 use stoker_daemon::transform::decode::{probe, CpuDecoder, Limits};
 use stoker_kernels::reference::RgbImage;
 use stoker_tool::synth::{generate, SynthOptions};
+use stoker_wire::ring::{SampleStatus, SlotLayout};
+use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
 
 /// One received batch, copied out of its slot.
 #[derive(Debug, Clone, PartialEq)]

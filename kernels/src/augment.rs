@@ -15,7 +15,7 @@
 
 use std::ffi::c_void;
 
-use stoker::spec::{DType, Layout, PipelineSpec};
+use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
 use crate::reference::CropBox;
 use crate::sources::AUGMENT_CU;
@@ -142,7 +142,7 @@ impl AugmentBatch {
             layout: layout_code(spec.layout),
             clamp_to_crop: u32::from(matches!(
                 spec.crop,
-                stoker::spec::Crop::RandomResized { .. }
+                stoker_wire::spec::Crop::RandomResized { .. }
             )),
             mean: spec.mean,
             std: spec.std,

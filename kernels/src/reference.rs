@@ -47,7 +47,7 @@ impl RgbImage {
     }
 }
 
-use stoker::spec::{DType, Layout, PipelineSpec};
+use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
 /// What [`augment_reference`] writes besides the pixels: element type, layout and the
 /// normalisation applied to float outputs.
@@ -71,7 +71,7 @@ impl From<&PipelineSpec> for OutputParams {
             layout: spec.layout,
             mean: spec.mean,
             std: spec.std,
-            clamp_to_crop: matches!(spec.crop, stoker::spec::Crop::RandomResized { .. }),
+            clamp_to_crop: matches!(spec.crop, stoker_wire::spec::Crop::RandomResized { .. }),
         }
     }
 }

@@ -17,8 +17,6 @@ use stoker_testkit::emulator;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use emulator::*;
-use stoker::spec::{DType, Layout, PipelineSpec};
-use stoker::VmmPlan;
 use stoker_kernels::augment::{
     dtype_code, layout_code, pattern_byte, AugmentBatch, AugmentKernels, AugmentSample,
 };
@@ -27,6 +25,8 @@ use stoker_kernels::reference::{
 };
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::{self, Device, GpuUuid};
+use stoker_wire::spec::{DType, Layout, PipelineSpec};
+use stoker_wire::VmmPlan;
 
 fn device(i: usize) -> Device {
     use_emulator();

@@ -8,7 +8,7 @@ from .errors import SpecError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# libstoker's limits (ipc/src/spec.rs: MAX_BATCH_SIZE, MAX_OUTPUT_SIDE).
+# libstoker's limits (ipc/wire/src/spec.rs: MAX_BATCH_SIZE, MAX_OUTPUT_SIDE).
 MAX_BATCH_SIZE = 65_536
 MAX_SIDE = 16_384
 DTYPES = ("u8", "f16", "bf16", "f32")
@@ -16,7 +16,7 @@ DTYPES = ("u8", "f16", "bf16", "f32")
 DTYPE_ALIASES = {"uint8": "u8", "float16": "f16", "half": "f16", "bfloat16": "bf16",
                  "float32": "f32", "float": "f32"}
 LAYOUTS = ("nchw", "nhwc")
-# Most views a spec may ask for (ipc/src/spec.rs: MAX_VIEWS).
+# Most views a spec may ask for (ipc/wire/src/spec.rs: MAX_VIEWS).
 MAX_VIEWS = 16
 # What one entry of Loader(views=[...]) may say; the Loader's own arguments fill the rest.
 VIEW_KEYS = ("crop", "scale", "ratio", "flip_prob", "resize")

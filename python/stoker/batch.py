@@ -19,7 +19,7 @@ from . import _lib
 from ._lib import DLManagedTensorVersioned, call, lib
 from .errors import FieldError, StokerError, error_for
 
-# FieldStatus (ipc/src/ring/mod.rs) as FieldError.reason names it.
+# FieldStatus (ipc/wire/src/ring/mod.rs) as FieldError.reason names it.
 _FIELD_REASONS = {1: "missing", 2: "too_large", 3: "unreadable"}
 
 _DTYPE_NAMES = {

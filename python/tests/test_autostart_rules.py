@@ -17,7 +17,7 @@ def test_an_explicit_socket_or_stoker_socket_is_used_as_given(monkeypatch, tmp_p
 
 def test_the_user_socket_comes_from_libstoker_under_xdg_runtime_dir_else_tmp(monkeypatch,
                                                                            tmp_path):
-    # Which socket is libstoker's rule (unit-tested in ipc/src/socket/path.rs, with a system
+    # Which socket is libstoker's rule (unit-tested in ipc/wire/src/socket/path.rs, with a system
     # daemon answering too); this checks that the package asks it.
     if os.path.exists("/run/stoker/stoker.sock"):
         pytest.skip("SKIPPED: a system daemon's socket exists on this host")

@@ -313,7 +313,7 @@ fn malformed_messages_close_only_their_connection_while_a_client_keeps_receiving
         if let Some(r) = r {
             if *what == "wrong version" {
                 // The refusal comes in the sender's own version (ERROR reads the same in
-                // every version: ipc/src/protocol/version.rs), so a client of that version reads it.
+                // every version: ipc/wire/src/protocol/version.rs), so a client of that version reads it.
                 assert_eq!(buf[2..4], [99, 0], "{what}: answered in another version");
                 buf[2..4].copy_from_slice(&stoker::protocol::PROTOCOL_VERSION.to_le_bytes());
             }

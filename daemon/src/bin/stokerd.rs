@@ -49,8 +49,8 @@ fn main() -> ExitCode {
     };
     stoker_daemon::service::logging::init_daemon();
     tracing::info!(
-        version = stoker::protocol::VERSION,
-        protocol = stoker::protocol::PROTOCOL_VERSION,
+        version = stoker_wire::protocol::VERSION,
+        protocol = stoker_wire::protocol::PROTOCOL_VERSION,
         "stokerd starting"
     );
     match service::run(&args, signals, ready) {

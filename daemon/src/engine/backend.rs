@@ -31,7 +31,7 @@
 
 use std::time::Instant;
 
-use stoker::ring::{ImageMemory, SlotLayout};
+use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::job::Job;
 use super::memory::SlotImages;

@@ -16,8 +16,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker::ring::{ImageMemory, SlotLayout};
 use stoker_kernels::reference::RgbImage;
+use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::backend::{
     Backend, BackendFactory, Completion, SampleOutcome, SampleWork, UnitSize, UnitWork,

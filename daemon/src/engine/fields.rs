@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker::ring::FieldStatus;
+use stoker_wire::ring::FieldStatus;
 
 use super::job::Job;
 use super::memory::HostWriter;

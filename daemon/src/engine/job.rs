@@ -12,9 +12,9 @@
 
 use std::sync::Arc;
 
-use stoker::spec::PipelineSpec;
+use stoker_wire::spec::PipelineSpec;
 
-use stoker::protocol::{EpochOffset, EpochSteps};
+use stoker_wire::protocol::{EpochOffset, EpochSteps};
 
 use super::{PipelineError, Position};
 use crate::source::index::Dataset;

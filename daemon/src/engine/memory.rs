@@ -13,8 +13,8 @@
 //! - Raw pointers underneath: which slot may be written when is the feed's business
 //!   (`feed.rs`); making a [`HostWriter`] is the one unsafe step on the host part.
 
-use stoker::ring::{FieldStatus, RingLayout, SampleStatus, SlotLayout};
-use stoker::spec::PipelineSpec;
+use stoker_wire::ring::{FieldStatus, RingLayout, SampleStatus, SlotLayout};
+use stoker_wire::spec::PipelineSpec;
 
 use super::backend::UnitWork;
 

@@ -50,7 +50,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stoker::ring::ImageMemory;
+use stoker_wire::ring::ImageMemory;
 
 use crate::engine::backend::BackendKind;
 use crate::source::local::reader::{ReadError, Reader, ReaderKind};
@@ -79,7 +79,7 @@ pub const CPU_UNIT_SAMPLES: usize = 16;
 pub const MAX_REPLACEMENT_TRIES: usize = 16;
 
 /// A position in a job's stream of batches: the client's and the wire's type.
-pub use stoker::protocol::Position;
+pub use stoker_wire::protocol::Position;
 
 /// What happens to a sample that cannot be read or decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -95,7 +95,7 @@ pub enum BadSamplePolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     #[error("invalid pipeline spec: {0}")]
-    Spec(#[from] stoker::spec::SpecError),
+    Spec(#[from] stoker_wire::spec::SpecError),
     #[error("{0}")]
     Sampler(String),
     #[error("reader: {0}")]
@@ -339,7 +339,7 @@ impl Engine {
                 slots: layout.slots,
             });
         }
-        if layout.slot != stoker::ring::SlotLayout::new(&job.spec) {
+        if layout.slot != stoker_wire::ring::SlotLayout::new(&job.spec) {
             return Err(PipelineError::RingMismatch);
         }
         if layout.image_memory != self.image_memory {

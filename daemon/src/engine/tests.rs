@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use stoker::ring::{ImageMemory, SampleStatus, SlotLayout};
-use stoker::spec::PipelineSpec;
+use stoker_wire::ring::{ImageMemory, SampleStatus, SlotLayout};
+use stoker_wire::spec::PipelineSpec;
 
 use super::*;
 use crate::source::index::{Dataset, OpenOptions};
@@ -213,12 +213,12 @@ fn a_ring_in_the_wrong_memory_is_refused() {
         ..EngineConfig::default()
     })
     .unwrap();
-    let layout = stoker::ring::RingLayout::with_device_images(&job.spec, 2, 4096, 2 << 20);
+    let layout = stoker_wire::ring::RingLayout::with_device_images(&job.spec, 2, 4096, 2 << 20);
     assert_eq!(layout.slot, SlotLayout::new(&job.spec));
-    struct DeviceRing(stoker::ring::RingLayout);
+    struct DeviceRing(stoker_wire::ring::RingLayout);
     // SAFETY: never written: the engine refuses the ring before any worker sees it.
     unsafe impl SlotMemory for DeviceRing {
-        fn layout(&self) -> &stoker::ring::RingLayout {
+        fn layout(&self) -> &stoker_wire::ring::RingLayout {
             &self.0
         }
         fn images(&self, _slot: usize) -> SlotImages {

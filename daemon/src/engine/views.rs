@@ -16,9 +16,9 @@
 //! - A view's pixels equal a one-view job's only where both decode at the same DCT scale
 //!   (always when no view downscales by 2 or more).
 
-use stoker::ring::SlotLayout;
-use stoker::spec::{view_seed, MAX_VIEWS};
 use stoker_kernels::reference::CropBox;
+use stoker_wire::ring::SlotLayout;
+use stoker_wire::spec::{view_seed, MAX_VIEWS};
 
 use super::cpu::{elapsed_ns, CpuBackend, Sample};
 use super::memory::SlotImages;

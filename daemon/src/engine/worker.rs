@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use stoker::ring::{SampleStatus, SlotLayout};
+use stoker_wire::ring::{SampleStatus, SlotLayout};
 
 use super::backend::UnitWork;
 use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};

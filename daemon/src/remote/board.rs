@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use stoker::protocol::WorkerStatus;
+use stoker_wire::protocol::WorkerStatus;
 
 use metrics_exporter_prometheus::formatting::{
     sanitize_label_value, write_help_line, write_metric_line, write_type_line,

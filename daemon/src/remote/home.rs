@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use stoker::ring::{ImageMemory, SlotLayout};
+use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::auth::{self, Secret};
 use super::board::{frame_bytes, thread_cpu_ns, UnitEnd, UnitTiming, WorkerBoard};
@@ -245,7 +245,7 @@ impl Backend for RemoteBackend {
 
     fn fill(&mut self, unit: &UnitWork<'_>, outcomes: &mut Vec<SampleOutcome>) -> Completion {
         // A worker reads as itself: a job read with its client's credentials stays here, so
-        // that client is served only what it could read (DESIGN.md, security). A job of
+        // that client is served only what it could read (docs/design.md, security). A job of
         // several views stays here too: a worker returns one image per sample.
         let result = if unit.job.open_policy().credentials.is_some() || unit.layout.views > 1 {
             Err(Fault::Down)

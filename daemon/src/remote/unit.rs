@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ring::digest;
-use stoker::ring::SlotLayout;
+use stoker_wire::ring::SlotLayout;
 
 use super::wire::{hex, OpenJob, SampleFate, SampleResult};
 use crate::engine::{
@@ -449,8 +449,8 @@ mod tests {
     /// anything is opened (a unit's buffer holds one image per sample).
     #[test]
     fn a_spec_of_several_views_is_refused() {
-        let mut spec = stoker::PipelineSpec::train(4, 32);
-        spec.extra_views.push(stoker::spec::View {
+        let mut spec = stoker_wire::PipelineSpec::train(4, 32);
+        spec.extra_views.push(stoker_wire::spec::View {
             crop: spec.crop,
             flip_prob: 0.5,
         });

@@ -18,7 +18,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use stoker::spec::PipelineSpec;
+use stoker_wire::spec::PipelineSpec;
 
 use crate::engine::BadSamplePolicy;
 

@@ -45,7 +45,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use super::admission::{Admission, OpenDatasetError};
-use stoker::socket::{SeqPacket, SockError};
+use stoker_wire::socket::{SeqPacket, SockError};
 
 use super::registry::JobKey;
 use crate::service::config::{AccessConfig, LimitsConfig};
@@ -317,7 +317,7 @@ impl AccessPolicy {
 fn gid_list(gids: &[u32]) -> String {
     let named: Vec<String> = gids
         .iter()
-        .map(|&g| match stoker::socket::groups::name_of(g) {
+        .map(|&g| match stoker_wire::socket::groups::name_of(g) {
             Some(n) => format!("{g} ({n})"),
             None => g.to_string(),
         })

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustix::io::Errno;
-use stoker::protocol::position::MAX_EPOCH;
-use stoker::protocol::{
+use stoker_wire::protocol::position::MAX_EPOCH;
+use stoker_wire::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, CLASS_NAMES_BYTES, MAX_MESSAGE_BYTES,
 };
-use stoker::socket::{SeqPacket, SockError};
+use stoker_wire::socket::{SeqPacket, SockError};
 
 use crate::engine::{Feed, FeedEvent, PipelineError};
 use crate::serve::access::{Peer, QuotaGrant};
@@ -311,7 +311,7 @@ impl Connection {
             class_names: class_names(job.dataset.classes()),
             ranks_attached,
             created_job,
-            daemon_version: stoker::protocol::VERSION.to_owned(),
+            daemon_version: stoker_wire::protocol::VERSION.to_owned(),
             accepts_stats: true,
         };
         let bytes = Message::Attached(answer)

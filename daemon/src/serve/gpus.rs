@@ -20,13 +20,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use stoker::protocol::{CudaDevice, Device, ErrorCode, GpuStatus};
-use stoker::ring::memfd::{page_size, MemfdRing};
-use stoker::ring::RingLayout;
-use stoker::spec::PipelineSpec;
-use stoker::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::GpuUuid;
+use stoker_wire::protocol::{CudaDevice, Device, ErrorCode, GpuStatus};
+use stoker_wire::ring::memfd::{page_size, MemfdRing};
+use stoker_wire::ring::RingLayout;
+use stoker_wire::spec::PipelineSpec;
+use stoker_wire::VmmPlan;
 
 use crate::engine::backend::BackendKind;
 use crate::engine::cuda::GpuError;

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use stoker::socket::groups::gid_of;
-use stoker::socket::{SeqPacket, SeqPacketListener, SockError};
+use stoker_wire::socket::groups::gid_of;
+use stoker_wire::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::engine::backend::BackendKind;
 use crate::engine::{CpuBackendFactory, Engine, ExtraWorkers};

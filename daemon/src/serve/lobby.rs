@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::RecvFlags;
 
-use stoker::socket::SeqPacket;
+use stoker_wire::socket::SeqPacket;
 
 use crate::serve::access::Peer;
 use crate::service::config::LimitsConfig;

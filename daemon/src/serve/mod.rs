@@ -30,7 +30,7 @@
 //!   stopping" and shuts its socket, so connection threads end, feeds stop and rings are
 //!   unmapped. Datasets registered by name come from the config and are replaced on reload
 //!   ([`ServerHandle::set_access`]); jobs already running keep the path they opened. A STATUS
-//!   message instead of ATTACH gets a [`stoker::protocol::DaemonStatus`] and the connection
+//!   message instead of ATTACH gets a [`stoker_wire::protocol::DaemonStatus`] and the connection
 //!   closes.
 //! - Access: every connection's peer credentials, the dataset it names, and the ring it asks
 //!   for are checked by [`crate::serve::access`] before anything is opened or allocated; a refusal
@@ -62,7 +62,7 @@ pub use ops::{ServerHandle, WorkerFigures};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use stoker::socket::SockError;
+use stoker_wire::socket::SockError;
 
 use crate::engine::PipelineError;
 

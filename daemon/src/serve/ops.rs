@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use stoker::protocol::{DaemonStatus, EncodeError, JobStatus, Message, WorkerStatus};
+use stoker_wire::protocol::{DaemonStatus, EncodeError, JobStatus, Message, WorkerStatus};
 
 use crate::engine::FeedWaker;
 use crate::serve::access::{AccessPolicy, Quotas};
@@ -348,8 +348,8 @@ impl ServerHandle {
         };
         jobs.sort_by(|a, b| (&a.job, a.owner).cmp(&(&b.job, b.owner)));
         DaemonStatus {
-            daemon_version: stoker::protocol::VERSION.to_owned(),
-            protocol: stoker::protocol::PROTOCOL_VERSION,
+            daemon_version: stoker_wire::protocol::VERSION.to_owned(),
+            protocol: stoker_wire::protocol::PROTOCOL_VERSION,
             pid: std::process::id(),
             uptime_s: self.state.started.elapsed().as_secs_f64(),
             socket: self.socket.display().to_string(),

@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker::protocol::{DecodeError, ErrorCode, Speaker, VersionMismatch, PROTOCOL_VERSION};
+use stoker_wire::protocol::{DecodeError, ErrorCode, Speaker, VersionMismatch, PROTOCOL_VERSION};
 
 use crate::serve::access::AccessError;
 /// A refusal sent to the client before the connection closes.

@@ -22,8 +22,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use stoker::protocol::{Attach, EpochOffset, ErrorCode};
-use stoker::spec::PipelineSpec;
+use stoker_wire::protocol::{Attach, EpochOffset, ErrorCode};
+use stoker_wire::spec::PipelineSpec;
 
 use crate::engine::{Job, PipelineError};
 use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use stoker::protocol::{RankStall, Stats};
+use stoker_wire::protocol::{RankStall, Stats};
 
 use super::registry::JobKey;
 use crate::service::metrics::catalogue::{

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use stoker::protocol::{Attach, ErrorCode};
-use stoker::spec::PipelineSpec;
+use stoker_wire::protocol::{Attach, ErrorCode};
+use stoker_wire::spec::PipelineSpec;
 
 use super::access::Peer;
 use super::connection::check_attach;
@@ -16,7 +16,7 @@ fn attach() -> Attach {
         job: "j".into(),
         rank: 0,
         world_size: 2,
-        device: stoker::Device::Cpu,
+        device: stoker_wire::Device::Cpu,
         spec: PipelineSpec::train(4, 16),
         dataset: "/data".into(),
         seed: 7,
@@ -89,7 +89,7 @@ fn a_created_socket_gets_the_configured_mode_and_group() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.sock");
-    let _listener = stoker::socket::SeqPacketListener::bind(&path).unwrap();
+    let _listener = stoker_wire::socket::SeqPacketListener::bind(&path).unwrap();
     // SAFETY: getegid has no preconditions and cannot fail.
     let gid = unsafe { libc::getegid() };
     set_socket_permissions(&path, &path, 0o640, Some(&gid.to_string())).unwrap();

@@ -253,7 +253,7 @@ impl GroupRef {
     pub fn gid(&self) -> Option<u32> {
         match self {
             GroupRef::Gid(g) => Some(*g),
-            GroupRef::Name(n) => stoker::socket::groups::gid_of(n),
+            GroupRef::Name(n) => stoker_wire::socket::groups::gid_of(n),
         }
     }
 }
@@ -397,11 +397,11 @@ impl Config {
     }
 }
 
-/// Where the daemon listens unless told: [`stoker::default_socket_path`] (`$STOKER_SOCKET`,
+/// Where the daemon listens unless told: [`stoker_wire::default_socket_path`] (`$STOKER_SOCKET`,
 /// else `/run/stoker/stoker.sock` for root, else the user's own
 /// `$XDG_RUNTIME_DIR/stoker/stoker.sock` or `/tmp/stoker-$UID/stoker.sock`).
 pub fn default_socket_path() -> PathBuf {
-    stoker::default_socket_path()
+    stoker_wire::default_socket_path()
 }
 
 /// toml's errors span several lines with a source excerpt; keep the key, line and reason.

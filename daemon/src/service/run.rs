@@ -32,7 +32,7 @@ const ALIVE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Serve decoded, augmented training batches to local processes over a Unix socket.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "stokerd", version = stoker::protocol::VERSION_LINE)]
+#[command(name = "stokerd", version = stoker_wire::protocol::VERSION_LINE)]
 pub struct StokerdArgs {
     /// Config file (TOML). Without it the defaults serve a single-user workstation. SIGHUP
     /// reads it again.

@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn a_seqpacket_listener_passes_the_check_and_a_datagram_socket_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let l = stoker::socket::SeqPacketListener::bind(&dir.path().join("s")).unwrap();
+        let l = stoker_wire::socket::SeqPacketListener::bind(&dir.path().join("s")).unwrap();
         let fd: OwnedFd = l.as_fd_owned();
         check_seqpacket_listener(&fd).unwrap();
         let d = datagram_socket();
@@ -382,7 +382,7 @@ mod tests {
     trait DupFd {
         fn as_fd_owned(&self) -> OwnedFd;
     }
-    impl DupFd for stoker::socket::SeqPacketListener {
+    impl DupFd for stoker_wire::socket::SeqPacketListener {
         fn as_fd_owned(&self) -> OwnedFd {
             use std::os::fd::AsFd;
             self.as_fd().try_clone_to_owned().unwrap()

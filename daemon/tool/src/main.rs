@@ -11,7 +11,7 @@ use stoker_tool::cli;
 #[derive(Debug, Parser)]
 #[command(
     name = "stoker",
-    version = stoker::protocol::VERSION_LINE,
+    version = stoker_wire::protocol::VERSION_LINE,
     about = "stoker: decoded, augmented training batches"
 )]
 struct Cli {

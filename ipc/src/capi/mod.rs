@@ -276,7 +276,7 @@ static ANONYMOUS_JOBS: AtomicU64 = AtomicU64::new(0);
 /// `"0.1.0+g1a2b3c4d5e"`, or the crate version where it was built without git.
 #[no_mangle]
 pub extern "C" fn stoker_version() -> *const c_char {
-    concat!(env!("STOKER_VERSION"), "\0").as_ptr().cast()
+    crate::protocol::version::VERSION_NUL.as_ptr().cast()
 }
 
 /// The protocol version the library speaks to `stokerd` (a daemon of another one refuses it,

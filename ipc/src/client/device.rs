@@ -64,24 +64,22 @@ pub enum DeviceError {
     Ring { device: String, reason: String },
 }
 
-impl Device {
-    /// What ATTACH carries for this device: `cpu`, or the GPU by its UUID as this process sees
-    /// it (an ordinal is looked up through the driver).
-    pub fn resolve(&self) -> Result<Device, DeviceError> {
-        let ordinal = match *self {
-            Device::Cpu | Device::Cuda(CudaDevice::Uuid(_)) => return Ok(*self),
-            Device::Cuda(CudaDevice::Ordinal(n)) => n,
-        };
-        let info = cuda::probe().map_err(|source| DeviceError::Cuda {
-            device: self.to_string(),
-            source,
-        })?;
-        let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
-            ordinal,
-            visible: info.devices.len(),
-        })?;
-        Ok(Device::Cuda(CudaDevice::Uuid(dev.uuid)))
-    }
+/// What ATTACH carries for `device`: `cpu`, or the GPU by its UUID as this process sees it
+/// (an ordinal is looked up through the driver).
+pub fn resolve_device(device: Device) -> Result<Device, DeviceError> {
+    let ordinal = match device {
+        Device::Cpu | Device::Cuda(CudaDevice::Uuid(_)) => return Ok(device),
+        Device::Cuda(CudaDevice::Ordinal(n)) => n,
+    };
+    let info = cuda::probe().map_err(|source| DeviceError::Cuda {
+        device: device.to_string(),
+        source,
+    })?;
+    let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
+        ordinal,
+        visible: info.devices.len(),
+    })?;
+    Ok(Device::Cuda(CudaDevice::Uuid(dev.uuid)))
 }
 
 /// A consumer's CUDA stream, as a raw `CUstream` value: `0` or [`ConsumerStream::LEGACY`]
@@ -346,9 +344,9 @@ mod tests {
 
     #[test]
     fn cpu_and_uuids_resolve_to_themselves_without_the_driver() {
-        assert_eq!(Device::Cpu.resolve().unwrap(), Device::Cpu);
+        assert_eq!(resolve_device(Device::Cpu).unwrap(), Device::Cpu);
         let u: Device = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6".parse().unwrap();
-        assert_eq!(u.resolve().unwrap(), u);
+        assert_eq!(resolve_device(u).unwrap(), u);
         let e = DeviceError::from("tpu".parse::<Device>().unwrap_err());
         assert!(e.to_string().contains("\"tpu\""), "{e}");
     }

@@ -360,7 +360,7 @@ impl Client {
                 opts.rank, opts.world_size
             )));
         }
-        let device = opts.device.resolve()?;
+        let device = device::resolve_device(opts.device)?;
         let again = opts.clone();
         let sock = connect_with_retry(socket, opts.connect_timeout)?;
         let spec = opts.spec.clone();
@@ -687,7 +687,7 @@ mod held;
 mod reattach;
 mod stall;
 pub use batch::{Batch, DeviceSlice, FieldError};
-pub use device::{ConsumerStream, DeviceError};
+pub use device::{resolve_device, ConsumerStream, DeviceError};
 use held::HeldLeases;
 pub use held::ALL_HELD_WARN_AFTER;
 use stall::StallClock;

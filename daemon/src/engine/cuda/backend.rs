@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stoker::ring::SlotLayout;
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{CudaError, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{
     DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route, Routed,
 };
+use stoker_wire::ring::SlotLayout;
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::routing::route_image;
@@ -112,7 +112,7 @@ impl CudaBackend {
             .device()
             .stream()
             .map_err(|e| PipelineError::Backend(fault("cannot create a stream", &e)))?;
-        let max_batch = stoker::spec::MAX_BATCH_SIZE as usize;
+        let max_batch = stoker_wire::spec::MAX_BATCH_SIZE as usize;
         let nvjpeg = |e: NvjpegError| PipelineError::Backend(fault("cannot set up nvJPEG", &e));
         let pinned = |e: CudaError| PipelineError::Backend(fault("cannot set up staging", &e));
         let decoder =
@@ -192,7 +192,7 @@ impl CudaBackend {
     fn plan_unit(&mut self, unit: &UnitWork<'_>) {
         let reads = self.cpu.read_unit(unit);
         let spec = &unit.job.spec;
-        let clamp = matches!(spec.crop, stoker::spec::Crop::RandomResized { .. });
+        let clamp = matches!(spec.crop, stoker_wire::spec::Crop::RandomResized { .. });
         let max_file_bytes = unit.config.limits.max_file_bytes;
         self.plan.clear();
         for (k, read) in reads.into_iter().enumerate() {

@@ -55,13 +55,13 @@ use crate::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use stoker::protocol::GpuStatus;
-use stoker::ring::ImageMemory;
 use stoker_kernels::augment::{AugmentKernels, KernelError};
 use stoker_nvidia::cuda::result::CuStatus;
 use stoker_nvidia::cuda::{CudaError, Device, DeviceBuffer, GpuUuid, Stream};
 use stoker_nvidia::nvjpeg::{NvjpegError, NvjpegLib};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
+use stoker_wire::protocol::GpuStatus;
+use stoker_wire::ring::ImageMemory;
 
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};

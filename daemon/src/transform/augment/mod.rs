@@ -31,9 +31,9 @@
 //!   (plus one unit in the last place of f16 / bf16).
 
 use half::slice::HalfFloatSliceExt;
-use stoker::spec::{Crop, DType, Layout, PipelineSpec};
 use stoker_kernels::reference::tap_window;
 pub use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
 
 use crate::transform::rng::{KeyedRng, Stream};
 

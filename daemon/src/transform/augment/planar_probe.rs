@@ -12,8 +12,8 @@
 //!   then a vertical pass along whole rows; JFIF's YCbCr to RGB, clamped, then the spec's
 //!   normalisation; f32, planar (CHW), no flip.
 
-use stoker::spec::PipelineSpec;
 use stoker_kernels::reference::{tap_window, CropBox};
+use stoker_wire::spec::PipelineSpec;
 
 use super::{normalisation, AxisKey, AxisTable};
 

@@ -7,8 +7,8 @@
 )]
 
 use super::*;
-use stoker::spec::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_kernels::reference::{augment_reference, OutputParams};
+use stoker_wire::spec::{IMAGENET_MEAN, IMAGENET_STD};
 
 const DTYPES: [DType; 4] = [DType::U8, DType::F16, DType::Bf16, DType::F32];
 const LAYOUTS: [Layout; 2] = [Layout::Nchw, Layout::Nhwc];

@@ -346,7 +346,7 @@ fn planar_path_cost_and_psnr_against_todays_path() {
     let Some(files) = shared_data("photos") else {
         return;
     };
-    let spec = stoker::spec::PipelineSpec::train(64, 224);
+    let spec = stoker_wire::spec::PipelineSpec::train(64, 224);
     let mut rgb = CpuDecoder::new(Limits::default()).unwrap();
     let (mut augmenter, mut img) = (Augmenter::new(), RgbImage::default());
     let mut planar_path = PlanarPath::default();
@@ -469,7 +469,7 @@ impl PlanarPath {
         bytes: &[u8],
         plan: &RegionPlan,
         (crop, sub): (CropBox, (u32, u32)),
-        spec: &stoker::spec::PipelineSpec,
+        spec: &stoker_wire::spec::PipelineSpec,
         out: &mut [f32],
     ) -> [f64; 2] {
         use crate::transform::augment::planar_probe::Plane;
@@ -501,7 +501,7 @@ impl PlanarPath {
 
 /// PSNR in 0-255 units between two normalised CHW images: `today` as the native-order f32
 /// bytes the augmenter writes, `planar` as f32s.
-fn psnr_255(spec: &stoker::spec::PipelineSpec, today: &[u8], planar: &[f32]) -> f64 {
+fn psnr_255(spec: &stoker_wire::spec::PipelineSpec, today: &[u8], planar: &[f32]) -> f64 {
     let plane = planar.len() / 3;
     let mut sum = 0.0f64;
     for (i, (a, &b)) in today.chunks_exact(4).zip(planar).enumerate() {

@@ -555,7 +555,7 @@ fn yuv_decode_cost_against_the_cropped_rgb_decode() {
 
 /// The RandomResizedCrop(224) box of sample `index` in `epoch` (seed 0) for a measurement.
 pub(super) fn train_crop(h: &JpegHeader, epoch: u64, index: usize) -> CropBox {
-    let spec = stoker::spec::PipelineSpec::train(64, 224);
+    let spec = stoker_wire::spec::PipelineSpec::train(64, 224);
     let params = crate::transform::augment::sample_params;
     params(&spec, h.width, h.height, 0, epoch, index as u64).0
 }

@@ -35,7 +35,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker::protocol::EpochOffset;
+use stoker_wire::protocol::EpochOffset;
 
 use crate::transform::rng::{KeyedRng, Stream};
 
@@ -100,7 +100,7 @@ impl Partition {
 
 /// The epoch an elastic offset resumes, and how many batches each rank gets in it (the
 /// position type's, shared with the client).
-pub use stoker::protocol::ResumedEpoch;
+pub use stoker_wire::protocol::ResumedEpoch;
 
 /// One rank's view of a job's sample order. Cheap to build; holds the last permutation.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 
 use super::*;
 use proptest::prelude::*;
-use stoker::protocol::Position;
+use stoker_wire::protocol::Position;
 
 #[test]
 fn the_rest_of_an_epoch_is_the_rank_s_next_batches() {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use stoker_daemon::sync::lock;
 
 use serde::Serialize;
-use stoker::spec::PipelineSpec;
+use stoker_wire::spec::PipelineSpec;
 
 use stoker_daemon::engine::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals,
@@ -606,7 +606,7 @@ pub fn decode_stage(
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let total = at_least.whole_passes(samples.len());
-    let image_bytes = stoker::ring::SlotLayout::new(spec).image_bytes;
+    let image_bytes = stoker_wire::ring::SlotLayout::new(spec).image_bytes;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);

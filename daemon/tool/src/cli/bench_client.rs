@@ -8,10 +8,10 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 use stoker::client::{AttachOptions, Client, ClientError, ConsumerStream, DeviceSlice};
-use stoker::spec::PipelineSpec;
 use stoker_kernels::augment::AugmentKernels;
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
+use stoker_wire::spec::PipelineSpec;
 
 use super::bench::SpecArgs;
 use super::Exit;
@@ -39,7 +39,7 @@ pub struct BenchClientArgs {
     /// Where the batches go: `cpu` (host memory, every byte read here), or `cuda`, `cuda:N`, a
     /// GPU UUID (device memory, every byte read by a kernel on this process's stream).
     #[arg(long, default_value = "cpu")]
-    pub device: stoker::Device,
+    pub device: stoker_wire::Device,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -166,8 +166,11 @@ struct GpuReader {
 
 impl GpuReader {
     /// `None` for `cpu`; else the GPU this process will attach with, ready to read.
-    fn for_device(device: &stoker::Device) -> Result<Option<GpuReader>, ClientError> {
-        let Some(uuid) = device.resolve().map_err(ClientError::Device)?.gpu_uuid() else {
+    fn for_device(device: &stoker_wire::Device) -> Result<Option<GpuReader>, ClientError> {
+        let Some(uuid) = stoker::client::resolve_device(*device)
+            .map_err(ClientError::Device)?
+            .gpu_uuid()
+        else {
             return Ok(None);
         };
         let invalid = |e: &dyn std::fmt::Display| ClientError::Invalid(format!("{uuid}: {e}"));

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use stoker::protocol::{
+use stoker_daemon::service::logging::{escape_controls, escape_lines};
+use stoker_wire::protocol::{
     DaemonStatus, DecodeError, JobStatus, Message, VersionMismatch, MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION, VERSION,
 };
-use stoker::socket::SeqPacket;
-use stoker_daemon::service::logging::{escape_controls, escape_lines};
+use stoker_wire::socket::SeqPacket;
 
 /// The most characters of a job key or dataset path the table shows; longer ones end in `…`.
 pub const MAX_CELL_CHARS: usize = 64;
@@ -44,15 +44,15 @@ pub struct StatusArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    #[error("cannot reach the daemon at {}: {source}{}", path.display(), stoker::socket_env_note(path))]
+    #[error("cannot reach the daemon at {}: {source}{}", path.display(), stoker_wire::socket_env_note(path))]
     Connect {
         path: PathBuf,
-        source: stoker::socket::SockError,
+        source: stoker_wire::socket::SockError,
     },
     #[error("cannot reach the daemon at {}: {reason}", path.display())]
     Refused { path: PathBuf, reason: String },
     #[error("talking to the daemon: {0}")]
-    Socket(#[from] stoker::socket::SockError),
+    Socket(#[from] stoker_wire::socket::SockError),
     #[error("the daemon closed the connection without answering")]
     Closed,
     #[error("the daemon's answer: {0}")]
@@ -70,15 +70,15 @@ pub enum StatusError {
 pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
     let connect = |socket: &Path| {
         let sock = SeqPacket::connect(socket)?;
-        // Nothing is sent to a daemon this user does not trust (stoker::socket::trust).
-        stoker::socket::trust::check_daemon(&sock, socket)?;
+        // Nothing is sent to a daemon this user does not trust (stoker_wire::socket::trust).
+        stoker_wire::socket::trust::check_daemon(&sock, socket)?;
         Ok(sock)
     };
-    let sock = connect(socket).map_err(|source: stoker::socket::SockError| {
-        if stoker::socket::path::is_refusal(source.raw_os_error()) {
+    let sock = connect(socket).map_err(|source: stoker_wire::socket::SockError| {
+        if stoker_wire::socket::path::is_refusal(source.raw_os_error()) {
             return StatusError::Refused {
                 path: socket.to_owned(),
-                reason: stoker::socket::path::explain_refusal(socket),
+                reason: stoker_wire::socket::path::explain_refusal(socket),
             };
         }
         StatusError::Connect {
@@ -97,7 +97,7 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
     };
     match Message::decode(&buf[..r.len]) {
         Ok(Message::StatusReply(s)) => Ok(*s),
-        Ok(Message::Error(e)) if e.code == stoker::ErrorCode::PermissionDenied => {
+        Ok(Message::Error(e)) if e.code == stoker_wire::ErrorCode::PermissionDenied => {
             Err(StatusError::Denied {
                 path: socket.to_owned(),
                 message: e.message,
@@ -120,7 +120,7 @@ pub fn run(args: &StatusArgs) -> Exit {
     let socket = args
         .socket
         .clone()
-        .unwrap_or_else(stoker::client_socket_path);
+        .unwrap_or_else(stoker_wire::client_socket_path);
     match query(&socket) {
         Ok(s) if args.json => {
             println!(
@@ -437,7 +437,7 @@ fn human_duration(s: f64) -> String {
 }
 
 /// One GPU's line: health, decode mix, batches, ring device memory, time per batch.
-fn render_gpu(g: &stoker::protocol::GpuStatus) -> String {
+fn render_gpu(g: &stoker_wire::protocol::GpuStatus) -> String {
     let mut l = format!(
         "GPU {} ({}){}  decode mix hardware/hybrid/cpu {}/{}/{}  batches {} ({} in flight)  \
          ring device memory {}  decode {:.2} ms/batch  kernel {:.2} ms/batch\n",
@@ -462,7 +462,7 @@ fn render_gpu(g: &stoker::protocol::GpuStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker::protocol::JobStatus;
+    use stoker_wire::protocol::JobStatus;
 
     #[test]
     fn renders_a_table() {
@@ -487,7 +487,7 @@ mod tests {
                 batch_size: 256,
                 steps_per_epoch: 1,
                 images_delivered: 768,
-                stalls: vec![stoker::protocol::RankStall {
+                stalls: vec![stoker_wire::protocol::RankStall {
                     rank: 2,
                     wait_fraction: 0.376,
                     wait_s: 3.0,
@@ -580,7 +580,7 @@ mod tests {
 
     #[test]
     fn workers_get_a_row_each_and_the_remote_share() {
-        let w = stoker::protocol::WorkerStatus {
+        let w = stoker_wire::protocol::WorkerStatus {
             addr: "10.0.0.7:7411".into(),
             units_in_flight: 2,
             units_done: 120,

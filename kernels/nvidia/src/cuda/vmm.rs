@@ -3,7 +3,7 @@
 //! mapped once by the client.
 //!
 //! # Design
-//! How many bytes a ring takes is the client library's arithmetic (`stoker::VmmPlan`: the
+//! How many bytes a ring takes is the client library's arithmetic (`stoker_wire::VmmPlan`: the
 //! ring's images, slots 256-byte aligned, rounded up to [`ring_granularity`]); labels, indices
 //! and status stay in the ring's host memfd beside the allocation. This module only allocates,
 //! shares and maps. Mapping is the same on both sides: reserve a virtual range, map the

@@ -13,8 +13,8 @@
 //!   batch in flight, so a worker fills the next batch's while the last one's copies run.
 //! - The buffer grows (after the wait) to the largest batch seen and never shrinks.
 
-use stoker::ring::SlotLayout;
 use stoker_nvidia::cuda::{result as cu, CudaError, Device, Event, PinnedHostBuffer};
+use stoker_wire::ring::SlotLayout;
 
 use super::{CudaBackend, Route};
 use crate::engine::backend::BackendFault;

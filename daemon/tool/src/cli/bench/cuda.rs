@@ -13,7 +13,7 @@
 //! client for end to end. The report goes to stdout and, as JSON, to `--json`.
 //!
 //! # Design
-//! - The device is resolved as a client resolves it (`stoker::Device::resolve`: `cuda`,
+//! - The device is resolved as a client resolves it (`stoker_wire::Device::resolve`: `cuda`,
 //!   `cuda:N` or a UUID) and the daemon is given nothing GPU-specific: it serves the GPU the
 //!   client names in ATTACH.
 //! - Device buffers for decode only are allocated once per image (up to a quarter of the GPU's
@@ -122,7 +122,7 @@ pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> Exi
 fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, String> {
     let data =
         std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?;
-    let resolved = args.device.resolve().map_err(|e| e.to_string())?;
+    let resolved = stoker::client::resolve_device(args.device).map_err(|e| e.to_string())?;
     let Some(uuid) = resolved.gpu_uuid() else {
         return Err("--device cpu with --backend cuda: name a GPU".into());
     };

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
-use stoker::spec::{Crop, PipelineSpec};
+use stoker_wire::spec::{Crop, PipelineSpec};
 
 use crate::bench::{
     decode_stage, effective_threads, entropy_stage, evict, index_timing, load_samples, peak_rss_mb,
@@ -48,7 +48,7 @@ pub struct BenchArgs {
     pub backend: BackendChoice,
     /// With `--backend cuda`: the GPU (`cuda`, `cuda:N` or a UUID).
     #[arg(long, default_value = "cuda")]
-    pub device: stoker::Device,
+    pub device: stoker_wire::Device,
     /// With `--backend cuda`: only the hardware decoder's rate, no daemon.
     #[arg(long)]
     pub decode_only: bool,
@@ -153,7 +153,7 @@ pub struct ServedResult {
     /// The daemon's GPUs as `stoker status` showed them when the clients were done (decode
     /// mix, time per batch); empty for the CPU backend.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub gpus: Vec<stoker::protocol::GpuStatus>,
+    pub gpus: Vec<stoker_wire::protocol::GpuStatus>,
 }
 
 /// A peer's figure from the same run.

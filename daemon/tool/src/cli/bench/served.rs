@@ -180,7 +180,7 @@ pub(super) fn start_stokerd(
     let mut guard = ChildGuard(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     // Another process's readiness: nothing to be woken by, so look every 20 ms.
-    while stoker::socket::SeqPacket::connect(&socket).is_err() {
+    while stoker_wire::socket::SeqPacket::connect(&socket).is_err() {
         if let Ok(Some(status)) = guard.0.try_wait() {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             let why = text
@@ -212,7 +212,7 @@ fn daemon_backend(args: &BenchArgs) -> &'static str {
 fn client_device(args: &BenchArgs) -> String {
     match args.backend {
         BackendChoice::Cuda => args.device.to_string(),
-        _ => stoker::Device::Cpu.to_string(),
+        _ => stoker_wire::Device::Cpu.to_string(),
     }
 }
 

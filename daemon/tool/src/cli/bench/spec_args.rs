@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use clap::Args;
-use stoker::spec::{Crop, DType, Layout, PipelineSpec};
+use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
 
 /// The pipeline spec, shared by `bench` and `bench-client`.
 #[derive(Debug, Clone, Args)]

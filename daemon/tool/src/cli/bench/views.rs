@@ -17,7 +17,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker::spec::{Crop, View};
+use stoker_wire::spec::{Crop, View};
 
 use super::*;
 

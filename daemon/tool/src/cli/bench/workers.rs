@@ -24,7 +24,7 @@ use std::path::Path;
 
 use clap::Args;
 use serde::Serialize;
-use stoker::spec::PipelineSpec;
+use stoker_wire::spec::PipelineSpec;
 
 use super::*;
 

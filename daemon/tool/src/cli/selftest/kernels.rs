@@ -16,12 +16,12 @@
 
 use std::path::PathBuf;
 
-use stoker::spec::{DType, Layout, PipelineSpec};
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_kernels::reference::{
     augment_reference, test_image, tolerance_units, OutputParams, RgbImage,
 };
 use stoker_nvidia::cuda::DeviceBuffer;
+use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
 use super::GpuUnderTest;
 use stoker_daemon::transform::decode::{CpuDecoder, Limits};

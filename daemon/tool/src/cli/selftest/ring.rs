@@ -18,12 +18,12 @@ use std::process::{Command, Stdio};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use stoker::spec::PipelineSpec;
-use stoker::VmmPlan;
 use stoker_kernels::augment::{pattern_byte, AugmentKernels};
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::{self, Device, GpuUuid};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc};
+use stoker_wire::spec::PipelineSpec;
+use stoker_wire::VmmPlan;
 
 use super::GpuUnderTest;
 use crate::cli::Exit;

@@ -148,7 +148,7 @@ pub struct Release {
 
 /// Client → daemon: where the training loop's time went since the attach (the data stall).
 /// Totals, not deltas, so a lost or late report costs nothing; sent every
-/// [`STATS_EVERY`](crate::client::STATS_EVERY) or so, only to a daemon whose ATTACHED said
+/// the client's `STATS_EVERY` or so, only to a daemon whose ATTACHED said
 /// `accepts_stats`. Fixed body of [`STATS_BODY`] bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {

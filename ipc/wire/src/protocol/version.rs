@@ -24,8 +24,11 @@
 
 /// This build's version: `git describe` of its source at build time (`0.1.0+g1a2b3c4d5e`
 /// where no release tag exists), or the crate version when built without git (see
-/// `ipc/build.rs`).
+/// `ipc/wire/build.rs`).
 pub const VERSION: &str = env!("STOKER_VERSION");
+
+/// [`VERSION`] ending in a NUL byte, for the C ABI's `stoker_version()`.
+pub const VERSION_NUL: &str = concat!(env!("STOKER_VERSION"), "\0");
 
 /// Wire protocol version this build speaks. Version 2 added the software versions
 /// (`client_version` in ATTACH, `protocol` in STATUS_REPLY) and this mismatch rule; version 3
