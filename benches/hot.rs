@@ -9,13 +9,13 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use stoker::spec::{DType, PipelineSpec};
-use stoker_daemon::source::local::reader::{ReadRequest, Reader, ReaderKind};
-use stoker_daemon::transform::augment::Augmenter;
-use stoker_daemon::transform::decode::{
+use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_pipeline::source::local::reader::{ReadRequest, Reader, ReaderKind};
+use stoker_pipeline::transform::augment::Augmenter;
+use stoker_pipeline::transform::decode::{
     CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling,
 };
-use stoker_daemon::transform::sampler::{permutation_into, Sampler};
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_pipeline::transform::sampler::{permutation_into, Sampler};
 use stoker_tool::synth::{image_pixels, SynthOptions};
 
 fn sampler(c: &mut Criterion) {

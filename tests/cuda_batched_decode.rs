@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
-use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
 use stoker_testkit::emulator;
 use stoker_testkit::{synthetic_rgb, Daemon};
 

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use stoker::{AttachOptions, Client, DType, ImageMemory, Layout, PipelineSpec};
-use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder};
+use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder};
 use stoker_testkit::batches::write_config;
 use stoker_testkit::{synthetic_rgb, write_image_folder, Daemon};
 
@@ -486,7 +486,7 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
     for name in names {
         let jpeg = std::fs::read(dir.join(name)).unwrap();
         let (Ok(_), Ok(info)) = (
-            stoker_daemon::transform::decode::probe(&jpeg),
+            stoker_pipeline::transform::decode::probe(&jpeg),
             d.info(&jpeg),
         ) else {
             continue;

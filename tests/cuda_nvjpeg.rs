@@ -17,10 +17,10 @@ use stoker_testkit::emulator;
 use std::path::{Path, PathBuf};
 
 use emulator::*;
-use stoker_daemon::transform::decode::{CpuDecoder, Limits};
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi, Route};
+use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 fn shared_data() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");

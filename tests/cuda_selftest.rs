@@ -17,7 +17,7 @@ use stoker_testkit::emulator;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
 use stoker_testkit::synthetic_rgb;
 
 fn stoker() -> Command {

@@ -5,7 +5,7 @@
 //! One launch per output batch. The per-sample parameters (decoded image address, pitch, size,
 //! crop box, flip) live in a device array the caller fills (one small upload per batch; the
 //! CUDA backend uploads it from a pinned staging buffer per batch in flight, `cuMemHostAlloc`:
-//! daemon/src/engine/cuda/backend/staging.rs); the per-batch ones (slot address, output size, dtype,
+//! daemon/pipeline/src/engine/cuda/backend/staging.rs); the per-batch ones (slot address, output size, dtype,
 //! layout, mean/std) are passed by value. Grid: 32x8 threads per block over the output image,
 //! z over samples. The math is the CPU reference's; see the comment at the top of the `.cu`.
 //!

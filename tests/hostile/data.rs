@@ -215,7 +215,7 @@ fn oversized_files_are_bad_samples_counted_by_reason_without_being_read() {
             max_pixels: 1 << 20,
             max_file_bytes: 16,
         },
-        policy: stoker_daemon::engine::BadSamplePolicy::Fail,
+        policy: stoker_pipeline::engine::BadSamplePolicy::Fail,
         ..EngineConfig::default()
     })
     .unwrap();

@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 use stoker::protocol::{Attach, ErrorCode, Message, Release, MAX_MESSAGE_BYTES};
 use stoker::socket::SeqPacket;
 use stoker::{AttachOptions, Client, PipelineSpec, SampleStatus};
-use stoker_daemon::engine::{Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory};
-use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::transform::decode::Limits;
+use stoker_pipeline::engine::{
+    Engine, EngineConfig, FeedEvent, HeapRing, Job, Position, SlotMemory,
+};
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::transform::decode::Limits;
 use stoker_testkit::attach::{rank_options, u8_spec as spec};
 use stoker_testkit::batches::{drain, got, write_config, Got};
 use stoker_testkit::{edge_manifest, encode_jpeg, read_log, synthetic_rgb, write_jpeg, Daemon};

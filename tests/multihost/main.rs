@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use stoker::protocol::{EpochOffset, ErrorCode, Position};
 use stoker::{AttachOptions, Client};
-use stoker_daemon::transform::sampler::Sampler;
+use stoker_pipeline::transform::sampler::Sampler;
 use stoker_testkit::client_process;
 use stoker_testkit::rank_orders::{spec, wait_for, RankOrders as Orders, DATASET, PATIENCE, SEED};
 use stoker_testkit::{write_image_folder, Daemon};

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stoker::protocol::ErrorCode;
 use stoker::{AttachOptions, Client, DType, PipelineSpec, SampleStatus};
-use stoker_daemon::source::index::{Dataset, IndexOrigin, OpenOptions};
-use stoker_daemon::source::object::{Connection, ObjectStore, S3Config, S3Url};
+use stoker_pipeline::source::index::{Dataset, IndexOrigin, OpenOptions};
+use stoker_pipeline::source::object::{Connection, ObjectStore, S3Config, S3Url};
 use stoker_testkit::daemon::repo_root;
 use stoker_testkit::{write_image_folder, Daemon};
 

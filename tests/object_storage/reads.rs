@@ -185,7 +185,7 @@ fn a_deleted_object_is_a_replaced_bad_sample() {
     .unwrap();
     let n = c.attached().dataset_len;
     let mut order = Vec::new();
-    stoker_daemon::transform::sampler::permutation_into(n, 77, 0, &mut order);
+    stoker_pipeline::transform::sampler::permutation_into(n, 77, 0, &mut order);
     let last = *order.last().unwrap();
     let ds = Dataset::open(
         folder,

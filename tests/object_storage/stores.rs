@@ -1,14 +1,14 @@
 //! Object storage is an owned value: two stores in one process share nothing.
 
 use super::*;
-use stoker_daemon::source::local::reader::{ReadRequest, Reader, ReaderKind};
+use stoker_pipeline::source::local::reader::{ReadRequest, Reader, ReaderKind};
 
 /// Reads every sample of `ds` through its own storage; the bytes of each.
 fn read_all(ds: &Dataset) -> Vec<Vec<u8>> {
     let mut reader = Reader::new(ReaderKind::Pread, 4).unwrap();
     let reqs: Vec<ReadRequest<'_>> = (0..ds.len()).map(|i| ds.sample(i).request()).collect();
     let mut bufs = vec![Vec::new(); reqs.len()];
-    let got = stoker_daemon::source::read_batch(ds, &mut reader, &reqs, &mut bufs, None);
+    let got = stoker_pipeline::source::read_batch(ds, &mut reader, &reqs, &mut bufs, None);
     for (i, r) in got.iter().enumerate() {
         assert!(r.is_ok(), "sample {i}: {r:?}");
     }

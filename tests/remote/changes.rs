@@ -6,11 +6,11 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use stoker_daemon::engine::BadSamplePolicy;
 use stoker_daemon::remote::auth;
 use stoker_daemon::remote::unit::fingerprint;
 use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
-use stoker_daemon::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::engine::BadSamplePolicy;
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_testkit::attach::u8_spec;
 
 use super::refusals::{secret, wait_for_line};

@@ -67,7 +67,7 @@ fn a_dataset_and_a_worker_prefix_hold_nothing_of_a_neighbour_named_alike() {
             fingerprint: String::new(),
             spec: u8_spec(4, 32, None),
             seed: 1,
-            policy: stoker_daemon::engine::BadSamplePolicy::Skip,
+            policy: stoker_pipeline::engine::BadSamplePolicy::Skip,
             max_pixels: 1 << 20,
             max_file_bytes: 1 << 20,
         };

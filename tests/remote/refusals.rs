@@ -4,9 +4,9 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use stoker_daemon::engine::BadSamplePolicy;
 use stoker_daemon::remote::auth::{self, AuthError, Secret};
 use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
+use stoker_pipeline::engine::BadSamplePolicy;
 use stoker_testkit::attach::u8_spec;
 
 use super::*;

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stoker_daemon::source::object::{Connection, ObjectStore, S3Config, S3Url};
+use stoker_pipeline::source::object::{Connection, ObjectStore, S3Config, S3Url};
 use stoker_testkit::daemon::repo_root;
 
 use super::*;

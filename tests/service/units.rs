@@ -93,7 +93,7 @@ fn systemd_analyze_verifies_the_units() {
     // systemd must not restart a configuration error: the code the daemon exits with for one.
     let prevent = format!(
         "RestartPreventExitStatus={}",
-        stoker_daemon::service::exit::Exit::Config.code()
+        stoker_wire::exit::Exit::Config.code()
     );
     assert!(
         service.lines().any(|l| l == prevent),
@@ -143,9 +143,9 @@ fn the_worker_unit_runs_the_worker_example_config() {
     assert!(config.worker.secret_file.is_some());
     assert_eq!(
         config.pipeline.backend,
-        stoker_daemon::service::config::BackendChoice::Cpu
+        stoker_pipeline::engine::choice::BackendChoice::Cpu
     );
-    let code = stoker_daemon::service::exit::Exit::Config.code();
+    let code = stoker_wire::exit::Exit::Config.code();
     for line in [
         "Type=notify".to_string(),
         format!("RestartPreventExitStatus={code}"),

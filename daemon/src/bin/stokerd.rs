@@ -9,9 +9,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use stoker_daemon::service::detach::{self, ReadyNotice, Role};
-use stoker_daemon::service::exit::Exit;
 use stoker_daemon::service::systemd::Signals;
 use stoker_daemon::service::{self, StokerdArgs};
+use stoker_wire::exit::Exit;
 
 fn main() -> ExitCode {
     let args = match StokerdArgs::try_parse() {

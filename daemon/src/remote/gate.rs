@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::Mutex;
 
-use crate::sync::lock;
+use stoker_pipeline::sync::lock;
 
 /// Most connections waiting to authenticate, in all.
 pub const MAX_HANDSHAKES: usize = 32;

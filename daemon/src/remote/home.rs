@@ -1,5 +1,5 @@
 //! The home daemon's side: one [`RemoteBackend`] per connection to a worker, run by an engine
-//! thread of its own ([`crate::engine::ExtraWorkers`]), taking units from the same scheduler
+//! thread of its own ([`stoker_pipeline::engine::ExtraWorkers`]), taking units from the same scheduler
 //! as the local decode threads.
 //!
 //! # Design
@@ -40,17 +40,17 @@ use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
 use super::worker::WorkerError;
-use crate::engine::backend::BackendKind;
-use crate::engine::{
+use crate::service::metrics as m;
+use crate::service::remote_config::RemoteConfig;
+use stoker_pipeline::engine::backend::BackendKind;
+use stoker_pipeline::engine::{
     replacement_candidates, Backend, BackendFactory, BadSamplePolicy, Completion, CpuBackend,
     EngineConfig, Job, PipelineError, SampleOutcome, SampleWork, SlotImages, UnitSize, UnitWork,
     CPU_UNIT_SAMPLES,
 };
-use crate::service::metrics as m;
-use crate::service::remote_config::RemoteConfig;
-use crate::source::index::Dataset;
-use crate::sync::lock;
-use crate::transform::badsample::{BadSample, REASONS};
+use stoker_pipeline::source::index::Dataset;
+use stoker_pipeline::sync::lock;
+use stoker_pipeline::transform::badsample::{BadSample, REASONS};
 
 /// The first wait before a worker that failed is tried again.
 pub const MIN_BACKOFF: Duration = Duration::from_millis(500);

@@ -13,12 +13,12 @@
 //!
 //! # Design
 //! - A home daemon's engine gets, beside its decode threads, `[remote] connections` threads
-//!   per worker ([`crate::engine::ExtraWorkers`]). They take units from the same scheduler as
+//!   per worker ([`stoker_pipeline::engine::ExtraWorkers`]). They take units from the same scheduler as
 //!   the local threads, so a worker's share follows how fast it returns units, and batches
 //!   are published in order as always. They wait on the network, never a decode thread.
 //! - A unit crosses as (job, epoch, sample indices); the worker draws every crop, flip and
 //!   replacement from (seed, epoch, index) with the same code as the local CPU backend
-//!   ([`crate::engine::CpuBackend`], [`crate::engine::replacement_candidates`]), so its
+//!   ([`stoker_pipeline::engine::CpuBackend`], [`stoker_pipeline::engine::replacement_candidates`]), so its
 //!   bytes are the local bytes. The job is opened once per connection with the dataset's
 //!   path, a fingerprint of its index (both sides must number the same samples alike), the
 //!   spec, seed, bad-sample policy and decode limits.

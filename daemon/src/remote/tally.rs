@@ -23,7 +23,7 @@ use std::sync::{LazyLock, Mutex};
 
 use super::board::{render_seconds, thread_cpu_ns};
 use crate::service::metrics as m;
-use crate::sync::lock;
+use stoker_pipeline::sync::lock;
 
 static WORK_NS: AtomicU64 = AtomicU64::new(0);
 static SEND_NS: AtomicU64 = AtomicU64::new(0);

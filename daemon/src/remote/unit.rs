@@ -27,15 +27,15 @@ use ring::digest;
 use stoker_wire::ring::SlotLayout;
 
 use super::wire::{hex, OpenJob, SampleFate, SampleResult};
-use crate::engine::{
+use crate::serve::access::{AccessPolicy, Peer};
+use crate::service::config::AccessConfig;
+use stoker_pipeline::engine::{
     replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, Position,
     SampleOutcome, SampleWork, SlotImages, StageStats, UnitWork,
 };
-use crate::serve::access::{AccessPolicy, Peer};
-use crate::service::config::AccessConfig;
-use crate::source::index::{Dataset, OpenOptions};
-use crate::source::local::fsopen::OpenPolicy;
-use crate::sync::lock;
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::source::local::fsopen::OpenPolicy;
+use stoker_pipeline::sync::lock;
 
 /// The owner of the jobs a worker runs for home daemons: `(uid_t)-1`, which no process can
 /// have, so their decodes keep their own entry points (`CpuDecoder::set_entry_scope`), apart
@@ -218,7 +218,7 @@ impl DatasetRules {
             .iter()
             .find(|(_, p)| Path::new(path) == p.as_path())
             .map(|(n, _)| n.clone());
-        let is_url = crate::source::url::is_url(Path::new(path));
+        let is_url = stoker_pipeline::source::url::is_url(Path::new(path));
         if name.is_none() && is_url && !self.s3_prefixes.iter().any(|p| under_prefix(path, p)) {
             return Err(format!(
                 "{path:?} is not a registered dataset of this worker nor under its \
@@ -254,7 +254,7 @@ impl DatasetRules {
 /// Whether `url` is `prefix` or below it (at a `/`), with no `.`, `..` or empty component
 /// below it that a server or HTTP client could read as a step elsewhere. (The listing of
 /// `url` is of `url/`, so `s3://b/data` never holds `s3://b/data2/...`:
-/// `crate::source::object::index`.)
+/// `stoker_pipeline::source::object::index`.)
 fn under_prefix(url: &str, prefix: &str) -> bool {
     let prefix = prefix.trim_end_matches('/');
     let Some(rest) = url.strip_prefix(prefix) else {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use stoker_wire::spec::PipelineSpec;
 
-use crate::engine::BadSamplePolicy;
+use stoker_pipeline::engine::BadSamplePolicy;
 
 /// The version of this protocol, checked in the handshake.
 pub const WIRE_VERSION: u32 = 1;

@@ -33,9 +33,9 @@ use super::tally::{self, HomeSeat};
 use super::tls::{Link, WorkerTls};
 use super::unit::{DatasetRules, WorkerJob};
 use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
-use crate::engine::EngineConfig;
 use crate::service::metrics as m;
 use crate::service::remote_config::WorkerConfig;
+use stoker_pipeline::engine::EngineConfig;
 
 /// How long a new connection has to prove it holds the secret.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -26,7 +26,7 @@
 //!    filesystem credentials when its uid is not the daemon's (so the kernel decides what it
 //!    may read, at every open, not only at attach), and with no symlink followed when
 //!    `dataset_roots` is set (a file swapped for a symlink after the attach is refused). See
-//!    [`crate::source::local::fsopen`].
+//!    [`stoker_pipeline::source::local::fsopen`].
 //!
 //! Steps 2 and 4 are one decision, asked once per attach: [`AccessPolicy::admit`] answers
 //! with an [`Admission`] (the path, how it is read, the roots its files must stay under),
@@ -49,7 +49,7 @@ use stoker_wire::socket::{SeqPacket, SockError};
 
 use super::registry::JobKey;
 use crate::service::config::{AccessConfig, LimitsConfig};
-use crate::source::local::fsopen::{self, Credentials, OpenPolicy};
+use stoker_pipeline::source::local::fsopen::{self, Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -210,7 +210,7 @@ impl AccessPolicy {
         // A registered dataset is trusted; object storage has no local files to confine.
         let confined = !self.roots.is_empty()
             && !self.registry.contains_key(name)
-            && !crate::source::url::is_url(&path);
+            && !stoker_pipeline::source::url::is_url(&path);
         let roots = if confined {
             self.roots.clone()
         } else {
@@ -226,7 +226,7 @@ impl AccessPolicy {
         }
         let refuse = |rule: String| Err(AccessError::Dataset(format!("dataset {name:?}: {rule}")));
         let path = Path::new(name);
-        if crate::source::url::is_url(path) {
+        if stoker_pipeline::source::url::is_url(path) {
             // Object storage is read with the daemon's credentials: only the daemon's own
             // user may name a bucket that is not registered.
             if self.is_owner(peer) {
@@ -451,7 +451,7 @@ impl Drop for QuotaGrant {
 mod tests {
     use super::*;
     use crate::service::config::GroupRef;
-    use crate::source::index::OpenOptions;
+    use stoker_pipeline::source::index::OpenOptions;
 
     fn key(owner: u32, name: &str) -> JobKey {
         JobKey {

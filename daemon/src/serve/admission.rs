@@ -17,8 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use super::access::{root_list, AccessError};
-use crate::source::index::{Dataset, DatasetError, OpenOptions};
-use crate::source::local::fsopen::{self, OpenPolicy};
+use stoker_pipeline::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_pipeline::source::local::fsopen::{self, OpenPolicy};
 
 /// What access decided for one dataset a client named.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +75,9 @@ impl Admission {
         for i in 0..dataset.len() {
             let sample = dataset.sample(i);
             let file = sample.path;
-            if last == Some(file) || sample.storage == crate::source::index::Storage::Object {
+            if last == Some(file)
+                || sample.storage == stoker_pipeline::source::index::Storage::Object
+            {
                 continue; // samples of one tar shard; a file list's objects
             }
             last = Some(file);

@@ -22,10 +22,10 @@ use stoker_wire::protocol::{
 };
 use stoker_wire::socket::{SeqPacket, SockError};
 
-use crate::engine::{Feed, FeedEvent, PipelineError};
 use crate::serve::access::{Peer, QuotaGrant};
 use crate::serve::stall::RankStallEntry;
 use crate::service::metrics as m;
+use stoker_pipeline::engine::{Feed, FeedEvent, PipelineError};
 
 use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, undecodable, Refusal};

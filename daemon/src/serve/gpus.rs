@@ -28,14 +28,14 @@ use stoker_wire::ring::RingLayout;
 use stoker_wire::spec::PipelineSpec;
 use stoker_wire::VmmPlan;
 
-use crate::engine::backend::BackendKind;
-use crate::engine::cuda::GpuError;
-use crate::engine::cuda::STREAMS_PER_GPU;
-use crate::engine::{
+use crate::service::metrics::HistogramSnapshot;
+use stoker_pipeline::engine::backend::BackendKind;
+use stoker_pipeline::engine::cuda::GpuError;
+use stoker_pipeline::engine::cuda::STREAMS_PER_GPU;
+use stoker_pipeline::engine::{
     CudaBackendFactory, Engine, EngineConfig, Gpu, PipelineError, SlotImages, SlotMemory,
     StageHistograms, StageTotals,
 };
-use crate::service::metrics::HistogramSnapshot;
 
 use super::refusal::{refuse, Refusal};
 

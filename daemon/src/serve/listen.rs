@@ -22,16 +22,16 @@ use rustix::io::Errno;
 use stoker_wire::socket::groups::gid_of;
 use stoker_wire::socket::{SeqPacket, SeqPacketListener, SockError};
 
-use crate::engine::backend::BackendKind;
-use crate::engine::{CpuBackendFactory, Engine, ExtraWorkers};
 use crate::serve::access::{AccessPolicy, Quotas};
 use crate::service::config::{Config, LimitsConfig};
-use crate::source::object::ObjectStore;
+use stoker_pipeline::engine::backend::BackendKind;
+use stoker_pipeline::engine::{CpuBackendFactory, Engine, ExtraWorkers};
+use stoker_pipeline::source::object::ObjectStore;
 
 use super::gpus::Engines;
 use crate::serve::lobby::{Arrived, Lobby};
 use crate::service::metrics as m;
-use crate::service::ratelimit::{Admit, RateLimit};
+use stoker_pipeline::ratelimit::{Admit, RateLimit};
 
 use super::connection::Connection;
 use super::ops::{ServerHandle, ServerState};

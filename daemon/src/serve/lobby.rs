@@ -34,7 +34,7 @@ use stoker_wire::socket::SeqPacket;
 
 use crate::serve::access::Peer;
 use crate::service::config::LimitsConfig;
-use crate::service::ratelimit::{Admit, RateLimit};
+use stoker_pipeline::ratelimit::{Admit, RateLimit};
 
 /// Lobby log lines a second.
 const LOG_PER_SECOND: u32 = 20;

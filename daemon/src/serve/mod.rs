@@ -1,5 +1,5 @@
 //! `stokerd`'s serving room: the Unix socket, the registry of jobs, one ring per rank, and the
-//! forwarding of READY / RELEASE between a client and its rank's [`crate::engine::Feed`].
+//! forwarding of READY / RELEASE between a client and its rank's [`stoker_pipeline::engine::Feed`].
 //!
 //! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
 //! client's state machine), `gpus` (the engine per backend and GPU, and the rings each
@@ -64,7 +64,7 @@ use std::time::Duration;
 
 use stoker_wire::socket::SockError;
 
-use crate::engine::PipelineError;
+use stoker_pipeline::engine::PipelineError;
 
 /// How long a new connection may take to send its ATTACH.
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);

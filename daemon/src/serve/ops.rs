@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use stoker_wire::protocol::{DaemonStatus, EncodeError, JobStatus, Message, WorkerStatus};
 
-use crate::engine::FeedWaker;
 use crate::serve::access::{AccessPolicy, Quotas};
+use stoker_pipeline::engine::FeedWaker;
 
 use super::gpus::Engines;
 use crate::serve::stall::StallBoard;
@@ -185,7 +185,7 @@ impl ServerHandle {
     }
 
     /// The object storage of this server's datasets (a reload reconfigures it).
-    pub fn objects(&self) -> &Arc<crate::source::object::ObjectStore> {
+    pub fn objects(&self) -> &Arc<stoker_pipeline::source::object::ObjectStore> {
         &self.registry.objects
     }
 

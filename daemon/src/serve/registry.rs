@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use stoker_wire::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker_wire::spec::PipelineSpec;
 
-use crate::engine::{Job, PipelineError};
 use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};
-use crate::source::index::{DatasetError, OpenOptions, WalkLimits};
-use crate::source::object::{ObjectStore, S3Config};
+use stoker_pipeline::engine::{Job, PipelineError};
+use stoker_pipeline::source::index::{DatasetError, OpenOptions, WalkLimits};
+use stoker_pipeline::source::object::{ObjectStore, S3Config};
 
 use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.

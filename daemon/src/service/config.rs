@@ -17,15 +17,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{BadSamplePolicy, EngineConfig};
-use crate::source::index::WalkLimits;
-use crate::source::local::reader::ReaderKind;
-use crate::transform::decode::{Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS};
+use stoker_pipeline::engine::choice::BackendChoice;
+use stoker_pipeline::engine::{
+    BadSamplePolicy, EngineConfig, DEFAULT_SLOTS_PER_RANK, MIN_SLOTS_PER_RANK,
+};
+use stoker_pipeline::source::index::WalkLimits;
+use stoker_pipeline::source::local::reader::ReaderKind;
+use stoker_pipeline::transform::decode::{Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS};
 
-/// Slots per rank's ring when the config does not say.
-pub const DEFAULT_SLOTS_PER_RANK: usize = 4;
-/// The fewest slots a ring may have: one the client holds, one being filled.
-pub const MIN_SLOTS_PER_RANK: usize = 2;
 /// Socket file mode: owner and group may connect.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// Ring memory one client may hold, all its rings together (bytes).
@@ -59,18 +58,6 @@ pub enum ConfigError {
     Flags { message: String },
 }
 
-/// Which decode backend serves: `pipeline.backend` in the config, `--backend` on the command
-/// line of `stokerd` and `stoker bench` (the one type for all three).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    /// CUDA where a GPU and its libraries are present, else the CPU (and the log says why).
-    #[default]
-    Auto,
-    Cpu,
-    Cuda,
-}
-
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -83,7 +70,7 @@ pub struct Config {
     /// Registered datasets: name -> path. Clients may name these.
     pub datasets: BTreeMap<String, PathBuf>,
     /// Object storage (`s3://` datasets) and the node cache.
-    pub s3: crate::source::object::S3Config,
+    pub s3: stoker_pipeline::source::object::S3Config,
     /// This daemon as a remote worker for home daemons (`crate::remote`).
     pub worker: super::remote_config::WorkerConfig,
     /// The remote workers this daemon sends units to.
@@ -215,7 +202,7 @@ impl Default for LimitsConfig {
             max_clients_per_uid: None,
             max_jobs_per_uid: None,
             user_shares: BTreeMap::new(),
-            log_bad_samples_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
+            log_bad_samples_per_second: stoker_pipeline::ratelimit::DEFAULT_LINES_PER_SECOND,
             max_waiting_per_uid: DEFAULT_MAX_WAITING_PER_UID,
             max_waiting: DEFAULT_MAX_WAITING,
             attach_deadline_ms: DEFAULT_ATTACH_DEADLINE_MS,
@@ -337,7 +324,7 @@ impl Config {
                     "datasets: name {name:?} must be non-empty and contain no '/'"
                 ));
             }
-            if !p.is_absolute() && !crate::source::object::is_url(p) {
+            if !p.is_absolute() && !stoker_pipeline::source::object::is_url(p) {
                 return Some(format!(
                     "datasets.{name}: path {} must be absolute (or an s3:// URL)",
                     p.display()

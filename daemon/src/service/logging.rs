@@ -1,6 +1,6 @@
 //! Logging set-up for the daemon, journald-friendly: under systemd (`$JOURNAL_STREAM` set)
 //! lines carry no timestamp (the journal adds its own). Per-sample lines are rate-limited
-//! where they are made (`crate::transform::badsample`).
+//! where they are made (`stoker_pipeline::transform::badsample`).
 //!
 //! # Design
 //! Clients control many logged strings (job keys, dataset paths, file names inside datasets,
@@ -19,6 +19,8 @@
 
 use std::io::{self, Write};
 
+pub use stoker_wire::escape::{escape_controls, escape_lines};
+
 /// Sets up `tracing` for `stokerd`: `$RUST_LOG` filter (default `info`), stderr, control
 /// characters escaped.
 pub fn init_daemon() {
@@ -33,44 +35,6 @@ pub fn init_daemon() {
     } else {
         builder.init();
     }
-}
-
-/// `text` with every control character escaped: `\n`, `\r`, `\t`, `\0`, `\e` by name, the
-/// others as `\xNN` (C0, DEL) or `\u{NN}` (C1). Other characters are kept as they are.
-pub fn escape_controls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\0' => out.push_str("\\0"),
-            '\u{1b}' => out.push_str("\\e"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `text` with the control characters of each line escaped ([`escape_controls`]), keeping
-/// the newlines that end its lines: for multi-line text clients' strings are part of, such as
-/// `stoker status`'s table and the `/metrics` page.
-pub fn escape_lines(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        match line.strip_suffix('\n') {
-            Some(body) => {
-                out.push_str(&escape_controls(body));
-                out.push('\n');
-            }
-            None => out.push_str(&escape_controls(line)),
-        }
-    }
-    out
 }
 
 /// Writes each log line (one `write` call per event, as `tracing_subscriber::fmt` does) with
@@ -100,14 +64,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn control_characters_are_escaped_and_the_line_end_kept() {
-        assert_eq!(
-            escape_controls("a\u{0}b\nINFO fake\r\t\u{1b}[31m\u{7f}\u{85}é"),
-            "a\\0b\\nINFO fake\\r\\t\\e[31m\\x7f\\u{85}é"
-        );
+    fn log_lines_are_escaped_and_their_line_end_kept() {
         let mut w = EscapingWriter(Vec::new());
         w.write_all(b"job=a\x00b\nINFO fake line\n").unwrap();
         assert_eq!(w.0, b"job=a\\0b\\nINFO fake line\n");
-        assert_eq!(escape_lines("a\rb\n\u{1b}[2J\nc"), "a\\rb\n\\e[2J\nc");
     }
 }

@@ -12,27 +12,20 @@
 //!
 //! Files: `run` (the run itself: config, backend, bind, serve, drain), `config` (the TOML
 //! file, its defaults and validation), `remote_config` (its `[worker]` and `[remote]`
-//! sections, for `crate::remote`), `backend` (the `--backend` choice against what this
-//! host has), `systemd` (sd_notify, the watchdog, socket activation, signals), `exit` (the
-//! exit codes of `stokerd` and `stoker`), `detach` (`--detach`: the ready notice from the
-//! child), `logging` (the tracing subscriber), `metrics` (the Prometheus names and the
-//! `/metrics` listener), `ratelimit` (the log-line rate limiter), `users` (user names for
-//! uids).
+//! sections, for `crate::remote`), `systemd` (sd_notify, the watchdog, socket activation, signals), `detach` (`--detach`: the ready notice from the
+//! child), `logging` (the tracing subscriber), `metrics` (the Prometheus recorder and the
+//! `/metrics` listener over the pipeline's names).
 //!
 //! # Limitations
 //! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
 //! - Reload (SIGHUP) applies the access rules and datasets only; the rest needs a restart.
 
-pub mod backend;
 pub mod config;
 pub mod detach;
-pub mod exit;
 pub mod logging;
 pub mod metrics;
-pub mod ratelimit;
 pub mod remote_config;
 mod run;
 pub mod systemd;
-pub mod users;
 
 pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT};

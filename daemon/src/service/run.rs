@@ -8,20 +8,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::ExtraWorkers;
 use crate::remote::board::RemoteBoard;
 use crate::remote::home::RemoteFactory;
 use crate::remote::unit::DatasetRules;
 use crate::remote::worker::WorkerSetup;
 use crate::serve::access::AccessPolicy;
 use crate::serve::{Server, ServerError, ServerHandle};
-use crate::service::backend::BackendError;
-use crate::service::config::{BackendChoice, Config, ConfigError};
+use crate::service::config::{Config, ConfigError};
 use crate::service::detach::ReadyNotice;
-use crate::service::exit::Exit;
 use crate::service::metrics::{MetricsError, MetricsListener};
 use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
-use crate::source::object::ObjectStore;
+use stoker_pipeline::engine::choice::BackendChoice;
+use stoker_pipeline::engine::choice::BackendError;
+use stoker_pipeline::engine::ExtraWorkers;
+use stoker_pipeline::source::object::ObjectStore;
+use stoker_wire::exit::Exit;
 
 /// How long attached clients get to go after SIGTERM before the daemon exits anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -180,7 +181,7 @@ pub fn run(
     }));
     let watchdog = systemd::watchdog_interval()?;
     let activated = systemd::listen_fd()?;
-    let backend = crate::service::backend::choose(file.pipeline.backend)?;
+    let backend = stoker_pipeline::engine::choice::choose(file.pipeline.backend)?;
     tracing::info!(backend = backend.name(), "decode backend");
     let remotes = remote_workers(&file)?;
     // Listening before the socket is: once a client can attach here, home daemons can too.
@@ -223,7 +224,7 @@ pub fn run(
     ));
     ready.ready();
     server.serve()?;
-    let restart = crate::engine::cuda::sticky::cause().map(str::to_owned);
+    let restart = stoker_pipeline::engine::cuda::sticky::cause().map(str::to_owned);
     if !handle.wait_drained(DRAIN_TIMEOUT) {
         tracing::warn!(
             clients = handle.connections(),
@@ -294,10 +295,10 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
     if file.worker.listen.is_none() {
         return Ok(());
     }
-    let open = crate::source::index::OpenOptions {
+    let open = stoker_pipeline::source::index::OpenOptions {
         limits: file.limits.walk(),
         objects: Some(ObjectStore::new(&file.s3, &file.datasets)),
-        ..crate::source::index::OpenOptions::default()
+        ..stoker_pipeline::source::index::OpenOptions::default()
     };
     let rules = DatasetRules::new(
         &file.access.dataset_roots,
@@ -364,7 +365,7 @@ fn make_secret_if_missing(path: &Path) -> Result<(), ServiceError> {
 /// A sticky CUDA error starts the drain; `run` then exits with [`Exit::GpuRestart`].
 fn drain_on_sticky_error(handle: &ServerHandle, notifier: &Arc<Notifier>) {
     let (handle, notifier) = (handle.clone(), Arc::clone(notifier));
-    crate::engine::cuda::sticky::on_restart(move |cause| {
+    stoker_pipeline::engine::cuda::sticky::on_restart(move |cause| {
         tracing::warn!(%cause, "draining to restart (clients are told the daemon stops)");
         notifier.notify("STOPPING=1\nSTATUS=restarting after a sticky CUDA error");
         handle.stop();

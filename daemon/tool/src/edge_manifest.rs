@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stoker_daemon::transform::decode::ImageFormat;
+use stoker_pipeline::transform::decode::ImageFormat;
 
 /// What the manifest says an edge file must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

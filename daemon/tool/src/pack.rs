@@ -1,7 +1,7 @@
 //! Tar shards (WebDataset layout) written by stoker: `stoker pack` turns any dataset into
 //! shards of a target size, and `stoker synth --shards` writes generated images straight into
 //! shards. Each sample is two members, `KEY.jpg` and `KEY.cls` (the label as ASCII, omitted
-//! when the sample has none), which is what [`stoker_daemon::source::index`] reads back.
+//! when the sample has none), which is what [`stoker_pipeline::source::index`] reads back.
 //!
 //! # Design
 //! - Plain ustar headers (names up to 100 bytes, sizes below 8 GiB), written with one buffered
@@ -11,11 +11,11 @@
 //! - Shards are written to `NAME.tar.partial` and renamed when complete, so an interrupted
 //!   pack never leaves a truncated shard that looks finished.
 //! - `--restart` ([`PackOptions::restart`]) losslessly rewrites every JPEG it can with restart
-//!   markers ([`stoker_daemon::transform::decode::add_restart_markers`]: same pixels, proven
+//!   markers ([`stoker_pipeline::transform::decode::add_restart_markers`]: same pixels, proven
 //!   per file by decoding both), so the decoder entropy decodes only the intervals a crop
 //!   touches; any other file (progressive, arithmetic, CMYK, not a JPEG, corrupt) is stored as
 //!   it is, and counted.
-//! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`stoker_daemon::source::object::sidecar`]):
+//! - Beside each shard of samples goes its index, `NAME.tar.idx` ([`stoker_pipeline::source::object::sidecar`]):
 //!   an `s3://` dataset of shards is indexed from it without downloading the shards.
 
 #![forbid(unsafe_code)]
@@ -27,10 +27,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use stoker_daemon::source::index::{Dataset, DatasetError, OpenOptions};
-use stoker_daemon::source::local::fsopen::open_input;
-use stoker_daemon::source::object::sidecar::{self, IndexedSample};
-use stoker_daemon::transform::decode::add_restart_markers;
+use stoker_pipeline::source::index::{Dataset, DatasetError, OpenOptions};
+use stoker_pipeline::source::local::fsopen::open_input;
+use stoker_pipeline::source::object::sidecar::{self, IndexedSample};
+use stoker_pipeline::transform::decode::add_restart_markers;
 
 /// Default target shard size: 256 MB.
 pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
@@ -369,7 +369,7 @@ mod tests {
         for i in 0..a.len() {
             let (sa, sb) = (a.sample(i), b.sample(i));
             assert_eq!(sa.label, sb.label, "sample {i}");
-            let read = |s: stoker_daemon::source::index::SampleRef<'_>| {
+            let read = |s: stoker_pipeline::source::index::SampleRef<'_>| {
                 // Lengths index memory on the 64-bit hosts stoker runs on.
                 #[allow(clippy::cast_possible_truncation)]
                 let mut v = vec![0u8; s.len as usize];
@@ -403,8 +403,8 @@ mod tests {
 
     #[test]
     fn restart_packing_rewrites_jpegs_to_the_same_pixels_and_keeps_the_rest() {
-        use stoker_daemon::transform::decode::{CpuDecoder, Limits};
         use stoker_kernels::reference::RgbImage;
+        use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
         let opts = SynthOptions {
@@ -453,7 +453,7 @@ mod tests {
         let (mut pa, mut pb) = (RgbImage::default(), RgbImage::default());
         let mut rewritten = 0;
         for i in 0..a.len() {
-            let read = |s: stoker_daemon::source::index::SampleRef<'_>| {
+            let read = |s: stoker_pipeline::source::index::SampleRef<'_>| {
                 // Lengths index memory on the 64-bit hosts stoker runs on.
                 #[allow(clippy::cast_possible_truncation)]
                 let mut v = vec![0u8; s.len as usize];

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
-use stoker_daemon::transform::rng::{mix64, KeyedRng, Stream};
+use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+use stoker_pipeline::transform::rng::{mix64, KeyedRng, Stream};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ pub enum SynthError {
         source: std::io::Error,
     },
     #[error("encoder: {0}")]
-    Encode(#[from] stoker_daemon::transform::decode::DecodeError),
+    Encode(#[from] stoker_pipeline::transform::decode::DecodeError),
     #[error("classes must be at least 1")]
     NoClasses,
     #[error(transparent)]
@@ -265,7 +265,7 @@ fn generate_shards(root: &Path, opts: &SynthOptions) -> Result<u64, SynthError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stoker_daemon::source::index::{Dataset, OpenOptions};
+    use stoker_pipeline::source::index::{Dataset, OpenOptions};
 
     #[test]
     fn generates_an_imagefolder_that_indexes_and_decodes() {

@@ -19,8 +19,8 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, ImageFormat, Limits};
 use stoker_kernels::reference::{psnr, CropBox, RgbImage};
+use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, ImageFormat, Limits};
 use stoker_tool::cli::check::{check_samples, sample_files, CheckOptions};
 
 use stoker_testkit::edge_manifest as manifest;

@@ -6,12 +6,16 @@
 //!   the plan of a ring in device memory.
 //! - `protocol`: the messages on the daemon's socket and their wire format, and the one
 //!   position type (`protocol::position`) the client, the C ABI and the daemon's engine share.
-//! - `socket`: SOCK_SEQPACKET sockets with fd passing, which socket path to use, and which
-//!   daemon a client may trust.
+//! - `socket`: SOCK_SEQPACKET sockets with fd passing, which socket path to use, which
+//!   daemon a client may trust, and the user and group names of ids.
+//! - `exit`: the exit codes of `stokerd` and `stoker`, which systemd and clients act on.
+//! - `escape`: text another process chose, made safe to print or log.
 //!
 //! The client (`stoker-client`), the pipeline (`stoker-pipeline`), the daemon and the tool all
 //! depend on this crate; it depends on none of them.
 
+pub mod escape;
+pub mod exit;
 pub mod protocol;
 pub mod ring;
 pub mod socket;

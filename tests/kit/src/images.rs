@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Encodes `rgb` (packed, `width * height * 3` bytes) as a baseline 4:2:0 JPEG.
 pub fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: i32) -> Vec<u8> {
-    use stoker_daemon::transform::decode::{EncodeOptions, JpegEncoder};
+    use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder};
     let opts = EncodeOptions {
         quality: quality.clamp(1, 100) as u8,
         ..EncodeOptions::default()

@@ -1,7 +1,8 @@
 //! Prometheus metrics: the catalogue of every series ([`catalogue`]: names, kinds, units, help,
-//! labels, and which event records each one, once), the atomic latency histogram
-//! ([`histogram`]), and a tiny HTTP/1.1 listener that serves them as Prometheus text on
-//! `GET /metrics`.
+//! labels, and which event records each one, once) and the atomic latency histogram
+//! ([`histogram`]) are the pipeline's (`stoker_pipeline::metrics`, re-exported here); this
+//! module installs the recorder and runs a tiny HTTP/1.1 listener that serves them as
+//! Prometheus text on `GET /metrics`.
 //!
 //! # Design
 //! - Code records through `metrics::counter!` and friends or through atomics the server feeds
@@ -35,19 +36,8 @@ use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-pub mod catalogue;
-pub mod histogram;
-pub mod rate;
+pub use stoker_pipeline::metrics::*;
 
-pub use catalogue::*;
-pub use histogram::{HistogramSnapshot, LatencyHistogram};
-pub use rate::Throughput;
-
-/// Histogram buckets for stage latency (seconds): 10 µs to 2.5 s.
-pub const STAGE_BUCKETS: &[f64] = &[
-    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
-    1.0, 2.5,
-];
 /// Largest HTTP request head read.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// How long a scraper may take to send its whole request.

@@ -16,8 +16,8 @@ use std::sync::PoisonError;
 use std::time::Instant;
 
 use serde::Serialize;
-use stoker_daemon::engine::EngineConfig;
-use stoker_daemon::sync::lock;
+use stoker_pipeline::engine::EngineConfig;
+use stoker_pipeline::sync::lock;
 
 use super::{
     effective_threads, timed_threads, AtLeast, BenchError, CacheState, Stage, StageResult,
@@ -39,14 +39,14 @@ pub fn entropy_stage(
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut decoder = match stoker_daemon::transform::decode::EntropyDecoder::new(engine.limits)
-        {
-            Ok(d) => d,
-            Err(e) => {
-                *lock(&failed) = Some(e);
-                return;
-            }
-        };
+        let mut decoder =
+            match stoker_pipeline::transform::decode::EntropyDecoder::new(engine.limits) {
+                Ok(d) => d,
+                Err(e) => {
+                    *lock(&failed) = Some(e);
+                    return;
+                }
+            };
         loop {
             let k = next.fetch_add(1, Relaxed);
             if samples.is_empty() || (k >= total && t0.elapsed().as_secs_f64() >= at_least.seconds)
@@ -60,7 +60,7 @@ pub fn entropy_stage(
             done.fetch_add(1, Relaxed);
         }
     });
-    // The lock policy (stoker_daemon::sync): a panicked thread leaves the value as is.
+    // The lock policy (stoker_pipeline::sync): a panicked thread leaves the value as is.
     if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Decoder(e));
     }

@@ -7,19 +7,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
-use stoker_daemon::sync::lock;
+use stoker_pipeline::sync::lock;
 
 use serde::Serialize;
 use stoker_wire::spec::PipelineSpec;
 
-use stoker_daemon::engine::{
+use stoker_pipeline::engine::DEFAULT_SLOTS_PER_RANK;
+use stoker_pipeline::engine::{
     Engine, EngineConfig, FeedEvent, HeapRing, Job, PipelineError, Position, StageTotals,
     CPU_UNIT_SAMPLES,
 };
-use stoker_daemon::service::config::DEFAULT_SLOTS_PER_RANK;
-use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::source::local::fsopen::open_input;
-use stoker_daemon::source::object::ObjectStore;
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::source::local::fsopen::open_input;
+use stoker_pipeline::source::object::ObjectStore;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -85,14 +85,14 @@ pub enum BenchError {
     #[error("dataset {path}: {source}")]
     Dataset {
         path: String,
-        source: stoker_daemon::source::index::DatasetError,
+        source: stoker_pipeline::source::index::DatasetError,
     },
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error("reader: {0}")]
-    Reader(stoker_daemon::source::local::reader::ReadError),
+    Reader(stoker_pipeline::source::local::reader::ReadError),
     #[error("decoder: {0}")]
-    Decoder(stoker_daemon::transform::decode::DecodeError),
+    Decoder(stoker_pipeline::transform::decode::DecodeError),
 }
 
 /// Process CPU time (user + system) in seconds.
@@ -381,7 +381,7 @@ pub fn index_timing(
         walk_s,
         walk_cold_s,
         cached_s,
-        cache_hit: cached.origin() == stoker_daemon::source::index::IndexOrigin::Cache,
+        cache_hit: cached.origin() == stoker_pipeline::source::index::IndexOrigin::Cache,
     };
     Ok((timing, ds))
 }
@@ -487,12 +487,12 @@ pub fn storage_only(
 ) -> Result<StageResult, BenchError> {
     let threads = effective_threads(engine.threads);
     let mut order = Vec::new();
-    stoker_daemon::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_pipeline::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut reader = match stoker_daemon::source::local::reader::Reader::new(
+        let mut reader = match stoker_pipeline::source::local::reader::Reader::new(
             engine.reader,
             CPU_UNIT_SAMPLES,
         ) {
@@ -509,7 +509,7 @@ pub fn storage_only(
                 return;
             }
             let end = (start + CPU_UNIT_SAMPLES).min(order.len());
-            let reqs: Vec<stoker_daemon::source::local::reader::ReadRequest<'_>> = order
+            let reqs: Vec<stoker_pipeline::source::local::reader::ReadRequest<'_>> = order
                 [start..end]
                 .iter()
                 .map(|&i| {
@@ -531,7 +531,7 @@ pub fn storage_only(
             bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    // The lock policy (stoker_daemon::sync): a panicked reader thread leaves the value as is.
+    // The lock policy (stoker_pipeline::sync): a panicked reader thread leaves the value as is.
     if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Reader(e));
     }
@@ -549,7 +549,7 @@ pub fn storage_only(
 /// Encoded samples held in memory for the decode stages: (global index, bytes).
 pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
     let mut order = Vec::new();
-    stoker_daemon::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
+    stoker_pipeline::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     order.truncate(max);
     let mut out = Vec::with_capacity(order.len());
     for i in order {
@@ -613,14 +613,14 @@ pub fn decode_stage(
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
-        let mut decoder = match stoker_daemon::transform::decode::CpuDecoder::new(engine.limits) {
+        let mut decoder = match stoker_pipeline::transform::decode::CpuDecoder::new(engine.limits) {
             Ok(d) => d,
             Err(e) => {
                 *lock(&failed) = Some(e);
                 return;
             }
         };
-        let mut augmenter = stoker_daemon::transform::augment::Augmenter::new();
+        let mut augmenter = stoker_pipeline::transform::augment::Augmenter::new();
         let mut image = stoker_kernels::reference::RgbImage::default();
         let mut out = vec![0u8; image_bytes];
         loop {
@@ -633,9 +633,9 @@ pub fn decode_stage(
             if let Some(t) = engine.throttle {
                 std::thread::sleep(t.decode_delay);
             }
-            let ok = (|| -> Result<(), stoker_daemon::transform::decode::DecodeError> {
-                let h = stoker_daemon::transform::decode::probe(data)?;
-                let (crop, flip) = stoker_daemon::transform::augment::sample_params(
+            let ok = (|| -> Result<(), stoker_pipeline::transform::decode::DecodeError> {
+                let h = stoker_pipeline::transform::decode::probe(data)?;
+                let (crop, flip) = stoker_pipeline::transform::augment::sample_params(
                     spec, h.width, h.height, seed, 0, *index,
                 );
                 let within =
@@ -651,7 +651,7 @@ pub fn decode_stage(
             done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    // The lock policy (stoker_daemon::sync): a panicked reader thread leaves the value as is.
+    // The lock policy (stoker_pipeline::sync): a panicked reader thread leaves the value as is.
     if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Decoder(e));
     }

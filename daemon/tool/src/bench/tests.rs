@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::synth::{generate, SynthOptions};
-use stoker_daemon::engine::Throttle;
+use stoker_pipeline::engine::Throttle;
 
 /// 48 small generated images in two classes.
 fn small_dataset() -> tempfile::TempDir {
@@ -27,7 +27,7 @@ fn small_dataset() -> tempfile::TempDir {
 /// verdict.
 fn verdict_with(throttle: Throttle) -> Verdict {
     let dir = small_dataset();
-    let objects = stoker_daemon::source::object::ObjectStore::from_environment();
+    let objects = stoker_pipeline::source::object::ObjectStore::from_environment();
     let (ds, _) = open_timed(dir.path(), None, &objects).unwrap();
     let engine = EngineConfig {
         threads: 2,

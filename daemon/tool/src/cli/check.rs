@@ -8,7 +8,7 @@
 //! is reported as an unknown format, and a JPEG named `.png` is checked like any other.
 //!
 //! Files the dataset's index leaves out (not a supported image format by name, see
-//! `stoker_daemon::source::index::Skipped`) are counted and the first few named in the
+//! `stoker_pipeline::source::index::Skipped`) are counted and the first few named in the
 //! report, so that nothing is dropped silently.
 
 #![forbid(unsafe_code)]
@@ -22,13 +22,13 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::source::index::{
+use stoker_pipeline::source::index::{
     Dataset, DatasetError, OpenOptions, Skipped, METADATA_EXTENSIONS,
 };
-use stoker_daemon::source::local::fsopen::open_input;
-use stoker_daemon::source::object::ObjectStore;
-use stoker_daemon::sync::lock;
-use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
+use stoker_pipeline::source::local::fsopen::open_input;
+use stoker_pipeline::source::object::ObjectStore;
+use stoker_pipeline::sync::lock;
+use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
 pub const REASON_IO: &str = "io_error";
@@ -206,14 +206,14 @@ enum SamplesError {
 type SampleFile = (String, PathBuf, u64, u64);
 
 /// The samples under `path`: a single image file, or every sample of a dataset in any
-/// layout (`stoker_daemon::source::index`), named by path (or `shard.tar:member`); and the
+/// layout (`stoker_pipeline::source::index`), named by path (or `shard.tar:member`); and the
 /// dataset, which the caller keeps while it reads them (its objects are known to `objects`
 /// while it lives).
 fn dataset_samples(
     path: &Path,
     objects: &Arc<ObjectStore>,
 ) -> Result<(Vec<SampleFile>, Option<Dataset>), SamplesError> {
-    let meta = match stoker_daemon::source::object::is_url(path) {
+    let meta = match stoker_pipeline::source::object::is_url(path) {
         true => None,
         false => Some(std::fs::metadata(path).map_err(SamplesError::Stat)?),
     };

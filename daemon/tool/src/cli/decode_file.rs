@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::RgbImage;
 
-use stoker_daemon::source::local::fsopen::open_input;
-use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
+use stoker_pipeline::source::local::fsopen::open_input;
+use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Arguments of `stoker decode`.
 #[derive(Debug, clap::Args)]

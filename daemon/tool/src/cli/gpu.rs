@@ -4,7 +4,7 @@
 //! buffers, and the loud line that says the GPU is the emulated one.
 //!
 //! # Design
-//! - [`route`] is the engine's own function ([`stoker_daemon::engine::cuda::route_image`]:
+//! - [`route`] is the engine's own function ([`stoker_pipeline::engine::cuda::route_image`]:
 //!   the engine's limit on pixels, then nvJPEG's hardware engines with the region, then whole,
 //!   then its decoupled decoders, else the CPU).
 //! - [`decode_sync`] checks that every output buffer holds the image, enqueues the whole
@@ -21,7 +21,7 @@ use stoker_kernels::reference::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route, Routed};
 
-use stoker_daemon::transform::decode::{CpuDecoder, DecodeError, Limits};
+use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// How many images took each route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -56,9 +56,9 @@ impl std::fmt::Display for DecodeMix {
 }
 
 /// The route the CUDA engine takes for `jpeg` cut to `roi`, and the region it decodes: the
-/// engine's own function ([`stoker_daemon::engine::cuda::route_image`]).
+/// engine's own function ([`stoker_pipeline::engine::cuda::route_image`]).
 pub fn route(d: &mut NvjpegDecoder, jpeg: &[u8], roi: Option<Roi>, limits: &Limits) -> Routed {
-    stoker_daemon::engine::cuda::route_image(d, jpeg, roi, limits)
+    stoker_pipeline::engine::cuda::route_image(d, jpeg, roi, limits)
 }
 
 /// One image for the GPU: its bytes, region, output size and where its RGB pixels go (packed,

@@ -11,4 +11,4 @@ pub mod selftest;
 pub mod status;
 pub mod synth;
 
-pub use stoker_daemon::service::exit::Exit;
+pub use stoker_wire::exit::Exit;

@@ -12,8 +12,8 @@ use clap::Args;
 use crate::pack::{
     pack, pack_dataset_with, PackError, PackOptions, PackSummary, DEFAULT_SHARD_BYTES,
 };
-use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::source::object::{ObjectStore, S3Url};
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::source::object::{ObjectStore, S3Url};
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
@@ -40,7 +40,7 @@ pub fn run(args: &PackArgs) -> Exit {
         progress: true,
         restart: args.restart,
     };
-    let packed = if stoker_daemon::source::object::is_url(&args.out) {
+    let packed = if stoker_pipeline::source::object::is_url(&args.out) {
         pack_to_s3(&args.src, &args.out, &opts)
     } else {
         pack(&args.src, &args.out, &opts)
@@ -95,7 +95,7 @@ fn pack_to_s3(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary,
     })?;
     let mut upload = |shard: &Path| -> Result<(), PackError> {
         let mut idx = shard.as_os_str().to_owned();
-        idx.push(stoker_daemon::source::object::sidecar::SUFFIX);
+        idx.push(stoker_pipeline::source::object::sidecar::SUFFIX);
         for file in [shard.to_path_buf(), PathBuf::from(idx)] {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
             objects

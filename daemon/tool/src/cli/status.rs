@@ -3,7 +3,7 @@
 //! prints the daemon's reply as is, for scripts.
 //!
 //! Job keys and dataset paths come from clients: the table shows their control characters
-//! escaped as the daemon's logs do (`stoker_daemon::service::logging`), so none can write
+//! escaped as the daemon's logs do (`stoker_wire::escape`), so none can write
 //! terminal escapes or forge a row, and cuts them to [`MAX_CELL_CHARS`] (the JSON keeps them
 //! whole), so a huge key cannot push other jobs out of view.
 
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use stoker_daemon::service::logging::{escape_controls, escape_lines};
+use stoker_wire::escape::{escape_controls, escape_lines};
 use stoker_wire::protocol::{
     DaemonStatus, DecodeError, JobStatus, Message, VersionMismatch, MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION, VERSION,
@@ -243,7 +243,7 @@ pub fn job_name(job: &JobStatus, names: JobNames) -> String {
 
 /// A job owner's user name, else the uid.
 fn owner_name(uid: u32) -> String {
-    stoker_daemon::service::users::user_name(uid).unwrap_or_else(|| uid.to_string())
+    stoker_wire::socket::users::user_name(uid).unwrap_or_else(|| uid.to_string())
 }
 
 /// The jobs' table: one row a job, columns padded to their widest cell. OWNER is the user

@@ -1,7 +1,7 @@
 //! Unix SOCK_SEQPACKET sockets: listen, connect, accept, and send/receive one message with
 //! optional file descriptors (SCM_RIGHTS); [`path`]: which socket a daemon listens on and a
 //! client connects to unless told otherwise; [`trust`]: whom a client trusts as its daemon;
-//! [`groups`]: group names and gids.
+//! [`groups`]: group names and gids; [`users`]: user names of uids.
 //!
 //! # Design
 //! - SOCK_SEQPACKET keeps message boundaries and is connection-oriented, so one `send` is one
@@ -39,6 +39,8 @@ pub mod path;
 #[allow(unsafe_code)]
 mod peergroups;
 pub mod trust;
+#[allow(unsafe_code)]
+pub mod users;
 
 /// Most descriptors one message carries.
 pub const MAX_FDS: usize = 4;

@@ -37,7 +37,7 @@ use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
 
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};
-use stoker_daemon::transform::decode::{CpuDecoder, Limits};
+use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 /// One measured row, or why it was not measured.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -131,7 +131,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
     let mut decoder =
         NvjpegDecoder::new(&device, lib, args.spec.batch as usize).map_err(|e| e.to_string())?;
     progress("indexing");
-    let objects = stoker_daemon::source::object::ObjectStore::from_environment();
+    let objects = stoker_pipeline::source::object::ObjectStore::from_environment();
     let (_, ds) = index_timing(&data, false, &objects).map_err(|e| e.to_string())?;
     progress(&format!(
         "decode only: nvJPEG hardware engines, batches of {}",
@@ -216,7 +216,7 @@ fn hardware_images(
 /// The decode-only row, the decode mix of the samples, and how many samples were loaded.
 fn decode_ceiling(
     args: &BenchArgs,
-    ds: &stoker_daemon::source::index::Dataset,
+    ds: &stoker_pipeline::source::index::Dataset,
     device: &Device,
     decoder: &mut NvjpegDecoder,
 ) -> (CudaRow, DecodeMix, usize) {
@@ -296,7 +296,7 @@ fn served_row(
     args: &BenchArgs,
     uuid: &str,
     data: &Path,
-    ds: &stoker_daemon::source::index::Dataset,
+    ds: &stoker_pipeline::source::index::Dataset,
     ceiling: Option<f64>,
 ) -> CudaRow {
     let epochs = timed_epochs(

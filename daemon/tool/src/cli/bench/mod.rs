@@ -31,8 +31,8 @@ use crate::bench::{
     pipeline_stage, run_in_process, storage_only, svg_chart, verdict, AtLeast, BenchOptions,
     BenchReport, CacheState, Ceiling, Eviction, IndexTiming, Stage, StageResult, Verdict,
 };
-use stoker_daemon::service::config::BackendChoice;
-use stoker_daemon::source::index::Dataset;
+use stoker_pipeline::engine::choice::BackendChoice;
+use stoker_pipeline::source::index::Dataset;
 
 use super::bench_client::ClientStats;
 use super::Exit;
@@ -258,7 +258,7 @@ fn bench_options(
     args: &BenchArgs,
     spec: &PipelineSpec,
 ) -> Result<(PathBuf, usize, BenchOptions), String> {
-    let data = if stoker_daemon::source::object::is_url(&args.data) {
+    let data = if stoker_pipeline::source::object::is_url(&args.data) {
         args.data.clone()
     } else {
         std::fs::canonicalize(&args.data).map_err(|e| format!("{}: {e}", args.data.display()))?
@@ -290,7 +290,7 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
     stages.push(
         storage_only(&ds, &opts.engine, args.seed, CacheState::Warm).map_err(|e| e.to_string())?,
     );
-    let read_with = stoker_daemon::source::local::reader::Reader::new(opts.engine.reader, 1)
+    let read_with = stoker_pipeline::source::local::reader::Reader::new(opts.engine.reader, 1)
         .map_or("unavailable", |r| r.kind());
     if args.storage_only {
         let mut eviction = None;
@@ -491,7 +491,7 @@ fn scaling_runs(opts: &BenchOptions, threads: usize) -> Result<Vec<StageResult>,
             "scaling: pipeline in process with {t} decode thread(s)"
         ));
         let o = BenchOptions {
-            engine: stoker_daemon::engine::EngineConfig {
+            engine: stoker_pipeline::engine::EngineConfig {
                 threads: t,
                 ..opts.engine.clone()
             },
@@ -532,7 +532,7 @@ fn bench_verdict(
 /// Where the report goes: --json and --svg, else `stoker-bench-NAME.json` and `.svg` in the
 /// working folder, NAME being the dataset's file name.
 fn output_paths(args: &BenchArgs) -> (PathBuf, PathBuf) {
-    let name = if stoker_daemon::source::object::is_url(&args.data) {
+    let name = if stoker_pipeline::source::object::is_url(&args.data) {
         Some(args.data.clone())
     } else {
         args.data.canonicalize().ok()
@@ -571,7 +571,7 @@ fn peer_runs(
     cold: Option<(&'static str, f64)>,
 ) -> Vec<PeerResult> {
     let mut peers = Vec::new();
-    if args.compare && stoker_daemon::source::object::is_url(data) {
+    if args.compare && stoker_pipeline::source::object::is_url(data) {
         peers = compare_s3(args, data, threads, cold.unwrap_or(warm));
     } else if args.compare {
         peers = compare(args, data, threads, warm);

@@ -30,7 +30,7 @@ pub(super) fn run_served(
     clients: usize,
     threads: usize,
     cache: CacheState,
-    cold: Option<&stoker_daemon::source::index::Dataset>,
+    cold: Option<&stoker_pipeline::source::index::Dataset>,
 ) -> Result<ServedResult, String> {
     let dir = std::env::temp_dir().join(format!(
         "stoker-bench-{}-{clients}-{cache}",

@@ -42,9 +42,10 @@ pub struct WorkersArgs {
     /// The workers' metrics addresses (`host:port`), for their CPU seconds per GB.
     #[arg(long, value_delimiter = ',')]
     pub worker_metrics: Vec<String>,
-    /// Connections (units in flight) from the home daemon to each worker.
-    #[arg(long, default_value_t = stoker_daemon::service::remote_config::DEFAULT_CONNECTIONS_PER_WORKER)]
-    pub worker_connections: usize,
+    /// Connections (units in flight) from the home daemon to each worker; unset, the home
+    /// daemon's default (`remote.connections`).
+    #[arg(long)]
+    pub worker_connections: Option<usize>,
     /// Rounds of each (alone, with the workers), alternating.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
@@ -78,7 +79,8 @@ pub struct WorkersReport {
     pub spec: PipelineSpec,
     pub decode_threads: usize,
     pub workers: Vec<String>,
-    pub worker_connections: usize,
+    /// `None`: the home daemon's default.
+    pub worker_connections: Option<usize>,
     pub rounds: Vec<WorkersRound>,
     pub alone_images_per_s: f64,
     pub with_workers_images_per_s: f64,
@@ -168,9 +170,12 @@ fn one_round(
     let mut config = format!("[metrics]\nlisten = {metrics:?}\n");
     if let Some(secret) = secret {
         config += &format!(
-            "[remote]\nworkers = {:?}\nsecret_file = {:?}\nconnections = {}\n",
-            w.workers, secret, w.worker_connections
+            "[remote]\nworkers = {:?}\nsecret_file = {:?}\n",
+            w.workers, secret
         );
+        if let Some(n) = w.worker_connections {
+            config += &format!("connections = {n}\n");
+        }
     }
     let config_path = dir.join("home.toml");
     std::fs::write(&config_path, config).map_err(|e| format!("{}: {e}", config_path.display()))?;
@@ -361,7 +366,8 @@ fn table(r: &WorkersReport) -> String {
     let mut out = format!(
         "remote workers {} ({} connections each), home {} decode threads, batch {}:\n",
         r.workers.join(", "),
-        r.worker_connections,
+        r.worker_connections
+            .map_or_else(|| "the default".to_owned(), |n| n.to_string()),
         r.decode_threads,
         r.spec.batch_size
     );

@@ -33,7 +33,7 @@ use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;
 use crate::cli::gpu::{cpu_reference, decode_sync, route, DecodeMix, GpuImage};
 use crate::edge_manifest::{self, Expected};
-use stoker_daemon::transform::decode::{CpuDecoder, Limits};
+use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 /// PSNR every nvJPEG image must reach against the reference (the CPU decoder upsampling chroma as
 /// nvJPEG does).

@@ -24,7 +24,7 @@ use stoker_nvidia::cuda::DeviceBuffer;
 use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
 use super::GpuUnderTest;
-use stoker_daemon::transform::decode::{CpuDecoder, Limits};
+use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 /// Photos used as kernel inputs, besides the generated image.
 const PHOTOS: usize = 3;
@@ -136,7 +136,7 @@ fn launch_and_compare(
         .iter()
         .enumerate()
         .map(|(i, img)| {
-            stoker_daemon::transform::augment::sample_params(
+            stoker_pipeline::transform::augment::sample_params(
                 spec, img.width, img.height, 0, 0, i as u64,
             )
         })

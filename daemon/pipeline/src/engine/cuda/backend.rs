@@ -29,7 +29,7 @@ use crate::engine::backend::{
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
-use crate::service::ratelimit::{Admit, RateLimit};
+use crate::ratelimit::{Admit, RateLimit};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::probe_image;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::service::ratelimit::{Admit, RateLimit};
+use crate::ratelimit::{Admit, RateLimit};
 use crate::source::local::reader::ReadError;
 use crate::transform::decode::DecodeError;
 

@@ -34,7 +34,7 @@ use super::job::Job;
 use super::memory::{HostWriter, SlotImages};
 use super::scheduler::{Shared, Unit};
 use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
-use crate::service::metrics as m;
+use crate::metrics as m;
 use crate::transform::badsample::BadSample;
 use crate::transform::rng::{KeyedRng, Stream};
 

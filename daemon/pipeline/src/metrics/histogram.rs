@@ -145,7 +145,7 @@ pub fn render(out: &mut String, name: &str, rows: &[HistogramRow<'_>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::metrics::catalogue::STAGE_SECONDS;
+    use crate::metrics::catalogue::STAGE_SECONDS;
 
     #[test]
     fn samples_land_in_their_bucket_and_render_cumulatively() {

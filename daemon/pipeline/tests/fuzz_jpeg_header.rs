@@ -10,10 +10,10 @@
 //! them first; a crash found becomes a named test below too.
 
 use proptest::prelude::*;
-use stoker_daemon::transform::decode::{
+use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_pipeline::transform::decode::{
     probe, CpuDecoder, EncodeOptions, JpegEncoder, Limits, Subsampling,
 };
-use stoker_kernels::reference::{CropBox, RgbImage};
 
 use stoker_testkit::fuzz_cases;
 

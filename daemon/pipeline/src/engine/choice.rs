@@ -1,5 +1,5 @@
-//! Which decode backend serves: the choice (`--backend auto|cpu|cuda`, `pipeline.backend`)
-//! against what this host has.
+//! Which decode backend serves: the choice (`--backend auto|cpu|cuda`, `pipeline.backend` in
+//! stokerd's config) against what this host has.
 //!
 //! # Design
 //! - CUDA is usable when the driver loads with at least one visible, supported device, NVRTC
@@ -10,7 +10,7 @@
 //! - `auto` serves from CUDA when it is usable and from the CPU otherwise, logging why;
 //!   `cuda` refuses to start with the reason where it is not usable.
 //! - Serving from CUDA still serves ranks that attach with `device: "cpu"` from the CPU
-//!   engine (`serve/gpus.rs`).
+//!   engine (the daemon's `serve/gpus.rs`).
 //!
 //! # Limitations
 //! - The check proves that the libraries and the driver agree, not that decoding is right
@@ -22,8 +22,21 @@ use stoker_nvidia::compat::CudaVersion;
 use stoker_nvidia::nvjpeg::NvjpegLib;
 use stoker_nvidia::nvrtc::Nvrtc;
 
-use crate::engine::backend::BackendKind;
-use crate::service::config::BackendChoice;
+use serde::{Deserialize, Serialize};
+
+use super::backend::BackendKind;
+
+/// Which decode backend serves: `pipeline.backend` in the config, `--backend` on the command
+/// line of `stokerd` and `stoker bench` (the one type for all three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// CUDA where a GPU and its libraries are present, else the CPU (and the log says why).
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -81,9 +81,9 @@ pub use prefetch::Prefetch;
 use ranged::Started;
 
 /// Object storage's series, as the metrics catalogue declares them
-/// ([`crate::service::metrics::catalogue`], which also describes and registers them).
+/// ([`crate::metrics::catalogue`], which also describes and registers them).
 pub mod metric {
-    pub use crate::service::metrics::catalogue::{
+    pub use crate::metrics::catalogue::{
         S3_BYTES_TOTAL as BYTES_TOTAL, S3_CACHE_REQUESTS_TOTAL as CACHE_REQUESTS_TOTAL,
         S3_ERRORS_TOTAL as ERRORS_TOTAL, S3_IN_FLIGHT as IN_FLIGHT,
         S3_RETRIES_TOTAL as RETRIES_TOTAL,

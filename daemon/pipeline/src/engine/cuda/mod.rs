@@ -66,7 +66,7 @@ use stoker_wire::ring::ImageMemory;
 use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
 use crate::engine::backend::BackendKind;
-use crate::service::metrics::LatencyHistogram;
+use crate::metrics::LatencyHistogram;
 pub use backend::CudaBackend;
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.

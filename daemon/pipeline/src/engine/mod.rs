@@ -4,7 +4,7 @@
 //!
 //! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
 //! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
-//! trait), `cpu` (the CPU backend), `views` (several views of one image, decoded once, on the
+//! trait), `choice` (the `--backend` choice against what this host has), `cpu` (the CPU backend), `views` (several views of one image, decoded once, on the
 //! CPU), `cuda` (the CUDA backend, one engine per GPU), `memory`
 //! (ring memory), `fields` (a unit's per-sample fields read into the slot), `stats`.
 //!
@@ -33,6 +33,7 @@
 //!   is a few bytes per sample beside the megabytes the buffers above reuse.
 
 pub mod backend;
+pub mod choice;
 mod cpu;
 pub mod cuda;
 mod feed;
@@ -79,6 +80,11 @@ pub const CPU_UNIT_SAMPLES: usize = 16;
 pub const MAX_REPLACEMENT_TRIES: usize = 16;
 
 /// A position in a job's stream of batches: the client's and the wire's type.
+/// Slots per rank's ring when the config does not say.
+pub const DEFAULT_SLOTS_PER_RANK: usize = 4;
+/// The fewest slots a ring may have: one the client holds, one being filled.
+pub const MIN_SLOTS_PER_RANK: usize = 2;
+
 pub use stoker_wire::protocol::Position;
 
 /// What happens to a sample that cannot be read or decoded.
@@ -176,7 +182,7 @@ impl Default for EngineConfig {
             reader: ReaderKind::default(),
             limits: Limits::default(),
             policy: BadSamplePolicy::default(),
-            bad_log_per_second: crate::service::ratelimit::DEFAULT_LINES_PER_SECOND,
+            bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
             throttle: None,
             user_shares: std::collections::BTreeMap::new(),
         }

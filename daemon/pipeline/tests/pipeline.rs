@@ -13,13 +13,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stoker_daemon::engine::{
+use stoker_kernels::reference::RgbImage;
+use stoker_pipeline::engine::{
     BadSamplePolicy, Engine, EngineConfig, Feed, FeedEvent, HeapRing, Job, Position,
 };
-use stoker_daemon::source::index::{Dataset, OpenOptions};
-use stoker_daemon::transform::augment::{sample_params, Augmenter};
-use stoker_daemon::transform::decode::{probe, CpuDecoder, Limits};
-use stoker_kernels::reference::RgbImage;
+use stoker_pipeline::source::index::{Dataset, OpenOptions};
+use stoker_pipeline::transform::augment::{sample_params, Augmenter};
+use stoker_pipeline::transform::decode::{probe, CpuDecoder, Limits};
 use stoker_tool::synth::{generate, SynthOptions};
 use stoker_wire::ring::{SampleStatus, SlotLayout};
 use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
@@ -72,7 +72,7 @@ fn engine(threads: usize, policy: BadSamplePolicy) -> Arc<Engine> {
     .unwrap()
 }
 
-fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_daemon::engine::Ready) -> Got {
+fn copy_out(ring: &HeapRing, spec: &PipelineSpec, ready: stoker_pipeline::engine::Ready) -> Got {
     let l = SlotLayout::new(spec);
     let images = ring.images_of(ready.slot);
     let slot = ring.host_of(ready.slot);

@@ -137,7 +137,7 @@ pub trait Backend: Send {
 }
 
 /// Which backend serves (each backend says which it is; the `--backend` choice in
-/// `crate::service::backend` resolves to one).
+/// `stoker_pipeline::engine::choice` resolves to one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Cpu,

@@ -1,5 +1,5 @@
 //! Time and counts per stage, summed over every worker of an engine: the one record of these
-//! events (see `crate::service::metrics::catalogue`), read by `stoker status`, `stoker bench`
+//! events (see `crate::metrics::catalogue`), read by `stoker status`, `stoker bench`
 //! and, at scrape time, the metrics.
 //!
 //! # Design
@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::service::metrics::{HistogramSnapshot, LatencyHistogram};
+use crate::metrics::{HistogramSnapshot, LatencyHistogram};
 use crate::transform::badsample::BadCounts;
 
 /// Time and counts per stage, summed over workers.
