@@ -40,11 +40,11 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// The version `git describe` gives, when this crate sits in a git work tree whose top is the
-/// workspace (the crate's parent folder).
+/// workspace (two folders up: ipc/wire).
 fn git_version(crate_version: &str) -> Option<String> {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     let top = PathBuf::from(git(&["rev-parse", "--show-toplevel"])?);
-    let workspace = manifest.parent()?;
+    let workspace = manifest.parent()?.parent()?;
     if !same_dir(&top, workspace) {
         return None;
     }

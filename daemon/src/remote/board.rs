@@ -33,7 +33,7 @@ use metrics_exporter_prometheus::formatting::{
 
 use super::wire::Message;
 use crate::serve::WorkerFigures;
-use crate::service::metrics::{self as m, histogram, LatencyHistogram, Throughput};
+use stoker_pipeline::metrics::{self as m, histogram, LatencyHistogram, Throughput};
 
 /// One worker entry's figures, as its home daemon saw them.
 #[derive(Debug)]

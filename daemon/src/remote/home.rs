@@ -40,14 +40,14 @@ use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
 use super::worker::WorkerError;
-use crate::service::metrics as m;
-use crate::service::remote_config::RemoteConfig;
+use crate::remote::config::RemoteConfig;
 use stoker_pipeline::engine::backend::BackendKind;
 use stoker_pipeline::engine::{
     replacement_candidates, Backend, BackendFactory, BadSamplePolicy, Completion, CpuBackend,
     EngineConfig, Job, PipelineError, SampleOutcome, SampleWork, SlotImages, UnitSize, UnitWork,
     CPU_UNIT_SAMPLES,
 };
+use stoker_pipeline::metrics as m;
 use stoker_pipeline::source::index::Dataset;
 use stoker_pipeline::sync::lock;
 use stoker_pipeline::transform::badsample::{BadSample, REASONS};

@@ -1,8 +1,8 @@
 //! Remote CPU workers: a `stokerd` on another machine does units of work for home daemons
 //! over TCP (`[worker]`), and a home daemon sends some of its units there (`[remote]`; both
-//! sections are `crate::service::remote_config`).
+//! sections are `crate::remote::config`).
 //!
-//! Files: `wire` (frames and messages), `auth` (the
+//! Files: `config` (the `[worker]` and `[remote]` sections), `wire` (frames and messages), `auth` (the
 //! shared secret and its challenge-response), `gate` (what each peer may hold on a worker:
 //! handshakes, connections, pixel memory), `worker` (the worker's listener and
 //! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
@@ -49,6 +49,7 @@
 
 pub mod auth;
 pub mod board;
+pub mod config;
 pub mod gate;
 pub mod home;
 pub mod resolve;
@@ -58,4 +59,4 @@ pub mod unit;
 pub mod wire;
 pub mod worker;
 
-pub use crate::service::remote_config::{RemoteConfig, WorkerConfig};
+pub use config::{RemoteConfig, WorkerConfig};

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use super::board::{render_seconds, thread_cpu_ns};
-use crate::service::metrics as m;
+use stoker_pipeline::metrics as m;
 use stoker_pipeline::sync::lock;
 
 static WORK_NS: AtomicU64 = AtomicU64::new(0);

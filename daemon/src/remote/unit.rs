@@ -28,7 +28,7 @@ use stoker_wire::ring::SlotLayout;
 
 use super::wire::{hex, OpenJob, SampleFate, SampleResult};
 use crate::serve::access::{AccessPolicy, Peer};
-use crate::service::config::AccessConfig;
+use crate::serve::config::AccessConfig;
 use stoker_pipeline::engine::{
     replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, Position,
     SampleOutcome, SampleWork, SlotImages, StageStats, UnitWork,

@@ -33,9 +33,9 @@ use super::tally::{self, HomeSeat};
 use super::tls::{Link, WorkerTls};
 use super::unit::{DatasetRules, WorkerJob};
 use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
-use crate::service::metrics as m;
-use crate::service::remote_config::WorkerConfig;
+use crate::remote::config::WorkerConfig;
 use stoker_pipeline::engine::EngineConfig;
+use stoker_pipeline::metrics as m;
 
 /// How long a new connection has to prove it holds the secret.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -356,7 +356,7 @@ impl Connection<'_> {
     }
 
     /// Why the unit of `indices` of the job at `at` may not be done, if so (with its
-    /// [`crate::service::metrics::WORKER_REFUSALS`] code); reserves the pixel memory its buffer must grow by.
+    /// [`stoker_pipeline::metrics::WORKER_REFUSALS`] code); reserves the pixel memory its buffer must grow by.
     fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), (&'static str, String)> {
         let job = &self.jobs[at].1;
         job.check(indices).map_err(|e| ("unit", e))?;

@@ -24,8 +24,8 @@ use stoker_wire::socket::{SeqPacket, SockError};
 
 use crate::serve::access::{Peer, QuotaGrant};
 use crate::serve::stall::RankStallEntry;
-use crate::service::metrics as m;
 use stoker_pipeline::engine::{Feed, FeedEvent, PipelineError};
+use stoker_pipeline::metrics as m;
 
 use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, undecodable, Refusal};

@@ -28,7 +28,6 @@ use stoker_wire::ring::RingLayout;
 use stoker_wire::spec::PipelineSpec;
 use stoker_wire::VmmPlan;
 
-use crate::service::metrics::HistogramSnapshot;
 use stoker_pipeline::engine::backend::BackendKind;
 use stoker_pipeline::engine::cuda::GpuError;
 use stoker_pipeline::engine::cuda::STREAMS_PER_GPU;
@@ -36,6 +35,7 @@ use stoker_pipeline::engine::{
     CudaBackendFactory, Engine, EngineConfig, Gpu, PipelineError, SlotImages, SlotMemory,
     StageHistograms, StageTotals,
 };
+use stoker_pipeline::metrics::HistogramSnapshot;
 
 use super::refusal::{refuse, Refusal};
 

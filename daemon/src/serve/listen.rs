@@ -12,25 +12,26 @@
 //! # Limitations
 //! - One thread per connection: ranks per host are few.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketType};
 use stoker_wire::socket::groups::gid_of;
 use stoker_wire::socket::{SeqPacket, SeqPacketListener, SockError};
 
 use crate::serve::access::{AccessPolicy, Quotas};
-use crate::service::config::{Config, LimitsConfig};
+use crate::serve::config::{LimitsConfig, ServeConfig};
 use stoker_pipeline::engine::backend::BackendKind;
 use stoker_pipeline::engine::{CpuBackendFactory, Engine, ExtraWorkers};
 use stoker_pipeline::source::object::ObjectStore;
 
 use super::gpus::Engines;
 use crate::serve::lobby::{Arrived, Lobby};
-use crate::service::metrics as m;
+use stoker_pipeline::metrics as m;
 use stoker_pipeline::ratelimit::{Admit, RateLimit};
 
 use super::connection::Connection;
@@ -137,18 +138,55 @@ fn in_group(gid: u32) -> bool {
             .any(|g| g.as_raw() == gid)
 }
 
+/// Why a descriptor is not the listening socket stokerd serves on.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    #[error("fd {fd} of LISTEN_FDS={count} is not open")]
+    NotOpen { fd: RawFd, count: u64 },
+    #[error("{0}")]
+    Sockopt(std::io::Error),
+    #[error("domain {0}, not AF_UNIX")]
+    Domain(u16),
+    #[error("type {0}, not SOCK_SEQPACKET")]
+    Type(u32),
+    #[error("not listening")]
+    NotListening,
+}
+
+fn sockopt<T>(got: rustix::io::Result<T>) -> Result<T, ListenerError> {
+    got.map_err(|e| ListenerError::Sockopt(e.into()))
+}
+
+/// Checks `fd` is an AF_UNIX SOCK_SEQPACKET socket in the listening state.
+pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
+    use rustix::net::sockopt;
+    let domain = sockopt(sockopt::socket_domain(fd))?;
+    let ty = sockopt(sockopt::socket_type(fd))?;
+    let listening = sockopt(sockopt::socket_acceptconn(fd))?;
+    if domain != AddressFamily::UNIX {
+        return Err(ListenerError::Domain(domain.as_raw()));
+    }
+    if ty != SocketType::SEQPACKET {
+        return Err(ListenerError::Type(ty.as_raw()));
+    }
+    if !listening {
+        return Err(ListenerError::NotListening);
+    }
+    Ok(())
+}
+
 impl Server {
-    /// Starts the engine and listens at the config's socket ([`Config::socket_path`]),
+    /// Starts the engine and listens at the config's socket ([`ServeConfig::socket`]),
     /// creating its directory and replacing a stale socket no daemon answers on. `config` has
     /// been validated (with the command line's overrides applied); `backend` serves ranks that
     /// name a GPU (`Cuda`) or refuses them (`Cpu`).
     /// `extra` are more takers of the CPU engine's units (remote workers' connections).
     pub fn bind(
-        config: &Config,
+        config: &ServeConfig,
         backend: BackendKind,
         extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
-        let socket = config.socket_path();
+        let socket = config.socket.clone();
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Ours, and nobody else may write to it: else another user could put their
             // own socket (or a symlink) where clients look for ours.
@@ -179,11 +217,11 @@ impl Server {
     pub fn from_activated(
         fd: OwnedFd,
         socket: PathBuf,
-        config: &Config,
+        config: &ServeConfig,
         backend: BackendKind,
         extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
-        crate::service::systemd::check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
+        check_seqpacket_listener(&fd).map_err(ServerError::Activated)?;
         Server::with_listener(
             SeqPacketListener::from_fd(fd),
             socket,
@@ -198,11 +236,11 @@ impl Server {
         listener: SeqPacketListener,
         socket: PathBuf,
         owns_socket: bool,
-        config: &Config,
+        config: &ServeConfig,
         backend: BackendKind,
         extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
-        let engine = config.engine();
+        let engine = config.engine.clone();
         let cpu = Engine::with_backends(engine.clone(), &CpuBackendFactory, extra)?;
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {

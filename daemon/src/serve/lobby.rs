@@ -33,7 +33,7 @@ use rustix::net::RecvFlags;
 use stoker_wire::socket::SeqPacket;
 
 use crate::serve::access::Peer;
-use crate::service::config::LimitsConfig;
+use crate::serve::config::LimitsConfig;
 use stoker_pipeline::ratelimit::{Admit, RateLimit};
 
 /// Lobby log lines a second.

@@ -1,13 +1,15 @@
 //! `stokerd`'s serving room: the Unix socket, the registry of jobs, one ring per rank, and the
 //! forwarding of READY / RELEASE between a client and its rank's [`stoker_pipeline::engine::Feed`].
 //!
-//! Files: `listen` (the socket, its mode and group, the accept loop), `connection` (one
+//! Files: `config` (the server's sections of the config), `listen` (the socket, its mode
+//! and group, the accept loop, a socket systemd passed), `connection` (one
 //! client's state machine), `gpus` (the engine per backend and GPU, and the rings each
 //! makes), `registry` (jobs, the terms ranks agree on, seats), `ops` (the
 //! [`ServerHandle`] operations hold: stop, drain, status, metrics), `refusal`, `wake`,
 //! `lobby` (connections waiting for their first message), `stall` (the stall watch), `access`
-//! (who may attach, which datasets they may name, memory quotas), `admission` (one attach's
-//! access decision, and the dataset opened with it).
+//! (who may attach and which datasets they may name; inside it, one attach's admission and
+//! the dataset opened with it, and the quotas of ring memory and attachments),
+//! `key` (a job's key).
 //!
 //! # Design
 //! - One SOCK_SEQPACKET listener. A new connection waits in the accept loop's
@@ -45,9 +47,10 @@
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
 pub mod access;
-mod admission;
+pub mod config;
 mod connection;
 mod gpus;
+mod key;
 mod listen;
 pub mod lobby;
 mod ops;
@@ -56,7 +59,7 @@ mod registry;
 pub mod stall;
 mod wake;
 
-pub use listen::Server;
+pub use listen::{check_seqpacket_listener, ListenerError, Server};
 pub use ops::{ServerHandle, WorkerFigures};
 
 use std::path::PathBuf;
@@ -120,7 +123,7 @@ pub enum ServerError {
     #[error("accept failed: {0}")]
     Accept(SockError),
     #[error("the activated socket: {0}")]
-    Activated(crate::service::systemd::ListenerError),
+    Activated(ListenerError),
     #[error("cannot create the eventfd that wakes the accept loop: {0}")]
     Wake(std::io::Error),
 }

@@ -25,7 +25,7 @@ use stoker_pipeline::engine::FeedWaker;
 
 use super::gpus::Engines;
 use crate::serve::stall::StallBoard;
-use crate::service::metrics::{self as m, histogram, Throughput};
+use stoker_pipeline::metrics::{self as m, histogram, Throughput};
 
 use super::registry::Registry;
 use super::wake::EventFd;
@@ -217,7 +217,7 @@ impl ServerHandle {
     }
 
     /// Feeds the recorder what the daemon's atomics hold (the one record of those events,
-    /// see [`crate::service::metrics::catalogue`]): counters, and the gauges that are state
+    /// see [`stoker_pipeline::metrics::catalogue`]): counters, and the gauges that are state
     /// (clients, jobs, ring bytes, GPUs); returns the series the daemon renders itself as
     /// Prometheus text (the latency histograms and the per-rank data stall). Call it just
     /// before each render.

@@ -30,6 +30,7 @@ use stoker_pipeline::engine::{Job, PipelineError};
 use stoker_pipeline::source::index::{DatasetError, OpenOptions, WalkLimits};
 use stoker_pipeline::source::object::{ObjectStore, S3Config};
 
+use super::key::JobKey;
 use super::refusal::{refuse, Refusal};
 /// What every rank of a job must agree on.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,29 +85,6 @@ impl JobTerms {
         self.spec
             .first_difference(&other.spec)
             .map(|field| format!("spec field {field} differs from the job's"))
-    }
-}
-
-/// A job's identity: the uid that created it and the key its ranks name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct JobKey {
-    pub(crate) owner: u32,
-    pub(crate) name: String,
-}
-
-impl JobKey {
-    /// The job `a` names for a peer of `uid`.
-    pub(super) fn of(uid: u32, a: &Attach) -> JobKey {
-        JobKey {
-            owner: uid,
-            name: a.job.clone(),
-        }
-    }
-}
-
-impl std::fmt::Display for JobKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} of uid {}", self.name, self.owner)
     }
 }
 

@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 
 use stoker_wire::protocol::{RankStall, Stats};
 
-use super::registry::JobKey;
-use crate::service::metrics::catalogue::{
+use super::key::JobKey;
+use stoker_pipeline::metrics::catalogue::{
     self, CLIENT_COMPUTE_SECONDS_TOTAL as COMPUTE_SECONDS, CLIENT_WAIT_FRACTION as WAIT_FRACTION,
     CLIENT_WAIT_SECONDS_TOTAL as WAIT_SECONDS,
 };

@@ -2,9 +2,10 @@
 //! the key and its line. Command-line flags override the file. With no file at all the
 //! defaults serve a single-user workstation.
 //!
-//! Every key and its default is documented in `docs/operations.md`; the named constants below
-//! (and those of the rooms a key belongs to: decode limits, index walk limits, the bad-sample
-//! log rate, object storage) are those defaults, each written once.
+//! Every key and its default is documented in `docs/operations.md`. Each section's type sits
+//! beside the room it configures (`[server]`, `[limits]`, `[access]`: `crate::serve::config`;
+//! `[worker]`, `[remote]`: `crate::remote::config`; `[s3]`: the pipeline's object storage),
+//! with its defaults, each written once; this file assembles them into one [`Config`].
 //!
 //! These types are also the daemon's run-time configuration: `stokerd` applies its flags to
 //! a [`Config`], validates it once, and the server reads its sections ([`Config::engine`] is
@@ -17,30 +18,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::remote::config::{RemoteConfig, WorkerConfig};
+pub use crate::serve::config::*;
 use stoker_pipeline::engine::choice::BackendChoice;
-use stoker_pipeline::engine::{
-    BadSamplePolicy, EngineConfig, DEFAULT_SLOTS_PER_RANK, MIN_SLOTS_PER_RANK,
-};
-use stoker_pipeline::source::index::WalkLimits;
+use stoker_pipeline::engine::{BadSamplePolicy, EngineConfig, MIN_SLOTS_PER_RANK};
 use stoker_pipeline::source::local::reader::ReaderKind;
-use stoker_pipeline::transform::decode::{Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS};
-
-/// Socket file mode: owner and group may connect.
-pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
-/// Ring memory one client may hold, all its rings together (bytes).
-pub const DEFAULT_MAX_CLIENT_RING_BYTES: u64 = 8 << 30;
-/// Ring memory one job may hold, all its ranks together (bytes).
-pub const DEFAULT_MAX_JOB_RING_BYTES: u64 = 64 << 30;
-/// Most clients attached at once.
-pub const DEFAULT_MAX_CLIENTS: usize = 256;
-/// Most jobs at once.
-pub const DEFAULT_MAX_JOBS: usize = 64;
-/// Waiting connections one uid may hold, by default.
-pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
-/// Waiting connections in all, by default (also capped at half the fd limit).
-pub const DEFAULT_MAX_WAITING: usize = 1024;
-/// Milliseconds a new connection may take to send its first message, by default.
-pub const DEFAULT_ATTACH_DEADLINE_MS: u64 = 5000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -72,37 +54,9 @@ pub struct Config {
     /// Object storage (`s3://` datasets) and the node cache.
     pub s3: stoker_pipeline::source::object::S3Config,
     /// This daemon as a remote worker for home daemons (`crate::remote`).
-    pub worker: super::remote_config::WorkerConfig,
+    pub worker: WorkerConfig,
     /// The remote workers this daemon sends units to.
-    pub remote: super::remote_config::RemoteConfig,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// Socket path; empty means the default for the user (see [`default_socket_path`]).
-    pub socket: Option<PathBuf>,
-    /// Socket file mode (octal in TOML: `socket_mode = 0o660`).
-    pub socket_mode: u32,
-    /// Group that owns the socket (clients in it may connect).
-    pub socket_group: Option<String>,
-    /// Slots in each rank's ring.
-    pub slots_per_rank: usize,
-    /// Exit after this many seconds with no connection at all; 0 (the default): never. The
-    /// per-user daemon `stoker.Loader` starts uses it (`--idle-exit`).
-    pub idle_exit_s: u64,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            socket: None,
-            socket_mode: DEFAULT_SOCKET_MODE,
-            socket_group: None,
-            slots_per_rank: DEFAULT_SLOTS_PER_RANK,
-            idle_exit_s: 0,
-        }
-    }
+    pub remote: RemoteConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -116,167 +70,11 @@ pub struct PipelineConfig {
     pub bad_samples: BadSamplePolicy,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LimitsConfig {
-    pub max_pixels: u64,
-    pub max_file_bytes: u64,
-    pub max_client_ring_bytes: u64,
-    pub max_job_ring_bytes: u64,
-    pub max_clients: usize,
-    pub max_jobs: usize,
-    /// Clients (rings) one uid may have attached; unset: half of `max_clients` (at least 1),
-    /// so no single user can hold every ring.
-    pub max_clients_per_uid: Option<usize>,
-    /// Jobs one uid may run; unset: half of `max_jobs` (at least 1), so no single user can
-    /// hold every job.
-    pub max_jobs_per_uid: Option<usize>,
-    /// Each uid's share of the decode workers while several users' jobs run, by uid (a
-    /// number as a string key: `{ "1000" = 2.0 }`); a uid not named has share 1, so by default
-    /// the workers are split evenly between the users with jobs, then evenly between each
-    /// user's jobs.
-    pub user_shares: BTreeMap<String, f64>,
-    /// Bad-sample log lines per second; past it lines are counted and reported as
-    /// "suppressed K" (each bad file is logged once anyway).
-    pub log_bad_samples_per_second: u32,
-    /// Connections of one uid that may wait, not yet attached (the lobby, `serve::lobby`).
-    pub max_waiting_per_uid: usize,
-    /// Connections that may wait in all, not yet attached (also at most half the fd limit).
-    pub max_waiting: usize,
-    /// Milliseconds a new connection has to send its ATTACH (or STATUS).
-    pub attach_deadline_ms: u64,
-    /// Directory entries indexing one dataset may look at.
-    pub max_index_entries: u64,
-    /// Folder depth below a dataset's root that indexing may reach.
-    pub max_index_depth: u32,
-}
-
-impl LimitsConfig {
-    /// `max_clients_per_uid`, or half of `max_clients` (at least 1).
-    pub fn clients_per_uid(&self) -> usize {
-        self.max_clients_per_uid
-            .unwrap_or((self.max_clients / 2).max(1))
-    }
-
-    /// `max_jobs_per_uid`, or half of `max_jobs` (at least 1).
-    pub fn jobs_per_uid(&self) -> usize {
-        self.max_jobs_per_uid.unwrap_or((self.max_jobs / 2).max(1))
-    }
-
-    /// `user_shares` by uid (keys and values checked by [`Config::problem`]; bad ones left out).
-    pub fn shares(&self) -> BTreeMap<u32, f64> {
-        self.user_shares
-            .iter()
-            .filter_map(|(uid, share)| Some((uid.parse().ok()?, *share)))
-            .filter(|(_, share): &(u32, f64)| share.is_finite() && *share > 0.0)
-            .collect()
-    }
-
-    /// The first bad `user_shares` entry, named.
-    fn shares_problem(&self) -> Option<String> {
-        self.user_shares.iter().find_map(|(uid, share)| {
-            if uid.parse::<u32>().is_err() {
-                Some(format!(
-                    "limits.user_shares: key {uid:?} is not a uid (a number)"
-                ))
-            } else if !(share.is_finite() && *share > 0.0) {
-                Some(format!(
-                    "limits.user_shares.{uid}: share must be a positive number, got {share}"
-                ))
-            } else {
-                None
-            }
-        })
-    }
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            max_pixels: DEFAULT_MAX_PIXELS,
-            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-            max_client_ring_bytes: DEFAULT_MAX_CLIENT_RING_BYTES,
-            max_job_ring_bytes: DEFAULT_MAX_JOB_RING_BYTES,
-            max_clients: DEFAULT_MAX_CLIENTS,
-            max_jobs: DEFAULT_MAX_JOBS,
-            max_clients_per_uid: None,
-            max_jobs_per_uid: None,
-            user_shares: BTreeMap::new(),
-            log_bad_samples_per_second: stoker_pipeline::ratelimit::DEFAULT_LINES_PER_SECOND,
-            max_waiting_per_uid: DEFAULT_MAX_WAITING_PER_UID,
-            max_waiting: DEFAULT_MAX_WAITING,
-            attach_deadline_ms: DEFAULT_ATTACH_DEADLINE_MS,
-            max_index_entries: WalkLimits::default().max_entries,
-            max_index_depth: WalkLimits::default().max_depth,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AccessConfig {
-    /// Client uids allowed to attach besides root and the daemon's own uid (always allowed).
-    pub allowed_uids: Vec<u32>,
-    /// Groups whose members may attach (the peer's primary or a supplementary group, as the
-    /// socket recorded them), by gid or by name (`["stoker-clients", 2000]`).
-    pub allowed_gids: Vec<GroupRef>,
-    /// Folders under which clients may name datasets by path. When empty, a client whose uid
-    /// is the daemon's own may name any path (it could read it itself) and other clients may
-    /// use registered datasets only.
-    pub dataset_roots: Vec<PathBuf>,
-}
-
-/// A group in the config: a gid, or a name looked up in the system's group database when
-/// the access rules are made (a name the system lacks is a configuration error then).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum GroupRef {
-    Gid(u32),
-    Name(String),
-}
-
-impl GroupRef {
-    /// The gid, or `None` when the name is no group of this system.
-    pub fn gid(&self) -> Option<u32> {
-        match self {
-            GroupRef::Gid(g) => Some(*g),
-            GroupRef::Name(n) => stoker_wire::socket::groups::gid_of(n),
-        }
-    }
-}
-
-impl std::fmt::Display for GroupRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GroupRef::Gid(g) => write!(f, "{g}"),
-            GroupRef::Name(n) => write!(f, "{n:?}"),
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Address of the Prometheus text endpoint (`127.0.0.1:9464`); none disables it.
     pub listen: Option<String>,
-}
-
-impl LimitsConfig {
-    /// How far indexing may walk.
-    pub fn walk(&self) -> WalkLimits {
-        WalkLimits {
-            max_entries: self.max_index_entries,
-            max_depth: self.max_index_depth,
-        }
-    }
-
-    /// What a decoder refuses before decoding.
-    pub fn decode(&self) -> Limits {
-        Limits {
-            max_pixels: self.max_pixels,
-            max_file_bytes: self.max_file_bytes,
-        }
-    }
 }
 
 impl Config {
@@ -369,6 +167,20 @@ impl Config {
         }
     }
 
+    /// What the server is started with: its own sections, the datasets and object storage,
+    /// the engine's share and the socket path.
+    pub fn serve(&self) -> ServeConfig {
+        ServeConfig {
+            socket: self.socket_path(),
+            server: self.server.clone(),
+            limits: self.limits.clone(),
+            access: self.access.clone(),
+            datasets: self.datasets.clone(),
+            s3: self.s3.clone(),
+            engine: self.engine(),
+        }
+    }
+
     /// The Prometheus endpoint's address, if metrics are on (`metrics.listen`, checked by
     /// [`Config::problem`]).
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
@@ -409,6 +221,7 @@ fn one_line(e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stoker_pipeline::engine::DEFAULT_SLOTS_PER_RANK;
 
     #[test]
     fn empty_file_gives_defaults() {

@@ -11,8 +11,7 @@
 //!   SIGHUP reloads the access rules and registered datasets.
 //!
 //! Files: `run` (the run itself: config, backend, bind, serve, drain), `config` (the TOML
-//! file, its defaults and validation), `remote_config` (its `[worker]` and `[remote]`
-//! sections, for `crate::remote`), `systemd` (sd_notify, the watchdog, socket activation, signals), `detach` (`--detach`: the ready notice from the
+//! file: the rooms' sections assembled, validated), `systemd` (sd_notify, the watchdog, socket activation, signals), `detach` (`--detach`: the ready notice from the
 //! child), `logging` (the tracing subscriber), `metrics` (the Prometheus recorder and the
 //! `/metrics` listener over the pipeline's names).
 //!
@@ -24,7 +23,6 @@ pub mod config;
 pub mod detach;
 pub mod logging;
 pub mod metrics;
-pub mod remote_config;
 mod run;
 pub mod systemd;
 

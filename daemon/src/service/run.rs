@@ -190,9 +190,9 @@ pub fn run(
         Some((fd, name)) => {
             tracing::info!(name, "using the socket systemd passed (socket activation)");
             let path = systemd::socket_path(&fd).unwrap_or_else(|| file.socket_path());
-            Server::from_activated(fd, path, &file, backend, &extra_workers(&remotes))?
+            Server::from_activated(fd, path, &file.serve(), backend, &extra_workers(&remotes))?
         }
-        None => Server::bind(&file, backend, &extra_workers(&remotes))?,
+        None => Server::bind(&file.serve(), backend, &extra_workers(&remotes))?,
     };
 
     let handle = server.handle();

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::serve::{check_seqpacket_listener, ListenerError};
+
 /// The first fd systemd passes (`SD_LISTEN_FDS_START`).
 pub const LISTEN_FDS_START: RawFd = 3;
 
@@ -188,43 +190,6 @@ fn set_cloexec(fd: &OwnedFd) {
     if let Ok(flags) = rustix::io::fcntl_getfd(fd) {
         let _ = rustix::io::fcntl_setfd(fd, flags | rustix::io::FdFlags::CLOEXEC);
     }
-}
-
-/// Why a descriptor is not the listening socket stokerd serves on.
-#[derive(Debug, thiserror::Error)]
-pub enum ListenerError {
-    #[error("fd {fd} of LISTEN_FDS={count} is not open")]
-    NotOpen { fd: RawFd, count: u64 },
-    #[error("{0}")]
-    Sockopt(std::io::Error),
-    #[error("domain {0}, not AF_UNIX")]
-    Domain(u16),
-    #[error("type {0}, not SOCK_SEQPACKET")]
-    Type(u32),
-    #[error("not listening")]
-    NotListening,
-}
-
-fn sockopt<T>(got: rustix::io::Result<T>) -> Result<T, ListenerError> {
-    got.map_err(|e| ListenerError::Sockopt(e.into()))
-}
-
-/// Checks `fd` is an AF_UNIX SOCK_SEQPACKET socket in the listening state.
-pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
-    use rustix::net::sockopt;
-    let domain = sockopt(sockopt::socket_domain(fd))?;
-    let ty = sockopt(sockopt::socket_type(fd))?;
-    let listening = sockopt(sockopt::socket_acceptconn(fd))?;
-    if domain != AddressFamily::UNIX {
-        return Err(ListenerError::Domain(domain.as_raw()));
-    }
-    if ty != SocketType::SEQPACKET {
-        return Err(ListenerError::Type(ty.as_raw()));
-    }
-    if !listening {
-        return Err(ListenerError::NotListening);
-    }
-    Ok(())
 }
 
 /// The path a unix listening socket is bound to, if it has one.

@@ -34,7 +34,6 @@ use std::time::Instant;
 use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::job::Job;
-use super::memory::SlotImages;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position};
 use crate::transform::badsample::BadSample;
@@ -59,6 +58,16 @@ impl UnitSize {
             UnitSize::Batch => batch_len.max(1),
         }
     }
+}
+
+/// Where one slot's images are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotImages {
+    /// Host memory, valid for `layout().slot.image_slot_bytes` bytes.
+    Host(*mut u8),
+    /// A device address (CUDA `CUdeviceptr`) on the ring's GPU, valid for
+    /// `layout().slot.image_slot_bytes` bytes.
+    Device(u64),
 }
 
 /// One unit of work as a backend sees it: samples `start..start + indices.len()` of the batch

@@ -16,17 +16,7 @@
 use stoker_wire::ring::{FieldStatus, RingLayout, SampleStatus, SlotLayout};
 use stoker_wire::spec::PipelineSpec;
 
-use super::backend::UnitWork;
-
-/// Where one slot's images are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotImages {
-    /// Host memory, valid for `layout().slot.image_slot_bytes` bytes.
-    Host(*mut u8),
-    /// A device address (CUDA `CUdeviceptr`) on the ring's GPU, valid for
-    /// `layout().slot.image_slot_bytes` bytes.
-    Device(u64),
-}
+use super::backend::{SlotImages, UnitWork};
 
 impl UnitWork<'_> {
     /// The unit's images, `indices.len()` of them one after another, as host bytes (a

@@ -2,11 +2,12 @@
 //! attached rank that fills that rank's ring slots in order and publishes them. What differs
 //! between hardware is a [`Backend`] (see [`backend`]); everything here is shared by all.
 //!
-//! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's slots and
-//! in-order publishing), `worker` (workers, bad-sample policy, completion), `backend` (the
-//! trait), `choice` (the `--backend` choice against what this host has), `cpu` (the CPU backend), `views` (several views of one image, decoded once, on the
-//! CPU), `cuda` (the CUDA backend, one engine per GPU), `memory`
-//! (ring memory), `fields` (a unit's per-sample fields read into the slot), `stats`.
+//! Files: `job` (a job and its samplers), `scheduler` (fair share), `feed` (a rank's handle),
+//! `slots` (a rank's slots, batches in flight and in-order publishing), `worker` (workers,
+//! bad-sample policy, completion), `backend` (the trait), `choice` (the `--backend` choice against what this host has), `cpu` (the CPU
+//! backend, with several views of one image decoded once), `cuda` (the CUDA backend,
+//! one engine per GPU), `memory` (ring memory), `fields` (a unit's per-sample fields read into
+//! the slot), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
@@ -41,8 +42,8 @@ mod fields;
 mod job;
 mod memory;
 mod scheduler;
+mod slots;
 mod stats;
-mod views;
 mod worker;
 
 use crate::sync::lock;
@@ -60,15 +61,16 @@ use crate::transform::decode::{DecodeError, Limits};
 
 pub use backend::{
     Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
-    UnitSize, UnitWork,
+    SlotImages, UnitSize, UnitWork,
 };
 pub use cpu::{CpuBackend, CpuBackendFactory};
 pub use cuda::{CudaBackendFactory, Gpu};
-use feed::FeedShared;
-pub use feed::{Feed, FeedEvent, FeedWaker, Ready};
+pub use feed::{Feed, FeedWaker};
 pub use job::Job;
-pub use memory::{HeapRing, SlotImages, SlotMemory};
+pub use memory::{HeapRing, SlotMemory};
 use scheduler::{JobFeeds, Sched, Shared};
+use slots::FeedShared;
+pub use slots::{FeedEvent, Ready};
 pub use stats::{StageHistograms, StageStats, StageTotals};
 pub use worker::replacement_candidates;
 use worker::{PendingUnit, Worker};

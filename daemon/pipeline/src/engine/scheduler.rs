@@ -23,14 +23,12 @@
 use crate::sync::{lock, wait};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
 
 use super::backend::UnitSize;
-use super::feed::FeedShared;
 use super::job::Job;
+use super::slots::{FeedShared, Unit};
 use super::stats::StageStats;
-use super::{EngineConfig, Position};
-use crate::source::index::Staged;
+use super::EngineConfig;
 use crate::transform::badsample::BadSampleLog;
 
 pub(super) struct Shared {
@@ -62,29 +60,6 @@ pub(super) struct JobFeeds {
     pub(super) job: Arc<Job>,
     pub(super) feeds: Vec<Arc<FeedShared>>,
     pub(super) next_feed: usize,
-}
-
-/// One unit of work as the scheduler hands it to a worker: samples `start..end` of the batch
-/// in `slot` of `feed`'s ring (the backend sees it as a [`super::UnitWork`]).
-pub(super) struct Unit {
-    pub(super) feed: Arc<FeedShared>,
-    pub(super) slot: usize,
-    pub(super) pos: Position,
-    /// Range of positions within the batch.
-    pub(super) start: usize,
-    pub(super) end: usize,
-    /// Samples in the whole batch.
-    pub(super) batch_len: usize,
-    /// The batch's objects, kept in the node cache until every unit of it is done; when it
-    /// is due (`None`: nothing to wait for).
-    pub(super) staged: Option<Arc<dyn Staged>>,
-}
-
-impl Unit {
-    /// When the batch is due: its reads wait for objects no longer.
-    pub(super) fn due(&self) -> Option<Instant> {
-        self.staged.as_ref().map(|s| s.due())
-    }
 }
 
 impl Shared {

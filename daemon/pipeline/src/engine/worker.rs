@@ -27,12 +27,14 @@ use std::time::Instant;
 
 use stoker_wire::ring::{SampleStatus, SlotLayout};
 
+use super::backend::SlotImages;
 use super::backend::UnitWork;
 use super::backend::{Backend, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork};
 use super::fields::{FieldFiller, FieldUnit};
 use super::job::Job;
-use super::memory::{HostWriter, SlotImages};
-use super::scheduler::{Shared, Unit};
+use super::memory::HostWriter;
+use super::scheduler::Shared;
+use super::slots::Unit;
 use super::{BadSamplePolicy, Position, MAX_REPLACEMENT_TRIES};
 use crate::metrics as m;
 use crate::transform::badsample::BadSample;

@@ -24,8 +24,6 @@
 
 use metrics::Unit;
 
-use crate::transform::badsample::REASONS;
-
 /// What a series is, in Prometheus' terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -81,6 +79,33 @@ pub struct Series {
     pub at_start: AtStart,
 }
 
+/// Every reason a sample can be bad (`transform::badsample::REASONS`): read reasons
+/// (`ReadError::reason`), then decode reasons (`DecodeError::reason`), then `other`.
+pub const BAD_SAMPLE_REASONS: &[&str] = &[
+    // ReadError::reason
+    "setup",
+    "not_found",
+    "permission",
+    "short_read",
+    "io",
+    "not_regular",
+    "symlink",
+    "changed",
+    "credentials",
+    // DecodeError::reason
+    "unknown_format",
+    "truncated",
+    "corrupt",
+    "corrupt_warning",
+    "unsupported",
+    "too_large",
+    "file_too_large",
+    "too_many_scans",
+    "bad_crop",
+    "internal",
+    "other",
+];
+
 /// Images through each stage: `stage` = read, decode, augment, delivered.
 pub const IMAGES_TOTAL: &str = "stoker_images_total";
 /// Bytes read from storage.
@@ -89,7 +114,7 @@ pub const BYTES_READ_TOTAL: &str = "stoker_bytes_read_total";
 pub const STAGE_SECONDS: &str = "stoker_stage_seconds";
 /// Images decoded, by `backend` (cpu, cuda, hybrid).
 pub const DECODE_TOTAL: &str = "stoker_decode_total";
-/// Samples that could not be used, by `reason` (`crate::transform::badsample::REASONS`).
+/// Samples that could not be used, by `reason` ([`BAD_SAMPLE_REASONS`]).
 pub const BAD_SAMPLES_TOTAL: &str = "stoker_bad_samples_total";
 /// Filled slots sent to clients and not yet released (queue depth on the client side).
 pub const READY_SLOTS: &str = "stoker_ready_slots";
@@ -216,7 +241,7 @@ pub const ALL: &[Series] = &[
         &["backend"], Each("backend", &["cpu"])),
     series(BAD_SAMPLES_TOTAL, Counter, Unit::Count,
         "Samples that could not be read or decoded, by reason.",
-        &["reason"], Each("reason", REASONS)),
+        &["reason"], Each("reason", BAD_SAMPLE_REASONS)),
     series(READY_SLOTS, Gauge, Unit::Count,
         "Filled ring slots sent to clients and not released yet.", &[], Plain),
     series(CLIENTS, Gauge, Unit::Count, "Ranks attached.", &[], Plain),
@@ -339,7 +364,7 @@ mod tests {
     #[test]
     fn the_docs_list_the_catalogue() {
         let read = |page: &str| {
-            let path = format!("{}/../docs/{page}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!("{}/../../docs/{page}", env!("CARGO_MANIFEST_DIR"));
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
         };
         let (operations, cuda) = (read("operations.md"), read("cuda.md"));

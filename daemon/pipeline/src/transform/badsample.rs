@@ -22,31 +22,9 @@ use crate::ratelimit::{Admit, RateLimit};
 use crate::source::local::reader::ReadError;
 use crate::transform::decode::DecodeError;
 
-/// Every reason a sample can be bad: read reasons, then decode reasons, then `other`.
-pub const REASONS: &[&str] = &[
-    // ReadError::reason
-    "setup",
-    "not_found",
-    "permission",
-    "short_read",
-    "io",
-    "not_regular",
-    "symlink",
-    "changed",
-    "credentials",
-    // DecodeError::reason
-    "unknown_format",
-    "truncated",
-    "corrupt",
-    "corrupt_warning",
-    "unsupported",
-    "too_large",
-    "file_too_large",
-    "too_many_scans",
-    "bad_crop",
-    "internal",
-    "other",
-];
+/// Every reason a sample can be bad: read reasons, then decode reasons, then `other` (the
+/// label values of the bad-samples series, so the metric names own the list).
+pub use crate::metrics::catalogue::BAD_SAMPLE_REASONS as REASONS;
 
 /// Files remembered as already logged.
 pub const MAX_REMEMBERED_FILES: usize = 1 << 20;

@@ -52,3 +52,19 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+impl Device {
+    /// `bytes` of uninitialised device memory.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        if bytes == 0 {
+            return Err(CudaError::Invalid("a device buffer of 0 bytes".into()));
+        }
+        self.bind()?;
+        let ptr = result::mem_alloc(self.driver_api(), bytes)?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            device: self.clone(),
+        })
+    }
+}

@@ -1,14 +1,13 @@
 //! A GPU with its primary context retained ([`Device`]), and restoring a thread's context
-//! ([`ContextRestore`]).
+//! ([`ContextRestore`]). What a device makes (streams and events, modules, buffers) is made by
+//! methods of [`Device`] that sit beside each type, in `stream`, `module` and `buffer`, so
+//! that this file knows none of them.
 
 use std::fmt;
 use std::sync::Arc;
 
 use super::sys::{self, Driver};
-use super::{
-    driver, log_drop_error, probe, result, CudaError, DeviceBuffer, DeviceInfo, Event, GpuUuid,
-    Module, Stream,
-};
+use super::{driver, log_drop_error, probe, result, CudaError, DeviceInfo, GpuUuid};
 
 struct DeviceInner {
     d: &'static Driver,
@@ -49,6 +48,11 @@ impl fmt::Debug for Device {
 }
 
 impl Device {
+    /// The driver this device's context belongs to.
+    pub(super) fn driver_api(&self) -> &'static Driver {
+        self.inner.d
+    }
+
     /// Opens the device with this UUID, wherever `CUDA_VISIBLE_DEVICES` put it.
     pub fn open(uuid: GpuUuid) -> Result<Device, CudaError> {
         let d = driver()?;
@@ -95,54 +99,10 @@ impl Device {
         self.inner.dev
     }
 
-    /// A new non-blocking stream at this device's least priority.
-    pub fn stream(&self) -> Result<Stream, CudaError> {
-        self.bind()?;
-        let raw = result::stream_create(self.inner.d)?;
-        Ok(Stream {
-            raw,
-            device: self.clone(),
-        })
-    }
-
     /// This device's stream priorities, (least, greatest): lower numbers are higher priorities.
     pub fn stream_priority_range(&self) -> Result<(i32, i32), CudaError> {
         self.bind()?;
         result::stream_priority_range(self.inner.d)
-    }
-
-    /// A new event; `timing` events can measure elapsed time, others are cheaper.
-    pub fn event(&self, timing: bool) -> Result<Event, CudaError> {
-        self.bind()?;
-        let raw = result::event_create(self.inner.d, timing)?;
-        Ok(Event {
-            raw,
-            device: self.clone(),
-        })
-    }
-
-    /// Loads a cubin (from `stoker_nvidia::nvrtc`) into this device's context.
-    pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
-        self.bind()?;
-        let raw = result::module_load_data(self.inner.d, cubin)?;
-        Ok(Module {
-            raw,
-            device: self.clone(),
-        })
-    }
-
-    /// `bytes` of uninitialised device memory.
-    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
-        if bytes == 0 {
-            return Err(CudaError::Invalid("a device buffer of 0 bytes".into()));
-        }
-        self.bind()?;
-        let ptr = result::mem_alloc(self.inner.d, bytes)?;
-        Ok(DeviceBuffer {
-            ptr,
-            bytes,
-            device: self.clone(),
-        })
     }
 }
 

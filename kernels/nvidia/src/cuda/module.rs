@@ -86,3 +86,15 @@ impl Function<'_> {
         }
     }
 }
+
+impl Device {
+    /// Loads a cubin (from `stoker_nvidia::nvrtc`) into this device's context.
+    pub fn load_module(&self, cubin: &[u8]) -> Result<Module, CudaError> {
+        self.bind()?;
+        let raw = result::module_load_data(self.driver_api(), cubin)?;
+        Ok(Module {
+            raw,
+            device: self.clone(),
+        })
+    }
+}

@@ -139,3 +139,25 @@ impl Drop for Event {
         }
     }
 }
+
+impl Device {
+    /// A new non-blocking stream at this device's least priority.
+    pub fn stream(&self) -> Result<Stream, CudaError> {
+        self.bind()?;
+        let raw = result::stream_create(self.driver_api())?;
+        Ok(Stream {
+            raw,
+            device: self.clone(),
+        })
+    }
+
+    /// A new event; `timing` events can measure elapsed time, others are cheaper.
+    pub fn event(&self, timing: bool) -> Result<Event, CudaError> {
+        self.bind()?;
+        let raw = result::event_create(self.driver_api(), timing)?;
+        Ok(Event {
+            raw,
+            device: self.clone(),
+        })
+    }
+}

@@ -26,6 +26,12 @@ pub use stoker_nvidia::jpeg_header::{parse, Coding, ColourSpace, Header, Subsamp
 
 use crate::status::{self, Status};
 
+/// nvJPEG's backends (`nvjpegBackend_t`, nvjpeg.h).
+pub const BACKEND_DEFAULT: std::ffi::c_int = 0;
+pub const BACKEND_HYBRID: std::ffi::c_int = 1;
+pub const BACKEND_GPU_HYBRID: std::ffi::c_int = 2;
+pub const BACKEND_HARDWARE: std::ffi::c_int = 3;
+
 /// Which decoder takes an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -88,7 +94,7 @@ pub fn wrong_colours(h: &Header) -> bool {
 /// `NVJPEG_BACKEND_HYBRID`; the H200 with nvJPEG 13.0.1 did decode progressive files on
 /// `GPU_HYBRID`, so this is the safe reading, not the observed one.
 pub fn backend_takes(h: &Header, backend: std::ffi::c_int) -> bool {
-    backend != crate::objects::BACKEND_GPU_HYBRID || h.coding != Coding::Progressive
+    backend != BACKEND_GPU_HYBRID || h.coding != Coding::Progressive
 }
 
 /// Whether `path` can decode this image.

@@ -14,10 +14,7 @@ use crate::decode::{OutputFormat, Planes, Roi};
 use crate::header::{Header, Path, Stage};
 use crate::status::{self, Status};
 
-pub const BACKEND_DEFAULT: c_int = 0;
-pub const BACKEND_HYBRID: c_int = 1;
-pub const BACKEND_GPU_HYBRID: c_int = 2;
-pub const BACKEND_HARDWARE: c_int = 3;
+pub use crate::header::{BACKEND_DEFAULT, BACKEND_GPU_HYBRID, BACKEND_HARDWARE, BACKEND_HYBRID};
 
 /// The decoder a backend's JPEGs go to.
 pub fn decode_path(backend: c_int) -> Path {

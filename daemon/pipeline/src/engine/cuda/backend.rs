@@ -23,11 +23,11 @@ use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::routing::route_image;
 use super::{breaks_context, Gpu, BATCHES_IN_FLIGHT_PER_WORKER};
 use crate::engine::backend::BackendKind;
+use crate::engine::backend::SlotImages;
 use crate::engine::backend::{
     Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
 };
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
-use crate::engine::memory::SlotImages;
 use crate::engine::{EngineConfig, PipelineError};
 use crate::ratelimit::{Admit, RateLimit};
 use crate::transform::augment::{sample_params, CropBox};

@@ -21,7 +21,15 @@ use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestCo
 use object_store::ClientOptions;
 use serde::Deserialize;
 
-use super::client::{ObjectInfo, S3Error};
+use super::error::S3Error;
+
+/// One object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
 
 /// One bucket's listing client.
 #[derive(Debug)]

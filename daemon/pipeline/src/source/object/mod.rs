@@ -53,6 +53,7 @@ pub mod cache;
 pub mod client;
 pub mod config;
 mod entries;
+mod error;
 mod index;
 mod index_cache;
 mod listing;

@@ -4,7 +4,7 @@
 use stoker_kernels::reference::CropBox;
 
 use super::sys::TjError;
-use super::{ImageFormat, MAX_SCANS};
+use super::{ImageFormat, Limits, MAX_SCANS};
 
 /// Why an image could not be decoded. Each variant has a stable [`DecodeError::reason`] code.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -91,4 +91,27 @@ impl DecodeError {
             DecodeError::Corrupt { detail }
         }
     }
+}
+
+/// `width` x `height` is neither empty nor over `limits.max_pixels`.
+pub(super) fn check_size(
+    format: ImageFormat,
+    width: u32,
+    height: u32,
+    limits: &Limits,
+) -> Result<(), DecodeError> {
+    if width == 0 || height == 0 {
+        return Err(DecodeError::CorruptImage {
+            format,
+            detail: format!("empty image {width}x{height}"),
+        });
+    }
+    if !limits.admits(width, height) {
+        return Err(DecodeError::TooLarge {
+            w: width,
+            h: height,
+            limit: limits.max_pixels,
+        });
+    }
+    Ok(())
 }

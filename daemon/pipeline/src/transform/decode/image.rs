@@ -16,6 +16,7 @@
 
 use stoker_kernels::reference::{CropBox, RgbImage};
 
+use super::error::check_size;
 use super::{exif, png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits};
 
 /// What any image's header says, read without decoding a pixel.
@@ -50,29 +51,6 @@ pub fn probe_image(bytes: &[u8]) -> Result<ImageHeader, DecodeError> {
         height,
         orientation,
     })
-}
-
-/// `width` x `height` is neither empty nor over `limits.max_pixels`.
-pub(super) fn check_size(
-    format: ImageFormat,
-    width: u32,
-    height: u32,
-    limits: &Limits,
-) -> Result<(), DecodeError> {
-    if width == 0 || height == 0 {
-        return Err(DecodeError::CorruptImage {
-            format,
-            detail: format!("empty image {width}x{height}"),
-        });
-    }
-    if !limits.admits(width, height) {
-        return Err(DecodeError::TooLarge {
-            w: width,
-            h: height,
-            limit: limits.max_pixels,
-        });
-    }
-    Ok(())
 }
 
 impl CpuDecoder {

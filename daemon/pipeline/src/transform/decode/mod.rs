@@ -35,6 +35,7 @@ mod entropy;
 mod entry;
 mod error;
 mod exif;
+mod format;
 mod image;
 mod png;
 mod restart;
@@ -50,9 +51,9 @@ use stoker_kernels::reference::{CropBox, RgbImage};
 pub use encode::{EncodeOptions, JpegEncoder};
 pub use entropy::EntropyDecoder;
 pub use error::DecodeError;
+pub use format::ImageFormat;
 pub use image::{probe_image, ImageHeader};
 pub use restart::{add_restart_markers, NotRewritten, RESTART_COLUMNS};
-pub use sniff::ImageFormat;
 use sys::{Param, PixelFormat, ScalingFactor, TjHandle};
 pub use views::DecodedRegion;
 
@@ -225,8 +226,8 @@ fn read_header(
     bytes: &[u8],
     max_pixels: u64,
 ) -> Result<JpegHeader, DecodeError> {
-    if !bytes.starts_with(&sniff::JPEG_MAGIC) {
-        if bytes.starts_with(&sniff::JPEG_MAGIC[..2]) && bytes.len() > 2 {
+    if !bytes.starts_with(&format::JPEG_MAGIC) {
+        if bytes.starts_with(&format::JPEG_MAGIC[..2]) && bytes.len() > 2 {
             return Err(DecodeError::Corrupt {
                 detail: String::from("no marker after the start-of-image marker"),
             });

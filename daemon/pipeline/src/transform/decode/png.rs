@@ -8,7 +8,7 @@ use std::io::{self, Cursor};
 use ::png::{BitDepth, ColorType, Decoder, DecodingError, Transformations};
 use stoker_kernels::reference::RgbImage;
 
-use super::image::check_size;
+use super::error::check_size;
 use super::{DecodeError, ImageFormat, Limits};
 
 /// The (width, height) of a PNG, from its IHDR chunk (no pixel is decoded).

@@ -219,7 +219,7 @@ fn files_that_cannot_be_rewritten_say_why() {
 
 pub(in crate::transform::decode) fn shared_data(dir: &str) -> Option<Vec<PathBuf>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data")
+        .join("../../../shared/data")
         .join(dir);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         eprintln!("SKIPPED: {} is missing", dir.display());

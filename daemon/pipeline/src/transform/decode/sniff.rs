@@ -1,58 +1,11 @@
-//! Recognising a file by its first bytes, never by its name: [`ImageFormat::detect`] is the one
-//! rule saying which decoder a file goes to (JPEG, PNG or WebP); what any other data most
-//! likely is ([`describe_unknown`]: "a GIF image", "text") names it in the error.
+//! What a file's first bytes say beyond its format ([`ImageFormat::detect`] in `format` is the
+//! one rule saying which decoder a file goes to): what any other data most likely is
+//! ([`describe_unknown`]: "a GIF image", "text", named in the error), a JPEG's frame size
+//! before decoding, and whether its scan is followed by the end of the image.
 
 #![forbid(unsafe_code)]
 
 use super::DecodeError;
-
-/// The three bytes every JPEG stream starts with: SOI (`FF D8`) and the `FF` of the next marker.
-pub(crate) const JPEG_MAGIC: [u8; 3] = [0xFF, 0xD8, 0xFF];
-
-/// The signature every PNG file starts with.
-const PNG_MAGIC: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
-
-/// An image format stoker decodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ImageFormat {
-    /// Decoded by libjpeg-turbo (CPU) or nvJPEG (CUDA).
-    Jpeg,
-    /// Decoded on the CPU by the `png` crate, on both backends.
-    Png,
-    /// Decoded on the CPU by the `image-webp` crate, on both backends.
-    WebP,
-}
-
-impl ImageFormat {
-    /// The format of `bytes` by their first bytes; `None` for anything else. JPEG is claimed
-    /// by its SOI marker alone (`FF D8`), so that a stream broken right after it is reported
-    /// as a corrupt JPEG.
-    pub fn detect(bytes: &[u8]) -> Option<ImageFormat> {
-        if bytes.starts_with(&JPEG_MAGIC[..2]) {
-            Some(ImageFormat::Jpeg)
-        } else if bytes.starts_with(PNG_MAGIC) {
-            Some(ImageFormat::Png)
-        } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP") {
-            Some(ImageFormat::WebP)
-        } else {
-            None
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ImageFormat::Jpeg => "JPEG",
-            ImageFormat::Png => "PNG",
-            ImageFormat::WebP => "WebP",
-        }
-    }
-}
-
-impl std::fmt::Display for ImageFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What data of no format stoker decodes looks like, for the error message ("a GIF image",
 /// "text", ...).
@@ -91,7 +44,7 @@ pub(crate) fn describe_unknown(bytes: &[u8]) -> String {
     name.to_owned()
 }
 
-/// Walks the marker segments of a stream that starts with [`JPEG_MAGIC`] up to its frame
+/// Walks the marker segments of a stream that starts with [`JPEG_MAGIC`](super::format::JPEG_MAGIC) up to its frame
 /// header, and rejects what libjpeg would misreport: a tables-only stream (no frame before EOI,
 /// which `tj3DecompressHeader` accepts without setting any parameter) and frame types libjpeg
 /// does not know (JPEG-LS, hierarchical). Returns the frame's (width, height) when it finds one.
@@ -223,17 +176,6 @@ mod tests {
             "the thumbnail's EOI does not count"
         );
         assert!(has_end_after_scan(&[0xFF, 0xD8, 0x00]), "no verdict");
-    }
-
-    #[test]
-    fn detects_the_decoded_formats_by_content() {
-        let detect = ImageFormat::detect;
-        assert_eq!(detect(b"\x89PNG\r\n\x1a\n0000"), Some(ImageFormat::Png));
-        assert_eq!(detect(b"RIFF\0\0\0\0WEBPVP8 "), Some(ImageFormat::WebP));
-        assert_eq!(detect(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageFormat::Jpeg));
-        assert_eq!(detect(b"\x89PNG\r\n\x1a"), None, "a cut signature");
-        assert_eq!(detect(b"RIFF\0\0\0\0WAVEfmt "), None);
-        assert_eq!(detect(b"GIF89a...."), None);
     }
 
     #[test]

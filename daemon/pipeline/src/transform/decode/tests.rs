@@ -503,7 +503,7 @@ pub(super) fn decode_yuv(
 #[ignore = "measurement: cargo test -p stoker-daemon --lib yuv_decode_cost -- --ignored --nocapture"]
 fn yuv_decode_cost_against_the_cropped_rgb_decode() {
     use std::time::Instant;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/photos");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/photos");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

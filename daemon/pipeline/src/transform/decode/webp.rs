@@ -8,7 +8,7 @@ use std::io::{self, Cursor};
 use image_webp::{DecodingError, WebPDecoder};
 use stoker_kernels::reference::RgbImage;
 
-use super::image::check_size;
+use super::error::check_size;
 use super::png::to_rgb;
 use super::{DecodeError, ImageFormat, Limits};
 

@@ -18,7 +18,7 @@ use stoker_wire::ring::SlotLayout;
 
 use super::{CudaBackend, Route};
 use crate::engine::backend::BackendFault;
-use crate::engine::memory::SlotImages;
+use crate::engine::backend::SlotImages;
 
 /// Pinned host memory for one batch's uploads, and the event after the last of them.
 pub struct HostStaging {

@@ -15,10 +15,10 @@ use std::sync::atomic::Ordering;
 
 use super::super::pending::Failed;
 use super::CudaBackend;
+use crate::engine::backend::SlotImages;
 use crate::engine::backend::{
     Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
 };
-use crate::engine::memory::SlotImages;
 
 impl CudaBackend {
     /// Fills a unit of a job with several views on the CPU route, sample by sample; complete

@@ -224,7 +224,7 @@ proptest! {
 #[test]
 #[ignore = "measurement"]
 fn measure_io_uring_vs_pread_photos() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/photos");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/photos");
     let mut files: Vec<(PathBuf, u64)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -1,4 +1,4 @@
-//! The config sections of remote work (`crate::remote`): `[worker]` (this daemon works for home daemons) and
+//! The config sections of remote work: `[worker]` (this daemon works for home daemons) and
 //! `[remote]` (this home daemon sends units to workers). Keys and defaults are documented in
 //! docs/operations.md and docs/multi-host.md.
 

@@ -1,7 +1,7 @@
 //! One attach's access decision, and the dataset opened with it.
 //!
 //! # Design
-//! [`AccessPolicy::admit`](super::access::AccessPolicy::admit) answers every question access
+//! [`AccessPolicy::admit`](super::AccessPolicy::admit) answers every question access
 //! has about a dataset a client names at once: the path to open (a registered name resolved,
 //! a path checked against the roots), how its files are read (the client's credentials or the
 //! daemon's, symlinks followed or not), and the roots every file of the opened dataset must
@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::access::{root_list, AccessError};
+use super::{root_list, AccessError};
 use stoker_pipeline::source::index::{Dataset, DatasetError, OpenOptions};
 use stoker_pipeline::source::local::fsopen::{self, OpenPolicy};
 

@@ -20,8 +20,8 @@ use stoker_kernels::reference::CropBox;
 use stoker_wire::ring::SlotLayout;
 use stoker_wire::spec::{view_seed, MAX_VIEWS};
 
-use super::cpu::{elapsed_ns, CpuBackend, Sample};
-use super::memory::SlotImages;
+use super::{elapsed_ns, CpuBackend, Sample};
+use crate::engine::backend::SlotImages;
 use crate::transform::augment::sample_params;
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::probe_image;

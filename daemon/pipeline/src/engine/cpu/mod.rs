@@ -19,13 +19,12 @@ use std::time::Instant;
 use stoker_kernels::reference::RgbImage;
 use stoker_wire::ring::{ImageMemory, SlotLayout};
 
+use super::backend::SlotImages;
 use super::backend::{
     Backend, BackendFactory, Completion, SampleOutcome, SampleWork, UnitSize, UnitWork,
 };
 use super::job::Job;
-use super::memory::SlotImages;
 use super::stats::StageStats;
-use super::views::view_out;
 use super::{EngineConfig, PipelineError, Position, CPU_UNIT_SAMPLES};
 use crate::engine::backend::BackendKind;
 use crate::source::index::Dataset;
@@ -34,6 +33,9 @@ use crate::transform::augment::{sample_params, Augmenter};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::{probe_image, CpuDecoder, DecodeError};
 use crate::transform::orient::Orientation;
+use views::view_out;
+
+mod views;
 
 /// Makes [`CpuBackend`]s.
 #[derive(Debug, Clone, Copy, Default)]
