@@ -3,7 +3,8 @@
 //! # Design
 //! Calls are counted per function name for the whole process, from `cuInit` on. Faults come
 //! from the configuration (`STOKER_EMU_FAULTS`, `STOKER_EMU_CONFIG`) or, in-process, from
-//! [`stoker_emu_inject_fault`] (counted from the moment it is called). Sticky statuses
+//! [`stoker_emu_inject_fault`](crate::api::faults::stoker_emu_inject_fault) (counted from the
+//! moment it is called). Sticky statuses
 //! (`CUDA_ERROR_ILLEGAL_ADDRESS`, `CUDA_ERROR_LAUNCH_FAILED`: the context;
 //! `CUDA_ERROR_ECC_UNCORRECTABLE`: the whole device) break
 //! what they break for every later call; injected into a call that enqueues stream work
@@ -13,11 +14,9 @@
 //! The name must be the exported symbol (`cuMemAlloc_v2`, not `cuMemAlloc`).
 
 use std::collections::HashMap;
-use std::ffi::{c_char, CStr};
 
 use crate::config::PlannedFault;
-use crate::state::api;
-use crate::status::{self, CUresult};
+use crate::status::CUresult;
 
 pub struct Faults {
     calls: HashMap<String, u64>,
@@ -54,29 +53,6 @@ impl Faults {
             status: code,
         });
     }
-}
-
-/// Makes the `nth` call of `name` from now on (1: the next) fail with `code`.
-///
-/// # Safety
-/// `name` must be a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn stoker_emu_inject_fault(
-    name: *const c_char,
-    nth: u64,
-    code: CUresult,
-) -> CUresult {
-    api("stoker_emu_inject_fault", |a| {
-        if name.is_null() || nth == 0 || code == 0 || status::name(code).is_none() {
-            return Err(status::INVALID_VALUE);
-        }
-        // SAFETY: the caller passes a C string.
-        let name = unsafe { CStr::from_ptr(name) }
-            .to_str()
-            .map_err(|_| status::INVALID_VALUE)?;
-        a.lock().faults.plan(name, nth, code);
-        Ok(())
-    })
 }
 
 #[cfg(test)]

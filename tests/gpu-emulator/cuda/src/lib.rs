@@ -8,8 +8,13 @@
 //! # Design
 //! - [`config`]: devices (UUIDs, names, compute capability, memory, JPEG engines), the delay of
 //!   each stream operation and the faults to inject, from the environment.
+//! - [`boundary`]: handle values by kind, out-parameters, the statuses a null pointer and a
+//!   panic become at the C boundary.
 //! - [`state`]: `cuInit` first; primary contexts reference-counted; the current context per
-//!   thread; every exported call goes through one wrapper (fault injection, panics caught).
+//!   thread; [`state::Emu`], which holds every subsystem's state under one mutex.
+//! - [`api`]: every exported function, one file per subsystem (`api/device.rs`: `cuInit`,
+//!   devices, primary contexts), each run through one wrapper (`cuInit` checked, fault
+//!   injection, panics caught).
 //! - [`stream`]: a worker thread per stream, in order and asynchronous; events.
 //! - [`memory`]: device memory is host memory at the same address (so the host build of a
 //!   kernel can dereference device pointers); pinned host memory; copies.
@@ -18,6 +23,11 @@
 //! - [`module`] + [`elf`]: cubins checked and read; launches run the host build of the
 //!   kernel source (`build.rs`) with the parameter buffer the cubin describes.
 //! - [`faults`], [`stats`]: faults on demand; live allocations for leak checks.
+//!
+//! Layers, each using only those below it: [`status`], [`config`], [`elf`]; [`boundary`];
+//! each subsystem's state ([`faults`], [`vmm`] then [`memory`], [`module`], [`stream`]), none
+//! of which knows the process-wide state; [`state`]; [`stats`]; [`api`], whose file of each
+//! subsystem's name holds that subsystem's `extern "C"` calls.
 //!
 //! What this proves and what only a GPU proves: docs/cuda.md, "The emulated GPU".
 //!
@@ -38,8 +48,9 @@
 // Each dereference still carries its own `// SAFETY:` comment.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod api;
+pub mod boundary;
 pub mod config;
-pub mod device;
 pub mod elf;
 pub mod faults;
 pub mod memory;

@@ -1,18 +1,12 @@
-//! Device memory (`cuMemAlloc`), pinned host memory (`cuMemHostAlloc`), and copies.
+//! The memory the driver hands out: device memory (`cuMemAlloc`), pinned host memory
+//! (`cuMemHostAlloc`, `cuMemAllocHost`), host ranges pinned with `cuMemHostRegister`, and the
+//! VMM's ([`crate::vmm`]). The calls, copies among them, are in [`crate::api::memory`].
 //!
 //! # Design
-//! Device memory is host memory: `cuMemAlloc` maps fresh anonymous pages and returns their
-//! address as the device pointer, so the host build of a kernel dereferences device pointers
-//! as the GPU would. Allocations count against the device's configured size
-//! (`CUDA_ERROR_OUT_OF_MEMORY` past it). Every copy checks that its device range lies inside
-//! one live allocation or an accessible VMM mapping (`CUDA_ERROR_INVALID_VALUE` otherwise).
-//!
-//! Copies follow the driver's documented host-memory rules: an async copy from pageable host
-//! memory stages the bytes before returning; from or to pinned memory (`cuMemHostAlloc`,
-//! `cuMemAllocHost`) it reads or writes the host buffer when it runs on the stream; an async
-//! copy to pageable memory returns only once done. Synchronous copies run on the null stream,
-//! which does not wait for non-blocking streams: reading a result before synchronising its
-//! stream reads stale bytes.
+//! Device memory is host memory: an allocation is fresh anonymous pages ([`map_anon`]) whose
+//! address is the device pointer, so the host build of a kernel dereferences device pointers
+//! as the GPU would. A copy may touch a device range only inside one live allocation of its
+//! device or an accessible VMM mapping ([`MemState::device_range`]).
 //!
 //! # Limitations
 //! - Kernels are not checked: a host kernel touching memory it should not faults the process
@@ -21,12 +15,8 @@
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 
-use crate::state::{api, out, Api, Emu};
 use crate::status::{self, CUresult};
 use crate::vmm::VmmState;
-
-/// Device allocations are aligned at least this much (the driver gives 256 or more).
-const ALLOC_ALIGN: u64 = 256;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Region {
@@ -67,8 +57,12 @@ pub fn map_anon(size: u64) -> Result<u64, CUresult> {
     Ok(p as u64)
 }
 
-fn unmap(p: u64, size: u64) {
-    // SAFETY: `p..p+size` is a mapping this module made and nothing uses any more.
+/// Unmaps what [`map_anon`] mapped.
+///
+/// # Safety
+/// `p..p+size` must be a mapping [`map_anon`] made, which nothing uses any more.
+pub unsafe fn unmap(p: u64, size: u64) {
+    // SAFETY: the caller's promise.
     unsafe { libc::munmap(p as *mut c_void, size as usize) };
 }
 
@@ -79,404 +73,47 @@ fn find(map: &BTreeMap<u64, Region>, p: u64, len: u64) -> Option<(u64, Region)> 
     (end <= base + r.size).then_some((base, r))
 }
 
-impl Emu {
+impl MemState {
     /// Checks that `p..p+len` is device memory of `dev` a copy may touch.
     pub fn device_range(&self, dev: usize, p: u64, len: u64) -> Result<(), CUresult> {
-        if let Some((_, r)) = find(&self.mem.device, p, len) {
+        if let Some((_, r)) = find(&self.device, p, len) {
             return if r.dev == dev {
                 Ok(())
             } else {
                 Err(status::INVALID_VALUE)
             };
         }
-        if self.mem.vmm.accessible(p, len) {
+        if self.vmm.accessible(p, len) {
             return Ok(());
         }
         Err(status::INVALID_VALUE)
     }
 
     pub fn is_pinned(&self, p: u64, len: u64) -> bool {
-        find(&self.mem.pinned, p, len).is_some() || find(&self.mem.registered, p, len).is_some()
+        find(&self.pinned, p, len).is_some() || find(&self.registered, p, len).is_some()
     }
 
-    fn reserve_device_bytes(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
-        let total = self.machine.devices[dev].config.memory_mib << 20;
-        let used = self.devices[dev].used;
-        if used + bytes > total {
-            return Err(status::OUT_OF_MEMORY);
-        }
-        self.devices[dev].used = used + bytes;
-        Ok(())
-    }
-
-    pub fn account(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
-        self.reserve_device_bytes(dev, bytes)
-    }
-
-    pub fn unaccount(&mut self, dev: usize, bytes: u64) {
-        self.devices[dev].used = self.devices[dev].used.saturating_sub(bytes);
-    }
-}
-
-/// Frees the memory of `dev`'s context (its last reference went).
-pub fn free_context(e: &mut Emu, dev: usize) {
-    let mut device_bytes = 0;
-    for (map, counts) in [(&mut e.mem.device, true), (&mut e.mem.pinned, false)] {
-        let gone: Vec<(u64, Region)> = map
-            .iter()
-            .filter(|(_, r)| r.dev == dev)
-            .map(|(p, r)| (*p, *r))
-            .collect();
-        for (p, r) in gone {
-            map.remove(&p);
-            unmap(p, r.size);
-            if counts {
-                device_bytes += r.size;
+    /// Frees the memory of `dev`'s context (its last reference went); returns the bytes of
+    /// device memory that were in use, for the device's count.
+    pub fn free_context(&mut self, dev: usize) -> u64 {
+        let mut device_bytes = 0;
+        for (map, counts) in [(&mut self.device, true), (&mut self.pinned, false)] {
+            let gone: Vec<(u64, Region)> = map
+                .iter()
+                .filter(|(_, r)| r.dev == dev)
+                .map(|(p, r)| (*p, *r))
+                .collect();
+            for (p, r) in gone {
+                map.remove(&p);
+                // SAFETY: an allocation of the context, off the books now; its memory goes
+                // with the context (the driver's contract).
+                unsafe { unmap(p, r.size) };
+                if counts {
+                    device_bytes += r.size;
+                }
             }
         }
+        self.registered.retain(|_, r| r.dev != dev);
+        device_bytes
     }
-    e.mem.registered.retain(|_, r| r.dev != dev);
-    e.unaccount(dev, device_bytes);
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> CUresult {
-    api("cuMemAlloc_v2", |a| {
-        let mut e = a.lock();
-        let dev = e.current()?;
-        if bytes == 0 {
-            return Err(status::INVALID_VALUE);
-        }
-        let size = (bytes as u64).div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
-        e.account(dev, size)?;
-        let p = match map_anon(size) {
-            Ok(p) => p,
-            Err(err) => {
-                e.unaccount(dev, size);
-                return Err(err);
-            }
-        };
-        // SAFETY: out-parameter from the caller.
-        if let Err(err) = unsafe { out(dptr, p) } {
-            e.unaccount(dev, size);
-            unmap(p, size);
-            return Err(err);
-        }
-        e.mem.device.insert(p, Region { size, dev });
-        crate::stats::changed(&e);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
-    api("cuMemFree_v2", |a| {
-        let mut e = a.lock();
-        e.current()?;
-        let r = e.mem.device.remove(&dptr).ok_or(status::INVALID_VALUE)?;
-        e.unaccount(r.dev, r.size);
-        unmap(dptr, r.size);
-        crate::stats::changed(&e);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    api("cuMemGetInfo_v2", |a| {
-        let e = a.lock();
-        let dev = e.current()?;
-        let t = e.machine.devices[dev].config.memory_mib << 20;
-        // SAFETY: out-parameters from the caller.
-        unsafe {
-            out(free, (t - e.devices[dev].used.min(t)) as usize)?;
-            out(total, t as usize)
-        }
-    })
-}
-
-fn host_alloc(a: &Api, pp: *mut *mut c_void, bytes: usize) -> Result<(), CUresult> {
-    let mut e = a.lock();
-    let dev = e.current()?;
-    if bytes == 0 {
-        return Err(status::INVALID_VALUE);
-    }
-    let size = bytes as u64;
-    let p = map_anon(size)?;
-    // SAFETY: out-parameter from the caller.
-    if let Err(err) = unsafe { out(pp, p as *mut c_void) } {
-        unmap(p, size);
-        return Err(err);
-    }
-    e.mem.pinned.insert(p, Region { size, dev });
-    crate::stats::changed(&e);
-    Ok(())
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: u32) -> CUresult {
-    api("cuMemHostAlloc", |a| {
-        if flags & !0xf != 0 {
-            return Err(status::INVALID_VALUE);
-        }
-        host_alloc(a, pp, bytes)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CUresult {
-    api("cuMemAllocHost_v2", |a| host_alloc(a, pp, bytes))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    api("cuMemFreeHost", |a| {
-        let mut e = a.lock();
-        e.current()?;
-        let r = e
-            .mem
-            .pinned
-            .remove(&(p as u64))
-            .ok_or(status::INVALID_VALUE)?;
-        unmap(p as u64, r.size);
-        crate::stats::changed(&e);
-        Ok(())
-    })
-}
-
-/// Pins an existing host range (`cuMemHostRegister`): async copies from and to it then run
-/// when the stream reaches them, as with `cuMemHostAlloc` memory.
-#[no_mangle]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, flags: u32) -> CUresult {
-    api("cuMemHostRegister_v2", |a| {
-        let mut e = a.lock();
-        let dev = e.current()?;
-        if p.is_null() || bytes == 0 || flags & !0xf != 0 {
-            return Err(status::INVALID_VALUE);
-        }
-        let (start, size) = (p as u64, bytes as u64);
-        let overlaps = e
-            .mem
-            .registered
-            .iter()
-            .chain(&e.mem.pinned)
-            .any(|(&q, r)| q < start + size && start < q + r.size);
-        if overlaps {
-            return Err(status::HOST_MEMORY_ALREADY_REGISTERED);
-        }
-        e.mem.registered.insert(start, Region { size, dev });
-        crate::stats::changed(&e);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
-    api("cuMemHostUnregister", |a| {
-        let mut e = a.lock();
-        e.current()?;
-        match e.mem.registered.remove(&(p as u64)) {
-            Some(_) => Ok(()),
-            None => Err(status::HOST_MEMORY_NOT_REGISTERED),
-        }
-    })
-}
-
-/// With unified addressing a pinned host pointer is also its device pointer.
-#[no_mangle]
-pub extern "C" fn cuMemHostGetDevicePointer_v2(
-    dptr: *mut u64,
-    p: *mut c_void,
-    flags: u32,
-) -> CUresult {
-    api("cuMemHostGetDevicePointer_v2", |a| {
-        let e = a.lock();
-        e.current()?;
-        if flags != 0 || !e.is_pinned(p as u64, 1) {
-            return Err(status::INVALID_VALUE);
-        }
-        // SAFETY: out-parameter from the caller.
-        unsafe { out(dptr, p as u64) }
-    })
-}
-
-/// A copy between two addresses, run on a stream worker.
-fn copy_op(dst: u64, src: u64, n: usize, fault: Option<CUresult>) -> crate::stream::Op {
-    Box::new(move || {
-        if let Some(code) = fault {
-            return Err(code);
-        }
-        // SAFETY: the call that enqueued this checked both ranges; the caller keeps them alive
-        // until the stream passes this point (the driver's contract).
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
-        Ok(())
-    })
-}
-
-/// Which way a copy goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    HostToDevice,
-    DeviceToHost,
-    DeviceToDevice,
-}
-
-/// Enqueues a copy of `n` bytes on `stream`; `sync` waits for it (so does a copy into
-/// pageable host memory, as the driver's does).
-fn copy(
-    a: &Api,
-    dir: Direction,
-    dst: u64,
-    src: u64,
-    n: usize,
-    stream: u64,
-    sync: bool,
-) -> Result<(), CUresult> {
-    let fault = a.take_async_fault();
-    let (worker, ticket, wait) = {
-        let mut e = a.lock();
-        let dev = e.current()?;
-        if n == 0 {
-            return Ok(());
-        }
-        if dst == 0 || src == 0 {
-            return Err(status::INVALID_VALUE);
-        }
-        let len = n as u64;
-        if dir != Direction::HostToDevice {
-            e.device_range(dev, src, len)?;
-        }
-        if dir != Direction::DeviceToHost {
-            e.device_range(dev, dst, len)?;
-        }
-        let w = e.stream(stream, dev)?;
-        let pageable_in = dir == Direction::HostToDevice && !e.is_pinned(src, len);
-        if dir == Direction::HostToDevice && !sync {
-            let counts = &mut e.mem.async_uploads;
-            *(if pageable_in {
-                &mut counts.0
-            } else {
-                &mut counts.1
-            }) += 1;
-            crate::stats::changed(&e);
-        }
-        let op = match dir {
-            Direction::HostToDevice if pageable_in => {
-                // Pageable source: staged, and the call returns once the stream ran it (the
-                // driver "may synchronize with the stream and stage the copy").
-                // SAFETY: the caller promises `n` readable bytes at `src` for the call.
-                let staged = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
-                Box::new(move || {
-                    if let Some(code) = fault {
-                        return Err(code);
-                    }
-                    // SAFETY: the destination range was checked; the staging buffer is ours.
-                    unsafe { std::ptr::copy(staged.as_ptr(), dst as *mut u8, n) };
-                    Ok(())
-                })
-            }
-            _ => copy_op(dst, src, n, fault),
-        };
-        let pageable_out = dir == Direction::DeviceToHost && !e.is_pinned(dst, len);
-        let ticket = w.submit(op);
-        (w, ticket, sync || pageable_out || pageable_in)
-    };
-    if wait {
-        worker.wait(ticket);
-    }
-    Ok(())
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> CUresult {
-    api("cuMemcpyHtoD_v2", |a| {
-        copy(a, Direction::HostToDevice, dst, src as u64, n, 0, true)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(
-    dst: u64,
-    src: *const c_void,
-    n: usize,
-    stream: *mut c_void,
-) -> CUresult {
-    api("cuMemcpyHtoDAsync_v2", |a| {
-        copy(
-            a,
-            Direction::HostToDevice,
-            dst,
-            src as u64,
-            n,
-            stream as u64,
-            false,
-        )
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> CUresult {
-    api("cuMemcpyDtoH_v2", |a| {
-        copy(a, Direction::DeviceToHost, dst as u64, src, n, 0, true)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemcpyDtoHAsync_v2(
-    dst: *mut c_void,
-    src: u64,
-    n: usize,
-    stream: *mut c_void,
-) -> CUresult {
-    api("cuMemcpyDtoHAsync_v2", |a| {
-        copy(
-            a,
-            Direction::DeviceToHost,
-            dst as u64,
-            src,
-            n,
-            stream as u64,
-            false,
-        )
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemcpyDtoDAsync_v2(
-    dst: u64,
-    src: u64,
-    n: usize,
-    stream: *mut c_void,
-) -> CUresult {
-    api("cuMemcpyDtoDAsync_v2", |a| {
-        copy(
-            a,
-            Direction::DeviceToDevice,
-            dst,
-            src,
-            n,
-            stream as u64,
-            false,
-        )
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, stream: *mut c_void) -> CUresult {
-    api("cuMemsetD8Async", |a| {
-        let fault = a.take_async_fault();
-        let mut e = a.lock();
-        let dev = e.current()?;
-        e.device_range(dev, dst, n as u64)?;
-        let w = e.stream(stream as u64, dev)?;
-        w.submit(Box::new(move || {
-            if let Some(code) = fault {
-                return Err(code);
-            }
-            // SAFETY: the range was checked when the call was made.
-            unsafe { std::ptr::write_bytes(dst as *mut u8, value, n) };
-            Ok(())
-        }));
-        Ok(())
-    })
 }

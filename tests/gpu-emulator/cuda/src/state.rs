@@ -1,5 +1,7 @@
-//! The emulated driver's process-wide state, the current context of each thread, and the
-//! wrapper every exported call goes through (initialisation check, fault injection, panics).
+//! The emulated driver's process-wide state: [`Emu`], which holds each subsystem's state
+//! (devices and their primary contexts, streams, events, modules, memory, faults), the current
+//! context of each thread, and `cuInit`'s decision. The calls that use it are in
+//! [`crate::api`].
 //!
 //! # Design
 //! One mutex guards the state. It is held only for bookkeeping, never while waiting for a
@@ -10,46 +12,22 @@
 //! real driver's is). `cuDevicePrimaryCtxRetain` counts up; the release that brings the count
 //! to 0 destroys everything made in the context (streams drained, modules unloaded, memory
 //! freed); a context-sticky error stays for the life of the process.
+//!
+//! Each subsystem's state lives in its own module below this one ([`crate::memory`],
+//! [`crate::stream`], ...) and knows nothing of `Emu`: a stream worker reports a failed
+//! operation through the hook [`spawn_worker`] gives it.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use stoker_emu_ffi::Boundary;
-
+use crate::boundary::{ctx_handle, handle, HandleKind};
 use crate::config::Machine;
 use crate::faults::Faults;
 use crate::memory::MemState;
 use crate::module::ModuleEntry;
 use crate::status::{self, CUresult, Stickiness};
-use crate::stream::{EventState, Worker};
-
-/// Handles of different kinds come from different ranges, so one passed as another is
-/// `CUDA_ERROR_INVALID_HANDLE`, not a silent success.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandleKind {
-    Context = 1,
-    Stream = 2,
-    Event = 3,
-    Module = 4,
-    Function = 5,
-    Vmm = 6,
-}
-
-const HANDLE_BASE: u64 = 0x57e0_0000_0000;
-
-pub fn handle(kind: HandleKind, n: u64) -> u64 {
-    HANDLE_BASE + ((kind as u64) << 36) + n * 16
-}
-
-pub fn handle_kind_is(h: u64, kind: HandleKind) -> bool {
-    h >= HANDLE_BASE && ((h - HANDLE_BASE) >> 36) == kind as u64
-}
-
-/// The primary context of device `dev`.
-pub fn ctx_handle(dev: usize) -> u64 {
-    handle(HandleKind::Context, dev as u64 + 1)
-}
+use crate::stream::{EventState, StreamEntry, Worker};
 
 #[derive(Debug, Default)]
 pub struct CtxState {
@@ -66,13 +44,6 @@ pub struct DeviceState {
     pub broken: Option<CUresult>,
     /// The legacy default stream (handle 0) of the context, made on first use.
     pub null_stream: Option<Arc<Worker>>,
-}
-
-pub struct StreamEntry {
-    pub dev: usize,
-    pub worker: Arc<Worker>,
-    /// Scheduling priority, within [`crate::stream::GREATEST_PRIORITY`, `LEAST_PRIORITY`].
-    pub priority: i32,
 }
 
 pub struct Emu {
@@ -142,7 +113,7 @@ impl Emu {
     pub fn null_stream(&mut self, dev: usize) -> Arc<Worker> {
         self.devices[dev]
             .null_stream
-            .get_or_insert_with(|| Worker::spawn(dev, 0))
+            .get_or_insert_with(|| spawn_worker(dev, 0))
             .clone()
     }
 
@@ -157,6 +128,23 @@ impl Emu {
             Some(_) => Err(status::INVALID_CONTEXT),
             None => Err(status::INVALID_HANDLE),
         }
+    }
+
+    /// Counts `bytes` more of `dev`'s memory in use (`cuMemAlloc`, `cuMemCreate`);
+    /// `CUDA_ERROR_OUT_OF_MEMORY` past the device's configured size.
+    pub fn account(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
+        let total = self.machine.devices[dev].config.memory_mib << 20;
+        let used = self.devices[dev].used;
+        if used + bytes > total {
+            return Err(status::OUT_OF_MEMORY);
+        }
+        self.devices[dev].used = used + bytes;
+        Ok(())
+    }
+
+    /// Gives back `bytes` of `dev`'s memory.
+    pub fn unaccount(&mut self, dev: usize, bytes: u64) {
+        self.devices[dev].used = self.devices[dev].used.saturating_sub(bytes);
     }
 }
 
@@ -225,72 +213,16 @@ pub fn lock(m: &Mutex<Emu>) -> MutexGuard<'_, Emu> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What an exported call gets: the state, and a fault to raise from its stream work.
-pub struct Api {
-    pub emu: &'static Mutex<Emu>,
-    async_fault: Cell<Option<CUresult>>,
+/// A new stream worker on `dev` (see [`Worker::spawn`]); an operation of it that fails breaks
+/// `dev`'s context, or the whole device, as its status says.
+pub fn spawn_worker(dev: usize, delay_us: u64) -> Arc<Worker> {
+    Worker::spawn(dev, delay_us, stream_failed)
 }
 
-impl Api {
-    pub fn lock(&self) -> MutexGuard<'static, Emu> {
-        lock(self.emu)
+/// What a worker does with a failed operation (an injected sticky fault surfacing when the
+/// stream reaches it, or a kernel that failed).
+fn stream_failed(dev: usize, code: CUresult) {
+    if let Ok(m) = emu() {
+        lock(m).break_with(dev, code);
     }
-
-    /// A sticky fault injected into this call, which its stream work must raise when it runs
-    /// (a GPU reports a kernel's illegal address at the next synchronisation, not at launch).
-    pub fn take_async_fault(&self) -> Option<CUresult> {
-        self.async_fault.take()
-    }
-}
-
-/// The driver's statuses at the C boundary (a panic is `CUDA_ERROR_UNKNOWN`).
-const BOUNDARY: Boundary<CUresult> = Boundary {
-    library: "stoker GPU emulator",
-    success: status::SUCCESS,
-    null_pointer: status::INVALID_VALUE,
-    panicked: status::UNKNOWN,
-};
-
-/// Calls that enqueue stream work: a sticky fault injected into them surfaces asynchronously.
-const STREAM_CALLS: &[&str] = &[
-    "cuLaunchKernel",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-];
-
-/// Runs one exported call: checks `cuInit` happened, injects a configured fault, catches
-/// panics (a bug here must not unwind into C).
-pub fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> CUresult {
-    let run = || -> Result<(), CUresult> {
-        let api = Api {
-            emu: emu()?,
-            async_fault: Cell::new(None),
-        };
-        let fault = api.lock().faults.hit(name);
-        if let Some(code) = fault {
-            let sticky = status::stickiness(code) != Stickiness::Call;
-            if sticky && STREAM_CALLS.contains(&name) {
-                api.async_fault.set(Some(code));
-            } else {
-                let mut e = api.lock();
-                if let Ok(dev) = e.ctx_device(CURRENT.with(Cell::get)) {
-                    e.break_with(dev, code);
-                }
-                return Err(code);
-            }
-        }
-        f(&api)
-    };
-    BOUNDARY.guarded(name, run)
-}
-
-/// Writes `v` through an out-parameter, `CUDA_ERROR_INVALID_VALUE` for a null pointer.
-///
-/// # Safety
-/// `p` must be null or valid for a write of `T`.
-pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
-    // SAFETY: the caller's promise.
-    unsafe { BOUNDARY.write_out(p, v) }
 }

@@ -1,14 +1,14 @@
 //! What is alive in this process: contexts, streams, events, modules, device and pinned
 //! memory, VMM allocations, mappings and reservations. Tests (and leak checks from outside) ask
-//! through [`stoker_emu_live`], or read `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a
-//! temporary name, then renamed) after every change. The file also counts asynchronous
-//! host-to-device copies by their source's memory (`async_uploads_pageable`,
-//! `async_uploads_pinned`), so a test can tell pinned staging from pageable.
+//! through [`stoker_emu_live`](crate::api::stats::stoker_emu_live), or read
+//! `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a temporary name, then renamed) by
+//! [`changed`] after every change. The file also counts asynchronous host-to-device copies by
+//! their source's memory (`async_uploads_pageable`, `async_uploads_pinned`), so a test can
+//! tell pinned staging from pageable.
 
 use std::io::Write;
 
-use crate::state::{api, Emu};
-use crate::status::{self, CUresult};
+use crate::state::Emu;
 
 /// What is alive. `size` must be set by the caller to `sizeof(EmuLive)` (versioning).
 #[repr(C)]
@@ -29,7 +29,8 @@ pub struct EmuLive {
     pub reservations: u64,
 }
 
-fn live(e: &Emu) -> EmuLive {
+/// What is alive now.
+pub fn live(e: &Emu) -> EmuLive {
     let m = &e.mem;
     EmuLive {
         size: std::mem::size_of::<EmuLive>() as u64,
@@ -51,23 +52,6 @@ fn live(e: &Emu) -> EmuLive {
         vmm_mappings: m.vmm.mapping_count() as u64,
         reservations: m.vmm.reservations.len() as u64,
     }
-}
-
-#[no_mangle]
-pub extern "C" fn stoker_emu_live(out: *mut EmuLive) -> CUresult {
-    api("stoker_emu_live", |a| {
-        if out.is_null() {
-            return Err(status::INVALID_VALUE);
-        }
-        // SAFETY: the caller passes an EmuLive whose first field says its size.
-        if unsafe { (*out).size } != std::mem::size_of::<EmuLive>() as u64 {
-            return Err(status::INVALID_VALUE);
-        }
-        let l = live(&a.lock());
-        // SAFETY: checked non-null and of our size above.
-        unsafe { out.write(l) };
-        Ok(())
-    })
 }
 
 /// Rewrites the stats file, if `STOKER_EMU_STATS_DIR` asks for one.

@@ -11,8 +11,10 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
+use super::{api, Api};
+use crate::boundary::{ctx_handle, out};
 use crate::config::ComputeMode;
-use crate::state::{api, ctx_handle, initialize, out, Api, Emu, CURRENT};
+use crate::state::{initialize, Emu, CURRENT};
 use crate::status::{self, CUresult};
 
 const ATTR_MAX_THREADS_PER_BLOCK: c_int = 1;
@@ -226,7 +228,8 @@ fn destroy_context(e: &mut Emu, d: usize) {
     });
     e.functions
         .retain(|_, (module, _)| !unloaded.contains(module));
-    crate::memory::free_context(e, d);
+    let device_bytes = e.mem.free_context(d);
+    e.unaccount(d, device_bytes);
     // A context-sticky error is not cleared: NVIDIA says "To continue using CUDA, the process
     // must be terminated and relaunched" (docs/cuda.md, row 8).
 }
