@@ -420,7 +420,7 @@ fn assert_client_released_everything() {
     // SAFETY: the emulated driver this process already loaded; loading it again only takes a
     // reference.
     let lib = unsafe { libloading::Library::new(path) }.unwrap();
-    // SAFETY: `stoker_emu_live` has this signature (tests/gpu-emulator/cuda/src/stats.rs).
+    // SAFETY: `stoker_emu_live` has this signature (tests/gpu-emulator/cuda/src/api/stats.rs).
     let live_fn =
         unsafe { lib.get::<unsafe extern "C" fn(*mut EmuLive) -> i32>(b"stoker_emu_live") }
             .unwrap();
