@@ -26,8 +26,11 @@ use super::error::S3Error;
 /// One object as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
+    /// The object's key in its bucket.
     pub key: String,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its ETag as listed (changes when the object is rewritten).
     pub etag: String,
 }
 
