@@ -21,7 +21,10 @@ const WINDOW: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
     /// Write it; `suppressed` lines were dropped since the last line written.
-    Log { suppressed: u64 },
+    Log {
+        /// Lines dropped since the last line written.
+        suppressed: u64,
+    },
     /// Drop it (it is counted).
     Suppress,
 }

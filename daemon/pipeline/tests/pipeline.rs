@@ -240,8 +240,7 @@ fn resuming_at_a_step_gives_the_same_batches_as_an_uninterrupted_run() {
     let ring = Arc::new(HeapRing::new(&spec, 2));
     let err = engine
         .start_feed(job, 0, ring, Position { epoch: 0, step: 99 })
-        .err()
-        .expect("step 99 of 4 refused")
+        .expect_err("step 99 of 4 refused")
         .to_string();
     assert!(err.contains("step 99"), "{err}");
 }

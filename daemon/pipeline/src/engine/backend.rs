@@ -73,6 +73,7 @@ pub enum SlotImages {
 /// One unit of work as a backend sees it: samples `start..start + indices.len()` of the batch
 /// at `pos` of `job`, to be written into the slot whose images are at `images`.
 pub struct UnitWork<'a> {
+    /// The job whose batch this is (its dataset, spec and seed).
     pub job: &'a Job,
     /// The batch's position: with the job's seed and a sample's index it draws the sample's
     /// crop and flip (see [`crate::transform::augment::sample_params`]).
@@ -83,27 +84,60 @@ pub struct UnitWork<'a> {
     pub indices: &'a [u64],
     /// The slot's images (its first image, not the unit's).
     pub images: SlotImages,
+    /// The ring's slot layout (image size, dtype, memory order).
     pub layout: SlotLayout,
+    /// The engine's configuration (reader, limits, bad-sample policy).
     pub config: &'a EngineConfig,
+    /// Where the worker records its stage times and counts.
     pub stats: &'a StageStats,
     /// When the batch is due: a read waits for an object no longer (see
     /// [`crate::source::read_batch`]); `None` for a batch with no object to wait for.
     pub due: Option<Instant>,
 }
 
+impl std::fmt::Debug for UnitWork<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnitWork")
+            .field("pos", &self.pos)
+            .field("start", &self.start)
+            .field("samples", &self.indices.len())
+            .field("images", &self.images)
+            .finish_non_exhaustive()
+    }
+}
+
 /// One sample filled on its own (a replacement for a bad one): sample `index` into position
 /// `at` of the batch at `pos`.
 pub struct SampleWork<'a> {
+    /// The job whose batch this is.
     pub job: &'a Job,
+    /// The batch's position (draws the sample's crop and flip with `index`).
     pub pos: Position,
+    /// Global dataset index of the sample to fill.
     pub index: u64,
+    /// Position within the batch to fill.
     pub at: usize,
+    /// The slot's images (its first image).
     pub images: SlotImages,
+    /// The ring's slot layout.
     pub layout: SlotLayout,
+    /// The engine's configuration.
     pub config: &'a EngineConfig,
+    /// Where the worker records its stage times and counts.
     pub stats: &'a StageStats,
     /// When the batch is due (see [`UnitWork::due`]).
     pub due: Option<Instant>,
+}
+
+impl std::fmt::Debug for SampleWork<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SampleWork")
+            .field("pos", &self.pos)
+            .field("index", &self.index)
+            .field("at", &self.at)
+            .field("images", &self.images)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A GPU (or other hardware) failure that leaves a unit's images unwritten.
@@ -112,6 +146,7 @@ pub struct SampleWork<'a> {
 pub struct BackendFault {
     /// The device, as users know it (e.g. "GPU 0 (GPU-6f1c...)").
     pub device: String,
+    /// What failed, as the device's library said it (a CUDA or nvJPEG error's text).
     pub reason: String,
 }
 
@@ -127,6 +162,15 @@ pub enum Completion {
     Done,
     /// When this completes; the slot is published only after.
     Pending(Box<dyn PendingWork>),
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Completion::Done => f.write_str("Done"),
+            Completion::Pending(_) => f.debug_tuple("Pending").finish_non_exhaustive(),
+        }
+    }
 }
 
 /// Fills units of work into ring slots. One value per worker thread.
@@ -149,7 +193,9 @@ pub trait Backend: Send {
 /// `stoker_pipeline::engine::choice` resolves to one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
+    /// libjpeg-turbo and the CPU augmenter into host memory.
     Cpu,
+    /// nvJPEG and the augment kernel on one GPU, into device memory.
     Cuda,
 }
 
@@ -165,6 +211,7 @@ impl BackendKind {
 
 /// Makes the backends of an engine and says how their work is cut.
 pub trait BackendFactory: Send + Sync {
+    /// Which backend it makes.
     fn kind(&self) -> BackendKind;
     /// The unit of work.
     fn unit_size(&self) -> UnitSize;

@@ -34,12 +34,16 @@ pub enum BackendChoice {
     /// CUDA where a GPU and its libraries are present, else the CPU (and the log says why).
     #[default]
     Auto,
+    /// The CPU backend, even where a GPU is present.
     Cpu,
+    /// The CUDA backend, or an error where no GPU here can serve.
     Cuda,
 }
 
+/// Why the chosen backend cannot serve.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    /// `--backend cuda` on a host where no GPU can serve.
     #[error("--backend cuda: no usable GPU here: {0}")]
     NoGpu(CudaUnusable),
 }
@@ -47,16 +51,22 @@ pub enum BackendError {
 /// Why the cuda backend cannot serve on this host.
 #[derive(Debug, thiserror::Error)]
 pub enum CudaUnusable {
+    /// The CUDA driver could not be loaded or initialised.
     #[error("{0}")]
     Driver(stoker_nvidia::cuda::CudaError),
+    /// The driver loaded but counts no device.
     #[error("the CUDA driver sees no device")]
     NoDevice,
+    /// Every device is unsupported: `UUID: reason` for each, joined by `; `.
     #[error("no GPU here is supported: {0}")]
     NoSupportedDevice(String),
+    /// NVRTC (the kernels' run-time compiler) could not be loaded.
     #[error("NVRTC: {0}")]
     Nvrtc(stoker_nvidia::nvrtc::NvrtcError),
+    /// nvJPEG could not be loaded.
     #[error("nvJPEG: {0}")]
     Nvjpeg(stoker_nvidia::nvjpeg::NvjpegError),
+    /// Every supported device failed the CUDA check: each one's error, joined by `; `.
     #[error("no GPU passed the check: {0}")]
     Check(String),
 }

@@ -23,6 +23,7 @@ use super::PipelineError;
 pub struct FeedWaker(Arc<FeedShared>);
 
 impl FeedWaker {
+    /// Wakes the consumer (or makes its next wait return at once).
     pub fn wake(&self) {
         lock(&self.0.state).woken = true;
         self.0.changed.notify_all();
@@ -36,15 +37,35 @@ pub struct Feed {
     pub(super) engine: Arc<Shared>,
 }
 
+impl std::fmt::Debug for FeedWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedWaker")
+            .field("rank", &self.0.rank)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("rank", &self.shared.rank)
+            .field("job", &self.shared.job)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Feed {
+    /// The rank this feed serves.
     pub fn rank(&self) -> u32 {
         self.shared.rank
     }
 
+    /// The job the rank belongs to.
     pub fn job(&self) -> &Arc<Job> {
         &self.shared.job
     }
 
+    /// The ring the feed's batches are written into.
     pub fn ring(&self) -> &Arc<dyn SlotMemory> {
         &self.shared.ring
     }

@@ -23,9 +23,13 @@ use crate::transform::sampler::Sampler;
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
 pub struct Job {
+    /// The dataset's index (every rank samples the same one).
     pub dataset: Arc<Dataset>,
+    /// What a batch is (size, crop, dtype, layout, epochs, ...).
     pub spec: PipelineSpec,
+    /// The seed of the shuffle and of every sample's crop and flip.
     pub seed: u64,
+    /// Ranks the dataset is split over (at least 1).
     pub world_size: u32,
     /// Batches per rank of each epoch (fewer in the offset's epoch).
     pub(super) steps: EpochSteps,
@@ -51,6 +55,9 @@ impl std::fmt::Debug for Job {
 }
 
 impl Job {
+    /// A job with the default open policy, owner uid 0 and no elastic offset (tests,
+    /// benchmarks, in-process use); fails on an invalid spec or a world size the sampler
+    /// refuses.
     pub fn new(
         dataset: Arc<Dataset>,
         spec: PipelineSpec,

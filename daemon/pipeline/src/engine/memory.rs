@@ -63,6 +63,7 @@ impl UnitWork<'_> {
 /// names (host, or device for [`SlotImages::Device`], matching `layout().image_memory`). No
 /// two of these ranges overlap.
 pub unsafe trait SlotMemory: Send + Sync {
+    /// The ring's layout: slot count, slot sizes and where images live.
     fn layout(&self) -> &RingLayout;
     /// Slot `slot`'s images.
     fn images(&self, slot: usize) -> SlotImages;
@@ -81,7 +82,17 @@ pub struct HeapRing {
 // `host_ptr`, and the pipeline's slot protocol keeps writers and readers of one slot apart.
 unsafe impl Sync for HeapRing {}
 
+impl std::fmt::Debug for HeapRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapRing")
+            .field("slots", &self.layout.slots)
+            .field("ring_bytes", &self.layout.ring_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
 impl HeapRing {
+    /// A zeroed ring of `slots` slots laid out for `spec` (slots aligned to 4096 bytes).
     pub fn new(spec: &PipelineSpec, slots: usize) -> HeapRing {
         let layout = RingLayout::new(spec, slots, 4096);
         let words = layout.ring_bytes.div_ceil(16);
@@ -127,7 +138,7 @@ unsafe impl SlotMemory for HeapRing {
 /// Writes the host part (label, index, status) of positions `start..end` of one slot: the one
 /// way the engine writes a slot's host part. Several workers fill one batch at once, each its
 /// own positions, so a writer covers its positions only (never a `&mut` over the whole part).
-pub struct HostWriter<'a> {
+pub(crate) struct HostWriter<'a> {
     host: *mut u8,
     layout: SlotLayout,
     start: usize,
@@ -144,7 +155,12 @@ impl<'a> HostWriter<'a> {
     ///
     /// # Panics
     /// If `start..end` is not inside the batch or `slot` not inside the ring.
-    pub unsafe fn new(ring: &'a dyn SlotMemory, slot: usize, start: usize, end: usize) -> Self {
+    pub(crate) unsafe fn new(
+        ring: &'a dyn SlotMemory,
+        slot: usize,
+        start: usize,
+        end: usize,
+    ) -> Self {
         let layout = ring.layout().slot;
         assert!(
             slot < ring.layout().slots,
@@ -168,7 +184,7 @@ impl<'a> HostWriter<'a> {
     ///
     /// # Panics
     /// If `at` is not one of the writer's positions.
-    pub fn write(&mut self, at: usize, label: i64, index: u64, status: SampleStatus) {
+    pub(crate) fn write(&mut self, at: usize, label: i64, index: u64, status: SampleStatus) {
         assert!(
             (self.start..self.end).contains(&at),
             "position {at} of {}..{}",
@@ -192,7 +208,7 @@ impl<'a> HostWriter<'a> {
     /// # Panics
     /// If `at` is not one of the writer's positions, `field` not one of the spec's, or
     /// `bytes` longer than `field_max_bytes`.
-    pub fn write_field(
+    pub(crate) fn write_field(
         &mut self,
         at: usize,
         field: usize,
@@ -227,7 +243,7 @@ impl<'a> HostWriter<'a> {
     ///
     /// # Panics
     /// If `at` is not one of the writer's positions.
-    pub fn mark_empty(&mut self, at: usize) {
+    pub(crate) fn mark_empty(&mut self, at: usize) {
         assert!(
             (self.start..self.end).contains(&at),
             "position {at} of {}..{}",

@@ -58,6 +58,7 @@ use crate::engine::backend::BackendKind;
 use crate::source::local::reader::{ReadError, Reader, ReaderKind};
 use crate::transform::badsample::BadSampleLog;
 use crate::transform::decode::{DecodeError, Limits};
+use crate::transform::sampler::SamplerError;
 
 pub use backend::{
     Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
@@ -100,42 +101,78 @@ pub enum BadSamplePolicy {
     Fail,
 }
 
+/// Why the engine could not make a job, attach a rank, start or serve a feed.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    /// The job's spec failed its validation.
     #[error("invalid pipeline spec: {0}")]
     Spec(#[from] stoker_wire::spec::SpecError),
+    /// The sampler refused the job's dataset size, world size, batch size or elastic offset
+    /// (the sampler's message; the daemon refuses the job with it).
     #[error("{0}")]
     Sampler(String),
+    /// The sample reader could not be set up.
     #[error("reader: {0}")]
     Reader(#[from] ReadError),
+    /// A backend's decoder could not be set up.
     #[error("decoder: {0}")]
     Decoder(#[from] DecodeError),
+    /// A rank at or past the job's world size.
     #[error("rank {rank} is out of range for world_size {world_size}")]
-    Rank { rank: u32, world_size: u32 },
-    #[error("cannot start at epoch {epoch} step {step}: {reason}")]
-    Position {
-        epoch: u64,
-        step: u64,
-        reason: String,
+    Rank {
+        /// The rank asked for.
+        rank: u32,
+        /// The job's world size.
+        world_size: u32,
     },
+    /// A start position the rank's sampler does not have.
+    #[error("cannot start at epoch {epoch} step {step}: {source}")]
+    Position {
+        /// The epoch asked for.
+        epoch: u64,
+        /// The step within that epoch.
+        step: u64,
+        /// The sampler's reason.
+        #[source]
+        source: SamplerError,
+    },
+    /// A ring with fewer than 2 slots (one to fill while the client holds the other).
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
-    RingTooSmall { slots: usize },
+    RingTooSmall {
+        /// The ring's slot count.
+        slots: usize,
+    },
+    /// A ring laid out for another spec than the job's.
     #[error("ring layout does not match the job's spec")]
     RingMismatch,
+    /// A release of a slot (or a generation of it) the client does not hold.
     #[error("slot {slot} (generation {generation}) is not leased")]
-    NotLeased { slot: usize, generation: u64 },
+    NotLeased {
+        /// The slot released.
+        slot: usize,
+        /// The generation the release named.
+        generation: u64,
+    },
+    /// The feed was stopped (its engine shut down or it was detached).
     #[error("the feed has stopped")]
     Stopped,
+    /// A worker thread could not be spawned.
     #[error("could not start worker thread: {0}")]
     Thread(std::io::Error),
+    /// A ring whose image memory is not where the engine's backend writes.
     #[error("the {backend} backend writes {wants:?} memory, the ring's images are {got:?}")]
     RingMemory {
+        /// The backend's name (`cpu`, `cuda`).
         backend: &'static str,
+        /// Where the backend writes images.
         wants: ImageMemory,
+        /// Where the ring's images are.
         got: ImageMemory,
     },
+    /// A backend failed as a whole (not one bad sample): its unit's batch cannot be filled.
     #[error("backend fault: {0}")]
     Backend(BackendFault),
+    /// Extra workers (named) whose backend does not match the engine's.
     #[error("{0}: its units or image memory differ from the engine's backend")]
     Extra(String),
 }
@@ -143,9 +180,21 @@ pub enum PipelineError {
 /// More threads taking the engine's units, each with a backend of `factory`: `threads` of
 /// them, named `stoker-NAME-i` (the remote workers' connections, `crate::remote`).
 pub struct ExtraWorkers<'a> {
+    /// The threads' name part (`stoker-NAME-i`).
     pub name: String,
+    /// Makes one backend per thread.
     pub factory: &'a dyn BackendFactory,
+    /// How many threads.
     pub threads: usize,
+}
+
+impl std::fmt::Debug for ExtraWorkers<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtraWorkers")
+            .field("name", &self.name)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How the engine runs.
@@ -153,8 +202,11 @@ pub struct ExtraWorkers<'a> {
 pub struct EngineConfig {
     /// Worker threads; 0 means one per core.
     pub threads: usize,
+    /// How samples are read (io_uring, or pread where io_uring is unavailable).
     pub reader: ReaderKind,
+    /// The decoder's limits on image and file size.
     pub limits: Limits,
+    /// What a bad sample becomes.
     pub policy: BadSamplePolicy,
     /// Bad-sample log lines per second (each bad file is logged once; see
     /// [`crate::transform::badsample`]).
@@ -201,6 +253,17 @@ pub struct Engine {
     reader_kind: &'static str,
     kind: BackendKind,
     image_memory: ImageMemory,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("threads", &self.threads)
+            .field("reader_kind", &self.reader_kind)
+            .field("kind", &self.kind)
+            .field("image_memory", &self.image_memory)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -286,6 +349,7 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The engine's own worker threads (extra workers not counted).
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -305,6 +369,7 @@ impl Engine {
         self.image_memory
     }
 
+    /// The stage totals so far (images, bytes, stage times) of every worker.
     pub fn stats(&self) -> StageTotals {
         self.shared.stats.totals()
     }
@@ -336,10 +401,10 @@ impl Engine {
         };
         sampler
             .check_position(start.epoch, start.step)
-            .map_err(|e| PipelineError::Position {
+            .map_err(|source| PipelineError::Position {
                 epoch: start.epoch,
                 step: start.step,
-                reason: e.to_string(),
+                source,
             })?;
         let layout = *ring.layout();
         if layout.slots < 2 {

@@ -27,16 +27,22 @@ use crate::transform::sampler::Sampler;
 /// A batch handed to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ready {
+    /// The ring slot that holds the batch.
     pub slot: usize,
+    /// The slot's generation as published (its RELEASE must name it).
     pub generation: u64,
+    /// The batch's epoch.
     pub epoch: u64,
+    /// The batch's step within the epoch (the rank's own count).
     pub step: u64,
     /// Samples in the batch (less than the batch size only in a final partial batch).
     pub n: usize,
 }
 
+/// What a feed's consumer receives next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FeedEvent {
+    /// A batch is ready in a slot and leased to the consumer.
     Ready(Ready),
     /// The job's last epoch is done.
     EndOfData,

@@ -24,13 +24,17 @@ pub struct StageStats {
     pub images: AtomicU64,
     /// Samples read from storage without error.
     pub images_read: AtomicU64,
+    /// Bad samples (replaced or failed).
     pub bad: AtomicU64,
+    /// Encoded bytes read from storage.
     pub bytes_read: AtomicU64,
     /// One sample per unit of work's batched read.
     pub read: LatencyHistogram,
     /// One sample per image decoded (and augmented) on the CPU.
     pub decode: LatencyHistogram,
+    /// One sample per image augmented on the CPU.
     pub augment: LatencyHistogram,
+    /// Batches published.
     pub batches: AtomicU64,
     /// `bad`, split by reason code.
     pub bad_by_reason: BadCounts,
@@ -39,27 +43,39 @@ pub struct StageStats {
 /// A snapshot of [`StageStats`]' sums.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StageTotals {
+    /// Samples written into slots (delivered, replaced or failed).
     pub images: u64,
+    /// Samples read from storage without error.
     pub images_read: u64,
     /// Images decoded and augmented on the CPU.
     pub images_decoded: u64,
+    /// Bad samples (replaced or failed).
     pub bad: u64,
+    /// Encoded bytes read from storage.
     pub bytes_read: u64,
+    /// Time in batched reads, summed over workers, in nanoseconds.
     pub read_ns: u64,
+    /// Time decoding on the CPU, summed over workers, in nanoseconds.
     pub decode_ns: u64,
+    /// Time augmenting on the CPU, summed over workers, in nanoseconds.
     pub augment_ns: u64,
+    /// Batches published.
     pub batches: u64,
 }
 
 /// A snapshot of [`StageStats`]' latency histograms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StageHistograms {
+    /// Per batched read of a unit.
     pub read: HistogramSnapshot,
+    /// Per image decoded on the CPU.
     pub decode: HistogramSnapshot,
+    /// Per image augmented on the CPU.
     pub augment: HistogramSnapshot,
 }
 
 impl StageStats {
+    /// The sums so far.
     pub fn totals(&self) -> StageTotals {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StageTotals {
@@ -75,6 +91,7 @@ impl StageStats {
         }
     }
 
+    /// The latency histograms so far.
     pub fn histograms(&self) -> StageHistograms {
         StageHistograms {
             read: self.read.snapshot(),

@@ -230,8 +230,7 @@ fn a_ring_in_the_wrong_memory_is_refused() {
     }
     let err = engine
         .start_feed(job, 0, Arc::new(DeviceRing(layout)), Position::default())
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(err.contains("cpu backend writes Host memory"), "{err}");
 }

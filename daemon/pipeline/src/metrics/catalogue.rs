@@ -27,8 +27,11 @@ use metrics::Unit;
 /// What a series is, in Prometheus' terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Only goes up (a `_total`).
     Counter,
+    /// Goes up and down (a level now).
     Gauge,
+    /// Buckets, a count and a sum (seconds).
     Histogram,
 }
 
@@ -68,14 +71,19 @@ pub enum AtStart {
 /// One series (a Prometheus family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Series {
+    /// The family's name (`stoker_...`).
     pub name: &'static str,
+    /// Its Prometheus type.
     pub kind: Kind,
+    /// The unit of its values.
     pub unit: Unit,
     /// The `# HELP` text.
     pub help: &'static str,
     /// Its label names (values in the docs' metrics table).
     pub labels: &'static [&'static str],
+    /// Where a scrape's figures come from.
     pub source: Source,
+    /// The label sets registered at zero when the daemon starts.
     pub at_start: AtStart,
 }
 
@@ -186,6 +194,7 @@ pub const WORKER_HOMES: &str = "stoker_worker_homes";
 /// CPU seconds a worker's connections spent, by part (work: reading, decoding and
 /// resizing units; send: writing the answers).
 pub const WORKER_CPU_SECONDS_TOTAL: &str = "stoker_worker_cpu_seconds_total";
+/// Images decoded per GPU, by `gpu` and `path` (hardware, hybrid, cpu).
 pub const GPU_DECODE_TOTAL: &str = "stoker_gpu_decode_total";
 /// Host time per batch decoding on a GPU (nvJPEG calls and the CPU path), by `gpu`.
 pub const GPU_DECODE_SECONDS: &str = "stoker_gpu_decode_seconds";

@@ -36,8 +36,12 @@ pub struct LatencyHistogram {
 /// What a [`LatencyHistogram`] held when read; snapshots of several add up.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HistogramSnapshot {
+    /// Samples per bucket of [`super::STAGE_BUCKETS`] (not cumulative; slower samples
+    /// than the last bound are only in `count`).
     pub buckets: [u64; BUCKETS],
+    /// Samples recorded.
     pub count: u64,
+    /// Nanoseconds recorded, summed.
     pub sum_ns: u64,
 }
 
@@ -64,6 +68,7 @@ impl LatencyHistogram {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// What it holds now.
     pub fn snapshot(&self) -> HistogramSnapshot {
         HistogramSnapshot {
             buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),

@@ -29,17 +29,17 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// The suffix of an entry's tag file.
-pub const TAG_SUFFIX: &str = ".sum";
+pub(crate) const TAG_SUFFIX: &str = ".sum";
 /// The key's file name in the cache folder.
-pub const KEY_FILE: &str = "key";
+pub(crate) const KEY_FILE: &str = "key";
 const KEY_BYTES: usize = 32;
 
 /// An entry's keyed hash.
-pub type Tag = [u8; 32];
+pub(crate) type Tag = [u8; 32];
 
 /// A file's identity as `stat` gives it: equal stamps mean no write reached the file between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
@@ -49,11 +49,11 @@ pub struct Stamp {
 
 /// How old a file's change time must be for its stamp to be trusted: well above the coarse
 /// clock's tick (1 to 10 ms).
-pub const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Stamp {
     /// The stamp of a file whose metadata is `m`, if it has [`SETTLED`].
-    pub fn settled(m: &fs::Metadata) -> Option<Stamp> {
+    pub(crate) fn settled(m: &fs::Metadata) -> Option<Stamp> {
         let changed = std::time::UNIX_EPOCH
             + std::time::Duration::new(
                 u64::try_from(m.ctime()).unwrap_or(0),
@@ -63,7 +63,7 @@ impl Stamp {
         (age >= SETTLED).then(|| Stamp::of(m))
     }
 
-    pub fn of(m: &fs::Metadata) -> Stamp {
+    pub(crate) fn of(m: &fs::Metadata) -> Stamp {
         Stamp {
             dev: m.dev(),
             ino: m.ino(),
@@ -75,7 +75,7 @@ impl Stamp {
 }
 
 /// The cache folder's key.
-pub struct TagKey(hmac::Key);
+pub(crate) struct TagKey(hmac::Key);
 
 impl std::fmt::Debug for TagKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,7 +85,7 @@ impl std::fmt::Debug for TagKey {
 
 impl TagKey {
     /// The key of the (private) folder `dir`, made there if it has none or a broken one.
-    pub fn open(dir: &Path) -> std::io::Result<TagKey> {
+    pub(crate) fn open(dir: &Path) -> std::io::Result<TagKey> {
         let path = dir.join(KEY_FILE);
         for _ in 0..2 {
             match fs::read(&path) {
@@ -123,14 +123,14 @@ impl TagKey {
     }
 
     /// The tag of `data`.
-    pub fn tag_of_bytes(&self, data: &[u8]) -> Tag {
+    pub(crate) fn tag_of_bytes(&self, data: &[u8]) -> Tag {
         let mut tag = [0u8; 32];
         tag.copy_from_slice(hmac::sign(&self.0, data).as_ref());
         tag
     }
 
     /// The tag of the bytes of the file at `path`.
-    pub fn tag_of(&self, path: &Path) -> std::io::Result<Tag> {
+    pub(crate) fn tag_of(&self, path: &Path) -> std::io::Result<Tag> {
         let mut f = fs::File::open(path)?;
         let mut ctx = hmac::Context::with_key(&self.0);
         let mut buf = vec![0u8; 1 << 16];
@@ -148,20 +148,20 @@ impl TagKey {
 }
 
 /// The tag file of the entry at `path`.
-pub fn tag_path(path: &Path) -> PathBuf {
+pub(crate) fn tag_path(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(TAG_SUFFIX);
     PathBuf::from(p)
 }
 
 /// Writes `tag` as the tag of the entry at `path` (mode 0600).
-pub fn write_tag(path: &Path, tag: &Tag) -> std::io::Result<()> {
+pub(crate) fn write_tag(path: &Path, tag: &Tag) -> std::io::Result<()> {
     let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
     stoker_private::replace_file(&tag_path(path))?.write_all(hex.as_bytes())
 }
 
 /// The tag recorded for the entry at `path`; `None` if there is none or it is broken.
-pub fn read_tag(path: &Path) -> Option<Tag> {
+pub(crate) fn read_tag(path: &Path) -> Option<Tag> {
     let text = fs::read_to_string(tag_path(path)).ok()?;
     let text = text.trim();
     if text.len() != 64 {

@@ -14,6 +14,7 @@ use std::path::Path;
 /// `s3://bucket/prefix`, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct S3Url {
+    /// The bucket's name.
     pub bucket: String,
     /// The key prefix, without a leading `/`; may be empty.
     pub prefix: String,
@@ -42,6 +43,7 @@ impl S3Url {
         }
     }
 
+    /// The URL written back (`s3://bucket/prefix`).
     pub fn as_string(&self) -> String {
         format!("s3://{}/{}", self.bucket, self.prefix)
     }

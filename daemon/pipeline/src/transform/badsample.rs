@@ -71,6 +71,7 @@ impl Default for BadCounts {
 }
 
 impl BadCounts {
+    /// Counts one bad sample under `reason` (one of [`REASONS`]).
     pub fn add(&self, reason: &str) {
         let i = REASONS
             .iter()
@@ -103,6 +104,7 @@ struct LogState {
 }
 
 impl BadSampleLog {
+    /// A log writing at most `per_second` lines a second.
     pub fn new(per_second: u32) -> BadSampleLog {
         BadSampleLog {
             inner: Mutex::new(LogState {
@@ -148,7 +150,7 @@ mod tests {
     #[test]
     fn every_read_and_decode_reason_has_a_counter() {
         let read = [
-            ReadError::Setup(String::new()),
+            ReadError::Setup(crate::source::local::reader::SetupError::NoRead),
             ReadError::NotFound { path: "p".into() },
             ReadError::Permission { path: "p".into() },
             ReadError::ShortRead {

@@ -40,6 +40,7 @@ impl Orientation {
         }
     }
 
+    /// The EXIF value, 1 (stored order) to 8.
     pub fn value(self) -> u8 {
         self.0
     }

@@ -37,6 +37,8 @@ pub struct KeyedRng {
 }
 
 impl KeyedRng {
+    /// The generator of sample `index` in `epoch` of the job seeded `seed`, for one `stream`
+    /// of draws (the same key gives the same draws on every rank, host and backend).
     pub fn new(seed: u64, epoch: u64, index: u64, stream: Stream) -> KeyedRng {
         let mut k = mix64(seed ^ GOLDEN);
         k = mix64(k ^ epoch.wrapping_mul(GOLDEN));
@@ -45,6 +47,7 @@ impl KeyedRng {
         KeyedRng { state: k }
     }
 
+    /// The next 64 random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GOLDEN);

@@ -69,6 +69,14 @@ pub struct CpuBackend {
     replacement_buf: Vec<Vec<u8>>,
 }
 
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("bufs", &self.bufs.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The sample in position `at` of a slot whose images start at `images`.
 ///
 /// # Safety
@@ -94,6 +102,7 @@ unsafe fn sample_out<'a>(images: SlotImages, layout: &SlotLayout, at: usize) -> 
 }
 
 impl CpuBackend {
+    /// A backend with its reader, decoder and augmenter set up for `config`.
     pub fn new(config: &EngineConfig) -> Result<CpuBackend, PipelineError> {
         Ok(CpuBackend {
             reader: Reader::new(config.reader, CPU_UNIT_SAMPLES)?,

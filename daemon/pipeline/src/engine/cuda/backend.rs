@@ -105,7 +105,18 @@ pub struct CudaBackend {
     failure_log: RateLimit,
 }
 
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("gpu", &self.gpu.label)
+            .field("in_flight", &self.in_flight.len())
+            .field("hardware_failures", &self.hardware_failures)
+            .finish_non_exhaustive()
+    }
+}
+
 impl CudaBackend {
+    /// One worker's backend on `gpu`: its stream, decoder and buffers.
     pub fn new(gpu: Arc<Gpu>, config: &EngineConfig) -> Result<CudaBackend, PipelineError> {
         let fault = |what: &str, e: &dyn std::fmt::Display| gpu.fault(what, e, false);
         let stream = gpu

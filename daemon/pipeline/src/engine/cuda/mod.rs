@@ -78,12 +78,16 @@ pub const BATCHES_IN_FLIGHT_PER_WORKER: usize = 2;
 /// Why a GPU cannot serve.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GpuError {
+    /// A CUDA driver call failed.
     #[error("{0}")]
     Cuda(#[from] CudaError),
+    /// NVRTC could not compile the kernels.
     #[error("NVRTC: {0}")]
     Nvrtc(#[from] NvrtcError),
+    /// The augment kernel could not be loaded from its module.
     #[error("the augment kernel: {0}")]
     Kernel(#[from] KernelError),
+    /// nvJPEG could not be set up on the GPU.
     #[error("nvJPEG: {0}")]
     Nvjpeg(#[from] NvjpegError),
 }
@@ -92,14 +96,19 @@ pub enum GpuError {
 /// read by `stoker status` and, at scrape time, the metrics.
 #[derive(Debug, Default)]
 pub struct GpuStats {
+    /// Images decoded on the hardware JPEG engines.
     pub hardware: AtomicU64,
+    /// Images decoded by nvJPEG's hybrid path (Huffman on the CPU, the rest on the GPU).
     pub hybrid: AtomicU64,
+    /// Images decoded on the CPU path (formats or images nvJPEG does not take).
     pub cpu: AtomicU64,
+    /// Batches launched.
     pub batches: AtomicU64,
     /// Host time from a batch's first decode call to its launch, per batch.
     pub decode: LatencyHistogram,
     /// Device time from the end of decode to the end of the kernel, per batch.
     pub kernel: LatencyHistogram,
+    /// Batches launched and not yet complete.
     pub in_flight: AtomicI64,
     /// Device memory of the rings on this GPU.
     pub ring_bytes: AtomicU64,
@@ -108,10 +117,13 @@ pub struct GpuStats {
 /// One GPU: its context, kernels, nvJPEG, health and counters, shared by its engine's
 /// backends and the server.
 pub struct Gpu {
+    /// The device's UUID, how clients and the config name it.
     pub uuid: GpuUuid,
     /// "GPU-... (name)": how errors and logs name it.
     pub label: String,
+    /// Whether it is the emulated GPU of tests/gpu-emulator (status says so).
     pub emulated: bool,
+    /// Its decode and batch counters.
     pub stats: GpuStats,
     broken: Mutex<Option<String>>,
     nvjpeg: Arc<NvjpegLib>,
@@ -168,6 +180,7 @@ impl Gpu {
         }))
     }
 
+    /// Its CUDA device (context, memory, streams).
     pub fn device(&self) -> &Device {
         &self.device
     }
@@ -202,6 +215,7 @@ impl Gpu {
         })
     }
 
+    /// Its counters and health as `stoker status` reports them.
     pub fn snapshot(&self) -> GpuStatus {
         let s = &self.stats;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -246,11 +260,13 @@ pub fn breaks_context(e: &CudaError) -> bool {
 }
 
 /// Makes the [`CudaBackend`]s of one GPU's engine.
+#[derive(Debug)]
 pub struct CudaBackendFactory {
     gpu: Arc<Gpu>,
 }
 
 impl CudaBackendFactory {
+    /// The factory of `gpu`'s backends.
     pub fn new(gpu: Arc<Gpu>) -> CudaBackendFactory {
         CudaBackendFactory { gpu }
     }

@@ -23,13 +23,13 @@ use super::{breaks_context, Gpu};
 use crate::engine::backend::{BackendFault, PendingWork};
 
 /// The events of one batch: after its decode, after its kernel and uploads.
-pub struct EventSet {
+pub(crate) struct EventSet {
     pub decoded: Event,
     pub done: Event,
 }
 
 impl EventSet {
-    pub fn new(device: &Device) -> Result<EventSet, CudaError> {
+    pub(crate) fn new(device: &Device) -> Result<EventSet, CudaError> {
         Ok(EventSet {
             decoded: device.event(true)?,
             done: device.event(true)?,
@@ -38,10 +38,10 @@ impl EventSet {
 }
 
 /// Event sets not in use, shared by a backend and its pending batches.
-pub type EventPool = Arc<Mutex<Vec<EventSet>>>;
+pub(crate) type EventPool = Arc<Mutex<Vec<EventSet>>>;
 
 /// A batch enqueued on a stream.
-pub struct PendingBatch {
+pub(crate) struct PendingBatch {
     pub gpu: Arc<Gpu>,
     pub events: EventSet,
     pub pool: EventPool,
@@ -71,7 +71,7 @@ impl PendingWork for PendingBatch {
 }
 
 /// A batch that failed before anything was enqueued (a broken GPU, a failed call).
-pub struct Failed(pub BackendFault);
+pub(crate) struct Failed(pub(crate) BackendFault);
 
 impl PendingWork for Failed {
     fn wait(self: Box<Self>) -> Result<(), BackendFault> {

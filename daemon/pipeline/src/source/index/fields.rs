@@ -35,7 +35,9 @@ pub const MAX_FIELD_NAME: usize = 64;
 pub struct FieldRef {
     /// The sidecar's file id; `None`: the sample's own file.
     pub file: Option<u32>,
+    /// Byte offset of the field's bytes in that file.
     pub offset: u64,
+    /// Length of the field's bytes.
     pub len: u64,
 }
 

@@ -42,6 +42,7 @@
 //! - Tar shards must be uncompressed.
 
 mod cache;
+mod error;
 pub mod fields;
 mod file_list;
 mod folder;
@@ -73,6 +74,7 @@ const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
 
 mod skipped;
 mod walk;
+pub use error::DatasetError;
 pub use skipped::{Skipped, METADATA_EXTENSIONS, SKIPPED_NAMED, SKIP_REASON};
 pub use walk::WalkLimits;
 use walk::{Walk, WalkBudget};
@@ -83,68 +85,21 @@ use walk::{Walk, WalkBudget};
 /// 6: folders' sidecar files as fields.
 const CACHE_VERSION: u32 = 6;
 
-/// Why a dataset cannot be opened. Each variant names the path and the reason.
-#[derive(Debug, thiserror::Error)]
-pub enum DatasetError {
-    #[error("dataset {path}: not found")]
-    NotFound { path: PathBuf },
-    #[error("dataset {path}: no samples ({reason})")]
-    Empty { path: PathBuf, reason: String },
-    #[error("file list {path}, line {line}: {reason}")]
-    BadListLine {
-        path: PathBuf,
-        line: usize,
-        reason: String,
-    },
-    #[error("tar shard {path}, at byte {offset}: {reason}")]
-    BadTar {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-    #[error("cannot read directory {path}: {source}")]
-    UnreadableDir { path: PathBuf, source: io::Error },
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("dataset {path}: {reason}")]
-    WrongKind { path: PathBuf, reason: String },
-    #[error("dataset {path}: more than {max} files", max = u32::MAX)]
-    TooManyFiles { path: PathBuf },
-    #[error("dataset indexing stopped at {path}: {reason}")]
-    WalkLimit { path: PathBuf, reason: String },
-    #[error("dataset {path}: S3 error {code}: {reason}")]
-    Remote {
-        path: PathBuf,
-        code: String,
-        reason: String,
-    },
-}
-
-impl DatasetError {
-    fn io(path: &Path, source: io::Error) -> DatasetError {
-        if source.kind() == io::ErrorKind::NotFound {
-            DatasetError::NotFound {
-                path: path.to_owned(),
-            }
-        } else {
-            DatasetError::Io {
-                path: path.to_owned(),
-                source,
-            }
-        }
-    }
-}
-
 /// The layout of a dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DatasetKind {
+    /// A folder with one subfolder per class; labels are class indices.
     ImageFolder,
+    /// A folder of images without class subfolders; every label is -1.
     Flat,
+    /// A text file of `path<TAB>label` lines.
     FileList,
+    /// One `.tar` file, or a folder of them, in the WebDataset layout.
     TarShards,
 }
 
 impl DatasetKind {
+    /// The name in logs, status and the `kind` option (`image_folder`, `tar_shards`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             DatasetKind::ImageFolder => "image_folder",
@@ -240,8 +195,11 @@ pub struct SampleRef<'a> {
     pub file: u32,
     /// Where that file is: local, or an object in the dataset's object storage.
     pub storage: Storage,
+    /// Byte offset of the encoded image in that file (0 for a file of its own).
     pub offset: u64,
+    /// Length of the encoded image in bytes.
     pub len: u64,
+    /// The sample's label (-1 where the layout has none).
     pub label: i64,
 }
 
@@ -387,6 +345,7 @@ impl Dataset {
         Ok(ds)
     }
 
+    /// Samples in the dataset.
     pub fn len(&self) -> usize {
         self.label.len()
     }
@@ -402,6 +361,7 @@ impl Dataset {
         }
     }
 
+    /// Whether it has no sample.
     pub fn is_empty(&self) -> bool {
         self.label.is_empty()
     }
@@ -450,6 +410,7 @@ impl Dataset {
         &self.classes
     }
 
+    /// Its layout.
     pub fn kind(&self) -> DatasetKind {
         self.kind
     }

@@ -23,9 +23,13 @@ use super::{cache_dir, now_ns, Dataset, DatasetError, DatasetKind, IndexOrigin, 
 /// One sample of a shard as its sidecar index (`NAME.tar.idx`) gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedSample {
+    /// Byte offset of the image member's data in the shard.
     pub offset: u64,
+    /// Length of the image member's data in bytes.
     pub len: u64,
+    /// The sample's label (-1 where it has none).
     pub label: i64,
+    /// The image member's name in the shard.
     pub name: String,
 }
 

@@ -37,7 +37,9 @@ pub const SKIP_REASON: &str = "not a supported image format";
 /// Files left out of a dataset: how many, and the first few (paths below the dataset's root).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Skipped {
+    /// Files left out.
     pub count: u64,
+    /// The first few of them, below the dataset's root.
     pub first: Vec<String>,
 }
 

@@ -110,7 +110,9 @@ pub trait Staged: Send + Sync + std::fmt::Debug {
 /// A file named by URL: the URL as the reader knows it (normalised) and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteFile {
+    /// The normalised `s3://` URL.
     pub url: String,
+    /// The object's size in bytes.
     pub size: u64,
 }
 

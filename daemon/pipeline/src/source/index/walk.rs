@@ -28,9 +28,9 @@ use super::skipped::{is_skipped_name, Skipped};
 use super::{entry_is_dir, is_image_name, read_dir_sorted, DatasetError, Stamp};
 
 /// Entries one index may look at, by default.
-pub const DEFAULT_MAX_INDEX_ENTRIES: u64 = 50_000_000;
+pub(crate) const DEFAULT_MAX_INDEX_ENTRIES: u64 = 50_000_000;
 /// Folder depth below the dataset's root, by default.
-pub const DEFAULT_MAX_INDEX_DEPTH: u32 = 64;
+pub(crate) const DEFAULT_MAX_INDEX_DEPTH: u32 = 64;
 
 /// How far an index may walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -54,7 +54,9 @@ use rustix::process::Gid;
 /// Whose filesystem credentials open a job's files.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Credentials {
+    /// The filesystem uid.
     pub uid: u32,
+    /// The filesystem gid.
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
@@ -63,13 +65,18 @@ pub struct Credentials {
 /// Which file a path must still name: what `fstat` said when it was indexed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileIdentity {
+    /// The device holding the file.
     pub dev: u64,
+    /// Its inode number on that device.
     pub ino: u64,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its modification time, in nanoseconds since the Unix epoch.
     pub mtime_ns: i128,
 }
 
 impl FileIdentity {
+    /// The identity `meta` (a `stat` of the file) gives.
     pub fn of(meta: &std::fs::Metadata) -> FileIdentity {
         FileIdentity {
             dev: meta.dev(),
@@ -98,6 +105,7 @@ pub const MAX_HELD_SHARDS: usize = 1024;
 pub struct OpenRules {
     /// Unique per rules made (a job): what cached fds are keyed by.
     id: u64,
+    /// Whose credentials open the files, and whether symlinks are refused.
     pub policy: OpenPolicy,
     /// Files that must still be the ones indexed (tar shards), by path.
     pub identities: HashMap<PathBuf, FileIdentity>,
@@ -108,6 +116,7 @@ pub struct OpenRules {
 }
 
 impl OpenRules {
+    /// Rules opening under `policy`, holding the files of `identities` to those identities.
     pub fn new(policy: OpenPolicy, identities: HashMap<PathBuf, FileIdentity>) -> OpenRules {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         OpenRules {
@@ -144,19 +153,36 @@ impl OpenRules {
 /// Why a file could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The open (or its `fstat`) failed.
     #[error("{0}")]
     Io(io::Error),
+    /// Not a regular file (a FIFO, a device, a socket, a folder).
     #[error("not a regular file but a {kind}: refused without reading")]
-    NotRegular { kind: &'static str },
+    NotRegular {
+        /// What it is instead (`FIFO`, `character device`, ...).
+        kind: &'static str,
+    },
+    /// A symlink on the path, under a policy that refuses them.
     #[error("a symlink on the path: refused (datasets named by path are read without symlinks)")]
     Symlink,
+    /// Another file than the one indexed now has the path.
     #[error("changed since it was indexed ({was:?} then, {now:?} now): refused")]
     Changed {
+        /// The identity indexed.
         was: Box<FileIdentity>,
+        /// The identity found now.
         now: Box<FileIdentity>,
     },
+    /// The thread could not take the client's filesystem credentials.
     #[error("cannot take the client's credentials (uid {uid}, gid {gid}): {reason}")]
-    Credentials { uid: u32, gid: u32, reason: String },
+    Credentials {
+        /// The uid to take.
+        uid: u32,
+        /// The gid to take.
+        gid: u32,
+        /// Which call failed, and why.
+        reason: String,
+    },
 }
 
 /// What kind of non-regular file this is, for messages.

@@ -51,84 +51,15 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 use crate::source::local::fsopen::{self, OpenError, OpenRules};
 
+mod error;
+use error::setup_error;
+pub use error::{ReadError, SetupError};
+
 /// Open fds kept for files read at an offset (tar shards).
 pub const FD_CACHE_CAPACITY: usize = 128;
 
 /// The most bytes one io_uring read op asks for.
 const MAX_OP_LEN: u64 = 1 << 30;
-
-/// Why a read, or the reader itself, failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("io_uring setup failed: {0}")]
-    Setup(String),
-    #[error("{path}: not found")]
-    NotFound { path: PathBuf },
-    #[error("{path}: permission denied")]
-    Permission { path: PathBuf },
-    #[error(
-        "{path}: file shorter than indexed (wanted {want} bytes at offset {offset}, got {got})"
-    )]
-    ShortRead {
-        path: PathBuf,
-        offset: u64,
-        want: u64,
-        got: u64,
-    },
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{path}: {source}")]
-    NotRegular { path: PathBuf, source: OpenError },
-    #[error("{path}: {source}")]
-    Symlink { path: PathBuf, source: OpenError },
-    #[error("{path}: {source}")]
-    Changed { path: PathBuf, source: OpenError },
-    #[error("{path}: {source}")]
-    Credentials { path: PathBuf, source: OpenError },
-}
-
-impl ReadError {
-    /// A short code for metrics and per-sample status.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ReadError::Setup(_) => "setup",
-            ReadError::NotFound { .. } => "not_found",
-            ReadError::Permission { .. } => "permission",
-            ReadError::ShortRead { .. } => "short_read",
-            ReadError::Io { .. } => "io",
-            ReadError::NotRegular { .. } => "not_regular",
-            ReadError::Symlink { .. } => "symlink",
-            ReadError::Changed { .. } => "changed",
-            ReadError::Credentials { .. } => "credentials",
-        }
-    }
-
-    fn from_open(path: &Path, e: OpenError) -> ReadError {
-        let path = path.to_owned();
-        match e {
-            OpenError::Io(e) => ReadError::from_io(&path, e),
-            e @ OpenError::NotRegular { .. } => ReadError::NotRegular { path, source: e },
-            e @ OpenError::Symlink => ReadError::Symlink { path, source: e },
-            e @ OpenError::Changed { .. } => ReadError::Changed { path, source: e },
-            e @ OpenError::Credentials { .. } => ReadError::Credentials { path, source: e },
-        }
-    }
-
-    fn from_io(path: &Path, e: io::Error) -> ReadError {
-        match e.kind() {
-            io::ErrorKind::NotFound => ReadError::NotFound {
-                path: path.to_owned(),
-            },
-            io::ErrorKind::PermissionDenied => ReadError::Permission {
-                path: path.to_owned(),
-            },
-            _ => ReadError::Io {
-                path: path.to_owned(),
-                source: e,
-            },
-        }
-    }
-}
 
 /// Which reader to use (also the config file's `pipeline.reader`: `auto`, `io_uring`,
 /// `pread`).
@@ -149,7 +80,9 @@ pub enum ReaderKind {
 pub struct ReadRequest<'a> {
     /// The local file, or an object's URL (its name in errors).
     pub path: &'a Path,
+    /// Byte offset of the read in the file.
     pub offset: u64,
+    /// Bytes to read.
     pub len: u64,
     /// The file id of the object holding the bytes, in its dataset's object table
     /// (`source::read_batch` reads it from there); `None`: `path` is a local file.
@@ -363,22 +296,6 @@ struct UringReader {
     async_punt: bool,
 }
 
-fn setup_error(e: io::Error) -> ReadError {
-    let why = match e.raw_os_error() {
-        Some(libc::ENOSYS) => "the kernel has no io_uring (ENOSYS)".to_string(),
-        Some(libc::EPERM) => {
-            let sysctl = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into());
-            format!(
-                "io_uring is not permitted (EPERM: seccomp, or kernel.io_uring_disabled={sysctl})"
-            )
-        }
-        _ => e.to_string(),
-    };
-    ReadError::Setup(why)
-}
-
 impl UringReader {
     fn new(depth: usize) -> Result<UringReader, ReadError> {
         let entries = u32::try_from(depth.next_power_of_two())
@@ -387,11 +304,9 @@ impl UringReader {
         let mut probe = Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
-            .map_err(|e| ReadError::Setup(format!("cannot probe io_uring opcodes: {e}")))?;
+            .map_err(|e| ReadError::Setup(SetupError::Probe(e)))?;
         if !probe.is_supported(opcode::Read::CODE) {
-            return Err(ReadError::Setup(
-                "the kernel's io_uring lacks IORING_OP_READ (needs Linux 5.6)".into(),
-            ));
+            return Err(ReadError::Setup(SetupError::NoRead));
         }
         // Never more in flight than the completion queue holds.
         let depth = depth.min(ring.params().cq_entries() as usize);

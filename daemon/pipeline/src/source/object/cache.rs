@@ -221,6 +221,7 @@ impl NodeCache {
         })
     }
 
+    /// The cache's folder.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -230,6 +231,7 @@ impl NodeCache {
         self.lock().total
     }
 
+    /// The most bytes it holds (`s3.cache_max_bytes`); older objects are evicted past it.
     pub fn cap(&self) -> u64 {
         self.cap
     }

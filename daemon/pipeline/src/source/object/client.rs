@@ -97,6 +97,7 @@ impl Remote {
         })
     }
 
+    /// The bucket this client reads.
     pub fn bucket(&self) -> &str {
         &self.bucket
     }

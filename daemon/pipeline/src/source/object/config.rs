@@ -43,12 +43,16 @@ pub struct Connection {
     /// `https://s3.us-east-1.amazonaws.com`, `http://127.0.0.1:9000`, ... Plain `http://` is
     /// allowed when the endpoint says so.
     pub endpoint: Option<String>,
+    /// The signing region; `None`: the one the environment gives (`AWS_REGION`, ...).
     pub region: Option<String>,
     /// Path-style addressing (`endpoint/bucket/key`), as MinIO, SeaweedFS and most
     /// self-hosted services need; virtual-hosted style (`bucket.endpoint/key`) otherwise.
     pub path_style: Option<bool>,
+    /// The access key; `None`: the environment's credentials.
     pub access_key_id: Option<String>,
+    /// The secret of `access_key_id`.
     pub secret_access_key: Option<String>,
+    /// The session token of temporary credentials, if any.
     pub session_token: Option<String>,
 }
 
@@ -62,14 +66,18 @@ pub struct S3Config {
     pub datasets: BTreeMap<String, Connection>,
     /// Requests in flight at once, all datasets together.
     pub max_in_flight: usize,
+    /// Retries of a failed request (throttling, 5xx, a dropped connection).
     pub retries: u32,
+    /// The first retry's backoff in milliseconds, doubled each retry up to [`MAX_BACKOFF_MS`].
     pub backoff_ms: u64,
+    /// The timeout of one request attempt in milliseconds, connection included.
     pub timeout_ms: u64,
     /// The whole-request deadline of one fetch (attempts, retries and backoffs together),
     /// and how long a batch waits for its objects before a sample still missing is bad.
     pub fetch_deadline_ms: u64,
     /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
     pub cache_dir: Option<PathBuf>,
+    /// The node cache's size limit in bytes.
     pub cache_max_bytes: u64,
     /// Whether a job starting on a dataset fetches its objects ahead, in its epoch's order.
     pub prefetch: bool,

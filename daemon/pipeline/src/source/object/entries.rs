@@ -18,7 +18,9 @@ use super::{ObjectStore, S3Url};
 /// An object named by URL: its URL as the reader knows it, and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The normalised `s3://` URL.
     pub url: String,
+    /// The object's size in bytes.
     pub size: u64,
 }
 

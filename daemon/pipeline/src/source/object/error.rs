@@ -10,7 +10,9 @@ use std::time::Duration;
 /// What kind of failure an S3 request met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum S3ErrorKind {
+    /// No such key or bucket.
     NotFound,
+    /// Access denied or bad credentials.
     Permission,
     /// Anything else: the server is down, a timeout, a 5xx after every retry, a local error.
     Other,
@@ -22,13 +24,18 @@ pub enum S3ErrorKind {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{url}: S3 error {code}: {message}")]
 pub struct S3Error {
+    /// The object or listing asked for.
     pub url: String,
+    /// The failure's kind (what a bad sample is counted as).
     pub kind: S3ErrorKind,
+    /// The S3 error code, or `HTTP <status>`, `connection` or `local`.
     pub code: String,
+    /// The server's message, or what failed locally.
     pub message: String,
 }
 
 impl S3Error {
+    /// A failure on this side (code `local`, kind [`S3ErrorKind::Other`]).
     pub fn local(url: &str, message: String) -> S3Error {
         S3Error {
             url: url.to_owned(),

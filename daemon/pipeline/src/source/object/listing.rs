@@ -26,14 +26,17 @@ use super::error::S3Error;
 /// One object as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
+    /// The object's key in its bucket.
     pub key: String,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its ETag as listed (changes when the object is rewritten).
     pub etag: String,
 }
 
 /// One bucket's listing client.
 #[derive(Debug)]
-pub struct Lister {
+pub(crate) struct Lister {
     s3: Arc<AmazonS3>,
     client: HttpClient,
     /// `https://host/bucket` (path style) or `https://bucket.host` (virtual-hosted).
@@ -61,7 +64,7 @@ struct Content {
 
 impl Lister {
     /// The lister of the bucket `builder` (before its build) names; `s3` is what it built.
-    pub fn new(
+    pub(crate) fn new(
         builder: &AmazonS3Builder,
         s3: Arc<AmazonS3>,
         options: &ClientOptions,
@@ -91,7 +94,7 @@ impl Lister {
 
     /// One page of the objects under `prefix`, after `token` (the previous page's); the
     /// next page's token, if there is one. `url` names the listing in errors.
-    pub async fn page(
+    pub(crate) async fn page(
         &self,
         url: &str,
         prefix: &str,

@@ -26,30 +26,30 @@ use super::client::{S3Error, S3ErrorKind};
 use super::{metric, Fetcher, ObjectRef};
 
 /// Pieces of one object at most this far apart are fetched by one GET.
-pub const MERGE_GAP: u64 = 64 << 10;
+pub(crate) const MERGE_GAP: u64 = 64 << 10;
 /// The most bytes one merged GET spans.
-pub const MERGE_MAX: u64 = 8 << 20;
+pub(crate) const MERGE_MAX: u64 = 8 << 20;
 
 /// One sample's bytes of a large object.
 #[derive(Debug, Clone)]
-pub struct Piece {
+pub(crate) struct Piece {
     obj: ObjectRef,
     offset: u64,
     len: u64,
 }
 
 impl Piece {
-    pub fn new(obj: ObjectRef, offset: u64, len: u64) -> Piece {
+    pub(crate) fn new(obj: ObjectRef, offset: u64, len: u64) -> Piece {
         Piece { obj, offset, len }
     }
 
-    pub fn cache_name(&self) -> String {
+    pub(crate) fn cache_name(&self) -> String {
         let o = &self.obj;
         let key = format!("{}#{}+{}", o.key, self.offset, self.len);
         NodeCache::name(&o.remote.origin, o.remote.bucket(), &key, &o.etag, self.len)
     }
 
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
 
@@ -60,13 +60,13 @@ impl Piece {
 
 /// Whether a read of `len` bytes at `offset` of `o` is fetched as a piece, not with the
 /// whole object: `o` is larger than `max_whole` and the read is a part of it.
-pub fn is_piece(o: &ObjectRef, offset: u64, len: u64, max_whole: u64) -> bool {
+pub(crate) fn is_piece(o: &ObjectRef, offset: u64, len: u64, max_whole: u64) -> bool {
     o.size > max_whole && len > 0 && len < o.size && offset.saturating_add(len) <= o.size
 }
 
 /// One claim on an object or piece: local, on its way, or failed before it could start.
 #[derive(Debug)]
-pub enum Started {
+pub(crate) enum Started {
     Ready(std::path::PathBuf),
     Pending(Arc<Pending>),
     Failed(S3Error),
@@ -162,7 +162,7 @@ fn merge_runs(spans: &[Span<'_>]) -> Vec<Range<usize>> {
 /// Waits for every claim, until `due` at most (`None`: until each fetch ends, within its
 /// own deadline); each one's cache file, or why there is none (`timeout` for one still on
 /// its way at `due`).
-pub fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<PathBuf, S3Error>> {
+pub(crate) fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<PathBuf, S3Error>> {
     started
         .into_iter()
         .map(|s| match s {

@@ -306,6 +306,7 @@ pub struct Augmenter {
 }
 
 impl Augmenter {
+    /// An augmenter with empty scratch buffers (they grow on first use).
     pub fn new() -> Augmenter {
         Augmenter::default()
     }

@@ -13,6 +13,7 @@ pub struct EncodeOptions {
     pub quality: u8,
     /// S444, S422, S420, S440 or Gray (the RGB input is converted to luma).
     pub subsampling: Subsampling,
+    /// Progressive (several scans) instead of baseline.
     pub progressive: bool,
     /// Restart marker every this many MCU rows; 0 for none.
     pub restart_rows: u32,
@@ -37,7 +38,14 @@ pub struct JpegEncoder {
     tj: TjHandle,
 }
 
+impl std::fmt::Debug for JpegEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JpegEncoder").finish_non_exhaustive()
+    }
+}
+
 impl JpegEncoder {
+    /// A compressor; fails only where TurboJPEG cannot allocate one.
     pub fn new() -> Result<JpegEncoder, DecodeError> {
         let tj = TjHandle::new_compressor().ok_or_else(|| DecodeError::Internal {
             detail: "tj3Init(compress) failed".into(),

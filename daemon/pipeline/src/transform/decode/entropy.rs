@@ -32,7 +32,16 @@ pub struct EntropyDecoder {
     limits: Limits,
 }
 
+impl std::fmt::Debug for EntropyDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntropyDecoder")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
 impl EntropyDecoder {
+    /// A decoder refusing what `limits` refuses.
     pub fn new(limits: Limits) -> Result<EntropyDecoder, DecodeError> {
         Ok(EntropyDecoder {
             header: super::new_handle()?,

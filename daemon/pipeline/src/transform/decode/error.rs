@@ -11,40 +11,90 @@ use super::{ImageFormat, Limits, MAX_SCANS};
 pub enum DecodeError {
     /// The data is no format stoker decodes (JPEG, PNG, WebP).
     #[error("not an image format stoker decodes (JPEG, PNG, WebP): looks like {what}")]
-    UnknownFormat { what: String },
+    UnknownFormat {
+        /// What the first bytes look like (a name, or the bytes in hex).
+        what: String,
+    },
     /// A PNG or WebP file that ends before its image does.
     #[error("truncated {format} data: {detail}")]
-    TruncatedImage { format: ImageFormat, detail: String },
+    TruncatedImage {
+        /// PNG or WebP.
+        format: ImageFormat,
+        /// The format decoder's message.
+        detail: String,
+    },
     /// A PNG or WebP file its decoder found invalid.
     #[error("corrupt {format} data: {detail}")]
-    CorruptImage { format: ImageFormat, detail: String },
+    CorruptImage {
+        /// PNG or WebP.
+        format: ImageFormat,
+        /// The format decoder's message.
+        detail: String,
+    },
     /// The data ends before the image does.
     #[error("truncated JPEG data: {detail}")]
-    Truncated { detail: String },
+    Truncated {
+        /// libjpeg's message.
+        detail: String,
+    },
     /// libjpeg found the data invalid and stopped.
     #[error("corrupt JPEG data: {detail}")]
-    Corrupt { detail: String },
+    Corrupt {
+        /// libjpeg's message.
+        detail: String,
+    },
     /// libjpeg found damaged data it would have patched over (a warning); treated as an error.
     #[error("corrupt JPEG data (libjpeg warning, treated as an error): {detail}")]
-    Warning { detail: String },
+    Warning {
+        /// libjpeg's warning.
+        detail: String,
+    },
     /// A valid JPEG of a kind stoker does not decode (12-bit, lossless, ...).
     #[error("unsupported JPEG: {what}")]
-    Unsupported { what: String },
+    Unsupported {
+        /// What kind of JPEG it is.
+        what: String,
+    },
     /// More pixels than [`Limits::max_pixels`].
     #[error("image too large: {w}x{h} is over the limit of {limit} pixels")]
-    TooLarge { w: u32, h: u32, limit: u64 },
+    TooLarge {
+        /// Width in pixels.
+        w: u32,
+        /// Height in pixels.
+        h: u32,
+        /// The limit in pixels.
+        limit: u64,
+    },
     /// A larger file than [`Limits::max_file_bytes`].
     #[error("file too large: {len} bytes is over the limit of {limit} bytes")]
-    FileTooLarge { len: u64, limit: u64 },
+    FileTooLarge {
+        /// The file's length in bytes.
+        len: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// A progressive file with more than [`MAX_SCANS`] scans.
     #[error("too many progressive scans (limit {limit})")]
-    TooManyScans { limit: u32 },
+    TooManyScans {
+        /// Scans allowed.
+        limit: u32,
+    },
     /// `decode_for_crop` was given a box that does not overlap the image.
     #[error("crop box {want:?} does not overlap the {w}x{h} image")]
-    BadCrop { want: CropBox, w: u32, h: u32 },
+    BadCrop {
+        /// The box asked for, in full-image pixels.
+        want: CropBox,
+        /// The image's width in pixels.
+        w: u32,
+        /// The image's height in pixels.
+        h: u32,
+    },
     /// TurboJPEG failed for a reason unrelated to the data (for example out of memory).
     #[error("internal decoder error: {detail}")]
-    Internal { detail: String },
+    Internal {
+        /// TurboJPEG's message, or the call that failed.
+        detail: String,
+    },
 }
 
 impl DecodeError {

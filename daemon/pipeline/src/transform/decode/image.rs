@@ -22,8 +22,11 @@ use super::{exif, png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits
 /// What any image's header says, read without decoding a pixel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageHeader {
+    /// JPEG, PNG or WebP.
     pub format: ImageFormat,
+    /// Width in pixels, as stored (before the EXIF orientation).
     pub width: u32,
+    /// Height in pixels, as stored.
     pub height: u32,
     /// The EXIF orientation, 1 (stored order) to 8; 1 where the file has none (and for PNG and
     /// WebP, whose EXIF is not read).

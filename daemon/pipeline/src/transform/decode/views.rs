@@ -22,8 +22,11 @@ use super::{
 /// `(b.x * scale - x, b.y * scale - y, b.w * scale, b.h * scale)` in the decoded pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodedRegion {
+    /// Decoded pixels per full-image pixel (1, or a DCT scaling's 1/2, 1/4, 1/8).
     pub scale: f64,
+    /// Left edge of the decoded pixels, in decoded pixels from the full image's left.
     pub x: f64,
+    /// Top edge of the decoded pixels, in decoded pixels from the full image's top.
     pub y: f64,
 }
 

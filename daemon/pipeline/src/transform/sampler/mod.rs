@@ -42,30 +42,59 @@ use crate::transform::rng::{KeyedRng, Stream};
 /// Why a sampler cannot be built, or a position is out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SamplerError {
+    /// A dataset with no sample.
     #[error("the dataset is empty: there is nothing to sample")]
     EmptyDataset,
+    /// A world size of 0.
     #[error("world_size must be at least 1")]
     ZeroWorldSize,
+    /// A rank at or past the world size.
     #[error("rank {rank} is out of range for world_size {world_size}")]
-    RankOutOfRange { rank: u64, world_size: u64 },
+    RankOutOfRange {
+        /// The rank asked for.
+        rank: u64,
+        /// The job's world size.
+        world_size: u64,
+    },
+    /// A batch size of 0.
     #[error("batch_size must be at least 1")]
     ZeroBatchSize,
+    /// With `drop_last`, a rank's share of an epoch is less than one batch.
     #[error(
         "{len} samples over {world_size} ranks in batches of {batch_size} with drop_last \
          leave no batch for a rank"
     )]
     NoBatches {
+        /// Samples in the dataset.
         len: u64,
+        /// Ranks sharing them.
         world_size: u64,
+        /// The batch size.
         batch_size: u64,
     },
+    /// A step past the end of its epoch.
     #[error("step {step} is out of range: epoch {epoch} has {steps} steps")]
-    StepOutOfRange { epoch: u64, step: u64, steps: u64 },
+    StepOutOfRange {
+        /// The epoch.
+        epoch: u64,
+        /// The step asked for.
+        step: u64,
+        /// The epoch's steps per rank.
+        steps: u64,
+    },
+    /// An elastic offset that consumed more samples than an epoch has.
     #[error(
         "elastic offset: {consumed} samples consumed of epoch {epoch}, but an epoch has only \
          {len}"
     )]
-    OffsetBeyondEpoch { epoch: u64, consumed: u64, len: u64 },
+    OffsetBeyondEpoch {
+        /// The offset's epoch.
+        epoch: u64,
+        /// Samples consumed before the offset.
+        consumed: u64,
+        /// Samples in an epoch (the dataset's size).
+        len: u64,
+    },
 }
 
 /// How one epoch is cut over the ranks: the part of the permutation it covers and the batch

@@ -21,7 +21,7 @@ use crate::engine::backend::BackendFault;
 use crate::engine::backend::SlotImages;
 
 /// Pinned host memory for one batch's uploads, and the event after the last of them.
-pub struct HostStaging {
+pub(crate) struct HostStaging {
     // Field order: Drop waits on the event before the buffer is freed.
     uploaded: Event,
     buf: Option<PinnedHostBuffer>,
@@ -30,7 +30,7 @@ pub struct HostStaging {
 }
 
 impl HostStaging {
-    pub fn new(device: &Device) -> Result<HostStaging, CudaError> {
+    pub(crate) fn new(device: &Device) -> Result<HostStaging, CudaError> {
         Ok(HostStaging {
             uploaded: device.event(false)?,
             buf: None,
@@ -40,7 +40,7 @@ impl HostStaging {
 
     /// Starts a batch of at most `bytes`: waits until the last batch's uploads from here
     /// have run, then makes room.
-    pub fn begin(&mut self, device: &Device, bytes: usize) -> Result<(), CudaError> {
+    pub(crate) fn begin(&mut self, device: &Device, bytes: usize) -> Result<(), CudaError> {
         self.uploaded.synchronize()?;
         self.used = 0;
         if self.buf.as_ref().is_none_or(|b| b.len() < bytes) {
@@ -66,7 +66,7 @@ impl HostStaging {
     }
 
     /// Stages `src` and enqueues its copy to device address `dst` on `stream`.
-    pub fn upload(
+    pub(crate) fn upload(
         &mut self,
         device: &Device,
         stream: &stoker_nvidia::cuda::Stream,
@@ -84,7 +84,7 @@ impl HostStaging {
     }
 
     /// Records the event after this batch's uploads on `stream`.
-    pub fn finish(&self, stream: &stoker_nvidia::cuda::Stream) -> Result<(), CudaError> {
+    pub(crate) fn finish(&self, stream: &stoker_nvidia::cuda::Stream) -> Result<(), CudaError> {
         self.uploaded.record(stream)
     }
 }
