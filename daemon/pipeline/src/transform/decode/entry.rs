@@ -49,6 +49,7 @@ use std::sync::{Mutex, OnceLock};
 
 use stoker_kernels::reference::RgbImage;
 
+use super::markers::{Markers, DHT, SOF0, SOF1, SOS};
 use super::restart::{region_cover, Frame};
 use super::{CpuDecoder, DecodeError, RegionPlan};
 
@@ -357,16 +358,17 @@ impl Scan {
         let frame = Frame::parse(b).filter(|f| f.interval == 0)?;
         let mut tables: [Option<Huff>; 8] = Default::default();
         let mut sampling = Vec::new();
-        for (marker, body) in segments(b, frame.scan_at) {
-            match marker {
-                0xC0 | 0xC1 => {
+        for seg in Markers::after_soi(b) {
+            let body = seg.whole()?;
+            match seg.code {
+                SOF0 | SOF1 => {
                     let n = usize::from(*body.get(5)?);
                     for c in body.get(6..6 + 3 * n)?.chunks_exact(3) {
                         sampling.push((c[0], c[1] >> 4, c[1] & 15));
                     }
                 }
-                0xC4 => read_dht(body, &mut tables)?,
-                0xDA => return Self::from_sos(frame, body, &sampling, &tables),
+                DHT => read_dht(body, &mut tables)?,
+                SOS => return Self::from_sos(frame, body, &sampling, &tables),
                 _ => {}
             }
         }
@@ -455,24 +457,6 @@ impl Scan {
         }
         Some(())
     }
-}
-
-/// The marker segments of `b` before byte `end`, as (marker, body).
-fn segments(b: &[u8], end: usize) -> impl Iterator<Item = (u8, &[u8])> {
-    let mut pos = 2;
-    std::iter::from_fn(move || {
-        while b.get(pos) == Some(&0xFF) && b.get(pos + 1) == Some(&0xFF) {
-            pos += 1;
-        }
-        if pos >= end || *b.get(pos)? != 0xFF {
-            return None;
-        }
-        let marker = *b.get(pos + 1)?;
-        let len = usize::from(u16::from_be_bytes([*b.get(pos + 2)?, *b.get(pos + 3)?]));
-        let body = b.get(pos + 4..pos + 2 + len)?;
-        pos += 2 + len;
-        Some((marker, body))
-    })
 }
 
 /// Reads the tables of one DHT segment into `tables` (DC 0-3, then AC 0-3).

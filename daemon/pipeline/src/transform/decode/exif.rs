@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+use super::markers::{stands_alone, Markers, APP1, EOI, SOS};
+
 /// The EXIF Orientation tag.
 const ORIENTATION_TAG: u16 = 0x0112;
 
@@ -17,31 +19,19 @@ pub(crate) fn jpeg_orientation(jpeg: &[u8]) -> u8 {
 
 /// The TIFF data of the first APP1 segment holding `Exif\0\0`, before the first scan.
 fn exif_segment(jpeg: &[u8]) -> Option<&[u8]> {
-    let mut pos = 2;
-    loop {
-        if *jpeg.get(pos)? != 0xFF {
+    for seg in Markers::after_soi(jpeg) {
+        if matches!(seg.code, SOS | EOI) {
             return None;
         }
-        while jpeg.get(pos) == Some(&0xFF) {
-            pos += 1;
+        if stands_alone(seg.code) {
+            continue;
         }
-        let code = *jpeg.get(pos)?;
-        pos += 1;
-        match code {
-            0xDA | 0xD9 => return None,
-            0x01 | 0xD0..=0xD7 => continue,
-            _ => {}
-        }
-        let len = usize::from(u16::from_be_bytes([*jpeg.get(pos)?, *jpeg.get(pos + 1)?]));
-        if len < 2 {
-            return None;
-        }
-        let body = jpeg.get(pos + 2..pos + len)?;
-        if code == 0xE1 && body.starts_with(b"Exif\0\0") {
+        let body = seg.whole()?;
+        if seg.code == APP1 && body.starts_with(b"Exif\0\0") {
             return Some(&body[6..]);
         }
-        pos += len;
     }
+    None
 }
 
 /// The orientation in IFD0 of TIFF data (byte order `II` or `MM`).

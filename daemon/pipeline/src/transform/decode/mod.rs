@@ -37,6 +37,7 @@ mod error;
 mod exif;
 mod format;
 mod image;
+mod markers;
 mod png;
 mod restart;
 mod sniff;

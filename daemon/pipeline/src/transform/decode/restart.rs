@@ -30,6 +30,7 @@
 
 use stoker_kernels::reference::RgbImage;
 
+use super::markers::{Markers, DHT, DRI, EOI, SOF0, SOF1, SOS};
 use super::sys::{Param, ScalingFactor, TjHandle};
 use super::{probe, ColorSpace, CpuDecoder, DecodeError, ImageFormat, Limits, RegionPlan};
 
@@ -160,50 +161,39 @@ impl Frame {
     /// Walks the marker segments up to the first scan; `None` for anything but a sequential
     /// Huffman frame (SOF0/SOF1) whose first scan holds every component.
     pub(super) fn parse(b: &[u8]) -> Option<Frame> {
-        let be16 = |i: usize| Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
-        let mut pos = 2;
         let mut frame: Option<Frame> = None;
         let mut interval = 0;
         let mut keep = Vec::new();
         let mut components = 0u8;
-        loop {
-            while b.get(pos) == Some(&0xFF) && b.get(pos + 1) == Some(&0xFF) {
-                pos += 1;
-            }
-            if *b.get(pos)? != 0xFF {
-                return None;
-            }
-            let marker = *b.get(pos + 1)?;
-            let len = usize::from(be16(pos + 2)?);
-            let end = pos + 2 + len;
-            let body = b.get(pos + 4..end)?;
-            match marker {
-                0xC0 | 0xC1 => {
+        for seg in Markers::after_soi(b) {
+            let body = seg.whole()?;
+            match seg.code {
+                SOF0 | SOF1 => {
                     components = *body.get(5)?;
-                    frame = Some(Frame::from_sof(pos + 5, body)?);
+                    frame = Some(Frame::from_sof(seg.at + 5, body)?);
                 }
-                0xC2..=0xCF if marker != 0xC4 && marker != 0xC8 && marker != 0xCC => return None,
-                0xDD => interval = u32::from(be16(pos + 4)?),
-                0xDA => {
+                0xC2..=0xCF if !matches!(seg.code, DHT | 0xC8 | 0xCC) => return None,
+                DRI => interval = u32::from(u16::from_be_bytes([*body.first()?, *body.get(1)?])),
+                SOS => {
                     let mut f = frame?;
                     if *body.first()? != components {
                         return None;
                     }
-                    keep.push((pos, end));
+                    keep.push((seg.at, seg.end));
                     f.interval = interval;
-                    f.scan_at = end;
+                    f.scan_at = seg.end;
                     f.keep = keep;
                     return Some(f);
                 }
-                0xD9 => return None,
+                EOI => return None,
                 _ => {}
             }
-            let dropped = matches!(marker, 0xE1..=0xED | 0xEF | 0xFE);
+            let dropped = matches!(seg.code, 0xE1..=0xED | 0xEF | 0xFE);
             if !dropped {
-                keep.push((pos, end));
+                keep.push((seg.at, seg.end));
             }
-            pos = end;
         }
+        None
     }
 
     /// The frame from a SOF0/SOF1 body; `dims_at` is the offset of its height field.

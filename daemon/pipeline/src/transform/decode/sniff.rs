@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::markers::{Markers, EOI, SOS};
 use super::DecodeError;
 
 /// What data of no format stoker decodes looks like, for the error message ("a GIF image",
@@ -51,23 +52,11 @@ pub(crate) fn describe_unknown(bytes: &[u8]) -> String {
 /// Stops without a verdict at anything unexpected (libjpeg
 /// then has its say).
 pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeError> {
-    let mut pos = 2;
-    loop {
-        // A marker: one or more 0xFF fill bytes, then the code.
-        if bytes.get(pos) != Some(&0xFF) {
-            return Ok(None);
-        }
-        while bytes.get(pos) == Some(&0xFF) {
-            pos += 1;
-        }
-        let Some(&code) = bytes.get(pos) else {
-            return Ok(None);
-        };
-        pos += 1;
-        match code {
+    for seg in Markers::after_soi(bytes) {
+        match seg.code {
             0xC0..=0xC3 | 0xC9..=0xCB => {
-                // Length (2), precision (1), height (2), width (2).
-                let dims = bytes.get(pos + 3..pos + 7).map(|d| {
+                // Precision (1), height (2), width (2).
+                let dims = seg.body.get(1..5).map(|d| {
                     let h = u16::from_be_bytes([d[0], d[1]]) as u32;
                     let w = u16::from_be_bytes([d[2], d[3]]) as u32;
                     (w, h)
@@ -76,7 +65,7 @@ pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeErro
             }
             0xC5..=0xC7 | 0xCD..=0xCF => {
                 return Err(DecodeError::Unsupported {
-                    what: format!("hierarchical JPEG (SOF{})", code - 0xC0),
+                    what: format!("hierarchical JPEG (SOF{})", seg.code - 0xC0),
                 })
             }
             0xF7 | 0xF8 => {
@@ -84,25 +73,20 @@ pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeErro
                     what: String::from("JPEG-LS (SOF55)"),
                 })
             }
-            0xD9 => {
+            EOI => {
                 return Err(DecodeError::Corrupt {
                     detail: String::from("no image: the stream ends before any frame header"),
                 })
             }
-            0xDA => {
+            SOS => {
                 return Err(DecodeError::Corrupt {
                     detail: String::from("scan data before any frame header"),
                 })
             }
-            0x01 | 0xD0..=0xD7 => {}
-            _ => {
-                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
-                    return Ok(None);
-                };
-                pos += u16::from_be_bytes([hi, lo]) as usize;
-            }
+            _ => {}
         }
     }
+    Ok(None)
 }
 
 /// Whether the stream has an EOI marker (`FF D9`) after its first scan header (SOS). A
@@ -111,33 +95,15 @@ pub(crate) fn check_frame(bytes: &[u8]) -> Result<Option<(u32, u32)>, DecodeErro
 /// SOS) do not count; trailing data after the EOI is allowed. Returns `true` when the marker
 /// walk cannot find the first SOS (libjpeg then has its say).
 pub(crate) fn has_end_after_scan(bytes: &[u8]) -> bool {
-    let mut pos = 2;
-    let sos = loop {
-        if bytes.get(pos) != Some(&0xFF) {
-            return true;
-        }
-        while bytes.get(pos) == Some(&0xFF) {
-            pos += 1;
-        }
-        let Some(&code) = bytes.get(pos) else {
-            return true;
-        };
-        pos += 1;
-        match code {
-            0xDA => break pos,
-            0xD9 => return true,
-            0x01 | 0xD0..=0xD7 => {}
-            _ => {
-                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
-                    return true;
-                };
-                pos += u16::from_be_bytes([hi, lo]) as usize;
-            }
-        }
+    let Some(sos) = Markers::after_soi(bytes)
+        .take_while(|seg| seg.code != EOI)
+        .find(|seg| seg.code == SOS)
+    else {
+        return true;
     };
     // Entropy-coded data stuffs every 0xFF as FF 00, so FF D9 after the SOS is a marker.
     bytes
-        .get(sos..)
+        .get(sos.at + 2..)
         .is_some_and(|scan| scan.windows(2).rev().any(|w| w == [0xFF, 0xD9]))
 }
 
