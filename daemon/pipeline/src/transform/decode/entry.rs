@@ -56,7 +56,7 @@ use super::{CpuDecoder, DecodeError, RegionPlan};
 /// The most entries the process keeps (12 bytes each: 384 MiB; about ImageNet's 1.28
 /// million files at 25 MCU rows each with one entry per row, or 75,000 of them with
 /// [`ENTRY_COLUMNS`] per row).
-pub const MAX_ENTRIES: usize = 32 << 20;
+pub(crate) const MAX_ENTRIES: usize = 32 << 20;
 
 /// Entries per MCU row a file gets while the table has room: a crop then skips the
 /// Huffman decoding beside it too, as a restart-indexed file's does.

@@ -36,6 +36,7 @@ impl ImageFormat {
         }
     }
 
+    /// The format's name as messages give it (`JPEG`, `PNG`, `WebP`).
     pub fn name(self) -> &'static str {
         match self {
             ImageFormat::Jpeg => "JPEG",

@@ -109,12 +109,19 @@ impl Default for Limits {
 /// Chroma subsampling as TurboJPEG classifies it (`TJPARAM_SUBSAMP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subsampling {
+    /// 4:4:4: chroma at full resolution.
     S444,
+    /// 4:2:2: chroma at half the width.
     S422,
+    /// 4:2:0: chroma at half the width and half the height.
     S420,
+    /// One component: no chroma.
     Gray,
+    /// 4:4:0: chroma at half the height.
     S440,
+    /// 4:1:1: chroma at a quarter of the width.
     S411,
+    /// 4:4:1: chroma at a quarter of the height.
     S441,
     /// Sampling factors outside the standard set (decodable, but not croppable by TurboJPEG).
     Unknown,
@@ -150,10 +157,15 @@ impl Subsampling {
 /// The JPEG colour space (`TJPARAM_COLORSPACE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColorSpace {
+    /// Three components stored as RGB, not YCbCr (libjpeg's reading of the markers).
     Rgb,
+    /// Luma and two chroma components: nearly every photo.
     YCbCr,
+    /// One component.
     Gray,
+    /// Four components, CMYK (Adobe, transform 0): converted to RGB here.
     Cmyk,
+    /// Four components, YCCK (Adobe, transform 2): converted to RGB here.
     Ycck,
 }
 
@@ -173,12 +185,19 @@ impl ColorSpace {
 /// What the JPEG header says, read without decoding any pixel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JpegHeader {
+    /// Pixels across, before any EXIF orientation.
     pub width: u32,
+    /// Pixels down, before any EXIF orientation.
     pub height: u32,
+    /// How the chroma is sampled.
     pub subsampling: Subsampling,
+    /// How the components are to be read.
     pub colorspace: ColorSpace,
+    /// Progressive coding (several scans).
     pub progressive: bool,
+    /// Arithmetic entropy coding instead of Huffman.
     pub arithmetic: bool,
+    /// Lossless coding (SOF3 and kin).
     pub lossless: bool,
     /// Bits per sample (8 for nearly every JPEG; 12 and 16 are rejected).
     pub precision: u8,
@@ -454,7 +473,18 @@ pub struct CpuDecoder {
     entry_scope: u32,
 }
 
+impl std::fmt::Debug for CpuDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuDecoder")
+            .field("limits", &self.limits)
+            .field("fast_upsample", &self.fast_upsample)
+            .field("entry_scope", &self.entry_scope)
+            .finish_non_exhaustive()
+    }
+}
+
 impl CpuDecoder {
+    /// A decoder that refuses images over `limits` before decoding them.
     pub fn new(limits: Limits) -> Result<CpuDecoder, DecodeError> {
         Ok(CpuDecoder {
             tj: Self::new_limited_handle(&limits, false)?,
@@ -522,6 +552,7 @@ impl CpuDecoder {
         self.factors = Self::allowed_factors(all);
     }
 
+    /// What this decoder refuses before decoding.
     pub fn limits(&self) -> Limits {
         self.limits
     }
