@@ -21,25 +21,41 @@ use stoker_pipeline::transform::decode::ImageFormat;
 /// What the manifest says an edge file must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expected {
+    /// `decode OK`: the file decodes.
     DecodeOk,
+    /// `must be rejected with a clear error`: decoding fails with an error that says why.
     MustReject,
+    /// `may be rejected`: either outcome is right, as long as nothing crashes.
     MayReject,
 }
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    /// The manifest file could not be read.
     #[error("{}: {source}", path.display())]
     Read {
+        /// The manifest's path.
         path: PathBuf,
+        /// The read's error.
         source: std::io::Error,
     },
+    /// The header line lacks a column this reader needs.
     #[error("{}: no column {column:?}", path.display())]
-    NoColumn { path: PathBuf, column: &'static str },
+    NoColumn {
+        /// The manifest's path.
+        path: PathBuf,
+        /// The missing column's name (`file` or `expected`).
+        column: &'static str,
+    },
+    /// A row's `expected` cell is none of the three known texts.
     #[error("{} line {line}: unknown expectation {found:?}", path.display())]
     UnknownExpectation {
+        /// The manifest's path.
         path: PathBuf,
+        /// The row's line number in the file, from 1 (the header is line 1).
         line: usize,
+        /// The cell's text.
         found: String,
     },
 }

@@ -29,30 +29,68 @@ use std::time::{Duration, Instant};
 
 use stoker_pipeline::source::index::{Dataset, DatasetError, OpenOptions};
 use stoker_pipeline::source::local::fsopen::open_input;
+use stoker_pipeline::source::object::client::S3Error;
 use stoker_pipeline::source::object::sidecar::{self, IndexedSample};
 use stoker_pipeline::transform::decode::add_restart_markers;
 
 /// Default target shard size: 256 MB.
-pub const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
+pub(crate) const DEFAULT_SHARD_BYTES: u64 = 256 * 1000 * 1000;
 
+/// Why a pack (or a shard written by [`TarWriter`]) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
+    /// A shard, its sidecar index or the output folder could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The file or folder (a shard is written as `NAME.tar.partial` until complete).
         path: PathBuf,
+        /// The write's error.
         source: std::io::Error,
     },
+    /// A sample's bytes could not be read from the dataset.
     #[error("cannot read sample {sample}: {source}")]
     Read {
+        /// The sample's display name in the dataset.
         sample: String,
+        /// The open's or read's error.
         source: std::io::Error,
     },
+    /// A sample's indexed length does not fit this machine's `usize`.
+    #[error("cannot read sample {sample}: {len} bytes")]
+    TooLarge {
+        /// The sample's display name in the dataset.
+        sample: String,
+        /// Its length in bytes, as indexed.
+        len: u64,
+    },
+    /// The dataset to pack could not be opened.
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// A member name does not fit a ustar header (at most 100 bytes).
     #[error("tar member name {0:?} is longer than 100 bytes")]
     NameTooLong(String),
+    /// The `s3://` output is not a URL stoker can upload to; `reason` is the URL parser's.
     #[error("cannot upload {path}: {reason}")]
-    Upload { path: PathBuf, reason: String },
+    BadUrl {
+        /// The output as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The output is not an `s3://` URL at all.
+    #[error("cannot upload {path}: not an s3:// URL")]
+    NotS3 {
+        /// The output as given.
+        path: PathBuf,
+    },
+    /// A shard or its sidecar index could not be uploaded.
+    #[error("cannot upload {path}: {source}")]
+    Upload {
+        /// The local file being uploaded.
+        path: PathBuf,
+        /// The S3 request's error.
+        source: S3Error,
+    },
 }
 
 /// Writes one tar file member by member.
@@ -63,6 +101,16 @@ pub struct TarWriter {
     bytes: u64,
     /// The samples [`append_sample`] wrote, for the sidecar index.
     samples: Vec<IndexedSample>,
+}
+
+impl std::fmt::Debug for TarWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TarWriter")
+            .field("path", &self.path)
+            .field("bytes", &self.bytes)
+            .field("samples", &self.samples.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl TarWriter {
@@ -83,7 +131,7 @@ impl TarWriter {
     }
 
     /// Bytes written so far (headers and padding included).
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
@@ -159,12 +207,12 @@ fn ustar_header(name: &str, size: u64) -> Result<[u8; 512], PackError> {
 }
 
 /// The name of shard `n` in `out`.
-pub fn shard_path(out: &Path, n: usize) -> PathBuf {
+pub(crate) fn shard_path(out: &Path, n: usize) -> PathBuf {
     out.join(format!("shard-{n:06}.tar"))
 }
 
 /// Appends one sample (`KEY.jpg`, and `KEY.cls` when the label is not negative).
-pub fn append_sample(
+pub(crate) fn append_sample(
     tar: &mut TarWriter,
     key: &str,
     jpeg: &[u8],
@@ -210,15 +258,19 @@ impl PackOptions {
 /// What a pack wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PackSummary {
+    /// Samples written.
     pub samples: usize,
+    /// Shards written (complete and renamed into place).
     pub shards: usize,
+    /// Bytes of all shards (tar headers and padding included, sidecars not).
     pub bytes: u64,
     /// Samples rewritten with restart markers (`--restart`).
     pub restart_indexed: usize,
     /// Samples `--restart` stored as they are (they cannot be rewritten).
     pub kept_as_is: usize,
-    /// Bytes of the rewritten samples before and after the rewrite.
+    /// Bytes of the rewritten samples before the rewrite.
     pub rewritten_bytes_in: u64,
+    /// Bytes of the rewritten samples after the rewrite.
     pub rewritten_bytes_out: u64,
 }
 
@@ -245,7 +297,7 @@ fn stored_bytes<'a>(data: &'a [u8], restart: bool, summary: &mut PackSummary) ->
 /// Packs every sample of the dataset at `src` (any layout) into shards of about
 /// `shard_bytes` under `out`, in dataset order, labels preserved. Progress goes to stderr
 /// about once a second when `progress` is set.
-pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
+pub(crate) fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
     let ds = Dataset::open(src, &OpenOptions::default())?;
     std::fs::create_dir_all(out).map_err(|source| PackError::Write {
         path: out.to_owned(),
@@ -293,9 +345,9 @@ pub fn pack_dataset_with(
             open = Some((s.path, f));
         }
         let file = &open.as_ref().expect("opened above").1;
-        let len = usize::try_from(s.len).map_err(|_| PackError::Read {
+        let len = usize::try_from(s.len).map_err(|_| PackError::TooLarge {
             sample: ds.display_name(i),
-            source: std::io::Error::other(format!("{} bytes", s.len)),
+            len: s.len,
         })?;
         buf.resize(len, 0);
         file.read_exact_at(&mut buf, s.offset)

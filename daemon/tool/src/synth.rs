@@ -18,12 +18,17 @@ use stoker_pipeline::transform::rng::{mix64, KeyedRng, Stream};
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct SynthOptions {
+    /// Images to write.
     pub images: usize,
+    /// Classes (labels `0..classes`; image `i` is in class `i % classes`); at least 1.
     pub classes: usize,
+    /// With the index, what each image's shape and content are drawn from.
     pub seed: u64,
+    /// JPEG quality, 1-100.
     pub quality: u8,
     /// Scale of image sides (1.0: ImageNet-like, about 500x375).
     pub size_scale: f64,
+    /// Encoding threads (0: one per core).
     pub threads: usize,
     /// Write this many tar shards (`shard-NNNNNN.tar`, members `KEY.jpg` + `KEY.cls`) instead
     /// of an ImageFolder; 0 writes the folder. Image `i` is the same either way.
@@ -44,17 +49,24 @@ impl Default for SynthOptions {
     }
 }
 
+/// Why [`generate`] stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum SynthError {
+    /// A folder or an image file could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The folder or file.
         path: PathBuf,
+        /// The write's error.
         source: std::io::Error,
     },
+    /// The JPEG encoder failed.
     #[error("encoder: {0}")]
     Encode(#[from] stoker_pipeline::transform::decode::DecodeError),
+    /// [`SynthOptions::classes`] is 0.
     #[error("classes must be at least 1")]
     NoClasses,
+    /// A tar shard could not be written (`shards` > 0).
     #[error(transparent)]
     Shard(#[from] crate::pack::PackError),
 }
@@ -70,7 +82,7 @@ const SHAPES: [(u32, u32); 6] = [
 ];
 
 /// The path of image `i` under `root`.
-pub fn image_path(root: &Path, opts: &SynthOptions, i: usize) -> PathBuf {
+pub(crate) fn image_path(root: &Path, opts: &SynthOptions, i: usize) -> PathBuf {
     root.join(format!("class_{:04}", i % opts.classes))
         .join(format!("img_{i:08}.jpg"))
 }
@@ -235,7 +247,7 @@ fn effective_threads(opts: &SynthOptions) -> usize {
 }
 
 /// Images `[start, end)` of shard `s` of `opts.shards`: contiguous, sizes differ by at most one.
-pub fn shard_range(opts: &SynthOptions, s: usize) -> (usize, usize) {
+pub(crate) fn shard_range(opts: &SynthOptions, s: usize) -> (usize, usize) {
     let (n, k) = (opts.images, opts.shards.max(1));
     (s * n / k, (s + 1) * n / k)
 }

@@ -27,7 +27,7 @@ use super::{
 /// colour, no output), from bytes in memory, on `threads` threads: the ceiling of the CPU
 /// path. Samples that are not JPEGs, or that fail, count as done but add no bytes, as in
 /// [`decode_stage`]. Repeats the set until `at_least` is reached.
-pub fn entropy_stage(
+pub(crate) fn entropy_stage(
     samples: &[(u64, Vec<u8>)],
     engine: &EngineConfig,
     at_least: AtLeast,
@@ -80,7 +80,7 @@ pub fn entropy_stage(
 /// augment, engine). Per CPU-second, not per wall second, so that other load on a shared
 /// machine cancels out.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Ceiling {
+pub(crate) struct Ceiling {
     /// Images per CPU-second, entropy decoding alone.
     pub entropy_per_core: f64,
     /// Images per CPU-second, the whole pipeline in process.
@@ -91,7 +91,7 @@ pub struct Ceiling {
 
 impl Ceiling {
     /// From the warm entropy and pipeline rows of `stages`; `None` without both.
-    pub fn of(stages: &[StageResult]) -> Option<Ceiling> {
+    pub(crate) fn of(stages: &[StageResult]) -> Option<Ceiling> {
         let per_core = |stage: Stage| {
             stages
                 .iter()
@@ -109,7 +109,7 @@ impl Ceiling {
     }
 
     /// One line for the table.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "per core: stoker {:.1} img/s per CPU-second = {:.0}% of the entropy-decode ceiling \
              ({:.1} img/s per CPU-second, coefficients only)\n",

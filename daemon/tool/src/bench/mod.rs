@@ -23,7 +23,7 @@ use stoker_pipeline::source::object::ObjectStore;
 
 /// What to measure.
 #[derive(Debug, Clone)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     pub data: PathBuf,
     pub spec: PipelineSpec,
     pub engine: EngineConfig,
@@ -39,7 +39,7 @@ pub struct BenchOptions {
 impl BenchOptions {
     /// The standard comparison: RandomResizedCrop 224 + flip + normalise, f32 NCHW, batch 64,
     /// one warm-up epoch and two timed ones.
-    pub fn standard(data: &Path, threads: usize) -> BenchOptions {
+    pub(crate) fn standard(data: &Path, threads: usize) -> BenchOptions {
         BenchOptions {
             data: data.to_path_buf(),
             spec: PipelineSpec::train(64, 224),
@@ -58,7 +58,7 @@ impl BenchOptions {
 
 /// What was measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     pub data: String,
     pub samples: usize,
     pub threads: usize,
@@ -81,10 +81,10 @@ pub struct BenchReport {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(crate) enum BenchError {
     #[error("dataset {path}: {source}")]
     Dataset {
-        path: String,
+        path: PathBuf,
         source: stoker_pipeline::source::index::DatasetError,
     },
     #[error(transparent)]
@@ -96,7 +96,7 @@ pub enum BenchError {
 }
 
 /// Process CPU time (user + system) in seconds.
-pub fn process_cpu_seconds() -> f64 {
+pub(crate) fn process_cpu_seconds() -> f64 {
     // rustix has no getrusage: libc it stays.
     // SAFETY: getrusage writes a plain struct we own.
     let usage = unsafe {
@@ -109,13 +109,13 @@ pub fn process_cpu_seconds() -> f64 {
 }
 
 /// Runs the pipeline in this process and measures it.
-pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+pub(crate) fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let open = OpenOptions {
         objects: Some(opts.objects.clone()),
         ..OpenOptions::default()
     };
     let dataset = Dataset::open(&opts.data, &open).map_err(|source| BenchError::Dataset {
-        path: opts.data.display().to_string(),
+        path: opts.data.clone(),
         source,
     })?;
     let samples = dataset.len();
@@ -174,29 +174,6 @@ pub fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     })
 }
 
-impl BenchReport {
-    /// A few lines a person reads at a glance.
-    pub fn table(&self) -> String {
-        format!(
-            "stoker cpu threads={} batch={} reader={}: {} images in {:.2}s = {:.1} img/s\n\
-             \x20 per image (worker ms): read {:.3}  decode {:.3}  augment {:.3}\n\
-             \x20 read {:.1} MB/s, CPU {:.2} s per 1000 images, bad samples {}",
-            self.threads,
-            self.batch_size,
-            self.reader,
-            self.images,
-            self.seconds,
-            self.images_per_s,
-            self.read_ms_per_image,
-            self.decode_ms_per_image,
-            self.augment_ms_per_image,
-            self.mb_per_s_read,
-            self.cpu_s_per_1000,
-            self.bad_samples,
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Stage by stage: storage only, decode only, decode + augment, each on its own, so that the
 // slowest one names the bottleneck.
@@ -205,7 +182,7 @@ impl BenchReport {
 /// The page cache's state during a measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CacheState {
+pub(crate) enum CacheState {
     /// The files were read in a warm-up pass first.
     Warm,
     /// The dataset's pages were dropped first.
@@ -215,7 +192,7 @@ pub enum CacheState {
 }
 
 impl CacheState {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CacheState::Warm => "warm",
             CacheState::Cold => "cold",
@@ -233,7 +210,7 @@ impl std::fmt::Display for CacheState {
 
 /// A stage measured on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Stage {
+pub(crate) enum Stage {
     #[serde(rename = "storage")]
     Storage,
     #[serde(rename = "decode")]
@@ -248,7 +225,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stage::Storage => "storage",
             Stage::Decode => "decode",
@@ -268,7 +245,7 @@ impl std::fmt::Display for Stage {
 
 /// One stage's measurement.
 #[derive(Debug, Clone, Serialize)]
-pub struct StageResult {
+pub(crate) struct StageResult {
     pub stage: Stage,
     pub threads: usize,
     pub images: u64,
@@ -307,7 +284,7 @@ impl StageResult {
 }
 
 /// Threads to use for `requested` (0: one per core).
-pub fn effective_threads(requested: usize) -> usize {
+pub(crate) fn effective_threads(requested: usize) -> usize {
     if requested == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -316,7 +293,7 @@ pub fn effective_threads(requested: usize) -> usize {
 }
 
 /// Opens `path`, timing it; `cache_dir` `None` walks the dataset (no index cache).
-pub fn open_timed(
+pub(crate) fn open_timed(
     path: &Path,
     cache_dir: Option<&Path>,
     objects: &Arc<ObjectStore>,
@@ -329,7 +306,7 @@ pub fn open_timed(
     };
     let t0 = Instant::now();
     let ds = Dataset::open(path, &opts).map_err(|source| BenchError::Dataset {
-        path: path.display().to_string(),
+        path: path.to_owned(),
         source,
     })?;
     Ok((ds, t0.elapsed().as_secs_f64()))
@@ -337,7 +314,7 @@ pub fn open_timed(
 
 /// How long indexing takes: a full walk (cache off) and a load from the index cache.
 #[derive(Debug, Clone, Serialize)]
-pub struct IndexTiming {
+pub(crate) struct IndexTiming {
     pub kind: &'static str,
     pub samples: usize,
     /// Files holding the samples (one per image in folders, one per shard in tar layouts).
@@ -356,7 +333,7 @@ pub struct IndexTiming {
 /// Measures indexing of `path` with the cache off, then on (in a private cache folder);
 /// with `cold`, also the walk after the dataset was evicted from the caches. Returns the
 /// dataset of the first walk with the timings.
-pub fn index_timing(
+pub(crate) fn index_timing(
     path: &Path,
     cold: bool,
     objects: &Arc<ObjectStore>,
@@ -387,7 +364,7 @@ pub fn index_timing(
 }
 
 /// The files holding the dataset's samples, each once, in sample order.
-pub fn distinct_files(ds: &Dataset) -> Vec<PathBuf> {
+pub(crate) fn distinct_files(ds: &Dataset) -> Vec<PathBuf> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for i in 0..ds.len() {
@@ -401,7 +378,7 @@ pub fn distinct_files(ds: &Dataset) -> Vec<PathBuf> {
 
 /// How the page cache was dropped for a cold measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Eviction {
+pub(crate) enum Eviction {
     /// `/proc/sys/vm/drop_caches` = 3 (root): page cache, dentries and inodes, as after a
     /// reboot.
     DropCaches,
@@ -416,7 +393,7 @@ pub enum Eviction {
 /// Drops the dataset's files from the page cache: `drop_caches` as root (with the dentries
 /// and inodes, so a folder's metadata is cold too), else fadvise (data pages only). An
 /// `s3://` dataset is evicted from the node cache instead.
-pub fn evict(ds: &Dataset) -> Eviction {
+pub(crate) fn evict(ds: &Dataset) -> Eviction {
     if let Some(objects) = ds.objects() {
         objects.evict(ds);
         return Eviction::NodeCache;
@@ -437,7 +414,7 @@ pub fn evict(ds: &Dataset) -> Eviction {
 }
 
 /// Peak resident memory (VmHWM) of a process in MB, from /proc; `None` if unreadable.
-pub fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
+pub(crate) fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
     let path = match pid {
         Some(p) => format!("/proc/{p}/status"),
         None => "/proc/self/status".to_string(),
@@ -449,7 +426,7 @@ pub fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
 }
 
 /// CPU seconds (user + system) a process has used so far, from /proc/PID/stat.
-pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &text[text.rfind(')')? + 2..];
@@ -479,7 +456,7 @@ where
 
 /// Storage only: reads every sample's bytes (epoch 0's order) with `threads` readers, batched
 /// by the pipeline's chunk size, and decodes nothing.
-pub fn storage_only(
+pub(crate) fn storage_only(
     ds: &Dataset,
     engine: &EngineConfig,
     seed: u64,
@@ -547,7 +524,7 @@ pub fn storage_only(
 }
 
 /// Encoded samples held in memory for the decode stages: (global index, bytes).
-pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
+pub(crate) fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
     let mut order = Vec::new();
     stoker_pipeline::transform::sampler::permutation_into(ds.len() as u64, seed, 0, &mut order);
     order.truncate(max);
@@ -576,7 +553,7 @@ pub fn load_samples(ds: &Dataset, max: usize, seed: u64) -> Vec<(u64, Vec<u8>)> 
 /// How long a stage that cycles through its samples runs: until both bounds are reached (whole
 /// passes over the samples for `images`).
 #[derive(Debug, Clone, Copy)]
-pub struct AtLeast {
+pub(crate) struct AtLeast {
     pub images: usize,
     pub seconds: f64,
 }
@@ -584,7 +561,7 @@ pub struct AtLeast {
 impl AtLeast {
     /// The images a stage times over a set of `n`: whole passes over it, at least `images`
     /// (and one pass); none for an empty set.
-    pub fn whole_passes(&self, n: usize) -> usize {
+    pub(crate) fn whole_passes(&self, n: usize) -> usize {
         if n == 0 {
             0
         } else {
@@ -596,7 +573,7 @@ impl AtLeast {
 /// Decode only (`augment == false`) or decode + augment, from bytes in memory, on `threads`
 /// threads, each image decoded as the pipeline does (ROI at the smallest DCT scale that covers
 /// the crop). Repeats the set until `at_least` is reached.
-pub fn decode_stage(
+pub(crate) fn decode_stage(
     samples: &[(u64, Vec<u8>)],
     spec: &PipelineSpec,
     engine: &EngineConfig,
@@ -672,7 +649,7 @@ pub fn decode_stage(
 }
 
 /// Images/s of a pipeline in this process, as a stage row.
-pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
+pub(crate) fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
     // A byte count: finite and non-negative (`as` saturates).
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let bytes = (report.mb_per_s_read * 1e6 * report.seconds) as u64;
@@ -691,8 +668,8 @@ pub fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
 
 mod ceiling;
 mod report;
-pub use ceiling::{entropy_stage, Ceiling};
-pub use report::{svg_chart, verdict, Verdict};
+pub(crate) use ceiling::{entropy_stage, Ceiling};
+pub(crate) use report::{svg_chart, verdict, Verdict};
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 /// Which stage limits throughput, and how far the others are from it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// "storage", "decode", "augment" or "delivery".
     pub bottleneck: &'static str,
     /// Images/s each part could give alone: (part, images/s).
@@ -29,7 +29,7 @@ pub struct Verdict {
 }
 
 /// What a user can do about `bottleneck` (a [`Verdict::bottleneck`]).
-pub fn advice(bottleneck: &str) -> &'static str {
+pub(super) fn advice(bottleneck: &str) -> &'static str {
     match bottleneck {
         "storage" => {
             "pack the files into tar shards (`stoker pack`: large sequential reads instead of \
@@ -56,7 +56,7 @@ pub fn advice(bottleneck: &str) -> &'static str {
 /// decode and decode+augment (time per image is additive). `pipeline` and `end_to_end`, when
 /// given, detect a delivery bottleneck: end to end well below what the pipeline makes in
 /// process means the daemon-to-client path (or the clients) limits.
-pub fn verdict(
+pub(crate) fn verdict(
     storage: f64,
     decode: f64,
     decode_augment: f64,
@@ -120,7 +120,11 @@ pub fn verdict(
 // ---------------------------------------------------------------------------------------------
 
 /// A horizontal bar chart, one group per title: (group title, [(label, images/s)]).
-pub fn svg_chart(title: &str, subtitle: &str, groups: &[(String, Vec<(String, f64)>)]) -> String {
+pub(crate) fn svg_chart(
+    title: &str,
+    subtitle: &str,
+    groups: &[(String, Vec<(String, f64)>)],
+) -> String {
     const W: f64 = 760.0;
     const LABEL_W: f64 = 230.0;
     const BAR_H: f64 = 20.0;

@@ -16,37 +16,38 @@ use stoker_wire::spec::PipelineSpec;
 use super::bench::SpecArgs;
 use super::Exit;
 
+/// Arguments of `stoker bench-client`, which `stoker bench` passes to each client process.
 #[derive(Debug, Args)]
 pub struct BenchClientArgs {
     #[arg(long)]
-    pub socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// Dataset path, as the daemon should open it.
     #[arg(long)]
-    pub data: String,
+    pub(crate) data: String,
     #[arg(long)]
-    pub job: String,
+    pub(crate) job: String,
     #[arg(long, default_value_t = 0)]
-    pub rank: u32,
+    pub(crate) rank: u32,
     #[arg(long, default_value_t = 1)]
-    pub world: u32,
+    pub(crate) world: u32,
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Epochs consumed before timing starts.
     #[arg(long, default_value_t = 1)]
-    pub warmup: u64,
+    pub(crate) warmup: u64,
     #[arg(long, default_value_t = 2)]
-    pub epochs: u64,
+    pub(crate) epochs: u64,
     /// Where the batches go: `cpu` (host memory, every byte read here), or `cuda`, `cuda:N`, a
     /// GPU UUID (device memory, every byte read by a kernel on this process's stream).
     #[arg(long, default_value = "cpu")]
-    pub device: stoker_wire::Device,
+    pub(crate) device: stoker_wire::Device,
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub(crate) spec: SpecArgs,
 }
 
 /// What one client measured (printed as JSON).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct ClientStats {
+pub(crate) struct ClientStats {
     pub rank: u32,
     /// Every image received, warm-up included.
     pub images_all: u64,
@@ -62,6 +63,8 @@ pub struct ClientStats {
     pub checksum: u64,
 }
 
+/// Runs one client process of `stoker bench`: consumes the job and prints its
+/// measurements as one JSON line; returns the exit code.
 pub fn run(args: &BenchClientArgs) -> Exit {
     match consume(args) {
         Ok(stats) => {

@@ -31,41 +31,47 @@ use stoker_pipeline::sync::lock;
 use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// Reason code for a sample whose bytes could not be read.
-pub const REASON_IO: &str = "io_error";
+pub(crate) const REASON_IO: &str = "io_error";
 
 /// Arguments of `stoker check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// A file or a directory (walked recursively).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Print the report as JSON on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Decode threads (default: all cores).
     #[arg(long)]
-    pub threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
 }
 
 /// Options of [`check_samples`].
 #[derive(Debug, Clone, Copy)]
 pub struct CheckOptions {
+    /// Decode threads (0 counts as 1).
     pub threads: usize,
+    /// The decoder's limits on a sample (what is too large); `stoker check` uses the defaults.
     pub limits: Limits,
 }
 
 /// One sample that did not decode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckFailure {
+    /// The sample's display name (its path, or shard and member).
     pub name: String,
     /// A stable code ([`DecodeError::reason`] or [`REASON_IO`]).
     pub reason: &'static str,
+    /// The error as a person reads it.
     pub message: String,
 }
 
 /// The outcome of checking a set of samples.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CheckReport {
+    /// Samples checked.
     pub total: usize,
+    /// Samples that decoded.
     pub ok: usize,
     /// In input order.
     pub failures: Vec<CheckFailure>,
@@ -76,7 +82,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    pub fn all_ok(&self) -> bool {
+    pub(crate) fn all_ok(&self) -> bool {
         self.failures.is_empty()
     }
 }
@@ -246,6 +252,8 @@ fn dataset_samples(
     Ok((samples, Some(ds)))
 }
 
+/// Runs `stoker check`: prints the report and returns the exit code (failure if a sample
+/// did not decode).
 pub fn run(args: &CheckArgs) -> Exit {
     let objects = ObjectStore::from_environment();
     let (files, dataset) = match dataset_samples(&args.path, &objects) {

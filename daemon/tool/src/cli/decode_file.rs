@@ -15,10 +15,10 @@ use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 #[derive(Debug, clap::Args)]
 pub struct DecodeArgs {
     /// The JPEG file to decode.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Where to write the decoded image (binary PPM, P6).
     #[arg(short, long)]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
 }
 
 /// Runs `stoker decode`; returns the exit code.
@@ -82,7 +82,7 @@ fn decode_to_ppm(file: &Path, output: &Path) -> Result<(u32, u32), DecodeFileErr
 }
 
 /// Writes `img` as a binary PPM (P6, maxval 255).
-pub fn write_ppm(path: &Path, img: &RgbImage) -> std::io::Result<()> {
+pub(crate) fn write_ppm(path: &Path, img: &RgbImage) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     write!(f, "P6\n{} {}\n255\n", img.width, img.height)?;
     f.write_all(&img.data)?;

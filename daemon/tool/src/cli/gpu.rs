@@ -25,23 +25,19 @@ use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
 /// How many images took each route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct DecodeMix {
+pub(super) struct DecodeMix {
     pub hardware: u64,
     pub hybrid: u64,
     pub cpu: u64,
 }
 
 impl DecodeMix {
-    pub fn add(&mut self, route: Route) {
+    pub(super) fn add(&mut self, route: Route) {
         match route {
             Route::Hardware => self.hardware += 1,
             Route::Hybrid => self.hybrid += 1,
             Route::Cpu => self.cpu += 1,
         }
-    }
-
-    pub fn total(&self) -> u64 {
-        self.hardware + self.hybrid + self.cpu
     }
 }
 
@@ -57,13 +53,18 @@ impl std::fmt::Display for DecodeMix {
 
 /// The route the CUDA engine takes for `jpeg` cut to `roi`, and the region it decodes: the
 /// engine's own function ([`stoker_pipeline::engine::cuda::route_image`]).
-pub fn route(d: &mut NvjpegDecoder, jpeg: &[u8], roi: Option<Roi>, limits: &Limits) -> Routed {
+pub(super) fn route(
+    d: &mut NvjpegDecoder,
+    jpeg: &[u8],
+    roi: Option<Roi>,
+    limits: &Limits,
+) -> Routed {
     stoker_pipeline::engine::cuda::route_image(d, jpeg, roi, limits)
 }
 
 /// One image for the GPU: its bytes, region, output size and where its RGB pixels go (packed,
 /// `width * 3` bytes per row).
-pub struct GpuImage<'a> {
+pub(super) struct GpuImage<'a> {
     pub jpeg: &'a [u8],
     pub roi: Option<Roi>,
     pub width: u32,
@@ -93,7 +94,7 @@ impl GpuImage<'_> {
 /// Decodes `images`, all of which [`route`] sent to `route` (not [`Route::Cpu`]), into their
 /// buffers on `stream`, and waits until they are written. Hardware images go in batches of at
 /// most `max_batch`.
-pub fn decode_sync(
+pub(super) fn decode_sync(
     d: &mut NvjpegDecoder,
     stream: &Stream,
     route: Route,
@@ -129,7 +130,7 @@ pub fn decode_sync(
 }
 
 /// The CPU decoder's pixels of `jpeg`, cut to `roi` (packed RGB).
-pub fn cpu_reference(
+pub(super) fn cpu_reference(
     cpu: &mut CpuDecoder,
     jpeg: &[u8],
     roi: Option<Roi>,
@@ -159,7 +160,7 @@ pub fn cpu_reference(
 }
 
 /// The loud line printed whenever the CUDA driver loaded is the stoker GPU emulator.
-pub fn emulated_banner() -> Option<String> {
+pub(super) fn emulated_banner() -> Option<String> {
     stoker_nvidia::emulator::emulated_driver().map(|p| {
         format!(
             "THE GPU IS EMULATED (driver {}): this checks stoker's CUDA code paths, not a GPU; \

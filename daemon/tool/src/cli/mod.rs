@@ -5,10 +5,10 @@ pub mod bench;
 pub mod bench_client;
 pub mod check;
 pub mod decode_file;
-pub mod gpu;
+mod gpu;
 pub mod pack;
 pub mod selftest;
 pub mod status;
 pub mod synth;
 
-pub use stoker_wire::exit::Exit;
+pub(crate) use stoker_wire::exit::Exit;

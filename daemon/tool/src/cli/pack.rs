@@ -15,24 +15,26 @@ use crate::pack::{
 use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_pipeline::source::object::{ObjectStore, S3Url};
 
+/// Arguments of `stoker pack`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The dataset to pack.
-    pub src: PathBuf,
+    pub(crate) src: PathBuf,
     /// Folder to write shard-NNNNNN.tar files (and their .tar.idx sidecar indexes) into,
     /// created if missing; or an `s3://bucket/prefix` to upload them to (one shard at a time
     /// on local disk; the connection from the AWS environment variables).
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Target shard size in MB (a shard closes once it reaches it).
     #[arg(long, default_value_t = DEFAULT_SHARD_BYTES / 1_000_000)]
-    pub shard_mb: u64,
+    pub(crate) shard_mb: u64,
     /// Rewrite each JPEG losslessly with restart markers (same pixels), so crops entropy
     /// decode only the restart intervals they touch; files that cannot be rewritten
     /// (progressive, arithmetic, CMYK, not a JPEG, corrupt) are stored as they are.
     #[arg(long)]
-    pub restart: bool,
+    pub(crate) restart: bool,
 }
 
+/// Runs `stoker pack`: writes the shards, prints what was written, returns the exit code.
 pub fn run(args: &PackArgs) -> Exit {
     let t0 = std::time::Instant::now();
     let opts = PackOptions {
@@ -77,14 +79,19 @@ pub fn run(args: &PackArgs) -> Exit {
 /// are written to a temporary folder, uploaded as soon as complete and removed, so one shard
 /// at a time is on local disk. The connection comes from the environment, as for `check`.
 fn pack_to_s3(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
-    let refused = |reason: String| PackError::Upload {
-        path: out.to_owned(),
-        reason,
-    };
     let url = match S3Url::parse(out) {
         Some(Ok(u)) => u,
-        Some(Err(reason)) => return Err(refused(reason)),
-        None => return Err(refused("not an s3:// URL".into())),
+        Some(Err(reason)) => {
+            return Err(PackError::BadUrl {
+                path: out.to_owned(),
+                reason,
+            })
+        }
+        None => {
+            return Err(PackError::NotS3 {
+                path: out.to_owned(),
+            })
+        }
     };
     let ds = Dataset::open(src, &OpenOptions::default())?;
     let objects = ObjectStore::from_environment();
@@ -100,9 +107,9 @@ fn pack_to_s3(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary,
             let name = file.file_name().unwrap_or_default().to_string_lossy();
             objects
                 .upload_file(&file, &url.join(&name))
-                .map_err(|e| PackError::Upload {
+                .map_err(|source| PackError::Upload {
                     path: file.clone(),
-                    reason: e.to_string(),
+                    source,
                 })?;
             let _ = std::fs::remove_file(&file);
         }

@@ -22,48 +22,72 @@ use stoker_wire::protocol::{
 use stoker_wire::socket::SeqPacket;
 
 /// The most characters of a job key or dataset path the table shows; longer ones end in `…`.
-pub const MAX_CELL_CHARS: usize = 64;
+pub(crate) const MAX_CELL_CHARS: usize = 64;
 
 /// How long the daemon may take to answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Arguments of `stoker status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The daemon's socket. Default: $STOKER_SOCKET, else /run/stoker/stoker.sock if a daemon
     /// answers there, else this user's own ($XDG_RUNTIME_DIR/stoker/stoker.sock, else
     /// /tmp/stoker-<uid>/stoker.sock), where `stoker.Loader` starts one.
     #[arg(long)]
-    pub socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// Print the daemon's reply as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Show whole job keys (up to 64 characters) instead of short names.
     #[arg(long)]
-    pub wide: bool,
+    pub(crate) wide: bool,
 }
 
+/// Why [`query`] got no status from the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
+    /// The socket could not be connected to, or the peer is not a daemon this user trusts.
     #[error("cannot reach the daemon at {}: {source}{}", path.display(), stoker_wire::socket_env_note(path))]
     Connect {
+        /// The socket tried.
         path: PathBuf,
+        /// The connect or trust check's error.
         source: stoker_wire::socket::SockError,
     },
     #[error("cannot reach the daemon at {}: {reason}", path.display())]
-    Refused { path: PathBuf, reason: String },
+    /// Nothing listens on the socket (the connection was refused or the file is missing).
+    Refused {
+        /// The socket tried.
+        path: PathBuf,
+        /// What is at `path` and what to do about it, for a person.
+        reason: String,
+    },
+    /// Sending the request or receiving the answer failed.
     #[error("talking to the daemon: {0}")]
     Socket(#[from] stoker_wire::socket::SockError),
+    /// The daemon hung up before it answered.
     #[error("the daemon closed the connection without answering")]
     Closed,
+    /// The answer was not a status reply: an error from the daemon, another message, or
+    /// bytes that do not decode (the text says which).
     #[error("the daemon's answer: {0}")]
     Protocol(String),
     #[error("the daemon at {}: {mismatch}", socket.display())]
+    /// The daemon speaks another protocol version.
     Version {
+        /// The socket asked.
         socket: PathBuf,
+        /// Both versions and what to do.
         mismatch: VersionMismatch,
     },
     #[error("the daemon at {} refused: {message}", path.display())]
-    Denied { path: PathBuf, message: String },
+    /// The daemon refused this user the status (its access rules).
+    Denied {
+        /// The socket asked.
+        path: PathBuf,
+        /// The daemon's reason, as it sent it.
+        message: String,
+    },
 }
 
 /// Asks the daemon at `socket` for its status.
@@ -116,6 +140,7 @@ pub fn query(socket: &Path) -> Result<DaemonStatus, StatusError> {
     }
 }
 
+/// Runs `stoker status`: prints the table (or the JSON) and returns the exit code.
 pub fn run(args: &StatusArgs) -> Exit {
     let socket = args
         .socket
@@ -147,7 +172,7 @@ pub fn run(args: &StatusArgs) -> Exit {
 
 /// How the table names jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobNames {
+pub(crate) enum JobNames {
     /// [`short_job`]: at most [`JOB_CHARS`] characters.
     Short,
     /// The key, cut only at [`MAX_CELL_CHARS`] (`--wide`).
@@ -155,7 +180,7 @@ pub enum JobNames {
 }
 
 /// The most characters of a job's short name.
-pub const JOB_CHARS: usize = 32;
+pub(crate) const JOB_CHARS: usize = 32;
 
 /// The table a person reads, with short job names.
 pub fn render(s: &DaemonStatus) -> String {
@@ -163,7 +188,7 @@ pub fn render(s: &DaemonStatus) -> String {
 }
 
 /// The table a person reads.
-pub fn render_as(s: &DaemonStatus, names: JobNames) -> String {
+pub(crate) fn render_as(s: &DaemonStatus, names: JobNames) -> String {
     let mut out = String::new();
     let state = if s.stopping { "stopping" } else { "serving" };
     out.push_str(&format!(
@@ -219,7 +244,7 @@ pub fn render_as(s: &DaemonStatus, names: JobNames) -> String {
 /// key ends with (the Python Loader's keys are `<run>/<dataset>`) shortened to its last
 /// component, and a key still longer than [`JOB_CHARS`] cut in the middle, so that both the
 /// run and what tells its loaders apart stay in view.
-pub fn job_name(job: &JobStatus, names: JobNames) -> String {
+pub(crate) fn job_name(job: &JobStatus, names: JobNames) -> String {
     if names == JobNames::Whole {
         return cell(&job.job);
     }

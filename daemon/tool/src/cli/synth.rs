@@ -10,29 +10,31 @@ use clap::Args;
 
 use crate::synth::{generate, SynthOptions};
 
+/// Arguments of `stoker synth`.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
     /// Folder to write (class_NNNN/img_NNNNNNNN.jpg); created if missing.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     #[arg(long, default_value_t = 1000)]
-    pub images: usize,
+    pub(crate) images: usize,
     #[arg(long, default_value_t = 10)]
-    pub classes: usize,
+    pub(crate) classes: usize,
     #[arg(long, default_value_t = 90)]
-    pub quality: u8,
+    pub(crate) quality: u8,
     /// Image side scale; 1.0 gives ImageNet-like sizes (about 500x375).
     #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    pub(crate) scale: f64,
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Encoding threads (0: one per core).
     #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Write N WebDataset tar shards (KEY.jpg + KEY.cls) instead of an ImageFolder.
     #[arg(long, default_value_t = 0)]
-    pub shards: usize,
+    pub(crate) shards: usize,
 }
 
+/// Runs `stoker synth`: writes the dataset and returns the exit code.
 pub fn run(args: &SynthArgs) -> Exit {
     let opts = SynthOptions {
         images: args.images,

@@ -41,7 +41,7 @@ use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 /// One measured row, or why it was not measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct CudaRow {
+pub(super) struct CudaRow {
     pub available: bool,
     /// Why the row is not available.
     pub reason: Option<String>,
@@ -73,7 +73,7 @@ impl CudaRow {
 
 /// Everything `stoker bench --backend cuda` measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct CudaBenchReport {
+pub(super) struct CudaBenchReport {
     pub dataset: String,
     pub backend: &'static str,
     /// The emulator's path when the GPU is the stoker GPU emulator.

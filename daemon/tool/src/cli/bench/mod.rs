@@ -37,106 +37,107 @@ use stoker_pipeline::source::index::Dataset;
 use super::bench_client::ClientStats;
 use super::Exit;
 
+/// Arguments of `stoker bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Dataset: an ImageFolder tree, a flat folder, a file list or tar shards.
-    pub data: PathBuf,
+    pub(crate) data: PathBuf,
     /// Decode backend. `cuda` measures the GPU path instead (`--device`): the hardware JPEG
     /// engines' batched decode rate (the ceiling) and `stokerd --backend cuda` end to end into
     /// a client process; `auto` and `cpu` measure the CPU path.
     #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendChoice,
+    pub(crate) backend: BackendChoice,
     /// With `--backend cuda`: the GPU (`cuda`, `cuda:N` or a UUID).
     #[arg(long, default_value = "cuda")]
-    pub device: stoker_wire::Device,
+    pub(crate) device: stoker_wire::Device,
     /// With `--backend cuda`: only the hardware decoder's rate, no daemon.
     #[arg(long)]
-    pub decode_only: bool,
+    pub(crate) decode_only: bool,
     /// Decode worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    pub(crate) threads: usize,
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub(crate) spec: SpecArgs,
     /// Timed epochs (after the warm-up epochs), at least; see --min-seconds.
     #[arg(long, default_value_t = 2)]
-    pub epochs: u64,
+    pub(crate) epochs: u64,
     /// Warm runs last at least this long: the decode stages repeat their samples, and the
     /// timed epochs grow from --epochs until, at the measured decode+augment rate, they take
     /// this long. The pipeline, the clients, the scaling runs and the peers all run that many
     /// epochs. Cold runs are one epoch whatever its length.
     #[arg(long, default_value_t = 5.0)]
-    pub min_seconds: f64,
+    pub(crate) min_seconds: f64,
     #[arg(long, default_value_t = 1)]
-    pub warmup: u64,
+    pub(crate) warmup: u64,
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Client process counts for the end-to-end runs (ranks of one job), e.g. 1,2,4.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub clients: Vec<usize>,
+    pub(crate) clients: Vec<usize>,
     /// Use this running daemon instead of starting one.
     #[arg(long)]
-    pub socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// The stokerd binary to start (default: next to this `stoker`).
     #[arg(long)]
-    pub stokerd: Option<PathBuf>,
+    pub(crate) stokerd: Option<PathBuf>,
     /// Only the in-process stages: no daemon, no clients.
     #[arg(long)]
-    pub in_process: bool,
+    pub(crate) in_process: bool,
     /// Skip the scaling runs (client counts after the first, decode threads 1..cores).
     #[arg(long)]
-    pub no_scaling: bool,
+    pub(crate) no_scaling: bool,
     /// Also measure with a cold page cache (indexing walk, storage, pipeline and end to end).
     /// As root this drops the whole host's page cache, dentries and inodes (drop_caches = 3);
     /// as another user only the dataset's data pages (posix_fadvise).
     #[arg(long)]
-    pub cold: bool,
+    pub(crate) cold: bool,
     /// Only indexing and storage (warm, and cold with --cold), no decoding: to compare
     /// layouts or filesystems quickly, or on datasets too large to decode in a benchmark's time.
     #[arg(long)]
-    pub storage_only: bool,
+    pub(crate) storage_only: bool,
     /// At most this many samples are held in memory for the decode stages.
     #[arg(long, default_value_t = 2000)]
-    pub decode_sample: usize,
+    pub(crate) decode_sample: usize,
     /// Run the CPU peers (the scripts shipped in the Python package's stoker/peers) on the same
     /// files and print stoker's ratio to each;
     /// for an `s3://` dataset, s3torchconnector with the DataLoader on the same objects, against
     /// stoker's cold (from the server) figure.
     #[arg(long)]
-    pub compare: bool,
+    pub(crate) compare: bool,
     /// With an `s3://` dataset: a local folder holding the same files; stoker is measured on it
     /// and on the dataset (warm: from the node cache) alternately, twice each, and the ratio
     /// printed beside the peers.
     #[arg(long)]
-    pub local_copy: Option<PathBuf>,
+    pub(crate) local_copy: Option<PathBuf>,
     /// The peers' Python (default: $STOKER_PEER_PYTHON, which the wheel's stoker sets to its
     /// own, else /tmp/peer/bin/python if it exists).
     #[arg(long)]
-    pub peer_python: Option<PathBuf>,
+    pub(crate) peer_python: Option<PathBuf>,
     /// The peers' folder (default: $STOKER_PEERS, else the wheel's stoker/peers beside this
     /// executable, else python/stoker/peers or ../shared/peers beside the working directory or
     /// the dataset).
     #[arg(long)]
-    pub peers: Option<PathBuf>,
+    pub(crate) peers: Option<PathBuf>,
     /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
     /// the dataset's folder or file name).
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Write an SVG chart (images/s by stage, by client count, by threads, beside the peers) to
     /// this file (default: stoker-bench-NAME.svg here).
     #[arg(long)]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
     /// Only the several-views row (docs/views.md): `dino` is 2 global views (224, scale
     /// 0.4-1) and 6 local ones (96, scale 0.05-0.4), in process, against the PyTorch
     /// DataLoader doing the same views in the same run.
     #[arg(long, value_enum)]
-    pub views: Option<views::ViewsPreset>,
+    pub(crate) views: Option<views::ViewsPreset>,
     #[command(flatten)]
-    pub remote: workers::WorkersArgs,
+    pub(crate) remote: workers::WorkersArgs,
 }
 
 /// One end-to-end run: a daemon serving `clients` client processes.
 #[derive(Debug, Clone, Serialize)]
-pub struct ServedResult {
+pub(crate) struct ServedResult {
     pub clients: usize,
     pub cache: CacheState,
     pub images: u64,
@@ -158,7 +159,7 @@ pub struct ServedResult {
 
 /// A peer's figure from the same run.
 #[derive(Debug, Clone, Serialize)]
-pub struct PeerResult {
+pub(crate) struct PeerResult {
     pub name: String,
     pub images_per_s: Option<f64>,
     /// stoker's images/s (end to end with one client, else in-process) over the peer's.
@@ -170,7 +171,7 @@ pub struct PeerResult {
 
 /// Everything `stoker bench` measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct FullReport {
+pub(crate) struct FullReport {
     /// The in-process pipeline run (its fields at the top level, as earlier versions wrote);
     /// absent with `--storage-only`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -199,6 +200,8 @@ fn progress(step: &str) {
     eprintln!("stoker bench: {step}");
 }
 
+/// Runs `stoker bench`: measures, prints the table, writes the JSON and SVG reports, and
+/// returns the exit code.
 pub fn run(args: &BenchArgs) -> Exit {
     if let Some(preset) = args.views {
         return views::run(args, preset);
@@ -619,7 +622,7 @@ mod workers;
 use peers::*;
 use report::*;
 use served::*;
-pub use spec_args::{DTypeArg, LayoutArg, SpecArgs};
+pub(crate) use spec_args::SpecArgs;
 
 #[cfg(test)]
 mod tests;

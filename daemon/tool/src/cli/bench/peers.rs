@@ -19,9 +19,9 @@
 
 use super::*;
 
-pub const PEERS_ENV: &str = "STOKER_PEERS";
+pub(super) const PEERS_ENV: &str = "STOKER_PEERS";
 /// The peers' Python when `--peer-python` is not given.
-pub const PEER_PYTHON_ENV: &str = "STOKER_PEER_PYTHON";
+pub(super) const PEER_PYTHON_ENV: &str = "STOKER_PEER_PYTHON";
 
 /// Where the peer scripts are, found at run time: `--peers`, else `$STOKER_PEERS`, else
 /// `../shared/peers` beside the working directory or beside the dataset (its parent's

@@ -102,7 +102,8 @@ pub(super) fn table(r: &FullReport) -> String {
 }
 
 /// Which bytes the MB/s column counts: not the same on every row.
-pub const MB_PER_S_NOTE: &str = "MB/s: stage rows count the compressed file bytes read (storage) \
+pub(super) const MB_PER_S_NOTE: &str =
+    "MB/s: stage rows count the compressed file bytes read (storage) \
      or decoded (decode, augment); end-to-end rows count the output bytes delivered to the \
      clients (images at the output size and dtype)\n";
 

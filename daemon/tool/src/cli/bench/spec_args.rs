@@ -7,7 +7,7 @@ use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
 
 /// The pipeline spec, shared by `bench` and `bench-client`.
 #[derive(Debug, Clone, Args)]
-pub struct SpecArgs {
+pub(crate) struct SpecArgs {
     #[arg(long, default_value_t = 64)]
     pub batch: u32,
     /// Output side (RandomResizedCrop, or CenterCrop with --eval).
@@ -23,7 +23,7 @@ pub struct SpecArgs {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum DTypeArg {
+pub(crate) enum DTypeArg {
     U8,
     F16,
     Bf16,
@@ -31,13 +31,13 @@ pub enum DTypeArg {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LayoutArg {
+pub(crate) enum LayoutArg {
     Nchw,
     Nhwc,
 }
 
 impl SpecArgs {
-    pub fn spec(&self) -> PipelineSpec {
+    pub(crate) fn spec(&self) -> PipelineSpec {
         let base = if self.eval {
             PipelineSpec::eval(self.batch, self.size)
         } else {

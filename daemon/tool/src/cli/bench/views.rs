@@ -23,7 +23,7 @@ use super::*;
 
 /// Which views to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ViewsPreset {
+pub(crate) enum ViewsPreset {
     /// 2 global views (224, scale 0.4-1) + 6 local views (96, scale 0.05-0.4).
     Dino,
 }
@@ -37,7 +37,7 @@ fn rrc(side: u32, scale: [f32; 2]) -> Crop {
 }
 
 /// The spec of `preset` on top of the spec flags (batch, dtype, layout).
-pub fn preset_spec(preset: ViewsPreset, base: PipelineSpec) -> PipelineSpec {
+pub(super) fn preset_spec(preset: ViewsPreset, base: PipelineSpec) -> PipelineSpec {
     match preset {
         ViewsPreset::Dino => {
             let global = View {
@@ -61,7 +61,7 @@ pub fn preset_spec(preset: ViewsPreset, base: PipelineSpec) -> PipelineSpec {
 }
 
 /// Runs the row and prints it; the exit code says whether both sides ran.
-pub fn run(args: &BenchArgs, preset: ViewsPreset) -> Exit {
+pub(super) fn run(args: &BenchArgs, preset: ViewsPreset) -> Exit {
     let spec = preset_spec(preset, args.spec.spec());
     if let Err(e) = spec.validate() {
         eprintln!("stoker bench: {e}");

@@ -30,7 +30,7 @@ use super::*;
 
 /// The workers row's options (with `--workers`, only this comparison runs).
 #[derive(Debug, Clone, Args)]
-pub struct WorkersArgs {
+pub(crate) struct WorkersArgs {
     /// Remote workers (`host:port` of running `stokerd --worker`s): measure images/s end to
     /// end with the home daemon alone and with these workers, alternating rounds; only this
     /// comparison runs.
@@ -53,7 +53,7 @@ pub struct WorkersArgs {
 
 /// One round of one setup.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct WorkersRound {
+pub(super) struct WorkersRound {
     pub with_workers: bool,
     pub images_per_s: f64,
     /// Home daemon + client CPU seconds per 1000 images (warm-up included on both sides).
@@ -74,7 +74,7 @@ pub struct WorkersRound {
 
 /// The comparison: every round and the medians.
 #[derive(Debug, Clone, Serialize)]
-pub struct WorkersReport {
+pub(super) struct WorkersReport {
     pub dataset: String,
     pub spec: PipelineSpec,
     pub decode_threads: usize,

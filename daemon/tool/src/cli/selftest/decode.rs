@@ -37,14 +37,14 @@ use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 /// PSNR every nvJPEG image must reach against the reference (the CPU decoder upsampling chroma as
 /// nvJPEG does).
-pub const MIN_PSNR_DB: f64 = 40.0;
+pub(super) const MIN_PSNR_DB: f64 = 40.0;
 
 /// Failures named in a check's detail; the rest are counted. Every one is named: the first run on
 /// a GPU showed that a report naming 8 of 30 cannot be acted on without another run.
 const NAMED_FAILURES: usize = 256;
 
 /// The JPEG files under `dir` (recursively), sorted, at most `max` (0: all).
-pub fn photo_files(dir: &Path, max: usize) -> Vec<PathBuf> {
+pub(super) fn photo_files(dir: &Path, max: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -271,7 +271,7 @@ fn alloc(gpu: &GpuUnderTest, items: &[&Item]) -> Result<Vec<DeviceBuffer>, Strin
 /// nvJPEG on every photo it takes, at PSNR >= 40 dB against the CPU decoder.
 // String error: a failed check is one line of the selftest report, composed here from the
 // failing call and printed as is.
-pub fn photos(
+pub(super) fn photos(
     gpu: &mut GpuUnderTest,
     files: &[PathBuf],
     save: Option<&Path>,
@@ -424,7 +424,7 @@ fn edge_outcome(
 /// Every edge file routed as the engine would, judged by its manifest.
 // String error: a failed check is one line of the selftest report, composed here from the
 // failing call and printed as is.
-pub fn edge(gpu: &mut GpuUnderTest, dir: &Path) -> Result<String, String> {
+pub(super) fn edge(gpu: &mut GpuUnderTest, dir: &Path) -> Result<String, String> {
     let rows = edge_manifest::read(dir).map_err(|e| e.to_string())?;
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
     let mut plain = plain_decoder()?;

@@ -52,7 +52,7 @@ fn inputs(photos: &[PathBuf]) -> Vec<RgbImage> {
 /// `stoker_augment` vs the reference for each dtype x layout: (check name, outcome).
 // String error: a failed check is one line of the selftest report, composed here from the
 // failing call and printed as is.
-pub fn augment(
+pub(super) fn augment(
     gpu: &GpuUnderTest,
     photos: &[PathBuf],
     size: u32,

@@ -42,34 +42,35 @@ use super::Exit;
 
 pub use ring::{run_reader, RingReaderArgs};
 
+/// Arguments of `stoker selftest`.
 #[derive(Debug, Clone, Args)]
 pub struct SelftestArgs {
     /// Check the GPUs (the only self-test so far; required).
     #[arg(long)]
-    pub gpu: bool,
+    pub(crate) gpu: bool,
     /// JPEGs to decode with nvJPEG and with the CPU decoder (a folder, searched recursively).
     #[arg(long)]
-    pub photos: Option<PathBuf>,
+    pub(crate) photos: Option<PathBuf>,
     /// Edge-case JPEGs with a MANIFEST.tsv (columns `file` and `expected`: "decode OK",
     /// "must be rejected with a clear error", "may be rejected").
     #[arg(long)]
-    pub edge: Option<PathBuf>,
+    pub(crate) edge: Option<PathBuf>,
     /// Only these GPUs (UUIDs, comma-separated); default every visible one.
     #[arg(long, value_delimiter = ',')]
-    pub device: Vec<String>,
+    pub(crate) device: Vec<String>,
     /// At most this many photos (0: all).
     #[arg(long, default_value_t = 0)]
-    pub max_photos: usize,
+    pub(crate) max_photos: usize,
     /// Output side of the kernel checks.
     #[arg(long, default_value_t = 224)]
-    pub kernel_size: u32,
+    pub(crate) kernel_size: u32,
     /// Write the pixels of every photo below 40 dB here, as PPM: NAME.nvjpeg.ppm and
     /// NAME.cpu.ppm (created if missing).
     #[arg(long)]
-    pub save_failures: Option<PathBuf>,
+    pub(crate) save_failures: Option<PathBuf>,
     /// Write the report as JSON to this file.
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
 }
 
 /// The largest batch the self-test decodes at once.
@@ -77,7 +78,7 @@ pub(crate) const MAX_BATCH: usize = 64;
 
 /// One check's outcome.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// The GPU's UUID ("" for checks before any GPU).
     pub gpu: String,
     pub name: String,
@@ -87,7 +88,7 @@ pub struct Check {
 
 /// A GPU as the report names it.
 #[derive(Debug, Clone, Serialize)]
-pub struct GpuEntry {
+pub(crate) struct GpuEntry {
     pub uuid: String,
     pub name: String,
     pub compute_capability: String,
@@ -97,7 +98,7 @@ pub struct GpuEntry {
 
 /// Everything the self-test found.
 #[derive(Debug, Clone, Serialize)]
-pub struct SelftestReport {
+pub(crate) struct SelftestReport {
     /// "pass" or "fail".
     pub result: &'static str,
     /// The emulator's path when the GPU is the stoker GPU emulator.
@@ -123,6 +124,8 @@ pub(crate) struct GpuUnderTest {
     pub decoder: NvjpegDecoder,
 }
 
+/// Runs `stoker selftest`: the GPU checks, a line each; returns the exit code (failure if a
+/// check failed).
 pub fn run(args: &SelftestArgs) -> Exit {
     if !args.gpu {
         eprintln!("stoker selftest: only the GPU self-test exists so far; give --gpu");

@@ -45,18 +45,18 @@ fn plan(device: &Device) -> Result<VmmPlan, String> {
 pub struct RingReaderArgs {
     /// The GPU's UUID.
     #[arg(long)]
-    pub device: String,
+    pub(crate) device: String,
     /// The inherited POSIX fd of the ring's allocation.
     #[arg(long)]
-    pub fd: i32,
+    pub(crate) fd: i32,
     /// The pattern's seed.
     #[arg(long)]
-    pub seed: u32,
+    pub(crate) seed: u32,
 }
 
 /// What the reader found (one JSON line on its stdout).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ReaderResult {
+pub(super) struct ReaderResult {
     pub bytes: usize,
     /// Bytes `stoker_check_pattern` counted as different.
     pub kernel_mismatches: u32,
@@ -64,6 +64,8 @@ pub struct ReaderResult {
     pub host_mismatches: usize,
 }
 
+/// Runs the ring check's second process: imports the ring from the inherited fd, checks the
+/// pattern and prints a [`ReaderResult`] as one JSON line; returns the exit code.
 pub fn run_reader(args: &RingReaderArgs) -> Exit {
     match read_ring(args) {
         Ok(r) => {
@@ -144,7 +146,7 @@ fn fresh_seed() -> u32 {
 /// Fills a ring on `gpu`, has a second process check it; `Ok` names what was checked.
 // String error: a failed check is one line of the selftest report, composed here from the
 // failing call and printed as is.
-pub fn check(gpu: &GpuUnderTest) -> Result<String, String> {
+pub(super) fn check(gpu: &GpuUnderTest) -> Result<String, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let plan = plan(&gpu.device)?;
     let ring = DeviceRing::create(&gpu.device, plan.bytes).map_err(|e| err(&e))?;
