@@ -22,17 +22,23 @@ use crate::sources::AUGMENT_CU;
 use stoker_nvidia::cuda::{CudaError, Device, DeviceBuffer, Module, Stream};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};
 
+/// `AugmentBatch::dtype` for u8 output (`DTYPE_U8` in augment.cu).
 pub const DTYPE_U8: u32 = 0;
+/// `AugmentBatch::dtype` for IEEE half-precision output.
 pub const DTYPE_F16: u32 = 1;
+/// `AugmentBatch::dtype` for bfloat16 output.
 pub const DTYPE_BF16: u32 = 2;
+/// `AugmentBatch::dtype` for f32 output.
 pub const DTYPE_F32: u32 = 3;
+/// `AugmentBatch::layout` for channels-first images (C, H, W).
 pub const LAYOUT_NCHW: u32 = 0;
+/// `AugmentBatch::layout` for channels-last images (H, W, C).
 pub const LAYOUT_NHWC: u32 = 1;
 
 /// Threads per block (x over columns, y over rows).
-pub const BLOCK: (u32, u32) = (32, 8);
+pub(crate) const BLOCK: (u32, u32) = (32, 8);
 /// The largest grid z the hardware takes; larger batches loop inside the kernel.
-pub const MAX_GRID_Z: u32 = 65_535;
+pub(crate) const MAX_GRID_Z: u32 = 65_535;
 
 /// `AugmentSample` in augment.cu: one sample of a batch.
 #[repr(C)]
@@ -42,15 +48,21 @@ pub struct AugmentSample {
     pub src: u64,
     /// Bytes from one row of `src` to the next.
     pub pitch: u64,
+    /// Decoded image width in pixels.
     pub width: u32,
+    /// Decoded image height in pixels.
     pub height: u32,
     /// Nonzero: mirror horizontally.
     pub flip: u32,
     /// Nonzero: write zeros (failed sample or padding) and read nothing.
     pub zero: u32,
+    /// Crop box left edge in source pixels ([`CropBox::x`]).
     pub crop_x: f64,
+    /// Crop box top edge in source pixels.
     pub crop_y: f64,
+    /// Crop box width in source pixels.
     pub crop_w: f64,
+    /// Crop box height in source pixels.
     pub crop_h: f64,
 }
 
@@ -99,17 +111,25 @@ pub struct AugmentBatch {
     pub samples: u64,
     /// Bytes from one output image to the next.
     pub image_bytes: u64,
+    /// Samples in the batch (grid z; 0 launches nothing).
     pub n: u32,
+    /// Output width in pixels.
     pub out_w: u32,
+    /// Output height in pixels.
     pub out_h: u32,
+    /// Output element type, one of the `DTYPE_*` codes.
     pub dtype: u32,
+    /// Output layout, one of the `LAYOUT_*` codes.
     pub layout: u32,
     /// Nonzero: filter taps stay inside the crop box (`reference::tap_window`).
     pub clamp_to_crop: u32,
+    /// Per-channel (R, G, B) mean, 0..1 scale, subtracted from float outputs (u8 ignores it).
     pub mean: [f32; 3],
+    /// Per-channel (R, G, B) standard deviation the float outputs are divided by.
     pub std: [f32; 3],
 }
 
+/// The kernel's `DTYPE_*` code for a spec's dtype.
 pub fn dtype_code(d: DType) -> u32 {
     match d {
         DType::U8 => DTYPE_U8,
@@ -119,6 +139,7 @@ pub fn dtype_code(d: DType) -> u32 {
     }
 }
 
+/// The kernel's `LAYOUT_*` code for a spec's layout.
 pub fn layout_code(l: Layout) -> u32 {
     match l {
         Layout::Nchw => LAYOUT_NCHW,
@@ -150,7 +171,7 @@ impl AugmentBatch {
     }
 
     /// (grid, block) of the launch for this batch.
-    pub fn launch_dims(&self) -> ((u32, u32, u32), (u32, u32, u32)) {
+    pub(crate) fn launch_dims(&self) -> ((u32, u32, u32), (u32, u32, u32)) {
         let grid = (
             self.out_w.div_ceil(BLOCK.0),
             self.out_h.div_ceil(BLOCK.1),
@@ -168,15 +189,19 @@ pub fn pattern_byte(i: u64, seed: u32) -> u8 {
 /// What can go wrong preparing or launching a kernel.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KernelError {
+    /// The driver failed loading the module or launching.
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// augment.cu did not compile, or no NVRTC loads.
     #[error(transparent)]
     Nvrtc(#[from] NvrtcError),
-    #[error("invalid launch: {0}")]
-    Invalid(String),
+    /// A batch with samples but an output of 0 pixels across or down.
+    #[error("invalid launch: empty output size")]
+    EmptyOutput,
 }
 
 /// augment.cu loaded on one device.
+#[derive(Debug)]
 pub struct AugmentKernels {
     module: Module,
 }
@@ -217,7 +242,7 @@ impl AugmentKernels {
             return Ok(());
         }
         if batch.out_w == 0 || batch.out_h == 0 {
-            return Err(KernelError::Invalid("empty output size".into()));
+            return Err(KernelError::EmptyOutput);
         }
         let f = self.module.function("stoker_augment")?;
         let (grid, block) = batch.launch_dims();

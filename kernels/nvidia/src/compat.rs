@@ -25,19 +25,24 @@ use crate::loader::{LibrarySpec, LoadError, Loaded};
 
 /// A CUDA version as `cuDriverGetVersion` reports it: 1000 * major + 10 * minor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CudaVersion(pub i32);
+pub struct CudaVersion(
+    /// The raw number: 12080 for CUDA 12.8.
+    pub i32,
+);
 
 impl CudaVersion {
+    /// The CUDA major: 12 for 12080.
     pub fn major(self) -> i32 {
         self.0 / 1000
     }
 
+    /// The CUDA minor: 8 for 12080.
     pub fn minor(self) -> i32 {
         self.0 % 1000 / 10
     }
 
     /// The driver branch a CUDA major first ran on (NVIDIA's compatibility guide).
-    pub fn first_driver_branch(major: i32) -> Option<u32> {
+    pub(crate) fn first_driver_branch(major: i32) -> Option<u32> {
         match major {
             13 => Some(580),
             12 => Some(525),
@@ -46,20 +51,36 @@ impl CudaVersion {
         }
     }
 
-    /// `Err(why)` when a library of CUDA `major` (version `what`, e.g. "NVRTC 13.5") cannot
+    /// An error when a library of CUDA `major` (version `what`, e.g. "NVRTC 13.5") cannot
     /// run on a driver reporting this version.
-    pub fn runs(self, major: i32, what: &str) -> Result<(), String> {
+    pub(crate) fn runs(self, major: i32, what: &str) -> Result<(), TooNewForDriver> {
         if major <= self.major() {
             return Ok(());
         }
-        let branch = CudaVersion::first_driver_branch(major)
-            .map(|b| format!(" (driver {b} or newer)"))
-            .unwrap_or_default();
-        Err(format!(
-            "{what} is CUDA {major}, which needs a driver that runs CUDA {major}{branch}; \
-             this driver runs CUDA {self}"
-        ))
+        Err(TooNewForDriver {
+            what: what.to_owned(),
+            major,
+            driver: self,
+        })
     }
+}
+
+/// A library of a newer CUDA major than the driver runs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{what} is CUDA {major}, which needs a driver that runs CUDA {major}{branch}; \
+     this driver runs CUDA {driver}",
+    branch = CudaVersion::first_driver_branch(*.major)
+        .map(|b| format!(" (driver {b} or newer)"))
+        .unwrap_or_default()
+)]
+pub(crate) struct TooNewForDriver {
+    /// The library and its version, for the message: `NVRTC 13.5`.
+    what: String,
+    /// The library's CUDA major.
+    major: i32,
+    /// What the driver runs.
+    driver: CudaVersion,
 }
 
 impl fmt::Display for CudaVersion {
@@ -69,7 +90,7 @@ impl fmt::Display for CudaVersion {
 }
 
 /// The loaded driver's version, read once; `None` where no driver loads (nothing to run on).
-pub fn driver_version() -> Option<CudaVersion> {
+pub(crate) fn driver_version() -> Option<CudaVersion> {
     static V: OnceLock<Option<CudaVersion>> = OnceLock::new();
     *V.get_or_init(|| {
         let d = crate::cuda::driver().ok()?;
@@ -78,15 +99,16 @@ pub fn driver_version() -> Option<CudaVersion> {
 }
 
 /// What to do after a library of CUDA major too new for the driver was passed over.
-pub const OLDER_DRIVER_HINT: &str = "install the libraries of the CUDA major the driver runs \
+pub(crate) const OLDER_DRIVER_HINT: &str =
+    "install the libraries of the CUDA major the driver runs \
      (scripts/cuda-wheels picks the CUDA 12 wheels for a driver older than 580)";
 
 /// Opens the first candidate of `spec` that loads (`open` resolves and asks its version) and
 /// whose CUDA major (`major`) `driver` runs. The error names every candidate and why not.
-pub fn open_for_driver<T>(
+pub(crate) fn open_for_driver<T, E: fmt::Display>(
     spec: &LibrarySpec,
     driver: Option<CudaVersion>,
-    open: impl Fn(Loaded) -> Result<T, String>,
+    open: impl Fn(Loaded) -> Result<T, E>,
     describe: impl Fn(&T) -> (i32, String),
 ) -> Result<T, LoadError> {
     let mut attempts: Vec<String> = Vec::new();
@@ -94,8 +116,12 @@ pub fn open_for_driver<T>(
     for candidate in spec.candidates() {
         let loaded = match spec.open_candidate(&candidate) {
             Ok(l) => l,
-            Err(why) => {
-                attempts.push(why);
+            Err(LoadError::Tried { attempts: why }) => {
+                attempts.extend(why);
+                continue;
+            }
+            Err(other) => {
+                attempts.push(other.to_string());
                 continue;
             }
         };
@@ -144,7 +170,7 @@ mod tests {
         assert!(r580.runs(13, "NVRTC 13.5").is_ok());
         let why = r570.runs(13, "NVRTC 13.5").unwrap_err();
         assert_eq!(
-            why,
+            why.to_string(),
             "NVRTC 13.5 is CUDA 13, which needs a driver that runs CUDA 13 (driver 580 or \
              newer); this driver runs CUDA 12.8"
         );

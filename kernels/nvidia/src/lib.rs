@@ -22,9 +22,14 @@
 //! # Limitations
 //! `emulator` recognises the CI's libcuda stand-in only when `STOKER_LIBCUDA` names it.
 
+#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
+
 pub mod compat;
 pub mod cuda;
 pub mod emulator;
+// jpeg_header.rs is being rewritten beside this change (its parser and types move with the
+// decode stage's); its items get their docs there, so the lint waits for that file here.
+#[allow(missing_docs)]
 pub mod jpeg_header;
 pub mod loader;
 pub mod nvjpeg;

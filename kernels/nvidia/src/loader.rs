@@ -15,20 +15,21 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use libloading::Library;
 
 /// Where one NVIDIA library may be found.
 #[derive(Debug, Clone, Copy)]
-pub struct LibrarySpec {
+pub(crate) struct LibrarySpec {
     /// Short name for messages: `libnvrtc`.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Environment variable naming the file directly.
-    pub env: &'static str,
+    pub(crate) env: &'static str,
     /// Sonames tried through the dynamic loader, newest first.
-    pub sonames: &'static [&'static str],
+    pub(crate) sonames: &'static [&'static str],
     /// Directories, relative to a wheel root (the folder holding `nvidia/`), that hold it.
-    pub wheel_dirs: &'static [&'static str],
+    pub(crate) wheel_dirs: &'static [&'static str],
 }
 
 /// Environment variable naming the folder the PyPI wheels were installed into (`pip --target`).
@@ -37,7 +38,9 @@ pub const NVIDIA_DIR_ENV: &str = "STOKER_NVIDIA_DIR";
 /// A library that was opened, and the name or path it was opened by.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The open library; closed when the last table made from it is dropped.
     pub library: Library,
+    /// The path it was opened from, or the soname the dynamic loader resolved.
     pub origin: PathBuf,
 }
 
@@ -61,7 +64,7 @@ pub fn wheel_dir() -> Option<PathBuf> {
 }
 
 /// Every folder that may hold a `nvidia/` wheel tree, in search order.
-pub fn wheel_roots() -> Vec<PathBuf> {
+pub(crate) fn wheel_roots() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os(NVIDIA_DIR_ENV).filter(|v| !v.is_empty()) {
         roots.push(d.into());
@@ -112,7 +115,7 @@ fn site_packages(prefix: &Path) -> Vec<PathBuf> {
 
 impl LibrarySpec {
     /// Every candidate in search order: the env path alone if set, else sonames then wheel files.
-    pub fn candidates(&self) -> Vec<PathBuf> {
+    pub(crate) fn candidates(&self) -> Vec<PathBuf> {
         if let Some(p) = std::env::var_os(self.env).filter(|v| !v.is_empty()) {
             return vec![PathBuf::from(p)];
         }
@@ -124,7 +127,7 @@ impl LibrarySpec {
     }
 
     /// The files this library would have in the wheel tree under `root`.
-    pub fn wheel_candidates(&self, root: &Path) -> Vec<PathBuf> {
+    pub(crate) fn wheel_candidates(&self, root: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for dir in self.wheel_dirs {
             for so in self.sonames {
@@ -138,20 +141,17 @@ impl LibrarySpec {
     }
 
     /// Opens the first candidate that loads. The error lists every attempt and why it failed.
-    pub fn open(&self) -> Result<Loaded, LoadError> {
+    pub(crate) fn open(&self) -> Result<Loaded, LoadError> {
         open_first(&self.candidates(), self.env)
     }
 
-    /// Opens one candidate; the error is `path: why`.
-    pub fn open_candidate(&self, path: &Path) -> Result<Loaded, String> {
-        open_first(std::slice::from_ref(&path.to_path_buf()), self.env).map_err(|e| match e {
-            LoadError::Tried { attempts } => attempts.join("; "),
-            other => other.to_string(),
-        })
+    /// Opens one candidate; the error is [`LoadError::Tried`] with the one attempt.
+    pub(crate) fn open_candidate(&self, path: &Path) -> Result<Loaded, LoadError> {
+        open_first(std::slice::from_ref(&path.to_path_buf()), self.env)
     }
 
     /// Opens the library from the wheel tree under `root` only (tests pin the wheel this way).
-    pub fn open_from_wheel(&self, root: &Path) -> Result<Loaded, LoadError> {
+    pub(crate) fn open_from_wheel(&self, root: &Path) -> Result<Loaded, LoadError> {
         let c = self.wheel_candidates(root);
         if c.is_empty() {
             return Err(LoadError::NotInWheel {
@@ -167,23 +167,42 @@ impl LibrarySpec {
 /// Why a library, or a symbol of it, could not be loaded. The message names every file tried.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
+    /// The wheel tree under `root` has none of the library's files.
     #[error("no {library} under {} (looked in {})", .root.display(), .dirs.join(", "))]
     NotInWheel {
+        /// The library's short name (`libnvrtc`).
         library: &'static str,
+        /// The wheel root looked in (the folder holding `nvidia/`).
         root: PathBuf,
+        /// The folders under `root` that were looked in.
         dirs: &'static [&'static str],
     },
+    /// The search order named no file at all.
     #[error("nothing to try (set {env})")]
-    NothingToTry { env: &'static str },
-    /// Each attempt as `path: why`.
+    NothingToTry {
+        /// The environment variable that names the library's file.
+        env: &'static str,
+    },
+    /// Every candidate failed to load or was passed over.
     #[error("tried {}", .attempts.join("; "))]
-    Tried { attempts: Vec<String> },
-    #[error("symbol {name}: {reason}")]
-    Symbol { name: String, reason: String },
+    Tried {
+        /// Each attempt as `path: why`, in search order, then any hint on what to install.
+        attempts: Vec<String>,
+    },
+    /// The library loaded but lacks a symbol stoker calls.
+    #[error("symbol {name}: {source}")]
+    Symbol {
+        /// The symbol as the library's header spells it (`cuInit`).
+        name: String,
+        /// The dynamic loader's reason.
+        source: Arc<libloading::Error>,
+    },
     /// A symbol table that could not be resolved in the library at `origin`.
     #[error("{}: {source}", .origin.display())]
     Table {
+        /// The library's path or soname.
         origin: PathBuf,
+        /// Why the table could not be resolved (a missing [`LoadError::Symbol`]).
         source: Box<LoadError>,
     },
 }
@@ -221,13 +240,14 @@ pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, LoadError>
         .map(|s| *s)
         .map_err(|e| LoadError::Symbol {
             name: name.to_owned(),
-            reason: e.to_string(),
+            source: Arc::new(e),
         })
 }
 
 /// Declares a loaded library's function table: one struct holding a pointer per symbol (and
 /// the library, last, so no pointer outlives it), and its `load(Loaded)` that resolves them
-/// all or says which one is missing. The one way libcuda, NVRTC and nvJPEG are bound.
+/// all or says which one is missing. The pointers are visible to the declaring crate only:
+/// its `result` layer makes every call. The one way libcuda, NVRTC and nvJPEG are bound.
 ///
 /// Each entry is `field = "symbol": fn(ARGS);` for a function returning `$status`, or
 /// `field = "symbol": fn(ARGS) -> RET;` for one returning something else. The argument and
@@ -238,13 +258,15 @@ pub unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, LoadError>
 macro_rules! symbol_table {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident, status $status:ty, from $header:literal {
+        $vis:vis struct $name:ident, status $status:ty, from $header:literal {
             $( $field:ident = $sym:literal : fn($($arg:ty),* $(,)?) $(-> $ret:ty)?; )*
         }
     ) => {
         $(#[$meta])*
-        pub struct $name {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> $crate::symbol_table!(@ret $status $(, $ret)?), )*
+        $vis struct $name {
+            $(
+                #[doc = concat!("`", $sym, "`.")]
+                pub(crate) $field: unsafe extern "C" fn($($arg),*) -> $crate::symbol_table!(@ret $status $(, $ret)?), )*
             /// Kept last so the pointers above never outlive it (fields drop in order).
             _library: $crate::loader::Library,
         }
@@ -262,7 +284,7 @@ macro_rules! symbol_table {
             // The metavariables inside `unsafe` are identifiers and string literals only (the
             // macro's grammar admits no expressions), so no caller code runs unsafely.
             #[allow(clippy::macro_metavars_in_unsafe)]
-            pub fn load(
+            $vis fn load(
                 loaded: $crate::loader::Loaded,
             ) -> Result<$name, $crate::loader::LoadError> {
                 let $crate::loader::Loaded { library, origin } = loaded;

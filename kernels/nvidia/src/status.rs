@@ -15,19 +15,25 @@
 macro_rules! status_type {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident($raw:ty), unnamed $unnamed:literal {
+        $vis:vis struct $name:ident($raw:ty), unnamed $unnamed:literal {
             $( $konst:ident = $code:literal => $text:literal, )*
         }
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-        pub struct $name(pub $raw);
+        $vis struct $name(
+            /// The raw code the library returned.
+            $vis $raw,
+        );
 
         impl $name {
-            $( pub const $konst: $name = $name($code); )*
+            $(
+                #[doc = concat!("`", $text, "`.")]
+                $vis const $konst: $name = $name($code);
+            )*
 
             /// The library's name for this status.
-            pub fn name(self) -> &'static str {
+            $vis fn name(self) -> &'static str {
                 match self.0 {
                     $( $code => $text, )*
                     _ => $unnamed,
@@ -35,7 +41,7 @@ macro_rules! status_type {
             }
 
             /// `Ok` for success (0), else this status.
-            pub fn result(self) -> Result<(), $name> {
+            $vis fn result(self) -> Result<(), $name> {
                 if self.0 == 0 {
                     Ok(())
                 } else {
@@ -62,7 +68,7 @@ macro_rules! status_type {
 mod tests {
     crate::status_type! {
         /// A status for the test.
-        pub struct TestStatus(i32), unnamed "TEST_(unnamed)" {
+        pub(super) struct TestStatus(i32), unnamed "TEST_(unnamed)" {
             SUCCESS = 0 => "TEST_SUCCESS",
             BROKEN = 7 => "TEST_BROKEN",
         }

@@ -23,27 +23,45 @@ const PROBE_SOURCE: &str = "extern \"C\" __global__ void stoker_probe(int *out) 
 /// Why a GPU cannot serve here, naming the versions involved.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UsabilityError {
+    /// The GPU could not be opened or its context bound.
     #[error("opening {gpu}: {source}")]
-    Open { gpu: String, source: CudaError },
+    Open {
+        /// The GPU as `UUID (name)`.
+        gpu: String,
+        /// The driver's error.
+        source: CudaError,
+    },
+    /// No NVRTC loads, or it cannot compile for the GPU.
     #[error("NVRTC: {0}")]
     Nvrtc(NvrtcError),
+    /// No libnvjpeg loads.
     #[error("nvJPEG: {0}")]
     Nvjpeg(NvjpegError),
+    /// The driver refuses the cubin NVRTC built (NVRTC newer than the driver).
     #[error(
         "the driver (CUDA {driver}) does not load a cubin built by NVRTC {nvrtc} for {gpu}: \
          {source}"
     )]
     Cubin {
+        /// The GPU as `UUID (name)`.
         gpu: String,
-        driver: String,
+        /// The CUDA version the driver runs.
+        driver: CudaVersion,
+        /// NVRTC's version, `major.minor`.
         nvrtc: String,
+        /// The driver's error loading the cubin or finding its kernel.
         source: CudaError,
     },
+    /// nvJPEG cannot create a handle on the GPU (nvJPEG newer than the driver).
     #[error("the driver (CUDA {driver}) cannot run nvJPEG {nvjpeg} on {gpu}: {source}")]
     Handle {
+        /// The GPU as `UUID (name)`.
         gpu: String,
-        driver: String,
+        /// The CUDA version the driver runs.
+        driver: CudaVersion,
+        /// nvJPEG's version, `major.minor.patch`.
         nvjpeg: String,
+        /// nvJPEG's error creating the handle.
         source: NvjpegError,
     },
 }
@@ -67,7 +85,7 @@ pub fn check_device(info: &DeviceInfo, driver: CudaVersion) -> Result<(), Box<Us
         .and_then(|m| m.function("stoker_probe").map(drop))
         .map_err(|source| UsabilityError::Cubin {
             gpu: gpu.clone(),
-            driver: driver.to_string(),
+            driver,
             nvrtc: format!("{v0}.{v1}"),
             source,
         })?;
@@ -79,7 +97,7 @@ pub fn check_device(info: &DeviceInfo, driver: CudaVersion) -> Result<(), Box<Us
     nvjpeg.try_create_handle(false).map_err(|source| {
         Box::new(UsabilityError::Handle {
             gpu,
-            driver: driver.to_string(),
+            driver,
             nvjpeg: format!("{j0}.{j1}.{j2}"),
             source,
         })

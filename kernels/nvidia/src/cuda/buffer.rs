@@ -5,6 +5,7 @@ use super::{log_drop_error, result, CudaError, Device};
 
 /// Device memory from `cuMemAlloc`, freed on drop. Drop does not wait for work on it: the
 /// owner must have synchronised (the pipeline fences every use with an event).
+#[derive(Debug)]
 pub struct DeviceBuffer {
     pub(super) ptr: sys::CUdeviceptr,
     pub(super) bytes: usize,
@@ -15,14 +16,17 @@ pub struct DeviceBuffer {
 unsafe impl Send for DeviceBuffer {}
 
 impl DeviceBuffer {
+    /// Device address of the buffer's first byte.
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
 
+    /// Size of the buffer in bytes.
     pub fn len(&self) -> usize {
         self.bytes
     }
 
+    /// Whether the buffer holds no bytes (never true: `Device::alloc` refuses 0 bytes).
     pub fn is_empty(&self) -> bool {
         self.bytes == 0
     }

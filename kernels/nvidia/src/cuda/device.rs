@@ -81,6 +81,7 @@ impl Device {
         Ok(device)
     }
 
+    /// The device as [`probe`] described it when it was opened.
     pub fn info(&self) -> &DeviceInfo {
         &self.inner.info
     }
@@ -109,6 +110,7 @@ impl Device {
 /// Restores the calling thread's current context when dropped: for code that runs on threads
 /// it does not own (a framework's thread deleting a tensor), where binding our context and
 /// leaving it bound would change that thread's current device under its owner.
+#[derive(Debug)]
 pub struct ContextRestore {
     d: &'static Driver,
     previous: sys::CUcontext,

@@ -10,10 +10,13 @@ use super::{result, CudaError, GpuUuid};
 /// One visible device, as [`probe`] reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceInfo {
+    /// The device's `GPU-` UUID, the name stoker's config and messages use for it.
     pub uuid: GpuUuid,
+    /// The marketing name the driver reports (`NVIDIA H100 80GB HBM3`).
     pub name: String,
     /// Compute capability (major, minor): (9, 0) for H100/H200.
     pub compute_capability: (u32, u32),
+    /// Device memory in bytes (`cuDeviceTotalMem`).
     pub total_memory: u64,
     /// Whether the device can share VMM allocations as POSIX file descriptors.
     pub posix_fd_sharing: bool,
@@ -52,6 +55,7 @@ impl DeviceInfo {
 pub struct CudaInfo {
     /// `cuDriverGetVersion`: 1000 * major + 10 * minor (12080 for 12.8).
     pub driver_version: i32,
+    /// Every device visible to this process (`CUDA_VISIBLE_DEVICES` applies), in driver order.
     pub devices: Vec<DeviceInfo>,
 }
 

@@ -51,11 +51,18 @@ use result::CuStatus;
 pub enum CudaError {
     /// The library, one of its symbols, or a usable device is missing.
     #[error("{library} unavailable: {reason}")]
-    Unavailable { library: String, reason: String },
+    Unavailable {
+        /// The library's short name (`libcuda`).
+        library: String,
+        /// What was tried and why it failed, or what is missing.
+        reason: String,
+    },
     /// A driver call returned an error status.
     #[error("{call} failed: {status}")]
     Driver {
+        /// The driver call as `cuda.h` names it (`cuMemCreate`).
         call: &'static str,
+        /// The status it returned.
         status: CuStatus,
     },
     /// No visible device has this UUID.
@@ -89,14 +96,6 @@ fn log_drop_error(what: &str, r: Result<(), CudaError>) {
         Err(CudaError::Driver { status, .. }) if status == CuStatus::DEINITIALIZED => {}
         Err(e) => tracing::warn!(error = %e, "releasing {what} failed"),
     }
-}
-
-/// Name of a status as libcuda spells it (for messages only).
-pub fn status_name(status: CuStatus) -> String {
-    driver()
-        .ok()
-        .and_then(|d| result::error_name(d, status))
-        .unwrap_or_else(|| status.name().to_string())
 }
 
 #[cfg(test)]

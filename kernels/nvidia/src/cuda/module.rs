@@ -6,7 +6,8 @@ use super::result::CuStatus;
 use super::sys;
 use super::{log_drop_error, result, CudaError, Device, Stream};
 
-/// A loaded cubin.
+/// A loaded cubin, unloaded on drop.
+#[derive(Debug)]
 pub struct Module {
     pub(super) raw: sys::CUmodule,
     pub(super) device: Device,
@@ -34,6 +35,7 @@ impl Module {
         Ok(Function { raw, module: self })
     }
 
+    /// The device whose context the cubin is loaded into.
     pub fn device(&self) -> &Device {
         &self.device
     }
@@ -51,6 +53,7 @@ impl Drop for Module {
 }
 
 /// A kernel of a [`Module`].
+#[derive(Debug)]
 pub struct Function<'m> {
     raw: sys::CUfunction,
     module: &'m Module,

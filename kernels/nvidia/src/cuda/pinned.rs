@@ -7,6 +7,7 @@ use super::{log_drop_error, result, CudaError, Device};
 
 /// Pinned host memory, freed on drop. Drop does not wait for copies from it: the owner must
 /// have synchronised (the CUDA engine waits on the event recorded after its uploads).
+#[derive(Debug)]
 pub struct PinnedHostBuffer {
     ptr: *mut u8,
     bytes: usize,
@@ -31,14 +32,17 @@ impl PinnedHostBuffer {
         })
     }
 
+    /// Size of the buffer in bytes.
     pub fn len(&self) -> usize {
         self.bytes
     }
 
+    /// Whether the buffer holds no bytes (never true: [`PinnedHostBuffer::new`] refuses 0).
     pub fn is_empty(&self) -> bool {
         self.bytes == 0
     }
 
+    /// The memory, to read.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `bytes` bytes owned by `self` from cuMemHostAlloc, live while `self` is.
         unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }

@@ -42,14 +42,14 @@ crate::status_type! {
 }
 
 /// Turns a status into a result, naming the call.
-pub fn check(call: &'static str, status: CUresult) -> Result<(), CudaError> {
+pub(crate) fn check(call: &'static str, status: CUresult) -> Result<(), CudaError> {
     CuStatus(status)
         .result()
         .map_err(|status| CudaError::Driver { call, status })
 }
 
 /// libcuda's own name for a status, where it knows one the table above does not.
-pub fn error_name(d: &Driver, status: CuStatus) -> Option<String> {
+pub(crate) fn error_name(d: &Driver, status: CuStatus) -> Option<String> {
     let mut p: *const std::ffi::c_char = ptr::null();
     // SAFETY: cuGetErrorName writes a pointer to a static string or fails.
     let rc = unsafe { (d.get_error_name)(status.0, &mut p) };
@@ -60,12 +60,12 @@ pub fn error_name(d: &Driver, status: CuStatus) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-pub fn init(d: &Driver) -> Result<(), CudaError> {
+pub(crate) fn init(d: &Driver) -> Result<(), CudaError> {
     // SAFETY: cuInit takes flags only.
     check("cuInit", unsafe { (d.init)(0) })
 }
 
-pub fn driver_version(d: &Driver) -> Result<i32, CudaError> {
+pub(crate) fn driver_version(d: &Driver) -> Result<i32, CudaError> {
     let mut v: c_int = 0;
     // SAFETY: writes one int.
     check("cuDriverGetVersion", unsafe {
@@ -74,21 +74,21 @@ pub fn driver_version(d: &Driver) -> Result<i32, CudaError> {
     Ok(v)
 }
 
-pub fn device_count(d: &Driver) -> Result<i32, CudaError> {
+pub(crate) fn device_count(d: &Driver) -> Result<i32, CudaError> {
     let mut n: c_int = 0;
     // SAFETY: writes one int.
     check("cuDeviceGetCount", unsafe { (d.device_get_count)(&mut n) })?;
     Ok(n)
 }
 
-pub fn device_get(d: &Driver, ordinal: i32) -> Result<sys::CUdevice, CudaError> {
+pub(crate) fn device_get(d: &Driver, ordinal: i32) -> Result<sys::CUdevice, CudaError> {
     let mut dev: sys::CUdevice = 0;
     // SAFETY: writes one CUdevice; a bad ordinal is an error status.
     check("cuDeviceGet", unsafe { (d.device_get)(&mut dev, ordinal) })?;
     Ok(dev)
 }
 
-pub fn device_uuid(d: &Driver, dev: sys::CUdevice) -> Result<[u8; 16], CudaError> {
+pub(crate) fn device_uuid(d: &Driver, dev: sys::CUdevice) -> Result<[u8; 16], CudaError> {
     let mut u = sys::CUuuid::default();
     // SAFETY: writes 16 bytes.
     check("cuDeviceGetUuid_v2", unsafe {
@@ -97,7 +97,7 @@ pub fn device_uuid(d: &Driver, dev: sys::CUdevice) -> Result<[u8; 16], CudaError
     Ok(u.bytes)
 }
 
-pub fn device_name(d: &Driver, dev: sys::CUdevice) -> Result<String, CudaError> {
+pub(crate) fn device_name(d: &Driver, dev: sys::CUdevice) -> Result<String, CudaError> {
     const LEN: c_int = 256;
     let mut buf = [0u8; LEN as usize];
     // SAFETY: writes at most `len` bytes including the NUL.
@@ -108,7 +108,7 @@ pub fn device_name(d: &Driver, dev: sys::CUdevice) -> Result<String, CudaError> 
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
-pub fn device_total_mem(d: &Driver, dev: sys::CUdevice) -> Result<usize, CudaError> {
+pub(crate) fn device_total_mem(d: &Driver, dev: sys::CUdevice) -> Result<usize, CudaError> {
     let mut n = 0usize;
     // SAFETY: writes one size_t.
     check("cuDeviceTotalMem_v2", unsafe {
@@ -117,7 +117,11 @@ pub fn device_total_mem(d: &Driver, dev: sys::CUdevice) -> Result<usize, CudaErr
     Ok(n)
 }
 
-pub fn device_attribute(d: &Driver, dev: sys::CUdevice, attr: c_int) -> Result<i32, CudaError> {
+pub(crate) fn device_attribute(
+    d: &Driver,
+    dev: sys::CUdevice,
+    attr: c_int,
+) -> Result<i32, CudaError> {
     let mut v: c_int = 0;
     // SAFETY: writes one int; an unknown attribute is an error status.
     check("cuDeviceGetAttribute", unsafe {
@@ -126,7 +130,10 @@ pub fn device_attribute(d: &Driver, dev: sys::CUdevice, attr: c_int) -> Result<i
     Ok(v)
 }
 
-pub fn primary_ctx_retain(d: &Driver, dev: sys::CUdevice) -> Result<sys::CUcontext, CudaError> {
+pub(crate) fn primary_ctx_retain(
+    d: &Driver,
+    dev: sys::CUdevice,
+) -> Result<sys::CUcontext, CudaError> {
     let mut c: sys::CUcontext = ptr::null_mut();
     // SAFETY: writes one context handle.
     check("cuDevicePrimaryCtxRetain", unsafe {
@@ -137,7 +144,7 @@ pub fn primary_ctx_retain(d: &Driver, dev: sys::CUdevice) -> Result<sys::CUconte
 
 /// # Safety
 /// Must balance one successful [`primary_ctx_retain`] of `dev`.
-pub unsafe fn primary_ctx_release(d: &Driver, dev: sys::CUdevice) -> Result<(), CudaError> {
+pub(crate) unsafe fn primary_ctx_release(d: &Driver, dev: sys::CUdevice) -> Result<(), CudaError> {
     // SAFETY: the caller balances a retain.
     check("cuDevicePrimaryCtxRelease_v2", unsafe {
         (d.primary_ctx_release)(dev)
@@ -146,7 +153,7 @@ pub unsafe fn primary_ctx_release(d: &Driver, dev: sys::CUdevice) -> Result<(), 
 
 /// # Safety
 /// `ctx` must be a live context (or null to unbind).
-pub unsafe fn ctx_set_current(d: &Driver, ctx: sys::CUcontext) -> Result<(), CudaError> {
+pub(crate) unsafe fn ctx_set_current(d: &Driver, ctx: sys::CUcontext) -> Result<(), CudaError> {
     // SAFETY: the caller promises `ctx` is live.
     check("cuCtxSetCurrent", unsafe { (d.ctx_set_current)(ctx) })
 }
@@ -163,7 +170,7 @@ pub fn ctx_get_current(d: &Driver) -> Result<sys::CUcontext, CudaError> {
 /// kernels yield to a training job's at any higher priority. On every GPU NVIDIA documents the
 /// least priority is the default ("'0' represents default priority"); asking for it by name
 /// keeps that true where a device's range says otherwise.
-pub fn stream_create(d: &Driver) -> Result<sys::CUstream, CudaError> {
+pub(crate) fn stream_create(d: &Driver) -> Result<sys::CUstream, CudaError> {
     let (least, _) = stream_priority_range(d)?;
     let mut s: sys::CUstream = ptr::null_mut();
     // SAFETY: writes one stream handle in the current context.
@@ -177,7 +184,7 @@ pub fn stream_create(d: &Driver) -> Result<sys::CUstream, CudaError> {
 ///
 /// # Safety
 /// `s` must be a live stream of the current context.
-pub unsafe fn stream_priority(d: &Driver, s: sys::CUstream) -> Result<c_int, CudaError> {
+pub(crate) unsafe fn stream_priority(d: &Driver, s: sys::CUstream) -> Result<c_int, CudaError> {
     let mut p: c_int = 0;
     // SAFETY: the caller promises `s` is live; writes one int.
     check("cuStreamGetPriority", unsafe {
@@ -187,7 +194,7 @@ pub unsafe fn stream_priority(d: &Driver, s: sys::CUstream) -> Result<c_int, Cud
 }
 
 /// The current context's device's stream priorities: (least, greatest).
-pub fn stream_priority_range(d: &Driver) -> Result<(c_int, c_int), CudaError> {
+pub(crate) fn stream_priority_range(d: &Driver) -> Result<(c_int, c_int), CudaError> {
     let (mut least, mut greatest): (c_int, c_int) = (0, 0);
     // SAFETY: writes two ints.
     check("cuCtxGetStreamPriorityRange", unsafe {
@@ -198,23 +205,16 @@ pub fn stream_priority_range(d: &Driver) -> Result<(c_int, c_int), CudaError> {
 
 /// # Safety
 /// `s` must be a live stream, not used afterwards.
-pub unsafe fn stream_destroy(d: &Driver, s: sys::CUstream) -> Result<(), CudaError> {
+pub(crate) unsafe fn stream_destroy(d: &Driver, s: sys::CUstream) -> Result<(), CudaError> {
     // SAFETY: the caller owns `s`.
     check("cuStreamDestroy_v2", unsafe { (d.stream_destroy)(s) })
-}
-
-/// # Safety
-/// `s` must be a live stream.
-pub unsafe fn stream_synchronize(d: &Driver, s: sys::CUstream) -> Result<(), CudaError> {
-    // SAFETY: the caller promises `s` is live.
-    check("cuStreamSynchronize", unsafe { (d.stream_synchronize)(s) })
 }
 
 /// A new event. Every event blocks the thread that waits on it (`CU_EVENT_BLOCKING_SYNC`):
 /// without the flag "the CPU thread will busy-wait until the event has been completed by the
 /// device" (`cuEventSynchronize`), a core per waiting thread in the daemon and in every
 /// training process's release thread.
-pub fn event_create(d: &Driver, timing: bool) -> Result<sys::CUevent, CudaError> {
+pub(crate) fn event_create(d: &Driver, timing: bool) -> Result<sys::CUevent, CudaError> {
     let mut e: sys::CUevent = ptr::null_mut();
     let flags = if timing {
         sys::CU_EVENT_BLOCKING_SYNC
@@ -228,14 +228,18 @@ pub fn event_create(d: &Driver, timing: bool) -> Result<sys::CUevent, CudaError>
 
 /// # Safety
 /// `e` and `s` must be live and of the same context.
-pub unsafe fn event_record(d: &Driver, e: sys::CUevent, s: sys::CUstream) -> Result<(), CudaError> {
+pub(crate) unsafe fn event_record(
+    d: &Driver,
+    e: sys::CUevent,
+    s: sys::CUstream,
+) -> Result<(), CudaError> {
     // SAFETY: the caller promises both handles are live.
     check("cuEventRecord", unsafe { (d.event_record)(e, s) })
 }
 
 /// # Safety
 /// `e` must be live.
-pub unsafe fn event_synchronize(d: &Driver, e: sys::CUevent) -> Result<(), CudaError> {
+pub(crate) unsafe fn event_synchronize(d: &Driver, e: sys::CUevent) -> Result<(), CudaError> {
     // SAFETY: the caller promises `e` is live.
     check("cuEventSynchronize", unsafe { (d.event_synchronize)(e) })
 }
@@ -244,7 +248,7 @@ pub unsafe fn event_synchronize(d: &Driver, e: sys::CUevent) -> Result<(), CudaE
 ///
 /// # Safety
 /// `e` must be live.
-pub unsafe fn event_query(d: &Driver, e: sys::CUevent) -> Result<bool, CudaError> {
+pub(crate) unsafe fn event_query(d: &Driver, e: sys::CUevent) -> Result<bool, CudaError> {
     // SAFETY: the caller promises `e` is live.
     let rc = unsafe { (d.event_query)(e) };
     if rc == CuStatus::NOT_READY.0 {
@@ -257,7 +261,7 @@ pub unsafe fn event_query(d: &Driver, e: sys::CUevent) -> Result<bool, CudaError
 ///
 /// # Safety
 /// Both events must be live, created with timing, and recorded.
-pub unsafe fn event_elapsed_ms(
+pub(crate) unsafe fn event_elapsed_ms(
     d: &Driver,
     start: sys::CUevent,
     end: sys::CUevent,
@@ -272,13 +276,13 @@ pub unsafe fn event_elapsed_ms(
 
 /// # Safety
 /// `e` must be live, not used afterwards.
-pub unsafe fn event_destroy(d: &Driver, e: sys::CUevent) -> Result<(), CudaError> {
+pub(crate) unsafe fn event_destroy(d: &Driver, e: sys::CUevent) -> Result<(), CudaError> {
     // SAFETY: the caller owns `e`.
     check("cuEventDestroy_v2", unsafe { (d.event_destroy)(e) })
 }
 
 /// Loads a cubin. The image is copied by the driver; it need not outlive the call.
-pub fn module_load_data(d: &Driver, image: &[u8]) -> Result<sys::CUmodule, CudaError> {
+pub(crate) fn module_load_data(d: &Driver, image: &[u8]) -> Result<sys::CUmodule, CudaError> {
     let mut m: sys::CUmodule = ptr::null_mut();
     // SAFETY: `image` is a complete ELF cubin (the driver checks it and reports
     // CUDA_ERROR_INVALID_IMAGE otherwise) and stays alive for the call.
@@ -290,14 +294,14 @@ pub fn module_load_data(d: &Driver, image: &[u8]) -> Result<sys::CUmodule, CudaE
 
 /// # Safety
 /// `m` must be live, not used afterwards, and no function of it in use.
-pub unsafe fn module_unload(d: &Driver, m: sys::CUmodule) -> Result<(), CudaError> {
+pub(crate) unsafe fn module_unload(d: &Driver, m: sys::CUmodule) -> Result<(), CudaError> {
     // SAFETY: the caller owns `m`.
     check("cuModuleUnload", unsafe { (d.module_unload)(m) })
 }
 
 /// # Safety
 /// `m` must be live.
-pub unsafe fn module_get_function(
+pub(crate) unsafe fn module_get_function(
     d: &Driver,
     m: sys::CUmodule,
     name: &CStr,
@@ -314,7 +318,7 @@ pub unsafe fn module_get_function(
 /// `f` and `s` must be live; `params` must hold one pointer per kernel parameter, each to a
 /// value of exactly that parameter's type, and every device pointer inside must be valid for
 /// what the kernel does with it until the launch completes.
-pub unsafe fn launch_kernel(
+pub(crate) unsafe fn launch_kernel(
     d: &Driver,
     f: sys::CUfunction,
     grid: (u32, u32, u32),
@@ -341,7 +345,7 @@ pub unsafe fn launch_kernel(
     })
 }
 
-pub fn mem_alloc(d: &Driver, bytes: usize) -> Result<sys::CUdeviceptr, CudaError> {
+pub(crate) fn mem_alloc(d: &Driver, bytes: usize) -> Result<sys::CUdeviceptr, CudaError> {
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: writes one device pointer in the current context.
     check("cuMemAlloc_v2", unsafe { (d.mem_alloc)(&mut p, bytes) })?;
@@ -350,14 +354,14 @@ pub fn mem_alloc(d: &Driver, bytes: usize) -> Result<sys::CUdeviceptr, CudaError
 
 /// # Safety
 /// `p` must come from [`mem_alloc`], with no work in flight on it, not used afterwards.
-pub unsafe fn mem_free(d: &Driver, p: sys::CUdeviceptr) -> Result<(), CudaError> {
+pub(crate) unsafe fn mem_free(d: &Driver, p: sys::CUdeviceptr) -> Result<(), CudaError> {
     // SAFETY: the caller owns `p`.
     check("cuMemFree_v2", unsafe { (d.mem_free)(p) })
 }
 
 /// `cuMemHostAlloc(bytes, 0)`: page-locked host memory, which asynchronous copies read when
 /// they run (pageable memory the driver may have to stage synchronously).
-pub fn mem_host_alloc(d: &Driver, bytes: usize) -> Result<*mut u8, CudaError> {
+pub(crate) fn mem_host_alloc(d: &Driver, bytes: usize) -> Result<*mut u8, CudaError> {
     let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: writes one host pointer; the current context owns the allocation.
     check("cuMemHostAlloc", unsafe {
@@ -368,7 +372,7 @@ pub fn mem_host_alloc(d: &Driver, bytes: usize) -> Result<*mut u8, CudaError> {
 
 /// # Safety
 /// `p` must come from [`mem_host_alloc`], with no copy in flight from it, not used afterwards.
-pub unsafe fn mem_free_host(d: &Driver, p: *mut u8) -> Result<(), CudaError> {
+pub(crate) unsafe fn mem_free_host(d: &Driver, p: *mut u8) -> Result<(), CudaError> {
     // SAFETY: the caller owns `p`.
     check("cuMemFreeHost", unsafe { (d.mem_free_host)(p.cast()) })
 }
@@ -403,7 +407,7 @@ pub unsafe fn memcpy_dtoh(
 
 /// The allocation property stoker uses for rings: pinned device memory on `device`,
 /// exportable as a POSIX file descriptor.
-pub fn ring_allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
+pub(crate) fn ring_allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CU_MEM_ALLOCATION_TYPE_PINNED,
         requested_handle_types: sys::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -416,7 +420,7 @@ pub fn ring_allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
     }
 }
 
-pub fn mem_get_allocation_granularity(
+pub(crate) fn mem_get_allocation_granularity(
     d: &Driver,
     prop: &sys::CUmemAllocationProp,
     recommended: bool,
@@ -434,7 +438,7 @@ pub fn mem_get_allocation_granularity(
     Ok(g)
 }
 
-pub fn mem_create(
+pub(crate) fn mem_create(
     d: &Driver,
     bytes: usize,
     prop: &sys::CUmemAllocationProp,
@@ -451,7 +455,7 @@ pub fn mem_create(
 ///
 /// # Safety
 /// `h` must be a live allocation created with the POSIX-fd handle type.
-pub unsafe fn mem_export_fd(
+pub(crate) unsafe fn mem_export_fd(
     d: &Driver,
     h: sys::CUmemGenericAllocationHandle,
 ) -> Result<c_int, CudaError> {
@@ -469,7 +473,7 @@ pub unsafe fn mem_export_fd(
 }
 
 /// Imports an allocation from a POSIX file descriptor (which stays owned by the caller).
-pub fn mem_import_fd(
+pub(crate) fn mem_import_fd(
     d: &Driver,
     fd: c_int,
 ) -> Result<sys::CUmemGenericAllocationHandle, CudaError> {
@@ -486,7 +490,7 @@ pub fn mem_import_fd(
     Ok(h)
 }
 
-pub fn mem_address_reserve(
+pub(crate) fn mem_address_reserve(
     d: &Driver,
     bytes: usize,
     alignment: usize,
@@ -501,7 +505,7 @@ pub fn mem_address_reserve(
 
 /// # Safety
 /// `p..p+bytes` must be a reserved, unmapped range; `h` a live allocation of at least `bytes`.
-pub unsafe fn mem_map(
+pub(crate) unsafe fn mem_map(
     d: &Driver,
     p: sys::CUdeviceptr,
     bytes: usize,
@@ -515,7 +519,7 @@ pub unsafe fn mem_map(
 ///
 /// # Safety
 /// `p..p+bytes` must be mapped.
-pub unsafe fn mem_set_access_rw(
+pub(crate) unsafe fn mem_set_access_rw(
     d: &Driver,
     p: sys::CUdeviceptr,
     bytes: usize,
@@ -536,14 +540,18 @@ pub unsafe fn mem_set_access_rw(
 
 /// # Safety
 /// `p..p+bytes` must be mapped and no work may be in flight on it.
-pub unsafe fn mem_unmap(d: &Driver, p: sys::CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
+pub(crate) unsafe fn mem_unmap(
+    d: &Driver,
+    p: sys::CUdeviceptr,
+    bytes: usize,
+) -> Result<(), CudaError> {
     // SAFETY: the caller promises the range is mapped and idle.
     check("cuMemUnmap", unsafe { (d.mem_unmap)(p, bytes) })
 }
 
 /// # Safety
 /// `h` must be live and not used afterwards (mappings keep the memory alive until unmapped).
-pub unsafe fn mem_release(
+pub(crate) unsafe fn mem_release(
     d: &Driver,
     h: sys::CUmemGenericAllocationHandle,
 ) -> Result<(), CudaError> {
@@ -553,7 +561,7 @@ pub unsafe fn mem_release(
 
 /// # Safety
 /// `p..p+bytes` must be a reservation with nothing mapped in it.
-pub unsafe fn mem_address_free(
+pub(crate) unsafe fn mem_address_free(
     d: &Driver,
     p: sys::CUdeviceptr,
     bytes: usize,

@@ -4,6 +4,7 @@ use super::sys;
 use super::{log_drop_error, result, CudaError, Device, DeviceBuffer};
 
 /// A CUDA stream. Dropping it does not wait for its work (the driver finishes it).
+#[derive(Debug)]
 pub struct Stream {
     pub(super) raw: sys::CUstream,
     // Field order: the device (and its context) outlives the stream handle.
@@ -25,6 +26,7 @@ impl Stream {
         done.synchronize()
     }
 
+    /// The driver's handle, for calls this crate does not wrap (nvJPEG's decodes, raw copies).
     pub fn raw(&self) -> sys::CUstream {
         self.raw
     }
@@ -79,6 +81,7 @@ impl Drop for Stream {
 }
 
 /// A CUDA event: fences slots (a slot is reused only once its consumer's event completed).
+#[derive(Debug)]
 pub struct Event {
     pub(super) raw: sys::CUevent,
     pub(super) device: Device,
@@ -88,6 +91,7 @@ pub struct Event {
 unsafe impl Send for Event {}
 
 impl Event {
+    /// Records the event after the work queued so far on `stream`.
     pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         self.device.bind()?;
         // SAFETY: both handles are live and of this device's context.
@@ -107,6 +111,7 @@ impl Event {
         unsafe { result::event_record(self.device.driver(), self.raw, stream) }
     }
 
+    /// Waits, sleeping (the event is blocking-sync), until the work recorded before it completed.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.device.bind()?;
         // SAFETY: the event is live.

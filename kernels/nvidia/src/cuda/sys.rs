@@ -5,74 +5,83 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use crate::loader::LibrarySpec;
 
+/// `CUresult`: a driver call's status, 0 for success (see [`super::result::CuStatus`]).
 pub type CUresult = c_int;
+/// `CUdevice`: a device ordinal as the driver numbers the visible devices.
 pub type CUdevice = c_int;
+/// `CUdeviceptr`: an address in device memory.
 pub type CUdeviceptr = c_ulonglong;
+/// `CUcontext`: a context handle (stoker uses each device's primary context).
 pub type CUcontext = *mut c_void;
+/// `CUstream`: a stream handle; null and 1, 2 are the null streams.
 pub type CUstream = *mut c_void;
+/// `CUevent`: an event handle.
 pub type CUevent = *mut c_void;
+/// `CUmodule`: a loaded cubin's handle.
 pub type CUmodule = *mut c_void;
+/// `CUfunction`: a kernel's handle within a module.
 pub type CUfunction = *mut c_void;
+/// `CUmemGenericAllocationHandle`: a VMM physical allocation.
 pub type CUmemGenericAllocationHandle = c_ulonglong;
 
-pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
-pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
-pub const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
-pub const CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: c_int = 103;
+pub(crate) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub(crate) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+pub(crate) const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_int = 102;
+pub(crate) const CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: c_int = 103;
 
-pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
-pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
-pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
+pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub(crate) const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
 
-pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 0x1;
-pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 0x1;
-pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 0x1;
-pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 0x3;
-pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_uint = 0x0;
-pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_uint = 0x1;
+pub(crate) const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 0x1;
+pub(crate) const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: c_uint = 0x1;
+pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 0x1;
+pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_uint = 0x3;
+pub(crate) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_uint = 0x0;
+pub(crate) const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: c_uint = 0x1;
 
 /// `CUuuid`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CUuuid {
-    pub bytes: [u8; 16],
+pub(crate) struct CUuuid {
+    pub(crate) bytes: [u8; 16],
 }
 
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CUmemLocation {
-    pub type_: c_uint,
-    pub id: c_int,
+pub(crate) struct CUmemLocation {
+    pub(crate) type_: c_uint,
+    pub(crate) id: c_int,
 }
 
 /// The `allocFlags` member of `CUmemAllocationProp`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CUmemAllocFlags {
-    pub compression_type: u8,
-    pub gpu_direct_rdma_capable: u8,
-    pub usage: u16,
-    pub reserved: [u8; 4],
+pub(crate) struct CUmemAllocFlags {
+    pub(crate) compression_type: u8,
+    pub(crate) gpu_direct_rdma_capable: u8,
+    pub(crate) usage: u16,
+    pub(crate) reserved: [u8; 4],
 }
 
 /// `CUmemAllocationProp`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct CUmemAllocationProp {
-    pub type_: c_uint,
-    pub requested_handle_types: c_uint,
-    pub location: CUmemLocation,
-    pub win32_handle_meta_data: *mut c_void,
-    pub alloc_flags: CUmemAllocFlags,
+pub(crate) struct CUmemAllocationProp {
+    pub(crate) type_: c_uint,
+    pub(crate) requested_handle_types: c_uint,
+    pub(crate) location: CUmemLocation,
+    pub(crate) win32_handle_meta_data: *mut c_void,
+    pub(crate) alloc_flags: CUmemAllocFlags,
 }
 
 /// `CUmemAccessDesc`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CUmemAccessDesc {
-    pub location: CUmemLocation,
-    pub flags: c_uint,
+pub(crate) struct CUmemAccessDesc {
+    pub(crate) location: CUmemLocation,
+    pub(crate) flags: c_uint,
 }
 
 crate::symbol_table! {
@@ -91,12 +100,10 @@ crate::symbol_table! {
     primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
     ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
-    stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint);
     stream_create_with_priority = "cuStreamCreateWithPriority": fn(*mut CUstream, c_uint, c_int);
     stream_get_priority = "cuStreamGetPriority": fn(CUstream, *mut c_int);
     ctx_get_stream_priority_range = "cuCtxGetStreamPriorityRange": fn(*mut c_int, *mut c_int);
     stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
-    stream_synchronize = "cuStreamSynchronize": fn(CUstream);
     event_create = "cuEventCreate": fn(*mut CUevent, c_uint);
     event_record = "cuEventRecord": fn(CUevent, CUstream);
     event_synchronize = "cuEventSynchronize": fn(CUevent);
@@ -135,7 +142,7 @@ crate::symbol_table! {
 }
 
 /// Where libcuda is looked for. The driver comes with the kernel module, never from a wheel.
-pub const LIBCUDA: LibrarySpec = LibrarySpec {
+pub(crate) const LIBCUDA: LibrarySpec = LibrarySpec {
     name: "libcuda",
     env: "STOKER_LIBCUDA",
     sonames: &["libcuda.so.1"],

@@ -31,6 +31,7 @@ pub fn ring_granularity(device: &Device) -> Result<usize, CudaError> {
 
 /// A ring in device memory, mapped into this process. Made by the daemon with
 /// [`DeviceRing::create`] or by a client with [`DeviceRing::import`].
+#[derive(Debug)]
 pub struct DeviceRing {
     ptr: sys::CUdeviceptr,
     bytes: usize,
@@ -139,14 +140,17 @@ impl DeviceRing {
         self.ptr
     }
 
+    /// Size of the mapping in bytes (a multiple of [`ring_granularity`]).
     pub fn len(&self) -> usize {
         self.bytes
     }
 
+    /// Whether the mapping holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.bytes == 0
     }
 
+    /// The device the ring's memory lives on.
     pub fn device(&self) -> &Device {
         &self.device
     }

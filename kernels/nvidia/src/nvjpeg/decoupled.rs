@@ -57,7 +57,7 @@ impl DecoupledDecoder {
         })
     }
 
-    pub fn objects(&self, handle: &LibHandle) -> result::Decoupled {
+    pub(super) fn objects(&self, handle: &LibHandle) -> result::Decoupled {
         result::Decoupled {
             handle: handle.raw(),
             decoder: self.decoder.raw(),
@@ -73,7 +73,7 @@ pub(super) struct Decoupled {
 }
 
 impl Decoupled {
-    pub fn new(handle: &Arc<LibHandle>) -> Result<Decoupled, NvjpegError> {
+    pub(super) fn new(handle: &Arc<LibHandle>) -> Result<Decoupled, NvjpegError> {
         Ok(Decoupled {
             gpu_hybrid: DecoupledDecoder::new(handle, sys::BACKEND_GPU_HYBRID)?,
             hybrid: DecoupledDecoder::new(handle, sys::BACKEND_HYBRID)?,
@@ -83,7 +83,7 @@ impl Decoupled {
     /// The decoder that takes `jpeg`: the hybrid one for a progressive file, else the
     /// GPU-hybrid one (a header that cannot be read goes to the GPU-hybrid one, which says
     /// why it cannot take it).
-    pub fn for_file(&mut self, jpeg: &[u8]) -> &mut DecoupledDecoder {
+    pub(super) fn for_file(&mut self, jpeg: &[u8]) -> &mut DecoupledDecoder {
         let progressive = jpeg_header::parse(jpeg).is_some_and(|h| h.coding == Coding::Progressive);
         if progressive {
             &mut self.hybrid

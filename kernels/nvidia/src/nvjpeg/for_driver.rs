@@ -10,7 +10,7 @@ impl NvjpegLib {
         crate::compat::open_for_driver(
             &sys::LIBNVJPEG,
             crate::compat::driver_version(),
-            |loaded| NvjpegLib::open(loaded).map_err(|e| e.to_string()),
+            NvjpegLib::open,
             |n| {
                 let (major, minor, patch) = n.version;
                 (major, format!("nvJPEG {major}.{minor}.{patch}"))

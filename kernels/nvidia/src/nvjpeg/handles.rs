@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::{result, sys, NvjpegError, NvjpegLib};
 
 /// The library handle (`nvjpegHandle_t`), shared by every object made from it.
-pub struct LibHandle {
+pub(super) struct LibHandle {
     raw: sys::Handle,
     lib: Arc<NvjpegLib>,
 }
@@ -30,16 +30,19 @@ unsafe impl Sync for LibHandle {}
 
 impl LibHandle {
     /// `nvjpegCreateEx(backend)`.
-    pub fn create(lib: Arc<NvjpegLib>, backend: c_int) -> Result<Arc<LibHandle>, NvjpegError> {
+    pub(super) fn create(
+        lib: Arc<NvjpegLib>,
+        backend: c_int,
+    ) -> Result<Arc<LibHandle>, NvjpegError> {
         let raw = result::create_ex(&lib.sys, backend)?;
         Ok(Arc::new(LibHandle { raw, lib }))
     }
 
-    pub fn raw(&self) -> sys::Handle {
+    pub(super) fn raw(&self) -> sys::Handle {
         self.raw
     }
 
-    pub fn sys(&self) -> &sys::Nvjpeg {
+    pub(super) fn sys(&self) -> &sys::Nvjpeg {
         &self.lib.sys
     }
 }
@@ -61,7 +64,7 @@ fn log_drop(r: Result<(), NvjpegError>) {
 macro_rules! owned {
     ($( $(#[$meta:meta])* $name:ident($raw:ty) = $destroy:path; )*) => {$(
         $(#[$meta])*
-        pub struct $name {
+        pub(crate) struct $name {
             raw: $raw,
             handle: Arc<LibHandle>,
         }
@@ -71,7 +74,7 @@ macro_rules! owned {
         unsafe impl Send for $name {}
 
         impl $name {
-            pub fn raw(&self) -> $raw {
+            pub(crate) fn raw(&self) -> $raw {
                 self.raw
             }
         }
@@ -103,7 +106,7 @@ owned! {
 
 impl JpegState {
     /// `nvjpegJpegStateCreate`: the batched decoder's state.
-    pub fn create(handle: &Arc<LibHandle>) -> Result<JpegState, NvjpegError> {
+    pub(super) fn create(handle: &Arc<LibHandle>) -> Result<JpegState, NvjpegError> {
         // SAFETY: the handle is live (held by the Arc).
         let raw = unsafe { result::jpeg_state_create(handle.sys(), handle.raw())? };
         Ok(JpegState {
@@ -113,7 +116,7 @@ impl JpegState {
     }
 
     /// `nvjpegDecoderStateCreate`: a decoupled decoder's state.
-    pub fn for_decoder(
+    pub(super) fn for_decoder(
         handle: &Arc<LibHandle>,
         decoder: &JpegDecoder,
     ) -> Result<JpegState, NvjpegError> {
@@ -128,7 +131,7 @@ impl JpegState {
 }
 
 impl JpegStream {
-    pub fn create(handle: &Arc<LibHandle>) -> Result<JpegStream, NvjpegError> {
+    pub(super) fn create(handle: &Arc<LibHandle>) -> Result<JpegStream, NvjpegError> {
         // SAFETY: the handle is live.
         let raw = unsafe { result::jpeg_stream_create(handle.sys(), handle.raw())? };
         Ok(JpegStream {
@@ -140,7 +143,10 @@ impl JpegStream {
 
 impl DecodeParams {
     /// Decode parameters with output format `format`.
-    pub fn create(handle: &Arc<LibHandle>, format: c_int) -> Result<DecodeParams, NvjpegError> {
+    pub(super) fn create(
+        handle: &Arc<LibHandle>,
+        format: c_int,
+    ) -> Result<DecodeParams, NvjpegError> {
         // SAFETY: the handle is live.
         let raw = unsafe { result::decode_params_create(handle.sys(), handle.raw())? };
         let p = DecodeParams {
@@ -153,7 +159,7 @@ impl DecodeParams {
     }
 
     /// Sets the region of interest (`None`: the whole image).
-    pub fn set_roi(&self, roi: Option<super::Roi>) -> Result<(), NvjpegError> {
+    pub(super) fn set_roi(&self, roi: Option<super::Roi>) -> Result<(), NvjpegError> {
         let r = roi.map_or([0, 0, -1, -1], |r| {
             [r.x, r.y, r.width, r.height].map(|v| c_int::try_from(v).unwrap_or(c_int::MAX))
         });
@@ -163,7 +169,10 @@ impl DecodeParams {
 }
 
 impl JpegDecoder {
-    pub fn create(handle: &Arc<LibHandle>, backend: c_int) -> Result<JpegDecoder, NvjpegError> {
+    pub(super) fn create(
+        handle: &Arc<LibHandle>,
+        backend: c_int,
+    ) -> Result<JpegDecoder, NvjpegError> {
         // SAFETY: the handle is live.
         let raw = unsafe { result::decoder_create(handle.sys(), handle.raw(), backend)? };
         Ok(JpegDecoder {
@@ -174,7 +183,7 @@ impl JpegDecoder {
 }
 
 impl PinnedBuffer {
-    pub fn create(handle: &Arc<LibHandle>) -> Result<PinnedBuffer, NvjpegError> {
+    pub(super) fn create(handle: &Arc<LibHandle>) -> Result<PinnedBuffer, NvjpegError> {
         // SAFETY: the handle is live.
         let raw = unsafe { result::buffer_pinned_create(handle.sys(), handle.raw())? };
         Ok(PinnedBuffer {
@@ -185,7 +194,7 @@ impl PinnedBuffer {
 }
 
 impl DeviceStaging {
-    pub fn create(handle: &Arc<LibHandle>) -> Result<DeviceStaging, NvjpegError> {
+    pub(super) fn create(handle: &Arc<LibHandle>) -> Result<DeviceStaging, NvjpegError> {
         // SAFETY: the handle is live.
         let raw = unsafe { result::buffer_device_create(handle.sys(), handle.raw())? };
         Ok(DeviceStaging {

@@ -37,6 +37,7 @@ mod route;
 mod sys;
 
 use std::ffi::c_int;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -76,11 +77,18 @@ impl NvjpegStatus {
 pub enum NvjpegError {
     /// libnvjpeg or one of its symbols is missing.
     #[error("{library} unavailable: {reason}")]
-    Unavailable { library: String, reason: String },
+    Unavailable {
+        /// The library's short name (`libnvjpeg`).
+        library: String,
+        /// What was tried and why it failed.
+        reason: String,
+    },
     /// A call returned an error status.
     #[error("{call} failed: {status}")]
     Call {
+        /// The call as `nvjpeg.h` names it (`nvjpegDecodeBatchedEx`).
         call: &'static str,
+        /// The status it returned.
         status: NvjpegStatus,
     },
     /// The device's context could not be bound.
@@ -92,6 +100,7 @@ pub enum NvjpegError {
 }
 
 impl NvjpegError {
+    /// True where libnvjpeg or a symbol is missing rather than a call failing.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, NvjpegError::Unavailable { .. })
     }
@@ -163,6 +172,7 @@ impl NvjpegLib {
         self.version
     }
 
+    /// The file or soname it was loaded from.
     pub fn origin(&self) -> &Path {
         &self.origin
     }
@@ -184,18 +194,25 @@ impl NvjpegLib {
     }
 }
 
+/// A region of an image to decode alone, in pixels of the full image (nvJPEG's ROI decode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Roi {
+    /// Left edge, pixels from the image's left.
     pub x: u32,
+    /// Top edge, pixels from the image's top.
     pub y: u32,
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
 }
 
 /// Where one decoded image goes: interleaved RGB u8 at a device address, `pitch` bytes per row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceImage {
+    /// Device address of the image's first byte, in memory the caller owns.
     pub ptr: u64,
+    /// Bytes from one row's start to the next (at least 3 * width).
     pub pitch: usize,
 }
 
@@ -214,10 +231,13 @@ impl DeviceImage {
 /// Header facts of one JPEG, as nvJPEG reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JpegInfo {
+    /// Colour components in the file: 1 (gray), 3 (YCbCr) or 4 (CMYK/YCCK).
     pub components: u32,
     /// `nvjpegChromaSubsampling_t` (0 = 4:4:4, 2 = 4:2:0, 6 = gray, -1 = unknown).
     pub subsampling: i32,
+    /// Image width in pixels (its largest component's).
     pub width: u32,
+    /// Image height in pixels (its largest component's).
     pub height: u32,
 }
 
@@ -274,6 +294,16 @@ pub struct HardwareBatchState {
     initialized: usize,
     decoded: Event,
     handle: Arc<LibHandle>,
+}
+
+/// The handles say nothing to a reader: the batch size it was initialised for is shown.
+impl fmt::Debug for HardwareBatchState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HardwareBatchState")
+            .field("initialized", &self.initialized)
+            .field("params", &self.params.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl HardwareBatchState {
@@ -391,6 +421,17 @@ pub struct NvjpegDecoder {
     handle: Arc<LibHandle>,
     max_batch: usize,
     device: Device,
+}
+
+/// Shows the device, the largest batch and whether the hardware engines are in use.
+impl fmt::Debug for NvjpegDecoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NvjpegDecoder")
+            .field("device", &self.device)
+            .field("max_batch", &self.max_batch)
+            .field("hardware", &(self.hardware.is_some() && !self.hardware_off))
+            .finish_non_exhaustive()
+    }
 }
 
 impl NvjpegDecoder {

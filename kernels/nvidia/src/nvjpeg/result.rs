@@ -9,14 +9,14 @@ use super::sys::{self, Nvjpeg};
 use super::{NvjpegError, NvjpegStatus};
 
 /// `Ok` for `NVJPEG_STATUS_SUCCESS`, else the call's name and its status.
-pub fn check(call: &'static str, status: c_int) -> Result<(), NvjpegError> {
+pub(super) fn check(call: &'static str, status: c_int) -> Result<(), NvjpegError> {
     NvjpegStatus(status)
         .result()
         .map_err(|status| NvjpegError::Call { call, status })
 }
 
 /// `nvjpegGetProperty`: needs no GPU or handle.
-pub fn get_property(s: &Nvjpeg, property: c_int) -> Result<i32, NvjpegError> {
+pub(super) fn get_property(s: &Nvjpeg, property: c_int) -> Result<i32, NvjpegError> {
     let mut v: c_int = 0;
     // SAFETY: writes one int; needs no GPU or handle.
     check("nvjpegGetProperty", unsafe {
@@ -29,7 +29,7 @@ pub fn get_property(s: &Nvjpeg, property: c_int) -> Result<i32, NvjpegError> {
 /// Handles are strict (`NVJPEG_FLAGS_BITSTREAM_STRICT`): without the flag nvJPEG decodes
 /// corrupt and truncated streams to garbage pixels where the CPU decoder refuses them (as a
 /// real H200 did, docs/results/gpu-check-2026-11-26).
-pub fn create_ex(s: &Nvjpeg, backend: c_int) -> Result<sys::Handle, NvjpegError> {
+pub(super) fn create_ex(s: &Nvjpeg, backend: c_int) -> Result<sys::Handle, NvjpegError> {
     let mut h: sys::Handle = ptr::null_mut();
     let flags = sys::FLAGS_BITSTREAM_STRICT;
     // SAFETY: null allocators select nvJPEG's defaults; the flag is a documented one; writes
@@ -44,7 +44,7 @@ pub fn create_ex(s: &Nvjpeg, backend: c_int) -> Result<sys::Handle, NvjpegError>
 ///
 /// # Safety
 /// `h` must be a live handle that nothing made from it still uses.
-pub unsafe fn destroy(s: &Nvjpeg, h: sys::Handle) -> Result<(), NvjpegError> {
+pub(super) unsafe fn destroy(s: &Nvjpeg, h: sys::Handle) -> Result<(), NvjpegError> {
     // SAFETY: the caller's promise.
     check("nvjpegDestroy", unsafe { (s.destroy)(h) })
 }
@@ -53,7 +53,7 @@ pub unsafe fn destroy(s: &Nvjpeg, h: sys::Handle) -> Result<(), NvjpegError> {
 ///
 /// # Safety
 /// `h` must be a live handle.
-pub unsafe fn get_hardware_decoder_info(
+pub(super) unsafe fn get_hardware_decoder_info(
     s: &Nvjpeg,
     h: sys::Handle,
 ) -> Result<(u32, u32), NvjpegError> {
@@ -67,7 +67,7 @@ pub unsafe fn get_hardware_decoder_info(
 
 /// What `nvjpegGetImageInfo` reports: components, subsampling, and each component's size.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ImageInfo {
+pub(super) struct ImageInfo {
     pub components: c_int,
     pub subsampling: c_int,
     pub widths: [c_int; sys::MAX_COMPONENT],
@@ -78,7 +78,7 @@ pub struct ImageInfo {
 ///
 /// # Safety
 /// `h` must be a live handle.
-pub unsafe fn get_image_info(
+pub(super) unsafe fn get_image_info(
     s: &Nvjpeg,
     h: sys::Handle,
     jpeg: &[u8],
@@ -109,7 +109,7 @@ macro_rules! create_destroy {
         $ty:ty
     ) => {
         #[doc = concat!("`", $cname, "`.\n\n# Safety\n`h` must be a live handle.")]
-        pub unsafe fn $create(s: &Nvjpeg, h: sys::Handle) -> Result<$ty, NvjpegError> {
+        pub(crate) unsafe fn $create(s: &Nvjpeg, h: sys::Handle) -> Result<$ty, NvjpegError> {
             let mut out: $ty = ptr::null_mut();
             // SAFETY: the caller's promise; a null allocator is nvJPEG's default; writes one
             // handle.
@@ -118,7 +118,7 @@ macro_rules! create_destroy {
         }
 
         #[doc = concat!("`", $dname, "`.\n\n# Safety\n`x` must be live and unused afterwards.")]
-        pub unsafe fn $destroy(s: &Nvjpeg, x: $ty) -> Result<(), NvjpegError> {
+        pub(crate) unsafe fn $destroy(s: &Nvjpeg, x: $ty) -> Result<(), NvjpegError> {
             // SAFETY: the caller's promise.
             check($dname, unsafe { (s.$destroy)(x) })
         }
@@ -145,7 +145,7 @@ create_destroy!(
 ///
 /// # Safety
 /// `h` must be a live handle.
-pub unsafe fn decoder_create(
+pub(super) unsafe fn decoder_create(
     s: &Nvjpeg,
     h: sys::Handle,
     backend: c_int,
@@ -162,7 +162,7 @@ pub unsafe fn decoder_create(
 ///
 /// # Safety
 /// `d` must be live and unused afterwards.
-pub unsafe fn decoder_destroy(s: &Nvjpeg, d: sys::JpegDecoder) -> Result<(), NvjpegError> {
+pub(super) unsafe fn decoder_destroy(s: &Nvjpeg, d: sys::JpegDecoder) -> Result<(), NvjpegError> {
     // SAFETY: the caller's promise.
     check("nvjpegDecoderDestroy", unsafe { (s.decoder_destroy)(d) })
 }
@@ -171,7 +171,7 @@ pub unsafe fn decoder_destroy(s: &Nvjpeg, d: sys::JpegDecoder) -> Result<(), Nvj
 ///
 /// # Safety
 /// `h` and `d` must be live.
-pub unsafe fn decoder_state_create(
+pub(super) unsafe fn decoder_state_create(
     s: &Nvjpeg,
     h: sys::Handle,
     d: sys::JpegDecoder,
@@ -199,7 +199,7 @@ create_destroy!(
 macro_rules! state_attach {
     ($attach:ident = $name:literal, $buffer:ty) => {
         #[doc = concat!("`", $name, "`.\n\n# Safety\nBoth must be live; the buffer must outlive the state's use of it.")]
-        pub unsafe fn $attach(
+        pub(crate) unsafe fn $attach(
             s: &Nvjpeg,
             state: sys::JpegState,
             b: $buffer,
@@ -223,7 +223,7 @@ state_attach!(
 ///
 /// # Safety
 /// `p` must be live.
-pub unsafe fn decode_params_set_output_format(
+pub(super) unsafe fn decode_params_set_output_format(
     s: &Nvjpeg,
     p: sys::DecodeParams,
     format: c_int,
@@ -238,7 +238,7 @@ pub unsafe fn decode_params_set_output_format(
 ///
 /// # Safety
 /// `p` must be live.
-pub unsafe fn decode_params_set_roi(
+pub(super) unsafe fn decode_params_set_roi(
     s: &Nvjpeg,
     p: sys::DecodeParams,
     roi: [c_int; 4],
@@ -253,7 +253,7 @@ pub unsafe fn decode_params_set_roi(
 ///
 /// # Safety
 /// `h` and `stream` must be live.
-pub unsafe fn jpeg_stream_parse_header(
+pub(super) unsafe fn jpeg_stream_parse_header(
     s: &Nvjpeg,
     h: sys::Handle,
     jpeg: &[u8],
@@ -269,7 +269,7 @@ pub unsafe fn jpeg_stream_parse_header(
 ///
 /// # Safety
 /// `h` and `stream` must be live; `jpeg` must outlive the stream's use by the host phase.
-pub unsafe fn jpeg_stream_parse(
+pub(super) unsafe fn jpeg_stream_parse(
     s: &Nvjpeg,
     h: sys::Handle,
     jpeg: &[u8],
@@ -297,7 +297,7 @@ fn supported(
 ///
 /// # Safety
 /// Every handle must be live, `stream` parsed.
-pub unsafe fn decode_batched_supported_ex(
+pub(super) unsafe fn decode_batched_supported_ex(
     s: &Nvjpeg,
     h: sys::Handle,
     stream: sys::JpegStream,
@@ -314,7 +314,7 @@ pub unsafe fn decode_batched_supported_ex(
 ///
 /// # Safety
 /// Every handle must be live, `stream` parsed.
-pub unsafe fn decoder_jpeg_supported(
+pub(super) unsafe fn decoder_jpeg_supported(
     s: &Nvjpeg,
     d: sys::JpegDecoder,
     stream: sys::JpegStream,
@@ -330,7 +330,7 @@ pub unsafe fn decoder_jpeg_supported(
 ///
 /// # Safety
 /// `h` and `state` must be live.
-pub unsafe fn decode_batched_initialize(
+pub(super) unsafe fn decode_batched_initialize(
     s: &Nvjpeg,
     h: sys::Handle,
     state: sys::JpegState,
@@ -344,7 +344,7 @@ pub unsafe fn decode_batched_initialize(
 }
 
 /// The arrays of one batched decode, `n` entries each.
-pub struct BatchArgs<'a> {
+pub(super) struct BatchArgs<'a> {
     pub data: &'a [*const u8],
     pub lengths: &'a [usize],
     pub images: &'a mut [sys::NvjpegImage],
@@ -357,7 +357,7 @@ pub struct BatchArgs<'a> {
 /// # Safety
 /// `h` (a hardware-backend handle) and `state` must be live, no batched decode with `state`
 /// pending.
-pub unsafe fn decode_batched_pre_allocate(
+pub(super) unsafe fn decode_batched_pre_allocate(
     s: &Nvjpeg,
     h: sys::Handle,
     state: sys::JpegState,
@@ -376,7 +376,7 @@ pub unsafe fn decode_batched_pre_allocate(
 /// `h`, `state` live and initialised for `data.len()` images, no batched decode with `state`
 /// still pending; `params` holds one live object per image; every bitstream stays unchanged
 /// and every output names device memory valid until the work completes on `cuda_stream`.
-pub unsafe fn decode_batched_ex(
+pub(super) unsafe fn decode_batched_ex(
     s: &Nvjpeg,
     h: sys::Handle,
     state: sys::JpegState,
@@ -400,7 +400,7 @@ pub unsafe fn decode_batched_ex(
 
 /// The objects the decoupled decode phases take.
 #[derive(Clone, Copy)]
-pub struct Decoupled {
+pub(super) struct Decoupled {
     pub handle: sys::Handle,
     pub decoder: sys::JpegDecoder,
     pub state: sys::JpegState,
@@ -410,7 +410,7 @@ pub struct Decoupled {
 ///
 /// # Safety
 /// Every handle live; `stream` parsed from bytes that are still alive.
-pub unsafe fn decode_jpeg_host(
+pub(super) unsafe fn decode_jpeg_host(
     s: &Nvjpeg,
     d: Decoupled,
     p: sys::DecodeParams,
@@ -426,7 +426,7 @@ pub unsafe fn decode_jpeg_host(
 ///
 /// # Safety
 /// Every handle live, after [`decode_jpeg_host`].
-pub unsafe fn decode_jpeg_transfer_to_device(
+pub(super) unsafe fn decode_jpeg_transfer_to_device(
     s: &Nvjpeg,
     d: Decoupled,
     stream: sys::JpegStream,
@@ -443,7 +443,7 @@ pub unsafe fn decode_jpeg_transfer_to_device(
 /// # Safety
 /// Every handle live, after the transfer; `image` names device memory valid until the work
 /// completes on `cuda_stream`.
-pub unsafe fn decode_jpeg_device(
+pub(super) unsafe fn decode_jpeg_device(
     s: &Nvjpeg,
     d: Decoupled,
     image: &mut sys::NvjpegImage,

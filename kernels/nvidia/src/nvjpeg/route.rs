@@ -73,7 +73,9 @@ impl Route {
 /// image; the caller's region otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Routed {
+    /// The decoder that takes the image.
     pub route: Route,
+    /// The region that decoder decodes; `None` for the whole image.
     pub roi: Option<Roi>,
 }
 

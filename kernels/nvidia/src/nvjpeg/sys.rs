@@ -5,41 +5,41 @@ use std::ffi::{c_int, c_uchar, c_uint, c_void};
 
 use crate::loader::LibrarySpec;
 
-pub type NvjpegStatus = c_int;
-pub type Handle = *mut c_void;
-pub type JpegState = *mut c_void;
-pub type JpegStream = *mut c_void;
-pub type DecodeParams = *mut c_void;
-pub type JpegDecoder = *mut c_void;
-pub type BufferPinned = *mut c_void;
-pub type BufferDevice = *mut c_void;
-pub type CudaStream = *mut c_void;
+pub(super) type NvjpegStatus = c_int;
+pub(super) type Handle = *mut c_void;
+pub(super) type JpegState = *mut c_void;
+pub(super) type JpegStream = *mut c_void;
+pub(super) type DecodeParams = *mut c_void;
+pub(super) type JpegDecoder = *mut c_void;
+pub(super) type BufferPinned = *mut c_void;
+pub(super) type BufferDevice = *mut c_void;
+pub(super) type CudaStream = *mut c_void;
 
-pub const MAX_COMPONENT: usize = 4;
+pub(super) const MAX_COMPONENT: usize = 4;
 
-pub const BACKEND_DEFAULT: c_int = 0;
-pub const BACKEND_HYBRID: c_int = 1;
-pub const BACKEND_GPU_HYBRID: c_int = 2;
-pub const BACKEND_HARDWARE: c_int = 3;
+pub(super) const BACKEND_DEFAULT: c_int = 0;
+pub(super) const BACKEND_HYBRID: c_int = 1;
+pub(super) const BACKEND_GPU_HYBRID: c_int = 2;
+pub(super) const BACKEND_HARDWARE: c_int = 3;
 /// `NVJPEG_FLAGS_BITSTREAM_STRICT`: refuse a stream that does not strictly follow the JPEG
 /// specification instead of decoding what can be made of it.
-pub const FLAGS_BITSTREAM_STRICT: c_uint = 4;
+pub(super) const FLAGS_BITSTREAM_STRICT: c_uint = 4;
 
 /// Interleaved RGB into channel 0 (what stoker's kernels read).
-pub const OUTPUT_RGBI: c_int = 5;
+pub(super) const OUTPUT_RGBI: c_int = 5;
 
 /// `NVJPEG_CSS_444`.
-pub const CSS_444: c_int = 0;
+pub(super) const CSS_444: c_int = 0;
 
 /// `libraryPropertyType`.
-pub const MAJOR_VERSION: c_int = 0;
-pub const MINOR_VERSION: c_int = 1;
-pub const PATCH_LEVEL: c_int = 2;
+pub(super) const MAJOR_VERSION: c_int = 0;
+pub(super) const MINOR_VERSION: c_int = 1;
+pub(super) const PATCH_LEVEL: c_int = 2;
 
 /// `nvjpegImage_t`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct NvjpegImage {
+pub(super) struct NvjpegImage {
     pub channel: [*mut c_uchar; MAX_COMPONENT],
     pub pitch: [usize; MAX_COMPONENT],
 }
@@ -54,7 +54,7 @@ impl Default for NvjpegImage {
 }
 
 /// Where libnvjpeg is looked for (see [`crate::loader`] for the order).
-pub const LIBNVJPEG: LibrarySpec = LibrarySpec {
+pub(super) const LIBNVJPEG: LibrarySpec = LibrarySpec {
     name: "libnvjpeg",
     env: "STOKER_NVJPEG",
     sonames: &["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"],
@@ -64,7 +64,7 @@ pub const LIBNVJPEG: LibrarySpec = LibrarySpec {
 
 crate::symbol_table! {
     /// Every libnvjpeg entry point stoker calls, resolved once.
-    pub struct Nvjpeg, status NvjpegStatus, from "nvjpeg.h" {
+    pub(crate) struct Nvjpeg, status NvjpegStatus, from "nvjpeg.h" {
     get_property = "nvjpegGetProperty": fn(c_int, *mut c_int);
     create_ex = "nvjpegCreateEx": fn(c_int, *mut c_void, *mut c_void, c_uint, *mut Handle);
     destroy = "nvjpegDestroy": fn(Handle);

@@ -37,26 +37,40 @@ use crate::loader::Loaded;
 pub enum NvrtcError {
     /// libnvrtc or one of its symbols is missing.
     #[error("{library} unavailable: {reason}")]
-    Unavailable { library: String, reason: String },
+    Unavailable {
+        /// The library's short name (`libnvrtc`).
+        library: String,
+        /// What was tried and why it failed.
+        reason: String,
+    },
     /// An NVRTC call other than the compile itself failed.
     #[error("{call} failed: {status}")]
     Call {
+        /// The call as `nvrtc.h` names it (`nvrtcGetCUBIN`).
         call: &'static str,
+        /// The status it returned.
         status: NvrtcStatus,
     },
     /// The source does not compile; the log says why.
     #[error("{name} does not compile for {arch} (options: {options}):\n{log}", options = .options.join(" "))]
     Compile {
+        /// The source's name (`augment.cu`).
         name: String,
+        /// The target, as in the options (`sm_90`).
         arch: String,
+        /// The options the compile was given.
         options: Vec<String>,
+        /// NVRTC's compile log.
         log: String,
     },
     /// This NVRTC cannot build for the device.
     #[error("NVRTC {version} cannot compile for sm_{arch} (it supports {supported:?})")]
     UnsupportedArch {
+        /// The device's compute capability as 10 * major + minor (90 for sm_90).
         arch: u32,
+        /// The NVRTC version, `major.minor`.
         version: String,
+        /// The capabilities it can target, as `nvrtcGetSupportedArchs` lists them.
         supported: Vec<i32>,
     },
     /// The source or an option is not a C string.
@@ -65,6 +79,7 @@ pub enum NvrtcError {
 }
 
 impl NvrtcError {
+    /// True where libnvrtc or a symbol is missing rather than a call failing.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, NvrtcError::Unavailable { .. })
     }
@@ -73,7 +88,9 @@ impl NvrtcError {
 /// A kernel source file and its name (used in NVRTC's messages).
 #[derive(Debug, Clone, Copy)]
 pub struct KernelSource {
+    /// The file name NVRTC's messages and the cache key use (`augment.cu`).
     pub name: &'static str,
+    /// The CUDA C++ source text.
     pub source: &'static str,
 }
 
@@ -103,7 +120,7 @@ impl Nvrtc {
                 crate::compat::open_for_driver(
                     &sys::LIBNVRTC,
                     crate::compat::driver_version(),
-                    |loaded| Nvrtc::open(loaded).map_err(|e| e.to_string()),
+                    Nvrtc::open,
                     |n| {
                         (
                             n.version.0,
@@ -145,7 +162,7 @@ impl Nvrtc {
     }
 
     /// Compute capabilities this NVRTC can target, as 10 * major + minor (80, 90, ...).
-    pub fn supported_archs(&self) -> Result<Vec<i32>, NvrtcError> {
+    pub(crate) fn supported_archs(&self) -> Result<Vec<i32>, NvrtcError> {
         result::supported_archs(&self.sys)
     }
 
@@ -227,10 +244,12 @@ impl KernelCache {
         var("HOME").map(|h| h.join(".cache/stoker/kernels"))
     }
 
+    /// A cache in `dir` (created, private to this user, on first use).
     pub fn new(dir: impl Into<PathBuf>) -> KernelCache {
         KernelCache { dir: dir.into() }
     }
 
+    /// The folder the cubins are kept in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

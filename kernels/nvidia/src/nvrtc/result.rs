@@ -27,14 +27,14 @@ fn check(call: &'static str, status: NvrtcResult) -> Result<(), NvrtcError> {
         .map_err(|status| NvrtcError::Call { call, status })
 }
 
-pub fn version(n: &Nvrtc) -> Result<(i32, i32), NvrtcError> {
+pub(super) fn version(n: &Nvrtc) -> Result<(i32, i32), NvrtcError> {
     let (mut a, mut b): (c_int, c_int) = (0, 0);
     // SAFETY: writes two ints.
     check("nvrtcVersion", unsafe { (n.version)(&mut a, &mut b) })?;
     Ok((a, b))
 }
 
-pub fn supported_archs(n: &Nvrtc) -> Result<Vec<i32>, NvrtcError> {
+pub(super) fn supported_archs(n: &Nvrtc) -> Result<Vec<i32>, NvrtcError> {
     let mut count: c_int = 0;
     // SAFETY: writes one int.
     check("nvrtcGetNumSupportedArchs", unsafe {
@@ -49,12 +49,12 @@ pub fn supported_archs(n: &Nvrtc) -> Result<Vec<i32>, NvrtcError> {
 }
 
 /// An NVRTC program, destroyed on drop.
-pub struct Program<'n> {
+pub(super) struct Program<'n> {
     raw: NvrtcProgram,
     n: &'n Nvrtc,
 }
 
-pub fn create_program<'n>(
+pub(super) fn create_program<'n>(
     n: &'n Nvrtc,
     source: &str,
     name: &str,
@@ -78,7 +78,7 @@ pub fn create_program<'n>(
 
 impl Program<'_> {
     /// Compiles; on a compile error returns the raw status (the caller fetches the log).
-    pub fn compile(&self, options: &[String]) -> Result<(), NvrtcError> {
+    pub(super) fn compile(&self, options: &[String]) -> Result<(), NvrtcError> {
         let opts: Vec<CString> = options
             .iter()
             .map(|o| CString::new(o.as_str()))
@@ -94,7 +94,7 @@ impl Program<'_> {
         })
     }
 
-    pub fn log(&self) -> Result<String, NvrtcError> {
+    pub(super) fn log(&self) -> Result<String, NvrtcError> {
         let mut size = 0usize;
         // SAFETY: the program is live; writes one size_t.
         check("nvrtcGetProgramLogSize", unsafe {
@@ -109,7 +109,7 @@ impl Program<'_> {
         Ok(String::from_utf8_lossy(&buf[..end]).trim_end().to_string())
     }
 
-    pub fn cubin(&self) -> Result<Vec<u8>, NvrtcError> {
+    pub(super) fn cubin(&self) -> Result<Vec<u8>, NvrtcError> {
         let mut size = 0usize;
         // SAFETY: the program is live and compiled; writes one size_t.
         check("nvrtcGetCUBINSize", unsafe {
@@ -137,7 +137,7 @@ impl Drop for Program<'_> {
 }
 
 /// NVRTC's own text for a status.
-pub fn error_string(n: &Nvrtc, status: NvrtcStatus) -> String {
+pub(super) fn error_string(n: &Nvrtc, status: NvrtcStatus) -> String {
     // SAFETY: returns a pointer to a static string (or null).
     let p = unsafe { (n.get_error_string)(status.0) };
     if p.is_null() {

@@ -4,11 +4,11 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::loader::LibrarySpec;
 
-pub type NvrtcResult = c_int;
-pub type NvrtcProgram = *mut c_void;
+pub(super) type NvrtcResult = c_int;
+pub(super) type NvrtcProgram = *mut c_void;
 
 /// Where libnvrtc is looked for (see [`crate::loader`] for the order).
-pub const LIBNVRTC: LibrarySpec = LibrarySpec {
+pub(super) const LIBNVRTC: LibrarySpec = LibrarySpec {
     name: "libnvrtc",
     env: "STOKER_NVRTC",
     sonames: &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
@@ -18,7 +18,7 @@ pub const LIBNVRTC: LibrarySpec = LibrarySpec {
 
 crate::symbol_table! {
     /// Every libnvrtc entry point stoker calls, resolved once.
-    pub struct Nvrtc, status NvrtcResult, from "nvrtc.h" {
+    pub(crate) struct Nvrtc, status NvrtcResult, from "nvrtc.h" {
     get_error_string = "nvrtcGetErrorString": fn(NvrtcResult) -> *const c_char;
     version = "nvrtcVersion": fn(*mut c_int, *mut c_int);
     get_num_supported_archs = "nvrtcGetNumSupportedArchs": fn(*mut c_int);
