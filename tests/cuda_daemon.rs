@@ -478,7 +478,8 @@ use stoker_testkit::edge_manifest;
 /// itself), among those whose header the daemon's probe reads.
 fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
     use stoker_nvidia::cuda::Device;
-    use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Route};
+    use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib};
+    use stoker_pipeline::transform::decode::routing::{self, is_progressive, Route};
     let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
     let mut d = NvjpegDecoder::new(&dev, NvjpegLib::global().unwrap(), 1).unwrap();
     let stream = dev.stream().unwrap();
@@ -500,7 +501,7 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
         };
         // SAFETY: `out` holds height * pitch bytes until the stream is synchronised below.
         unsafe {
-            match stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true).route {
+            match routing::route(&mut d, &jpeg, None, true).route {
                 Route::Hardware => {
                     hardware += u64::from(
                         d.decode_hardware_batch(&stream, &[&jpeg], &[None], &[img])
@@ -508,7 +509,10 @@ fn expected_mix(dir: &Path, names: &[String]) -> (u64, u64) {
                     )
                 }
                 Route::Hybrid => {
-                    hybrid += u64::from(d.decode_hybrid(&stream, &jpeg, None, img).is_ok())
+                    hybrid += u64::from(
+                        d.decode_hybrid(&stream, &jpeg, None, is_progressive(&jpeg), img)
+                            .is_ok(),
+                    )
                 }
                 Route::Cpu => {}
             }

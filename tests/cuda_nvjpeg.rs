@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use emulator::*;
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi, Route};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegLib, Roi};
+use stoker_pipeline::transform::decode::routing::{self, is_progressive, Route};
 use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
 
 fn shared_data() -> Option<PathBuf> {
@@ -158,13 +159,19 @@ fn photos_decode_on_the_hardware_path_as_the_cpu_decoder_does() {
             unsafe { d.decode_hardware_batch(&stream, &jpegs, &rois, &outs) }.unwrap();
         }
         for j in &rest {
-            assert!(d.hybrid_supports(&j.jpeg, j.roi).unwrap(), "{}", j.name);
+            assert!(
+                d.hybrid_supports(&j.jpeg, j.roi, is_progressive(&j.jpeg))
+                    .unwrap(),
+                "{}",
+                j.name
+            );
             let out = DeviceImage {
                 ptr: j.out.ptr(),
                 pitch: (j.width * 3) as usize,
             };
             // SAFETY: as above.
-            unsafe { d.decode_hybrid(&stream, &j.jpeg, j.roi, out) }.unwrap();
+            unsafe { d.decode_hybrid(&stream, &j.jpeg, j.roi, is_progressive(&j.jpeg), out) }
+                .unwrap();
         }
         stream.synchronize().unwrap();
         for j in &jobs {
@@ -183,13 +190,13 @@ fn photos_decode_on_the_hardware_path_as_the_cpu_decoder_does() {
     assert!(hardware > 0 && hardware + hybrid == names.len());
 }
 
-/// Where the edge file goes by the engine's rule (`stoker_nvidia::nvjpeg::route`):
+/// Where the edge file goes by the engine's rule (`stoker_pipeline::transform::decode::routing::route`):
 /// "hardware", "hybrid" or "refused" (the CPU decoder's).
 fn route(d: &mut NvjpegDecoder, jpeg: &[u8]) -> &'static str {
     if d.info(jpeg).is_err() {
         return "refused";
     }
-    match stoker_nvidia::nvjpeg::route(d, jpeg, None, true).route {
+    match routing::route(d, jpeg, None, true).route {
         Route::Hardware => "hardware",
         Route::Hybrid => "hybrid",
         Route::Cpu => "refused",
@@ -208,8 +215,8 @@ fn edge_files_are_sorted_into_hardware_hybrid_and_refused() {
         let kind = name.split("__").next().unwrap().to_string();
         let r = route(&mut d, &jpeg);
         // What a real nvJPEG got wrong goes to the CPU whatever its kind.
-        let observed = stoker_nvidia::jpeg_header::parse(&jpeg)
-            .and_then(|h| stoker_nvidia::nvjpeg::header_refusal(&h))
+        let observed = routing::header::parse(&jpeg)
+            .and_then(|h| routing::header_refusal(&h))
             .is_some();
         let rule = match kind.as_str() {
             _ if observed => Some("refused"),
@@ -240,7 +247,7 @@ fn edge_files_are_sorted_into_hardware_hybrid_and_refused() {
             if r == "hardware" {
                 d.decode_hardware_batch(&stream, &[&j.jpeg], &[None], &[out])
             } else {
-                d.decode_hybrid(&stream, &j.jpeg, None, out)
+                d.decode_hybrid(&stream, &j.jpeg, None, is_progressive(&j.jpeg), out)
             }
         };
         stream.synchronize().unwrap();
@@ -325,7 +332,7 @@ fn only_arch_mismatch_or_a_zero_sized_engine_means_no_hardware_decoder() {
             assert!(!d.has_hardware(), "engines x cores {:?}", d.hardware_info());
             assert_eq!(d.hardware_info(), (0, 0));
             let jpeg = stoker_testkit::encode_jpeg(&vec![128; 32 * 16 * 3], 32, 16, 90);
-            let r = stoker_nvidia::nvjpeg::route(&mut d, &jpeg, None, true);
+            let r = routing::route(&mut d, &jpeg, None, true);
             assert_eq!(r.route, Route::Hybrid);
         }
         Some("failed") => {

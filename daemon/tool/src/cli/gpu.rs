@@ -19,7 +19,8 @@
 use serde::Serialize;
 use stoker_kernels::reference::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi, Route, Routed};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
+use stoker_pipeline::transform::decode::routing::{is_progressive, Route, Routed};
 
 use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 
@@ -120,7 +121,7 @@ pub(super) fn decode_sync(
             }),
         Route::Hybrid => images.iter().zip(&targets).try_for_each(|(img, out)| {
             // SAFETY: as above.
-            unsafe { d.decode_hybrid(stream, img.jpeg, img.roi, *out) }
+            unsafe { d.decode_hybrid(stream, img.jpeg, img.roi, is_progressive(img.jpeg), *out) }
         }),
     };
     // Wait even after an error: work already enqueued must not outlive the buffers.

@@ -4,8 +4,8 @@
 //! progressive files.
 //!
 //! # Design
-//! - Which one takes a file is [`Decoupled::for_file`]: progressive files go to the hybrid
-//!   decoder, as nvImageCodec (`extensions/nvjpeg/cuda_decoder.cpp`: "gpu hybrid is not
+//! - Which one takes a file is [`Decoupled::for_file`]: progressive files (the caller says
+//!   which, from the header: the decode stage's routing) go to the hybrid decoder, as nvImageCodec (`extensions/nvjpeg/cuda_decoder.cpp`: "gpu hybrid is not
 //!   supported for progressive") and DALI (`nvjpeg_decoder_decoupled_api.h`: `!is_progressive`
 //!   before choosing `NVJPEG_BACKEND_GPU_HYBRID`) do; everything else to the GPU-hybrid one.
 //!   Support is then asked of that decoder (`nvjpegDecoderJpegSupported`) and the decode runs
@@ -23,7 +23,6 @@ use super::handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, LibHandle, PinnedBuffer,
 };
 use super::{result, sys, NvjpegError};
-use crate::jpeg_header::{self, Coding};
 
 /// One decoupled decoder with its state and buffers. Field order is drop order: the state
 /// goes before the buffers attached to it and the decoder it was made for.
@@ -80,11 +79,9 @@ impl Decoupled {
         })
     }
 
-    /// The decoder that takes `jpeg`: the hybrid one for a progressive file, else the
-    /// GPU-hybrid one (a header that cannot be read goes to the GPU-hybrid one, which says
-    /// why it cannot take it).
-    pub(super) fn for_file(&mut self, jpeg: &[u8]) -> &mut DecoupledDecoder {
-        let progressive = jpeg_header::parse(jpeg).is_some_and(|h| h.coding == Coding::Progressive);
+    /// The decoder that takes a file: the hybrid one for a progressive file, else the
+    /// GPU-hybrid one (the caller reads the header: the decode stage's routing).
+    pub(super) fn for_file(&mut self, progressive: bool) -> &mut DecoupledDecoder {
         if progressive {
             &mut self.hybrid
         } else {

@@ -21,7 +21,8 @@
 //!   initialised or decodes again, is initialised again after a failed batch or when the
 //!   batch size changes, and its batch's bitstreams stay untouched until that event (the
 //!   caller's part: one state per batch in flight).
-//! - Which decoder takes an image is one rule, [`route`], used by the engine and the tools.
+//! - Which decoder takes an image is the pipeline's decode routing; this module answers its
+//!   questions ([`NvjpegDecoder::hardware_supports`], [`NvjpegDecoder::hybrid_supports`]).
 //!
 //! # Limitations
 //! Without a GPU the decoder runs only against the emulated nvJPEG (libjpeg-turbo under
@@ -32,8 +33,8 @@ mod backend;
 mod decoupled;
 mod for_driver;
 mod handles;
+mod image;
 mod result;
-mod route;
 mod sys;
 
 use std::ffi::c_int;
@@ -43,10 +44,10 @@ use std::sync::{Arc, OnceLock};
 
 use crate::cuda::{Device, Event, Stream};
 use crate::loader::Loaded;
-pub use route::{header_refusal, route, Route, RouteQuery, Routed};
 
 use decoupled::Decoupled;
 use handles::{DecodeParams, JpegState, JpegStream, LibHandle};
+pub use image::{DeviceImage, JpegInfo, Roi};
 
 crate::status_type! {
     /// An nvJPEG status code.
@@ -191,69 +192,6 @@ impl NvjpegLib {
             tracing::warn!(error = %e, "releasing an nvJPEG handle failed");
         }
         Ok(())
-    }
-}
-
-/// A region of an image to decode alone, in pixels of the full image (nvJPEG's ROI decode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Roi {
-    /// Left edge, pixels from the image's left.
-    pub x: u32,
-    /// Top edge, pixels from the image's top.
-    pub y: u32,
-    /// Width in pixels.
-    pub width: u32,
-    /// Height in pixels.
-    pub height: u32,
-}
-
-/// Where one decoded image goes: interleaved RGB u8 at a device address, `pitch` bytes per row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceImage {
-    /// Device address of the image's first byte, in memory the caller owns.
-    pub ptr: u64,
-    /// Bytes from one row's start to the next (at least 3 * width).
-    pub pitch: usize,
-}
-
-impl DeviceImage {
-    fn as_nvjpeg(self) -> sys::NvjpegImage {
-        let mut img = sys::NvjpegImage::default();
-        // CUDA runs only on 64-bit hosts, where a device address fits a pointer.
-        #[allow(clippy::cast_possible_truncation)]
-        let ptr = self.ptr as usize;
-        img.channel[0] = ptr as *mut u8;
-        img.pitch[0] = self.pitch;
-        img
-    }
-}
-
-/// Header facts of one JPEG, as nvJPEG reads them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JpegInfo {
-    /// Colour components in the file: 1 (gray), 3 (YCbCr) or 4 (CMYK/YCCK).
-    pub components: u32,
-    /// `nvjpegChromaSubsampling_t` (0 = 4:4:4, 2 = 4:2:0, 6 = gray, -1 = unknown).
-    pub subsampling: i32,
-    /// Image width in pixels (its largest component's).
-    pub width: u32,
-    /// Image height in pixels (its largest component's).
-    pub height: u32,
-}
-
-impl JpegInfo {
-    /// The image's size is its largest component's: nvJPEG lists component 0 first, which is
-    /// smaller than the image when chroma is sampled finer than luma.
-    fn from_image_info(i: &result::ImageInfo) -> JpegInfo {
-        let n = usize::try_from(i.components.max(1)).map_or(1, |c| c.min(sys::MAX_COMPONENT));
-        let max =
-            |v: &[c_int]| u32::try_from(v[..n].iter().copied().max().unwrap_or(0)).unwrap_or(0);
-        JpegInfo {
-            components: u32::try_from(i.components).unwrap_or(0),
-            subsampling: i.subsampling,
-            width: max(&i.widths),
-            height: max(&i.heights),
-        }
     }
 }
 
@@ -466,7 +404,7 @@ impl NvjpegDecoder {
     }
 
     /// Stops sending images to the hardware engines (after repeated failures there): from now
-    /// on [`Self::hardware_supports`] says no, so [`route`] asks the GPU-hybrid decoder.
+    /// on [`Self::hardware_supports`] says no, so the routing asks the GPU-hybrid decoder.
     pub fn switch_hardware_off(&mut self) {
         self.hardware_off = true;
     }
@@ -511,11 +449,16 @@ impl NvjpegDecoder {
         }
     }
 
-    /// Whether nvJPEG's decoupled decoder for `jpeg` (hybrid for a progressive file,
+    /// Whether nvJPEG's decoupled decoder for `jpeg` (hybrid for a `progressive` file,
     /// GPU-hybrid otherwise) can decode it (with `roi`); `false` sends the image to the CPU
     /// decoder.
-    pub fn hybrid_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError> {
-        let d = self.decoupled.for_file(jpeg);
+    pub fn hybrid_supports(
+        &mut self,
+        jpeg: &[u8],
+        roi: Option<Roi>,
+        progressive: bool,
+    ) -> Result<bool, NvjpegError> {
+        let d = self.decoupled.for_file(progressive);
         d.params.set_roi(roi)?;
         let (s, h) = (self.handle.sys(), self.handle.raw());
         let (decoder, params) = (d.objects(&self.handle).decoder, d.params.raw());
@@ -593,7 +536,7 @@ impl NvjpegDecoder {
     }
 
     /// Decodes one image with nvJPEG's decoupled decoder for it (host phase, transfer, device
-    /// phase: the hybrid decoder for a progressive file, the GPU-hybrid one otherwise), for
+    /// phase: the hybrid decoder for a `progressive` file, the GPU-hybrid one otherwise), for
     /// images the engines refuse.
     ///
     /// # Safety
@@ -604,13 +547,14 @@ impl NvjpegDecoder {
         stream: &Stream,
         jpeg: &[u8],
         roi: Option<Roi>,
+        progressive: bool,
         out: DeviceImage,
     ) -> Result<(), NvjpegError> {
         self.device.bind()?;
         let js = self.stream.raw();
         let handle = self.handle.clone();
         let s = handle.sys();
-        let dd = self.decoupled.for_file(jpeg);
+        let dd = self.decoupled.for_file(progressive);
         dd.params.set_roi(roi)?;
         let d = dd.objects(&handle);
         let mut image = out.as_nvjpeg();

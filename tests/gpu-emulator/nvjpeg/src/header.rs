@@ -1,5 +1,5 @@
 //! What nvJPEG decides from a JPEG's header (read by the parser shared with stoker's router,
-//! `stoker_nvidia::jpeg_header`): which decoder takes it, which ones the real library fails on
+//! `stoker_pipeline::transform::decode::routing::header`): which decoder takes it, which ones the real library fails on
 //! while decoding, and which ones it decodes to wrong colours.
 //!
 //! # Design
@@ -22,7 +22,9 @@
 //! - [`wrong_colours`]: RGB files (Adobe transform 0) and one-component files whose frame
 //!   declares sampling other than 1x1 are reported supported and decoded to wrong colours.
 
-pub use stoker_nvidia::jpeg_header::{parse, Coding, ColourSpace, Header, Subsampling};
+pub use stoker_pipeline::transform::decode::routing::header::{
+    parse, Coding, ColourSpace, Header, Subsampling,
+};
 
 use crate::status::{self, Status};
 

@@ -14,13 +14,10 @@ use std::time::Instant;
 
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{CudaError, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{
-    DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi, Route, Routed,
-};
+use stoker_nvidia::nvjpeg::{DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi};
 use stoker_wire::ring::SlotLayout;
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
-use super::routing::route_image;
 use super::{breaks_context, Gpu, BATCHES_IN_FLIGHT_PER_WORKER};
 use crate::engine::backend::BackendKind;
 use crate::engine::backend::SlotImages;
@@ -33,6 +30,7 @@ use crate::ratelimit::{Admit, RateLimit};
 use crate::transform::augment::{sample_params, CropBox};
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::probe_image;
+use crate::transform::decode::routing::{route_image, Route, Routed};
 
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
@@ -57,6 +55,8 @@ struct Planned {
     flip: bool,
     /// Decoded region in image pixels (the whole image when `None`).
     roi: Option<Roi>,
+    /// A progressive file (the decoupled decoder that takes it).
+    progressive: bool,
     width: u32,
     height: u32,
     /// Offset of the decoded region in the scratch.
@@ -231,6 +231,7 @@ impl CudaBackend {
                 Routed {
                     route: Route::Cpu,
                     roi,
+                    progressive: false,
                 }
             } else {
                 route_image(&mut self.decoder, data, roi, &unit.config.limits)
@@ -242,6 +243,7 @@ impl CudaBackend {
                 crop,
                 flip,
                 roi,
+                progressive: routed.progressive,
                 width: rw,
                 height: rh,
                 offset: 0,
@@ -310,8 +312,13 @@ impl CudaBackend {
             let out = self.out(k);
             // SAFETY: as above, for one image.
             let r = unsafe {
-                self.decoder
-                    .decode_hybrid(&self.stream, &self.cpu.bufs[k], self.plan[k].roi, out)
+                self.decoder.decode_hybrid(
+                    &self.stream,
+                    &self.cpu.bufs[k],
+                    self.plan[k].roi,
+                    self.plan[k].progressive,
+                    out,
+                )
             };
             // The hybrid state's pinned buffer is reused by the next image: wait for this
             // one, and take what the wait reports as this image's outcome.
@@ -576,6 +583,7 @@ impl Planned {
             crop: CropBox::new(0.0, 0.0, 0.0, 0.0),
             flip: false,
             roi: None,
+            progressive: false,
             width: 0,
             height: 0,
             offset: 0,

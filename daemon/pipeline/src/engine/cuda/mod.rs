@@ -3,14 +3,14 @@
 //! per GPU while decode, the kernel and host-side work overlap.
 //!
 //! Files: `mod` (the GPU, its health and counters, the factory), `backend` (filling one
-//! batch), `pending` (a batch's completion), `routing` (the route of one image, shared with
-//! the tools), `sticky` (a sticky CUDA error restarts the process).
+//! batch), `pending` (a batch's completion), `sticky` (a sticky CUDA error restarts the
+//! process).
 //!
 //! # Design
 //! - A unit is a whole batch ([`UnitSize::Batch`]). Per batch: the samples are read (the CPU
 //!   backend's reader and buffers), headers probed, crops drawn with the CPU backend's
 //!   [`crate::transform::augment::sample_params`], then each image goes down the path
-//!   [`route_image`] gives it (the one rule, shared with the tools): the hardware
+//!   [`route_image`] gives it (the decode stage's routing, shared with the tools): the hardware
 //!   engines (one `nvjpegDecodeBatchedEx` for all of the batch's, the crop as ROI, or the
 //!   whole image where the engines refuse the ROI, the kernel cropping it), nvJPEG's
 //!   decoupled decoders (ROI; the hybrid one for progressive files), or the CPU (what nvJPEG refuses or fails on: the CPU
@@ -46,10 +46,9 @@
 
 mod backend;
 mod pending;
-mod routing;
 pub mod sticky;
 
-pub use routing::route_image;
+pub use crate::transform::decode::routing::route_image;
 
 use crate::sync::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

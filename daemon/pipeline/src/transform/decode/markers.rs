@@ -1,7 +1,7 @@
 //! The one walk over a JPEG's marker segments, from just after SOI to the first scan header:
 //! every reader of JPEG headers in the decode stage (the frame check and the end-of-image check
-//! of `sniff`, the EXIF orientation, the restart and entry-point frames, nvJPEG's header
-//! reading) takes its segments from [`Markers`], so what counts as a marker, a segment's
+//! of `sniff`, the EXIF orientation, the restart and entry-point frames, the header the
+//! nvJPEG routing reads) takes its segments from [`Markers`], so what counts as a marker, a segment's
 //! length and the start of the entropy-coded data is decided once.
 //!
 //! # Design
@@ -85,6 +85,20 @@ impl<'a> Markers<'a> {
             skip_garbage: false,
             done: false,
         }
+    }
+
+    /// The segments of `bytes` from offset `pos` on (where a marker should start).
+    pub(crate) fn from_offset(bytes: &'a [u8], pos: usize) -> Markers<'a> {
+        Markers {
+            pos,
+            ..Markers::after_soi(bytes)
+        }
+    }
+
+    /// The same walk, skipping bytes other than 0xFF before a marker instead of stopping.
+    pub(crate) fn skipping_garbage(mut self) -> Markers<'a> {
+        self.skip_garbage = true;
+        self
     }
 
     fn stop(&mut self) -> Option<Segment<'a>> {
@@ -179,9 +193,14 @@ mod tests {
     }
 
     #[test]
-    fn stops_at_garbage_or_the_end() {
+    fn stops_at_garbage_or_the_end_unless_told_to_skip_it() {
         let garbage = [0xFF, 0xD8, 0x12, 0x34, 0xFF, 0xD9];
         assert_eq!(codes(&garbage), []);
+        let skipped: Vec<u8> = Markers::after_soi(&garbage)
+            .skipping_garbage()
+            .map(|s| s.code)
+            .collect();
+        assert_eq!(skipped, [EOI]);
         assert_eq!(codes(&[0xFF, 0xD8, 0xFF]), []);
     }
 

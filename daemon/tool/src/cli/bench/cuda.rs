@@ -33,7 +33,8 @@
 use crate::cli::Exit;
 use serde::Serialize;
 use stoker_nvidia::cuda::{Device, DeviceBuffer};
-use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Route};
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
+use stoker_pipeline::transform::decode::routing::Route;
 
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 
 use stoker_kernels::reference::{psnr, RgbImage};
 use stoker_nvidia::cuda::DeviceBuffer;
-use stoker_nvidia::nvjpeg::{Roi, Route};
+use stoker_nvidia::nvjpeg::Roi;
+use stoker_pipeline::transform::decode::routing::Route;
 
 use super::GpuUnderTest;
 use crate::cli::decode_file::write_ppm;

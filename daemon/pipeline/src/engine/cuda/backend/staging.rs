@@ -16,9 +16,10 @@
 use stoker_nvidia::cuda::{result as cu, CudaError, Device, Event, PinnedHostBuffer};
 use stoker_wire::ring::SlotLayout;
 
-use super::{CudaBackend, Route};
+use super::CudaBackend;
 use crate::engine::backend::BackendFault;
 use crate::engine::backend::SlotImages;
+use crate::transform::decode::routing::Route;
 
 /// Pinned host memory for one batch's uploads, and the event after the last of them.
 pub(crate) struct HostStaging {

@@ -1,8 +1,10 @@
 //! The facts of a JPEG's header that decide which decoder may take it: how the frame is coded,
 //! its precision and size, each component's id and sampling factors, and the colour space the
-//! file declares (JFIF, Adobe APP14 transform, component ids). One parser, read by
-//! [`crate::nvjpeg::route`] (what the CUDA engine and the tools send to the CPU) and by the
-//! emulated nvJPEG (tests/gpu-emulator/nvjpeg: what the stand-in library decides).
+//! file declares (JFIF, Adobe APP14 transform, component ids). Read by [`super::route`] (what
+//! the CUDA engine and the tools send to the CPU) and by the emulated nvJPEG
+//! (tests/gpu-emulator/nvjpeg: what the stand-in library decides). Its segments come from the
+//! decode stage's one marker walk (`decode::markers`), skipping garbage before a marker as
+//! libjpeg does.
 //!
 //! # Design
 //! - The walk reads the first frame header (SOF), recording APP0 (JFIF) and APP14 (Adobe)
@@ -22,34 +24,52 @@
 
 #![forbid(unsafe_code)]
 
+use crate::transform::decode::markers::{stands_alone, Markers, EOI, SOS};
+
 /// `nvjpegChromaSubsampling_t`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subsampling {
+    /// 4:4:4.
     Css444 = 0,
+    /// 4:2:2 (chroma at half the width).
     Css422 = 1,
+    /// 4:2:0 (chroma at half the width and height).
     Css420 = 2,
+    /// 4:4:0 (chroma at half the height).
     Css440 = 3,
+    /// 4:1:1 (chroma at a quarter of the width).
     Css411 = 4,
+    /// 4:1:0 (a quarter of the width, half the height).
     Css410 = 5,
+    /// One component.
     Gray = 6,
+    /// 4:1:0 with the factors the other way (half the width, a quarter of the height).
     Css410V = 7,
+    /// Anything else (unequal chroma, four components).
     Unknown = -1,
 }
 
 /// How the frame is coded (the SOF marker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coding {
+    /// SOF0: baseline sequential Huffman.
     Baseline,
+    /// SOF1 (extended sequential Huffman), or a hierarchical sequential frame (SOF5, SOF6).
     Extended,
+    /// SOF2: progressive Huffman.
     Progressive,
+    /// A lossless frame (SOF3, SOF7, SOF11, SOF15).
     Lossless,
+    /// Arithmetic coding (SOF9, SOF10, SOF13, SOF14).
     Arithmetic,
 }
 
 /// The colour space a file declares for its components (libjpeg's reading of the markers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColourSpace {
+    /// One component.
     Gray,
+    /// Three components to convert from YCbCr.
     YCbCr,
     /// Three components stored as R, G, B: no YCbCr conversion is to be applied.
     Rgb,
@@ -57,11 +77,16 @@ pub enum ColourSpace {
     Other,
 }
 
+/// What [`parse`] reads of a JPEG's header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// How the frame is coded.
     pub coding: Coding,
+    /// Bits per sample.
     pub precision: u8,
+    /// Pixels across.
     pub width: u32,
+    /// Pixels down.
     pub height: u32,
     /// (horizontal, vertical) sampling factor of each component.
     pub sampling: Vec<(u8, u8)>,
@@ -76,6 +101,7 @@ pub struct Header {
 }
 
 impl Header {
+    /// The chroma subsampling as nvJPEG names it (`nvjpegGetImageInfo`).
     pub fn subsampling(&self) -> Subsampling {
         let s = &self.sampling;
         if s.len() == 1 {
@@ -154,66 +180,45 @@ pub fn parse(b: &[u8]) -> Option<Header> {
         return None;
     }
     let (mut jfif, mut adobe_transform) = (false, None);
-    let mut at = 2;
-    loop {
-        while *b.get(at)? != 0xff {
-            at += 1;
-        }
-        while *b.get(at)? == 0xff {
-            at += 1;
-        }
-        let marker = *b.get(at)?;
-        at += 1;
-        if (0xd0..=0xd9).contains(&marker) || marker == 0x01 {
-            if marker == 0xd9 {
+    // Bytes other than 0xFF before a marker are skipped, as libjpeg does.
+    for seg in Markers::after_soi(b).skipping_garbage() {
+        if stands_alone(seg.code) {
+            if seg.code == EOI {
                 return None;
             }
             continue;
         }
-        let len = usize::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
-        if len < 2 {
-            return None;
-        }
-        let seg = b.get(at + 2..at + len)?;
-        match marker {
-            0xe0 if seg.starts_with(b"JFIF\0") => jfif = true,
+        let body = seg.whole()?;
+        match seg.code {
+            0xe0 if body.starts_with(b"JFIF\0") => jfif = true,
             // "Adobe", version (2), flags0 (2), flags1 (2), transform (1).
-            0xee if seg.starts_with(b"Adobe") && seg.len() >= 12 => {
-                adobe_transform = Some(seg[11]);
+            0xee if body.starts_with(b"Adobe") && body.len() >= 12 => {
+                adobe_transform = Some(body[11]);
             }
-            0xda => return None, // a scan before a frame header
+            SOS => return None, // a scan before a frame header
             _ => {}
         }
-        if let Some(coding) = coding(marker) {
-            let mut h = frame(coding, seg)?;
+        if let Some(coding) = coding(seg.code) {
+            let mut h = frame(coding, body)?;
             (h.jfif, h.adobe_transform) = (jfif, adobe_transform);
-            h.first_scan_components = first_scan_components(b, at + len);
+            h.first_scan_components = first_scan_components(b, seg.end);
             return Some(h);
         }
-        at += len;
     }
+    None
 }
 
 /// The component count of the first scan header at or after `at` (tables, restart intervals
 /// and application segments are skipped); `None` when the bytes end or break before one.
-fn first_scan_components(b: &[u8], mut at: usize) -> Option<u8> {
-    loop {
-        if *b.get(at)? != 0xff {
-            return None;
+fn first_scan_components(b: &[u8], at: usize) -> Option<u8> {
+    for seg in Markers::from_offset(b, at) {
+        match seg.code {
+            SOS => return seg.body.first().copied(),
+            0xd0..=0xd9 => return None,
+            _ => {}
         }
-        while *b.get(at)? == 0xff {
-            at += 1;
-        }
-        let marker = *b.get(at)?;
-        at += 1;
-        if marker == 0xda {
-            return b.get(at + 2).copied();
-        }
-        if marker == 0xd9 || (0xd0..=0xd8).contains(&marker) {
-            return None;
-        }
-        at += usize::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
     }
+    None
 }
 
 fn coding(marker: u8) -> Option<Coding> {

@@ -1,11 +1,16 @@
-//! The one rule saying which decoder takes a JPEG: nvJPEG's hardware engines, its GPU-hybrid
-//! decoder, or the CPU. The CUDA engine and the tools (`stoker selftest --gpu`, `stoker bench
-//! --backend cuda`) all call [`route`]; nothing else decides.
+//! The one rule saying which decoder takes an image on the CUDA engine: nvJPEG's hardware
+//! engines, its decoupled (hybrid) decoders, or the CPU. The CUDA engine and the tools
+//! (`stoker selftest --gpu`, `stoker bench --backend cuda`) all call [`route_image`]; nothing
+//! else decides. It sits in the decode stage beside the CPU decoders and reads headers with
+//! the stage's one marker walk ([`header`]); `stoker_nvidia::nvjpeg` only answers the
+//! questions it asks.
 //!
 //! # Design
-//! - The caller's limits come first: an image they refuse (over `max_pixels`) goes to the CPU,
-//!   whose decoder refuses it with the reason, and nvJPEG is not asked about it.
-//! - Then the header ([`crate::jpeg_header`]): what a real nvJPEG said it supports and then
+//! - PNG and WebP go to the CPU (nvJPEG decodes JPEG only). Then the caller's limits: an
+//!   image they refuse (over `max_pixels`; its size is the CPU decoder's reading of the header,
+//!   else nvJPEG's) goes to the CPU, whose decoder refuses it with the reason, and nvJPEG is
+//!   not asked about it.
+//! - Then the header ([`header`]): what a real nvJPEG said it supports and then
 //!   decoded to wrong colours or failed on ([`header_refusal`]; NVIDIA H200, nvJPEG 13.0.1,
 //!   docs/results/gpu-check-2026-11-26/selftest.txt) goes to the CPU without asking.
 //! - Then nvJPEG is asked, in order and only as far as needed: the hardware engines
@@ -16,8 +21,8 @@
 //!   (`nvjpegDecoderJpegSupported`, with the region: hybrid for progressive files, GPU-hybrid
 //!   otherwise), else the CPU. A query that fails counts as a refusal: the image is not lost,
 //!   the CPU decodes it or says why it cannot.
-//! - The answer is a [`Routed`]: the decoder and the region it decodes, which is the caller's
-//!   region or the whole image.
+//! - The answer is a [`Routed`]: the decoder, the region it decodes (the caller's region or
+//!   the whole image), and whether the file is progressive (which decoupled decoder takes it).
 //! - The two questions are a trait ([`RouteQuery`]) so the rule's table is tested without a
 //!   GPU; [`NvjpegDecoder`] answers them for real.
 //!
@@ -25,8 +30,44 @@
 //! Beyond [`header_refusal`]'s observed cases the rule trusts nvJPEG's own answers; a header
 //! the shared parser cannot read is left to nvJPEG (and then to the CPU decoder's reason).
 
-use super::{NvjpegDecoder, NvjpegError, Roi};
-use crate::jpeg_header::{self, ColourSpace, Header};
+pub mod header;
+
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegError, Roi};
+
+use super::{probe, ImageFormat, Limits};
+use header::{Coding, ColourSpace, Header};
+
+/// Where the CUDA engine decodes `jpeg` cut to `roi` under `limits` (see the module).
+pub fn route_image(
+    decoder: &mut NvjpegDecoder,
+    jpeg: &[u8],
+    roi: Option<Roi>,
+    limits: &Limits,
+) -> Routed {
+    if matches!(
+        ImageFormat::detect(jpeg),
+        Some(ImageFormat::Png | ImageFormat::WebP)
+    ) {
+        return Routed {
+            route: Route::Cpu,
+            roi,
+            progressive: false,
+        };
+    }
+    let size = match probe(jpeg) {
+        Ok(h) => Some((h.width, h.height)),
+        Err(_) => decoder.info(jpeg).ok().map(|i| (i.width, i.height)),
+    };
+    let within_limits = size.is_some_and(|(w, h)| limits.admits(w, h));
+    route(decoder, jpeg, roi, within_limits)
+}
+
+/// Whether `jpeg`'s frame is progressive: its decoupled decoder is nvJPEG's hybrid one, not
+/// the GPU-hybrid one (a header that cannot be read counts as not progressive: the GPU-hybrid
+/// decoder then says why it cannot take it).
+pub fn is_progressive(jpeg: &[u8]) -> bool {
+    header::parse(jpeg).is_some_and(|h| h.coding == Coding::Progressive)
+}
 
 /// Why the CPU decodes an image nvJPEG says it supports: the cases a real nvJPEG got wrong
 /// (NVIDIA H200, nvJPEG 13.0.1, docs/results/gpu-check-2026-11-26/selftest.txt). `None`: ask
@@ -77,14 +118,22 @@ pub struct Routed {
     pub route: Route,
     /// The region that decoder decodes; `None` for the whole image.
     pub roi: Option<Roi>,
+    /// A progressive file ([`is_progressive`]): what `NvjpegDecoder::decode_hybrid` is told.
+    pub progressive: bool,
 }
 
 /// The questions [`route`] asks a decoder about one image cut to a region.
 pub trait RouteQuery {
     /// Whether the hardware engines decode `jpeg` (with `roi`).
     fn hardware_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError>;
-    /// Whether the GPU-hybrid decoder decodes `jpeg` (with `roi`).
-    fn hybrid_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError>;
+    /// Whether the decoupled decoder for the file (hybrid when `progressive`, else
+    /// GPU-hybrid) decodes `jpeg` (with `roi`).
+    fn hybrid_supports(
+        &mut self,
+        jpeg: &[u8],
+        roi: Option<Roi>,
+        progressive: bool,
+    ) -> Result<bool, NvjpegError>;
 }
 
 impl RouteQuery for NvjpegDecoder {
@@ -92,8 +141,13 @@ impl RouteQuery for NvjpegDecoder {
         NvjpegDecoder::hardware_supports(self, jpeg, roi)
     }
 
-    fn hybrid_supports(&mut self, jpeg: &[u8], roi: Option<Roi>) -> Result<bool, NvjpegError> {
-        NvjpegDecoder::hybrid_supports(self, jpeg, roi)
+    fn hybrid_supports(
+        &mut self,
+        jpeg: &[u8],
+        roi: Option<Roi>,
+        progressive: bool,
+    ) -> Result<bool, NvjpegError> {
+        NvjpegDecoder::hybrid_supports(self, jpeg, roi, progressive)
     }
 }
 
@@ -106,15 +160,24 @@ pub fn route(
     roi: Option<Roi>,
     within_limits: bool,
 ) -> Routed {
-    let refused = || jpeg_header::parse(jpeg).is_some_and(|h| header_refusal(&h).is_some());
-    let to = |route, roi| Routed { route, roi };
-    if !within_limits || refused() {
+    let header = header::parse(jpeg);
+    let refused = header.as_ref().is_some_and(|h| header_refusal(h).is_some());
+    let progressive = header.is_some_and(|h| h.coding == Coding::Progressive);
+    let to = |route, roi| Routed {
+        route,
+        roi,
+        progressive,
+    };
+    if !within_limits || refused {
         to(Route::Cpu, roi)
     } else if decoder.hardware_supports(jpeg, roi).unwrap_or(false) {
         to(Route::Hardware, roi)
     } else if roi.is_some() && decoder.hardware_supports(jpeg, None).unwrap_or(false) {
         to(Route::Hardware, None)
-    } else if decoder.hybrid_supports(jpeg, roi).unwrap_or(false) {
+    } else if decoder
+        .hybrid_supports(jpeg, roi, progressive)
+        .unwrap_or(false)
+    {
         to(Route::Hybrid, roi)
     } else {
         to(Route::Cpu, roi)
@@ -156,7 +219,12 @@ mod tests {
             }
         }
 
-        fn hybrid_supports(&mut self, _: &[u8], _: Option<Roi>) -> Result<bool, NvjpegError> {
+        fn hybrid_supports(
+            &mut self,
+            _: &[u8],
+            _: Option<Roi>,
+            _: bool,
+        ) -> Result<bool, NvjpegError> {
             self.asked.push("hybrid");
             self.hybrid.clone()
         }
