@@ -34,7 +34,8 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use crate::protocol::{Attached, CudaDevice, Device, Message, Release, UnknownDevice};
+use super::DeviceError;
+use crate::protocol::{Attached, CudaDevice, Device, Message, Release};
 use crate::ring::memfd::MemfdRing;
 use crate::ring::RingLayout;
 use crate::socket::SeqPacket;
@@ -43,27 +44,6 @@ use crate::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::{self, CudaError, Event, GpuUuid};
 
-/// Why a client cannot use the GPU it asked for.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// `device` is neither `cpu`, `cuda`, `cuda:N` nor a `GPU-` UUID.
-    #[error(transparent)]
-    Unknown(#[from] UnknownDevice),
-    /// The driver, the device, or an operation on it failed.
-    #[error("device {device}: {source}")]
-    Cuda {
-        device: String,
-        #[source]
-        source: CudaError,
-    },
-    /// `cuda:N` with fewer visible devices.
-    #[error("device cuda:{ordinal}: only {visible} CUDA device(s) visible")]
-    NoOrdinal { ordinal: usize, visible: usize },
-    /// The daemon's device ring does not match this client's plan.
-    #[error("device ring on {device}: {reason}")]
-    Ring { device: String, reason: String },
-}
-
 /// What ATTACH carries for `device`: `cpu`, or the GPU by its UUID as this process sees it
 /// (an ordinal is looked up through the driver).
 pub fn resolve_device(device: Device) -> Result<Device, DeviceError> {
@@ -71,10 +51,7 @@ pub fn resolve_device(device: Device) -> Result<Device, DeviceError> {
         Device::Cpu | Device::Cuda(CudaDevice::Uuid(_)) => return Ok(device),
         Device::Cuda(CudaDevice::Ordinal(n)) => n,
     };
-    let info = cuda::probe().map_err(|source| DeviceError::Cuda {
-        device: device.to_string(),
-        source,
-    })?;
+    let info = cuda::probe().map_err(|source| DeviceError::Cuda { device, source })?;
     let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
         ordinal,
         visible: info.devices.len(),
@@ -134,11 +111,11 @@ pub(crate) fn map_device_ring(
 ) -> Result<(MemfdRing, DeviceImages), crate::client::ClientError> {
     let [host_fd, vmm_fd] = fds;
     let cuda_err = |source| DeviceError::Cuda {
-        device: device.to_string(),
+        device: *device,
         source,
     };
     let ring_err = |reason: String| DeviceError::Ring {
-        device: device.to_string(),
+        device: *device,
         reason,
     };
     let uuid = device.gpu_uuid().ok_or_else(|| {
