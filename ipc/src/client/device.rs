@@ -34,7 +34,7 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use super::DeviceError;
+use super::{DeviceError, RingMismatch};
 use crate::protocol::{Attached, CudaDevice, Device, Message, Release};
 use crate::ring::memfd::MemfdRing;
 use crate::ring::RingLayout;
@@ -114,13 +114,13 @@ pub(crate) fn map_device_ring(
         device: *device,
         source,
     };
-    let ring_err = |reason: String| DeviceError::Ring {
+    let ring_err = |reason: RingMismatch| DeviceError::Ring {
         device: *device,
         reason,
     };
-    let uuid = device.gpu_uuid().ok_or_else(|| {
-        ring_err("the daemon sent a device ring, but this client attached on no GPU".into())
-    })?;
+    let uuid = device
+        .gpu_uuid()
+        .ok_or_else(|| ring_err(RingMismatch::NoGpu))?;
     // Attaching may run on a framework's thread: leave its current context as found.
     let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
     let dev = cuda::Device::open(uuid).map_err(cuda_err)?;
@@ -139,25 +139,19 @@ pub(crate) fn map_device_ring(
         || layout.slot.slot_bytes as u64 != attached.slot_bytes
         || layout.ring_bytes as u64 != attached.ring_bytes
     {
-        return Err(ring_err(format!(
-            "{} slots x {} bytes with a host part of {} bytes do not match the spec's layout \
-             ({} bytes per slot, host part {})",
-            attached.slots,
-            attached.slot_bytes,
-            attached.ring_bytes,
-            layout.slot.slot_bytes,
-            layout.ring_bytes
-        ))
+        return Err(ring_err(RingMismatch::Layout {
+            slots: attached.slots,
+            slot_bytes: attached.slot_bytes,
+            ring_bytes: attached.ring_bytes,
+            want_slot_bytes: layout.slot.slot_bytes,
+            want_ring_bytes: layout.ring_bytes,
+        })
         .into());
     }
-    let image_ring_bytes = usize::try_from(attached.image_ring_bytes).map_err(|_| {
-        ring_err(format!(
-            "an image ring of {} bytes does not fit this host",
-            attached.image_ring_bytes
-        ))
-    })?;
+    let image_ring_bytes = usize::try_from(attached.image_ring_bytes)
+        .map_err(|_| ring_err(RingMismatch::TooLarge(attached.image_ring_bytes)))?;
     plan.check_size(image_ring_bytes)
-        .map_err(|e| ring_err(e.to_string()))?;
+        .map_err(|e| ring_err(RingMismatch::Size(e)))?;
     let host = MemfdRing::from_fd(host_fd, layout)?;
     let ring = DeviceRing::import(&dev, &vmm_fd, plan.bytes).map_err(cuda_err)?;
     drop(vmm_fd);

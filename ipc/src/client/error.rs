@@ -170,6 +170,62 @@ pub enum DeviceError {
         /// The device the client attached on.
         device: Device,
         /// What does not match.
-        reason: String,
+        #[source]
+        reason: RingMismatch,
     },
+}
+
+/// How the daemon's device ring differs from what this client's spec and device allow.
+#[derive(Debug, thiserror::Error)]
+pub enum RingMismatch {
+    /// The daemon sent a device ring to a client attached on the CPU.
+    #[error("the daemon sent a device ring, but this client attached on no GPU")]
+    NoGpu,
+    /// ATTACHED's slots and sizes are not the layout this client computes from its spec.
+    #[error(
+        "{slots} slots x {slot_bytes} bytes with a host part of {ring_bytes} bytes do not match \
+         the spec's layout ({want_slot_bytes} bytes per slot, host part {want_ring_bytes})"
+    )]
+    Layout {
+        /// ATTACHED's slots.
+        slots: u32,
+        /// ATTACHED's bytes per slot.
+        slot_bytes: u64,
+        /// ATTACHED's bytes of the memfd (the host part).
+        ring_bytes: u64,
+        /// Bytes per slot of the spec's layout.
+        want_slot_bytes: usize,
+        /// Bytes of the host part of the spec's layout.
+        want_ring_bytes: usize,
+    },
+    /// ATTACHED's image ring size (these bytes) does not fit a `usize`.
+    #[error("an image ring of {0} bytes does not fit this host")]
+    TooLarge(u64),
+    /// The image ring's size is not the plan's for this spec and device.
+    #[error(transparent)]
+    Size(CudaError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_ring_of_another_layout_is_named_with_both_sizes() {
+        let e = DeviceError::Ring {
+            device: Device::Cpu,
+            reason: RingMismatch::Layout {
+                slots: 4,
+                slot_bytes: 1024,
+                ring_bytes: 8192,
+                want_slot_bytes: 2048,
+                want_ring_bytes: 4096,
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "device ring on cpu: 4 slots x 1024 bytes with a host part of 8192 bytes do not \
+             match the spec's layout (2048 bytes per slot, host part 4096)"
+        );
+    }
 }

@@ -605,7 +605,7 @@ mod reattach;
 mod stall;
 pub use batch::{Batch, DeviceSlice, FieldError};
 pub use device::{resolve_device, ConsumerStream};
-pub use error::{ClientError, DeviceError};
+pub use error::{ClientError, DeviceError, RingMismatch};
 use held::HeldLeases;
 use stall::StallClock;
 pub use stall::StallStats;
