@@ -145,6 +145,9 @@ typedef struct stoker_attach_options {
    * process and attach.
    */
   const char *job;
+  /**
+   * This rank, below `world_size`.
+   */
   uint32_t rank;
   /**
    * 0 is taken as 1.
@@ -158,11 +161,17 @@ typedef struct stoker_attach_options {
    * The pipeline spec as JSON (see docs/c-abi.md). Required.
    */
   const char *spec_json;
+  /**
+   * The job's seed for shuffling and augmentation; every rank passes the same.
+   */
   uint64_t seed;
   /**
    * First batch to receive: `start_step` of `start_epoch`.
    */
   uint64_t start_epoch;
+  /**
+   * See `start_epoch`.
+   */
   uint64_t start_step;
   /**
    * `"cpu"`, `"cuda"`, `"cuda:N"` (ordinal `N` under this process's
@@ -176,6 +185,9 @@ typedef struct stoker_attach_options {
    * `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
    */
   uint64_t offset_epoch;
+  /**
+   * See `offset_epoch`.
+   */
   uint64_t offset_consumed;
 } stoker_attach_options;
 
@@ -211,11 +223,17 @@ typedef struct stoker_attach_info {
    * Output image `(height, width)`; 3 channels.
    */
   uint32_t height;
+  /**
+   * See `height`.
+   */
   uint32_t width;
   /**
    * Where a client would resume: the (epoch, step) after the last batch received.
    */
   uint64_t next_epoch;
+  /**
+   * See `next_epoch`.
+   */
   uint64_t next_step;
   /**
    * The same place as an elastic resume point: samples of epoch `next_epoch`'s
@@ -275,7 +293,13 @@ typedef struct stoker_batch_header {
    * Set by the caller to `sizeof(stoker_batch_header)`; only that many bytes are written.
    */
   size_t size;
+  /**
+   * The batch's epoch.
+   */
   uint64_t epoch;
+  /**
+   * The batch's step within its epoch.
+   */
   uint64_t step;
   /**
    * Samples in this batch (the batch size, or fewer in a short last batch).
@@ -310,6 +334,9 @@ typedef struct stoker_batch_header {
    * DLPack device of the images: kDLCPU (1) or kDLCUDA (2), and its ordinal.
    */
   int32_t images_device_type;
+  /**
+   * See `images_device_type`.
+   */
   int32_t images_device_id;
 } stoker_batch_header;
 

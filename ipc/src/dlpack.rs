@@ -18,8 +18,10 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub const DLPACK_MAJOR_VERSION: u32 = 1;
-pub const DLPACK_MINOR_VERSION: u32 = 0;
+/// The DLPack major version of the tensors made here.
+pub(crate) const DLPACK_MAJOR_VERSION: u32 = 1;
+/// The DLPack minor version of the tensors made here.
+pub(crate) const DLPACK_MINOR_VERSION: u32 = 0;
 /// `flags` bit: the consumer must not write through the tensor.
 pub const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1 << 0;
 /// `flags` bit: the producer copied the data for this export.
@@ -30,40 +32,48 @@ pub const KDL_CPU: i32 = 1;
 /// `DLDeviceType::kDLCUDA`.
 pub const KDL_CUDA: i32 = 2;
 
-/// `DLDataTypeCode` values.
+/// `DLDataTypeCode::kDLInt`: signed integer.
 pub const KDL_INT: u8 = 0;
+/// `DLDataTypeCode::kDLUInt`: unsigned integer.
 pub const KDL_UINT: u8 = 1;
+/// `DLDataTypeCode::kDLFloat`: IEEE float.
 pub const KDL_FLOAT: u8 = 2;
+/// `DLDataTypeCode::kDLBfloat`: bfloat16.
 pub const KDL_BFLOAT: u8 = 4;
 
 /// Most dimensions [`export`] handles.
-pub const MAX_NDIM: usize = 4;
+pub(crate) const MAX_NDIM: usize = 4;
 
+/// `DLPackVersion`: the DLPack version a managed tensor follows.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLPackVersion {
+    /// Major version; a consumer refuses another major.
     pub major: u32,
+    /// Minor version.
     pub minor: u32,
 }
 
+/// `DLDevice`: where a tensor's memory is.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDevice {
     /// A `DLDeviceType` (kept as `i32`: a C enum of unknown value must not become a Rust enum).
     pub device_type: i32,
+    /// The device's ordinal in the consuming process (0 for host memory).
     pub device_id: i32,
 }
 
 impl DLDevice {
     /// Host memory.
-    pub const CPU: DLDevice = DLDevice {
+    pub(crate) const CPU: DLDevice = DLDevice {
         device_type: KDL_CPU,
         device_id: 0,
     };
 
     /// Memory of CUDA device `ordinal`, numbered as the consuming process sees devices (its
     /// own `CUDA_VISIBLE_DEVICES`): what frameworks match against their `cuda:N`.
-    pub const fn cuda(ordinal: i32) -> DLDevice {
+    pub(crate) const fn cuda(ordinal: i32) -> DLDevice {
         DLDevice {
             device_type: KDL_CUDA,
             device_id: ordinal,
@@ -71,16 +81,21 @@ impl DLDevice {
     }
 }
 
+/// `DLDataType`: a tensor's element type.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDataType {
+    /// A `DLDataTypeCode` (`KDL_INT`, `KDL_UINT`, `KDL_FLOAT`, `KDL_BFLOAT`).
     pub code: u8,
+    /// Bits of one lane.
     pub bits: u8,
+    /// Lanes per element (1 here).
     pub lanes: u16,
 }
 
 impl DLDataType {
-    pub const fn new(code: u8, bits: u8) -> DLDataType {
+    /// One lane of `bits` bits of type `code`.
+    pub(crate) const fn new(code: u8, bits: u8) -> DLDataType {
         DLDataType {
             code,
             bits,
@@ -89,15 +104,23 @@ impl DLDataType {
     }
 }
 
+/// `DLTensor`: where a tensor's elements are and how they are laid out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DLTensor {
+    /// The first element's address (host, or device on `device`).
     pub data: *mut c_void,
+    /// Where `data` is.
     pub device: DLDevice,
+    /// Dimensions, at most 4 here.
     pub ndim: i32,
+    /// The element type.
     pub dtype: DLDataType,
+    /// `ndim` sizes, outermost first.
     pub shape: *mut i64,
+    /// `ndim` strides in elements (compact, row-major; never NULL here).
     pub strides: *mut i64,
+    /// Bytes from `data` to the first element (0 here).
     pub byte_offset: u64,
 }
 
@@ -105,10 +128,15 @@ pub struct DLTensor {
 #[repr(C)]
 #[derive(Debug)]
 pub struct DLManagedTensorVersioned {
+    /// The DLPack version (1.0).
     pub version: DLPackVersion,
+    /// The producer's context: the block that owns the tensor and what keeps its memory.
     pub manager_ctx: *mut c_void,
+    /// Called once by the consumer when done; frees the tensor and drops its owner.
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    /// `DLPACK_FLAG_BITMASK_*` bits.
     pub flags: u64,
+    /// The tensor.
     pub dl_tensor: DLTensor,
 }
 
@@ -116,20 +144,27 @@ pub struct DLManagedTensorVersioned {
 #[repr(C)]
 #[derive(Debug)]
 pub struct DLManagedTensor {
+    /// The tensor.
     pub dl_tensor: DLTensor,
+    /// The producer's context: the wrapper block holding the versioned tensor.
     pub manager_ctx: *mut c_void,
+    /// Called once by the consumer when done; deletes the versioned tensor inside.
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
 /// What a tensor describes: where, what type, what shape.
 #[derive(Debug, Clone, Copy)]
-pub struct TensorDesc<'a> {
-    pub data: *mut u8,
-    pub device: DLDevice,
-    pub dtype: DLDataType,
-    pub shape: &'a [i64],
+pub(crate) struct TensorDesc<'a> {
+    /// The first element's address.
+    pub(crate) data: *mut u8,
+    /// Where `data` is.
+    pub(crate) device: DLDevice,
+    /// The element type.
+    pub(crate) dtype: DLDataType,
+    /// Sizes, outermost first; at most [`MAX_NDIM`].
+    pub(crate) shape: &'a [i64],
     /// Sets `DLPACK_FLAG_BITMASK_READ_ONLY`.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 /// One exported tensor's allocation. `managed` is first so the block's address is the
@@ -146,7 +181,10 @@ struct Exported<O> {
 ///
 /// # Panics
 /// If `desc.shape` has more than [`MAX_NDIM`] dimensions.
-pub fn export<O: Send + 'static>(desc: TensorDesc<'_>, owner: O) -> *mut DLManagedTensorVersioned {
+pub(crate) fn export<O: Send + 'static>(
+    desc: TensorDesc<'_>,
+    owner: O,
+) -> *mut DLManagedTensorVersioned {
     let ndim = desc.shape.len();
     assert!(ndim <= MAX_NDIM, "{ndim} dimensions (at most {MAX_NDIM})");
     let mut shape = [0i64; MAX_NDIM];
@@ -223,7 +261,7 @@ struct Legacy {
 ///
 /// # Safety
 /// `inner` must be a live versioned tensor whose ownership passes to the result.
-pub unsafe fn to_legacy(inner: *mut DLManagedTensorVersioned) -> *mut DLManagedTensor {
+pub(crate) unsafe fn to_legacy(inner: *mut DLManagedTensorVersioned) -> *mut DLManagedTensor {
     // SAFETY: the caller hands over a live tensor; its DLTensor (and the shape/strides it
     // points to) stays valid until `inner` is deleted, which only the wrapper's deleter does.
     let dl_tensor = unsafe { (*inner).dl_tensor };

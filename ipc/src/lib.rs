@@ -7,11 +7,13 @@
 //! - `capi`: the C ABI of `libstoker.so` (header `include/stoker.h`), which the Python package
 //!   uses through ctypes; `dlpack`: the DLPack tensors it hands out.
 //!
-//! Device memory sharing is inter-process communication too: `ring::vmm_plan` sizes a ring in device
+//! Device memory sharing is inter-process communication too: `ring::VmmPlan` sizes a ring in device
 //! memory, and the client imports it with the CUDA driver binding of `stoker-nvidia` (without
 //! NVRTC or nvJPEG).
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
+
+#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
 
 pub mod capi;
 pub mod client;

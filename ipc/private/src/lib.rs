@@ -20,6 +20,7 @@
 //! - The check and the later use are separate steps; they hold together because nobody but
 //!   this uid (and root) may change a folder that passed.
 
+#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -28,34 +29,58 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// Mode of the folders made here.
-pub const DIR_MODE: u32 = 0o700;
+const DIR_MODE: u32 = 0o700;
 /// Mode of the files made here.
-pub const FILE_MODE: u32 = 0o600;
+const FILE_MODE: u32 = 0o600;
 
 /// Why a folder is not private.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Untrusted {
+    /// The path is a symlink (never followed).
     #[error("it is a symlink")]
     Symlink,
+    /// The path is a file or another non-directory.
     #[error("it is not a directory")]
     NotADirectory,
+    /// Another uid owns the folder.
     #[error("it belongs to uid {owner}, not to this process's uid {ours}")]
-    OwnedByAnother { owner: u32, ours: u32 },
+    OwnedByAnother {
+        /// The folder's owner.
+        owner: u32,
+        /// This process's effective uid.
+        ours: u32,
+    },
+    /// Group or others may write to the folder.
     #[error("users other than its owner may write to it (mode {mode:03o})")]
-    WritableByOthers { mode: u32 },
+    WritableByOthers {
+        /// The folder's permission bits (`0o7777` of its mode).
+        mode: u32,
+    },
 }
 
 /// A folder that cannot be used as a private one.
 #[derive(Debug, thiserror::Error)]
 pub enum PrivateDirError {
+    /// Creating, inspecting or tightening the folder failed.
     #[error("cannot create or inspect the folder {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The folder exists and is not private.
     #[error(
         "refusing the folder {}: {reason}; remove it (or name another folder) so that a \
          private one (mode 700) is made",
         path.display()
     )]
-    Untrusted { path: PathBuf, reason: Untrusted },
+    Untrusted {
+        /// The folder.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: Untrusted,
+    },
 }
 
 impl PrivateDirError {

@@ -26,6 +26,7 @@ pub struct stoker_attach_options {
     /// Job key shared by every rank of the job; NULL (world_size 1 only): a key unique to this
     /// process and attach.
     pub job: *const c_char,
+    /// This rank, below `world_size`.
     pub rank: u32,
     /// 0 is taken as 1.
     pub world_size: u32,
@@ -33,9 +34,11 @@ pub struct stoker_attach_options {
     pub dataset: *const c_char,
     /// The pipeline spec as JSON (see docs/c-abi.md). Required.
     pub spec_json: *const c_char,
+    /// The job's seed for shuffling and augmentation; every rank passes the same.
     pub seed: u64,
     /// First batch to receive: `start_step` of `start_epoch`.
     pub start_epoch: u64,
+    /// See `start_epoch`.
     pub start_step: u64,
     /// `"cpu"`, `"cuda"`, `"cuda:N"` (ordinal `N` under this process's
     /// `CUDA_VISIBLE_DEVICES`) or a GPU UUID; NULL: `"cpu"`. Any other name is
@@ -45,6 +48,7 @@ pub struct stoker_attach_options {
     /// first `offset_consumed` samples of its permutation, over this attach's world size.
     /// `offset_consumed` 0: no offset. Every rank of a job passes the same pair.
     pub offset_epoch: u64,
+    /// See `offset_epoch`.
     pub offset_consumed: u64,
 }
 
@@ -87,9 +91,11 @@ pub struct stoker_attach_info {
     pub classes: u64,
     /// Output image `(height, width)`; 3 channels.
     pub height: u32,
+    /// See `height`.
     pub width: u32,
     /// Where a client would resume: the (epoch, step) after the last batch received.
     pub next_epoch: u64,
+    /// See `next_epoch`.
     pub next_step: u64,
     /// The same place as an elastic resume point: samples of epoch `next_epoch`'s
     /// permutation every rank together consumed before it (pass it as `offset_consumed`, with

@@ -15,7 +15,9 @@ use crate::spec::{DType, Layout};
 pub struct stoker_batch_header {
     /// Set by the caller to `sizeof(stoker_batch_header)`; only that many bytes are written.
     pub size: usize,
+    /// The batch's epoch.
     pub epoch: u64,
+    /// The batch's step within its epoch.
     pub step: u64,
     /// Samples in this batch (the batch size, or fewer in a short last batch).
     pub n: u32,
@@ -34,6 +36,7 @@ pub struct stoker_batch_header {
     pub images_bytes: u64,
     /// DLPack device of the images: kDLCPU (1) or kDLCUDA (2), and its ordinal.
     pub images_device_type: i32,
+    /// See `images_device_type`.
     pub images_device_id: i32,
 }
 

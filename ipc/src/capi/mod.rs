@@ -90,10 +90,28 @@ pub struct stoker_client {
     client: Mutex<Client>,
 }
 
+impl std::fmt::Debug for stoker_client {
+    /// Shows nothing of the client: reading it would take its lock.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("stoker_client").finish_non_exhaustive()
+    }
+}
+
 /// A received batch (opaque): one share of the slot's lease.
 #[allow(non_camel_case_types)]
 pub struct stoker_batch {
     lease: Arc<BatchLease>,
+}
+
+impl std::fmt::Debug for stoker_batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let batch = &self.lease.batch;
+        f.debug_struct("stoker_batch")
+            .field("slot", &batch.slot())
+            .field("epoch", &batch.epoch())
+            .field("step", &batch.step())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The slot lease and what is needed to describe its tensors. Dropping the last share drops
@@ -128,7 +146,7 @@ impl From<ClientError> for Failure {
             ClientError::Closed | ClientError::StayedAway { .. } => STOKER_ERR_DAEMON_GONE,
             ClientError::Socket(_) if e.is_disconnected() => STOKER_ERR_DAEMON_GONE,
             ClientError::Socket(_) | ClientError::Ring(_) => STOKER_ERR_IO,
-            ClientError::Invalid(_) => STOKER_ERR_INVALID_ARGUMENT,
+            ClientError::Invalid(_) | ClientError::Encode(_) => STOKER_ERR_INVALID_ARGUMENT,
             ClientError::Spec(_) => STOKER_ERR_SPEC,
             ClientError::Decode(_) | ClientError::Protocol(_) | ClientError::Version { .. } => {
                 STOKER_ERR_PROTOCOL

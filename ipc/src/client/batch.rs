@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::{ClientError, Connection, ConsumerStream, DeviceError};
-use crate::protocol::Ready;
+use crate::protocol::{CudaDevice, Device, Ready};
 use crate::ring::{FieldStatus, ImageMemory, SampleStatus};
 
 /// Why a field of a sample is not served: the sample (its global index), the field and the
@@ -23,6 +23,8 @@ pub struct FieldError {
     message: String,
 }
 
+/// A lease on one filled slot of the ring: one batch's images, labels, indices, statuses
+/// and fields. Dropping it gives the slot back to the daemon.
 #[derive(Debug)]
 pub struct Batch {
     pub(super) conn: Arc<Connection>,
@@ -36,16 +38,21 @@ pub struct Batch {
 /// `ordinal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceSlice {
+    /// Device address of the first byte (a `CUdeviceptr`).
     pub ptr: u64,
+    /// Bytes from `ptr`.
     pub bytes: usize,
+    /// The GPU's CUDA ordinal as this process numbers its visible devices.
     pub ordinal: i32,
 }
 
 impl Batch {
+    /// The batch's epoch.
     pub fn epoch(&self) -> u64 {
         self.ready.epoch
     }
 
+    /// The batch's step within its epoch.
     pub fn step(&self) -> u64 {
         self.ready.step
     }
@@ -55,10 +62,12 @@ impl Batch {
         self.ready.n as usize
     }
 
+    /// The ring slot holding it.
     pub fn slot(&self) -> usize {
         self.ready.slot as usize
     }
 
+    /// Which filling of the slot this is (RELEASE names it).
     pub fn generation(&self) -> u64 {
         self.ready.generation
     }
@@ -173,7 +182,7 @@ impl Batch {
             None => out.copy_from_slice(self.view_images(view)),
             Some(d) => d.copy_to_host(self.slot(), view, out).map_err(|source| {
                 ClientError::Device(DeviceError::Cuda {
-                    device: d.uuid().to_string(),
+                    device: Device::Cuda(CudaDevice::Uuid(d.uuid())),
                     source,
                 })
             })?,
@@ -200,6 +209,7 @@ impl Batch {
         self.images().as_ptr()
     }
 
+    /// The samples' labels, `n()` of them (`0..classes`).
     pub fn labels(&self) -> &[i64] {
         let s = &self.conn.ring.layout().slot;
         cast_slice(self.region(s.labels, self.n() * 8))

@@ -34,7 +34,8 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use crate::protocol::{Attached, CudaDevice, Device, Message, Release, UnknownDevice};
+use super::{DeviceError, RingMismatch};
+use crate::protocol::{Attached, CudaDevice, Device, Message, Release};
 use crate::ring::memfd::MemfdRing;
 use crate::ring::RingLayout;
 use crate::socket::SeqPacket;
@@ -43,27 +44,6 @@ use crate::VmmPlan;
 use stoker_nvidia::cuda::vmm::{ring_granularity, DeviceRing};
 use stoker_nvidia::cuda::{self, CudaError, Event, GpuUuid};
 
-/// Why a client cannot use the GPU it asked for.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// `device` is neither `cpu`, `cuda`, `cuda:N` nor a `GPU-` UUID.
-    #[error(transparent)]
-    Unknown(#[from] UnknownDevice),
-    /// The driver, the device, or an operation on it failed.
-    #[error("device {device}: {source}")]
-    Cuda {
-        device: String,
-        #[source]
-        source: CudaError,
-    },
-    /// `cuda:N` with fewer visible devices.
-    #[error("device cuda:{ordinal}: only {visible} CUDA device(s) visible")]
-    NoOrdinal { ordinal: usize, visible: usize },
-    /// The daemon's device ring does not match this client's plan.
-    #[error("device ring on {device}: {reason}")]
-    Ring { device: String, reason: String },
-}
-
 /// What ATTACH carries for `device`: `cpu`, or the GPU by its UUID as this process sees it
 /// (an ordinal is looked up through the driver).
 pub fn resolve_device(device: Device) -> Result<Device, DeviceError> {
@@ -71,10 +51,7 @@ pub fn resolve_device(device: Device) -> Result<Device, DeviceError> {
         Device::Cpu | Device::Cuda(CudaDevice::Uuid(_)) => return Ok(device),
         Device::Cuda(CudaDevice::Ordinal(n)) => n,
     };
-    let info = cuda::probe().map_err(|source| DeviceError::Cuda {
-        device: device.to_string(),
-        source,
-    })?;
+    let info = cuda::probe().map_err(|source| DeviceError::Cuda { device, source })?;
     let dev = info.devices.get(ordinal).ok_or(DeviceError::NoOrdinal {
         ordinal,
         visible: info.devices.len(),
@@ -134,16 +111,16 @@ pub(crate) fn map_device_ring(
 ) -> Result<(MemfdRing, DeviceImages), crate::client::ClientError> {
     let [host_fd, vmm_fd] = fds;
     let cuda_err = |source| DeviceError::Cuda {
-        device: device.to_string(),
+        device: *device,
         source,
     };
-    let ring_err = |reason: String| DeviceError::Ring {
-        device: device.to_string(),
+    let ring_err = |reason: RingMismatch| DeviceError::Ring {
+        device: *device,
         reason,
     };
-    let uuid = device.gpu_uuid().ok_or_else(|| {
-        ring_err("the daemon sent a device ring, but this client attached on no GPU".into())
-    })?;
+    let uuid = device
+        .gpu_uuid()
+        .ok_or_else(|| ring_err(RingMismatch::NoGpu))?;
     // Attaching may run on a framework's thread: leave its current context as found.
     let _restore = cuda::ContextRestore::save().map_err(cuda_err)?;
     let dev = cuda::Device::open(uuid).map_err(cuda_err)?;
@@ -162,25 +139,19 @@ pub(crate) fn map_device_ring(
         || layout.slot.slot_bytes as u64 != attached.slot_bytes
         || layout.ring_bytes as u64 != attached.ring_bytes
     {
-        return Err(ring_err(format!(
-            "{} slots x {} bytes with a host part of {} bytes do not match the spec's layout \
-             ({} bytes per slot, host part {})",
-            attached.slots,
-            attached.slot_bytes,
-            attached.ring_bytes,
-            layout.slot.slot_bytes,
-            layout.ring_bytes
-        ))
+        return Err(ring_err(RingMismatch::Layout {
+            slots: attached.slots,
+            slot_bytes: attached.slot_bytes,
+            ring_bytes: attached.ring_bytes,
+            want_slot_bytes: layout.slot.slot_bytes,
+            want_ring_bytes: layout.ring_bytes,
+        })
         .into());
     }
-    let image_ring_bytes = usize::try_from(attached.image_ring_bytes).map_err(|_| {
-        ring_err(format!(
-            "an image ring of {} bytes does not fit this host",
-            attached.image_ring_bytes
-        ))
-    })?;
+    let image_ring_bytes = usize::try_from(attached.image_ring_bytes)
+        .map_err(|_| ring_err(RingMismatch::TooLarge(attached.image_ring_bytes)))?;
     plan.check_size(image_ring_bytes)
-        .map_err(|e| ring_err(e.to_string()))?;
+        .map_err(|e| ring_err(RingMismatch::Size(e)))?;
     let host = MemfdRing::from_fd(host_fd, layout)?;
     let ring = DeviceRing::import(&dev, &vmm_fd, plan.bytes).map_err(cuda_err)?;
     drop(vmm_fd);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 /// How long a wait with every slot held goes on before the warning.
-pub const ALL_HELD_WARN_AFTER: Duration = Duration::from_secs(5);
+pub(super) const ALL_HELD_WARN_AFTER: Duration = Duration::from_secs(5);
 
 /// The (epoch, step) of every batch received and not yet released.
 #[derive(Debug, Default)]

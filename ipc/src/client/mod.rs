@@ -44,7 +44,7 @@
 //!
 //! - The data stall is measured here, where it happens: [`Client::next_batch`] adds the time
 //!   it blocks to `wait` and the time since the previous call returned to `compute`
-//!   ([`StallClock`]). [`Client::stall`] returns the totals; every [`STATS_EVERY`] they go to
+//!   ([`StallClock`]). [`Client::stall`] returns the totals; every `STATS_EVERY` (500 ms) they go to
 //!   the daemon in a STATS message (piggy-backed on `next_batch`, never a thread of its own),
 //!   which shows the wait fraction per rank.
 //!
@@ -60,28 +60,29 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::{
-    Attach, Attached, DecodeError, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position,
-    Ready, ResumedEpoch, VersionMismatch, MAX_MESSAGE_BYTES,
+    Attach, Attached, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position, Ready,
+    ResumedEpoch, MAX_MESSAGE_BYTES,
 };
-use crate::ring::memfd::{page_size, MemfdError, MemfdRing};
+use crate::ring::memfd::{page_size, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
-use crate::socket::path::{client_socket_path, socket_env_note};
+use crate::socket::path::client_socket_path;
 use crate::socket::{SeqPacket, SockError};
-use crate::spec::{PipelineSpec, SpecError};
+use crate::spec::PipelineSpec;
 use device::{map_device_ring, send_release, DeviceImages};
 
 /// How long [`Client::attach`] retries while no daemon answers, unless
 /// `$STOKER_CONNECT_TIMEOUT` says otherwise.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Environment variable overriding [`DEFAULT_CONNECT_TIMEOUT`], in seconds (`0` disables
 /// retrying).
-pub const CONNECT_TIMEOUT_ENV: &str = "STOKER_CONNECT_TIMEOUT";
+const CONNECT_TIMEOUT_ENV: &str = "STOKER_CONNECT_TIMEOUT";
 /// First pause between connection attempts; it doubles up to [`MAX_CONNECT_BACKOFF`].
 const FIRST_CONNECT_BACKOFF: Duration = Duration::from_millis(20);
+/// Longest pause between connection attempts.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_millis(500);
 
 /// `$STOKER_CONNECT_TIMEOUT` seconds if set and valid, else [`DEFAULT_CONNECT_TIMEOUT`].
-pub fn default_connect_timeout() -> Duration {
+fn default_connect_timeout() -> Duration {
     std::env::var(CONNECT_TIMEOUT_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -91,21 +92,25 @@ pub fn default_connect_timeout() -> Duration {
 }
 
 /// How long dropping a [`Client`] waits for the daemon to confirm the detach.
-pub const DETACH_WAIT: Duration = Duration::from_secs(1);
+const DETACH_WAIT: Duration = Duration::from_secs(1);
 
 /// What a rank asks for when it attaches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttachOptions {
     /// Names the job; every rank of a job uses the same key.
     pub job: String,
+    /// This rank, `0..world_size`.
     pub rank: u32,
+    /// Ranks of the job; every rank passes the same.
     pub world_size: u32,
     /// `cpu`, a GPU by UUID, or by ordinal under this process's `CUDA_VISIBLE_DEVICES`
     /// (resolved to the UUID before the attach is sent).
     pub device: Device,
+    /// What a batch is; every rank of a job passes the same.
     pub spec: PipelineSpec,
     /// A registered dataset name or a path.
     pub dataset: String,
+    /// The job's seed for shuffling and augmentation; every rank passes the same.
     pub seed: u64,
     /// First batch to receive.
     pub start: Position,
@@ -199,95 +204,6 @@ fn naming_socket(e: ClientError, socket: &Path) -> ClientError {
     }
 }
 
-/// Why the client failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("no stoker daemon at {}{}", .0.display(), socket_env_note(.0))]
-    NoDaemon(PathBuf),
-    #[error("cannot connect to the stoker daemon at {}: {source}", path.display())]
-    Connect {
-        path: PathBuf,
-        #[source]
-        source: SockError,
-    },
-    /// The socket exists but its permissions keep this user out: never retried, never
-    /// worked around (a daemon of the user's own is started only when asked).
-    #[error("cannot connect to the stoker daemon at {}: {reason}", path.display())]
-    SocketRefused { path: PathBuf, reason: String },
-    #[error("daemon closed the connection")]
-    Closed,
-    #[error("daemon refused: {code}: {message}")]
-    Refused { code: ErrorCode, message: String },
-    #[error("invalid attach: {0}")]
-    Invalid(String),
-    #[error("invalid spec: {0}")]
-    Spec(#[from] SpecError),
-    #[error("daemon sent a malformed message: {0}")]
-    Decode(DecodeError),
-    /// The daemon speaks another protocol version: which side to upgrade, both versions.
-    #[error("the daemon at {}: {mismatch}", socket.display())]
-    Version {
-        socket: PathBuf,
-        mismatch: VersionMismatch,
-    },
-    #[error("daemon broke the protocol: {0}")]
-    Protocol(String),
-    #[error("socket: {0}")]
-    Socket(#[from] SockError),
-    #[error("ring: {0}")]
-    Ring(#[from] MemfdError),
-    #[error("{0}")]
-    Device(#[from] DeviceError),
-    #[error(
-        "the daemon at {} went away ({gone}) and did not come back within {:.1} s \
-         (AttachOptions::reattach); last attempt: {last}",
-        socket.display(),
-        waited.as_secs_f64()
-    )]
-    StayedAway {
-        socket: PathBuf,
-        gone: String,
-        waited: Duration,
-        last: String,
-    },
-}
-
-impl ClientError {
-    /// True when the daemon is gone (not running, or went away): reconnect and resume.
-    pub fn is_disconnected(&self) -> bool {
-        match self {
-            ClientError::NoDaemon(_) | ClientError::Closed | ClientError::StayedAway { .. } => true,
-            ClientError::Socket(e) => matches!(
-                e.raw_os_error(),
-                Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
-            ),
-            _ => false,
-        }
-    }
-
-    /// A message in another protocol version becomes [`ClientError::Version`], naming the
-    /// daemon at `socket`.
-    fn with_socket(self, socket: &Path) -> ClientError {
-        match self {
-            ClientError::Decode(DecodeError::Version { got, peer_version }) => {
-                ClientError::Version {
-                    socket: socket.to_owned(),
-                    mismatch: VersionMismatch::with_daemon(got, peer_version),
-                }
-            }
-            e => e,
-        }
-    }
-
-    /// The daemon's error code, when it refused something.
-    pub fn code(&self) -> Option<ErrorCode> {
-        match self {
-            ClientError::Refused { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-}
-
 /// What the socket and the ring are, shared by the client and its outstanding batches.
 #[derive(Debug)]
 struct Connection {
@@ -376,9 +292,7 @@ impl Client {
             start: opts.start,
             offset: opts.offset,
         }));
-        let bytes = attach
-            .encode()
-            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let bytes = attach.encode().map_err(ClientError::Encode)?;
         sock.send(&bytes, &[]).map_err(closed_or)?;
         let mut buf = vec![0u8; MAX_MESSAGE_BYTES];
         let (msg, fds) = recv(&sock, &mut buf).map_err(|e| e.with_socket(socket))?;
@@ -593,10 +507,12 @@ impl Client {
         &self.attached
     }
 
+    /// The spec this client attached with.
     pub fn spec(&self) -> &PipelineSpec {
         &self.spec
     }
 
+    /// The ring's layout, computed from the spec and checked against ATTACHED.
     pub fn layout(&self) -> &RingLayout {
         self.conn.ring.layout()
     }
@@ -683,15 +599,16 @@ fn recv(sock: &SeqPacket, buf: &mut [u8]) -> Result<(Message, Vec<OwnedFd>), Cli
 mod batch;
 /// cbindgen:ignore
 mod device;
+mod error;
 mod held;
 mod reattach;
 mod stall;
 pub use batch::{Batch, DeviceSlice, FieldError};
-pub use device::{resolve_device, ConsumerStream, DeviceError};
+pub use device::{resolve_device, ConsumerStream};
+pub use error::{ClientError, DeviceError, RingMismatch};
 use held::HeldLeases;
-pub use held::ALL_HELD_WARN_AFTER;
 use stall::StallClock;
-pub use stall::{StallStats, STATS_EVERY};
+pub use stall::StallStats;
 
 #[cfg(test)]
 pub(crate) mod tests;

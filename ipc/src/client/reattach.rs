@@ -77,9 +77,9 @@ impl Client {
             if left.is_zero() {
                 return Err(ClientError::StayedAway {
                     socket: self.socket.clone(),
-                    gone: gone.to_string(),
+                    gone: Box::new(gone),
                     waited: started.elapsed(),
-                    last: last.to_string(),
+                    last: Box::new(last),
                 });
             }
             std::thread::sleep(pause.min(left));

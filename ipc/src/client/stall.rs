@@ -7,7 +7,7 @@ use crate::protocol::{Message, Stats};
 
 /// How often a client reports its data stall to the daemon (at most; a loop that never calls
 /// `next_batch` reports nothing until it does).
-pub const STATS_EVERY: Duration = Duration::from_millis(500);
+pub(super) const STATS_EVERY: Duration = Duration::from_millis(500);
 
 /// Where a training loop's time went, as measured by the client: the totals since the attach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

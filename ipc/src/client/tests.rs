@@ -9,6 +9,7 @@
 use super::*;
 use crate::protocol::Release;
 use crate::ring::SampleStatus;
+use crate::spec::SpecError;
 
 #[test]
 fn missing_daemon_is_named_clearly() {

@@ -14,6 +14,8 @@
 //! The client (`stoker-client`), the pipeline (`stoker-pipeline`), the daemon and the tool all
 //! depend on this crate; it depends on none of them.
 
+#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
+
 pub mod escape;
 pub mod exit;
 pub mod protocol;
@@ -25,8 +27,7 @@ pub use protocol::{
     CudaDevice, Device, EpochOffset, ErrorCode, Message, Position, UnknownDevice, PROTOCOL_VERSION,
 };
 pub use ring::memfd::{MemfdError, MemfdRing};
-pub use ring::vmm_plan::VmmPlan;
-pub use ring::{FieldStatus, ImageMemory, RingLayout, SampleStatus, SlotLayout};
+pub use ring::{FieldStatus, ImageMemory, RingLayout, SampleStatus, SlotLayout, VmmPlan};
 pub use socket::path::{
     client_socket_path, default_socket_path, resolve_client_socket, socket_env_note,
     user_socket_path, SocketSource,

@@ -18,8 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
+mod validate;
+pub use validate::SpecError;
+
 /// The spec version this build writes and accepts.
-pub const SPEC_VERSION: u32 = 1;
+pub(crate) const SPEC_VERSION: u32 = 1;
 
 /// ImageNet channel means (RGB, 0..1 scale), torchvision's defaults.
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -35,9 +38,13 @@ pub const MAX_OUTPUT_SIDE: u32 = 16_384;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// 8-bit unsigned, the resized pixels as-is (no normalisation).
     U8,
+    /// IEEE half precision, normalised.
     F16,
+    /// bfloat16, normalised.
     Bf16,
+    /// IEEE single precision, normalised.
     F32,
 }
 
@@ -51,6 +58,7 @@ impl DType {
         }
     }
 
+    /// The spelling of the spec's JSON and of messages (`u8`, `f16`, `bf16`, `f32`).
     pub fn name(self) -> &'static str {
         match self {
             DType::U8 => "u8",
@@ -126,6 +134,7 @@ pub const MAX_VIEWS: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct View {
+    /// How this view's crop is taken.
     pub crop: Crop,
     /// Probability of a horizontal flip, 0..=1.
     #[serde(default = "default_flip")]
@@ -149,19 +158,27 @@ pub fn view_seed(seed: u64, view: usize) -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSpec {
+    /// The spec format's version; this build accepts only its own (1).
     #[serde(default = "default_version")]
     pub version: u32,
+    /// Samples per batch, 1..=[`MAX_BATCH_SIZE`].
     pub batch_size: u32,
+    /// How view 0's crop is taken.
     pub crop: Crop,
     /// Probability of a horizontal flip, 0..=1.
     #[serde(default = "default_flip")]
     pub flip_prob: f32,
+    /// Per-channel mean (RGB, 0..1 scale) subtracted from float outputs; ImageNet's by default.
     #[serde(default = "default_mean")]
     pub mean: [f32; 3],
+    /// Per-channel standard deviation (RGB, 0..1 scale) float outputs are divided by; finite,
+    /// non-zero; ImageNet's by default.
     #[serde(default = "default_std")]
     pub std: [f32; 3],
+    /// Element type of the output images; f32 by default.
     #[serde(default = "default_dtype")]
     pub dtype: DType,
+    /// Memory layout of the output batch; NCHW by default.
     #[serde(default = "default_layout")]
     pub layout: Layout,
     /// Drop each rank's final incomplete batch (and the sampler's uneven tail).
@@ -201,15 +218,15 @@ pub struct PipelineSpec {
 
 /// Room for one field of one sample unless the spec says otherwise: a caption or a small
 /// JSON record.
-pub const DEFAULT_FIELD_MAX_BYTES: u32 = 4096;
+pub(crate) const DEFAULT_FIELD_MAX_BYTES: u32 = 4096;
 /// Most fields a spec may ask for.
-pub const MAX_FIELDS: usize = 16;
+pub(crate) const MAX_FIELDS: usize = 16;
 /// Longest field name (an extension).
 pub const MAX_FIELD_NAME: usize = 64;
 /// Largest `field_max_bytes`.
-pub const MAX_FIELD_BYTES: u32 = 16 << 20;
+pub(crate) const MAX_FIELD_BYTES: u32 = 16 << 20;
 /// Most bytes of fields one slot may hold (`batch_size * fields * field_max_bytes`).
-pub const MAX_SLOT_FIELD_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_SLOT_FIELD_BYTES: u64 = 1 << 30;
 
 fn default_field_max_bytes() -> u32 {
     DEFAULT_FIELD_MAX_BYTES
@@ -243,49 +260,6 @@ fn default_dtype() -> DType {
 }
 fn default_layout() -> Layout {
     Layout::Nchw
-}
-
-/// A spec that cannot be served; the message names the field.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SpecError {
-    #[error("spec version {0} is not supported (this build speaks {SPEC_VERSION})")]
-    Version(u32),
-    #[error("batch_size must be 1..={MAX_BATCH_SIZE}, got {0}")]
-    BatchSize(u32),
-    #[error("crop size must be 1..={MAX_OUTPUT_SIDE} on each side, got {0}x{1}")]
-    OutputSize(u32, u32),
-    #[error("crop.{field} must be a finite, increasing, positive range, got [{lo}, {hi}]")]
-    Range {
-        field: &'static str,
-        lo: f32,
-        hi: f32,
-    },
-    #[error("crop.resize must be at least the crop size ({size}), got {resize}")]
-    Resize { resize: u32, size: u32 },
-    #[error("flip_prob must be within 0..=1, got {0}")]
-    FlipProb(f32),
-    #[error("std[{0}] must be finite and non-zero, got {1}")]
-    Std(usize, f32),
-    #[error("mean[{0}] must be finite, got {1}")]
-    Mean(usize, f32),
-    #[error("epochs must be at least 1 when given")]
-    Epochs,
-    #[error("fields[{index}] {name:?}: {reason}")]
-    Field {
-        index: usize,
-        name: String,
-        reason: &'static str,
-    },
-    #[error("fields: at most {MAX_FIELDS} may be asked for, got {0}")]
-    FieldCount(usize),
-    #[error("field_max_bytes must be 1..={MAX_FIELD_BYTES}, got {0}")]
-    FieldMaxBytes(u32),
-    #[error("extra_views: at most {max} may be asked for, got {0}", max = MAX_VIEWS - 1)]
-    ViewCount(usize),
-    #[error("extra_views[{index}]: {reason}")]
-    View { index: usize, reason: String },
-    #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
-    FieldSlotBytes(u64),
 }
 
 impl PipelineSpec {
@@ -347,83 +321,6 @@ impl PipelineSpec {
         }
     }
 
-    /// Checks every field; the error names the first field that is off.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        if self.version != SPEC_VERSION {
-            return Err(SpecError::Version(self.version));
-        }
-        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return Err(SpecError::BatchSize(self.batch_size));
-        }
-        check_crop(&self.crop)?;
-        if !(0.0..=1.0).contains(&self.flip_prob) {
-            return Err(SpecError::FlipProb(self.flip_prob));
-        }
-        if self.extra_views.len() >= MAX_VIEWS {
-            return Err(SpecError::ViewCount(self.extra_views.len()));
-        }
-        for (index, view) in self.extra_views.iter().enumerate() {
-            let flip = match (0.0..=1.0).contains(&view.flip_prob) {
-                true => Ok(()),
-                false => Err(SpecError::FlipProb(view.flip_prob)),
-            };
-            check_crop(&view.crop)
-                .and(flip)
-                .map_err(|e| SpecError::View {
-                    index,
-                    reason: e.to_string(),
-                })?;
-        }
-        for c in 0..3 {
-            if !self.mean[c].is_finite() {
-                return Err(SpecError::Mean(c, self.mean[c]));
-            }
-            if !self.std[c].is_finite() || self.std[c] == 0.0 {
-                return Err(SpecError::Std(c, self.std[c]));
-            }
-        }
-        if self.epochs == Some(0) {
-            return Err(SpecError::Epochs);
-        }
-        self.validate_fields()
-    }
-
-    /// Checks `fields` and `field_max_bytes`: names are lowercase extensions, each once.
-    fn validate_fields(&self) -> Result<(), SpecError> {
-        if self.fields.len() > MAX_FIELDS {
-            return Err(SpecError::FieldCount(self.fields.len()));
-        }
-        for (index, name) in self.fields.iter().enumerate() {
-            let refuse = |reason| {
-                Err(SpecError::Field {
-                    index,
-                    name: name.clone(),
-                    reason,
-                })
-            };
-            if name.is_empty() || name.len() > MAX_FIELD_NAME {
-                return refuse("a field name is 1 to 64 characters");
-            }
-            let allowed =
-                |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b);
-            if !name.bytes().all(allowed) || name.starts_with('.') || name.ends_with('.') {
-                return refuse("a field name is an extension: lowercase a-z, 0-9, '.', '_', '-', not starting or ending with '.'");
-            }
-            if self.fields[..index].contains(name) {
-                return refuse("is asked for twice");
-            }
-        }
-        if self.field_max_bytes == 0 || self.field_max_bytes > MAX_FIELD_BYTES {
-            return Err(SpecError::FieldMaxBytes(self.field_max_bytes));
-        }
-        let slot =
-            u64::from(self.batch_size) * self.fields.len() as u64 * u64::from(self.field_max_bytes);
-        if slot > MAX_SLOT_FIELD_BYTES {
-            return Err(SpecError::FieldSlotBytes(slot));
-        }
-        Ok(())
-    }
-
     /// Bytes of one output image.
     pub fn image_bytes(&self) -> usize {
         let (h, w) = self.crop.output_size();
@@ -464,39 +361,6 @@ impl PipelineSpec {
         } else {
             None
         }
-    }
-}
-
-/// Checks one crop: its output size, and its ranges or resize.
-fn check_crop(crop: &Crop) -> Result<(), SpecError> {
-    let (h, w) = crop.output_size();
-    if h == 0 || w == 0 || h > MAX_OUTPUT_SIDE || w > MAX_OUTPUT_SIDE {
-        return Err(SpecError::OutputSize(h, w));
-    }
-    match *crop {
-        Crop::RandomResized { scale, ratio, .. } => {
-            check_range("scale", scale)?;
-            check_range("ratio", ratio)
-        }
-        Crop::CenterCrop { resize, size } => {
-            let smaller = size[0].min(size[1]);
-            if resize < smaller || resize > MAX_OUTPUT_SIDE {
-                return Err(SpecError::Resize {
-                    resize,
-                    size: smaller,
-                });
-            }
-            Ok(())
-        }
-    }
-}
-
-fn check_range(field: &'static str, r: [f32; 2]) -> Result<(), SpecError> {
-    let [lo, hi] = r;
-    if lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi {
-        Ok(())
-    } else {
-        Err(SpecError::Range { field, lo, hi })
     }
 }
 

@@ -28,14 +28,18 @@ use crate::spec::PipelineSpec;
 pub struct Attach {
     /// Names the job; every rank of one job sends the same key.
     pub job: String,
+    /// This rank, `0..world_size`.
     pub rank: u32,
+    /// Ranks of the job; every rank sends the same.
     pub world_size: u32,
     /// `cpu`, or the rank's GPU by UUID (a client resolves an ordinal before it sends; the
     /// daemon refuses one).
     pub device: Device,
+    /// What a batch is; every rank of a job sends the same.
     pub spec: PipelineSpec,
     /// A dataset registered in the daemon's config, or a path.
     pub dataset: String,
+    /// The job's seed for shuffling and augmentation; every rank sends the same.
     pub seed: u64,
     /// The first batch to receive.
     pub start: Position,

@@ -8,9 +8,10 @@ use super::*;
 pub(super) const READY_BODY: usize = 4 + 8 + 8 + 8 + 4;
 pub(super) const RELEASE_BODY: usize = 4 + 8;
 /// Bytes of a [`Stats`] body: three u64.
-pub const STATS_BODY: usize = 3 * 8;
+pub(crate) const STATS_BODY: usize = 3 * 8;
 
 impl Message {
+    /// The type number this message's header carries.
     pub fn kind(&self) -> MessageType {
         match self {
             Message::Attach(_) => MessageType::Attach,
@@ -47,11 +48,9 @@ impl Message {
         out.extend_from_slice(&(self.kind() as u16).to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         match self {
-            Message::Attach(a) => a
-                .write_json(out)
-                .map_err(|e| EncodeError::Json(e.to_string()))?,
+            Message::Attach(a) => a.write_json(out).map_err(EncodeError::Json)?,
             Message::Attached(a) => {
-                serde_json::to_writer(&mut *out, a).map_err(|e| EncodeError::Json(e.to_string()))?
+                serde_json::to_writer(&mut *out, a).map_err(EncodeError::Json)?
             }
             Message::Ready(r) => {
                 out.extend_from_slice(&r.slot.to_le_bytes());
@@ -65,7 +64,7 @@ impl Message {
                 out.extend_from_slice(&r.generation.to_le_bytes());
             }
             Message::StatusReply(s) => {
-                serde_json::to_writer(&mut *out, s).map_err(|e| EncodeError::Json(e.to_string()))?
+                serde_json::to_writer(&mut *out, s).map_err(EncodeError::Json)?
             }
             Message::Stats(st) => {
                 out.extend_from_slice(&st.wait_ns.to_le_bytes());
@@ -84,6 +83,7 @@ impl Message {
         Ok(())
     }
 
+    /// The encoded message, header included, in a new buffer.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut out = Vec::with_capacity(64);
         self.encode_into(&mut out)?;

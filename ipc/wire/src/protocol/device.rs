@@ -20,8 +20,10 @@ use stoker_nvidia::cuda::GpuUuid;
 /// this process's `CUDA_VISIBLE_DEVICES`) or a `GPU-` UUID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Device {
+    /// Host memory: the images stay in the memfd ring.
     #[default]
     Cpu,
+    /// A GPU: the images land in device memory on it.
     Cuda(CudaDevice),
 }
 
@@ -37,7 +39,10 @@ pub enum CudaDevice {
 /// A device name that is none of the known forms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("device {0:?} is not \"cpu\", \"cuda\", \"cuda:N\" or a GPU UUID (GPU-xxxxxxxx-...)")]
-pub struct UnknownDevice(pub String);
+pub struct UnknownDevice(
+    /// The name given, trimmed.
+    pub String,
+);
 
 impl std::str::FromStr for Device {
     type Err = UnknownDevice;

@@ -42,26 +42,37 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// 1000 names many times over; a dataset with more is told by `classes` only).
 pub const CLASS_NAMES_BYTES: usize = 32 * 1024;
 /// Longest error message sent; longer ones are cut at a character boundary.
-pub const MAX_ERROR_TEXT: usize = 4096;
+pub(crate) const MAX_ERROR_TEXT: usize = 4096;
 
 /// Message type numbers. Stable: never renumber, only add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum MessageType {
+    /// Client → daemon: [`Attach`], JSON.
     Attach = 1,
+    /// Daemon → client: [`Attached`], JSON, with the ring's fds.
     Attached = 2,
+    /// Daemon → client: [`Ready`], fixed body.
     Ready = 3,
+    /// Client → daemon: [`Release`], fixed body.
     Release = 4,
+    /// Client → daemon: the rank leaves (no body).
     Detach = 5,
+    /// Daemon → client: the last epoch asked for is delivered (no body).
     EndOfData = 6,
+    /// Either way: [`ErrorMessage`], a `u16` code then UTF-8 text.
     Error = 7,
+    /// Client → daemon: a status connection's question (no body).
     Status = 8,
+    /// Daemon → client: [`DaemonStatus`], JSON.
     StatusReply = 9,
+    /// Client → daemon: [`Stats`], fixed body.
     Stats = 10,
 }
 
 impl MessageType {
-    pub fn from_u16(v: u16) -> Option<MessageType> {
+    /// The type numbered `v` on the wire; `None` for a number no version has used.
+    pub(crate) fn from_u16(v: u16) -> Option<MessageType> {
         Some(match v {
             1 => MessageType::Attach,
             2 => MessageType::Attached,
@@ -130,10 +141,13 @@ fn is_zero(v: &u64) -> bool {
 /// Daemon → client: a slot is filled and leased to the client until it sends [`Release`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ready {
+    /// The filled slot, `0..slots` of the ring.
     pub slot: u32,
     /// Counts the slot's fillings; a RELEASE must name the filling it releases.
     pub generation: u64,
+    /// The batch's epoch.
     pub epoch: u64,
+    /// The batch's step within its epoch, for this rank.
     pub step: u64,
     /// Samples in the batch (the last batch of an epoch may be short).
     pub n: u32,
@@ -142,14 +156,16 @@ pub struct Ready {
 /// Client → daemon: the client is done with a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Release {
+    /// The slot given back.
     pub slot: u32,
+    /// The filling released, as its [`Ready`] numbered it; a stale one is refused.
     pub generation: u64,
 }
 
 /// Client → daemon: where the training loop's time went since the attach (the data stall).
 /// Totals, not deltas, so a lost or late report costs nothing; sent every
 /// the client's `STATS_EVERY` or so, only to a daemon whose ATTACHED said
-/// `accepts_stats`. Fixed body of [`STATS_BODY`] bytes.
+/// `accepts_stats`. Fixed body of three u64 (24 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
     /// Nanoseconds spent inside `next()` waiting for a batch.
@@ -190,7 +206,8 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub fn from_u16(v: u16) -> Option<ErrorCode> {
+    /// The code numbered `v` on the wire; `None` for a number no version has used.
+    pub(crate) fn from_u16(v: u16) -> Option<ErrorCode> {
         use ErrorCode::*;
         Some(match v {
             1 => BadMessage,
@@ -208,6 +225,7 @@ impl ErrorCode {
         })
     }
 
+    /// The code's name as messages and logs print it (`spec mismatch`).
     pub fn name(self) -> &'static str {
         use ErrorCode::*;
         match self {
@@ -235,56 +253,86 @@ impl std::fmt::Display for ErrorCode {
 /// A refusal or failure, with a message meant for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorMessage {
+    /// What kind of refusal or failure, for a program to act on.
     pub code: ErrorCode,
+    /// Why, for a person; at most [`MAX_ERROR_TEXT`] bytes.
     pub message: String,
 }
 
 /// One protocol message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
+    /// Client → daemon, first message of a rank's connection.
     Attach(Box<Attach>),
+    /// Daemon → client, the answer to ATTACH.
     Attached(Attached),
+    /// Daemon → client: a slot is filled and leased.
     Ready(Ready),
+    /// Client → daemon: a leased slot is given back.
     Release(Release),
+    /// Client → daemon: the rank leaves; its leases end.
     Detach,
+    /// Daemon → client: every batch asked for has been sent.
     EndOfData,
+    /// Either way: a refusal or failure; the sender closes the connection after it.
     Error(ErrorMessage),
     /// Client → daemon, the only message of a status connection (no body).
     Status,
+    /// Daemon → client, the answer to STATUS.
     StatusReply(Box<DaemonStatus>),
+    /// Client → daemon: the data stall's totals.
     Stats(Stats),
 }
 
 /// Why bytes are not a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The datagram (of this many bytes) is shorter than the header.
     #[error("message of {0} bytes is shorter than the {HEADER_BYTES}-byte header")]
     Short(usize),
+    /// The datagram (of this many bytes) is over [`MAX_MESSAGE_BYTES`].
     #[error("message of {0} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")]
     TooLong(usize),
+    /// The first two bytes (these) are not [`MAGIC`].
     #[error("bad magic {0:02x?} (not a stoker peer)")]
     Magic([u8; 2]),
     /// The peer speaks another protocol version; `peer_version` is its software version when
     /// its message said.
     #[error("protocol version {got} (this build speaks {PROTOCOL_VERSION}, stoker {VERSION})")]
     Version {
+        /// The protocol version in the peer's header.
         got: u16,
+        /// The peer's software version (`git describe`), when its message carried one.
         peer_version: Option<String>,
     },
+    /// The header's type number is none this build knows.
     #[error("unknown message type {0}")]
     UnknownType(u16),
+    /// The header's reserved field holds this non-zero value.
     #[error("reserved header field is {0}, must be 0")]
     Reserved(u16),
+    /// A fixed body, or ERROR's code, has the wrong length.
     #[error("{kind:?} body is {got} bytes, expected {want}")]
     BodyLength {
+        /// The message type whose body it is.
         kind: MessageType,
+        /// Bytes of the body received.
         got: usize,
+        /// Bytes that type's body has (or at least has, for ERROR).
         want: usize,
     },
+    /// A JSON body does not parse as its type (serde_json's message).
     #[error("{kind:?} body is not valid JSON for it: {reason}")]
-    Json { kind: MessageType, reason: String },
+    Json {
+        /// The message type whose body it is.
+        kind: MessageType,
+        /// serde_json's message, naming the line, column and field.
+        reason: String,
+    },
+    /// ERROR's code is none this build knows.
     #[error("unknown error code {0}")]
     UnknownErrorCode(u16),
+    /// ERROR's text is not UTF-8.
     #[error("error text is not UTF-8")]
     ErrorText,
     /// ATTACH's `device` is none of the names a device has.
@@ -304,12 +352,14 @@ impl DecodeError {
 }
 
 /// Why a message cannot be encoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
+    /// The encoded message would be this many bytes, over [`MAX_MESSAGE_BYTES`].
     #[error("encoded message is {0} bytes, over the {MAX_MESSAGE_BYTES}-byte limit")]
     TooLong(usize),
+    /// A JSON body cannot be written.
     #[error("cannot encode as JSON: {0}")]
-    Json(String),
+    Json(#[source] serde_json::Error),
 }
 
 mod attach;
@@ -319,7 +369,6 @@ pub mod position;
 mod status;
 pub mod version;
 pub use attach::Attach;
-pub use codec::STATS_BODY;
 pub use device::{CudaDevice, Device, UnknownDevice};
 pub use position::{EpochOffset, EpochSteps, Position, ResumedEpoch};
 pub use status::{DaemonStatus, GpuStatus, JobStatus, RankStall, WorkerStatus};

@@ -34,7 +34,9 @@ pub const MAX_EPOCH: u64 = (1 << 53) - 1;
 )]
 #[serde(deny_unknown_fields)]
 pub struct Position {
+    /// The epoch, from 0 (at most [`MAX_EPOCH`] where a job starts).
     pub epoch: u64,
+    /// The batch within the epoch, from 0; the same step for every rank of a job.
     pub step: u64,
 }
 
@@ -43,7 +45,9 @@ pub struct Position {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EpochOffset {
+    /// The epoch resumed part way.
     pub epoch: u64,
+    /// Samples of that epoch's permutation already served, by all ranks together.
     pub consumed: u64,
 }
 
@@ -56,7 +60,9 @@ impl std::fmt::Display for EpochOffset {
 /// The epoch an elastic offset resumes, and how many batches each rank gets in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ResumedEpoch {
+    /// The epoch the offset names.
     pub epoch: u64,
+    /// Batches each rank receives in it (may be 0).
     pub steps: u64,
 }
 
@@ -64,7 +70,9 @@ pub struct ResumedEpoch {
 /// elastic offset resumed (which may have fewer, even none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct EpochSteps {
+    /// Batches each rank receives in a whole epoch (ATTACHED's `steps_per_epoch`).
     pub per_epoch: u64,
+    /// The epoch an elastic offset resumed; `None` when the job has no offset.
     pub resumed: Option<ResumedEpoch>,
 }
 

@@ -1,6 +1,6 @@
 //! The wire format's unit and property tests.
 
-use super::codec::{READY_BODY, RELEASE_BODY};
+use super::codec::{READY_BODY, RELEASE_BODY, STATS_BODY};
 use super::*;
 use crate::spec::PipelineSpec;
 use proptest::prelude::*;

@@ -70,7 +70,9 @@ impl Speaker {
 /// message: both sides' versions and which one to upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionMismatch {
+    /// The client's side (this build, when the client composes the message).
     pub client: Speaker,
+    /// The daemon's side.
     pub daemon: Speaker,
 }
 
@@ -85,7 +87,7 @@ impl VersionMismatch {
     }
 
     /// Whether the daemon is the older side (the one to upgrade).
-    pub fn daemon_is_older(&self) -> bool {
+    fn daemon_is_older(&self) -> bool {
         self.daemon.protocol < self.client.protocol
     }
 }

@@ -28,27 +28,43 @@ use rustix::mm::{MapFlags, ProtFlags};
 use crate::ring::RingLayout;
 
 /// Seals every ring carries.
-pub const RING_SEALS: SealFlags = SealFlags::SHRINK
+const RING_SEALS: SealFlags = SealFlags::SHRINK
     .union(SealFlags::GROW)
     .union(SealFlags::SEAL);
 
 /// Why a ring cannot be created or mapped.
 #[derive(Debug, thiserror::Error)]
 pub enum MemfdError {
+    /// A syscall on the memfd failed.
     #[error("{op} failed: {source}")]
     Io {
+        /// The call that failed (`memfd_create`, `ftruncate`, `mmap`, ...).
         op: &'static str,
+        /// The kernel's error.
         #[source]
         source: std::io::Error,
     },
+    /// The memfd's size is not the layout's `ring_bytes`.
     #[error("ring memfd is {got} bytes, the layout needs {want}")]
-    Size { got: u64, want: u64 },
+    Size {
+        /// Bytes the memfd has.
+        got: u64,
+        /// Bytes the layout needs.
+        want: u64,
+    },
+    /// A received memfd lacks the seals against resizing.
     #[error(
         "ring memfd seals are {:#x}, must include {:#x} (shrink, grow, seal)",
         .got.bits(),
         .want.bits()
     )]
-    Seals { got: SealFlags, want: SealFlags },
+    Seals {
+        /// The seals the memfd carries.
+        got: SealFlags,
+        /// The seals every ring must carry.
+        want: SealFlags,
+    },
+    /// The layout is of zero bytes.
     #[error("a ring of zero bytes cannot be mapped")]
     Empty,
 }
@@ -138,6 +154,7 @@ impl MemfdRing {
         Ok(MemfdRing { map, fd, layout })
     }
 
+    /// The layout the ring was created or checked for.
     pub fn layout(&self) -> &RingLayout {
         &self.layout
     }

@@ -34,7 +34,7 @@
 //! Every region starts on a [`SLOT_ALIGN`]-byte boundary, and so does every slot of each part.
 //!
 //! [`memfd`] holds a ring in shared host memory (the host part, and the images of the CPU
-//! backend); [`vmm_plan`] sizes the image part of a ring in device memory.
+//! backend); [`VmmPlan`] sizes the image part of a ring in device memory.
 //!
 //! # Limitations
 //! - One image memory per ring: all its slots live in host memory, or all on one device.
@@ -42,8 +42,8 @@
 use crate::spec::{PipelineSpec, MAX_VIEWS};
 
 pub mod memfd;
-/// cbindgen:ignore
-pub mod vmm_plan;
+mod vmm_plan;
+pub use vmm_plan::VmmPlan;
 
 /// Alignment of every slot and of every region inside one (CUDA wants 256 for vector loads).
 pub const SLOT_ALIGN: usize = 256;
@@ -63,6 +63,7 @@ pub enum SampleStatus {
 }
 
 impl SampleStatus {
+    /// The status whose byte in a slot's status region is `v`; `None` for any other byte.
     pub fn from_u8(v: u8) -> Option<SampleStatus> {
         match v {
             0 => Some(SampleStatus::Ok),
@@ -91,6 +92,7 @@ pub enum FieldStatus {
 }
 
 impl FieldStatus {
+    /// The status whose byte in a slot's field status region is `v`; `None` for any other byte.
     pub fn from_u8(v: u8) -> Option<FieldStatus> {
         match v {
             0 => Some(FieldStatus::Ok),
@@ -121,7 +123,7 @@ impl FieldStatus {
 }
 
 /// Rounds `n` up to a multiple of `align` (a power of two).
-pub const fn align_up(n: usize, align: usize) -> usize {
+pub(crate) const fn align_up(n: usize, align: usize) -> usize {
     (n + align - 1) & !(align - 1)
 }
 
@@ -140,7 +142,8 @@ pub enum ImageMemory {
 }
 
 impl ImageMemory {
-    pub fn is_host(&self) -> bool {
+    /// Whether the images are in host memory (the memfd).
+    pub(crate) fn is_host(&self) -> bool {
         *self == ImageMemory::Host
     }
 }
@@ -149,9 +152,13 @@ impl ImageMemory {
 /// from `offset`, each `height` x `width`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ViewRegion {
+    /// Offset of the view's first image in the slot's image part, a multiple of [`SLOT_ALIGN`].
     pub offset: usize,
+    /// Bytes of one image of the view.
     pub image_bytes: usize,
+    /// Height of the view's images, in pixels.
     pub height: u32,
+    /// Width of the view's images, in pixels.
     pub width: u32,
 }
 
@@ -159,7 +166,9 @@ pub struct ViewRegion {
 /// image part, the rest relative to the slot's start in the host part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotLayout {
+    /// Samples in a slot (the spec's `batch_size`).
     pub batch_size: usize,
+    /// Bytes of one image of view 0 (the spec's [`PipelineSpec::image_bytes`]).
     pub image_bytes: usize,
     /// Offset of the first image in the slot's image part.
     pub images: usize,
@@ -169,17 +178,22 @@ pub struct SlotLayout {
     pub views: usize,
     /// Each view's region, the first `views` of them (see [`SlotLayout::view`]).
     pub view_regions: [ViewRegion; MAX_VIEWS],
-    /// Offsets in the slot's host part.
+    /// Offset in the slot's host part of the labels (`batch_size` i64).
     pub labels: usize,
+    /// Offset in the slot's host part of the samples' dataset indices (`batch_size` u64).
     pub indices: usize,
+    /// Offset in the slot's host part of the samples' [`SampleStatus`] bytes.
     pub status: usize,
-    /// Fields asked for per sample, and the room each has.
+    /// Fields asked for per sample (the spec's `fields`).
     pub fields: usize,
+    /// Room each field has in the slot, in bytes (0 when no fields are asked for).
     pub field_max_bytes: usize,
-    /// Offsets in the slot's host part of the fields' lengths (u32), statuses
-    /// ([`FieldStatus`]) and bytes; see the module docs.
+    /// Offset in the slot's host part of the fields' lengths (u32, sample-major); see the
+    /// module docs.
     pub field_lens: usize,
+    /// Offset in the slot's host part of the fields' [`FieldStatus`] bytes.
     pub field_status: usize,
+    /// Offset in the slot's host part of the fields' bytes, `field_max_bytes` each.
     pub field_data: usize,
     /// Bytes of one slot's host part, a multiple of [`SLOT_ALIGN`].
     pub host_slot_bytes: usize,
@@ -188,6 +202,7 @@ pub struct SlotLayout {
 }
 
 impl SlotLayout {
+    /// The layout of one slot for batches of `spec`.
     pub fn new(spec: &PipelineSpec) -> SlotLayout {
         let batch_size = spec.batch_size as usize;
         let image_bytes = spec.image_bytes();
@@ -306,8 +321,11 @@ impl SlotLayout {
 /// Layout of a ring of `slots` slots in its two memories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLayout {
+    /// The layout of each slot.
     pub slot: SlotLayout,
+    /// Slots in the ring.
     pub slots: usize,
+    /// Where the images live.
     pub image_memory: ImageMemory,
     /// Bytes of the image part: in the memfd for host images, else the device allocation's
     /// size (a multiple of the allocation granularity).

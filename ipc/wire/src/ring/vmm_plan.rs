@@ -23,6 +23,7 @@ use crate::spec::PipelineSpec;
 /// How big a ring's allocation is and how it is mapped: the VMM side of a [`RingLayout`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VmmPlan {
+    /// The ring's layout, its images in device memory.
     pub layout: RingLayout,
     /// The device's allocation granularity (`cuMemGetAllocationGranularity`, recommended).
     pub granularity: usize,

@@ -43,31 +43,67 @@ pub mod trust;
 pub mod users;
 
 /// Most descriptors one message carries.
-pub const MAX_FDS: usize = 4;
+pub(crate) const MAX_FDS: usize = 4;
 
 /// Why a send or receive failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SockError {
+    /// The path does not fit a `sockaddr_un` (108 bytes).
     #[error("socket path {0:?} is too long for a Unix socket address")]
     PathTooLong(std::path::PathBuf),
+    /// A socket call failed.
     #[error("{op} failed: {source}")]
     Io {
+        /// The call that failed (`connect`, `sendmsg`, ...).
         op: &'static str,
+        /// The kernel's error.
         #[source]
         source: io::Error,
     },
+    /// A received message (of at least the first many bytes) did not fit the buffer (of the
+    /// second many bytes).
     #[error("message of {0} bytes or more does not fit the {1}-byte buffer")]
     Truncated(usize, usize),
+    /// A received message carried more descriptors than [`MAX_FDS`]; all were closed.
     #[error("message carried more than {MAX_FDS} file descriptors")]
     TooManyFds,
+    /// The caller asked to send this many descriptors, more than [`MAX_FDS`].
     #[error("at most {MAX_FDS} file descriptors per message, asked to send {0}")]
     SendTooManyFds(usize),
+    /// The kernel took only part of a message.
     #[error("message of {sent} bytes was sent as {len}")]
-    ShortSend { sent: usize, len: usize },
-    #[error("refusing the stoker daemon at {}: {reason}", path.display())]
-    Untrusted {
+    ShortSend {
+        /// Bytes the kernel took.
+        sent: usize,
+        /// Bytes of the message.
+        len: usize,
+    },
+    /// The socket is in this user's own daemon folder, and that folder is not private.
+    #[error("refusing the stoker daemon at {}: {source}", path.display())]
+    UntrustedFolder {
+        /// The socket.
         path: std::path::PathBuf,
-        reason: String,
+        /// Why its folder is not private.
+        #[source]
+        source: stoker_private::PrivateDirError,
+    },
+    /// The process serving the socket runs as a uid the client does not trust.
+    #[error(
+        "refusing the stoker daemon at {}: the process serving it runs as uid {uid}, not as \
+         this user (uid {ours}), root, or the owner of a folder root made for it (trusted: \
+         {trusted:?}); remove {} if you did not start it",
+        path.display(),
+        path.display()
+    )]
+    UntrustedUid {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// The uid of the process serving it (SO_PEERCRED).
+        uid: u32,
+        /// This process's effective uid.
+        ours: u32,
+        /// Every uid trusted for this socket, this process's first.
+        trusted: Vec<u32>,
     },
 }
 
@@ -99,15 +135,20 @@ impl SockError {
 /// One received message: its length in the caller's buffer, and the descriptors it carried.
 #[derive(Debug)]
 pub struct Received {
+    /// Bytes of the message, at the start of the caller's buffer.
     pub len: usize,
+    /// The descriptors it carried (close-on-exec), in the order sent.
     pub fds: Vec<OwnedFd>,
 }
 
 /// The peer's credentials as the kernel recorded them at connect time (SO_PEERCRED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
+    /// The peer's process id at connect time (it may be another process's by now).
     pub pid: i32,
+    /// The peer's effective uid.
     pub uid: u32,
+    /// The peer's effective gid.
     pub gid: u32,
 }
 

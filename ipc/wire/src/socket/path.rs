@@ -8,17 +8,17 @@ use std::path::{Path, PathBuf};
 use super::SeqPacket;
 
 /// Environment variable naming the daemon's socket.
-pub const SOCKET_ENV: &str = "STOKER_SOCKET";
+pub(crate) const SOCKET_ENV: &str = "STOKER_SOCKET";
 /// Environment variable (`1`) asking for this user's own daemon even where the system
 /// daemon's socket exists: the explicit ask that lets a client whom the system socket
 /// refuses start a private daemon instead.
-pub const PRIVATE_DAEMON_ENV: &str = "STOKER_PRIVATE_DAEMON";
+pub(crate) const PRIVATE_DAEMON_ENV: &str = "STOKER_PRIVATE_DAEMON";
 /// The system daemon's socket (a daemon running as root, e.g. under systemd).
-pub const SYSTEM_SOCKET: &str = "/run/stoker/stoker.sock";
+pub(crate) const SYSTEM_SOCKET: &str = "/run/stoker/stoker.sock";
 
 /// The folder of this user's own daemon (socket, start lock, log):
 /// `$XDG_RUNTIME_DIR/stoker`, else `/tmp/stoker-<uid>`. Whoever creates it makes it mode 0700.
-pub fn user_daemon_dir() -> PathBuf {
+pub(crate) fn user_daemon_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|p| !p.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("stoker"),
         None => {

@@ -30,7 +30,7 @@ use super::{SeqPacket, SockError};
 
 /// The uids a client accepts as the daemon serving `socket`: its own, root's, and the
 /// owner of the socket's folder when root made that folder (see the module docs).
-pub fn trusted_daemon_uids(socket: &Path) -> Vec<u32> {
+pub(crate) fn trusted_daemon_uids(socket: &Path) -> Vec<u32> {
     let mut uids = vec![stoker_private::euid(), 0];
     let given = [
         root_given_folder_owner(socket),
@@ -73,26 +73,24 @@ fn root_given_folder_owner(socket: &Path) -> Option<u32> {
 /// Refuses the daemon at `path` (connected as `sock`) unless its uid is trusted, and a socket
 /// in this user's own daemon folder unless that folder is this user's private one.
 pub fn check_daemon(sock: &SeqPacket, path: &Path) -> Result<(), SockError> {
-    let untrusted = |reason: String| SockError::Untrusted {
-        path: path.to_owned(),
-        reason,
-    };
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = dir.filter(|d| *d == super::path::user_daemon_dir()) {
-        stoker_private::check_dir(dir).map_err(|e| untrusted(e.to_string()))?;
+        stoker_private::check_dir(dir).map_err(|source| SockError::UntrustedFolder {
+            path: path.to_owned(),
+            source,
+        })?;
     }
     let uid = sock.peer_cred()?.uid;
     let trusted = trusted_daemon_uids(path);
     if trusted.contains(&uid) {
         return Ok(());
     }
-    Err(untrusted(format!(
-        "the process serving it runs as uid {uid}, not as this user (uid {}), root, or the \
-         owner of a folder root made for it (trusted: {trusted:?}); remove {} if you did not \
-         start it",
-        trusted[0],
-        path.display()
-    )))
+    Err(SockError::UntrustedUid {
+        path: path.to_owned(),
+        uid,
+        ours: trusted[0],
+        trusted,
+    })
 }
 
 #[cfg(test)]
@@ -108,6 +106,23 @@ mod tests {
         let c = SeqPacket::connect(&path).unwrap();
         check_daemon(&c, &path).unwrap();
         assert_eq!(trusted_daemon_uids(&path)[..2], [stoker_private::euid(), 0]);
+    }
+
+    #[test]
+    fn a_daemon_of_an_untrusted_uid_is_refused_naming_the_uids_and_the_socket() {
+        let e = SockError::UntrustedUid {
+            path: "/tmp/stoker-5/stoker.sock".into(),
+            uid: 65534,
+            ours: 5,
+            trusted: vec![5, 0],
+        };
+        assert_eq!(
+            e.to_string(),
+            "refusing the stoker daemon at /tmp/stoker-5/stoker.sock: the process serving it \
+             runs as uid 65534, not as this user (uid 5), root, or the owner of a folder root \
+             made for it (trusted: [5, 0]); remove /tmp/stoker-5/stoker.sock if you did not \
+             start it"
+        );
     }
 
     #[test]

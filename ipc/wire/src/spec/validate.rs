@@ -1,0 +1,196 @@
+//! What a valid [`PipelineSpec`] is, and why a spec is not ([`SpecError`]): every field is
+//! checked before anything uses the spec, and the error names the first field that is off.
+
+#![forbid(unsafe_code)]
+
+use super::{
+    Crop, PipelineSpec, MAX_BATCH_SIZE, MAX_FIELDS, MAX_FIELD_BYTES, MAX_FIELD_NAME,
+    MAX_OUTPUT_SIDE, MAX_SLOT_FIELD_BYTES, MAX_VIEWS, SPEC_VERSION,
+};
+
+/// A spec that cannot be served; the message names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// `version` is not this build's.
+    #[error("spec version {0} is not supported (this build speaks {SPEC_VERSION})")]
+    Version(u32),
+    /// `batch_size` is 0 or over [`MAX_BATCH_SIZE`].
+    #[error("batch_size must be 1..={MAX_BATCH_SIZE}, got {0}")]
+    BatchSize(u32),
+    /// A crop's output `(height, width)` has a side of 0 or over [`MAX_OUTPUT_SIDE`].
+    #[error("crop size must be 1..={MAX_OUTPUT_SIDE} on each side, got {0}x{1}")]
+    OutputSize(u32, u32),
+    /// A random resized crop's `scale` or `ratio` is not a finite, increasing, positive range.
+    #[error("crop.{field} must be a finite, increasing, positive range, got [{lo}, {hi}]")]
+    Range {
+        /// `scale` or `ratio`.
+        field: &'static str,
+        /// The range's low end.
+        lo: f32,
+        /// The range's high end.
+        hi: f32,
+    },
+    /// A center crop's `resize` is below the crop's smaller side or over [`MAX_OUTPUT_SIDE`].
+    #[error("crop.resize must be at least the crop size ({size}), got {resize}")]
+    Resize {
+        /// The `resize` asked for.
+        resize: u32,
+        /// The crop's smaller side.
+        size: u32,
+    },
+    /// A flip probability is outside 0..=1.
+    #[error("flip_prob must be within 0..=1, got {0}")]
+    FlipProb(f32),
+    /// `std[channel]` is not finite or is zero.
+    #[error("std[{0}] must be finite and non-zero, got {1}")]
+    Std(usize, f32),
+    /// `mean[channel]` is not finite.
+    #[error("mean[{0}] must be finite, got {1}")]
+    Mean(usize, f32),
+    /// `epochs` is `Some(0)`.
+    #[error("epochs must be at least 1 when given")]
+    Epochs,
+    /// A field name is malformed or repeated.
+    #[error("fields[{index}] {name:?}: {reason}")]
+    Field {
+        /// Its place in `fields`.
+        index: usize,
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// More fields than [`MAX_FIELDS`] are asked for.
+    #[error("fields: at most {MAX_FIELDS} may be asked for, got {0}")]
+    FieldCount(usize),
+    /// `field_max_bytes` is 0 or over [`MAX_FIELD_BYTES`].
+    #[error("field_max_bytes must be 1..={MAX_FIELD_BYTES}, got {0}")]
+    FieldMaxBytes(u32),
+    /// More extra views than `MAX_VIEWS - 1` are asked for.
+    #[error("extra_views: at most {max} may be asked for, got {0}", max = MAX_VIEWS - 1)]
+    ViewCount(usize),
+    /// An extra view's crop or flip probability is invalid.
+    #[error("extra_views[{index}]: {reason}")]
+    View {
+        /// Its place in `extra_views` (view `index + 1`).
+        index: usize,
+        /// What is wrong with it.
+        #[source]
+        reason: Box<SpecError>,
+    },
+    /// The fields take more room in a slot than [`MAX_SLOT_FIELD_BYTES`].
+    #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
+    FieldSlotBytes(u64),
+}
+
+impl PipelineSpec {
+    /// Checks every field; the error names the first field that is off.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.version != SPEC_VERSION {
+            return Err(SpecError::Version(self.version));
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(SpecError::BatchSize(self.batch_size));
+        }
+        check_crop(&self.crop)?;
+        if !(0.0..=1.0).contains(&self.flip_prob) {
+            return Err(SpecError::FlipProb(self.flip_prob));
+        }
+        if self.extra_views.len() >= MAX_VIEWS {
+            return Err(SpecError::ViewCount(self.extra_views.len()));
+        }
+        for (index, view) in self.extra_views.iter().enumerate() {
+            let flip = match (0.0..=1.0).contains(&view.flip_prob) {
+                true => Ok(()),
+                false => Err(SpecError::FlipProb(view.flip_prob)),
+            };
+            check_crop(&view.crop)
+                .and(flip)
+                .map_err(|e| SpecError::View {
+                    index,
+                    reason: Box::new(e),
+                })?;
+        }
+        for c in 0..3 {
+            if !self.mean[c].is_finite() {
+                return Err(SpecError::Mean(c, self.mean[c]));
+            }
+            if !self.std[c].is_finite() || self.std[c] == 0.0 {
+                return Err(SpecError::Std(c, self.std[c]));
+            }
+        }
+        if self.epochs == Some(0) {
+            return Err(SpecError::Epochs);
+        }
+        self.validate_fields()
+    }
+
+    /// Checks `fields` and `field_max_bytes`: names are lowercase extensions, each once.
+    fn validate_fields(&self) -> Result<(), SpecError> {
+        if self.fields.len() > MAX_FIELDS {
+            return Err(SpecError::FieldCount(self.fields.len()));
+        }
+        for (index, name) in self.fields.iter().enumerate() {
+            let refuse = |reason| {
+                Err(SpecError::Field {
+                    index,
+                    name: name.clone(),
+                    reason,
+                })
+            };
+            if name.is_empty() || name.len() > MAX_FIELD_NAME {
+                return refuse("a field name is 1 to 64 characters");
+            }
+            let allowed =
+                |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b);
+            if !name.bytes().all(allowed) || name.starts_with('.') || name.ends_with('.') {
+                return refuse("a field name is an extension: lowercase a-z, 0-9, '.', '_', '-', not starting or ending with '.'");
+            }
+            if self.fields[..index].contains(name) {
+                return refuse("is asked for twice");
+            }
+        }
+        if self.field_max_bytes == 0 || self.field_max_bytes > MAX_FIELD_BYTES {
+            return Err(SpecError::FieldMaxBytes(self.field_max_bytes));
+        }
+        let slot =
+            u64::from(self.batch_size) * self.fields.len() as u64 * u64::from(self.field_max_bytes);
+        if slot > MAX_SLOT_FIELD_BYTES {
+            return Err(SpecError::FieldSlotBytes(slot));
+        }
+        Ok(())
+    }
+}
+
+/// Checks one crop: its output size, and its ranges or resize.
+fn check_crop(crop: &Crop) -> Result<(), SpecError> {
+    let (h, w) = crop.output_size();
+    if h == 0 || w == 0 || h > MAX_OUTPUT_SIDE || w > MAX_OUTPUT_SIDE {
+        return Err(SpecError::OutputSize(h, w));
+    }
+    match *crop {
+        Crop::RandomResized { scale, ratio, .. } => {
+            check_range("scale", scale)?;
+            check_range("ratio", ratio)
+        }
+        Crop::CenterCrop { resize, size } => {
+            let smaller = size[0].min(size[1]);
+            if resize < smaller || resize > MAX_OUTPUT_SIDE {
+                return Err(SpecError::Resize {
+                    resize,
+                    size: smaller,
+                });
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_range(field: &'static str, r: [f32; 2]) -> Result<(), SpecError> {
+    let [lo, hi] = r;
+    if lo.is_finite() && hi.is_finite() && lo > 0.0 && lo <= hi {
+        Ok(())
+    } else {
+        Err(SpecError::Range { field, lo, hi })
+    }
+}
