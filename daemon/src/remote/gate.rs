@@ -30,20 +30,20 @@ use std::sync::Mutex;
 use stoker_pipeline::sync::lock;
 
 /// Most connections waiting to authenticate, in all.
-pub const MAX_HANDSHAKES: usize = 32;
+pub(crate) const MAX_HANDSHAKES: usize = 32;
 /// Most connections from one address waiting to authenticate.
-pub const MAX_HANDSHAKES_PER_PEER: usize = 8;
+pub(crate) const MAX_HANDSHAKES_PER_PEER: usize = 8;
 
 /// The caps of `[worker]` that the gate keeps.
 #[derive(Debug, Clone, Copy)]
-pub struct GateLimits {
+pub(crate) struct GateLimits {
     pub max_connections: usize,
     pub max_per_peer: usize,
     pub max_bytes_per_peer: u64,
 }
 
 /// The worker's count of who holds what.
-pub struct Gate {
+pub(crate) struct Gate {
     limits: GateLimits,
     state: Mutex<State>,
 }
@@ -70,7 +70,7 @@ struct PeerUse {
 }
 
 impl Gate {
-    pub fn new(limits: GateLimits) -> Gate {
+    pub(crate) fn new(limits: GateLimits) -> Gate {
         Gate {
             limits,
             state: Mutex::default(),
@@ -79,7 +79,7 @@ impl Gate {
 
     /// Counts `stream` from `ip` as pending; shuts the oldest pending connection down when
     /// a cap is hit. Returns its ticket for [`Gate::handshake_over`].
-    pub fn pending(&self, ip: IpAddr, stream: &TcpStream) -> Option<u64> {
+    pub(crate) fn pending(&self, ip: IpAddr, stream: &TcpStream) -> Option<u64> {
         let stream = stream.try_clone().ok()?;
         let mut s = lock(&self.state);
         let id = s.next;
@@ -108,14 +108,14 @@ impl Gate {
     }
 
     /// The handshake of `ticket` has ended (passed or not).
-    pub fn handshake_over(&self, ticket: Option<u64>) {
+    pub(crate) fn handshake_over(&self, ticket: Option<u64>) {
         if let Some(id) = ticket {
             lock(&self.state).pending.retain(|p| p.id != id);
         }
     }
 
     /// Counts an authenticated connection from `ip`, or says which cap refuses it.
-    pub fn admit(&self, ip: IpAddr) -> Result<(), String> {
+    pub(crate) fn admit(&self, ip: IpAddr) -> Result<(), String> {
         let mut s = lock(&self.state);
         let total: usize = s.peers.values().map(|p| p.connections).sum();
         let max = self.limits.max_connections;
@@ -136,7 +136,7 @@ impl Gate {
     }
 
     /// Reserves `bytes` more of pixel memory for `ip`, or says why not.
-    pub fn reserve(&self, ip: IpAddr, bytes: u64) -> Result<(), String> {
+    pub(crate) fn reserve(&self, ip: IpAddr, bytes: u64) -> Result<(), String> {
         let mut s = lock(&self.state);
         let mine = s.peers.entry(ip).or_default();
         let max = self.limits.max_bytes_per_peer;
@@ -152,14 +152,14 @@ impl Gate {
     }
 
     /// Gives back `bytes` of `ip`'s pixel memory.
-    pub fn release(&self, ip: IpAddr, bytes: u64) {
+    pub(crate) fn release(&self, ip: IpAddr, bytes: u64) {
         if let Some(p) = lock(&self.state).peers.get_mut(&ip) {
             p.bytes = p.bytes.saturating_sub(bytes);
         }
     }
 
     /// An authenticated connection of `ip` has ended, holding `bytes`.
-    pub fn leave(&self, ip: IpAddr, bytes: u64) {
+    pub(crate) fn leave(&self, ip: IpAddr, bytes: u64) {
         let mut s = lock(&self.state);
         if let Some(p) = s.peers.get_mut(&ip) {
             p.connections = p.connections.saturating_sub(1);

@@ -53,11 +53,11 @@ use stoker_pipeline::sync::lock;
 use stoker_pipeline::transform::badsample::{BadSample, REASONS};
 
 /// The first wait before a worker that failed is tried again.
-pub const MIN_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait before a worker that keeps failing is tried again.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long connecting and the handshake may take at most.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What every connection of a home daemon shares.
 struct HomeShared {
@@ -85,7 +85,7 @@ impl HomeShared {
 }
 
 /// Makes the backends of one worker's connections.
-pub struct RemoteFactory {
+pub(crate) struct RemoteFactory {
     addr: String,
     names: Arc<Resolver>,
     connections: usize,
@@ -96,7 +96,7 @@ pub struct RemoteFactory {
 }
 
 /// One factory per worker of `[remote] workers`.
-pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerError> {
+pub(crate) fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerError> {
     if config.workers.is_empty() {
         return Ok(Vec::new());
     }
@@ -134,15 +134,15 @@ pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerErro
 
 impl RemoteFactory {
     /// The worker's address as configured.
-    pub fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         &self.addr
     }
     /// Connections (engine threads) to this worker.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections
     }
     /// What its connections record, for status and metrics.
-    pub fn board(&self) -> Arc<WorkerBoard> {
+    pub(crate) fn board(&self) -> Arc<WorkerBoard> {
         Arc::clone(&self.board)
     }
 }
@@ -219,7 +219,7 @@ impl From<WireError> for Fault {
 }
 
 /// An engine thread's backend that sends its units to one worker.
-pub struct RemoteBackend {
+pub(crate) struct RemoteBackend {
     addr: String,
     names: Arc<Resolver>,
     shared: Arc<HomeShared>,

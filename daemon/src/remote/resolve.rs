@@ -31,7 +31,7 @@ use stoker_pipeline::sync::lock;
 type Lookup = Box<dyn Fn(&str) -> std::io::Result<Vec<SocketAddr>> + Send + Sync>;
 
 /// A worker entry's name and its last answer.
-pub struct Resolver {
+pub(crate) struct Resolver {
     name: String,
     interval: Duration,
     lookup: Lookup,
@@ -40,27 +40,27 @@ pub struct Resolver {
 
 /// The addresses a name resolved to, sorted, and the generation of that set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub addrs: Vec<SocketAddr>,
     pub generation: u64,
 }
 
 impl Answer {
     /// The address of the connection at `place`.
-    pub fn target(&self, place: usize) -> Option<SocketAddr> {
+    pub(crate) fn target(&self, place: usize) -> Option<SocketAddr> {
         (!self.addrs.is_empty()).then(|| self.addrs[place % self.addrs.len()])
     }
 }
 
 /// Whether a connection to `peer` made under generation `made` stays, as the connection at
 /// `place`, given the answer `now`.
-pub fn keeps(peer: SocketAddr, made: u64, place: usize, now: &Answer) -> bool {
+pub(crate) fn keeps(peer: SocketAddr, made: u64, place: usize, now: &Answer) -> bool {
     now.addrs.contains(&peer) && (made == now.generation || now.target(place) == Some(peer))
 }
 
 impl Resolver {
     /// `name` (`host:port`) resolved by the system's resolver every `interval`.
-    pub fn new(name: &str, interval: Duration) -> Resolver {
+    pub(crate) fn new(name: &str, interval: Duration) -> Resolver {
         Resolver::with_lookup(
             name,
             interval,
@@ -78,13 +78,13 @@ impl Resolver {
     }
 
     /// The name as configured (`host:port`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The current answer, looked up again once older than the interval (or while there
     /// is none); why there is none.
-    pub fn answer(&self) -> Result<Answer, String> {
+    pub(crate) fn answer(&self) -> Result<Answer, String> {
         let mut state = lock(&self.state);
         let (answer, at) = &mut *state;
         let stale = at.is_none_or(|t| t.elapsed() >= self.interval) || answer.addrs.is_empty();

@@ -50,7 +50,7 @@ pub struct TlsError {
 }
 
 /// A connection to a peer: plain TCP, or TLS over it (as the worker or as the home).
-pub enum Link {
+pub(crate) enum Link {
     Plain(TcpStream),
     Server(Box<StreamOwned<ServerConnection, TcpStream>>),
     Client(Box<StreamOwned<ClientConnection, TcpStream>>),
@@ -137,10 +137,14 @@ fn roots(key: &'static str, path: &Path) -> Result<Arc<RootCertStore>, TlsError>
 }
 
 /// A worker's TLS: its certificate, and the CA of home daemons' certificates if mutual.
-pub struct WorkerTls(Arc<ServerConfig>);
+pub(crate) struct WorkerTls(Arc<ServerConfig>);
 
 impl WorkerTls {
-    pub fn load(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<WorkerTls, TlsError> {
+    pub(crate) fn load(
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+    ) -> Result<WorkerTls, TlsError> {
         let chain = certificates("worker.tls_cert", cert)?;
         let secret = private_key("worker.tls_key", key)?;
         let fail = |reason: String| TlsError {
@@ -170,7 +174,7 @@ impl WorkerTls {
     }
 
     /// The TLS handshake on a new connection, by `deadline`; why it failed.
-    pub fn accept(&self, tcp: TcpStream, deadline: Instant) -> Result<Link, String> {
+    pub(crate) fn accept(&self, tcp: TcpStream, deadline: Instant) -> Result<Link, String> {
         let conn = ServerConnection::new(Arc::clone(&self.0)).map_err(|e| e.to_string())?;
         let mut stream = StreamOwned::new(conn, tcp);
         handshake(&mut stream.conn, &mut stream.sock, deadline)?;
@@ -179,10 +183,10 @@ impl WorkerTls {
 }
 
 /// A home daemon's TLS: the CA of workers' certificates, and its own certificate if any.
-pub struct HomeTls(Arc<ClientConfig>);
+pub(crate) struct HomeTls(Arc<ClientConfig>);
 
 impl HomeTls {
-    pub fn load(ca: &Path, cert_key: Option<(&Path, &Path)>) -> Result<HomeTls, TlsError> {
+    pub(crate) fn load(ca: &Path, cert_key: Option<(&Path, &Path)>) -> Result<HomeTls, TlsError> {
         let fail = |reason: String| TlsError {
             key: "remote.tls_ca",
             path: ca.display().to_string(),
@@ -210,7 +214,12 @@ impl HomeTls {
 
     /// The TLS handshake with the worker `host` (a DNS name or an IP address, checked
     /// against its certificate), by `deadline`; why it failed.
-    pub fn connect(&self, tcp: TcpStream, host: &str, deadline: Instant) -> Result<Link, String> {
+    pub(crate) fn connect(
+        &self,
+        tcp: TcpStream,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Link, String> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = match host.parse::<IpAddr>() {
             Ok(ip) => ServerName::IpAddress(ip.into()),

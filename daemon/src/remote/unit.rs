@@ -44,14 +44,14 @@ use stoker_pipeline::sync::lock;
 pub(crate) const REMOTE_OWNER: u32 = u32::MAX;
 
 /// Most samples in one unit a worker takes.
-pub const MAX_UNIT_SAMPLES: usize = 256;
+pub(crate) const MAX_UNIT_SAMPLES: usize = 256;
 
 /// A dataset whose fingerprint differs from a home's is read again at most this often (a
 /// home with another dataset at the same path must not make the worker re-index it per open).
-pub const REREAD_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REREAD_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Datasets a worker keeps opened (their indexes) for the next jobs.
-pub const MAX_OPEN_DATASETS: usize = 8;
+pub(crate) const MAX_OPEN_DATASETS: usize = 8;
 
 /// A digest of what a dataset's index numbers: each sample's file (relative to the
 /// dataset's root), offset, length and label, in order. Home and worker must agree on it.
@@ -74,7 +74,7 @@ pub fn fingerprint(dataset: &Dataset) -> String {
 /// Which datasets home daemons may name on this worker: registered ones (by their path),
 /// paths under `[access] dataset_roots` (checked as for local clients, symlinks included),
 /// and `s3://` URLs under `[worker] s3_prefixes`. Nothing else, whatever the home says.
-pub struct DatasetRules {
+pub(crate) struct DatasetRules {
     policy: AccessPolicy,
     registered: BTreeMap<String, PathBuf>,
     has_roots: bool,
@@ -157,7 +157,7 @@ impl Shelf {
 }
 
 impl DatasetRules {
-    pub fn new(
+    pub(crate) fn new(
         roots: &[PathBuf],
         registered: &BTreeMap<String, PathBuf>,
         s3_prefixes: &[String],
@@ -268,7 +268,7 @@ fn under_prefix(url: &str, prefix: &str) -> bool {
 }
 
 /// One job opened on a connection: its engine job, limits and backend.
-pub struct WorkerJob {
+pub(crate) struct WorkerJob {
     job: Arc<Job>,
     config: EngineConfig,
     backend: CpuBackend,
@@ -279,7 +279,11 @@ pub struct WorkerJob {
 
 impl WorkerJob {
     /// Opens what `open` asks for, within `rules` and this worker's `own` limits.
-    pub fn open(open: &OpenJob, rules: &DatasetRules, own: &EngineConfig) -> Result<Self, String> {
+    pub(crate) fn open(
+        open: &OpenJob,
+        rules: &DatasetRules,
+        own: &EngineConfig,
+    ) -> Result<Self, String> {
         // A unit's answer is one image per sample (`run` sizes its buffer so): the home decodes
         // jobs of several views itself and never sends them.
         if open.spec.view_count() > 1 {
@@ -334,17 +338,17 @@ impl WorkerJob {
     }
 
     /// The bytes this job's buffer holds now.
-    pub fn held_bytes(&self) -> u64 {
+    pub(crate) fn held_bytes(&self) -> u64 {
         self.buf.capacity() as u64
     }
 
     /// The bytes a unit of `samples` samples needs.
-    pub fn unit_bytes(&self, samples: usize) -> u64 {
+    pub(crate) fn unit_bytes(&self, samples: usize) -> u64 {
         (samples as u64).saturating_mul(self.job.spec.image_bytes() as u64)
     }
 
     /// Why the unit may not be done (an index past the dataset), if so.
-    pub fn check(&self, indices: &[u64]) -> Result<(), String> {
+    pub(crate) fn check(&self, indices: &[u64]) -> Result<(), String> {
         let len = self.job.dataset.len() as u64;
         match indices.iter().find(|&&i| i >= len) {
             Some(i) => Err(format!("sample {i} is past the dataset's {len}")),
@@ -358,7 +362,7 @@ impl WorkerJob {
 
     /// Fills samples `indices` of `epoch` as the local CPU backend and engine would: their
     /// fates, and their images one after another.
-    pub fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
+    pub(crate) fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
         let n = indices.len();
         self.buf.clear();
         // Exactly the unit's bytes: the worker counts them against its peer's memory cap.

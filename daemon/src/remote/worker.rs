@@ -38,9 +38,9 @@ use stoker_pipeline::engine::EngineConfig;
 use stoker_pipeline::metrics as m;
 
 /// How long a new connection has to prove it holds the secret.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most jobs one connection keeps open.
-pub const MAX_JOBS_PER_CONNECTION: usize = 8;
+pub(crate) const MAX_JOBS_PER_CONNECTION: usize = 8;
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +67,7 @@ impl WorkerError {
 }
 
 /// What a worker needs besides `[worker]`: the datasets it may open and its engine settings.
-pub struct WorkerSetup {
+pub(crate) struct WorkerSetup {
     pub rules: DatasetRules,
     pub engine: EngineConfig,
 }
@@ -83,7 +83,7 @@ struct Shared {
 
 /// Binds `[worker] listen` and serves home daemons on a thread of its own; returns the
 /// address it listens on.
-pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, WorkerError> {
+pub(crate) fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, WorkerError> {
     let Some(addr) = &config.listen else {
         return Err(WorkerError::Setup("worker.listen is needed".into()));
     };
