@@ -26,6 +26,7 @@ use std::time::Instant;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::gate::GateRefusal;
 use super::wire::WIRE_VERSION;
 use super::wire::{hex, read_message, unhex, write_message, Message, Transport, WireError};
 
@@ -213,7 +214,7 @@ pub fn accept<'a>(
     stream: &mut impl Transport,
     secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
-    admit: impl FnOnce() -> Result<(), String>,
+    admit: impl FnOnce() -> Result<(), GateRefusal>,
 ) -> Result<(), AuthError> {
     let secret = secret.into();
     let ours = nonce();
@@ -252,7 +253,8 @@ pub fn accept<'a>(
         refuse(stream, "authentication failed");
         return Err(AuthError::BadProof);
     };
-    if let Err(reason) = admit() {
+    if let Err(refusal) = admit() {
+        let reason = refusal.to_string();
         refuse(stream, &reason);
         return Err(AuthError::Refused(reason));
     }

@@ -58,6 +58,25 @@ pub(crate) fn keeps(peer: SocketAddr, made: u64, place: usize, now: &Answer) -> 
     now.addrs.contains(&peer) && (made == now.generation || now.target(place) == Some(peer))
 }
 
+/// Why a worker's name has no address to connect to.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResolveError {
+    /// The lookup failed and no earlier answer is kept.
+    #[error("resolve {name}: {source}")]
+    Lookup {
+        /// The name as configured (`host:port`).
+        name: String,
+        /// What the resolver reported.
+        source: std::io::Error,
+    },
+    /// The lookup answered no address.
+    #[error("{name} resolves to no address")]
+    Empty {
+        /// The name as configured (`host:port`).
+        name: String,
+    },
+}
+
 impl Resolver {
     /// `name` (`host:port`) resolved by the system's resolver every `interval`.
     pub(crate) fn new(name: &str, interval: Duration) -> Resolver {
@@ -84,7 +103,7 @@ impl Resolver {
 
     /// The current answer, looked up again once older than the interval (or while there
     /// is none); why there is none.
-    pub(crate) fn answer(&self) -> Result<Answer, String> {
+    pub(crate) fn answer(&self) -> Result<Answer, ResolveError> {
         let mut state = lock(&self.state);
         let (answer, at) = &mut *state;
         let stale = at.is_none_or(|t| t.elapsed() >= self.interval) || answer.addrs.is_empty();
@@ -105,15 +124,20 @@ impl Resolver {
                         answer.generation += 1;
                     }
                 }
-                Err(e) if answer.addrs.is_empty() => {
-                    return Err(format!("resolve {}: {e}", self.name))
+                Err(source) if answer.addrs.is_empty() => {
+                    return Err(ResolveError::Lookup {
+                        name: self.name.clone(),
+                        source,
+                    })
                 }
                 Err(e) => tracing::warn!(worker = %self.name, error = %e,
                     "cannot resolve the worker's name: keeping its last addresses"),
             }
         }
         if answer.addrs.is_empty() {
-            return Err(format!("{} resolves to no address", self.name));
+            return Err(ResolveError::Empty {
+                name: self.name.clone(),
+            });
         }
         Ok(answer.clone())
     }
@@ -163,6 +187,10 @@ mod tests {
             Duration::ZERO,
             Box::new(|_| Err(std::io::Error::other("no such host"))),
         );
-        assert!(failing.answer().unwrap_err().contains("no such host"));
+        assert!(failing
+            .answer()
+            .unwrap_err()
+            .to_string()
+            .contains("no such host"));
     }
 }

@@ -318,7 +318,7 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
         &file.worker.s3_prefixes,
         open,
     )
-    .map_err(|e| ServiceError::Remote(crate::remote::worker::WorkerError::Setup(e)))?;
+    .map_err(|e| ServiceError::Remote(e.into()))?;
     let setup = WorkerSetup {
         rules,
         engine: file.engine(),

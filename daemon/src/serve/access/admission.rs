@@ -131,15 +131,16 @@ fn open_dataset(
         Err(e) => return Err(OpenDatasetError::Dataset(e)),
     };
     if creds.is_some() {
-        let check = || -> Result<(), String> {
+        // The first file the client may not read, and why.
+        let check = || -> Result<(), (&Path, fsopen::OpenError)> {
             for p in dataset.indexed_paths() {
-                fsopen::check_readable(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                fsopen::check_readable(p).map_err(|e| (p, e))?;
             }
             Ok(())
         };
         fsopen::as_client(creds, check)
             .map_err(|e| denied(e.to_string()))?
-            .map_err(denied)?;
+            .map_err(|(p, e)| denied(format!("{}: {e}", p.display())))?;
     }
     Ok(dataset)
 }
