@@ -10,6 +10,8 @@
 //! - **service**: `service` (what `stokerd` runs; `config`, `backend` (the `--backend`
 //!   choice), `systemd`, `detach`, `logging`, `metrics`): the composition root.
 
+#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
+
 pub mod remote;
-pub mod serve;
+pub(crate) mod serve;
 pub mod service;

@@ -26,11 +26,12 @@ use std::time::Instant;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::gate::GateRefusal;
 use super::wire::WIRE_VERSION;
 use super::wire::{hex, read_message, unhex, write_message, Message, Transport, WireError};
 
 /// The fewest bytes a secret may have.
-pub const MIN_SECRET_BYTES: usize = 16;
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
 const NONCE_BYTES: usize = 32;
 
 /// The shared secret, as an HMAC key.
@@ -45,35 +46,75 @@ impl std::fmt::Debug for Secret {
 /// Why the secret file cannot be used (never says what is in it).
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
+    /// The file could not be opened, read or inspected.
     #[error("secret file {path}: {source}")]
     Read {
+        /// The secret file as configured.
         path: PathBuf,
+        /// What the open, read or stat reported.
         source: std::io::Error,
     },
+    /// Others than its owner may read or write the file.
     #[error("secret file {path}: mode {mode:o} lets others read or write it (chmod 600 it)")]
-    Mode { path: PathBuf, mode: u32 },
+    Mode {
+        /// The secret file as configured.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The file belongs to neither this daemon's uid nor root.
     #[error(
         "secret file {path}: owned by uid {owner}, not by this daemon's uid {me} or root \
          (chown it)"
     )]
-    Owner { path: PathBuf, owner: u32, me: u32 },
+    Owner {
+        /// The secret file as configured.
+        path: PathBuf,
+        /// The uid that owns it.
+        owner: u32,
+        /// This daemon's uid.
+        me: u32,
+    },
+    /// The path names a folder, a device or another non-file.
     #[error("secret file {path}: not a regular file")]
-    NotFile { path: PathBuf },
+    NotFile {
+        /// The secret file as configured.
+        path: PathBuf,
+    },
+    /// The file holds fewer bytes than a secret needs (`MIN_SECRET_BYTES`, 16).
     #[error("secret file {path}: {len} bytes, fewer than {MIN_SECRET_BYTES}")]
-    Short { path: PathBuf, len: usize },
+    Short {
+        /// The secret file as configured.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 /// Why a handshake failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
+    /// The connection failed, timed out or carried a malformed frame.
     #[error("{0}")]
     Wire(#[from] WireError),
+    /// The peer speaks another protocol version than this side's.
     #[error("protocol version {got}, this side speaks {WIRE_VERSION}")]
-    Version { got: u32 },
+    Version {
+        /// The version the peer's message carried.
+        got: u32,
+    },
+    /// The peer's HMAC over both nonces does not match the shared secret.
     #[error("the peer's proof of the shared secret is wrong")]
     BadProof,
+    /// Another message came where the handshake wanted a given one.
     #[error("expected {expected}, got {got}")]
-    Unexpected { expected: &'static str, got: String },
+    Unexpected {
+        /// The message the handshake wanted next (`challenge`, `hello`, `welcome`).
+        expected: &'static str,
+        /// The start of the message that came, as debug text (80 characters at most).
+        got: String,
+    },
+    /// The peer refused the connection; the text is its reason as it sent it.
     #[error("refused: {0}")]
     Refused(String),
 }
@@ -81,7 +122,7 @@ pub enum AuthError {
 /// The bytes of the file at `path`, if only its owner may read or write it (and its group
 /// read it, when root owns it) and that owner is this daemon's uid or root (a secret, a TLS
 /// key).
-pub fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
+pub(crate) fn read_private(path: &Path) -> Result<Vec<u8>, SecretError> {
     let read = |source| SecretError::Read {
         path: path.to_owned(),
         source,
@@ -173,7 +214,7 @@ pub fn accept<'a>(
     stream: &mut impl Transport,
     secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
-    admit: impl FnOnce() -> Result<(), String>,
+    admit: impl FnOnce() -> Result<(), GateRefusal>,
 ) -> Result<(), AuthError> {
     let secret = secret.into();
     let ours = nonce();
@@ -212,7 +253,8 @@ pub fn accept<'a>(
         refuse(stream, "authentication failed");
         return Err(AuthError::BadProof);
     };
-    if let Err(reason) = admit() {
+    if let Err(refusal) = admit() {
+        let reason = refusal.to_string();
         refuse(stream, &reason);
         return Err(AuthError::Refused(reason));
     }

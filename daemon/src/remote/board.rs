@@ -37,7 +37,7 @@ use stoker_pipeline::metrics::{self as m, histogram, LatencyHistogram, Throughpu
 
 /// One worker entry's figures, as its home daemon saw them.
 #[derive(Debug)]
-pub struct WorkerBoard {
+pub(crate) struct WorkerBoard {
     addr: String,
     /// Units written to the worker and not yet answered (or given up).
     in_flight: AtomicU64,
@@ -54,12 +54,12 @@ pub struct WorkerBoard {
 }
 
 /// A unit on its way: made when its request is written, settled once.
-pub struct UnitTiming {
+pub(crate) struct UnitTiming {
     sent: Instant,
 }
 
 impl WorkerBoard {
-    pub fn new(addr: &str) -> WorkerBoard {
+    pub(crate) fn new(addr: &str) -> WorkerBoard {
         WorkerBoard {
             addr: addr.to_owned(),
             in_flight: AtomicU64::new(0),
@@ -75,12 +75,8 @@ impl WorkerBoard {
         }
     }
 
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// A unit's request of `bytes` was written.
-    pub fn sent(&self, bytes: u64) -> UnitTiming {
+    pub(crate) fn sent(&self, bytes: u64) -> UnitTiming {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
         UnitTiming {
@@ -89,25 +85,25 @@ impl WorkerBoard {
     }
 
     /// Bytes written or read outside a unit (opening a job, its answer).
-    pub fn control(&self, sent: u64, received: u64) {
+    pub(crate) fn control(&self, sent: u64, received: u64) {
         self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
         self.bytes_received.fetch_add(received, Ordering::Relaxed);
     }
 
     /// `bytes` of a unit's answer read, costing this thread `cpu_ns` of CPU.
-    pub fn received(&self, bytes: u64, cpu_ns: u64) {
+    pub(crate) fn received(&self, bytes: u64, cpu_ns: u64) {
         self.bytes_received.fetch_add(bytes, Ordering::Relaxed);
         self.receive_cpu_ns.fetch_add(cpu_ns, Ordering::Relaxed);
     }
 
     /// The unit `timing` stands for is sent again on a new connection (its first one was
     /// found closed): no longer in flight as that send.
-    pub fn resent(&self, _timing: UnitTiming) {
+    pub(crate) fn resent(&self, _timing: UnitTiming) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// How the unit `timing` stands for ended: done with `images`, refused, or re-issued.
-    pub fn settle(&self, timing: Option<UnitTiming>, end: UnitEnd) {
+    pub(crate) fn settle(&self, timing: Option<UnitTiming>, end: UnitEnd) {
         if let Some(t) = timing {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             if let UnitEnd::Done(_) = end {
@@ -136,7 +132,7 @@ impl WorkerBoard {
     }
 
     /// This worker's row of `stoker status`.
-    pub fn status(&self) -> WorkerStatus {
+    pub(crate) fn status(&self) -> WorkerStatus {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let trips = self.round_trip.snapshot();
         WorkerStatus {
@@ -157,7 +153,7 @@ impl WorkerBoard {
 
 /// How a unit given to a worker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnitEnd {
+pub(crate) enum UnitEnd {
     /// Filled by the worker, with this many images.
     Done(u64),
     /// The worker refused the job or the unit (filled locally).
@@ -167,13 +163,13 @@ pub enum UnitEnd {
 }
 
 /// This thread's CPU time so far, in nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
 
 /// The bytes `message` takes on the wire: its frame's 4-byte length and its JSON.
-pub fn frame_bytes(message: &Message) -> u64 {
+pub(crate) fn frame_bytes(message: &Message) -> u64 {
     /// Counts what is written, keeping nothing.
     struct Count(u64);
     impl std::io::Write for Count {
@@ -193,7 +189,7 @@ pub fn frame_bytes(message: &Message) -> u64 {
 
 /// Every worker entry of a home daemon, as the server reads them.
 #[derive(Debug, Default)]
-pub struct RemoteBoard {
+pub(crate) struct RemoteBoard {
     pub workers: Vec<Arc<WorkerBoard>>,
 }
 
@@ -251,7 +247,7 @@ impl WorkerFigures for RemoteBoard {
 
 /// Appends the catalogue's counter `name` of seconds (an f64, which the recorder's u64
 /// counters cannot hold), one line per `label` value.
-pub fn render_seconds(out: &mut String, name: &str, label: &str, rows: &[(String, f64)]) {
+pub(crate) fn render_seconds(out: &mut String, name: &str, label: &str, rows: &[(String, f64)]) {
     let Some(series) = m::find(name) else {
         return;
     };

@@ -9,22 +9,22 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// Most connections a worker takes at once, by default.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// Most connections from one peer address, by default.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 16;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 16;
 /// Most pixel bytes one unit may need on a worker (its buffer), by default.
-pub const DEFAULT_MAX_UNIT_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_MAX_UNIT_BYTES: u64 = 256 << 20;
 /// Most pixel bytes the units of one peer address may hold on a worker at once, by default.
-pub const DEFAULT_MAX_BYTES_PER_PEER: u64 = 1 << 30;
+pub(crate) const DEFAULT_MAX_BYTES_PER_PEER: u64 = 1 << 30;
 /// Milliseconds a worker waits for a home daemon's next message before it closes the
 /// connection, by default.
-pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
+pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Seconds between resolutions of a home daemon's worker names, by default.
-pub const DEFAULT_RESOLVE_INTERVAL_S: u64 = 30;
+pub(crate) const DEFAULT_RESOLVE_INTERVAL_S: u64 = 30;
 /// Connections (units in flight) a home daemon keeps to each worker, by default.
-pub const DEFAULT_CONNECTIONS_PER_WORKER: usize = 2;
+pub(crate) const DEFAULT_CONNECTIONS_PER_WORKER: usize = 2;
 /// Milliseconds a unit may take on a worker before it is filled locally, by default.
-pub const DEFAULT_UNIT_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_UNIT_TIMEOUT_MS: u64 = 10_000;
 
 /// `[worker]`: do units of work for home daemons over TCP.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,13 +36,20 @@ pub struct WorkerConfig {
     pub secret_file: Option<PathBuf>,
     /// This worker's TLS certificate chain and key (PEM): with them it speaks only TLS.
     pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM, a file only its owner may read) of `tls_cert`.
     pub tls_key: Option<PathBuf>,
     /// The CA home daemons' certificates must be signed by (mutual TLS).
     pub tls_client_ca: Option<PathBuf>,
+    /// Connections held at once from every home daemon together; one more is refused.
     pub max_connections: usize,
+    /// Connections held at once from one peer address; one more is refused.
     pub max_connections_per_peer: usize,
+    /// Pixel bytes one unit may need on the worker; a larger unit is refused.
     pub max_unit_bytes: u64,
+    /// Pixel bytes the connections of one peer address may hold at once; a unit past it is
+    /// refused.
     pub max_bytes_per_peer: u64,
+    /// A connection with no message for this long, in milliseconds, is closed.
     pub idle_timeout_ms: u64,
     /// `s3://bucket/prefix` URLs under which home daemons may name unregistered datasets.
     pub s3_prefixes: Vec<String>,
@@ -78,10 +85,14 @@ pub struct RemoteConfig {
     pub tls_ca: Option<PathBuf>,
     /// This home daemon's certificate chain and key (PEM), for workers asking mutual TLS.
     pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM, a file only its owner may read) of `tls_cert`.
     pub tls_key: Option<PathBuf>,
     /// Seconds between resolutions of the workers' names (a headless Service's pods).
     pub resolve_interval_s: u64,
+    /// Connections (and so units in flight) kept open to each worker.
     pub connections: usize,
+    /// A unit not back within this many milliseconds is filled locally and its connection
+    /// dropped.
     pub unit_timeout_ms: u64,
 }
 
@@ -102,7 +113,7 @@ impl Default for RemoteConfig {
 
 impl WorkerConfig {
     /// The first value out of range, named by its key.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         let listen = self.listen.as_ref()?;
         if listen.parse::<std::net::SocketAddr>().is_err() {
             return Some(format!(
@@ -142,7 +153,7 @@ impl WorkerConfig {
 
 impl RemoteConfig {
     /// The first value out of range, named by its key.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         if self.workers.is_empty() {
             return None;
         }

@@ -30,20 +30,56 @@ use std::sync::Mutex;
 use stoker_pipeline::sync::lock;
 
 /// Most connections waiting to authenticate, in all.
-pub const MAX_HANDSHAKES: usize = 32;
+pub(crate) const MAX_HANDSHAKES: usize = 32;
 /// Most connections from one address waiting to authenticate.
-pub const MAX_HANDSHAKES_PER_PEER: usize = 8;
+pub(crate) const MAX_HANDSHAKES_PER_PEER: usize = 8;
 
 /// The caps of `[worker]` that the gate keeps.
 #[derive(Debug, Clone, Copy)]
-pub struct GateLimits {
+pub(crate) struct GateLimits {
     pub max_connections: usize,
     pub max_per_peer: usize,
     pub max_bytes_per_peer: u64,
 }
 
+/// Which cap of `[worker]` refused a connection or a unit's pixel memory; the text is the
+/// reason the peer is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateRefusal {
+    /// Authenticated connections from every peer are at `worker.max_connections`.
+    #[error("{open} connections open: worker.max_connections is {max}")]
+    Connections {
+        /// Connections open now.
+        open: usize,
+        /// `worker.max_connections`.
+        max: usize,
+    },
+    /// This peer address's connections are at `worker.max_connections_per_peer`.
+    #[error("{open} connections from this address: worker.max_connections_per_peer is {max}")]
+    PeerConnections {
+        /// Connections open now from this address.
+        open: usize,
+        /// `worker.max_connections_per_peer`.
+        max: usize,
+    },
+    /// The pixel memory asked for would take this peer address past
+    /// `worker.max_bytes_per_peer`.
+    #[error(
+        "{bytes} more bytes of pixels, with {held} held for this address: over \
+         worker.max_bytes_per_peer {max}"
+    )]
+    PeerBytes {
+        /// Bytes asked for.
+        bytes: u64,
+        /// Bytes this address holds already.
+        held: u64,
+        /// `worker.max_bytes_per_peer`.
+        max: u64,
+    },
+}
+
 /// The worker's count of who holds what.
-pub struct Gate {
+pub(crate) struct Gate {
     limits: GateLimits,
     state: Mutex<State>,
 }
@@ -70,7 +106,7 @@ struct PeerUse {
 }
 
 impl Gate {
-    pub fn new(limits: GateLimits) -> Gate {
+    pub(crate) fn new(limits: GateLimits) -> Gate {
         Gate {
             limits,
             state: Mutex::default(),
@@ -79,7 +115,7 @@ impl Gate {
 
     /// Counts `stream` from `ip` as pending; shuts the oldest pending connection down when
     /// a cap is hit. Returns its ticket for [`Gate::handshake_over`].
-    pub fn pending(&self, ip: IpAddr, stream: &TcpStream) -> Option<u64> {
+    pub(crate) fn pending(&self, ip: IpAddr, stream: &TcpStream) -> Option<u64> {
         let stream = stream.try_clone().ok()?;
         let mut s = lock(&self.state);
         let id = s.next;
@@ -108,58 +144,56 @@ impl Gate {
     }
 
     /// The handshake of `ticket` has ended (passed or not).
-    pub fn handshake_over(&self, ticket: Option<u64>) {
+    pub(crate) fn handshake_over(&self, ticket: Option<u64>) {
         if let Some(id) = ticket {
             lock(&self.state).pending.retain(|p| p.id != id);
         }
     }
 
     /// Counts an authenticated connection from `ip`, or says which cap refuses it.
-    pub fn admit(&self, ip: IpAddr) -> Result<(), String> {
+    pub(crate) fn admit(&self, ip: IpAddr) -> Result<(), GateRefusal> {
         let mut s = lock(&self.state);
         let total: usize = s.peers.values().map(|p| p.connections).sum();
         let max = self.limits.max_connections;
         if total >= max {
-            return Err(format!(
-                "{total} connections open: worker.max_connections is {max}"
-            ));
+            return Err(GateRefusal::Connections { open: total, max });
         }
         let mine = s.peers.entry(ip).or_default();
         if mine.connections >= self.limits.max_per_peer {
-            return Err(format!(
-                "{} connections from this address: worker.max_connections_per_peer is {}",
-                mine.connections, self.limits.max_per_peer
-            ));
+            return Err(GateRefusal::PeerConnections {
+                open: mine.connections,
+                max: self.limits.max_per_peer,
+            });
         }
         mine.connections += 1;
         Ok(())
     }
 
     /// Reserves `bytes` more of pixel memory for `ip`, or says why not.
-    pub fn reserve(&self, ip: IpAddr, bytes: u64) -> Result<(), String> {
+    pub(crate) fn reserve(&self, ip: IpAddr, bytes: u64) -> Result<(), GateRefusal> {
         let mut s = lock(&self.state);
         let mine = s.peers.entry(ip).or_default();
         let max = self.limits.max_bytes_per_peer;
         if mine.bytes.saturating_add(bytes) > max {
-            return Err(format!(
-                "{bytes} more bytes of pixels, with {} held for this address: over \
-                 worker.max_bytes_per_peer {max}",
-                mine.bytes
-            ));
+            return Err(GateRefusal::PeerBytes {
+                bytes,
+                held: mine.bytes,
+                max,
+            });
         }
         mine.bytes += bytes;
         Ok(())
     }
 
     /// Gives back `bytes` of `ip`'s pixel memory.
-    pub fn release(&self, ip: IpAddr, bytes: u64) {
+    pub(crate) fn release(&self, ip: IpAddr, bytes: u64) {
         if let Some(p) = lock(&self.state).peers.get_mut(&ip) {
             p.bytes = p.bytes.saturating_sub(bytes);
         }
     }
 
     /// An authenticated connection of `ip` has ended, holding `bytes`.
-    pub fn leave(&self, ip: IpAddr, bytes: u64) {
+    pub(crate) fn leave(&self, ip: IpAddr, bytes: u64) {
         let mut s = lock(&self.state);
         if let Some(p) = s.peers.get_mut(&ip) {
             p.connections = p.connections.saturating_sub(1);
@@ -215,16 +249,19 @@ mod tests {
         assert!(g
             .admit(a)
             .unwrap_err()
+            .to_string()
             .contains("max_connections_per_peer is 2"));
         assert!(g.admit(b).is_ok());
         assert!(g
             .admit(b)
             .unwrap_err()
+            .to_string()
             .contains("worker.max_connections is 3"));
         assert!(g.reserve(a, 60).is_ok());
         assert!(g
             .reserve(a, 41)
             .unwrap_err()
+            .to_string()
             .contains("max_bytes_per_peer 100"));
         assert!(g.reserve(b, 100).is_ok());
         g.leave(a, 60);

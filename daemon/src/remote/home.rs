@@ -34,8 +34,8 @@ use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::auth::{self, Secret};
 use super::board::{frame_bytes, thread_cpu_ns, UnitEnd, UnitTiming, WorkerBoard};
-use super::resolve::{keeps, Resolver};
-use super::tls::{HomeTls, Link};
+use super::resolve::{keeps, ResolveError, Resolver};
+use super::tls::{HandshakeError, HomeTls, Link};
 use super::unit::fingerprint;
 use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
@@ -53,11 +53,11 @@ use stoker_pipeline::sync::lock;
 use stoker_pipeline::transform::badsample::{BadSample, REASONS};
 
 /// The first wait before a worker that failed is tried again.
-pub const MIN_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait before a worker that keeps failing is tried again.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long connecting and the handshake may take at most.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What every connection of a home daemon shares.
 struct HomeShared {
@@ -85,7 +85,7 @@ impl HomeShared {
 }
 
 /// Makes the backends of one worker's connections.
-pub struct RemoteFactory {
+pub(crate) struct RemoteFactory {
     addr: String,
     names: Arc<Resolver>,
     connections: usize,
@@ -96,7 +96,7 @@ pub struct RemoteFactory {
 }
 
 /// One factory per worker of `[remote] workers`.
-pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerError> {
+pub(crate) fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerError> {
     if config.workers.is_empty() {
         return Ok(Vec::new());
     }
@@ -134,15 +134,15 @@ pub fn factories(config: &RemoteConfig) -> Result<Vec<RemoteFactory>, WorkerErro
 
 impl RemoteFactory {
     /// The worker's address as configured.
-    pub fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         &self.addr
     }
     /// Connections (engine threads) to this worker.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections
     }
     /// What its connections record, for status and metrics.
-    pub fn board(&self) -> Arc<WorkerBoard> {
+    pub(crate) fn board(&self) -> Arc<WorkerBoard> {
         Arc::clone(&self.board)
     }
 }
@@ -219,7 +219,7 @@ impl From<WireError> for Fault {
 }
 
 /// An engine thread's backend that sends its units to one worker.
-pub struct RemoteBackend {
+pub(crate) struct RemoteBackend {
     addr: String,
     names: Arc<Resolver>,
     shared: Arc<HomeShared>,
@@ -400,7 +400,8 @@ impl RemoteBackend {
             } if got == id => return Err(Fault::Refused(reason)),
             other => return Err(Fault::Broken(format!("answered unit {id} with {other:?}"))),
         };
-        check_answer(unit, &self.config, &samples, bytes).map_err(Fault::Broken)?;
+        check_answer(unit, &self.config, &samples, bytes)
+            .map_err(|e| Fault::Broken(e.to_string()))?;
         // SAFETY: this thread holds the unit (the engine handed it to this worker), and no
         // other reference to its images lives while the pixels are read into them.
         let images = unsafe { unit.host_images() };
@@ -435,7 +436,9 @@ impl RemoteBackend {
                 });
                 Ok(())
             }
-            Err(reason) => {
+            Err(e) => {
+                // As text, so the log line reads as it always has (a quoted string).
+                let reason = e.to_string();
                 tracing::warn!(worker = %self.addr, reason, retry_in = ?self.backoff,
                     "cannot reach the worker: filling locally");
                 self.disconnect();
@@ -507,6 +510,49 @@ impl RemoteBackend {
     }
 }
 
+/// Why no connection to a worker entry could be made.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    /// The entry's name has no address now.
+    #[error("{0}")]
+    Resolve(#[from] ResolveError),
+    /// The last address tried (every one was) refused the TCP connection or timed out.
+    #[error("connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The TLS handshake with `addr` failed.
+    #[error("with {addr}: {source}")]
+    Tls {
+        addr: SocketAddr,
+        source: HandshakeError,
+    },
+    /// The shared-secret handshake with `addr` failed.
+    #[error("handshake with {addr}: {source}")]
+    Handshake {
+        addr: SocketAddr,
+        source: auth::AuthError,
+    },
+}
+
+/// Why a worker's answer is not one the local engine could have given.
+#[derive(Debug, thiserror::Error)]
+enum AnswerError {
+    /// Another number of results or of pixel bytes than the unit needs.
+    #[error("{results} results and {bytes} bytes for a unit of {samples} samples ({want} bytes)")]
+    Shape {
+        results: usize,
+        bytes: u64,
+        samples: usize,
+        want: u64,
+    },
+    /// A sample's result no rule of the engine allows (a replacement not among its
+    /// candidates, a failure without a reason, ...).
+    #[error("sample {index}: an impossible result {result:?}")]
+    Impossible { index: u64, result: SampleResult },
+}
+
 /// Connects to the worker entry `names` (its current answer) and passes the handshakes
 /// (TLS if configured, then the secret's). The address at `place` is tried first, then the
 /// others, so the connections of one entry spread over a headless Service's pods. The
@@ -515,7 +561,7 @@ fn connect(
     names: &Resolver,
     place: usize,
     shared: &HomeShared,
-) -> Result<(Link, SocketAddr, u64), String> {
+) -> Result<(Link, SocketAddr, u64), ConnectError> {
     let wait = shared.timeout.min(CONNECT_TIMEOUT);
     let answer = names.answer()?;
     let mut addrs = answer.addrs.clone();
@@ -525,12 +571,14 @@ fn connect(
         .name()
         .rsplit_once(':')
         .map_or(names.name(), |(h, _)| h);
-    let mut last = format!("{} resolves to no address", names.name());
+    let mut last = ConnectError::Resolve(ResolveError::Empty {
+        name: names.name().to_owned(),
+    });
     for a in addrs {
         let stream = match TcpStream::connect_timeout(&a, wait) {
             Ok(s) => s,
-            Err(e) => {
-                last = format!("connect to {a}: {e}");
+            Err(source) => {
+                last = ConnectError::Connect { addr: a, source };
                 continue;
             }
         };
@@ -542,11 +590,11 @@ fn connect(
             None => Link::Plain(stream),
             Some(tls) => tls
                 .connect(stream, host, deadline)
-                .map_err(|e| format!("with {a}: {e}"))?,
+                .map_err(|source| ConnectError::Tls { addr: a, source })?,
         };
         return auth::connect(&mut link, shared.secret.as_ref(), deadline)
             .map(|()| (link, a, answer.generation))
-            .map_err(|e| format!("handshake with {a}: {e}"));
+            .map_err(|source| ConnectError::Handshake { addr: a, source });
     }
     Err(last)
 }
@@ -557,14 +605,16 @@ fn check_answer(
     config: &EngineConfig,
     samples: &[SampleResult],
     bytes: u64,
-) -> Result<(), String> {
+) -> Result<(), AnswerError> {
     let n = unit.indices.len();
     let want = (n * unit.layout.image_bytes) as u64;
     if samples.len() != n || bytes != want {
-        return Err(format!(
-            "{} results and {bytes} bytes for a unit of {n} samples ({want} bytes)",
-            samples.len()
-        ));
+        return Err(AnswerError::Shape {
+            results: samples.len(),
+            bytes,
+            samples: n,
+            want,
+        });
     }
     let len = unit.job.dataset.len() as u64;
     for (s, &index) in samples.iter().zip(unit.indices) {
@@ -579,7 +629,10 @@ fn check_answer(
             }
         };
         if !plausible {
-            return Err(format!("sample {index}: an impossible result {s:?}"));
+            return Err(AnswerError::Impossible {
+                index,
+                result: s.clone(),
+            });
         }
     }
     Ok(())

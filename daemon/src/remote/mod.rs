@@ -48,15 +48,15 @@
 //!   tries once to reconnect), which adds threads to the local CPUs.
 
 pub mod auth;
-pub mod board;
-pub mod config;
-pub mod gate;
-pub mod home;
-pub mod resolve;
-pub mod tally;
-pub mod tls;
+pub(crate) mod board;
+pub(crate) mod config;
+pub(crate) mod gate;
+pub(crate) mod home;
+pub(crate) mod resolve;
+pub(crate) mod tally;
+pub(crate) mod tls;
 pub mod unit;
 pub mod wire;
-pub mod worker;
+pub(crate) mod worker;
 
 pub use config::{RemoteConfig, WorkerConfig};

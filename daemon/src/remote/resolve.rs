@@ -31,7 +31,7 @@ use stoker_pipeline::sync::lock;
 type Lookup = Box<dyn Fn(&str) -> std::io::Result<Vec<SocketAddr>> + Send + Sync>;
 
 /// A worker entry's name and its last answer.
-pub struct Resolver {
+pub(crate) struct Resolver {
     name: String,
     interval: Duration,
     lookup: Lookup,
@@ -40,27 +40,46 @@ pub struct Resolver {
 
 /// The addresses a name resolved to, sorted, and the generation of that set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub addrs: Vec<SocketAddr>,
     pub generation: u64,
 }
 
 impl Answer {
     /// The address of the connection at `place`.
-    pub fn target(&self, place: usize) -> Option<SocketAddr> {
+    pub(crate) fn target(&self, place: usize) -> Option<SocketAddr> {
         (!self.addrs.is_empty()).then(|| self.addrs[place % self.addrs.len()])
     }
 }
 
 /// Whether a connection to `peer` made under generation `made` stays, as the connection at
 /// `place`, given the answer `now`.
-pub fn keeps(peer: SocketAddr, made: u64, place: usize, now: &Answer) -> bool {
+pub(crate) fn keeps(peer: SocketAddr, made: u64, place: usize, now: &Answer) -> bool {
     now.addrs.contains(&peer) && (made == now.generation || now.target(place) == Some(peer))
+}
+
+/// Why a worker's name has no address to connect to.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResolveError {
+    /// The lookup failed and no earlier answer is kept.
+    #[error("resolve {name}: {source}")]
+    Lookup {
+        /// The name as configured (`host:port`).
+        name: String,
+        /// What the resolver reported.
+        source: std::io::Error,
+    },
+    /// The lookup answered no address.
+    #[error("{name} resolves to no address")]
+    Empty {
+        /// The name as configured (`host:port`).
+        name: String,
+    },
 }
 
 impl Resolver {
     /// `name` (`host:port`) resolved by the system's resolver every `interval`.
-    pub fn new(name: &str, interval: Duration) -> Resolver {
+    pub(crate) fn new(name: &str, interval: Duration) -> Resolver {
         Resolver::with_lookup(
             name,
             interval,
@@ -78,13 +97,13 @@ impl Resolver {
     }
 
     /// The name as configured (`host:port`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The current answer, looked up again once older than the interval (or while there
     /// is none); why there is none.
-    pub fn answer(&self) -> Result<Answer, String> {
+    pub(crate) fn answer(&self) -> Result<Answer, ResolveError> {
         let mut state = lock(&self.state);
         let (answer, at) = &mut *state;
         let stale = at.is_none_or(|t| t.elapsed() >= self.interval) || answer.addrs.is_empty();
@@ -105,15 +124,20 @@ impl Resolver {
                         answer.generation += 1;
                     }
                 }
-                Err(e) if answer.addrs.is_empty() => {
-                    return Err(format!("resolve {}: {e}", self.name))
+                Err(source) if answer.addrs.is_empty() => {
+                    return Err(ResolveError::Lookup {
+                        name: self.name.clone(),
+                        source,
+                    })
                 }
                 Err(e) => tracing::warn!(worker = %self.name, error = %e,
                     "cannot resolve the worker's name: keeping its last addresses"),
             }
         }
         if answer.addrs.is_empty() {
-            return Err(format!("{} resolves to no address", self.name));
+            return Err(ResolveError::Empty {
+                name: self.name.clone(),
+            });
         }
         Ok(answer.clone())
     }
@@ -163,6 +187,10 @@ mod tests {
             Duration::ZERO,
             Box::new(|_| Err(std::io::Error::other("no such host"))),
         );
-        assert!(failing.answer().unwrap_err().contains("no such host"));
+        assert!(failing
+            .answer()
+            .unwrap_err()
+            .to_string()
+            .contains("no such host"));
     }
 }

@@ -31,18 +31,18 @@ static SEND_NS: AtomicU64 = AtomicU64::new(0);
 static HOMES: LazyLock<Mutex<HashMap<IpAddr, usize>>> = LazyLock::new(Mutex::default);
 
 /// Counts a refusal; `reason` is one of [`m::WORKER_REFUSALS`].
-pub fn refused(reason: &'static str) {
+pub(crate) fn refused(reason: &'static str) {
     debug_assert!(m::WORKER_REFUSALS.contains(&reason), "{reason}");
     metrics::counter!(m::WORKER_REFUSALS_TOTAL, "reason" => reason).increment(1);
 }
 
 /// Counts `bytes` read from a home daemon.
-pub fn received(bytes: u64) {
+pub(crate) fn received(bytes: u64) {
     metrics::counter!(m::WORKER_BYTES_TOTAL, "direction" => "received").increment(bytes);
 }
 
 /// Times `work` (a unit's reading, decoding and resizing) on this thread's CPU clock.
-pub fn work<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn work<T>(work: impl FnOnce() -> T) -> T {
     let t0 = thread_cpu_ns();
     let out = work();
     WORK_NS.fetch_add(thread_cpu_ns().saturating_sub(t0), Ordering::Relaxed);
@@ -50,7 +50,7 @@ pub fn work<T>(work: impl FnOnce() -> T) -> T {
 }
 
 /// Times `send` (writing an answer of `bytes`, `images` of them) on this thread's CPU clock.
-pub fn send<T>(bytes: u64, images: u64, send: impl FnOnce() -> T) -> T {
+pub(crate) fn send<T>(bytes: u64, images: u64, send: impl FnOnce() -> T) -> T {
     let t0 = thread_cpu_ns();
     let out = send();
     SEND_NS.fetch_add(thread_cpu_ns().saturating_sub(t0), Ordering::Relaxed);
@@ -60,12 +60,12 @@ pub fn send<T>(bytes: u64, images: u64, send: impl FnOnce() -> T) -> T {
 }
 
 /// An authenticated home daemon's connection, counted while it lives.
-pub struct HomeSeat {
+pub(crate) struct HomeSeat {
     ip: IpAddr,
 }
 
 impl HomeSeat {
-    pub fn new(ip: IpAddr) -> HomeSeat {
+    pub(crate) fn new(ip: IpAddr) -> HomeSeat {
         let mut homes = lock(&HOMES);
         *homes.entry(ip).or_insert(0) += 1;
         set_gauges(&homes);
@@ -93,7 +93,7 @@ fn set_gauges(homes: &HashMap<IpAddr, usize>) {
 }
 
 /// The CPU seconds series as Prometheus text (call at scrape time, on a worker).
-pub fn metrics_text() -> String {
+pub(crate) fn metrics_text() -> String {
     let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
     let rows = [
         ("work".to_owned(), s(&WORK_NS)),

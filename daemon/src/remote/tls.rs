@@ -26,7 +26,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,15 +42,43 @@ use super::wire::Transport;
 
 /// Why a certificate, key or CA could not be used (names the file, never a key's bytes).
 #[derive(Debug, thiserror::Error)]
-#[error("{key} {path}: {reason}")]
+#[error("{key} {}: {reason}", path.display())]
 pub struct TlsError {
+    /// The config key that named the file (`worker.tls_cert`, `remote.tls_ca`, ...).
     pub key: &'static str,
-    pub path: String,
+    /// The file as configured.
+    pub path: PathBuf,
+    /// What was wrong with it, as the PEM reader or rustls said.
     pub reason: String,
 }
 
+/// Why a TLS handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HandshakeError {
+    /// rustls would not start a session with this configuration.
+    #[error("{0}")]
+    Session(#[source] rustls::Error),
+    /// The worker's host is neither an IP address nor a DNS name a certificate can carry.
+    #[error("{host:?} is no server name: {source}")]
+    ServerName {
+        /// The worker's host as `[remote] workers` names it, without brackets.
+        host: String,
+        /// Why rustls would not take it.
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The deadline passed before the handshake ended.
+    #[error("TLS handshake: no answer in time")]
+    Timeout,
+    /// The socket's read timeout could not be set.
+    #[error("{0}")]
+    Deadline(#[source] std::io::Error),
+    /// The handshake itself failed (the peer's certificate, a reset, a protocol error).
+    #[error("TLS handshake: {0}")]
+    Io(#[source] std::io::Error),
+}
+
 /// A connection to a peer: plain TCP, or TLS over it (as the worker or as the home).
-pub enum Link {
+pub(crate) enum Link {
     Plain(TcpStream),
     Server(Box<StreamOwned<ServerConnection, TcpStream>>),
     Client(Box<StreamOwned<ClientConnection, TcpStream>>),
@@ -100,7 +128,7 @@ fn provider() -> Arc<CryptoProvider> {
 fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let fail = |reason: String| TlsError {
         key,
-        path: path.display().to_string(),
+        path: path.to_path_buf(),
         reason,
     };
     let certs = CertificateDer::pem_file_iter(path)
@@ -116,7 +144,7 @@ fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'st
 fn private_key(key: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let fail = |reason: String| TlsError {
         key,
-        path: path.display().to_string(),
+        path: path.to_path_buf(),
         reason,
     };
     // The secret file's checks (owner, mode), with their message.
@@ -129,7 +157,7 @@ fn roots(key: &'static str, path: &Path) -> Result<Arc<RootCertStore>, TlsError>
     for cert in certificates(key, path)? {
         roots.add(cert).map_err(|e| TlsError {
             key,
-            path: path.display().to_string(),
+            path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
     }
@@ -137,15 +165,19 @@ fn roots(key: &'static str, path: &Path) -> Result<Arc<RootCertStore>, TlsError>
 }
 
 /// A worker's TLS: its certificate, and the CA of home daemons' certificates if mutual.
-pub struct WorkerTls(Arc<ServerConfig>);
+pub(crate) struct WorkerTls(Arc<ServerConfig>);
 
 impl WorkerTls {
-    pub fn load(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<WorkerTls, TlsError> {
+    pub(crate) fn load(
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+    ) -> Result<WorkerTls, TlsError> {
         let chain = certificates("worker.tls_cert", cert)?;
         let secret = private_key("worker.tls_key", key)?;
         let fail = |reason: String| TlsError {
             key: "worker.tls_cert",
-            path: cert.display().to_string(),
+            path: cert.to_path_buf(),
             reason,
         };
         let builder = ServerConfig::builder_with_provider(provider())
@@ -170,8 +202,8 @@ impl WorkerTls {
     }
 
     /// The TLS handshake on a new connection, by `deadline`; why it failed.
-    pub fn accept(&self, tcp: TcpStream, deadline: Instant) -> Result<Link, String> {
-        let conn = ServerConnection::new(Arc::clone(&self.0)).map_err(|e| e.to_string())?;
+    pub(crate) fn accept(&self, tcp: TcpStream, deadline: Instant) -> Result<Link, HandshakeError> {
+        let conn = ServerConnection::new(Arc::clone(&self.0)).map_err(HandshakeError::Session)?;
         let mut stream = StreamOwned::new(conn, tcp);
         handshake(&mut stream.conn, &mut stream.sock, deadline)?;
         Ok(Link::Server(Box::new(stream)))
@@ -179,13 +211,13 @@ impl WorkerTls {
 }
 
 /// A home daemon's TLS: the CA of workers' certificates, and its own certificate if any.
-pub struct HomeTls(Arc<ClientConfig>);
+pub(crate) struct HomeTls(Arc<ClientConfig>);
 
 impl HomeTls {
-    pub fn load(ca: &Path, cert_key: Option<(&Path, &Path)>) -> Result<HomeTls, TlsError> {
+    pub(crate) fn load(ca: &Path, cert_key: Option<(&Path, &Path)>) -> Result<HomeTls, TlsError> {
         let fail = |reason: String| TlsError {
             key: "remote.tls_ca",
-            path: ca.display().to_string(),
+            path: ca.to_path_buf(),
             reason,
         };
         let builder = ClientConfig::builder_with_provider(provider())
@@ -201,7 +233,7 @@ impl HomeTls {
                 )
                 .map_err(|e| TlsError {
                     key: "remote.tls_cert",
-                    path: cert.display().to_string(),
+                    path: cert.to_path_buf(),
                     reason: format!("with remote.tls_key: {e}"),
                 })?,
         };
@@ -210,14 +242,24 @@ impl HomeTls {
 
     /// The TLS handshake with the worker `host` (a DNS name or an IP address, checked
     /// against its certificate), by `deadline`; why it failed.
-    pub fn connect(&self, tcp: TcpStream, host: &str, deadline: Instant) -> Result<Link, String> {
+    pub(crate) fn connect(
+        &self,
+        tcp: TcpStream,
+        host: &str,
+        deadline: Instant,
+    ) -> Result<Link, HandshakeError> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = match host.parse::<IpAddr>() {
             Ok(ip) => ServerName::IpAddress(ip.into()),
-            Err(_) => ServerName::try_from(host.to_owned())
-                .map_err(|e| format!("{host:?} is no server name: {e}"))?,
+            Err(_) => ServerName::try_from(host.to_owned()).map_err(|source| {
+                HandshakeError::ServerName {
+                    host: host.to_owned(),
+                    source,
+                }
+            })?,
         };
-        let conn = ClientConnection::new(Arc::clone(&self.0), name).map_err(|e| e.to_string())?;
+        let conn =
+            ClientConnection::new(Arc::clone(&self.0), name).map_err(HandshakeError::Session)?;
         let mut stream = StreamOwned::new(conn, tcp);
         handshake(&mut stream.conn, &mut stream.sock, deadline)?;
         Ok(Link::Client(Box::new(stream)))
@@ -229,16 +271,15 @@ fn handshake<D>(
     conn: &mut ConnectionCommon<D>,
     tcp: &mut TcpStream,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), HandshakeError> {
     while conn.is_handshaking() {
         let wait = deadline
             .checked_duration_since(Instant::now())
             .filter(|w| !w.is_zero())
-            .ok_or("TLS handshake: no answer in time")?;
+            .ok_or(HandshakeError::Timeout)?;
         tcp.set_read_timeout(Some(wait))
-            .map_err(|e| e.to_string())?;
-        conn.complete_io(tcp)
-            .map_err(|e| format!("TLS handshake: {e}"))?;
+            .map_err(HandshakeError::Deadline)?;
+        conn.complete_io(tcp).map_err(HandshakeError::Io)?;
     }
     Ok(())
 }

@@ -27,11 +27,11 @@ use ring::digest;
 use stoker_wire::ring::SlotLayout;
 
 use super::wire::{hex, OpenJob, SampleFate, SampleResult};
-use crate::serve::access::{AccessPolicy, Peer};
+use crate::serve::access::{AccessError, AccessPolicy, OpenDatasetError, Peer, UnknownGroup};
 use crate::serve::config::AccessConfig;
 use stoker_pipeline::engine::{
-    replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, Position,
-    SampleOutcome, SampleWork, SlotImages, StageStats, UnitWork,
+    replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, PipelineError,
+    Position, SampleOutcome, SampleWork, SlotImages, StageStats, UnitWork,
 };
 use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_pipeline::source::local::fsopen::OpenPolicy;
@@ -44,14 +44,14 @@ use stoker_pipeline::sync::lock;
 pub(crate) const REMOTE_OWNER: u32 = u32::MAX;
 
 /// Most samples in one unit a worker takes.
-pub const MAX_UNIT_SAMPLES: usize = 256;
+pub(crate) const MAX_UNIT_SAMPLES: usize = 256;
 
 /// A dataset whose fingerprint differs from a home's is read again at most this often (a
 /// home with another dataset at the same path must not make the worker re-index it per open).
-pub const REREAD_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REREAD_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Datasets a worker keeps opened (their indexes) for the next jobs.
-pub const MAX_OPEN_DATASETS: usize = 8;
+pub(crate) const MAX_OPEN_DATASETS: usize = 8;
 
 /// A digest of what a dataset's index numbers: each sample's file (relative to the
 /// dataset's root), offset, length and label, in order. Home and worker must agree on it.
@@ -74,7 +74,7 @@ pub fn fingerprint(dataset: &Dataset) -> String {
 /// Which datasets home daemons may name on this worker: registered ones (by their path),
 /// paths under `[access] dataset_roots` (checked as for local clients, symlinks included),
 /// and `s3://` URLs under `[worker] s3_prefixes`. Nothing else, whatever the home says.
-pub struct DatasetRules {
+pub(crate) struct DatasetRules {
     policy: AccessPolicy,
     registered: BTreeMap<String, PathBuf>,
     has_roots: bool,
@@ -156,18 +156,72 @@ impl Shelf {
     }
 }
 
+/// Why a worker will not open a job; the text is the reason the home is sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobRefusal {
+    /// The spec has several views; a unit's answer holds one image per sample.
+    #[error("a spec of {0} views: workers decode one view per sample")]
+    Views(usize),
+    /// The home decodes under higher limits than this worker's.
+    #[error(
+        "the home's decode limits ({home_pixels} pixels, {home_bytes} bytes) exceed this \
+         worker's ({own_pixels}, {own_bytes}): samples it decodes could not be decoded here"
+    )]
+    Limits {
+        home_pixels: u64,
+        home_bytes: u64,
+        own_pixels: u64,
+        own_bytes: u64,
+    },
+    /// An `s3://` URL neither registered nor under `worker.s3_prefixes`.
+    #[error(
+        "{path:?} is not a registered dataset of this worker nor under its \
+         worker.s3_prefixes {prefixes:?}"
+    )]
+    NotUnderPrefixes { path: String, prefixes: Vec<String> },
+    /// A path not registered, on a worker with no `access.dataset_roots`.
+    #[error(
+        "{path:?} is not a registered dataset of this worker, and it has no \
+         access.dataset_roots"
+    )]
+    NoRoots { path: String },
+    /// The worker's access rules refuse the path.
+    #[error("{0}")]
+    Access(#[from] AccessError),
+    /// The dataset could not be opened or indexed.
+    #[error("{0}")]
+    Open(#[from] OpenDatasetError),
+    /// The worker's index of the dataset is not the home's (its fingerprint differs).
+    #[error("dataset {0:?} differs here: its index numbers other files than the home's")]
+    Differs(String),
+    /// The engine would not make the job or its CPU backend.
+    #[error("{0}")]
+    Pipeline(#[from] PipelineError),
+}
+
+/// Why a worker will not do a unit; the text is the reason the home is sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UnitRefusal {
+    /// An index at or past the dataset's length.
+    #[error("sample {index} is past the dataset's {len}")]
+    PastEnd { index: u64, len: u64 },
+    /// No sample, or more than `MAX_UNIT_SAMPLES`.
+    #[error("{0} samples: a unit has 1 to {MAX_UNIT_SAMPLES}")]
+    Count(usize),
+}
+
 impl DatasetRules {
-    pub fn new(
+    pub(crate) fn new(
         roots: &[PathBuf],
         registered: &BTreeMap<String, PathBuf>,
         s3_prefixes: &[String],
         open: OpenOptions,
-    ) -> Result<DatasetRules, String> {
+    ) -> Result<DatasetRules, UnknownGroup> {
         let access = AccessConfig {
             dataset_roots: roots.to_vec(),
             ..AccessConfig::default()
         };
-        let policy = AccessPolicy::new(&access, registered).map_err(|e| e.to_string())?;
+        let policy = AccessPolicy::new(&access, registered)?;
         Ok(DatasetRules {
             policy,
             registered: registered.clone(),
@@ -180,7 +234,7 @@ impl DatasetRules {
 
     /// The dataset at `path` with its fingerprint, or why this worker will not open it. One
     /// kept whose fingerprint is not `want` is read again (see [`REREAD_INTERVAL`]).
-    fn open(&self, path: &str, want: &str) -> Result<Arc<Opened>, String> {
+    fn open(&self, path: &str, want: &str) -> Result<Arc<Opened>, JobRefusal> {
         let kept = lock(&self.opened).get(path).map(|k| {
             let stale = k.opened.fingerprint != want
                 && k.reread.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
@@ -210,7 +264,7 @@ impl DatasetRules {
     }
 
     /// Resolves and opens the dataset at `path` under this worker's rules.
-    fn read(&self, path: &str) -> Result<Arc<Opened>, String> {
+    fn read(&self, path: &str) -> Result<Arc<Opened>, JobRefusal> {
         // A registered dataset is named by its name to the access rules (trusted as
         // configured); anything else must pass them as a path.
         let name = self
@@ -220,17 +274,15 @@ impl DatasetRules {
             .map(|(n, _)| n.clone());
         let is_url = stoker_pipeline::source::url::is_url(Path::new(path));
         if name.is_none() && is_url && !self.s3_prefixes.iter().any(|p| under_prefix(path, p)) {
-            return Err(format!(
-                "{path:?} is not a registered dataset of this worker nor under its \
-                 worker.s3_prefixes {:?}",
-                self.s3_prefixes
-            ));
+            return Err(JobRefusal::NotUnderPrefixes {
+                path: path.to_owned(),
+                prefixes: self.s3_prefixes.clone(),
+            });
         }
         if name.is_none() && !is_url && !self.has_roots {
-            return Err(format!(
-                "{path:?} is not a registered dataset of this worker, and it has no \
-                 access.dataset_roots"
-            ));
+            return Err(JobRefusal::NoRoots {
+                path: path.to_owned(),
+            });
         }
         let me = Peer {
             pid: 0,
@@ -238,11 +290,8 @@ impl DatasetRules {
             gid: rustix::process::getegid().as_raw(),
             groups: Vec::new(),
         };
-        let admission = self
-            .policy
-            .admit(&me, name.as_deref().unwrap_or(path))
-            .map_err(|e| e.to_string())?;
-        let dataset = admission.open(&self.open).map_err(|e| e.to_string())?;
+        let admission = self.policy.admit(&me, name.as_deref().unwrap_or(path))?;
+        let dataset = admission.open(&self.open)?;
         Ok(Arc::new(Opened {
             fingerprint: fingerprint(&dataset),
             dataset: Arc::new(dataset),
@@ -268,7 +317,7 @@ fn under_prefix(url: &str, prefix: &str) -> bool {
 }
 
 /// One job opened on a connection: its engine job, limits and backend.
-pub struct WorkerJob {
+pub(crate) struct WorkerJob {
     job: Arc<Job>,
     config: EngineConfig,
     backend: CpuBackend,
@@ -279,33 +328,29 @@ pub struct WorkerJob {
 
 impl WorkerJob {
     /// Opens what `open` asks for, within `rules` and this worker's `own` limits.
-    pub fn open(open: &OpenJob, rules: &DatasetRules, own: &EngineConfig) -> Result<Self, String> {
+    pub(crate) fn open(
+        open: &OpenJob,
+        rules: &DatasetRules,
+        own: &EngineConfig,
+    ) -> Result<Self, JobRefusal> {
         // A unit's answer is one image per sample (`run` sizes its buffer so): the home decodes
         // jobs of several views itself and never sends them.
         if open.spec.view_count() > 1 {
-            return Err(format!(
-                "a spec of {} views: workers decode one view per sample",
-                open.spec.view_count()
-            ));
+            return Err(JobRefusal::Views(open.spec.view_count()));
         }
         if open.max_pixels > own.limits.max_pixels
             || open.max_file_bytes > own.limits.max_file_bytes
         {
-            return Err(format!(
-                "the home's decode limits ({} pixels, {} bytes) exceed this worker's ({}, {}): \
-                 samples it decodes could not be decoded here",
-                open.max_pixels,
-                open.max_file_bytes,
-                own.limits.max_pixels,
-                own.limits.max_file_bytes
-            ));
+            return Err(JobRefusal::Limits {
+                home_pixels: open.max_pixels,
+                home_bytes: open.max_file_bytes,
+                own_pixels: own.limits.max_pixels,
+                own_bytes: own.limits.max_file_bytes,
+            });
         }
         let opened = rules.open(&open.dataset, &open.fingerprint)?;
         if opened.fingerprint != open.fingerprint {
-            return Err(format!(
-                "dataset {:?} differs here: its index numbers other files than the home's",
-                open.dataset
-            ));
+            return Err(JobRefusal::Differs(open.dataset.clone()));
         }
         let job = Job::with_policy(
             Arc::clone(&opened.dataset),
@@ -315,14 +360,13 @@ impl WorkerJob {
             None,
             opened.policy.clone(),
             REMOTE_OWNER,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let mut config = own.clone();
         config.limits.max_pixels = open.max_pixels;
         config.limits.max_file_bytes = open.max_file_bytes;
         config.policy = open.policy;
         config.throttle = None;
-        let backend = CpuBackend::new(&config).map_err(|e| e.to_string())?;
+        let backend = CpuBackend::new(&config)?;
         Ok(WorkerJob {
             job,
             config,
@@ -334,31 +378,30 @@ impl WorkerJob {
     }
 
     /// The bytes this job's buffer holds now.
-    pub fn held_bytes(&self) -> u64 {
+    pub(crate) fn held_bytes(&self) -> u64 {
         self.buf.capacity() as u64
     }
 
     /// The bytes a unit of `samples` samples needs.
-    pub fn unit_bytes(&self, samples: usize) -> u64 {
+    pub(crate) fn unit_bytes(&self, samples: usize) -> u64 {
         (samples as u64).saturating_mul(self.job.spec.image_bytes() as u64)
     }
 
     /// Why the unit may not be done (an index past the dataset), if so.
-    pub fn check(&self, indices: &[u64]) -> Result<(), String> {
+    pub(crate) fn check(&self, indices: &[u64]) -> Result<(), UnitRefusal> {
         let len = self.job.dataset.len() as u64;
         match indices.iter().find(|&&i| i >= len) {
-            Some(i) => Err(format!("sample {i} is past the dataset's {len}")),
-            None if indices.is_empty() || indices.len() > MAX_UNIT_SAMPLES => Err(format!(
-                "{} samples: a unit has 1 to {MAX_UNIT_SAMPLES}",
-                indices.len()
-            )),
+            Some(&index) => Err(UnitRefusal::PastEnd { index, len }),
+            None if indices.is_empty() || indices.len() > MAX_UNIT_SAMPLES => {
+                Err(UnitRefusal::Count(indices.len()))
+            }
             None => Ok(()),
         }
     }
 
     /// Fills samples `indices` of `epoch` as the local CPU backend and engine would: their
     /// fates, and their images one after another.
-    pub fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
+    pub(crate) fn run(&mut self, epoch: u64, indices: &[u64]) -> (Vec<SampleResult>, &[u8]) {
         let n = indices.len();
         self.buf.clear();
         // Exactly the unit's bytes: the worker counts them against its peer's memory cap.
@@ -466,7 +509,7 @@ mod tests {
         };
         let rules = DatasetRules::new(&[], &BTreeMap::new(), &[], OpenOptions::default()).unwrap();
         let refused = WorkerJob::open(&open, &rules, &EngineConfig::default()).err();
-        assert!(refused.is_some_and(|r| r.contains("2 views")));
+        assert!(refused.is_some_and(|r| r.to_string().contains("2 views")));
     }
 
     #[test]

@@ -23,51 +23,74 @@ use stoker_wire::spec::PipelineSpec;
 use stoker_pipeline::engine::BadSamplePolicy;
 
 /// The version of this protocol, checked in the handshake.
-pub const WIRE_VERSION: u32 = 1;
+pub(crate) const WIRE_VERSION: u32 = 1;
 /// The largest control message (a unit's index list, a job's spec).
-pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
     /// Worker → home, first: the worker's nonce (hex).
-    Challenge { version: u32, nonce: String },
+    Challenge {
+        /// The worker's protocol version (`WIRE_VERSION`).
+        version: u32,
+        /// 32 random bytes, hex.
+        nonce: String,
+    },
     /// Home → worker: the home's nonce and its proof over both nonces (hex).
     Hello {
+        /// The home's protocol version (`WIRE_VERSION`).
         version: u32,
+        /// 32 random bytes, hex.
         nonce: String,
+        /// HMAC-SHA256 of "home", the worker's nonce and the home's, hex.
         proof: String,
     },
     /// Worker → home: the worker's proof over both nonces (hex).
-    Welcome { proof: String },
+    Welcome {
+        /// HMAC-SHA256 of "worker", the home's nonce and the worker's, hex.
+        proof: String,
+    },
     /// Home → worker: a job the following units name by `job`.
     Open(Box<OpenJob>),
     /// Worker → home: the job is open; `closed` are jobs of this connection the worker let
     /// go to make room (the home opens them again when it needs them).
     Opened {
+        /// The job as the `Open` named it.
         job: u32,
+        /// Jobs closed to make room, by their numbers on this connection.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         closed: Vec<u32>,
     },
     /// Home → worker: fill these samples of `epoch`.
     Unit {
+        /// The unit's number on this connection, echoed by its `Done`.
         id: u64,
+        /// The job, as an earlier `Open` numbered it.
         job: u32,
+        /// The epoch whose permutation and crops the samples are drawn for.
         epoch: u64,
+        /// Sample indices in the dataset's sorted index, in the slot's order.
         indices: Vec<u64>,
     },
     /// Worker → home: unit `id` done; `bytes` raw image bytes follow, one image per sample
     /// in order.
     Done {
+        /// The `Unit` this answers.
         id: u64,
+        /// What became of each sample, in the unit's order.
         samples: Vec<SampleResult>,
+        /// Raw image bytes that follow the message.
         bytes: u64,
     },
     /// Either way: refused (the job, the unit, or the connection when both are `None`).
     Refused {
+        /// The job refused, if the refusal is about one.
         job: Option<u32>,
+        /// The unit refused, if the refusal is about one.
         unit: Option<u64>,
+        /// Why, for a person: names the rule and the numbers it compared.
         reason: String,
     },
 }
@@ -75,21 +98,29 @@ pub enum Message {
 /// What a home daemon asks a worker to open.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpenJob {
+    /// The number later messages of this connection name the job by, chosen by the home.
     pub job: u32,
     /// The dataset's path (or `s3://` URL) as the home daemon opened it.
     pub dataset: String,
     /// [`crate::remote::unit::fingerprint`] of the home's index.
     pub fingerprint: String,
+    /// What a batch is; the worker makes each image exactly as the spec says.
     pub spec: PipelineSpec,
+    /// The job's seed: crops, flips and replacements are drawn from (seed, epoch, index).
     pub seed: u64,
+    /// What the worker does with a bad sample, as the home's engine would.
     pub policy: BadSamplePolicy,
+    /// The home's decode limit on pixels per image; the worker decodes under it, and refuses
+    /// the job when it is above its own.
     pub max_pixels: u64,
+    /// The home's limit on one encoded file's bytes, applied like `max_pixels`.
     pub max_file_bytes: u64,
 }
 
 /// What became of one sample on the worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampleResult {
+    /// Whether the sample, a replacement or nothing was decoded.
     pub status: SampleFate,
     /// The sample whose image is in its place (itself unless replaced).
     pub delivered: u64,
@@ -101,24 +132,34 @@ pub struct SampleResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SampleFate {
+    /// Decoded as asked.
     Ok,
+    /// Bad; another sample's image (`delivered`) is in its place (policy `skip`).
     Replaced,
+    /// Bad and not replaced; the home marks it failed in the slot.
     Failed,
 }
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
+    /// The deadline passed, or the socket's timeout, before the bytes came.
     #[error("no answer in time")]
     Timeout,
+    /// The peer closed or reset the connection.
     #[error("connection closed")]
     Closed,
+    /// Any other socket error.
     #[error("{0}")]
     Io(std::io::Error),
+    /// A frame announced (or a message needed) this many bytes, over `MAX_MESSAGE_BYTES`
+    /// (1 MiB).
     #[error("a frame of {0} bytes, over the limit of {MAX_MESSAGE_BYTES}")]
     TooLarge(usize),
+    /// The frame's body is not a message of this protocol (or a message could not be
+    /// encoded).
     #[error("not a message: {0}")]
-    Malformed(String),
+    Malformed(#[source] serde_json::Error),
 }
 
 impl WireError {
@@ -137,6 +178,7 @@ impl WireError {
 /// A connection messages cross: a TCP socket, or a TLS session over one
 /// ([`super::tls::Link`]). Deadlines are set on the socket underneath.
 pub trait Transport: Read + Write {
+    /// The TCP socket underneath, where deadlines and socket options are set.
     fn tcp(&self) -> &TcpStream;
 }
 
@@ -185,7 +227,7 @@ pub fn read_message(
     }
     let mut body = vec![0u8; len];
     read_exact_by(stream, &mut body, deadline)?;
-    serde_json::from_slice(&body).map_err(|e| WireError::Malformed(e.to_string()))
+    serde_json::from_slice(&body).map_err(WireError::Malformed)
 }
 
 /// Writes one message (and `then`, raw, right after it).
@@ -194,7 +236,7 @@ pub fn write_message(
     message: &Message,
     then: &[u8],
 ) -> Result<(), WireError> {
-    let body = serde_json::to_vec(message).map_err(|e| WireError::Malformed(e.to_string()))?;
+    let body = serde_json::to_vec(message).map_err(WireError::Malformed)?;
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&l| l as usize <= MAX_MESSAGE_BYTES)
@@ -212,7 +254,7 @@ pub fn write_message(
 
 /// How long the peer may go without acknowledging bytes sent, or without answering TCP
 /// keepalive probes, before the connection is given up.
-pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Keepalive: the first probe after this long without traffic, then every
 /// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] times.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
@@ -225,7 +267,7 @@ const KEEPALIVE_PROBES: u32 = 3;
 /// connection is idle), and writes that fail once the peer takes no byte for
 /// [`STALL_TIMEOUT`] (`SO_SNDTIMEO` and `TCP_USER_TIMEOUT`), so a stalled peer never holds a
 /// writer forever.
-pub fn tune(stream: &TcpStream) -> std::io::Result<()> {
+pub(crate) fn tune(stream: &TcpStream) -> std::io::Result<()> {
     use rustix::net::sockopt;
     stream.set_nodelay(true)?;
     stream.set_write_timeout(Some(STALL_TIMEOUT))?;
@@ -239,12 +281,12 @@ pub fn tune(stream: &TcpStream) -> std::io::Result<()> {
 }
 
 /// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The bytes of lower- or upper-case hex `text`; `None` when it is not hex.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

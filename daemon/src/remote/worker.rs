@@ -38,24 +38,39 @@ use stoker_pipeline::engine::EngineConfig;
 use stoker_pipeline::metrics as m;
 
 /// How long a new connection has to prove it holds the secret.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most jobs one connection keeps open.
-pub const MAX_JOBS_PER_CONNECTION: usize = 8;
+pub(crate) const MAX_JOBS_PER_CONNECTION: usize = 8;
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// `worker.listen` cannot be bound (a port in use, an address not this host's).
     #[error("worker.listen {addr}: {source}")]
     Bind {
+        /// `worker.listen` as configured.
         addr: String,
+        /// What bind reported.
         source: std::io::Error,
     },
+    /// `worker.secret_file` cannot be used.
     #[error("{0}")]
     Secret(#[from] super::auth::SecretError),
+    /// A `worker.tls_*` file cannot be used.
     #[error("{0}")]
     Tls(#[from] super::tls::TlsError),
+    /// `[worker]` has no `listen` address.
+    #[error("worker: worker.listen is needed")]
+    NoListen,
+    /// A `[worker]` value out of range, as the section's check words it.
     #[error("worker: {0}")]
     Setup(String),
+    /// A group of the worker's access rules is no group of this system.
+    #[error("worker: {0}")]
+    Rules(#[from] crate::serve::access::UnknownGroup),
+    /// The accept thread could not be spawned.
+    #[error("worker: cannot start the accept thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 impl WorkerError {
@@ -67,7 +82,7 @@ impl WorkerError {
 }
 
 /// What a worker needs besides `[worker]`: the datasets it may open and its engine settings.
-pub struct WorkerSetup {
+pub(crate) struct WorkerSetup {
     pub rules: DatasetRules,
     pub engine: EngineConfig,
 }
@@ -83,9 +98,9 @@ struct Shared {
 
 /// Binds `[worker] listen` and serves home daemons on a thread of its own; returns the
 /// address it listens on.
-pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, WorkerError> {
+pub(crate) fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, WorkerError> {
     let Some(addr) = &config.listen else {
-        return Err(WorkerError::Setup("worker.listen is needed".into()));
+        return Err(WorkerError::NoListen);
     };
     if let Some(reason) = config.problem() {
         return Err(WorkerError::Setup(reason));
@@ -122,7 +137,7 @@ pub fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketAddr, Wo
     std::thread::Builder::new()
         .name("stoker-worker-accept".into())
         .spawn(move || accept_loop(&listener, &shared))
-        .map_err(|e| WorkerError::Setup(format!("cannot start the accept thread: {e}")))?;
+        .map_err(WorkerError::Thread)?;
     tracing::info!(addr = %local, "remote worker listening");
     Ok(local)
 }
@@ -189,7 +204,9 @@ fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Lin
         None => Link::Plain(stream),
         Some(tls) => match tls.accept(stream, deadline) {
             Ok(link) => link,
-            Err(reason) => {
+            Err(e) => {
+                // As text, so the log line reads as it always has (a quoted string).
+                let reason = e.to_string();
                 tally::refused("handshake");
                 tracing::warn!(%peer, reason, "worker refused a peer's TLS handshake");
                 return None;
@@ -269,7 +286,9 @@ impl Connection<'_> {
         let shared = self.shared;
         let job = match WorkerJob::open(open, &shared.setup.rules, &shared.setup.engine) {
             Ok(job) => job,
-            Err(reason) => {
+            Err(e) => {
+                // As text: the home is sent it, and the log line reads as it always has.
+                let reason = e.to_string();
                 tally::refused("job");
                 tracing::warn!(peer = %self.peer, dataset = %open.dataset, reason,
                     "worker refused a job");
@@ -359,7 +378,7 @@ impl Connection<'_> {
     /// [`stoker_pipeline::metrics::WORKER_REFUSALS`] code); reserves the pixel memory its buffer must grow by.
     fn room_for(&self, at: usize, indices: &[u64]) -> Result<(), (&'static str, String)> {
         let job = &self.jobs[at].1;
-        job.check(indices).map_err(|e| ("unit", e))?;
+        job.check(indices).map_err(|e| ("unit", e.to_string()))?;
         let bytes = job.unit_bytes(indices.len());
         let max = self.shared.max_unit_bytes;
         if bytes > max {
@@ -372,7 +391,7 @@ impl Connection<'_> {
         self.shared
             .gate
             .reserve(self.peer.ip(), grow)
-            .map_err(|e| ("memory", e))
+            .map_err(|e| ("memory", e.to_string()))
     }
 }
 

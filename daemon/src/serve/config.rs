@@ -15,26 +15,26 @@ use stoker_pipeline::source::object::S3Config;
 use stoker_pipeline::transform::decode::{Limits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS};
 
 /// Socket file mode: owner and group may connect.
-pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+pub(crate) const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// Ring memory one client may hold, all its rings together (bytes).
-pub const DEFAULT_MAX_CLIENT_RING_BYTES: u64 = 8 << 30;
+pub(crate) const DEFAULT_MAX_CLIENT_RING_BYTES: u64 = 8 << 30;
 /// Ring memory one job may hold, all its ranks together (bytes).
-pub const DEFAULT_MAX_JOB_RING_BYTES: u64 = 64 << 30;
+pub(crate) const DEFAULT_MAX_JOB_RING_BYTES: u64 = 64 << 30;
 /// Most clients attached at once.
-pub const DEFAULT_MAX_CLIENTS: usize = 256;
+pub(crate) const DEFAULT_MAX_CLIENTS: usize = 256;
 /// Most jobs at once.
-pub const DEFAULT_MAX_JOBS: usize = 64;
+pub(crate) const DEFAULT_MAX_JOBS: usize = 64;
 /// Waiting connections one uid may hold, by default.
-pub const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
+pub(crate) const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
 /// Waiting connections in all, by default (also capped at half the fd limit).
-pub const DEFAULT_MAX_WAITING: usize = 1024;
+pub(crate) const DEFAULT_MAX_WAITING: usize = 1024;
 /// Milliseconds a new connection may take to send its first message, by default.
-pub const DEFAULT_ATTACH_DEADLINE_MS: u64 = 5000;
+pub(crate) const DEFAULT_ATTACH_DEADLINE_MS: u64 = 5000;
 
 /// What the server is started with (stokerd's config, validated, with the command line's
 /// overrides applied).
 #[derive(Debug, Clone)]
-pub struct ServeConfig {
+pub(crate) struct ServeConfig {
     /// Where to listen.
     pub socket: PathBuf,
     pub server: ServerConfig,
@@ -48,6 +48,7 @@ pub struct ServeConfig {
     pub engine: EngineConfig,
 }
 
+/// `[server]`: the socket clients connect to and the rings they get.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
@@ -76,14 +77,21 @@ impl Default for ServerConfig {
     }
 }
 
+/// `[limits]`: what one image, one client, one user and one job may cost the daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
+    /// The largest image decoded, in pixels (width × height); a larger one is a bad sample.
     pub max_pixels: u64,
+    /// The largest encoded sample read, in bytes; a larger one is a bad sample.
     pub max_file_bytes: u64,
+    /// Ring bytes all connections of one uid may hold at once.
     pub max_client_ring_bytes: u64,
+    /// Ring bytes all ranks of one job may hold at once.
     pub max_job_ring_bytes: u64,
+    /// Clients attached at once, in all.
     pub max_clients: usize,
+    /// Jobs at once, in all.
     pub max_jobs: usize,
     /// Clients (rings) one uid may have attached; unset: half of `max_clients` (at least 1),
     /// so no single user can hold every ring.
@@ -113,18 +121,18 @@ pub struct LimitsConfig {
 
 impl LimitsConfig {
     /// `max_clients_per_uid`, or half of `max_clients` (at least 1).
-    pub fn clients_per_uid(&self) -> usize {
+    pub(crate) fn clients_per_uid(&self) -> usize {
         self.max_clients_per_uid
             .unwrap_or((self.max_clients / 2).max(1))
     }
 
     /// `max_jobs_per_uid`, or half of `max_jobs` (at least 1).
-    pub fn jobs_per_uid(&self) -> usize {
+    pub(crate) fn jobs_per_uid(&self) -> usize {
         self.max_jobs_per_uid.unwrap_or((self.max_jobs / 2).max(1))
     }
 
     /// `user_shares` by uid (keys and values checked by the config's validation; bad ones left out).
-    pub fn shares(&self) -> BTreeMap<u32, f64> {
+    pub(crate) fn shares(&self) -> BTreeMap<u32, f64> {
         self.user_shares
             .iter()
             .filter_map(|(uid, share)| Some((uid.parse().ok()?, *share)))
@@ -172,6 +180,7 @@ impl Default for LimitsConfig {
     }
 }
 
+/// `[access]`: who may attach, and which datasets they may name by path.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessConfig {
@@ -191,13 +200,15 @@ pub struct AccessConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum GroupRef {
+    /// A numeric gid, used as is.
     Gid(u32),
+    /// A group name, looked up when the access rules are made.
     Name(String),
 }
 
 impl GroupRef {
     /// The gid, or `None` when the name is no group of this system.
-    pub fn gid(&self) -> Option<u32> {
+    pub(crate) fn gid(&self) -> Option<u32> {
         match self {
             GroupRef::Gid(g) => Some(*g),
             GroupRef::Name(n) => stoker_wire::socket::groups::gid_of(n),
@@ -216,7 +227,7 @@ impl std::fmt::Display for GroupRef {
 
 impl LimitsConfig {
     /// How far indexing may walk.
-    pub fn walk(&self) -> WalkLimits {
+    pub(crate) fn walk(&self) -> WalkLimits {
         WalkLimits {
             max_entries: self.max_index_entries,
             max_depth: self.max_index_depth,
@@ -224,7 +235,7 @@ impl LimitsConfig {
     }
 
     /// What a decoder refuses before decoding.
-    pub fn decode(&self) -> Limits {
+    pub(crate) fn decode(&self) -> Limits {
         Limits {
             max_pixels: self.max_pixels,
             max_file_bytes: self.max_file_bytes,

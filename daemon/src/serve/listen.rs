@@ -43,7 +43,7 @@ use super::{ServerError, HEARTBEAT_INTERVAL};
 const ACCEPT_LOG_PER_SECOND: u32 = 2;
 
 /// The daemon: a listening socket, the engine, the job registry.
-pub struct Server {
+pub(crate) struct Server {
     pub(super) listener: SeqPacketListener,
     pub(super) socket: PathBuf,
     /// False for a socket systemd passed: systemd owns the file, we leave it on drop.
@@ -158,7 +158,7 @@ fn sockopt<T>(got: rustix::io::Result<T>) -> Result<T, ListenerError> {
 }
 
 /// Checks `fd` is an AF_UNIX SOCK_SEQPACKET socket in the listening state.
-pub fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
+pub(crate) fn check_seqpacket_listener(fd: &OwnedFd) -> Result<(), ListenerError> {
     use rustix::net::sockopt;
     let domain = sockopt(sockopt::socket_domain(fd))?;
     let ty = sockopt(sockopt::socket_type(fd))?;
@@ -181,7 +181,7 @@ impl Server {
     /// been validated (with the command line's overrides applied); `backend` serves ranks that
     /// name a GPU (`Cuda`) or refuses them (`Cpu`).
     /// `extra` are more takers of the CPU engine's units (remote workers' connections).
-    pub fn bind(
+    pub(crate) fn bind(
         config: &ServeConfig,
         backend: BackendKind,
         extra: &[ExtraWorkers<'_>],
@@ -214,7 +214,7 @@ impl Server {
 
     /// Serves on a listening socket systemd passed (socket activation), after checking it is
     /// a listening unix SOCK_SEQPACKET socket. `socket` names it in logs and status.
-    pub fn from_activated(
+    pub(crate) fn from_activated(
         fd: OwnedFd,
         socket: PathBuf,
         config: &ServeConfig,
@@ -269,12 +269,12 @@ impl Server {
         })
     }
 
-    pub fn socket_path(&self) -> &Path {
+    pub(crate) fn socket_path(&self) -> &Path {
         &self.socket
     }
 
     /// What signals, the watchdog, status and metrics hold of this server.
-    pub fn handle(&self) -> ServerHandle {
+    pub(crate) fn handle(&self) -> ServerHandle {
         ServerHandle {
             state: Arc::clone(&self.state),
             registry: Arc::clone(&self.registry),
@@ -286,7 +286,7 @@ impl Server {
     }
 
     /// Accepts clients until [`ServerHandle::stop`] (then returns `Ok`) or accepting fails.
-    pub fn serve(&self) -> Result<(), ServerError> {
+    pub(crate) fn serve(&self) -> Result<(), ServerError> {
         tracing::info!(
             socket = %self.socket.display(),
             slots = self.slots,

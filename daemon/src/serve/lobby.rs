@@ -58,7 +58,7 @@ struct Waiting {
 }
 
 /// A connection whose first message has arrived: its thread may start.
-pub struct Arrived {
+pub(crate) struct Arrived {
     pub id: u64,
     pub sock: SeqPacket,
     pub peer: Peer,
@@ -89,7 +89,7 @@ impl Closed {
 }
 
 /// The waiting connections.
-pub struct Lobby {
+pub(crate) struct Lobby {
     limits: Caps,
     waiting: Vec<Waiting>,
     by_uid: HashMap<u32, usize>,
@@ -105,7 +105,7 @@ fn fd_share() -> usize {
 
 impl Lobby {
     /// An empty lobby under `[limits]`' caps and deadline.
-    pub fn new(limits: &LimitsConfig) -> Lobby {
+    pub(crate) fn new(limits: &LimitsConfig) -> Lobby {
         let limits = Caps {
             per_uid: limits.max_waiting_per_uid.max(1),
             total: limits.max_waiting.min(fd_share()).max(1),
@@ -120,16 +120,18 @@ impl Lobby {
     }
 
     /// Connections waiting now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 
     /// Takes a new connection in, or closes it when its uid or the lobby is full.
-    pub fn admit(&mut self, id: u64, sock: SeqPacket) {
+    pub(crate) fn admit(&mut self, id: u64, sock: SeqPacket) {
         let peer = match Peer::of(&sock) {
             Ok(p) => p,
             Err(_) => return self.closed(id, None, Closed::NoCredentials),
@@ -152,7 +154,7 @@ impl Lobby {
     }
 
     /// The fds to poll: the listener first, then every waiting connection in order.
-    pub fn poll_fds<'a>(&'a self, listener: &'a impl AsFd) -> Vec<PollFd<'a>> {
+    pub(crate) fn poll_fds<'a>(&'a self, listener: &'a impl AsFd) -> Vec<PollFd<'a>> {
         std::iter::once(PollFd::new(listener, PollFlags::IN))
             .chain(
                 self.waiting
@@ -163,7 +165,7 @@ impl Lobby {
     }
 
     /// How long the accept loop may sleep: `max`, or less when a deadline comes sooner.
-    pub fn timeout(&self, max: Duration) -> Duration {
+    pub(crate) fn timeout(&self, max: Duration) -> Duration {
         let now = Instant::now();
         self.waiting
             .iter()
@@ -174,7 +176,7 @@ impl Lobby {
     /// After a poll over [`Lobby::poll_fds`], given each entry's returned events: removes the connections whose first message has
     /// arrived (returned, for their threads), closes those that hung up or are past the
     /// deadline.
-    pub fn sort_out(&mut self, polled: &[PollFlags]) -> Vec<Arrived> {
+    pub(crate) fn sort_out(&mut self, polled: &[PollFlags]) -> Vec<Arrived> {
         let now = Instant::now();
         let mut arrived = Vec::new();
         let mut keep = Vec::with_capacity(self.waiting.len());
@@ -211,7 +213,7 @@ impl Lobby {
 
     /// Closes the oldest waiting connection of the uid holding the most (the daemon is out
     /// of fds); false when none waits.
-    pub fn evict_one(&mut self) -> bool {
+    pub(crate) fn evict_one(&mut self) -> bool {
         let Some((&uid, _)) = self.by_uid.iter().max_by_key(|(_, n)| **n) else {
             return false;
         };

@@ -46,21 +46,21 @@
 //! - The accept loop still wakes every [`HEARTBEAT_INTERVAL`] when idle: that is the
 //!   watchdog's proof of life ([`ServerHandle::is_alive`]), not a poll for state.
 
-pub mod access;
-pub mod config;
+pub(crate) mod access;
+pub(crate) mod config;
 mod connection;
 mod gpus;
 mod key;
 mod listen;
-pub mod lobby;
+pub(crate) mod lobby;
 mod ops;
 mod refusal;
 mod registry;
-pub mod stall;
+pub(crate) mod stall;
 mod wake;
 
-pub use listen::{check_seqpacket_listener, ListenerError, Server};
-pub use ops::{ServerHandle, WorkerFigures};
+pub(crate) use listen::{check_seqpacket_listener, ListenerError, Server};
+pub(crate) use ops::{ServerHandle, WorkerFigures};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,14 +70,14 @@ use stoker_wire::socket::SockError;
 use stoker_pipeline::engine::PipelineError;
 
 /// How long a new connection may take to send its ATTACH.
-pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a refused peer's first message is waited for before the refusal is sent.
 const REFUSED_PEER_DRAIN: Duration = Duration::from_secs(1);
 /// How often the accept loop beats the heart the watchdog checks ([`ServerHandle::is_alive`])
 /// when no client connects; a stop wakes it at once.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(200);
 /// What attached clients are told when the daemon drains.
-pub const STOPPING_MESSAGE: &str = "daemon stopping";
+pub(crate) const STOPPING_MESSAGE: &str = "daemon stopping";
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]

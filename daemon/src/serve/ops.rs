@@ -60,7 +60,7 @@ pub(super) struct ServerState {
 
 /// What a home daemon's remote workers did, as status and metrics show it. The service hands
 /// the remote room's board in; the server only asks it.
-pub trait WorkerFigures: Send + Sync {
+pub(crate) trait WorkerFigures: Send + Sync {
     /// Each worker's row of `stoker status` (none without workers).
     fn rows(&self) -> Vec<WorkerStatus>;
     /// The share of `all_images` (every image the engine filled) that workers filled; None
@@ -117,7 +117,7 @@ impl ServerState {
 
 /// What the operations side (signals, watchdog, status, metrics) holds of a running server.
 #[derive(Clone)]
-pub struct ServerHandle {
+pub(crate) struct ServerHandle {
     pub(super) state: Arc<ServerState>,
     pub(super) registry: Arc<Registry>,
     pub(super) engines: Arc<Engines>,
@@ -128,7 +128,7 @@ pub struct ServerHandle {
 
 impl ServerHandle {
     /// Starts the drain: the accept loop ends and attached clients are told "daemon stopping".
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.state.stopping.store(true, Ordering::Release);
         self.state.stop_event.signal();
         let forwarders = self
@@ -141,12 +141,12 @@ impl ServerHandle {
         }
     }
 
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         self.state.stopping()
     }
 
     /// Connection threads still running.
-    pub fn connections(&self) -> u64 {
+    pub(crate) fn connections(&self) -> u64 {
         *self
             .state
             .connections
@@ -155,7 +155,7 @@ impl ServerHandle {
     }
 
     /// Waits until every connection has ended, or `timeout`; true if they all ended.
-    pub fn wait_drained(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_drained(&self, timeout: Duration) -> bool {
         let n = self
             .state
             .connections
@@ -170,13 +170,13 @@ impl ServerHandle {
     }
 
     /// Shows `board`'s workers in status and metrics (once; later boards are ignored).
-    pub fn show_workers(&self, board: impl WorkerFigures + 'static) {
+    pub(crate) fn show_workers(&self, board: impl WorkerFigures + 'static) {
         let _ = self.state.remote.set(Box::new(board));
     }
 
     /// Replaces the access rules and registered datasets (config reload). Running jobs keep
     /// what they opened; new attaches see the new rules.
-    pub fn set_access(&self, access: AccessPolicy) {
+    pub(crate) fn set_access(&self, access: AccessPolicy) {
         *self
             .registry
             .access
@@ -185,13 +185,13 @@ impl ServerHandle {
     }
 
     /// The object storage of this server's datasets (a reload reconfigures it).
-    pub fn objects(&self) -> &Arc<stoker_pipeline::source::object::ObjectStore> {
+    pub(crate) fn objects(&self) -> &Arc<stoker_pipeline::source::object::ObjectStore> {
         &self.registry.objects
     }
 
     /// Whether the server still works: the accept loop looked up within `max_age` and the
     /// registry can be locked. The watchdog pings only while this holds.
-    pub fn is_alive(&self, max_age: Duration) -> bool {
+    pub(crate) fn is_alive(&self, max_age: Duration) -> bool {
         let now = u64::try_from(self.state.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let beat = self.state.heartbeat_ms.load(Ordering::Relaxed);
         let fresh =
@@ -206,7 +206,7 @@ impl ServerHandle {
 
     /// Recomputes images/s from the delivered count since the last call (call it every
     /// second or so); returns it.
-    pub fn update_rate(&self) -> f64 {
+    pub(crate) fn update_rate(&self) -> f64 {
         self.state
             .rate
             .update(self.state.delivered.load(Ordering::Relaxed))
@@ -221,7 +221,7 @@ impl ServerHandle {
     /// (clients, jobs, ring bytes, GPUs); returns the series the daemon renders itself as
     /// Prometheus text (the latency histograms and the per-rank data stall). Call it just
     /// before each render.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         let stages = self.engines.stage_figures();
         let t = &stages.totals;
         let delivered = self.state.delivered.load(Ordering::Relaxed);
@@ -312,7 +312,7 @@ impl ServerHandle {
     }
 
     /// A one-line summary for systemd's STATUS=.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let jobs = self.job_count();
         format!(
             "{} jobs, {} clients, {:.0} img/s{}",
@@ -325,7 +325,7 @@ impl ServerHandle {
 
     /// What `stoker status` shows a client of `viewer` uid: the daemon's figures, and the
     /// jobs it may see (its own; every job for root and the daemon's uid).
-    pub fn status(&self, viewer: u32) -> DaemonStatus {
+    pub(crate) fn status(&self, viewer: u32) -> DaemonStatus {
         let totals = self.engines.stage_figures().totals;
         let every_job = self.registry.access().sees_every_job(viewer);
         let mut jobs: Vec<JobStatus> = {

@@ -71,7 +71,7 @@ impl Reports {
 
 /// Every attached rank's latest reports.
 #[derive(Debug, Default)]
-pub struct StallBoard {
+pub(crate) struct StallBoard {
     ranks: Mutex<BTreeMap<RankKey, Reports>>,
 }
 
@@ -102,7 +102,7 @@ impl StallBoard {
 
     /// Prometheus text for every rank that reported (HELP and TYPE lines always, so the
     /// series are documented before the first report).
-    pub fn prometheus_text(&self) -> String {
+    pub(crate) fn prometheus_text(&self) -> String {
         let ranks = self.lock();
         let mut out = String::new();
         // Names, kinds and help text from the catalogue.
@@ -139,14 +139,14 @@ fn label_value(v: &str) -> String {
 
 /// One attached rank's place on the board; dropping it removes the rank.
 #[derive(Debug)]
-pub struct RankStallEntry {
+pub(crate) struct RankStallEntry {
     board: Arc<StallBoard>,
     key: RankKey,
 }
 
 impl RankStallEntry {
     /// Takes a STATS report.
-    pub fn record(&self, stats: Stats) {
+    pub(crate) fn record(&self, stats: Stats) {
         let mut ranks = self.board.lock();
         let r = ranks.entry(self.key.clone()).or_default();
         let backwards = stats.wait_ns < r.last.wait_ns || stats.compute_ns < r.last.compute_ns;

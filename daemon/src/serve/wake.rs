@@ -15,23 +15,23 @@ use rustix::event::EventfdFlags;
 
 /// A wake-up flag a `poll` can wait on.
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub(super) struct EventFd(OwnedFd);
 
 impl EventFd {
-    pub fn new() -> Result<EventFd, std::io::Error> {
+    pub(super) fn new() -> Result<EventFd, std::io::Error> {
         let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         Ok(EventFd(fd))
     }
 
     /// Makes the eventfd readable (wakes every poll on it) until it is drained.
-    pub fn signal(&self) {
+    pub(super) fn signal(&self) {
         // A full counter (EAGAIN) is still readable, which is all a signal needs.
         let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
     }
 
     /// Whether the eventfd was signalled (without clearing it).
     #[cfg(test)]
-    pub fn is_signalled(&self) -> bool {
+    pub(super) fn is_signalled(&self) -> bool {
         use rustix::event::{PollFd, PollFlags};
         let mut pfd = [PollFd::new(&self.0, PollFlags::IN)];
         let zero = rustix::event::Timespec {

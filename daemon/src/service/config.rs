@@ -24,30 +24,54 @@ use stoker_pipeline::engine::choice::BackendChoice;
 use stoker_pipeline::engine::{BadSamplePolicy, EngineConfig, MIN_SLOTS_PER_RANK};
 use stoker_pipeline::source::local::reader::ReaderKind;
 
+/// Why the configuration cannot be used; every one exits 78 (EX_CONFIG).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file could not be read.
     #[error("cannot read config {path}: {source}")]
     Read {
+        /// The config file.
         path: PathBuf,
+        /// What reading it reported.
         source: std::io::Error,
     },
+    /// The file is not TOML, or names a key or value no section has.
+    #[error("config {path}: {}", one_line(.source))]
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// The TOML parser's error, shown on one line with its line and column.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
     #[error("config {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("config {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// The key and the rule it broke, as [`Config::problem`] words it.
+        message: String,
+    },
     /// A command-line flag set a value the config file could not hold.
     #[error("command line: {message}")]
-    Flags { message: String },
+    Flags {
+        /// The key and the rule it broke, as [`Config::problem`] words it.
+        message: String,
+    },
 }
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `[server]`: the socket, its mode and group, slots per ring, the idle exit.
     pub server: ServerConfig,
+    /// `[pipeline]`: the backend, decode threads, the reader, the bad-sample policy.
     pub pipeline: PipelineConfig,
+    /// `[limits]`: decode limits, ring-memory and attach quotas, fair shares.
     pub limits: LimitsConfig,
+    /// `[access]`: who may attach and under which folders they may name datasets.
     pub access: AccessConfig,
+    /// `[metrics]`: the Prometheus listener.
     pub metrics: MetricsConfig,
     /// Registered datasets: name -> path. Clients may name these.
     pub datasets: BTreeMap<String, PathBuf>,
@@ -59,17 +83,22 @@ pub struct Config {
     pub remote: RemoteConfig,
 }
 
+/// `[pipeline]`: how the engine decodes.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
+    /// `auto` (CUDA where a GPU and its libraries are present, else the CPU), `cpu` or
+    /// `cuda`; `--backend` overrides it.
     pub backend: BackendChoice,
     /// Decode threads shared by every job; 0 means one per core.
     pub threads: usize,
+    /// How files are read: `auto` (io_uring, else pread), `io_uring` or `pread`.
     pub reader: ReaderKind,
     /// What happens to a sample that cannot be read or decoded.
     pub bad_samples: BadSamplePolicy,
 }
 
+/// `[metrics]`: the Prometheus text endpoint.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
@@ -88,10 +117,10 @@ impl Config {
     }
 
     /// Parses and validates config text; `path` names it in errors.
-    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: one_line(&e),
+            source,
         })?;
         match config.problem() {
             Some(message) => Err(ConfigError::Invalid {
@@ -103,7 +132,7 @@ impl Config {
     }
 
     /// The first value out of range, named by its key; `None` when the config is valid.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         if self.server.slots_per_rank < MIN_SLOTS_PER_RANK {
             return Some(format!(
                 "server.slots_per_rank must be at least {MIN_SLOTS_PER_RANK}, got {}",
@@ -155,7 +184,7 @@ impl Config {
     }
 
     /// The engine's share of `[pipeline]` and `[limits]`.
-    pub fn engine(&self) -> EngineConfig {
+    pub(crate) fn engine(&self) -> EngineConfig {
         EngineConfig {
             threads: self.pipeline.threads,
             reader: self.pipeline.reader,
@@ -169,7 +198,7 @@ impl Config {
 
     /// What the server is started with: its own sections, the datasets and object storage,
     /// the engine's share and the socket path.
-    pub fn serve(&self) -> ServeConfig {
+    pub(crate) fn serve(&self) -> ServeConfig {
         ServeConfig {
             socket: self.socket_path(),
             server: self.server.clone(),
@@ -183,12 +212,12 @@ impl Config {
 
     /// The Prometheus endpoint's address, if metrics are on (`metrics.listen`, checked by
     /// [`Config::problem`]).
-    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+    pub(crate) fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
         self.metrics.listen.as_deref().and_then(|a| a.parse().ok())
     }
 
     /// The socket path to listen on.
-    pub fn socket_path(&self) -> PathBuf {
+    pub(crate) fn socket_path(&self) -> PathBuf {
         self.server
             .socket
             .clone()
@@ -199,7 +228,7 @@ impl Config {
 /// Where the daemon listens unless told: [`stoker_wire::default_socket_path`] (`$STOKER_SOCKET`,
 /// else `/run/stoker/stoker.sock` for root, else the user's own
 /// `$XDG_RUNTIME_DIR/stoker/stoker.sock` or `/tmp/stoker-$UID/stoker.sock`).
-pub fn default_socket_path() -> PathBuf {
+pub(crate) fn default_socket_path() -> PathBuf {
     stoker_wire::default_socket_path()
 }
 

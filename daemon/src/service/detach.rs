@@ -25,6 +25,7 @@ use std::process::ExitCode;
 use rustix::process::{Pid, WaitOptions};
 
 /// What [`detach`] leaves each side of the fork.
+#[derive(Debug)]
 pub enum Role {
     /// The starter: exit with this code.
     Parent(ExitCode),
@@ -43,7 +44,7 @@ impl ReadyNotice {
     }
 
     /// Tells the starter the daemon serves; it exits 0. Only the first call writes.
-    pub fn ready(&mut self) {
+    pub(crate) fn ready(&mut self) {
         if let Some(mut pipe) = self.0.take() {
             // The starter may have been killed meanwhile; nothing to do about it then.
             let _ = pipe.write_all(b"ready\n");
@@ -54,8 +55,10 @@ impl ReadyNotice {
 /// Why the daemon could not detach.
 #[derive(Debug, thiserror::Error)]
 pub enum DetachError {
+    /// pipe2 failed.
     #[error("cannot create the readiness pipe: {0}")]
     Pipe(std::io::Error),
+    /// fork failed (no child was made).
     #[error("cannot fork: {0}")]
     Fork(std::io::Error),
 }

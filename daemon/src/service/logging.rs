@@ -19,7 +19,7 @@
 
 use std::io::{self, Write};
 
-pub use stoker_wire::escape::{escape_controls, escape_lines};
+pub(crate) use stoker_wire::escape::{escape_controls, escape_lines};
 
 /// Sets up `tracing` for `stokerd`: `$RUST_LOG` filter (default `info`), stderr, control
 /// characters escaped.
@@ -39,7 +39,7 @@ pub fn init_daemon() {
 
 /// Writes each log line (one `write` call per event, as `tracing_subscriber::fmt` does) with
 /// its control characters escaped, keeping the final newline.
-pub struct EscapingWriter<W: Write>(pub W);
+pub(crate) struct EscapingWriter<W: Write>(pub(crate) W);
 
 impl<W: Write> Write for EscapingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {

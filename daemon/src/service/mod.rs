@@ -16,7 +16,7 @@
 //! `/metrics` listener over the pipeline's names).
 //!
 //! # Limitations
-//! - A drain that outlasts [`DRAIN_TIMEOUT`] exits with clients still attached.
+//! - A drain that outlasts `run::DRAIN_TIMEOUT` (10 s) exits with clients still attached.
 //! - Reload (SIGHUP) applies the access rules and datasets only; the rest needs a restart.
 
 pub mod config;
@@ -26,4 +26,4 @@ pub mod metrics;
 mod run;
 pub mod systemd;
 
-pub use run::{run, ServiceError, StokerdArgs, DRAIN_TIMEOUT};
+pub use run::{run, ServiceError, StokerdArgs};

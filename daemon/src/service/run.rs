@@ -16,7 +16,7 @@ use crate::serve::access::AccessPolicy;
 use crate::serve::{Server, ServerError, ServerHandle};
 use crate::service::config::{Config, ConfigError};
 use crate::service::detach::ReadyNotice;
-use crate::service::metrics::{MetricsError, MetricsListener};
+use crate::service::metrics::{self, MetricsError};
 use crate::service::systemd::{self, Notifier, Signal, Signals, SystemdError};
 use stoker_pipeline::engine::choice::BackendChoice;
 use stoker_pipeline::engine::choice::BackendError;
@@ -25,7 +25,7 @@ use stoker_pipeline::source::object::ObjectStore;
 use stoker_wire::exit::Exit;
 
 /// How long attached clients get to go after SIGTERM before the daemon exits anyway.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often STATUS= is sent to systemd (and images/s recomputed).
 const STATUS_EVERY: Duration = Duration::from_secs(2);
 /// The accept loop must have looked up this recently for the watchdog to be fed.
@@ -93,7 +93,7 @@ pub struct StokerdArgs {
 /// A `--socket-mode` that is not a file mode.
 #[derive(Debug, thiserror::Error)]
 #[error("{0:?} is not a file mode in octal, like 600 or 660")]
-pub struct ModeError(String);
+pub(super) struct ModeError(String);
 
 fn parse_mode(s: &str) -> Result<u32, ModeError> {
     let digits = s.trim_start_matches("0o");
@@ -106,26 +106,38 @@ fn parse_mode(s: &str) -> Result<u32, ModeError> {
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    /// The config file or the flags (exit 78).
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// What systemd passed: `$NOTIFY_SOCKET`, `$WATCHDOG_USEC`, an activated socket.
     #[error("{0}")]
     Systemd(#[from] SystemdError),
+    /// The `--backend` / `pipeline.backend` choice could not be served.
     #[error("{0}")]
     Backend(#[from] BackendError),
+    /// The socket could not be bound or set up, or the server could not start.
     #[error("{0}")]
     Server(#[from] ServerError),
+    /// The `/metrics` recorder or listener.
     #[error("{0}")]
     Metrics(#[from] MetricsError),
+    /// A missing `worker.secret_file` could not be made.
     #[error("cannot make the shared secret file {path}: {source}")]
     Secret {
+        /// The secret file as configured.
         path: PathBuf,
+        /// What creating or writing it reported.
         source: std::io::Error,
     },
+    /// The remote-worker side (`[worker]` or `[remote]`) could not start.
     #[error("{0}")]
     Remote(crate::remote::worker::WorkerError),
+    /// A thread of the service could not be spawned.
     #[error("cannot start the {name} thread: {source}")]
     Thread {
+        /// The thread's role (`signal`, `supervisor`).
         name: &'static str,
+        /// What spawning it reported.
         source: std::io::Error,
     },
     /// A sticky CUDA error: the process must be relaunched (engine/cuda/sticky.rs).
@@ -253,7 +265,7 @@ fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceErro
     let prom = crate::service::metrics::install()?;
     let h = handle.clone();
     let worker = file.worker.listen.is_some();
-    MetricsListener::spawn(addr, prom, move || {
+    metrics::spawn_listener(addr, prom, move || {
         let mut text = h.metrics_text();
         if worker {
             text.push_str(&crate::remote::tally::metrics_text());
@@ -306,7 +318,7 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
         &file.worker.s3_prefixes,
         open,
     )
-    .map_err(|e| ServiceError::Remote(crate::remote::worker::WorkerError::Setup(e)))?;
+    .map_err(|e| ServiceError::Remote(e.into()))?;
     let setup = WorkerSetup {
         rules,
         engine: file.engine(),
@@ -409,7 +421,7 @@ fn spawn_signal_thread(
 impl StokerdArgs {
     /// Applies the flags that override config keys, then checks the result as a config file
     /// is checked (`--slots 1` is refused like `slots_per_rank = 1`).
-    pub fn apply_to(&self, config: &mut Config) -> Result<(), ConfigError> {
+    pub(crate) fn apply_to(&self, config: &mut Config) -> Result<(), ConfigError> {
         let server = &mut config.server;
         server.socket = self.socket.clone().or(server.socket.take());
         server.socket_mode = self.socket_mode.unwrap_or(server.socket_mode);

@@ -25,32 +25,42 @@ use rustix::net::{AddressFamily, SendFlags, SocketAddrUnix, SocketFlags, SocketT
 use crate::serve::{check_seqpacket_listener, ListenerError};
 
 /// The first fd systemd passes (`SD_LISTEN_FDS_START`).
-pub const LISTEN_FDS_START: RawFd = 3;
+pub(crate) const LISTEN_FDS_START: RawFd = 3;
 
 /// Why the systemd environment could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
+    /// `$NOTIFY_SOCKET` names no path or abstract address a datagram can be sent to.
     #[error("$NOTIFY_SOCKET {0:?} is not a usable socket address")]
     NotifyAddress(OsString),
+    /// The datagram socket for sd_notify could not be made.
     #[error("cannot create the notification socket: {0}")]
     NotifySocket(std::io::Error),
+    /// A variable systemd sets to a number (`$WATCHDOG_USEC`, `$LISTEN_PID`, ...) is not one.
     #[error("${name} is {value:?}, not a number")]
-    Number { name: &'static str, value: String },
+    Number {
+        /// The variable's name, without `$`.
+        name: &'static str,
+        /// Its value as set.
+        value: String,
+    },
+    /// The socket systemd passed is not one the daemon can serve on.
     #[error("the activated fd 3 is not a listening unix SOCK_SEQPACKET socket ({0})")]
     NotSeqPacketListener(ListenerError),
+    /// pthread_sigmask failed.
     #[error("cannot block signals: {0}")]
     SignalMask(std::io::Error),
 }
 
 /// Sends `sd_notify` datagrams to `$NOTIFY_SOCKET`.
-pub struct Notifier {
+pub(crate) struct Notifier {
     /// The socket and the address to send to; `None` when not run by systemd.
     target: Option<(OwnedFd, SocketAddrUnix)>,
 }
 
 impl Notifier {
     /// Reads `$NOTIFY_SOCKET`. Without it, [`Notifier::notify`] does nothing.
-    pub fn from_env() -> Result<Notifier, SystemdError> {
+    pub(crate) fn from_env() -> Result<Notifier, SystemdError> {
         let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
             return Ok(Notifier { target: None });
         };
@@ -68,17 +78,13 @@ impl Notifier {
     }
 
     /// A notifier that sends nothing.
-    pub fn disabled() -> Notifier {
+    pub(crate) fn disabled() -> Notifier {
         Notifier { target: None }
-    }
-
-    pub fn is_enabled(&self) -> bool {
-        self.target.is_some()
     }
 
     /// Sends `state` (newline-separated `KEY=value` lines). Failures are logged, not fatal:
     /// systemd going away must not stop the daemon.
-    pub fn notify(&self, state: &str) {
+    pub(crate) fn notify(&self, state: &str) {
         let Some((fd, addr)) = &self.target else {
             return;
         };
@@ -109,7 +115,7 @@ fn notify_address(path: &OsString) -> Result<SocketAddrUnix, SystemdError> {
 
 /// The watchdog interval systemd expects pings within (`$WATCHDOG_USEC`), when it applies
 /// to this process (`$WATCHDOG_PID` unset or ours).
-pub fn watchdog_interval() -> Result<Option<Duration>, SystemdError> {
+pub(crate) fn watchdog_interval() -> Result<Option<Duration>, SystemdError> {
     let Some(usec) = env_number("WATCHDOG_USEC")? else {
         return Ok(None);
     };
@@ -135,7 +141,7 @@ fn env_number(name: &'static str) -> Result<Option<u64>, SystemdError> {
 /// The listening socket systemd passed (socket activation), if `$LISTEN_PID` is this process.
 /// Removes the `LISTEN_*` variables, as `sd_listen_fds(1)` does; call it before starting
 /// threads. Returns the fd and its name from `$LISTEN_FDNAMES`.
-pub fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
+pub(crate) fn listen_fd() -> Result<Option<(OwnedFd, String)>, SystemdError> {
     let pid = env_number("LISTEN_PID")?;
     let count = env_number("LISTEN_FDS")?;
     let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
@@ -193,7 +199,7 @@ fn set_cloexec(fd: &OwnedFd) {
 }
 
 /// The path a unix listening socket is bound to, if it has one.
-pub fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
+pub(crate) fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
     let addr = rustix::net::getsockname(fd).ok()?;
     let addr = SocketAddrUnix::try_from(addr).ok()?;
     let path = addr.path()?;
@@ -203,7 +209,7 @@ pub fn socket_path(fd: &OwnedFd) -> Option<std::path::PathBuf> {
 }
 
 /// CLOCK_MONOTONIC in microseconds, for `RELOADING=1` / `MONOTONIC_USEC=`.
-pub fn monotonic_usec() -> u64 {
+pub(crate) fn monotonic_usec() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     // The monotonic clock is never negative.
     let (sec, nsec) = (
@@ -215,7 +221,7 @@ pub fn monotonic_usec() -> u64 {
 
 /// The signals the daemon acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// SIGTERM or SIGINT: drain and exit.
     Terminate,
     /// SIGHUP: reload the config.
@@ -253,7 +259,7 @@ impl Signals {
     }
 
     /// Waits for the next signal.
-    pub fn wait(&self) -> Signal {
+    pub(crate) fn wait(&self) -> Signal {
         loop {
             let mut sig: libc::c_int = 0;
             // SAFETY: `self.set` is an initialised sigset; `sig` is valid for writes.
@@ -267,6 +273,15 @@ impl Signals {
                 _ => continue,
             }
         }
+    }
+}
+
+impl std::fmt::Debug for Signals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The set is always the same three; libc's sigset_t has no Debug.
+        f.debug_struct("Signals")
+            .field("blocked", &["SIGTERM", "SIGINT", "SIGHUP"])
+            .finish_non_exhaustive()
     }
 }
 

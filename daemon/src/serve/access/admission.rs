@@ -22,7 +22,7 @@ use stoker_pipeline::source::local::fsopen::{self, OpenPolicy};
 
 /// What access decided for one dataset a client named.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// The name the client gave (for messages).
     name: String,
     /// The path (or `s3://` URL) to open.
@@ -51,7 +51,7 @@ impl Admission {
 
     /// Opens (indexes) the dataset under the decision's policy, then checks that every file
     /// it reads resolves under the roots (a file list or a symlink could point anywhere).
-    pub fn open(&self, opts: &OpenOptions) -> Result<Dataset, OpenDatasetError> {
+    pub(crate) fn open(&self, opts: &OpenOptions) -> Result<Dataset, OpenDatasetError> {
         let dataset = open_dataset(&self.name, &self.path, opts, &self.policy)?;
         // Resolved as the client, as they will be read (a 0700 folder of its own included).
         let creds = self.policy.credentials.as_ref();
@@ -131,15 +131,16 @@ fn open_dataset(
         Err(e) => return Err(OpenDatasetError::Dataset(e)),
     };
     if creds.is_some() {
-        let check = || -> Result<(), String> {
+        // The first file the client may not read, and why.
+        let check = || -> Result<(), (&Path, fsopen::OpenError)> {
             for p in dataset.indexed_paths() {
-                fsopen::check_readable(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                fsopen::check_readable(p).map_err(|e| (p, e))?;
             }
             Ok(())
         };
         fsopen::as_client(creds, check)
             .map_err(|e| denied(e.to_string()))?
-            .map_err(denied)?;
+            .map_err(|(p, e)| denied(format!("{}: {e}", p.display())))?;
     }
     Ok(dataset)
 }
@@ -155,7 +156,7 @@ fn is_permission(e: &DatasetError) -> bool {
 
 /// Why [`open_dataset`] failed.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenDatasetError {
+pub(crate) enum OpenDatasetError {
     /// The client may not read it.
     #[error("{0}")]
     Access(AccessError),

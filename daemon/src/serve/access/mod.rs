@@ -46,8 +46,8 @@ use std::path::{Component, Path, PathBuf};
 mod admission;
 mod quota;
 
-pub use admission::{Admission, OpenDatasetError};
-pub use quota::{QuotaGrant, Quotas};
+pub(crate) use admission::{Admission, OpenDatasetError};
+pub(crate) use quota::{QuotaGrant, Quotas};
 use stoker_wire::socket::{SeqPacket, SockError};
 
 use crate::serve::config::AccessConfig;
@@ -55,7 +55,7 @@ use stoker_pipeline::source::local::fsopen::{self, Credentials, OpenPolicy};
 
 /// Why an attach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AccessError {
+pub(crate) enum AccessError {
     /// The peer's credentials are not allowed.
     #[error("{0}")]
     Peer(String),
@@ -72,7 +72,7 @@ pub enum AccessError {
 
 /// The connecting process, as the kernel vouches for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub pid: i32,
     pub uid: u32,
     pub gid: u32,
@@ -83,7 +83,7 @@ pub struct Peer {
 impl Peer {
     /// The credentials the kernel recorded for the socket's peer when it connected: uid, gid
     /// (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS). The pid is for logs only.
-    pub fn of(sock: &SeqPacket) -> Result<Peer, SockError> {
+    pub(crate) fn of(sock: &SeqPacket) -> Result<Peer, SockError> {
         let cred = sock.peer_cred()?;
         Ok(Peer {
             pid: cred.pid,
@@ -105,7 +105,7 @@ pub struct UnknownGroup(pub String);
 
 /// The access rules of one daemon.
 #[derive(Debug, Clone)]
-pub struct AccessPolicy {
+pub(crate) struct AccessPolicy {
     daemon_uid: u32,
     allowed_uids: Vec<u32>,
     allowed_gids: Vec<u32>,
@@ -117,7 +117,7 @@ pub struct AccessPolicy {
 impl AccessPolicy {
     /// The rules of `access` over the registered datasets `registry`; a group name the
     /// system does not know is refused.
-    pub fn new(
+    pub(crate) fn new(
         access: &AccessConfig,
         registry: &BTreeMap<String, PathBuf>,
     ) -> Result<AccessPolicy, UnknownGroup> {
@@ -154,12 +154,12 @@ impl AccessPolicy {
     }
 
     /// The names of the registered datasets.
-    pub fn dataset_names(&self) -> Vec<String> {
+    pub(crate) fn dataset_names(&self) -> Vec<String> {
         self.registry.keys().cloned().collect()
     }
 
     /// The defaults: the daemon's own uid and root, any path for them, no registry.
-    pub fn permissive_for_owner() -> AccessPolicy {
+    pub(crate) fn permissive_for_owner() -> AccessPolicy {
         AccessPolicy::with_gids(&AccessConfig::default(), Vec::new(), &BTreeMap::new())
     }
 
@@ -169,13 +169,13 @@ impl AccessPolicy {
 
     /// Whether `uid` may see every user's jobs (root and the daemon's own uid); any other
     /// uid sees only the jobs it created.
-    pub fn sees_every_job(&self, uid: u32) -> bool {
+    pub(crate) fn sees_every_job(&self, uid: u32) -> bool {
         uid == self.daemon_uid || uid == 0
     }
 
     /// Whether `peer` may attach at all: root and the daemon's own uid always, others when
     /// the lists name their uid or one of their groups.
-    pub fn check_peer(&self, peer: &Peer) -> Result<(), AccessError> {
+    pub(crate) fn check_peer(&self, peer: &Peer) -> Result<(), AccessError> {
         let allowed = self.is_owner(peer)
             || self.allowed_uids.contains(&peer.uid)
             || self.allowed_gids.contains(&peer.gid)
@@ -206,7 +206,7 @@ impl AccessPolicy {
     /// Decides, once, whether `peer` may open the dataset it named `name`: the path to open,
     /// the credentials and symlink rule its files are read with, and the roots every file it
     /// reads must resolve under. The registry opens the dataset with that one decision.
-    pub fn admit(&self, peer: &Peer, name: &str) -> Result<Admission, AccessError> {
+    pub(crate) fn admit(&self, peer: &Peer, name: &str) -> Result<Admission, AccessError> {
         let path = self.resolve_dataset(peer, name)?;
         let policy = self.open_policy(peer, name);
         // A registered dataset is trusted; object storage has no local files to confine.

@@ -13,7 +13,7 @@ use crate::serve::key::JobKey;
 
 /// Ring memory and attachment counts, shared by every connection.
 #[derive(Debug)]
-pub struct Quotas {
+pub(crate) struct Quotas {
     /// `[limits]`: `max_client_ring_bytes`, `max_job_ring_bytes`, `max_clients`.
     limits: LimitsConfig,
     used: Mutex<Usage>,
@@ -30,14 +30,14 @@ struct Usage {
 
 /// One attached rank's share of the quotas; dropping it gives the share back.
 #[derive(Debug)]
-pub struct QuotaGrant {
+pub(crate) struct QuotaGrant {
     quotas: Arc<Quotas>,
     job: JobKey,
     bytes: u64,
 }
 
 impl Quotas {
-    pub fn new(limits: LimitsConfig) -> Arc<Quotas> {
+    pub(crate) fn new(limits: LimitsConfig) -> Arc<Quotas> {
         Arc::new(Quotas {
             limits,
             used: Mutex::default(),
@@ -96,7 +96,8 @@ impl Quotas {
     }
 
     /// Clients attached now and ring bytes they hold.
-    pub fn usage(&self) -> (usize, u64) {
+    #[cfg(test)]
+    pub(crate) fn usage(&self) -> (usize, u64) {
         let u = self.used.lock().unwrap_or_else(|e| e.into_inner());
         (u.clients, u.by_uid.values().sum())
     }

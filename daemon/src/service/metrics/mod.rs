@@ -11,7 +11,7 @@
 //! - [`install`] installs `metrics-exporter-prometheus`'s recorder (without its HTTP stack),
 //!   describes every series of the catalogue and registers every label set known at start at
 //!   zero, so a scrape lists each documented series from the start.
-//! - [`MetricsListener`] accepts on one thread and answers each connection on a thread of its
+//! - [`spawn_listener`] accepts on one thread and answers each connection on a thread of its
 //!   own, at most [`MAX_CONNECTIONS`] at a time (past that a new connection is closed at
 //!   once): read one request of at most [`MAX_REQUEST_BYTES`], answer, close. The whole
 //!   request must arrive within [`REQUEST_TIMEOUT`] and the whole answer leave within
@@ -39,42 +39,48 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 pub use stoker_pipeline::metrics::*;
 
 /// Largest HTTP request head read.
-pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// How long a scraper may take to send its whole request.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a scraper may take to read the whole answer.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections answered at once; more are closed as they come.
-pub const MAX_CONNECTIONS: usize = 8;
+pub(crate) const MAX_CONNECTIONS: usize = 8;
 
+/// Why `/metrics` could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
+    /// The Prometheus recorder could not be built or made the global recorder.
     #[error("cannot install the metrics recorder: {0}")]
-    Recorder(String),
+    Recorder(#[source] metrics_exporter_prometheus::BuildError),
+    /// `metrics.listen` (or `--metrics-listen`) cannot be bound: a configuration error.
     #[error("cannot listen for metrics on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// What bind reported.
         source: std::io::Error,
     },
+    /// The listener's thread could not be spawned.
     #[error("cannot start the metrics thread: {0}")]
     Thread(std::io::Error),
 }
 
 impl MetricsError {
     /// An address that cannot be bound is a configuration error (exit 78).
-    pub fn is_config(&self) -> bool {
+    pub(crate) fn is_config(&self) -> bool {
         matches!(self, MetricsError::Bind { .. })
     }
 }
 
 /// Installs the Prometheus recorder as the global `metrics` recorder and describes and
 /// registers every series of the [`catalogue`] it renders. Call once.
-pub fn install() -> Result<PrometheusHandle, MetricsError> {
+pub(crate) fn install() -> Result<PrometheusHandle, MetricsError> {
     let handle = PrometheusBuilder::new()
         .set_buckets(STAGE_BUCKETS)
-        .map_err(|e| MetricsError::Recorder(e.to_string()))?
+        .map_err(MetricsError::Recorder)?
         .install_recorder()
-        .map_err(|e| MetricsError::Recorder(e.to_string()))?;
+        .map_err(MetricsError::Recorder)?;
     for series in ALL.iter().filter(|s| s.source == Source::Recorder) {
         describe(series);
         register(series);
@@ -113,45 +119,34 @@ fn register(s: &Series) {
     }
 }
 
-/// The `/metrics` HTTP listener.
-pub struct MetricsListener {
+/// Binds `addr` and serves the `/metrics` HTTP listener on a thread of its own; returns the
+/// address it serves on. `refresh` runs before each render; the Prometheus text it returns is
+/// appended to the recorder's.
+pub(crate) fn spawn_listener(
     addr: SocketAddr,
-}
-
-impl MetricsListener {
-    /// Binds `addr` and serves on a thread of its own. `refresh` runs before each render;
-    /// the Prometheus text it returns is appended to the recorder's.
-    pub fn spawn(
-        addr: SocketAddr,
-        handle: PrometheusHandle,
-        refresh: impl Fn() -> String + Send + Sync + 'static,
-    ) -> Result<MetricsListener, MetricsError> {
-        let listener =
-            TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
-        let addr = listener.local_addr().unwrap_or(addr);
-        let refresh = Arc::new(refresh);
-        std::thread::Builder::new()
-            .name("stoker-metrics".into())
-            .spawn(move || {
-                let busy = Arc::new(AtomicUsize::new(0));
-                for conn in listener.incoming() {
-                    match conn {
-                        Ok(s) => serve_one(s, &busy, &handle, &refresh),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "metrics accept failed");
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
+    handle: PrometheusHandle,
+    refresh: impl Fn() -> String + Send + Sync + 'static,
+) -> Result<SocketAddr, MetricsError> {
+    let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
+    let addr = listener.local_addr().unwrap_or(addr);
+    let refresh = Arc::new(refresh);
+    std::thread::Builder::new()
+        .name("stoker-metrics".into())
+        .spawn(move || {
+            let busy = Arc::new(AtomicUsize::new(0));
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => serve_one(s, &busy, &handle, &refresh),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics accept failed");
+                        std::thread::sleep(Duration::from_millis(50));
                     }
                 }
-            })
-            .map_err(MetricsError::Thread)?;
-        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
-        Ok(MetricsListener { addr })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
+            }
+        })
+        .map_err(MetricsError::Thread)?;
+    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    Ok(addr)
 }
 
 /// Answers `s` on a thread of its own, unless [`MAX_CONNECTIONS`] are being answered (then
