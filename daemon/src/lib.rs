@@ -7,10 +7,8 @@
 //!   `stall`, `access`);
 //! - **remote**: `remote` (remote CPU workers: a worker's TCP listener, the home daemon's
 //!   backends that send units to workers, the wire, the shared-secret handshake);
-//! - **service**: `service` (what `stokerd` runs; `config`, `backend` (the `--backend`
-//!   choice), `systemd`, `detach`, `logging`, `metrics`): the composition root.
-
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
+//! - **service**: `service` (what `stokerd` runs; `config`, `systemd`, `detach`, `logging`,
+//!   `metrics`): the composition root.
 
 pub mod remote;
 pub(crate) mod serve;

@@ -13,8 +13,6 @@
 //!
 //! This crate knows nothing of decoding: it describes what a batch is and how it travels.
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
-
 pub mod capi;
 pub mod client;
 pub mod dlpack;

@@ -3,7 +3,6 @@
 //! configuration errors exit with 78 (EX_CONFIG) so that systemd's
 //! `RestartPreventExitStatus=78` stops a restart loop; other failures with 1.
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

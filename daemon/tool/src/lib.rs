@@ -8,8 +8,6 @@
 //! - `pack`: WebDataset tar shards from any dataset;
 //! - `edge_manifest`: the edge corpus's manifest (what each file must do).
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
-
 mod bench;
 pub mod cli;
 pub mod edge_manifest;

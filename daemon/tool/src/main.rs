@@ -1,7 +1,6 @@
 //! `stoker`: the command-line tool. A thin main: parse the arguments, dispatch into
 //! `stoker_tool::cli`, exit with the command's code.
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 use std::io::IsTerminal;

@@ -20,7 +20,6 @@
 //! - The check and the later use are separate steps; they hold together because nobody but
 //!   this uid (and root) may change a folder that passed.
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
 use std::fs::{self, DirBuilder, File, OpenOptions};

@@ -14,8 +14,6 @@
 //! The client (`stoker-client`), the pipeline (`stoker-pipeline`), the daemon and the tool all
 //! depend on this crate; it depends on none of them.
 
-#![warn(unreachable_pub, missing_docs, missing_debug_implementations)]
-
 pub mod escape;
 pub mod exit;
 pub mod protocol;
