@@ -10,7 +10,7 @@ use crate::status::{self, CUresult};
 /// Handles of different kinds come from different ranges, so one passed as another is
 /// `CUDA_ERROR_INVALID_HANDLE`, not a silent success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandleKind {
+pub(crate) enum HandleKind {
     Context = 1,
     Stream = 2,
     Event = 3,
@@ -21,21 +21,17 @@ pub enum HandleKind {
 
 const HANDLE_BASE: u64 = 0x57e0_0000_0000;
 
-pub fn handle(kind: HandleKind, n: u64) -> u64 {
+pub(crate) fn handle(kind: HandleKind, n: u64) -> u64 {
     HANDLE_BASE + ((kind as u64) << 36) + n * 16
 }
 
-pub fn handle_kind_is(h: u64, kind: HandleKind) -> bool {
-    h >= HANDLE_BASE && ((h - HANDLE_BASE) >> 36) == kind as u64
-}
-
 /// The primary context of device `dev`.
-pub fn ctx_handle(dev: usize) -> u64 {
+pub(crate) fn ctx_handle(dev: usize) -> u64 {
     handle(HandleKind::Context, dev as u64 + 1)
 }
 
 /// The driver's statuses at the C boundary (a panic is `CUDA_ERROR_UNKNOWN`).
-pub const BOUNDARY: Boundary<CUresult> = Boundary {
+pub(crate) const BOUNDARY: Boundary<CUresult> = Boundary {
     library: "stoker GPU emulator",
     success: status::SUCCESS,
     null_pointer: status::INVALID_VALUE,
@@ -46,7 +42,7 @@ pub const BOUNDARY: Boundary<CUresult> = Boundary {
 ///
 /// # Safety
 /// `p` must be null or valid for a write of `T`.
-pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
+pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
     // SAFETY: the caller's promise.
     unsafe { BOUNDARY.write_out(p, v) }
 }

@@ -24,42 +24,42 @@
 use serde::Deserialize;
 
 /// Mebibytes of memory of a default device.
-pub const DEFAULT_MEMORY_MIB: u64 = 4096;
+pub(crate) const DEFAULT_MEMORY_MIB: u64 = 4096;
 
 /// One emulated GPU.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct DeviceConfig {
+pub(crate) struct DeviceConfig {
     /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-    pub uuid: String,
+    pub(crate) uuid: String,
     #[serde(default = "default_name")]
-    pub name: String,
+    pub(crate) name: String,
     #[serde(default = "default_cc")]
-    pub compute_capability: [u32; 2],
+    pub(crate) compute_capability: [u32; 2],
     #[serde(default = "default_memory")]
-    pub memory_mib: u64,
+    pub(crate) memory_mib: u64,
     /// Hardware JPEG engines (`nvjpegGetHardwareDecoderInfo`); 0: no hardware decoder.
     #[serde(default = "default_engines")]
-    pub jpeg_engines: u32,
+    pub(crate) jpeg_engines: u32,
     #[serde(default = "default_cores")]
-    pub jpeg_cores_per_engine: u32,
+    pub(crate) jpeg_cores_per_engine: u32,
     /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`; without it `cuMemCreate` is
     /// `NOT_SUPPORTED`.
     #[serde(default = "default_true")]
-    pub vmm: bool,
+    pub(crate) vmm: bool,
     /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`; without it an
     /// allocation asking for POSIX-fd handles is `NOT_SUPPORTED`.
     #[serde(default = "default_true")]
-    pub posix_fd: bool,
+    pub(crate) posix_fd: bool,
     /// `CU_DEVICE_ATTRIBUTE_COMPUTE_MODE`.
     #[serde(default)]
-    pub compute_mode: ComputeMode,
+    pub(crate) compute_mode: ComputeMode,
 }
 
 /// A device's compute mode (`CUcomputemode`), as `nvidia-smi -c` sets it.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum ComputeMode {
+pub(crate) enum ComputeMode {
     /// `CU_COMPUTEMODE_DEFAULT`: any number of contexts.
     #[default]
     Default,
@@ -71,7 +71,7 @@ pub enum ComputeMode {
 
 impl ComputeMode {
     /// The `CUcomputemode` value.
-    pub fn value(self) -> i32 {
+    pub(crate) fn value(self) -> i32 {
         match self {
             ComputeMode::Default => 0,
             ComputeMode::Prohibited => 2,
@@ -102,35 +102,35 @@ fn default_cores() -> u32 {
 /// Make the `nth` call (1-based, counted per process) of `call` return `error`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct FaultConfig {
-    pub call: String,
-    pub nth: u64,
-    pub error: String,
+pub(crate) struct FaultConfig {
+    pub(crate) call: String,
+    pub(crate) nth: u64,
+    pub(crate) error: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct EmuConfig {
+pub(crate) struct EmuConfig {
     #[serde(default = "default_devices")]
-    pub devices: Vec<DeviceConfig>,
+    pub(crate) devices: Vec<DeviceConfig>,
     #[serde(default)]
-    pub op_delay_us: u64,
+    pub(crate) op_delay_us: u64,
     /// `cuDriverGetVersion`: 1000 * major + 10 * minor.
     #[serde(default = "default_driver_version")]
-    pub driver_version: i32,
+    pub(crate) driver_version: i32,
     #[serde(default)]
-    pub faults: Vec<FaultConfig>,
+    pub(crate) faults: Vec<FaultConfig>,
 }
 
 /// The driver version reported by default: CUDA 13.0 (an R580 driver).
-pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
+pub(crate) const DEFAULT_DRIVER_VERSION: i32 = 13000;
 
 fn default_driver_version() -> i32 {
     DEFAULT_DRIVER_VERSION
 }
 
 /// Two Hopper-like devices, so multi-GPU paths run by default.
-pub fn default_devices() -> Vec<DeviceConfig> {
+pub(crate) fn default_devices() -> Vec<DeviceConfig> {
     (0..2)
         .map(|i| DeviceConfig {
             uuid: format!("GPU-57e0e3c0-0000-4000-8000-00000000000{i}"),
@@ -148,33 +148,33 @@ pub fn default_devices() -> Vec<DeviceConfig> {
 
 /// A device as this process sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Device {
-    pub uuid: [u8; 16],
-    pub config: DeviceConfig,
+pub(crate) struct Device {
+    pub(crate) uuid: [u8; 16],
+    pub(crate) config: DeviceConfig,
 }
 
 /// A fault to inject: the `nth` call (from 1) of the exported symbol `call` fails with
 /// `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedFault {
-    pub call: String,
-    pub nth: u64,
-    pub status: i32,
+pub(crate) struct PlannedFault {
+    pub(crate) call: String,
+    pub(crate) nth: u64,
+    pub(crate) status: i32,
 }
 
 /// The machine after reading every source.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// Visible devices, in ordinal order.
-    pub devices: Vec<Device>,
-    pub op_delay_us: u64,
+    pub(crate) devices: Vec<Device>,
+    pub(crate) op_delay_us: u64,
     /// `cuDriverGetVersion`: the newest CUDA this driver runs.
-    pub driver_version: i32,
-    pub faults: Vec<PlannedFault>,
+    pub(crate) driver_version: i32,
+    pub(crate) faults: Vec<PlannedFault>,
 }
 
 /// Parses `GPU-` + 8-4-4-4-12 hex digits.
-pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+pub(crate) fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     let rest = s.strip_prefix("GPU-")?;
     let groups: Vec<usize> = rest.split('-').map(str::len).collect();
     if groups != [8, 4, 4, 4, 12] {
@@ -189,7 +189,7 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
 }
 
 /// Formats a UUID as nvidia-smi does.
-pub fn format_uuid(u: &[u8; 16]) -> String {
+pub(crate) fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "GPU-{}-{}-{}-{}-{}",
@@ -206,7 +206,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// Reads the configuration from the environment. The error names the input and the reason.
-pub fn load() -> Result<Machine, String> {
+pub(crate) fn load() -> Result<Machine, String> {
     let config: EmuConfig = match env("STOKER_EMU_CONFIG") {
         None => EmuConfig {
             devices: default_devices(),

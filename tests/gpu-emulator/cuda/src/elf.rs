@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::status::{self, CUresult};
 
 /// `EM_CUDA`.
-pub const EM_CUDA: u16 = 190;
+pub(crate) const EM_CUDA: u16 = 190;
 const SHT_SYMTAB: u32 = 2;
 const SHT_NOBITS: u32 = 8;
 const STT_FUNC: u8 = 2;
@@ -20,28 +20,28 @@ const EIFMT_SVAL: u8 = 0x04;
 
 /// One kernel parameter: its position in the parameter buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Param {
-    pub ordinal: u16,
-    pub offset: u16,
-    pub size: u16,
+pub(crate) struct Param {
+    pub(crate) ordinal: u16,
+    pub(crate) offset: u16,
+    pub(crate) size: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelInfo {
+pub(crate) struct KernelInfo {
     /// By ordinal.
-    pub params: Vec<Param>,
+    pub(crate) params: Vec<Param>,
     /// Bytes of the parameter buffer (`EIATTR_PARAM_CBANK`).
-    pub param_bytes: usize,
+    pub(crate) param_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
-pub struct Cubin {
+pub(crate) struct Cubin {
     /// 10 * major + minor.
-    pub arch: u32,
-    pub kernels: HashMap<String, KernelInfo>,
+    pub(crate) arch: u32,
+    pub(crate) kernels: HashMap<String, KernelInfo>,
     /// The CUDA toolkit that built it, (major, minor), from the `.note.nv.tkinfo` note
     /// ("Cuda compilation tools, release 13.5, V13.5.37"); `None` when the cubin has none.
-    pub toolkit: Option<(u32, u32)>,
+    pub(crate) toolkit: Option<(u32, u32)>,
 }
 
 /// The "release M.m" of a `.note.nv.tkinfo` section.
@@ -58,7 +58,7 @@ fn toolkit_release(note: &[u8]) -> Option<(u32, u32)> {
 }
 
 /// The PTX ISA version (`.version M.m`) of a PTX text, if `image` is one.
-pub fn ptx_isa(image: &[u8]) -> Option<(u32, u32)> {
+pub(crate) fn ptx_isa(image: &[u8]) -> Option<(u32, u32)> {
     let text = std::str::from_utf8(image).ok()?;
     let line = text
         .lines()
@@ -83,7 +83,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<usize> {
 /// # Safety
 /// `image` must point at a readable ELF image (the driver's contract: the caller passes a
 /// whole cubin), or at least 64 readable bytes that are not one.
-pub unsafe fn image_len(image: *const u8) -> Result<usize, CUresult> {
+pub(crate) unsafe fn image_len(image: *const u8) -> Result<usize, CUresult> {
     // SAFETY: the caller promises 64 readable bytes.
     let head = unsafe { std::slice::from_raw_parts(image, 64) };
     if &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
@@ -188,7 +188,7 @@ fn kernel_info(nv_info: &[u8]) -> Option<KernelInfo> {
 
 /// Parses a whole cubin. Not an ELF, not `EM_CUDA`, or unreadable tables:
 /// `CUDA_ERROR_INVALID_IMAGE`.
-pub fn parse(b: &[u8]) -> Result<Cubin, CUresult> {
+pub(crate) fn parse(b: &[u8]) -> Result<Cubin, CUresult> {
     let bad = status::INVALID_IMAGE;
     if u16_at(b, 0x12) != Some(EM_CUDA) {
         return Err(bad);

@@ -18,14 +18,14 @@ use std::collections::HashMap;
 use crate::config::PlannedFault;
 use crate::status::CUresult;
 
-pub struct Faults {
+pub(crate) struct Faults {
     calls: HashMap<String, u64>,
     /// `nth` counts calls from `cuInit` on.
     planned: Vec<PlannedFault>,
 }
 
 impl Faults {
-    pub fn new(planned: &[PlannedFault]) -> Faults {
+    pub(crate) fn new(planned: &[PlannedFault]) -> Faults {
         Faults {
             calls: HashMap::new(),
             planned: planned.to_vec(),
@@ -33,7 +33,7 @@ impl Faults {
     }
 
     /// Counts one call of `name`; the status to fail it with, if one is planned.
-    pub fn hit(&mut self, name: &str) -> Option<CUresult> {
+    pub(crate) fn hit(&mut self, name: &str) -> Option<CUresult> {
         let n = self.calls.entry(name.to_string()).or_insert(0);
         *n += 1;
         let n = *n;
@@ -45,7 +45,7 @@ impl Faults {
     }
 
     /// Plans a fault on the `nth` call of `name` from now on.
-    pub fn plan(&mut self, name: &str, nth: u64, code: CUresult) {
+    pub(crate) fn plan(&mut self, name: &str, nth: u64, code: CUresult) {
         let done = self.calls.get(name).copied().unwrap_or(0);
         self.planned.push(PlannedFault {
             call: name.to_string(),

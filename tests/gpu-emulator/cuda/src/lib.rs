@@ -29,6 +29,10 @@
 //! of which knows the process-wide state; [`state`]; [`stats`]; [`api`], whose file of each
 //! subsystem's name holds that subsystem's `extern "C"` calls.
 //!
+//! Public as Rust items: [`api`] (the exported calls and the C structs they take), [`status`]
+//! and [`stats`] (the contract tests name the statuses and [`stats::EmuLive`]); the rest is
+//! the crate's own.
+//!
 //! What this proves and what only a GPU proves: docs/cuda.md, "The emulated GPU".
 //!
 //! # Limitations
@@ -49,14 +53,14 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod api;
-pub mod boundary;
-pub mod config;
-pub mod elf;
-pub mod faults;
-pub mod memory;
-pub mod module;
-pub mod state;
+mod boundary;
+mod config;
+mod elf;
+mod faults;
+mod memory;
+mod module;
+mod state;
 pub mod stats;
 pub mod status;
-pub mod stream;
-pub mod vmm;
+mod stream;
+mod vmm;

@@ -19,27 +19,27 @@ use crate::status::{self, CUresult};
 use crate::vmm::VmmState;
 
 #[derive(Debug, Clone, Copy)]
-pub struct Region {
-    pub size: u64,
-    pub dev: usize,
+pub(crate) struct Region {
+    pub(crate) size: u64,
+    pub(crate) dev: usize,
 }
 
 #[derive(Default)]
-pub struct MemState {
+pub(crate) struct MemState {
     /// `cuMemAlloc` allocations by address.
-    pub device: BTreeMap<u64, Region>,
+    pub(crate) device: BTreeMap<u64, Region>,
     /// Pinned host allocations by address.
-    pub pinned: BTreeMap<u64, Region>,
+    pub(crate) pinned: BTreeMap<u64, Region>,
     /// Host ranges pinned with `cuMemHostRegister` (owned by the caller, never unmapped here).
-    pub registered: BTreeMap<u64, Region>,
-    pub vmm: VmmState,
+    pub(crate) registered: BTreeMap<u64, Region>,
+    pub(crate) vmm: VmmState,
     /// Asynchronous host-to-device copies so far, by their source's memory:
     /// (pageable, pinned). Reported in the stats file (rule 24).
-    pub async_uploads: (u64, u64),
+    pub(crate) async_uploads: (u64, u64),
 }
 
 /// Maps `size` bytes of fresh read-write anonymous memory.
-pub fn map_anon(size: u64) -> Result<u64, CUresult> {
+pub(crate) fn map_anon(size: u64) -> Result<u64, CUresult> {
     // SAFETY: a new private anonymous mapping chosen by the kernel; it aliases nothing.
     let p = unsafe {
         libc::mmap(
@@ -61,7 +61,7 @@ pub fn map_anon(size: u64) -> Result<u64, CUresult> {
 ///
 /// # Safety
 /// `p..p+size` must be a mapping [`map_anon`] made, which nothing uses any more.
-pub unsafe fn unmap(p: u64, size: u64) {
+pub(crate) unsafe fn unmap(p: u64, size: u64) {
     // SAFETY: the caller's promise.
     unsafe { libc::munmap(p as *mut c_void, size as usize) };
 }
@@ -75,7 +75,7 @@ fn find(map: &BTreeMap<u64, Region>, p: u64, len: u64) -> Option<(u64, Region)> 
 
 impl MemState {
     /// Checks that `p..p+len` is device memory of `dev` a copy may touch.
-    pub fn device_range(&self, dev: usize, p: u64, len: u64) -> Result<(), CUresult> {
+    pub(crate) fn device_range(&self, dev: usize, p: u64, len: u64) -> Result<(), CUresult> {
         if let Some((_, r)) = find(&self.device, p, len) {
             return if r.dev == dev {
                 Ok(())
@@ -89,13 +89,13 @@ impl MemState {
         Err(status::INVALID_VALUE)
     }
 
-    pub fn is_pinned(&self, p: u64, len: u64) -> bool {
+    pub(crate) fn is_pinned(&self, p: u64, len: u64) -> bool {
         find(&self.pinned, p, len).is_some() || find(&self.registered, p, len).is_some()
     }
 
     /// Frees the memory of `dev`'s context (its last reference went); returns the bytes of
     /// device memory that were in use, for the device's count.
-    pub fn free_context(&mut self, dev: usize) -> u64 {
+    pub(crate) fn free_context(&mut self, dev: usize) -> u64 {
         let mut device_bytes = 0;
         for (map, counts) in [(&mut self.device, true), (&mut self.pinned, false)] {
             let gone: Vec<(u64, Region)> = map

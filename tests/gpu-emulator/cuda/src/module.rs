@@ -22,16 +22,16 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use crate::elf::KernelInfo;
 use crate::status::{self, CUresult};
 
-pub struct ModuleEntry {
-    pub dev: usize,
-    pub kernels: HashMap<String, KernelInfo>,
+pub(crate) struct ModuleEntry {
+    pub(crate) dev: usize,
+    pub(crate) kernels: HashMap<String, KernelInfo>,
 }
 
 extern "C" {
     /// Bytes of the parameter buffer the host build of `name` expects; -1: no such kernel.
-    pub fn stoker_emu_host_kernel_params(name: *const c_char) -> i64;
+    pub(crate) fn stoker_emu_host_kernel_params(name: *const c_char) -> i64;
     /// Runs the host build of `name` over the grid; 0 on success.
-    pub fn stoker_emu_run_host_kernel(
+    pub(crate) fn stoker_emu_run_host_kernel(
         name: *const c_char,
         params: *const u8,
         grid: *const c_uint,
@@ -43,7 +43,7 @@ extern "C" {
 ///
 /// # Safety
 /// `args` must hold one pointer per parameter, each to `size` readable bytes.
-pub unsafe fn pack(info: &KernelInfo, args: *mut *mut c_void) -> Result<Vec<u8>, CUresult> {
+pub(crate) unsafe fn pack(info: &KernelInfo, args: *mut *mut c_void) -> Result<Vec<u8>, CUresult> {
     let mut buf = vec![0u8; info.param_bytes];
     if info.params.is_empty() {
         return Ok(buf);

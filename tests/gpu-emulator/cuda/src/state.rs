@@ -30,43 +30,43 @@ use crate::status::{self, CUresult, Stickiness};
 use crate::stream::{EventState, StreamEntry, Worker};
 
 #[derive(Debug, Default)]
-pub struct CtxState {
-    pub refs: u32,
+pub(crate) struct CtxState {
+    pub(crate) refs: u32,
     /// The status every call in this context returns after a sticky error.
-    pub sticky: Option<CUresult>,
+    pub(crate) sticky: Option<CUresult>,
 }
 
-pub struct DeviceState {
-    pub ctx: CtxState,
+pub(crate) struct DeviceState {
+    pub(crate) ctx: CtxState,
     /// Bytes of device memory in use (`cuMemAlloc`, `cuMemCreate`).
-    pub used: u64,
+    pub(crate) used: u64,
     /// The status every call on this device returns after it was lost.
-    pub broken: Option<CUresult>,
+    pub(crate) broken: Option<CUresult>,
     /// The legacy default stream (handle 0) of the context, made on first use.
-    pub null_stream: Option<Arc<Worker>>,
+    pub(crate) null_stream: Option<Arc<Worker>>,
 }
 
-pub struct Emu {
-    pub machine: Machine,
-    pub devices: Vec<DeviceState>,
-    pub faults: Faults,
-    pub streams: HashMap<u64, StreamEntry>,
-    pub events: HashMap<u64, (usize, Arc<EventState>)>,
-    pub modules: HashMap<u64, ModuleEntry>,
+pub(crate) struct Emu {
+    pub(crate) machine: Machine,
+    pub(crate) devices: Vec<DeviceState>,
+    pub(crate) faults: Faults,
+    pub(crate) streams: HashMap<u64, StreamEntry>,
+    pub(crate) events: HashMap<u64, (usize, Arc<EventState>)>,
+    pub(crate) modules: HashMap<u64, ModuleEntry>,
     /// Function handle -> (module handle, kernel name).
-    pub functions: HashMap<u64, (u64, String)>,
-    pub mem: MemState,
+    pub(crate) functions: HashMap<u64, (u64, String)>,
+    pub(crate) mem: MemState,
     next: u64,
 }
 
 impl Emu {
-    pub fn new_handle(&mut self, kind: HandleKind) -> u64 {
+    pub(crate) fn new_handle(&mut self, kind: HandleKind) -> u64 {
         self.next += 1;
         handle(kind, self.next)
     }
 
     /// The device of the calling thread's current context, if that context is usable.
-    pub fn current(&self) -> Result<usize, CUresult> {
+    pub(crate) fn current(&self) -> Result<usize, CUresult> {
         let h = CURRENT.with(Cell::get);
         if h == 0 {
             return Err(status::INVALID_CONTEXT);
@@ -77,14 +77,14 @@ impl Emu {
     }
 
     /// The device a context handle belongs to.
-    pub fn ctx_device(&self, h: u64) -> Result<usize, CUresult> {
+    pub(crate) fn ctx_device(&self, h: u64) -> Result<usize, CUresult> {
         (0..self.devices.len())
             .find(|&d| ctx_handle(d) == h)
             .ok_or(status::INVALID_CONTEXT)
     }
 
     /// Whether work may be done on `dev`'s context: it is alive and not broken.
-    pub fn usable(&self, dev: usize) -> Result<(), CUresult> {
+    pub(crate) fn usable(&self, dev: usize) -> Result<(), CUresult> {
         let d = &self.devices[dev];
         if let Some(s) = d.broken {
             return Err(s);
@@ -99,7 +99,7 @@ impl Emu {
     }
 
     /// Records a sticky error on `dev`'s context or on the whole device.
-    pub fn break_with(&mut self, dev: usize, code: CUresult) {
+    pub(crate) fn break_with(&mut self, dev: usize, code: CUresult) {
         match status::stickiness(code) {
             Stickiness::Call => {}
             Stickiness::Context => self.devices[dev].ctx.sticky = Some(code),
@@ -110,7 +110,7 @@ impl Emu {
     /// The null stream's worker of `dev`, made on first use. It runs without the configured
     /// delay: synchronous copies go there, and a read that overtook the delayed work of
     /// another stream is exactly what the delay is meant to expose.
-    pub fn null_stream(&mut self, dev: usize) -> Arc<Worker> {
+    pub(crate) fn null_stream(&mut self, dev: usize) -> Arc<Worker> {
         self.devices[dev]
             .null_stream
             .get_or_insert_with(|| spawn_worker(dev, 0))
@@ -119,7 +119,7 @@ impl Emu {
 
     /// The worker of `stream` (0 or the legacy/per-thread markers: the null stream), which
     /// must belong to `dev`.
-    pub fn stream(&mut self, stream: u64, dev: usize) -> Result<Arc<Worker>, CUresult> {
+    pub(crate) fn stream(&mut self, stream: u64, dev: usize) -> Result<Arc<Worker>, CUresult> {
         if stream <= 2 {
             return Ok(self.null_stream(dev));
         }
@@ -132,7 +132,7 @@ impl Emu {
 
     /// Counts `bytes` more of `dev`'s memory in use (`cuMemAlloc`, `cuMemCreate`);
     /// `CUDA_ERROR_OUT_OF_MEMORY` past the device's configured size.
-    pub fn account(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
+    pub(crate) fn account(&mut self, dev: usize, bytes: u64) -> Result<(), CUresult> {
         let total = self.machine.devices[dev].config.memory_mib << 20;
         let used = self.devices[dev].used;
         if used + bytes > total {
@@ -143,20 +143,20 @@ impl Emu {
     }
 
     /// Gives back `bytes` of `dev`'s memory.
-    pub fn unaccount(&mut self, dev: usize, bytes: u64) {
+    pub(crate) fn unaccount(&mut self, dev: usize, bytes: u64) {
         self.devices[dev].used = self.devices[dev].used.saturating_sub(bytes);
     }
 }
 
 thread_local! {
     /// The calling thread's current context handle (0: none).
-    pub static CURRENT: Cell<u64> = const { Cell::new(0) };
+    pub(crate) static CURRENT: Cell<u64> = const { Cell::new(0) };
 }
 
 static EMU: OnceLock<Result<Mutex<Emu>, CUresult>> = OnceLock::new();
 
 /// Environment variable that must be `1` for the emulator to initialise.
-pub const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
+pub(crate) const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
 
 fn init() -> Result<Mutex<Emu>, CUresult> {
     if std::env::var(GATE_ENV).as_deref() != Ok("1") {
@@ -194,7 +194,7 @@ fn init() -> Result<Mutex<Emu>, CUresult> {
 }
 
 /// `cuInit`: the first call decides for the whole process.
-pub fn initialize() -> CUresult {
+pub(crate) fn initialize() -> CUresult {
     match EMU.get_or_init(init) {
         Ok(_) => status::SUCCESS,
         Err(e) => *e,
@@ -202,20 +202,20 @@ pub fn initialize() -> CUresult {
 }
 
 /// The state, once `cuInit` succeeded.
-pub fn emu() -> Result<&'static Mutex<Emu>, CUresult> {
+pub(crate) fn emu() -> Result<&'static Mutex<Emu>, CUresult> {
     match EMU.get() {
         Some(Ok(m)) => Ok(m),
         _ => Err(status::NOT_INITIALIZED),
     }
 }
 
-pub fn lock(m: &Mutex<Emu>) -> MutexGuard<'_, Emu> {
+pub(crate) fn lock(m: &Mutex<Emu>) -> MutexGuard<'_, Emu> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A new stream worker on `dev` (see [`Worker::spawn`]); an operation of it that fails breaks
 /// `dev`'s context, or the whole device, as its status says.
-pub fn spawn_worker(dev: usize, delay_us: u64) -> Arc<Worker> {
+pub(crate) fn spawn_worker(dev: usize, delay_us: u64) -> Arc<Worker> {
     Worker::spawn(dev, delay_us, stream_failed)
 }
 

@@ -14,23 +14,36 @@ use crate::state::Emu;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EmuLive {
+    /// `sizeof(EmuLive)`, set by the caller; `stoker_emu_live` refuses any other size.
     pub size: u64,
+    /// Primary contexts retained at least once.
     pub contexts: u64,
+    /// Streams created and not yet destroyed.
     pub streams: u64,
+    /// Events created and not yet destroyed.
     pub events: u64,
+    /// Modules loaded and not yet unloaded.
     pub modules: u64,
+    /// `cuMemAlloc` allocations not yet freed.
     pub device_allocations: u64,
+    /// Their bytes.
     pub device_bytes: u64,
+    /// Pinned host allocations (`cuMemHostAlloc`) and registrations (`cuMemHostRegister`).
     pub pinned_allocations: u64,
+    /// Their bytes.
     pub pinned_bytes: u64,
+    /// `cuMemCreate` and imported allocations not yet released, or released but still mapped.
     pub vmm_allocations: u64,
+    /// Their bytes.
     pub vmm_bytes: u64,
+    /// Ranges mapped with `cuMemMap` and not yet unmapped.
     pub vmm_mappings: u64,
+    /// Address ranges reserved with `cuMemAddressReserve` and not yet freed.
     pub reservations: u64,
 }
 
 /// What is alive now.
-pub fn live(e: &Emu) -> EmuLive {
+pub(crate) fn live(e: &Emu) -> EmuLive {
     let m = &e.mem;
     EmuLive {
         size: std::mem::size_of::<EmuLive>() as u64,
@@ -55,7 +68,7 @@ pub fn live(e: &Emu) -> EmuLive {
 }
 
 /// Rewrites the stats file, if `STOKER_EMU_STATS_DIR` asks for one.
-pub fn changed(e: &Emu) {
+pub(crate) fn changed(e: &Emu) {
     let Some(dir) = std::env::var_os("STOKER_EMU_STATS_DIR").filter(|d| !d.is_empty()) else {
         return;
     };

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use crate::status::{self, CUresult};
 
-pub type Op = Box<dyn FnOnce() -> Result<(), CUresult> + Send>;
+pub(crate) type Op = Box<dyn FnOnce() -> Result<(), CUresult> + Send>;
 
 /// What a worker does with the status of an operation that failed, given its device.
-pub type OnFailure = fn(usize, CUresult);
+pub(crate) type OnFailure = fn(usize, CUresult);
 
 struct Queue {
     ops: VecDeque<Op>,
@@ -37,7 +37,7 @@ struct Queue {
 }
 
 /// One stream's in-order executor.
-pub struct Worker {
+pub(crate) struct Worker {
     dev: usize,
     delay: Duration,
     on_failure: OnFailure,
@@ -49,7 +49,7 @@ pub struct Worker {
 impl Worker {
     /// A worker on its own thread for a stream of device `dev`, waiting `delay_us` before each
     /// operation; `on_failure` gets the status of each operation that fails.
-    pub fn spawn(dev: usize, delay_us: u64, on_failure: OnFailure) -> Arc<Worker> {
+    pub(crate) fn spawn(dev: usize, delay_us: u64, on_failure: OnFailure) -> Arc<Worker> {
         let w = Arc::new(Worker {
             dev,
             delay: Duration::from_micros(delay_us),
@@ -103,7 +103,7 @@ impl Worker {
     }
 
     /// Enqueues `op`; returns its ticket.
-    pub fn submit(&self, op: Op) -> u64 {
+    pub(crate) fn submit(&self, op: Op) -> u64 {
         let mut q = self.queue();
         q.ops.push_back(op);
         q.submitted += 1;
@@ -112,25 +112,25 @@ impl Worker {
     }
 
     /// The ticket of the last operation submitted so far.
-    pub fn tail(&self) -> u64 {
+    pub(crate) fn tail(&self) -> u64 {
         self.queue().submitted
     }
 
-    pub fn is_done(&self, ticket: u64) -> bool {
+    pub(crate) fn is_done(&self, ticket: u64) -> bool {
         self.queue().completed >= ticket
     }
 
     /// Busy-waits until the operation with `ticket` completed, as the driver does for a thread
     /// not told to block: a waiting thread costs a core for as long as it waits. It yields
     /// between looks, which still counts as CPU time, so the cost shows in a test's CPU clock.
-    pub fn spin(&self, ticket: u64) {
+    pub(crate) fn spin(&self, ticket: u64) {
         while !self.is_done(ticket) {
             thread::yield_now();
         }
     }
 
     /// Blocks until the operation with `ticket` (and all before it) completed.
-    pub fn wait(&self, ticket: u64) {
+    pub(crate) fn wait(&self, ticket: u64) {
         let mut q = self.queue();
         while q.completed < ticket {
             q = self.done.wait(q).unwrap_or_else(|p| p.into_inner());
@@ -138,7 +138,7 @@ impl Worker {
     }
 
     /// Lets the thread exit once the queue is empty (`cuStreamDestroy` does not wait).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.queue().closing = true;
         self.wake.notify_all();
     }
@@ -146,33 +146,33 @@ impl Worker {
 
 /// Where an event was last recorded.
 #[derive(Clone)]
-pub struct Recorded {
-    pub worker: Arc<Worker>,
-    pub ticket: u64,
+pub(crate) struct Recorded {
+    pub(crate) worker: Arc<Worker>,
+    pub(crate) ticket: u64,
     /// When the marker ran (timing events).
-    pub at: Arc<Mutex<Option<Instant>>>,
+    pub(crate) at: Arc<Mutex<Option<Instant>>>,
 }
 
-pub struct EventState {
-    pub flags: u32,
-    pub rec: Mutex<Option<Recorded>>,
+pub(crate) struct EventState {
+    pub(crate) flags: u32,
+    pub(crate) rec: Mutex<Option<Recorded>>,
 }
 
 impl EventState {
     /// Where it was last recorded, if it was.
-    pub fn recorded(&self) -> Option<Recorded> {
+    pub(crate) fn recorded(&self) -> Option<Recorded> {
         self.rec.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
 /// The least (numerically largest) and greatest stream priorities of every emulated device;
 /// "'0' represents default priority" (`cuStreamCreateWithPriority`), the least one.
-pub const LEAST_PRIORITY: i32 = 0;
-pub const GREATEST_PRIORITY: i32 = -5;
+pub(crate) const LEAST_PRIORITY: i32 = 0;
+pub(crate) const GREATEST_PRIORITY: i32 = -5;
 
-pub struct StreamEntry {
-    pub dev: usize,
-    pub worker: Arc<Worker>,
+pub(crate) struct StreamEntry {
+    pub(crate) dev: usize,
+    pub(crate) worker: Arc<Worker>,
     /// Scheduling priority, from [`GREATEST_PRIORITY`] to [`LEAST_PRIORITY`].
-    pub priority: i32,
+    pub(crate) priority: i32,
 }

@@ -19,12 +19,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::status::{self, CUresult};
 
-pub struct VmmAlloc {
+pub(crate) struct VmmAlloc {
     fd: OwnedFd,
-    pub size: u64,
-    pub dev: usize,
+    pub(crate) size: u64,
+    pub(crate) dev: usize,
     exportable: bool,
-    pub imported: bool,
+    pub(crate) imported: bool,
     /// `cuMemRelease` was called: the handle is gone, mappings may keep the memory.
     released: bool,
     mappings: u32,
@@ -33,7 +33,13 @@ pub struct VmmAlloc {
 impl VmmAlloc {
     /// An allocation of `size` bytes of `dev`, backed by the memfd `fd`, neither released nor
     /// mapped yet.
-    pub fn new(fd: OwnedFd, size: u64, dev: usize, exportable: bool, imported: bool) -> VmmAlloc {
+    pub(crate) fn new(
+        fd: OwnedFd,
+        size: u64,
+        dev: usize,
+        exportable: bool,
+        imported: bool,
+    ) -> VmmAlloc {
         VmmAlloc {
             fd,
             size,
@@ -46,34 +52,34 @@ impl VmmAlloc {
     }
 
     /// The memfd behind the allocation.
-    pub fn raw_fd(&self) -> c_int {
+    pub(crate) fn raw_fd(&self) -> c_int {
         self.fd.as_raw_fd()
     }
 
     /// Whether it was created for export (the POSIX-fd handle type), or imported.
-    pub fn exportable(&self) -> bool {
+    pub(crate) fn exportable(&self) -> bool {
         self.exportable
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Mapping {
-    pub size: u64,
-    pub handle: u64,
+pub(crate) struct Mapping {
+    pub(crate) size: u64,
+    pub(crate) handle: u64,
     /// Granted `PROT_*` (0 until `cuMemSetAccess`).
-    pub prot: c_int,
+    pub(crate) prot: c_int,
 }
 
-pub struct Reservation {
-    pub size: u64,
+pub(crate) struct Reservation {
+    pub(crate) size: u64,
     /// Mappings by address.
-    pub mappings: BTreeMap<u64, Mapping>,
+    pub(crate) mappings: BTreeMap<u64, Mapping>,
 }
 
 #[derive(Default)]
-pub struct VmmState {
-    pub allocs: HashMap<u64, VmmAlloc>,
-    pub reservations: BTreeMap<u64, Reservation>,
+pub(crate) struct VmmState {
+    pub(crate) allocs: HashMap<u64, VmmAlloc>,
+    pub(crate) reservations: BTreeMap<u64, Reservation>,
 }
 
 impl VmmState {
@@ -83,7 +89,7 @@ impl VmmState {
     }
 
     /// Whether `p..p+len` lies inside one mapping that was granted access.
-    pub fn accessible(&self, p: u64, len: u64) -> bool {
+    pub(crate) fn accessible(&self, p: u64, len: u64) -> bool {
         let Some((_, r)) = self.reservation_of(p, len) else {
             return false;
         };
@@ -94,13 +100,17 @@ impl VmmState {
     }
 
     /// Live allocations (not released, or still mapped).
-    pub fn live(&self) -> impl Iterator<Item = &VmmAlloc> {
+    pub(crate) fn live(&self) -> impl Iterator<Item = &VmmAlloc> {
         self.allocs.values()
     }
 
     /// The reservation holding `ptr..ptr+size` (its base; `CUDA_ERROR_INVALID_VALUE` if none
     /// does) and the mappings in it that overlap the range.
-    pub fn mapped_in(&self, ptr: u64, size: u64) -> Result<(u64, Vec<(u64, Mapping)>), CUresult> {
+    pub(crate) fn mapped_in(
+        &self,
+        ptr: u64,
+        size: u64,
+    ) -> Result<(u64, Vec<(u64, Mapping)>), CUresult> {
         let (base, r) = self
             .reservation_of(ptr, size)
             .ok_or(status::INVALID_VALUE)?;
@@ -122,12 +132,12 @@ impl VmmState {
             .mappings
     }
 
-    pub fn mapping_count(&self) -> usize {
+    pub(crate) fn mapping_count(&self) -> usize {
         self.reservations.values().map(|r| r.mappings.len()).sum()
     }
 
     /// The allocation `h`, if it was not released (`CUDA_ERROR_INVALID_VALUE` otherwise).
-    pub fn alloc(&self, h: u64) -> Result<&VmmAlloc, CUresult> {
+    pub(crate) fn alloc(&self, h: u64) -> Result<&VmmAlloc, CUresult> {
         match self.allocs.get(&h) {
             Some(a) if !a.released => Ok(a),
             _ => Err(status::INVALID_VALUE),
@@ -136,13 +146,13 @@ impl VmmState {
 
     /// Records `mapping` at `ptr` in the reservation at `base`; its allocation counts one
     /// mapping more.
-    pub fn add_mapping(&mut self, base: u64, ptr: u64, mapping: Mapping) {
+    pub(crate) fn add_mapping(&mut self, base: u64, ptr: u64, mapping: Mapping) {
         self.mappings_mut(base).insert(ptr, mapping);
         self.allocs.get_mut(&mapping.handle).expect("live").mappings += 1;
     }
 
     /// Grants `prot` on the mappings `hit` of the reservation at `base`.
-    pub fn set_prot(&mut self, base: u64, hit: &[(u64, Mapping)], prot: c_int) {
+    pub(crate) fn set_prot(&mut self, base: u64, hit: &[(u64, Mapping)], prot: c_int) {
         let mappings = self.mappings_mut(base);
         for (m, _) in hit {
             mappings.get_mut(m).expect("found above").prot = prot;
@@ -151,7 +161,7 @@ impl VmmState {
 
     /// Forgets the mapping `map` at `m` in the reservation at `base`; its allocation, if that
     /// was its last mapping and it was released.
-    pub fn remove_mapping(&mut self, base: u64, m: u64, map: Mapping) -> Option<VmmAlloc> {
+    pub(crate) fn remove_mapping(&mut self, base: u64, m: u64, map: Mapping) -> Option<VmmAlloc> {
         self.mappings_mut(base).remove(&m);
         if let Some(alloc) = self.allocs.get_mut(&map.handle) {
             alloc.mappings -= 1;
@@ -160,7 +170,7 @@ impl VmmState {
     }
 
     /// Releases the allocation `h` (`cuMemRelease`): the allocation, if no mapping keeps it.
-    pub fn release(&mut self, h: u64) -> Result<Option<VmmAlloc>, CUresult> {
+    pub(crate) fn release(&mut self, h: u64) -> Result<Option<VmmAlloc>, CUresult> {
         self.alloc(h)?;
         self.allocs.get_mut(&h).expect("live").released = true;
         Ok(self.take_if_unused(h))

@@ -15,6 +15,7 @@
 pub struct Boundary<S> {
     /// Names the library in messages on stderr.
     pub library: &'static str,
+    /// Returned by a call that succeeded (`CUDA_SUCCESS`, `NVJPEG_STATUS_SUCCESS`).
     pub success: S,
     /// Returned for a null out-parameter.
     pub null_pointer: S,

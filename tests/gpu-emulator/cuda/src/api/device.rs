@@ -49,6 +49,8 @@ fn on_device<T>(a: &Api, dev: c_int, f: impl FnOnce(&Emu, usize) -> T) -> Result
     Ok(f(&e, d))
 }
 
+/// Initialises the driver (flags must be 0); refuses with `CUDA_ERROR_STUB_LIBRARY` unless
+/// `STOKER_GPU_EMULATOR=1`.
 #[no_mangle]
 pub extern "C" fn cuInit(flags: u32) -> CUresult {
     if flags != 0 {
@@ -57,6 +59,7 @@ pub extern "C" fn cuInit(flags: u32) -> CUresult {
     initialize()
 }
 
+/// Writes the configured driver version (1000 × major + 10 × minor); works before `cuInit`.
 #[no_mangle]
 pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     // Works before cuInit, as the driver's does: the configuration is read here.
@@ -71,11 +74,15 @@ pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     status_of(unsafe { out(v, version) })
 }
 
+/// Points `*s` at a status's `CUDA_ERROR_*` name; an unknown status is
+/// `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
 pub extern "C" fn cuGetErrorName(code: CUresult, s: *mut *const c_char) -> CUresult {
     static_string(status::name(code), s)
 }
 
+/// Points `*s` at a status's message, as cuda.h words it; an unknown status is
+/// `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
 pub extern "C" fn cuGetErrorString(code: CUresult, s: *mut *const c_char) -> CUresult {
     static_string(status::message(code), s)
@@ -96,6 +103,7 @@ fn static_string(found: Option<&'static CStr>, s: *mut *const c_char) -> CUresul
     status_of(unsafe { out(s, text.as_ptr()) })
 }
 
+/// Writes the number of visible devices (those the configuration lists).
 #[no_mangle]
 pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
     api("cuDeviceGetCount", |a| {
@@ -105,6 +113,7 @@ pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
     })
 }
 
+/// Writes the device handle (`CUdevice`, its ordinal) of ordinal `ordinal`.
 #[no_mangle]
 pub extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> CUresult {
     api("cuDeviceGet", |a| {
@@ -114,6 +123,7 @@ pub extern "C" fn cuDeviceGet(d: *mut c_int, ordinal: c_int) -> CUresult {
     })
 }
 
+/// Writes the device's 16-byte `CUuuid`, the one its configuration gives.
 #[no_mangle]
 pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
     api("cuDeviceGetUuid_v2", |a| {
@@ -123,11 +133,13 @@ pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUresul
     })
 }
 
+/// The older name of `cuDeviceGetUuid_v2`, for callers linked against it.
 #[no_mangle]
 pub extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
     cuDeviceGetUuid_v2(uuid, dev)
 }
 
+/// Writes the device's name, NUL-terminated and cut to `len` bytes.
 #[no_mangle]
 pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CUresult {
     api("cuDeviceGetName", |a| {
@@ -146,6 +158,7 @@ pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> 
     })
 }
 
+/// Writes the device's memory in bytes (its configured MiB).
 #[no_mangle]
 pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
     api("cuDeviceTotalMem_v2", |a| {
@@ -155,6 +168,9 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult
     })
 }
 
+/// Writes one `CUdevice_attribute`: an H100's fixed limits, and the compute capability, compute
+/// mode, VMM and POSIX-fd support the configuration gives; any other is
+/// `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
 pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -> CUresult {
     api("cuDeviceGetAttribute", |a| {
@@ -186,6 +202,8 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -
     })
 }
 
+/// Retains the device's primary context and writes its `CUcontext`; a broken device returns its
+/// sticky status, a prohibited one `CUDA_ERROR_DEVICE_UNAVAILABLE`.
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxRetain", |a| {
@@ -253,6 +271,7 @@ fn release(a: &Api, dev: c_int, reset: bool) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// Drops one reference to the primary context; the last one destroys what was made in it.
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxRelease_v2", |a| release(a, dev, false))
@@ -265,6 +284,7 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxReset_v2", |a| release(a, dev, true))
 }
 
+/// Writes the primary context's flags (always 0) and whether it is active (retained).
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxGetState(
     dev: c_int,
@@ -281,6 +301,8 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
     })
 }
 
+/// Makes `ctx` this thread's current context (null unsets it); a released one is
+/// `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 #[no_mangle]
 pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> CUresult {
     api("cuCtxSetCurrent", |a| {
@@ -297,6 +319,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: *mut c_void) -> CUresult {
     })
 }
 
+/// Writes this thread's current context, or null.
 #[no_mangle]
 pub extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> CUresult {
     api("cuCtxGetCurrent", |_| {
@@ -305,6 +328,7 @@ pub extern "C" fn cuCtxGetCurrent(ctx: *mut *mut c_void) -> CUresult {
     })
 }
 
+/// Writes the device of this thread's current context.
 #[no_mangle]
 pub extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
     api("cuCtxGetDevice", |a| {

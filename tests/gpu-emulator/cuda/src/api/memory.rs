@@ -23,6 +23,8 @@ use crate::status::{self, CUresult};
 /// Device allocations are aligned at least this much (the driver gives 256 or more).
 const ALLOC_ALIGN: u64 = 256;
 
+/// Allocates device memory (`CUdeviceptr`) in the current context, counted against its device's
+/// memory.
 #[no_mangle]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> CUresult {
     api("cuMemAlloc_v2", |a| {
@@ -53,6 +55,7 @@ pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) -> CUresult {
     })
 }
 
+/// Frees device memory from `cuMemAlloc_v2`; any other pointer is `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
     api("cuMemFree_v2", |a| {
@@ -67,6 +70,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> CUresult {
     })
 }
 
+/// Writes the free and total memory of the current context's device, in bytes.
 #[no_mangle]
 pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     api("cuMemGetInfo_v2", |a| {
@@ -100,6 +104,8 @@ fn host_alloc(a: &Api, pp: *mut *mut c_void, bytes: usize) -> Result<(), CUresul
     Ok(())
 }
 
+/// Allocates pinned host memory (the four `CU_MEMHOSTALLOC_*` flags are accepted and change
+/// nothing).
 #[no_mangle]
 pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: u32) -> CUresult {
     api("cuMemHostAlloc", |a| {
@@ -110,11 +116,13 @@ pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: u32)
     })
 }
 
+/// Allocates pinned host memory, as `cuMemHostAlloc` with no flags.
 #[no_mangle]
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CUresult {
     api("cuMemAllocHost_v2", |a| host_alloc(a, pp, bytes))
 }
 
+/// Frees pinned host memory from `cuMemHostAlloc` or `cuMemAllocHost_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     api("cuMemFreeHost", |a| {
@@ -158,6 +166,8 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, flags: u32)
     })
 }
 
+/// Unpins a range `cuMemHostRegister_v2` pinned; any other pointer is
+/// `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`.
 #[no_mangle]
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     api("cuMemHostUnregister", |a| {
@@ -275,6 +285,7 @@ fn copy(
     Ok(())
 }
 
+/// Copies host to device on the null stream and waits for it.
 #[no_mangle]
 pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> CUresult {
     api("cuMemcpyHtoD_v2", |a| {
@@ -282,6 +293,8 @@ pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> CUr
     })
 }
 
+/// Enqueues a host-to-device copy on `stream`; from pageable memory the bytes are staged before
+/// it returns.
 #[no_mangle]
 pub extern "C" fn cuMemcpyHtoDAsync_v2(
     dst: u64,
@@ -302,6 +315,7 @@ pub extern "C" fn cuMemcpyHtoDAsync_v2(
     })
 }
 
+/// Copies device to host on the null stream and waits for it.
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> CUresult {
     api("cuMemcpyDtoH_v2", |a| {
@@ -309,6 +323,8 @@ pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> CUres
     })
 }
 
+/// Enqueues a device-to-host copy on `stream`; into pageable memory it waits, as the driver's
+/// does.
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoHAsync_v2(
     dst: *mut c_void,
@@ -329,6 +345,7 @@ pub extern "C" fn cuMemcpyDtoHAsync_v2(
     })
 }
 
+/// Enqueues a device-to-device copy on `stream`.
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(
     dst: u64,
@@ -349,6 +366,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
     })
 }
 
+/// Enqueues setting `n` bytes of device memory to `value` on `stream`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, n: usize, stream: *mut c_void) -> CUresult {
     api("cuMemsetD8Async", |a| {

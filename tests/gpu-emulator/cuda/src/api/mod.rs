@@ -31,19 +31,19 @@ pub mod stream;
 pub mod vmm;
 
 /// What an exported call gets: the state, and a fault to raise from its stream work.
-pub struct Api {
-    pub emu: &'static Mutex<Emu>,
+pub(crate) struct Api {
+    pub(crate) emu: &'static Mutex<Emu>,
     async_fault: Cell<Option<CUresult>>,
 }
 
 impl Api {
-    pub fn lock(&self) -> MutexGuard<'static, Emu> {
+    pub(crate) fn lock(&self) -> MutexGuard<'static, Emu> {
         lock(self.emu)
     }
 
     /// A sticky fault injected into this call, which its stream work must raise when it runs
     /// (a GPU reports a kernel's illegal address at the next synchronisation, not at launch).
-    pub fn take_async_fault(&self) -> Option<CUresult> {
+    pub(crate) fn take_async_fault(&self) -> Option<CUresult> {
         self.async_fault.take()
     }
 }
@@ -59,7 +59,7 @@ const STREAM_CALLS: &[&str] = &[
 
 /// Runs one exported call: checks `cuInit` happened, injects a configured fault, catches
 /// panics (a bug here must not unwind into C).
-pub fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> CUresult {
+pub(crate) fn api(name: &'static str, f: impl FnOnce(&Api) -> Result<(), CUresult>) -> CUresult {
     let run = || -> Result<(), CUresult> {
         let api = Api {
             emu: emu()?,

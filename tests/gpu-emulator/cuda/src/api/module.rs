@@ -19,6 +19,8 @@ use crate::elf;
 use crate::module::{pack, stoker_emu_host_kernel_params, stoker_emu_run_host_kernel, ModuleEntry};
 use crate::status::{self, CUresult};
 
+/// Loads a module (`CUmodule`) from a cubin into the current context; its kernels run as their
+/// host build. PTX is refused (`refuse_ptx`).
 #[no_mangle]
 pub extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CUresult {
     api("cuModuleLoadData", |a| {
@@ -95,6 +97,7 @@ fn refuse_ptx(isa: Option<(u32, u32)>, driver: c_int) -> CUresult {
     }
 }
 
+/// Unloads a module of the current context, and its functions with it.
 #[no_mangle]
 pub extern "C" fn cuModuleUnload(module: *mut c_void) -> CUresult {
     api("cuModuleUnload", |a| {
@@ -112,6 +115,8 @@ pub extern "C" fn cuModuleUnload(module: *mut c_void) -> CUresult {
     })
 }
 
+/// Writes the `CUfunction` of the kernel `name` in `module`; an unknown name is
+/// `CUDA_ERROR_NOT_FOUND`.
 #[no_mangle]
 pub extern "C" fn cuModuleGetFunction(
     f: *mut *mut c_void,
@@ -157,6 +162,8 @@ fn check_dims(grid: [c_uint; 3], block: [c_uint; 3]) -> Result<(), CUresult> {
     }
 }
 
+/// Enqueues a kernel on `stream`: its host build runs over the grid, one thread after another,
+/// with the parameters laid out as the cubin describes.
 #[no_mangle]
 pub extern "C" fn cuLaunchKernel(
     f: *mut c_void,

@@ -4,6 +4,8 @@ use super::api;
 use crate::stats::{live, EmuLive};
 use crate::status::{self, CUresult};
 
+/// Emulator only: writes what is alive now into `*out`, whose `size` must be
+/// `sizeof(EmuLive)`.
 #[no_mangle]
 pub extern "C" fn stoker_emu_live(out: *mut EmuLive) -> CUresult {
     api("stoker_emu_live", |a| {

@@ -59,11 +59,14 @@ fn create_stream(
     Ok(())
 }
 
+/// Creates a stream (`CUstream`) of priority 0 in the current context: a worker thread that runs
+/// its work in order.
 #[no_mangle]
 pub extern "C" fn cuStreamCreate(out_stream: *mut *mut c_void, flags: u32) -> CUresult {
     api("cuStreamCreate", |a| create_stream(a, out_stream, flags, 0))
 }
 
+/// Creates a stream as `cuStreamCreate` does, with the given priority.
 #[no_mangle]
 pub extern "C" fn cuStreamCreateWithPriority(
     out_stream: *mut *mut c_void,
@@ -92,6 +95,7 @@ pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i3
     })
 }
 
+/// Writes a stream's priority (0 for the null and per-thread default streams).
 #[no_mangle]
 pub extern "C" fn cuStreamGetPriority(stream: *mut c_void, priority: *mut i32) -> CUresult {
     api("cuStreamGetPriority", |a| {
@@ -110,6 +114,7 @@ pub extern "C" fn cuStreamGetPriority(stream: *mut c_void, priority: *mut i32) -
     })
 }
 
+/// Destroys a stream of the current context without waiting; work already enqueued still runs.
 #[no_mangle]
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> CUresult {
     api("cuStreamDestroy_v2", |a| {
@@ -128,6 +133,8 @@ pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> CUresult {
     })
 }
 
+/// Waits until the work enqueued on `stream` so far has run; returns the context's sticky error,
+/// if any.
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
     api("cuStreamSynchronize", |a| {
@@ -143,6 +150,7 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
     })
 }
 
+/// `CUDA_SUCCESS` once the work enqueued on `stream` has run, `CUDA_ERROR_NOT_READY` before.
 #[no_mangle]
 pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> CUresult {
     api("cuStreamQuery", |a| {
@@ -180,6 +188,8 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
     })
 }
 
+/// Makes later work on `stream` wait for the event's last record, which may be on another
+/// device.
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, ev: *mut c_void, flags: u32) -> CUresult {
     api("cuStreamWaitEvent", |a| {
@@ -216,6 +226,7 @@ pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, ev: *mut c_void, flags:
 /// `CUhostFn`.
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
 
+/// Enqueues a call of `f(user_data)` on `stream`, run on its worker in order.
 #[no_mangle]
 pub extern "C" fn cuLaunchHostFunc(
     stream: *mut c_void,
@@ -238,6 +249,7 @@ pub extern "C" fn cuLaunchHostFunc(
     })
 }
 
+/// Creates an event (`CUevent`) in the current context, with its `CU_EVENT_*` flags.
 #[no_mangle]
 pub extern "C" fn cuEventCreate(out_event: *mut *mut c_void, flags: u32) -> CUresult {
     api("cuEventCreate", |a| {
@@ -258,6 +270,7 @@ pub extern "C" fn cuEventCreate(out_event: *mut *mut c_void, flags: u32) -> CUre
     })
 }
 
+/// Destroys an event.
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(ev: *mut c_void) -> CUresult {
     api("cuEventDestroy_v2", |a| {
@@ -269,6 +282,8 @@ pub extern "C" fn cuEventDestroy_v2(ev: *mut c_void) -> CUresult {
     })
 }
 
+/// Records an event at the current end of `stream`: it completes when the work before it has
+/// run.
 #[no_mangle]
 pub extern "C" fn cuEventRecord(ev: *mut c_void, stream: *mut c_void) -> CUresult {
     api("cuEventRecord", |a| {
@@ -289,6 +304,8 @@ pub extern "C" fn cuEventRecord(ev: *mut c_void, stream: *mut c_void) -> CUresul
     })
 }
 
+/// `CUDA_SUCCESS` once the event's last record has completed (or it was never recorded),
+/// `CUDA_ERROR_NOT_READY` before.
 #[no_mangle]
 pub extern "C" fn cuEventQuery(ev: *mut c_void) -> CUresult {
     api("cuEventQuery", |a| {
@@ -300,6 +317,7 @@ pub extern "C" fn cuEventQuery(ev: *mut c_void) -> CUresult {
     })
 }
 
+/// Waits until the event's record has completed.
 #[no_mangle]
 pub extern "C" fn cuEventSynchronize(ev: *mut c_void) -> CUresult {
     api("cuEventSynchronize", |a| {
@@ -315,6 +333,9 @@ pub extern "C" fn cuEventSynchronize(ev: *mut c_void) -> CUresult {
     })
 }
 
+/// Writes the milliseconds between two events' records: `CUDA_ERROR_NOT_READY` until both
+/// completed, `CUDA_ERROR_INVALID_HANDLE` for one never recorded or made with
+/// `CU_EVENT_DISABLE_TIMING`.
 #[no_mangle]
 pub extern "C" fn cuEventElapsedTime(
     ms: *mut f32,

@@ -32,7 +32,7 @@ use crate::status::{self, CUresult};
 use crate::vmm::{Mapping, Reservation, VmmAlloc};
 
 /// `cuMemGetAllocationGranularity`, minimum and recommended alike.
-pub const GRANULARITY: u64 = 2 << 20;
+pub(crate) const GRANULARITY: u64 = 2 << 20;
 
 const ALLOCATION_TYPE_PINNED: u32 = 1;
 const HANDLE_TYPE_POSIX_FD: u32 = 1;
@@ -43,7 +43,9 @@ const MEMFD_PREFIX: &str = "stoker-emu-vmm:";
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MemLocation {
+    /// `CUmemLocationType`: only `CU_MEM_LOCATION_TYPE_DEVICE` (1) is accepted.
     pub type_: u32,
+    /// The device ordinal, for a device location.
     pub id: c_int,
 }
 
@@ -51,10 +53,15 @@ pub struct MemLocation {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct AllocationProp {
+    /// `CUmemAllocationType`: only `CU_MEM_ALLOCATION_TYPE_PINNED` (1) is accepted.
     pub type_: u32,
+    /// `CUmemAllocationHandleType` bits the allocation may be exported as (POSIX fd is 1).
     pub requested_handle_types: u32,
+    /// Where the memory lives: a device.
     pub location: MemLocation,
+    /// Windows security attributes; unused on Linux.
     pub win32_handle_meta_data: *mut c_void,
+    /// `allocFlags` (compression, GPUDirect RDMA, usage); not read.
     pub alloc_flags: [u8; 8],
 }
 
@@ -62,7 +69,9 @@ pub struct AllocationProp {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct AccessDesc {
+    /// The device given access.
     pub location: MemLocation,
+    /// `CUmemAccess_flags`: 0 none, 1 read, 3 read and write.
     pub flags: u32,
 }
 
@@ -99,6 +108,8 @@ fn unaccount_freed(e: &mut Emu, freed: Option<VmmAlloc>) {
     }
 }
 
+/// Writes the VMM granularity (2 MiB, minimum and recommended alike) for a device allocation's
+/// properties.
 #[no_mangle]
 pub extern "C" fn cuMemGetAllocationGranularity(
     g: *mut usize,
@@ -115,6 +126,8 @@ pub extern "C" fn cuMemGetAllocationGranularity(
     })
 }
 
+/// Creates a physical allocation (`CUmemGenericAllocationHandle`) on a memfd, exportable as a
+/// POSIX fd when the properties ask.
 #[no_mangle]
 pub extern "C" fn cuMemCreate(
     handle: *mut u64,
@@ -197,6 +210,8 @@ unsafe fn map_inaccessible(at: Option<u64>, size: u64, fd: Option<c_int>) -> Opt
     (p != libc::MAP_FAILED).then_some(p as u64)
 }
 
+/// Writes a POSIX fd (a duplicate of the allocation's memfd) for an allocation created
+/// exportable.
 #[no_mangle]
 pub extern "C" fn cuMemExportToShareableHandle(
     shareable: *mut c_void,
@@ -228,6 +243,7 @@ fn memfd_device(fd: c_int) -> Option<[u8; 16]> {
     crate::config::parse_uuid(rest.split(' ').next()?)
 }
 
+/// Imports an allocation from a POSIX fd another process (or this one) exported.
 #[no_mangle]
 pub extern "C" fn cuMemImportFromShareableHandle(
     handle: *mut u64,
@@ -271,6 +287,8 @@ pub extern "C" fn cuMemImportFromShareableHandle(
     })
 }
 
+/// Reserves an address range (no access), a multiple of the granularity; the requested address
+/// is ignored, as a hint may be.
 #[no_mangle]
 pub extern "C" fn cuMemAddressReserve(
     ptr: *mut u64,
@@ -317,6 +335,7 @@ pub extern "C" fn cuMemAddressReserve(
     })
 }
 
+/// Frees a whole reservation with nothing mapped in it.
 #[no_mangle]
 pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CUresult {
     api("cuMemAddressFree", |a| {
@@ -333,6 +352,7 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> CUresult {
     })
 }
 
+/// Maps an allocation at `ptr` in a reservation, with no access until `cuMemSetAccess`.
 #[no_mangle]
 pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, h: u64, flags: u64) -> CUresult {
     api("cuMemMap", |a| {
@@ -388,6 +408,7 @@ fn prot_of(e: &Emu, desc: *const AccessDesc, count: usize) -> Result<c_int, CUre
     Ok(prot)
 }
 
+/// Sets the access of mapped ranges (page protections: none, read, read and write).
 #[no_mangle]
 pub extern "C" fn cuMemSetAccess(
     ptr: u64,
@@ -418,6 +439,7 @@ pub extern "C" fn cuMemSetAccess(
     })
 }
 
+/// Unmaps whole mappings in `ptr..ptr+size`, leaving the range reserved.
 #[no_mangle]
 pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CUresult {
     api("cuMemUnmap", |a| {
@@ -442,6 +464,7 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> CUresult {
     })
 }
 
+/// Releases an allocation handle; its memory goes when its last mapping does.
 #[no_mangle]
 pub extern "C" fn cuMemRelease(h: u64) -> CUresult {
     api("cuMemRelease", |a| {

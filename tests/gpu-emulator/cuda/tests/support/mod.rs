@@ -11,10 +11,10 @@ use std::sync::OnceLock;
 
 use libloading::Library;
 
-pub type R = c_int;
+pub(crate) type R = c_int;
 
 /// Finds `lib<name>.so` beside this test binary (target/<profile>/deps or its parent).
-pub fn built_library(name: &str) -> PathBuf {
+pub(crate) fn built_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     let file = format!("lib{name}.so");
@@ -32,9 +32,9 @@ pub fn built_library(name: &str) -> PathBuf {
 
 macro_rules! table {
     ($( $field:ident = $sym:literal : fn($($arg:ty),*) -> $ret:ty; )*) => {
-        pub struct Cuda {
-            $( pub $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
-            pub path: PathBuf,
+        pub(crate) struct Cuda {
+            $( pub(crate) $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            pub(crate) path: PathBuf,
             _lib: Library,
         }
         impl Cuda {
@@ -118,18 +118,18 @@ table! {
 /// `CUmemAllocationProp`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct Prop {
-    pub type_: c_uint,
-    pub requested_handle_types: c_uint,
-    pub location_type: c_uint,
-    pub location_id: c_int,
-    pub win32: *mut c_void,
-    pub flags: [u8; 8],
+pub(crate) struct Prop {
+    pub(crate) type_: c_uint,
+    pub(crate) requested_handle_types: c_uint,
+    pub(crate) location_type: c_uint,
+    pub(crate) location_id: c_int,
+    pub(crate) win32: *mut c_void,
+    pub(crate) flags: [u8; 8],
 }
 
 impl Prop {
     /// Pinned device memory on `dev`, exportable as a POSIX fd when `posix_fd`.
-    pub fn device(dev: c_int, posix_fd: bool) -> Prop {
+    pub(crate) fn device(dev: c_int, posix_fd: bool) -> Prop {
         Prop {
             type_: 1,
             requested_handle_types: u32::from(posix_fd),
@@ -144,14 +144,14 @@ impl Prop {
 /// `CUmemAccessDesc`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct Access {
-    pub location_type: c_uint,
-    pub location_id: c_int,
-    pub flags: c_uint,
+pub(crate) struct Access {
+    pub(crate) location_type: c_uint,
+    pub(crate) location_id: c_int,
+    pub(crate) flags: c_uint,
 }
 
 /// Read-write access for `dev`.
-pub fn rw(dev: c_int) -> Access {
+pub(crate) fn rw(dev: c_int) -> Access {
     Access {
         location_type: 1,
         location_id: dev,
@@ -160,26 +160,26 @@ pub fn rw(dev: c_int) -> Access {
 }
 
 /// What is alive in the emulator (`stoker_emu_live`), in the library's own layout.
-pub use stoker_emu_cuda::stats::EmuLive as Live;
+pub(crate) use stoker_emu_cuda::stats::EmuLive as Live;
 /// The statuses the tests expect, as the library defines them (each test uses some).
 #[allow(unused_imports)]
-pub use stoker_emu_cuda::status::{
+pub(crate) use stoker_emu_cuda::status::{
     CONTEXT_IS_DESTROYED, ECC_UNCORRECTABLE, ILLEGAL_ADDRESS, INVALID_CONTEXT, INVALID_IMAGE,
     INVALID_VALUE, NOT_FOUND, NOT_INITIALIZED, NOT_READY, NO_BINARY_FOR_GPU, OUT_OF_MEMORY,
     STUB_LIBRARY, UNSUPPORTED_PTX_VERSION,
 };
 
-pub const MIB: usize = 1 << 20;
+pub(crate) const MIB: usize = 1 << 20;
 
 /// The emulator, opened once per test process (its state is per process, as a driver's is).
-pub fn cuda() -> &'static Cuda {
+pub(crate) fn cuda() -> &'static Cuda {
     static CUDA: OnceLock<Cuda> = OnceLock::new();
     CUDA.get_or_init(|| Cuda::open(built_library("stoker_emu_cuda")))
 }
 
 /// The test configuration: three devices, the last an older, smaller one without JPEG
 /// engines, so nothing passes by relying on defaults.
-pub const CONFIG: &str = r#"{"devices": [
+pub(crate) const CONFIG: &str = r#"{"devices": [
   {"uuid": "GPU-11111111-2222-4333-8444-555555555550", "name": "Emu Alpha",
    "compute_capability": [9, 0], "memory_mib": 64, "jpeg_engines": 7, "jpeg_cores_per_engine": 2},
   {"uuid": "GPU-11111111-2222-4333-8444-555555555551", "name": "Emu Beta",
@@ -189,7 +189,7 @@ pub const CONFIG: &str = r#"{"devices": [
 ]}"#;
 
 /// Sets the test environment (unless this is a child given its own) and runs `cuInit`.
-pub fn init() -> &'static Cuda {
+pub(crate) fn init() -> &'static Cuda {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if std::env::var_os(CHILD_ENV).is_none() {
@@ -207,12 +207,12 @@ pub fn init() -> &'static Cuda {
 }
 
 #[track_caller]
-pub fn ok(rc: R) {
+pub(crate) fn ok(rc: R) {
     assert_eq!(rc, 0, "driver call failed with {rc}");
 }
 
 /// Retains `dev`'s primary context and makes it current on this thread.
-pub fn bind(dev: c_int) -> *mut c_void {
+pub(crate) fn bind(dev: c_int) -> *mut c_void {
     let c = init();
     let mut ctx = std::ptr::null_mut();
     // SAFETY: out-parameters are locals.
@@ -223,7 +223,7 @@ pub fn bind(dev: c_int) -> *mut c_void {
     ctx
 }
 
-pub fn live() -> Live {
+pub(crate) fn live() -> Live {
     let mut l = Live {
         size: std::mem::size_of::<Live>() as u64,
         ..Live::default()
@@ -234,15 +234,15 @@ pub fn live() -> Live {
 }
 
 /// Environment variable marking a child process and naming its role.
-pub const CHILD_ENV: &str = "STOKER_EMU_TEST_CHILD";
+pub(crate) const CHILD_ENV: &str = "STOKER_EMU_TEST_CHILD";
 
 /// This process's role when it is a child started by [`child`].
-pub fn child_role() -> Option<String> {
+pub(crate) fn child_role() -> Option<String> {
     std::env::var(CHILD_ENV).ok()
 }
 
 /// Runs the test `test` of this binary in a child process with role `role` and `env`.
-pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> std::process::Output {
+pub(crate) fn child(test: &str, role: &str, env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role)
@@ -260,7 +260,7 @@ pub fn child(test: &str, role: &str, env: &[(&str, &str)]) -> std::process::Outp
 /// Runs `test` as a child in `role` with `env`, checks that it passed, and returns what it
 /// wrote on stderr.
 #[track_caller]
-pub fn passed_child_stderr(test: &str, role: &str, env: &[(&str, &str)]) -> String {
+pub(crate) fn passed_child_stderr(test: &str, role: &str, env: &[(&str, &str)]) -> String {
     let out = child(test, role, env);
     child_ok(&out);
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -269,14 +269,14 @@ pub fn passed_child_stderr(test: &str, role: &str, env: &[(&str, &str)]) -> Stri
 /// Runs `f` on a thread of its own, which starts with no current context (the driver's
 /// current context is per thread), and waits for it.
 #[track_caller]
-pub fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+pub(crate) fn on_own_thread(f: impl FnOnce() + Send + 'static) {
     std::thread::spawn(f).join().unwrap();
 }
 
 /// In the test process: runs `test` again as a child in `role` (with `env`), checks that it
 /// passed, and says `true` (the test is done). In the child: `false` (go on with the test).
 #[track_caller]
-pub fn ran_as_child(test: &str, role: &str, env: &[(&str, &str)]) -> bool {
+pub(crate) fn ran_as_child(test: &str, role: &str, env: &[(&str, &str)]) -> bool {
     if child_role().is_some() {
         return false;
     }
@@ -285,7 +285,7 @@ pub fn ran_as_child(test: &str, role: &str, env: &[(&str, &str)]) -> bool {
 }
 
 #[track_caller]
-pub fn child_ok(out: &std::process::Output) {
+pub(crate) fn child_ok(out: &std::process::Output) {
     // A name that matched no test would run nothing and succeed.
     let ran = String::from_utf8_lossy(&out.stdout).contains("1 passed");
     assert!(
@@ -298,13 +298,13 @@ pub fn child_ok(out: &std::process::Output) {
 }
 
 /// The byte `stoker_fill_pattern` writes at `i` (augment.cu's formula).
-pub fn pattern_byte(i: u64, seed: u32) -> u8 {
+pub(crate) fn pattern_byte(i: u64, seed: u32) -> u8 {
     ((i ^ (u64::from(seed) << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8
 }
 
 /// NVRTC from the PyPI wheel (`scripts/cuda-wheels`), or `None` said loudly; with `CI` set a
 /// missing wheel fails the test.
-pub fn nvrtc_compile(source: &str, arch: u32) -> Option<Vec<u8>> {
+pub(crate) fn nvrtc_compile(source: &str, arch: u32) -> Option<Vec<u8>> {
     let root = std::env::var_os("STOKER_NVIDIA_DIR")
         .map(PathBuf::from)
         .or_else(|| {
@@ -367,7 +367,7 @@ pub fn nvrtc_compile(source: &str, arch: u32) -> Option<Vec<u8>> {
 }
 
 /// augment.cu, as the daemon embeds it.
-pub fn augment_cu() -> String {
+pub(crate) fn augment_cu() -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../kernels/cu/augment.cu");
     std::fs::read_to_string(p).unwrap()
 }
