@@ -13,11 +13,11 @@ use std::time::Duration;
 
 /// Which keys stall: their GET sends the headers and half the body, then nothing more while
 /// the server lives.
-pub type Stalls = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type Stalls = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// The server; stops (and lets every stalled connection go) on drop.
-pub struct FakeS3 {
-    pub port: u16,
+pub(crate) struct FakeS3 {
+    pub(crate) port: u16,
     stop: Arc<AtomicBool>,
     /// GETs of objects answered so far (listings not counted).
     gets: Arc<AtomicU64>,
@@ -31,7 +31,11 @@ struct Bucket {
 
 impl FakeS3 {
     /// Serves `objects` (key -> bytes) as bucket `bucket`; GETs of keys `stalls` names stall.
-    pub fn start(bucket: &str, objects: BTreeMap<String, Vec<u8>>, stalls: Stalls) -> FakeS3 {
+    pub(crate) fn start(
+        bucket: &str,
+        objects: BTreeMap<String, Vec<u8>>,
+        stalls: Stalls,
+    ) -> FakeS3 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -55,11 +59,11 @@ impl FakeS3 {
         FakeS3 { port, stop, gets }
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    pub fn gets(&self) -> u64 {
+    pub(crate) fn gets(&self) -> u64 {
         self.gets.load(Ordering::Relaxed)
     }
 }

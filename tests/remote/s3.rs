@@ -14,9 +14,9 @@ use super::*;
 
 const ACCESS_KEY: &str = "STOKERREMOTEKEY";
 const SECRET_KEY: &str = "stoker-remote-test-key";
-pub const BUCKET: &str = "stoker";
+pub(crate) const BUCKET: &str = "stoker";
 
-pub struct Weed {
+pub(crate) struct Weed {
     child: Child,
     port: u16,
     log: PathBuf,
@@ -46,7 +46,7 @@ fn spawn_weed(bin: &Path, dir: &Path, port: u16, log: &Path) -> Child {
 }
 
 impl Weed {
-    pub fn start(dir: &Path) -> Weed {
+    pub(crate) fn start(dir: &Path) -> Weed {
         let bin = std::env::var_os("STOKER_SEAWEEDFS_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -90,7 +90,7 @@ impl Weed {
     }
 
     /// A daemon config's `[s3]` sections for this server, its node cache under `dir`.
-    pub fn config(&self, dir: &Path) -> String {
+    pub(crate) fn config(&self, dir: &Path) -> String {
         format!(
             "[s3]\ncache_dir = {:?}\nindex_ttl_s = 0\n[s3.default]\n\
              endpoint = \"http://127.0.0.1:{}\"\nregion = \"us-east-1\"\npath_style = true\n\
@@ -101,7 +101,7 @@ impl Weed {
     }
 
     /// Uploads `dir` under `prefix`, retrying while the server finishes starting.
-    pub fn upload(&self, dir: &Path, prefix: &str) {
+    pub(crate) fn upload(&self, dir: &Path, prefix: &str) {
         let store = ObjectStore::new(
             &S3Config {
                 default: Connection {

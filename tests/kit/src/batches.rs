@@ -13,10 +13,15 @@ use crate::fnv1a;
 /// indices, status), its indices and statuses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Got {
+    /// The epoch the batch belongs to.
     pub epoch: u64,
+    /// Its step within the epoch.
     pub step: u64,
+    /// FNV-1a ([`fnv1a`]) over its images, labels, indices and statuses.
     pub hash: u64,
+    /// The dataset index of each sample.
     pub indices: Vec<u64>,
+    /// Each sample's `SampleStatus` as its byte.
     pub status: Vec<u8>,
 }
 
@@ -43,7 +48,7 @@ pub fn drain(c: &mut Client) -> Vec<Got> {
 }
 
 /// Every batch left in the client's job, copied; panics on a client error.
-pub fn drain_copies(c: &mut Client) -> Vec<HostBatch> {
+pub(crate) fn drain_copies(c: &mut Client) -> Vec<HostBatch> {
     let mut out = Vec::new();
     while let Some(b) = c.next_batch().unwrap() {
         out.push(HostBatch::of(&b));

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 pub const OTHER_UID: u32 = 65534;
 
 /// Environment variable naming the role of a child started by [`rerun_test`].
-pub const ROLE_ENV: &str = "STOKER_TEST_CHILD_ROLE";
+const ROLE_ENV: &str = "STOKER_TEST_CHILD_ROLE";
 
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
@@ -61,10 +61,10 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
-/// Runs test `test` of the running test binary again, alone, with `role` in [`ROLE_ENV`] and
-/// `setup` applied to the command (environment, [`as_other_uid`]). Returns its output; panics
-/// with that output when it fails or when the name matched no test (which would run nothing
-/// and succeed).
+/// Runs test `test` of the running test binary again, alone, with `role` in
+/// `STOKER_TEST_CHILD_ROLE` and `setup` applied to the command (environment,
+/// [`as_other_uid`]). Returns its output; panics with that output when it fails or when the
+/// name matched no test (which would run nothing and succeed).
 pub fn rerun_test(test: &str, role: &str, setup: impl FnOnce(&mut Command)) -> Output {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);

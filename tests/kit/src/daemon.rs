@@ -15,6 +15,7 @@ pub fn stokerd_path() -> PathBuf {
 }
 
 /// A running `stokerd` on a socket in a temp dir; killed (SIGKILL) and reaped on drop.
+#[derive(Debug)]
 pub struct Daemon {
     child: Child,
     socket: PathBuf,
@@ -143,10 +144,12 @@ impl Daemon {
         }
     }
 
+    /// The socket it serves on.
     pub fn socket(&self) -> &Path {
         &self.socket
     }
 
+    /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -235,7 +238,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The cargo profile directory the running test binary was built into (`target/debug`).
-pub fn profile_dir() -> PathBuf {
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary has a directory");
     if deps.file_name().is_some_and(|n| n == "deps") {
@@ -266,7 +269,7 @@ pub(crate) fn build(args: &[&str]) -> Result<(), String> {
 }
 
 /// Path of `stokerd` (`$STOKERD` if set), building it if missing.
-pub fn try_stokerd_path() -> Result<PathBuf, String> {
+fn try_stokerd_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("STOKERD") {
         return Ok(PathBuf::from(p));
     }
@@ -278,7 +281,7 @@ pub fn try_stokerd_path() -> Result<PathBuf, String> {
 }
 
 /// Path of `libstoker.so`, building it if missing.
-pub fn libstoker_path() -> Result<PathBuf, String> {
+fn libstoker_path() -> Result<PathBuf, String> {
     let p = profile_dir().join("libstoker.so");
     if !p.is_file() {
         build(&["-p", "stoker-client", "--lib"])?;

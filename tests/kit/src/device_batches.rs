@@ -22,7 +22,7 @@ use crate::daemon::profile_dir;
 
 /// `lib<name>.so` of this build (the emulated GPU's stand-ins), in the profile directory or
 /// its `deps/`.
-pub fn built_library(name: &str) -> PathBuf {
+fn built_library(name: &str) -> PathBuf {
     let file = format!("lib{name}.so");
     let dir = profile_dir();
     [dir.clone(), dir.join("deps")]
@@ -94,10 +94,15 @@ pub fn write_smooth_folder(root: &Path, classes: u32, per_class: u32, side: u32)
 /// One batch as the host sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostBatch {
+    /// The epoch the batch belongs to.
     pub epoch: u64,
+    /// Its step within the epoch.
     pub step: u64,
+    /// The dataset index of each sample.
     pub indices: Vec<u64>,
+    /// Each sample's label.
     pub labels: Vec<i64>,
+    /// Each sample's `SampleStatus` as its byte.
     pub status: Vec<u8>,
     /// The `n` images in the spec's dtype and layout.
     pub images: Vec<u8>,

@@ -6,6 +6,8 @@
 /// Cases per property in CI.
 pub const DEFAULT_CASES: u32 = 3000;
 
+/// Cases per property for this run: `STOKER_FUZZ_CASES` when set to a number, else
+/// [`DEFAULT_CASES`].
 pub fn cases() -> u32 {
     std::env::var("STOKER_FUZZ_CASES")
         .ok()

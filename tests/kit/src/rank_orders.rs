@@ -29,19 +29,29 @@ pub fn spec(batch: u32, epochs: u32) -> PipelineSpec {
 }
 
 /// What one client process does.
+#[derive(Debug)]
 pub struct RankOrders {
+    /// The socket of the daemon it attaches to.
     pub socket: PathBuf,
+    /// The job's name.
     pub job: String,
+    /// Its rank in the job.
     pub rank: u32,
+    /// The job's number of ranks.
     pub world: u32,
+    /// Images per batch ([`spec`]).
     pub batch: u32,
+    /// Epochs of the job ([`spec`]).
     pub epochs: u32,
+    /// The position it attaches at.
     pub start: Position,
     /// The job's elastic offset, if it resumes one.
     pub offset: Option<EpochOffset>,
+    /// The file it writes its log lines to (see `stoker-test-client`'s `rank` role).
     pub log: PathBuf,
     /// After this many batches, wait until `gate` exists.
     pub hold_after: Option<u64>,
+    /// The file whose existence lets a held rank go on.
     pub gate: PathBuf,
     /// Detach after this many batches (and log the checkpoint).
     pub stop_after: Option<u64>,

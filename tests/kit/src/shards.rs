@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::images::{encode_jpeg, synthetic_rgb};
 
 /// A shard set and what each sample's fields are, by global sample index.
+#[derive(Debug)]
 pub struct CaptionShards {
     /// The folder of shards.
     pub root: PathBuf,

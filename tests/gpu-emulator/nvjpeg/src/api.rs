@@ -10,7 +10,7 @@ use stoker_emu_ffi::Boundary;
 use crate::status::{self, Status};
 
 /// Environment variable that must be `1` for the emulator to do anything.
-pub const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
+const GATE_ENV: &str = "STOKER_GPU_EMULATOR";
 
 /// nvJPEG's statuses at the C boundary (a panic is `NVJPEG_STATUS_INTERNAL_ERROR`).
 const BOUNDARY: Boundary<Status> = Boundary {
@@ -21,7 +21,7 @@ const BOUNDARY: Boundary<Status> = Boundary {
 };
 
 /// Runs one exported call: the gate, then `f`, with panics caught.
-pub fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
+pub(crate) fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
     if std::env::var(GATE_ENV).as_deref() != Ok("1") {
         eprintln!("stoker nvJPEG emulator: refusing {name}: {GATE_ENV}=1 is not set (this library is a stand-in for libnvjpeg, for tests only)");
         return status::NOT_INITIALIZED;
@@ -33,7 +33,7 @@ pub fn call(name: &str, f: impl FnOnce() -> Result<(), Status>) -> Status {
 ///
 /// # Safety
 /// `p` must be null or valid for a write of `T`.
-pub unsafe fn out<T>(p: *mut T, v: T) -> Result<(), Status> {
+pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> Result<(), Status> {
     // SAFETY: the caller's promise.
     unsafe { BOUNDARY.write_out(p, v) }
 }
@@ -50,6 +50,8 @@ fn create(h: *mut c_void, object: Object, made: *mut *mut c_void) -> Result<(), 
 /// Exports `nvjpeg*Destroy` calls: each removes one object of its own kind.
 macro_rules! destroy {
     ($($call:ident: $kind:pat),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($call), "`: destroys one object of its own kind; another kind, or one \
+                         already destroyed, is `NVJPEG_STATUS_INVALID_PARAMETER`.")]
         #[no_mangle]
         pub extern "C" fn $call(object: *mut c_void) -> Status {
             call(stringify!($call), || reg().remove(object, |o| matches!(o, $kind)))
@@ -71,7 +73,7 @@ destroy! {
 ///
 /// # Safety
 /// `data` must be null or point at `len` readable bytes.
-pub unsafe fn bytes<'a>(data: *const c_uchar, len: usize) -> Result<&'a [u8], Status> {
+pub(crate) unsafe fn bytes<'a>(data: *const c_uchar, len: usize) -> Result<&'a [u8], Status> {
     if data.is_null() || len == 0 {
         return Err(status::INVALID_PARAMETER);
     }
@@ -79,6 +81,7 @@ pub unsafe fn bytes<'a>(data: *const c_uchar, len: usize) -> Result<&'a [u8], St
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
+/// `nvjpegGetProperty`: this stand-in's major (its soname's, else 13), minor or patch (0).
 #[no_mangle]
 pub extern "C" fn nvjpegGetProperty(kind: c_int, value: *mut c_int) -> Status {
     call("nvjpegGetProperty", || {
@@ -95,13 +98,17 @@ pub extern "C" fn nvjpegGetProperty(kind: c_int, value: *mut c_int) -> Status {
 }
 
 /// `NVJPEG_FLAGS_BITSTREAM_STRICT` (nvjpeg.h: `1<<2`).
-pub const FLAGS_BITSTREAM_STRICT: c_uint = 4;
+const FLAGS_BITSTREAM_STRICT: c_uint = 4;
 
 /// The flags nvjpeg.h defines (`NVJPEG_FLAGS_DEFAULT` 0 to
 /// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` 32); only the strict one changes what the
 /// emulator does.
 const FLAGS_KNOWN: c_uint = 63;
 
+/// `nvjpegCreateEx`: a library handle for `backend` on the current device (allocators accepted,
+/// not used); `NVJPEG_FLAGS_BITSTREAM_STRICT` makes its decodes strict, a driver of an older
+/// CUDA major is `NVJPEG_STATUS_EXECUTION_FAILED`, hardware on a device without engines
+/// `NVJPEG_STATUS_ARCH_MISMATCH`.
 #[no_mangle]
 pub extern "C" fn nvjpegCreateEx(
     backend: c_int,
@@ -131,6 +138,8 @@ pub extern "C" fn nvjpegCreateEx(
     })
 }
 
+/// `nvjpegGetHardwareDecoderInfo`: the hardware engines of the handle's device and the cores of
+/// each (the emulator's configuration), for a handle of any backend.
 #[no_mangle]
 pub extern "C" fn nvjpegGetHardwareDecoderInfo(
     h: *mut c_void,
@@ -150,6 +159,8 @@ pub extern "C" fn nvjpegGetHardwareDecoderInfo(
     })
 }
 
+/// `nvjpegGetImageInfo`: the components, the chroma subsampling (`nvjpegChromaSubsampling_t`)
+/// and the width and height of each of 4 components (0 past the last), from the header.
 #[no_mangle]
 pub extern "C" fn nvjpegGetImageInfo(
     h: *mut c_void,
@@ -198,11 +209,13 @@ fn new_state() -> Object {
     })
 }
 
+/// `nvjpegJpegStateCreate`: a JPEG state (`nvjpegJpegState_t`) for the batched calls.
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStateCreate(h: *mut c_void, state: *mut *mut c_void) -> Status {
     call("nvjpegJpegStateCreate", || create(h, new_state(), state))
 }
 
+/// `nvjpegDecoderStateCreate`: a JPEG state for one decoupled decoder's phases.
 #[no_mangle]
 pub extern "C" fn nvjpegDecoderStateCreate(
     h: *mut c_void,
@@ -215,6 +228,7 @@ pub extern "C" fn nvjpegDecoderStateCreate(
     })
 }
 
+/// `nvjpegJpegStreamCreate`: a bitstream object (`nvjpegJpegStream_t`), usable once parsed.
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStreamCreate(h: *mut c_void, stream: *mut *mut c_void) -> Status {
     call("nvjpegJpegStreamCreate", || {
@@ -245,6 +259,8 @@ fn parse_into(
     }
 }
 
+/// `nvjpegJpegStreamParse`: keeps a copy of the bitstream and its header (the metadata and
+/// stream flags change nothing).
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStreamParse(
     h: *mut c_void,
@@ -257,6 +273,7 @@ pub extern "C" fn nvjpegJpegStreamParse(
     call("nvjpegJpegStreamParse", || parse_into(h, data, len, stream))
 }
 
+/// `nvjpegJpegStreamParseHeader`: as `nvjpegJpegStreamParse`; the whole bitstream is kept.
 #[no_mangle]
 pub extern "C" fn nvjpegJpegStreamParseHeader(
     h: *mut c_void,
@@ -269,6 +286,8 @@ pub extern "C" fn nvjpegJpegStreamParseHeader(
     })
 }
 
+/// `nvjpegDecodeParamsCreate`: decode parameters (`nvjpegDecodeParams_t`): interleaved RGB and
+/// the whole image until set.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeParamsCreate(h: *mut c_void, params: *mut *mut c_void) -> Status {
     let defaults = ParamsObj {
@@ -280,6 +299,8 @@ pub extern "C" fn nvjpegDecodeParamsCreate(h: *mut c_void, params: *mut *mut c_v
     })
 }
 
+/// `nvjpegDecodeParamsSetOutputFormat`: the `nvjpegOutputFormat_t` written; `UNCHANGED` and
+/// `YUV` are `NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED`.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeParamsSetOutputFormat(params: *mut c_void, format: c_int) -> Status {
     call("nvjpegDecodeParamsSetOutputFormat", || {
@@ -289,6 +310,8 @@ pub extern "C" fn nvjpegDecodeParamsSetOutputFormat(params: *mut c_void, format:
     })
 }
 
+/// `nvjpegDecodeParamsSetROI`: the region decoded (x, y, width, height in pixels); (0, 0, -1, -1)
+/// is the whole image.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeParamsSetROI(
     params: *mut c_void,
@@ -313,6 +336,8 @@ pub extern "C" fn nvjpegDecodeParamsSetROI(
     })
 }
 
+/// `nvjpegDecoderCreate`: a decoupled decoder (`nvjpegJpegDecoder_t`) for `backend`; the default
+/// is the hybrid decoder, hardware on a device without engines `NVJPEG_STATUS_ARCH_MISMATCH`.
 #[no_mangle]
 pub extern "C" fn nvjpegDecoderCreate(
     h: *mut c_void,
@@ -340,7 +365,7 @@ pub extern "C" fn nvjpegDecoderCreate(
 /// `STOKER_EMU_NVJPEG_HARDWARE_ROI=0`: the hardware engines refuse every region of interest
 /// (a GPU or an nvJPEG without hardware ROI decode: nvImageCodec's `hw_decoder.cpp` reports
 /// `ROI_UNSUPPORTED` where `nvjpegDecodeBatchedEx` is missing).
-pub fn hardware_takes_roi() -> bool {
+pub(crate) fn hardware_takes_roi() -> bool {
     std::env::var("STOKER_EMU_NVJPEG_HARDWARE_ROI").as_deref() != Ok("0")
 }
 
@@ -370,6 +395,8 @@ fn supported(
     unsafe { out(flag, c_int::from(!ok)) }
 }
 
+/// `nvjpegDecodeBatchedSupportedEx`: whether the handle's backend decodes the parsed stream with
+/// the parameters' region of interest, as nvJPEG writes it: 0 supported, 1 not.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeBatchedSupportedEx(
     h: *mut c_void,
@@ -387,6 +414,8 @@ pub extern "C" fn nvjpegDecodeBatchedSupportedEx(
     })
 }
 
+/// `nvjpegDecoderJpegSupported`: whether the decoupled decoder takes the parsed stream with the
+/// parameters' region of interest: 0 supported, 1 not.
 #[no_mangle]
 pub extern "C" fn nvjpegDecoderJpegSupported(
     decoder: *mut c_void,
@@ -400,6 +429,8 @@ pub extern "C" fn nvjpegDecoderJpegSupported(
     })
 }
 
+/// `nvjpegBufferPinnedCreate`: a pinned buffer (`nvjpegBufferPinned_t`) to attach to a state;
+/// nothing is allocated.
 #[no_mangle]
 pub extern "C" fn nvjpegBufferPinnedCreate(
     h: *mut c_void,
@@ -411,6 +442,8 @@ pub extern "C" fn nvjpegBufferPinnedCreate(
     })
 }
 
+/// `nvjpegBufferDeviceCreate`: a device buffer (`nvjpegBufferDevice_t`) to attach to a state;
+/// nothing is allocated.
 #[no_mangle]
 pub extern "C" fn nvjpegBufferDeviceCreate(
     h: *mut c_void,
@@ -444,6 +477,8 @@ fn attach(state: *mut c_void, buf: *mut c_void, kind: Buffer) -> Result<(), Stat
     Ok(())
 }
 
+/// `nvjpegStateAttachPinnedBuffer`: attaches a pinned buffer to a state (optional: without
+/// one the host phase uses heap memory).
 #[no_mangle]
 pub extern "C" fn nvjpegStateAttachPinnedBuffer(state: *mut c_void, buf: *mut c_void) -> Status {
     call("nvjpegStateAttachPinnedBuffer", || {
@@ -451,6 +486,8 @@ pub extern "C" fn nvjpegStateAttachPinnedBuffer(state: *mut c_void, buf: *mut c_
     })
 }
 
+/// `nvjpegStateAttachDeviceBuffer`: attaches a device buffer to a state; the transfer phase
+/// needs one.
 #[no_mangle]
 pub extern "C" fn nvjpegStateAttachDeviceBuffer(state: *mut c_void, buf: *mut c_void) -> Status {
     call("nvjpegStateAttachDeviceBuffer", || {

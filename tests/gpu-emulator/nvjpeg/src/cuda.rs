@@ -52,7 +52,7 @@ fn driver() -> Result<&'static Driver, Status> {
 }
 
 /// The current context's device and its (engines, cores per engine).
-pub fn current_device() -> Result<(c_int, u32, u32), Status> {
+pub(crate) fn current_device() -> Result<(c_int, u32, u32), Status> {
     let d = driver()?;
     let mut dev = -1;
     let (mut engines, mut cores) = (0u32, 0u32);
@@ -67,7 +67,7 @@ pub fn current_device() -> Result<(c_int, u32, u32), Status> {
 }
 
 /// The driver's `cuDriverGetVersion` (1000 * major + 10 * minor).
-pub fn driver_version() -> Result<c_int, Status> {
+pub(crate) fn driver_version() -> Result<c_int, Status> {
     let d = driver()?;
     let mut v = 0;
     // SAFETY: out-parameter is a local.
@@ -78,15 +78,15 @@ pub fn driver_version() -> Result<c_int, Status> {
 }
 
 /// Bytes to write at a device address, row by row.
-pub struct Write {
-    pub dst: u64,
-    pub pitch: usize,
-    pub row_bytes: usize,
-    pub data: Vec<u8>,
+pub(crate) struct Write {
+    pub(crate) dst: u64,
+    pub(crate) pitch: usize,
+    pub(crate) row_bytes: usize,
+    pub(crate) data: Vec<u8>,
 }
 
 /// Writes `w`'s rows at its device address.
-pub fn write(w: &Write) {
+pub(crate) fn write(w: &Write) {
     for (i, row) in w.data.chunks_exact(w.row_bytes).enumerate() {
         // SAFETY: the caller of the decode promised `rows * pitch` writable device bytes at
         // `dst` until the stream passes this point (nvJPEG's contract); device memory of the
@@ -111,7 +111,7 @@ unsafe extern "C" fn run(data: *mut c_void) {
 }
 
 /// Enqueues `job` on `stream`: it runs in stream order, on the stream's worker.
-pub fn enqueue_job(stream: *mut c_void, job: Job) -> Result<(), Status> {
+pub(crate) fn enqueue_job(stream: *mut c_void, job: Job) -> Result<(), Status> {
     let d = driver()?;
     let data = Box::into_raw(Box::new(job));
     // SAFETY: `run` takes back the box when the stream reaches it.
@@ -125,6 +125,6 @@ pub fn enqueue_job(stream: *mut c_void, job: Job) -> Result<(), Status> {
 }
 
 /// Enqueues `writes` on `stream`.
-pub fn enqueue(stream: *mut c_void, writes: Vec<Write>) -> Result<(), Status> {
+pub(crate) fn enqueue(stream: *mut c_void, writes: Vec<Write>) -> Result<(), Status> {
     enqueue_job(stream, Box::new(move || writes.iter().for_each(write)))
 }

@@ -22,7 +22,7 @@ use crate::status::{self, Status};
 
 /// `nvjpegOutputFormat_t` values the emulator produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Y = 2,
     Rgb = 3,
     Bgr = 4,
@@ -32,7 +32,7 @@ pub enum OutputFormat {
 
 impl OutputFormat {
     /// `UNCHANGED` and `YUV` are not emulated: `NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED`.
-    pub fn from_raw(v: c_int) -> Result<OutputFormat, Status> {
+    pub(crate) fn from_raw(v: c_int) -> Result<OutputFormat, Status> {
         Ok(match v {
             2 => OutputFormat::Y,
             3 => OutputFormat::Rgb,
@@ -47,17 +47,17 @@ impl OutputFormat {
 
 /// A region of interest; `None` is the whole image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Roi {
-    pub x: u32,
-    pub y: u32,
-    pub w: u32,
-    pub h: u32,
+pub(crate) struct Roi {
+    pub(crate) x: u32,
+    pub(crate) y: u32,
+    pub(crate) w: u32,
+    pub(crate) h: u32,
 }
 
 /// Decoded planes ready to be written: (bytes, row length) for each output channel.
-pub struct Planes {
-    pub planes: Vec<(Vec<u8>, usize)>,
-    pub rows: usize,
+pub(crate) struct Planes {
+    pub(crate) planes: Vec<(Vec<u8>, usize)>,
+    pub(crate) rows: usize,
 }
 
 struct Turbo(tj::tjhandle);
@@ -71,11 +71,11 @@ impl Drop for Turbo {
 
 /// How a decode treats a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Mode {
+pub(crate) struct Mode {
     /// `NVJPEG_FLAGS_BITSTREAM_STRICT`: a libjpeg warning is `BAD_JPEG`.
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// The real library's wrong colours for this image ([`crate::header::wrong_colours`]).
-    pub wrong_colours: bool,
+    pub(crate) wrong_colours: bool,
 }
 
 /// Decodes `jpeg` to packed RGB (3 bytes a pixel) or gray; `BAD_JPEG` on any error, and on a
@@ -133,7 +133,7 @@ fn decode_packed(jpeg: &[u8], gray: bool, strict: bool) -> Result<(Vec<u8>, u32,
 /// Decodes `jpeg`, whose header says `size`, cuts `roi` out and arranges it as `format`. A
 /// decoded size other than the header's (a DNL marker, a second frame) is `BAD_JPEG`: the
 /// caller sized its output from the header.
-pub fn decode(
+pub(crate) fn decode(
     jpeg: &[u8],
     size: (u32, u32),
     roi: Option<Roi>,

@@ -25,11 +25,14 @@ use crate::header::{self, Path, Stage};
 use crate::objects::*;
 use crate::status::{self, Status};
 
-/// `nvjpegImage_t`.
+/// `nvjpegImage_t`: where a decode writes each output plane.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct NvjpegImage {
+    /// Each plane's device address (`channel`); planes the output format does not use may be
+    /// null.
     pub channel: [*mut u8; 4],
+    /// Each plane's row pitch in bytes (`pitch`).
     pub pitch: [usize; 4],
 }
 
@@ -85,6 +88,8 @@ fn idle(s: &StateObj, call: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// `nvjpegDecodeBatchedInitialize`: the batch size and output format of the state's next
+/// batched decodes (the CPU thread count changes nothing).
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeBatchedInitialize(
     h: *mut c_void,
@@ -107,7 +112,8 @@ pub extern "C" fn nvjpegDecodeBatchedInitialize(
     })
 }
 
-/// Resources are not modelled: the arguments are checked, the state must be idle.
+/// `nvjpegDecodeBatchedPreAllocate` (hardware backend only). Resources are not modelled: the
+/// arguments are checked, the state must be idle.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeBatchedPreAllocate(
     h: *mut c_void,
@@ -327,6 +333,8 @@ fn reset_on_failure(state: *mut c_void, r: Result<(), Status>) -> Result<(), Sta
     r
 }
 
+/// `nvjpegDecodeBatched`: decodes the state's batch into `images`, checked at the call and
+/// written when `stream` reaches it; a failure leaves the state needing Initialize again.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeBatched(
     h: *mut c_void,
@@ -342,6 +350,8 @@ pub extern "C" fn nvjpegDecodeBatched(
     })
 }
 
+/// `nvjpegDecodeBatchedEx`: as `nvjpegDecodeBatched`, with decode parameters (a region of
+/// interest) per image; hardware backend only.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeBatchedEx(
     h: *mut c_void,
@@ -370,6 +380,8 @@ fn fail_at(s: &mut StateObj, stage: Stage) -> Result<(), Status> {
     }
 }
 
+/// `nvjpegDecodeJpegHost`: the decoupled host phase, decoding the parsed stream during the call
+/// (an image the real GPU-hybrid decoder failed on later passes it undecoded).
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeJpegHost(
     h: *mut c_void,
@@ -411,6 +423,8 @@ pub extern "C" fn nvjpegDecodeJpegHost(
     })
 }
 
+/// `nvjpegDecodeJpegTransferToDevice`: the decoupled transfer phase; the state needs a device
+/// buffer, and the CUDA stream is not used.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeJpegTransferToDevice(
     h: *mut c_void,
@@ -442,6 +456,8 @@ pub extern "C" fn nvjpegDecodeJpegTransferToDevice(
     })
 }
 
+/// `nvjpegDecodeJpegDevice`: the decoupled device phase, writing the decoded planes into
+/// `image` when `cuda_stream` reaches it.
 #[no_mangle]
 pub extern "C" fn nvjpegDecodeJpegDevice(
     h: *mut c_void,

@@ -22,28 +22,28 @@
 //! - [`wrong_colours`]: RGB files (Adobe transform 0) and one-component files whose frame
 //!   declares sampling other than 1x1 are reported supported and decoded to wrong colours.
 
-pub use stoker_pipeline::transform::decode::routing::header::{
+pub(crate) use stoker_pipeline::transform::decode::routing::header::{
     parse, Coding, ColourSpace, Header, Subsampling,
 };
 
 use crate::status::{self, Status};
 
 /// nvJPEG's backends (`nvjpegBackend_t`, nvjpeg.h).
-pub const BACKEND_DEFAULT: std::ffi::c_int = 0;
-pub const BACKEND_HYBRID: std::ffi::c_int = 1;
-pub const BACKEND_GPU_HYBRID: std::ffi::c_int = 2;
-pub const BACKEND_HARDWARE: std::ffi::c_int = 3;
+pub(crate) const BACKEND_DEFAULT: std::ffi::c_int = 0;
+pub(crate) const BACKEND_HYBRID: std::ffi::c_int = 1;
+pub(crate) const BACKEND_GPU_HYBRID: std::ffi::c_int = 2;
+pub(crate) const BACKEND_HARDWARE: std::ffi::c_int = 3;
 
 /// Which decoder takes an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
+pub(crate) enum Path {
     Hardware = 1,
     Hybrid = 2,
 }
 
 /// The decoupled phase at which the real GPU-hybrid decoder failed on an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// `nvjpegDecodeJpegTransferToDevice`.
     Transfer,
     /// `nvjpegDecodeJpegDevice`.
@@ -70,7 +70,7 @@ fn huffman_8bit(h: &Header) -> bool {
 /// `corrupt__fuzz_8x8192_weird_sampling`): `EXECUTION_FAILED` at the transfer; chroma
 /// components sampled differently (`subsamp__2x2-2x1-1x1`, `2x2-2x1-1x2`, `4x1-2x1-2x2`,
 /// `prog__2x2-2x2-1x1`): `INVALID_PARAMETER` at the device phase.
-pub fn hybrid_failure(h: &Header) -> Option<(Stage, Status)> {
+pub(crate) fn hybrid_failure(h: &Header) -> Option<(Stage, Status)> {
     let s = &h.sampling;
     if s.iter().any(|&(x, y)| x == 3 || y == 3) {
         Some((Stage::Transfer, status::EXECUTION_FAILED))
@@ -84,7 +84,7 @@ pub fn hybrid_failure(h: &Header) -> Option<(Stage, Status)> {
 /// Whether the real library decodes this image to wrong colours while saying it supports it
 /// (observed: `rgb__adobe0_*` at 7-12 dB, `gray__blank_800x280` and
 /// `gray__sampling_2x2_factor` at 10-25 dB against libjpeg).
-pub fn wrong_colours(h: &Header) -> bool {
+pub(crate) fn wrong_colours(h: &Header) -> bool {
     h.colour_space() == ColourSpace::Rgb || h.gray_with_sampling()
 }
 
@@ -95,12 +95,12 @@ pub fn wrong_colours(h: &Header) -> bool {
 /// (`dali/operators/decoder/nvjpeg/nvjpeg_decoder_decoupled_api.h`) sends progressive files to
 /// `NVJPEG_BACKEND_HYBRID`; the H200 with nvJPEG 13.0.1 did decode progressive files on
 /// `GPU_HYBRID`, so this is the safe reading, not the observed one.
-pub fn backend_takes(h: &Header, backend: std::ffi::c_int) -> bool {
+pub(crate) fn backend_takes(h: &Header, backend: std::ffi::c_int) -> bool {
     backend != BACKEND_GPU_HYBRID || h.coding != Coding::Progressive
 }
 
 /// Whether `path` can decode this image.
-pub fn supported_by(h: &Header, path: Path) -> bool {
+pub(crate) fn supported_by(h: &Header, path: Path) -> bool {
     let colour = matches!(h.sampling.len(), 1 | 3);
     match path {
         Path::Hardware => {

@@ -36,11 +36,14 @@
 // C ABI entry points taking nvJPEG's raw pointers (see ../cuda/src/lib.rs).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+// The C ABI is the surface: the two modules of exported calls are public so that their
+// `#[no_mangle]` entry points are reachable items (no crate names them by path; libraries are
+// loaded by symbol); everything else is internal.
 pub mod api;
-pub mod cuda;
-pub mod decode;
+mod cuda;
+mod decode;
 pub mod decode_api;
-pub mod header;
-pub mod objects;
-pub mod status;
-pub mod version;
+mod header;
+mod objects;
+mod status;
+mod version;

@@ -14,10 +14,12 @@ use crate::decode::{OutputFormat, Planes, Roi};
 use crate::header::{Header, Path, Stage};
 use crate::status::{self, Status};
 
-pub use crate::header::{BACKEND_DEFAULT, BACKEND_GPU_HYBRID, BACKEND_HARDWARE, BACKEND_HYBRID};
+pub(crate) use crate::header::{
+    BACKEND_DEFAULT, BACKEND_GPU_HYBRID, BACKEND_HARDWARE, BACKEND_HYBRID,
+};
 
 /// The decoder a backend's JPEGs go to.
-pub fn decode_path(backend: c_int) -> Path {
+pub(crate) fn decode_path(backend: c_int) -> Path {
     if backend == BACKEND_HARDWARE {
         Path::Hardware
     } else {
@@ -25,60 +27,60 @@ pub fn decode_path(backend: c_int) -> Path {
     }
 }
 
-pub struct HandleObj {
-    pub backend: c_int,
+pub(crate) struct HandleObj {
+    pub(crate) backend: c_int,
     /// The device current when it was made: "The nvJPEG states and handles are bound to the
     /// device that was set as current during their creation."
-    pub device: c_int,
+    pub(crate) device: c_int,
     /// Made with `NVJPEG_FLAGS_BITSTREAM_STRICT`.
-    pub strict: bool,
-    pub engines: u32,
-    pub cores: u32,
+    pub(crate) strict: bool,
+    pub(crate) engines: u32,
+    pub(crate) cores: u32,
 }
 
 /// The decoupled API's progress through one image.
-pub enum Phase {
+pub(crate) enum Phase {
     Idle,
     Host(Planes),
     Transferred(Planes),
 }
 
-pub struct StateObj {
+pub(crate) struct StateObj {
     /// `nvjpegDecodeBatchedInitialize`: (batch size, output format); `None` before it and after
     /// a failed batched decode, which must be followed by another Initialize.
-    pub batch: Option<(usize, OutputFormat)>,
+    pub(crate) batch: Option<(usize, OutputFormat)>,
     /// Batched decodes with this state enqueued on a stream and not yet run there.
-    pub pending: Arc<AtomicUsize>,
-    pub pinned: bool,
-    pub device: bool,
-    pub phase: Phase,
+    pub(crate) pending: Arc<AtomicUsize>,
+    pub(crate) pinned: bool,
+    pub(crate) device: bool,
+    pub(crate) phase: Phase,
     /// The decoupled phase that fails for the image in progress, and how
     /// ([`crate::header::hybrid_failure`]).
-    pub doomed: Option<(Stage, Status)>,
+    pub(crate) doomed: Option<(Stage, Status)>,
     /// The thread that first decoded with it: states "should be instantiated separately for
     /// each thread".
-    pub thread: Option<std::thread::ThreadId>,
+    pub(crate) thread: Option<std::thread::ThreadId>,
 }
 
 impl StateObj {
     /// Whether a batched decode with this state is still waiting for its stream.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.pending.load(Ordering::Acquire) > 0
     }
 }
 
-pub struct StreamObj {
-    pub data: Vec<u8>,
-    pub header: Header,
+pub(crate) struct StreamObj {
+    pub(crate) data: Vec<u8>,
+    pub(crate) header: Header,
 }
 
 #[derive(Clone, Copy)]
-pub struct ParamsObj {
-    pub format: OutputFormat,
-    pub roi: Option<Roi>,
+pub(crate) struct ParamsObj {
+    pub(crate) format: OutputFormat,
+    pub(crate) roi: Option<Roi>,
 }
 
-pub enum Object {
+pub(crate) enum Object {
     Handle(HandleObj),
     State(StateObj),
     Stream(Option<StreamObj>),
@@ -89,16 +91,16 @@ pub enum Object {
 }
 
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     next: usize,
-    pub objects: HashMap<usize, Object>,
+    pub(crate) objects: HashMap<usize, Object>,
     /// FNV-1a of an image's bytes -> the path that last decoded it.
-    pub paths: HashMap<u64, Path>,
+    pub(crate) paths: HashMap<u64, Path>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
-pub struct Reg(MutexGuard<'static, Option<Registry>>);
+pub(crate) struct Reg(MutexGuard<'static, Option<Registry>>);
 
 impl std::ops::Deref for Reg {
     type Target = Registry;
@@ -112,7 +114,7 @@ impl std::ops::DerefMut for Reg {
     }
 }
 
-pub fn reg() -> Reg {
+pub(crate) fn reg() -> Reg {
     let mut g = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     g.get_or_insert_with(Registry::default);
     Reg(g)
@@ -122,14 +124,18 @@ pub fn reg() -> Reg {
 const BASE: usize = 0x6e76_0000_0000;
 
 impl Registry {
-    pub fn insert(&mut self, o: Object) -> *mut c_void {
+    pub(crate) fn insert(&mut self, o: Object) -> *mut c_void {
         self.next += 1;
         let h = BASE + self.next * 16;
         self.objects.insert(h, o);
         h as *mut c_void
     }
 
-    pub fn remove(&mut self, h: *mut c_void, same_kind: fn(&Object) -> bool) -> Result<(), Status> {
+    pub(crate) fn remove(
+        &mut self,
+        h: *mut c_void,
+        same_kind: fn(&Object) -> bool,
+    ) -> Result<(), Status> {
         match self.objects.get(&(h as usize)) {
             Some(o) if same_kind(o) => {
                 self.objects.remove(&(h as usize));
@@ -139,20 +145,20 @@ impl Registry {
         }
     }
 
-    pub fn get(&mut self, h: *mut c_void) -> Result<&mut Object, Status> {
+    pub(crate) fn get(&mut self, h: *mut c_void) -> Result<&mut Object, Status> {
         self.objects
             .get_mut(&(h as usize))
             .ok_or(status::INVALID_PARAMETER)
     }
 
-    pub fn handle(&mut self, h: *mut c_void) -> Result<&mut HandleObj, Status> {
+    pub(crate) fn handle(&mut self, h: *mut c_void) -> Result<&mut HandleObj, Status> {
         match self.get(h)? {
             Object::Handle(x) => Ok(x),
             _ => Err(status::INVALID_PARAMETER),
         }
     }
 
-    pub fn state(&mut self, h: *mut c_void) -> Result<&mut StateObj, Status> {
+    pub(crate) fn state(&mut self, h: *mut c_void) -> Result<&mut StateObj, Status> {
         match self.get(h)? {
             Object::State(x) => Ok(x),
             _ => Err(status::INVALID_PARAMETER),
@@ -160,21 +166,21 @@ impl Registry {
     }
 
     /// A stream that was parsed (`nvjpegJpegStreamParse[Header]`).
-    pub fn stream(&mut self, h: *mut c_void) -> Result<&StreamObj, Status> {
+    pub(crate) fn stream(&mut self, h: *mut c_void) -> Result<&StreamObj, Status> {
         match self.get(h)? {
             Object::Stream(Some(x)) => Ok(x),
             _ => Err(status::INVALID_PARAMETER),
         }
     }
 
-    pub fn params(&mut self, h: *mut c_void) -> Result<&mut ParamsObj, Status> {
+    pub(crate) fn params(&mut self, h: *mut c_void) -> Result<&mut ParamsObj, Status> {
         match self.get(h)? {
             Object::Params(x) => Ok(x),
             _ => Err(status::INVALID_PARAMETER),
         }
     }
 
-    pub fn decoder(&mut self, h: *mut c_void) -> Result<c_int, Status> {
+    pub(crate) fn decoder(&mut self, h: *mut c_void) -> Result<c_int, Status> {
         match self.get(h)? {
             Object::Decoder(b) => Ok(*b),
             _ => Err(status::INVALID_PARAMETER),
@@ -183,7 +189,7 @@ impl Registry {
 
     /// Refuses `call` with handle `h` made for another device than the current one: "Using
     /// these states and handles with another device set as current is undefined".
-    pub fn on_device(&mut self, h: *mut c_void, call: &str) -> Result<(), Status> {
+    pub(crate) fn on_device(&mut self, h: *mut c_void, call: &str) -> Result<(), Status> {
         let made_on = self.handle(h)?.device;
         let (current, _, _) = crate::cuda::current_device()?;
         if made_on == current {
@@ -198,7 +204,7 @@ impl Registry {
     /// [`Registry::on_device`], and refuses a decoding call with a state another thread
     /// decoded with first: states "should be instantiated separately for each thread" (made
     /// and pre-allocated on one thread, a state may be handed to the thread that decodes).
-    pub fn bound(
+    pub(crate) fn bound(
         &mut self,
         h: *mut c_void,
         state: *mut c_void,
@@ -214,7 +220,7 @@ impl Registry {
         Ok(s)
     }
 
-    pub fn record(&mut self, jpeg: &[u8], path: Path) {
+    pub(crate) fn record(&mut self, jpeg: &[u8], path: Path) {
         self.paths.insert(fnv1a(jpeg), path);
     }
 }
@@ -224,7 +230,7 @@ fn undefined(call: &str, why: &str) -> Result<(), Status> {
     Err(status::INVALID_PARAMETER)
 }
 
-pub fn fnv1a(b: &[u8]) -> u64 {
+pub(crate) fn fnv1a(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
         (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
     })

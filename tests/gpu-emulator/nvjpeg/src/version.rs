@@ -21,10 +21,10 @@ use std::sync::OnceLock;
 use crate::status::{self, Status};
 
 /// The major a stand-in loaded under no versioned name reports.
-pub const DEFAULT_MAJOR: c_int = 13;
+const DEFAULT_MAJOR: c_int = 13;
 
 /// The major in a file name `libnvjpeg.so.<major>[.<more>]`, if it is one.
-pub fn major_from_name(file_name: &str) -> Option<c_int> {
+fn major_from_name(file_name: &str) -> Option<c_int> {
     let rest = file_name.strip_prefix("libnvjpeg.so.")?;
     rest.split('.').next()?.parse().ok()
 }
@@ -48,7 +48,7 @@ fn own_path() -> Option<String> {
 }
 
 /// (major, minor, patch) of this stand-in.
-pub fn version() -> (c_int, c_int, c_int) {
+pub(crate) fn version() -> (c_int, c_int, c_int) {
     static V: OnceLock<c_int> = OnceLock::new();
     let major = *V.get_or_init(|| {
         own_path()
@@ -61,7 +61,7 @@ pub fn version() -> (c_int, c_int, c_int) {
 }
 
 /// Refuses when the driver runs an older CUDA major than this nvJPEG's.
-pub fn check_driver() -> Result<(), Status> {
+pub(crate) fn check_driver() -> Result<(), Status> {
     let driver = crate::cuda::driver_version()?;
     let (major, minor, _) = version();
     if major > driver / 1000 {

@@ -17,9 +17,9 @@ use std::sync::OnceLock;
 
 use libloading::Library;
 
-pub type R = c_int;
+pub(crate) type R = c_int;
 
-pub fn built(name: &str) -> PathBuf {
+pub(crate) fn built(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     [deps, deps.parent().unwrap()]
@@ -29,14 +29,14 @@ pub fn built(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("lib{name}.so not built"))
 }
 
-pub struct Libs {
-    pub cuda: Library,
-    pub nvjpeg: Library,
+pub(crate) struct Libs {
+    pub(crate) cuda: Library,
+    pub(crate) nvjpeg: Library,
 }
 
 /// Both stand-ins, with the environment a test process needs; a 200 ms delay per stream
 /// operation so output that arrives before synchronisation would be seen.
-pub fn libs() -> &'static Libs {
+pub(crate) fn libs() -> &'static Libs {
     static L: OnceLock<Libs> = OnceLock::new();
     L.get_or_init(|| {
         let cuda = built("stoker_emu_cuda");
@@ -61,7 +61,7 @@ pub fn libs() -> &'static Libs {
 }
 
 /// A symbol of the nvJPEG stand-in (`nv`) or of the driver.
-pub fn sym<T: Copy>(nv: bool, name: &str) -> T {
+pub(crate) fn sym<T: Copy>(nv: bool, name: &str) -> T {
     let l = libs();
     let lib = if nv { &l.nvjpeg } else { &l.cuda };
     // SAFETY: each use names the type nvjpeg.h / cuda.h declare.
@@ -69,12 +69,12 @@ pub fn sym<T: Copy>(nv: bool, name: &str) -> T {
 }
 
 #[track_caller]
-pub fn ok(rc: R) {
+pub(crate) fn ok(rc: R) {
     assert_eq!(rc, 0);
 }
 
 /// A handle on device 0 with `backend`, the context current on this thread, and a stream.
-pub fn setup(backend: c_int) -> (*mut c_void, *mut c_void) {
+pub(crate) fn setup(backend: c_int) -> (*mut c_void, *mut c_void) {
     let init: unsafe extern "C" fn(c_uint) -> R = sym(false, "cuInit");
     let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> R =
         sym(false, "cuDevicePrimaryCtxRetain");
@@ -101,12 +101,12 @@ pub fn setup(backend: c_int) -> (*mut c_void, *mut c_void) {
 }
 
 /// A small baseline JPEG: 16 x 8, 4:4:4, smooth colours (hand-made with libjpeg-turbo).
-pub fn jpeg(progressive: bool) -> Vec<u8> {
+pub(crate) fn jpeg(progressive: bool) -> Vec<u8> {
     encode(progressive, |i| [(i * 2) as u8, 100, (255 - i) as u8])
 }
 
 /// A 16 x 8 4:4:4 JPEG of the pixels `rgb` gives for each index.
-pub fn encode(progressive: bool, rgb: impl Fn(usize) -> [u8; 3]) -> Vec<u8> {
+pub(crate) fn encode(progressive: bool, rgb: impl Fn(usize) -> [u8; 3]) -> Vec<u8> {
     use turbojpeg_sys as tj;
     let (w, h) = (16usize, 8usize);
     let rgb: Vec<u8> = (0..w * h).flat_map(rgb).collect();
@@ -147,7 +147,7 @@ pub fn encode(progressive: bool, rgb: impl Fn(usize) -> [u8; 3]) -> Vec<u8> {
 
 /// A JPEG stream of `data`, its header parsed, and fresh decode parameters (no ROI): what a
 /// "supported" query takes.
-pub fn parsed_with_params(h: *mut c_void, data: &[u8]) -> (*mut c_void, *mut c_void) {
+pub(crate) fn parsed_with_params(h: *mut c_void, data: &[u8]) -> (*mut c_void, *mut c_void) {
     let stream_create: unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> R =
         sym(true, "nvjpegJpegStreamCreate");
     let parse: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_void) -> R =
@@ -165,7 +165,7 @@ pub fn parsed_with_params(h: *mut c_void, data: &[u8]) -> (*mut c_void, *mut c_v
 }
 
 /// `nvjpegDecodeBatchedSupportedEx` on `data` with no ROI: nvJPEG's flag (0 = supported).
-pub fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
+pub(crate) fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
     let check: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_int) -> R =
         sym(true, "nvjpegDecodeBatchedSupportedEx");
     let (js, p) = parsed_with_params(h, data);
@@ -177,7 +177,7 @@ pub fn supported_flag(h: *mut c_void, data: &[u8]) -> c_int {
 
 /// Decodes `data` with one batched call on a hardware handle made with `flags`, into a fresh
 /// 16 x 8 RGBI image; the call's status, then the stream's.
-pub fn decode_with_flags(flags: c_uint, data: &[u8]) -> R {
+pub(crate) fn decode_with_flags(flags: c_uint, data: &[u8]) -> R {
     let (_, s) = setup(3);
     let create: unsafe extern "C" fn(
         c_int,

@@ -11,7 +11,7 @@ use stoker_testkit::child::OTHER_UID;
 use crate::options;
 
 /// Attaches to `socket` and must be refused for its uid.
-pub fn refused(socket: &Path) {
+pub(crate) fn refused(socket: &Path) {
     let o = options("/nowhere", "j", (0, 1), u8_spec(2, 8, Some(1)));
     let err = Client::attach(socket, o).expect_err("a process of another uid was let in");
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
@@ -24,7 +24,7 @@ pub fn refused(socket: &Path) {
 
 /// Refused `root/secret` and `root/secret.tsv`; served `root/open` until its `c0/img002.jpg`
 /// becomes a symlink to a file out of the roots, which then fails (policy fail).
-pub fn permissions(socket: &Path, root: &Path) {
+pub(crate) fn permissions(socket: &Path, root: &Path) {
     let attach = |data: &Path, epochs: u32| {
         let spec = u8_spec(4, 16, Some(epochs));
         Client::attach(
@@ -74,7 +74,7 @@ pub fn permissions(socket: &Path, root: &Path) {
 }
 
 /// Attaches the registered dataset `reg` and receives a batch within a second.
-pub fn lobby(socket: &Path) {
+pub(crate) fn lobby(socket: &Path) {
     let t0 = Instant::now();
     let o = options("reg", "lobby-other", (0, 1), u8_spec(2, 16, Some(1)));
     let mut c = Client::attach(socket, o).expect("the other uid attaches");
@@ -87,7 +87,7 @@ pub fn lobby(socket: &Path) {
 /// Attaches ranks 0 and 1 of 2 of job `job` on the registered dataset `reg` (another uid's
 /// job has that key), says for each whether it made a job or joined one, reports a data stall
 /// from rank 1, prints `ready` and holds both ranks until killed.
-pub fn intruder(socket: &Path, job: &str) {
+pub(crate) fn intruder(socket: &Path, job: &str) {
     let attach = |rank: u32| {
         let o = options("reg", job, (rank, 2), u8_spec(2, 16, None));
         Client::attach(socket, o)
@@ -118,7 +118,7 @@ pub fn intruder(socket: &Path, job: &str) {
 }
 
 /// Attaches the dataset `dataset`, which must be refused; prints the code and the message.
-pub fn attach_error(socket: &Path, dataset: &str) {
+pub(crate) fn attach_error(socket: &Path, dataset: &str) {
     let o = options(dataset, "refused-dataset", (0, 1), u8_spec(2, 16, Some(1)));
     let err = Client::attach(socket, o).expect_err("the attach was served");
     println!("refused: {:?}: {err}", err.code());
@@ -127,7 +127,7 @@ pub fn attach_error(socket: &Path, dataset: &str) {
 /// Attaches `n` one-rank jobs `hog-<i>` on the registered dataset `reg` and says for each
 /// whether it was served; prints `attached`. With `seconds` > 0 it then takes batches from
 /// every job for that long and prints `delivered <images>`; else it holds them until killed.
-pub fn hog(socket: &Path, n: usize, seconds: f64) {
+pub(crate) fn hog(socket: &Path, n: usize, seconds: f64) {
     let mut held = Vec::new();
     for i in 0..n {
         let o = options("reg", &format!("hog-{i}"), (0, 1), u8_spec(2, 16, None));
@@ -165,7 +165,7 @@ pub fn hog(socket: &Path, n: usize, seconds: f64) {
 
 /// Reads `data` for `epochs` epochs (world size 1, batch 4) and prints each batch's indices
 /// with their statuses, one line per batch: what a test compares between two daemons.
-pub fn statuses(socket: &Path, data: &str, epochs: u32) {
+pub(crate) fn statuses(socket: &Path, data: &str, epochs: u32) {
     let o = options(data, "statuses", (0, 1), u8_spec(4, 16, Some(epochs)));
     let mut c = Client::attach(socket, o).expect("attach");
     for g in drain(&mut c) {

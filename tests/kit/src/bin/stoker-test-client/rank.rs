@@ -11,7 +11,7 @@ use stoker_testkit::fnv1a;
 use stoker_testkit::rank_orders::{wait_for, RankOrders};
 
 /// Runs the rank the JSON `orders` describe.
-pub fn run(orders: &str) {
+pub(crate) fn run(orders: &str) {
     let orders = RankOrders::from_json(orders);
     let mut log = std::fs::File::create(&orders.log).unwrap();
     let mut line = |text: String| {
