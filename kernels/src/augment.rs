@@ -17,7 +17,7 @@ use std::ffi::c_void;
 
 use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
-use crate::reference::CropBox;
+use crate::image::CropBox;
 use crate::sources::AUGMENT_CU;
 use stoker_nvidia::cuda::{CudaError, Device, DeviceBuffer, Module, Stream};
 use stoker_nvidia::nvrtc::{KernelCache, Nvrtc, NvrtcError};

@@ -75,7 +75,8 @@ pub enum PackError {
         /// The output as given.
         path: PathBuf,
         /// What is wrong with it.
-        reason: String,
+        #[source]
+        reason: stoker_pipeline::source::url::UrlError,
     },
     /// The output is not an `s3://` URL at all.
     #[error("cannot upload {path}: not an s3:// URL")]
@@ -455,7 +456,7 @@ mod tests {
 
     #[test]
     fn restart_packing_rewrites_jpegs_to_the_same_pixels_and_keeps_the_rest() {
-        use stoker_kernels::reference::RgbImage;
+        use stoker_kernels::image::RgbImage;
         use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");

@@ -16,6 +16,7 @@
 //!   usually lie side by side, so a merged read would save a request per sample.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use stoker_wire::ring::FieldStatus;
@@ -24,8 +25,20 @@ use super::job::Job;
 use super::memory::HostWriter;
 use super::stats::StageStats;
 use super::{EngineConfig, CPU_UNIT_SAMPLES};
-use crate::source::local::reader::{ReadRequest, Reader};
+use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 use crate::transform::badsample::{BadSample, BadSampleLog};
+
+/// Why one sample's field could not be read (its status then says `Unreadable` and the log
+/// names it).
+#[derive(Debug, thiserror::Error)]
+enum FieldReadError {
+    /// The worker has no reader for fields (io_uring and pread setup both failed).
+    #[error("cannot make a reader for fields: {0}")]
+    NoReader(Arc<ReadError>),
+    /// The read failed.
+    #[error("{0}")]
+    Read(ReadError),
+}
 
 /// One worker's reader and buffers for fields, the reader made when a job first asks.
 #[derive(Default)]
@@ -105,7 +118,7 @@ impl FieldFiller {
                 }
                 Err(why) => {
                     host.write_field(*at, *f, FieldStatus::Unreadable, 0, &[]);
-                    unit.note(unit.delivered[at - unit.start], &names[*f], why);
+                    unit.note(unit.delivered[at - unit.start], &names[*f], why.to_string());
                 }
             }
         }
@@ -113,13 +126,19 @@ impl FieldFiller {
 
     /// Reads `reqs` into `bufs` with the worker's field reader (made on first use) under the
     /// job's open rules; one result per request.
-    fn read(&mut self, unit: &FieldUnit<'_>, reqs: &[ReadRequest<'_>]) -> Vec<Result<(), String>> {
+    fn read(
+        &mut self,
+        unit: &FieldUnit<'_>,
+        reqs: &[ReadRequest<'_>],
+    ) -> Vec<Result<(), FieldReadError>> {
         if self.reader.is_none() {
             match Reader::new(unit.config.reader, CPU_UNIT_SAMPLES) {
                 Ok(r) => self.reader = Some(r),
                 Err(e) => {
-                    let why = format!("cannot make a reader for fields: {e}");
-                    return vec![Err(why); reqs.len()];
+                    let e = Arc::new(e);
+                    return (0..reqs.len())
+                        .map(|_| Err(FieldReadError::NoReader(e.clone())))
+                        .collect();
                 }
             }
         }
@@ -133,7 +152,7 @@ impl FieldFiller {
         let bufs = &mut self.bufs[..reqs.len()];
         crate::source::read_batch(&unit.job.dataset, reader, reqs, bufs, unit.due)
             .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
+            .map(|r| r.map_err(FieldReadError::Read))
             .collect()
     }
 }

@@ -11,6 +11,17 @@
 
 use std::path::Path;
 
+/// Why an `s3://` URL cannot name objects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// `s3://` with nothing, or a `/`, where the bucket's name goes.
+    #[error("{url}: no bucket name")]
+    NoBucket {
+        /// The URL as given.
+        url: String,
+    },
+}
+
 /// `s3://bucket/prefix`, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct S3Url {
@@ -22,12 +33,12 @@ pub struct S3Url {
 
 impl S3Url {
     /// The URL in `path`, if it is one (`None` for local paths).
-    pub fn parse(path: &Path) -> Option<Result<S3Url, String>> {
+    pub fn parse(path: &Path) -> Option<Result<S3Url, UrlError>> {
         let s = path.to_str()?;
         let rest = s.strip_prefix("s3://")?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Some(Err(format!("{s}: no bucket name")));
+            return Some(Err(UrlError::NoBucket { url: s.to_owned() }));
         }
         Some(Ok(S3Url {
             bucket: bucket.to_owned(),

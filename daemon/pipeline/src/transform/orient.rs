@@ -15,7 +15,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_kernels::image::{CropBox, RgbImage};
 
 /// An EXIF orientation, 1 (stored order) to 8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -598,7 +598,7 @@ pub(crate) fn decode_stage(
             }
         };
         let mut augmenter = stoker_pipeline::transform::augment::Augmenter::new();
-        let mut image = stoker_kernels::reference::RgbImage::default();
+        let mut image = stoker_kernels::image::RgbImage::default();
         let mut out = vec![0u8; image_bytes];
         loop {
             let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

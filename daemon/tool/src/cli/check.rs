@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use stoker_pipeline::source::index::{
     Dataset, DatasetError, OpenOptions, Skipped, METADATA_EXTENSIONS,

@@ -6,7 +6,7 @@ use crate::cli::Exit;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use stoker_pipeline::source::local::fsopen::open_input;
 use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};

@@ -17,7 +17,7 @@
 //!   with several batches in flight.
 
 use serde::Serialize;
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 use stoker_nvidia::cuda::{DeviceBuffer, Stream};
 use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
 use stoker_pipeline::transform::decode::routing::{is_progressive, Route, Routed};

@@ -16,7 +16,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 use stoker_wire::ring::{ImageMemory, SlotLayout};
 
 use super::backend::SlotImages;

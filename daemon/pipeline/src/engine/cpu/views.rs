@@ -16,7 +16,7 @@
 //! - A view's pixels equal a one-view job's only where both decode at the same DCT scale
 //!   (always when no view downscales by 2 or more).
 
-use stoker_kernels::reference::CropBox;
+use stoker_kernels::image::CropBox;
 use stoker_wire::ring::SlotLayout;
 use stoker_wire::spec::{view_seed, MAX_VIEWS};
 

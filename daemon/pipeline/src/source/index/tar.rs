@@ -224,9 +224,20 @@ pub(super) fn parse_pax(data: &[u8]) -> Option<(Option<Vec<u8>>, Option<u64>)> {
     Some((path, size))
 }
 
+/// Why a header block's checksum does not hold.
+#[derive(Debug, thiserror::Error)]
+enum ChecksumError {
+    /// The checksum field is not an octal number.
+    #[error("bad checksum field")]
+    Field,
+    /// The field and the sum of the block's bytes differ.
+    #[error("header checksum {want} != computed {sum}")]
+    Mismatch { want: u64, sum: u64 },
+}
+
 /// Checks a header block's checksum (the sum of its bytes, the checksum field read as spaces).
-fn check_checksum(header: &[u8; 512]) -> Result<(), String> {
-    let want = parse_octal(&header[148..156]).ok_or("bad checksum field")?;
+fn check_checksum(header: &[u8; 512]) -> Result<(), ChecksumError> {
+    let want = parse_octal(&header[148..156]).ok_or(ChecksumError::Field)?;
     let sum: u64 = header
         .iter()
         .enumerate()
@@ -239,7 +250,7 @@ fn check_checksum(header: &[u8; 512]) -> Result<(), String> {
         })
         .sum();
     if sum != want {
-        return Err(format!("header checksum {want} != computed {sum}"));
+        return Err(ChecksumError::Mismatch { want, sum });
     }
     Ok(())
 }
@@ -351,7 +362,7 @@ fn member_header(
     long_name: Option<Vec<u8>>,
     pax: Option<(Option<Vec<u8>>, Option<u64>)>,
 ) -> Result<(Vec<u8>, u64), DatasetError> {
-    check_checksum(header).map_err(|reason| bad_tar(path, pos, reason))?;
+    check_checksum(header).map_err(|e| bad_tar(path, pos, e.to_string()))?;
     let mut size = parse_octal(&header[124..136])
         .ok_or_else(|| bad_tar(path, pos, "bad size field".into()))?;
     let mut name = header_name(header);

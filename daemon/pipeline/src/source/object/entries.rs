@@ -34,7 +34,7 @@ impl ObjectStore {
                 let text = u.to_string_lossy().into_owned();
                 let parsed = match S3Url::parse(u) {
                     Some(Ok(p)) if !p.prefix.is_empty() && !p.prefix.ends_with('/') => Ok(p),
-                    Some(Err(reason)) => Err(S3Error::local(&text, reason)),
+                    Some(Err(e)) => Err(S3Error::local(&text, e.to_string())),
                     _ => Err(S3Error::local(
                         &text,
                         "an entry must name one object: s3://bucket/key".into(),

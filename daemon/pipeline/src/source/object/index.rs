@@ -36,7 +36,7 @@ pub(super) fn open_dataset(
     };
     let url = match S3Url::parse(path) {
         Some(Ok(u)) => u,
-        Some(Err(reason)) => return Err(wrong(reason)),
+        Some(Err(e)) => return Err(wrong(e.to_string())),
         None => return Err(wrong("not an s3:// URL".into())),
     };
     let started = std::time::Instant::now();
@@ -243,7 +243,7 @@ fn read_sidecars(
         let samples = file
             .map_err(|e| e.to_string())
             .and_then(|f| std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display())))
-            .and_then(|text| sidecar::parse(&text, shards[i].size));
+            .and_then(|text| sidecar::parse(&text, shards[i].size).map_err(|e| e.to_string()));
         match samples {
             Ok(s) => out[i] = Some(s),
             Err(reason) => {

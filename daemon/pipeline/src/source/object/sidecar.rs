@@ -32,19 +32,49 @@ pub fn render(shard_bytes: u64, samples: &[IndexedSample]) -> String {
     s
 }
 
+/// Why a shard's index sidecar cannot be used (the shard is then indexed by reading it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SidecarError {
+    /// The first line is not this format's.
+    #[error("not a stoker tar index (first line {first_line:?})")]
+    NotAnIndex {
+        /// The sidecar's first line.
+        first_line: String,
+    },
+    /// The sidecar was written for a shard of another size.
+    #[error("written for a shard of {written_for} bytes, the shard has {shard}")]
+    Stale {
+        /// The size the sidecar names.
+        written_for: u64,
+        /// The shard's size now.
+        shard: u64,
+    },
+    /// A sample line that does not parse or lies outside the shard.
+    #[error("line {line}: bad sample line {text:?}")]
+    BadLine {
+        /// Its line number (1 is the first line).
+        line: usize,
+        /// The line.
+        text: String,
+    },
+}
+
 /// The samples of a sidecar for a shard of `shard_bytes`; `Err` names what is wrong (a stale
 /// sidecar included).
-pub fn parse(text: &str, shard_bytes: u64) -> Result<Vec<IndexedSample>, String> {
+pub fn parse(text: &str, shard_bytes: u64) -> Result<Vec<IndexedSample>, SidecarError> {
     let mut lines = text.lines();
     let head = lines.next().unwrap_or_default();
     let size: u64 = head
         .strip_prefix(MAGIC)
         .and_then(|r| r.trim().parse().ok())
-        .ok_or_else(|| format!("not a stoker tar index (first line {head:?})"))?;
+        .ok_or_else(|| SidecarError::NotAnIndex {
+            first_line: head.to_owned(),
+        })?;
     if size != shard_bytes {
-        return Err(format!(
-            "written for a shard of {size} bytes, the shard has {shard_bytes}"
-        ));
+        return Err(SidecarError::Stale {
+            written_for: size,
+            shard: shard_bytes,
+        });
     }
     lines
         .enumerate()
@@ -64,7 +94,10 @@ pub fn parse(text: &str, shard_bytes: u64) -> Result<Vec<IndexedSample>, String>
                 }
                 _ => None,
             };
-            sample.ok_or_else(|| format!("line {}: bad sample line {line:?}", i + 2))
+            sample.ok_or_else(|| SidecarError::BadLine {
+                line: i + 2,
+                text: line.to_owned(),
+            })
         })
         .collect()
 }
@@ -91,10 +124,13 @@ mod tests {
         ];
         let text = render(4096, &samples);
         assert_eq!(parse(&text, 4096).unwrap(), samples);
-        assert!(parse(&text, 5000).unwrap_err().contains("4096"));
+        assert!(parse(&text, 5000).unwrap_err().to_string().contains("4096"));
         assert!(parse("junk\n", 4096).is_err());
         let bad = format!("{MAGIC} 4096\n512 x 3 a.jpg\n");
-        assert!(parse(&bad, 4096).unwrap_err().contains("line 2"));
+        assert!(parse(&bad, 4096)
+            .unwrap_err()
+            .to_string()
+            .contains("line 2"));
         let beyond = format!("{MAGIC} 4096\n4000 200 3 a.jpg\n");
         assert!(parse(&beyond, 4096).is_err());
     }

@@ -31,8 +31,8 @@
 //!   (plus one unit in the last place of f16 / bf16).
 
 use half::slice::HalfFloatSliceExt;
+pub use stoker_kernels::image::{CropBox, RgbImage};
 use stoker_kernels::reference::tap_window;
-pub use stoker_kernels::reference::{CropBox, RgbImage};
 use stoker_wire::spec::{Crop, DType, Layout, PipelineSpec};
 
 use crate::transform::rng::{KeyedRng, Stream};

@@ -128,7 +128,7 @@ impl JpegEncoder {
 mod tests {
     use super::*;
     use crate::transform::decode::{probe, CpuDecoder, Limits};
-    use stoker_kernels::reference::RgbImage;
+    use stoker_kernels::image::RgbImage;
 
     #[test]
     fn encoded_images_decode_with_the_asked_properties() {

@@ -96,7 +96,7 @@ impl EntropyDecoder {
 mod tests {
     use super::*;
     use crate::transform::decode::{CpuDecoder, EncodeOptions, JpegEncoder};
-    use stoker_kernels::reference::RgbImage;
+    use stoker_kernels::image::RgbImage;
 
     fn jpeg(w: u32, h: u32) -> Vec<u8> {
         // A pattern with real coefficients to decode.

@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use super::markers::{Markers, DHT, SOF0, SOF1, SOS};
 use super::restart::{region_cover, Frame};

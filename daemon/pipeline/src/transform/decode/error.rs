@@ -1,7 +1,7 @@
 //! Why an image could not be decoded: one enum for every format, each variant with a stable
 //! reason code for counting (`badsample::REASONS`).
 
-use stoker_kernels::reference::CropBox;
+use stoker_kernels::image::CropBox;
 
 use super::sys::TjError;
 use super::{ImageFormat, Limits, MAX_SCANS};

@@ -14,7 +14,7 @@
 
 #![forbid(unsafe_code)]
 
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_kernels::image::{CropBox, RgbImage};
 
 use super::error::check_size;
 use super::{exif, png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits};

@@ -49,7 +49,7 @@ mod webp;
 
 use std::cell::RefCell;
 
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_kernels::image::{CropBox, RgbImage};
 
 pub use encode::{EncodeOptions, JpegEncoder};
 pub use entropy::EntropyDecoder;

@@ -6,7 +6,7 @@
 use std::io::{self, Cursor};
 
 use ::png::{BitDepth, ColorType, Decoder, DecodingError, Transformations};
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use super::error::check_size;
 use super::{DecodeError, ImageFormat, Limits};

@@ -28,7 +28,7 @@
 //!   ignores them: `TJPARAM_SAVEMARKERS = 0`); APP0 (JFIF) and APP14 (Adobe, colour transform)
 //!   are kept.
 
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use super::markers::{Markers, DHT, DRI, EOI, SOF0, SOF1, SOS};
 use super::sys::{Param, ScalingFactor, TjHandle};

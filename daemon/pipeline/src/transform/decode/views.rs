@@ -12,7 +12,7 @@
 //! # Limitations
 //! - Views far apart in a large image decode the pixels between them too (one rectangle).
 
-use stoker_kernels::reference::{CropBox, RgbImage};
+use stoker_kernels::image::{CropBox, RgbImage};
 
 use super::{
     inside, other_format, plan_region_at, smallest_factor, sniff, CpuDecoder, DecodeError,

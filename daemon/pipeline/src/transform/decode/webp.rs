@@ -6,7 +6,7 @@
 use std::io::{self, Cursor};
 
 use image_webp::{DecodingError, WebPDecoder};
-use stoker_kernels::reference::RgbImage;
+use stoker_kernels::image::RgbImage;
 
 use super::error::check_size;
 use super::png::to_rgb;

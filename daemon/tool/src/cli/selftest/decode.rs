@@ -25,7 +25,8 @@
 
 use std::path::{Path, PathBuf};
 
-use stoker_kernels::reference::{psnr, RgbImage};
+use stoker_kernels::image::RgbImage;
+use stoker_kernels::reference::psnr;
 use stoker_nvidia::cuda::DeviceBuffer;
 use stoker_nvidia::nvjpeg::Roi;
 use stoker_pipeline::transform::decode::routing::Route;

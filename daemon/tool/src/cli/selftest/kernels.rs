@@ -17,9 +17,8 @@
 use std::path::PathBuf;
 
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
-use stoker_kernels::reference::{
-    augment_reference, test_image, tolerance_units, OutputParams, RgbImage,
-};
+use stoker_kernels::image::RgbImage;
+use stoker_kernels::reference::{augment_reference, test_image, tolerance_units, OutputParams};
 use stoker_nvidia::cuda::DeviceBuffer;
 use stoker_wire::spec::{DType, Layout, PipelineSpec};
 
