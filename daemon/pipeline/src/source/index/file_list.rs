@@ -56,10 +56,10 @@ pub(super) fn index_file_list(
         .into_iter()
         .enumerate()
     {
-        let found = found.map_err(|reason| DatasetError::BadListLine {
+        let found = found.map_err(|e| DatasetError::BadListLine {
             path: list.to_owned(),
             line: lines[i],
-            reason,
+            reason: e.to_string(),
         })?;
         let id = ds.push_file(&found.path)?;
         if found.object {
@@ -126,16 +126,36 @@ struct Found {
     object: bool,
 }
 
+/// Why one entry of a file list cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    /// A local file that cannot be stat'ed.
+    #[error("cannot stat {}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An object the store cannot HEAD.
+    #[error("cannot read the object: {0}")]
+    Object(HeadError),
+    /// An `s3://` entry with no object store to read it from.
+    #[error("cannot read the object: no object storage was given to read it from")]
+    NoStorage,
+    /// An entry neither stat'ed nor HEADed (never happens: each is one or the other).
+    #[error("not looked up")]
+    NotLookedUp,
+}
+
 /// Stats the local paths and HEADs the `s3://` ones, in list order.
 fn sizes(
     list: &Path,
     paths: &[PathBuf],
     threads: usize,
     objects: Option<&dyn ObjectStorage>,
-) -> Vec<Result<Found, String>> {
+) -> Vec<Result<Found, EntryError>> {
     let (remote, local): (Vec<usize>, Vec<usize>) =
         (0..paths.len()).partition(|&i| crate::source::url::is_url(&paths[i]));
-    let mut out: Vec<Option<Result<Found, String>>> = (0..paths.len()).map(|_| None).collect();
+    let mut out: Vec<Option<Result<Found, EntryError>>> = (0..paths.len()).map(|_| None).collect();
     let local_paths: Vec<PathBuf> = local.iter().map(|&i| paths[i].clone()).collect();
     for (&i, size) in local.iter().zip(stat_sizes(list, &local_paths, threads)) {
         out[i] = Some(
@@ -144,30 +164,28 @@ fn sizes(
                 size,
                 object: false,
             })
-            .map_err(|(p, e)| format!("cannot stat {}: {e}", p.display())),
+            .map_err(|(path, source)| EntryError::Stat { path, source }),
         );
     }
     if !remote.is_empty() {
         let urls: Vec<&Path> = remote.iter().map(|&i| paths[i].as_path()).collect();
-        let heads = match objects {
-            Some(o) => o.head(&urls),
-            None => urls
-                .iter()
-                .map(|_| Err("no object storage was given to read it from".into()))
+        let heads: Vec<Result<RemoteFile, EntryError>> = match objects {
+            Some(o) => o
+                .head(&urls)
+                .into_iter()
+                .map(|h| h.map_err(EntryError::Object))
                 .collect(),
+            None => urls.iter().map(|_| Err(EntryError::NoStorage)).collect(),
         };
         for (&i, head) in remote.iter().zip(heads) {
-            out[i] = Some(
-                head.map(|e| Found {
-                    path: e.url.into_bytes(),
-                    size: e.size,
-                    object: true,
-                })
-                .map_err(|e| format!("cannot read the object: {e}")),
-            );
+            out[i] = Some(head.map(|e| Found {
+                path: e.url.into_bytes(),
+                size: e.size,
+                object: true,
+            }));
         }
     }
     out.into_iter()
-        .map(|f| f.unwrap_or_else(|| Err("not looked up".into())))
+        .map(|f| f.unwrap_or(Err(EntryError::NotLookedUp)))
         .collect()
 }

@@ -638,7 +638,7 @@ mod remote;
 mod storage;
 pub use remote::{default_cache_dir, IndexedSample};
 pub(crate) use remote::{load_remote_index, save_remote_index};
-pub use storage::{DatasetObjects, ObjectStorage, RemoteFile, Staged, Storage};
+pub use storage::{DatasetObjects, HeadError, ObjectStorage, RemoteFile, Staged, Storage};
 
 #[cfg(test)]
 mod tests;

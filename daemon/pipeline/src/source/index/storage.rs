@@ -32,6 +32,10 @@ pub enum Storage {
     Object,
 }
 
+/// Why an object cannot be HEADed, as the object store says it (its own error type, which
+/// this room does not name).
+pub type HeadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Object storage as datasets are opened from it (implemented by `object::ObjectStore`).
 pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
     /// Opens the dataset at the `s3://` URL `url`; the dataset holds its objects, bound to
@@ -40,7 +44,7 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
 
     /// HEADs every URL in `urls` (a file list's entries), one result each in order: the URL
     /// as the reader knows it and the object's size, or why it cannot be read.
-    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, String>>;
+    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, HeadError>>;
 
     /// The object table of `ds` (its object files, listed or HEADed by this store), bound to
     /// this store.

@@ -69,9 +69,9 @@ impl ObjectStore {
         };
         match self.block_on(run) {
             Ok(v) => v,
-            Err(reason) => urls
+            Err(e) => urls
                 .iter()
-                .map(|u| Err(S3Error::local(&u.to_string_lossy(), reason.clone())))
+                .map(|u| Err(S3Error::local(&u.to_string_lossy(), e.to_string())))
                 .collect(),
         }
     }

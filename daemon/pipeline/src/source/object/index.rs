@@ -50,7 +50,7 @@ pub(super) fn open_dataset(
     }
     let listed = store
         .block_on(remote.list(&folder(&url.prefix), opts.limits.max_entries))
-        .map_err(|reason| remote_error(path, "local".into(), reason))?
+        .map_err(|e| remote_error(path, "local".into(), e.to_string()))?
         .map_err(|e| match e.code.as_str() {
             "too_many_objects" => DatasetError::WalkLimit {
                 path: path.to_owned(),

@@ -120,6 +120,26 @@ struct Remembered {
     holders: u32,
 }
 
+/// Why an [`ObjectStore`] cannot download: its runtime or its node cache could not start. Kept
+/// once made, so every later use says the same.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreSetupError {
+    /// The tokio runtime the S3 requests run on could not start.
+    #[error("cannot start the S3 runtime: {0}")]
+    Runtime(Arc<std::io::Error>),
+    /// Neither `s3.cache_dir` nor a home folder names where the node cache goes.
+    #[error("no cache folder: set s3.cache_dir or HOME")]
+    NoCacheFolder,
+    /// The node cache's folder could not be made or used.
+    #[error("node cache {}: {source}", dir.display())]
+    NodeCache {
+        /// The node cache's folder.
+        dir: PathBuf,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+}
+
 /// Object storage: the `[s3]` config, the buckets' clients, the listed objects, the node
 /// cache, the request limit and the runtime that runs every request. One is made by whoever
 /// reads object storage (the service at start, each tool) and handed to every dataset it
@@ -132,8 +152,8 @@ pub struct ObjectStore {
     /// Every object of the datasets opened through this store, by URL: what their object
     /// tables are built from when they are opened (`storage`).
     objects: RwLock<HashMap<String, Remembered>>,
-    cache: OnceLock<Result<Arc<NodeCache>, String>>,
-    runtime: OnceLock<Result<Runtime, String>>,
+    cache: OnceLock<Result<Arc<NodeCache>, StoreSetupError>>,
+    runtime: OnceLock<Result<Runtime, StoreSetupError>>,
     permits: OnceLock<Arc<Semaphore>>,
     /// The prefetcher's share of the permits (at most half of them, see `prefetch`).
     prefetch_share: OnceLock<Arc<Semaphore>>,
@@ -206,7 +226,7 @@ impl ObjectStore {
             .clone()
     }
 
-    fn runtime(&self) -> Result<&Runtime, String> {
+    fn runtime(&self) -> Result<&Runtime, StoreSetupError> {
         self.runtime
             .get_or_init(|| {
                 tokio::runtime::Builder::new_multi_thread()
@@ -214,7 +234,7 @@ impl ObjectStore {
                     .thread_name("stoker-s3")
                     .enable_all()
                     .build()
-                    .map_err(|e| format!("cannot start the S3 runtime: {e}"))
+                    .map_err(|e| StoreSetupError::Runtime(Arc::new(e)))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -227,18 +247,22 @@ impl ObjectStore {
     }
 
     /// The node cache (opened at first use).
-    pub fn node_cache(&self) -> Result<Arc<NodeCache>, String> {
+    pub fn node_cache(&self) -> Result<Arc<NodeCache>, StoreSetupError> {
         self.cache
             .get_or_init(|| {
                 let cfg = self.config();
                 let dir = match &cfg.cache_dir {
                     Some(d) => d.clone(),
                     None => crate::source::index::default_cache_dir()
-                        .ok_or("no cache folder: set s3.cache_dir or HOME")?
+                        .ok_or(StoreSetupError::NoCacheFolder)?
                         .join("objects"),
                 };
-                let c = NodeCache::open(&dir, cfg.cache_max_bytes)
-                    .map_err(|e| format!("node cache {}: {e}", dir.display()))?;
+                let c = NodeCache::open(&dir, cfg.cache_max_bytes).map_err(|e| {
+                    StoreSetupError::NodeCache {
+                        dir: dir.clone(),
+                        source: Arc::new(e),
+                    }
+                })?;
                 tracing::info!(dir = %dir.display(), cap = cfg.cache_max_bytes, "node cache opened");
                 Ok(Arc::new(c))
             })
@@ -276,7 +300,7 @@ impl ObjectStore {
     }
 
     /// Runs `f` on the S3 runtime and waits for it (never call from inside the runtime).
-    fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> Result<T, String> {
+    fn block_on<T>(&self, f: impl std::future::Future<Output = T>) -> Result<T, StoreSetupError> {
         Ok(self.runtime()?.block_on(f))
     }
 
@@ -303,7 +327,7 @@ impl ObjectStore {
     /// What a request started in the background needs: the runtime, the request permits,
     /// the whole-request deadline and the downloaded-bytes counter (not the store: a task
     /// never holds the store whose runtime runs it).
-    fn fetcher(&self) -> Result<Fetcher, String> {
+    fn fetcher(&self) -> Result<Fetcher, StoreSetupError> {
         Ok(Fetcher {
             rt: self.runtime()?.handle().clone(),
             permits: self.permits(),
@@ -322,7 +346,7 @@ impl ObjectStore {
             Err(e) => {
                 let failed = objects
                     .iter()
-                    .map(|o| Started::Failed(S3Error::local(&o.remote.url(&o.key), e.clone())))
+                    .map(|o| Started::Failed(S3Error::local(&o.remote.url(&o.key), e.to_string())))
                     .collect();
                 return (failed, Vec::new());
             }
@@ -504,7 +528,7 @@ impl ObjectStore {
             Ok(files.len())
         };
         self.block_on(run)
-            .map_err(|e| S3Error::local(&url.as_string(), e))?
+            .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))?
     }
 
     /// Uploads `file` as the object at `url` (the prefix is the key).
@@ -513,14 +537,14 @@ impl ObjectStore {
         let data = std::fs::read(file)
             .map_err(|e| S3Error::local(&url.as_string(), format!("{}: {e}", file.display())))?;
         self.block_on(remote.put(&url.prefix, data))
-            .map_err(|e| S3Error::local(&url.as_string(), e))?
+            .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))?
     }
 
     /// Deletes the object at `url` (the prefix is the key).
     pub fn delete(&self, url: &S3Url) -> Result<(), S3Error> {
         let remote = self.remote_for(url)?;
         self.block_on(remote.delete(&url.prefix))
-            .map_err(|e| S3Error::local(&url.as_string(), e))?
+            .map_err(|e| S3Error::local(&url.as_string(), e.to_string()))?
     }
 }
 

@@ -131,7 +131,10 @@ impl ObjectStore {
 
     /// Starts every fetch of `plan` at once (none is waited for), each pinned.
     fn claim_plan(&self, plan: &Plan) -> Claims {
-        let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
+        let ready = self
+            .node_cache()
+            .and_then(|c| Ok((c, self.fetcher()?)))
+            .map_err(|e| e.to_string());
         let (pieces, mut pins) = ranged::start(
             ready.as_ref().map(|(c, f)| (c, f)).map_err(String::as_str),
             &plan.pieces,

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::{ObjectRef, ObjectStore};
 use crate::source::index::{
-    Dataset, DatasetError, DatasetObjects, ObjectStorage, OpenOptions, RemoteFile, SampleRef,
-    Staged, Storage,
+    Dataset, DatasetError, DatasetObjects, HeadError, ObjectStorage, OpenOptions, RemoteFile,
+    SampleRef, Staged, Storage,
 };
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
@@ -94,7 +94,7 @@ impl ObjectStorage for ObjectStore {
         Ok(ds)
     }
 
-    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, String>> {
+    fn head(&self, urls: &[&Path]) -> Vec<Result<RemoteFile, HeadError>> {
         self.head_urls(urls)
             .into_iter()
             .map(|r| {
@@ -102,7 +102,7 @@ impl ObjectStorage for ObjectStore {
                     url: e.url,
                     size: e.size,
                 })
-                .map_err(|e| e.to_string())
+                .map_err(HeadError::from)
             })
             .collect()
     }
