@@ -248,28 +248,38 @@ pub(crate) fn profile_dir() -> PathBuf {
     }
 }
 
-pub(crate) fn build(args: &[&str]) -> Result<(), String> {
+/// Why a binary the tests need could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BuildError {
+    /// cargo did not run.
+    #[error("running cargo build: {0}")]
+    Cargo(std::io::Error),
+    /// cargo ran and failed; its stderr.
+    #[error("cargo build {args:?} failed:\n{stderr}")]
+    Failed { args: Vec<String>, stderr: String },
+}
+
+/// Builds what `args` name (`cargo build ARGS`, in the test binary's own profile).
+pub(crate) fn build(args: &[&str]) -> Result<(), BuildError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build").args(args).current_dir(repo_root());
     if profile_dir().file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
-    let out = cmd
-        .output()
-        .map_err(|e| format!("running cargo build: {e}"))?;
+    let out = cmd.output().map_err(BuildError::Cargo)?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "cargo build {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
+        Err(BuildError::Failed {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 }
 
 /// Path of `stokerd` (`$STOKERD` if set), building it if missing.
-fn try_stokerd_path() -> Result<PathBuf, String> {
+fn try_stokerd_path() -> Result<PathBuf, BuildError> {
     if let Some(p) = std::env::var_os("STOKERD") {
         return Ok(PathBuf::from(p));
     }
@@ -281,7 +291,7 @@ fn try_stokerd_path() -> Result<PathBuf, String> {
 }
 
 /// Path of `libstoker.so`, building it if missing.
-fn libstoker_path() -> Result<PathBuf, String> {
+fn libstoker_path() -> Result<PathBuf, BuildError> {
     let p = profile_dir().join("libstoker.so");
     if !p.is_file() {
         build(&["-p", "stoker-client", "--lib"])?;
