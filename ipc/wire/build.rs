@@ -17,11 +17,17 @@ fn main() {
     println!("cargo:rerun-if-env-changed=STOKER_VERSION");
     println!("cargo:rerun-if-changed=build.rs");
     let crate_version = std::env::var("CARGO_PKG_VERSION").unwrap_or_else(|_| "0.0.0".into());
-    let version = match std::env::var("STOKER_VERSION") {
-        Ok(v) if !v.trim().is_empty() => v.trim().to_owned(),
-        _ => git_version(&crate_version).unwrap_or(crate_version),
+    let (version, source) = match std::env::var("STOKER_VERSION") {
+        Ok(v) if !v.trim().is_empty() => (v.trim().to_owned(), "env"),
+        _ => match git_version(&crate_version) {
+            Some(v) => (v, "git"),
+            None => (crate_version, "crate"),
+        },
     };
     println!("cargo:rustc-env=STOKER_VERSION={version}");
+    // Where the version came from (env, git or crate), for the test that a build in the work
+    // tree names its commit.
+    println!("cargo:rustc-env=STOKER_VERSION_SOURCE={source}");
 }
 
 /// Runs git in the crate's folder; its trimmed stdout when it succeeds.

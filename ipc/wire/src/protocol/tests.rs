@@ -269,6 +269,18 @@ fn the_version_line_names_this_protocol_version() {
     assert!(!VERSION.contains('/'), "a path in the version: {VERSION}");
 }
 
+/// Built inside this repository's git work tree, the version names the commit (the build
+/// script once looked for the workspace one folder above ipc/wire, found none, and gave the
+/// bare crate version).
+#[test]
+fn a_build_in_the_work_tree_names_its_commit() {
+    let top = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if !top.join(".git").exists() || env!("STOKER_VERSION_SOURCE") == "env" {
+        return;
+    }
+    assert_eq!(env!("STOKER_VERSION_SOURCE"), "git", "no commit in {VERSION}");
+}
+
 #[test]
 fn a_mismatch_says_which_side_to_upgrade_with_both_versions() {
     let old = Speaker {
