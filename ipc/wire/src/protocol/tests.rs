@@ -278,7 +278,11 @@ fn a_build_in_the_work_tree_names_its_commit() {
     if !top.join(".git").exists() || env!("STOKER_VERSION_SOURCE") == "env" {
         return;
     }
-    assert_eq!(env!("STOKER_VERSION_SOURCE"), "git", "no commit in {VERSION}");
+    assert_eq!(
+        env!("STOKER_VERSION_SOURCE"),
+        "git",
+        "no commit in {VERSION}"
+    );
 }
 
 #[test]
