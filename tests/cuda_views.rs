@@ -17,11 +17,13 @@ fn spec() -> PipelineSpec {
             ratio: [0.75, 4.0 / 3.0],
         },
         flip_prob: 0.5,
+        ops: Vec::new(),
+        erasing: None,
     };
     PipelineSpec {
         dtype: DType::U8,
         epochs: Some(1),
-        extra_views: vec![local; 3],
+        extra_views: vec![local.clone(); 3],
         ..PipelineSpec::train(4, 32)
     }
 }

@@ -42,15 +42,20 @@ fn dino_spec() -> PipelineSpec {
     let global = View {
         crop: rrc(GLOBAL, [0.4, 1.0]),
         flip_prob: 0.5,
+        ops: Vec::new(),
+        erasing: None,
     };
     let local = View {
         crop: rrc(LOCAL, [0.05, 0.4]),
         flip_prob: 0.5,
+        ops: Vec::new(),
+        erasing: None,
     };
+    let crop = global.crop;
     let mut extra_views = vec![global];
-    extra_views.extend([local; 6]);
+    extra_views.extend(std::iter::repeat_n(local, 6));
     PipelineSpec {
-        crop: global.crop,
+        crop,
         shuffle: false,
         extra_views,
         ..u8_spec(BATCH, GLOBAL, Some(2))

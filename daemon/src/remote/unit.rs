@@ -496,6 +496,8 @@ mod tests {
         spec.extra_views.push(stoker_wire::spec::View {
             crop: spec.crop,
             flip_prob: 0.5,
+            ops: Vec::new(),
+            erasing: None,
         });
         let open = OpenJob {
             job: 1,

@@ -13,12 +13,21 @@
 //!   dtype, layout and normalisation are the spec's). Each view is its own tensor of the
 //!   batch, its random draws keyed by [`view_seed`]. A one-view spec has no `extra_views` in
 //!   its JSON, so it reads and writes as before.
+//! - A view may add torchvision's per-sample operations after its crop (`ops`), a
+//!   `RandomErasing` on its converted output (`erasing`), and the batch a MixUp or CutMix
+//!   (`batch_mix`, which makes the labels soft): see [`Op`]. Each is left out of the JSON
+//!   when unused, so a spec without them reads and writes as before.
 
 #![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 
+mod ops;
 mod validate;
+pub use ops::{
+    AutoAugmentPolicy, BatchMix, Erasing, ErasingValue, Interpolation, Op, OpError, RandomWord,
+    MAX_CLASSES, MAX_OPS, MAX_OP_DEPTH,
+};
 pub use validate::SpecError;
 
 /// The spec version this build writes and accepts.
@@ -130,8 +139,9 @@ impl Crop {
 /// Most views one spec may ask for (view 0 and 15 extra views).
 pub const MAX_VIEWS: usize = 16;
 
-/// One more view of each image: its own crop and flip probability (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// One more view of each image: its own crop, flip probability, operations and erasing (see
+/// the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct View {
     /// How this view's crop is taken.
@@ -139,6 +149,24 @@ pub struct View {
     /// Probability of a horizontal flip, 0..=1.
     #[serde(default = "default_flip")]
     pub flip_prob: f32,
+    /// Operations on this view's pixels after its crop, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<Op>,
+    /// `RandomErasing` on this view's converted output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erasing: Option<Erasing>,
+}
+
+impl View {
+    /// A view with this crop and flip probability and nothing else.
+    pub fn new(crop: Crop, flip_prob: f32) -> View {
+        View {
+            crop,
+            flip_prob,
+            ops: Vec::new(),
+            erasing: None,
+        }
+    }
 }
 
 /// The seed view `view`'s random draws (crop box, flip) are keyed by in a job of `seed`:
@@ -214,6 +242,17 @@ pub struct PipelineSpec {
     /// batch. Left out of the JSON when empty, so a one-view spec reads as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_views: Vec<View>,
+    /// Operations on view 0's pixels after its crop, in order ([`Op`]). Left out of the JSON
+    /// when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<Op>,
+    /// `RandomErasing` on view 0's converted output. Left out of the JSON when off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erasing: Option<Erasing>,
+    /// MixUp / CutMix over each batch; the labels are then soft (`batch x num_classes`
+    /// floats). Left out of the JSON when off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_mix: Option<BatchMix>,
 }
 
 /// Room for one field of one sample unless the spec says otherwise: a caption or a small
@@ -282,28 +321,41 @@ impl PipelineSpec {
             fields: Vec::new(),
             field_max_bytes: DEFAULT_FIELD_MAX_BYTES,
             extra_views: Vec::new(),
+            ops: Vec::new(),
+            erasing: None,
+            batch_mix: None,
         }
     }
 
-    /// The spec of view `view` alone: this spec with that view's crop and flip probability and
-    /// no extra views (what one view's crop, resize and output follow).
+    /// The spec of view `view` alone: this spec with that view's crop, flip probability,
+    /// operations and erasing, and no extra views (what one view's crop, resize and output
+    /// follow).
     ///
     /// # Panics
     /// If `view` is not below [`PipelineSpec::view_count`].
     pub fn view_spec(&self, view: usize) -> PipelineSpec {
-        let (crop, flip_prob) = match view {
-            0 => (self.crop, self.flip_prob),
-            v => (
-                self.extra_views[v - 1].crop,
-                self.extra_views[v - 1].flip_prob,
-            ),
-        };
-        PipelineSpec {
-            crop,
-            flip_prob,
+        let one = PipelineSpec {
             extra_views: Vec::new(),
             ..self.clone()
+        };
+        match view {
+            0 => one,
+            v => {
+                let extra = self.extra_views[v - 1].clone();
+                PipelineSpec {
+                    crop: extra.crop,
+                    flip_prob: extra.flip_prob,
+                    ops: extra.ops,
+                    erasing: extra.erasing,
+                    ..one
+                }
+            }
         }
+    }
+
+    /// Whether the labels are soft (`batch x num_classes` floats): a batch mix is asked for.
+    pub fn soft_labels(&self) -> Option<u32> {
+        self.batch_mix.as_ref().map(BatchMix::num_classes)
     }
 
     /// How many views (tensors) each batch has: 1 plus the extra views.
@@ -358,6 +410,12 @@ impl PipelineSpec {
             Some("field_max_bytes")
         } else if self.extra_views != other.extra_views {
             Some("extra_views")
+        } else if self.ops != other.ops {
+            Some("ops")
+        } else if self.erasing != other.erasing {
+            Some("erasing")
+        } else if self.batch_mix != other.batch_mix {
+            Some("batch_mix")
         } else {
             None
         }
@@ -461,9 +519,11 @@ mod tests {
                 ratio: [0.75, 1.25],
             },
             flip_prob: 0.25,
+            ops: Vec::new(),
+            erasing: None,
         };
         let many = PipelineSpec {
-            extra_views: vec![local; 3],
+            extra_views: vec![local.clone(); 3],
             ..one.clone()
         };
         many.validate().unwrap();
@@ -477,23 +537,23 @@ mod tests {
         assert_eq!(one.first_difference(&many), Some("extra_views"));
         let bad = |view: View| {
             let spec = PipelineSpec {
-                extra_views: vec![local, view],
+                extra_views: vec![local.clone(), view],
                 ..one.clone()
             };
             spec.validate().unwrap_err().to_string()
         };
         let err = bad(View {
             flip_prob: 2.0,
-            ..local
+            ..local.clone()
         });
         assert!(err.contains("extra_views[1]: flip_prob"), "{err}");
         let err = bad(View {
             crop: Crop::random_resized(0),
-            ..local
+            ..local.clone()
         });
         assert!(err.contains("extra_views[1]: crop size"), "{err}");
         let too_many = PipelineSpec {
-            extra_views: vec![local; MAX_VIEWS],
+            extra_views: vec![local.clone(); MAX_VIEWS],
             ..one
         };
         assert_eq!(too_many.validate(), Err(SpecError::ViewCount(MAX_VIEWS)));

@@ -136,6 +136,17 @@ pub enum PipelineError {
         #[source]
         source: SamplerError,
     },
+    /// The spec asks for something this engine's backend does not do (yet): the job is
+    /// refused before anything is served rather than served without it.
+    #[error("the {backend} backend does not serve {what}; {hint}")]
+    NotOnBackend {
+        /// The backend's name.
+        backend: &'static str,
+        /// What the spec asks for (`ops`, `erasing`, `batch_mix`).
+        what: &'static str,
+        /// What the user can do instead.
+        hint: &'static str,
+    },
     /// A ring with fewer than 2 slots (one to fill while the client holds the other).
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
     RingTooSmall {
@@ -384,7 +395,8 @@ impl Engine {
         self.shared.stats.bad_by_reason.snapshot()
     }
 
-    /// Starts filling `ring` for `rank` of `job` from `start` on.
+    /// Starts filling `ring` for `rank` of `job` from `start` on; refuses a spec whose
+    /// operations this engine's backend does not serve.
     pub fn start_feed(
         self: &Arc<Self>,
         job: Arc<Job>,
@@ -392,6 +404,7 @@ impl Engine {
         ring: Arc<dyn SlotMemory>,
         start: Position,
     ) -> Result<Feed, PipelineError> {
+        backend_serves(self.kind, &job.spec)?;
         let sampler = job.sampler(rank)?;
         // Step 0 of an elastic epoch with nothing left is the next epoch's start.
         let start = if start.step == 0 {
@@ -484,3 +497,26 @@ impl Drop for Engine {
 
 #[cfg(test)]
 mod tests;
+
+/// Refuses a spec that asks `kind` for what it does not serve.
+fn backend_serves(
+    kind: BackendKind,
+    spec: &stoker_wire::spec::PipelineSpec,
+) -> Result<(), PipelineError> {
+    let views = (0..spec.view_count()).map(|v| spec.view_spec(v));
+    let asks = |f: fn(&stoker_wire::spec::PipelineSpec) -> bool| views.clone().any(|s| f(&s));
+    let what = if asks(|s| !s.ops.is_empty()) {
+        "ops"
+    } else if asks(|s| s.erasing.is_some()) {
+        "erasing"
+    } else if spec.batch_mix.is_some() {
+        "batch_mix"
+    } else {
+        return Ok(());
+    };
+    Err(PipelineError::NotOnBackend {
+        backend: kind.name(),
+        what,
+        hint: "the operations are being built (docs/augment.md)",
+    })
+}

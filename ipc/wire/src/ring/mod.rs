@@ -481,6 +481,8 @@ mod tests {
         let local = crate::spec::View {
             crop: crate::spec::Crop::random_resized(5),
             flip_prob: 0.5,
+            ops: Vec::new(),
+            erasing: None,
         };
         let spec = PipelineSpec {
             extra_views: vec![local; 2],

@@ -3,9 +3,10 @@
 
 #![forbid(unsafe_code)]
 
+use super::ops::check_ops;
 use super::{
-    Crop, PipelineSpec, MAX_BATCH_SIZE, MAX_FIELDS, MAX_FIELD_BYTES, MAX_FIELD_NAME,
-    MAX_OUTPUT_SIDE, MAX_SLOT_FIELD_BYTES, MAX_VIEWS, SPEC_VERSION,
+    Crop, DType, OpError, PipelineSpec, MAX_BATCH_SIZE, MAX_FIELDS, MAX_FIELD_BYTES,
+    MAX_FIELD_NAME, MAX_OUTPUT_SIDE, MAX_SLOT_FIELD_BYTES, MAX_VIEWS, SPEC_VERSION,
 };
 
 /// A spec that cannot be served; the message names the field.
@@ -78,6 +79,14 @@ pub enum SpecError {
         #[source]
         reason: Box<SpecError>,
     },
+    /// An operation, erasing or batch mix is invalid.
+    #[error(transparent)]
+    Op(#[from] OpError),
+    /// A batch mix is asked for with `u8` output (torchvision mixes float images).
+    #[error(
+        "batch_mix needs a float dtype (f32, f16 or bf16): MixUp and CutMix blend images, got u8"
+    )]
+    MixDType,
     /// The fields take more room in a slot than [`MAX_SLOT_FIELD_BYTES`].
     #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
     FieldSlotBytes(u64),
@@ -106,10 +115,25 @@ impl PipelineSpec {
             };
             check_crop(&view.crop)
                 .and(flip)
+                .and_then(|()| check_ops(&view.ops).map_err(SpecError::Op))
+                .and_then(|()| match &view.erasing {
+                    Some(e) => e.check().map_err(SpecError::Op),
+                    None => Ok(()),
+                })
                 .map_err(|e| SpecError::View {
                     index,
                     reason: Box::new(e),
                 })?;
+        }
+        check_ops(&self.ops)?;
+        if let Some(erasing) = &self.erasing {
+            erasing.check()?;
+        }
+        if let Some(mix) = &self.batch_mix {
+            mix.check()?;
+            if self.dtype == DType::U8 {
+                return Err(SpecError::MixDType);
+            }
         }
         for c in 0..3 {
             if !self.mean[c].is_finite() {

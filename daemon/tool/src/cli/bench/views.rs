@@ -43,15 +43,20 @@ pub(super) fn preset_spec(preset: ViewsPreset, base: PipelineSpec) -> PipelineSp
             let global = View {
                 crop: rrc(224, [0.4, 1.0]),
                 flip_prob: 0.5,
+                ops: Vec::new(),
+                erasing: None,
             };
             let local = View {
                 crop: rrc(96, [0.05, 0.4]),
                 flip_prob: 0.5,
+                ops: Vec::new(),
+                erasing: None,
             };
+            let crop = global.crop;
             let mut extra_views = vec![global];
-            extra_views.extend([local; 6]);
+            extra_views.extend(std::iter::repeat_n(local, 6));
             PipelineSpec {
-                crop: global.crop,
+                crop,
                 flip_prob: 0.5,
                 extra_views,
                 ..base
