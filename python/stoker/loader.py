@@ -8,8 +8,9 @@ from ctypes import byref, c_size_t, c_uint64, c_void_p, create_string_buffer
 from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
-from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_views
-from .errors import ConnectError, DaemonGone, InvalidArgument
+from ._spec import (IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_batch_transform,
+                    with_transform, with_views)
+from .errors import ConnectError, DaemonGone, InvalidArgument, SpecError
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
@@ -122,8 +123,15 @@ class Loader:
     `views=[{"crop": 224, "scale": (0.4, 1)}, ..., {"crop": 96, "scale": (0.05, 0.4)}]` serves
     several views of each image, decoded once (docs/views.md): iterating then yields a list of
     image tensors, one per view, in place of `images`; each entry may say `crop`, `scale`,
-    `ratio`, `flip_prob`, `resize`, the Loader's arguments filling the rest.
-    The arguments are checked here: a bad one raises SpecError naming it.
+    `ratio`, `flip_prob`, `resize`, `ops`, `erasing`, the Loader's arguments filling the rest.
+    `transform=T.Compose([...])` (torchvision v2 or v1; docs/python.md, "Keep your torchvision
+    code") gives the crop, flip, operations, dtype, normalisation and RandomErasing in
+    torchvision's terms, in place of `crop`, `scale`, `ratio`, `resize`, `flip_prob`, `dtype`,
+    `mean` and `std`; `views=[Compose, ...]` one per view; `batch_transform=T.MixUp(...)`
+    (or CutMix, or `T.RandomChoice` of them) mixes each batch. Without torchvision, `ops=`,
+    `erasing=` and `batch_mix=` take the spec's own dicts (docs/augment.md).
+    The arguments are checked here: a bad one raises SpecError naming it (a transform stoker
+    cannot run is named, with the list of those it can).
 
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
     (restart, crash), it attaches again there at its own position, waiting up to
@@ -137,7 +145,8 @@ class Loader:
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None,
                  shuffle=None, exif_orientation=False, fields=None, field_max_bytes=None,
-                 views=None):
+                 views=None, transform=None, batch_transform=None, ops=None, erasing=None,
+                 batch_mix=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
@@ -145,13 +154,30 @@ class Loader:
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
                               layout=layout, drop_last=drop_last, epochs=epochs,
                               shuffle=shuffle, exif_orientation=exif_orientation,
-                              fields=fields, field_max_bytes=field_max_bytes)
+                              fields=fields, field_max_bytes=field_max_bytes, ops=ops,
+                              erasing=erasing)
+            if transform is not None:
+                if views is not None:
+                    raise SpecError("Loader(transform=...) is one view's transform; with "
+                                    "views=, give each view its own (views=[Compose, ...])")
+                spec = with_transform(spec, transform, ops=ops, erasing=erasing)
             if views is not None:
                 spec = with_views(spec, views, train=train, scale=scale, ratio=ratio,
-                                  flip_prob=flip_prob, resize=resize)
+                                  flip_prob=flip_prob, resize=resize, ops=ops, erasing=erasing)
+            if batch_transform is not None and batch_mix is not None:
+                raise SpecError("Loader(batch_transform=...) and batch_mix= say the same: "
+                                "pass one")
+            if batch_transform is not None:
+                spec = with_batch_transform(spec, batch_transform)
+            elif batch_mix is not None:
+                spec = with_batch_transform(spec, batch_mix, "batch_mix")
         elif views is not None:
             raise ValueError("views= builds the spec's views from the Loader's arguments; with "
                              "spec=, list them in the spec's extra_views instead")
+        elif any(a is not None for a in (transform, batch_transform, ops, erasing, batch_mix)):
+            raise ValueError("transform=, batch_transform=, ops=, erasing= and batch_mix= "
+                             "build the spec from the Loader's arguments; with spec=, write "
+                             "them in the spec (ops, erasing, batch_mix) instead")
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)
