@@ -30,6 +30,9 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
     Decode(cli::decode_file::DecodeArgs),
+    /// Apply one view operation to raw RGB, or print the operations' draws (checks against
+    /// torchvision).
+    Ops(cli::ops::OpsArgs),
     /// Ask the running daemon what it serves: jobs, ranks, img/s, backend, errors.
     Status(cli::status::StatusArgs),
     /// Turn a dataset (folder, file list, shards) into WebDataset tar shards of a target size.
@@ -60,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::BenchClient(a) => cli::bench_client::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Decode(a) => cli::decode_file::run(a),
+        Command::Ops(a) => cli::ops::run(a),
         Command::Status(a) => cli::status::run(a),
         Command::Pack(a) => cli::pack::run(a),
         Command::Selftest(a) => cli::selftest::run(a),

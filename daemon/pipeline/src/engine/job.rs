@@ -41,6 +41,10 @@ pub struct Job {
     pub owner: u32,
     /// Each view's own spec (`spec.view_spec(v)`), made once: one entry for a one-view job.
     pub(super) view_specs: Vec<PipelineSpec>,
+    /// Per view with operations, the spec its 8-bit pixels are cropped to before them (the
+    /// view's crop and flip, `u8`, NHWC; see [`crate::transform::ops`]); `None` for a view
+    /// without, which keeps the fused path.
+    pub(super) pixel_specs: Vec<Option<PipelineSpec>>,
 }
 
 impl std::fmt::Debug for Job {
@@ -91,9 +95,12 @@ impl Job {
         let offset = offset.filter(|o| o.consumed > 0);
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
         let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
-        let view_specs = (0..spec.view_count()).map(|v| spec.view_spec(v)).collect();
+        let view_specs: Vec<PipelineSpec> =
+            (0..spec.view_count()).map(|v| spec.view_spec(v)).collect();
+        let pixel_specs = view_specs.iter().map(pixel_spec).collect();
         Ok(Arc::new(Job {
             view_specs,
+            pixel_specs,
             steps: EpochSteps {
                 per_epoch: sampler.steps_per_epoch(),
                 resumed: sampler.resumed_epoch(),
@@ -181,4 +188,19 @@ impl Job {
     pub(super) fn is_past_end(&self, pos: Position) -> bool {
         matches!(self.spec.epochs, Some(e) if pos.epoch >= e as u64)
     }
+}
+
+/// The spec a view with operations is cropped to before them: its crop and flip into 8-bit
+/// interleaved pixels, nothing else; `None` for a view without operations.
+fn pixel_spec(view: &PipelineSpec) -> Option<PipelineSpec> {
+    (!view.ops.is_empty()).then(|| PipelineSpec {
+        dtype: stoker_wire::spec::DType::U8,
+        layout: stoker_wire::spec::Layout::Nhwc,
+        ops: Vec::new(),
+        erasing: None,
+        batch_mix: None,
+        fields: Vec::new(),
+        extra_views: Vec::new(),
+        ..view.clone()
+    })
 }

@@ -18,6 +18,10 @@ pub enum Stream {
     Augment = 2,
     /// The replacement chosen for a bad sample.
     Replacement = 3,
+    /// A view's per-sample operations (the spec's `ops`).
+    Ops = 4,
+    /// A view's `RandomErasing`.
+    Erasing = 5,
 }
 
 /// The SplitMix64 finaliser: a bijective 64-bit mix.

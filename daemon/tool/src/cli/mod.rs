@@ -6,6 +6,7 @@ pub mod bench_client;
 pub mod check;
 pub mod decode_file;
 mod gpu;
+pub mod ops;
 pub mod pack;
 pub mod selftest;
 pub mod status;

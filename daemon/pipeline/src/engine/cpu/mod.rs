@@ -29,12 +29,13 @@ use super::{EngineConfig, PipelineError, Position, CPU_UNIT_SAMPLES};
 use crate::engine::backend::BackendKind;
 use crate::source::index::Dataset;
 use crate::source::local::reader::{ReadRequest, Reader};
-use crate::transform::augment::{sample_params, Augmenter};
+use crate::transform::augment::sample_params;
 use crate::transform::badsample::BadSample;
 use crate::transform::decode::{probe_image, CpuDecoder, DecodeError};
 use crate::transform::orient::Orientation;
 use views::view_out;
 
+mod finish;
 mod views;
 
 /// Makes [`CpuBackend`]s.
@@ -60,7 +61,9 @@ impl BackendFactory for CpuBackendFactory {
 pub struct CpuBackend {
     pub(super) reader: Reader,
     pub(super) decoder: CpuDecoder,
-    pub(super) augmenter: Augmenter,
+
+    /// The augmenter and the operations' buffers.
+    finisher: finish::Finisher,
     /// One read buffer per sample of a unit (grown for a GPU backend's whole batches).
     pub(super) bufs: Vec<Vec<u8>>,
     pub(super) image: RgbImage,
@@ -107,7 +110,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             reader: Reader::new(config.reader, CPU_UNIT_SAMPLES)?,
             decoder: CpuDecoder::new(config.limits)?,
-            augmenter: Augmenter::new(),
+            finisher: finish::Finisher::default(),
             bufs: (0..CPU_UNIT_SAMPLES).map(|_| Vec::new()).collect(),
             image: RgbImage::default(),
             turned: RgbImage::default(),
@@ -194,8 +197,14 @@ impl CpuBackend {
             (&self.turned, shown)
         };
         let t1 = Instant::now();
-        self.augmenter
-            .augment_into(image, within, flip, &job.spec, out);
+        let key = finish::ViewKey {
+            spec: &job.view_specs[0],
+            pixels: job.pixel_specs[0].as_ref(),
+            seed: job.seed,
+            epoch: sample.pos.epoch,
+            index: sample.index,
+        };
+        self.finisher.finish_view(image, within, flip, key, out);
         let decode_ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
         let augment_ns = elapsed_ns(t1);
         // The decode and augment counts of the metrics are these histograms' counts.

@@ -20,6 +20,7 @@ use stoker_kernels::image::CropBox;
 use stoker_wire::ring::SlotLayout;
 use stoker_wire::spec::{view_seed, MAX_VIEWS};
 
+use super::finish::ViewKey;
 use super::{elapsed_ns, CpuBackend, Sample};
 use crate::engine::backend::SlotImages;
 use crate::transform::augment::sample_params;
@@ -104,8 +105,14 @@ impl CpuBackend {
             };
             // SAFETY: the caller's guarantee for position `at`.
             let out = unsafe { view_out(images, layout, v, at) };
-            self.augmenter
-                .augment_into(image, within, flips[v], spec, out);
+            let key = ViewKey {
+                spec,
+                pixels: job.pixel_specs[v].as_ref(),
+                seed: view_seed(job.seed, v),
+                epoch: sample.pos.epoch,
+                index: sample.index,
+            };
+            self.finisher.finish_view(image, within, flips[v], key, out);
         }
         // One decode and one augment per image, whatever the number of views.
         let decode_ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
