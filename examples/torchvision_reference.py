@@ -42,6 +42,7 @@ def recipe(num_classes):
         T.ToDtype(torch.float, scale=True),
         T.Normalize(mean=MEAN, std=STD),
         T.RandomErasing(p=0.1),
+        T.ToPureTensor(),
     ])
     mix = T.RandomChoice([T.MixUp(alpha=0.2, num_classes=num_classes),
                           T.CutMix(alpha=1.0, num_classes=num_classes)])

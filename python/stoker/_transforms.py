@@ -14,8 +14,8 @@ be written without torchvision.
 The order a Compose may have: one crop first (RandomResizedCrop, or Resize(side) then
 CenterCrop); then the pixel operations in any order, with RandomHorizontalFlip anywhere among
 them (stoker applies it with the crop: see docs/augment.md, "The horizontal flip"); then the
-conversion (ToImage / PILToTensor are no-ops; ToTensor, ToDtype, ConvertImageDtype set the
-dtype); then Normalize; then RandomErasing.
+conversion (ToImage, PILToTensor and ToPureTensor do nothing; ToTensor, ToDtype and
+ConvertImageDtype set the dtype); then Normalize; then RandomErasing.
 """
 
 from numbers import Integral, Real
@@ -28,7 +28,8 @@ SUPPORTED = (
     "RandomVerticalFlip", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur",
     "RandomSolarize", "RandomPosterize", "RandomEqualize", "RandomAutocontrast",
     "RandomAdjustSharpness", "RandomInvert", "RandomAffine", "RandomRotation", "RandomApply",
-    "TrivialAugmentWide", "RandAugment", "AutoAugment", "ToImage", "PILToTensor", "ToTensor",
+    "TrivialAugmentWide", "RandAugment", "AutoAugment", "ToImage", "PILToTensor",
+    "ToPureTensor", "ToTensor",
     "ToDtype", "ConvertImageDtype", "Normalize", "RandomErasing",
 )
 # What batch_transform= translates.
@@ -366,7 +367,7 @@ def translate(transform, where="transform"):
         name = _tv_name(t)
         if name is None:
             _unsupported(w, _describe(t))
-        if name in ("ToImage", "PILToTensor"):
+        if name in ("ToImage", "PILToTensor", "ToPureTensor"):
             continue
         if resize is not None and name != "CenterCrop":
             _refuse(resize[0], "Resize", "stoker's Resize is followed by a CenterCrop "

@@ -105,6 +105,7 @@ def reference_v2(num_classes=1000):
         T.ToDtype(torch.float, scale=True),
         T.Normalize(mean=MEAN, std=STD),
         T.RandomErasing(p=0.1),
+        T.ToPureTensor(),
     ])
     mix = T.RandomChoice([T.MixUp(alpha=0.2, num_classes=num_classes),
                           T.CutMix(alpha=1.0, num_classes=num_classes)])
