@@ -239,8 +239,13 @@ def test_report_the_lowest_psnr_per_operation(tool):
 
 def test_a_bad_step_is_refused_naming_it(tool):
     r = subprocess.run([tool, "ops", "apply", "--step", '{"kind": "posterize", "bits": 9}',
-                        "--size", "2x2"], input=bytes(12), capture_output=True, text=True)
-    assert r.returncode != 0 and "posterize" in r.stderr and "9" in r.stderr, r.stderr
+                        "--size", "2x2"], input=bytes(12), capture_output=True)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode != 0 and "posterize" in err and "9" in err, err
+    r = subprocess.run([tool, "ops", "apply", "--step", '{"kind": "invert"}', "--size", "2x2"],
+                       input=bytes(11), capture_output=True)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode != 0 and "12" in err, f"11 bytes for 2x2x3 must be refused: {err}"
 
 
 # --- torchvision's draws, recorded ----------------------------------------------------------
@@ -310,7 +315,13 @@ def torchvision_draws(transform, size, seed, count):
         _record(steps, functional.__name__, args, kwargs)
         return inpt
 
-    for m in transform.modules():
+    def walk(t):
+        """`t` and the transforms inside it (v2's containers keep plain lists)."""
+        yield t
+        for child in getattr(t, "transforms", None) or []:
+            yield from walk(child)
+
+    for m in walk(transform):
         m._call_kernel = call_kernel
 
     class Recorder:
@@ -349,7 +360,8 @@ CONTINUOUS = {"brightness": ("factor",), "contrast": ("factor",), "saturation": 
 
 
 def _snap(v, known):
-    """`v` as the nearest of the values torchvision drew, when within float rounding of it."""
+    """`v` as the nearest of the values torchvision drew for that field, when within float
+    rounding of it (stoker's magnitudes are f32, torchvision's f32 widened to f64)."""
     if isinstance(v, list):
         return tuple(_snap(x, known) for x in v)
     if isinstance(v, float) and known:
@@ -360,15 +372,16 @@ def _snap(v, known):
 
 
 def _values(draws):
-    """Every scalar torchvision drew, for snapping stoker's f32 values onto them."""
-    out = set()
+    """{(step kind, field): every scalar torchvision drew there}, for snapping stoker's values
+    onto them."""
+    out = {}
     for steps in draws:
         for s in steps:
-            for v in s.values():
+            for field, v in s.items():
                 for x in (v if isinstance(v, list) else [v]):
                     if isinstance(x, float):
-                        out.add(x)
-    return sorted(out)
+                        out.setdefault((s["kind"], field), set()).add(x)
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def _key(steps, continuous, known):
@@ -377,7 +390,8 @@ def _key(steps, continuous, known):
     out = []
     for s in steps:
         skip = CONTINUOUS.get(s["kind"], ()) if continuous else ()
-        out.append(tuple(sorted((k, _snap(v, known)) for k, v in s.items() if k not in skip)))
+        out.append(tuple(sorted((k, _snap(v, known.get((s["kind"], k), ())))
+                                for k, v in s.items() if k not in skip)))
     return tuple(out)
 
 
@@ -545,3 +559,20 @@ def test_draws_are_the_same_for_a_seed_and_differ_across_seeds(tool):
     assert a == draw(tool, ops, (32, 32), seed=3, count=50)
     assert a != draw(tool, ops, (32, 32), seed=4, count=50)
 
+
+
+@pytest.mark.parametrize("op,make,continuous", [
+    ({"kind": "random_grayscale", "p": 0.2}, lambda: T.RandomGrayscale(p=0.25), True),
+    ({"kind": "color_jitter", "brightness": [0.6, 1.4]}, lambda: T.ColorJitter(0.45), True),
+    ({"kind": "rand_augment", "magnitude": 9}, lambda: T.RandAugment(magnitude=8), False),
+    ({"kind": "trivial_augment_wide", "num_magnitude_bins": 30},
+     lambda: T.TrivialAugmentWide(31), False),
+], ids=["p", "range", "magnitude", "bins"])
+def test_the_comparison_tells_a_slightly_different_transform(tool, op, make, continuous):
+    """The distribution tests have the power to fail: stoker's draws against torchvision's for
+    slightly different parameters are told apart."""
+    size = (61, 90)
+    ours = draw(tool, [op], size, seed=11, count=N_POLICY)
+    theirs = torchvision_draws(make(), size, seed=11, count=N_POLICY)
+    with pytest.raises(AssertionError):
+        compare(ours, theirs, continuous)
