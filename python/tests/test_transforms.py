@@ -407,3 +407,31 @@ def test_the_reference_recipe_and_dino_run_through_the_loader(dataset, daemon):
     views, _ = runs[0]
     assert [v.shape for v in views] == [(4, 3, 224, 224)] * 2 + [(4, 3, 96, 96)] * 6
     assert all(np.array_equal(a, b) for a, b in zip(runs[0][0], runs[1][0]))
+
+
+def test_every_translated_operation_is_served(dataset, daemon):
+    """A Compose with every operation the translation knows (v2 and v1 classes mixed), and
+    erasing with a random value: the daemon accepts the spec as translated and serves it; the
+    same twice with one seed."""
+    transform = [
+        T.RandomResizedCrop(40, scale=(0.3, 1)), T.RandomHorizontalFlip(),
+        T.ColorJitter(0.4, 0.4, 0.2, 0.1), T1.RandomGrayscale(0.3), T.Grayscale(3),
+        T.GaussianBlur((3, 5), sigma=(0.5, 1.5)), T.RandomSolarize(100), T.RandomPosterize(4),
+        T.RandomEqualize(), T1.RandomAutocontrast(), T.RandomAdjustSharpness(2), T.RandomInvert(),
+        T.RandomVerticalFlip(), T.RandomAffine(10, translate=(0.1, 0.1), scale=(0.9, 1.1),
+                                               shear=(-3, 3, -2, 2), fill=(1, 2, 3)),
+        T1.RandomRotation(20, interpolation=T1.InterpolationMode.BILINEAR, fill=5,
+                          center=(3, 4)),
+        T.RandomApply([T.ColorJitter(hue=0.3), T.RandomApply([T.RandomInvert(1)])], p=0.7),
+        T.TrivialAugmentWide(), T.RandAugment(3, 5), T.AutoAugment(T.AutoAugmentPolicy.SVHN),
+        T.ToImage(), T.ToDtype(torch.float16, scale=True), T.Normalize(MEAN, STD),
+        T.RandomErasing(0.5, value="random")]
+    runs = []
+    for job in ("tv-all-a", "tv-all-b"):
+        with stoker.Loader(dataset, batch_size=4, transform=transform, seed=2, socket=daemon,
+                           autostart=False, job=job, epochs=1, shuffle=False) as ld:
+            runs.append(_first_batch(ld))
+    (images,), _ = runs[0]
+    assert images.shape == (4, 3, 40, 40) and images.dtype == np.float16
+    assert np.isfinite(images).all()
+    assert np.array_equal(images, runs[1][0][0])
