@@ -1,6 +1,8 @@
 //! Several views of one image on the CUDA backend (the emulated GPU): a job of 1 + 3 views
 //! goes the CPU route (docs/views.md) and its device batches are the CPU backend's bit for bit,
-//! every view, a corrupt file replaced alike (all of its views from the replacement).
+//! every view, a corrupt file replaced alike (all of its views from the replacement). A job
+//! whose view has torchvision's per-sample operations and RandomErasing (issue 39) goes the
+//! same route: its batches are the CPU backend's bit for bit.
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,8 +33,9 @@ fn spec() -> PipelineSpec {
 /// Per batch: indices, statuses, and each view's bytes.
 type Seen = Vec<(Vec<u64>, Vec<u8>, Vec<Vec<u8>>)>;
 
-fn drain(socket: &Path, data: &Path, device: &str) -> Seen {
-    let mut o = AttachOptions::new("views", data.to_str().unwrap(), spec());
+fn drain(socket: &Path, data: &Path, device: &str, spec: PipelineSpec) -> Seen {
+    let element = spec.dtype.size();
+    let mut o = AttachOptions::new("views", data.to_str().unwrap(), spec);
     o.seed = 5;
     o.device = device.parse().unwrap();
     o.connect_timeout = Duration::from_secs(10);
@@ -48,7 +51,7 @@ fn drain(socket: &Path, data: &Path, device: &str) -> Seen {
         let views = (0..b.views())
             .map(|v| {
                 let (h, w) = b.view_size(v);
-                let mut host = vec![0u8; b.n() * h as usize * w as usize * 3];
+                let mut host = vec![0u8; b.n() * h as usize * w as usize * 3 * element];
                 b.copy_view_to_host(v, &mut host).unwrap();
                 host
             })
@@ -83,8 +86,8 @@ fn views_on_the_emulated_gpu_are_the_cpu_backends() {
             .env("STOKER_CACHE_DIR", cache);
     });
     let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
-    let got = drain(gpu.socket(), &data, emulator::UUIDS[0]);
-    let want = drain(cpu.socket(), &data, "cpu");
+    let got = drain(gpu.socket(), &data, emulator::UUIDS[0], spec());
+    let want = drain(cpu.socket(), &data, "cpu", spec());
     assert_eq!(got.len(), 3);
     assert!(got.iter().all(|b| b.2.len() == 4));
     // One sample was replaced, on both backends alike.
@@ -95,5 +98,53 @@ fn views_on_the_emulated_gpu_are_the_cpu_backends() {
         for v in 0..4 {
             assert!(g.2[v] == w.2[v], "batch {step} view {v} differs");
         }
+    }
+}
+
+#[test]
+fn operations_on_the_emulated_gpu_are_the_cpu_backends() {
+    use stoker::spec::{Erasing, ErasingValue, Interpolation, Op, RandomWord};
+    emulator::use_emulator();
+    if emulator::nvrtc("operations_on_the_emulated_gpu_are_the_cpu_backends").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    write_image_folder(&data, 2, 4, 48);
+    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    let log = dir.path().join("stokerd.log");
+    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+        cmd.env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", cache);
+    });
+    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let spec = PipelineSpec {
+        ops: vec![
+            Op::TrivialAugmentWide {
+                num_magnitude_bins: 31,
+                interpolation: Interpolation::Nearest,
+                fill: [0.0; 3],
+            },
+            Op::RandomGrayscale { p: 0.3 },
+        ],
+        erasing: Some(Erasing {
+            p: 0.5,
+            scale: [0.02, 0.33],
+            ratio: [0.3, 3.3],
+            value: ErasingValue::Random(RandomWord::Random),
+        }),
+        epochs: Some(1),
+        ..PipelineSpec::train(4, 32)
+    };
+    let got = drain(gpu.socket(), &data, emulator::UUIDS[0], spec.clone());
+    let want = drain(cpu.socket(), &data, "cpu", spec);
+    assert_eq!(got.len(), 2);
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!((&g.0, &g.1), (&w.0, &w.1), "batch {step}");
+        assert!(g.2 == w.2, "batch {step} differs");
     }
 }

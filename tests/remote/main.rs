@@ -17,6 +17,7 @@ mod names;
 mod observe;
 mod prefix;
 mod quickstart;
+mod recipes;
 mod refusals;
 mod restart;
 mod s3;

@@ -185,6 +185,14 @@ impl Job {
     }
 
     /// Whether `pos` lies past the job's last epoch.
+    /// Whether a view has per-sample operations or erasing: a GPU backend serves such a job
+    /// on its CPU route (docs/augment.md).
+    pub(super) fn host_route(&self) -> bool {
+        self.view_specs
+            .iter()
+            .any(|v| !v.ops.is_empty() || v.erasing.is_some())
+    }
+
     pub(super) fn is_past_end(&self, pos: Position) -> bool {
         matches!(self.spec.epochs, Some(e) if pos.epoch >= e as u64)
     }

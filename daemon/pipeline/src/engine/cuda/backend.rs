@@ -624,7 +624,7 @@ impl Backend for CudaBackend {
             let fault = self.fault("cannot bind the context", &e);
             return Completion::Pending(Box::new(Failed(fault)));
         }
-        if unit.layout.views > 1 {
+        if unit.layout.views > 1 || unit.job.host_route() {
             return self.fill_views(unit, outcomes);
         }
         let pending = self.fill_in_flight(unit);

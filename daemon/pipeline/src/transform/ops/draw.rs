@@ -30,8 +30,38 @@ pub fn draw_steps(ops: &[Op], rng: &mut KeyedRng, width: u32, height: u32, steps
     }
 }
 
-#[allow(clippy::too_many_lines, clippy::cast_possible_truncation)]
+/// The step of an operation that applies with probability `p` and draws nothing else, or
+/// `None` for the others.
+fn gated(op: &Op) -> Option<(f32, Step)> {
+    Some(match *op {
+        Op::RandomGrayscale { p } => (p, Step::Grayscale),
+        Op::RandomSolarize { threshold, p } => (p, Step::Solarize { threshold }),
+        Op::RandomPosterize { bits, p } => (p, Step::Posterize { bits }),
+        Op::RandomEqualize { p } => (p, Step::Equalize),
+        Op::RandomAutocontrast { p } => (p, Step::Autocontrast),
+        Op::RandomAdjustSharpness {
+            sharpness_factor,
+            p,
+        } => (
+            p,
+            Step::Sharpness {
+                factor: sharpness_factor,
+            },
+        ),
+        Op::RandomInvert { p } => (p, Step::Invert),
+        Op::RandomVerticalFlip { p } => (p, Step::VerticalFlip),
+        _ => return None,
+    })
+}
+
+#[allow(clippy::cast_possible_truncation)]
 fn draw_op(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec<Step>) {
+    if let Some((p, step)) = gated(op) {
+        if applies(rng, p) {
+            steps.push(step);
+        }
+        return;
+    }
     match op {
         Op::ColorJitter {
             brightness,
@@ -65,11 +95,6 @@ fn draw_op(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec
                 }
             }
         }
-        Op::RandomGrayscale { p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Grayscale);
-            }
-        }
         Op::GaussianBlur { kernel_size, sigma } => {
             let s = uniform(rng, *sigma);
             steps.push(Step::GaussianBlur {
@@ -77,81 +102,7 @@ fn draw_op(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec
                 sigma: [s, s],
             });
         }
-        Op::RandomSolarize { threshold, p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Solarize {
-                    threshold: *threshold,
-                });
-            }
-        }
-        Op::RandomPosterize { bits, p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Posterize { bits: *bits });
-            }
-        }
-        Op::RandomEqualize { p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Equalize);
-            }
-        }
-        Op::RandomAutocontrast { p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Autocontrast);
-            }
-        }
-        Op::RandomAdjustSharpness {
-            sharpness_factor,
-            p,
-        } => {
-            if applies(rng, *p) {
-                steps.push(Step::Sharpness {
-                    factor: *sharpness_factor,
-                });
-            }
-        }
-        Op::RandomInvert { p } => {
-            if applies(rng, *p) {
-                steps.push(Step::Invert);
-            }
-        }
-        Op::RandomVerticalFlip { p } => {
-            if applies(rng, *p) {
-                steps.push(Step::VerticalFlip);
-            }
-        }
-        Op::RandomAffine {
-            degrees,
-            translate,
-            scale,
-            shear,
-            interpolation,
-            fill,
-            center,
-        } => {
-            let angle = f64::from(uniform(rng, *degrees));
-            let translate = translate.map_or([0.0, 0.0], |[fx, fy]| {
-                let max_dx = f64::from(fx) * f64::from(width);
-                let max_dy = f64::from(fy) * f64::from(height);
-                let tx = rng.uniform(-max_dx, max_dx).round_ties_even();
-                let ty = rng.uniform(-max_dy, max_dy).round_ties_even();
-                [tx, ty]
-            });
-            let scale = scale.map_or(1.0, |r| f64::from(uniform(rng, r)));
-            let shear = shear.map_or([0.0, 0.0], |[a, b, c, d]| {
-                let x = f64::from(uniform(rng, [a, b]));
-                let y = f64::from(uniform(rng, [c, d]));
-                [x, y]
-            });
-            steps.push(Step::Affine {
-                angle,
-                translate,
-                scale,
-                shear,
-                interpolation: *interpolation,
-                fill: *fill,
-                center: center.map(|[x, y]| [f64::from(x), f64::from(y)]),
-            });
-        }
+        Op::RandomAffine { .. } => steps.push(draw_affine(op, rng, width, height)),
         Op::RandomRotation {
             degrees,
             interpolation,
@@ -170,6 +121,17 @@ fn draw_op(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec
                 draw_steps(ops, rng, width, height, steps);
             }
         }
+        Op::TrivialAugmentWide { .. } | Op::RandAugment { .. } | Op::AutoAugment { .. } => {
+            draw_policy(op, rng, width, height, steps);
+        }
+        gated => unreachable!("{} is drawn by `gated`", gated.name()),
+    }
+}
+
+/// The steps of an automatic augmentation policy.
+#[allow(clippy::cast_possible_truncation)]
+fn draw_policy(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec<Step>) {
+    match op {
         Op::TrivialAugmentWide {
             num_magnitude_bins,
             interpolation,
@@ -229,6 +191,47 @@ fn draw_op(op: &Op, rng: &mut KeyedRng, width: u32, height: u32, steps: &mut Vec
                 }
             }
         }
+        other => unreachable!("{} is not a policy", other.name()),
+    }
+}
+
+/// RandomAffine's step: torchvision's `RandomAffine.get_params` (angle, then the shift rounded
+/// half to even, then scale, then the shears).
+fn draw_affine(op: &Op, rng: &mut KeyedRng, width: u32, height: u32) -> Step {
+    let Op::RandomAffine {
+        degrees,
+        translate,
+        scale,
+        shear,
+        interpolation,
+        fill,
+        center,
+    } = *op
+    else {
+        unreachable!("{} is not RandomAffine", op.name());
+    };
+    let angle = f64::from(uniform(rng, degrees));
+    let translate = translate.map_or([0.0, 0.0], |[fx, fy]| {
+        let max_dx = f64::from(fx) * f64::from(width);
+        let max_dy = f64::from(fy) * f64::from(height);
+        let tx = rng.uniform(-max_dx, max_dx).round_ties_even();
+        let ty = rng.uniform(-max_dy, max_dy).round_ties_even();
+        [tx, ty]
+    });
+    let scale = scale.map_or(1.0, |r| f64::from(uniform(rng, r)));
+    let shear = shear.map_or([0.0, 0.0], |[a, b, c, d]| {
+        let x = f64::from(uniform(rng, [a, b]));
+        let y = f64::from(uniform(rng, [c, d]));
+        [x, y]
+    });
+    Step::Affine {
+        angle,
+        translate,
+        scale,
+        shear,
+        interpolation,
+        fill,
+        center: center.map(|[x, y]| [f64::from(x), f64::from(y)]),
     }
 }
 

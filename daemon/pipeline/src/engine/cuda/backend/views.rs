@@ -1,7 +1,9 @@
-//! Several views of one image on the CUDA backend: the CPU route, sample by sample.
+//! Several views of one image, or views with per-sample operations or erasing, on the CUDA
+//! backend: the CPU route, sample by sample.
 //!
 //! # Design
-//! - A unit of a job with several views goes the way of a replacement: each sample is read,
+//! - A unit of a job with several views, or whose views have operations or erasing
+//!   (`Job::host_route`), goes the way of a replacement: each sample is read,
 //!   decoded once and augmented into every view on the host by the backend's own
 //!   [`CpuBackend`](crate::engine::cpu::CpuBackend) (the CPU backend's code, so the views are
 //!   the CPU backend's bit for bit), then each view is copied into its place in device memory.
@@ -9,7 +11,8 @@
 //!
 //! # Limitations
 //! - Nothing of it runs on the GPU: no nvJPEG, no batched kernel; one synchronous upload per
-//!   view and sample. A GPU multi-view path is future work (docs/views.md).
+//!   view and sample. A GPU multi-view path and GPU kernels for the operations are future
+//!   work (docs/views.md, docs/augment.md).
 
 use std::sync::atomic::Ordering;
 
