@@ -1,7 +1,7 @@
 """torchvision's transforms as stoker's spec (issue 39 item 4, docs/python.md "Keep your
 torchvision code"): `Loader(transform=T.Compose([...]))` (v2 and v1), `views=[Compose, ...]`,
-`batch_transform=T.MixUp/CutMix/RandomChoice`, and the same recipe in the spec's own names
-(`ops=`, `erasing=`, `batch_mix=`) without torchvision. What cannot be translated is refused at
+`batch_transform=T.MixUp/CutMix/RandomChoice` (the spec's own names without torchvision:
+test_transforms_spec.py). What cannot be translated is refused at
 `Loader(...)`, before anything is sent, naming the transform and listing what is supported.
 The recipes then run through a real stokerd (skipped without one)."""
 
@@ -11,6 +11,7 @@ import pytest
 import stoker
 from stoker._spec import build_spec, with_batch_transform, with_transform, with_views
 from stoker._transforms import SUPPORTED
+from test_transforms_spec import REFERENCE_MIX, REFERENCE_OPS, refused
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 RATIO = [3 / 4, 4 / 3]
@@ -19,59 +20,6 @@ RATIO = [3 / 4, 4 / 3]
 def spec_of(transform, batch_transform=None):
     s = with_transform(build_spec(8, 224), transform)
     return with_batch_transform(s, batch_transform) if batch_transform is not None else s
-
-
-def refused(match, **kw):
-    """The message of the SpecError `Loader(...)` raises for these arguments (no daemon is
-    asked: autostart is off and nothing attaches)."""
-    with pytest.raises(stoker.SpecError, match=match) as e:
-        stoker.Loader("/nonexistent", autostart=False, **kw)
-    return str(e.value)
-
-
-# --- without torchvision ---------------------------------------------------------------------
-
-
-REFERENCE_OPS = [{"kind": "trivial_augment_wide"}]
-REFERENCE_ERASING = {"p": 0.1}
-REFERENCE_MIX = {"kind": "choice", "mixes": [{"kind": "mix_up", "alpha": 0.2, "num_classes": 3},
-                                             {"kind": "cut_mix", "alpha": 1.0, "num_classes": 3}]}
-
-
-def test_the_specs_own_names_need_no_torchvision():
-    ld = stoker.Loader("/nonexistent", crop=176, autostart=False, ops=REFERENCE_OPS,
-                       erasing=REFERENCE_ERASING, batch_mix=REFERENCE_MIX)
-    assert ld.spec["ops"] == REFERENCE_OPS
-    assert ld.spec["erasing"] == REFERENCE_ERASING
-    assert ld.spec["batch_mix"] == REFERENCE_MIX
-    assert ld.spec["crop"]["size"] == [176, 176] and ld.spec["flip_prob"] == 0.5
-    plain = stoker.Loader("/nonexistent", autostart=False).spec
-    assert not {"ops", "erasing", "batch_mix"} & set(plain), "left out when unused"
-    dino = [{"crop": 224, "scale": (0.4, 1), "ops": [{"kind": "random_grayscale", "p": 0.2}]},
-            {"crop": 96, "scale": (0.05, 0.4)}]
-    s = stoker.Loader("/nonexistent", autostart=False, views=dino,
-                      ops=[{"kind": "random_solarize", "threshold": 128}]).spec
-    assert s["ops"] == [{"kind": "random_grayscale", "p": 0.2}], "the view's own"
-    assert s["extra_views"][0]["ops"] == [{"kind": "random_solarize", "threshold": 128}], \
-        "the Loader's fills the rest"
-
-
-def test_bad_spec_dicts_are_refused_naming_them():
-    msg = refused("Loader\\(ops=...\\)\\[1\\].*'elastic'.*kind must be one of",
-                  ops=[{"kind": "random_invert"}, {"kind": "elastic"}])
-    assert "color_jitter" in msg
-    refused("ops=...\\)\\[0\\]\\.ops\\[0\\]: operation 'gaussian_blur': needs kernel_size",
-            ops=[{"kind": "random_apply", "ops": [{"kind": "gaussian_blur"}]}])
-    refused("'color_jitter'.*no field brightnes ", ops=[{"kind": "color_jitter",
-                                                         "brightnes": [0.5, 1]}])
-    refused("erasing.*no field valu", erasing={"valu": 0})
-    refused("batch_mix.*kind", batch_mix={"kind": "mixup", "num_classes": 3})
-    refused("mix_up.*needs num_classes", batch_mix={"kind": "mix_up"})
-    refused("MixUp / CutMix need a float output.*u8", dtype="u8",
-            batch_mix={"kind": "mix_up", "num_classes": 3})
-    with pytest.raises(ValueError, match="with spec="):
-        stoker.Loader("/nonexistent", autostart=False, spec=build_spec(4, 32),
-                      ops=[{"kind": "random_invert"}])
 
 
 # --- torchvision ----------------------------------------------------------------------------
