@@ -160,6 +160,15 @@ class Loader:
                 if views is not None:
                     raise SpecError("Loader(transform=...) is one view's transform; with "
                                     "views=, give each view its own (views=[Compose, ...])")
+                given = {"crop": (crop, 224), "resize": (resize, None),
+                         "scale": (tuple(scale), (0.08, 1.0)),
+                         "ratio": (tuple(ratio), (3 / 4, 4 / 3)),
+                         "flip_prob": (flip_prob, None), "mean": (tuple(mean), IMAGENET_MEAN),
+                         "std": (tuple(std), IMAGENET_STD), "dtype": (dtype, "f32")}
+                clash = [f"{k}={v!r}" for k, (v, default) in given.items() if v != default]
+                if clash:
+                    raise SpecError("Loader(transform=...) gives the crop, flip, dtype and "
+                                    "normalisation; leave out " + ", ".join(clash))
                 spec = with_transform(spec, transform, ops=ops, erasing=erasing)
             if views is not None:
                 spec = with_views(spec, views, train=train, scale=scale, ratio=ratio,

@@ -323,6 +323,11 @@ def test_refusals_of_views_and_batch_transforms_name_them():
     refused("batch_transform=...\\) and batch_mix= say the same", transform=transform,
             batch_transform=T.MixUp(num_classes=3), batch_mix=REFERENCE_MIX)
     refused("gives the view's operations and erasing", transform=transform, ops=REFERENCE_OPS)
+    refused("transform=...\\) gives the crop, flip, dtype and normalisation; leave out "
+            "crop=176, dtype='bf16'", transform=transform, crop=176, dtype="bf16")
+    # The Loader's defaults, given as they are, are not a clash.
+    stoker.Loader("/nonexistent", autostart=False, transform=transform, crop=224,
+                  mean=stoker.IMAGENET_MEAN, scale=[0.08, 1.0])
 
 
 # --- through stokerd ------------------------------------------------------------------------
