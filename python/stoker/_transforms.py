@@ -18,6 +18,7 @@ conversion (ToImage, PILToTensor and ToPureTensor do nothing; ToTensor, ToDtype 
 ConvertImageDtype set the dtype); then Normalize; then RandomErasing.
 """
 
+import json
 from numbers import Integral, Real
 
 from .errors import SpecError
@@ -563,7 +564,12 @@ def _mix_of(where, t):
 
 def translate_batch(transform, where="batch_transform"):
     """The spec's `batch_mix` dict of `T.MixUp(...)`, `T.CutMix(...)`, or
-    `T.RandomChoice([...])` of them (or the spec's own dict)."""
+    `T.RandomChoice([...])` of them (or the spec's own dict, or its JSON)."""
+    if isinstance(transform, str):
+        try:
+            transform = json.loads(transform)
+        except ValueError as e:
+            _refuse(where, "batch_mix", f"is not JSON: {e}")
     return _mix_of(where, transform)
 
 

@@ -52,6 +52,10 @@ def test_bad_spec_dicts_are_refused_naming_them():
     refused("erasing.*no field valu", erasing={"valu": 0})
     refused("batch_mix.*kind", batch_mix={"kind": "mixup", "num_classes": 3})
     refused("mix_up.*needs num_classes", batch_mix={"kind": "mix_up"})
+    refused("batch_mix.*is not JSON", batch_mix="{mix_up")
+    assert stoker.Loader("/nonexistent", autostart=False, batch_mix='{"kind": "cut_mix", '
+                         '"num_classes": 4}').spec["batch_mix"] == {"kind": "cut_mix",
+                                                                    "num_classes": 4}
     refused("MixUp / CutMix need a float output.*u8", dtype="u8",
             batch_mix={"kind": "mix_up", "num_classes": 3})
     with pytest.raises(ValueError, match="with spec="):
