@@ -26,6 +26,8 @@ mod draw;
 mod erase;
 mod geometry;
 mod policy;
+#[cfg(test)]
+mod timing;
 
 pub use convert::convert_into;
 pub use draw::draw_steps;
