@@ -388,3 +388,64 @@ def test_every_translated_operation_is_served(dataset, daemon):
     assert images.shape == (4, 3, 40, 40) and images.dtype == np.float16
     assert np.isfinite(images).all()
     assert np.array_equal(images, runs[1][0][0])
+
+
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory):
+    """An ImageFolder of 32 flat grey JPEGs (every pixel 200 after decoding and resizing), so
+    an erased box of 0 shows exactly."""
+    Image = pytest.importorskip("PIL.Image", reason="Pillow makes the test JPEGs")
+    root = tmp_path_factory.mktemp("flat") / "images"
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(16):
+            Image.new("RGB", (30 + 7 * i, 90 - 3 * i), (200, 200, 200)).save(
+                root / f"c{c}" / f"{i:03}.jpg", quality=95)
+    return root
+
+
+def test_erasing_draws_its_boxes_as_torchvision(flat, daemon):
+    """RandomErasing through the daemon: the boxes of 1280 samples (found as the zeros of a
+    flat grey u8 output) against torchvision's RandomErasing.get_params at the same output
+    size: how often it applies (chi-square), the box's height, width, top and left (two-sample
+    KS), at fixed seeds, failing below p = 0.001."""
+    stats = pytest.importorskip("scipy.stats")
+    h, w, p, scale, ratio = 24, 40, 0.6, (0.02, 0.33), (0.3, 3.3)
+    erasing = {"p": p, "scale": list(scale), "ratio": list(ratio), "value": [0.0, 0.0, 0.0]}
+    ours = []
+    with stoker.Loader(flat, batch_size=32, crop=(h, w), dtype="u8", flip_prob=0.0, epochs=40,
+                       seed=4, socket=daemon, autostart=False, job="tv-erasing",
+                       erasing=erasing) as ld:
+        for b in ld.batches():
+            images = np.from_dlpack(b.images)
+            assert images.shape[1:] == (3, h, w)
+            for img in images:
+                zero = (img == 0).all(axis=0)
+                assert ((img == 200) | zero[None]).all(), "flat grey, or erased"
+                if not zero.any():
+                    ours.append(None)
+                    continue
+                rows, cols = np.flatnonzero(zero.any(axis=1)), np.flatnonzero(zero.any(axis=0))
+                box = (rows[0], cols[0], len(rows), len(cols))
+                assert zero.sum() == box[2] * box[3], "one rectangle"
+                ours.append(box)
+            del images, b
+    assert len(ours) == 1280
+    torch.manual_seed(4)
+    img = torch.zeros(3, h, w)
+    theirs = []
+    for _ in range(len(ours)):
+        if torch.rand(1) >= p:
+            theirs.append(None)
+            continue
+        i, j, bh, bw, _ = T1.RandomErasing.get_params(img, scale=scale, ratio=ratio, value=[0])
+        theirs.append((i, j, bh, bw) if (bh, bw) != (h, w) else None)
+    erased = [sum(b is not None for b in s) for s in (ours, theirs)]
+    table = np.array([erased, [len(ours) - erased[0], len(theirs) - erased[1]]])
+    assert stats.chi2_contingency(table)[1] > 1e-3, f"erased {erased[0]} vs {erased[1]}"
+    for k, name in enumerate(("top", "left", "height", "width")):
+        a = [b[k] for b in ours if b is not None]
+        t = [b[k] for b in theirs if b is not None]
+        pv = stats.ks_2samp(a, t).pvalue
+        assert pv > 1e-3, f"{name}: KS p = {pv:.2e}, stoker {np.percentile(a, [5, 50, 95])}, " \
+                          f"torchvision {np.percentile(t, [5, 50, 95])}"
