@@ -13,7 +13,7 @@ be written without torchvision.
 
 The order a Compose may have: one crop first (RandomResizedCrop, or Resize(side) then
 CenterCrop); then the pixel operations in any order, with RandomHorizontalFlip anywhere among
-them (stoker applies it with the crop: see docs/augment.md, "The horizontal flip"); then the
+them (or before a RandomResizedCrop) (stoker applies it with the crop: see docs/augment.md, "The horizontal flip"); then the
 conversion (ToImage, PILToTensor and ToPureTensor do nothing; ToTensor, ToDtype and
 ConvertImageDtype set the dtype); then Normalize; then RandomErasing.
 """
@@ -383,7 +383,18 @@ def translate(transform, where="transform"):
             crop = {"kind": "random_resized", "size": size, "scale": _pair_of(t.scale),
                     "ratio": _pair_of(t.ratio)}
             continue
+        if name == "RandomHorizontalFlip" and crop is None and resize is None:
+            # Before a RandomResizedCrop: the box's left edge is uniform over the positions,
+            # and so is its mirror, so flipping first is the same as flipping after it.
+            if flip is not None:
+                _refuse(w, name, f"one horizontal flip per view (another at {flip[0]})")
+            flip = (w, _p(t))
+            continue
         if name == "Resize":
+            if flip is not None and crop is None:
+                _refuse(flip[0], "RandomHorizontalFlip", "a flip before Resize + CenterCrop "
+                        "moves the centre crop by half a pixel where it cannot be centred; "
+                        "put the flip after the crop")
             if crop is not None or ops or stage != "pixels":
                 _refuse(w, name, "the crop comes first, and there is one")
             size = t.size if isinstance(t.size, (list, tuple)) else [t.size]

@@ -93,6 +93,9 @@ def test_the_classification_reference_translates_v2_and_v1():
                   T.RandomHorizontalFlip(), T.ToImage(), T.ToDtype(torch.float32, scale=True),
                   T.Normalize(MEAN, STD), T.RandomErasing(0.1)])
     assert {k: s2[k] for k in REFERENCE_SPEC} == REFERENCE_SPEC
+    # ... or come before a RandomResizedCrop.
+    s3 = spec_of([T.RandomHorizontalFlip(0.3), T.RandomResizedCrop(176), T.ToImage()])
+    assert s3["flip_prob"] == 0.3 and s3["crop"] == REFERENCE_SPEC["crop"]
 
 
 def dino_v2():
@@ -287,6 +290,10 @@ REFUSALS = [
     (lambda: [T.RandomResizedCrop(8), T.RandomApply([T.RandomHorizontalFlip()])],
      "RandomApply may hold pixel operations only"),
     (lambda: [T.ToImage()], "it has no crop"),
+    (lambda: [T.RandomHorizontalFlip(), T.Resize(8), T.CenterCrop(8)],
+     "\\[0\\]: RandomHorizontalFlip: a flip before Resize \\+ CenterCrop"),
+    (lambda: [T.RandomHorizontalFlip(), T.RandomHorizontalFlip(), T.RandomResizedCrop(8)],
+     "one horizontal flip per view"),
 ]
 
 
