@@ -13,9 +13,9 @@ be written without torchvision.
 
 The order a Compose may have: one crop first (RandomResizedCrop, or Resize(side) then
 CenterCrop); then the pixel operations in any order, with RandomHorizontalFlip anywhere among
-them (or before a RandomResizedCrop) (stoker applies it with the crop: see docs/augment.md, "The horizontal flip"); then the
-conversion (ToImage, PILToTensor and ToPureTensor do nothing; ToTensor, ToDtype and
-ConvertImageDtype set the dtype); then Normalize; then RandomErasing.
+them or before a RandomResizedCrop (stoker applies it with the crop: see docs/augment.md,
+"The horizontal flip"); then the conversion (ToImage, PILToTensor and ToPureTensor do nothing;
+ToTensor, ToDtype and ConvertImageDtype set the dtype); then Normalize; then RandomErasing.
 """
 
 import json
