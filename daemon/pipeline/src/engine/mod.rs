@@ -7,7 +7,7 @@
 //! bad-sample policy, completion), `backend` (the trait), `choice` (the `--backend` choice against what this host has), `cpu` (the CPU
 //! backend, with several views of one image decoded once), `cuda` (the CUDA backend,
 //! one engine per GPU), `memory` (ring memory), `fields` (a unit's per-sample fields read into
-//! the slot), `stats`.
+//! the slot), `mix` (the batch mix once a batch is filled, before it is published), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
@@ -41,6 +41,7 @@ mod feed;
 mod fields;
 mod job;
 mod memory;
+mod mix;
 mod scheduler;
 mod slots;
 mod stats;
@@ -146,6 +147,16 @@ pub enum PipelineError {
         what: &'static str,
         /// What the user can do instead.
         hint: &'static str,
+    },
+    /// A batch mix is asked for over a dataset with a label outside its classes (or none).
+    #[error("batch_mix spreads labels over {num_classes} classes, but sample {sample} has label {label}: every label must be 0..{num_classes} (num_classes too small, or a dataset without labels)")]
+    MixLabel {
+        /// The sample, as the dataset names it.
+        sample: String,
+        /// Its label (-1: the dataset has none).
+        label: i64,
+        /// The mix's `num_classes`.
+        num_classes: u32,
     },
     /// A ring with fewer than 2 slots (one to fill while the client holds the other).
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
@@ -509,7 +520,8 @@ fn backend_serves(
         "ops"
     } else if asks(|s| s.erasing.is_some()) {
         "erasing"
-    } else if spec.batch_mix.is_some() {
+    } else if spec.batch_mix.is_some() && kind != BackendKind::Cpu {
+        // The mix runs on the host over host images (engine::mix): the CPU backend's.
         "batch_mix"
     } else {
         return Ok(());

@@ -4,7 +4,8 @@
 //! seeded generators the sampler and augmentation draw from), `decode` (libjpeg-turbo, and the
 //! sniffing of formats), `augment` (fused crop-resize-flip-normalize-convert into the slot),
 //! `badsample` (why a sample could not be delivered, counted and logged by reason), `orient`
-//! (EXIF orientation in the crop geometry).
+//! (EXIF orientation in the crop geometry), `mix` (MixUp and CutMix over a whole batch, and
+//! the soft labels they make).
 //!
 //! # Design
 //! - Nothing here reads storage or serves: the engine hands these functions bytes and slots.
@@ -12,6 +13,7 @@
 pub mod augment;
 pub mod badsample;
 pub mod decode;
+pub mod mix;
 pub mod orient;
 pub mod rng;
 pub mod sampler;

@@ -18,6 +18,8 @@ pub enum Stream {
     Augment = 2,
     /// The replacement chosen for a bad sample.
     Replacement = 3,
+    /// A batch's MixUp / CutMix draw (index: the batch's number, not a sample's).
+    BatchMix = 4,
 }
 
 /// The SplitMix64 finaliser: a bijective 64-bit mix.
