@@ -551,7 +551,7 @@ stoker_result stoker_batch_labels(struct stoker_batch *batch, DLManagedTensorVer
 /**
  * The batch's soft labels (the spec's `batch_mix`: MixUp / CutMix) as a DLPack `float32`
  * tensor of shape `[n, num_classes]` viewing the ring, each row summing to 1. A job without a
- * batch mix has none: `STOKER_ERR_INVALID`.
+ * batch mix has none: `STOKER_ERR_INVALID_ARGUMENT`.
  *
  * # Safety
  * `batch` is a live batch; `out` is writable.
