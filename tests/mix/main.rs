@@ -3,17 +3,20 @@
 //! labels; the images are the mix of what the same job without the mix serves (same seed),
 //! by the lam the soft labels carry, bit for bit in torch's arithmetic; a short last batch
 //! rolls over its own samples only; two daemons of different thread counts serve the same
-//! bytes; a dataset whose labels do not fit `num_classes` is refused by name.
+//! bytes; a dataset whose labels do not fit `num_classes` is refused by name; the C client
+//! (`tests/c/mix.c`) reads the same soft labels as a DLPack tensor.
 
 // Test code: its casts are of small counts and labels (0..3) chosen by the test.
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 use std::path::Path;
+use std::process::Command;
 
 use stoker::spec::BatchMix;
 use stoker::{Client, PipelineSpec};
 use stoker_pipeline::transform::mix::{draw, MixKind};
 use stoker_testkit::attach::rank_options;
+use stoker_testkit::daemon::build_c_client;
 use stoker_testkit::images::write_image_folder;
 use stoker_testkit::Daemon;
 
@@ -206,4 +209,61 @@ fn labels_past_num_classes_are_refused_by_name() {
         e.contains("batch_mix spreads labels over 2 classes") && e.contains("has label 2"),
         "{e}"
     );
+}
+
+/// FNV-1a of `bytes`, as `tests/c/mix.c` hashes the soft labels.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The C client's lines for `spec` (see `tests/c/mix.c`).
+fn c_lines(exe: &Path, daemon: &Daemon, data: &Path, spec: &PipelineSpec) -> Vec<String> {
+    let out = Command::new(exe)
+        .arg(daemon.socket())
+        .arg(data)
+        .arg(serde_json::to_string(spec).unwrap())
+        .arg(SEED.to_string())
+        .env("STOKER_CONNECT_TIMEOUT", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "C client failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The C client reads the soft labels through `stoker_batch_soft_labels` and the header with
+/// the Rust client's shape and bytes; without a mix it has none (an argument error).
+#[test]
+fn the_c_client_reads_the_same_soft_labels_as_the_rust_client() {
+    const TEST: &str = "the_c_client_reads_the_same_soft_labels_as_the_rust_client";
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_c_client(dir.path(), "mix.c", TEST) else {
+        return;
+    };
+    let data = dir.path().join("data");
+    write_image_folder(&data, CLASSES, 4, SIDE);
+    let daemon = Daemon::start(dir.path(), &["--threads", "2"]);
+    let mixed = spec(Some(BatchMix::CutMix {
+        alpha: 1.0,
+        num_classes: CLASSES,
+    }));
+    let rust = drain(&daemon, &data, "rust-mix", mixed.clone());
+    let expected: Vec<String> = rust
+        .iter()
+        .map(|b| {
+            let soft = b.soft.as_ref().unwrap();
+            let bytes: Vec<u8> = soft.iter().flat_map(|f| f.to_ne_bytes()).collect();
+            let n = b.labels.len();
+            format!("soft 0 {} {n} {CLASSES} {:016x}", b.step, fnv1a(&bytes))
+        })
+        .collect();
+    assert_eq!(expected.len(), 3);
+    assert_eq!(c_lines(&exe, &daemon, &data, &mixed), expected);
+    let plain = c_lines(&exe, &daemon, &data, &spec(None));
+    assert_eq!(plain, ["nosoft 0 0 4", "nosoft 0 1 4", "nosoft 0 2 4"]);
 }
