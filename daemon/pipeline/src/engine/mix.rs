@@ -13,6 +13,8 @@
 //!
 //! # Limitations
 //! - Host images only: the CUDA backend refuses a spec with `batch_mix` (`backend_serves`).
+//! - One thread mixes a batch (a pass over each view's bytes, after the batch's decodes): for
+//!   large batches that worker is busy a while before it takes its next unit.
 
 use stoker_wire::spec::PipelineSpec;
 

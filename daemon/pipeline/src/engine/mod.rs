@@ -24,7 +24,8 @@
 //!   reader (and its read buffers), decoder, augmenter and scratch; slots own their index
 //!   lists.
 //! - Determinism: each sample's output is a function of (seed, epoch, index) alone (see
-//!   [`crate::transform::rng`]), so thread count, backend and timing change nothing.
+//!   [`crate::transform::rng`]), so thread count, backend and timing change nothing; a batch
+//!   mix adds a function of the batch's samples and its number (`mix`).
 //!
 //! # Limitations
 //! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
