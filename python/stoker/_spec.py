@@ -2,6 +2,7 @@
 user's terms (the argument's name and what it must be) before anything is sent, so that a typo
 fails at `Loader(...)`, not as a JSON column number at the first batch."""
 
+import json
 from numbers import Integral, Real
 
 from .errors import SpecError
@@ -73,7 +74,7 @@ def _choice(name, v, choices, aliases=None):
 def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
                ratio=(3 / 4, 4 / 3), flip_prob=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                dtype="f32", layout="nchw", drop_last=False, epochs=None, shuffle=None,
-               exif_orientation=False, fields=None, field_max_bytes=None):
+               exif_orientation=False, fields=None, field_max_bytes=None, batch_mix=None):
     """The pipeline spec (a dict, sent as JSON) for these settings; see docs/python.md.
     `flip_prob` defaults to 0.5 for training and 0 for evaluation (`train=False`), `shuffle`
     to True for training and False for evaluation. Raises SpecError naming the argument."""
@@ -102,6 +103,15 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
         spec["fields"] = names
     if field_max_bytes is not None:
         spec["field_max_bytes"] = _int("field_max_bytes", field_max_bytes, 1, 2**32 - 1)
+    if batch_mix is not None:
+        # The spec's own spelling (docs/augment.md), e.g. {"kind": "mix_up", "alpha": 0.2,
+        # "num_classes": 1000}; libstoker and the daemon check its fields (one copy of the
+        # rules), so only its shape is checked here.
+        if isinstance(batch_mix, str):
+            batch_mix = json.loads(batch_mix)
+        if not isinstance(batch_mix, dict) or "kind" not in batch_mix:
+            _refuse("batch_mix", 'must be the spec\'s batch_mix, a dict with "kind"', batch_mix)
+        spec["batch_mix"] = dict(batch_mix)
     return spec
 
 

@@ -123,6 +123,11 @@ class Loader:
     several views of each image, decoded once (docs/views.md): iterating then yields a list of
     image tensors, one per view, in place of `images`; each entry may say `crop`, `scale`,
     `ratio`, `flip_prob`, `resize`, the Loader's arguments filling the rest.
+    `batch_mix={"kind": "mix_up", "alpha": 0.2, "num_classes": 1000}` (or `cut_mix`, or
+    `{"kind": "choice", "mixes": [...], "p": [...]}`, docs/augment.md) mixes each batch as
+    torchvision.transforms.v2's MixUp / CutMix do: iterating then yields
+    `(images, soft_labels)`, soft_labels a float32 `[batch, num_classes]` tensor; the integer
+    labels stay on each `Batch` of `batches()` (`labels`, with `soft_labels` beside them).
     The arguments are checked here: a bad one raises SpecError naming it.
 
     Once attached, the loader sticks to that daemon's socket: when the daemon goes away
@@ -137,7 +142,7 @@ class Loader:
                  job=None, name=None, rank=None, world_size=None, seed=0, socket=None,
                  spec=None, device="cpu", autostart=True, reconnect_timeout=None,
                  shuffle=None, exif_orientation=False, fields=None, field_max_bytes=None,
-                 views=None):
+                 views=None, batch_mix=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
         if spec is None:
@@ -145,18 +150,24 @@ class Loader:
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
                               layout=layout, drop_last=drop_last, epochs=epochs,
                               shuffle=shuffle, exif_orientation=exif_orientation,
-                              fields=fields, field_max_bytes=field_max_bytes)
+                              fields=fields, field_max_bytes=field_max_bytes,
+                              batch_mix=batch_mix)
             if views is not None:
                 spec = with_views(spec, views, train=train, scale=scale, ratio=ratio,
                                   flip_prob=flip_prob, resize=resize)
         elif views is not None:
             raise ValueError("views= builds the spec's views from the Loader's arguments; with "
                              "spec=, list them in the spec's extra_views instead")
+        elif batch_mix is not None:
+            raise ValueError("batch_mix= adds to the spec the Loader builds; with spec=, put "
+                             "it in the spec's batch_mix instead")
         elif isinstance(spec, str):
             spec = json.loads(spec)
         self.spec = dict(spec)
         # Several views: iterating yields a list of image tensors in place of one.
         self._views = bool(self.spec.get("extra_views")) or views is not None
+        # A batch mix: iterating yields the soft labels in place of the integer labels.
+        self._mix = self.spec.get("batch_mix") is not None
         # (name, "bytes" | "str" | "json") per field the spec asks for, in its order.
         self._field_modes = (field_modes(fields) if fields is not None
                              else [(name, "bytes") for name in self.spec.get("fields", [])])
@@ -381,7 +392,8 @@ class Loader:
             yield b
 
     def __iter__(self):
-        """Yields `(images, labels)` for the rest of the current epoch."""
+        """Yields `(images, labels)` for the rest of the current epoch (`(images,
+        soft_labels)` with a batch mix)."""
         epoch = self._epoch
         while self._epoch == epoch:
             b = self._peek()
@@ -389,7 +401,8 @@ class Loader:
                 return
             # Made before the batch is handed out: an interrupt in here leaves it held.
             images = b.views if self._views else b.images
-            item = (images, b.labels, b.fields) if self._field_modes else (images, b.labels)
+            labels = b.soft_labels if self._mix else b.labels
+            item = (images, labels, b.fields) if self._field_modes else (images, labels)
             del b
             self._take()
             yield item
