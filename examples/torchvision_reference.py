@@ -13,9 +13,8 @@ translates it into stoker's pipeline spec (docs/python.md, "Keep your torchvisio
 the daemon runs it. A small convolutional network trains on the batches for a few steps with
 the soft labels MixUp / CutMix give.
 
-`--no-mix` leaves the batch mix out (the labels are then class indices). The batch mix needs
-a daemon that serves `batch_mix` (issue 39's soft labels); one that does not refuses the
-job at the first batch, saying so.
+`--no-mix` leaves the batch mix out (the labels are then class indices). The batch mix is
+served by the CPU backend (docs/augment.md, section 7); `device="cuda"` refuses it today.
 
 The dataset must carry labels: an ImageFolder tree (one subfolder per class), a file list
 with labels, or labelled tar shards.

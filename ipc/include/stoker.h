@@ -338,6 +338,15 @@ typedef struct stoker_batch_header {
    * See `images_device_type`.
    */
   int32_t images_device_id;
+  /**
+   * Classes of the soft labels: the spec's `batch_mix` `num_classes`, 0 without one.
+   */
+  uint32_t num_classes;
+  /**
+   * `n x num_classes` float soft labels, row-major (MixUp / CutMix, each row summing to
+   * 1); NULL without a batch mix.
+   */
+  const float *soft_labels;
 } stoker_batch_header;
 
 #ifdef __cplusplus
@@ -538,6 +547,16 @@ stoker_result stoker_batch_images(struct stoker_batch *batch, DLManagedTensorVer
  * `batch` is a live batch; `out` is writable.
  */
 stoker_result stoker_batch_labels(struct stoker_batch *batch, DLManagedTensorVersioned **out);
+
+/**
+ * The batch's soft labels (the spec's `batch_mix`: MixUp / CutMix) as a DLPack `float32`
+ * tensor of shape `[n, num_classes]` viewing the ring, each row summing to 1. A job without a
+ * batch mix has none: `STOKER_ERR_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `batch` is a live batch; `out` is writable.
+ */
+stoker_result stoker_batch_soft_labels(struct stoker_batch *batch, DLManagedTensorVersioned **out);
 
 /**
  * The batch's global sample indices as a DLPack `uint64` tensor of shape `[n]`.

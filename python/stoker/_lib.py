@@ -158,6 +158,8 @@ class BatchHeader(Structure):
         ("images_bytes", c_uint64),
         ("images_device_type", c_int32),
         ("images_device_id", c_int32),
+        ("num_classes", c_uint32),
+        ("soft_labels", POINTER(ctypes.c_float)),
     ]
 
 
@@ -182,6 +184,7 @@ _SIGNATURES = {
     "stoker_batch_info": (_RESULT, [_BATCH, POINTER(BatchHeader)]),
     "stoker_batch_images": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_labels": (_RESULT, [_BATCH, _TENSOR_OUT]),
+    "stoker_batch_soft_labels": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_indices": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_status": (_RESULT, [_BATCH, _TENSOR_OUT]),
     "stoker_batch_view_count": (_RESULT, [_BATCH, POINTER(c_uint32)]),

@@ -38,6 +38,7 @@ _HOST_DTYPES = {"uint8": "uint8", "uint64": "uint64", "int64": "int64", "float16
 _EXPORTS = {
     "images": "stoker_batch_images",
     "labels": "stoker_batch_labels",
+    "soft_labels": "stoker_batch_soft_labels",
     "indices": "stoker_batch_indices",
     "status": "stoker_batch_status",
 }
@@ -171,7 +172,7 @@ def _tensor(which):
 
 class Batch:
     """One batch: `images`, `labels`, `indices` (global sample indices), `status` (0 ok,
-    1 replaced, 2 failed) as Tensors, `views` (a list of Tensors, one per view), and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
+    1 replaced, 2 failed), `soft_labels` (with a batch mix, else None) as Tensors, `views` (a list of Tensors, one per view), and `epoch`, `step`, `n`, `slot`, `images_ptr` (the
     slot's images address, host or device). `fields` (when the spec asks for fields) is a dict
     of per-sample lists, `field(name, i)` one value."""
 
@@ -185,6 +186,8 @@ class Batch:
         self._field_modes = tuple(field_modes)
         self.epoch = None
         self.step = self.n = self.slot = self.images_ptr = None
+        # Classes of the soft labels (the spec's batch_mix), 0 without a batch mix.
+        self.num_classes = 0
 
     def _read_header(self):
         """Fills epoch, step, n, slot and images_ptr from the lease (again: it is idempotent)."""
@@ -196,6 +199,7 @@ class Batch:
         # Address of the first image in the ring: host memory, or the slot's device address
         # on the client's GPU (what a CUDA tensor made from `images` points at).
         self.images_ptr = header.images
+        self.num_classes = header.num_classes
 
     # Tensors reference the batch, never the other way round: no reference cycle, so the
     # lease goes back as soon as the last reference does, not at the next GC pass.
@@ -203,6 +207,16 @@ class Batch:
     labels = _tensor("labels")
     indices = _tensor("indices")
     status = _tensor("status")
+
+    @property
+    def soft_labels(self):
+        """The soft labels a batch mix (MixUp / CutMix, the spec's `batch_mix`) made: a float32
+        Tensor of shape [n, num_classes], each row summing to 1, as torchvision's
+        `transforms.v2.MixUp` / `CutMix` return; None when the job has no batch mix. Made
+        anew on each access."""
+        if not self.num_classes:
+            return None
+        return Tensor(self, "soft_labels")
 
     @property
     def views(self):

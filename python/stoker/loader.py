@@ -130,6 +130,9 @@ class Loader:
     `mean` and `std`; `views=[Compose, ...]` one per view; `batch_transform=T.MixUp(...)`
     (or CutMix, or `T.RandomChoice` of them) mixes each batch. Without torchvision, `ops=`,
     `erasing=` and `batch_mix=` take the spec's own dicts (docs/augment.md).
+    With a batch mix, iterating yields `(images, soft_labels)`, soft_labels a float32
+    `[batch, num_classes]` tensor; the integer labels stay on each `Batch` of `batches()`
+    (`labels`, with `soft_labels` beside them).
     The arguments are checked here: a bad one raises SpecError naming it (a transform stoker
     cannot run is named, with the list of those it can).
 
@@ -192,6 +195,8 @@ class Loader:
         self.spec = dict(spec)
         # Several views: iterating yields a list of image tensors in place of one.
         self._views = bool(self.spec.get("extra_views")) or views is not None
+        # A batch mix: iterating yields the soft labels in place of the integer labels.
+        self._mix = self.spec.get("batch_mix") is not None
         # (name, "bytes" | "str" | "json") per field the spec asks for, in its order.
         self._field_modes = (field_modes(fields) if fields is not None
                              else [(name, "bytes") for name in self.spec.get("fields", [])])
@@ -416,7 +421,8 @@ class Loader:
             yield b
 
     def __iter__(self):
-        """Yields `(images, labels)` for the rest of the current epoch."""
+        """Yields `(images, labels)` for the rest of the current epoch (`(images,
+        soft_labels)` with a batch mix)."""
         epoch = self._epoch
         while self._epoch == epoch:
             b = self._peek()
@@ -424,7 +430,8 @@ class Loader:
                 return
             # Made before the batch is handed out: an interrupt in here leaves it held.
             images = b.views if self._views else b.images
-            item = (images, b.labels, b.fields) if self._field_modes else (images, b.labels)
+            labels = b.soft_labels if self._mix else b.labels
+            item = (images, labels, b.fields) if self._field_modes else (images, labels)
             del b
             self._take()
             yield item

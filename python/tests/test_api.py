@@ -35,7 +35,8 @@ def test_every_header_function_is_bound():
 def test_struct_sizes_match_the_c_abi():
     assert ctypes.sizeof(_lib.AttachOptions) == 96
     assert ctypes.sizeof(_lib.AttachInfo) == 88
-    assert ctypes.sizeof(_lib.BatchHeader) == 80
+    # 80 before the soft labels (num_classes, soft_labels) were appended.
+    assert ctypes.sizeof(_lib.BatchHeader) == 96
     assert ctypes.sizeof(_lib.DLTensor) == 48
     assert ctypes.sizeof(_lib.DLManagedTensorVersioned) == 80
     assert ctypes.sizeof(_lib.DLManagedTensor) == 64

@@ -13,6 +13,7 @@ mod changes;
 mod credentials;
 mod deploy;
 mod malformed;
+mod mix;
 mod names;
 mod observe;
 mod prefix;

@@ -38,6 +38,11 @@ pub struct stoker_batch_header {
     pub images_device_type: i32,
     /// See `images_device_type`.
     pub images_device_id: i32,
+    /// Classes of the soft labels: the spec's `batch_mix` `num_classes`, 0 without one.
+    pub num_classes: u32,
+    /// `n x num_classes` float soft labels, row-major (MixUp / CutMix, each row summing to
+    /// 1); NULL without a batch mix.
+    pub soft_labels: *const f32,
 }
 
 impl Default for stoker_batch_header {
@@ -55,6 +60,8 @@ impl Default for stoker_batch_header {
             images_bytes: 0,
             images_device_type: 0,
             images_device_id: 0,
+            num_classes: 0,
+            soft_labels: std::ptr::null(),
         }
     }
 }
@@ -133,6 +140,12 @@ pub unsafe extern "C" fn stoker_batch_info(
             images_bytes: batch.images_len() as u64,
             images_device_type: device.device_type,
             images_device_id: device.device_id,
+            // At most MAX_CLASSES (2^20).
+            #[allow(clippy::cast_possible_truncation)]
+            num_classes: batch.num_classes() as u32,
+            soft_labels: batch
+                .soft_labels()
+                .map_or(std::ptr::null(), <[f32]>::as_ptr),
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_batch_header") }?;
@@ -146,6 +159,8 @@ pub(super) enum Region {
     /// The images of one view (view 0: the spec's `crop`, what `stoker_batch_images` gives).
     View(usize),
     Labels,
+    /// A batch mix's soft labels (the caller checked there are some).
+    SoftLabels,
     Indices,
     Status,
 }
@@ -167,6 +182,9 @@ pub(super) fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedT
         Layout::Nhwc => [n, h, w, 3],
     };
     let n_shape = [n];
+    // At most MAX_CLASSES (2^20).
+    #[allow(clippy::cast_possible_wrap)]
+    let soft_shape = [n, l.batch.num_classes() as i64];
     let mut device = DLDevice::CPU;
     let (data, dtype, shape): (*const u8, DLDataType, &[i64]) = match region {
         Region::View(v) => (
@@ -192,6 +210,14 @@ pub(super) fn export_region(b: &stoker_batch, region: Region) -> *mut DLManagedT
             l.batch.labels().as_ptr().cast(),
             DLDataType::new(dlpack::KDL_INT, 64),
             &n_shape,
+        ),
+        Region::SoftLabels => (
+            l.batch
+                .soft_labels()
+                .map_or(std::ptr::null(), <[f32]>::as_ptr)
+                .cast(),
+            DLDataType::new(dlpack::KDL_FLOAT, 32),
+            &soft_shape,
         ),
         Region::Indices => (
             l.batch.indices().as_ptr().cast(),
@@ -266,6 +292,35 @@ pub unsafe extern "C" fn stoker_batch_labels(
 ) -> stoker_result {
     // SAFETY: same contract as this function's.
     unsafe { batch_tensor(batch, Region::Labels, out) }
+}
+
+/// The batch's soft labels (the spec's `batch_mix`: MixUp / CutMix) as a DLPack `float32`
+/// tensor of shape `[n, num_classes]` viewing the ring, each row summing to 1. A job without a
+/// batch mix has none: `STOKER_ERR_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `batch` is a live batch; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_batch_soft_labels(
+    batch: *mut stoker_batch,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> stoker_result {
+    entry(|| {
+        check_out(out, "out")?;
+        // SAFETY: `out` is non-NULL and writable by the caller's promise.
+        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let b = unsafe { handle(batch, "batch") }?;
+        if b.lease.batch.soft_labels().is_none() {
+            return Err(Failure::invalid(
+                "soft labels: the job's spec has no batch_mix (MixUp / CutMix)",
+            ));
+        }
+        let t = export_region(b, Region::SoftLabels);
+        // SAFETY: `out` is non-NULL and writable (checked above).
+        unsafe { out.write(t) };
+        Ok(STOKER_OK)
+    })
 }
 
 /// The batch's global sample indices as a DLPack `uint64` tensor of shape `[n]`.

@@ -1,5 +1,5 @@
-//! A received batch: a lease on one filled slot, its images, labels, indices, statuses and
-//! per-sample fields.
+//! A received batch: a lease on one filled slot, its images, labels (and a batch mix's soft
+//! labels), indices, statuses and per-sample fields.
 
 use std::sync::{Arc, Mutex};
 
@@ -215,6 +215,20 @@ impl Batch {
         cast_slice(self.region(s.labels, self.n() * 8))
     }
 
+    /// Classes of the soft labels: the spec's batch mix's `num_classes`, 0 without one.
+    pub fn num_classes(&self) -> usize {
+        self.conn.ring.layout().slot.num_classes
+    }
+
+    /// The soft labels a batch mix (MixUp / CutMix) made: `n() x num_classes()` floats,
+    /// row-major, each row summing to 1; `None` when the spec has no batch mix (the labels are
+    /// then [`Batch::labels`] alone).
+    pub fn soft_labels(&self) -> Option<&[f32]> {
+        let s = &self.conn.ring.layout().slot;
+        (s.num_classes > 0)
+            .then(|| cast_slice(self.region(s.soft_labels, self.n() * s.num_classes * 4)))
+    }
+
     /// Global sample indices in the dataset.
     pub fn indices(&self) -> &[u64] {
         let s = &self.conn.ring.layout().slot;
@@ -295,17 +309,18 @@ impl Drop for Batch {
     }
 }
 
-/// Integer types every bit pattern of which is a valid value.
+/// Number types every bit pattern of which is a valid value.
 trait Plain: Copy {}
 impl Plain for i64 {}
 impl Plain for u64 {}
+impl Plain for f32 {}
 
-/// Views aligned bytes as `T` (i64 or u64).
+/// Views aligned bytes as `T` (i64, u64 or f32).
 fn cast_slice<T: Plain>(bytes: &[u8]) -> &[T] {
     let size = std::mem::size_of::<T>();
     assert_eq!(bytes.as_ptr().align_offset(std::mem::align_of::<T>()), 0);
     assert_eq!(bytes.len() % size, 0);
-    // SAFETY: alignment and length are checked above; T is i64/u64 here, for which every bit
+    // SAFETY: alignment and length are checked above; T is i64/u64/f32 here, for which every bit
     // pattern is valid (the `Plain` bound); the slice borrows `bytes` so it cannot outlive the memory.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) }
 }

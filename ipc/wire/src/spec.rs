@@ -266,6 +266,8 @@ pub const MAX_FIELD_NAME: usize = 64;
 pub(crate) const MAX_FIELD_BYTES: u32 = 16 << 20;
 /// Most bytes of fields one slot may hold (`batch_size * fields * field_max_bytes`).
 pub(crate) const MAX_SLOT_FIELD_BYTES: u64 = 1 << 30;
+/// Most bytes of soft labels one slot may hold (`batch_size * num_classes * 4`).
+pub(crate) const MAX_SLOT_SOFT_LABEL_BYTES: u64 = 1 << 30;
 
 fn default_field_max_bytes() -> u32 {
     DEFAULT_FIELD_MAX_BYTES

@@ -92,6 +92,9 @@ impl Job {
         owner: u32,
     ) -> Result<Arc<Job>, PipelineError> {
         spec.validate()?;
+        if let Some(num_classes) = spec.soft_labels() {
+            check_labels(&dataset, num_classes)?;
+        }
         let offset = offset.filter(|o| o.consumed > 0);
         let sampler = Self::make_sampler(&dataset, &spec, seed, 0, world_size, offset)?;
         let rules = Arc::new(OpenRules::new(policy, dataset.file_identities()));
@@ -211,4 +214,19 @@ fn pixel_spec(view: &PipelineSpec) -> Option<PipelineSpec> {
         extra_views: Vec::new(),
         ..view.clone()
     })
+}
+
+/// Refuses a dataset with a label outside `0..num_classes` (a batch mix's one-hot rows).
+fn check_labels(dataset: &Dataset, num_classes: u32) -> Result<(), PipelineError> {
+    let bad = (0..dataset.len())
+        .map(|i| (i, dataset.sample(i).label))
+        .find(|&(_, l)| !(0..i64::from(num_classes)).contains(&l));
+    match bad {
+        None => Ok(()),
+        Some((i, label)) => Err(PipelineError::MixLabel {
+            sample: dataset.display_name(i),
+            label,
+            num_classes,
+        }),
+    }
 }

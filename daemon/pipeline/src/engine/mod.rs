@@ -7,7 +7,7 @@
 //! bad-sample policy, completion), `backend` (the trait), `choice` (the `--backend` choice against what this host has), `cpu` (the CPU
 //! backend, with several views of one image decoded once), `cuda` (the CUDA backend,
 //! one engine per GPU), `memory` (ring memory), `fields` (a unit's per-sample fields read into
-//! the slot), `stats`.
+//! the slot), `mix` (the batch mix once a batch is filled, before it is published), `stats`.
 //!
 //! # Design
 //! - Work is scheduled in *units* of one batch, as large as the backend says ([`UnitSize`]:
@@ -24,7 +24,8 @@
 //!   reader (and its read buffers), decoder, augmenter and scratch; slots own their index
 //!   lists.
 //! - Determinism: each sample's output is a function of (seed, epoch, index) alone (see
-//!   [`crate::transform::rng`]), so thread count, backend and timing change nothing.
+//!   [`crate::transform::rng`]), so thread count, backend and timing change nothing; a batch
+//!   mix adds a function of the batch's samples and its number (`mix`).
 //!
 //! # Limitations
 //! - One backend per engine: a daemon serving CPU and CUDA ranks runs one engine each.
@@ -41,6 +42,7 @@ mod feed;
 mod fields;
 mod job;
 mod memory;
+mod mix;
 mod scheduler;
 mod slots;
 mod stats;
@@ -146,6 +148,16 @@ pub enum PipelineError {
         what: &'static str,
         /// What the user can do instead.
         hint: &'static str,
+    },
+    /// A batch mix is asked for over a dataset with a label outside its classes (or none).
+    #[error("batch_mix spreads labels over {num_classes} classes, but sample {sample} has label {label}: every label must be 0..{num_classes} (num_classes too small, or a dataset without labels)")]
+    MixLabel {
+        /// The sample, as the dataset names it.
+        sample: String,
+        /// Its label (-1: the dataset has none).
+        label: i64,
+        /// The mix's `num_classes`.
+        num_classes: u32,
     },
     /// A ring with fewer than 2 slots (one to fill while the client holds the other).
     #[error("ring of {slots} slots is too small: at least 2 are needed")]
@@ -500,17 +512,17 @@ mod tests;
 
 /// Refuses a spec that asks `kind` for what it does not serve. Every backend serves the
 /// per-sample operations and erasing (a GPU backend on its CPU route, docs/augment.md); the
-/// batch mixes are not served yet.
+/// batch mixes run on the host over host images (`engine::mix`): the CPU backend's only.
 fn backend_serves(
     kind: BackendKind,
     spec: &stoker_wire::spec::PipelineSpec,
 ) -> Result<(), PipelineError> {
-    if spec.batch_mix.is_none() {
+    if spec.batch_mix.is_none() || kind == BackendKind::Cpu {
         return Ok(());
     }
     Err(PipelineError::NotOnBackend {
         backend: kind.name(),
         what: "batch_mix",
-        hint: "MixUp and CutMix are being built (docs/augment.md)",
+        hint: "serve a job with MixUp or CutMix from a CPU backend (stokerd --backend cpu); docs/augment.md says what each backend serves",
     })
 }

@@ -9,8 +9,6 @@
 //! # Limitations
 //! - One consumer per feed.
 
-#![forbid(unsafe_code)]
-
 use crate::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -19,6 +17,7 @@ use std::time::Instant;
 use super::backend::{BackendFault, UnitSize};
 use super::job::Job;
 use super::memory::SlotMemory;
+use super::mix::{mix_batch, MixBatch};
 use super::Position;
 use crate::source::index::Staged;
 use crate::source::object::Prefetch;
@@ -52,6 +51,9 @@ pub(super) struct SlotState {
     /// Global sample indices of the batch being written into the slot.
     pub(super) indices: Vec<u64>,
     pub(super) units_left: usize,
+    /// Units of the batch not yet filled: the one whose finish brings it to 0 runs the
+    /// batch mix, before its own `units_left` is counted down (so before publishing).
+    pub(super) unfilled: usize,
     pub(super) leased: bool,
     /// The objects of the batch being dispatched, on their way into the node cache: its
     /// units are handed out once they all arrived or the batch is due, so that no worker
@@ -129,6 +131,7 @@ impl FeedShared {
                         generation: 0,
                         indices: Vec::with_capacity(job.spec.batch_size as usize),
                         units_left: 0,
+                        unfilled: 0,
                         leased: false,
                         staged: None,
                     })
@@ -179,6 +182,7 @@ impl FeedShared {
                 .batch_indices_into(pos.epoch, pos.step, &mut s.indices);
             let len = s.indices.len();
             s.units_left = len.div_ceil(unit_size.samples(len)).max(1);
+            s.unfilled = s.units_left;
             s.staged = self.stage(&s.indices);
             st.in_flight.insert(pos, slot);
             st.dispatching = Some(Dispatch {
@@ -224,6 +228,17 @@ impl FeedShared {
         })
     }
 
+    /// Counts `unit` filled; with a batch mix, the batch's sample count when it was the last
+    /// of its batch to be filled and the feed has not failed (its finisher mixes the batch).
+    fn last_filled(&self, unit: &Unit) -> Option<usize> {
+        self.job.spec.batch_mix.as_ref()?;
+        let mut st = lock(&self.state);
+        let failed = st.failed.is_some();
+        let s = &mut st.slots[unit.slot];
+        s.unfilled -= 1;
+        (s.unfilled == 0 && !failed).then_some(s.indices.len())
+    }
+
     /// Starts fetching the objects of the batch `indices` (nothing for local files).
     fn stage(&self, indices: &[u64]) -> Option<Arc<dyn Staged>> {
         let ds = &self.job.dataset;
@@ -249,8 +264,32 @@ impl FeedShared {
     }
 
     /// Records a completed unit and publishes every batch that is now complete and next in
-    /// order; a fault fails the feed instead.
-    pub(super) fn finish_unit(&self, unit: &Unit, done: Result<(), BackendFault>) {
+    /// order; a fault fails the feed instead. The batch's last unit to finish runs the
+    /// batch mix first (`scratch` is the caller's, reused).
+    pub(super) fn finish_unit(
+        &self,
+        unit: &Unit,
+        done: Result<(), BackendFault>,
+        scratch: &mut Vec<u8>,
+    ) {
+        let done = match self.last_filled(unit) {
+            Some(n) if done.is_ok() => {
+                let b = MixBatch {
+                    spec: &self.job.spec,
+                    seed: self.job.seed,
+                    world_size: self.job.world_size,
+                    rank: self.rank,
+                    pos: unit.pos,
+                    slot: unit.slot,
+                    n,
+                };
+                // SAFETY: every unit of the batch is filled (`last_filled` counted this one
+                // last, once), and this unit's `units_left` is not yet counted down, so the
+                // batch is not published: no one else reads or writes the slot.
+                unsafe { mix_batch(&b, &*self.ring, scratch) }
+            }
+            _ => done,
+        };
         let mut st = lock(&self.state);
         st.writers -= 1;
         st.slots[unit.slot].units_left -= 1;

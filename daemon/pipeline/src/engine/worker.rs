@@ -57,6 +57,8 @@ pub(super) struct Worker {
     fields: FieldFiller,
     outcomes: Vec<SampleOutcome>,
     completions: crossbeam_channel::Sender<PendingUnit>,
+    /// The batch mix's room for one image, reused.
+    mix_scratch: Vec<u8>,
 }
 
 /// A position in a slot being settled: the batch, the sample's place in it, the slot's memory.
@@ -83,18 +85,20 @@ impl Worker {
             fields: FieldFiller::default(),
             outcomes: Vec::new(),
             completions,
+            mix_scratch: Vec::new(),
         }
     }
 
     pub(super) fn run(&mut self) {
         while let Some(unit) = self.shared.next_unit() {
             match self.fill(&unit) {
-                Completion::Done => unit.feed.finish_unit(&unit, Ok(())),
+                Completion::Done => unit.feed.finish_unit(&unit, Ok(()), &mut self.mix_scratch),
                 Completion::Pending(pending) => {
                     if let Err(e) = self.completions.send(PendingUnit { unit, pending }) {
                         // Only at shutdown: wait here rather than publish unfinished work.
                         let PendingUnit { unit, pending } = e.into_inner();
-                        unit.feed.finish_unit(&unit, pending.wait());
+                        let done = pending.wait();
+                        unit.feed.finish_unit(&unit, done, &mut self.mix_scratch);
                     }
                 }
             }
@@ -282,11 +286,12 @@ pub fn replacement_candidates(
 /// The completion thread: waits for each pending unit in turn, then finishes it (publishing
 /// its batch when complete and next in order, or failing the feed with the fault).
 pub(super) fn complete(units: crossbeam_channel::Receiver<PendingUnit>) {
+    let mut scratch = Vec::new();
     for PendingUnit { unit, pending } in units {
         let result: Result<(), BackendFault> = pending.wait();
         if let Err(fault) = &result {
             tracing::error!(rank = unit.feed.rank, error = %fault, "backend fault");
         }
-        unit.feed.finish_unit(&unit, result);
+        unit.feed.finish_unit(&unit, result, &mut scratch);
     }
 }

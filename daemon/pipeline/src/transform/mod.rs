@@ -5,7 +5,8 @@
 //! sniffing of formats), `augment` (fused crop-resize-flip-normalize-convert into the slot),
 //! `badsample` (why a sample could not be delivered, counted and logged by reason), `orient`
 //! (EXIF orientation in the crop geometry), `ops` (torchvision's per-sample operations after
-//! the crop, and RandomErasing).
+//! the crop, and RandomErasing), `mix` (MixUp and CutMix over a whole batch, and the soft
+//! labels they make).
 //!
 //! # Design
 //! - Nothing here reads storage or serves: the engine hands these functions bytes and slots.
@@ -13,6 +14,7 @@
 pub mod augment;
 pub mod badsample;
 pub mod decode;
+pub mod mix;
 pub mod ops;
 pub mod orient;
 pub mod rng;

@@ -22,6 +22,8 @@ pub enum Stream {
     Ops = 4,
     /// A view's `RandomErasing`.
     Erasing = 5,
+    /// A batch's MixUp / CutMix draw (index: the batch's number, not a sample's).
+    BatchMix = 6,
 }
 
 /// The SplitMix64 finaliser: a bijective 64-bit mix.

@@ -26,9 +26,11 @@
 //!   field_status  batch_size * fields * u8    (FieldStatus, same order)
 //!   field_data    batch_size * fields * field_max_bytes
 //!                 (field f of sample i at (i * fields + f) * field_max_bytes)
+//!   soft_labels   batch_size * num_classes * f32  (row-major [batch, num_classes]; only
+//!                 with a batch mix, PipelineSpec::soft_labels)
 //! ```
 //! The field regions are empty when the spec asks for no fields (the host part is then what
-//! it was before fields existed). Each (sample, field) has its own fixed room: workers fill a
+//! it was before fields existed), and so is the soft-label region without a batch mix. Each (sample, field) has its own fixed room: workers fill a
 //! batch's samples in parallel without sharing an allocator, and one sample's long field can
 //! never crowd out another's.
 //! Every region starts on a [`SLOT_ALIGN`]-byte boundary, and so does every slot of each part.
@@ -195,6 +197,12 @@ pub struct SlotLayout {
     pub field_status: usize,
     /// Offset in the slot's host part of the fields' bytes, `field_max_bytes` each.
     pub field_data: usize,
+    /// Classes of the soft labels (the spec's [`PipelineSpec::soft_labels`]; 0 without a
+    /// batch mix, when the region is empty).
+    pub num_classes: usize,
+    /// Offset in the slot's host part of the soft labels: `batch_size x num_classes` f32,
+    /// row-major, written by the batch mix.
+    pub soft_labels: usize,
     /// Bytes of one slot's host part, a multiple of [`SLOT_ALIGN`].
     pub host_slot_bytes: usize,
     /// Both parts: what one slot costs in all.
@@ -235,7 +243,9 @@ impl SlotLayout {
         let field_lens = align_up(status + batch_size, SLOT_ALIGN);
         let field_status = align_up(field_lens + entries * 4, SLOT_ALIGN);
         let field_data = align_up(field_status + entries, SLOT_ALIGN);
-        let host_slot_bytes = align_up(field_data + entries * field_max_bytes, SLOT_ALIGN);
+        let num_classes = spec.soft_labels().unwrap_or(0) as usize;
+        let soft_labels = align_up(field_data + entries * field_max_bytes, SLOT_ALIGN);
+        let host_slot_bytes = align_up(soft_labels + batch_size * num_classes * 4, SLOT_ALIGN);
         SlotLayout {
             batch_size,
             image_bytes,
@@ -251,6 +261,8 @@ impl SlotLayout {
             field_lens,
             field_status,
             field_data,
+            num_classes,
+            soft_labels,
             host_slot_bytes,
             slot_bytes: image_slot_bytes + host_slot_bytes,
         }
@@ -315,6 +327,13 @@ impl SlotLayout {
             self.field_status + e,
             self.field_data + e * self.field_max_bytes,
         )
+    }
+}
+
+impl SlotLayout {
+    /// Bytes of one slot's soft labels (0 without a batch mix).
+    pub fn soft_label_bytes(&self) -> usize {
+        self.batch_size * self.num_classes * 4
     }
 }
 
@@ -515,6 +534,50 @@ mod tests {
             (s.labels, s.host_slot_bytes),
             (plain.labels, plain.host_slot_bytes)
         );
+    }
+
+    #[test]
+    fn soft_labels_are_empty_without_a_mix_and_last_with_one() {
+        let plain = PipelineSpec {
+            fields: vec!["txt".into()],
+            field_max_bytes: 10,
+            ..PipelineSpec::train(3, 17)
+        };
+        let without = SlotLayout::new(&plain);
+        assert_eq!((without.num_classes, without.soft_label_bytes()), (0, 0));
+        assert_eq!(without.soft_labels, without.host_slot_bytes);
+        let spec = PipelineSpec {
+            batch_mix: Some(crate::spec::BatchMix::MixUp {
+                alpha: 1.0,
+                num_classes: 10,
+            }),
+            ..plain
+        };
+        let s = SlotLayout::new(&spec);
+        assert_eq!(
+            (
+                s.labels,
+                s.indices,
+                s.status,
+                s.field_data,
+                s.image_slot_bytes
+            ),
+            (
+                without.labels,
+                without.indices,
+                without.status,
+                without.field_data,
+                without.image_slot_bytes
+            )
+        );
+        assert_eq!(s.num_classes, 10);
+        assert_eq!(s.soft_labels % SLOT_ALIGN, 0);
+        assert!(s.soft_labels >= s.field_data + 3 * 10);
+        assert_eq!(
+            s.host_slot_bytes,
+            align_up(s.soft_labels + 3 * 10 * 4, SLOT_ALIGN)
+        );
+        assert_eq!(s.slot_bytes, s.image_slot_bytes + s.host_slot_bytes);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 
 use super::ops::check_ops;
 use super::{
-    Crop, DType, OpError, PipelineSpec, MAX_BATCH_SIZE, MAX_FIELDS, MAX_FIELD_BYTES,
-    MAX_FIELD_NAME, MAX_OUTPUT_SIDE, MAX_SLOT_FIELD_BYTES, MAX_VIEWS, SPEC_VERSION,
+    BatchMix, Crop, DType, OpError, PipelineSpec, MAX_BATCH_SIZE, MAX_FIELDS, MAX_FIELD_BYTES,
+    MAX_FIELD_NAME, MAX_OUTPUT_SIDE, MAX_SLOT_FIELD_BYTES, MAX_SLOT_SOFT_LABEL_BYTES, MAX_VIEWS,
+    SPEC_VERSION,
 };
 
 /// A spec that cannot be served; the message names the field.
@@ -87,6 +88,15 @@ pub enum SpecError {
         "batch_mix needs a float dtype (f32, f16 or bf16): MixUp and CutMix blend images, got u8"
     )]
     MixDType,
+    /// The soft labels take more room in a slot than [`MAX_SLOT_SOFT_LABEL_BYTES`].
+    #[error("batch_mix: the soft labels take {0} bytes a slot (batch_size * num_classes * 4), over the limit of {MAX_SLOT_SOFT_LABEL_BYTES}")]
+    SoftLabelBytes(u64),
+    /// CutMix is asked for over views of different sizes (its box is one box of one size,
+    /// as torchvision's `query_size` requires).
+    #[error(
+        "batch_mix: CutMix needs every view at one size, view 0 is {0}x{1} and view {2} is {3}x{4}"
+    )]
+    MixViewSizes(u32, u32, usize, u32, u32),
     /// The fields take more room in a slot than [`MAX_SLOT_FIELD_BYTES`].
     #[error("fields take {0} bytes a slot (batch_size * fields * field_max_bytes), over the limit of {MAX_SLOT_FIELD_BYTES}")]
     FieldSlotBytes(u64),
@@ -133,6 +143,27 @@ impl PipelineSpec {
             mix.check()?;
             if self.dtype == DType::U8 {
                 return Err(SpecError::MixDType);
+            }
+            let bytes = u64::from(self.batch_size) * u64::from(mix.num_classes()) * 4;
+            if bytes > MAX_SLOT_SOFT_LABEL_BYTES {
+                return Err(SpecError::SoftLabelBytes(bytes));
+            }
+            let cuts = match mix {
+                BatchMix::CutMix { .. } => true,
+                BatchMix::Choice { mixes, .. } => {
+                    mixes.iter().any(|m| matches!(m, BatchMix::CutMix { .. }))
+                }
+                BatchMix::MixUp { .. } => false,
+            };
+            let (h, w) = self.crop.output_size();
+            let other = self
+                .extra_views
+                .iter()
+                .enumerate()
+                .find(|(_, v)| v.crop.output_size() != (h, w));
+            if let (true, Some((i, v))) = (cuts, other) {
+                let (vh, vw) = v.crop.output_size();
+                return Err(SpecError::MixViewSizes(h, w, i + 1, vh, vw));
             }
         }
         for c in 0..3 {
@@ -216,5 +247,56 @@ fn check_range(field: &'static str, r: [f32; 2]) -> Result<(), SpecError> {
         Ok(())
     } else {
         Err(SpecError::Range { field, lo, hi })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::{BatchMix, Crop, PipelineSpec, View};
+
+    /// A batch mix's own limits: its soft labels must fit a slot, and CutMix's one box needs
+    /// views of one size; MixUp blends views of any sizes.
+    #[test]
+    fn a_batch_mix_is_refused_when_its_labels_or_box_cannot_be_served() {
+        let cut = BatchMix::CutMix {
+            alpha: 1.0,
+            num_classes: 10,
+        };
+        let huge = PipelineSpec {
+            batch_mix: Some(BatchMix::MixUp {
+                alpha: 1.0,
+                num_classes: 1 << 20,
+            }),
+            ..PipelineSpec::train(1024, 32)
+        };
+        let e = huge.validate().unwrap_err().to_string();
+        assert!(e.contains("soft labels take 4294967296 bytes"), "{e}");
+        let views = PipelineSpec {
+            extra_views: vec![View::new(Crop::random_resized(16), 0.5)],
+            batch_mix: Some(cut.clone()),
+            ..PipelineSpec::train(8, 32)
+        };
+        let e = views.validate().unwrap_err().to_string();
+        assert!(e.contains("view 0 is 32x32 and view 1 is 16x16"), "{e}");
+        let choice = BatchMix::Choice {
+            mixes: vec![cut],
+            p: None,
+        };
+        let e = PipelineSpec {
+            batch_mix: Some(choice),
+            ..views.clone()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.to_string().contains("CutMix needs every view"), "{e}");
+        PipelineSpec {
+            batch_mix: Some(BatchMix::MixUp {
+                alpha: 0.2,
+                num_classes: 10,
+            }),
+            ..views
+        }
+        .validate()
+        .unwrap();
     }
 }
