@@ -348,17 +348,26 @@ def _first_batch(ld):
 
 
 def test_the_reference_recipe_and_dino_run_through_the_loader(dataset, daemon):
-    """The classification reference (without its batch mix, whose soft labels are the engine's
-    part) and the DINO views, each twice with one seed: the same bytes."""
-    transform, _ = reference_v2()
+    """The classification reference with its MixUp / CutMix choice, and the DINO views, each
+    twice with one seed: the same bytes; the reference's labels are soft, one row per sample
+    summing to 1."""
+    transform, mix = reference_v2(num_classes=3)
     runs = []
     for job in ("tv-ref-a", "tv-ref-b"):
-        with stoker.Loader(dataset, batch_size=4, transform=transform, seed=9, socket=daemon,
-                           autostart=False, job=job, epochs=1, shuffle=False) as ld:
-            runs.append(_first_batch(ld))
-    (images,), labels = runs[0]
+        with stoker.Loader(dataset, batch_size=4, transform=transform, batch_transform=mix,
+                           seed=9, socket=daemon, autostart=False, job=job, epochs=1,
+                           shuffle=False) as ld:
+            it = iter(ld)
+            images, soft = next(it)
+            images = np.array(np.from_dlpack(images), copy=True)
+            soft = np.array(np.from_dlpack(soft), copy=True)
+            del it
+            runs.append((images, soft))
+    images, soft = runs[0]
     assert images.shape == (4, 3, 176, 176) and images.dtype == np.float32
-    assert np.array_equal(runs[0][0][0], runs[1][0][0])
+    assert soft.shape == (4, 3) and soft.dtype == np.float32
+    assert np.allclose(soft.sum(axis=1), 1, atol=1e-5)
+    assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
     runs = []
     for job in ("tv-dino-a", "tv-dino-b"):
         with stoker.Loader(dataset, batch_size=4, views=dino_v2(), seed=9, socket=daemon,
