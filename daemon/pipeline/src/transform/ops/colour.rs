@@ -190,14 +190,50 @@ pub(super) fn sharpness(img: &mut RgbImage, factor: f32, scratch: &mut Vec<u8>) 
 
 /// `adjust_hue(image, factor)`: through HSV in f32 as torchvision converts (Pillow's
 /// formulas), the hue turned by `factor` of a full turn, back to 8 bits as `to_dtype` scales.
+///
+/// Eight pixels at a time, branch-free (selects, truncation for `floor` of non-negative
+/// values, a subtraction for `fmod`/`remainder` within one turn): the same f32 operations as
+/// torchvision's, in a form the compiler vectorises.
 pub(super) fn hue(img: &mut RgbImage, factor: f32) {
-    for p in img.data.chunks_exact_mut(3) {
-        let [r, g, b] = [p[0], p[1], p[2]].map(|v| f32::from(v) * (1.0 / 255.0));
-        let (h, s, v) = rgb_to_hsv(r, g, b);
-        let h = (h + factor).rem_euclid(1.0);
-        let rgb = hsv_to_rgb(h, s, v);
-        for (dst, x) in p.iter_mut().zip(rgb) {
-            *dst = to_u8_scaled(x);
+    const LANES: usize = 8;
+    let mut chunks = img.data.chunks_exact_mut(3 * LANES);
+    for chunk in &mut chunks {
+        hue_lanes::<LANES>(chunk, factor);
+    }
+    for p in chunks.into_remainder().chunks_exact_mut(3) {
+        hue_lanes::<1>(p, factor);
+    }
+}
+
+/// [`hue`] on `N` interleaved RGB pixels.
+#[inline(always)]
+fn hue_lanes<const N: usize>(px: &mut [u8], factor: f32) {
+    let mut rgb = [[0.0f32; N]; 3];
+    for (i, p) in px.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            rgb[c][i] = f32::from(p[c]) * (1.0 / 255.0);
+        }
+    }
+    let mut out = [[0.0f32; N]; 3];
+    for i in 0..N {
+        let (h, s, v) = rgb_to_hsv(rgb[0][i], rgb[1][i], rgb[2][i]);
+        // `remainder(h + factor, 1)` for a value within (-1, 2): one turn added or taken.
+        let turned = h + factor;
+        let turned = if turned < 0.0 {
+            turned + 1.0
+        } else if turned >= 1.0 {
+            turned - 1.0
+        } else {
+            turned
+        };
+        let [r, g, b] = hsv_to_rgb(turned, s, v);
+        out[0][i] = r;
+        out[1][i] = g;
+        out[2][i] = b;
+    }
+    for (i, p) in px.chunks_exact_mut(3).enumerate() {
+        for c in 0..3 {
+            p[c] = to_u8_scaled(out[c][i]);
         }
     }
 }
@@ -211,6 +247,7 @@ fn to_u8_scaled(x: f32) -> u8 {
 }
 
 /// torchvision's `_rgb_to_hsv` for one pixel.
+#[inline(always)]
 fn rgb_to_hsv(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
     let maxc = r.max(g).max(b);
     let minc = r.min(g).min(b);
@@ -236,29 +273,38 @@ fn rgb_to_hsv(r: f32, g: f32, b: f32) -> (f32, f32, f32) {
     } else {
         0.0
     };
-    let h = ((hr + hg + hb) * (1.0 / 6.0) + 1.0) % 1.0;
+    // `fmod(x, 1)` of a value within [0, 2).
+    let h = (hr + hg + hb) * (1.0 / 6.0) + 1.0;
+    let h = if h >= 1.0 { h - 1.0 } else { h };
     (h, s, maxc)
 }
 
-/// torchvision's `_hsv_to_rgb` for one pixel.
+/// torchvision's `_hsv_to_rgb` for one pixel (`h` within [0, 1]).
+#[inline(always)]
 #[allow(clippy::cast_possible_truncation)]
 fn hsv_to_rgb(h: f32, s: f32, v: f32) -> [f32; 3] {
     let h6 = h * 6.0;
-    let i = h6.floor();
-    let f = h6 - i;
+    // floor of a non-negative value: truncation.
+    let i = h6 as i32;
+    let f = h6 - i as f32;
+    let i = if i >= 6 { i - 6 } else { i };
     let sxf = s * f;
     let one_minus_s = 1.0 - s;
     let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
     let t = ((sxf + one_minus_s) * v).clamp(0.0, 1.0);
     let p = (one_minus_s * v).clamp(0.0, 1.0);
-    match (i as i32).rem_euclid(6) {
-        0 => [v, t, p],
-        1 => [q, v, p],
-        2 => [p, v, t],
-        3 => [p, q, v],
-        4 => [t, p, v],
-        _ => [v, p, q],
-    }
+    let pick = |at: [f32; 6]| {
+        let mut x = at[0];
+        for (k, &y) in (0i32..).zip(&at).skip(1) {
+            x = if i == k { y } else { x };
+        }
+        x
+    };
+    [
+        pick([v, q, p, p, t, v]),
+        pick([t, v, v, q, p, p]),
+        pick([p, p, t, v, v, q]),
+    ]
 }
 
 /// `gaussian_blur(image, kernel_size, sigma)`: a separable Gaussian of `kernel_size` =
@@ -268,9 +314,9 @@ fn hsv_to_rgb(h: f32, s: f32, v: f32) -> [f32; 3] {
 /// torchvision convolves with the 2-D outer product; the separable passes give the same sums
 /// up to f32 rounding. A kernel wider than the image reflects again at the far side, where
 /// torch's reflect padding refuses.
-// Positions are within an output image (sides at most 16384) plus half a kernel (at most 127):
-// far from wrapping an isize.
-#[allow(clippy::cast_possible_wrap)]
+///
+/// Both passes are axpy loops over contiguous f32 (one row padded by reflection for the
+/// horizontal pass, whole rows for the vertical), which the compiler vectorises.
 pub(super) fn gaussian_blur(
     img: &mut RgbImage,
     kernel_size: [u32; 2],
@@ -284,53 +330,60 @@ pub(super) fn gaussian_blur(
     let kx = gaussian_kernel(kernel_size[0] as usize, sigma[0]);
     let ky = gaussian_kernel(kernel_size[1] as usize, sigma[1]);
     let (rx, ry) = (kx.len() / 2, ky.len() / 2);
+    let row = w * 3;
+    // scratch: the horizontally blurred image (h rows), then one padded source row, then one
+    // output row of accumulators.
+    let padded_len = (w + 2 * rx) * 3;
     scratch.clear();
-    scratch.resize(w * h * 3, 0.0);
-    // Horizontal pass into `scratch`.
+    scratch.resize(h * row + padded_len + row, 0.0);
+    let (blurred, rest) = scratch.split_at_mut(h * row);
+    let (padded, acc) = rest.split_at_mut(padded_len);
     for y in 0..h {
-        let row = &img.data[y * w * 3..][..w * 3];
-        for x in 0..w {
-            let mut acc = [0.0f32; 3];
-            for (t, k) in kx.iter().enumerate() {
-                let sx = reflect(x as isize + t as isize - rx as isize, w);
-                for c in 0..3 {
-                    acc[c] += f32::from(row[sx * 3 + c]) * k;
-                }
+        let src = &img.data[y * row..][..row];
+        for (p, dst) in padded.chunks_exact_mut(3).enumerate() {
+            let sx = reflect(p, rx, w);
+            for c in 0..3 {
+                dst[c] = f32::from(src[sx * 3 + c]);
             }
-            scratch[(y * w + x) * 3..][..3].copy_from_slice(&acc);
+        }
+        let out = &mut blurred[y * row..][..row];
+        out.fill(0.0);
+        for (t, &k) in kx.iter().enumerate() {
+            let shifted = &padded[t * 3..][..row];
+            for (o, &v) in out.iter_mut().zip(shifted) {
+                *o += v * k;
+            }
         }
     }
-    // Vertical pass back into the image.
     for y in 0..h {
-        for x in 0..w {
-            let mut acc = [0.0f32; 3];
-            for (t, k) in ky.iter().enumerate() {
-                let sy = reflect(y as isize + t as isize - ry as isize, h);
-                for c in 0..3 {
-                    acc[c] += scratch[(sy * w + x) * 3 + c] * k;
-                }
+        acc.fill(0.0);
+        for (t, &k) in ky.iter().enumerate() {
+            let sy = reflect(y + t, ry, h);
+            let src = &blurred[sy * row..][..row];
+            for (a, &v) in acc.iter_mut().zip(src) {
+                *a += v * k;
             }
-            for (c, v) in acc.iter().enumerate() {
-                img.data[(y * w + x) * 3 + c] = round_even(*v);
-            }
+        }
+        for (dst, &v) in img.data[y * row..][..row].iter_mut().zip(acc.iter()) {
+            *dst = round_even(v);
         }
     }
 }
 
-/// Index `i` reflected into `0..n` without repeating the edge (`-1 -> 1`, `n -> n - 2`),
-/// again and again for a kernel wider than the axis.
-#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
-fn reflect(mut i: isize, n: usize) -> usize {
-    let n = n as isize;
+/// Index `pos - radius` reflected into `0..n` without repeating the edge (`-1 -> 1`,
+/// `n -> n - 2`), again and again for a kernel wider than the axis.
+fn reflect(pos: usize, radius: usize, n: usize) -> usize {
     if n == 1 {
         return 0;
     }
     let period = 2 * (n - 1);
-    i = i.rem_euclid(period);
+    // `pos - radius` taken modulo the period without going below zero.
+    let i = (pos + period * radius.div_ceil(period) - radius) % period;
     if i >= n {
-        i = period - i;
+        period - i
+    } else {
+        i
     }
-    i as usize
 }
 
 /// torchvision's `_get_gaussian_kernel1d` in f32.
@@ -410,7 +463,7 @@ mod tests {
         gaussian_blur(&mut img, [9, 5], [2.0, 0.5], &mut Vec::new());
         assert_eq!(img.data, [77; 18]);
         assert_eq!(
-            (0..8).map(|i| reflect(i - 2, 3)).collect::<Vec<_>>(),
+            (0..8).map(|i| reflect(i, 2, 3)).collect::<Vec<_>>(),
             [2, 1, 0, 1, 2, 1, 0, 1]
         );
     }

@@ -148,16 +148,31 @@ pub(super) fn vertical_flip(img: &mut RgbImage) {
     }
 }
 
-/// Samples every output pixel at `m · (x - (w-1)/2, y - (h-1)/2, 1) + ((w-1)/2, (h-1)/2)`.
+/// Samples every output pixel where torchvision's grid puts it: the base grid
+/// (`torch.linspace(-(n-1)/2, (n-1)/2, n)` on each axis), times the matrix over half the size,
+/// `(x·a + y·b) + c`, then `grid_sample`'s `((g + 1)·size - 1) / 2`, all in f32 as torch
+/// computes them (a source position exactly half way between two pixels, as a 30 degree
+/// rotation makes, then goes the way torch's rounding sends it).
 // Sides are at most 16384 pixels: the signed positions cannot wrap, and a position is only
 // used as an index once checked to be inside the image.
-#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
-#[allow(clippy::cast_possible_truncation)]
+#[allow(
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_precision_loss
+)]
 fn warp(img: &mut RgbImage, m: [f64; 6], mode: Interpolation, fill: [f32; 3], out: &mut Vec<u8>) {
     let (w, h) = (img.width as usize, img.height as usize);
     out.clear();
     out.resize(img.data.len(), 0);
-    let (hw, hh) = ((w as f64 - 1.0) * 0.5, (h as f64 - 1.0) * 0.5);
+    let (wf, hf) = (w as f32, h as f32);
+    // theta (f32), transposed and divided by half the input size.
+    let t = m.map(|v| v as f32);
+    let (half_w, half_h) = (0.5 * wf, 0.5 * hf);
+    let (ax, bx, cx) = (t[0] / half_w, t[1] / half_w, t[2] / half_w);
+    let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
+    let xs = super::linspace((1.0 - wf) * 0.5, (wf - 1.0) * 0.5, w);
+    let ys = super::linspace((1.0 - hf) * 0.5, (hf - 1.0) * 0.5, h);
     let src = &img.data;
     let pixel = |x: i64, y: i64| -> Option<[f32; 3]> {
         if x < 0 || y < 0 || x >= w as i64 || y >= h as i64 {
@@ -166,12 +181,12 @@ fn warp(img: &mut RgbImage, m: [f64; 6], mode: Interpolation, fill: [f32; 3], ou
         let i = (y as usize * w + x as usize) * 3;
         Some([src[i], src[i + 1], src[i + 2]].map(f32::from))
     };
-    for y in 0..h {
-        let yc = y as f64 - hh;
-        for x in 0..w {
-            let xc = x as f64 - hw;
-            let sx = m[0] * xc + m[1] * yc + m[2] + hw;
-            let sy = m[3] * xc + m[4] * yc + m[5] + hh;
+    for (y, &yc) in ys.iter().enumerate() {
+        for (x, &xc) in xs.iter().enumerate() {
+            let gx = (xc * ax + yc * bx) + cx;
+            let gy = (xc * ay + yc * by) + cy;
+            let sx = ((gx + 1.0) * wf - 1.0) / 2.0;
+            let sy = ((gy + 1.0) * hf - 1.0) / 2.0;
             let value = match mode {
                 Interpolation::Nearest => {
                     let (nx, ny) = (sx.round_ties_even() as i64, sy.round_ties_even() as i64);
@@ -179,7 +194,7 @@ fn warp(img: &mut RgbImage, m: [f64; 6], mode: Interpolation, fill: [f32; 3], ou
                 }
                 Interpolation::Bilinear => {
                     let (x0, y0) = (sx.floor(), sy.floor());
-                    let (fx, fy) = ((sx - x0) as f32, (sy - y0) as f32);
+                    let (fx, fy) = (sx - x0, sy - y0);
                     let (x0, y0) = (x0 as i64, y0 as i64);
                     let mut acc = [0.0f32; 3];
                     let mut mask = 0.0f32;
