@@ -157,33 +157,36 @@ pub(super) fn equalize(img: &mut RgbImage) {
 /// `adjust_sharpness(image, factor)`: the interior blended with its rounded 3x3 smoothing
 /// (1s around a 5, over 13); the border rows and columns are kept. Images of 2 pixels or less
 /// on a side are returned as they are.
+///
+/// The eight neighbours are summed exactly (integers) before the weights: the same value as
+/// torch's convolution up to f32 rounding, row by row over contiguous values.
 pub(super) fn sharpness(img: &mut RgbImage, factor: f32, scratch: &mut Vec<u8>) {
     let (w, h) = (img.width as usize, img.height as usize);
     if w <= 2 || h <= 2 {
         return;
     }
     let (a, b) = (1.0f32 / 13.0, 5.0f32 / 13.0);
+    let keep = 1.0 - factor;
     scratch.clear();
     scratch.extend_from_slice(&img.data);
-    let src = &scratch[..];
     let row = w * 3;
     for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            for c in 0..3 {
-                let at = |dy: usize, dx: usize| {
-                    f32::from(src[(y + dy - 1) * row + (x + dx - 1) * 3 + c])
-                };
-                let mut sum = 0.0f32;
-                for dy in 0..3 {
-                    for dx in 0..3 {
-                        let k = if dy == 1 && dx == 1 { b } else { a };
-                        sum += at(dy, dx) * k;
-                    }
-                }
-                let blurred = sum.round_ties_even();
-                let v = at(1, 1);
-                img.data[y * row + x * 3 + c] = truncate(v + (blurred - v) * (1.0 - factor));
-            }
+        let above = &scratch[(y - 1) * row..][..row];
+        let here = &scratch[y * row..][..row];
+        let below = &scratch[(y + 1) * row..][..row];
+        let out = &mut img.data[y * row..][..row];
+        for i in 3..row - 3 {
+            let ring = u16::from(above[i - 3])
+                + u16::from(above[i])
+                + u16::from(above[i + 3])
+                + u16::from(here[i - 3])
+                + u16::from(here[i + 3])
+                + u16::from(below[i - 3])
+                + u16::from(below[i])
+                + u16::from(below[i + 3]);
+            let v = f32::from(here[i]);
+            let blurred = (f32::from(ring) * a + v * b).round_ties_even();
+            out[i] = truncate(v + (blurred - v) * keep);
         }
     }
 }
