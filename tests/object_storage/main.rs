@@ -11,9 +11,11 @@
 )]
 
 mod cache;
+mod changes;
 mod fake;
 mod keys;
 mod outages;
+mod oversized;
 mod owners;
 mod reads;
 mod stalls;

@@ -75,7 +75,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::source::url::join_key;
 pub use crate::source::url::{is_url, S3Url};
 use cache::{Claim, NodeCache, Pending, Pin};
-use client::{ObjectInfo, Remote, S3Error};
+use client::{Expected, ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use entries::Entry;
 pub use prefetch::Prefetch;
@@ -101,6 +101,14 @@ struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// What an answer for this object must be: its listed size and ETag.
+    fn expected(&self) -> Expected<'_> {
+        Expected {
+            size: self.size,
+            etag: &self.etag,
+        }
+    }
+
     fn cache_name(&self) -> String {
         NodeCache::name(
             &self.remote.origin,
@@ -473,7 +481,9 @@ async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending, f
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
     let temp = cache.temp_path(name);
-    let fetch = until_room(cache, obj.size, || obj.remote.download(&obj.key, &temp));
+    let fetch = until_room(cache, obj.size, || {
+        obj.remote.download(&obj.key, &temp, obj.expected())
+    });
     let got = within(f.deadline, &url, fetch).await;
     metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
     let got = got.and_then(|n| {

@@ -237,7 +237,8 @@ fn spawn_group(
         let end = group.iter().map(|(p, _, _)| p.offset + p.len).max();
         let range: Range<u64> = first.offset..end.unwrap_or(first.offset);
         metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
-        let fetch = first.obj.remote.get_range(&first.obj.key, range.clone());
+        let fetch =
+            (first.obj.remote).get_range(&first.obj.key, range.clone(), first.obj.expected());
         let got = super::within(deadline, &first.url(), fetch).await;
         metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
         let bytes = match got {

@@ -380,6 +380,7 @@ fn rename_error(e: ReadError, url: &Path) -> ReadError {
         ReadError::Symlink { source, .. } => ReadError::Symlink { path, source },
         ReadError::Changed { source, .. } => ReadError::Changed { path, source },
         ReadError::Credentials { source, .. } => ReadError::Credentials { path, source },
+        ReadError::ObjectChanged { detail, .. } => ReadError::ObjectChanged { path, detail },
         e @ ReadError::Setup(_) => e,
     }
 }
@@ -389,6 +390,10 @@ fn read_error(path: &Path, e: S3Error) -> ReadError {
     match e.kind {
         S3ErrorKind::NotFound => ReadError::NotFound { path },
         S3ErrorKind::Permission => ReadError::Permission { path },
+        S3ErrorKind::Changed => ReadError::ObjectChanged {
+            path,
+            detail: format!("S3 error {}: {}", e.code, e.message),
+        },
         S3ErrorKind::Other => ReadError::Io {
             path,
             source: std::io::Error::other(format!("S3 error {}: {}", e.code, e.message)),
