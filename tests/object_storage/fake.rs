@@ -28,8 +28,24 @@ pub(crate) struct Behaviour {
     /// Every GET of an object answers this many bytes (`Content-Length` saying so, and a
     /// `Content-Range` of the range asked for), whatever the object's listed size.
     pub(crate) oversized_body: Option<u64>,
-    /// Every ListObjectsV2 page is empty and truncated, with a new continuation token.
-    pub(crate) endless_listing: bool,
+    /// How ListObjectsV2 answers.
+    pub(crate) listing: Listing,
+    /// How long the server waits before answering each ListObjectsV2 page.
+    pub(crate) list_delay: Duration,
+}
+
+/// How the server lists.
+#[derive(Clone, Copy, Default)]
+pub(crate) enum Listing {
+    /// The objects it holds, 1,000 a page.
+    #[default]
+    Honest,
+    /// Every page is empty and truncated, with a new continuation token.
+    EmptyPagesForever,
+    /// Every page lists one new object and is truncated: a listing that never ends.
+    OneObjectPagesForever,
+    /// The honest pages, each padded with spaces to this many bytes.
+    PaddedTo(usize),
 }
 
 /// The server; stops (and lets every stalled connection go) on drop.
@@ -312,14 +328,29 @@ fn list_xml(bucket: &Bucket, query: &str) -> String {
     let prefix = arg("prefix").unwrap_or_default();
     let after = arg("continuation-token").or_else(|| arg("start-after"));
     let max: usize = arg("max-keys").and_then(|m| m.parse().ok()).unwrap_or(1000);
-    if bucket.behaviour.endless_listing {
-        let n = bucket.lists.load(Ordering::Relaxed);
-        return format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{}</Name>\
-             <KeyCount>0</KeyCount><MaxKeys>{max}</MaxKeys><IsTruncated>true</IsTruncated>\
-             <NextContinuationToken>page-{n}</NextContinuationToken></ListBucketResult>",
-            bucket.name
-        );
+    let n = bucket.lists.load(Ordering::Relaxed);
+    std::thread::sleep(bucket.behaviour.list_delay);
+    match bucket.behaviour.listing {
+        Listing::EmptyPagesForever => {
+            return format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{}</Name>\
+                 <KeyCount>0</KeyCount><MaxKeys>{max}</MaxKeys><IsTruncated>true</IsTruncated>\
+                 <NextContinuationToken>page-{n}</NextContinuationToken></ListBucketResult>",
+                bucket.name
+            )
+        }
+        Listing::OneObjectPagesForever => {
+            return format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{}</Name>\
+                 <KeyCount>1</KeyCount><MaxKeys>{max}</MaxKeys><IsTruncated>true</IsTruncated>\
+                 <Contents><Key>{}{n:012}.jpg</Key><Size>3</Size><ETag>&quot;e{n}&quot;</ETag>\
+                 </Contents><NextContinuationToken>page-{n}</NextContinuationToken>\
+                 </ListBucketResult>",
+                bucket.name,
+                escape(&prefix)
+            )
+        }
+        Listing::Honest | Listing::PaddedTo(_) => {}
     }
     let objects = bucket.objects.read().unwrap();
     let keys: Vec<(&String, &Vec<u8>)> = objects
@@ -354,7 +385,12 @@ fn list_xml(bucket: &Bucket, query: &str) -> String {
             escape(last)
         );
     }
-    xml + "</ListBucketResult>"
+    xml += "</ListBucketResult>";
+    if let Listing::PaddedTo(size) = bucket.behaviour.listing {
+        let pad = size.saturating_sub(xml.len());
+        xml.insert_str(xml.len() - "</ListBucketResult>".len(), &" ".repeat(pad));
+    }
+    xml
 }
 
 fn etag(body: &[u8]) -> String {

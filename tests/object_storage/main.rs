@@ -14,6 +14,7 @@ mod cache;
 mod changes;
 mod fake;
 mod keys;
+mod listings;
 mod outages;
 mod oversized;
 mod owners;

@@ -161,6 +161,32 @@ pub struct OpenOptions {
     /// The object storage `s3://` paths and entries are read from (the opened dataset holds
     /// it); `None` refuses them.
     pub objects: Option<std::sync::Arc<dyn ObjectStorage>>,
+    /// Who asked for the open (a client's connection): an `s3://` listing stops once it has
+    /// gone. `None`: nobody leaves (a tool).
+    pub asker: Option<Asker>,
+}
+
+/// Whether whoever asked for an open is still there to receive it: the daemon gives one that
+/// looks at the client's connection, so that a listing whose client has gone stops.
+#[derive(Clone)]
+pub struct Asker(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Asker {
+    /// An asker that has gone once `gone` says so.
+    pub fn new(gone: impl Fn() -> bool + Send + Sync + 'static) -> Asker {
+        Asker(std::sync::Arc::new(gone))
+    }
+
+    /// Whether the asker has gone (the open may stop).
+    pub fn gone(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Asker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asker").field("gone", &self.gone()).finish()
+    }
 }
 
 impl Default for OpenOptions {
@@ -173,6 +199,7 @@ impl Default for OpenOptions {
             limits: WalkLimits::default(),
             s3_entries: true,
             objects: None,
+            asker: None,
         }
     }
 }

@@ -35,7 +35,9 @@ use super::config::{Connection, S3Config, MAX_BACKOFF_MS};
 pub use super::error::{S3Error, S3ErrorKind};
 use super::listing::Lister;
 pub use super::listing::ObjectInfo;
+use super::listing::MAX_EMPTY_PAGES;
 use super::metric;
+use crate::source::index::Asker;
 
 /// One bucket of one service.
 #[derive(Debug)]
@@ -141,19 +143,31 @@ impl Remote {
         }
     }
 
-    /// Every object under `prefix` (paginated listing), in key order; more than `max` is an
-    /// error naming the limit (`limits.max_index_entries`). Keys object_store cannot fetch
-    /// are listed too (see `listing`).
-    pub async fn list(&self, prefix: &str, max: u64) -> Result<Vec<ObjectInfo>, S3Error> {
+    /// Every object under `prefix` (paginated listing), in key order, within `bounds`: more
+    /// than its `max_objects` is an error naming the limit (`limits.max_index_entries`), and
+    /// so are pages that list nothing without end, a continuation token that comes back, the
+    /// deadline passed, and the asker gone (checked between pages). Keys object_store cannot
+    /// fetch are listed too (see `listing`).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        bounds: &ListBounds<'_>,
+    ) -> Result<Vec<ObjectInfo>, S3Error> {
         let url = self.url(prefix);
         let mut out: Vec<ObjectInfo> = Vec::new();
         let mut token: Option<String> = None;
+        let mut seen_tokens = std::collections::HashSet::new();
+        let mut empty = 0u32;
         loop {
+            bounds.check(&url)?;
             let t = token.as_deref();
-            let (page, next) = self
-                .with_retries(&url, || self.lister.page(&url, prefix, t))
-                .await?;
+            let page = self.with_retries(&url, || self.lister.page(&url, prefix, t));
+            let (page, next) = tokio::time::timeout_at(bounds.deadline.into(), page)
+                .await
+                .map_err(|_| bounds.late(&url))??;
+            empty = if page.is_empty() { empty + 1 } else { 0 };
             out.extend(page);
+            let max = bounds.max_objects;
             if out.len() as u64 > max {
                 return Err(S3Error {
                     url,
@@ -164,10 +178,27 @@ impl Remote {
                     ),
                 });
             }
-            match next {
-                Some(n) => token = Some(n),
-                None => break,
+            let Some(n) = next else { break };
+            if empty > MAX_EMPTY_PAGES {
+                return Err(S3Error::listing(
+                    &url,
+                    "list_no_progress",
+                    format!(
+                        "{empty} truncated listing pages in a row listed no object (at most \
+                         {MAX_EMPTY_PAGES}): the server lists without end, refused"
+                    ),
+                ));
             }
+            if !seen_tokens.insert(n.clone()) {
+                return Err(S3Error::listing(
+                    &url,
+                    "list_no_progress",
+                    "the server gave a continuation token it gave before: the listing \
+                     would not end, refused"
+                        .into(),
+                ));
+            }
+            token = Some(n);
         }
         out.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
         out.shrink_to_fit();
@@ -296,6 +327,47 @@ impl Remote {
                 .map_err(|e| S3Error::of(&url, &e))
         })
         .await
+    }
+}
+
+/// How far one listing may go.
+#[derive(Debug)]
+pub struct ListBounds<'a> {
+    /// The most objects (`limits.max_index_entries`).
+    pub max_objects: u64,
+    /// When it must have ended (`s3.list_deadline_ms` after it started).
+    pub deadline: std::time::Instant,
+    /// Who asked for it: once gone, the listing stops at its next page.
+    pub asker: Option<&'a Asker>,
+    /// The deadline's length, for messages.
+    pub deadline_ms: u64,
+}
+
+impl ListBounds<'_> {
+    /// Refuses to go on when the asker has gone or the deadline passed.
+    fn check(&self, url: &str) -> Result<(), S3Error> {
+        if self.asker.is_some_and(Asker::gone) {
+            return Err(S3Error::listing(
+                url,
+                "client_gone",
+                "the client that asked for the dataset has gone: listing stopped".into(),
+            ));
+        }
+        if std::time::Instant::now() >= self.deadline {
+            return Err(self.late(url));
+        }
+        Ok(())
+    }
+
+    fn late(&self, url: &str) -> S3Error {
+        S3Error::listing(
+            url,
+            "list_deadline",
+            format!(
+                "not listed within {} ms (s3.list_deadline_ms): refused",
+                self.deadline_ms
+            ),
+        )
     }
 }
 

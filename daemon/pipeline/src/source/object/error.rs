@@ -59,6 +59,17 @@ impl S3Error {
         }
     }
 
+    /// A listing refused by its bounds (`code` names which: a page too large, pages without
+    /// objects, the deadline, the client gone): never retried.
+    pub fn listing(url: &str, code: &str, message: String) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Other,
+            code: code.into(),
+            message,
+        }
+    }
+
     /// A fetch that did not end within its whole-request deadline.
     pub fn timeout(url: &str, deadline: Duration) -> S3Error {
         S3Error {
@@ -158,6 +169,10 @@ impl S3Error {
                     | "disk_full"
                     | "timeout"
                     | "bad_key"
+                    | "list_page_too_large"
+                    | "list_no_progress"
+                    | "list_deadline"
+                    | "client_gone"
             ),
         }
     }

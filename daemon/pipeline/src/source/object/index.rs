@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::client::{ObjectInfo, Remote, S3Error};
+use super::client::{ListBounds, ObjectInfo, Remote, S3Error};
 use super::sidecar::{self, IndexedSample};
 use super::{ObjectRef, ObjectStore, S3Url};
 use crate::source::index::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
@@ -48,16 +48,7 @@ pub(super) fn open_dataset(
         );
         return Ok(ds);
     }
-    let listed = store
-        .block_on(remote.list(&folder(&url.prefix), opts.limits.max_entries))
-        .map_err(|e| remote_error(path, "local".into(), e.to_string()))?
-        .map_err(|e| match e.code.as_str() {
-            "too_many_objects" => DatasetError::WalkLimit {
-                path: path.to_owned(),
-                reason: e.message,
-            },
-            _ => refused(path, e),
-        })?;
+    let listed = list(store, path, &url, &remote, opts)?;
     let prefix_len = url.prefix.trim_end_matches('/').len();
     let rel = |o: &ObjectInfo| -> String {
         o.key[prefix_len.min(o.key.len())..]
@@ -99,6 +90,34 @@ pub(super) fn open_dataset(
     );
     super::index_cache::save(store, &url, opts, &ds);
     Ok(ds)
+}
+
+/// Every object under the prefix of `url`, within the listing's bounds (see
+/// `Remote::list`); past `limits.max_index_entries` a `WalkLimit` error, as a folder walk.
+fn list(
+    store: &ObjectStore,
+    path: &Path,
+    url: &S3Url,
+    remote: &Remote,
+    opts: &OpenOptions,
+) -> Result<Vec<ObjectInfo>, DatasetError> {
+    let deadline_ms = store.config().list_deadline_ms;
+    let bounds = ListBounds {
+        max_objects: opts.limits.max_entries,
+        deadline: std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms),
+        asker: opts.asker.as_ref(),
+        deadline_ms,
+    };
+    store
+        .block_on(remote.list(&folder(&url.prefix), &bounds))
+        .map_err(|e| remote_error(path, "local".into(), e.to_string()))?
+        .map_err(|e| match e.code.as_str() {
+            "too_many_objects" => DatasetError::WalkLimit {
+                path: path.to_owned(),
+                reason: e.message,
+            },
+            _ => refused(path, e),
+        })
 }
 
 /// What a prefix lists: it names a folder, so `data` lists `data/`, never a neighbour
