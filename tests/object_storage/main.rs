@@ -12,6 +12,7 @@
 
 mod cache;
 mod changes;
+mod fairness;
 mod fake;
 mod keys;
 mod listings;

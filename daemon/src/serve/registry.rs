@@ -244,6 +244,7 @@ impl Registry {
             limits: self.walk,
             objects: Some(self.objects.clone()),
             asker: Some(asker.clone()),
+            owner: Some(peer_uid),
             ..OpenOptions::default()
         };
         let dataset = admitted.open(&opts).map_err(|e| match e {

@@ -164,6 +164,9 @@ pub struct OpenOptions {
     /// Who asked for the open (a client's connection): an `s3://` listing stops once it has
     /// gone. `None`: nobody leaves (a tool).
     pub asker: Option<Asker>,
+    /// The user whose job opens it (`None`: the daemon itself, a tool): an `s3://` dataset's
+    /// downloads share the request slots fairly by user and dataset.
+    pub owner: Option<u32>,
 }
 
 /// Whether whoever asked for an open is still there to receive it: the daemon gives one that
@@ -200,6 +203,7 @@ impl Default for OpenOptions {
             s3_entries: true,
             objects: None,
             asker: None,
+            owner: None,
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct Remote {
     pub origin: String,
     retries: u32,
     backoff: Duration,
+    /// How long an answer may go without a byte (`s3.stall_timeout_ms`).
+    stall: Duration,
 }
 
 impl Remote {
@@ -104,6 +106,7 @@ impl Remote {
             origin: endpoint.or(conn.region.clone()).unwrap_or_default(),
             retries: cfg.retries,
             backoff: Duration::from_millis(cfg.backoff_ms),
+            stall: Duration::from_millis(cfg.stall_timeout_ms),
         })
     }
 
@@ -180,7 +183,7 @@ impl Remote {
             }
             let Some(n) = next else { break };
             if empty > MAX_EMPTY_PAGES {
-                return Err(S3Error::listing(
+                return Err(S3Error::bounded(
                     &url,
                     "list_no_progress",
                     format!(
@@ -190,7 +193,7 @@ impl Remote {
                 ));
             }
             if !seen_tokens.insert(n.clone()) {
-                return Err(S3Error::listing(
+                return Err(S3Error::bounded(
                     &url,
                     "list_no_progress",
                     "the server gave a continuation token it gave before: the listing \
@@ -238,16 +241,15 @@ impl Remote {
         let path = fetchable(&url, key)?;
         self.with_retries(&url, || async {
             let got = self
-                .store
-                .get_opts(&path, expected.options(None))
-                .await
+                .unstalled(&url, self.store.get_opts(&path, expected.options(None)))
+                .await?
                 .map_err(|e| S3Error::of(&url, &e))?;
             expected.check(&url, &got.meta, "Content-Length")?;
             let mut out =
                 stoker_private::replace_file(file).map_err(|e| S3Error::write(&url, file, &e))?;
             let mut stream = got.into_stream();
             let mut n = 0u64;
-            while let Some(chunk) = stream.next().await {
+            while let Some(chunk) = self.unstalled(&url, stream.next()).await? {
                 let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
                 n += chunk.len() as u64;
                 expected.bounded(&url, n, expected.size)?;
@@ -273,15 +275,14 @@ impl Remote {
         let path = fetchable(&url, key)?;
         let want = range.end - range.start;
         self.with_retries(&url, || async {
-            let got = self
+            let get = self
                 .store
-                .get_opts(&path, expected.options(Some(range.clone())))
-                .await
-                .map_err(|e| S3Error::of(&url, &e))?;
+                .get_opts(&path, expected.options(Some(range.clone())));
+            let got = (self.unstalled(&url, get).await?).map_err(|e| S3Error::of(&url, &e))?;
             expected.check(&url, &got.meta, "Content-Range")?;
             let mut body = BytesMut::new();
             let mut stream = got.into_stream();
-            while let Some(chunk) = stream.next().await {
+            while let Some(chunk) = self.unstalled(&url, stream.next()).await? {
                 let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
                 expected.bounded(&url, (body.len() + chunk.len()) as u64, want)?;
                 body.extend_from_slice(&chunk);
@@ -299,6 +300,27 @@ impl Remote {
             Ok(body.freeze())
         })
         .await
+    }
+
+    /// `step` (an answer's headers, or its next part), or a `stalled` error once it brought
+    /// nothing for the stall timeout: a server that sends half a body and waits is given up
+    /// by this deadline of its own, whatever the request's.
+    async fn unstalled<T>(
+        &self,
+        url: &str,
+        step: impl std::future::Future<Output = T>,
+    ) -> Result<T, S3Error> {
+        tokio::time::timeout(self.stall, step).await.map_err(|_| {
+            metrics::counter!(metric::ERRORS_TOTAL, "code" => "stalled").increment(1);
+            S3Error::bounded(
+                url,
+                "stalled",
+                format!(
+                    "no byte for {} ms (s3.stall_timeout_ms): given up",
+                    self.stall.as_millis()
+                ),
+            )
+        })
     }
 
     /// Uploads `data` as `key`.
@@ -347,7 +369,7 @@ impl ListBounds<'_> {
     /// Refuses to go on when the asker has gone or the deadline passed.
     fn check(&self, url: &str) -> Result<(), S3Error> {
         if self.asker.is_some_and(Asker::gone) {
-            return Err(S3Error::listing(
+            return Err(S3Error::bounded(
                 url,
                 "client_gone",
                 "the client that asked for the dataset has gone: listing stopped".into(),
@@ -360,7 +382,7 @@ impl ListBounds<'_> {
     }
 
     fn late(&self, url: &str) -> S3Error {
-        S3Error::listing(
+        S3Error::bounded(
             url,
             "list_deadline",
             format!(

@@ -59,9 +59,10 @@ impl S3Error {
         }
     }
 
-    /// A listing refused by its bounds (`code` names which: a page too large, pages without
-    /// objects, the deadline, the client gone): never retried.
-    pub fn listing(url: &str, code: &str, message: String) -> S3Error {
+    /// A listing or download refused by its bounds (`code` names which: a page too large,
+    /// pages without objects, the deadline, the client gone, a stalled answer): never
+    /// retried.
+    pub fn bounded(url: &str, code: &str, message: String) -> S3Error {
         S3Error {
             url: url.to_owned(),
             kind: S3ErrorKind::Other,
@@ -173,6 +174,7 @@ impl S3Error {
                     | "list_no_progress"
                     | "list_deadline"
                     | "client_gone"
+                    | "stalled"
             ),
         }
     }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use super::client::{ListBounds, ObjectInfo, Remote, S3Error};
 use super::sidecar::{self, IndexedSample};
+use super::slots::Flow;
 use super::{ObjectRef, ObjectStore, S3Url};
 use crate::source::index::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
@@ -208,7 +209,7 @@ fn index_shards(
         .map(|(o, _)| object_ref(remote, o))
         .collect();
     // Pinned until the shards are walked.
-    let (fetched, _pins) = store.fetch_all(&refs);
+    let (fetched, _pins) = store.fetch_all(&refs, &Flow::own(&path.to_string_lossy()));
     let mut local = fetched.into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
@@ -257,7 +258,7 @@ fn read_sidecars(
         .collect();
     let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let mut out = vec![None; shards.len()];
-    let (fetched, _pins) = store.fetch_all(&refs);
+    let (fetched, _pins) = store.fetch_all(&refs, &Flow::own(&remote.url("")));
     for ((i, r), file) in wanted.into_iter().zip(fetched) {
         let samples = file
             .map_err(|e| e.to_string())

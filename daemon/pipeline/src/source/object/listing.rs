@@ -138,7 +138,7 @@ impl Lister {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| S3Error::connection(url, e.to_string()))?;
             if body.len() + chunk.len() > MAX_PAGE_BYTES {
-                return Err(S3Error::listing(
+                return Err(S3Error::bounded(
                     url,
                     "list_page_too_large",
                     format!(
