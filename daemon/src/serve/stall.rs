@@ -14,7 +14,8 @@
 //!
 //! # Limitations
 //! - Reports are trusted as sent: a client can claim any figures about its own loop (it can
-//!   only mislead its own owner's dashboards). Totals that go backwards reset the window.
+//!   only mislead its own owner's dashboards). Totals that go backwards reset the window and
+//!   count as the client's count starting again: the `_total` counters never go down.
 //! - A rank that never calls `next()` again reports nothing; its last figure stays until it
 //!   detaches.
 
@@ -39,11 +40,15 @@ struct RankKey {
     rank: u32,
 }
 
-/// The last two reports of one rank.
+/// The last two reports of one rank, and the totals shown for it.
 #[derive(Debug, Clone, Copy, Default)]
 struct Reports {
     last: Stats,
     before: Option<Stats>,
+    /// Nanoseconds waited and computed as the `_total` counters show them: they only grow
+    /// (a report below the previous one counts as the client's count starting again).
+    wait_total_ns: u64,
+    compute_total_ns: u64,
 }
 
 impl Reports {
@@ -62,8 +67,8 @@ impl Reports {
         RankStall {
             rank,
             wait_fraction: self.wait_fraction(),
-            wait_s: self.last.wait_ns as f64 / 1e9,
-            compute_s: self.last.compute_ns as f64 / 1e9,
+            wait_s: self.wait_total_ns as f64 / 1e9,
+            compute_s: self.compute_total_ns as f64 / 1e9,
             batches: self.last.batches,
         }
     }
@@ -150,9 +155,15 @@ impl RankStallEntry {
         let mut ranks = self.board.lock();
         let r = ranks.entry(self.key.clone()).or_default();
         let backwards = stats.wait_ns < r.last.wait_ns || stats.compute_ns < r.last.compute_ns;
+        // What the report adds: its growth, or all of it when the count started again.
+        let base = if backwards { Stats::default() } else { r.last };
         *r = Reports {
             before: if backwards { None } else { Some(r.last) },
             last: stats,
+            wait_total_ns: (r.wait_total_ns)
+                .saturating_add(stats.wait_ns.saturating_sub(base.wait_ns)),
+            compute_total_ns: (r.compute_total_ns)
+                .saturating_add(stats.compute_ns.saturating_sub(base.compute_ns)),
         };
     }
 }
@@ -221,5 +232,10 @@ mod tests {
         e.record(stats(100, 300, 1));
         let s = &board.of_job(&key(0, "j"))[0];
         assert!((s.wait_fraction - 0.25).abs() < 1e-9, "{s:?}");
+        // The totals never go down: the second report counts as a count started again.
+        assert!(
+            (s.wait_s - 0.6).abs() < 1e-9 && (s.compute_s - 0.8).abs() < 1e-9,
+            "{s:?}"
+        );
     }
 }

@@ -240,8 +240,10 @@ fn answer(
             }
             body.push_str(&extra);
             // Label values come from clients (job keys) and servers (error codes, GPU names):
-            // the exporter escapes only `\\`, `"` and newlines, so no raw CR, ESC or NUL passes.
-            let body = super::logging::escape_lines(&body);
+            // the exporter escapes `\\`, `"` and newlines, the only escapes the text format
+            // has; any other control character (and a bidi control) is replaced, not escaped,
+            // so no raw CR, ESC or NUL passes and no escape makes a parser refuse the page.
+            let body = stoker_wire::escape::replace_controls(&body);
             ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         (true, Route::NotFound) => ("404 Not Found", "text/plain", "only /metrics\n".into()),
