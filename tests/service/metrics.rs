@@ -424,6 +424,62 @@ fn scrape_within(addr: &str, limit: Duration) -> (Result<String, String>, Durati
 }
 
 #[test]
+fn forty_slow_local_clients_do_not_starve_scrapes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stoker.sock");
+    let (_daemon, addr) = spawn_with_metrics(dir.path(), &socket);
+    let (status, _) = http_get(&addr, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    // 40 clients that send half a request and wait, connecting again whenever closed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow: Vec<_> = (0..40)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Read;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ");
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                    let mut b = [0u8; 64];
+                    // Until the daemon closes it (or the test ends).
+                    while !stop.load(Ordering::Relaxed) {
+                        match s.read(&mut b) {
+                            Ok(0) => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                            _ => break,
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut failed = Vec::new();
+    for _ in 0..20 {
+        let (got, took) = scrape_within(&addr, Duration::from_secs(5));
+        if !got.as_ref().is_ok_and(|s| s.contains("200")) {
+            failed.push(format!("{got:?} after {took:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 20 scrapes failed beside 40 slow clients: {failed:?}",
+        failed.len()
+    );
+}
+
+#[test]
 fn a_slowloris_connection_neither_holds_up_a_scrape_nor_outlives_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("stoker.sock");

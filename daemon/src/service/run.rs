@@ -265,7 +265,8 @@ fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceErro
     let prom = crate::service::metrics::install()?;
     let h = handle.clone();
     let worker = file.worker.listen.is_some();
-    metrics::spawn_listener(addr, prom, move || {
+    let scrapers = file.metrics.scrapers.clone();
+    metrics::spawn_listener(addr, prom, scrapers, move || {
         let mut text = h.metrics_text();
         if worker {
             text.push_str(&crate::remote::tally::metrics_text());
