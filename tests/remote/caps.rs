@@ -163,3 +163,69 @@ fn peers_that_never_authenticate_do_not_keep_a_home_daemon_out() {
     wait_for_line(&log, "handshake");
     drop(silent);
 }
+
+#[test]
+fn a_connect_and_drop_flood_writes_a_few_log_lines_and_fails_no_handshake() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let world = World::new();
+    let (_worker, log, addr) = world.worker("worker");
+    let key = secret(&world, "a-test-secret-of-some-length");
+    // The worker is up and logs before the flood: what the log holds then.
+    drop(home_connection(&world, &addr));
+    wait_for_line(&log, "home daemon disconnected");
+    let before = read_log(&log).len();
+    // 8 threads connecting and dropping at once, for 3 s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, stop, dropped) = (addr.clone(), stop.clone(), dropped.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if TcpStream::connect(&addr).is_ok() {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Meanwhile 24 genuine handshakes, one every 100 ms.
+    let mut failed = Vec::new();
+    for i in 0..24 {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut s = TcpStream::connect(&addr).unwrap();
+        if let Err(e) = auth::connect(&mut s, &key, Instant::now() + Duration::from_secs(2)) {
+            failed.push(format!("handshake {i}: {e}"));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    stop.store(true, Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let text = read_log(&log);
+    let during = &text[before.min(text.len())..];
+    let refusals = during
+        .lines()
+        .filter(|l| l.contains("refused") || l.contains("TCP options"))
+        .count();
+    println!(
+        "{} connect-and-drop connections: {} bytes of log, {refusals} refusal lines, {} of 24 \
+         handshakes failed",
+        dropped.load(Ordering::Relaxed),
+        during.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "genuine handshakes failed: {failed:?}");
+    assert!(
+        refusals <= 10,
+        "{refusals} refusal lines for one flood ({} bytes of log)",
+        during.len()
+    );
+    assert!(
+        during.contains("more refused"),
+        "the refusals are counted in an aggregate line:\n{during}"
+    );
+}
