@@ -340,6 +340,18 @@ impl Connection<'_> {
                 };
             }
         };
+        // Its dataset's index counts against the peer's memory, as pixels do.
+        if let Err(e) = shared.gate.reserve(self.peer.ip(), job.index_bytes()) {
+            let reason = format!("the dataset's index ({} bytes): {e}", job.index_bytes());
+            tally::refused("memory");
+            tracing::warn!(peer = %self.peer, dataset = %open.dataset, reason,
+                "worker refused a job");
+            return Message::Refused {
+                job: Some(open.job),
+                unit: None,
+                reason,
+            };
+        }
         let mut closed = Vec::new();
         if let Some(at) = self.jobs.iter().position(|(id, _, _)| *id == open.job) {
             self.drop_job(at);
@@ -397,7 +409,7 @@ impl Connection<'_> {
         self.uses += 1;
         let (_, job, used) = &mut self.jobs[at];
         *used = self.uses;
-        let before = job.held_bytes();
+        let before = job.buffer_bytes();
         let (samples, pixels) = tally::work(|| job.run(epoch, indices));
         let bytes = pixels.len() as u64;
         metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
@@ -408,7 +420,7 @@ impl Connection<'_> {
         });
         // The buffer grew by what was reserved (exactly, see `WorkerJob::run`); should the
         // allocator have given more, the gate is told.
-        let grown = job.held_bytes().saturating_sub(before.max(bytes));
+        let grown = job.buffer_bytes().saturating_sub(before.max(bytes));
         if grown > 0 {
             let _ = shared.gate.reserve(peer.ip(), grown);
         }
@@ -428,7 +440,7 @@ impl Connection<'_> {
                 format!("{bytes} bytes of pixels: over worker.max_unit_bytes {max}"),
             ));
         }
-        let grow = bytes.saturating_sub(job.held_bytes());
+        let grow = bytes.saturating_sub(job.buffer_bytes());
         self.shared
             .gate
             .reserve(self.peer.ip(), grow)

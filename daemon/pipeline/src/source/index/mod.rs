@@ -316,6 +316,18 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Bytes the index holds in memory: its per-sample arrays and path arenas (what a worker
+    /// counts against the peer that had it opened).
+    pub fn index_bytes(&self) -> u64 {
+        let arena = |a: &PathArena| a.bytes.capacity() + a.ends.capacity() * 8;
+        let samples = self.file_id.capacity() * 4
+            + (self.offset.capacity() + self.len.capacity()) * 8
+            + self.label.capacity() * 8
+            + self.stamps.capacity() * std::mem::size_of::<Stamp>();
+        let classes: usize = self.classes.iter().map(|c| c.capacity() + 24).sum();
+        (arena(&self.files) + arena(&self.members) + samples + classes) as u64
+    }
+
     /// Opens the local dataset at `path`: from the cache when it is unchanged, else by
     /// indexing it; a file list's `s3://` entries are HEADed in [`OpenOptions::objects`],
     /// which the dataset then holds.
