@@ -332,6 +332,65 @@ fn label_values_keep_to_the_text_format_and_status_escapes_bidi_controls() {
     );
 }
 
+/// The `/metrics` page once a rank of job `key` on `data` reported its stall.
+fn page_with_job(socket: &Path, addr: &str, data: &str, key: &str) -> String {
+    let mut c = Client::attach(socket, options(data, key, None)).unwrap();
+    assert!(c.next_batch().unwrap().is_some());
+    std::thread::sleep(Duration::from_millis(600)); // past the client's STATS_EVERY (500 ms)
+    assert!(c.next_batch().unwrap().is_some());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = http_get(addr, "/metrics");
+        if m.contains("torchrun-7") || Instant::now() > deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn metrics_show_no_dataset_path_in_a_job_key_unless_the_operator_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let data = data.to_str().unwrap();
+    // torchrun's key as the Python loader makes it: the run, then the dataset's path.
+    let key = format!("torchrun-7/{data}");
+    let socket = dir.path().join("stoker.sock");
+    let (d, addr) = spawn_with_metrics(dir.path(), &socket);
+    let page = page_with_job(&socket, &addr, data, &key);
+    check_exposition(&page);
+    assert!(page.contains("job=\"torchrun-7/#"), "{page}");
+    assert!(
+        !page.contains(data),
+        "another user's dataset path on /metrics:\n{page}"
+    );
+    drop(d);
+
+    // With metrics.show_paths the whole key is shown.
+    let other = dir.path().join("shown");
+    std::fs::create_dir_all(&other).unwrap();
+    let config = other.join("stoker.toml");
+    std::fs::write(&config, "[metrics]\nshow_paths = true\n").unwrap();
+    let socket = other.join("stoker.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let args = [
+        "--socket",
+        socket.to_str().unwrap(),
+        "--metrics-listen",
+        &addr,
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let _d = spawn_ready(&other, &args);
+    let page = page_with_job(&socket, &addr, data, &key);
+    assert!(page.contains(&format!("job=\"{key}\"")), "{page}");
+}
+
 #[test]
 fn a_clients_stats_cannot_make_a_total_go_down() {
     use stoker::protocol::{Attach, Message, Stats};

@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use stoker_wire::protocol::{RankStall, Stats};
@@ -78,9 +79,17 @@ impl Reports {
 #[derive(Debug, Default)]
 pub(crate) struct StallBoard {
     ranks: Mutex<BTreeMap<RankKey, Reports>>,
+    /// Whether `/metrics` shows job keys whole (`metrics.show_paths`), dataset paths in them
+    /// included; else from its first `/` on a key is shown as a hash.
+    show_paths: AtomicBool,
 }
 
 impl StallBoard {
+    /// Shows job keys whole on `/metrics` (`metrics.show_paths`), or not.
+    pub(crate) fn set_show_paths(&self, on: bool) {
+        self.show_paths.store(on, Ordering::Relaxed);
+    }
+
     /// A place for `rank` of `job` to report into, for as long as the returned entry lives.
     pub(crate) fn entry(self: &Arc<Self>, job: &JobKey, rank: u32) -> RankStallEntry {
         RankStallEntry {
@@ -109,6 +118,7 @@ impl StallBoard {
     /// series are documented before the first report).
     pub(crate) fn prometheus_text(&self) -> String {
         let ranks = self.lock();
+        let whole = self.show_paths.load(Ordering::Relaxed);
         let mut out = String::new();
         // Names, kinds and help text from the catalogue.
         let families = [WAIT_FRACTION, WAIT_SECONDS, COMPUTE_SECONDS].map(catalogue::find);
@@ -125,13 +135,31 @@ impl StallBoard {
                 let _ = writeln!(
                     out,
                     "{name}{{job=\"{}\",rank=\"{}\",uid=\"{}\"}} {value}",
-                    label_value(&k.job.name),
+                    label_value(&shown_key(&k.job.name, whole)),
                     k.rank,
                     k.job.owner
                 );
             }
         }
         out
+    }
+}
+
+/// A job key as `/metrics` shows it: whole when the operator asked (`metrics.show_paths`),
+/// else with everything from its first `/` replaced by `/#` and a hash of it: torchrun's keys
+/// carry the dataset's path (`torchrun-<run>/<path>`), which the page, open to whoever reaches
+/// its port, must not show (`stoker status` shows a user only their own jobs). The hash keeps
+/// two jobs of one run apart.
+fn shown_key(key: &str, whole: bool) -> String {
+    match key.split_once('/') {
+        Some((run, rest)) if !whole => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in rest.bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            format!("{run}/#{h:016x}")
+        }
+        _ => key.to_owned(),
     }
 }
 

@@ -107,6 +107,9 @@ pub struct MetricsConfig {
     /// Addresses of the scrapers (Prometheus): their connections are answered on threads of
     /// their own and never closed to make room for other clients.
     pub scrapers: Vec<std::net::IpAddr>,
+    /// Whether the page shows job keys whole, dataset paths in them included; by default a
+    /// key is shown up to its first `/`, then as a hash.
+    pub show_paths: bool,
 }
 
 impl Config {

@@ -263,6 +263,7 @@ fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceErro
         return Ok(());
     };
     let prom = crate::service::metrics::install()?;
+    handle.show_metric_paths(file.metrics.show_paths);
     let h = handle.clone();
     let worker = file.worker.listen.is_some();
     let scrapers = file.metrics.scrapers.clone();
