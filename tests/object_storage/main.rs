@@ -11,9 +11,13 @@
 )]
 
 mod cache;
+mod changes;
+mod fairness;
 mod fake;
 mod keys;
+mod listings;
 mod outages;
+mod oversized;
 mod owners;
 mod reads;
 mod stalls;

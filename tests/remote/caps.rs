@@ -163,3 +163,134 @@ fn peers_that_never_authenticate_do_not_keep_a_home_daemon_out() {
     wait_for_line(&log, "handshake");
     drop(silent);
 }
+
+#[test]
+fn a_connect_and_drop_flood_writes_a_few_log_lines_and_fails_no_handshake() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let world = World::new();
+    let (_worker, log, addr) = world.worker("worker");
+    let key = secret(&world, "a-test-secret-of-some-length");
+    // The worker is up and logs before the flood: what the log holds then.
+    drop(home_connection(&world, &addr));
+    wait_for_line(&log, "home daemon disconnected");
+    let before = read_log(&log).len();
+    // 8 threads connecting and dropping at once, for 3 s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, stop, dropped) = (addr.clone(), stop.clone(), dropped.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if TcpStream::connect(&addr).is_ok() {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Meanwhile 24 genuine handshakes, one every 100 ms.
+    let mut failed = Vec::new();
+    for i in 0..24 {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut s = TcpStream::connect(&addr).unwrap();
+        if let Err(e) = auth::connect(&mut s, &key, Instant::now() + Duration::from_secs(2)) {
+            failed.push(format!("handshake {i}: {e}"));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    stop.store(true, Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let text = read_log(&log);
+    let during = &text[before.min(text.len())..];
+    let refusals = during
+        .lines()
+        .filter(|l| l.contains("refused") || l.contains("TCP options"))
+        .count();
+    println!(
+        "{} connect-and-drop connections: {} bytes of log, {refusals} refusal lines, {} of 24 \
+         handshakes failed",
+        dropped.load(Ordering::Relaxed),
+        during.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "genuine handshakes failed: {failed:?}");
+    assert!(
+        refusals <= 10,
+        "{refusals} refusal lines for one flood ({} bytes of log)",
+        during.len()
+    );
+    assert!(
+        during.contains("more refused"),
+        "the refusals are counted in an aggregate line:\n{during}"
+    );
+}
+
+/// `open_job` for the dataset named `spelled` (another spelling of `world`'s dataset path).
+fn open_spelled(world: &World, job: u32, spelled: &str) -> Message {
+    let Message::Open(mut open) = open_job(world, job, 1, 32) else {
+        unreachable!("open_job makes an Open")
+    };
+    open.dataset = spelled.to_owned();
+    Message::Open(open)
+}
+
+#[test]
+fn spellings_of_one_dataset_share_one_index_and_index_memory_counts_for_its_peer() {
+    let world = World::new();
+    let (_worker, log, addr) = world.worker("worker");
+    let path = world.data.to_str().unwrap().to_owned();
+    let parent = world.data.parent().unwrap().to_str().unwrap().to_owned();
+    // The same folder, six ways: what a home names is resolved before it is opened.
+    let spellings = [
+        path.clone(),
+        format!("{parent}//data"),
+        format!("{parent}///data"),
+        format!("{parent}/data/"),
+        format!("/{path}"),
+        format!("{parent}//data//"),
+    ];
+    let mut s = home_connection(&world, &addr);
+    for (job, spelled) in spellings.iter().enumerate() {
+        let answer = ask(
+            &mut s,
+            &open_spelled(&world, u32::try_from(job).unwrap(), spelled),
+        );
+        assert!(
+            matches!(answer, Message::Opened { .. }),
+            "{spelled}: {answer:?}"
+        );
+    }
+    drop(s);
+    wait_for_line(&log, "home daemon disconnected");
+    let text = read_log(&log);
+    let indexed = text
+        .lines()
+        .filter(|l| l.contains("dataset index") && l.contains("/data"))
+        .count();
+    assert_eq!(
+        indexed, 1,
+        "one index for six spellings of one folder:\n{text}"
+    );
+
+    // A dataset's index counts against its peer's worker.max_bytes_per_peer.
+    let (_small, log, addr) = world.worker_at(
+        "small",
+        &format!("127.0.0.1:{}", free_port()),
+        "max_bytes_per_peer = 100\n",
+    );
+    let mut s = home_connection(&world, &addr);
+    let answer = ask(&mut s, &open_spelled(&world, 0, &path));
+    let Message::Refused { reason, .. } = &answer else {
+        panic!("an index over max_bytes_per_peer was opened: {answer:?}");
+    };
+    assert!(
+        reason.contains("worker.max_bytes_per_peer 100") && reason.contains("index"),
+        "{reason}"
+    );
+    wait_for_line(&log, "worker.max_bytes_per_peer");
+}

@@ -60,6 +60,7 @@ fn check_exposition(text: &str) {
             if let Some(labels) = series.strip_prefix(name) {
                 if !labels.is_empty() {
                     assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+                    check_label_values(line, labels);
                 }
             }
             let family = ["_bucket", "_sum", "_count"]
@@ -73,6 +74,30 @@ fn check_exposition(text: &str) {
             assert!(help.contains_key(family), "no HELP for {family}");
         }
     }
+}
+
+/// Label values as the text format allows them: inside quotes a backslash escapes only `\\`,
+/// `"` or `n` (promtool refuses any other escape), and no raw control character.
+fn check_label_values(line: &str, labels: &str) {
+    let mut quoted = false;
+    let mut chars = labels.chars();
+    while let Some(c) = chars.next() {
+        assert!(!c.is_control(), "raw control character {c:?} in {line:?}");
+        match (quoted, c) {
+            (false, '"') => quoted = true,
+            (true, '"') => quoted = false,
+            (true, '\\') => {
+                let next = chars.next();
+                assert!(
+                    matches!(next, Some('\\' | '"' | 'n')),
+                    "escape \\{} in a label value of {line:?}",
+                    next.map(String::from).unwrap_or_default()
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(!quoted, "an unterminated label value in {line:?}");
 }
 
 #[test]
@@ -230,8 +255,10 @@ fn status_and_metrics_escape_job_keys_and_cut_long_ones() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_no_raw_controls("/metrics", &metrics);
+    // Other control characters than the newline are replaced, not escaped: the text format
+    // has no escape for them.
     assert!(
-        metrics.contains(r#"job="\e[2J\rFORGED\n\0row""#),
+        metrics.contains("job=\"\u{fffd}[2J\u{fffd}FORGED\\n\u{fffd}row\""),
         "{metrics}"
     );
     check_exposition(&metrics);
@@ -261,6 +288,162 @@ fn status_and_metrics_escape_job_keys_and_cut_long_ones() {
     assert!(
         keys.contains(&forged) && keys.contains(&"plain"),
         "{keys:?}"
+    );
+}
+
+#[test]
+fn label_values_keep_to_the_text_format_and_status_escapes_bidi_controls() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let socket = dir.path().join("stoker.sock");
+    let (_d, addr) = spawn_with_metrics(dir.path(), &socket);
+    let data = data.to_str().unwrap();
+    // A tab (promtool refuses the whole page when it is escaped as \t) and a right-to-left
+    // override (it reorders what an operator's terminal shows after it).
+    let key = "tab\there\u{202e}gnp.exe";
+    let mut c = Client::attach(&socket, options(data, key, None)).unwrap();
+    assert!(c.next_batch().unwrap().is_some());
+    std::thread::sleep(Duration::from_millis(600)); // past the client's STATS_EVERY (500 ms)
+    assert!(c.next_batch().unwrap().is_some());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let (_, m) = http_get(&addr, "/metrics");
+        if m.contains("gnp.exe") || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    check_exposition(&metrics);
+    assert!(
+        metrics.contains("job=\"tab\u{fffd}here\u{fffd}gnp.exe\""),
+        "the tab and the override replaced:\n{metrics}"
+    );
+
+    let stoker = stokerd_path().with_file_name("stoker");
+    let out = Command::new(&stoker)
+        .args(["status", "--socket", socket.to_str().unwrap()])
+        .output()
+        .expect("run stoker status");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(
+        !table.contains('\u{202e}') && table.contains(r"tab\there\u{202e}gnp.exe"),
+        "stoker status escapes the override as the log does:\n{table}"
+    );
+}
+
+/// The `/metrics` page once a rank of job `key` on `data` reported its stall.
+fn page_with_job(socket: &Path, addr: &str, data: &str, key: &str) -> String {
+    let mut c = Client::attach(socket, options(data, key, None)).unwrap();
+    assert!(c.next_batch().unwrap().is_some());
+    std::thread::sleep(Duration::from_millis(600)); // past the client's STATS_EVERY (500 ms)
+    assert!(c.next_batch().unwrap().is_some());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = http_get(addr, "/metrics");
+        if m.contains("torchrun-7") || Instant::now() > deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn metrics_show_no_dataset_path_in_a_job_key_unless_the_operator_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let data = data.to_str().unwrap();
+    // torchrun's key as the Python loader makes it: the run, then the dataset's path.
+    let key = format!("torchrun-7/{data}");
+    let socket = dir.path().join("stoker.sock");
+    let (d, addr) = spawn_with_metrics(dir.path(), &socket);
+    let page = page_with_job(&socket, &addr, data, &key);
+    check_exposition(&page);
+    assert!(page.contains("job=\"torchrun-7/#"), "{page}");
+    assert!(
+        !page.contains(data),
+        "another user's dataset path on /metrics:\n{page}"
+    );
+    drop(d);
+
+    // With metrics.show_paths the whole key is shown.
+    let other = dir.path().join("shown");
+    std::fs::create_dir_all(&other).unwrap();
+    let config = other.join("stoker.toml");
+    std::fs::write(&config, "[metrics]\nshow_paths = true\n").unwrap();
+    let socket = other.join("stoker.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let args = [
+        "--socket",
+        socket.to_str().unwrap(),
+        "--metrics-listen",
+        &addr,
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let _d = spawn_ready(&other, &args);
+    let page = page_with_job(&socket, &addr, data, &key);
+    assert!(page.contains(&format!("job=\"{key}\"")), "{page}");
+}
+
+#[test]
+fn a_clients_stats_cannot_make_a_total_go_down() {
+    use stoker::protocol::{Attach, Message, Stats};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dataset(dir.path(), "data", 4);
+    let socket = dir.path().join("stoker.sock");
+    let (_d, addr) = spawn_with_metrics(dir.path(), &socket);
+    let o = options(data.to_str().unwrap(), "stats", None);
+    let a = Attach {
+        job: o.job.clone(),
+        rank: 0,
+        world_size: 1,
+        device: stoker::Device::Cpu,
+        spec: o.spec.clone(),
+        dataset: o.dataset.clone(),
+        seed: o.seed,
+        start: stoker::Position::default(),
+        offset: None,
+    };
+    let (sock, _ring, answer) = stoker_testkit::wire::raw_attach(&socket, &a);
+    assert!(matches!(answer, Message::Attached(_)), "{answer:?}");
+    let series = "stoker_client_wait_seconds_total{job=\"stats\",rank=\"0\",uid=\"";
+    let total = |want: f64| -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, m) = http_get(&addr, "/metrics");
+            let got = m
+                .lines()
+                .find(|l| l.starts_with(series))
+                .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok());
+            if got == Some(want) || Instant::now() > deadline {
+                return got.unwrap_or(f64::NAN);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let stats = |wait_s: u64| {
+        let m = Message::Stats(Stats {
+            wait_ns: wait_s * 1_000_000_000,
+            compute_ns: 0,
+            batches: 1,
+        });
+        sock.send(&m.encode().unwrap(), &[]).unwrap();
+    };
+    stats(5);
+    assert_eq!(total(5.0), 5.0, "the first report");
+    // A report of 1 s after 5: the counter must not go down (a restart of the client's own
+    // count adds to it).
+    stats(1);
+    let after = total(6.0);
+    assert!(
+        after >= 5.0,
+        "a client's STATS made stoker_client_wait_seconds_total go from 5 to {after}"
     );
 }
 
@@ -297,6 +480,62 @@ fn scrape_within(addr: &str, limit: Duration) -> (Result<String, String>, Durati
         Ok(text.lines().next().unwrap_or("").to_owned())
     })();
     (got, t0.elapsed())
+}
+
+#[test]
+fn forty_slow_local_clients_do_not_starve_scrapes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stoker.sock");
+    let (_daemon, addr) = spawn_with_metrics(dir.path(), &socket);
+    let (status, _) = http_get(&addr, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    // 40 clients that send half a request and wait, connecting again whenever closed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow: Vec<_> = (0..40)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::io::Read;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ");
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                    let mut b = [0u8; 64];
+                    // Until the daemon closes it (or the test ends).
+                    while !stop.load(Ordering::Relaxed) {
+                        match s.read(&mut b) {
+                            Ok(0) => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                            _ => break,
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut failed = Vec::new();
+    for _ in 0..20 {
+        let (got, took) = scrape_within(&addr, Duration::from_secs(5));
+        if !got.as_ref().is_ok_and(|s| s.contains("200")) {
+            failed.push(format!("{got:?} after {took:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 20 scrapes failed beside 40 slow clients: {failed:?}",
+        failed.len()
+    );
 }
 
 #[test]

@@ -3,10 +3,12 @@
 //!
 //! # Design
 //! - A connection that has not authenticated yet is *pending*: at most [`MAX_HANDSHAKES`] in
-//!   all and [`MAX_HANDSHAKES_PER_PEER`] per address, each for at most
-//!   `super::worker::HANDSHAKE_TIMEOUT`. A new connection over either cap is not refused:
-//!   the oldest pending one (of its own address when that cap is hit) is shut down instead,
-//!   logged. Refusing at the cap would let peers that never authenticate keep everyone
+//!   all, [`MAX_HANDSHAKES_PER_PEER`] per address and [`MAX_HANDSHAKES_PER_PREFIX`] per IPv6
+//!   /64, each for at most `super::worker::HANDSHAKE_TIMEOUT`. A new connection over a cap
+//!   is not refused: a pending one of the same address (or network, or any) is shut down
+//!   instead: first one whose peer has hung up already (a connect-and-drop flood's), then
+//!   one from an address that never authenticated (so known home daemons keep their
+//!   places), then the oldest; logged once per power of two. Refusing at the cap would let peers that never authenticate keep everyone
 //!   out; a short deadline alone would still let them fill every slot for that long. With
 //!   eviction a home daemon's handshake (one round trip) fails only if
 //!   [`MAX_HANDSHAKES_PER_PEER`] newer connections from its address, or [`MAX_HANDSHAKES`]
@@ -23,8 +25,8 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Shutdown, TcpStream};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv6Addr, Shutdown, TcpStream};
 use std::sync::Mutex;
 
 use stoker_pipeline::sync::lock;
@@ -33,6 +35,11 @@ use stoker_pipeline::sync::lock;
 pub(crate) const MAX_HANDSHAKES: usize = 32;
 /// Most connections from one address waiting to authenticate.
 pub(crate) const MAX_HANDSHAKES_PER_PEER: usize = 8;
+/// Most connections from one IPv6 /64 network waiting to authenticate (one host usually
+/// holds a whole /64, so its addresses are counted together as well as one by one).
+pub(crate) const MAX_HANDSHAKES_PER_PREFIX: usize = 16;
+/// Addresses remembered as having authenticated (their pending handshakes give way last).
+const MAX_KNOWN: usize = 4096;
 
 /// The caps of `[worker]` that the gate keeps.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +97,8 @@ struct State {
     next: u64,
     evicted: u64,
     peers: HashMap<IpAddr, PeerUse>,
+    /// Addresses that authenticated since the worker started (at most [`MAX_KNOWN`]).
+    known: HashSet<IpAddr>,
 }
 
 /// A connection still in its handshake, with a handle to shut it down.
@@ -117,16 +126,34 @@ impl Gate {
     /// a cap is hit. Returns its ticket for [`Gate::handshake_over`].
     pub(crate) fn pending(&self, ip: IpAddr, stream: &TcpStream) -> Option<u64> {
         let stream = stream.try_clone().ok()?;
+        let ip = ip.to_canonical();
         let mut s = lock(&self.state);
         let id = s.next;
         s.next += 1;
         s.pending.push_back(Pending { id, ip, stream });
-        let mine = s.pending.iter().filter(|p| p.ip == ip).count();
-        let victim = if mine > MAX_HANDSHAKES_PER_PEER {
-            s.pending.iter().position(|p| p.ip == ip)
-        } else {
-            (s.pending.len() > MAX_HANDSHAKES).then_some(0)
+        let all: Vec<usize> = (0..s.pending.len()).collect();
+        let of = |same: &dyn Fn(IpAddr) -> bool| -> Vec<usize> {
+            (all.iter().copied())
+                .filter(|&i| same(s.pending[i].ip))
+                .collect()
         };
+        let mine = of(&|p| p == ip);
+        let network = of(&|p| prefix(p) == prefix(ip));
+        let candidates = if mine.len() > MAX_HANDSHAKES_PER_PEER {
+            mine
+        } else if network.len() > MAX_HANDSHAKES_PER_PREFIX {
+            network
+        } else if s.pending.len() > MAX_HANDSHAKES {
+            all
+        } else {
+            Vec::new()
+        };
+        // A peer that hung up already goes first (a connect-and-drop flood), then one of an
+        // address never authenticated, then the oldest.
+        let victim = (candidates.iter().copied())
+            .find(|&i| hung_up(&s.pending[i].stream))
+            .or_else(|| (candidates.iter().copied()).find(|&i| !s.known.contains(&s.pending[i].ip)))
+            .or(candidates.first().copied());
         if let Some(old) = victim.and_then(|at| s.pending.remove(at)) {
             let _ = old.stream.shutdown(Shutdown::Both);
             s.evicted += 1;
@@ -135,8 +162,8 @@ impl Gate {
                 tracing::warn!(
                     peer = %old.ip,
                     evicted = s.evicted,
-                    "worker dropped the oldest unfinished handshake to make room \
-                     ({MAX_HANDSHAKES_PER_PEER} per address, {MAX_HANDSHAKES} in all)"
+                    "worker dropped an unfinished handshake to make room ({MAX_HANDSHAKES_PER_PEER} \
+                     per address, {MAX_HANDSHAKES_PER_PREFIX} per IPv6 /64, {MAX_HANDSHAKES} in all)"
                 );
             }
         }
@@ -153,6 +180,10 @@ impl Gate {
     /// Counts an authenticated connection from `ip`, or says which cap refuses it.
     pub(crate) fn admit(&self, ip: IpAddr) -> Result<(), GateRefusal> {
         let mut s = lock(&self.state);
+        // It proved the secret: its later handshakes give way last.
+        if s.known.len() < MAX_KNOWN {
+            s.known.insert(ip.to_canonical());
+        }
         let total: usize = s.peers.values().map(|p| p.connections).sum();
         let max = self.limits.max_connections;
         if total >= max {
@@ -205,6 +236,32 @@ impl Gate {
     }
 }
 
+/// The network an address counts in besides itself: an IPv6 address's /64 (an IPv4
+/// address is its own).
+fn prefix(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+    }
+}
+
+/// Whether the peer of `stream` has hung up (its end shut down, or reset).
+fn hung_up(stream: &TcpStream) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +296,37 @@ mod tests {
             g.handshake_over(t);
         }
         assert!(lock(&g.state).pending.is_empty());
+    }
+
+    #[test]
+    fn a_hung_up_handshake_gives_way_before_a_live_one_and_ipv6_counts_by_64() {
+        let g = gate();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ip = listener.local_addr().unwrap().ip();
+        let mut live = Vec::new();
+        let mut accepted = Vec::new();
+        for i in 0..=MAX_HANDSHAKES_PER_PEER {
+            let c = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (s, _) = listener.accept().unwrap();
+            // The fourth client hangs up at once.
+            if i == 3 {
+                drop(c);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            } else {
+                live.push(c);
+            }
+            g.pending(ip, &s);
+            accepted.push(s);
+        }
+        // The oldest live client still waits: the hung-up one made the room.
+        let _ = live[0].set_read_timeout(Some(std::time::Duration::from_millis(100)));
+        let mut byte = [0u8; 1];
+        assert!(live[0].read(&mut byte).is_err(), "the oldest live one kept");
+        assert_eq!(lock(&g.state).pending.len(), MAX_HANDSHAKES_PER_PEER);
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        assert_eq!(prefix(a), prefix(b));
+        assert_ne!(prefix(a), prefix("2001:db8:1:3::1".parse().unwrap()));
     }
 
     #[test]

@@ -27,7 +27,9 @@ use ring::digest;
 use stoker_wire::ring::SlotLayout;
 
 use super::wire::{hex, OpenJob, SampleFate, SampleResult};
-use crate::serve::access::{AccessError, AccessPolicy, OpenDatasetError, Peer, UnknownGroup};
+use crate::serve::access::{
+    AccessError, AccessPolicy, Admission, OpenDatasetError, Peer, UnknownGroup,
+};
 use crate::serve::config::AccessConfig;
 use stoker_pipeline::engine::{
     replacement_candidates, Backend, BadSamplePolicy, CpuBackend, EngineConfig, Job, PipelineError,
@@ -35,6 +37,7 @@ use stoker_pipeline::engine::{
 };
 use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_pipeline::source::local::fsopen::OpenPolicy;
+use stoker_pipeline::source::object::S3Url;
 use stoker_pipeline::sync::lock;
 
 /// The owner of the jobs a worker runs for home daemons: `(uid_t)-1`, which no process can
@@ -233,9 +236,12 @@ impl DatasetRules {
     }
 
     /// The dataset at `path` with its fingerprint, or why this worker will not open it. One
-    /// kept whose fingerprint is not `want` is read again (see [`REREAD_INTERVAL`]).
+    /// kept whose fingerprint is not `want` is read again (see [`REREAD_INTERVAL`]). Kept
+    /// datasets are found by what `path` resolves to ([`DatasetRules::admit`]), not by its
+    /// spelling: `/d//data` and `/d/data/` are one dataset, one index.
     fn open(&self, path: &str, want: &str) -> Result<Arc<Opened>, JobRefusal> {
-        let kept = lock(&self.opened).get(path).map(|k| {
+        let (admission, key) = self.admit(path)?;
+        let kept = lock(&self.opened).get(&key).map(|k| {
             let stale = k.opened.fingerprint != want
                 && k.reread.is_none_or(|t| t.elapsed() >= REREAD_INTERVAL);
             if stale {
@@ -246,25 +252,28 @@ impl DatasetRules {
         match kept {
             Some((opened, false)) => Ok(opened),
             Some((old, true)) => {
-                let opened = self.read(path)?;
+                let opened = self.read(&admission)?;
                 tracing::info!(
                     dataset = path,
                     same = opened.fingerprint == want,
                     "worker read the dataset again: a home's index of it differed"
                 );
-                lock(&self.opened).put(path, Arc::clone(&opened), Some(&old));
+                lock(&self.opened).put(&key, Arc::clone(&opened), Some(&old));
                 Ok(opened)
             }
             None => {
-                let opened = self.read(path)?;
-                lock(&self.opened).put(path, Arc::clone(&opened), None);
+                let opened = self.read(&admission)?;
+                lock(&self.opened).put(&key, Arc::clone(&opened), None);
                 Ok(opened)
             }
         }
     }
 
-    /// Resolves and opens the dataset at `path` under this worker's rules.
-    fn read(&self, path: &str) -> Result<Arc<Opened>, JobRefusal> {
+    /// What the worker's rules make of `path`: the admission (the path resolved: canonical
+    /// under the roots, a registered dataset's path, a URL normalised), and the key it is
+    /// kept under: that path and, for a local one, its file identity (device and inode), so
+    /// a folder replaced under the same path is another dataset.
+    fn admit(&self, path: &str) -> Result<(Admission, String), JobRefusal> {
         // A registered dataset is named by its name to the access rules (trusted as
         // configured); anything else must pass them as a path.
         let name = self
@@ -291,6 +300,20 @@ impl DatasetRules {
             groups: Vec::new(),
         };
         let admission = self.policy.admit(&me, name.as_deref().unwrap_or(path))?;
+        let key = match S3Url::parse(&admission.path) {
+            Some(Ok(url)) => url.as_string(),
+            _ => {
+                use std::os::unix::fs::MetadataExt;
+                let at = &admission.path;
+                let id = std::fs::metadata(at).map_or((0, 0), |m| (m.dev(), m.ino()));
+                format!("{} (device {}, inode {})", at.display(), id.0, id.1)
+            }
+        };
+        Ok((admission, key))
+    }
+
+    /// Opens the dataset `admission` resolved under this worker's rules.
+    fn read(&self, admission: &Admission) -> Result<Arc<Opened>, JobRefusal> {
         let dataset = admission.open(&self.open)?;
         Ok(Arc::new(Opened {
             fingerprint: fingerprint(&dataset),
@@ -377,9 +400,20 @@ impl WorkerJob {
         })
     }
 
-    /// The bytes this job's buffer holds now.
+    /// The bytes this job holds for its peer: its buffer now, and its dataset's index.
     pub(crate) fn held_bytes(&self) -> u64 {
+        self.buffer_bytes() + self.index_bytes()
+    }
+
+    /// The bytes this job's pixel buffer holds now.
+    pub(crate) fn buffer_bytes(&self) -> u64 {
         self.buf.capacity() as u64
+    }
+
+    /// The bytes its dataset's index holds in memory (counted for the peer that opened the
+    /// job, as its pixel buffer is).
+    pub(crate) fn index_bytes(&self) -> u64 {
+        self.job.dataset.index_bytes()
     }
 
     /// The bytes a unit of `samples` samples needs.
@@ -557,17 +591,19 @@ mod tests {
         for f in &folders[MAX_OPEN_DATASETS..] {
             rules.open(f, "").unwrap();
         }
+        let key = |f: &String| rules.admit(f).unwrap().1;
+        let keys: Vec<String> = folders.iter().map(key).collect();
         let shelf = lock(&rules.opened);
         assert_eq!(shelf.entries.len(), MAX_OPEN_DATASETS);
-        assert!(shelf.entries.contains_key(&folders[0]));
-        assert!(shelf.entries.contains_key(&folders[1]));
-        assert!(!shelf.entries.contains_key(&folders[2]));
-        assert!(!shelf.entries.contains_key(&folders[3]));
+        assert!(shelf.entries.contains_key(&keys[0]));
+        assert!(shelf.entries.contains_key(&keys[1]));
+        assert!(!shelf.entries.contains_key(&keys[2]));
+        assert!(!shelf.entries.contains_key(&keys[3]));
         drop((shelf, job));
         // A fingerprint that differs reads d0 again once, then not within the interval.
         let again = rules.open(&folders[0], "other").unwrap();
         assert!(!Arc::ptr_eq(&d0, &again));
-        assert!(lock(&rules.opened).entries[&folders[0]].reread.is_some());
+        assert!(lock(&rules.opened).entries[&keys[0]].reread.is_some());
         let kept = rules.open(&folders[0], "other").unwrap();
         assert!(Arc::ptr_eq(&again, &kept));
     }
@@ -590,8 +626,9 @@ mod tests {
         )
         .unwrap();
         let old = rules.open(path, "").unwrap();
+        let key = rules.admit(path).unwrap().1;
         for _ in 0..20 {
-            lock(&rules.opened).entries.get_mut(path).unwrap().reread = None;
+            lock(&rules.opened).entries.get_mut(&key).unwrap().reread = None;
             let before = rules.open(path, &old.fingerprint).unwrap();
             let barrier = std::sync::Barrier::new(2);
             let (a, b) = std::thread::scope(|s| {

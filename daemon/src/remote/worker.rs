@@ -7,7 +7,10 @@
 //!   a new one; an authenticated one counts against `[worker] max_connections` and
 //!   `max_connections_per_peer`, its pixel buffers against `max_bytes_per_peer`.
 //! - The handshake ([`super::auth::accept`]) must finish within [`HANDSHAKE_TIMEOUT`]; a peer
-//!   that fails it is logged with its address and the reason, never with what it sent.
+//!   that fails it is logged with its address and the reason, never with what it sent, at
+//!   most one line a second per kind of refusal, each saying how many more were refused
+//!   since the last (a connect-and-drop flood writes a line a second, not a line each); the
+//!   `stoker_worker_refusals_total` counter counts every one.
 //! - A job the worker will not open, or a unit it will not do (an index past the dataset,
 //!   too many samples, more than `max_unit_bytes` of pixels or than its peer's memory may
 //!   grow by, an unknown job), is refused with the reason, told to the home daemon and
@@ -22,8 +25,9 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Secret};
@@ -36,6 +40,8 @@ use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError
 use crate::remote::config::WorkerConfig;
 use stoker_pipeline::engine::EngineConfig;
 use stoker_pipeline::metrics as m;
+use stoker_pipeline::ratelimit::{Admit, RateLimit};
+use stoker_pipeline::sync::lock;
 
 /// How long a new connection has to prove it holds the secret.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -87,8 +93,30 @@ pub(crate) struct WorkerSetup {
     pub engine: EngineConfig,
 }
 
+/// Refusals before a peer authenticated, logged at most once a second per kind: a flood of
+/// connections that drop or fail the handshake writes a line a second with the count of the
+/// ones not logged since, not a line each.
+#[derive(Default)]
+struct RefusalLog {
+    kinds: Mutex<HashMap<&'static str, RateLimit>>,
+}
+
+impl RefusalLog {
+    /// Whether a refusal of `kind` may be logged now, and how many were not since the last
+    /// line of that kind (`None`: count it, write nothing).
+    fn admit(&self, kind: &'static str) -> Option<u64> {
+        let mut kinds = lock(&self.kinds);
+        let limit = kinds.entry(kind).or_insert_with(|| RateLimit::new(1));
+        match limit.admit(Instant::now()) {
+            Admit::Log { suppressed } => Some(suppressed),
+            Admit::Suppress => None,
+        }
+    }
+}
+
 struct Shared {
     secret: Option<Secret>,
+    refusals: RefusalLog,
     tls: Option<WorkerTls>,
     setup: WorkerSetup,
     max_unit_bytes: u64,
@@ -124,6 +152,7 @@ pub(crate) fn spawn(config: &WorkerConfig, setup: WorkerSetup) -> Result<SocketA
     let local = listener.local_addr().map_err(bind)?;
     let shared = Arc::new(Shared {
         secret,
+        refusals: RefusalLog::default(),
         tls,
         setup,
         max_unit_bytes: config.max_unit_bytes,
@@ -197,7 +226,10 @@ fn serve_connection(stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, sh
 /// the gate's caps, within [`HANDSHAKE_TIMEOUT`]; the link, or `None` once logged why not.
 fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Link> {
     if let Err(e) = tune(&stream) {
-        tracing::warn!(%peer, error = %e, "cannot set the connection's TCP options");
+        if let Some(more) = shared.refusals.admit("tcp") {
+            tracing::warn!(%peer, error = %e, more_refused = more,
+                "cannot set the connection's TCP options ({more} more refused since the last such line)");
+        }
     }
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let mut link = match &shared.tls {
@@ -208,7 +240,10 @@ fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Lin
                 // As text, so the log line reads as it always has (a quoted string).
                 let reason = e.to_string();
                 tally::refused("handshake");
-                tracing::warn!(%peer, reason, "worker refused a peer's TLS handshake");
+                if let Some(more) = shared.refusals.admit("tls") {
+                    tracing::warn!(%peer, reason, more_refused = more,
+                        "worker refused a peer's TLS handshake ({more} more refused since the last such line)");
+                }
                 return None;
             }
         },
@@ -218,12 +253,18 @@ fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Lin
         Ok(()) => Some(link),
         Err(auth::AuthError::Refused(reason)) => {
             tally::refused("connections");
-            tracing::warn!(%peer, reason, "worker connection refused");
+            if let Some(more) = shared.refusals.admit("caps") {
+                tracing::warn!(%peer, reason, more_refused = more,
+                    "worker connection refused ({more} more refused since the last such line)");
+            }
             None
         }
         Err(e) => {
             tally::refused("handshake");
-            tracing::warn!(%peer, reason = %e, "worker refused an unauthenticated peer");
+            if let Some(more) = shared.refusals.admit("auth") {
+                tracing::warn!(%peer, reason = %e, more_refused = more,
+                    "worker refused an unauthenticated peer ({more} more refused since the last such line)");
+            }
             None
         }
     }
@@ -299,6 +340,18 @@ impl Connection<'_> {
                 };
             }
         };
+        // Its dataset's index counts against the peer's memory, as pixels do.
+        if let Err(e) = shared.gate.reserve(self.peer.ip(), job.index_bytes()) {
+            let reason = format!("the dataset's index ({} bytes): {e}", job.index_bytes());
+            tally::refused("memory");
+            tracing::warn!(peer = %self.peer, dataset = %open.dataset, reason,
+                "worker refused a job");
+            return Message::Refused {
+                job: Some(open.job),
+                unit: None,
+                reason,
+            };
+        }
         let mut closed = Vec::new();
         if let Some(at) = self.jobs.iter().position(|(id, _, _)| *id == open.job) {
             self.drop_job(at);
@@ -356,7 +409,7 @@ impl Connection<'_> {
         self.uses += 1;
         let (_, job, used) = &mut self.jobs[at];
         *used = self.uses;
-        let before = job.held_bytes();
+        let before = job.buffer_bytes();
         let (samples, pixels) = tally::work(|| job.run(epoch, indices));
         let bytes = pixels.len() as u64;
         metrics::counter!(m::WORKER_UNITS_TOTAL, "result" => "done").increment(1);
@@ -367,7 +420,7 @@ impl Connection<'_> {
         });
         // The buffer grew by what was reserved (exactly, see `WorkerJob::run`); should the
         // allocator have given more, the gate is told.
-        let grown = job.held_bytes().saturating_sub(before.max(bytes));
+        let grown = job.buffer_bytes().saturating_sub(before.max(bytes));
         if grown > 0 {
             let _ = shared.gate.reserve(peer.ip(), grown);
         }
@@ -387,7 +440,7 @@ impl Connection<'_> {
                 format!("{bytes} bytes of pixels: over worker.max_unit_bytes {max}"),
             ));
         }
-        let grow = bytes.saturating_sub(job.held_bytes());
+        let grow = bytes.saturating_sub(job.buffer_bytes());
         self.shared
             .gate
             .reserve(self.peer.ip(), grow)

@@ -15,6 +15,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use stoker_wire::protocol::position::MAX_EPOCH;
 use stoker_wire::protocol::{
@@ -26,6 +27,7 @@ use crate::serve::access::{Peer, QuotaGrant};
 use crate::serve::stall::RankStallEntry;
 use stoker_pipeline::engine::{Feed, FeedEvent, PipelineError};
 use stoker_pipeline::metrics as m;
+use stoker_pipeline::source::index::Asker;
 
 use super::ops::{encode_status, ServerHandle, ServerState};
 use super::refusal::{refuse, undecodable, Refusal};
@@ -274,7 +276,10 @@ impl Connection {
             seat,
             ranks_attached,
             created_job,
-        } = self.handle.registry.seat(a, &admitted, peer.uid)?;
+        } = self
+            .handle
+            .registry
+            .seat(a, &admitted, peer.uid, &asker(sock)?)?;
         let steps = job.steps_per_epoch();
         let start_steps = job.steps_in(a.start.epoch);
         if a.start.step > 0 && a.start.step >= start_steps {
@@ -333,6 +338,30 @@ impl Connection {
             ring_bytes,
         })
     }
+}
+
+/// The asker of an attach on `sock`: gone once the client hung up (a listing for it stops).
+fn asker(sock: &SeqPacket) -> Result<Asker, Refusal> {
+    let sock = sock.try_clone().map_err(|e| {
+        refuse(
+            ErrorCode::Internal,
+            format!("cannot watch the connection: {e}"),
+        )
+    })?;
+    Ok(Asker::new(move || {
+        let mut fds = [PollFd::new(&sock, PollFlags::RDHUP)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match rustix::event::poll(&mut fds, Some(&zero)) {
+            Ok(0) => false,
+            Ok(_) => {
+                (fds[0].revents()).intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+            }
+            Err(_) => false,
+        }
+    }))
 }
 
 /// The class names ATTACHED carries: all of them when they fit in [`CLASS_NAMES_BYTES`],

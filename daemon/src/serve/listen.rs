@@ -245,6 +245,7 @@ impl Server {
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
             jobs: Mutex::default(),
+            opening: Mutex::default(),
             access: RwLock::new(
                 AccessPolicy::new(&config.access, &config.datasets).map_err(ServerError::Access)?,
             ),

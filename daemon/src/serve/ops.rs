@@ -216,6 +216,12 @@ impl ServerHandle {
         self.state.rate.last()
     }
 
+    /// Shows job keys whole on `/metrics`, dataset paths in them included
+    /// (`metrics.show_paths`), or not (the default).
+    pub(crate) fn show_metric_paths(&self, on: bool) {
+        self.state.stalls.set_show_paths(on);
+    }
+
     /// Feeds the recorder what the daemon's atomics hold (the one record of those events,
     /// see [`stoker_pipeline::metrics::catalogue`]): counters, and the gauges that are state
     /// (clients, jobs, ring bytes, GPUs); returns the series the daemon renders itself as

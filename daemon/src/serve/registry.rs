@@ -27,7 +27,7 @@ use stoker_wire::spec::PipelineSpec;
 
 use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};
 use stoker_pipeline::engine::{Job, PipelineError};
-use stoker_pipeline::source::index::{DatasetError, OpenOptions, WalkLimits};
+use stoker_pipeline::source::index::{Asker, DatasetError, OpenOptions, WalkLimits};
 use stoker_pipeline::source::object::{ObjectStore, S3Config};
 
 use super::key::JobKey;
@@ -100,6 +100,9 @@ pub(super) struct JobEntry {
 /// connection.
 pub(super) struct Registry {
     pub(super) jobs: Mutex<HashMap<JobKey, JobEntry>>,
+    /// Jobs being made (their datasets indexed or listed), per owner uid: they count
+    /// against the job limits as jobs do.
+    pub(super) opening: Mutex<HashMap<u32, usize>>,
     pub(super) access: RwLock<AccessPolicy>,
     pub(super) max_jobs: usize,
     /// `limits.max_jobs_per_uid` (or its default, half of `max_jobs`).
@@ -113,11 +116,31 @@ impl Default for Registry {
     fn default() -> Self {
         Registry {
             jobs: Mutex::default(),
+            opening: Mutex::default(),
             access: RwLock::new(AccessPolicy::permissive_for_owner()),
             max_jobs: usize::MAX,
             max_jobs_per_uid: usize::MAX,
             walk: WalkLimits::default(),
             objects: ObjectStore::new(&S3Config::default(), &Default::default()),
+        }
+    }
+}
+
+/// A job of `uid` being made (its dataset opening), counted in [`Registry::opening`] while
+/// this lives.
+struct Opening<'r> {
+    registry: &'r Registry,
+    uid: u32,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        let mut opening = (self.registry.opening.lock()).unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = opening.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                opening.remove(&self.uid);
+            }
         }
     }
 }
@@ -168,29 +191,44 @@ impl Registry {
         key: &JobKey,
     ) -> Result<(), Refusal> {
         let uid = key.owner;
-        let mine = jobs.keys().filter(|k| k.owner == uid).count();
+        let opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        let (my_opening, all_opening) = (opening.get(&uid).copied().unwrap_or(0), {
+            opening.values().sum::<usize>()
+        });
+        drop(opening);
+        let mine = jobs.keys().filter(|k| k.owner == uid).count() + my_opening;
         if mine >= self.max_jobs_per_uid {
             return Err(refuse(
                 ErrorCode::Quota,
                 format!(
-                    "job {:?}: uid {uid} runs {mine} jobs, its limit (limits.max_jobs_per_uid) \
-                     is {}",
+                    "job {:?}: uid {uid} runs {mine} jobs ({my_opening} of them opening their \
+                     dataset), its limit (limits.max_jobs_per_uid) is {}",
                     key.name, self.max_jobs_per_uid
                 ),
             ));
         }
-        if jobs.len() < self.max_jobs {
+        let all = jobs.len() + all_opening;
+        if all < self.max_jobs {
             return Ok(());
         }
         Err(refuse(
             ErrorCode::Quota,
             format!(
-                "job {:?}: {} jobs are running, the limit (limits.max_jobs) is {}",
-                key.name,
-                jobs.len(),
-                self.max_jobs
+                "job {:?}: {all} jobs are running or opening their dataset, the limit \
+                 (limits.max_jobs) is {}",
+                key.name, self.max_jobs
             ),
         ))
+    }
+
+    /// Counts a job of `uid` as opening its dataset until the guard returned goes.
+    fn opening_for(&self, uid: u32) -> Opening<'_> {
+        let mut opening = self.opening.lock().unwrap_or_else(|e| e.into_inner());
+        *opening.entry(uid).or_default() += 1;
+        Opening {
+            registry: self,
+            uid,
+        }
     }
 
     /// Opens the dataset of a job's first rank as access `admitted` it and makes the job.
@@ -200,10 +238,13 @@ impl Registry {
         peer_uid: u32,
         admitted: &Admission,
         offset: Option<EpochOffset>,
+        asker: &Asker,
     ) -> Result<Arc<Job>, Refusal> {
         let opts = OpenOptions {
             limits: self.walk,
             objects: Some(self.objects.clone()),
+            asker: Some(asker.clone()),
+            owner: Some(peer_uid),
             ..OpenOptions::default()
         };
         let dataset = admitted.open(&opts).map_err(|e| match e {
@@ -247,6 +288,7 @@ impl Registry {
         a: &Attach,
         admitted: &Admission,
         terms: &JobTerms,
+        asker: &Asker,
     ) -> Result<(MutexGuard<'r, HashMap<JobKey, JobEntry>>, bool), Refusal> {
         let lock = || self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         let mut jobs = lock();
@@ -254,10 +296,13 @@ impl Registry {
             return Ok((jobs, false));
         }
         self.check_job_count(&jobs, key)?;
-        // Indexing may take long (a large or hostile tree): not under the lock, so status
-        // and other attaches go on meanwhile.
+        // Indexing may take long (a large or hostile tree, a listing): not under the lock,
+        // so status and other attaches go on meanwhile; it counts as a job of its owner.
+        let opening = self.opening_for(key.owner);
         drop(jobs);
-        let job = self.create_job(a, key.owner, admitted, terms.offset)?;
+        let job = self.create_job(a, key.owner, admitted, terms.offset, asker);
+        drop(opening);
+        let job = job?;
         jobs = lock();
         // Another first rank of the same job may have made it meanwhile: join that one.
         if jobs.contains_key(key) {
@@ -286,18 +331,19 @@ impl Registry {
 
     /// Checks an attach against the job it names, creating the job for its first rank (from
     /// the dataset access `admitted` for the peer `peer_uid`: its path, read under its
-    /// policy), and takes the rank's seat. Returns the job, the
-    /// seat, how many ranks are now attached, and whether this attach created the job
-    /// ([`Seated`]).
+    /// policy; `asker` says when the client has gone, which stops a listing), and takes the
+    /// rank's seat. Returns the job, the seat, how many ranks are now attached, and whether
+    /// this attach created the job ([`Seated`]).
     pub(super) fn seat(
         self: &Arc<Self>,
         a: &Attach,
         admitted: &Admission,
         peer_uid: u32,
+        asker: &Asker,
     ) -> Result<Seated, Refusal> {
         let terms = JobTerms::of(a);
         let key = JobKey::of(peer_uid, a);
-        let (mut jobs, created) = self.create_if_absent(&key, a, admitted, &terms)?;
+        let (mut jobs, created) = self.create_if_absent(&key, a, admitted, &terms, asker)?;
         let entry = jobs.get(&key).expect("inserted or present above");
         if let Some(diff) = entry.terms.mismatch(&terms) {
             return Err(refuse(

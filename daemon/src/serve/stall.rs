@@ -14,7 +14,8 @@
 //!
 //! # Limitations
 //! - Reports are trusted as sent: a client can claim any figures about its own loop (it can
-//!   only mislead its own owner's dashboards). Totals that go backwards reset the window.
+//!   only mislead its own owner's dashboards). Totals that go backwards reset the window and
+//!   count as the client's count starting again: the `_total` counters never go down.
 //! - A rank that never calls `next()` again reports nothing; its last figure stays until it
 //!   detaches.
 
@@ -22,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use stoker_wire::protocol::{RankStall, Stats};
@@ -39,11 +41,15 @@ struct RankKey {
     rank: u32,
 }
 
-/// The last two reports of one rank.
+/// The last two reports of one rank, and the totals shown for it.
 #[derive(Debug, Clone, Copy, Default)]
 struct Reports {
     last: Stats,
     before: Option<Stats>,
+    /// Nanoseconds waited and computed as the `_total` counters show them: they only grow
+    /// (a report below the previous one counts as the client's count starting again).
+    wait_total_ns: u64,
+    compute_total_ns: u64,
 }
 
 impl Reports {
@@ -62,8 +68,8 @@ impl Reports {
         RankStall {
             rank,
             wait_fraction: self.wait_fraction(),
-            wait_s: self.last.wait_ns as f64 / 1e9,
-            compute_s: self.last.compute_ns as f64 / 1e9,
+            wait_s: self.wait_total_ns as f64 / 1e9,
+            compute_s: self.compute_total_ns as f64 / 1e9,
             batches: self.last.batches,
         }
     }
@@ -73,9 +79,17 @@ impl Reports {
 #[derive(Debug, Default)]
 pub(crate) struct StallBoard {
     ranks: Mutex<BTreeMap<RankKey, Reports>>,
+    /// Whether `/metrics` shows job keys whole (`metrics.show_paths`), dataset paths in them
+    /// included; else from its first `/` on a key is shown as a hash.
+    show_paths: AtomicBool,
 }
 
 impl StallBoard {
+    /// Shows job keys whole on `/metrics` (`metrics.show_paths`), or not.
+    pub(crate) fn set_show_paths(&self, on: bool) {
+        self.show_paths.store(on, Ordering::Relaxed);
+    }
+
     /// A place for `rank` of `job` to report into, for as long as the returned entry lives.
     pub(crate) fn entry(self: &Arc<Self>, job: &JobKey, rank: u32) -> RankStallEntry {
         RankStallEntry {
@@ -104,6 +118,7 @@ impl StallBoard {
     /// series are documented before the first report).
     pub(crate) fn prometheus_text(&self) -> String {
         let ranks = self.lock();
+        let whole = self.show_paths.load(Ordering::Relaxed);
         let mut out = String::new();
         // Names, kinds and help text from the catalogue.
         let families = [WAIT_FRACTION, WAIT_SECONDS, COMPUTE_SECONDS].map(catalogue::find);
@@ -120,13 +135,31 @@ impl StallBoard {
                 let _ = writeln!(
                     out,
                     "{name}{{job=\"{}\",rank=\"{}\",uid=\"{}\"}} {value}",
-                    label_value(&k.job.name),
+                    label_value(&shown_key(&k.job.name, whole)),
                     k.rank,
                     k.job.owner
                 );
             }
         }
         out
+    }
+}
+
+/// A job key as `/metrics` shows it: whole when the operator asked (`metrics.show_paths`),
+/// else with everything from its first `/` replaced by `/#` and a hash of it: torchrun's keys
+/// carry the dataset's path (`torchrun-<run>/<path>`), which the page, open to whoever reaches
+/// its port, must not show (`stoker status` shows a user only their own jobs). The hash keeps
+/// two jobs of one run apart.
+fn shown_key(key: &str, whole: bool) -> String {
+    match key.split_once('/') {
+        Some((run, rest)) if !whole => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in rest.bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            format!("{run}/#{h:016x}")
+        }
+        _ => key.to_owned(),
     }
 }
 
@@ -150,9 +183,15 @@ impl RankStallEntry {
         let mut ranks = self.board.lock();
         let r = ranks.entry(self.key.clone()).or_default();
         let backwards = stats.wait_ns < r.last.wait_ns || stats.compute_ns < r.last.compute_ns;
+        // What the report adds: its growth, or all of it when the count started again.
+        let base = if backwards { Stats::default() } else { r.last };
         *r = Reports {
             before: if backwards { None } else { Some(r.last) },
             last: stats,
+            wait_total_ns: (r.wait_total_ns)
+                .saturating_add(stats.wait_ns.saturating_sub(base.wait_ns)),
+            compute_total_ns: (r.compute_total_ns)
+                .saturating_add(stats.compute_ns.saturating_sub(base.compute_ns)),
         };
     }
 }
@@ -221,5 +260,10 @@ mod tests {
         e.record(stats(100, 300, 1));
         let s = &board.of_job(&key(0, "j"))[0];
         assert!((s.wait_fraction - 0.25).abs() < 1e-9, "{s:?}");
+        // The totals never go down: the second report counts as a count started again.
+        assert!(
+            (s.wait_s - 0.6).abs() < 1e-9 && (s.compute_s - 0.8).abs() < 1e-9,
+            "{s:?}"
+        );
     }
 }

@@ -79,7 +79,10 @@ fn an_unopenable_dataset_is_refused_and_leaves_no_job() {
         groups: Vec::new(),
     };
     let admitted = registry.access().admit(&me, &a.dataset).unwrap();
-    let r = registry.seat(&a, &admitted, me.uid).err().expect("refused");
+    let asker = stoker_pipeline::source::index::Asker::new(|| false);
+    let r = (registry.seat(&a, &admitted, me.uid, &asker))
+        .err()
+        .expect("refused");
     assert_eq!(r.code, ErrorCode::UnknownDataset);
     assert!(registry.jobs.lock().unwrap().is_empty());
 }

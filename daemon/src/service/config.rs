@@ -104,6 +104,12 @@ pub struct PipelineConfig {
 pub struct MetricsConfig {
     /// Address of the Prometheus text endpoint (`127.0.0.1:9464`); none disables it.
     pub listen: Option<String>,
+    /// Addresses of the scrapers (Prometheus): their connections are answered on threads of
+    /// their own and never closed to make room for other clients.
+    pub scrapers: Vec<std::net::IpAddr>,
+    /// Whether the page shows job keys whole, dataset paths in them included; by default a
+    /// key is shown up to its first `/`, then as a hash.
+    pub show_paths: bool,
 }
 
 impl Config {

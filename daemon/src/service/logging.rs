@@ -19,7 +19,7 @@
 
 use std::io::{self, Write};
 
-pub(crate) use stoker_wire::escape::{escape_controls, escape_lines};
+pub(crate) use stoker_wire::escape::escape_controls;
 
 /// Sets up `tracing` for `stokerd`: `$RUST_LOG` filter (default `info`), stderr, control
 /// characters escaped.

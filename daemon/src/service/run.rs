@@ -263,9 +263,11 @@ fn serve_metrics(file: &Config, handle: &ServerHandle) -> Result<(), ServiceErro
         return Ok(());
     };
     let prom = crate::service::metrics::install()?;
+    handle.show_metric_paths(file.metrics.show_paths);
     let h = handle.clone();
     let worker = file.worker.listen.is_some();
-    metrics::spawn_listener(addr, prom, move || {
+    let scrapers = file.metrics.scrapers.clone();
+    metrics::spawn_listener(addr, prom, scrapers, move || {
         let mut text = h.metrics_text();
         if worker {
             text.push_str(&crate::remote::tally::metrics_text());

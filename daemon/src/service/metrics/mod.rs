@@ -11,13 +11,14 @@
 //! - [`install`] installs `metrics-exporter-prometheus`'s recorder (without its HTTP stack),
 //!   describes every series of the catalogue and registers every label set known at start at
 //!   zero, so a scrape lists each documented series from the start.
-//! - [`spawn_listener`] accepts on one thread and answers each connection on a thread of its
-//!   own, at most [`MAX_CONNECTIONS`] at a time (past that a new connection is closed at
-//!   once): read one request of at most [`MAX_REQUEST_BYTES`], answer, close. The whole
-//!   request must arrive within [`REQUEST_TIMEOUT`] and the whole answer leave within
-//!   [`RESPONSE_TIMEOUT`] (deadlines, not per-read timeouts: a client sending a byte a second
-//!   is closed at the deadline), so a slow or stalled client holds one of the threads for
-//!   seconds and never blocks another scrape. Gauges that are state
+//! - [`spawn_listener`] accepts on one thread, which also reads every connection's request
+//!   head (at most [`MAX_REQUEST_BYTES`]) as its bytes come, holding no thread for it
+//!   (`heads`: at most 64 wait, the oldest slow one closed first); once a head is in, the
+//!   connection is answered on a thread of its own, at most [`MAX_CONNECTIONS`] at a time
+//!   (and [`MAX_SCRAPER_CONNECTIONS`] more for `metrics.scrapers` addresses), then closed.
+//!   The whole request must arrive within [`REQUEST_TIMEOUT`] and the whole answer leave
+//!   within [`RESPONSE_TIMEOUT`] (deadlines, not per-read timeouts), so clients that send
+//!   half a request and wait hold no thread a scrape needs. Gauges that are state
 //!   (clients, jobs) are refreshed by a callback just before each render; the text it returns
 //!   (series that come and go with ranks, such as the data stall of `crate::serve::stall`) is
 //!   appended to the render.
@@ -28,8 +29,8 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,8 +45,12 @@ pub(crate) const MAX_REQUEST_BYTES: usize = 8 * 1024;
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a scraper may take to read the whole answer.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections answered at once; more are closed as they come.
+/// Connections answered at once (their request head in); more are closed as they come.
 pub(crate) const MAX_CONNECTIONS: usize = 8;
+/// Connections from `metrics.scrapers` addresses answered at once, besides the others.
+pub(crate) const MAX_SCRAPER_CONNECTIONS: usize = 4;
+
+mod heads;
 
 /// Why `/metrics` could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -121,10 +126,12 @@ fn register(s: &Series) {
 
 /// Binds `addr` and serves the `/metrics` HTTP listener on a thread of its own; returns the
 /// address it serves on. `refresh` runs before each render; the Prometheus text it returns is
-/// appended to the recorder's.
+/// appended to the recorder's. Connections from `scrapers` get answering threads of their
+/// own and are never closed to make room for others.
 pub(crate) fn spawn_listener(
     addr: SocketAddr,
     handle: PrometheusHandle,
+    scrapers: Vec<IpAddr>,
     refresh: impl Fn() -> String + Send + Sync + 'static,
 ) -> Result<SocketAddr, MetricsError> {
     let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
@@ -133,40 +140,47 @@ pub(crate) fn spawn_listener(
     std::thread::Builder::new()
         .name("stoker-metrics".into())
         .spawn(move || {
-            let busy = Arc::new(AtomicUsize::new(0));
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(s) => serve_one(s, &busy, &handle, &refresh),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "metrics accept failed");
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
+            let busy = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+            heads::run(&listener, &scrapers, |request| {
+                serve_one(request, &busy, &handle, &refresh);
+            });
         })
         .map_err(MetricsError::Thread)?;
     tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     Ok(addr)
 }
 
-/// Answers `s` on a thread of its own, unless [`MAX_CONNECTIONS`] are being answered (then
-/// `s` is closed).
+/// Answers `request` on a thread of its own, unless [`MAX_CONNECTIONS`] are being answered
+/// ([`MAX_SCRAPER_CONNECTIONS`] for a scraper's: `busy[1]`), then it is closed.
 fn serve_one<F: Fn() -> String + Send + Sync + 'static>(
-    mut s: TcpStream,
-    busy: &Arc<AtomicUsize>,
+    request: heads::Request,
+    busy: &[Arc<AtomicUsize>; 2],
     handle: &PrometheusHandle,
     refresh: &Arc<F>,
 ) {
-    if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+    let (busy, most) = match request.scraper {
+        true => (&busy[1], MAX_SCRAPER_CONNECTIONS),
+        false => (&busy[0], MAX_CONNECTIONS),
+    };
+    if busy.fetch_add(1, Ordering::AcqRel) >= most {
         busy.fetch_sub(1, Ordering::AcqRel);
-        tracing::debug!("metrics connection closed: {MAX_CONNECTIONS} being answered");
+        tracing::debug!("metrics connection closed: {most} being answered");
         return;
     }
     let (busy, handle, refresh) = (Arc::clone(busy), handle.clone(), Arc::clone(refresh));
     let spawned = std::thread::Builder::new()
         .name("stoker-metrics-conn".into())
         .spawn(move || {
-            if let Err(e) = answer(&mut s, &handle, &*refresh) {
+            let heads::Request {
+                mut stream,
+                head,
+                complete,
+                ..
+            } = request;
+            let answered = stream
+                .set_nonblocking(false)
+                .and_then(|()| answer(&mut stream, &head, complete, &handle, &*refresh));
+            if let Err(e) = answered {
                 tracing::debug!(error = %e, "metrics request failed");
             }
             busy.fetch_sub(1, Ordering::AcqRel);
@@ -209,29 +223,15 @@ fn route(head: &[u8]) -> Route {
     }
 }
 
+/// Answers the request whose head is `head` (`complete`: its blank line arrived) on `s`.
 fn answer(
     s: &mut TcpStream,
+    head: &[u8],
+    complete: bool,
     handle: &PrometheusHandle,
     refresh: &impl Fn() -> String,
 ) -> std::io::Result<()> {
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let complete = loop {
-        s.set_read_timeout(Some(left_until(deadline)?))?;
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break false;
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            break true;
-        }
-        if head.len() > MAX_REQUEST_BYTES {
-            break false;
-        }
-    };
-    let (status, ctype, body) = match (complete, route(&head)) {
+    let (status, ctype, body) = match (complete, route(head)) {
         (true, Route::Metrics) => {
             let extra = refresh();
             let mut body = handle.render();
@@ -240,8 +240,10 @@ fn answer(
             }
             body.push_str(&extra);
             // Label values come from clients (job keys) and servers (error codes, GPU names):
-            // the exporter escapes only `\\`, `"` and newlines, so no raw CR, ESC or NUL passes.
-            let body = super::logging::escape_lines(&body);
+            // the exporter escapes `\\`, `"` and newlines, the only escapes the text format
+            // has; any other control character (and a bidi control) is replaced, not escaped,
+            // so no raw CR, ESC or NUL passes and no escape makes a parser refuse the page.
+            let body = stoker_wire::escape::replace_controls(&body);
             ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         (true, Route::NotFound) => ("404 Not Found", "text/plain", "only /metrics\n".into()),

@@ -161,6 +161,35 @@ pub struct OpenOptions {
     /// The object storage `s3://` paths and entries are read from (the opened dataset holds
     /// it); `None` refuses them.
     pub objects: Option<std::sync::Arc<dyn ObjectStorage>>,
+    /// Who asked for the open (a client's connection): an `s3://` listing stops once it has
+    /// gone. `None`: nobody leaves (a tool).
+    pub asker: Option<Asker>,
+    /// The user whose job opens it (`None`: the daemon itself, a tool): an `s3://` dataset's
+    /// downloads share the request slots fairly by user and dataset.
+    pub owner: Option<u32>,
+}
+
+/// Whether whoever asked for an open is still there to receive it: the daemon gives one that
+/// looks at the client's connection, so that a listing whose client has gone stops.
+#[derive(Clone)]
+pub struct Asker(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Asker {
+    /// An asker that has gone once `gone` says so.
+    pub fn new(gone: impl Fn() -> bool + Send + Sync + 'static) -> Asker {
+        Asker(std::sync::Arc::new(gone))
+    }
+
+    /// Whether the asker has gone (the open may stop).
+    pub fn gone(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Asker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asker").field("gone", &self.gone()).finish()
+    }
 }
 
 impl Default for OpenOptions {
@@ -173,6 +202,8 @@ impl Default for OpenOptions {
             limits: WalkLimits::default(),
             s3_entries: true,
             objects: None,
+            asker: None,
+            owner: None,
         }
     }
 }
@@ -285,6 +316,18 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Bytes the index holds in memory: its per-sample arrays and path arenas (what a worker
+    /// counts against the peer that had it opened).
+    pub fn index_bytes(&self) -> u64 {
+        let arena = |a: &PathArena| a.bytes.capacity() + a.ends.capacity() * 8;
+        let samples = self.file_id.capacity() * 4
+            + (self.offset.capacity() + self.len.capacity()) * 8
+            + self.label.capacity() * 8
+            + self.stamps.capacity() * std::mem::size_of::<Stamp>();
+        let classes: usize = self.classes.iter().map(|c| c.capacity() + 24).sum();
+        (arena(&self.files) + arena(&self.members) + samples + classes) as u64
+    }
+
     /// Opens the local dataset at `path`: from the cache when it is unchanged, else by
     /// indexing it; a file list's `s3://` entries are HEADed in [`OpenOptions::objects`],
     /// which the dataset then holds.

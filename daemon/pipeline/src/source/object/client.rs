@@ -7,8 +7,14 @@
 //! from `s3.backoff_ms`. The S3 error code is read from the response body object_store puts in
 //! its message (`<Code>...</Code>`), else the HTTP status, else `connection`.
 //!
+//! Every GET is for the object the index names ([`Expected`]): it says `If-Match` with the
+//! indexed ETag, the answer's ETag and size are compared with the index's before its body is
+//! read (a server that ignores If-Match is caught there), and a body is never read past the
+//! size asked for. An answer for another object is a `changed` error, never retried.
+//!
 //! # Limitations
-//! Downloads are whole objects (no ranged GETs yet). Recognising the code from the message
+//! A server that lies about an object's ETag is believed: the ETag is the only identity S3
+//! lists. Recognising the code from the message
 //! text depends on object_store keeping the body in it.
 
 use std::io::Write;
@@ -17,17 +23,21 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig};
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectMeta, ObjectStore, PutPayload, RetryConfig,
+};
 
 use super::config::{Connection, S3Config, MAX_BACKOFF_MS};
 pub use super::error::{S3Error, S3ErrorKind};
 use super::listing::Lister;
 pub use super::listing::ObjectInfo;
+use super::listing::MAX_EMPTY_PAGES;
 use super::metric;
+use crate::source::index::Asker;
 
 /// One bucket of one service.
 #[derive(Debug)]
@@ -39,6 +49,8 @@ pub struct Remote {
     pub origin: String,
     retries: u32,
     backoff: Duration,
+    /// How long an answer may go without a byte (`s3.stall_timeout_ms`).
+    stall: Duration,
 }
 
 impl Remote {
@@ -94,6 +106,7 @@ impl Remote {
             origin: endpoint.or(conn.region.clone()).unwrap_or_default(),
             retries: cfg.retries,
             backoff: Duration::from_millis(cfg.backoff_ms),
+            stall: Duration::from_millis(cfg.stall_timeout_ms),
         })
     }
 
@@ -133,19 +146,31 @@ impl Remote {
         }
     }
 
-    /// Every object under `prefix` (paginated listing), in key order; more than `max` is an
-    /// error naming the limit (`limits.max_index_entries`). Keys object_store cannot fetch
-    /// are listed too (see `listing`).
-    pub async fn list(&self, prefix: &str, max: u64) -> Result<Vec<ObjectInfo>, S3Error> {
+    /// Every object under `prefix` (paginated listing), in key order, within `bounds`: more
+    /// than its `max_objects` is an error naming the limit (`limits.max_index_entries`), and
+    /// so are pages that list nothing without end, a continuation token that comes back, the
+    /// deadline passed, and the asker gone (checked between pages). Keys object_store cannot
+    /// fetch are listed too (see `listing`).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        bounds: &ListBounds<'_>,
+    ) -> Result<Vec<ObjectInfo>, S3Error> {
         let url = self.url(prefix);
         let mut out: Vec<ObjectInfo> = Vec::new();
         let mut token: Option<String> = None;
+        let mut seen_tokens = std::collections::HashSet::new();
+        let mut empty = 0u32;
         loop {
+            bounds.check(&url)?;
             let t = token.as_deref();
-            let (page, next) = self
-                .with_retries(&url, || self.lister.page(&url, prefix, t))
-                .await?;
+            let page = self.with_retries(&url, || self.lister.page(&url, prefix, t));
+            let (page, next) = tokio::time::timeout_at(bounds.deadline.into(), page)
+                .await
+                .map_err(|_| bounds.late(&url))??;
+            empty = if page.is_empty() { empty + 1 } else { 0 };
             out.extend(page);
+            let max = bounds.max_objects;
             if out.len() as u64 > max {
                 return Err(S3Error {
                     url,
@@ -156,10 +181,27 @@ impl Remote {
                     ),
                 });
             }
-            match next {
-                Some(n) => token = Some(n),
-                None => break,
+            let Some(n) = next else { break };
+            if empty > MAX_EMPTY_PAGES {
+                return Err(S3Error::bounded(
+                    &url,
+                    "list_no_progress",
+                    format!(
+                        "{empty} truncated listing pages in a row listed no object (at most \
+                         {MAX_EMPTY_PAGES}): the server lists without end, refused"
+                    ),
+                ));
             }
+            if !seen_tokens.insert(n.clone()) {
+                return Err(S3Error::bounded(
+                    &url,
+                    "list_no_progress",
+                    "the server gave a continuation token it gave before: the listing \
+                     would not end, refused"
+                        .into(),
+                ));
+            }
+            token = Some(n);
         }
         out.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
         out.shrink_to_fit();
@@ -186,54 +228,99 @@ impl Remote {
     }
 
     /// Downloads the whole object `key` into `file` (made anew, mode 0600); returns its size.
-    pub async fn download(&self, key: &str, file: &Path) -> Result<u64, S3Error> {
+    /// The request says `If-Match` with the indexed ETag, and an answer for another object
+    /// (another ETag, or a `Content-Length` other than the listed size) is refused before its
+    /// body is read; a body is never read past the listed size.
+    pub async fn download(
+        &self,
+        key: &str,
+        file: &Path,
+        expected: Expected<'_>,
+    ) -> Result<u64, S3Error> {
         let url = self.url(key);
         let path = fetchable(&url, key)?;
         self.with_retries(&url, || async {
             let got = self
-                .store
-                .get(&path)
-                .await
+                .unstalled(&url, self.store.get_opts(&path, expected.options(None)))
+                .await?
                 .map_err(|e| S3Error::of(&url, &e))?;
+            expected.check(&url, &got.meta, "Content-Length")?;
             let mut out =
                 stoker_private::replace_file(file).map_err(|e| S3Error::write(&url, file, &e))?;
             let mut stream = got.into_stream();
             let mut n = 0u64;
-            while let Some(chunk) = stream.next().await {
+            while let Some(chunk) = self.unstalled(&url, stream.next()).await? {
                 let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
+                n += chunk.len() as u64;
+                expected.bounded(&url, n, expected.size)?;
                 out.write_all(&chunk)
                     .map_err(|e| S3Error::write(&url, file, &e))?;
-                n += chunk.len() as u64;
             }
             Ok(n)
         })
         .await
     }
 
-    /// Bytes `range` of the object `key` (a ranged GET); a short answer is an error.
-    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, S3Error> {
+    /// Bytes `range` of the object `key` (a ranged GET, `If-Match` the indexed ETag); an
+    /// answer for another object (another ETag, or a total size in `Content-Range` other than
+    /// the listed one) is refused before its body is read, a body is never read past the
+    /// range, and a short one is an error.
+    pub async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        expected: Expected<'_>,
+    ) -> Result<Bytes, S3Error> {
         let url = self.url(key);
         let path = fetchable(&url, key)?;
         let want = range.end - range.start;
         self.with_retries(&url, || async {
-            let got = self
+            let get = self
                 .store
-                .get_range(&path, range.clone())
-                .await
-                .map_err(|e| S3Error::of(&url, &e))?;
-            if got.len() as u64 != want {
+                .get_opts(&path, expected.options(Some(range.clone())));
+            let got = (self.unstalled(&url, get).await?).map_err(|e| S3Error::of(&url, &e))?;
+            expected.check(&url, &got.meta, "Content-Range")?;
+            let mut body = BytesMut::new();
+            let mut stream = got.into_stream();
+            while let Some(chunk) = self.unstalled(&url, stream.next()).await? {
+                let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
+                expected.bounded(&url, (body.len() + chunk.len()) as u64, want)?;
+                body.extend_from_slice(&chunk);
+            }
+            if body.len() as u64 != want {
                 return Err(S3Error::local(
                     &url,
                     format!(
                         "asked for {want} bytes at {}, got {} (changed since indexed?)",
                         range.start,
-                        got.len()
+                        body.len()
                     ),
                 ));
             }
-            Ok(got)
+            Ok(body.freeze())
         })
         .await
+    }
+
+    /// `step` (an answer's headers, or its next part), or a `stalled` error once it brought
+    /// nothing for the stall timeout: a server that sends half a body and waits is given up
+    /// by this deadline of its own, whatever the request's.
+    async fn unstalled<T>(
+        &self,
+        url: &str,
+        step: impl std::future::Future<Output = T>,
+    ) -> Result<T, S3Error> {
+        tokio::time::timeout(self.stall, step).await.map_err(|_| {
+            metrics::counter!(metric::ERRORS_TOTAL, "code" => "stalled").increment(1);
+            S3Error::bounded(
+                url,
+                "stalled",
+                format!(
+                    "no byte for {} ms (s3.stall_timeout_ms): given up",
+                    self.stall.as_millis()
+                ),
+            )
+        })
     }
 
     /// Uploads `data` as `key`.
@@ -263,6 +350,121 @@ impl Remote {
         })
         .await
     }
+}
+
+/// How far one listing may go.
+#[derive(Debug)]
+pub struct ListBounds<'a> {
+    /// The most objects (`limits.max_index_entries`).
+    pub max_objects: u64,
+    /// When it must have ended (`s3.list_deadline_ms` after it started).
+    pub deadline: std::time::Instant,
+    /// Who asked for it: once gone, the listing stops at its next page.
+    pub asker: Option<&'a Asker>,
+    /// The deadline's length, for messages.
+    pub deadline_ms: u64,
+}
+
+impl ListBounds<'_> {
+    /// Refuses to go on when the asker has gone or the deadline passed.
+    fn check(&self, url: &str) -> Result<(), S3Error> {
+        if self.asker.is_some_and(Asker::gone) {
+            return Err(S3Error::bounded(
+                url,
+                "client_gone",
+                "the client that asked for the dataset has gone: listing stopped".into(),
+            ));
+        }
+        if std::time::Instant::now() >= self.deadline {
+            return Err(self.late(url));
+        }
+        Ok(())
+    }
+
+    fn late(&self, url: &str) -> S3Error {
+        S3Error::bounded(
+            url,
+            "list_deadline",
+            format!(
+                "not listed within {} ms (s3.list_deadline_ms): refused",
+                self.deadline_ms
+            ),
+        )
+    }
+}
+
+/// What the index says an object is: an answer for anything else is refused, never cached.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// The object's size as listed (or HEADed).
+    pub size: u64,
+    /// Its ETag as listed; empty when the listing gave none (nothing is compared then).
+    pub etag: &'a str,
+}
+
+impl Expected<'_> {
+    /// A GET of `range` (`None`: the whole object), conditional on the indexed ETag.
+    fn options(&self, range: Option<Range<u64>>) -> GetOptions {
+        let etag = bare_etag(self.etag);
+        GetOptions {
+            if_match: (!etag.is_empty()).then(|| format!("\"{etag}\"")),
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        }
+    }
+
+    /// Refuses an answer whose ETag is not the indexed one (a server that ignores If-Match),
+    /// or whose object size (`size_from`: the header it came from) is not the listed one.
+    fn check(&self, url: &str, meta: &ObjectMeta, size_from: &str) -> Result<(), S3Error> {
+        let want = bare_etag(self.etag);
+        if !want.is_empty() {
+            let got = meta.e_tag.as_deref().map(bare_etag);
+            if got != Some(want) {
+                return Err(S3Error::changed(
+                    url,
+                    "etag_mismatch",
+                    format!(
+                        "the server's ETag is {}, the index's {want}: replaced since it was \
+                         listed, refused",
+                        got.unwrap_or("missing")
+                    ),
+                ));
+            }
+        }
+        if meta.size != self.size {
+            return Err(S3Error::changed(
+                url,
+                "size_mismatch",
+                format!(
+                    "the answer's {size_from} says {} bytes, the listing {}: refused before \
+                     reading its body",
+                    meta.size, self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a body that went past `limit` bytes (`read` so far): reading stops there.
+    fn bounded(&self, url: &str, read: u64, limit: u64) -> Result<(), S3Error> {
+        if read <= limit {
+            return Ok(());
+        }
+        Err(S3Error::changed(
+            url,
+            "size_mismatch",
+            format!(
+                "the body went past the {limit} bytes asked for (listed size {}): reading \
+                 stopped, refused",
+                self.size
+            ),
+        ))
+    }
+}
+
+/// An ETag without its quotes and weak prefix: `W/"abc"` and `abc` are both `abc`.
+fn bare_etag(etag: &str) -> &str {
+    etag.trim().trim_start_matches("W/").trim_matches('"')
 }
 
 /// The key as object_store fetches it; a key it cannot represent (an empty or `..` segment,

@@ -29,6 +29,12 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// How long one fetch may take, every attempt, retry and backoff together; also how long a
 /// batch waits (holding no decode worker) for its objects before what is missing is bad.
 pub const DEFAULT_FETCH_DEADLINE_MS: u64 = 30_000;
+/// The longest an answer may go without a byte (its headers, then between parts of its
+/// body) before the download is given up as stalled: its slot goes back at once.
+pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 5_000;
+/// How long listing a prefix may take, every page together: an honest listing of a million
+/// objects takes a minute or two; one that goes on past this is refused.
+pub const DEFAULT_LIST_DEADLINE_MS: u64 = 600_000;
 /// Objects larger than this (shards) are read by per-sample ranged GETs, not fetched whole.
 pub const DEFAULT_WHOLE_OBJECT_MAX_BYTES: u64 = 64 << 20;
 /// How long an `s3://` dataset's index, cached on disk, is used without listing again.
@@ -64,7 +70,8 @@ pub struct S3Config {
     pub default: Connection,
     /// Connections of registered datasets, by their name in `[datasets]`.
     pub datasets: BTreeMap<String, Connection>,
-    /// Requests in flight at once, all datasets together.
+    /// Requests in flight at once, all datasets together, shared fairly between users and
+    /// datasets.
     pub max_in_flight: usize,
     /// Retries of a failed request (throttling, 5xx, a dropped connection).
     pub retries: u32,
@@ -75,6 +82,11 @@ pub struct S3Config {
     /// The whole-request deadline of one fetch (attempts, retries and backoffs together),
     /// and how long a batch waits for its objects before a sample still missing is bad.
     pub fetch_deadline_ms: u64,
+    /// The longest an answer may go without a byte before its download is given up as
+    /// stalled (its slot freed; its endpoint holds fewer slots for a while).
+    pub stall_timeout_ms: u64,
+    /// How long listing a dataset's prefix may take, every page and retry together.
+    pub list_deadline_ms: u64,
     /// The node cache's folder; default `<cache dir>/objects` (see `dataset`'s cache dir).
     pub cache_dir: Option<PathBuf>,
     /// The node cache's size limit in bytes.
@@ -99,6 +111,8 @@ impl Default for S3Config {
             backoff_ms: DEFAULT_BACKOFF_MS,
             timeout_ms: DEFAULT_TIMEOUT_MS,
             fetch_deadline_ms: DEFAULT_FETCH_DEADLINE_MS,
+            list_deadline_ms: DEFAULT_LIST_DEADLINE_MS,
+            stall_timeout_ms: DEFAULT_STALL_TIMEOUT_MS,
             cache_dir: None,
             cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             prefetch: true,
@@ -130,6 +144,12 @@ impl S3Config {
         }
         if self.fetch_deadline_ms == 0 {
             return Some("s3.fetch_deadline_ms must be at least 1".into());
+        }
+        if self.stall_timeout_ms == 0 {
+            return Some("s3.stall_timeout_ms must be at least 1".into());
+        }
+        if self.list_deadline_ms == 0 {
+            return Some("s3.list_deadline_ms must be at least 1".into());
         }
         None
     }

@@ -27,7 +27,7 @@ pub struct Entry {
 impl ObjectStore {
     /// HEADs every URL in `urls` at once (at most `max_in_flight` in flight); one result each.
     pub fn head_urls(&self, urls: &[&Path]) -> Vec<Result<Entry, S3Error>> {
-        let permits = self.permits();
+        let slots = self.slots();
         let run = async {
             let mut tasks = Vec::with_capacity(urls.len());
             for u in urls {
@@ -41,13 +41,14 @@ impl ObjectStore {
                     )),
                 };
                 let target = parsed.and_then(|p| Ok((self.remote_for(&p)?, p)));
-                let permits = permits.clone();
+                let slots = slots.clone();
                 tasks.push(tokio::spawn(async move {
                     let (remote, url) = target?;
-                    let _permit = permits
-                        .acquire_owned()
-                        .await
-                        .map_err(|e| S3Error::local(&text, e.to_string()))?;
+                    let endpoint = format!("{} {}", remote.origin, remote.bucket());
+                    let flow = super::slots::Flow::own(&text);
+                    let _slot = (slots.acquire(&flow, &endpoint).await).ok_or_else(|| {
+                        S3Error::local(&text, "the request slots are closed".into())
+                    })?;
                     let info = remote.head(&url.prefix).await?;
                     Ok((remote, info))
                 }));

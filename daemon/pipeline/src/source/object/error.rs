@@ -14,6 +14,9 @@ pub enum S3ErrorKind {
     NotFound,
     /// Access denied or bad credentials.
     Permission,
+    /// The object is not the one indexed: another ETag or size (replaced since it was
+    /// listed), or a body longer than it.
+    Changed,
     /// Anything else: the server is down, a timeout, a 5xx after every retry, a local error.
     Other,
 }
@@ -41,6 +44,29 @@ impl S3Error {
             url: url.to_owned(),
             kind: S3ErrorKind::Other,
             code: "local".into(),
+            message,
+        }
+    }
+
+    /// An answer for another object than the one indexed (`code`: `etag_mismatch`,
+    /// `size_mismatch`): kind [`S3ErrorKind::Changed`], never retried.
+    pub fn changed(url: &str, code: &str, message: String) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Changed,
+            code: code.into(),
+            message,
+        }
+    }
+
+    /// A listing or download refused by its bounds (`code` names which: a page too large,
+    /// pages without objects, the deadline, the client gone, a stalled answer): never
+    /// retried.
+    pub fn bounded(url: &str, code: &str, message: String) -> S3Error {
+        S3Error {
+            url: url.to_owned(),
+            kind: S3ErrorKind::Other,
+            code: code.into(),
             message,
         }
     }
@@ -82,6 +108,7 @@ impl S3Error {
                 object_store::Error::NotFound { .. } => "NoSuchKey".into(),
                 object_store::Error::PermissionDenied { .. } => "AccessDenied".into(),
                 object_store::Error::Unauthenticated { .. } => "Unauthenticated".into(),
+                object_store::Error::Precondition { .. } => "PreconditionFailed".into(),
                 _ if looks_like_connection(&debug) => "connection".into(),
                 _ => "unknown".into(),
             });
@@ -89,6 +116,7 @@ impl S3Error {
             object_store::Error::NotFound { .. } => S3ErrorKind::NotFound,
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. } => S3ErrorKind::Permission,
+            object_store::Error::Precondition { .. } => S3ErrorKind::Changed,
             _ => kind_of_code(&code),
         };
         S3Error {
@@ -105,6 +133,7 @@ impl S3Error {
         let kind = match status {
             404 => S3ErrorKind::NotFound,
             401 | 403 => S3ErrorKind::Permission,
+            412 => S3ErrorKind::Changed,
             _ => kind_of_code(&code),
         };
         S3Error {
@@ -141,6 +170,11 @@ impl S3Error {
                     | "disk_full"
                     | "timeout"
                     | "bad_key"
+                    | "list_page_too_large"
+                    | "list_no_progress"
+                    | "list_deadline"
+                    | "client_gone"
+                    | "stalled"
             ),
         }
     }

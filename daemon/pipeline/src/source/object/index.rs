@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::client::{ObjectInfo, Remote, S3Error};
+use super::client::{ListBounds, ObjectInfo, Remote, S3Error};
 use super::sidecar::{self, IndexedSample};
+use super::slots::Flow;
 use super::{ObjectRef, ObjectStore, S3Url};
 use crate::source::index::{Dataset, DatasetError, DatasetKind, OpenOptions, IMAGE_EXTENSIONS};
 
@@ -48,16 +49,7 @@ pub(super) fn open_dataset(
         );
         return Ok(ds);
     }
-    let listed = store
-        .block_on(remote.list(&folder(&url.prefix), opts.limits.max_entries))
-        .map_err(|e| remote_error(path, "local".into(), e.to_string()))?
-        .map_err(|e| match e.code.as_str() {
-            "too_many_objects" => DatasetError::WalkLimit {
-                path: path.to_owned(),
-                reason: e.message,
-            },
-            _ => refused(path, e),
-        })?;
+    let listed = list(store, path, &url, &remote, opts)?;
     let prefix_len = url.prefix.trim_end_matches('/').len();
     let rel = |o: &ObjectInfo| -> String {
         o.key[prefix_len.min(o.key.len())..]
@@ -99,6 +91,34 @@ pub(super) fn open_dataset(
     );
     super::index_cache::save(store, &url, opts, &ds);
     Ok(ds)
+}
+
+/// Every object under the prefix of `url`, within the listing's bounds (see
+/// `Remote::list`); past `limits.max_index_entries` a `WalkLimit` error, as a folder walk.
+fn list(
+    store: &ObjectStore,
+    path: &Path,
+    url: &S3Url,
+    remote: &Remote,
+    opts: &OpenOptions,
+) -> Result<Vec<ObjectInfo>, DatasetError> {
+    let deadline_ms = store.config().list_deadline_ms;
+    let bounds = ListBounds {
+        max_objects: opts.limits.max_entries,
+        deadline: std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms),
+        asker: opts.asker.as_ref(),
+        deadline_ms,
+    };
+    store
+        .block_on(remote.list(&folder(&url.prefix), &bounds))
+        .map_err(|e| remote_error(path, "local".into(), e.to_string()))?
+        .map_err(|e| match e.code.as_str() {
+            "too_many_objects" => DatasetError::WalkLimit {
+                path: path.to_owned(),
+                reason: e.message,
+            },
+            _ => refused(path, e),
+        })
 }
 
 /// What a prefix lists: it names a folder, so `data` lists `data/`, never a neighbour
@@ -189,7 +209,7 @@ fn index_shards(
         .map(|(o, _)| object_ref(remote, o))
         .collect();
     // Pinned until the shards are walked.
-    let (fetched, _pins) = store.fetch_all(&refs);
+    let (fetched, _pins) = store.fetch_all(&refs, &Flow::own(&path.to_string_lossy()));
     let mut local = fetched.into_iter();
     let mut ds = Dataset::remote(path, DatasetKind::TarShards);
     let no_cache = OpenOptions {
@@ -238,7 +258,7 @@ fn read_sidecars(
         .collect();
     let refs: Vec<ObjectRef> = wanted.iter().map(|(_, r)| r.clone()).collect();
     let mut out = vec![None; shards.len()];
-    let (fetched, _pins) = store.fetch_all(&refs);
+    let (fetched, _pins) = store.fetch_all(&refs, &Flow::own(&remote.url("")));
     for ((i, r), file) in wanted.into_iter().zip(fetched) {
         let samples = file
             .map_err(|e| e.to_string())

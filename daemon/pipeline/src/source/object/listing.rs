@@ -6,8 +6,12 @@
 //! (an empty or `..` segment, a control character) fails the page, so one odd key refused a
 //! whole dataset. Here every key is kept as the server wrote it; the sample of such a key is a
 //! bad sample when it is read (`client::Remote::download` says why), and the rest of the
-//! prefix serves. A listing is bounded: past `max` objects it stops with an error naming the
-//! limit, as a folder walk does (`limits.max_index_entries`).
+//! prefix serves. A listing is bounded (`client::Remote::list`): past `max` objects it stops
+//! with an error naming the limit, as a folder walk does (`limits.max_index_entries`); a page
+//! is read up to [`MAX_PAGE_BYTES`]; at most [`MAX_EMPTY_PAGES`] truncated pages in a row may
+//! list nothing, and a continuation token may not come back; the whole listing ends by
+//! `s3.list_deadline_ms`; and it stops between pages once the client that asked for it has
+//! gone.
 //!
 //! # Limitations
 //! - Requests go to the bucket's endpoint as object_store builds it (path style: endpoint/
@@ -16,12 +20,21 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, AwsAuthorizer};
 use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
 use object_store::ClientOptions;
 use serde::Deserialize;
 
 use super::error::S3Error;
+
+/// The most bytes one ListObjectsV2 page may have: a page of 1,000 keys of the longest
+/// (1,024 bytes) takes under 2 MB; past this the page is not read further.
+pub(crate) const MAX_PAGE_BYTES: usize = 16 << 20;
+
+/// How many truncated pages in a row may list no object: S3 may send a few (deleted keys
+/// under the prefix); a server that sends them without end is refused after this many.
+pub(crate) const MAX_EMPTY_PAGES: u32 = 16;
 
 /// One object as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,11 +133,22 @@ impl Lister {
         let response = (self.client.execute(request).await)
             .map_err(|e| S3Error::connection(url, e.to_string()))?;
         let status = response.status();
-        let body = response
-            .into_body()
-            .bytes()
-            .await
-            .map_err(|e| S3Error::connection(url, e.to_string()))?;
+        let mut body = Vec::new();
+        let mut stream = response.into_body().bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| S3Error::connection(url, e.to_string()))?;
+            if body.len() + chunk.len() > MAX_PAGE_BYTES {
+                return Err(S3Error::bounded(
+                    url,
+                    "list_page_too_large",
+                    format!(
+                        "a listing page is larger than {MAX_PAGE_BYTES} bytes (1,000 keys of \
+                         the longest take under 2 MB): reading stopped, refused"
+                    ),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
         let text = String::from_utf8_lossy(&body);
         if !status.is_success() {
             return Err(S3Error::of_status(url, status.as_u16(), &text));

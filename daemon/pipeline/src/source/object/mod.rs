@@ -19,7 +19,9 @@
 //! - A store's runtime (two threads) runs every request of the store; at most
 //!   `max_in_flight` downloads are in flight at once, all its datasets together, each within
 //!   the whole-request deadline `fetch_deadline_ms` (attempts, retries and backoffs
-//!   together). Decode workers never run a request nor wait for one: a feed stages a batch
+//!   together) and given up once an answer brings no byte for `stall_timeout_ms`. The slots
+//!   are shared fairly between the users and datasets waiting for them, and an endpoint that
+//!   stalls holds at most a quarter of them (`slots`). Decode workers never run a request nor wait for one: a feed stages a batch
 //!   (`DatasetObjects::stage`: the missing downloads started at once, the batch's objects
 //!   pinned in the [`cache::NodeCache`]) and hands it to workers once its objects are local
 //!   or it is due; the workers then read the local copies with their own reader, and what
@@ -61,6 +63,7 @@ mod prefetch;
 mod ranged;
 mod read;
 pub mod sidecar;
+mod slots;
 mod storage;
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,10 +75,12 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use slots::{Flow, Slot, Slots};
+
 use crate::source::url::join_key;
 pub use crate::source::url::{is_url, S3Url};
 use cache::{Claim, NodeCache, Pending, Pin};
-use client::{ObjectInfo, Remote, S3Error};
+use client::{Expected, ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use entries::Entry;
 pub use prefetch::Prefetch;
@@ -101,6 +106,19 @@ struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// The service and bucket it lives in: what [`Slots`] caps when it stalls.
+    fn endpoint(&self) -> String {
+        format!("{} {}", self.remote.origin, self.remote.bucket())
+    }
+
+    /// What an answer for this object must be: its listed size and ETag.
+    fn expected(&self) -> Expected<'_> {
+        Expected {
+            size: self.size,
+            etag: &self.etag,
+        }
+    }
+
     fn cache_name(&self) -> String {
         NodeCache::name(
             &self.remote.origin,
@@ -154,8 +172,9 @@ pub struct ObjectStore {
     objects: RwLock<HashMap<String, Remembered>>,
     cache: OnceLock<Result<Arc<NodeCache>, StoreSetupError>>,
     runtime: OnceLock<Result<Runtime, StoreSetupError>>,
-    permits: OnceLock<Arc<Semaphore>>,
-    /// The prefetcher's share of the permits (at most half of them, see `prefetch`).
+    /// The request slots (`max_in_flight`), shared fairly between users and datasets.
+    slots: OnceLock<Arc<Slots>>,
+    /// The prefetcher's share of the slots (at most half of them, see `prefetch`).
     prefetch_share: OnceLock<Arc<Semaphore>>,
     /// Bytes downloaded through this store (the `s3` source of the bytes metric).
     downloaded: Arc<AtomicU64>,
@@ -192,7 +211,7 @@ impl ObjectStore {
             objects: RwLock::default(),
             cache: OnceLock::new(),
             runtime: OnceLock::new(),
-            permits: OnceLock::new(),
+            slots: OnceLock::new(),
             prefetch_share: OnceLock::new(),
             downloaded: Arc::default(),
         };
@@ -240,9 +259,9 @@ impl ObjectStore {
             .map_err(Clone::clone)
     }
 
-    fn permits(&self) -> Arc<Semaphore> {
-        self.permits
-            .get_or_init(|| Arc::new(Semaphore::new(self.config().max_in_flight)))
+    fn slots(&self) -> Arc<Slots> {
+        self.slots
+            .get_or_init(|| Arc::new(Slots::new(self.config().max_in_flight)))
             .clone()
     }
 
@@ -324,13 +343,13 @@ impl ObjectStore {
         }
     }
 
-    /// What a request started in the background needs: the runtime, the request permits,
+    /// What a request started in the background needs: the runtime, the request slots,
     /// the whole-request deadline and the downloaded-bytes counter (not the store: a task
     /// never holds the store whose runtime runs it).
     fn fetcher(&self) -> Result<Fetcher, StoreSetupError> {
         Ok(Fetcher {
             rt: self.runtime()?.handle().clone(),
-            permits: self.permits(),
+            slots: self.slots(),
             deadline: Duration::from_millis(self.config().fetch_deadline_ms),
             downloaded: self.downloaded.clone(),
         })
@@ -339,7 +358,7 @@ impl ObjectStore {
     /// Starts making every object in `objects` local, all downloads in flight at once, each
     /// pinned (see [`Pin`]) while the pins returned live; one claim each, waited for by
     /// [`ranged::wait`].
-    fn start_all(&self, objects: &[ObjectRef]) -> (Vec<Started>, Vec<Pin>) {
+    fn start_all(&self, objects: &[ObjectRef], flow: &Flow) -> (Vec<Started>, Vec<Pin>) {
         let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
         let (cache, fetcher) = match ready {
             Ok(r) => r,
@@ -355,7 +374,7 @@ impl ObjectStore {
         let claims = objects
             .iter()
             .map(|o| {
-                let c = fetcher.start(&cache, o, None);
+                let c = fetcher.start(&cache, o, None, flow);
                 // A download started here is a miss; one found local or already under way is
                 // a hit: its bytes come from the server once, whoever asked first.
                 let hit = matches!(c, Claim::Ready(_) | Claim::Wait(_));
@@ -375,8 +394,12 @@ impl ObjectStore {
 
     /// Makes every object in `objects` local, all downloads in flight at once; one result
     /// each, every object pinned while the pins returned live.
-    fn fetch_all(&self, objects: &[ObjectRef]) -> (Vec<Result<PathBuf, S3Error>>, Vec<Pin>) {
-        let (started, pins) = self.start_all(objects);
+    fn fetch_all(
+        &self,
+        objects: &[ObjectRef],
+        flow: &Flow,
+    ) -> (Vec<Result<PathBuf, S3Error>>, Vec<Pin>) {
+        let (started, pins) = self.start_all(objects, flow);
         (ranged::wait(started, None), pins)
     }
 }
@@ -385,47 +408,62 @@ impl ObjectStore {
 #[derive(Clone)]
 struct Fetcher {
     rt: tokio::runtime::Handle,
-    permits: Arc<Semaphore>,
+    slots: Arc<Slots>,
     /// How long one fetch may take, every attempt together (`s3.fetch_deadline_ms`).
     deadline: Duration,
     downloaded: Arc<AtomicU64>,
 }
 
 impl Fetcher {
-    /// Starts the download of `obj` unless it is local or under way already. `held`: request
-    /// permits the caller took already (the prefetcher's); without them the download waits
-    /// for one of the `max_in_flight` permits.
+    /// Starts the download of `obj` unless it is local or under way already. `held`: the
+    /// share and slot the caller took already (the prefetcher's); without them the download
+    /// waits for one of the `max_in_flight` slots, as `flow`.
     fn start(
         &self,
         cache: &Arc<NodeCache>,
         obj: &ObjectRef,
-        held: Option<Vec<OwnedSemaphorePermit>>,
+        held: Option<Held>,
+        flow: &Flow,
     ) -> Claim {
         let name = obj.cache_name();
         let claim = cache.claim(&name);
         if let Claim::Fetch(p) = &claim {
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
-            let (permits, fetcher) = (self.permits.clone(), self.clone());
+            let (fetcher, flow) = (self.clone(), flow.clone());
             self.rt.spawn(async move {
-                let _permits = match held {
-                    Some(h) => h,
-                    None => match permits.acquire_owned().await {
-                        Ok(permit) => vec![permit],
-                        Err(_) => {
-                            // Never closed; should it be, the waiters still wake, with an error.
-                            let url = obj.remote.url(&obj.key);
-                            let err = S3Error::local(&url, "the request limiter is closed".into());
-                            let temp = cache.temp_path(&name);
-                            let _ = cache.finish(&name, &p, &temp, Err(err), &url);
-                            return;
-                        }
-                    },
+                let Some(_held) = fetcher.take_slot(held, &flow, &obj).await else {
+                    // Never closed; should it be, the waiters still wake, with an error.
+                    let url = obj.remote.url(&obj.key);
+                    let err = S3Error::local(&url, "the request slots are closed".into());
+                    let temp = cache.temp_path(&name);
+                    let _ = cache.finish(&name, &p, &temp, Err(err), &url);
+                    return;
                 };
                 download(&cache, &obj, &name, &p, &fetcher).await;
             });
         }
         claim
     }
+
+    /// The slot a download of `obj` for `flow` runs under: `held` (the prefetcher's), else
+    /// one waited for.
+    async fn take_slot(&self, held: Option<Held>, flow: &Flow, obj: &ObjectRef) -> Option<Held> {
+        match held {
+            Some(h) => Some(h),
+            None => Some(Held {
+                _share: None,
+                _slot: self.slots.acquire(flow, &obj.endpoint()).await?,
+            }),
+        }
+    }
+}
+
+/// What a download holds while it runs: its request slot, and for the prefetcher's its
+/// share of them.
+#[derive(Debug)]
+struct Held {
+    _share: Option<OwnedSemaphorePermit>,
+    _slot: Slot,
 }
 
 /// Runs `fetch` within the whole-request deadline: its attempts, retries and backoffs
@@ -442,6 +480,13 @@ async fn within<T>(
             Err(S3Error::timeout(url, deadline))
         }
     }
+}
+
+/// Whether a fetch failed by stalling (no byte for `s3.stall_timeout_ms`) or by its deadline:
+/// its endpoint then holds fewer slots for a while ([`Slots::stalled`]).
+fn e_stalled<T>(got: &Result<T, S3Error>) -> bool {
+    got.as_ref()
+        .is_err_and(|e| e.code == "stalled" || e.code == "timeout")
 }
 
 /// How long a write that found the disk full, with nothing the cache could evict, waits before
@@ -473,9 +518,14 @@ async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending, f
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
     let temp = cache.temp_path(name);
-    let fetch = until_room(cache, obj.size, || obj.remote.download(&obj.key, &temp));
+    let fetch = until_room(cache, obj.size, || {
+        obj.remote.download(&obj.key, &temp, obj.expected())
+    });
     let got = within(f.deadline, &url, fetch).await;
     metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+    if e_stalled(&got) {
+        f.slots.stalled(&obj.endpoint());
+    }
     let got = got.and_then(|n| {
         if n == obj.size {
             Ok(n)

@@ -8,8 +8,9 @@
 //! `ranged`) and downloaded in that order in the background while they fit in the node cache.
 //! A newer schedule of the same rank, or the rank's detach, stops the older one at its next
 //! object.
-//! The prefetcher holds at most half of the `max_in_flight` request permits (a share of its
-//! own, shared by every job of its store) and takes each permit only when a download can start, so a
+//! The prefetcher holds at most half of the `max_in_flight` request slots (a share of its
+//! own, shared by every job of its store) and takes each slot (as the rank's user and
+//! dataset, see `slots`) only when a download can start, so a
 //! worker's own requests (a chunk whose objects are not local yet) never wait behind a queue
 //! of prefetches. Objects local or under way already are skipped.
 //!
@@ -25,8 +26,9 @@ use tokio::sync::Semaphore;
 
 use super::cache::NodeCache;
 use super::ranged::{self, Piece};
+use super::slots::Flow;
 use super::storage::ObjectTable;
-use super::{Fetcher, ObjectRef, ObjectStore};
+use super::{Fetcher, Held, ObjectRef, ObjectStore};
 use crate::source::index::{Dataset, Storage};
 
 /// One rank's prefetching: told the rank's order, stopped by the next order or by its drop.
@@ -73,13 +75,14 @@ impl ObjectStore {
         epoch: u64,
         order: Vec<u64>,
         current: Box<dyn Fn() -> bool + Send + Sync>,
+        flow: &Flow,
     ) {
         let ready = self.node_cache().and_then(|c| Ok((c, self.fetcher()?)));
         let Ok((cache, fetcher)) = ready else {
             return;
         };
         let share = self.prefetch_share();
-        let (ds, table) = (ds.clone(), table.clone());
+        let (ds, table, flow) = (ds.clone(), table.clone(), flow.clone());
         let max_whole = self.config().whole_object_max_bytes;
         tracing::debug!(epoch, samples = order.len(), "prefetch scheduled");
         fetcher.rt.clone().spawn(async move {
@@ -87,7 +90,7 @@ impl ObjectStore {
             let Ok(items) = tokio::task::spawn_blocking(plan).await else {
                 return;
             };
-            run(cache, &fetcher, &share, items, current).await;
+            run(cache, &fetcher, &share, items, current, &flow).await;
         });
     }
 
@@ -148,6 +151,7 @@ async fn run(
     share: &Arc<Semaphore>,
     items: Vec<Item>,
     current: impl Fn() -> bool,
+    flow: &Flow,
 ) {
     let mut budget = cache.cap().saturating_sub(cache.total());
     for item in items {
@@ -164,17 +168,24 @@ async fn run(
         let Ok(mine) = share.clone().acquire_owned().await else {
             return;
         };
-        let Ok(request) = fetcher.permits.clone().acquire_owned().await else {
+        let endpoint = match &item {
+            Item::Whole(o) => o.endpoint(),
+            Item::Piece(p) => p.endpoint(),
+        };
+        let Some(slot) = fetcher.slots.acquire(flow, &endpoint).await else {
             return;
         };
         budget -= size;
-        // Local or under way by now: the permits are given back at once.
-        let held = vec![mine, request];
+        // Local or under way by now: the share and slot are given back at once.
+        let held = Held {
+            _share: Some(mine),
+            _slot: slot,
+        };
         match &item {
             Item::Whole(o) => {
-                fetcher.start(&cache, o, Some(held));
+                fetcher.start(&cache, o, Some(held), flow);
             }
-            Item::Piece(p) => ranged::prefetch_piece(fetcher, &cache, p, held),
+            Item::Piece(p) => ranged::prefetch_piece(fetcher, &cache, p, held, flow),
         }
     }
 }

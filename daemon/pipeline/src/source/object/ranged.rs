@@ -16,14 +16,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use std::path::PathBuf;
 use std::time::Instant;
 
 use super::cache::{Claim, NodeCache, Pending, Pin};
 use super::client::{S3Error, S3ErrorKind};
-use super::{metric, Fetcher, ObjectRef};
+use super::slots::Flow;
+use super::{metric, Fetcher, Held, ObjectRef};
 
 /// Pieces of one object at most this far apart are fetched by one GET.
 pub(crate) const MERGE_GAP: u64 = 64 << 10;
@@ -56,6 +55,10 @@ impl Piece {
     pub(super) fn url(&self) -> String {
         self.obj.remote.url(&self.obj.key)
     }
+
+    pub(super) fn endpoint(&self) -> String {
+        self.obj.endpoint()
+    }
 }
 
 /// Whether a read of `len` bytes at `offset` of `o` is fetched as a piece, not with the
@@ -77,6 +80,7 @@ pub(crate) enum Started {
 pub(super) fn start(
     ready: Result<(&Arc<NodeCache>, &Fetcher), &str>,
     pieces: &[Piece],
+    flow: &Flow,
 ) -> (Vec<Started>, Vec<Pin>) {
     let (cache, fetcher) = match ready {
         Ok(r) => r,
@@ -131,7 +135,7 @@ pub(super) fn start(
             .iter()
             .map(|(i, name, pending)| (pieces[*i].clone(), name.clone(), pending.clone()))
             .collect();
-        spawn_group(fetcher, cache, group, None);
+        spawn_group(fetcher, cache, group, None, flow);
     }
     (started, pins)
 }
@@ -180,13 +184,15 @@ pub(crate) fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<Pa
         .collect()
 }
 
-/// Claims `piece` for the prefetcher, which holds `held` permits: starts its GET if nobody
-/// is fetching it (the permits go with the GET), else gives them back.
+/// Claims `piece` for the prefetcher, which holds `held` (its share and a slot, for
+/// `flow`): starts its GET if nobody is fetching it (the slot goes with the GET), else gives
+/// them back.
 pub(super) fn prefetch_piece(
     fetcher: &Fetcher,
     cache: &Arc<NodeCache>,
     piece: &Piece,
-    held: Vec<OwnedSemaphorePermit>,
+    held: Held,
+    flow: &Flow,
 ) {
     let name = piece.cache_name();
     if let Claim::Fetch(pending) = cache.claim(&name) {
@@ -195,6 +201,7 @@ pub(super) fn prefetch_piece(
             cache,
             vec![(piece.clone(), name, pending)],
             Some(held),
+            flow,
         );
     }
 }
@@ -205,7 +212,8 @@ fn spawn_group(
     fetcher: &Fetcher,
     cache: &Arc<NodeCache>,
     group: Vec<(Piece, String, Arc<Pending>)>,
-    held: Option<Vec<OwnedSemaphorePermit>>,
+    held: Option<Held>,
+    flow: &Flow,
 ) {
     let cache = cache.clone();
     let fail_all = |cache: &NodeCache, group: &[(Piece, String, Arc<Pending>)], e: &S3Error| {
@@ -219,27 +227,26 @@ fn spawn_group(
             );
         }
     };
-    let (permits, downloaded) = (fetcher.permits.clone(), fetcher.downloaded.clone());
+    let (fetcher, flow) = (fetcher.clone(), flow.clone());
+    let downloaded = fetcher.downloaded.clone();
     let deadline = fetcher.deadline;
-    fetcher.rt.spawn(async move {
-        let _permits = match held {
-            Some(h) => h,
-            None => match permits.acquire_owned().await {
-                Ok(p) => vec![p],
-                Err(_) => {
-                    let err = S3Error::local(&group[0].0.url(), "the limiter is closed".into());
-                    fail_all(&cache, &group, &err);
-                    return;
-                }
-            },
+    fetcher.rt.clone().spawn(async move {
+        let Some(_held) = fetcher.take_slot(held, &flow, &group[0].0.obj).await else {
+            let err = S3Error::local(&group[0].0.url(), "the request slots are closed".into());
+            fail_all(&cache, &group, &err);
+            return;
         };
         let first = &group[0].0;
         let end = group.iter().map(|(p, _, _)| p.offset + p.len).max();
         let range: Range<u64> = first.offset..end.unwrap_or(first.offset);
         metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
-        let fetch = first.obj.remote.get_range(&first.obj.key, range.clone());
+        let fetch =
+            (first.obj.remote).get_range(&first.obj.key, range.clone(), first.obj.expected());
         let got = super::within(deadline, &first.url(), fetch).await;
         metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+        if super::e_stalled(&got) {
+            fetcher.slots.stalled(&first.obj.endpoint());
+        }
         let bytes = match got {
             Ok(b) => b,
             Err(e) => return fail_all(&cache, &group, &e),

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::cache::{Pending, Pin};
 use super::client::{S3Error, S3ErrorKind};
 use super::ranged::{self, Piece, Started};
+use super::slots::Flow;
 use super::{ObjectRef, ObjectStore};
 use crate::source::index::{Dataset, Staged, Storage};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
@@ -129,8 +130,8 @@ impl ObjectStore {
         Some(plan)
     }
 
-    /// Starts every fetch of `plan` at once (none is waited for), each pinned.
-    fn claim_plan(&self, plan: &Plan) -> Claims {
+    /// Starts every fetch of `plan` at once (none is waited for), each pinned, as `flow`.
+    fn claim_plan(&self, plan: &Plan, flow: &Flow) -> Claims {
         let ready = self
             .node_cache()
             .and_then(|c| Ok((c, self.fetcher()?)))
@@ -138,8 +139,9 @@ impl ObjectStore {
         let (pieces, mut pins) = ranged::start(
             ready.as_ref().map(|(c, f)| (c, f)).map_err(String::as_str),
             &plan.pieces,
+            flow,
         );
-        let (wholes, whole_pins) = self.start_all(&plan.wholes);
+        let (wholes, whole_pins) = self.start_all(&plan.wholes, flow);
         pins.extend(whole_pins);
         Claims {
             wholes,
@@ -156,9 +158,10 @@ impl ObjectStore {
         table: &[Option<ObjectRef>],
         reqs: &[ReadRequest<'_>],
         wake: Arc<dyn Fn() + Send + Sync>,
+        flow: &Flow,
     ) -> Option<Box<dyn Staged>> {
         let plan = self.plan(table, reqs)?;
-        let claims = self.claim_plan(&plan);
+        let claims = self.claim_plan(&plan, flow);
         let due = Instant::now() + Duration::from_millis(self.config().fetch_deadline_ms);
         let pending: Vec<Arc<Pending>> = (claims.wholes.iter())
             .chain(&claims.pieces)
@@ -204,9 +207,10 @@ impl ObjectStore {
         table: &[Option<ObjectRef>],
         reqs: &[ReadRequest<'_>],
         due: Option<Instant>,
+        flow: &Flow,
     ) -> Option<(Vec<Option<LocalResult>>, Vec<Pin>)> {
         let plan = self.plan(table, reqs)?;
-        let claims = self.claim_plan(&plan);
+        let claims = self.claim_plan(&plan, flow);
         let got_wholes = ranged::wait(claims.wholes, due);
         let got_pieces = ranged::wait(claims.pieces, due);
         let local = plan
@@ -237,6 +241,7 @@ impl ObjectStore {
         &self,
         table: &[Option<ObjectRef>],
         req: ReadRequest<'_>,
+        flow: &Flow,
     ) -> std::io::Result<PathBuf> {
         let req = [ReadRequest {
             offset: 0,
@@ -244,7 +249,7 @@ impl ObjectStore {
             ..req
         }];
         match self
-            .localize(table, &req, None)
+            .localize(table, &req, None, flow)
             .and_then(|(mut l, _)| l.pop().flatten())
         {
             None => Ok(req[0].path.to_owned()),
@@ -267,15 +272,13 @@ impl ObjectStore {
             .map(|r| r.object.clone())];
         drop(map);
         let object = table[0].is_some().then_some(0);
-        self.local_file(
-            &table,
-            ReadRequest {
-                path,
-                offset: 0,
-                len: 0,
-                object,
-            },
-        )
+        let request = ReadRequest {
+            path,
+            offset: 0,
+            len: 0,
+            object,
+        };
+        self.local_file(&table, request, &Flow::own(&path.to_string_lossy()))
     }
 
     /// Deletes the node-cache copies of the objects of `ds` and of its samples' pieces, so that
@@ -317,8 +320,9 @@ impl ObjectStore {
         reqs: &[ReadRequest<'_>],
         bufs: &mut [Vec<u8>],
         due: Option<Instant>,
+        flow: &Flow,
     ) -> Vec<Result<(), ReadError>> {
-        let Some((local, _pins)) = self.localize(table, reqs, due) else {
+        let Some((local, _pins)) = self.localize(table, reqs, due, flow) else {
             return reader.read_batch(reqs, bufs);
         };
         let mut out: Vec<Option<Result<(), ReadError>>> = Vec::with_capacity(reqs.len());
@@ -380,6 +384,7 @@ fn rename_error(e: ReadError, url: &Path) -> ReadError {
         ReadError::Symlink { source, .. } => ReadError::Symlink { path, source },
         ReadError::Changed { source, .. } => ReadError::Changed { path, source },
         ReadError::Credentials { source, .. } => ReadError::Credentials { path, source },
+        ReadError::ObjectChanged { detail, .. } => ReadError::ObjectChanged { path, detail },
         e @ ReadError::Setup(_) => e,
     }
 }
@@ -389,6 +394,10 @@ fn read_error(path: &Path, e: S3Error) -> ReadError {
     match e.kind {
         S3ErrorKind::NotFound => ReadError::NotFound { path },
         S3ErrorKind::Permission => ReadError::Permission { path },
+        S3ErrorKind::Changed => ReadError::ObjectChanged {
+            path,
+            detail: format!("S3 error {}: {}", e.code, e.message),
+        },
         S3ErrorKind::Other => ReadError::Io {
             path,
             source: std::io::Error::other(format!("S3 error {}: {}", e.code, e.message)),

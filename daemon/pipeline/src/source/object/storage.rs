@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::slots::Flow;
 use super::{ObjectRef, ObjectStore};
 use crate::source::index::{
     Dataset, DatasetError, DatasetObjects, HeadError, ObjectStorage, OpenOptions, RemoteFile,
@@ -24,12 +25,19 @@ pub(super) struct Bound {
     /// Whether it is an `s3://` dataset, whose objects are fetched ahead while
     /// `s3.prefetch` is on (a file list's objects are not).
     ahead: bool,
+    /// Whose downloads they are (the job's user and the dataset), for fair request slots.
+    flow: Flow,
 }
 
 impl ObjectStore {
     /// The objects of `ds` by file id, from the objects this store listed or HEADed, bound
     /// to this store; fetched ahead when `ahead` (see [`Bound`]).
-    fn bind_table(self: Arc<Self>, ds: &Dataset, ahead: bool) -> Arc<dyn DatasetObjects> {
+    fn bind_table(
+        self: Arc<Self>,
+        ds: &Dataset,
+        ahead: bool,
+        user: Option<u32>,
+    ) -> Arc<dyn DatasetObjects> {
         let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
         let mut table: Vec<Option<ObjectRef>> = Vec::new();
         for i in 0..ds.len() {
@@ -46,10 +54,15 @@ impl ObjectStore {
                 .map(|r| r.object.clone());
         }
         drop(map);
+        let flow = Flow {
+            user,
+            dataset: ds.root().to_string_lossy().as_ref().into(),
+        };
         Arc::new(Bound {
             store: self,
             table: Arc::new(table),
             ahead,
+            flow,
         })
     }
 }
@@ -90,7 +103,7 @@ impl ObjectStore {
 impl ObjectStorage for ObjectStore {
     fn open(self: Arc<Self>, url: &Path, opts: &OpenOptions) -> Result<Dataset, DatasetError> {
         let mut ds = super::index::open_dataset(&self, url, opts)?;
-        ds.set_objects(Some(self.bind_table(&ds, true)));
+        ds.set_objects(Some(self.bind_table(&ds, true, opts.owner)));
         Ok(ds)
     }
 
@@ -108,7 +121,7 @@ impl ObjectStorage for ObjectStore {
     }
 
     fn bind(self: Arc<Self>, ds: &Dataset) -> Arc<dyn DatasetObjects> {
-        self.bind_table(ds, false)
+        self.bind_table(ds, false, None)
     }
 }
 
@@ -120,7 +133,8 @@ impl DatasetObjects for Bound {
         bufs: &mut [Vec<u8>],
         due: Option<Instant>,
     ) -> Vec<Result<(), ReadError>> {
-        self.store.read(&self.table, reader, reqs, bufs, due)
+        self.store
+            .read(&self.table, reader, reqs, bufs, due, &self.flow)
     }
 
     fn stage(
@@ -128,11 +142,11 @@ impl DatasetObjects for Bound {
         reqs: &[ReadRequest<'_>],
         wake: Arc<dyn Fn() + Send + Sync>,
     ) -> Option<Box<dyn Staged>> {
-        self.store.stage(&self.table, reqs, wake)
+        self.store.stage(&self.table, reqs, wake, &self.flow)
     }
 
     fn local_file(&self, sample: SampleRef<'_>) -> std::io::Result<PathBuf> {
-        self.store.local_file(&self.table, sample.request())
+        (self.store).local_file(&self.table, sample.request(), &self.flow)
     }
 
     fn prefetches(&self) -> bool {
@@ -147,7 +161,7 @@ impl DatasetObjects for Bound {
         current: Box<dyn Fn() -> bool + Send + Sync>,
     ) {
         self.store
-            .schedule_prefetch(ds, &self.table, epoch, order, current);
+            .schedule_prefetch(ds, &self.table, epoch, order, current, &self.flow);
     }
 
     fn evict(&self, ds: &Dataset) -> usize {

@@ -124,13 +124,15 @@ pub(crate) fn attach_error(socket: &Path, dataset: &str) {
     println!("refused: {:?}: {err}", err.code());
 }
 
-/// Attaches `n` one-rank jobs `hog-<i>` on the registered dataset `reg` and says for each
+/// Attaches `n` one-rank jobs `hog-<i>` (seed 7 + i) on the registered dataset `reg` and says for each
 /// whether it was served; prints `attached`. With `seconds` > 0 it then takes batches from
 /// every job for that long and prints `delivered <images>`; else it holds them until killed.
 pub(crate) fn hog(socket: &Path, n: usize, seconds: f64) {
     let mut held = Vec::new();
     for i in 0..n {
-        let o = options("reg", &format!("hog-{i}"), (0, 1), u8_spec(2, 16, None));
+        let mut o = options("reg", &format!("hog-{i}"), (0, 1), u8_spec(2, 16, None));
+        // Orders of their own, as separate runs have: the jobs ask for different samples.
+        o.seed += i as u64;
         match Client::attach(socket, o) {
             Ok(c) => {
                 println!("job {i}: attached");

@@ -69,6 +69,15 @@ pub enum ReadError {
         /// The open's refusal.
         source: OpenError,
     },
+    /// An object whose server copy is not the one indexed: another ETag or size (replaced
+    /// since it was listed), or a body longer than listed. Nothing of it is kept.
+    #[error("{path}: {detail}")]
+    ObjectChanged {
+        /// The object's URL.
+        path: PathBuf,
+        /// What the server answered, and what the index said.
+        detail: String,
+    },
     /// The worker could not take the client's credentials to open it.
     #[error("{path}: {source}")]
     Credentials {
@@ -113,7 +122,7 @@ impl ReadError {
             ReadError::Io { .. } => "io",
             ReadError::NotRegular { .. } => "not_regular",
             ReadError::Symlink { .. } => "symlink",
-            ReadError::Changed { .. } => "changed",
+            ReadError::Changed { .. } | ReadError::ObjectChanged { .. } => "changed",
             ReadError::Credentials { .. } => "credentials",
         }
     }
