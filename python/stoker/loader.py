@@ -93,8 +93,9 @@ def job_from_env():
 class Loader:
     """Batches of one rank of a stoker job, as `(images, labels)` DLPack tensors.
 
-    Iterating yields one epoch (`len(loader)` batches); the next `for` continues with the next
-    epoch on the same connection. `batches()` yields `Batch` objects (with `indices`, `status`,
+    Iterating yields one epoch (`len(loader)` batches), as a DataLoader's: a new `for` starts
+    the next epoch, also after a `for` the loop left mid-epoch (the rest is dropped;
+    `dropped` says what). Continuing an epoch is `state_dict()` / `load_state_dict()`'s. `batches()` yields `Batch` objects (with `indices`, `status`,
     `epoch`, `step`) without stopping at epoch ends. See docs/python.md.
 
     Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
@@ -194,6 +195,12 @@ class Loader:
         # A batch received but not handed out yet (see _peek): what a KeyboardInterrupt while
         # next() waited leaves behind, delivered by the next call.
         self._held = None
+        # True while a `for` has handed its loop a batch and not been asked for the next: a
+        # `for` the loop leaves then (break, return, an exception in its body) left its epoch
+        # unfinished, and the next `for` starts the next epoch (see __iter__).
+        self._loop_holds = False
+        # The rest of an epoch a new `for` dropped, {"epoch", "step", "batches"}, or None.
+        self.dropped = None
 
     # --- connection --------------------------------------------------------------------
 
@@ -381,7 +388,14 @@ class Loader:
             yield b
 
     def __iter__(self):
-        """Yields `(images, labels)` for the rest of the current epoch."""
+        """Yields `(images, labels)` for the rest of the current epoch. As a DataLoader's, a
+        new `for` after one the loop left mid-epoch (break, return, an exception in its body)
+        starts the next epoch: the rest of the left one is dropped (`dropped` says what).
+        The first `for`, one after `load_state_dict()`, and one after a KeyboardInterrupt that
+        came while the loader waited for a batch go on from the position."""
+        if self._loop_holds:
+            self._loop_holds = False
+            self._drop_rest_of_epoch()
         epoch = self._epoch
         while self._epoch == epoch:
             b = self._peek()
@@ -392,9 +406,23 @@ class Loader:
             item = (images, b.labels, b.fields) if self._field_modes else (images, b.labels)
             del b
             self._take()
+            self._loop_holds = True
             yield item
+            self._loop_holds = False
             # The caller has its own reference; waiting for the next batch, this keeps none.
             del item
+
+    def _drop_rest_of_epoch(self):
+        """Moves the position to the next epoch's first batch when it is inside an epoch,
+        attaching again there (the daemon stops making the dropped batches)."""
+        if self._step == 0 or self._ended:
+            return
+        if self._client is None:
+            self._attach()
+        rest = self._steps_in(self._epoch) - self._step
+        self.dropped = {"epoch": self._epoch, "step": self._step, "batches": rest}
+        self.close()
+        self._epoch, self._step = self._epoch + 1, 0
 
     def __len__(self):
         """Batches of the current epoch for this rank (attaches if needed); fewer than usual
@@ -474,6 +502,8 @@ class Loader:
                                  f"{getattr(self, key)!r}")
         self.close()
         self._ended = False
+        # An explicit position: the next `for` goes on from it, whatever the last one did.
+        self._loop_holds = False
         epoch, step = int(state["epoch"]), int(state["step"])
         same_shape = version == 1 or (state["world_size"] == self.world_size
                                       and state["batch_size"] == int(self.spec["batch_size"]))
