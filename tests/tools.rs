@@ -327,3 +327,100 @@ fn check_counts_and_names_the_files_it_skips() {
     assert_eq!(report["skipped"]["first"][0], "c0/scan.tiff", "{report}");
     drop(dir);
 }
+
+/// A `width` x `height` RGB PNG of noise (noise so that it does not compress to nothing).
+fn write_png(path: &Path, width: u32, height: u32, seed: u32) {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    let pixels: Vec<u8> = (0..width * height * 3)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x.to_le_bytes()[0]
+        })
+        .collect();
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut enc = png::Encoder::new(file, width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.write_header()
+        .unwrap()
+        .write_image_data(&pixels)
+        .unwrap();
+}
+
+/// Issue 43 item 1: on a folder of PNGs the decode stages decode them (they called the
+/// JPEG-only probe: every PNG failed at once, counted as decoded, 0 MB/s), a broken file is
+/// counted as a failure and shown, and no entropy-decode ceiling is claimed without JPEGs.
+#[test]
+fn bench_on_a_png_folder_decodes_the_pngs_and_shows_the_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("data").join("a");
+    std::fs::create_dir_all(&class).unwrap();
+    for i in 0..24 {
+        write_png(&class.join(format!("{i:02}.png")), 48, 40, i + 1);
+    }
+    // A PNG signature and then nothing a decoder can use.
+    std::fs::write(
+        class.join("broken.png"),
+        b"\x89PNG\r\n\x1a\nnot a png at all",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let j = dir.path().join("r.json");
+    let table = run(&[
+        "bench",
+        data.to_str().unwrap(),
+        "--in-process",
+        "--no-scaling",
+        "--threads",
+        "2",
+        "--batch",
+        "5",
+        "--size",
+        "32",
+        "--epochs",
+        "1",
+        "--min-seconds",
+        "0.5",
+        "--json",
+        j.to_str().unwrap(),
+        "--svg",
+        dir.path().join("r.svg").to_str().unwrap(),
+    ]);
+    let r = json(&j);
+    for name in ["decode", "decode+augment"] {
+        let row = r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap();
+        let (ok, failed) = (
+            row["images"].as_u64().unwrap(),
+            row["failed"].as_u64().unwrap_or(0),
+        );
+        // One sample in 25 is the broken one, on every pass over the set.
+        assert!(ok >= 24 && failed >= 1, "{name}: {row}");
+        assert!(
+            failed * 24 <= ok + 48 && ok <= failed * 24 + 48,
+            "{name}: {row}"
+        );
+        assert!(row["mb_per_s"].as_f64().unwrap() > 0.0, "{name}: {row}");
+        let shown = format!("{name}: {failed} of {} failed", ok + failed);
+        assert!(table.contains(&shown), "{shown:?} not in {table}");
+    }
+    assert!(
+        r["bad_samples"].as_u64().unwrap() >= 1,
+        "the pipeline's replaced sample"
+    );
+    assert!(
+        r["ceiling"].is_null(),
+        "no JPEG, no entropy ceiling: {}",
+        r["ceiling"]
+    );
+    assert!(
+        table.contains("entropy-decode ceiling: not shown"),
+        "{table}"
+    );
+}
