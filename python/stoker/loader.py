@@ -9,7 +9,7 @@ from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
 from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_views
-from .errors import ConnectError, DaemonGone, InvalidArgument
+from .errors import ConnectError, DaemonGone, DatasetError, InvalidArgument
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
@@ -74,9 +74,26 @@ def _dataset_arg(dataset):
     not exist goes absolute too and the daemon answers "not found" for it."""
     if "://" in dataset:
         return dataset
+    if dataset.startswith("~"):
+        dataset = os.path.expanduser(dataset)
     if os.path.exists(dataset) or "/" in dataset or dataset.startswith("."):
         return os.path.abspath(dataset)
     return dataset
+
+
+def _check_found(dataset_arg):
+    """Raises DatasetError("not found: PATH") for a dataset path that does not exist here, so
+    that a typo fails where the Loader is made, not at the first batch. Only a path that
+    certainly is not there (ENOENT, or a part of it is a file): one this process may not
+    look into (EACCES) is for the daemon to judge, which reads with its own rights."""
+    if "://" in dataset_arg or not os.path.isabs(dataset_arg):
+        return
+    try:
+        os.stat(dataset_arg)
+    except (FileNotFoundError, NotADirectoryError):
+        raise DatasetError(f"not found: {dataset_arg}") from None
+    except OSError:
+        pass
 
 
 def job_from_env():
@@ -141,6 +158,7 @@ class Loader:
                  views=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
+        _check_found(self._dataset_arg)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
