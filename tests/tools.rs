@@ -305,7 +305,7 @@ fn the_tools_write_plain_text_into_pipes_and_name_a_stale_stoker_socket() {
 #[test]
 fn check_counts_and_names_the_files_it_skips() {
     let (dir, data, n) = stoker_testkit::temp_image_folder(2, 3);
-    for name in ["c0/scan.tiff", "c1/anim.gif", "c1/raw.heic"] {
+    for name in ["c0/scan.jxl", "c1/anim.gif", "c1/raw.heic"] {
         std::fs::write(data.join(name), b"not a supported format").unwrap();
     }
     std::fs::write(data.join("c0/labels.txt"), b"metadata").unwrap();
@@ -317,14 +317,14 @@ fn check_counts_and_names_the_files_it_skips() {
     );
     assert!(
         text.contains(
-            "3 files skipped (not a supported image format): c0/scan.tiff, c1/anim.gif, \
+            "3 files skipped (not a supported image format): c0/scan.jxl, c1/anim.gif, \
              c1/raw.heic"
         ),
         "{text}"
     );
     let report: serde_json::Value = serde_json::from_str(&run(&["check", "--json", s])).unwrap();
     assert_eq!(report["skipped"]["count"], 3, "{report}");
-    assert_eq!(report["skipped"]["first"][0], "c0/scan.tiff", "{report}");
+    assert_eq!(report["skipped"]["first"][0], "c0/scan.jxl", "{report}");
     drop(dir);
 }
 
