@@ -9,7 +9,7 @@ from . import _daemon, _lib, _reattach
 from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
 from ._spec import IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_views
-from .errors import ConnectError, DaemonGone, DatasetError, InvalidArgument
+from .errors import ConnectError, DaemonGone, DatasetError, InvalidArgument, StokerError
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
@@ -202,7 +202,11 @@ class Loader:
         # "cpu", "cuda:N" or a GPU UUID (see resolve_device).
         self.device = resolve_device(device)
         # The stall of connections closed earlier (a re-attach starts the client's from 0).
-        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0}
+        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0, "bad_samples": 0}
+        # Whether stderr was told of the skipped files, and of the first replaced sample
+        # (once per Loader, whatever its attaches).
+        self._told_skipped = False
+        self._told_bad = False
         self._client = None
         self._info = None
         self._epoch = 0
@@ -273,6 +277,8 @@ class Loader:
         self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client,
                                     self._drop_client)
         self._classes = self._class_names(client, self._info.classes)
+        self._skipped = self._skipped_names(client, self._info.skipped)
+        self._tell_skipped()
         # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
         self._position_from_client()
 
@@ -308,13 +314,45 @@ class Loader:
 
     def _client_stall(self):
         info = _lib.read_info(_lib.StallInfo, "stoker_client_stall", self._client)
-        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches}
+        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches,
+                "bad_samples": info.bad_samples}
+
+    def _tell_skipped(self):
+        """One line on stderr, once per Loader, when the dataset's index left files out."""
+        count = self._info.skipped
+        if self._told_skipped or count == 0:
+            return
+        self._told_skipped = True
+        names = ", ".join(self._skipped)
+        more = count - len(self._skipped)
+        if more > 0:
+            names += f" and {more} more"
+        files = "file" if count == 1 else "files"
+        print(f"stoker: {self._dataset_arg}: {count} {files} skipped (not a supported image "
+              f"format): {names} (loader.info['skipped'])", file=sys.stderr, flush=True)
+
+    def _tell_bad(self):
+        """One line on stderr, once per Loader, at the first replaced sample."""
+        if self._told_bad or self._client is None:
+            return
+        try:
+            bad = self._stall_before["bad_samples"] + self._client_stall()["bad_samples"]
+        except StokerError:
+            return  # the daemon went away: the wait for the next batch says so
+        if bad == 0:
+            return
+        self._told_bad = True
+        samples = "sample" if bad == 1 else "samples"
+        print(f"stoker: {self._dataset_arg}: {bad} {samples} replaced by others (unreadable or "
+              f"corrupt; the daemon's log names each file and why); "
+              f"loader.stats()['bad_samples'] counts them", file=sys.stderr, flush=True)
 
     def stats(self):
         """The data stall since this loader was made: `wait_s` (time spent inside `next()`
         waiting for a batch), `compute_s` (time between calls: the training loop's own work),
-        `wait_fraction` (wait / both) and `batches`. The daemon shows the same per rank
-        (`stoker status`, metric `stoker_client_wait_fraction`)."""
+        `wait_fraction` (wait / both) and `batches`; `bad_samples`, the samples of those
+        batches the daemon replaced (unreadable or corrupt). The daemon shows the stall per
+        rank (`stoker status`, metric `stoker_client_wait_fraction`)."""
         out = dict(self._stall_before)
         if self._client:
             for key, value in self._client_stall().items():
@@ -352,6 +390,9 @@ class Loader:
         if held is None or not held._handle:
             if self._ended:
                 return None
+            if not self._told_bad:
+                # Here, not in _take: nothing is held or half handed out now.
+                self._tell_bad()
             self._attach()
             held = self._held = Batch(self._field_modes)
             r = self._next_into(held)
@@ -463,6 +504,20 @@ class Loader:
             names.append(buf.value.decode("utf-8", "replace"))
         return names
 
+    @staticmethod
+    def _skipped_names(client, count):
+        """The first few skipped files' names, as the daemon sent them."""
+        names, length = [], c_size_t()
+        for i in range(count):
+            try:
+                call("stoker_client_skipped_name", client, i, None, 0, byref(length))
+            except InvalidArgument:
+                break
+            buf = create_string_buffer(length.value + 1)
+            call("stoker_client_skipped_name", client, i, buf, len(buf), byref(length))
+            names.append(buf.value.decode("utf-8", "replace"))
+        return names
+
     @property
     def info(self):
         """What the daemon said at attach: slots, steps_per_epoch, dataset_len, ... and the
@@ -471,7 +526,8 @@ class Loader:
         `class_to_idx`; `num_classes` is their number."""
         self._attach()
         info = {name: getattr(self._info, name) for name, _ in self._info._fields_
-                if name not in ("size", "classes")}
+                if name not in ("size", "classes", "skipped")}
+        info["skipped"] = {"count": self._info.skipped, "first": list(self._skipped)}
         info["num_classes"] = self._info.classes
         info["classes"] = list(self._classes)
         info["class_to_idx"] = {name: i for i, name in enumerate(self._classes)}

@@ -34,7 +34,7 @@ def test_every_header_function_is_bound():
 
 def test_struct_sizes_match_the_c_abi():
     assert ctypes.sizeof(_lib.AttachOptions) == 96
-    assert ctypes.sizeof(_lib.AttachInfo) == 88
+    assert ctypes.sizeof(_lib.AttachInfo) == 96  # 88 before issue 43 (skipped)
     assert ctypes.sizeof(_lib.BatchHeader) == 80
     assert ctypes.sizeof(_lib.DLTensor) == 48
     assert ctypes.sizeof(_lib.DLManagedTensorVersioned) == 80
