@@ -424,3 +424,52 @@ fn bench_on_a_png_folder_decodes_the_pngs_and_shows_the_failures() {
         "{table}"
     );
 }
+
+/// Issue 43 item 4: `stoker stop` stops the daemon at a socket (it had no way but its pid).
+#[test]
+fn stoker_stop_stops_the_daemon_at_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stoker_testkit::Daemon::start(dir.path(), &[]);
+    let socket = daemon.socket().to_str().unwrap().to_owned();
+    let pid = daemon.pid();
+    let out = Command::new(stoker())
+        .args(["stop", "--socket", &socket])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stoker stop: {}\n{err}", out.status);
+    assert!(
+        err.contains(&format!("stopped stokerd (pid {pid}) at {socket}")),
+        "{err}"
+    );
+    // Gone by the time stop returned: nothing to wait for here.
+    assert!(
+        !daemon.is_running(),
+        "the daemon still runs after stoker stop"
+    );
+    let again = Command::new(stoker())
+        .args(["stop", "--socket", &socket])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "stopping nothing succeeded: {err}");
+    assert!(err.contains(&socket), "{err}");
+}
+
+/// Issue 43 item 8: `stoker decode --help` says it decodes every supported format (it said
+/// "one JPEG"), and it does: a PNG comes out as the same pixels in a PPM.
+#[test]
+fn stoker_decode_says_and_does_every_format() {
+    let help = run(&["decode", "--help"]);
+    assert!(
+        help.contains("any supported format") && !help.contains("one JPEG"),
+        "{help}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("a.png");
+    write_png(&png, 6, 4, 9);
+    let ppm = dir.path().join("a.ppm");
+    run(&["decode", png.to_str().unwrap(), "-o", ppm.to_str().unwrap()]);
+    let bytes = std::fs::read(&ppm).unwrap();
+    assert!(bytes.starts_with(b"P6\n6 4\n255\n"), "{:?}", &bytes[..12]);
+}

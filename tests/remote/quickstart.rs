@@ -66,3 +66,58 @@ fn a_secret_file_the_worker_cannot_make_is_refused_naming_it() {
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert!(stderr.contains(secret), "{stderr}");
 }
+
+/// Issue 43 item 5: a worker binds no local socket unless asked. As root, `stokerd --worker`
+/// bound the system daemon's socket (/run/stoker/stoker.sock), so root's clients on that host
+/// attached to the worker; as another user it bound that user's own socket.
+#[test]
+fn a_worker_binds_no_local_socket_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    // What the daemon would bind by default: root's is the system socket.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let default = if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/run/stoker/stoker.sock")
+    } else {
+        dir.path().join("stoker").join("stoker.sock")
+    };
+    if default.exists() {
+        eprintln!(
+            "SKIPPED a_worker_binds_no_local_socket_unless_asked: {} exists on this host",
+            default.display()
+        );
+        return;
+    }
+    let secret = dir.path().join("worker.secret");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut worker = std::process::Command::new(stoker_testkit::stokerd_path())
+        .args(["--worker", &addr, "--secret-file", secret.to_str().unwrap()])
+        .env_remove("STOKER_SOCKET")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("XDG_CACHE_HOME", dir.path())
+        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            worker.try_wait().unwrap().is_none(),
+            "the worker exited: {}",
+            std::fs::read_to_string(dir.path().join("log")).unwrap()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A socket is bound before the worker's port listens, if at all.
+    let bound = default.exists();
+    let _ = worker.kill();
+    let _ = worker.wait();
+    if bound {
+        let _ = std::fs::remove_file(&default);
+        // The folder too, when the worker made it (it is empty then).
+        let _ = std::fs::remove_dir(default.parent().unwrap());
+    }
+    assert!(!bound, "the worker bound {}", default.display());
+}

@@ -9,6 +9,7 @@ mod gpu;
 pub mod pack;
 pub mod selftest;
 pub mod status;
+pub mod stop;
 pub mod synth;
 
 pub(crate) use stoker_wire::exit::Exit;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::SeqPacket;
 
 /// Environment variable naming the daemon's socket.
-pub(crate) const SOCKET_ENV: &str = "STOKER_SOCKET";
+pub const SOCKET_ENV: &str = "STOKER_SOCKET";
 /// Environment variable (`1`) asking for this user's own daemon even where the system
 /// daemon's socket exists: the explicit ask that lets a client whom the system socket
 /// refuses start a private daemon instead.
