@@ -473,3 +473,14 @@ fn stoker_decode_says_and_does_every_format() {
     let bytes = std::fs::read(&ppm).unwrap();
     assert!(bytes.starts_with(b"P6\n6 4\n255\n"), "{:?}", &bytes[..12]);
 }
+
+/// Issue 43 item 8: the bench's help names no path of a development machine (it named
+/// /tmp/peer/bin/python and ../shared/peers).
+#[test]
+fn bench_help_names_no_development_path() {
+    let help = run(&["bench", "--help"]);
+    for dev in ["/tmp/peer", "shared/peers"] {
+        assert!(!help.contains(dev), "{dev} in:\n{help}");
+    }
+    assert!(help.contains("--peer-python"), "{help}");
+}

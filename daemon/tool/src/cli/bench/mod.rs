@@ -111,12 +111,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(crate) local_copy: Option<PathBuf>,
     /// The peers' Python (default: $STOKER_PEER_PYTHON, which the wheel's stoker sets to its
-    /// own, else /tmp/peer/bin/python if it exists).
+    /// own, else `python3` on PATH).
     #[arg(long)]
     pub(crate) peer_python: Option<PathBuf>,
     /// The peers' folder (default: $STOKER_PEERS, else the wheel's stoker/peers beside this
-    /// executable, else python/stoker/peers or ../shared/peers beside the working directory or
-    /// the dataset).
+    /// executable, else python/stoker/peers in the working directory).
     #[arg(long)]
     pub(crate) peers: Option<PathBuf>,
     /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
