@@ -53,9 +53,14 @@ pub struct StokerdArgs {
     #[arg(long, value_name = "SECS")]
     pub idle_exit: Option<u64>,
     /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
-    /// exit code if it fails first; the daemon runs on in a new session.
+    /// exit code (and its log's last lines) if it fails first; the daemon runs on in a new
+    /// session, logging to --log-file.
     #[arg(long)]
     pub detach: bool,
+    /// With --detach: the file the daemon logs to (appended; made mode 0600). Default:
+    /// stokerd.log in the folder of the socket it binds.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
     /// Decode worker threads shared by every job (0: one per core). Overrides the config.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -481,6 +486,27 @@ fn spawn_signal_thread(
 }
 
 impl StokerdArgs {
+    /// Where a detached daemon logs: `--log-file`, else `stokerd.log` beside the socket it
+    /// binds (`--socket`, else the config's, else the default one). A config that cannot be
+    /// read here is reported by the daemon itself, into that log.
+    pub fn detached_log(&self) -> PathBuf {
+        if let Some(p) = &self.log_file {
+            return p.clone();
+        }
+        let socket = match (&self.socket, &self.config) {
+            (Some(s), _) => s.clone(),
+            (None, Some(c)) => Config::load(c).map_or_else(
+                |_| stoker_wire::socket::path::default_socket_path(),
+                |c| c.socket_path(),
+            ),
+            (None, None) => stoker_wire::socket::path::default_socket_path(),
+        };
+        socket
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join("stokerd.log")
+    }
+
     /// Applies the flags that override config keys, then checks the result as a config file
     /// is checked (`--slots 1` is refused like `slots_per_rank = 1`).
     pub(crate) fn apply_to(&self, config: &mut Config) -> Result<(), ConfigError> {
