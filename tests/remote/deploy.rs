@@ -77,3 +77,35 @@ fn the_worker_autoscaler_follows_the_data_stall_stokerd_exports() {
         "maxReplicas {max} over the home daemons' remote.connections {connections}"
     );
 }
+
+/// Issue 43 item 6: the Kubernetes worker's readiness probe is `stoker status` on the socket
+/// its ConfigMap asks for, run here against a worker started from that config: it passes and
+/// leaves no refusal in the worker's log. (It was a tcpSocket probe on the units port: a
+/// connection that never authenticates, logged and counted as a refusal every 10 s per pod.)
+#[test]
+fn the_kubernetes_worker_readiness_probe_is_status_on_its_socket() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let manifest = std::fs::read_to_string(deploy.join("workers.yaml")).unwrap();
+    let probe = manifest
+        .split("readinessProbe:")
+        .nth(1)
+        .expect("a readiness probe");
+    let probe = &probe[..probe.find("livenessProbe:").unwrap_or(probe.len())];
+    assert!(!probe.contains("tcpSocket"), "{probe}");
+    let command = "[\"/usr/bin/stoker\", \"status\", \"--socket\", \"/run/stoker/stoker.sock\"]";
+    assert!(probe.contains(command), "{probe}");
+    assert!(manifest.contains("socket = \"/run/stoker/stoker.sock\"\n"));
+    // The probe against a worker with that config (its socket, port and secret in temp
+    // folders).
+    let world = World::new();
+    let (worker, log, _addr) = world.worker("probed");
+    let status =
+        std::process::Command::new(stoker_testkit::stokerd_path().with_file_name("stoker"))
+            .args(["status", "--socket"])
+            .arg(worker.socket())
+            .output()
+            .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let text = read_log(&log);
+    assert!(!text.contains("refus"), "{text}");
+}
