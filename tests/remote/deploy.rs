@@ -109,3 +109,42 @@ fn the_kubernetes_worker_readiness_probe_is_status_on_its_socket() {
     let text = read_log(&log);
     assert!(!text.contains("refus"), "{text}");
 }
+
+/// Issue 43 item 6: the Kubernetes manifests bind /metrics to the pod's address (for the
+/// scrape), so they ship a NetworkPolicy: port 9464 only from the monitoring namespace, a
+/// worker's units port only from the home daemons' pods.
+#[test]
+fn the_kubernetes_metrics_and_units_ports_are_fenced_by_a_network_policy() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let policy = std::fs::read_to_string(deploy.join("networkpolicy.yaml"))
+        .expect("deploy/kubernetes/networkpolicy.yaml");
+    let docs: Vec<&str> = policy.split("\n---\n").collect();
+    assert_eq!(
+        docs.len(),
+        2,
+        "one policy for the daemons, one for the workers"
+    );
+    for (doc, component) in docs.iter().zip(["daemon", "worker"]) {
+        assert!(doc.contains("kind: NetworkPolicy"), "{doc}");
+        assert!(
+            doc.contains(&format!(
+                "app.kubernetes.io/component: {component}\n  policyTypes"
+            )),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("kubernetes.io/metadata.name: monitoring"),
+            "{doc}"
+        );
+        assert!(doc.contains("port: 9464"), "{doc}");
+    }
+    let worker = docs[1];
+    let units = worker
+        .split("- from:")
+        .nth(2)
+        .expect("a rule for the units port");
+    assert!(
+        units.contains("app.kubernetes.io/component: daemon") && units.contains("port: 7411"),
+        "{units}"
+    );
+}
