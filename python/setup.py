@@ -12,6 +12,9 @@ and puts the results into the package: `stoker/libstoker.so`, `stoker/bin/stoker
 The wheel is tagged `py3-none-<platform>`: no Python extension is inside (ctypes only), so
 any CPython 3 takes it, but the binaries are for this platform only.
 
+The wheel's version is the binaries' (`stokerd --version`, from `git describe` of the checkout;
+`$STOKER_VERSION` when a packager sets it).
+
 Environment: `STOKER_CARGO_PROFILE` (`release`, the default, or `dev`: CI's Python tests
 reuse the debug build), `CARGO` (the cargo to run), `CARGO_TARGET_DIR`.
 
@@ -67,6 +70,19 @@ def cargo_build():
     return target / ("debug" if profile == "dev" else profile)
 
 
+def binaries_version():
+    """The version the binaries report (`stokerd --version`: `git describe` of the checkout
+    at their build, in PEP 440's form, ipc/wire/build.rs), so the wheel has the very same.
+    Builds them first (cargo is incremental: the wheel's own build step then finds them
+    built)."""
+    built = cargo_build()
+    out = subprocess.run([str(built / "stokerd"), "--version"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    if len(out) < 2 or out[0] != "stokerd":
+        sys.exit(f"stoker: `stokerd --version` said {' '.join(out)!r}, not `stokerd VERSION`")
+    return out[1]
+
+
 class BuildPyWithBinaries(build_py):
     def run(self):
         super().run()
@@ -94,5 +110,6 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": BuildPyWithBinaries, "bdist_wheel": PlatformWheel},
+setup(version=binaries_version(),
+      cmdclass={"build_py": BuildPyWithBinaries, "bdist_wheel": PlatformWheel},
       distclass=BinaryDistribution)

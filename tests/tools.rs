@@ -305,7 +305,7 @@ fn the_tools_write_plain_text_into_pipes_and_name_a_stale_stoker_socket() {
 #[test]
 fn check_counts_and_names_the_files_it_skips() {
     let (dir, data, n) = stoker_testkit::temp_image_folder(2, 3);
-    for name in ["c0/scan.tiff", "c1/anim.gif", "c1/raw.heic"] {
+    for name in ["c0/scan.jxl", "c1/anim.gif", "c1/raw.heic"] {
         std::fs::write(data.join(name), b"not a supported format").unwrap();
     }
     std::fs::write(data.join("c0/labels.txt"), b"metadata").unwrap();
@@ -317,13 +317,170 @@ fn check_counts_and_names_the_files_it_skips() {
     );
     assert!(
         text.contains(
-            "3 files skipped (not a supported image format): c0/scan.tiff, c1/anim.gif, \
+            "3 files skipped (not a supported image format): c0/scan.jxl, c1/anim.gif, \
              c1/raw.heic"
         ),
         "{text}"
     );
     let report: serde_json::Value = serde_json::from_str(&run(&["check", "--json", s])).unwrap();
     assert_eq!(report["skipped"]["count"], 3, "{report}");
-    assert_eq!(report["skipped"]["first"][0], "c0/scan.tiff", "{report}");
+    assert_eq!(report["skipped"]["first"][0], "c0/scan.jxl", "{report}");
     drop(dir);
+}
+
+/// A `width` x `height` RGB PNG of noise (noise so that it does not compress to nothing).
+fn write_png(path: &Path, width: u32, height: u32, seed: u32) {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    let pixels: Vec<u8> = (0..width * height * 3)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x.to_le_bytes()[0]
+        })
+        .collect();
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut enc = png::Encoder::new(file, width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.write_header()
+        .unwrap()
+        .write_image_data(&pixels)
+        .unwrap();
+}
+
+/// Issue 43 item 1: on a folder of PNGs the decode stages decode them (they called the
+/// JPEG-only probe: every PNG failed at once, counted as decoded, 0 MB/s), a broken file is
+/// counted as a failure and shown, and no entropy-decode ceiling is claimed without JPEGs.
+#[test]
+fn bench_on_a_png_folder_decodes_the_pngs_and_shows_the_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("data").join("a");
+    std::fs::create_dir_all(&class).unwrap();
+    for i in 0..24 {
+        write_png(&class.join(format!("{i:02}.png")), 48, 40, i + 1);
+    }
+    // A PNG signature and then nothing a decoder can use.
+    std::fs::write(
+        class.join("broken.png"),
+        b"\x89PNG\r\n\x1a\nnot a png at all",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let j = dir.path().join("r.json");
+    let table = run(&[
+        "bench",
+        data.to_str().unwrap(),
+        "--in-process",
+        "--no-scaling",
+        "--threads",
+        "2",
+        "--batch",
+        "5",
+        "--size",
+        "32",
+        "--epochs",
+        "1",
+        "--min-seconds",
+        "0.5",
+        "--json",
+        j.to_str().unwrap(),
+        "--svg",
+        dir.path().join("r.svg").to_str().unwrap(),
+    ]);
+    let r = json(&j);
+    for name in ["decode", "decode+augment"] {
+        let row = r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap();
+        let (ok, failed) = (
+            row["images"].as_u64().unwrap(),
+            row["failed"].as_u64().unwrap_or(0),
+        );
+        // One sample in 25 is the broken one, on every pass over the set.
+        assert!(ok >= 24 && failed >= 1, "{name}: {row}");
+        assert!(
+            failed * 24 <= ok + 48 && ok <= failed * 24 + 48,
+            "{name}: {row}"
+        );
+        assert!(row["mb_per_s"].as_f64().unwrap() > 0.0, "{name}: {row}");
+        let shown = format!("{name}: {failed} of {} failed", ok + failed);
+        assert!(table.contains(&shown), "{shown:?} not in {table}");
+    }
+    assert!(
+        r["bad_samples"].as_u64().unwrap() >= 1,
+        "the pipeline's replaced sample"
+    );
+    assert!(
+        r["ceiling"].is_null(),
+        "no JPEG, no entropy ceiling: {}",
+        r["ceiling"]
+    );
+    assert!(
+        table.contains("entropy-decode ceiling: not shown"),
+        "{table}"
+    );
+}
+
+/// Issue 43 item 4: `stoker stop` stops the daemon at a socket (it had no way but its pid).
+#[test]
+fn stoker_stop_stops_the_daemon_at_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stoker_testkit::Daemon::start(dir.path(), &[]);
+    let socket = daemon.socket().to_str().unwrap().to_owned();
+    let pid = daemon.pid();
+    let out = Command::new(stoker())
+        .args(["stop", "--socket", &socket])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stoker stop: {}\n{err}", out.status);
+    assert!(
+        err.contains(&format!("stopped stokerd (pid {pid}) at {socket}")),
+        "{err}"
+    );
+    // Gone by the time stop returned: nothing to wait for here.
+    assert!(
+        !daemon.is_running(),
+        "the daemon still runs after stoker stop"
+    );
+    let again = Command::new(stoker())
+        .args(["stop", "--socket", &socket])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "stopping nothing succeeded: {err}");
+    assert!(err.contains(&socket), "{err}");
+}
+
+/// Issue 43 item 8: `stoker decode --help` says it decodes every supported format (it said
+/// "one JPEG"), and it does: a PNG comes out as the same pixels in a PPM.
+#[test]
+fn stoker_decode_says_and_does_every_format() {
+    let help = run(&["decode", "--help"]);
+    assert!(
+        help.contains("any supported format") && !help.contains("one JPEG"),
+        "{help}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("a.png");
+    write_png(&png, 6, 4, 9);
+    let ppm = dir.path().join("a.ppm");
+    run(&["decode", png.to_str().unwrap(), "-o", ppm.to_str().unwrap()]);
+    let bytes = std::fs::read(&ppm).unwrap();
+    assert!(bytes.starts_with(b"P6\n6 4\n255\n"), "{:?}", &bytes[..12]);
+}
+
+/// Issue 43 item 8: the bench's help names no path of a development machine (it named
+/// /tmp/peer/bin/python and ../shared/peers).
+#[test]
+fn bench_help_names_no_development_path() {
+    let help = run(&["bench", "--help"]);
+    for dev in ["/tmp/peer", "shared/peers"] {
+        assert!(!help.contains(dev), "{dev} in:\n{help}");
+    }
+    assert!(help.contains("--peer-python"), "{help}");
 }

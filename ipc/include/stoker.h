@@ -255,6 +255,11 @@ typedef struct stoker_attach_info {
    * `CUDA_VISIBLE_DEVICES`); -1 for host images.
    */
   int32_t device_id;
+  /**
+   * Files the dataset's index left out (of no format stoker decodes); the first few are
+   * named by `stoker_client_skipped_name`.
+   */
+  uint64_t skipped;
 } stoker_attach_info;
 
 /**
@@ -282,6 +287,10 @@ typedef struct stoker_stall_info {
    * Batches received.
    */
   uint64_t batches;
+  /**
+   * Samples of those batches the daemon replaced (unreadable or corrupt).
+   */
+  uint64_t bad_samples;
 } stoker_stall_info;
 
 /**
@@ -488,6 +497,21 @@ stoker_result stoker_client_class_name(struct stoker_client *client,
                                        char *buf,
                                        size_t buf_len,
                                        size_t *name_len);
+
+/**
+ * Copies the name of skipped file `index` (a path below the dataset's root; the first few of
+ * `stoker_attach_info.skipped`) into `buf` as `stoker_client_class_name` copies a class name.
+ * An index past the names the daemon sent is STOKER_ERR_INVALID_ARGUMENT.
+ *
+ * # Safety
+ * `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+ * `buf_len` bytes.
+ */
+stoker_result stoker_client_skipped_name(struct stoker_client *client,
+                                         uint64_t index,
+                                         char *buf,
+                                         size_t buf_len,
+                                         size_t *name_len);
 
 /**
  * Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.

@@ -2,7 +2,9 @@
 //! `stokerd --version`, ATTACH/ATTACHED, `stoker status`, `stoker.__version__`):
 //!
 //! 1. `$STOKER_VERSION` at build time, when a packager sets it;
-//! 2. else `git describe` of this source tree: `0.2.0-14-g1a2b3c4d5e` after a tag `v0.2.0`,
+//! 2. else `git describe` of this source tree: `0.2.0+14.g1a2b3c4d5e` 14 commits after a tag
+//!    `v0.2.0` (`git describe`'s `0.2.0-14-g1a2b3c4d5e` in PEP 440's form, so the wheel has
+//!    the same version), `0.2.0` at the tag,
 //!    `0.1.0+g1a2b3c4d5e` (the crate version and the commit) where no tag exists;
 //! 3. else (a source tarball, no git) the crate version.
 //!
@@ -45,6 +47,21 @@ fn git(args: &[&str]) -> Option<String> {
     Some(text.trim().to_owned()).filter(|t| !t.is_empty())
 }
 
+/// `0.2.0-14-g1a2b3c4d5e` (14 commits after the tag) as `0.2.0+14.g1a2b3c4d5e`: a version
+/// PEP 440 takes as it is (a local version) and semver reads as build metadata, so the Python
+/// wheel's version is this string unchanged (python/setup.py). A bare tag stays as it is.
+fn pep440(described: &str) -> String {
+    let mut parts = described.rsplitn(3, '-');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(hash), Some(count), Some(tag))
+            if hash.starts_with('g') && count.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("{tag}+{count}.{hash}")
+        }
+        _ => described.to_owned(),
+    }
+}
+
 /// The version `git describe` gives, when this crate sits in a git work tree whose top is the
 /// workspace (two folders up: ipc/wire).
 fn git_version(crate_version: &str) -> Option<String> {
@@ -57,7 +74,7 @@ fn git_version(crate_version: &str) -> Option<String> {
     rerun_on_new_commit();
     let described = git(&["describe", "--tags", "--match", "v[0-9]*", "--abbrev=10"]);
     match described {
-        Some(tag) => Some(tag.trim_start_matches('v').to_owned()),
+        Some(tag) => Some(pep440(tag.trim_start_matches('v'))),
         None => {
             let commit = git(&["rev-parse", "--short=10", "HEAD"])?;
             Some(format!("{crate_version}+g{commit}"))

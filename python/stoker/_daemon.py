@@ -21,6 +21,7 @@ import os
 import shlex
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -95,6 +96,7 @@ def ensure_daemon(sock):
     """Makes sure a daemon answers at `sock` (this user's own socket), starting one if none
     does. Returns True when this call started it."""
     if answers(sock):
+        warn_if_args_differ(sock)
         return False
     folder = private_dir(Path(sock).parent)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -103,11 +105,57 @@ def ensure_daemon(sock):
         # daemon serves (or failed).
         fcntl.flock(fd, fcntl.LOCK_EX)
         if answers(sock):
+            warn_if_args_differ(sock)
             return False
         _start(sock, folder)
         return True
     finally:
         os.close(fd)
+
+
+def _peer_pid(path):
+    """The pid of the process serving the socket at `path` (SO_PEERCRED), or None."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.settimeout(5)
+        s.connect(str(path))
+        pid, _, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                     struct.calcsize("3i")))
+        return pid
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def _running_args(pid):
+    """The flags the daemon `pid` was started with beyond the ones a Loader always passes
+    (what came from STOKER_DAEMON_ARGS when a Loader started it), or None if unreadable."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    except OSError:
+        return None
+    argv = [a.decode("utf-8", "replace") for a in argv]
+    if "--idle-exit" in argv:
+        return argv[argv.index("--idle-exit") + 2:]
+    return argv[1:]
+
+
+def warn_if_args_differ(sock):
+    """A daemon already serves at this user's socket: when STOKER_DAEMON_ARGS asks for other
+    flags than it was started with, says so on stderr (they apply only to a daemon a Loader
+    starts). Unset, nothing is asked and nothing compared."""
+    asked = os.environ.get("STOKER_DAEMON_ARGS")
+    if asked is None:
+        return
+    pid = _peer_pid(sock)
+    running = _running_args(pid) if pid else None
+    if running is None or running == shlex.split(asked):
+        return
+    sys.stderr.write(f"stoker: STOKER_DAEMON_ARGS asks for `{asked}` but the daemon already "
+                     f"running at {sock} (pid {pid}) was started with `{shlex.join(running)}`; "
+                     f"it keeps its flags until it exits: `stoker stop` stops it, and the next "
+                     f"Loader starts one with the flags asked\n")
 
 
 def idle_exit():

@@ -127,6 +127,7 @@ class AttachInfo(Structure):
         ("offset_epoch_steps", c_uint64),
         ("image_memory", c_uint32),
         ("device_id", c_int32),
+        ("skipped", c_uint64),
     ]
 
 
@@ -139,6 +140,7 @@ class StallInfo(Structure):
         ("compute_s", ctypes.c_double),
         ("wait_fraction", ctypes.c_double),
         ("batches", c_uint64),
+        ("bad_samples", c_uint64),
     ]
 
 
@@ -179,6 +181,8 @@ _SIGNATURES = {
     "stoker_client_info": (_RESULT, [_CLIENT, POINTER(AttachInfo)]),
     "stoker_client_class_name": (_RESULT, [_CLIENT, c_uint64, c_char_p, c_size_t,
                                            POINTER(c_size_t)]),
+    "stoker_client_skipped_name": (_RESULT, [_CLIENT, c_uint64, c_char_p, c_size_t,
+                                             POINTER(c_size_t)]),
     "stoker_client_stall": (_RESULT, [_CLIENT, POINTER(StallInfo)]),
     "stoker_next": (_RESULT, [_CLIENT, POINTER(_BATCH)]),
     "stoker_batch_info": (_RESULT, [_BATCH, POINTER(BatchHeader)]),

@@ -63,6 +63,17 @@ def _triple(name, v, nonzero=False):
     return [float(x) for x in v]
 
 
+def _dtype_name(v):
+    """A dtype's name as the strings say it: `torch.bfloat16` is "bfloat16", numpy's
+    `np.float16` or `np.dtype("uint8")` "float16" / "uint8"; a string stays as it is."""
+    if isinstance(v, str):
+        return v
+    text = str(v)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    return getattr(v, "__name__", text)
+
+
 def _choice(name, v, choices, aliases=None):
     key = v.lower() if isinstance(v, str) else v
     key = (aliases or {}).get(key, key)
@@ -89,7 +100,7 @@ def build_spec(batch_size, crop, *, train=True, resize=None, scale=(0.08, 1.0),
         "flip_prob": flip,
         "mean": _triple("mean", mean),
         "std": _triple("std", std, nonzero=True),
-        "dtype": _choice("dtype", dtype, DTYPES, DTYPE_ALIASES),
+        "dtype": _choice("dtype", _dtype_name(dtype), DTYPES, DTYPE_ALIASES),
         "layout": _choice("layout", layout, LAYOUTS),
         "drop_last": bool(drop_last),
         "shuffle": bool(train if shuffle is None else shuffle),

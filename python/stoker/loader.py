@@ -10,7 +10,8 @@ from ._lib import STOKER_END_OF_DATA, call, lib
 from .batch import Batch
 from ._spec import (IMAGENET_MEAN, IMAGENET_STD, build_spec, field_modes, with_batch_transform,
                     with_transform, with_views)
-from .errors import ConnectError, DaemonGone, InvalidArgument, SpecError
+from .errors import (ConnectError, DaemonGone, DatasetError, InvalidArgument, SpecError,
+                     StokerError)
 
 STATE_VERSION = 2
 # Version 1 states ({epoch, step} at an unchanged world size) still load.
@@ -75,9 +76,26 @@ def _dataset_arg(dataset):
     not exist goes absolute too and the daemon answers "not found" for it."""
     if "://" in dataset:
         return dataset
+    if dataset.startswith("~"):
+        dataset = os.path.expanduser(dataset)
     if os.path.exists(dataset) or "/" in dataset or dataset.startswith("."):
         return os.path.abspath(dataset)
     return dataset
+
+
+def _check_found(dataset_arg):
+    """Raises DatasetError("not found: PATH") for a dataset path that does not exist here, so
+    that a typo fails where the Loader is made, not at the first batch. Only a path that
+    certainly is not there (ENOENT, or a part of it is a file): one this process may not
+    look into (EACCES) is for the daemon to judge, which reads with its own rights."""
+    if "://" in dataset_arg or not os.path.isabs(dataset_arg):
+        return
+    try:
+        os.stat(dataset_arg)
+    except (FileNotFoundError, NotADirectoryError):
+        raise DatasetError(f"not found: {dataset_arg}") from None
+    except OSError:
+        pass
 
 
 def job_from_env():
@@ -94,8 +112,9 @@ def job_from_env():
 class Loader:
     """Batches of one rank of a stoker job, as `(images, labels)` DLPack tensors.
 
-    Iterating yields one epoch (`len(loader)` batches); the next `for` continues with the next
-    epoch on the same connection. `batches()` yields `Batch` objects (with `indices`, `status`,
+    Iterating yields one epoch (`len(loader)` batches), as a DataLoader's: a new `for` starts
+    the next epoch, also after a `for` the loop left mid-epoch (the rest is dropped;
+    `dropped` says what). Continuing an epoch is `state_dict()` / `load_state_dict()`'s. `batches()` yields `Batch` objects (with `indices`, `status`,
     `epoch`, `step`) without stopping at epoch ends. See docs/python.md.
 
     Under torchrun, `rank`, `world_size` and `job` default to RANK, WORLD_SIZE and a key
@@ -152,6 +171,7 @@ class Loader:
                  batch_mix=None):
         self.dataset = str(dataset)
         self._dataset_arg = _dataset_arg(self.dataset)
+        _check_found(self._dataset_arg)
         if spec is None:
             spec = build_spec(batch_size, crop, train=train, resize=resize, scale=scale,
                               ratio=ratio, flip_prob=flip_prob, mean=mean, std=std, dtype=dtype,
@@ -223,7 +243,11 @@ class Loader:
         # "cpu", "cuda:N" or a GPU UUID (see resolve_device).
         self.device = resolve_device(device)
         # The stall of connections closed earlier (a re-attach starts the client's from 0).
-        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0}
+        self._stall_before = {"wait_s": 0.0, "compute_s": 0.0, "batches": 0, "bad_samples": 0}
+        # Whether stderr was told of the skipped files, and of the first replaced sample
+        # (once per Loader, whatever its attaches).
+        self._told_skipped = False
+        self._told_bad = False
         self._client = None
         self._info = None
         self._epoch = 0
@@ -234,6 +258,12 @@ class Loader:
         # A batch received but not handed out yet (see _peek): what a KeyboardInterrupt while
         # next() waited leaves behind, delivered by the next call.
         self._held = None
+        # True while a `for` has handed its loop a batch and not been asked for the next: a
+        # `for` the loop leaves then (break, return, an exception in its body) left its epoch
+        # unfinished, and the next `for` starts the next epoch (see __iter__).
+        self._loop_holds = False
+        # The rest of an epoch a new `for` dropped, {"epoch", "step", "batches"}, or None.
+        self.dropped = None
 
     # --- connection --------------------------------------------------------------------
 
@@ -288,6 +318,8 @@ class Loader:
         self._info = _lib.read_info(_lib.AttachInfo, "stoker_client_info", client,
                                     self._drop_client)
         self._classes = self._class_names(client, self._info.classes)
+        self._skipped = self._skipped_names(client, self._info.skipped)
+        self._tell_skipped()
         # libstoker's idea of where the job starts (past a resumed epoch with nothing left).
         self._position_from_client()
 
@@ -323,13 +355,45 @@ class Loader:
 
     def _client_stall(self):
         info = _lib.read_info(_lib.StallInfo, "stoker_client_stall", self._client)
-        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches}
+        return {"wait_s": info.wait_s, "compute_s": info.compute_s, "batches": info.batches,
+                "bad_samples": info.bad_samples}
+
+    def _tell_skipped(self):
+        """One line on stderr, once per Loader, when the dataset's index left files out."""
+        count = self._info.skipped
+        if self._told_skipped or count == 0:
+            return
+        self._told_skipped = True
+        names = ", ".join(self._skipped)
+        more = count - len(self._skipped)
+        if more > 0:
+            names += f" and {more} more"
+        files = "file" if count == 1 else "files"
+        print(f"stoker: {self._dataset_arg}: {count} {files} skipped (not a supported image "
+              f"format): {names} (loader.info['skipped'])", file=sys.stderr, flush=True)
+
+    def _tell_bad(self):
+        """One line on stderr, once per Loader, at the first replaced sample."""
+        if self._told_bad or self._client is None:
+            return
+        try:
+            bad = self._stall_before["bad_samples"] + self._client_stall()["bad_samples"]
+        except StokerError:
+            return  # the daemon went away: the wait for the next batch says so
+        if bad == 0:
+            return
+        self._told_bad = True
+        samples = "sample" if bad == 1 else "samples"
+        print(f"stoker: {self._dataset_arg}: {bad} {samples} replaced by others (unreadable or "
+              f"corrupt; the daemon's log names each file and why); "
+              f"loader.stats()['bad_samples'] counts them", file=sys.stderr, flush=True)
 
     def stats(self):
         """The data stall since this loader was made: `wait_s` (time spent inside `next()`
         waiting for a batch), `compute_s` (time between calls: the training loop's own work),
-        `wait_fraction` (wait / both) and `batches`. The daemon shows the same per rank
-        (`stoker status`, metric `stoker_client_wait_fraction`)."""
+        `wait_fraction` (wait / both) and `batches`; `bad_samples`, the samples of those
+        batches the daemon replaced (unreadable or corrupt). The daemon shows the stall per
+        rank (`stoker status`, metric `stoker_client_wait_fraction`)."""
         out = dict(self._stall_before)
         if self._client:
             for key, value in self._client_stall().items():
@@ -367,6 +431,9 @@ class Loader:
         if held is None or not held._handle:
             if self._ended:
                 return None
+            if not self._told_bad:
+                # Here, not in _take: nothing is held or half handed out now.
+                self._tell_bad()
             self._attach()
             held = self._held = Batch(self._field_modes)
             r = self._next_into(held)
@@ -421,8 +488,15 @@ class Loader:
             yield b
 
     def __iter__(self):
-        """Yields `(images, labels)` for the rest of the current epoch (`(images,
-        soft_labels)` with a batch mix)."""
+        """Yields `(images, labels)` for the rest of the current epoch (`(images, soft_labels)`
+        with a batch mix). As a DataLoader's, a
+        new `for` after one the loop left mid-epoch (break, return, an exception in its body)
+        starts the next epoch: the rest of the left one is dropped (`dropped` says what).
+        The first `for`, one after `load_state_dict()`, and one after a KeyboardInterrupt that
+        came while the loader waited for a batch go on from the position."""
+        if self._loop_holds:
+            self._loop_holds = False
+            self._drop_rest_of_epoch()
         epoch = self._epoch
         while self._epoch == epoch:
             b = self._peek()
@@ -434,9 +508,23 @@ class Loader:
             item = (images, labels, b.fields) if self._field_modes else (images, labels)
             del b
             self._take()
+            self._loop_holds = True
             yield item
+            self._loop_holds = False
             # The caller has its own reference; waiting for the next batch, this keeps none.
             del item
+
+    def _drop_rest_of_epoch(self):
+        """Moves the position to the next epoch's first batch when it is inside an epoch,
+        attaching again there (the daemon stops making the dropped batches)."""
+        if self._step == 0 or self._ended:
+            return
+        if self._client is None:
+            self._attach()
+        rest = self._steps_in(self._epoch) - self._step
+        self.dropped = {"epoch": self._epoch, "step": self._step, "batches": rest}
+        self.close()
+        self._epoch, self._step = self._epoch + 1, 0
 
     def __len__(self):
         """Batches of the current epoch for this rank (attaches if needed); fewer than usual
@@ -459,6 +547,20 @@ class Loader:
             names.append(buf.value.decode("utf-8", "replace"))
         return names
 
+    @staticmethod
+    def _skipped_names(client, count):
+        """The first few skipped files' names, as the daemon sent them."""
+        names, length = [], c_size_t()
+        for i in range(count):
+            try:
+                call("stoker_client_skipped_name", client, i, None, 0, byref(length))
+            except InvalidArgument:
+                break
+            buf = create_string_buffer(length.value + 1)
+            call("stoker_client_skipped_name", client, i, buf, len(buf), byref(length))
+            names.append(buf.value.decode("utf-8", "replace"))
+        return names
+
     @property
     def info(self):
         """What the daemon said at attach: slots, steps_per_epoch, dataset_len, ... and the
@@ -467,7 +569,8 @@ class Loader:
         `class_to_idx`; `num_classes` is their number."""
         self._attach()
         info = {name: getattr(self._info, name) for name, _ in self._info._fields_
-                if name not in ("size", "classes")}
+                if name not in ("size", "classes", "skipped")}
+        info["skipped"] = {"count": self._info.skipped, "first": list(self._skipped)}
         info["num_classes"] = self._info.classes
         info["classes"] = list(self._classes)
         info["class_to_idx"] = {name: i for i, name in enumerate(self._classes)}
@@ -516,6 +619,8 @@ class Loader:
                                  f"{getattr(self, key)!r}")
         self.close()
         self._ended = False
+        # An explicit position: the next `for` goes on from it, whatever the last one did.
+        self._loop_holds = False
         epoch, step = int(state["epoch"]), int(state["step"])
         same_shape = version == 1 or (state["world_size"] == self.world_size
                                       and state["batch_size"] == int(self.spec["batch_size"]))

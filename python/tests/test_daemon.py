@@ -198,7 +198,8 @@ def test_a_relative_path_that_does_not_exist_is_not_found(daemon, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     with pytest.raises(stoker.DatasetError) as e:
         len(stoker.Loader("nope/train", batch_size=4, crop=8, socket=daemon))
-    assert f"{tmp_path}/nope/train: not found" in str(e.value), str(e.value)
+    # Issue 43 item 3: said by the Loader when it is made, as "not found: PATH".
+    assert str(e.value) == f"not found: {tmp_path}/nope/train", str(e.value)
     assert "permission denied" not in str(e.value)
 
 

@@ -140,3 +140,62 @@ def test_exif_orientation_off_serves_the_stored_pixels(oriented, daemon):
     assert list(ai) == list(bi) and np.array_equal(a, b)
     turned_on, _, _ = batch(tagged, daemon, {**spec, "exif_orientation": True}, "exif-on-2")
     assert not np.array_equal(a, turned_on), "the option changes the pixels of turned files"
+
+
+# torchvision.datasets.folder.IMG_EXTENSIONS: the files an ImageFolder takes as samples.
+TORCHVISION_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff",
+                          ".webp")
+
+
+@pytest.fixture(scope="module")
+def more_formats(tmp_path_factory):
+    """One class of BMP (24-bit, 8-bit palette, 32-bit, gray), TIFF (8-bit RGB uncompressed,
+    LZW, Deflate and PackBits; gray; RGBA), PPM and PGM files written by Pillow, a JPEG, and
+    two files torchvision leaves out (a GIF, a text file); [(name, kind)] of the samples."""
+    from PIL import Image
+    from formats_data import _picture
+
+    folder = tmp_path_factory.mktemp("more") / "images" / "c"
+    folder.mkdir(parents=True)
+    files = []
+
+    def save(name, img, **kw):
+        img.save(folder / name, **kw)
+        files.append(name)
+
+    rgb = lambda seed, ch=3: Image.fromarray(_picture(seed, ch))  # noqa: E731
+    save("00_rgb.bmp", rgb(30))
+    save("01_palette.bmp", rgb(31).quantize(64))
+    save("02_rgba.bmp", rgb(32, 4))
+    save("03_gray.bmp", rgb(33).convert("L"))
+    save("04_rgb.tif", rgb(34))
+    save("05_lzw.tiff", rgb(35), compression="tiff_lzw")
+    save("06_deflate.tif", rgb(36), compression="tiff_adobe_deflate")
+    save("07_packbits.tif", rgb(37), compression="packbits")
+    save("08_gray.tif", rgb(38).convert("L"))
+    save("09_rgba.tif", rgb(39, 4))
+    save("10_rgb.ppm", rgb(40))
+    save("11_gray.pgm", rgb(41).convert("L"))
+    save("12_rgb.jpg", rgb(42), quality=95)
+    rgb(43).save(folder / "13_other.gif")
+    (folder / "notes.txt").write_text("not an image")
+    return folder.parent, files
+
+
+def test_bmp_tiff_and_netpbm_are_samples_with_pillows_pixels(more_formats, daemon):
+    """Issue 43 item 3: as torchvision's ImageFolder, BMP, TIFF, PPM and PGM files are samples
+    (they were skipped: 301 samples against torchvision's 303 on a folder with a BMP and a
+    TIFF), decoded as Pillow decodes them."""
+    root, files = more_formats
+    want_n = sum(1 for p in (root / "c").iterdir() if p.suffix.lower() in TORCHVISION_EXTENSIONS)
+    assert want_n == len(files) == 13
+    images, indices, status = whole_images(root, daemon, want_n, job="more-formats")
+    bad = [files[i] for i in range(want_n) if status[i] != 0]
+    assert not bad, f"replaced or failed samples: {bad}"
+    for i, name in enumerate(files):
+        want = reference(root / "c" / name)
+        diff = int(np.abs(images[i].astype(np.int16) - want.astype(np.int16)).max())
+        if name.endswith(".jpg"):
+            assert psnr(images[i], want) >= MIN_LOSSY_PSNR, name
+        else:
+            assert diff == 0, f"{name}: off by {diff} from Pillow's decode"

@@ -130,7 +130,7 @@ def test_a_loader_attaches_again_only_where_it_first_attached(dataset, daemon, m
 def test_stats_split_waiting_from_the_loops_own_time(dataset, daemon):
     with loader(dataset, daemon, epochs=1) as ld:
         assert ld.stats() == {"wait_s": 0.0, "compute_s": 0.0, "batches": 0,
-                              "wait_fraction": 0.0}
+                              "bad_samples": 0, "wait_fraction": 0.0}
         while (b := ld.next_batch()) is not None:
             del b
             time.sleep(0.02)
@@ -179,3 +179,56 @@ for images, labels in loader:
         out, rest = proc.communicate()
     assert out.count("step") == 4, out
     assert (err + rest).count("holds all") == 1, err + rest
+
+
+def epoch_steps(ld):
+    """(epoch, step) of each batch one `for` over `ld` yields (keeping no batch)."""
+    return [(im.batch.epoch, im.batch.step) for im, _ in ld]
+
+
+def test_a_new_for_after_a_break_starts_the_next_epoch(dataset, daemon):
+    """Issue 43 item 2: as a DataLoader's, a new `for` starts the next epoch; the rest of the
+    epoch the loop left is dropped, and the position says so. It went on with the same epoch."""
+    with loader(dataset, daemon, seed=6) as ld:
+        for step, _ in enumerate(ld):
+            if step == 1:
+                break
+        # Until a new `for` begins, the position still names the rest (state_dict resumes there).
+        assert (ld.epoch, ld.state_dict()["step"]) == (0, 2)
+        assert epoch_steps(ld) == [(1, s) for s in range(STEPS)], "the whole next epoch"
+        assert ld.dropped == {"epoch": 0, "step": 2, "batches": STEPS - 2}
+        assert (ld.state_dict()["epoch"], ld.state_dict()["step"]) == (2, 0)
+        assert epoch_steps(ld) == [(2, s) for s in range(STEPS)], "a finished for drops nothing"
+        assert ld.dropped == {"epoch": 0, "step": 2, "batches": STEPS - 2}, "still the last drop"
+
+
+def test_max_steps_per_epoch_leaves_later_epochs_unshifted(dataset, daemon):
+    """`if step >= max_steps: break` in every epoch: each epoch begins at its own first batch,
+    the same samples an uninterrupted run's epoch begins with."""
+    def first_indices(ld, max_steps):
+        out = []
+        for step, (images, _) in enumerate(ld):
+            if step >= max_steps:
+                break
+            out.append(np.from_dlpack(images.batch.indices).tolist())
+        return out
+
+    with loader(dataset, daemon, seed=7, job="max-steps-full") as full:
+        want = []
+        for _ in range(3):
+            want.append([np.from_dlpack(im.batch.indices).tolist() for im, _ in full][:2])
+    with loader(dataset, daemon, seed=7, job="max-steps-cut") as cut:
+        got = [first_indices(cut, 2) for _ in range(3)]
+    assert got == want
+
+
+def test_a_for_after_load_state_dict_continues_at_the_saved_batch(dataset, daemon):
+    """Resuming mid-epoch is load_state_dict's: the first `for` after it goes on from there."""
+    with loader(dataset, daemon, seed=6, job="state-for-a") as a:
+        for step, _ in enumerate(a):
+            if step == 2:
+                break
+        state = a.state_dict()
+        a.load_state_dict(state)
+        assert epoch_steps(a) == [(0, s) for s in range(3, STEPS)]
+        assert a.dropped is None

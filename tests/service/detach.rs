@@ -123,3 +123,56 @@ fn a_detached_daemon_that_cannot_start_returns_its_exit_code() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no_such_key"), "{err}");
 }
+
+/// Issue 43 item 4: outside systemd, a detached daemon logs to a named file (stokerd.log
+/// beside its socket, or --log-file), not to the terminal of the admin who started it (it kept
+/// writing there after the starter returned).
+#[test]
+fn a_detached_daemon_logs_to_a_named_file_not_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("u").join("stoker.sock");
+    let out = Command::new(stokerd_path())
+        .args(["--detach", "--idle-exit", "2"])
+        .arg("--socket")
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let log = dir.path().join("u").join("stokerd.log");
+    assert!(
+        err.contains(&format!("it logs to {}", log.display())),
+        "{err}"
+    );
+    assert!(
+        !err.contains("stokerd starting"),
+        "the log came to the terminal: {err}"
+    );
+    let pid = status(&socket).pid;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("stokerd starting"), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let named = dir.path().join("elsewhere.log");
+    let out = Command::new(stokerd_path())
+        .args(["--detach", "--idle-exit", "2", "--log-file"])
+        .arg(&named)
+        .arg("--socket")
+        .arg(dir.path().join("v.sock"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(std::fs::read_to_string(&named)
+        .unwrap()
+        .contains("stokerd starting"));
+    // Both go away after their idle time.
+    let until = Instant::now() + Duration::from_secs(20);
+    while alive(pid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

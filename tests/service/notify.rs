@@ -244,7 +244,7 @@ fn a_worker_from_the_example_config_is_ready_once_its_port_listens() {
         ("[\"/data\"]", format!("[{d:?}]")),
         ("\"0.0.0.0:7411\"", format!("\"127.0.0.1:{port}\"")),
         ("\"/etc/stoker/worker.secret\"", format!("{secret:?}")),
-        ("listen = \"0.0.0.0:9464\"", String::new()),
+        ("listen = \"127.0.0.1:9464\"", String::new()),
     ] {
         assert!(config.contains(from), "the example no longer has {from}");
         config = config.replace(from, &to);

@@ -120,6 +120,10 @@ fn the_worker_unit_runs_the_worker_example_config() {
     let unit = std::fs::read_to_string(deploy.join("stokerd-worker.service")).unwrap();
     let name = "stokerd-worker.service";
     let config = Config::load(&deploy.join("stoker-worker.toml.example")).unwrap();
+    // Issue 43 item 6: /metrics has no authentication: the shipped config binds it locally,
+    // as docs/operations.md says (it bound 0.0.0.0:9464).
+    let metrics = config.metrics.listen.as_deref().unwrap_or("");
+    assert!(metrics.starts_with("127.0.0.1:"), "metrics on {metrics}");
     assert_line(
         &unit,
         name,

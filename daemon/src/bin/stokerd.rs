@@ -27,7 +27,9 @@ fn main() -> ExitCode {
     };
     // Still one thread: the only moment a fork is safe.
     let ready = if args.detach {
-        match detach::detach() {
+        let log = args.detached_log();
+        eprintln!("stokerd: detaching; it logs to {}", log.display());
+        match detach::detach(&log) {
             Ok(Role::Parent(code)) => return code,
             Ok(Role::Daemon(notice)) => notice,
             Err(e) => {

@@ -20,6 +20,7 @@ use rustix::io::Errno;
 use stoker_wire::protocol::position::MAX_EPOCH;
 use stoker_wire::protocol::{
     Attach, Attached, ErrorCode, Message, Ready as ReadyMsg, CLASS_NAMES_BYTES, MAX_MESSAGE_BYTES,
+    SKIPPED_NAMES_BYTES,
 };
 use stoker_wire::socket::{SeqPacket, SockError};
 
@@ -314,6 +315,8 @@ impl Connection {
             dataset_len: job.dataset.len() as u64,
             classes: job.dataset.classes().len() as u64,
             class_names: class_names(job.dataset.classes()),
+            skipped: job.dataset.skipped().count,
+            skipped_first: skipped_names(&job.dataset.skipped().first),
             ranks_attached,
             created_job,
             daemon_version: stoker_wire::protocol::VERSION.to_owned(),
@@ -373,6 +376,21 @@ fn class_names(classes: &[String]) -> Vec<String> {
     } else {
         Vec::new()
     }
+}
+
+/// The skipped files' names ATTACHED carries: the first ones that fit in
+/// [`SKIPPED_NAMES_BYTES`] (the count says how many there are).
+fn skipped_names(first: &[String]) -> Vec<String> {
+    let mut room = SKIPPED_NAMES_BYTES;
+    first
+        .iter()
+        .take_while(|name| {
+            let fits = name.len() + 3 <= room;
+            room = room.saturating_sub(name.len() + 3);
+            fits
+        })
+        .cloned()
+        .collect()
 }
 
 /// Checks what an attach asks for on its own, before it meets the job.

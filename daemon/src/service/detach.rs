@@ -11,15 +11,19 @@
 //! - [`ReadyNotice::ready`] writes one line and closes the pipe once the socket listens. A
 //!   child that exits before that closes the pipe unwritten: the parent then reaps it and
 //!   exits with its exit code (78 for a configuration error, as `stokerd` does).
-//! - Standard input, output and error are whatever the starter gave (the Python package
-//!   passes /dev/null and the daemon's log file); the working directory is kept, so relative
-//!   paths in flags mean what the starter meant.
+//! - The daemon logs to a named file, not to the starter's terminal (issue 43): standard
+//!   input becomes /dev/null and standard output and error the log file (`--log-file`,
+//!   default `stokerd.log` beside the socket; the Python package's is the same file). The
+//!   file is opened before the fork, so a log that cannot be written is the starter's error;
+//!   the starter names it, and prints its last lines when the daemon fails before serving.
+//!   The working directory is kept, so relative paths in flags mean what the starter meant.
 //!
 //! # Limitations
 //! - Linux only (pipe2, fork, setsid), like the rest of the daemon.
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::process::ExitCode;
 
 use rustix::process::{Pid, WaitOptions};
@@ -58,15 +62,50 @@ pub enum DetachError {
     /// pipe2 failed.
     #[error("cannot create the readiness pipe: {0}")]
     Pipe(std::io::Error),
+    /// The log file could not be opened (before the fork: the starter reports it).
+    #[error("cannot open the log file {}: {source}", path.display())]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// fork failed (no child was made).
     #[error("cannot fork: {0}")]
     Fork(std::io::Error),
 }
 
-/// Forks: the parent waits until the child serves or exits; the child leads a new session.
+/// Most bytes of the log a failed start prints.
+const LOG_TAIL_BYTES: u64 = 2000;
+
+/// Opens (appending, creating mode 0600) the log a detached daemon writes; makes its folder
+/// (mode 0700) when only the last part is missing.
+fn open_log(log: &Path) -> Result<std::fs::File, DetachError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = log
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(log)
+        .map_err(|source| DetachError::Log {
+            path: log.to_owned(),
+            source,
+        })
+}
+
+/// Forks: the parent waits until the child serves or exits; the child leads a new session,
+/// logging to `log`.
 ///
 /// Call it before any thread is started.
-pub fn detach() -> Result<Role, DetachError> {
+pub fn detach(log: &Path) -> Result<Role, DetachError> {
+    let file = open_log(log)?;
+    let start = file.metadata().map_or(0, |m| m.len());
     let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| DetachError::Pipe(e.into()))?;
     // rustix has no fork outside its experimental `runtime` feature: libc it stays.
@@ -79,6 +118,7 @@ pub fn detach() -> Result<Role, DetachError> {
             drop(read_end);
             // It fails only for a process group leader, which a freshly forked child is not.
             let _ = rustix::process::setsid();
+            redirect_output(&file);
             Ok(Role::Daemon(ReadyNotice(Some(std::fs::File::from(
                 write_end,
             )))))
@@ -87,8 +127,47 @@ pub fn detach() -> Result<Role, DetachError> {
             drop(write_end);
             // fork returned a positive pid here.
             let child = Pid::from_raw(child).expect("fork returns a positive pid to the parent");
-            Ok(Role::Parent(wait_ready(read_end, child)))
+            let code = wait_ready(read_end, child);
+            if code != ExitCode::SUCCESS {
+                print_tail(log, start);
+            }
+            Ok(Role::Parent(code))
         }
+    }
+}
+
+/// Standard input from /dev/null, output and error into `log`. Best effort: a daemon whose
+/// descriptors cannot be moved still runs, logging where it did.
+fn redirect_output(log: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::File::open("/dev/null");
+    // rustix's dup2 onto the standard descriptors needs its `stdio` feature; libc it stays.
+    // SAFETY: dup2 on open descriptors this process owns; the targets 0, 1 and 2 are the
+    // standard streams, which nothing else in this single-threaded child uses meanwhile.
+    unsafe {
+        if let Ok(null) = &null {
+            libc::dup2(null.as_raw_fd(), 0);
+        }
+        libc::dup2(log.as_raw_fd(), 1);
+        libc::dup2(log.as_raw_fd(), 2);
+    }
+}
+
+/// The log's lines written since `start` (its last [`LOG_TAIL_BYTES`]), on stderr.
+fn print_tail(log: &Path, start: u64) {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(log) else {
+        return;
+    };
+    let end = f.metadata().map_or(start, |m| m.len());
+    let from = start.max(end.saturating_sub(LOG_TAIL_BYTES));
+    let mut tail = String::new();
+    if f.seek(SeekFrom::Start(from)).is_ok() && f.read_to_string(&mut tail).is_ok() {
+        eprintln!(
+            "stokerd: its log {} ends with:\n{}",
+            log.display(),
+            tail.trim_end()
+        );
     }
 }
 

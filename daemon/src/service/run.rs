@@ -53,9 +53,14 @@ pub struct StokerdArgs {
     #[arg(long, value_name = "SECS")]
     pub idle_exit: Option<u64>,
     /// Leave the starting process: it exits 0 once the daemon serves, or with the daemon's
-    /// exit code if it fails first; the daemon runs on in a new session.
+    /// exit code (and its log's last lines) if it fails first; the daemon runs on in a new
+    /// session, logging to --log-file.
     #[arg(long)]
     pub detach: bool,
+    /// With --detach: the file the daemon logs to (appended; made mode 0600). Default:
+    /// stokerd.log in the folder of the socket it binds.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
     /// Decode worker threads shared by every job (0: one per core). Overrides the config.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -187,10 +192,7 @@ pub fn run(
         None => Config::default(),
     };
     args.apply_to(&mut file)?;
-    let notifier = Arc::new(Notifier::from_env().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "not notifying systemd");
-        Notifier::disabled()
-    }));
+    let notifier = systemd_notifier();
     let watchdog = systemd::watchdog_interval()?;
     let activated = systemd::listen_fd()?;
     let backend = stoker_pipeline::engine::choice::choose(file.pipeline.backend)?;
@@ -198,6 +200,9 @@ pub fn run(
     let remotes = remote_workers(&file)?;
     // Listening before the socket is: once a client can attach here, home daemons can too.
     start_worker(&file)?;
+    if activated.is_none() && remotes.is_empty() && worker_without_socket(&file) {
+        return serve_worker_only(&file, &signals, &notifier, watchdog, ready);
+    }
     let server = match activated {
         Some((fd, name)) => {
             tracing::info!(name, "using the socket systemd passed (socket activation)");
@@ -329,6 +334,68 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// The systemd notifier, or a disabled one (said in the log) where `$NOTIFY_SOCKET` is bad.
+fn systemd_notifier() -> Arc<Notifier> {
+    Arc::new(Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "not notifying systemd");
+        Notifier::disabled()
+    }))
+}
+
+/// Whether this daemon is a worker that binds no local socket: a worker serves home daemons
+/// over TCP, and binding the default socket (the system daemon's, for root) would make it the
+/// daemon local clients attach to (issue 43). A socket asked for (`--socket`,
+/// `server.socket`, `$STOKER_SOCKET`) is bound as for any daemon.
+fn worker_without_socket(file: &Config) -> bool {
+    let env_socket =
+        std::env::var_os(stoker_wire::socket::path::SOCKET_ENV).is_some_and(|v| !v.is_empty());
+    file.worker.listen.is_some() && file.server.socket.is_none() && !env_socket
+}
+
+/// A worker without a local socket: its listener runs on its own threads; this serves
+/// `/metrics` (the worker's series), tells systemd it is ready, feeds the watchdog, and
+/// returns at SIGTERM (home daemons decode their units again themselves).
+fn serve_worker_only(
+    file: &Config,
+    signals: &Signals,
+    notifier: &Arc<Notifier>,
+    watchdog: Option<Duration>,
+    mut ready: ReadyNotice,
+) -> Result<(), ServiceError> {
+    if let Some(addr) = file.metrics_addr() {
+        let prom = crate::service::metrics::install()?;
+        metrics::spawn_listener(addr, prom, crate::remote::tally::metrics_text)?;
+    }
+    if let Some(w) = watchdog {
+        let notifier = Arc::clone(notifier);
+        std::thread::Builder::new()
+            .name("stoker-watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(w / 2);
+                notifier.notify("WATCHDOG=1");
+            })
+            .map_err(|source| ServiceError::Thread {
+                name: "watchdog",
+                source,
+            })?;
+    }
+    tracing::info!("a worker only: no local socket (--socket or server.socket asks for one)");
+    notifier.notify(&format!(
+        "READY=1\nSTATUS=worker only, no local socket\nMAINPID={}",
+        std::process::id()
+    ));
+    ready.ready();
+    loop {
+        match signals.wait() {
+            Signal::Terminate => break,
+            Signal::Reload => tracing::info!("SIGHUP: a worker has nothing to reload"),
+        }
+    }
+    notifier.notify("STOPPING=1");
+    tracing::info!("stokerd stopped");
+    Ok(())
+}
+
 /// A worker whose secret file does not exist yet makes one: 32 random bytes in hex, mode 0600,
 /// in a folder it makes 0700 if need be. Home daemons are then given the same file.
 fn make_secret_if_missing(path: &Path) -> Result<(), ServiceError> {
@@ -421,6 +488,27 @@ fn spawn_signal_thread(
 }
 
 impl StokerdArgs {
+    /// Where a detached daemon logs: `--log-file`, else `stokerd.log` beside the socket it
+    /// binds (`--socket`, else the config's, else the default one). A config that cannot be
+    /// read here is reported by the daemon itself, into that log.
+    pub fn detached_log(&self) -> PathBuf {
+        if let Some(p) = &self.log_file {
+            return p.clone();
+        }
+        let socket = match (&self.socket, &self.config) {
+            (Some(s), _) => s.clone(),
+            (None, Some(c)) => Config::load(c).map_or_else(
+                |_| stoker_wire::socket::path::default_socket_path(),
+                |c| c.socket_path(),
+            ),
+            (None, None) => stoker_wire::socket::path::default_socket_path(),
+        };
+        socket
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join("stokerd.log")
+    }
+
     /// Applies the flags that override config keys, then checks the result as a config file
     /// is checked (`--slots 1` is refused like `slots_per_rank = 1`).
     pub(crate) fn apply_to(&self, config: &mut Config) -> Result<(), ConfigError> {

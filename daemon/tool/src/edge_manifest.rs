@@ -4,9 +4,10 @@
 //! # Design
 //! Columns are found by their header names (`file`, `expected`), so the corpus may add
 //! columns; rows are kept in the file's order.
-//! The manifest predates PNG and WebP support: a file whose content is one of them (its
-//! `notjpeg__png_*` rows, "must be rejected" there) must now decode, as formats are told by
-//! content, whatever the name. [`read`] says so, for every reader.
+//! The manifest predates the other formats: a file whose content is one stoker decodes besides
+//! JPEG (its `notjpeg__png_*`, `notjpeg__bmp_*` and `notjpeg__tiff_*` rows, "must be rejected"
+//! there) must now decode, as formats are told by content, whatever the name. [`read`] says so,
+//! for every reader.
 //!
 //! # Limitations
 //! Only the three expectations the corpus uses are known; any other is an error naming the
@@ -74,7 +75,7 @@ pub fn read(dir: &Path) -> Result<Vec<(String, Expected)>, ManifestError> {
             let decoded = std::fs::read(dir.join(&file)).is_ok_and(|b| {
                 matches!(
                     ImageFormat::detect(&b),
-                    Some(ImageFormat::Png | ImageFormat::WebP)
+                    Some(f) if f != ImageFormat::Jpeg
                 )
             });
             (

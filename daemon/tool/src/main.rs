@@ -28,13 +28,16 @@ enum Command {
     BenchClient(cli::bench_client::BenchClientArgs),
     /// Decode every sample under PATH and report each failure with its reason.
     Check(cli::check::CheckArgs),
-    /// Decode one JPEG at full size (no augmentation) and write it as binary PPM.
+    /// Decode one image of any supported format (JPEG, PNG, WebP, BMP, TIFF, PPM/PGM) at full
+    /// size, without augmentation, and write it as binary PPM.
     Decode(cli::decode_file::DecodeArgs),
     /// Apply one view operation to raw RGB, or print the operations' draws (checks against
     /// torchvision).
     Ops(cli::ops::OpsArgs),
     /// Ask the running daemon what it serves: jobs, ranks, img/s, backend, errors.
     Status(cli::status::StatusArgs),
+    /// Stop the daemon (this user's own by default): it drains, exits, and this waits for it.
+    Stop(cli::stop::StopArgs),
     /// Turn a dataset (folder, file list, shards) into WebDataset tar shards of a target size.
     Pack(cli::pack::PackArgs),
     /// Check this machine's GPUs: nvJPEG and the kernels against the CPU, rings across
@@ -65,6 +68,7 @@ fn main() -> std::process::ExitCode {
         Command::Decode(a) => cli::decode_file::run(a),
         Command::Ops(a) => cli::ops::run(a),
         Command::Status(a) => cli::status::run(a),
+        Command::Stop(a) => cli::stop::run(a),
         Command::Pack(a) => cli::pack::run(a),
         Command::Selftest(a) => cli::selftest::run(a),
         Command::SelftestRingReader(a) => cli::selftest::run_reader(a),

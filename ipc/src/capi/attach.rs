@@ -109,6 +109,9 @@ pub struct stoker_attach_info {
     /// For device images, the CUDA device ordinal as this process numbers devices (under its
     /// `CUDA_VISIBLE_DEVICES`); -1 for host images.
     pub device_id: i32,
+    /// Files the dataset's index left out (of no format stoker decodes); the first few are
+    /// named by `stoker_client_skipped_name`.
+    pub skipped: u64,
 }
 
 /// Where the training loop's time went since the attach (the data stall), as the client
@@ -127,6 +130,8 @@ pub struct stoker_stall_info {
     pub wait_fraction: f64,
     /// Batches received.
     pub batches: u64,
+    /// Samples of those batches the daemon replaced (unreadable or corrupt).
+    pub bad_samples: u64,
 }
 /// Fills `*options` with the defaults (rank 0 of 1, seed 0, from the start, cpu) and sets its
 /// `size`.
@@ -265,6 +270,7 @@ pub unsafe extern "C" fn stoker_client_info(
                 ImageMemory::Device => 1,
             },
             device_id: guard.device_ordinal().unwrap_or(-1),
+            skipped: a.skipped,
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_attach_info") }?;
@@ -326,6 +332,73 @@ pub unsafe extern "C" fn stoker_client_class_name(
     })
 }
 
+/// Copies the name of skipped file `index` (a path below the dataset's root; the first few of
+/// `stoker_attach_info.skipped`) into `buf` as `stoker_client_class_name` copies a class name.
+/// An index past the names the daemon sent is STOKER_ERR_INVALID_ARGUMENT.
+///
+/// # Safety
+/// `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_skipped_name(
+    client: *mut stoker_client,
+    index: u64,
+    buf: *mut c_char,
+    buf_len: usize,
+    name_len: *mut usize,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(name_len, "name_len")?;
+        let guard = lock(c)?;
+        let a = guard.attached();
+        let name = usize::try_from(index)
+            .ok()
+            .and_then(|i| a.skipped_first.get(i))
+            .ok_or_else(|| {
+                Failure::invalid(format!(
+                    "skipped file {index} is beyond the {} named ({} skipped)",
+                    a.skipped_first.len(),
+                    a.skipped
+                ))
+            })?;
+        // SAFETY: `name_len` is non-NULL (checked) and `buf` NULL or writable for `buf_len`
+        // bytes, by the caller's promise.
+        unsafe { copy_name(name, buf, buf_len, name_len) }
+    })
+}
+
+/// Writes `name`'s length to `*name_len` and, unless `buf` is NULL, `name` and a NUL into
+/// `buf` (refused when `buf_len` leaves no room for both).
+///
+/// # Safety
+/// `name_len` is non-NULL and writable; `buf` is NULL or writable for `buf_len` bytes.
+unsafe fn copy_name(
+    name: &str,
+    buf: *mut c_char,
+    buf_len: usize,
+    name_len: *mut usize,
+) -> Result<stoker_result, Failure> {
+    // SAFETY: non-NULL and writable, by this function's contract.
+    unsafe { name_len.write(name.len()) };
+    if buf.is_null() {
+        return Ok(STOKER_OK);
+    }
+    if buf_len <= name.len() {
+        return Err(Failure::invalid(format!(
+            "buffer of {buf_len} bytes is too small for a name of {} bytes and its NUL",
+            name.len()
+        )));
+    }
+    // SAFETY: `buf` is writable for `buf_len` > name.len() bytes, by this function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(name.as_ptr(), buf.cast::<u8>(), name.len());
+        buf.add(name.len()).write(0);
+    }
+    Ok(STOKER_OK)
+}
+
 /// Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
 /// The client also reports it to the daemon, which shows it per rank (`stoker status`).
 ///
@@ -347,6 +420,7 @@ pub unsafe extern "C" fn stoker_client_stall(
             compute_s: stall.compute.as_secs_f64(),
             wait_fraction: stall.wait_fraction(),
             batches: stall.batches,
+            bad_samples: stall.bad_samples,
         };
         // SAFETY: non-NULL, valid for its size by the caller's promise.
         unsafe { write_versioned(info, value, "stoker_stall_info") }?;

@@ -391,6 +391,9 @@ impl Client {
         let entered = self.clock.enter();
         let got = self.receive_or_reattach();
         self.clock.leave(entered, matches!(got, Ok(Some(_))));
+        if let Ok(Some(b)) = &got {
+            self.clock.totals.bad_samples += b.status().iter().filter(|&&s| s != 0).count() as u64;
+        }
         if got.is_ok() && self.attached.accepts_stats && self.clock.due() {
             self.send_stats();
         }

@@ -18,6 +18,8 @@ pub struct StallStats {
     pub compute: Duration,
     /// Batches received.
     pub batches: u64,
+    /// Samples of those batches the daemon replaced (unreadable or corrupt: status not OK).
+    pub bad_samples: u64,
 }
 
 impl StallStats {

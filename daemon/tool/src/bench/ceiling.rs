@@ -25,8 +25,8 @@ use super::{
 
 /// Entropy decoding alone (`EntropyDecoder`: every coefficient of every JPEG, no IDCT, no
 /// colour, no output), from bytes in memory, on `threads` threads: the ceiling of the CPU
-/// path. Samples that are not JPEGs, or that fail, count as done but add no bytes, as in
-/// [`decode_stage`]. Repeats the set until `at_least` is reached.
+/// path. Samples that are not JPEGs, or that fail, are counted in `failed`, not in `images`,
+/// as in [`super::decode_stage`]. Repeats the set until `at_least` is reached.
 pub(crate) fn entropy_stage(
     samples: &[(u64, Vec<u8>)],
     engine: &EngineConfig,
@@ -36,6 +36,7 @@ pub(crate) fn entropy_stage(
     let threads = effective_threads(engine.threads);
     let total = at_least.whole_passes(samples.len());
     let (next, done, bytes) = (AtomicUsize::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let failures = AtomicU64::new(0);
     let failed = std::sync::Mutex::new(None);
     let t0 = Instant::now();
     let (secs, cpu) = timed_threads(threads, |_| {
@@ -56,15 +57,17 @@ pub(crate) fn entropy_stage(
             let data = &samples[k % samples.len()].1;
             if decoder.decode(data).is_ok() {
                 bytes.fetch_add(data.len() as u64, Relaxed);
+                done.fetch_add(1, Relaxed);
+            } else {
+                failures.fetch_add(1, Relaxed);
             }
-            done.fetch_add(1, Relaxed);
         }
     });
     // The lock policy (stoker_pipeline::sync): a panicked thread leaves the value as is.
     if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(BenchError::Decoder(e));
     }
-    Ok(StageResult::new(
+    let mut row = StageResult::new(
         Stage::Entropy,
         threads,
         done.into_inner(),
@@ -72,8 +75,15 @@ pub(crate) fn entropy_stage(
         secs,
         cpu,
         CacheState::Memory,
-    ))
+    );
+    row.failed = failures.into_inner();
+    Ok(row)
 }
+
+/// More failures than this share of the entropy row's samples and the ceiling is not shown:
+/// the row then measures only the JPEGs (and the corrupt files cost nothing), while the
+/// pipeline decodes every format, so their ratio would compare different work.
+pub(crate) const CEILING_MAX_FAILED_SHARE: f64 = 0.01;
 
 /// How close stoker comes to the entropy-decode ceiling, per core: images per CPU-second
 /// (user + system) of the entropy row and of the in-process pipeline (reader, decode,
@@ -90,8 +100,13 @@ pub(crate) struct Ceiling {
 }
 
 impl Ceiling {
-    /// From the warm entropy and pipeline rows of `stages`; `None` without both.
+    /// From the warm entropy and pipeline rows of `stages`; `None` without both, or where
+    /// the entropy row failed on more than [`CEILING_MAX_FAILED_SHARE`] of its samples (PNG,
+    /// WebP or corrupt files: see [`Ceiling::not_shown`]).
     pub(crate) fn of(stages: &[StageResult]) -> Option<Ceiling> {
+        if Self::not_shown(stages).is_some() {
+            return None;
+        }
         let per_core = |stage: Stage| {
             stages
                 .iter()
@@ -105,6 +120,20 @@ impl Ceiling {
             entropy_per_core,
             stoker_per_core,
             fraction: stoker_per_core / entropy_per_core,
+        })
+    }
+
+    /// Why the table shows no ceiling although the entropy row ran: its failed share.
+    pub(crate) fn not_shown(stages: &[StageResult]) -> Option<String> {
+        let row = stages.iter().find(|s| s.stage == Stage::Entropy)?;
+        let tried = row.images + row.failed;
+        (row.failed as f64 > CEILING_MAX_FAILED_SHARE * tried as f64).then(|| {
+            format!(
+                "entropy-decode ceiling: not shown: {} of {tried} samples are not JPEGs the \
+                 entropy decoder reads (other formats or corrupt files), so the ceiling would \
+                 measure other work than the pipeline's\n",
+                row.failed
+            )
         })
     }
 

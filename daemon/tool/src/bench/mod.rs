@@ -29,7 +29,13 @@ pub(crate) struct BenchOptions {
     pub engine: EngineConfig,
     pub seed: u64,
     pub warmup_epochs: u64,
+    /// Timed epochs at most (after the warm-up).
     pub epochs: u64,
+    /// With `until_s`: the run stops at the first epoch end after `min_epochs` timed epochs
+    /// and `until_s` seconds, so that an epoch count grown from a measured rate cannot run
+    /// for much longer than asked.
+    pub min_epochs: u64,
+    pub until_s: Option<f64>,
     pub slots: usize,
     /// Where an `s3://` dataset is read from (one store for the whole run: an eviction and
     /// the reads after it see one node cache).
@@ -50,6 +56,8 @@ impl BenchOptions {
             seed: 0,
             warmup_epochs: 1,
             epochs: 2,
+            min_epochs: 2,
+            until_s: None,
             slots: DEFAULT_SLOTS_PER_RANK,
             objects: ObjectStore::from_environment(),
         }
@@ -66,6 +74,8 @@ pub(crate) struct BenchReport {
     pub batch_size: u32,
     pub images: u64,
     pub batches: u64,
+    /// Timed epochs run: `epochs`, or fewer where `until_s` ended the run.
+    pub epochs: u64,
     pub seconds: f64,
     pub images_per_s: f64,
     pub mb_per_s_read: f64,
@@ -126,6 +136,7 @@ pub(crate) fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchEr
     };
     let engine = Engine::new(opts.engine.clone())?;
     let job = Job::new(Arc::new(dataset), spec.clone(), opts.seed, 1)?;
+    let steps = job.steps_per_epoch();
     let ring = Arc::new(HeapRing::new(&spec, opts.slots));
     let feed = engine.start_feed(job, 0, ring, Position::default())?;
 
@@ -133,7 +144,7 @@ pub(crate) fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchEr
     // first timed batch's production counts.
     let snapshot = || (Instant::now(), process_cpu_seconds(), engine.stats());
     let mut started: Option<(Instant, f64, StageTotals)> = (opts.warmup_epochs == 0).then(snapshot);
-    let (mut images, mut batches) = (0u64, 0u64);
+    let (mut images, mut batches, mut epochs) = (0u64, 0u64, 0u64);
     while let FeedEvent::Ready(ready) = feed.recv()? {
         let warmup = ready.epoch < opts.warmup_epochs;
         if !warmup {
@@ -143,8 +154,18 @@ pub(crate) fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchEr
         feed.release(ready.slot, ready.generation)?;
         if warmup {
             started = Some(snapshot());
+        } else if ready.step + 1 == steps {
+            epochs += 1;
+            // Time's up at an epoch end: the batches made ahead are dropped with the feed.
+            let elapsed = started
+                .as_ref()
+                .map_or(0.0, |s| s.0.elapsed().as_secs_f64());
+            if opts.until_s.is_some_and(|u| elapsed >= u) && epochs >= opts.min_epochs {
+                break;
+            }
         }
     }
+    drop(feed);
     let (t0, cpu0, stats0) =
         started.unwrap_or((Instant::now(), process_cpu_seconds(), engine.stats()));
     let seconds = t0.elapsed().as_secs_f64();
@@ -162,6 +183,7 @@ pub(crate) fn run_in_process(opts: &BenchOptions) -> Result<BenchReport, BenchEr
         batch_size: spec.batch_size,
         images,
         batches,
+        epochs,
         seconds,
         images_per_s: images as f64 / seconds.max(1e-9),
         mb_per_s_read: (s.bytes_read - stats0.bytes_read) as f64 / 1e6 / seconds.max(1e-9),
@@ -257,6 +279,9 @@ pub(crate) struct StageResult {
     /// CPU seconds (user + system, every process involved) per 1000 images.
     pub cpu_s_per_1000: f64,
     pub cache: CacheState,
+    /// Samples the stage failed on (corrupt, or of a format it does not take): not in
+    /// `images`, and not in the rate.
+    pub failed: u64,
 }
 
 impl StageResult {
@@ -279,6 +304,7 @@ impl StageResult {
             mb_per_s: bytes as f64 / 1e6 / secs,
             cpu_s_per_1000: cpu / images.max(1) as f64 * 1000.0,
             cache,
+            failed: 0,
         }
     }
 }
@@ -570,84 +596,6 @@ impl AtLeast {
     }
 }
 
-/// Decode only (`augment == false`) or decode + augment, from bytes in memory, on `threads`
-/// threads, each image decoded as the pipeline does (ROI at the smallest DCT scale that covers
-/// the crop). Repeats the set until `at_least` is reached.
-pub(crate) fn decode_stage(
-    samples: &[(u64, Vec<u8>)],
-    spec: &PipelineSpec,
-    engine: &EngineConfig,
-    seed: u64,
-    augment: bool,
-    at_least: AtLeast,
-) -> Result<StageResult, BenchError> {
-    let threads = effective_threads(engine.threads);
-    let total = at_least.whole_passes(samples.len());
-    let image_bytes = stoker_wire::ring::SlotLayout::new(spec).image_bytes;
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let bytes = std::sync::atomic::AtomicU64::new(0);
-    let failed = std::sync::Mutex::new(None);
-    let t0 = Instant::now();
-    let (secs, cpu) = timed_threads(threads, |_| {
-        let mut decoder = match stoker_pipeline::transform::decode::CpuDecoder::new(engine.limits) {
-            Ok(d) => d,
-            Err(e) => {
-                *lock(&failed) = Some(e);
-                return;
-            }
-        };
-        let mut augmenter = stoker_pipeline::transform::augment::Augmenter::new();
-        let mut image = stoker_kernels::image::RgbImage::default();
-        let mut out = vec![0u8; image_bytes];
-        loop {
-            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if samples.is_empty() || (k >= total && t0.elapsed().as_secs_f64() >= at_least.seconds)
-            {
-                return;
-            }
-            let (index, data) = &samples[k % samples.len()];
-            if let Some(t) = engine.throttle {
-                std::thread::sleep(t.decode_delay);
-            }
-            let ok = (|| -> Result<(), stoker_pipeline::transform::decode::DecodeError> {
-                let h = stoker_pipeline::transform::decode::probe(data)?;
-                let (crop, flip) = stoker_pipeline::transform::augment::sample_params(
-                    spec, h.width, h.height, seed, 0, *index,
-                );
-                let within =
-                    decoder.decode_for_crop(data, crop, spec.crop.output_size(), &mut image)?;
-                if augment {
-                    augmenter.augment_into(&image, within, flip, spec, &mut out);
-                }
-                Ok(())
-            })();
-            if ok.is_ok() {
-                bytes.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    // The lock policy (stoker_pipeline::sync): a panicked reader thread leaves the value as is.
-    if let Some(e) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
-        return Err(BenchError::Decoder(e));
-    }
-    let name = if augment {
-        Stage::DecodeAugment
-    } else {
-        Stage::Decode
-    };
-    Ok(StageResult::new(
-        name,
-        threads,
-        done.into_inner(),
-        bytes.into_inner(),
-        secs,
-        cpu,
-        CacheState::Memory,
-    ))
-}
-
 /// Images/s of a pipeline in this process, as a stage row.
 pub(crate) fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageResult {
     // A byte count: finite and non-negative (`as` saturates).
@@ -667,8 +615,10 @@ pub(crate) fn pipeline_stage(report: &BenchReport, cache: CacheState) -> StageRe
 }
 
 mod ceiling;
+mod decode;
 mod report;
 pub(crate) use ceiling::{entropy_stage, Ceiling};
+pub(crate) use decode::decode_stage;
 pub(crate) use report::{svg_chart, verdict, Verdict};
 
 #[cfg(test)]

@@ -37,12 +37,16 @@ pub(super) fn advice(bottleneck: &str) -> &'static str {
              is read through the node cache)"
         }
         "decode" => {
-            "give the daemon more cores (--threads), or decode on the GPU (the CUDA backend, \
-             `--backend cuda`)"
+            "give the daemon more cores (--threads), let CPU hosts decode for it as remote \
+             workers (`stokerd --worker` there, `--remote-worker HOST:PORT` here; \
+             docs/multi-host.md, `stoker bench --workers` measures them), or decode on the GPU \
+             (the CUDA backend, `--backend cuda`)"
         }
         "augment" => {
-            "output u8 (dtype u8) and normalise on the GPU, or give the daemon more cores \
-             (--threads); the CUDA backend augments on the GPU"
+            "output u8 (dtype u8) and normalise on the GPU, give the daemon more cores \
+             (--threads), or let CPU hosts augment for it as remote workers (`stokerd \
+             --worker` there, `--remote-worker HOST:PORT` here; docs/multi-host.md); the CUDA \
+             backend augments on the GPU"
         }
         "delivery" => {
             "output u8 (4x fewer bytes a batch than f32) or read with more client processes \

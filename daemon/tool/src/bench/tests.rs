@@ -110,10 +110,49 @@ fn the_verdict_names_the_slowest_part_and_the_headroom_of_the_others() {
         v.line,
         "decode-bound: storage could give 3.1x more, augment could give 4.0x more; \
          end to end delivers 0.99x of the in-process pipeline; to go faster: give the daemon \
-         more cores (--threads), or decode on the GPU (the CUDA backend, `--backend cuda`)"
+         more cores (--threads), let CPU hosts decode for it as remote workers (`stokerd \
+         --worker` there, `--remote-worker HOST:PORT` here; docs/multi-host.md, `stoker bench \
+         --workers` measures them), or decode on the GPU (the CUDA backend, `--backend cuda`)"
     );
     let v = verdict(3100.0, 1000.0, 800.0, Some(790.0), Some(200.0));
     assert_eq!(v.bottleneck, "delivery", "{}", v.line);
+}
+
+/// Issue 43 item 1: where the CPU's decode or augment limits, CPU hosts decoding as remote
+/// workers would help, and the verdict says how; not where storage or delivery limits.
+#[test]
+fn a_cpu_bound_verdict_names_remote_workers() {
+    for (rates, bound) in [
+        ((3100.0, 1000.0, 800.0), "decode"),
+        ((3100.0, 5000.0, 1000.0), "augment"),
+    ] {
+        let v = verdict(rates.0, rates.1, rates.2, None, None);
+        assert_eq!(v.bottleneck, bound, "{}", v.line);
+        assert!(
+            v.line.contains("remote workers") && v.line.contains("--remote-worker HOST:PORT"),
+            "{}",
+            v.line
+        );
+    }
+    let v = verdict(500.0, 1000.0, 800.0, None, None);
+    assert_eq!(v.bottleneck, "storage");
+    assert!(!v.line.contains("remote worker"), "{}", v.line);
+}
+
+/// Issue 43 item 1: the timed epochs are bounded by time too: a run asked for up to 10,000
+/// epochs stops at the first epoch end past `until_s` (it ran all 10,000 before).
+#[test]
+fn the_in_process_run_stops_at_an_epoch_end_once_its_time_is_up() {
+    let dir = small_dataset();
+    let mut opts = BenchOptions::standard(dir.path(), 2);
+    opts.spec = PipelineSpec::train(16, 64);
+    opts.warmup_epochs = 1;
+    opts.epochs = 10_000;
+    opts.min_epochs = 2;
+    opts.until_s = Some(0.2);
+    let r = run_in_process(&opts).unwrap();
+    assert!(r.epochs >= 2 && r.epochs < 10_000, "{} epochs", r.epochs);
+    assert_eq!(r.images, 48 * r.epochs, "whole epochs only");
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! `stoker decode FILE -o out.ppm`: decode one JPEG at full size and write it as binary PPM.
+//! `stoker decode FILE -o out.ppm`: decode one image of any format stoker decodes (by its
+//! content) at full size and write it as binary PPM.
 
 #![forbid(unsafe_code)]
 
@@ -14,7 +15,7 @@ use stoker_pipeline::transform::decode::{CpuDecoder, DecodeError, Limits};
 /// Arguments of `stoker decode`.
 #[derive(Debug, clap::Args)]
 pub struct DecodeArgs {
-    /// The JPEG file to decode.
+    /// The image to decode: JPEG, PNG, WebP, BMP, TIFF or PPM/PGM, told by its content.
     pub(crate) file: PathBuf,
     /// Where to write the decoded image (binary PPM, P6).
     #[arg(short, long)]

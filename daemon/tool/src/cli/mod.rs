@@ -10,6 +10,7 @@ pub mod ops;
 pub mod pack;
 pub mod selftest;
 pub mod status;
+pub mod stop;
 pub mod synth;
 
 pub(crate) use stoker_wire::exit::Exit;

@@ -41,6 +41,8 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// Most bytes of class names an ATTACHED carries (with [`MAX_MESSAGE_BYTES`], room for ImageNet-1k's
 /// 1000 names many times over; a dataset with more is told by `classes` only).
 pub const CLASS_NAMES_BYTES: usize = 32 * 1024;
+/// Most bytes of skipped file names an ATTACHED carries: names past it are only counted.
+pub const SKIPPED_NAMES_BYTES: usize = 4 * 1024;
 /// Longest error message sent; longer ones are cut at a character boundary.
 pub(crate) const MAX_ERROR_TEXT: usize = 4096;
 
@@ -115,6 +117,14 @@ pub struct Attached {
     /// shards) or they do not fit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub class_names: Vec<String>,
+    /// Files the dataset's index left out (no format stoker decodes), counted; left out on
+    /// the wire when none were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u64,
+    /// The first few of them (paths below the dataset's root, at most
+    /// [`SKIPPED_NAMES_BYTES`] in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_first: Vec<String>,
     /// Ranks of the job attached now, this one included.
     pub ranks_attached: u32,
     /// Whether this attach created the job (the first rank) or joined it.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::SeqPacket;
 
 /// Environment variable naming the daemon's socket.
-pub(crate) const SOCKET_ENV: &str = "STOKER_SOCKET";
+pub const SOCKET_ENV: &str = "STOKER_SOCKET";
 /// Environment variable (`1`) asking for this user's own daemon even where the system
 /// daemon's socket exists: the explicit ask that lets a client whom the system socket
 /// refuses start a private daemon instead.
@@ -125,13 +125,12 @@ pub fn is_refusal(errno: Option<i32>) -> bool {
 pub fn explain_refusal(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let uid = rustix::process::getuid().as_raw();
-    let mut mine: Vec<u32> = rustix::process::getgroups()
+    let supplementary: Vec<u32> = rustix::process::getgroups()
         .unwrap_or_default()
         .iter()
         .map(|g| g.as_raw())
         .collect();
-    mine.insert(0, rustix::process::getgid().as_raw());
-    mine.dedup();
+    let mine = distinct_groups(rustix::process::getgid().as_raw(), &supplementary);
     let named = |g: u32| match super::groups::name_of(g) {
         Some(n) => format!("{g} ({n})"),
         None => g.to_string(),
@@ -163,10 +162,32 @@ pub fn explain_refusal(socket: &Path) -> String {
     )
 }
 
+/// This process's groups for a message, each once: the primary group first, then the
+/// supplementary ones in their order (the kernel's list often holds the primary one again).
+fn distinct_groups(primary: u32, supplementary: &[u32]) -> Vec<u32> {
+    let mut out = vec![primary];
+    for &g in supplementary {
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::socket::SeqPacketListener;
+
+    /// Issue 43 item 8: the refusal named a group twice ("groups [1000, 4, 24, 1000]"): the
+    /// primary group put first was only dropped where it came next.
+    #[test]
+    fn a_refusal_names_each_group_once() {
+        assert_eq!(distinct_groups(1000, &[4, 24, 1000, 27]), [1000, 4, 24, 27]);
+        assert_eq!(distinct_groups(0, &[0]), [0]);
+        assert_eq!(distinct_groups(5, &[]), [5]);
+        assert_eq!(distinct_groups(5, &[7, 7]), [5, 7]);
+    }
 
     #[test]
     fn a_client_takes_the_env_then_an_answering_system_daemon_then_its_own() {

@@ -68,7 +68,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const RACY_WINDOW_NS: i128 = 100_000_000;
 
 /// File extensions (lowercase) taken as images in folder layouts.
-pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "jpe", "jfif", "mpo", "png", "webp"];
+pub const IMAGE_EXTENSIONS: &[&str] = &[
+    "jpg", "jpeg", "jpe", "jfif", "mpo", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm",
+];
 
 const CACHE_MAGIC: &[u8; 8] = b"STKINDEX";
 
@@ -83,7 +85,8 @@ use walk::{Walk, WalkBudget};
 /// 4: the files a folder walk skipped (count and first names).
 /// 5: tar samples' fields (their other members, see [`fields`]).
 /// 6: folders' sidecar files as fields.
-const CACHE_VERSION: u32 = 6;
+/// 7: BMP, TIFF, PPM and PGM files are samples (issue 43; a folder indexed before skipped them).
+const CACHE_VERSION: u32 = 7;
 
 /// The layout of a dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -145,26 +145,30 @@ fn a_folder_walk_counts_and_names_the_files_it_skips_and_the_cache_keeps_them() 
     let root = t.path().join("data");
     write(&root.join("cat/a.jpg"), b"a");
     write(&root.join("cat/b.gif"), b"GIF89a");
-    write(&root.join("cat/deep/c.bmp"), b"BM");
+    write(&root.join("cat/deep/c.avif"), b"....ftypavif");
     write(&root.join("cat/labels.txt"), b"metadata, not a sample");
     write(&root.join("dog/d.png"), b"png");
-    write(&root.join("dog/e.tiff"), b"II*");
+    write(&root.join("dog/e.heic"), b"....ftypheic");
     write(&root.join("dog/.f.avif"), b"hidden");
+    // Issue 43: BMP, TIFF, PPM and PGM are samples, as in torchvision's ImageFolder.
+    for name in ["g.bmp", "h.tif", "i.TIFF", "j.ppm", "k.pgm"] {
+        write(&root.join("dog").join(name), b"image");
+    }
     let cache = t.path().join("cache");
     let ds = Dataset::open(&root, &opts(&cache)).unwrap();
-    assert_eq!(ds.len(), 2);
+    assert_eq!(ds.len(), 7);
     let want = Skipped {
         count: 3,
         first: vec![
             "cat/b.gif".into(),
-            "cat/deep/c.bmp".into(),
-            "dog/e.tiff".into(),
+            "cat/deep/c.avif".into(),
+            "dog/e.heic".into(),
         ],
     };
     assert_eq!(ds.skipped(), &want);
     assert_eq!(
         ds.skipped().summary().unwrap(),
-        "3 files skipped (not a supported image format): cat/b.gif, cat/deep/c.bmp, dog/e.tiff"
+        "3 files skipped (not a supported image format): cat/b.gif, cat/deep/c.avif, dog/e.heic"
     );
     settle();
     let _ = Dataset::open(&root, &opts(&cache)).unwrap();

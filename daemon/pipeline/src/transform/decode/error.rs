@@ -9,24 +9,27 @@ use super::{ImageFormat, Limits, MAX_SCANS};
 /// Why an image could not be decoded. Each variant has a stable [`DecodeError::reason`] code.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecodeError {
-    /// The data is no format stoker decodes (JPEG, PNG, WebP).
-    #[error("not an image format stoker decodes (JPEG, PNG, WebP): looks like {what}")]
+    /// The data is no format stoker decodes (JPEG, PNG, WebP, BMP, TIFF, PPM/PGM).
+    #[error(
+        "not an image format stoker decodes (JPEG, PNG, WebP, BMP, TIFF, PPM/PGM): looks like \
+         {what}"
+    )]
     UnknownFormat {
         /// What the first bytes look like (a name, or the bytes in hex).
         what: String,
     },
-    /// A PNG or WebP file that ends before its image does.
+    /// A file of another format than JPEG that ends before its image does.
     #[error("truncated {format} data: {detail}")]
     TruncatedImage {
-        /// PNG or WebP.
+        /// The file's format.
         format: ImageFormat,
         /// The format decoder's message.
         detail: String,
     },
-    /// A PNG or WebP file its decoder found invalid.
+    /// A file of another format than JPEG its decoder found invalid.
     #[error("corrupt {format} data: {detail}")]
     CorruptImage {
-        /// PNG or WebP.
+        /// The file's format.
         format: ImageFormat,
         /// The format decoder's message.
         detail: String,
@@ -48,6 +51,15 @@ pub enum DecodeError {
     Warning {
         /// libjpeg's warning.
         detail: String,
+    },
+    /// A valid image of another format than JPEG of a kind stoker does not decode (a TIFF of
+    /// floating-point samples, ...).
+    #[error("unsupported {format}: {what}")]
+    UnsupportedImage {
+        /// The image's format.
+        format: ImageFormat,
+        /// What kind of image it is.
+        what: String,
     },
     /// A valid JPEG of a kind stoker does not decode (12-bit, lossless, ...).
     #[error("unsupported JPEG: {what}")]
@@ -105,7 +117,7 @@ impl DecodeError {
             DecodeError::Truncated { .. } | DecodeError::TruncatedImage { .. } => "truncated",
             DecodeError::Corrupt { .. } | DecodeError::CorruptImage { .. } => "corrupt",
             DecodeError::Warning { .. } => "corrupt_warning",
-            DecodeError::Unsupported { .. } => "unsupported",
+            DecodeError::Unsupported { .. } | DecodeError::UnsupportedImage { .. } => "unsupported",
             DecodeError::TooLarge { .. } => "too_large",
             DecodeError::FileTooLarge { .. } => "file_too_large",
             DecodeError::TooManyScans { .. } => "too_many_scans",

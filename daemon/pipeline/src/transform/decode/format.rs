@@ -1,5 +1,5 @@
 //! Recognising a file by its first bytes, never by its name: [`ImageFormat::detect`] is the one
-//! rule saying which decoder a file goes to (JPEG, PNG or WebP).
+//! rule saying which decoder a file goes to (JPEG, PNG, WebP, BMP, TIFF or PPM/PGM).
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +18,12 @@ pub enum ImageFormat {
     Png,
     /// Decoded on the CPU by the `image-webp` crate, on both backends.
     WebP,
+    /// Windows bitmap; decoded on the CPU by the `image` crate, on both backends.
+    Bmp,
+    /// TIFF (8- and 16-bit samples); decoded on the CPU by the `image` crate (`tiff`).
+    Tiff,
+    /// Netpbm: PBM, PGM and PPM (`P1` to `P6`); decoded on the CPU by the `image` crate.
+    Pnm,
 }
 
 impl ImageFormat {
@@ -31,6 +37,12 @@ impl ImageFormat {
             Some(ImageFormat::Png)
         } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP") {
             Some(ImageFormat::WebP)
+        } else if bytes.starts_with(b"BM") && bytes.len() >= 14 {
+            Some(ImageFormat::Bmp)
+        } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+            Some(ImageFormat::Tiff)
+        } else if is_netpbm(bytes) {
+            Some(ImageFormat::Pnm)
         } else {
             None
         }
@@ -42,8 +54,16 @@ impl ImageFormat {
             ImageFormat::Jpeg => "JPEG",
             ImageFormat::Png => "PNG",
             ImageFormat::WebP => "WebP",
+            ImageFormat::Bmp => "BMP",
+            ImageFormat::Tiff => "TIFF",
+            ImageFormat::Pnm => "PPM/PGM",
         }
     }
+}
+
+/// `P1` to `P6` and whitespace: a Netpbm header, as Pillow's PPM plugin reads them.
+fn is_netpbm(bytes: &[u8]) -> bool {
+    matches!(bytes, [b'P', b'1'..=b'6', w, ..] if w.is_ascii_whitespace())
 }
 
 impl std::fmt::Display for ImageFormat {
@@ -65,5 +85,20 @@ mod tests {
         assert_eq!(detect(b"\x89PNG\r\n\x1a"), None, "a cut signature");
         assert_eq!(detect(b"RIFF\0\0\0\0WAVEfmt "), None);
         assert_eq!(detect(b"GIF89a...."), None);
+        assert_eq!(
+            detect(b"BM\0\0\0\0\0\0\0\0\x36\0\0\0"),
+            Some(ImageFormat::Bmp)
+        );
+        assert_eq!(detect(b"BM"), None, "too short for a BMP header");
+        assert_eq!(detect(b"II*\0\x08\0\0\0"), Some(ImageFormat::Tiff));
+        assert_eq!(detect(b"MM\0*\0\0\0\x08"), Some(ImageFormat::Tiff));
+        assert_eq!(detect(b"P6\n4 4\n255\n"), Some(ImageFormat::Pnm));
+        assert_eq!(detect(b"P5 4 4 255 "), Some(ImageFormat::Pnm));
+        assert_eq!(
+            detect(b"P7\nWIDTH 4"),
+            None,
+            "PAM: Pillow reads no P7 either"
+        );
+        assert_eq!(detect(b"Plain text"), None);
     }
 }

@@ -17,12 +17,12 @@
 use stoker_kernels::image::{CropBox, RgbImage};
 
 use super::error::check_size;
-use super::{exif, png, probe, webp, CpuDecoder, DecodeError, ImageFormat, Limits};
+use super::{exif, png, probe, raster, webp, CpuDecoder, DecodeError, ImageFormat, Limits};
 
 /// What any image's header says, read without decoding a pixel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageHeader {
-    /// JPEG, PNG or WebP.
+    /// The format, by the file's content.
     pub format: ImageFormat,
     /// Width in pixels, as stored (before the EXIF orientation).
     pub width: u32,
@@ -40,6 +40,9 @@ pub fn probe_image(bytes: &[u8]) -> Result<ImageHeader, DecodeError> {
     let (format, (width, height), orientation) = match ImageFormat::detect(bytes) {
         Some(ImageFormat::Png) => (ImageFormat::Png, png::size(bytes)?, 1),
         Some(ImageFormat::WebP) => (ImageFormat::WebP, webp::size(bytes)?, 1),
+        Some(f @ (ImageFormat::Bmp | ImageFormat::Tiff | ImageFormat::Pnm)) => {
+            (f, raster::size(f, bytes)?, 1)
+        }
         // JPEG, and the error naming what anything else looks like.
         Some(ImageFormat::Jpeg) | None => {
             let h = probe(bytes)?;
@@ -57,7 +60,8 @@ pub fn probe_image(bytes: &[u8]) -> Result<ImageHeader, DecodeError> {
 }
 
 impl CpuDecoder {
-    /// Decodes a PNG or WebP whole into `out` (packed RGB), within the limits.
+    /// Decodes an image of another format than JPEG whole into `out` (packed RGB), within the
+    /// limits.
     pub(super) fn decode_other(
         &mut self,
         format: ImageFormat,
@@ -68,8 +72,11 @@ impl CpuDecoder {
         match format {
             ImageFormat::Png => png::decode(bytes, &self.limits, out, &mut self.pixels),
             ImageFormat::WebP => webp::decode(bytes, &self.limits, out, &mut self.pixels),
+            ImageFormat::Bmp | ImageFormat::Tiff | ImageFormat::Pnm => {
+                raster::decode(format, bytes, &self.limits, out, &mut self.pixels)
+            }
             ImageFormat::Jpeg => Err(DecodeError::Internal {
-                detail: String::from("a JPEG sent to the PNG/WebP decoders"),
+                detail: String::from("a JPEG sent to the decoders of the other formats"),
             }),
         }
     }

@@ -6,8 +6,8 @@
 //!   `sys` module, the only unsafe code here) and a scratch buffer, so steady-state decoding does
 //!   not allocate once `out` has grown to the largest image.
 //! - The format is recognised by its first bytes ([`ImageFormat::detect`]), never by the file
-//!   name. PNG and WebP are decoded whole by pure-Rust decoders (`image`); other formats are
-//!   named in [`DecodeError::UnknownFormat`].
+//!   name. PNG, WebP, BMP, TIFF and PPM/PGM are decoded whole by pure-Rust decoders (`image`);
+//!   other formats are named in [`DecodeError::UnknownFormat`].
 //! - Output is always packed 8-bit RGB. Grayscale is expanded by libjpeg; CMYK and YCCK are
 //!   decoded to CMYK and converted here with the Adobe (inverted) convention, the same formula
 //!   as libjpeg-turbo's `djpeg`: `R = C * K / 255` on the stored values.
@@ -40,6 +40,7 @@ mod header;
 mod image;
 mod markers;
 mod png;
+mod raster;
 mod restart;
 pub mod routing;
 mod sniff;
@@ -451,7 +452,8 @@ impl CpuDecoder {
         Ok(header)
     }
 
-    /// Decodes the whole image (JPEG, PNG or WebP) at full size into `out` (packed RGB).
+    /// Decodes the whole image (of any format stoker decodes) at full size into `out` (packed
+    /// RGB).
     pub fn decode_full(&mut self, bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
         if let Some(format) = other_format(bytes) {
             return self.decode_other(format, bytes, out);

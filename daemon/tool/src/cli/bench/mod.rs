@@ -62,9 +62,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     pub(crate) epochs: u64,
     /// Warm runs last at least this long: the decode stages repeat their samples, and the
-    /// timed epochs grow from --epochs until, at the measured decode+augment rate, they take
-    /// this long. The pipeline, the clients, the scaling runs and the peers all run that many
-    /// epochs. Cold runs are one epoch whatever its length.
+    /// in-process pipeline runs timed epochs from --epochs until this time is up (at most as
+    /// many as the measured decode+augment rate says take this long). The clients, the
+    /// scaling runs and the peers run as many epochs as it did. Cold runs are one epoch
+    /// whatever its length.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) min_seconds: f64,
     #[arg(long, default_value_t = 1)]
@@ -110,12 +111,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub(crate) local_copy: Option<PathBuf>,
     /// The peers' Python (default: $STOKER_PEER_PYTHON, which the wheel's stoker sets to its
-    /// own, else /tmp/peer/bin/python if it exists).
+    /// own, else `python3` on PATH).
     #[arg(long)]
     pub(crate) peer_python: Option<PathBuf>,
     /// The peers' folder (default: $STOKER_PEERS, else the wheel's stoker/peers beside this
-    /// executable, else python/stoker/peers or ../shared/peers beside the working directory or
-    /// the dataset).
+    /// executable, else python/stoker/peers in the working directory).
     #[arg(long)]
     pub(crate) peers: Option<PathBuf>,
     /// Write the report as JSON to this file (default: stoker-bench-NAME.json here, NAME being
@@ -270,6 +270,7 @@ fn bench_options(
     let mut opts = BenchOptions::standard(&data, threads);
     opts.spec = spec.clone();
     opts.epochs = args.epochs.max(1);
+    opts.min_epochs = opts.epochs;
     opts.warmup_epochs = args.warmup;
     opts.seed = args.seed;
     Ok((data, threads, opts))
@@ -312,16 +313,11 @@ fn bench(args: &BenchArgs, spec: PipelineSpec) -> Result<FullReport, String> {
         });
     }
     decode_stages(args, &spec, &mut opts, &ds, &mut stages)?;
+    let pipeline = timed_pipeline(args, &mut opts, &mut stages)?;
     let args = &BenchArgs {
         epochs: opts.epochs,
         ..args.clone()
     };
-    progress(&format!(
-        "pipeline in process ({} warm-up + {} timed epochs)",
-        opts.warmup_epochs, opts.epochs
-    ));
-    let pipeline = run_in_process(&opts).map_err(|e| e.to_string())?;
-    stages.push(pipeline_stage(&pipeline, CacheState::Warm));
 
     let eviction = if args.cold {
         Some(cold_in_process(&ds, &opts, &mut stages)?)
@@ -418,10 +414,37 @@ fn decode_stages(
     let both = decode_stage(&samples, spec, &opts.engine, args.seed, true, at_least)
         .map_err(|e| e.to_string())?;
     drop(samples);
-    // From here on every warm run (pipeline, clients, scaling, peers) runs this many epochs.
+    // The in-process pipeline runs up to this many epochs, and stops at the first epoch end
+    // after --min-seconds (and --epochs): a rate measured on a few samples cannot make it run
+    // for long.
     opts.epochs = timed_epochs(args.epochs, min_s, both.images_per_s, ds.len());
+    opts.until_s = Some(min_s);
     stages.push(both);
     Ok(())
+}
+
+/// The warm in-process pipeline, up to `opts.epochs` timed epochs and stopped at the first
+/// epoch end past --min-seconds; then sets `opts` so that every later warm run (clients,
+/// scaling, peers) times the epochs it ran, whatever the decode rate promised.
+// String error: a failed run is one message for the user, composed at the CLI edge (which
+// step, which file or process) and printed as is.
+fn timed_pipeline(
+    args: &BenchArgs,
+    opts: &mut BenchOptions,
+    stages: &mut Vec<StageResult>,
+) -> Result<BenchReport, String> {
+    progress(&format!(
+        "pipeline in process ({} warm-up + up to {} timed epochs, {:.1} s at least)",
+        opts.warmup_epochs,
+        opts.epochs,
+        args.min_seconds.max(0.0)
+    ));
+    let pipeline = run_in_process(opts).map_err(|e| e.to_string())?;
+    stages.push(pipeline_stage(&pipeline, CacheState::Warm));
+    opts.epochs = pipeline.epochs.max(1);
+    opts.min_epochs = opts.epochs;
+    opts.until_s = None;
+    Ok(pipeline)
 }
 
 /// The cold-cache storage and in-process pipeline rows; returns how the cache was emptied.

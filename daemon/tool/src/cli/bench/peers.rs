@@ -56,7 +56,7 @@ pub(super) fn peers_dir(args: &BenchArgs, data: &Path) -> Option<PathBuf> {
 }
 
 /// The peers' Python: `--peer-python`, else `$STOKER_PEER_PYTHON` (the wheel's `stoker`
-/// sets its own), else /tmp/peer/bin/python if it exists.
+/// sets its own), else `python3` on `PATH`.
 fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
     args.peer_python
         .clone()
@@ -66,8 +66,10 @@ fn peer_python(args: &BenchArgs) -> Option<PathBuf> {
                 .map(PathBuf::from)
         })
         .or_else(|| {
-            let p = PathBuf::from("/tmp/peer/bin/python");
-            p.exists().then_some(p)
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("python3"))
+                .find(|p| p.is_file())
         })
 }
 

@@ -57,16 +57,7 @@ pub(super) fn table(r: &FullReport) -> String {
         s += "cold rows: the objects' copies deleted from the node cache first (read from the \
               server); warm rows read the node cache\n\n";
     }
-    s += &format!(
-        "{:<28} {:>6} {:>7} {:>10} {:>9} {:>12}\n",
-        "stage", "cache", "threads", "images/s", "MB/s", "CPU s/1000"
-    );
-    for st in &r.stages {
-        s += &format!(
-            "{:<28} {:>6} {:>7} {:>10.1} {:>9.1} {:>12.2}\n",
-            st.stage, st.cache, st.threads, st.images_per_s, st.mb_per_s, st.cpu_s_per_1000
-        );
-    }
+    s += &stage_rows(&r.stages);
     for e in &r.end_to_end {
         s += &format!(
             "{:<28} {:>6} {:>7} {:>10.1} {:>9.1} {:>12}   wait p50 {:.2} ms, p99 {:.2} ms\n",
@@ -82,6 +73,13 @@ pub(super) fn table(r: &FullReport) -> String {
             e.cpu_s_per_1000.map_or("-".into(), |c| format!("{c:.2}")),
             e.wait_p50_ms,
             e.wait_p99_ms
+        );
+    }
+    s += &failures(&r.stages);
+    if let Some(p) = r.pipeline.as_ref().filter(|p| p.bad_samples > 0) {
+        s += &format!(
+            "pipeline (in-process): {} bad samples replaced (as the daemon replaces them)\n",
+            p.bad_samples
         );
     }
     s += MB_PER_S_NOTE;
@@ -101,6 +99,38 @@ pub(super) fn table(r: &FullReport) -> String {
     s
 }
 
+/// The header and one row per stage.
+fn stage_rows(stages: &[StageResult]) -> String {
+    let mut s = format!(
+        "{:<28} {:>6} {:>7} {:>10} {:>9} {:>12}\n",
+        "stage", "cache", "threads", "images/s", "MB/s", "CPU s/1000"
+    );
+    for st in stages {
+        s += &format!(
+            "{:<28} {:>6} {:>7} {:>10.1} {:>9.1} {:>12.2}\n",
+            st.stage, st.cache, st.threads, st.images_per_s, st.mb_per_s, st.cpu_s_per_1000
+        );
+    }
+    s
+}
+
+/// One line per stage row that failed on samples: those are not in its images/s.
+fn failures(stages: &[StageResult]) -> String {
+    stages
+        .iter()
+        .filter(|st| st.failed > 0)
+        .map(|st| {
+            format!(
+                "{}: {} of {} failed (corrupt, or a format this stage does not decode); \
+                 images/s counts the decoded ones\n",
+                st.stage.name(),
+                st.failed,
+                st.images + st.failed
+            )
+        })
+        .collect()
+}
+
 /// Which bytes the MB/s column counts: not the same on every row.
 pub(super) const MB_PER_S_NOTE: &str =
     "MB/s: stage rows count the compressed file bytes read (storage) \
@@ -109,7 +139,10 @@ pub(super) const MB_PER_S_NOTE: &str =
 
 /// The ceiling line, the scaling lines and the peers' figures, under the table.
 fn scaling_and_peers(r: &FullReport) -> String {
-    let mut s = r.ceiling.map_or(String::new(), |c| c.line());
+    let mut s = r.ceiling.map_or_else(
+        || Ceiling::not_shown(&r.stages).unwrap_or_default(),
+        |c| c.line(),
+    );
     let warm: Vec<&ServedResult> = r
         .end_to_end
         .iter()

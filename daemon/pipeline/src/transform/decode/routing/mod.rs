@@ -46,7 +46,7 @@ pub fn route_image(
 ) -> Routed {
     if matches!(
         ImageFormat::detect(jpeg),
-        Some(ImageFormat::Png | ImageFormat::WebP)
+        Some(f) if f != ImageFormat::Jpeg
     ) {
         return Routed {
             route: Route::Cpu,
