@@ -364,7 +364,8 @@ fn serve_worker_only(
 ) -> Result<(), ServiceError> {
     if let Some(addr) = file.metrics_addr() {
         let prom = crate::service::metrics::install()?;
-        metrics::spawn_listener(addr, prom, crate::remote::tally::metrics_text)?;
+        let scrapers = file.metrics.scrapers.clone();
+        metrics::spawn_listener(addr, prom, scrapers, crate::remote::tally::metrics_text)?;
     }
     if let Some(w) = watchdog {
         let notifier = Arc::clone(notifier);
