@@ -24,8 +24,8 @@
 //! - With `--op-costs`, after the rounds: the recipe once without each kind of operation (and
 //!   without the batch mix), and
 //!   once with a do-nothing operation per view (the 8-bit path's own cost: a view with
-//!   operations is cropped to 8 bits, operated on, then normalised, not fused), each augment
-//!   time beside the whole recipe's.
+//!   operations is cropped to 8 bits, operated on, then normalised, not fused), each right
+//!   before the whole recipe again, the two augment times side by side.
 //! - Each stoker line shows the stage times (worker ms per image, summed over threads) and the
 //!   augment stage's share of read + decode + augment.
 //!
@@ -257,9 +257,11 @@ pub(super) fn op_kinds(spec: &PipelineSpec) -> Vec<&'static str> {
 
 /// With `--op-costs`: the recipe once without each kind of operation, and once with every
 /// operation replaced by a RandomInvert(p=0) (the 8-bit path with no work: crop to 8 bits,
-/// then normalise), printed beside the whole recipe's augment time (`full`, ms per image).
+/// then normalise), each followed by the whole recipe so that the two are measured under the
+/// same load of a shared machine; the difference of their augment times is what the part
+/// left out costs.
 // String error: a failed run is one message for the user, composed at the CLI edge.
-fn op_costs(recipe: Recipe, opts: &BenchOptions, full: f64) -> Result<(), String> {
+fn op_costs(recipe: Recipe, opts: &BenchOptions) -> Result<(), String> {
     let name = recipe.name();
     let idle = Op::RandomInvert { p: 0.0 };
     let plain = without_ops(&opts.spec);
@@ -290,18 +292,24 @@ fn op_costs(recipe: Recipe, opts: &BenchOptions, full: f64) -> Result<(), String
         variants.push(("without MixUp/CutMix".to_string(), spec));
     }
     for (what, spec) in variants {
-        progress(&format!("recipe {name}: stoker, {what}"));
+        progress(&format!(
+            "recipe {name}: stoker, {what}, then the whole recipe"
+        ));
         let o = BenchOptions {
             spec,
             ..opts.clone()
         };
         let r = run_in_process(&o).map_err(|e| e.to_string())?;
         stoker_line(&format!("{name} {what}"), &r);
+        let full = run_in_process(opts).map_err(|e| e.to_string())?;
+        stoker_line(&format!("{name} right after"), &full);
         println!(
-            "recipe {name}: {what}: augment {:.2} ms per image, {:+.2} ms against the whole recipe's {:.2} (median of the rounds)",
+            "recipe {name}: {what}: augment {:.2} ms per image against {:.2} for the whole recipe right after ({:+.2} ms); {:.1} against {:.1} img/s",
             r.augment_ms_per_image,
-            r.augment_ms_per_image - full,
-            full
+            full.augment_ms_per_image,
+            full.augment_ms_per_image - r.augment_ms_per_image,
+            r.images_per_s,
+            full.images_per_s
         );
     }
     Ok(())
@@ -394,9 +402,7 @@ pub(super) fn run(args: &BenchArgs, recipe: Recipe) -> Exit {
         Ok(rounds) => {
             summary(recipe, &plain, &rounds);
             if args.op_costs {
-                let augment: Vec<f64> =
-                    rounds.iter().map(|r| r.ours.augment_ms_per_image).collect();
-                if let Err(e) = op_costs(recipe, &opts, median(&augment)) {
+                if let Err(e) = op_costs(recipe, &opts) {
                     eprintln!("stoker bench: {e}");
                     return Exit::Failure;
                 }
