@@ -10,7 +10,9 @@
 //!
 //! With `--backend cuda` it measures the GPU path instead (`cuda.rs`): the hardware JPEG
 //! engines' batched decode rate and `stokerd --backend cuda` end to end. With `--views dino`
-//! only the several-views row (`views.rs`): stoker beside the DataLoader doing the same views.
+//! only the several-views row (`views.rs`): stoker beside the DataLoader doing the same views;
+//! with `--recipe` only a training recipe's row (`recipe.rs`): its operations, beside the
+//! DataLoader with the same torchvision Compose and DALI.
 //!
 //! # Limitations
 //! - With `--socket`, the daemon's peak memory and CPU time are not known (it may be shared).
@@ -131,6 +133,19 @@ pub struct BenchArgs {
     /// DataLoader doing the same views in the same run.
     #[arg(long, value_enum)]
     pub(crate) views: Option<views::ViewsPreset>,
+    /// Only a training recipe's row (docs/benchmarks.md): `torchvision-reference` (RRC 176,
+    /// flip, TrivialAugmentWide, normalise, RandomErasing 0.1) or `dino` (2 x 224 + 6 x 96
+    /// views with DINO's colour operations), in process, against the PyTorch DataLoader with
+    /// the same torchvision Compose and (reference) DALI's CPU pipeline, in the same run.
+    #[arg(long, value_enum, conflicts_with = "views")]
+    pub(crate) recipe: Option<recipe::Recipe>,
+    /// With --recipe: also run the recipe once without each kind of operation, and once with
+    /// a do-nothing operation (the 8-bit path alone), to show what each costs.
+    #[arg(long)]
+    pub(crate) op_costs: bool,
+    /// With --recipe: the Python that has DALI (default: the peers' Python).
+    #[arg(long)]
+    pub(crate) dali_python: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) remote: workers::WorkersArgs,
 }
@@ -205,6 +220,9 @@ fn progress(step: &str) {
 pub fn run(args: &BenchArgs) -> Exit {
     if let Some(preset) = args.views {
         return views::run(args, preset);
+    }
+    if let Some(recipe) = args.recipe {
+        return recipe::run(args, recipe);
     }
     let spec = args.spec.spec();
     if let Err(e) = spec.validate() {
@@ -636,6 +654,7 @@ fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64
 
 mod cuda;
 mod peers;
+mod recipe;
 mod report;
 mod served;
 mod spec_args;

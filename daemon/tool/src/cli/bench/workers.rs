@@ -46,7 +46,8 @@ pub(crate) struct WorkersArgs {
     /// daemon's default (`remote.connections`).
     #[arg(long)]
     pub worker_connections: Option<usize>,
-    /// Rounds of each (alone, with the workers), alternating.
+    /// Rounds of each (alone, with the workers), alternating; with `--recipe`, rounds of
+    /// stoker and its peers.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }
