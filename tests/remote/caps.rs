@@ -6,8 +6,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use stoker_daemon::remote::auth;
+use stoker_daemon::remote::seal::Session;
 use stoker_daemon::remote::unit::fingerprint;
-use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
+use stoker_daemon::remote::wire::{Message, OpenJob};
 use stoker_pipeline::engine::BadSamplePolicy;
 use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_testkit::attach::u8_spec;
@@ -19,16 +20,16 @@ fn soon() -> Instant {
     Instant::now() + Duration::from_secs(30)
 }
 
-/// An authenticated connection to the worker at `addr`.
-fn home_connection(world: &World, addr: &str) -> TcpStream {
+/// An authenticated connection to the worker at `addr`, and its session.
+fn home_connection(world: &World, addr: &str) -> (TcpStream, Session) {
     let mut s = TcpStream::connect(addr).unwrap();
-    auth::connect(
+    let session = auth::connect(
         &mut s,
         &secret(world, "a-test-secret-of-some-length"),
         soon(),
     )
     .unwrap();
-    s
+    (s, session)
 }
 
 /// What a home daemon sends to open `world`'s dataset as job `job` with output `side`.
@@ -46,9 +47,9 @@ fn open_job(world: &World, job: u32, seed: u64, side: u32) -> Message {
     }))
 }
 
-fn ask(s: &mut TcpStream, message: &Message) -> Message {
-    write_message(s, message, &[]).unwrap();
-    read_message(s, Some(soon())).unwrap()
+fn ask((s, session): &mut (TcpStream, Session), message: &Message) -> Message {
+    session.write(s, message, &[]).unwrap();
+    session.read(s, Some(soon())).unwrap()
 }
 
 #[test]
@@ -76,9 +77,9 @@ fn a_connection_keeps_a_bounded_number_of_jobs_and_names_those_it_lets_go() {
         Message::Refused { reason, .. } => assert!(reason.contains("no such job"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    write_message(&mut s, &unit(2, 39), &[]).unwrap();
+    s.1.write(&mut s.0, &unit(2, 39), &[]).unwrap();
     assert!(matches!(
-        read_message(&mut s, Some(soon())).unwrap(),
+        s.1.read(&mut s.0, Some(soon())).unwrap(),
         Message::Done { id: 2, .. }
     ));
     wait_for_line(&log, "jobs open on this connection");
@@ -105,11 +106,11 @@ fn the_pixel_memory_of_one_peer_is_capped_and_freed_when_it_goes() {
             epoch: 0,
             indices: indices.clone(),
         };
-        write_message(&mut s, &unit, &[]).unwrap();
-        let answer = read_message(&mut s, Some(soon())).unwrap();
+        s.1.write(&mut s.0, &unit, &[]).unwrap();
+        let answer = s.1.read(&mut s.0, Some(soon())).unwrap();
         if let Message::Done { bytes, .. } = &answer {
             let mut pixels = vec![0u8; usize::try_from(*bytes).unwrap()];
-            stoker_daemon::remote::wire::read_exact_by(&mut s, &mut pixels, Some(soon())).unwrap();
+            s.1.read_into(&mut s.0, &mut pixels, Some(soon())).unwrap();
         }
         answers.push(answer);
         held.push(s);
@@ -149,13 +150,14 @@ fn peers_that_never_authenticate_do_not_keep_a_home_daemon_out() {
     let mut s = TcpStream::connect(&addr).unwrap();
     let quick = Instant::now() + Duration::from_secs(1);
     let key = secret(&world, "a-test-secret-of-some-length");
-    auth::connect(&mut s, &key, quick).unwrap_or_else(|e| {
+    let session = auth::connect(&mut s, &key, quick).unwrap_or_else(|e| {
         panic!(
             "an authenticated home was kept out by silent peers ({e}); worker log:\n{}",
             read_log(&log)
         )
     });
     assert!(started.elapsed() < Duration::from_secs(1));
+    let mut s = (s, session);
     assert!(matches!(
         ask(&mut s, &open_job(&world, 0, 1, 32)),
         Message::Opened { job: 0, .. }

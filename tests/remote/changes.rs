@@ -7,8 +7,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use stoker_daemon::remote::auth;
+use stoker_daemon::remote::seal::Session;
 use stoker_daemon::remote::unit::fingerprint;
-use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
+use stoker_daemon::remote::wire::{Message, OpenJob};
 use stoker_pipeline::engine::BadSamplePolicy;
 use stoker_pipeline::source::index::{Dataset, OpenOptions};
 use stoker_testkit::attach::u8_spec;
@@ -16,7 +17,12 @@ use stoker_testkit::attach::u8_spec;
 use super::refusals::{secret, wait_for_line};
 use super::*;
 
-fn open_job(home: &mut TcpStream, job: u32, data: &Path, fingerprint: &str) -> Message {
+fn open_job(
+    (home, session): (&mut TcpStream, &mut Session),
+    job: u32,
+    data: &Path,
+    fingerprint: &str,
+) -> Message {
     let open = OpenJob {
         job,
         dataset: data.to_str().unwrap().to_owned(),
@@ -27,8 +33,12 @@ fn open_job(home: &mut TcpStream, job: u32, data: &Path, fingerprint: &str) -> M
         max_pixels: 1 << 20,
         max_file_bytes: 1 << 20,
     };
-    write_message(home, &Message::Open(Box::new(open)), &[]).unwrap();
-    read_message(home, Some(Instant::now() + Duration::from_secs(10))).unwrap()
+    session
+        .write(home, &Message::Open(Box::new(open)), &[])
+        .unwrap();
+    session
+        .read(home, Some(Instant::now() + Duration::from_secs(10)))
+        .unwrap()
 }
 
 fn fingerprint_of(data: &Path) -> String {
@@ -47,10 +57,11 @@ fn a_dataset_that_changed_since_the_worker_opened_it_is_opened_again() {
     let (_worker, log, addr) = world.worker("worker");
     let mut home = TcpStream::connect(&addr).unwrap();
     let right = secret(&world, "a-test-secret-of-some-length");
-    auth::connect(&mut home, &right, Instant::now() + Duration::from_secs(5)).unwrap();
+    let mut session =
+        auth::connect(&mut home, &right, Instant::now() + Duration::from_secs(5)).unwrap();
 
     let before = fingerprint_of(&data);
-    let reply = open_job(&mut home, 1, &data, &before);
+    let reply = open_job((&mut home, &mut session), 1, &data, &before);
     assert!(matches!(reply, Message::Opened { job: 1, .. }), "{reply:?}");
 
     // A new image in a class folder: the home indexes 7 samples, the worker had 6.
@@ -58,7 +69,7 @@ fn a_dataset_that_changed_since_the_worker_opened_it_is_opened_again() {
     std::fs::write(data.join("c0").join("img500.jpg"), first).unwrap();
     let after = fingerprint_of(&data);
     assert_ne!(before, after);
-    let reply = open_job(&mut home, 2, &data, &after);
+    let reply = open_job((&mut home, &mut session), 2, &data, &after);
     assert!(
         matches!(reply, Message::Opened { job: 2, .. }),
         "{reply:?}\n{}",
@@ -71,8 +82,10 @@ fn a_dataset_that_changed_since_the_worker_opened_it_is_opened_again() {
         epoch: 0,
         indices: (0..7).collect(),
     };
-    write_message(&mut home, &unit, &[]).unwrap();
-    let reply = read_message(&mut home, Some(Instant::now() + Duration::from_secs(10))).unwrap();
+    session.write(&mut home, &unit, &[]).unwrap();
+    let reply = session
+        .read(&mut home, Some(Instant::now() + Duration::from_secs(10)))
+        .unwrap();
     let Message::Done {
         id: 7,
         samples,
@@ -84,12 +97,18 @@ fn a_dataset_that_changed_since_the_worker_opened_it_is_opened_again() {
     assert_eq!(samples.len(), 7);
     assert_eq!(bytes, 7 * 32 * 32 * 3);
     let mut pixels = vec![0u8; usize::try_from(bytes).unwrap()];
-    std::io::Read::read_exact(&mut home, &mut pixels).unwrap();
+    session
+        .read_into(
+            &mut home,
+            &mut pixels,
+            Some(Instant::now() + Duration::from_secs(10)),
+        )
+        .unwrap();
 
     // A fingerprint no reading can match (another dataset's) is refused, and the worker does
     // not read the folder again for every such open: it just did.
     for job in 3..6 {
-        let reply = open_job(&mut home, job, &data, "0123abcd");
+        let reply = open_job((&mut home, &mut session), job, &data, "0123abcd");
         match reply {
             Message::Refused { reason, .. } => assert!(reason.contains("differs here"), "{reason}"),
             other => panic!("{other:?}"),

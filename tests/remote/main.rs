@@ -20,6 +20,7 @@ mod prefix;
 mod quickstart;
 mod recipes;
 mod refusals;
+mod relay;
 mod restart;
 mod s3;
 mod secret_file;

@@ -5,7 +5,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use stoker_daemon::remote::auth::{self, Secret};
-use stoker_daemon::remote::wire::{read_message, write_message, Message, SampleFate, SampleResult};
+use stoker_daemon::remote::seal::Session;
+use stoker_daemon::remote::wire::{Message, SampleFate, SampleResult};
 
 use super::*;
 
@@ -35,25 +36,25 @@ fn fake_worker(secret: &Path, garbage: Garbage) -> String {
         for stream in listener.incoming().take(20) {
             let mut s = stream.unwrap();
             let deadline = Instant::now() + Duration::from_secs(5);
-            if auth::accept(&mut s, &secret, deadline, || Ok(())).is_ok() {
-                let _ = answer_badly(&mut s, garbage);
+            if let Ok(mut session) = auth::accept(&mut s, &secret, deadline, || Ok(())) {
+                let _ = answer_badly(&mut s, &mut session, garbage);
             }
         }
     });
     addr
 }
 
-fn answer_badly(s: &mut TcpStream, garbage: Garbage) -> Result<(), String> {
+fn answer_badly(s: &mut TcpStream, session: &mut Session, garbage: Garbage) -> Result<(), String> {
     let mut image_bytes = 0;
     loop {
-        let unit = match read_message(s, None).map_err(|e| e.to_string())? {
+        let unit = match session.read(s, None).map_err(|e| e.to_string())? {
             Message::Open(open) => {
                 image_bytes = open.spec.image_bytes();
                 let opened = Message::Opened {
                     job: open.job,
                     closed: Vec::new(),
                 };
-                write_message(s, &opened, &[]).map_err(|e| e.to_string())?;
+                session.write(s, &opened, &[]).map_err(|e| e.to_string())?;
                 continue;
             }
             Message::Unit { id, indices, .. } => (id, indices),
@@ -82,7 +83,9 @@ fn answer_badly(s: &mut TcpStream, garbage: Garbage) -> Result<(), String> {
         }
         pixels.truncate(usize::try_from(bytes).unwrap());
         let done = Message::Done { id, samples, bytes };
-        write_message(s, &done, &pixels).map_err(|e| e.to_string())?;
+        session
+            .write(s, &done, &pixels)
+            .map_err(|e| e.to_string())?;
         if matches!(garbage, Garbage::Cut) {
             return Ok(());
         }

@@ -59,7 +59,7 @@ fn a_dataset_and_a_worker_prefix_hold_nothing_of_a_neighbour_named_alike() {
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     let soon = || Instant::now() + Duration::from_secs(10);
     let key = secret(&world, "a-test-secret-of-some-length");
-    stoker_daemon::remote::auth::connect(&mut s, &key, soon()).unwrap();
+    let mut session = stoker_daemon::remote::auth::connect(&mut s, &key, soon()).unwrap();
     for (job, dataset) in [(1, format!("{url}2")), (2, format!("{url}/../data2"))] {
         let open = stoker_daemon::remote::wire::OpenJob {
             job,
@@ -71,9 +71,11 @@ fn a_dataset_and_a_worker_prefix_hold_nothing_of_a_neighbour_named_alike() {
             max_pixels: 1 << 20,
             max_file_bytes: 1 << 20,
         };
-        use stoker_daemon::remote::wire::{read_message, write_message, Message};
-        write_message(&mut s, &Message::Open(Box::new(open)), &[]).unwrap();
-        match read_message(&mut s, Some(soon())).unwrap() {
+        use stoker_daemon::remote::wire::Message;
+        session
+            .write(&mut s, &Message::Open(Box::new(open)), &[])
+            .unwrap();
+        match session.read(&mut s, Some(soon())).unwrap() {
             Message::Refused { reason, .. } => {
                 assert!(reason.contains("s3_prefixes"), "{dataset}: {reason}");
             }

@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use stoker_daemon::remote::auth::{self, AuthError, Secret};
-use stoker_daemon::remote::wire::{read_message, write_message, Message, OpenJob};
+use stoker_daemon::remote::wire::{Message, OpenJob};
 use stoker_pipeline::engine::BadSamplePolicy;
 use stoker_testkit::attach::u8_spec;
 
@@ -60,7 +60,7 @@ fn a_peer_without_the_secret_and_a_dataset_outside_the_roots_are_refused_and_log
     write_image_folder(outside.path(), 1, 2, 20);
     let mut home = TcpStream::connect(&addr).unwrap();
     let right = secret(&world, "a-test-secret-of-some-length");
-    auth::connect(&mut home, &right, soon()).unwrap();
+    let mut session = auth::connect(&mut home, &right, soon()).unwrap();
     let open = OpenJob {
         job: 3,
         dataset: outside.path().to_str().unwrap().to_owned(),
@@ -71,8 +71,10 @@ fn a_peer_without_the_secret_and_a_dataset_outside_the_roots_are_refused_and_log
         max_pixels: 1 << 20,
         max_file_bytes: 1 << 20,
     };
-    write_message(&mut home, &Message::Open(Box::new(open)), &[]).unwrap();
-    match read_message(&mut home, Some(soon())).unwrap() {
+    session
+        .write(&mut home, &Message::Open(Box::new(open)), &[])
+        .unwrap();
+    match session.read(&mut home, Some(soon())).unwrap() {
         Message::Refused {
             job: Some(3),
             reason,
@@ -91,9 +93,9 @@ fn a_peer_without_the_secret_and_a_dataset_outside_the_roots_are_refused_and_log
         epoch: 0,
         indices: vec![0],
     };
-    write_message(&mut home, &unit, &[]).unwrap();
+    session.write(&mut home, &unit, &[]).unwrap();
     assert!(matches!(
-        read_message(&mut home, Some(soon())).unwrap(),
+        session.read(&mut home, Some(soon())).unwrap(),
         Message::Refused { unit: Some(9), .. }
     ));
 }

@@ -14,8 +14,11 @@
 //!   `HMAC(secret, "worker" | home nonce | worker nonce)`, which the home checks the same way.
 //!   Neither proof can be replayed (fresh nonces) or reflected (the role is in the MAC).
 //!
+//! - Both sides then hold a [`Session`]: keys derived from the secret and both nonces, one
+//!   per direction, that MAC every later frame ([`super::seal`]).
+//!
 //! # Limitations
-//! - Authentication only: the traffic after the handshake is not encrypted or MACed.
+//! - Not encrypted without TLS: the frames after the handshake are MACed, not hidden.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +30,7 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::gate::GateRefusal;
+use super::seal::{Session, Side};
 use super::wire::WIRE_VERSION;
 use super::wire::{hex, read_message, unhex, write_message, Message, Transport, WireError};
 
@@ -98,7 +102,10 @@ pub enum AuthError {
     #[error("{0}")]
     Wire(#[from] WireError),
     /// The peer speaks another protocol version than this side's.
-    #[error("protocol version {got}, this side speaks {WIRE_VERSION}")]
+    #[error(
+        "the peer speaks link protocol version {got}, this side speaks version {WIRE_VERSION} \
+         (upgrade the older stokerd)"
+    )]
     Version {
         /// The version the peer's message carried.
         got: u32,
@@ -209,13 +216,13 @@ fn unexpected(expected: &'static str, got: &Message) -> AuthError {
 /// The worker's side: challenges the peer and checks its proof, by `deadline`. A peer that
 /// fails is told only "authentication failed"; one that passes is then let in by `admit`,
 /// or told its reason. Without a secret (mutual TLS proved who the peer is) only the
-/// protocol version is checked.
+/// protocol version is checked. The session that MACs the connection's later frames.
 pub fn accept<'a>(
     stream: &mut impl Transport,
     secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
     admit: impl FnOnce() -> Result<(), GateRefusal>,
-) -> Result<(), AuthError> {
+) -> Result<Session, AuthError> {
     let secret = secret.into();
     let ours = nonce();
     let challenge = Message::Challenge {
@@ -244,7 +251,13 @@ pub fn accept<'a>(
         );
     };
     if version != WIRE_VERSION {
-        refuse(stream, &format!("protocol version {WIRE_VERSION} only"));
+        refuse(
+            stream,
+            &format!(
+                "this worker speaks link protocol version {WIRE_VERSION}, the home daemon \
+                 {version} (upgrade the older stokerd)"
+            ),
+        );
         return Err(AuthError::Version { got: version });
     }
     let theirs = unhex(&theirs).filter(|n| n.len() == NONCE_BYTES);
@@ -262,16 +275,19 @@ pub fn accept<'a>(
         proof: secret.map_or_else(String::new, |s| hex(&s.proof(b"worker", &theirs, &ours))),
     };
     write_message(stream, &welcome, &[])?;
-    Ok(())
+    Ok(secret.map_or_else(Session::untagged, |s| {
+        Session::keyed(&s.0, Side::Worker, &theirs, &ours)
+    }))
 }
 
 /// The home daemon's side: answers the worker's challenge and checks its proof, by
-/// `deadline`. Without a secret (TLS proved who the worker is) it sends no proof.
+/// `deadline`. Without a secret (TLS proved who the worker is) it sends no proof. The
+/// session that MACs the connection's later frames.
 pub fn connect<'a>(
     stream: &mut impl Transport,
     secret: impl Into<Option<&'a Secret>>,
     deadline: Instant,
-) -> Result<(), AuthError> {
+) -> Result<Session, AuthError> {
     let secret = secret.into();
     let challenge = read_message(stream, Some(deadline))?;
     let Message::Challenge {
@@ -298,7 +314,9 @@ pub fn connect<'a>(
         Message::Welcome { proof }
             if secret.is_none_or(|s| s.verify(b"worker", &ours, &theirs, &proof)) =>
         {
-            Ok(())
+            Ok(secret.map_or_else(Session::untagged, |s| {
+                Session::keyed(&s.0, Side::Home, &ours, &theirs)
+            }))
         }
         Message::Welcome { .. } => Err(AuthError::BadProof),
         other => Err(unexpected("welcome", &other)),
@@ -354,7 +372,10 @@ mod tests {
     }
 
     /// Runs the handshake between a worker holding `worker` and a home holding `home`.
-    fn handshake(worker: &str, home: &str) -> (Result<(), AuthError>, Result<(), AuthError>) {
+    fn handshake(
+        worker: &str,
+        home: &str,
+    ) -> (Result<Session, AuthError>, Result<Session, AuthError>) {
         let dir = tempfile::tempdir().unwrap();
         let w = Secret::load(&secret_file(dir.path(), "w", worker, 0o600)).unwrap();
         let h = Secret::load(&secret_file(dir.path(), "h", home, 0o600)).unwrap();

@@ -35,10 +35,11 @@ use stoker_wire::ring::{ImageMemory, SlotLayout};
 use super::auth::{self, Secret};
 use super::board::{frame_bytes, thread_cpu_ns, UnitEnd, UnitTiming, WorkerBoard};
 use super::resolve::{keeps, ResolveError, Resolver};
+use super::seal::Session;
 use super::tls::{HandshakeError, HomeTls, Link};
 use super::unit::fingerprint;
-use super::wire::{read_exact_by, read_message, write_message, Message, OpenJob, SampleFate};
 use super::wire::{tune, SampleResult, WireError};
+use super::wire::{Message, OpenJob, SampleFate};
 use super::worker::WorkerError;
 use crate::remote::config::RemoteConfig;
 use stoker_pipeline::engine::backend::BackendKind;
@@ -179,6 +180,8 @@ impl BackendFactory for RemoteFactory {
 /// One connection to a worker, and what it has opened.
 struct Conn {
     stream: Link,
+    /// MACs what is sent and checks what is read ([`super::seal`]).
+    session: Session,
     /// The address it is to, and the generation of the name's answer it was made under.
     peer: SocketAddr,
     made: u64,
@@ -281,8 +284,10 @@ impl Backend for RemoteBackend {
             }
             Err(Fault::Broken(reason) | Fault::Closed(reason)) => {
                 count("reissued");
+                let peer = self.conn.as_ref().map(|c| c.peer.to_string());
                 tracing::warn!(
                     worker = %self.addr,
+                    peer,
                     reason,
                     "dropping the worker's connection; its unit is filled locally"
                 );
@@ -382,10 +387,10 @@ impl RemoteBackend {
             epoch: unit.pos.epoch,
             indices: unit.indices.to_vec(),
         };
-        write_message(&mut conn.stream, &ask, &[])?;
+        conn.session.write(&mut conn.stream, &ask, &[])?;
         self.in_flight = Some(self.board.sent(frame_bytes(&ask)));
         let cpu0 = thread_cpu_ns();
-        let answer = read_message(&mut conn.stream, Some(deadline))?;
+        let answer = conn.session.read(&mut conn.stream, Some(deadline))?;
         self.board.received(frame_bytes(&answer), 0);
         let (samples, bytes) = match answer {
             Message::Done {
@@ -405,7 +410,10 @@ impl RemoteBackend {
         // SAFETY: this thread holds the unit (the engine handed it to this worker), and no
         // other reference to its images lives while the pixels are read into them.
         let images = unsafe { unit.host_images() };
-        read_exact_by(&mut conn.stream, images, Some(deadline))?;
+        // Checked against its MAC before the unit is reported done; on a mismatch the local
+        // fill overwrites what landed.
+        conn.session
+            .read_into(&mut conn.stream, images, Some(deadline))?;
         self.board
             .received(bytes, thread_cpu_ns().saturating_sub(cpu0));
         outcomes.extend(samples.iter().map(outcome));
@@ -424,11 +432,12 @@ impl RemoteBackend {
             return Err(Fault::Down);
         }
         match connect(&self.names, self.place, &self.shared) {
-            Ok((stream, peer, made)) => {
+            Ok((stream, session, peer, made)) => {
                 tracing::info!(worker = %self.addr, %peer, "connected to a remote worker");
                 self.backoff = MIN_BACKOFF;
                 self.conn = Some(Conn {
                     stream,
+                    session,
                     peer,
                     made,
                     jobs: Vec::new(),
@@ -466,8 +475,8 @@ impl RemoteBackend {
         let id = conn.next_job;
         conn.next_job = id.checked_add(1).ok_or(Fault::Down)?;
         let message = Message::Open(Box::new(OpenJob { job: id, ..open }));
-        write_message(&mut conn.stream, &message, &[])?;
-        let answer = read_message(&mut conn.stream, Some(deadline))?;
+        conn.session.write(&mut conn.stream, &message, &[])?;
+        let answer = conn.session.read(&mut conn.stream, Some(deadline))?;
         self.board
             .control(frame_bytes(&message), frame_bytes(&answer));
         match answer {
@@ -556,12 +565,12 @@ enum AnswerError {
 /// Connects to the worker entry `names` (its current answer) and passes the handshakes
 /// (TLS if configured, then the secret's). The address at `place` is tried first, then the
 /// others, so the connections of one entry spread over a headless Service's pods. The
-/// link, the address and the answer's generation.
+/// link, its session, the address and the answer's generation.
 fn connect(
     names: &Resolver,
     place: usize,
     shared: &HomeShared,
-) -> Result<(Link, SocketAddr, u64), ConnectError> {
+) -> Result<(Link, Session, SocketAddr, u64), ConnectError> {
     let wait = shared.timeout.min(CONNECT_TIMEOUT);
     let answer = names.answer()?;
     let mut addrs = answer.addrs.clone();
@@ -593,7 +602,7 @@ fn connect(
                 .map_err(|source| ConnectError::Tls { addr: a, source })?,
         };
         return auth::connect(&mut link, shared.secret.as_ref(), deadline)
-            .map(|()| (link, a, answer.generation))
+            .map(|session| (link, session, a, answer.generation))
             .map_err(|source| ConnectError::Handshake { addr: a, source });
     }
     Err(last)

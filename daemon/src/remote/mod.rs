@@ -7,7 +7,8 @@
 //! handshakes, connections, pixel memory), `worker` (the worker's listener and
 //! connections), `unit` (a unit done on the worker exactly as the local CPU backend does it),
 //! `home` (the home daemon's side: a backend per connection that sends units out), `board`
-//! (what a home daemon shows of each worker in `stoker status` and `/metrics`), `tally` (a
+//! (what a home daemon shows of each worker in `stoker status` and `/metrics`), `seal` (the
+//! MAC on every frame after the handshake), `tally` (a
 //! worker's own `/metrics`), `resolve` (worker names resolved again on a timer), `tls`
 //! (TLS and mutual TLS, rustls).
 //!
@@ -31,15 +32,16 @@
 //!   resolved again every `[remote] resolve_interval_s` ([`resolve`]), so the connections
 //!   follow a Kubernetes headless Service's pods.
 //! - Only who is allowed: HMAC-SHA256 challenge-response both ways over a shared secret file
-//!   (never logged; compared in constant time); the worker opens only registered datasets,
+//!   (never logged; compared in constant time), then a MAC on every frame under keys of that
+//!   connection ([`seal`]), so a relay can neither alter, replay nor inject a frame; the worker opens only registered datasets,
 //!   paths under its own `[access] dataset_roots` or `s3://` URLs under `[worker]
 //!   s3_prefixes`, and caps handshakes, connections, jobs and pixel memory per peer
 //!   ([`gate`]). Both sides keep TCP keepalive on and bound writes; a worker closes a
 //!   connection silent for `[worker] idle_timeout_ms`.
 //!
 //! # Limitations
-//! - Without `tls_*` keys ([`tls`]) traffic is authenticated, not encrypted: use it on a
-//!   trusted network.
+//! - Without `tls_*` keys ([`tls`]) traffic is authenticated and MACed, not encrypted: a
+//!   listener on the network reads the pixels and paths.
 //! - An authenticated worker is trusted with its decoding: the home checks an answer's
 //!   shape and that a replacement is one the engine's rule allows, not the pixels, nor that
 //!   a sample it calls bad is bad.
@@ -53,6 +55,7 @@ pub(crate) mod config;
 pub(crate) mod gate;
 pub(crate) mod home;
 pub(crate) mod resolve;
+pub mod seal;
 pub(crate) mod tally;
 pub(crate) mod tls;
 pub mod unit;

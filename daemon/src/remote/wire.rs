@@ -6,10 +6,14 @@
 //!   unit of up to 16 samples), so JSON costs nothing that shows and keeps them debuggable.
 //! - A unit's pixels follow its [`Message::Done`] as `bytes` raw bytes, outside any frame,
 //!   so the home daemon reads them straight into the slot ([`read_exact_by`]).
+//! - After the handshake every frame, and a unit's pixels, are followed by a 32-byte MAC
+//!   under a key of that connection and direction ([`super::seal::Session`]); the
+//!   handshake's own messages go through [`read_message`] and [`write_message`] untagged.
 //! - Every read has a deadline where the reader waits on the other side's work.
 //!
 //! # Limitations
-//! - Versioned by [`WIRE_VERSION`] in the handshake; both sides must speak the same one.
+//! - Versioned by [`WIRE_VERSION`] in the handshake; both sides must speak the same one (a
+//!   peer of another is refused with both versions named).
 
 #![forbid(unsafe_code)]
 
@@ -23,7 +27,8 @@ use stoker_wire::spec::PipelineSpec;
 use stoker_pipeline::engine::BadSamplePolicy;
 
 /// The version of this protocol, checked in the handshake.
-pub(crate) const WIRE_VERSION: u32 = 1;
+/// 2: every frame after the handshake carries a MAC ([`super::seal`]).
+pub(crate) const WIRE_VERSION: u32 = 2;
 /// The largest control message (a unit's index list, a job's spec).
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
@@ -160,6 +165,17 @@ pub enum WireError {
     /// encoded).
     #[error("not a message: {0}")]
     Malformed(#[source] serde_json::Error),
+    /// The MAC after the connection's piece number `frame` (in its direction, from 0) is not
+    /// the one the link's key gives: the bytes were altered, replayed, reordered or cut in
+    /// transit, or the peer holds another key.
+    #[error(
+        "frame {frame}'s MAC does not match: altered, replayed or reordered in transit \
+         (dropping the connection)"
+    )]
+    BadMac {
+        /// The piece's number in its direction on this connection.
+        frame: u64,
+    },
 }
 
 impl WireError {
@@ -194,6 +210,17 @@ pub fn read_exact_by(
     buf: &mut [u8],
     deadline: Option<Instant>,
 ) -> Result<(), WireError> {
+    read_with(stream, buf, deadline, |_| {})
+}
+
+/// As [`read_exact_by`], handing each chunk to `seen` as it lands (a MAC over pixels read
+/// straight into a slot).
+pub(crate) fn read_with(
+    stream: &mut (impl Transport + ?Sized),
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+    mut seen: impl FnMut(&[u8]),
+) -> Result<(), WireError> {
     let mut done = 0;
     while done < buf.len() {
         let wait = match deadline {
@@ -206,7 +233,10 @@ pub fn read_exact_by(
         stream.tcp().set_read_timeout(wait).map_err(WireError::Io)?;
         match stream.read(&mut buf[done..]) {
             Ok(0) => return Err(WireError::Closed),
-            Ok(n) => done += n,
+            Ok(n) => {
+                seen(&buf[done..done + n]);
+                done += n;
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(WireError::of(e)),
         }
@@ -214,39 +244,69 @@ pub fn read_exact_by(
     Ok(())
 }
 
-/// Reads one message, by `deadline` if given.
+/// Reads one frame, by `deadline` if given: its bytes as they crossed (the length prefix
+/// included) and where its body starts.
+pub(crate) fn read_frame(
+    stream: &mut (impl Transport + ?Sized),
+    deadline: Option<Instant>,
+) -> Result<(Vec<u8>, usize), WireError> {
+    let mut len = [0u8; 4];
+    read_exact_by(stream, &mut len, deadline)?;
+    let n = u32::from_le_bytes(len) as usize;
+    if n > MAX_MESSAGE_BYTES {
+        return Err(WireError::TooLarge(n));
+    }
+    let mut frame = vec![0u8; 4 + n];
+    frame[..4].copy_from_slice(&len);
+    read_exact_by(stream, &mut frame[4..], deadline)?;
+    Ok((frame, 4))
+}
+
+/// Reads one message without a MAC (the handshake's), by `deadline` if given.
 pub fn read_message(
     stream: &mut (impl Transport + ?Sized),
     deadline: Option<Instant>,
 ) -> Result<Message, WireError> {
-    let mut len = [0u8; 4];
-    read_exact_by(stream, &mut len, deadline)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_MESSAGE_BYTES {
-        return Err(WireError::TooLarge(len));
-    }
-    let mut body = vec![0u8; len];
-    read_exact_by(stream, &mut body, deadline)?;
-    serde_json::from_slice(&body).map_err(WireError::Malformed)
+    let (frame, body) = read_frame(stream, deadline)?;
+    serde_json::from_slice(&frame[body..]).map_err(WireError::Malformed)
 }
 
-/// Writes one message (and `then`, raw, right after it).
-pub fn write_message(
-    stream: &mut (impl Transport + ?Sized),
-    message: &Message,
-    then: &[u8],
-) -> Result<(), WireError> {
+/// One message as a frame: its length, then its JSON.
+pub(crate) fn encode(message: &Message) -> Result<Vec<u8>, WireError> {
     let body = serde_json::to_vec(message).map_err(WireError::Malformed)?;
     let len = u32::try_from(body.len())
         .ok()
         .filter(|&l| l as usize <= MAX_MESSAGE_BYTES)
         .ok_or(WireError::TooLarge(body.len()))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
+    let mut frame = Vec::with_capacity(4 + body.len() + 32);
     frame.extend_from_slice(&len.to_le_bytes());
     frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Writes one message without a MAC (the handshake's), and `then`, raw, right after it.
+pub fn write_message(
+    stream: &mut (impl Transport + ?Sized),
+    message: &Message,
+    then: &[u8],
+) -> Result<(), WireError> {
+    write_frame(stream, message, &[], then, &[])
+}
+
+/// Writes `message` followed by `tag`, then `then` followed by `then_tag`.
+pub(crate) fn write_frame(
+    stream: &mut (impl Transport + ?Sized),
+    message: &Message,
+    tag: &[u8],
+    then: &[u8],
+    then_tag: &[u8],
+) -> Result<(), WireError> {
+    let mut frame = encode(message)?;
+    frame.extend_from_slice(tag);
     stream.write_all(&frame).map_err(WireError::of)?;
     if !then.is_empty() {
         stream.write_all(then).map_err(WireError::of)?;
+        stream.write_all(then_tag).map_err(WireError::of)?;
     }
     // A TLS session holds what it has not sent yet.
     stream.flush().map_err(WireError::of)

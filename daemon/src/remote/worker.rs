@@ -17,7 +17,8 @@
 //!   logged; the connection stays. A connection keeps at most [`MAX_JOBS_PER_CONNECTION`]
 //!   jobs: opening one more lets the least recently used go (its buffer freed), and the
 //!   answer names it, so the home daemon opens it again when it needs it.
-//! - Anything that is not a message of the protocol closes the connection, logged.
+//! - Anything that is not a message of the protocol, or whose MAC is wrong
+//!   ([`super::seal`]), closes the connection, logged once.
 //! - A home daemon that goes away ends its connections' threads, each with its jobs and
 //!   buffers: closed or reset at the next read or write; silent (partitioned, stopped) after
 //!   `[worker] idle_timeout_ms` without a message, or once TCP keepalive or a write finds it
@@ -33,10 +34,11 @@ use std::time::{Duration, Instant};
 use super::auth::{self, Secret};
 use super::board::frame_bytes;
 use super::gate::{Gate, GateLimits};
+use super::seal::Session;
 use super::tally::{self, HomeSeat};
 use super::tls::{Link, WorkerTls};
 use super::unit::{DatasetRules, WorkerJob};
-use super::wire::{read_message, tune, write_message, Message, OpenJob, WireError};
+use super::wire::{tune, Message, OpenJob, WireError};
 use crate::remote::config::WorkerConfig;
 use stoker_pipeline::engine::EngineConfig;
 use stoker_pipeline::metrics as m;
@@ -199,7 +201,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 fn serve_connection(stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, shared: &Shared) {
     let passed = handshake(stream, peer, shared);
     shared.gate.handshake_over(ticket);
-    let Some(mut link) = passed else {
+    let Some((mut link, session)) = passed else {
         return;
     };
     tracing::info!(%peer, "home daemon connected");
@@ -207,6 +209,7 @@ fn serve_connection(stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, sh
     let mut conn = Connection {
         peer,
         shared,
+        session,
         jobs: Vec::new(),
         uses: 0,
         units: 0,
@@ -223,8 +226,9 @@ fn serve_connection(stream: TcpStream, peer: SocketAddr, ticket: Option<u64>, sh
 }
 
 /// TLS if configured, then the secret's proof (or the version alone under mutual TLS) and
-/// the gate's caps, within [`HANDSHAKE_TIMEOUT`]; the link, or `None` once logged why not.
-fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Link> {
+/// the gate's caps, within [`HANDSHAKE_TIMEOUT`]; the link and its session, or `None` once
+/// logged why not.
+fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<(Link, Session)> {
     if let Err(e) = tune(&stream) {
         if let Some(more) = shared.refusals.admit("tcp") {
             tracing::warn!(%peer, error = %e, more_refused = more,
@@ -250,7 +254,7 @@ fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Lin
     };
     let admit = || shared.gate.admit(peer.ip());
     match auth::accept(&mut link, shared.secret.as_ref(), deadline, admit) {
-        Ok(()) => Some(link),
+        Ok(session) => Some((link, session)),
         Err(auth::AuthError::Refused(reason)) => {
             tally::refused("connections");
             if let Some(more) = shared.refusals.admit("caps") {
@@ -275,6 +279,8 @@ fn handshake(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> Option<Lin
 struct Connection<'a> {
     peer: SocketAddr,
     shared: &'a Shared,
+    /// MACs what is sent and checks what is read ([`super::seal`]).
+    session: Session,
     jobs: Vec<(u32, WorkerJob, u64)>,
     uses: u64,
     units: u64,
@@ -285,7 +291,7 @@ impl Connection<'_> {
     fn serve(&mut self, stream: &mut Link) -> Option<String> {
         let idle = self.shared.idle;
         loop {
-            let message = match read_message(stream, Some(Instant::now() + idle)) {
+            let message = match self.session.read(stream, Some(Instant::now() + idle)) {
                 Ok(m) => {
                     tally::received(frame_bytes(&m));
                     m
@@ -303,7 +309,7 @@ impl Connection<'_> {
             let answered = match message {
                 Message::Open(open) => {
                     let answer = self.open(&open);
-                    write_message(stream, &answer, &[])
+                    self.session.write(stream, &answer, &[])
                 }
                 Message::Unit {
                     id,
@@ -404,10 +410,11 @@ impl Connection<'_> {
                 unit: Some(id),
                 reason,
             };
-            return write_message(stream, &refused, &[]);
+            return self.session.write(stream, &refused, &[]);
         };
         self.uses += 1;
         let (_, job, used) = &mut self.jobs[at];
+        let session = &mut self.session;
         *used = self.uses;
         let before = job.buffer_bytes();
         let (samples, pixels) = tally::work(|| job.run(epoch, indices));
@@ -416,7 +423,7 @@ impl Connection<'_> {
         let done = Message::Done { id, samples, bytes };
         let wire = frame_bytes(&done) + bytes;
         let sent = tally::send(wire, indices.len() as u64, || {
-            write_message(stream, &done, pixels)
+            session.write(stream, &done, pixels)
         });
         // The buffer grew by what was reserved (exactly, see `WorkerJob::run`); should the
         // allocator have given more, the gate is told.
