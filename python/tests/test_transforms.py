@@ -5,6 +5,8 @@ test_transforms_spec.py). What cannot be translated is refused at
 `Loader(...)`, before anything is sent, naming the transform and listing what is supported.
 The recipes then run through a real stokerd (skipped without one)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,10 @@ pytest.importorskip("torchvision")
 import torchvision.transforms as T1  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 from torchvision.transforms import v2 as T  # noqa: E402
+
+# An existing folder: the Loader checks that its dataset path exists when it is made, before
+# anything is served; these tests look only at the spec.
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 REFERENCE_SPEC = {
     "crop": {"kind": "random_resized", "size": [176, 176], "scale": [0.08, 1.0],
@@ -84,7 +90,7 @@ def test_the_classification_reference_translates_v2_and_v1():
     for key, want in REFERENCE_SPEC.items():
         assert s1[key] == want, key
     # Through the Loader: the same spec, the Loader's crop / dtype / mean arguments unused.
-    ld = stoker.Loader("/nonexistent", autostart=False, transform=transform,
+    ld = stoker.Loader(HERE, autostart=False, transform=transform,
                        batch_transform=mix)
     assert ld.spec == dict(s, batch_size=64)
     # A single transform list is a Compose too; the flip may follow the pixel operations.
@@ -140,7 +146,7 @@ def test_dino_views_translate_one_compose_per_view():
         assert v["crop"]["size"] == [96, 96] and v["crop"]["scale"] == [0.05, 0.4]
         assert v["ops"] == [JITTER, GRAY, {"kind": "random_apply", "p": 0.5, "ops": [BLUR]}]
         assert "erasing" not in v
-    ld = stoker.Loader("/nonexistent", autostart=False, views=dino_v2())
+    ld = stoker.Loader(HERE, autostart=False, views=dino_v2())
     assert ld.spec["extra_views"] == views and ld._views
 
 
@@ -333,7 +339,7 @@ def test_refusals_of_views_and_batch_transforms_name_them():
     refused("transform=...\\) gives the crop, flip, dtype and normalisation; leave out "
             "crop=176, dtype='bf16'", transform=transform, crop=176, dtype="bf16")
     # The Loader's defaults, given as they are, are not a clash.
-    stoker.Loader("/nonexistent", autostart=False, transform=transform, crop=224,
+    stoker.Loader(HERE, autostart=False, transform=transform, crop=224,
                   mean=stoker.IMAGENET_MEAN, scale=[0.08, 1.0])
 
 
