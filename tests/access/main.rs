@@ -7,6 +7,7 @@ mod daemon_uid;
 mod groups;
 mod install;
 mod jobs;
+mod memory;
 mod other_uid;
 mod rings;
 mod rules;

@@ -27,7 +27,7 @@ fn shared_daemon(top: &Path, limits: &str, per_class: u32, side: u32, threads: &
 
 /// `stoker-test-client hog <socket> <n> <seconds>` as uid [`OTHER_UID`], and what it said up
 /// to its `attached` line.
-fn hog(
+pub(super) fn hog(
     socket: &Path,
     n: usize,
     seconds: f64,

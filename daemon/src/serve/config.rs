@@ -28,6 +28,9 @@ pub(crate) const DEFAULT_MAX_JOBS: usize = 64;
 pub(crate) const DEFAULT_MAX_WAITING_PER_UID: usize = 32;
 /// Waiting connections in all, by default (also capped at half the fd limit).
 pub(crate) const DEFAULT_MAX_WAITING: usize = 1024;
+/// Bytes of JPEG entry points one uid may keep, by default.
+pub(crate) const DEFAULT_ENTRY_BYTES_PER_UID: u64 =
+    stoker_pipeline::transform::decode::DEFAULT_ENTRY_BYTES_PER_SCOPE as u64;
 /// Milliseconds a new connection may take to send its first message, by default.
 pub(crate) const DEFAULT_ATTACH_DEADLINE_MS: u64 = 5000;
 
@@ -117,6 +120,9 @@ pub struct LimitsConfig {
     pub max_index_entries: u64,
     /// Folder depth below a dataset's root that indexing may reach.
     pub max_index_depth: u32,
+    /// Bytes of JPEG entry points (`transform::decode`'s table) one uid's jobs may keep; over
+    /// it the uid's own oldest files go, and all of them when its last job ends.
+    pub entry_bytes_per_uid: u64,
 }
 
 impl LimitsConfig {
@@ -176,6 +182,7 @@ impl Default for LimitsConfig {
             attach_deadline_ms: DEFAULT_ATTACH_DEADLINE_MS,
             max_index_entries: WalkLimits::default().max_entries,
             max_index_depth: WalkLimits::default().max_depth,
+            entry_bytes_per_uid: DEFAULT_ENTRY_BYTES_PER_UID,
         }
     }
 }

@@ -241,6 +241,8 @@ impl Server {
         extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
         let engine = config.engine.clone();
+        let budget = usize::try_from(config.limits.entry_bytes_per_uid).unwrap_or(usize::MAX);
+        stoker_pipeline::transform::decode::set_entry_budget(budget);
         let cpu = Engine::with_backends(engine.clone(), &CpuBackendFactory, extra)?;
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
@@ -253,6 +255,7 @@ impl Server {
             max_jobs_per_uid: config.limits.jobs_per_uid(),
             walk: config.limits.walk(),
             objects: ObjectStore::new(&config.s3, &config.datasets),
+            indexes: Mutex::default(),
         });
         let state = Arc::new(ServerState::new().map_err(ServerError::Wake)?);
         state.beat();

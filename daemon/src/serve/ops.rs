@@ -278,6 +278,9 @@ impl ServerHandle {
     fn refresh_gauges(&self) {
         let jobs = self.job_count();
         ::metrics::gauge!(m::JOBS).set(jobs as f64);
+        ::metrics::gauge!(m::INDEX_BYTES).set(self.index_bytes() as f64);
+        let entries = stoker_pipeline::transform::decode::entry_table_bytes();
+        ::metrics::gauge!(m::ENTRY_TABLE_BYTES).set(entries as f64);
         ::metrics::gauge!(m::CLIENTS).set(self.state.clients.load(Ordering::Relaxed) as f64);
         let gpus = self.engines.gpu_status();
         let device: u64 = gpus.iter().map(|g| g.ring_device_bytes).sum();
@@ -309,6 +312,16 @@ impl ServerHandle {
     }
 
     /// How many jobs are registered now.
+    /// Bytes the jobs' indexes hold, each index once however many jobs share it.
+    fn index_bytes(&self) -> u64 {
+        let jobs = self.registry.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = std::collections::HashSet::new();
+        jobs.values()
+            .filter(|e| seen.insert(std::sync::Arc::as_ptr(&e.job.dataset)))
+            .map(|e| e.job.dataset.index_bytes())
+            .sum()
+    }
+
     fn job_count(&self) -> usize {
         self.registry
             .jobs

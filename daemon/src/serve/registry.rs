@@ -11,7 +11,15 @@
 //!   is refused naming the field; a rank attached twice is refused. Dropping a [`RankSeat`]
 //!   frees the rank, and the job with its last rank.
 //!
+//! - Jobs of one owner on one dataset share one index: a new job's freshly opened index that
+//!   equals a live job's (same admission: resolved path, credentials and roots; the same
+//!   samples from the same files, `Dataset::same_index`) is dropped for that job's `Arc`
+//!   ([`Registry::shared_index`]), so its memory counts once; a changed dataset is a new
+//!   index. Other owners get their own (their open is checked against their permissions).
+//!
 //! # Limitations
+//! - A job still opens (indexes, lists) its dataset before it can share: the copy is dropped
+//!   at once, but a listing's time and its transient memory are spent per job.
 //! - The first rank of a job indexes its dataset outside the registry lock (status and other
 //!   attaches go on); two first ranks of one job arriving together both index, and the later
 //!   one joins the job the earlier one made.
@@ -20,14 +28,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use stoker_wire::protocol::{Attach, EpochOffset, ErrorCode};
 use stoker_wire::spec::PipelineSpec;
 
 use crate::serve::access::{AccessPolicy, Admission, OpenDatasetError};
 use stoker_pipeline::engine::{Job, PipelineError};
-use stoker_pipeline::source::index::{Asker, DatasetError, OpenOptions, WalkLimits};
+use stoker_pipeline::source::index::{Asker, Dataset, DatasetError, OpenOptions, WalkLimits};
 use stoker_pipeline::source::object::{ObjectStore, S3Config};
 
 use super::key::JobKey;
@@ -110,6 +118,15 @@ pub(super) struct Registry {
     pub(super) walk: WalkLimits,
     /// Object storage, handed to every dataset a job opens (a reload reconfigures it).
     pub(super) objects: Arc<ObjectStore>,
+    /// The indexes live jobs hold, for the next job of the same owner on the same dataset.
+    pub(super) indexes: Mutex<Vec<SharedIndex>>,
+}
+
+/// An index a live job holds, and what another job's must match to share it.
+pub(super) struct SharedIndex {
+    owner: u32,
+    admission: Admission,
+    dataset: Weak<Dataset>,
 }
 
 impl Default for Registry {
@@ -122,6 +139,7 @@ impl Default for Registry {
             max_jobs_per_uid: usize::MAX,
             walk: WalkLimits::default(),
             objects: ObjectStore::new(&S3Config::default(), &Default::default()),
+            indexes: Mutex::default(),
         }
     }
 }
@@ -251,13 +269,43 @@ impl Registry {
             OpenDatasetError::Access(e) => Refusal::from(e),
             OpenDatasetError::Dataset(e) => self.dataset_refusal(a, peer_uid, &e),
         })?;
-        let (ds, spec, policy) = (Arc::new(dataset), a.spec.clone(), admitted.policy.clone());
+        let ds = self.shared_index(peer_uid, admitted, dataset);
+        let (spec, policy) = (a.spec.clone(), admitted.policy.clone());
         let made = Job::with_policy(ds, spec, a.seed, a.world_size, offset, policy, peer_uid);
         made.map_err(|e| match e {
             PipelineError::Spec(e) => refuse(ErrorCode::InvalidSpec, e.to_string()),
             PipelineError::Sampler(e) => refuse(ErrorCode::InvalidSpec, e),
             e => refuse(ErrorCode::Internal, e.to_string()),
         })
+    }
+
+    /// The index a live job of `owner` holds for the same admission when `opened` is the same
+    /// index ([`Dataset::same_index`]), else `opened`, kept for the next job.
+    fn shared_index(&self, owner: u32, admitted: &Admission, opened: Dataset) -> Arc<Dataset> {
+        let mut shelf = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+        shelf.retain(|s| s.dataset.strong_count() > 0);
+        let mine = |s: &SharedIndex| s.owner == owner && &s.admission == admitted;
+        let live = shelf
+            .iter()
+            .filter(|s| mine(s))
+            .find_map(|s| s.dataset.upgrade())
+            .filter(|d| d.same_index(&opened));
+        if let Some(dataset) = live {
+            tracing::debug!(
+                owner,
+                bytes = dataset.index_bytes(),
+                "job shares a live job's index"
+            );
+            return dataset;
+        }
+        let dataset = Arc::new(opened);
+        shelf.retain(|s| !mine(s));
+        shelf.push(SharedIndex {
+            owner,
+            admission: admitted.clone(),
+            dataset: Arc::downgrade(&dataset),
+        });
+        dataset
     }
 
     /// Why a dataset could not be opened, as the client of `peer_uid` is told: an object

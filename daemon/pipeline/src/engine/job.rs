@@ -19,6 +19,7 @@ use stoker_wire::protocol::{EpochOffset, EpochSteps};
 use super::{PipelineError, Position};
 use crate::source::index::Dataset;
 use crate::source::local::fsopen::{OpenPolicy, OpenRules};
+use crate::transform::decode::EntryHold;
 use crate::transform::sampler::Sampler;
 
 /// A training run's data: a dataset, a spec, a seed and a world size. Shared by its ranks.
@@ -45,6 +46,9 @@ pub struct Job {
     /// view's crop and flip, `u8`, NHWC; see [`crate::transform::ops`]); `None` for a view
     /// without, which keeps the fused path.
     pub(super) pixel_specs: Vec<Option<PipelineSpec>>,
+    /// The owner's JPEG entry points, held while the job lives: dropped with the job's last
+    /// `Arc`, after its last decode, so the owner's entries go with its last job.
+    _entries: EntryHold,
 }
 
 impl std::fmt::Debug for Job {
@@ -115,6 +119,7 @@ impl Job {
             world_size,
             rules,
             owner,
+            _entries: EntryHold::new(owner),
         }))
     }
 

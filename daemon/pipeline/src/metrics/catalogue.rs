@@ -132,6 +132,11 @@ pub const CLIENTS: &str = "stoker_clients";
 pub const JOBS: &str = "stoker_jobs";
 /// Ring memory mapped for clients, by `memory` (host; device with `gpu`).
 pub const RING_BYTES: &str = "stoker_ring_bytes";
+/// Bytes the JPEG entry-point table holds, every user's together.
+pub const ENTRY_TABLE_BYTES: &str = "stoker_entry_table_bytes";
+/// Bytes the indexes of the jobs served hold, each index counted once however many jobs
+/// share it.
+pub const INDEX_BYTES: &str = "stoker_index_bytes";
 /// Config reloads, by `result` (ok, error).
 pub const RELOADS_TOTAL: &str = "stoker_reloads_total";
 /// Connections accepted (attaches and status requests).
@@ -258,6 +263,10 @@ pub const ALL: &[Series] = &[
     series(RING_BYTES, Gauge, Unit::Bytes,
         "Ring memory mapped for clients, by memory kind.",
         &["memory", "gpu"], Each("memory", &["host"])),
+    series(ENTRY_TABLE_BYTES, Gauge, Unit::Bytes,
+        "Bytes the JPEG entry-point table holds, every user's together.", &[], Plain),
+    series(INDEX_BYTES, Gauge, Unit::Bytes,
+        "Bytes the indexes of the jobs served hold, each index counted once.", &[], Plain),
     series(RELOADS_TOTAL, Counter, Unit::Count, "Config reloads, by result.",
         &["result"], Each("result", &["ok", "error"])),
     series(CONNECTIONS_TOTAL, Counter, Unit::Count,

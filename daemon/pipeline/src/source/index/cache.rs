@@ -71,6 +71,25 @@ pub(super) fn cache_file_name(root: &Path, kind: DatasetKind) -> String {
 
 pub(super) struct Enc(Vec<u8>);
 
+impl Dataset {
+    /// Whether `o` indexes the same samples from the same files (paths, offsets, lengths,
+    /// labels, and every file's stamp: size, mtime, device, inode), as a fresh cache would
+    /// say: jobs may share one such index.
+    pub fn same_index(&self, o: &Dataset) -> bool {
+        self.root == o.root
+            && self.kind == o.kind
+            && self.classes == o.classes
+            && self.files == o.files
+            && self.members == o.members
+            && self.file_id == o.file_id
+            && self.offset == o.offset
+            && self.len == o.len
+            && self.label == o.label
+            && self.stamps == o.stamps
+            && self.object_files == o.object_files
+    }
+}
+
 impl Enc {
     fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());

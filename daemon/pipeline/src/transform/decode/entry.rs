@@ -35,17 +35,17 @@
 //! # Limitations
 //! - Only sequential Huffman files with one scan holding every component (1 to 3 of them)
 //!   and no restart interval; restart-indexed files take `restart`'s path.
-//! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each, up to twice that in
-//!   vector capacity): files get column entries while the whole file's fit, else one entry
-//!   per row, and past that decode by walking from the top each time, about the cost before
-//!   entry points. Nothing is evicted or persisted.
+//! - The table holds at most [`MAX_ENTRIES`] entries (12 bytes each), and each owner's files
+//!   at most its budget in bytes (`table.rs`: the owner's oldest files go when over, all of
+//!   them when its last job ends): files get column entries while the whole file's fit,
+//!   else one entry per row, and past that decode by walking from the top each time, about
+//!   the cost before entry points. Nothing is persisted.
 //! - The key is a non-cryptographic hash: two different files of one user, of the same
 //!   length, whose hashes collide under the process's secret seed would share entries and
 //!   decode wrongly (for files not crafted against the seed, about 2^-64 per pair).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use stoker_kernels::image::RgbImage;
 
@@ -64,8 +64,6 @@ const ENTRY_COLUMNS: u32 = 16;
 
 /// Entries kept in all (checked against [`MAX_ENTRIES`]).
 static KEPT: AtomicUsize = AtomicUsize::new(0);
-
-const SHARDS: usize = 64;
 
 /// Where an MCU row's entropy-coded data starts: byte `byte` of the file, bit `bit` of it
 /// (0 = most significant), with these DC predictors (per scan component).
@@ -112,10 +110,6 @@ struct Kept {
     list: Vec<RowEntry>,
 }
 
-/// Per owner and file (hash and length of its bytes): what is kept. Entries are counted in
-/// [`KEPT`] as they are added; a list that becomes empty keeps a count of one.
-type Table = HashMap<Key, Kept>;
-
 /// (owner uid, seeded hash of the bytes, their length).
 type Key = (u32, u64, usize);
 
@@ -129,13 +123,6 @@ fn content_hash(b: &[u8]) -> u64 {
         rapidhash::v3::RapidSecrets::seed(seed)
     });
     rapidhash::v3::rapidhash_v3_seeded(b, secrets)
-}
-
-fn table(key: Key) -> &'static Mutex<Table> {
-    static TABLES: OnceLock<Vec<Mutex<Table>>> = OnceLock::new();
-    let all = TABLES.get_or_init(|| (0..SHARDS).map(|_| Mutex::default()).collect());
-    #[allow(clippy::cast_possible_truncation)]
-    &all[key.1 as usize % SHARDS]
 }
 
 /// A Huffman table, for reading codes and for writing them.
@@ -495,7 +482,7 @@ fn entries(
     out.clear();
     // `out` holds entries `at..` of the file's list, ending with the deepest one known.
     let (grid, at) = {
-        let t = table(key).lock().unwrap_or_else(|e| e.into_inner());
+        let t = table::table(key);
         match t.get(&key) {
             Some(k) if k.list.is_empty() => return None,
             Some(k) => {
@@ -512,7 +499,8 @@ fn entries(
             None => {
                 let columns = Grid::columns(&scan.frame);
                 let all = scan.frame.mcu_rows() as usize * columns.per_row as usize + 1;
-                let room = KEPT.load(Ordering::Relaxed) + all <= MAX_ENTRIES;
+                let room =
+                    KEPT.load(Ordering::Relaxed) + all <= MAX_ENTRIES && table::fits_budget(all);
                 out.push(first);
                 (
                     if room {
@@ -528,46 +516,12 @@ fn entries(
     let known = at + out.len();
     let from = (known - 1, out[out.len() - 1]);
     let walked = scan.walk(b, grid, from, rows.1, out).is_some();
-    keep(key, grid, (first, known), walked, &out[known - at..]);
+    table::keep(key, grid, (first, known), walked, &out[known - at..]);
     if !walked {
         return None;
     }
     out.drain(..rows.0 * grid.per_row as usize - at);
     Some(grid)
-}
-
-/// Keeps what a walk in `grid` found after entry `from.1 - 1` of file `key` (`walked`:
-/// whether it succeeded; `from.0` is the file's first entry), or that the file has no
-/// entries: new entries only while the table is under [`MAX_ENTRIES`], and only where they
-/// extend the kept ones (another thread may have walked them meanwhile).
-fn keep(key: Key, grid: Grid, from: (RowEntry, usize), walked: bool, found: &[RowEntry]) {
-    let mut t = table(key).lock().unwrap_or_else(|e| e.into_inner());
-    let room = |n: usize| KEPT.load(Ordering::Relaxed) + n <= MAX_ENTRIES;
-    match t.get_mut(&key) {
-        None if walked && from.1 == 1 && room(1 + found.len()) => {
-            KEPT.fetch_add(1 + found.len(), Ordering::Relaxed);
-            let mut list = Vec::with_capacity(1 + found.len());
-            list.push(from.0);
-            list.extend_from_slice(found);
-            t.insert(key, Kept { grid, list });
-        }
-        // An empty list: no entries (counted as one, and kept for good).
-        None if !walked && room(1) => {
-            KEPT.fetch_add(1, Ordering::Relaxed);
-            let list = Vec::new();
-            t.insert(key, Kept { grid, list });
-        }
-        None => {}
-        Some(k) if !walked => {
-            KEPT.fetch_sub(k.list.len().saturating_sub(1), Ordering::Relaxed);
-            k.list = Vec::new();
-        }
-        Some(k) if k.grid == grid && k.list.len() == from.1 && room(found.len()) => {
-            KEPT.fetch_add(found.len(), Ordering::Relaxed);
-            k.list.extend_from_slice(found);
-        }
-        Some(_) => {}
-    }
 }
 
 /// Whether only padding bits, then the EOI marker (after any fill bytes), follow entry `e`
@@ -651,6 +605,9 @@ impl CpuDecoder {
 }
 
 mod synthetic;
+mod table;
+
+pub use table::{entry_table_bytes, set_entry_budget, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE};
 
 #[cfg(test)]
 #[path = "entry_tests.rs"]

@@ -147,8 +147,7 @@ fn owners_never_share_entries() {
     let scan = Scan::parse(&jpeg).unwrap();
     let kept = |owner: u32| {
         let key = (owner, content_hash(&jpeg), jpeg.len());
-        let t = table(key).lock().unwrap();
-        t.get(&key).map(|k| k.list.len())
+        table::table(key).get(&key).map(|k| k.list.len())
     };
     let per_row = Grid::columns(&scan.frame).per_row as usize;
     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -163,6 +162,65 @@ fn owners_never_share_entries() {
     entries(&jpeg, &scan, (5, 5), 4002, &mut b).unwrap();
     assert_eq!(a, b);
     assert_eq!(kept(4002), Some(5 * per_row + 1));
+}
+
+/// An owner over its budget loses its own oldest files, never another owner's and never the
+/// file being kept; its entries go with its last hold, and the bytes counted with them.
+#[test]
+fn owners_over_their_budget_lose_only_their_own_oldest_files() {
+    let e = RowEntry {
+        byte: 0,
+        bit: 0,
+        dc: [0; 3],
+    };
+    let grid = Grid {
+        group: 1,
+        per_row: 1,
+    };
+    // Files of 100 entries; a budget of three of them.
+    let found = vec![e; 99];
+    let budget = table::bytes_of(100) * 3;
+    let (a, b) = (4101, 4102);
+    let (hold_a, hold_b) = (EntryHold::new(a), EntryHold::new(b));
+    let kept = |owner: u32, file: u64| {
+        let key = (owner, file, 1000);
+        table::table(key).get(&key).map(|k| k.list.len())
+    };
+    for f in 0..3 {
+        table::keep_within((b, f, 1000), grid, (e, 1), true, &found, budget);
+    }
+    for f in 0..10 {
+        table::keep_within((a, f, 1000), grid, (e, 1), true, &found, budget);
+        assert_eq!(kept(a, f), Some(100), "file {f} was not kept");
+    }
+    let a_kept: Vec<u64> = (0..10).filter(|&f| kept(a, f).is_some()).collect();
+    assert_eq!(
+        a_kept,
+        [7, 8, 9],
+        "owner {a} kept other than its newest files"
+    );
+    assert_eq!(table::scope_bytes(a), budget);
+    for f in 0..3 {
+        assert_eq!(kept(b, f), Some(100), "owner {a} took owner {b}'s file {f}");
+    }
+    // A file larger than the budget alone is not kept, and takes nothing from the others.
+    let big = vec![e; 400];
+    table::keep_within((a, 99, 1000), grid, (e, 1), true, &big, budget);
+    assert_eq!(kept(a, 99), None);
+    assert_eq!(table::scope_bytes(a), budget);
+    drop(hold_a);
+    assert!(
+        (0..10).all(|f| kept(a, f).is_none()),
+        "entries outlived the last hold"
+    );
+    assert_eq!(table::scope_bytes(a), 0);
+    assert_eq!(
+        kept(b, 0),
+        Some(100),
+        "owner {b} lost entries with {a}'s hold"
+    );
+    drop(hold_b);
+    assert_eq!(kept(b, 0), None);
 }
 
 /// Decodes `want` of `jpeg` from the top and by the entry path (or the plain decode where

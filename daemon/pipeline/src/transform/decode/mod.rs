@@ -54,6 +54,7 @@ use stoker_kernels::image::{CropBox, RgbImage};
 
 pub use encode::{EncodeOptions, JpegEncoder};
 pub use entropy::EntropyDecoder;
+pub use entry::{entry_table_bytes, set_entry_budget, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE};
 pub use error::DecodeError;
 pub use format::ImageFormat;
 pub use header::{ColorSpace, JpegHeader, Subsampling};
