@@ -61,6 +61,22 @@ fn drain(socket: &Path, data: &Path, device: &str, spec: PipelineSpec) -> Seen {
     out
 }
 
+/// A `stokerd --backend cuda` on the emulated GPU and a `stokerd --backend cpu`, each in its
+/// own folder under `dir`.
+fn daemons(dir: &Path) -> (Daemon, Daemon) {
+    let (gpu_dir, cpu_dir) = (dir.join("gpu"), dir.join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
+    let log = dir.join("stokerd.log");
+    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+        cmd.env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", cache);
+    });
+    (gpu, Daemon::start(&cpu_dir, &["--backend", "cpu"]))
+}
+
 #[test]
 fn views_on_the_emulated_gpu_are_the_cpu_backends() {
     emulator::use_emulator();
@@ -75,17 +91,7 @@ fn views_on_the_emulated_gpu_are_the_cpu_backends() {
         b"\xff\xd8\xff\xe0 not really",
     )
     .unwrap();
-    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
-    std::fs::create_dir_all(&gpu_dir).unwrap();
-    std::fs::create_dir_all(&cpu_dir).unwrap();
-    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    let log = dir.path().join("stokerd.log");
-    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
-        cmd.env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-    });
-    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let (gpu, cpu) = daemons(dir.path());
     let got = drain(gpu.socket(), &data, emulator::UUIDS[0], spec());
     let want = drain(cpu.socket(), &data, "cpu", spec());
     assert_eq!(got.len(), 3);
@@ -111,17 +117,7 @@ fn operations_on_the_emulated_gpu_are_the_cpu_backends() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     write_image_folder(&data, 2, 4, 48);
-    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
-    std::fs::create_dir_all(&gpu_dir).unwrap();
-    std::fs::create_dir_all(&cpu_dir).unwrap();
-    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    let log = dir.path().join("stokerd.log");
-    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
-        cmd.env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-    });
-    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let (gpu, cpu) = daemons(dir.path());
     let spec = PipelineSpec {
         ops: vec![
             Op::TrivialAugmentWide {
