@@ -39,6 +39,7 @@
 use stoker_wire::spec::View;
 use stoker_wire::spec::{BatchMix, Erasing, ErasingValue, Interpolation, Op};
 
+use super::workers::median;
 use super::*;
 
 /// Which recipe to measure.
@@ -342,17 +343,6 @@ fn stoker_line(what: &str, r: &BenchReport) {
     );
 }
 
-/// The median (the mean of the middle two for an even count); 0 for none.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Runs the row and prints it; the exit code says whether stoker and the DataLoader ran.
 pub(super) fn run(args: &BenchArgs, recipe: Recipe) -> Exit {
     let spec = recipe_spec(recipe, args.spec.spec());
@@ -482,7 +472,7 @@ fn rounds(
 /// The medians, ratios, stage shares and whether the targets are met.
 fn summary(recipe: Recipe, plain: &BenchReport, rounds: &[Round]) {
     let name = recipe.name();
-    let pick = |f: &dyn Fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+    let pick = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     let ours = pick(&|r| r.ours.images_per_s);
     let augment = pick(&|r| r.ours.augment_ms_per_image);
     let share = pick(&|r| augment_share(&r.ours));
@@ -520,7 +510,7 @@ fn summary(recipe: Recipe, plain: &BenchReport, rounds: &[Round]) {
         .filter_map(|r| r.dali.as_ref().and_then(|d| d.as_ref().ok()).copied())
         .collect();
     if rates.len() == n {
-        let dali = median(&rates);
+        let dali = median(rates.clone());
         let ratio = ours / dali.max(1e-9);
         println!(
             "recipe {name}: stoker {ours:.1} img/s, DALI CPU {dali:.1} img/s, ratio {ratio:.2}x, {} (medians of {n} alternated rounds)",

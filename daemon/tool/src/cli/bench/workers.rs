@@ -309,8 +309,8 @@ fn summary(
     }
 }
 
-/// The median of `values` (0 for none).
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+pub(super) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => 0.0,

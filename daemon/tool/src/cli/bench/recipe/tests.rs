@@ -109,7 +109,7 @@ fn dino_is_eight_views_with_dinos_colour_operations() {
 
 #[test]
 fn median_of_odd_and_even_counts() {
-    assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-    assert_eq!(median(&[4.0, 1.0]), 2.5);
-    assert_eq!(median(&[]), 0.0);
+    assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(median(vec![4.0, 1.0]), 2.5);
+    assert_eq!(median(Vec::new()), 0.0);
 }
