@@ -43,6 +43,10 @@ pub struct BenchClientArgs {
     pub(crate) device: stoker_wire::Device,
     #[command(flatten)]
     pub(crate) spec: SpecArgs,
+    /// The whole spec as JSON, in place of the spec flags (`stoker bench --recipe` passes its
+    /// views and operations this way).
+    #[arg(long, hide = true)]
+    pub(crate) spec_json: Option<String>,
 }
 
 /// What one client measured (printed as JSON).
@@ -81,12 +85,23 @@ pub fn run(args: &BenchClientArgs) -> Exit {
     }
 }
 
-fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::ClientError> {
-    let spec = PipelineSpec {
+/// The spec this client attaches with: `--spec-json` if given, else the spec flags, for
+/// the warm-up and timed epochs.
+pub(crate) fn client_spec(args: &BenchClientArgs) -> Result<PipelineSpec, ClientError> {
+    let base = match &args.spec_json {
+        Some(json) => serde_json::from_str(json)
+            .map_err(|e| ClientError::Invalid(format!("--spec-json: {e}")))?,
+        None => args.spec.spec(),
+    };
+    Ok(PipelineSpec {
         // More epochs than a u32 holds never end: saturate rather than wrap.
         epochs: Some(u32::try_from(args.warmup + args.epochs).unwrap_or(u32::MAX)),
-        ..args.spec.spec()
-    };
+        ..base
+    })
+}
+
+fn consume(args: &BenchClientArgs) -> Result<ClientStats, stoker::client::ClientError> {
+    let spec = client_spec(args)?;
     let mut opts = AttachOptions::new(args.job.clone(), args.data.clone(), spec);
     opts.rank = args.rank;
     opts.world_size = args.world;

@@ -148,6 +148,10 @@ pub struct BenchArgs {
     pub(crate) dali_python: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) remote: workers::WorkersArgs,
+    /// A whole spec for the client processes in place of the spec flags (a recipe's views and
+    /// operations have no flags); set by the recipe row, not on the command line.
+    #[arg(skip)]
+    pub(crate) spec_override: Option<PipelineSpec>,
 }
 
 /// One end-to-end run: a daemon serving `clients` client processes.

@@ -1,7 +1,8 @@
 //! `stoker bench DATA --recipe NAME`: a training recipe with its operations (docs/augment.md
-//! section 6) measured in process against the PyTorch DataLoader running the same
-//! torchvision.transforms.v2 Compose, and for the torchvision reference against DALI's CPU
-//! pipeline with `auto_aug.trivial_augment`, in the same run.
+//! section 6) measured end to end (a `stokerd` serving a client process) and in process
+//! against the PyTorch DataLoader running the same torchvision.transforms.v2 Compose, and for
+//! the torchvision reference against DALI's CPU pipeline with `auto_aug.trivial_augment`, in
+//! the same run.
 //!
 //! # Design
 //! - `torchvision-reference` is torchvision's classification reference training preset with
@@ -17,10 +18,13 @@
 //!   out of both sides and says so.
 //! - First the same views without their operations run once (no ops, no erasing, no mix), so
 //!   the augment stage's cost with and without the operations shows side by side. Then
-//!   `--rounds` rounds alternate stoker, the DataLoader (`torch_recipe.py`, `threads` workers,
-//!   torchvision.io decodes) and DALI (`dali_cpu.py --recipe torchvision-reference`, reference
-//!   only), so slow drifts of a shared machine hit all alike; the row gives each side's median
-//!   and the ratio of the medians.
+//!   `--rounds` rounds alternate stoker in process (the stage times), stoker end to end
+//!   (`stokerd` with `threads` threads and one `stoker bench-client` process, which gets the
+//!   whole spec as JSON: a recipe has no spec flags), the DataLoader (`torch_recipe.py`,
+//!   `threads` workers, torchvision.io decodes) and DALI (`dali_cpu.py --recipe
+//!   torchvision-reference`, reference only), so slow drifts of a shared machine hit all
+//!   alike; the row gives each side's median and the ratio of the medians. The verdict uses
+//!   the end-to-end figure: the peers' figures are also what reaches their training process.
 //! - With `--op-costs`, after the rounds: the recipe once without each kind of operation (and
 //!   without the batch mix), and
 //!   once with a do-nothing operation per view (the 8-bit path's own cost: a view with
@@ -30,7 +34,7 @@
 //!   augment stage's share of read + decode + augment.
 //!
 //! # Limitations
-//! - In process only (the engine filling a heap ring); the served path is the same engine.
+//! - The end-to-end run has one client process, on the host (CPU backend).
 //! - DALI runs from `--dali-python` (else the peers' Python); where it is not installed the
 //!   row says so and reports the DataLoader's ratio alone.
 
@@ -409,7 +413,10 @@ pub(super) fn run(args: &BenchArgs, recipe: Recipe) -> Exit {
 /// One round's figures.
 #[derive(Debug)]
 struct Round {
+    /// The engine in process (stage times).
     ours: BenchReport,
+    /// End to end: `stokerd` serving one `stoker bench-client` process, images/s.
+    served: f64,
     loader: f64,
     /// DALI's rate, or why there is none.
     dali: Option<Result<f64, String>>,
@@ -431,6 +438,15 @@ fn rounds(
         progress(&format!("recipe {name}: stoker, round {round} of {n}"));
         let ours = run_in_process(opts).map_err(|e| e.to_string())?;
         stoker_line(&format!("{name} threads={threads} round {round}"), &ours);
+        progress(&format!(
+            "recipe {name}: stokerd + 1 client process, round {round} of {n}"
+        ));
+        let served = end_to_end(args, &opts.spec, data, threads)?;
+        println!(
+            "stoker {name} end to end (stokerd, {threads} threads, + 1 client process) round {round}: {:.1} img/s, {:.2} CPU-s per 1000 images",
+            served.images_per_s,
+            served.cpu_s_per_1000.unwrap_or(f64::NAN)
+        );
         progress(&format!(
             "recipe {name}: torchvision DataLoader, round {round} of {n}"
         ));
@@ -464,16 +480,38 @@ fn rounds(
                 }
             }
         });
-        out.push(Round { ours, loader, dali });
+        out.push(Round {
+            ours,
+            served: served.images_per_s,
+            loader,
+            dali,
+        });
     }
     Ok(out)
+}
+
+/// The recipe served: a `stokerd` with `threads` threads and one `stoker bench-client`
+/// process attached with the whole `spec`, warm page cache.
+// String error: a failed run is one message for the user, composed at the CLI edge.
+fn end_to_end(
+    args: &BenchArgs,
+    spec: &PipelineSpec,
+    data: &Path,
+    threads: usize,
+) -> Result<ServedResult, String> {
+    let args = BenchArgs {
+        spec_override: Some(spec.clone()),
+        ..args.clone()
+    };
+    run_served(&args, data, 1, threads, CacheState::Warm, None)
 }
 
 /// The medians, ratios, stage shares and whether the targets are met.
 fn summary(recipe: Recipe, plain: &BenchReport, rounds: &[Round]) {
     let name = recipe.name();
     let pick = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
-    let ours = pick(&|r| r.ours.images_per_s);
+    let in_process = pick(&|r| r.ours.images_per_s);
+    let ours = pick(&|r| r.served);
     let augment = pick(&|r| r.ours.augment_ms_per_image);
     let share = pick(&|r| augment_share(&r.ours));
     let loader = pick(&|r| r.loader);
@@ -498,7 +536,8 @@ fn summary(recipe: Recipe, plain: &BenchReport, rounds: &[Round]) {
     );
     let ratio = ours / loader.max(1e-9);
     println!(
-        "recipe {name}: stoker {ours:.1} img/s, torchvision DataLoader {loader:.1} img/s, ratio {ratio:.2}x, {} (medians of {n} alternated rounds; stoker without the operations {:.1} img/s)",
+        "recipe {name}: stoker end to end {ours:.1} img/s (in process {in_process:.1}), torchvision DataLoader {loader:.1} img/s, ratio {ratio:.2}x ({:.2}x in process), {} (medians of {n} alternated rounds; stoker without the operations {:.1} img/s in process)",
+        in_process / loader.max(1e-9),
         verdict(ratio, loader_target),
         plain.images_per_s
     );
@@ -513,7 +552,8 @@ fn summary(recipe: Recipe, plain: &BenchReport, rounds: &[Round]) {
         let dali = median(rates.clone());
         let ratio = ours / dali.max(1e-9);
         println!(
-            "recipe {name}: stoker {ours:.1} img/s, DALI CPU {dali:.1} img/s, ratio {ratio:.2}x, {} (medians of {n} alternated rounds)",
+            "recipe {name}: stoker end to end {ours:.1} img/s, DALI CPU {dali:.1} img/s, ratio {ratio:.2}x ({:.2}x in process), {} (medians of {n} alternated rounds)",
+            in_process / dali.max(1e-9),
             verdict(ratio, dali_target)
         );
     } else {

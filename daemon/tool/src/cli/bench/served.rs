@@ -99,6 +99,13 @@ pub(super) fn run_clients(
 ) -> Result<Vec<ClientStats>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let job = format!("bench-{}-{clients}-{cache}", std::process::id());
+    let spec_flags = match &args.spec_override {
+        Some(spec) => vec![
+            "--spec-json".to_string(),
+            serde_json::to_string(spec).map_err(|e| format!("the spec as JSON: {e}"))?,
+        ],
+        None => args.spec.to_flags(),
+    };
     let children: Vec<std::process::Child> = (0..clients)
         .map(|rank| {
             Command::new(&exe)
@@ -114,7 +121,7 @@ pub(super) fn run_clients(
                 .args(["--warmup", &warmup.to_string()])
                 .args(["--epochs", &epochs.to_string()])
                 .args(["--device", &client_device(args)])
-                .args(args.spec.to_flags())
+                .args(&spec_flags)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .spawn()

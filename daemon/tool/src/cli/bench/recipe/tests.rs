@@ -113,3 +113,47 @@ fn median_of_odd_and_even_counts() {
     assert_eq!(median(vec![4.0, 1.0]), 2.5);
     assert_eq!(median(Vec::new()), 0.0);
 }
+
+/// The end-to-end run hands the whole recipe to its client process as JSON: the client
+/// attaches with exactly the recipe's spec (views, operations, erasing, batch mix).
+#[test]
+fn the_client_process_attaches_with_the_whole_recipe() {
+    use crate::cli::bench_client::{client_spec, BenchClientArgs};
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        client: BenchClientArgs,
+    }
+    let parse = |json: &str| {
+        <Cli as clap::Parser>::try_parse_from([
+            "bench-client",
+            "--socket",
+            "/s",
+            "--data",
+            "/d",
+            "--job",
+            "j",
+            "--warmup",
+            "1",
+            "--epochs",
+            "2",
+            "--spec-json",
+            json,
+        ])
+        .unwrap()
+        .client
+    };
+    for recipe in [Recipe::TorchvisionReference, Recipe::Dino] {
+        let spec = recipe_spec(recipe, PipelineSpec::train(16, 224));
+        let got = client_spec(&parse(&serde_json::to_string(&spec).unwrap())).unwrap();
+        assert_eq!(
+            got,
+            PipelineSpec {
+                epochs: Some(3),
+                ..spec
+            }
+        );
+    }
+    let bad = client_spec(&parse("{\"batch_size\": \"many\"}")).unwrap_err();
+    assert!(bad.to_string().contains("--spec-json"), "{bad}");
+}
