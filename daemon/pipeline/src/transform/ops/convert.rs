@@ -9,6 +9,9 @@ use stoker_wire::spec::{DType, Layout, PipelineSpec};
 /// Writes `pixels` (the spec's output size) into `out` (`spec.image_bytes()` bytes) in the
 /// spec's dtype and layout, native byte order.
 ///
+/// An 8-bit input has 256 values per channel: each channel's 256 output elements are computed
+/// once (the same f32 arithmetic per value) and the image is a table lookup per element.
+///
 /// # Panics
 /// If `pixels` is not the spec's output size or `out` is not one image's bytes.
 pub fn convert_into(pixels: &RgbImage, spec: &PipelineSpec, out: &mut [u8]) {
@@ -19,26 +22,78 @@ pub fn convert_into(pixels: &RgbImage, spec: &PipelineSpec, out: &mut [u8]) {
         "pixels of the output size"
     );
     assert_eq!(out.len(), spec.image_bytes(), "output buffer size");
-    let n = h as usize * w as usize;
-    let size = spec.dtype.size();
-    // Element (pixel, channel) goes to this element index of the image.
-    let at = |p: usize, c: usize| match spec.layout {
-        Layout::Nchw => c * n + p,
-        Layout::Nhwc => p * 3 + c,
-    };
-    for (p, px) in pixels.data.chunks_exact(3).enumerate() {
-        for c in 0..3 {
-            let dst = &mut out[at(p, c) * size..][..size];
-            if spec.dtype == DType::U8 {
-                dst[0] = px[c];
-                continue;
+    match spec.dtype {
+        DType::U8 => scatter(pixels, spec.layout, out, &identity_table()),
+        DType::F32 => scatter(pixels, spec.layout, out, &table(spec, f32::to_ne_bytes)),
+        DType::F16 => scatter(
+            pixels,
+            spec.layout,
+            out,
+            &table(spec, |v| f16::from_f32(v).to_ne_bytes()),
+        ),
+        DType::Bf16 => scatter(
+            pixels,
+            spec.layout,
+            out,
+            &table(spec, |v| bf16::from_f32(v).to_ne_bytes()),
+        ),
+    }
+}
+
+/// Per channel, the output element of each 8-bit value: `(px / 255 - mean) / std` in f32,
+/// encoded by `encode`.
+fn table<const N: usize>(
+    spec: &PipelineSpec,
+    encode: impl Fn(f32) -> [u8; N],
+) -> [[[u8; N]; 256]; 3] {
+    let mut t = [[[0u8; N]; 256]; 3];
+    for (c, channel) in t.iter_mut().enumerate() {
+        for (px, slot) in (0u8..=255).zip(channel.iter_mut()) {
+            *slot = encode((f32::from(px) * (1.0 / 255.0) - spec.mean[c]) / spec.std[c]);
+        }
+    }
+    t
+}
+
+/// The `u8` output: each value as it is.
+fn identity_table() -> [[[u8; 1]; 256]; 3] {
+    let mut t = [[[0u8; 1]; 256]; 3];
+    for channel in &mut t {
+        for (px, slot) in (0u8..=255).zip(channel.iter_mut()) {
+            *slot = [px];
+        }
+    }
+    t
+}
+
+/// Writes each element of `pixels` (interleaved RGB) through its channel's `table` into
+/// `out`, planar (NCHW) or interleaved (NHWC).
+fn scatter<const N: usize>(
+    pixels: &RgbImage,
+    layout: Layout,
+    out: &mut [u8],
+    table: &[[[u8; N]; 256]; 3],
+) {
+    match layout {
+        Layout::Nhwc => {
+            for (px, dst) in pixels.data.chunks_exact(3).zip(out.chunks_exact_mut(3 * N)) {
+                for c in 0..3 {
+                    dst[c * N..][..N].copy_from_slice(&table[c][usize::from(px[c])]);
+                }
             }
-            let v = (f32::from(px[c]) * (1.0 / 255.0) - spec.mean[c]) / spec.std[c];
-            match spec.dtype {
-                DType::F32 => dst.copy_from_slice(&v.to_ne_bytes()),
-                DType::F16 => dst.copy_from_slice(&f16::from_f32(v).to_ne_bytes()),
-                DType::Bf16 => dst.copy_from_slice(&bf16::from_f32(v).to_ne_bytes()),
-                DType::U8 => unreachable!("handled above"),
+        }
+        Layout::Nchw => {
+            let plane = out.len() / 3;
+            let (r, rest) = out.split_at_mut(plane);
+            let (g, b) = rest.split_at_mut(plane);
+            let planes = r
+                .chunks_exact_mut(N)
+                .zip(g.chunks_exact_mut(N))
+                .zip(b.chunks_exact_mut(N));
+            for (px, ((r, g), b)) in pixels.data.chunks_exact(3).zip(planes) {
+                r.copy_from_slice(&table[0][usize::from(px[0])]);
+                g.copy_from_slice(&table[1][usize::from(px[1])]);
+                b.copy_from_slice(&table[2][usize::from(px[2])]);
             }
         }
     }
@@ -68,6 +123,50 @@ pub(super) fn store(spec: &PipelineSpec, out: &mut [u8], c: usize, y: usize, x: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table gives, element for element, the formula computed per element (through
+    /// `store`, which encodes each dtype), in every dtype and layout.
+    #[test]
+    fn the_table_gives_the_formula_for_every_dtype_and_layout() {
+        let (w, h) = (7u32, 5u32);
+        let mut data: Vec<u8> = (0..w * h * 3)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        (data[0], data[1]) = (0, 255);
+        let pixels = RgbImage {
+            width: w,
+            height: h,
+            data,
+        };
+        for dtype in [DType::U8, DType::F32, DType::F16, DType::Bf16] {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                let mut spec = PipelineSpec::eval(1, 2);
+                spec.crop = stoker_wire::spec::Crop::CenterCrop {
+                    resize: 7,
+                    size: [h, w],
+                };
+                spec.dtype = dtype;
+                spec.layout = layout;
+                let mut got = vec![0u8; spec.image_bytes()];
+                convert_into(&pixels, &spec, &mut got);
+                let mut want = vec![0u8; spec.image_bytes()];
+                for y in 0..h {
+                    for x in 0..w {
+                        for (c, &px) in pixels.pixel(x, y).iter().enumerate() {
+                            let v = f32::from(px);
+                            let v = if dtype == DType::U8 {
+                                v
+                            } else {
+                                (v * (1.0 / 255.0) - spec.mean[c]) / spec.std[c]
+                            };
+                            store(&spec, &mut want, c, y as usize, x as usize, v);
+                        }
+                    }
+                }
+                assert_eq!(got, want, "{dtype:?} {layout:?}");
+            }
+        }
+    }
 
     #[test]
     fn pixels_are_normalised_into_the_layout() {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use stoker_kernels::image::RgbImage;
 use stoker_wire::spec::Interpolation;
 
-use super::{apply_step, OpScratch, Step};
+use super::{apply_step, convert_into, OpScratch, Step};
 
 #[test]
 #[ignore = "a measurement, run by hand in release"]
@@ -70,4 +70,28 @@ fn timing() {
         }
         println!("{:>14} {:8.1} us", step.kind(), best * 1e6);
     }
+}
+
+#[test]
+#[ignore = "a measurement, run by hand in release"]
+fn convert_timing() {
+    let (w, h) = (176u32, 176u32);
+    let img = RgbImage {
+        width: w,
+        height: h,
+        data: (0..w * h * 3)
+            .map(|i| ((i * 2_654_435_761u32) >> 24) as u8)
+            .collect(),
+    };
+    let spec = stoker_wire::spec::PipelineSpec::train(1, 176);
+    let mut out = vec![0u8; spec.image_bytes()];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        for _ in 0..20 {
+            convert_into(&img, &spec, &mut out);
+        }
+        best = best.min(t0.elapsed().as_secs_f64() / 20.0);
+    }
+    println!("convert 176x176 f32 nchw {:8.1} us", best * 1e6);
 }
