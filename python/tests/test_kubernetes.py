@@ -110,7 +110,8 @@ class Pod:
         exe = find_stokerd()
         if exe is None or not exe.is_file():
             _unavailable("stokerd is not built, or set STOKERD")
-        self.binaries = {"/usr/bin/stokerd": str(exe), "/usr/bin/stoker": str(exe.parent / "stoker")}
+        self.binaries = {"/usr/bin/stokerd": str(exe),
+                         "/usr/bin/stoker": str(exe.parent / "stoker")}
         self.volumes = {v["name"]: v for v in self.spec["volumes"]}
         self.mounts = {m["mountPath"]: self.volumes[m["name"]]
                        for m in self.container["volumeMounts"]}
@@ -198,7 +199,8 @@ def run_pod(docs, workload, root, before=None):
         pod.probe("livenessProbe")
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert int(annotations["prometheus.io/port"]) == pod.ports["metrics"]
-        assert annotations["prometheus.io/path"] == pod.container["livenessProbe"]["httpGet"]["path"]
+        liveness = pod.container["livenessProbe"]["httpGet"]
+        assert annotations["prometheus.io/path"] == liveness["path"]
         return pod, said
     finally:
         pod.stop()
