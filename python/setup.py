@@ -16,13 +16,21 @@ The wheel's version is the binaries' (`stokerd --version`, from `git describe` o
 `$STOKER_VERSION` when a packager sets it).
 
 Environment: `STOKER_CARGO_PROFILE` (`release`, the default, or `dev`: CI's Python tests
-reuse the debug build), `CARGO` (the cargo to run), `CARGO_TARGET_DIR`.
+reuse the debug build), `CARGO` (the cargo to run), `CARGO_TARGET_DIR`, `STOKER_LINKER`
+(python/build-wheel sets it: a linker that links against an older glibc, below).
 
-Why plain setuptools and not setuptools-rust: its `RustBin` installs binaries into the
-environment's scripts folder, outside the package, where the library cannot find them
-reliably (user installs, `--prefix`, relocated venvs), and its no-binding cdylib is renamed
-with the interpreter's extension suffix although libstoker.so belongs to no interpreter. One
-cargo command and three copies are all this needs (docs/python.md, "Building the wheel").
+An older glibc: the binaries built here use the symbol versions of this machine's glibc
+(2.34 on Debian 12), too new for RHEL/Rocky 8 (2.28). With `STOKER_LINKER` set
+(python/build-wheel sets it to cargo-zigbuild's `zig cc` for x86_64-linux-gnu.2.28), the three
+artifacts are linked once more with it after the build: `cargo rustc` compiles and links only
+their own crates again (the thin `stokerd` and `stoker` mains and the libstoker cdylib), and
+every library they link stays the one the build made. The glibc a binary needs is decided at
+the link (its symbol versions come from the libc it is linked against), so this gives the
+manylinux_2_28 binaries without a second build of the dependencies for another target folder
+(`cargo zigbuild --target x86_64-unknown-linux-gnu.2.28` would build everything again, minutes
+on a 2-core CI machine; docs/decisions.md has the measurements). The relinked files replace
+the build's own in the target folder (the next plain `cargo build` relinks those crates as
+before, a minute or less).
 """
 
 import os
@@ -46,8 +54,9 @@ REPO = HERE.parent
 ARTIFACTS = [("libstoker.so", "libstoker.so"), ("stokerd", "bin/stokerd"), ("stoker", "bin/stoker")]
 
 
-def cargo_build():
-    """Builds the three artifacts; returns the folder they are in."""
+def cargo_build(linker=None):
+    """Builds the three artifacts, and links them again with `linker` if given; returns the
+    folder they are in."""
     if not (REPO / "Cargo.toml").is_file() or not (REPO / "daemon").is_dir():
         sys.exit(f"stoker: building the wheel needs the stoker source checkout around {HERE} "
                  "(its Cargo workspace); install a built wheel instead")
@@ -64,17 +73,35 @@ def cargo_build():
                      "several minutes the first time on a small machine, seconds after that\n"
                      f"stoker: {' '.join(cmd)}\n")
     subprocess.run(cmd, cwd=REPO, check=True)
+    if linker:
+        relink(cargo, profile, linker)
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
     if not target.is_absolute():
         target = REPO / target
     return target / ("debug" if profile == "dev" else profile)
 
 
+def relink(cargo, profile, linker):
+    """Links the three artifacts again with `linker` (see the module's docs). The library
+    last: building the two programs may rebuild its rlib (and with it the cdylib, linked the
+    usual way) when an earlier relink left the rlib's fingerprint stale."""
+    if not Path(linker).is_file():
+        sys.exit(f"stoker: STOKER_LINKER={linker}: no such file")
+    sys.stderr.write(f"stoker: linking the binaries again with {linker}\n")
+    for target in (["-p", "stoker-tool", "--bin", "stoker"],
+                   ["-p", "stoker-daemon", "--bin", "stokerd"],
+                   ["-p", "stoker-client", "--lib", "--crate-type", "cdylib"]):
+        cmd = [cargo, "rustc", "--locked", "--profile", profile, *target, "--",
+               "-C", f"linker={linker}"]
+        sys.stderr.write(f"stoker: {' '.join(cmd)}\n")
+        subprocess.run(cmd, cwd=REPO, check=True)
+
+
 def binaries_version():
     """The version the binaries report (`stokerd --version`: `git describe` of the checkout
     at their build, in PEP 440's form, ipc/wire/build.rs), so the wheel has the very same.
     Builds them first (cargo is incremental: the wheel's own build step then finds them
-    built)."""
+    built); the version does not depend on the linker, so they are not relinked here."""
     built = cargo_build()
     out = subprocess.run([str(built / "stokerd"), "--version"], capture_output=True, text=True,
                          check=True).stdout.split()
@@ -86,7 +113,7 @@ def binaries_version():
 class BuildPyWithBinaries(build_py):
     def run(self):
         super().run()
-        built = cargo_build()
+        built = cargo_build(os.environ.get("STOKER_LINKER"))
         for name, dest in ARTIFACTS:
             src = built / name
             out = Path(self.build_lib) / "stoker" / dest

@@ -514,6 +514,22 @@ stoker_result stoker_client_skipped_name(struct stoker_client *client,
                                          size_t *name_len);
 
 /**
+ * Copies the name of bad sample `index` (a file the daemon could not read or decode for this
+ * client's job, as a path below the dataset's root; the first few, in the order met, as the
+ * daemon last told them) into `buf` as `stoker_client_class_name` copies a class name. An
+ * index past the names told so far is STOKER_ERR_INVALID_ARGUMENT.
+ *
+ * # Safety
+ * `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+ * `buf_len` bytes.
+ */
+stoker_result stoker_client_bad_sample_name(struct stoker_client *client,
+                                            uint64_t index,
+                                            char *buf,
+                                            size_t buf_len,
+                                            size_t *name_len);
+
+/**
  * Fills `*info` (up to `info->size` bytes) with the data stall measured since the attach.
  * The client also reports it to the daemon, which shows it per rank (`stoker status`).
  *

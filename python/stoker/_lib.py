@@ -183,6 +183,8 @@ _SIGNATURES = {
                                            POINTER(c_size_t)]),
     "stoker_client_skipped_name": (_RESULT, [_CLIENT, c_uint64, c_char_p, c_size_t,
                                              POINTER(c_size_t)]),
+    "stoker_client_bad_sample_name": (_RESULT, [_CLIENT, c_uint64, c_char_p, c_size_t,
+                                                POINTER(c_size_t)]),
     "stoker_client_stall": (_RESULT, [_CLIENT, POINTER(StallInfo)]),
     "stoker_next": (_RESULT, [_CLIENT, POINTER(_BATCH)]),
     "stoker_batch_info": (_RESULT, [_BATCH, POINTER(BatchHeader)]),

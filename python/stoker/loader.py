@@ -1,5 +1,6 @@
 """`stoker.Loader`: a DataLoader-like iterable of (images, labels) served by stokerd."""
 
+import itertools
 import json
 import os
 import sys
@@ -248,6 +249,8 @@ class Loader:
         # (once per Loader, whatever its attaches).
         self._told_skipped = False
         self._told_bad = False
+        # The first bad samples' files, as the daemon last named them (kept across attaches).
+        self._bad_names = []
         self._client = None
         self._info = None
         self._epoch = 0
@@ -349,6 +352,10 @@ class Loader:
                 now = dict.fromkeys(self._stall_before, 0)
             for key in self._stall_before:
                 self._stall_before[key] += now[key]
+            try:
+                self._bad_sample_names()  # kept for stats() after the detach
+            except Exception:  # noqa: BLE001 - as above
+                pass
         client, self._client = self._client, None
         if client:
             lib.stoker_detach(client)
@@ -384,15 +391,33 @@ class Loader:
             return
         self._told_bad = True
         samples = "sample" if bad == 1 else "samples"
+        named = self._bad_sample_names()
+        which = f": {', '.join(named)}" if named else ""
         print(f"stoker: {self._dataset_arg}: {bad} {samples} replaced by others (unreadable or "
-              f"corrupt; the daemon's log names each file and why); "
-              f"loader.stats()['bad_samples'] counts them", file=sys.stderr, flush=True)
+              f"corrupt){which}; the daemon's log says why; loader.stats()['bad_samples'] "
+              f"counts them and ['bad_sample_names'] names the first few", file=sys.stderr,
+              flush=True)
+
+    def _bad_sample_names(self):
+        """The first few bad samples' files (paths below the dataset's root, in the order the
+        daemon met them, for the whole job), as the daemon told the attached client before
+        the batch that held each; the names of an earlier attach when it told none yet."""
+        if self._client:
+            try:
+                named = self._told_names(self._client, "stoker_client_bad_sample_name")
+            except StokerError:
+                named = []
+            if named:
+                self._bad_names = named
+        return list(self._bad_names)
 
     def stats(self):
         """The data stall since this loader was made: `wait_s` (time spent inside `next()`
         waiting for a batch), `compute_s` (time between calls: the training loop's own work),
         `wait_fraction` (wait / both) and `batches`; `bad_samples`, the samples of those
-        batches the daemon replaced (unreadable or corrupt). The daemon shows the stall per
+        batches the daemon replaced (unreadable or corrupt), and `bad_sample_names`, the
+        first few of the job's bad files (paths below the dataset's root) as the daemon
+        named them. The daemon shows the stall per
         rank (`stoker status`, metric `stoker_client_wait_fraction`)."""
         out = dict(self._stall_before)
         if self._client:
@@ -400,6 +425,7 @@ class Loader:
                 out[key] += value
         total = out["wait_s"] + out["compute_s"]
         out["wait_fraction"] = out["wait_s"] / total if total > 0 else 0.0
+        out["bad_sample_names"] = self._bad_sample_names()
         return out
 
     def __enter__(self):
@@ -550,14 +576,20 @@ class Loader:
     @staticmethod
     def _skipped_names(client, count):
         """The first few skipped files' names, as the daemon sent them."""
+        return Loader._told_names(client, "stoker_client_skipped_name", count)
+
+    @staticmethod
+    def _told_names(client, function, count=None):
+        """Names `function` (`stoker_client_skipped_name`, `stoker_client_bad_sample_name`)
+        copies out, from index 0 until it says there are no more (or `count` of them)."""
         names, length = [], c_size_t()
-        for i in range(count):
+        for i in range(count) if count is not None else itertools.count():
             try:
-                call("stoker_client_skipped_name", client, i, None, 0, byref(length))
+                call(function, client, i, None, 0, byref(length))
             except InvalidArgument:
                 break
             buf = create_string_buffer(length.value + 1)
-            call("stoker_client_skipped_name", client, i, buf, len(buf), byref(length))
+            call(function, client, i, buf, len(buf), byref(length))
             names.append(buf.value.decode("utf-8", "replace"))
         return names
 

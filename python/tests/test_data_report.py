@@ -60,3 +60,24 @@ def test_skipped_files_and_replaced_samples_are_told_to_the_script(untidy, daemo
     replaced = [line for line in err.splitlines() if "replaced by others" in line]
     assert len(replaced) == 1, err
     assert "1 sample" in replaced[0] and "bad_samples" in replaced[0], err
+
+
+def test_the_replaced_samples_are_named_to_the_script(untidy, daemon, capfd):
+    """The line said only how many samples were replaced ("the daemon's log names each file"):
+    the script is now told which files, and `stats()` lists them."""
+    with stoker.Loader(untidy, batch_size=3, crop=8, socket=daemon, job="untidy-names",
+                       epochs=2) as ld:
+        for _ in ld:
+            pass
+        stats = ld.stats()
+        assert stats["bad_samples"] == 1, stats
+        assert stats["bad_sample_names"] == ["a/broken.jpg"], stats
+        for _ in ld:  # the second epoch meets the file again: counted, named once
+            pass
+        stats = ld.stats()
+        assert stats["bad_samples"] == 2, stats
+        assert stats["bad_sample_names"] == ["a/broken.jpg"], stats
+    err = capfd.readouterr().err
+    replaced = [line for line in err.splitlines() if "replaced by others" in line]
+    assert len(replaced) == 1, err
+    assert ": a/broken.jpg" in replaced[0], replaced[0]

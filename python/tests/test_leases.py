@@ -130,7 +130,8 @@ def test_a_loader_attaches_again_only_where_it_first_attached(dataset, daemon, m
 def test_stats_split_waiting_from_the_loops_own_time(dataset, daemon):
     with loader(dataset, daemon, epochs=1) as ld:
         assert ld.stats() == {"wait_s": 0.0, "compute_s": 0.0, "batches": 0,
-                              "bad_samples": 0, "wait_fraction": 0.0}
+                              "bad_samples": 0, "bad_sample_names": [],
+                              "wait_fraction": 0.0}
         while (b := ld.next_batch()) is not None:
             del b
             time.sleep(0.02)

@@ -494,6 +494,7 @@ pub(super) fn forward(
     counts: &Delivered,
 ) {
     let mut bytes = Vec::with_capacity(64);
+    let mut bad_told = 0;
     loop {
         if stop.load(Ordering::Acquire) || told_stopping(Some(feed), sock, counts) {
             return;
@@ -517,6 +518,11 @@ pub(super) fn forward(
                 Message::error(ErrorCode::Internal, format!("feed failed: {e}"))
             }
         };
+        if matches!(msg, Message::Ready(_))
+            && !tell_bad_samples(feed, sock, &mut bad_told, &mut bytes)
+        {
+            return;
+        }
         if msg.encode_into(&mut bytes).is_err() || sock.send(&bytes, &[]).is_err() {
             // The client is gone; the connection thread sees end of file and cleans up.
             return;
@@ -533,6 +539,24 @@ pub(super) fn forward(
         counts.daemon.delivered.fetch_add(n, Ordering::Relaxed);
         counts.job.fetch_add(n, Ordering::Relaxed);
         ::metrics::gauge!(m::READY_SLOTS).increment(1.0);
+    }
+}
+
+/// Before a READY: when the job's bad samples grew since this connection was last told,
+/// sends BAD_SAMPLES (the count and the first names), so the batch that holds one arrives
+/// after its name. Only the job's own connections get it: the names are of files in the
+/// dataset the client attached to. False if the client is gone.
+fn tell_bad_samples(feed: &Feed, sock: &SeqPacket, told: &mut u64, bytes: &mut Vec<u8>) -> bool {
+    let bad = &feed.job().bad;
+    if bad.count() == *told {
+        return true;
+    }
+    let names = bad.snapshot();
+    *told = names.count;
+    // Names are capped far below a message's size; a failed encoding only skips the news.
+    match Message::BadSamples(names).encode_into(bytes) {
+        Ok(()) => sock.send(bytes, &[]).is_ok(),
+        Err(_) => true,
     }
 }
 

@@ -369,6 +369,44 @@ pub unsafe extern "C" fn stoker_client_skipped_name(
     })
 }
 
+/// Copies the name of bad sample `index` (a file the daemon could not read or decode for this
+/// client's job, as a path below the dataset's root; the first few, in the order met, as the
+/// daemon last told them) into `buf` as `stoker_client_class_name` copies a class name. An
+/// index past the names told so far is STOKER_ERR_INVALID_ARGUMENT.
+///
+/// # Safety
+/// `client` is a live client; `name_len` is writable; `buf` is NULL or writable for
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stoker_client_bad_sample_name(
+    client: *mut stoker_client,
+    index: u64,
+    buf: *mut c_char,
+    buf_len: usize,
+    name_len: *mut usize,
+) -> stoker_result {
+    entry(|| {
+        // SAFETY: live handle or NULL, by the caller's promise.
+        let c = unsafe { handle(client, "client") }?;
+        check_out(name_len, "name_len")?;
+        let guard = lock(c)?;
+        let bad = guard.bad_samples();
+        let name = usize::try_from(index)
+            .ok()
+            .and_then(|i| bad.first.get(i))
+            .ok_or_else(|| {
+                Failure::invalid(format!(
+                    "bad sample {index} is beyond the {} named ({} bad in the job so far)",
+                    bad.first.len(),
+                    bad.count
+                ))
+            })?;
+        // SAFETY: `name_len` is non-NULL (checked) and `buf` NULL or writable for `buf_len`
+        // bytes, by the caller's promise.
+        unsafe { copy_name(name, buf, buf_len, name_len) }
+    })
+}
+
 /// Writes `name`'s length to `*name_len` and, unless `buf` is NULL, `name` and a NUL into
 /// `buf` (refused when `buf_len` leaves no room for both).
 ///

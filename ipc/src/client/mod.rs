@@ -60,8 +60,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::{
-    Attach, Attached, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position, Ready,
-    ResumedEpoch, MAX_MESSAGE_BYTES,
+    Attach, Attached, BadSamples, Device, EpochOffset, EpochSteps, ErrorCode, Message, Position,
+    Ready, ResumedEpoch, MAX_MESSAGE_BYTES,
 };
 use crate::ring::memfd::{page_size, MemfdRing};
 use crate::ring::{ImageMemory, RingLayout};
@@ -261,6 +261,8 @@ pub struct Client {
     clock: StallClock,
     /// Whether the wait with every slot held was reported (once per client).
     warned_all_held: bool,
+    /// The job's bad samples, as the daemon last told them (BAD_SAMPLES).
+    bad: BadSamples,
     /// Where and how it attached: a re-attach (`reattach`) goes there again.
     socket: PathBuf,
     opts: AttachOptions,
@@ -341,6 +343,7 @@ impl Client {
             buf,
             clock: StallClock::new(),
             warned_all_held: false,
+            bad: BadSamples::default(),
             socket: socket.to_owned(),
             opts: again,
         })
@@ -405,6 +408,12 @@ impl Client {
         self.clock.totals
     }
 
+    /// The job's bad samples (all its ranks) as the daemon last told this client, with the
+    /// first few files named: told before the batch that holds one.
+    pub fn bad_samples(&self) -> &BadSamples {
+        &self.bad
+    }
+
     /// Sends the stall totals. A failed send is not reported here: a daemon that is gone
     /// shows on the next receive.
     fn send_stats(&mut self) {
@@ -418,14 +427,20 @@ impl Client {
             return Ok(None);
         }
         self.warn_if_all_held();
-        let (msg, fds) = recv(&self.conn.sock, &mut self.buf)?;
-        if !fds.is_empty() {
-            return Err(ClientError::Protocol(format!(
-                "{:?} carried {} unexpected fds",
-                msg.kind(),
-                fds.len()
-            )));
-        }
+        let msg = loop {
+            let (msg, fds) = recv(&self.conn.sock, &mut self.buf)?;
+            if !fds.is_empty() {
+                return Err(ClientError::Protocol(format!(
+                    "{:?} carried {} unexpected fds",
+                    msg.kind(),
+                    fds.len()
+                )));
+            }
+            match msg {
+                Message::BadSamples(b) => self.bad = b,
+                other => break other,
+            }
+        };
         match msg {
             Message::Ready(r) => self.batch(r).map(Some),
             Message::EndOfData => {

@@ -66,6 +66,8 @@ impl Client {
                     tracing::info!(socket = %self.socket.display(), %gone,
                         waited_s = started.elapsed().as_secs_f64(), "re-attached");
                     std::mem::swap(&mut fresh.clock, &mut self.clock);
+                    // The names told so far stay until the new daemon tells its own.
+                    std::mem::swap(&mut fresh.bad, &mut self.bad);
                     // The old client's drop sends DETACH on the dead socket: it fails at once.
                     drop(std::mem::replace(self, fresh));
                     return Ok(());

@@ -19,6 +19,7 @@ use stoker_wire::protocol::{EpochOffset, EpochSteps};
 use super::{PipelineError, Position};
 use crate::source::index::Dataset;
 use crate::source::local::fsopen::{OpenPolicy, OpenRules};
+use crate::transform::badsample::BadNames;
 use crate::transform::decode::EntryHold;
 use crate::transform::sampler::Sampler;
 
@@ -46,6 +47,8 @@ pub struct Job {
     /// view's crop and flip, `u8`, NHWC; see [`crate::transform::ops`]); `None` for a view
     /// without, which keeps the fused path.
     pub(super) pixel_specs: Vec<Option<PipelineSpec>>,
+    /// The job's bad samples, counted and the first few named, for its clients.
+    pub bad: BadNames,
     /// The owner's JPEG entry points, held while the job lives: dropped with the job's last
     /// `Arc`, after its last decode, so the owner's entries go with its last job.
     _entries: EntryHold,
@@ -119,6 +122,7 @@ impl Job {
             world_size,
             rules,
             owner,
+            bad: BadNames::default(),
             _entries: EntryHold::new(owner),
         }))
     }

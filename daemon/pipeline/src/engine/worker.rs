@@ -21,6 +21,7 @@
 //!   (they complete in stream order anyway).
 
 use crate::sync::lock;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -227,6 +228,12 @@ impl Worker {
         #[allow(clippy::cast_possible_truncation)]
         let name = job.dataset.display_name(index as usize);
         self.shared.bad_log.log(&name, bad);
+        // The job's clients are told the file below the root they named.
+        job.bad
+            .note(|| match Path::new(&name).strip_prefix(job.dataset.root()) {
+                Ok(below) => below.display().to_string(),
+                Err(_) => name.clone(),
+            });
         let replaced = match self.shared.config.policy {
             BadSamplePolicy::Skip => self.replace(spot, index),
             BadSamplePolicy::Fail => None,

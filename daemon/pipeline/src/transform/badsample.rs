@@ -10,6 +10,9 @@
 //!   epochs, other jobs) are counted but not logged. The set of logged files is capped at
 //!   [`MAX_REMEMBERED_FILES`]; past it every meeting is logged, still rate-limited.
 //! - Logging goes through [`RateLimit`]: at most N lines a second, then one "suppressed K".
+//! - Each job also keeps its own count and the first few distinct names ([`BadNames`]), which
+//!   the daemon tells that job's clients (BAD_SAMPLES), so a training script can say which
+//!   files were bad without the daemon's log.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +20,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+use stoker_wire::protocol::{BadSamples, BAD_NAMES, BAD_NAMES_BYTES};
 
 use crate::ratelimit::{Admit, RateLimit};
 use crate::source::local::reader::ReadError;
@@ -143,9 +148,71 @@ impl BadSampleLog {
     }
 }
 
+/// One job's bad samples: how many were met, and the first few distinct files' names
+/// (at most [`BAD_NAMES`] names of [`BAD_NAMES_BYTES`] in all).
+#[derive(Debug, Default)]
+pub struct BadNames {
+    count: AtomicU64,
+    first: Mutex<Vec<String>>,
+}
+
+impl BadNames {
+    /// Counts one bad sample; `name` (its file, as the job's clients should read it) is asked
+    /// for only while there is room for another name.
+    pub fn note(&self, name: impl FnOnce() -> String) {
+        let mut first = crate::sync::lock(&self.first);
+        if first.len() < BAD_NAMES {
+            let name = name();
+            let bytes: usize = first.iter().map(String::len).sum();
+            if bytes + name.len() <= BAD_NAMES_BYTES && !first.contains(&name) {
+                first.push(name);
+            }
+        }
+        // Counted under the lock, so a count read with the names covers them.
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bad samples met so far (cheap: read before every batch a client is sent).
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The count and the names, as BAD_SAMPLES carries them.
+    pub fn snapshot(&self) -> BadSamples {
+        let first = crate::sync::lock(&self.first);
+        BadSamples {
+            count: self.count(),
+            first: first.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_keeps_the_first_distinct_names_and_counts_every_meeting() {
+        let names = BadNames::default();
+        names.note(|| "a/broken.jpg".into());
+        names.note(|| "a/broken.jpg".into());
+        for i in 0..2 * BAD_NAMES {
+            names.note(|| format!("b/{i}.jpg"));
+        }
+        let got = names.snapshot();
+        assert_eq!(got.count, 2 + 2 * BAD_NAMES as u64);
+        assert_eq!(got.first.len(), BAD_NAMES);
+        assert_eq!(got.first[..2], ["a/broken.jpg", "b/0.jpg"]);
+        let long = BadNames::default();
+        long.note(|| "x".repeat(BAD_NAMES_BYTES));
+        long.note(|| "y".into());
+        assert_eq!(
+            long.snapshot().first.len(),
+            1,
+            "over the bytes: counted only"
+        );
+        assert_eq!(long.count(), 2);
+    }
 
     #[test]
     fn every_read_and_decode_reason_has_a_counter() {

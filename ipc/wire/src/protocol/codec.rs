@@ -24,6 +24,7 @@ impl Message {
             Message::Status => MessageType::Status,
             Message::StatusReply(_) => MessageType::StatusReply,
             Message::Stats(_) => MessageType::Stats,
+            Message::BadSamples(_) => MessageType::BadSamples,
         }
     }
 
@@ -65,6 +66,9 @@ impl Message {
             }
             Message::StatusReply(s) => {
                 serde_json::to_writer(&mut *out, s).map_err(EncodeError::Json)?
+            }
+            Message::BadSamples(b) => {
+                serde_json::to_writer(&mut *out, b).map_err(EncodeError::Json)?
             }
             Message::Stats(st) => {
                 out.extend_from_slice(&st.wait_ns.to_le_bytes());
@@ -181,6 +185,9 @@ impl Message {
                     compute_ns: r.u64(),
                     batches: r.u64(),
                 })
+            }
+            MessageType::BadSamples => {
+                Message::BadSamples(serde_json::from_slice(body).map_err(json_err)?)
             }
             MessageType::Error => Message::Error(decode_error(body)?),
         })

@@ -43,6 +43,11 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 pub const CLASS_NAMES_BYTES: usize = 32 * 1024;
 /// Most bytes of skipped file names an ATTACHED carries: names past it are only counted.
 pub const SKIPPED_NAMES_BYTES: usize = 4 * 1024;
+/// Most bad samples a [`BadSamples`] names, and most bytes of their names: others are only
+/// counted.
+pub const BAD_NAMES: usize = 8;
+/// See [`BAD_NAMES`].
+pub const BAD_NAMES_BYTES: usize = 4 * 1024;
 /// Longest error message sent; longer ones are cut at a character boundary.
 pub(crate) const MAX_ERROR_TEXT: usize = 4096;
 
@@ -70,6 +75,8 @@ pub enum MessageType {
     StatusReply = 9,
     /// Client → daemon: [`Stats`], fixed body.
     Stats = 10,
+    /// Daemon → client: [`BadSamples`], JSON (protocol 4).
+    BadSamples = 11,
 }
 
 impl MessageType {
@@ -86,6 +93,7 @@ impl MessageType {
             8 => MessageType::Status,
             9 => MessageType::StatusReply,
             10 => MessageType::Stats,
+            11 => MessageType::BadSamples,
             _ => return None,
         })
     }
@@ -185,6 +193,22 @@ pub struct Stats {
     pub compute_ns: u64,
     /// Batches received.
     pub batches: u64,
+}
+
+/// Daemon → client, before the READY of a batch when the job's bad samples grew since the
+/// last one this connection was told of: how many samples of the job (all its ranks) could
+/// not be read or decoded so far, and the first few files' names, so that the training
+/// script can say which. Sent only on the job's own connections: a client is told the names
+/// of files in a dataset it attached to.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BadSamples {
+    /// Bad samples met in the job so far (a file met again in a later epoch counts again).
+    pub count: u64,
+    /// The first distinct files among them, in the order met: paths below the dataset's root
+    /// (`shard.tar:member` for shards), at most [`BAD_NAMES`] and [`BAD_NAMES_BYTES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first: Vec<String>,
 }
 
 /// Error codes. Stable numbers: never renumber, only add.
@@ -292,6 +316,8 @@ pub enum Message {
     StatusReply(Box<DaemonStatus>),
     /// Client → daemon: the data stall's totals.
     Stats(Stats),
+    /// Daemon → client: the job's bad samples so far, named.
+    BadSamples(BadSamples),
 }
 
 /// Why bytes are not a message.

@@ -87,7 +87,37 @@ fn all_messages() -> Vec<Message> {
             compute_ns: u64::MAX,
             batches: 12,
         }),
+        Message::BadSamples(BadSamples {
+            count: 3,
+            first: vec!["a/broken.jpg".into(), "train-000.tar:x/7.jpg".into()],
+        }),
     ]
+}
+
+/// BAD_SAMPLES (protocol 4) in its JSON form; with no names the list is left out.
+#[test]
+fn bad_samples_read_as_written() {
+    let m = Message::BadSamples(BadSamples {
+        count: 2,
+        first: vec!["a/broken.jpg".into()],
+    });
+    let bytes = m.encode().unwrap();
+    assert_eq!(&bytes[..HEADER_BYTES], b"SK\x04\x00\x0b\x00\x00\x00");
+    assert_eq!(
+        &bytes[HEADER_BYTES..],
+        br#"{"count":2,"first":["a/broken.jpg"]}"#
+    );
+    assert_eq!(Message::decode(&bytes).unwrap(), m);
+    let mut bare = bytes[..HEADER_BYTES].to_vec();
+    bare.extend_from_slice(br#"{"count":1}"#);
+    let read = Message::decode(&bare).unwrap();
+    assert_eq!(
+        read,
+        Message::BadSamples(BadSamples {
+            count: 1,
+            first: vec![]
+        })
+    );
 }
 
 #[test]
@@ -141,7 +171,7 @@ fn both_start_position_forms_are_understood() {
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     assert_eq!(json["start"], serde_json::json!({"epoch": 2, "step": 17}));
     let decode = |json: &serde_json::Value| {
-        let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
+        let mut bytes = b"SK\x04\x00\x01\x00\x00\x00".to_vec();
         bytes.extend(serde_json::to_vec(json).unwrap());
         let Message::Attach(a) = Message::decode(&bytes).unwrap() else {
             panic!("not an attach")
@@ -181,7 +211,7 @@ fn both_start_position_forms_are_understood() {
     assert_eq!(Message::decode(&m.encode().unwrap()).unwrap(), m);
     // Unknown fields inside `start` are refused like anywhere else.
     json["start"] = serde_json::json!({"epoch": 4, "step": 1, "offest": null});
-    let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x04\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let e = Message::decode(&bytes).unwrap_err();
     assert!(e.to_string().contains("offest"), "{e}");
@@ -210,7 +240,7 @@ fn hot_messages_have_fixed_sizes() {
 fn an_attached_without_accepts_stats_decodes_as_not_accepting() {
     // A daemon from before STATS sends no `accepts_stats`.
     let json = br#"{"slots":4,"slot_bytes":1,"ring_bytes":4,"steps_per_epoch":1,"dataset_len":1,"classes":0,"ranks_attached":1,"created_job":true,"daemon_version":"0.0.9"}"#;
-    let mut bytes = b"SK\x03\x00\x02\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x04\x00\x02\x00\x00\x00".to_vec();
     bytes.extend_from_slice(json);
     let Message::Attached(a) = Message::decode(&bytes).unwrap() else {
         panic!("expected ATTACHED")
@@ -328,11 +358,11 @@ fn malformed_messages_say_what_is_wrong() {
         Err(DecodeError::Magic(*b"XX"))
     );
     assert_eq!(
-        Message::decode(b"SK\x03\x00\x63\x00\x00\x00"),
+        Message::decode(b"SK\x04\x00\x63\x00\x00\x00"),
         Err(DecodeError::UnknownType(0x63))
     );
     assert_eq!(
-        Message::decode(b"SK\x03\x00\x05\x00\x01\x00"),
+        Message::decode(b"SK\x04\x00\x05\x00\x01\x00"),
         Err(DecodeError::Reserved(1))
     );
     // Trailing bytes after a fixed body.
@@ -350,7 +380,7 @@ fn malformed_messages_say_what_is_wrong() {
     let encoded = Message::Attach(Box::new(attach())).encode().unwrap();
     let mut json: serde_json::Value = serde_json::from_slice(&encoded[HEADER_BYTES..]).unwrap();
     json["colour"] = 1.into();
-    let mut bytes = b"SK\x03\x00\x01\x00\x00\x00".to_vec();
+    let mut bytes = b"SK\x04\x00\x01\x00\x00\x00".to_vec();
     bytes.extend(serde_json::to_vec(&json).unwrap());
     let err = Message::decode(&bytes).unwrap_err();
     assert!(err.to_string().contains("colour"), "{err}");
@@ -391,10 +421,10 @@ proptest! {
 
     #[test]
     fn arbitrary_bodies_behind_a_valid_header_never_panic(
-        ty in 0u16..11,
+        ty in 0u16..12,
         body in proptest::collection::vec(any::<u8>(), 0..128),
     ) {
-        let mut bytes = b"SK\x03\x00".to_vec();
+        let mut bytes = b"SK\x04\x00".to_vec();
         bytes.extend(ty.to_le_bytes());
         bytes.extend([0, 0]);
         bytes.extend(body);
@@ -406,7 +436,7 @@ proptest! {
 
     #[test]
     fn mutated_valid_messages_never_panic(
-        which in 0usize..10,
+        which in 0usize..12,
         flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
         cut in any::<usize>(),
     ) {
@@ -428,7 +458,7 @@ proptest! {
 
 /// The ATTACH body every client of this protocol version sends (the Rust client, the C ABI,
 /// the Python package through it): its JSON must stay byte for byte what it is for as long
-/// as [`PROTOCOL_VERSION`] stays 3. Changing it means a new protocol version: bump
+/// as [`PROTOCOL_VERSION`] stays 4. Changing it means a new protocol version: bump
 /// [`PROTOCOL_VERSION`] and this test's header with it (docs/protocol.md says why).
 fn golden_attach_json(device: &str, start: &str) -> String {
     let spec = serde_json::to_string(&PipelineSpec::train(256, 224)).unwrap();
@@ -439,9 +469,9 @@ fn golden_attach_json(device: &str, start: &str) -> String {
 
 #[test]
 fn attach_json_is_byte_identical_to_the_golden_form() {
-    let header = b"SK\x03\x00\x01\x00\x00\x00";
+    let header = b"SK\x04\x00\x01\x00\x00\x00";
     assert_eq!(
-        PROTOCOL_VERSION, 3,
+        PROTOCOL_VERSION, 4,
         "a new protocol version has new golden forms"
     );
     let uuid = "GPU-5e2f0d8a-1b2c-4d3e-8f90-a1b2c3d4e5f6";

@@ -32,12 +32,13 @@ pub const VERSION_NUL: &str = concat!(env!("STOKER_VERSION"), "\0");
 
 /// Wire protocol version this build speaks. Version 2 added the software versions
 /// (`client_version` in ATTACH, `protocol` in STATUS_REPLY) and this mismatch rule; version 3
-/// the spec's per-sample `fields` and the slot's field regions (`ring::SlotLayout`).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// the spec's per-sample `fields` and the slot's field regions (`ring::SlotLayout`); version 4
+/// BAD_SAMPLES (the job's bad samples named to its clients).
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// What `--version` prints after the program's name: the version and the protocol version
 /// (a literal, as clap wants a `&'static str`; a test holds it to [`PROTOCOL_VERSION`]).
-pub const VERSION_LINE: &str = concat!(env!("STOKER_VERSION"), " (protocol 3)");
+pub const VERSION_LINE: &str = concat!(env!("STOKER_VERSION"), " (protocol 4)");
 
 /// One side of a connection, as a mismatch message names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
