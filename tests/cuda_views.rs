@@ -4,8 +4,8 @@
 //! whose view has RandomErasing with `value="random"` (issue 39) goes the same route: its
 //! batches are the CPU backend's bit for bit. A job whose view has torchvision's operations
 //! and a filled RandomErasing runs them in the GPU's kernels (`stoker_op_*`): a
-//! torchvision-reference recipe (TrivialAugmentWide + erasing) and a DINO-like colour recipe
-//! match the CPU backend at >= 40 dB per sample, and a CPU job with one parameter changed
+//! torchvision-reference recipe (TrivialAugmentWide + erasing), a DINO-like colour recipe and
+//! erasing alone match the CPU backend at >= 40 dB per sample, and a CPU job with one parameter changed
 //! does not.
 
 use std::path::Path;
@@ -169,7 +169,7 @@ fn write_444_folder(root: &Path) {
 }
 
 /// The torchvision classification reference's per-view part, and DINO's colour operations.
-fn recipes() -> [(&'static str, PipelineSpec); 2] {
+fn recipes() -> [(&'static str, PipelineSpec); 3] {
     use stoker::spec::{Erasing, ErasingValue, Interpolation, Op};
     let base = PipelineSpec {
         epochs: Some(1),
@@ -210,9 +210,25 @@ fn recipes() -> [(&'static str, PipelineSpec); 2] {
                 p: 0.2,
             },
         ],
+        ..base.clone()
+    };
+    // Erasing without operations: the fused kernel into the slot, then the erasing kernel.
+    let erasing = PipelineSpec {
+        erasing: Some(Erasing {
+            p: 0.9,
+            scale: [0.02, 0.33],
+            ratio: [0.3, 3.3],
+            value: ErasingValue::Fill([0.5, -1.0, 1.5]),
+        }),
+        dtype: DType::F16,
+        layout: stoker::Layout::Nhwc,
         ..base
     };
-    [("torchvision reference", reference), ("dino", dino)]
+    [
+        ("torchvision reference", reference),
+        ("dino", dino),
+        ("erasing only, f16 NHWC", erasing),
+    ]
 }
 
 /// Each sample's image of a drained job, in order.
