@@ -1,8 +1,12 @@
 //! Several views of one image on the CUDA backend (the emulated GPU): a job of 1 + 3 views
 //! goes the CPU route (docs/views.md) and its device batches are the CPU backend's bit for bit,
 //! every view, a corrupt file replaced alike (all of its views from the replacement). A job
-//! whose view has torchvision's per-sample operations and RandomErasing (issue 39) goes the
-//! same route: its batches are the CPU backend's bit for bit.
+//! whose view has RandomErasing with `value="random"` (issue 39) goes the same route: its
+//! batches are the CPU backend's bit for bit. A job whose view has torchvision's operations
+//! and a filled RandomErasing runs them in the GPU's kernels (`stoker_op_*`): a
+//! torchvision-reference recipe (TrivialAugmentWide + erasing), a DINO-like colour recipe and
+//! erasing alone match the CPU backend at >= 40 dB per sample, and a CPU job with one parameter changed
+//! does not.
 
 use std::path::Path;
 use std::time::Duration;
@@ -143,4 +147,156 @@ fn operations_on_the_emulated_gpu_are_the_cpu_backends() {
         assert_eq!((&g.0, &g.1), (&w.0, &w.1), "batch {step}");
         assert!(g.2 == w.2, "batch {step} differs");
     }
+}
+
+/// An ImageFolder of 4:4:4 JPEGs: without chroma upsampling the emulated nvJPEG and the CPU
+/// decoder give the same pixels, so what differs between the backends is the operations.
+fn write_444_folder(root: &Path) {
+    use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+    stoker_testkit::images::write_folder_of(root, 2, 4, |c, i| {
+        let seed = c * 1000 + i;
+        let (w, h) = (48 + (seed % 7) * 3, 48 + (seed % 5) * 4);
+        let opts = EncodeOptions {
+            quality: 95,
+            subsampling: Subsampling::S444,
+            ..EncodeOptions::default()
+        };
+        let rgb = stoker_testkit::synthetic_rgb(w, h, seed);
+        JpegEncoder::new()
+            .and_then(|mut e| e.encode_rgb(&rgb, w, h, &opts))
+            .unwrap()
+    });
+}
+
+/// The torchvision classification reference's per-view part, and DINO's colour operations.
+fn recipes() -> [(&'static str, PipelineSpec); 3] {
+    use stoker::spec::{Erasing, ErasingValue, Interpolation, Op};
+    let base = PipelineSpec {
+        epochs: Some(1),
+        ..PipelineSpec::train(4, 32)
+    };
+    let reference = PipelineSpec {
+        ops: vec![Op::TrivialAugmentWide {
+            num_magnitude_bins: 31,
+            interpolation: Interpolation::Bilinear,
+            fill: [0.0; 3],
+        }],
+        erasing: Some(Erasing {
+            p: 0.5,
+            scale: [0.02, 0.33],
+            ratio: [0.3, 3.3],
+            value: ErasingValue::Fill([0.0; 3]),
+        }),
+        ..base.clone()
+    };
+    let dino = PipelineSpec {
+        ops: vec![
+            Op::RandomApply {
+                ops: vec![Op::ColorJitter {
+                    brightness: Some([0.6, 1.4]),
+                    contrast: Some([0.6, 1.4]),
+                    saturation: Some([0.8, 1.2]),
+                    hue: Some([-0.1, 0.1]),
+                }],
+                p: 0.8,
+            },
+            Op::RandomGrayscale { p: 0.2 },
+            Op::GaussianBlur {
+                kernel_size: [5, 5],
+                sigma: [0.1, 2.0],
+            },
+            Op::RandomSolarize {
+                threshold: 128.0,
+                p: 0.2,
+            },
+        ],
+        ..base.clone()
+    };
+    // Erasing without operations: the fused kernel into the slot, then the erasing kernel.
+    let erasing = PipelineSpec {
+        erasing: Some(Erasing {
+            p: 0.9,
+            scale: [0.02, 0.33],
+            ratio: [0.3, 3.3],
+            value: ErasingValue::Fill([0.5, -1.0, 1.5]),
+        }),
+        dtype: DType::F16,
+        layout: stoker::Layout::Nhwc,
+        ..base
+    };
+    [
+        ("torchvision reference", reference),
+        ("dino", dino),
+        ("erasing only, f16 NHWC", erasing),
+    ]
+}
+
+/// Each sample's image of a drained job, in order.
+fn samples(seen: &Seen) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    for (indices, _, views) in seen {
+        let size = views[0].len() / indices.len();
+        out.extend(views[0].chunks_exact(size));
+    }
+    out
+}
+
+#[test]
+fn operations_run_in_the_gpus_kernels_at_40_db_to_the_cpu_backend() {
+    use stoker::spec::Op;
+    emulator::use_emulator();
+    let test = "operations_run_in_the_gpus_kernels_at_40_db_to_the_cpu_backend";
+    if emulator::nvrtc(test).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    write_444_folder(&data);
+    let (gpu, cpu) = daemons(dir.path());
+    for (name, spec) in recipes() {
+        let got = drain(gpu.socket(), &data, emulator::UUIDS[0], spec.clone());
+        let want = drain(cpu.socket(), &data, "cpu", spec.clone());
+        assert_eq!(got.len(), 2, "{name}");
+        let mut worst = f64::INFINITY;
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((&g.0, &g.1), (&w.0, &w.1), "{name}");
+        }
+        let (g, w) = (samples(&got), samples(&want));
+        for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+            let db = stoker_testkit::device_batches::psnr(&spec, a, b);
+            assert!(db >= 40.0, "{name}: sample {k} at {db:.1} dB");
+            worst = worst.min(db);
+        }
+        eprintln!("{name}: lowest PSNR {worst:.1} dB over {} samples", g.len());
+        // A wrong parameter is told apart: the same job with the solarize threshold or the
+        // erasing's value changed, on the CPU.
+        let mut wrong = spec.clone();
+        match &mut wrong.erasing {
+            Some(e) => e.value = stoker::spec::ErasingValue::Fill([2.0, -2.0, 2.0]),
+            None => {
+                let Some(Op::RandomApply { ops, .. }) = wrong.ops.first_mut() else {
+                    unreachable!("the DINO recipe starts with RandomApply")
+                };
+                let Some(Op::ColorJitter { brightness, .. }) = ops.first_mut() else {
+                    unreachable!("of ColorJitter")
+                };
+                *brightness = Some([0.2, 0.4]);
+            }
+        }
+        let off = drain(cpu.socket(), &data, "cpu", wrong);
+        let low = samples(&off)
+            .iter()
+            .zip(&g)
+            .map(|(a, b)| stoker_testkit::device_batches::psnr(&spec, a, b))
+            .filter(|&db| db < 40.0)
+            .count();
+        assert!(
+            low >= 2,
+            "{name}: a wrong parameter matched the GPU's batches"
+        );
+    }
+    // The kernels ran: every image was decoded by nvJPEG, none by the CPU route.
+    let status = stoker_tool::cli::status::query(gpu.socket()).unwrap();
+    let g = &status.gpus[0];
+    assert!(g.decoded_hardware >= 16 && g.decoded_cpu == 0, "{g:?}");
 }

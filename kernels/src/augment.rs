@@ -203,7 +203,7 @@ pub enum KernelError {
 /// augment.cu loaded on one device.
 #[derive(Debug)]
 pub struct AugmentKernels {
-    module: Module,
+    pub(crate) module: Module,
 }
 
 impl AugmentKernels {
@@ -223,6 +223,10 @@ impl AugmentKernels {
         // Fail now, not at the first batch, if an entry point is missing.
         for name in [
             "stoker_augment",
+            "stoker_op_step",
+            "stoker_op_stats",
+            "stoker_op_convert",
+            "stoker_op_erase",
             "stoker_fill_pattern",
             "stoker_check_pattern",
         ] {

@@ -8,5 +8,6 @@
 
 pub mod augment;
 pub mod image;
+pub mod ops;
 pub mod reference;
 pub mod sources;

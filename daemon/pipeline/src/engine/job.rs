@@ -197,12 +197,15 @@ impl Job {
     }
 
     /// Whether `pos` lies past the job's last epoch.
-    /// Whether a view has per-sample operations or erasing: a GPU backend serves such a job
-    /// on its CPU route (docs/augment.md).
+    /// Whether a view has what the GPU's kernels do not do: RandomErasing with
+    /// `value="random"` (normal draws per element). A GPU backend serves such a job on its CPU
+    /// route (docs/augment.md); the operations and filled erasing run in its kernels.
     pub(super) fn host_route(&self) -> bool {
-        self.view_specs
-            .iter()
-            .any(|v| !v.ops.is_empty() || v.erasing.is_some())
+        self.view_specs.iter().any(|v| {
+            v.erasing
+                .as_ref()
+                .is_some_and(|e| matches!(e.value, stoker_wire::spec::ErasingValue::Random(_)))
+        })
     }
 
     pub(super) fn is_past_end(&self, pos: Position) -> bool {

@@ -72,6 +72,26 @@ static void run_check_pattern(const unsigned char* p, const unsigned* g, const u
     run_grid(g, b, [&] { stoker_check_pattern(src, n, seed, mismatches); });
 }
 
+static void run_op_step(const unsigned char* p, const unsigned* g, const unsigned* b) {
+    OpsBatch batch = arg<OpsBatch>(p, 0);
+    run_grid(g, b, [&] { stoker_op_step(batch); });
+}
+
+static void run_op_stats(const unsigned char* p, const unsigned* g, const unsigned* b) {
+    OpsBatch batch = arg<OpsBatch>(p, 0);
+    run_grid(g, b, [&] { stoker_op_stats(batch); });
+}
+
+static void run_op_convert(const unsigned char* p, const unsigned* g, const unsigned* b) {
+    FinishBatch batch = arg<FinishBatch>(p, 0);
+    run_grid(g, b, [&] { stoker_op_convert(batch); });
+}
+
+static void run_op_erase(const unsigned char* p, const unsigned* g, const unsigned* b) {
+    FinishBatch batch = arg<FinishBatch>(p, 0);
+    run_grid(g, b, [&] { stoker_op_erase(batch); });
+}
+
 struct HostKernel {
     const char* name;
     long long param_bytes;  // as the cubin's parameter bank holds them (last offset + size)
@@ -80,6 +100,10 @@ struct HostKernel {
 
 static const HostKernel KERNELS[] = {
     {"stoker_augment", (long long)sizeof(AugmentBatch), run_augment},
+    {"stoker_op_step", (long long)sizeof(OpsBatch), run_op_step},
+    {"stoker_op_stats", (long long)sizeof(OpsBatch), run_op_stats},
+    {"stoker_op_convert", (long long)sizeof(FinishBatch), run_op_convert},
+    {"stoker_op_erase", (long long)sizeof(FinishBatch), run_op_erase},
     {"stoker_fill_pattern", 8 + 8 + 4, run_fill_pattern},
     {"stoker_check_pattern", 8 + 8 + 8 + 8, run_check_pattern},
 };

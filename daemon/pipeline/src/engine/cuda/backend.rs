@@ -2,6 +2,7 @@
 //! CPU), decode, one fused augment launch into the slot, an event (see the parent module).
 //! Uploads go from pinned host memory (`staging`).
 
+mod ops;
 mod staging;
 mod views;
 
@@ -89,6 +90,7 @@ pub struct CudaBackend {
     decoder: NvjpegDecoder,
     scratch: Option<DeviceBuffer>,
     samples_dev: Option<DeviceBuffer>,
+    ops: ops::OpsState,
     events: EventPool,
     stream: Stream,
     cpu: CpuBackend,
@@ -145,6 +147,7 @@ impl CudaBackend {
             decoder,
             scratch: None,
             samples_dev: None,
+            ops: ops::OpsState::default(),
             events: Arc::new(Mutex::new(Vec::new())),
             stream,
             cpu: CpuBackend::new(config)?,
@@ -505,6 +508,7 @@ impl CudaBackend {
         rec(self, &events.decoded)?;
         let decode_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let bytes = self.kernel_samples();
+        let ops_bytes = self.plan_ops(unit);
         self.gpu
             .grow(&self.stream, &mut self.samples_dev, bytes)
             .map_err(|e| self.fault("sample array", &e))?;
@@ -517,7 +521,10 @@ impl CudaBackend {
             .count();
         let device = self.gpu.device();
         staging
-            .begin(device, bytes + cpu_images * unit.layout.image_bytes)
+            .begin(
+                device,
+                bytes + ops_bytes + cpu_images * unit.layout.image_bytes,
+            )
             .and_then(|()| {
                 let src = AugmentSample::as_bytes(&self.samples);
                 staging.upload(device, &self.stream, samples_dev.ptr(), src)
@@ -528,13 +535,10 @@ impl CudaBackend {
         #[allow(clippy::cast_possible_truncation)]
         let n = self.samples.len() as u32;
         let batch = AugmentBatch::new(&unit.job.spec, first, samples_dev.ptr(), n);
-        // SAFETY: `first` is the unit's first image in the slot's device memory, which holds
+        // `first` is the unit's first image in the slot's device memory, which holds
         // n * image_bytes from there (SlotMemory); the samples array and every decoded image
         // it names live in this backend's buffers, replaced only after a synchronise.
-        unsafe { self.gpu.kernels.augment(&self.stream, &batch) }.map_err(|e| match e {
-            stoker_kernels::augment::KernelError::Cuda(c) => self.fault("augment launch", &c),
-            other => self.gpu.fault("augment launch", &other, false),
-        })?;
+        self.launch_batch(unit, staging, batch)?;
         self.upload_cpu(staging, first, unit.layout.image_bytes)?;
         staging
             .finish(&self.stream)

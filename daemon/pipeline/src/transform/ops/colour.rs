@@ -391,7 +391,7 @@ fn reflect(pos: usize, radius: usize, n: usize) -> usize {
 
 /// torchvision's `_get_gaussian_kernel1d` in f32.
 #[allow(clippy::cast_precision_loss)]
-fn gaussian_kernel(size: usize, sigma: f32) -> Vec<f32> {
+pub(super) fn gaussian_kernel(size: usize, sigma: f32) -> Vec<f32> {
     let lim = (size as f32 - 1.0) / (2.0 * std::f32::consts::SQRT_2);
     let xs = super::linspace(-lim, lim, size);
     let logits: Vec<f32> = xs.iter().map(|x| -(x / sigma).powi(2)).collect();

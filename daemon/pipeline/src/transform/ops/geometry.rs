@@ -67,12 +67,75 @@ fn inverse_matrix(center: [f64; 2], a: &Affine) -> [f64; 6] {
 /// `affine(image, angle, translate, scale, shear, interpolation, fill, center)`; `out` is
 /// scratch that ends up holding the source pixels (swapped).
 pub(super) fn affine(img: &mut RgbImage, a: &Affine, out: &mut Vec<u8>) {
-    let (w, h) = (f64::from(img.width), f64::from(img.height));
+    let t = warp_coefficients(img.width, img.height, a);
+    warp(img, t, a.interpolation, a.fill, out);
+}
+
+/// The grid coefficients `(ax, bx, cx, ay, by, cy)` of an affine warp of a `width` x `height`
+/// image, in f32 as torch computes them: the inverse matrix over half the input size (the
+/// GPU kernel takes them as they are).
+#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+pub(super) fn warp_coefficients(width: u32, height: u32, a: &Affine) -> [f32; 6] {
+    let (w, h) = (f64::from(width), f64::from(height));
     let center = a
         .center
         .map_or([0.0, 0.0], |[cx, cy]| [cx - w * 0.5, cy - h * 0.5]);
     let m = inverse_matrix(center, a);
-    warp(img, m, a.interpolation, a.fill, out);
+    // theta (f32), transposed and divided by half the input size.
+    let t = m.map(|v| v as f32);
+    let (half_w, half_h) = (0.5 * width as f32, 0.5 * height as f32);
+    [
+        t[0] / half_w,
+        t[1] / half_w,
+        t[2] / half_w,
+        t[3] / half_h,
+        t[4] / half_h,
+        t[5] / half_h,
+    ]
+}
+
+/// The quarter turns `rotate` takes without sampling (torchvision's exact paths), if any.
+pub(super) fn quarter_turns(
+    width: u32,
+    height: u32,
+    angle: f64,
+    center: Option<[f64; 2]>,
+) -> Option<u32> {
+    let angle = angle.rem_euclid(360.0);
+    if center.is_some() {
+        return None;
+    }
+    let square = width == height;
+    if angle == 0.0 {
+        Some(0)
+    } else if angle == 180.0 {
+        Some(2)
+    } else if angle == 90.0 && square {
+        Some(1)
+    } else if angle == 270.0 && square {
+        Some(3)
+    } else {
+        None
+    }
+}
+
+/// The affine `rotate` warps with when it takes no exact path: the angle negated
+/// (counter-clockwise).
+pub(super) fn rotation(
+    angle: f64,
+    interpolation: Interpolation,
+    fill: [f32; 3],
+    center: Option<[f64; 2]>,
+) -> Affine {
+    Affine {
+        angle: -angle.rem_euclid(360.0),
+        translate: [0.0, 0.0],
+        scale: 1.0,
+        shear: [0.0, 0.0],
+        interpolation,
+        fill,
+        center,
+    }
 }
 
 /// `rotate(image, angle, interpolation, expand=False, center, fill)`.
@@ -84,36 +147,11 @@ pub(super) fn rotate(
     center: Option<[f64; 2]>,
     out: &mut Vec<u8>,
 ) {
-    let angle = angle.rem_euclid(360.0);
-    if center.is_none() {
-        let square = img.width == img.height;
-        let quarter_turns = if angle == 0.0 {
-            Some(0)
-        } else if angle == 180.0 {
-            Some(2)
-        } else if angle == 90.0 && square {
-            Some(1)
-        } else if angle == 270.0 && square {
-            Some(3)
-        } else {
-            None
-        };
-        if let Some(k) = quarter_turns {
-            rot90(img, k, out);
-            return;
-        }
+    if let Some(k) = quarter_turns(img.width, img.height, angle, center) {
+        rot90(img, k, out);
+        return;
     }
-    // torchvision's rotate is an affine with the angle negated (counter-clockwise).
-    let a = Affine {
-        angle: -angle,
-        translate: [0.0, 0.0],
-        scale: 1.0,
-        shear: [0.0, 0.0],
-        interpolation,
-        fill,
-        center,
-    };
-    affine(img, &a, out);
+    affine(img, &rotation(angle, interpolation, fill, center), out);
 }
 
 /// `torch.rot90(image, k, dims=(-2, -1))` for `k` in 0..4 (k = 1, 3 on square images only).
@@ -149,7 +187,8 @@ pub(super) fn vertical_flip(img: &mut RgbImage) {
 }
 
 /// Samples every output pixel where torchvision's grid puts it: the base grid
-/// (`torch.linspace(-(n-1)/2, (n-1)/2, n)` on each axis), times the matrix over half the size,
+/// (`torch.linspace(-(n-1)/2, (n-1)/2, n)` on each axis), times the matrix over half the size
+/// ([`warp_coefficients`]),
 /// `(x·a + y·b) + c`, then `grid_sample`'s `((g + 1)·size - 1) / 2`, all in f32 as torch
 /// computes them (a source position exactly half way between two pixels, as a 30 degree
 /// rotation makes, then goes the way torch's rounding sends it).
@@ -161,16 +200,12 @@ pub(super) fn vertical_flip(img: &mut RgbImage) {
     clippy::cast_possible_truncation,
     clippy::cast_precision_loss
 )]
-fn warp(img: &mut RgbImage, m: [f64; 6], mode: Interpolation, fill: [f32; 3], out: &mut Vec<u8>) {
+fn warp(img: &mut RgbImage, t: [f32; 6], mode: Interpolation, fill: [f32; 3], out: &mut Vec<u8>) {
     let (w, h) = (img.width as usize, img.height as usize);
     out.clear();
     out.resize(img.data.len(), 0);
     let (wf, hf) = (w as f32, h as f32);
-    // theta (f32), transposed and divided by half the input size.
-    let t = m.map(|v| v as f32);
-    let (half_w, half_h) = (0.5 * wf, 0.5 * hf);
-    let (ax, bx, cx) = (t[0] / half_w, t[1] / half_w, t[2] / half_w);
-    let (ay, by, cy) = (t[3] / half_h, t[4] / half_h, t[5] / half_h);
+    let [ax, bx, cx, ay, by, cy] = t;
     let xs = super::linspace((1.0 - wf) * 0.5, (wf - 1.0) * 0.5, w);
     let ys = super::linspace((1.0 - hf) * 0.5, (hf - 1.0) * 0.5, h);
     let src = &img.data;

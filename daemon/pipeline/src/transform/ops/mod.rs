@@ -25,6 +25,7 @@ mod convert;
 mod draw;
 mod erase;
 mod geometry;
+mod lower;
 mod policy;
 #[cfg(test)]
 mod timing;
@@ -32,6 +33,7 @@ mod timing;
 pub use convert::convert_into;
 pub use draw::draw_steps;
 pub use erase::{draw_erasing, erase_into, ErasingBox};
+pub use lower::lower;
 
 /// One operation with explicit parameters, as torchvision.transforms.v2.functional takes them
 /// (see each function's torchvision namesake).

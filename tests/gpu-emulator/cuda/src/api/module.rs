@@ -4,8 +4,8 @@
 //! The cubin's kernels and the host build they run are [`crate::module`]'s.
 //!
 //! # Limitations
-//! - Only kernels the host build knows run (`stoker_augment`, `stoker_fill_pattern`,
-//!   `stoker_check_pattern`); another entry point loads but its launch is
+//! - Only kernels the host build knows run (`stoker_augment`, the operations' `stoker_op_*`,
+//!   `stoker_fill_pattern`, `stoker_check_pattern`); another entry point loads but its launch is
 //!   `CUDA_ERROR_NOT_SUPPORTED`.
 //! - PTX (JIT) images and fat binaries are refused as `CUDA_ERROR_INVALID_IMAGE`; stoker loads
 //!   NVRTC cubins only. A PTX or cubin of a CUDA major newer than the configured driver

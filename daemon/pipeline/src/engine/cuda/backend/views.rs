@@ -1,18 +1,18 @@
-//! Several views of one image, or views with per-sample operations or erasing, on the CUDA
+//! Several views of one image, or a view with `value="random"` erasing, on the CUDA
 //! backend: the CPU route, sample by sample.
 //!
 //! # Design
-//! - A unit of a job with several views, or whose views have operations or erasing
+//! - A unit of a job with several views, or whose view erases with random values
 //!   (`Job::host_route`), goes the way of a replacement: each sample is read,
 //!   decoded once and augmented into every view on the host by the backend's own
 //!   [`CpuBackend`](crate::engine::cpu::CpuBackend) (the CPU backend's code, so the views are
 //!   the CPU backend's bit for bit), then each view is copied into its place in device memory.
-//!   Replacements of such a job take the same way.
+//!   Replacements of such a job take the same way. A one-view job's operations and filled
+//!   erasing run in the GPU's kernels instead (`ops`).
 //!
 //! # Limitations
 //! - Nothing of it runs on the GPU: no nvJPEG, no batched kernel; one synchronous upload per
-//!   view and sample. A GPU multi-view path and GPU kernels for the operations are future
-//!   work (docs/views.md, docs/augment.md).
+//!   view and sample. A GPU multi-view path is future work (docs/views.md, docs/cuda.md).
 
 use std::sync::atomic::Ordering;
 
