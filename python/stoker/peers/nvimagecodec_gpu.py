@@ -115,7 +115,8 @@ def run(a, files):
     for path in files:
         with open(path, "rb") as f:
             datas.append(f.read())
-    params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.RGB)
+    # The default parameters decode to 8-bit interleaved sRGB (nvImageCodec 0.9's DecodeParams).
+    params = nvimgcodec.DecodeParams()
     mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1) * 255
     rng = random.Random(a.seed)
@@ -131,7 +132,9 @@ def run(a, files):
         return chunk
 
     def step(decoder):
-        images = decoder.decode(next_batch(), params=params)
+        # A CodeStream per file and batch, as a loader parses each file it reads.
+        streams = [nvimgcodec.CodeStream(data) for data in next_batch()]
+        images = decoder.decode(streams, params=params)
         out = []
         for image in images:
             if image is None:  # a file the decoder refused: skipped, as a bad sample
