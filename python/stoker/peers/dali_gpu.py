@@ -6,6 +6,8 @@ the hardware JPEG engines take `hw_decoder_load` of each batch, the CUDA decoder
 `fn.random_resized_crop` 224 on the GPU -> `fn.crop_mirror_normalize` (random flip, ImageNet
 mean and std, float CHW). One pipeline per configuration: `hw_decoder_load` left to DALI's
 default and 0.65 (`--loads default,0.65`), each with 4 and 8 CPU threads (`--threads 4,8`).
+(DALI 2.4's `decoders.image` documents 0.65 as its default, so the two coincide there; the
+default row is what a user who sets nothing gets in whatever version is installed.)
 
 Each configuration runs `--warmup` batches, then enough batches of `--batch` to time at least
 `--min-images` (16384) images, cycling over the files (the reader wraps round the folder);
