@@ -433,7 +433,9 @@ def report(args, loader, timed, step, seen, loss, device):
     if world > 1:
         import torch.distributed as dist
 
-        total = torch.tensor([rate], dtype=torch.float64, device=device)
+        # gloo reduces host tensors everywhere; NCCL wants this rank's GPU.
+        on = device if dist.get_backend() == "nccl" else "cpu"
+        total = torch.tensor([rate], dtype=torch.float64, device=on)
         dist.all_reduce(total)
         rate = float(total.item())
     if loader.rank != 0:
