@@ -73,3 +73,20 @@ def test_checkpoints_are_refused_for_sources_other_than_stoker(tmp_path):
                           "--source", "synthetic", "--checkpoint", str(tmp_path / "ck.pt")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "checkpoints are for --source stoker" in run.stderr, run.stderr
+
+
+def test_two_ranks_under_torchrun_share_one_daemon(dataset, daemon, tmp_path):
+    need_torch()
+    out = tmp_path / "run.json"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node", "2", str(REPO / "examples" / "train_torch.py"),
+                          str(dataset), "--source", "stoker", "--socket", daemon, "--steps", "3",
+                          "--batch", "4", "--size", "32", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    # Rank 0 reports for both: each rank attached with its own rank of world 2 to one daemon.
+    assert report["world"] == 2 and report["steps"] == 3 and report["model"] == "tiny"
+    assert report["images_per_s_all_ranks"] >= report["images_per_s"] > 0
+    assert "done: 3 steps, 12 images on rank 0" in run.stdout, run.stdout
+    assert "world=2" in run.stdout, run.stdout
