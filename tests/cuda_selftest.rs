@@ -215,8 +215,9 @@ fn selftest_without_a_gpu_fails_with_the_reason() {
     assert!(stdout.contains("selftest: FAIL"), "{stdout}");
 }
 
-/// `scripts/gpu-check --emulated`: the self-test, the GPU benchmark and the peer in one run,
-/// every output in the folder it is given, and the summary table last, saying EMULATED.
+/// `scripts/gpu-check --emulated`: the self-test, the data step, the GPU benchmark and the
+/// peers (nvImageCodec and DALI in dry run) in one run, every output in the folder it is
+/// given, and the summary table last, saying EMULATED, with the peers' ratio rows.
 #[test]
 fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
     let Some(Inputs { dir, photos, edge }) = inputs("gpu_check_runs_everything_on_the_emulator")
@@ -235,8 +236,15 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         .arg("--edge")
         .arg(&edge)
         .arg("--peers")
-        .arg(dir.path().join("no-peers"))
-        .args(["--batch", "4", "--min-seconds", "0"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/stoker/peers"))
+        .args([
+            "--batch",
+            "4",
+            "--min-seconds",
+            "0",
+            "--imagenet-count",
+            "8",
+        ])
         .arg("--out")
         .arg(&out)
         .output()
@@ -251,6 +259,13 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         "bench.txt",
         "bench.json",
         "peer.txt",
+        "data.txt",
+        "bench-prog10.txt",
+        "peer-nvimagecodec.txt",
+        "peer-nvimagecodec.json",
+        "peer-dali.txt",
+        "peer-dali.json",
+        "train.txt",
         "sanitizer.txt",
         "checklist.txt",
         "summary.txt",
@@ -315,6 +330,31 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
     // No torchvision with CUDA on the emulated host: the peer row says why.
     assert!(row("torchvision GPU decode (peer)").starts_with("not available: "));
     assert_eq!(row("stoker / torchvision (goal >= 2x)"), "n/a");
+    // nvImageCodec and DALI ran in dry run: their configurations checked, nothing timed.
+    assert_eq!(
+        row("DALI GPU (peer, best run), images/s"),
+        "dry run (4 configurations checked, not timed): the GPU is emulated"
+    );
+    assert_eq!(
+        row("nvImageCodec (peer, best run), images/s"),
+        "dry run (3 configurations checked, not timed): the GPU is emulated"
+    );
+    assert_eq!(row("stoker / DALI GPU (goal >= 1.2x)"), "n/a");
+    assert_eq!(row("stoker / nvImageCodec"), "n/a");
+    assert_eq!(row("CPU-seconds per 1000 images, DALI GPU"), "n/a");
+    assert_eq!(
+        row("ResNet-50 training loop"),
+        "not run: the GPU is emulated"
+    );
+    let dali = std::fs::read_to_string(out.join("peer-dali.txt")).unwrap();
+    assert!(
+        dali.contains("would run: DALI gpu hw_decoder_load=0.65 threads=8 batch=4"),
+        "{dali}"
+    );
+    let peer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("peer-dali.json")).unwrap())
+            .unwrap();
+    assert_eq!(peer["dry_run"].as_bool(), Some(true));
     // stokerd --backend cuda served a separate client process from the emulated GPU.
     let e2e = row("stoker end to end, images/s");
     assert!(e2e.parse::<f64>().is_ok_and(|r| r > 0.0), "{e2e}\n{stdout}");
