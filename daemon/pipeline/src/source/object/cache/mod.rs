@@ -17,7 +17,7 @@
 //!   back. One received into memory (most: see `MEMORY_MAX_BYTES` in the store) is handed to
 //!   its waiters from memory at once ([`Cached::Memory`], a *hot copy*) and its file written
 //!   behind ([`NodeCache::write_behind`], on the cache's one writer thread). Until its file is in
-//!   place the entry is neither evicted nor removed, and its hot copy is kept; after that the
+//!   place the entry is not evicted (a removal waits for it), and its hot copy is kept; after that the
 //!   hot copy goes once a reader took it and the last pin on it went, or, past
 //!   [`HOT_MAX_BYTES`] of hot copies, oldest first. A hot copy needs no check: it is the
 //!   bytes received, in the daemon's own memory. Measured on the photos bench (issue 44):
@@ -542,6 +542,10 @@ impl NodeCache {
                 if unpinned && st.hot.get(name).is_some_and(|h| h.taken) {
                     Self::drop_hot(&mut st, name);
                 }
+                // Entries being written were spared by every eviction until now.
+                if st.total > self.cap {
+                    self.evict(&mut st, "");
+                }
             }
             Err(e) => {
                 let _ = fs::remove_file(&temp);
@@ -606,11 +610,15 @@ impl NodeCache {
     }
 
     /// Deletes the copy stored as `name`, if there is one and no download of it is under way
-    /// (a reader that opened it keeps reading). Returns whether a copy was deleted.
+    /// (a reader that opened it keeps reading), once its file is in place if it is being
+    /// written behind. Returns whether a copy was deleted.
     pub fn remove(&self, name: &str) -> bool {
         let mut st = self.lock();
-        let writing = st.entries.get(name).is_some_and(|e| !e.written);
-        if st.pending.contains_key(name) || writing {
+        // A file being written behind is waited for (the writer never waits on this).
+        while st.entries.get(name).is_some_and(|e| !e.written) {
+            st = self.written.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.pending.contains_key(name) {
             return false;
         }
         let Some(e) = st.entries.remove(name) else {
