@@ -19,15 +19,9 @@ fn files_in(dir: &Path) -> usize {
     cached_objects(dir).len()
 }
 
-/// The files in `dir` once `want` are there: objects just read are handed over from memory
-/// and their files written behind (issue 44), so they land a moment after the read. The
-/// deadline only bounds the wait.
+/// The files in `dir` once `want` are there (written behind, see `cached_settled`).
 fn files_settled(dir: &Path, want: usize) -> usize {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while files_in(dir) < want && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    files_in(dir)
+    cached_settled(dir, want).len()
 }
 
 #[test]
