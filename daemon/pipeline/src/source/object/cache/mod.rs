@@ -29,6 +29,8 @@
 //! Eviction scans the map (linear in objects cached). Use order is not persisted: after a
 //! restart every file already there is equally old. A hot copy that was never read (fetched
 //! far ahead) and is pushed out by newer ones is read from its file later, hashed once.
+//! Files still queued for writing when the process ends are not written: those objects are
+//! fetched again after a restart.
 
 use std::collections::HashMap;
 use std::fs;
