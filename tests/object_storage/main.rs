@@ -333,6 +333,17 @@ fn cached_objects(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// The sizes of the objects in the node cache `dir` once `want` of them are there: objects
+/// just read are handed over from memory and their files written behind (issue 44), so they
+/// land a moment after the read. The deadline only bounds the wait.
+fn cached_settled(dir: &Path, want: usize) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cached_objects(dir).len() < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cached_objects(dir)
+}
+
 fn all_ok(seen: &[Seen]) -> bool {
     seen.iter()
         .all(|s| s.status.iter().all(|&x| x == SampleStatus::Ok as u8))

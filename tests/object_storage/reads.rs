@@ -70,8 +70,8 @@ fn s3_objects_and_shards_give_the_batches_of_local_files_and_bad_credentials_are
         "s3:// shards must give the local shards' batches"
     );
     // Only samples came down: no file of the node cache is as large as a shard.
-    let cached = cached_objects(&dir.path().join("objects"));
     let want = 36 + shard_sizes.len();
+    let cached = cached_settled(&dir.path().join("objects"), want);
     assert_eq!(
         cached.len(),
         want,

@@ -6,6 +6,7 @@
 //! - The key is 32 random bytes in `<cache folder>/key` (mode 0600, made once by the first
 //!   daemon or tool that opens the folder, shared by all of them). An entry `NAME` has its tag
 //!   in `NAME.sum` (64 hex digits) beside it, written before the entry is moved into place.
+//!   A download is tagged as it is received ([`Tagger`]), in the pass that receives it.
 //! - A file is hashed again whenever its [`Stamp`] (device, inode, size, modification and
 //!   change times) differs from the one of its last good check: after a restart (no stamp
 //!   yet) and after any write to it, which no user can make without changing its change time.
@@ -132,18 +133,40 @@ impl TagKey {
     /// The tag of the bytes of the file at `path`.
     pub(crate) fn tag_of(&self, path: &Path) -> std::io::Result<Tag> {
         let mut f = fs::File::open(path)?;
-        let mut ctx = hmac::Context::with_key(&self.0);
+        let mut tagger = self.tagger();
         let mut buf = vec![0u8; 1 << 16];
         loop {
             let n = f.read(&mut buf)?;
             if n == 0 {
                 break;
             }
-            ctx.update(&buf[..n]);
+            tagger.update(&buf[..n]);
         }
+        Ok(tagger.finish())
+    }
+
+    /// A tag computed piece by piece, as the bytes arrive: a download is tagged while it is
+    /// received, in the one pass that receives it, never by reading its copy back.
+    pub(crate) fn tagger(&self) -> Tagger {
+        Tagger(hmac::Context::with_key(&self.0))
+    }
+}
+
+/// The tag of bytes given in pieces ([`TagKey::tagger`]): the same as [`TagKey::tag_of_bytes`]
+/// of their concatenation.
+pub(crate) struct Tagger(hmac::Context);
+
+impl Tagger {
+    /// Adds the next piece.
+    pub(crate) fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The tag of every piece added, in order.
+    pub(crate) fn finish(self) -> Tag {
         let mut tag = [0u8; 32];
-        tag.copy_from_slice(ctx.sign().as_ref());
-        Ok(tag)
+        tag.copy_from_slice(self.0.sign().as_ref());
+        tag
     }
 }
 
@@ -186,6 +209,15 @@ mod tests {
         let f = dir.path().join("entry");
         fs::write(&f, b"some bytes").unwrap();
         let tag = key.tag_of(&f).unwrap();
+        let mut pieces = key.tagger();
+        pieces.update(b"some ");
+        pieces.update(b"bytes");
+        assert_eq!(
+            pieces.finish(),
+            tag,
+            "tagged in pieces as received: the file's tag"
+        );
+        assert_eq!(key.tag_of_bytes(b"some bytes"), tag);
         assert_eq!(again.tag_of(&f).unwrap(), tag, "one key per folder");
         let other = tempfile::tempdir().unwrap();
         assert_ne!(TagKey::open(other.path()).unwrap().tag_of(&f).unwrap(), tag);

@@ -38,6 +38,7 @@ pub use super::listing::ObjectInfo;
 use super::listing::MAX_EMPTY_PAGES;
 use super::metric;
 use crate::source::index::Asker;
+use crate::source::integrity::{Tag, TagKey};
 
 /// One bucket of one service.
 #[derive(Debug)]
@@ -227,16 +228,18 @@ impl Remote {
         .await
     }
 
-    /// Downloads the whole object `key` into `file` (made anew, mode 0600); returns its size.
-    /// The request says `If-Match` with the indexed ETag, and an answer for another object
-    /// (another ETag, or a `Content-Length` other than the listed size) is refused before its
-    /// body is read; a body is never read past the listed size.
-    pub async fn download(
+    /// Downloads the whole object `key` into memory (`to` is `None`) or into the file `to`
+    /// (made anew, mode 0600), tagging its bytes with `tags` as they arrive: one pass over
+    /// them, nothing read back. The request says `If-Match` with the indexed ETag, and an
+    /// answer for another object (another ETag, or a `Content-Length` other than the listed
+    /// size) is refused before its body is read; a body is never read past the listed size.
+    pub(crate) async fn download(
         &self,
         key: &str,
-        file: &Path,
         expected: Expected<'_>,
-    ) -> Result<u64, S3Error> {
+        tags: &TagKey,
+        to: Option<&Path>,
+    ) -> Result<Received, S3Error> {
         let url = self.url(key);
         let path = fetchable(&url, key)?;
         self.with_retries(&url, || async {
@@ -245,18 +248,22 @@ impl Remote {
                 .await?
                 .map_err(|e| S3Error::of(&url, &e))?;
             expected.check(&url, &got.meta, "Content-Length")?;
-            let mut out =
-                stoker_private::replace_file(file).map_err(|e| S3Error::write(&url, file, &e))?;
+            let mut body = Body::new(&url, to, expected.size)?;
+            let mut tagger = tags.tagger();
             let mut stream = got.into_stream();
             let mut n = 0u64;
             while let Some(chunk) = self.unstalled(&url, stream.next()).await? {
                 let chunk = chunk.map_err(|e| S3Error::of(&url, &e))?;
                 n += chunk.len() as u64;
                 expected.bounded(&url, n, expected.size)?;
-                out.write_all(&chunk)
-                    .map_err(|e| S3Error::write(&url, file, &e))?;
+                tagger.update(&chunk);
+                body.write(&url, &chunk)?;
             }
-            Ok(n)
+            Ok(Received {
+                size: n,
+                tag: tagger.finish(),
+                bytes: body.into_bytes(),
+            })
         })
         .await
     }
@@ -349,6 +356,57 @@ impl Remote {
                 .map_err(|e| S3Error::of(&url, &e))
         })
         .await
+    }
+}
+
+/// A whole object as received: its size, the tag of its bytes (computed as they arrived),
+/// and the bytes themselves when they were received into memory.
+#[derive(Debug)]
+pub(crate) struct Received {
+    /// Bytes received.
+    pub size: u64,
+    /// Their tag under the node cache's key.
+    pub tag: Tag,
+    /// The bytes, when received into memory (`None`: they went to the file asked for).
+    pub bytes: Option<Bytes>,
+}
+
+/// Where a download's body goes as it arrives.
+enum Body<'a> {
+    Memory(Vec<u8>),
+    File(std::fs::File, &'a Path),
+}
+
+impl<'a> Body<'a> {
+    /// Into `to` (made anew), or into memory sized for `size` bytes (`to` is `None`).
+    fn new(url: &str, to: Option<&'a Path>, size: u64) -> Result<Body<'a>, S3Error> {
+        Ok(match to {
+            Some(p) => Body::File(
+                stoker_private::replace_file(p).map_err(|e| S3Error::write(url, p, &e))?,
+                p,
+            ),
+            // Only objects small enough to hold are received into memory (the caller's
+            // rule); the listed size is checked against every chunk, so this is the most
+            // it grows to.
+            None => Body::Memory(Vec::with_capacity(usize::try_from(size).unwrap_or(0))),
+        })
+    }
+
+    fn write(&mut self, url: &str, chunk: &[u8]) -> Result<(), S3Error> {
+        match self {
+            Body::Memory(v) => {
+                v.extend_from_slice(chunk);
+                Ok(())
+            }
+            Body::File(f, p) => f.write_all(chunk).map_err(|e| S3Error::write(url, p, &e)),
+        }
+    }
+
+    fn into_bytes(self) -> Option<Bytes> {
+        match self {
+            Body::Memory(v) => Some(Bytes::from(v)),
+            Body::File(..) => None,
+        }
     }
 }
 

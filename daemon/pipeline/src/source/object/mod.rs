@@ -24,8 +24,10 @@
 //!   stalls holds at most a quarter of them (`slots`). Decode workers never run a request nor wait for one: a feed stages a batch
 //!   (`DatasetObjects::stage`: the missing downloads started at once, the batch's objects
 //!   pinned in the [`cache::NodeCache`]) and hands it to workers once its objects are local
-//!   or it is due; the workers then read the local copies with their own reader, and what
-//!   is still missing is a bad sample. Background tasks hold the runtime's handle and the
+//!   or it is due; the workers then copy the objects just received from memory (their
+//!   files are written behind: `cache`) and read older ones' local copies with their own
+//!   reader, and what is still missing is a bad sample. Each download is one pass over its
+//!   bytes: tagged as they arrive, nothing read back. Background tasks hold the runtime's handle and the
 //!   limits, never the store. Each rank's feed tells its [`Prefetch`] the order it reads each
 //!   epoch in, and its objects are fetched in that order in the background (up to the cache
 //!   cap, with at most half of the requests, so the workers' own requests never queue behind
@@ -77,9 +79,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use slots::{Flow, Slot, Slots};
 
+use crate::source::integrity;
 use crate::source::url::join_key;
 pub use crate::source::url::{is_url, S3Url};
-use cache::{Claim, NodeCache, Pending, Pin};
+use cache::{Cached, Claim, Fetched, NodeCache, Pending, Pin};
 use client::{Expected, ObjectInfo, Remote, S3Error};
 pub use config::{Connection, S3Config};
 pub use entries::Entry;
@@ -392,15 +395,30 @@ impl ObjectStore {
         (claims, pins)
     }
 
-    /// Makes every object in `objects` local, all downloads in flight at once; one result
-    /// each, every object pinned while the pins returned live.
+    /// Makes every object in `objects` local, all downloads in flight at once; one file
+    /// each (waited for while it is written behind), every object pinned while the pins
+    /// returned live.
     fn fetch_all(
         &self,
         objects: &[ObjectRef],
         flow: &Flow,
     ) -> (Vec<Result<PathBuf, S3Error>>, Vec<Pin>) {
         let (started, pins) = self.start_all(objects, flow);
-        (ranged::wait(started, None), pins)
+        let files = (ranged::wait(started, None).into_iter().zip(objects))
+            .map(|(got, o)| self.file_of(got?, &o.cache_name(), &o.remote.url(&o.key)))
+            .collect();
+        (files, pins)
+    }
+
+    /// The node-cache file holding `got` (the object stored as `name`, at `url`): its file,
+    /// waited for while it is written behind.
+    fn file_of(&self, got: Cached, name: &str, url: &str) -> Result<PathBuf, S3Error> {
+        match got {
+            Cached::File(path) => Ok(path),
+            Cached::Memory(_) => (self.node_cache().ok())
+                .and_then(|c| c.file(name))
+                .ok_or_else(|| S3Error::local(url, "its node-cache file was not written".into())),
+        }
     }
 }
 
@@ -435,8 +453,7 @@ impl Fetcher {
                     // Never closed; should it be, the waiters still wake, with an error.
                     let url = obj.remote.url(&obj.key);
                     let err = S3Error::local(&url, "the request slots are closed".into());
-                    let temp = cache.temp_path(&name);
-                    let _ = cache.finish(&name, &p, &temp, Err(err), &url);
+                    let _ = cache.finish(&name, &p, Err(err), &url);
                     return;
                 };
                 download(&cache, &obj, &name, &p, &fetcher).await;
@@ -489,6 +506,11 @@ fn e_stalled<T>(got: &Result<T, S3Error>) -> bool {
         .is_err_and(|e| e.code == "stalled" || e.code == "timeout")
 }
 
+/// Objects up to this size are received into memory, handed to readers from there and
+/// written to the node cache behind them; larger ones (tar shards read whole) are received
+/// into their file, so a download never holds more than this in memory.
+const MEMORY_MAX_BYTES: u64 = 16 << 20;
+
 /// How long a write that found the disk full, with nothing the cache could evict, waits before
 /// it tries again: downloads still writing and batches still reading free the room soon.
 const FULL_DISK_WAIT: Duration = Duration::from_millis(20);
@@ -514,37 +536,66 @@ where
     }
 }
 
-async fn download(cache: &NodeCache, obj: &ObjectRef, name: &str, p: &Pending, f: &Fetcher) {
+/// Downloads `obj` (claimed as `name`, waited for on `p`): into memory, tagged as it arrives,
+/// handed to its waiters from there, and its file written behind by the cache's writer; an
+/// object over [`MEMORY_MAX_BYTES`] into a temporary file moved into place.
+async fn download(cache: &Arc<NodeCache>, obj: &ObjectRef, name: &str, p: &Pending, f: &Fetcher) {
     metrics::gauge!(metric::IN_FLIGHT).increment(1.0);
     let url = obj.remote.url(&obj.key);
-    let temp = cache.temp_path(name);
+    let temp = (obj.size > MEMORY_MAX_BYTES).then(|| cache.temp_path(name));
     let fetch = until_room(cache, obj.size, || {
-        obj.remote.download(&obj.key, &temp, obj.expected())
+        let to = temp.as_deref();
+        obj.remote
+            .download(&obj.key, obj.expected(), cache.tags(), to)
     });
     let got = within(f.deadline, &url, fetch).await;
     metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
     if e_stalled(&got) {
         f.slots.stalled(&obj.endpoint());
     }
-    let got = got.and_then(|n| {
-        if n == obj.size {
-            Ok(n)
+    let got = got.and_then(|r| {
+        if r.size == obj.size {
+            Ok(r)
         } else {
             Err(S3Error::local(
                 &url,
                 format!(
-                    "got {n} bytes, the listing said {} (changed since indexed?)",
-                    obj.size
+                    "got {} bytes, the listing said {} (changed since indexed?)",
+                    r.size, obj.size
                 ),
             ))
         }
     });
-    if let Ok(n) = got {
-        metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(n);
-        f.downloaded.fetch_add(n, Ordering::Relaxed);
-        tracing::debug!(url, bytes = n, "object fetched into the node cache");
+    if let (Err(_), Some(t)) = (&got, &temp) {
+        let _ = std::fs::remove_file(t);
     }
-    let _ = cache.finish(name, p, &temp, got, &url);
+    if let Ok(r) = &got {
+        metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(r.size);
+        f.downloaded.fetch_add(r.size, Ordering::Relaxed);
+        tracing::debug!(url, bytes = r.size, "object fetched");
+    }
+    let behind = got
+        .as_ref()
+        .ok()
+        .and_then(|r| Some((r.bytes.clone()?, r.tag)));
+    let fetched = got.map(|r| match r.bytes {
+        Some(bytes) => Fetched::Memory { bytes, tag: r.tag },
+        None => Fetched::File {
+            temp: (temp.as_deref()).expect("a download goes to a file only when given one"),
+            size: r.size,
+            tag: r.tag,
+        },
+    });
+    let _ = cache.finish(name, p, fetched, &url);
+    if let Some((bytes, tag)) = behind {
+        write_behind(cache, name, bytes, tag);
+    }
+}
+
+/// Writes the file of `name` (handed to its readers from memory) on the cache's writer
+/// thread, off the request threads.
+fn write_behind(cache: &Arc<NodeCache>, name: &str, bytes: bytes::Bytes, tag: integrity::Tag) {
+    cache.queue_write(name, bytes, tag);
 }
 
 /// Writing and deleting objects: for tests, `pack` and users moving a dataset into a bucket.

@@ -16,10 +16,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
-use super::cache::{Claim, NodeCache, Pending, Pin};
+use super::cache::{Cached, Claim, Fetched, NodeCache, Pending, Pin};
 use super::client::{S3Error, S3ErrorKind};
 use super::slots::Flow;
 use super::{metric, Fetcher, Held, ObjectRef};
@@ -70,7 +69,7 @@ pub(crate) fn is_piece(o: &ObjectRef, offset: u64, len: u64, max_whole: u64) -> 
 /// One claim on an object or piece: local, on its way, or failed before it could start.
 #[derive(Debug)]
 pub(crate) enum Started {
-    Ready(std::path::PathBuf),
+    Ready(Cached),
     Pending(Arc<Pending>),
     Failed(S3Error),
 }
@@ -164,9 +163,9 @@ fn merge_runs(spans: &[Span<'_>]) -> Vec<Range<usize>> {
 }
 
 /// Waits for every claim, until `due` at most (`None`: until each fetch ends, within its
-/// own deadline); each one's cache file, or why there is none (`timeout` for one still on
-/// its way at `due`).
-pub(crate) fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<PathBuf, S3Error>> {
+/// own deadline); where each one's bytes are, or why they are not (`timeout` for one still
+/// on its way at `due`).
+pub(crate) fn wait(started: Vec<Started>, due: Option<Instant>) -> Vec<Result<Cached, S3Error>> {
     started
         .into_iter()
         .map(|s| match s {
@@ -218,13 +217,7 @@ fn spawn_group(
     let cache = cache.clone();
     let fail_all = |cache: &NodeCache, group: &[(Piece, String, Arc<Pending>)], e: &S3Error| {
         for (p, name, pending) in group {
-            let _ = cache.finish(
-                name,
-                pending,
-                &cache.temp_path(name),
-                Err(e.clone()),
-                &p.url(),
-            );
+            let _ = cache.finish(name, pending, Err(e.clone()), &p.url());
         }
     };
     let (fetcher, flow) = (fetcher.clone(), flow.clone());
@@ -255,22 +248,18 @@ fn spawn_group(
             // Offsets inside the range just read into memory: they fit a usize.
             #[allow(clippy::cast_possible_truncation)]
             let (at, len) = ((p.offset - range.start) as usize, p.len as usize);
-            let temp = cache.temp_path(name);
-            let write = || async {
-                stoker_private::write_file(&temp, &bytes[at..at + len])
-                    .map(|()| p.len)
-                    .map_err(|e| {
-                        let _ = std::fs::remove_file(&temp);
-                        S3Error::write(&p.url(), &temp, &e)
-                    })
+            // The piece's own bytes of the range, tagged from memory, handed to its readers
+            // from there and written behind.
+            let piece = bytes.slice(at..at + len);
+            let tag = cache.tags().tag_of_bytes(&piece);
+            metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(p.len);
+            downloaded.fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
+            let fetched = Fetched::Memory {
+                bytes: piece.clone(),
+                tag,
             };
-            let room = super::until_room(&cache, p.len, write);
-            let written = super::within(deadline, &p.url(), room).await;
-            if written.is_ok() {
-                metrics::counter!(metric::BYTES_TOTAL, "source" => "s3").increment(p.len);
-                downloaded.fetch_add(p.len, std::sync::atomic::Ordering::Relaxed);
-            }
-            let _ = cache.finish(name, pending, &temp, written, &p.url());
+            let _ = cache.finish(name, pending, Ok(fetched), &p.url());
+            super::write_behind(&cache, name, piece, tag);
         }
     });
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::cache::{Pending, Pin};
+use super::cache::{Cached, Pending, Pin};
 use super::client::{S3Error, S3ErrorKind};
 use super::ranged::{self, Piece, Started};
 use super::slots::Flow;
@@ -28,11 +28,12 @@ use super::{ObjectRef, ObjectStore};
 use crate::source::index::{Dataset, Staged, Storage};
 use crate::source::local::reader::{ReadError, ReadRequest, Reader};
 
-/// Where one request's bytes are local: a node-cache file and the offset in it.
+/// Where one request's bytes are local: in memory (an object just received) or in a
+/// node-cache file, and the offset there.
 #[derive(Debug, Clone)]
 struct Local {
-    pub path: PathBuf,
-    pub offset: u64,
+    at: Cached,
+    offset: u64,
 }
 
 /// Where one request for an object is local, or why it is not.
@@ -220,13 +221,11 @@ impl ObjectStore {
             .map(|(s, r)| {
                 s.map(|s| {
                     let got = match s? {
-                        Want::Whole(i) => got_wholes[i].clone().map(|path| Local {
-                            path,
+                        Want::Whole(i) => got_wholes[i].clone().map(|at| Local {
+                            at,
                             offset: r.offset,
                         }),
-                        Want::Piece(i) => {
-                            got_pieces[i].clone().map(|path| Local { path, offset: 0 })
-                        }
+                        Want::Piece(i) => got_pieces[i].clone().map(|at| Local { at, offset: 0 }),
                     };
                     got.map_err(|e| read_error(r.path, e))
                 })
@@ -248,12 +247,21 @@ impl ObjectStore {
             len: 0,
             ..req
         }];
+        let file = |at: Cached| {
+            let o = req[0]
+                .object
+                .and_then(|id| table.get(id as usize)?.as_ref());
+            let o = o.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+            let url = o.remote.url(&o.key);
+            self.file_of(at, &o.cache_name(), &url)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        };
         match self
             .localize(table, &req, None, flow)
             .and_then(|(mut l, _)| l.pop().flatten())
         {
             None => Ok(req[0].path.to_owned()),
-            Some(Ok(l)) => Ok(l.path),
+            Some(Ok(l)) => file(l.at),
             Some(Err(e)) => Err(match e {
                 ReadError::NotFound { .. } => std::io::ErrorKind::NotFound.into(),
                 ReadError::Permission { .. } => std::io::ErrorKind::PermissionDenied.into(),
@@ -332,7 +340,17 @@ impl ObjectStore {
         for (i, (r, l)) in reqs.iter().zip(&local).enumerate() {
             let (path, offset) = match l {
                 None => (r.path, r.offset),
-                Some(Ok(l)) => (l.path.as_path(), l.offset),
+                Some(Ok(Local {
+                    at: Cached::File(path),
+                    offset,
+                })) => (path.as_path(), *offset),
+                Some(Ok(Local {
+                    at: Cached::Memory(bytes),
+                    offset,
+                })) => {
+                    out.push(Some(from_memory(bytes, *offset, r, &mut bufs[i])));
+                    continue;
+                }
                 Some(Err(_)) => {
                     out.push(None);
                     bufs[i].clear();
@@ -364,6 +382,31 @@ impl ObjectStore {
             })
             .collect()
     }
+}
+
+/// Copies the bytes of `req` (`len` at `offset` of an object received into memory) into
+/// `buf`, as the reader would have read them from its file.
+fn from_memory(
+    bytes: &[u8],
+    offset: u64,
+    req: &ReadRequest<'_>,
+    buf: &mut Vec<u8>,
+) -> Result<(), ReadError> {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(bytes.len());
+    let end = usize::try_from(offset.saturating_add(req.len)).unwrap_or(usize::MAX);
+    buf.clear();
+    if end > bytes.len() {
+        return Err(ReadError::ShortRead {
+            path: req.path.to_owned(),
+            offset,
+            want: req.len,
+            got: (bytes.len() - start) as u64,
+        });
+    }
+    buf.extend_from_slice(&bytes[start..end]);
+    Ok(())
 }
 
 fn rename_error(e: ReadError, url: &Path) -> ReadError {

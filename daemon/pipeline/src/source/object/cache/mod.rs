@@ -6,27 +6,68 @@
 //! its size, and the keyed hash of its bytes recorded when they were fetched, hashed again
 //! whenever the file changed since its last check ([`crate::source::integrity`]); an entry that fails
 //! is deleted and fetched again, never served.
-//! Downloads go to a temporary name in the same folder and are renamed into place, so a
+//! Files are written to a temporary name in the same folder and renamed into place, so a
 //! reader never sees a partial file. One download per object at a time: later askers wait for
 //! the one in flight.
 //!
 //! # Design
-//! The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
-//! map; waiters block on the download's condition variable, woken when it ends.
+//! - The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
+//!   map; waiters block on the download's condition variable, woken when it ends.
+//! - An object is tagged once, as its bytes arrive (`client`), never by reading its copy
+//!   back. One received into memory (most: see `MEMORY_MAX_BYTES` in the store) is handed to
+//!   its waiters from memory at once ([`Cached::Memory`], a *hot copy*) and its file written
+//!   behind ([`NodeCache::write_behind`], on the cache's one writer thread). Until its file is in
+//!   place the entry is not evicted (a removal waits for it), and its hot copy is kept; after that the
+//!   hot copy goes once a reader took it and the last pin on it went, or, past
+//!   [`HOT_MAX_BYTES`] of hot copies, oldest first. A hot copy needs no check: it is the
+//!   bytes received, in the daemon's own memory. Measured on the photos bench (issue 44):
+//!   the tag computed again from the file at first use, the write's read-back and the
+//!   reader's read of the fresh file were most of the cold path's cost between the server's
+//!   bytes and the decoder.
 //!
 //! # Limitations
 //! Eviction scans the map (linear in objects cached). Use order is not persisted: after a
-//! restart every file already there is equally old.
+//! restart every file already there is equally old. A hot copy that was never read (fetched
+//! far ahead) and is pushed out by newer ones is read from its file later, hashed once.
+//! Files still queued for writing when the process ends are not written: those objects are
+//! fetched again after a restart.
 
 use std::collections::HashMap;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::client::S3Error;
 use crate::source::integrity::{self, Stamp, Tag, TagKey};
+
+/// The most bytes of hot copies (objects just received, handed to readers from memory) the
+/// cache keeps at once, besides those whose file is still being written.
+pub const HOT_MAX_BYTES: u64 = 256 << 20;
+
+/// Where an object's bytes are for a reader.
+#[derive(Debug, Clone)]
+pub enum Cached {
+    /// In memory, as received (the hot copy): no file to read, no check to make.
+    Memory(Bytes),
+    /// In the node cache's file, checked.
+    File(PathBuf),
+}
+
+/// What a download brought, for [`NodeCache::finish`], with the tag of its bytes computed
+/// as they were received.
+#[derive(Debug)]
+pub(crate) enum Fetched<'a> {
+    /// Bytes received into memory: the file is written behind.
+    Memory { bytes: Bytes, tag: Tag },
+    /// Bytes received into the temporary file `temp` ([`NodeCache::temp_path`]): it is moved
+    /// into place.
+    File { temp: &'a Path, size: u64, tag: Tag },
+}
 
 /// The outcome of one download, shared by everyone waiting for it.
 #[derive(Default)]
@@ -38,7 +79,7 @@ pub struct Pending {
 /// A download's outcome once it ended, and who is to be told when it does.
 #[derive(Default)]
 struct Outcome {
-    result: Option<Result<PathBuf, S3Error>>,
+    result: Option<Result<Cached, S3Error>>,
     watchers: Vec<Box<dyn FnOnce() + Send>>,
 }
 
@@ -52,7 +93,7 @@ impl std::fmt::Debug for Pending {
 
 impl Pending {
     /// Blocks until the download finished.
-    pub fn wait(&self) -> Result<PathBuf, S3Error> {
+    pub fn wait(&self) -> Result<Cached, S3Error> {
         loop {
             if let Some(r) = self.wait_until(None) {
                 return r;
@@ -62,7 +103,7 @@ impl Pending {
 
     /// Blocks until the download finished or `deadline` passed (`None`: no deadline);
     /// `None` when it had not finished by then.
-    pub fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<PathBuf, S3Error>> {
+    pub fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<Cached, S3Error>> {
         let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = &g.result {
@@ -101,7 +142,7 @@ impl Pending {
         true
     }
 
-    fn set(&self, r: Result<PathBuf, S3Error>) {
+    fn set(&self, r: Result<Cached, S3Error>) {
         let watchers = {
             let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
             g.result = Some(r);
@@ -119,7 +160,7 @@ impl Pending {
 #[derive(Debug)]
 pub enum Claim {
     /// It is here.
-    Ready(PathBuf),
+    Ready(Cached),
     /// Someone is downloading it: wait on this.
     Wait(Arc<Pending>),
     /// Nobody is: the caller downloads it to [`NodeCache::temp_path`], then calls
@@ -135,6 +176,18 @@ struct Entry {
     tag: Tag,
     /// The file as it was at its last good check (`None`: not checked by this process yet).
     stamp: Option<Stamp>,
+    /// Whether its file is in place (`false` while it is written behind: see [`Cached`]).
+    written: bool,
+}
+
+/// An object's bytes as received, kept to hand to readers from memory.
+#[derive(Debug)]
+struct Hot {
+    bytes: Bytes,
+    /// When it came (the cache's tick): the oldest go first past [`HOT_MAX_BYTES`].
+    tick: u64,
+    /// Whether a reader took it: it goes with the last pin on it.
+    taken: bool,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +198,9 @@ struct State {
     pending: HashMap<String, Arc<Pending>>,
     /// Objects held by a [`Pin`] (here or on their way), by name: never evicted.
     pins: HashMap<String, u32>,
+    /// Hot copies, by name, and their bytes together.
+    hot: HashMap<String, Hot>,
+    hot_bytes: u64,
 }
 
 /// A hold on one object of the cache, there or on its way: it is not evicted while a pin on
@@ -169,6 +225,9 @@ pub struct NodeCache {
     cap: u64,
     key: TagKey,
     state: Mutex<State>,
+    /// Woken whenever a file written behind is in place (or failed).
+    written: Condvar,
+    writer: writer::Writer,
     temp_counter: AtomicU64,
 }
 
@@ -206,6 +265,7 @@ impl NodeCache {
                         tick: 0,
                         tag,
                         stamp: None,
+                        written: true,
                     };
                     st.entries.insert(name, entry);
                 }
@@ -217,8 +277,15 @@ impl NodeCache {
             cap,
             key,
             state: Mutex::new(st),
+            written: Condvar::new(),
+            writer: writer::Writer::default(),
             temp_counter: AtomicU64::new(0),
         })
+    }
+
+    /// The key downloads are tagged with as they arrive.
+    pub(crate) fn tags(&self) -> &TagKey {
+        &self.key
     }
 
     /// The cache's folder.
@@ -248,8 +315,11 @@ impl NodeCache {
 
     /// Asks for the object stored as `name` (see [`NodeCache::name`]).
     pub fn claim(&self, name: &str) -> Claim {
+        if let Some(bytes) = self.take_hot(name) {
+            return Claim::Ready(Cached::Memory(bytes));
+        }
         if let Some(path) = self.checked(name) {
-            return Claim::Ready(path);
+            return Claim::Ready(Cached::File(path));
         }
         let mut st = self.lock();
         if let Some(p) = st.pending.get(name) {
@@ -258,6 +328,39 @@ impl NodeCache {
         let p = Arc::new(Pending::default());
         st.pending.insert(name.to_owned(), p.clone());
         Claim::Fetch(p)
+    }
+
+    /// The hot copy of `name`, if there is one, marked taken (it goes with the last pin).
+    fn take_hot(&self, name: &str) -> Option<Bytes> {
+        let mut st = self.lock();
+        st.tick += 1;
+        let tick = st.tick;
+        let hot = st.hot.get_mut(name)?;
+        hot.taken = true;
+        let bytes = hot.bytes.clone();
+        if let Some(e) = st.entries.get_mut(name) {
+            e.tick = tick;
+        }
+        Some(bytes)
+    }
+
+    /// Drops the hot copy of `name`, if any.
+    fn drop_hot(st: &mut State, name: &str) {
+        if let Some(h) = st.hot.remove(name) {
+            st.hot_bytes -= h.bytes.len() as u64;
+        }
+    }
+
+    /// Drops the oldest hot copies whose files are in place until they fit [`HOT_MAX_BYTES`].
+    fn trim_hot(st: &mut State) {
+        while st.hot_bytes > HOT_MAX_BYTES {
+            let oldest = (st.hot.iter())
+                .filter(|(n, _)| st.entries.get(n.as_str()).is_none_or(|e| e.written))
+                .min_by_key(|(_, h)| h.tick)
+                .map(|(n, _)| n.clone());
+            let Some(name) = oldest else { return };
+            Self::drop_hot(st, &name);
+        }
     }
 
     /// The path of `name` if it is here and passes its check (see the module's docs); an entry
@@ -309,6 +412,11 @@ impl NodeCache {
             *n -= 1;
             if *n == 0 {
                 st.pins.remove(name);
+                // Read, and its file in place: the next reader reads the file.
+                let written = st.entries.get(name).is_none_or(|e| e.written);
+                if written && st.hot.get(name).is_some_and(|h| h.taken) {
+                    Self::drop_hot(&mut st, name);
+                }
             }
         }
         if st.total > self.cap {
@@ -350,28 +458,32 @@ impl NodeCache {
             .join(format!("{name}.tmp.{}.{n}", std::process::id()))
     }
 
-    /// Ends the download of `name` that [`Claim::Fetch`] gave: on success moves `temp` into
-    /// place (evicting the least recently used objects over the cap), and wakes the waiters.
-    pub fn finish(
+    /// Ends the download of `name` that [`Claim::Fetch`] gave, and wakes the waiters. Bytes
+    /// received into memory are handed to them from there (the caller then writes the file
+    /// with [`NodeCache::write_behind`]); a temporary file is moved into place. Either is
+    /// recorded with the tag computed as it arrived, and the least recently used objects over
+    /// the cap are evicted.
+    pub(crate) fn finish(
         &self,
         name: &str,
         pending: &Pending,
-        temp: &Path,
-        result: Result<u64, S3Error>,
+        got: Result<Fetched<'_>, S3Error>,
         url: &str,
-    ) -> Result<PathBuf, S3Error> {
+    ) -> Result<Cached, S3Error> {
         let path = self.dir.join(name);
-        let result = result.and_then(|size| {
-            self.put_in_place(temp, &path)
-                .map(|(tag, stamp)| (size, tag, stamp))
-                .map_err(|e| S3Error::local(url, format!("{}: {e}", path.display())))
+        let got = got.and_then(|f| match f {
+            Fetched::Memory { bytes, tag } => Ok((bytes.len() as u64, tag, None, Some(bytes))),
+            Fetched::File { temp, size, tag } => self
+                .put_in_place(temp, &path, &tag)
+                .map(|stamp| (size, tag, stamp, None))
+                .map_err(|e| {
+                    let _ = fs::remove_file(temp);
+                    S3Error::local(url, format!("{}: {e}", path.display()))
+                }),
         });
-        if result.is_err() {
-            let _ = fs::remove_file(temp);
-        }
         let mut st = self.lock();
         st.pending.remove(name);
-        let out = result.map(|(size, tag, stamp)| {
+        let out = got.map(|(size, tag, stamp, bytes)| {
             st.tick += 1;
             let tick = st.tick;
             let entry = Entry {
@@ -379,52 +491,142 @@ impl NodeCache {
                 tick,
                 tag,
                 stamp,
+                written: bytes.is_none(),
             };
             if let Some(old) = st.entries.insert(name.to_owned(), entry) {
                 st.total -= old.size;
             }
             st.total += size;
             self.evict(&mut st, name);
-            path
+            match bytes {
+                Some(bytes) => {
+                    Self::drop_hot(&mut st, name);
+                    st.hot_bytes += size;
+                    let hot = Hot {
+                        bytes: bytes.clone(),
+                        tick,
+                        taken: false,
+                    };
+                    st.hot.insert(name.to_owned(), hot);
+                    Self::trim_hot(&mut st);
+                    Cached::Memory(bytes)
+                }
+                None => Cached::File(path),
+            }
         });
         drop(st);
         pending.set(out.clone());
         out
     }
 
-    /// Records the keyed hash of the download `temp` beside `path` (making room while the disk
-    /// is full, for a second at most), then moves it there.
-    fn put_in_place(&self, temp: &Path, path: &Path) -> std::io::Result<(Tag, Option<Stamp>)> {
-        let tag = self.key.tag_of(temp)?;
+    /// Writes the file of `name`, whose bytes `bytes` (tagged `tag`) [`NodeCache::finish`]
+    /// handed to readers from memory: its tag, then the bytes to a temporary name moved into
+    /// place, making room while the disk is full (for a second at most). Blocking: call it
+    /// off the request threads. Should it fail, the entry is forgotten (its readers had their
+    /// bytes; the next one fetches it again).
+    pub(crate) fn write_behind(&self, name: &str, bytes: &[u8], tag: &Tag) {
+        let temp = self.temp_path(name);
+        let path = self.dir.join(name);
+        // No sync: a file torn by a crash fails its tag at the next start and is fetched again.
+        let write = || stoker_private::replace_file(&temp)?.write_all(bytes);
+        let written = self
+            .retry_full(bytes.len() as u64, write)
+            .and_then(|()| self.put_in_place(&temp, &path, tag));
+        let mut st = self.lock();
+        match written {
+            Ok(stamp) => {
+                if let Some(e) = st.entries.get_mut(name) {
+                    e.written = true;
+                    e.stamp = stamp;
+                }
+                // Read already, and nobody holds it: the next reader reads the file.
+                let unpinned = !st.pins.contains_key(name);
+                if unpinned && st.hot.get(name).is_some_and(|h| h.taken) {
+                    Self::drop_hot(&mut st, name);
+                }
+                // Entries being written were spared by every eviction until now.
+                if st.total > self.cap {
+                    self.evict(&mut st, "");
+                }
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                tracing::warn!(file = %path.display(), error = %e, "node cache: an object's file could not be written; it will be fetched again");
+                if let Some(old) = st.entries.remove(name) {
+                    st.total -= old.size;
+                }
+                Self::drop_hot(&mut st, name);
+                remove_entry_files(&path);
+            }
+        }
+        drop(st);
+        self.written.notify_all();
+    }
+
+    /// Writes the file of `name` behind (see [`NodeCache::write_behind`]) on the cache's
+    /// writer thread.
+    pub(crate) fn queue_write(self: &Arc<Self>, name: &str, bytes: Bytes, tag: Tag) {
+        self.writer.queue(self, name.to_owned(), bytes, tag);
+    }
+
+    /// The file of `name` once it is in place (waiting for its write behind); `None` when
+    /// there is none (never fetched, evicted, or its write failed).
+    pub fn file(&self, name: &str) -> Option<PathBuf> {
+        let mut st = self.lock();
+        loop {
+            match st.entries.get(name) {
+                None => return None,
+                Some(e) if e.written => return Some(self.dir.join(name)),
+                Some(_) => st = self.written.wait(st).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+    }
+
+    /// Runs `write` (of about `bytes`) again while it finds the disk full (making room, or
+    /// waiting a moment when nothing can be evicted), 100 times at most.
+    fn retry_full(
+        &self,
+        bytes: u64,
+        mut write: impl FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let mut tries = 0;
         loop {
-            match integrity::write_tag(path, &tag) {
+            match write() {
                 Err(e) if e.kind() == std::io::ErrorKind::StorageFull && tries < 100 => {
                     tries += 1;
-                    if self.make_room(1 << 12) == 0 {
+                    if self.make_room(bytes.max(1 << 12)) == 0 {
                         std::thread::sleep(std::time::Duration::from_millis(10));
                     }
                 }
-                written => break written?,
+                written => return written,
             }
         }
+    }
+
+    /// Records `tag` (the keyed hash of the bytes in `temp`, computed as they were received)
+    /// beside `path`, then moves `temp` there; the file's stamp, once settled.
+    fn put_in_place(&self, temp: &Path, path: &Path, tag: &Tag) -> std::io::Result<Option<Stamp>> {
+        self.retry_full(0, || integrity::write_tag(path, tag))?;
         fs::rename(temp, path)?;
-        Ok((
-            tag,
-            fs::metadata(path).ok().and_then(|m| Stamp::settled(&m)),
-        ))
+        Ok(fs::metadata(path).ok().and_then(|m| Stamp::settled(&m)))
     }
 
     /// Deletes the copy stored as `name`, if there is one and no download of it is under way
-    /// (a reader that opened it keeps reading). Returns whether a copy was deleted.
+    /// (a reader that opened it keeps reading), once its file is in place if it is being
+    /// written behind. Returns whether a copy was deleted.
     pub fn remove(&self, name: &str) -> bool {
         let mut st = self.lock();
+        // A file being written behind is waited for (the writer never waits on this).
+        while st.entries.get(name).is_some_and(|e| !e.written) {
+            st = self.written.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
         if st.pending.contains_key(name) {
             return false;
         }
         let Some(e) = st.entries.remove(name) else {
             return false;
         };
+        Self::drop_hot(&mut st, name);
         st.total -= e.size;
         let path = self.dir.join(name);
         let _ = fs::remove_file(integrity::tag_path(&path));
@@ -446,10 +648,11 @@ impl NodeCache {
         let (victim, e) = st
             .entries
             .iter()
-            .filter(|(n, _)| n.as_str() != keep && !st.pins.contains_key(n.as_str()))
+            .filter(|(n, e)| e.written && n.as_str() != keep && !st.pins.contains_key(n.as_str()))
             .min_by_key(|(_, e)| e.tick)
             .map(|(n, e)| (n.clone(), *e))?;
         st.entries.remove(&victim);
+        Self::drop_hot(st, &victim);
         st.total -= e.size;
         // A reader that opened the file already keeps reading it.
         remove_entry_files(&self.dir.join(&victim));
@@ -488,126 +691,5 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn put(c: &NodeCache, name: &str, bytes: &[u8]) -> PathBuf {
-        let Claim::Fetch(p) = c.claim(name) else {
-            panic!("{name} should be fetched");
-        };
-        let tmp = c.temp_path(name);
-        fs::write(&tmp, bytes).unwrap();
-        c.finish(name, &p, &tmp, Ok(bytes.len() as u64), "s3://b/k")
-            .unwrap()
-    }
-
-    #[test]
-    fn objects_are_reused_and_least_recently_used_evicted() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = NodeCache::open(dir.path(), 10).unwrap();
-        let a = NodeCache::name("e", "b", "a", "etag", 4);
-        let b = NodeCache::name("e", "b", "b", "etag", 4);
-        let d = NodeCache::name("e", "b", "d", "etag", 4);
-        put(&c, &a, b"aaaa");
-        put(&c, &b, b"bbbb");
-        assert!(matches!(c.claim(&a), Claim::Ready(_)));
-        put(&c, &d, b"dddd"); // over the cap: b is the least recently used
-        assert_eq!(c.total(), 8);
-        assert!(matches!(c.claim(&a), Claim::Ready(_)));
-        assert!(!dir.path().join(&b).exists());
-        // A new ETag is another object.
-        assert_ne!(NodeCache::name("e", "b", "a", "other", 4), a);
-        // Reopening takes the files in; a file of the wrong size is not reused.
-        fs::write(dir.path().join(&d), b"short").unwrap();
-        let c2 = NodeCache::open(dir.path(), 10).unwrap();
-        assert!(matches!(c2.claim(&a), Claim::Ready(_)));
-        assert!(matches!(c2.claim(&d), Claim::Fetch(_)));
-        // Removing a copy deletes its file and frees its bytes.
-        assert!(c2.remove(&a) && !dir.path().join(&a).exists());
-        assert!(!c2.remove(&a));
-    }
-
-    #[test]
-    fn a_pinned_object_is_not_evicted_and_room_is_made_from_the_others() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = Arc::new(NodeCache::open(dir.path(), 4).unwrap());
-        let a = NodeCache::name("e", "b", "a", "etag", 4);
-        let b = NodeCache::name("e", "b", "b", "etag", 4);
-        let pin = c.pin(&a);
-        put(&c, &a, b"aaaa");
-        put(&c, &b, b"bbbb"); // over the cap, but a is pinned: the cap is overrun
-        assert!(dir.path().join(&a).exists() && dir.path().join(&b).exists());
-        assert_eq!(c.total(), 8);
-        drop(pin); // the cap holds again: a (least recently used) goes
-        assert_eq!(c.total(), 4);
-        assert!(!dir.path().join(&a).exists());
-        // A full disk: room is made from what nobody pins.
-        let _pin_b = c.pin(&b);
-        assert_eq!(c.make_room(4), 0, "only a pinned object is left");
-        drop(_pin_b);
-        assert_eq!(c.make_room(4), 4);
-        assert_eq!(c.total(), 0);
-    }
-
-    #[test]
-    fn an_entry_whose_bytes_changed_is_deleted_and_fetched_again_never_served() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = NodeCache::open(dir.path(), 100).unwrap();
-        let a = NodeCache::name("e", "b", "a", "etag", 4);
-        let b = NodeCache::name("e", "b", "b", "etag", 4);
-        put(&c, &a, b"aaaa");
-        put(&c, &b, b"bbbb");
-        assert!(matches!(c.claim(&a), Claim::Ready(_)));
-        // Same size, other bytes: the size check passes, the keyed hash does not.
-        fs::write(dir.path().join(&a), b"aaab").unwrap();
-        assert!(matches!(c.claim(&a), Claim::Fetch(_)));
-        assert!(!dir.path().join(&a).exists() && c.total() == 4);
-        // Changed while the daemon was down, or planted without a tag: not taken in.
-        fs::write(dir.path().join(&b), b"bbbc").unwrap();
-        let planted = NodeCache::name("e", "b", "p", "etag", 4);
-        fs::write(dir.path().join(&planted), b"pppp").unwrap();
-        let c2 = NodeCache::open(dir.path(), 100).unwrap();
-        assert!(matches!(c2.claim(&b), Claim::Fetch(_)));
-        assert!(matches!(c2.claim(&planted), Claim::Fetch(_)));
-        assert!(!dir.path().join(&planted).exists());
-    }
-
-    #[test]
-    fn a_failed_download_wakes_waiters_with_the_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = NodeCache::open(dir.path(), 100).unwrap();
-        let Claim::Fetch(p) = c.claim("x-y-3") else {
-            panic!("first claim fetches")
-        };
-        let Claim::Wait(w) = c.claim("x-y-3") else {
-            panic!("second claim waits")
-        };
-        let tmp = c.temp_path("x-y-3");
-        let err = S3Error::local("s3://b/x", "boom".into());
-        assert!(c.finish("x-y-3", &p, &tmp, Err(err), "s3://b/x").is_err());
-        assert!(w.wait().is_err());
-        assert!(matches!(c.claim("x-y-3"), Claim::Fetch(_)));
-    }
-
-    #[test]
-    fn the_folder_is_made_private_and_one_of_another_uid_refused() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let dir = tempfile::tempdir().unwrap();
-        let objects = dir.path().join("cache/objects");
-        NodeCache::open(&objects, 10).unwrap();
-        let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
-        assert_eq!(mode(&objects), 0o700);
-        fs::set_permissions(&objects, fs::Permissions::from_mode(0o777)).unwrap();
-        let e = NodeCache::open(&objects, 10).unwrap_err().to_string();
-        assert!(
-            e.contains(&objects.display().to_string()) && e.contains("may write"),
-            "{e}"
-        );
-        if stoker_private::euid() == 0 {
-            fs::set_permissions(&objects, fs::Permissions::from_mode(0o700)).unwrap();
-            std::os::unix::fs::chown(&objects, Some(65534), Some(65534)).unwrap();
-            let e = NodeCache::open(&objects, 10).unwrap_err().to_string();
-            assert!(e.contains("belongs to uid 65534"), "{e}");
-        }
-    }
-}
+mod tests;
+mod writer;
