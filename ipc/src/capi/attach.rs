@@ -347,26 +347,17 @@ pub unsafe extern "C" fn stoker_client_skipped_name(
     buf_len: usize,
     name_len: *mut usize,
 ) -> stoker_result {
-    entry(|| {
-        // SAFETY: live handle or NULL, by the caller's promise.
-        let c = unsafe { handle(client, "client") }?;
-        check_out(name_len, "name_len")?;
-        let guard = lock(c)?;
-        let a = guard.attached();
-        let name = usize::try_from(index)
-            .ok()
-            .and_then(|i| a.skipped_first.get(i))
-            .ok_or_else(|| {
-                Failure::invalid(format!(
-                    "skipped file {index} is beyond the {} named ({} skipped)",
-                    a.skipped_first.len(),
-                    a.skipped
-                ))
-            })?;
-        // SAFETY: `name_len` is non-NULL (checked) and `buf` NULL or writable for `buf_len`
-        // bytes, by the caller's promise.
-        unsafe { copy_name(name, buf, buf_len, name_len) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        copy_listed_name(client, index, (buf, buf_len, name_len), |c| {
+            let a = c.attached();
+            (
+                a.skipped_first.clone(),
+                format!("({} skipped)", a.skipped),
+                "skipped file",
+            )
+        })
+    }
 }
 
 /// Copies the name of bad sample `index` (a file the daemon could not read or decode for this
@@ -385,20 +376,44 @@ pub unsafe extern "C" fn stoker_client_bad_sample_name(
     buf_len: usize,
     name_len: *mut usize,
 ) -> stoker_result {
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        copy_listed_name(client, index, (buf, buf_len, name_len), |c| {
+            let bad = c.bad_samples();
+            (
+                bad.first.clone(),
+                format!("({} bad in the job so far)", bad.count),
+                "bad sample",
+            )
+        })
+    }
+}
+
+/// Name `index` of a list of names `list` takes from the client (the names, how many there
+/// are in all, and what one is called), copied as [`copy_name`] copies; an index past the
+/// names is STOKER_ERR_INVALID_ARGUMENT, worded "WHAT INDEX is beyond the N named (ALL)".
+///
+/// # Safety
+/// `client` is a live client or NULL; `name_len` is writable; `buf` is NULL or writable for
+/// `buf_len` bytes.
+unsafe fn copy_listed_name(
+    client: *mut stoker_client,
+    index: u64,
+    (buf, buf_len, name_len): (*mut c_char, usize, *mut usize),
+    list: impl FnOnce(&Client) -> (Vec<String>, String, &'static str),
+) -> stoker_result {
     entry(|| {
         // SAFETY: live handle or NULL, by the caller's promise.
         let c = unsafe { handle(client, "client") }?;
         check_out(name_len, "name_len")?;
-        let guard = lock(c)?;
-        let bad = guard.bad_samples();
+        let (names, all, what) = list(&*lock(c)?);
         let name = usize::try_from(index)
             .ok()
-            .and_then(|i| bad.first.get(i))
+            .and_then(|i| names.get(i))
             .ok_or_else(|| {
                 Failure::invalid(format!(
-                    "bad sample {index} is beyond the {} named ({} bad in the job so far)",
-                    bad.first.len(),
-                    bad.count
+                    "{what} {index} is beyond the {} named {all}",
+                    names.len()
                 ))
             })?;
         // SAFETY: `name_len` is non-NULL (checked) and `buf` NULL or writable for `buf_len`
