@@ -11,11 +11,13 @@
 
 use stoker_kernels::augment::{dtype_code, layout_code, AugmentKernels};
 use stoker_kernels::image::RgbImage;
-use stoker_kernels::ops::{FinishBatch, OpStep, OpsBatch, OpsHead, PlainBytes, OP_STATS_BYTES};
+use stoker_kernels::ops::{
+    FinishBatch, OpStep, OpsBatch, OpsHead, PlainBytes, ERASE_FILL, ERASE_RANDOM, OP_STATS_BYTES,
+};
 use stoker_kernels::reference::test_image;
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_pipeline::transform::ops::{
-    apply_step, convert_into, erase_into, lower, ErasingBox, OpScratch, Step,
+    apply_step, convert_into, erase_into, lower, random_erasing_values, ErasingBox, OpScratch, Step,
 };
 use stoker_pipeline::transform::rng::{KeyedRng, Stream as RngStream};
 use stoker_testkit::emulator;
@@ -328,6 +330,12 @@ fn convert_and_erasing_kernels_match_the_cpu_backend() {
         }),
     ];
     let value = [0.5f32, -1.25, 300.0];
+    // Sample 2 erases with `value="random"`: its values drawn as the CPU draws them, after a
+    // few unused ones (its index in the pool is not 0).
+    let random = ErasingValue::Random(stoker_wire::spec::RandomWord::Random);
+    let rng = || KeyedRng::new(1, 0, 2, RngStream::Erasing);
+    let mut pool = vec![7.0f32; 5];
+    random_erasing_values(boxes[2].unwrap(), &mut rng(), &mut pool);
     for dtype in [DType::U8, DType::F16, DType::Bf16, DType::F32] {
         for layout in [Layout::Nchw, Layout::Nhwc] {
             let mut spec = PipelineSpec::eval(w, h);
@@ -350,21 +358,22 @@ fn convert_and_erasing_kernels_match_the_cpu_backend() {
                     });
                     OpsHead {
                         zero: u32::from(k == 1 && dtype == DType::F32),
-                        erase: 1,
+                        erase: if k == 2 { ERASE_RANDOM } else { ERASE_FILL },
                         top: b.top as u32,
                         left: b.left as u32,
                         height: b.height as u32,
                         width: b.width as u32,
                         value,
-                        pad: 0,
+                        values: if k == 2 { 5 } else { 0 },
                     }
                 })
                 .collect();
             let src: Vec<u8> = images.iter().flat_map(|i| i.data.clone()).collect();
             let src = g.upload(&src);
             let heads_dev = g.upload(OpsHead::bytes(&heads));
+            let pool_dev = g.upload(f32::bytes(&pool));
             let out = g.dev.alloc(bytes * images.len()).unwrap();
-            let b = FinishBatch {
+            let mut b = FinishBatch {
                 src: src.ptr(),
                 dst: out.ptr(),
                 heads: heads_dev.ptr(),
@@ -381,6 +390,7 @@ fn convert_and_erasing_kernels_match_the_cpu_backend() {
             // SAFETY: live buffers of the sizes the kernels touch, kept until the synchronise.
             unsafe {
                 g.kernels.op_convert(&g.stream, &b).unwrap();
+                b.src = pool_dev.ptr();
                 g.kernels.op_erase(&g.stream, &b).unwrap();
             }
             g.stream.synchronize().unwrap();
@@ -391,8 +401,12 @@ fn convert_and_erasing_kernels_match_the_cpu_backend() {
                 if heads[k].zero == 0 {
                     convert_into(img, &spec, &mut want);
                     if let Some(area) = boxes[k] {
-                        let mut rng = KeyedRng::new(1, 0, 0, RngStream::Erasing);
-                        erase_into(area, &ErasingValue::Fill(value), &spec, &mut rng, &mut want);
+                        let v = if k == 2 {
+                            random.clone()
+                        } else {
+                            ErasingValue::Fill(value)
+                        };
+                        erase_into(area, &v, &spec, &mut rng(), &mut want);
                     }
                 }
                 let part = &got[k * bytes..(k + 1) * bytes];

@@ -338,21 +338,26 @@ struct OpsBatch {
     u32 pad;
 };
 
+// OpsHead::erase: nothing, the box filled with value[c], or with the values drawn per element.
+#define ERASE_FILL 1u
+#define ERASE_RANDOM 2u
+
 // What the last kernels do per sample: 40 bytes.
 struct OpsHead {
     u32 zero;   // nonzero: write zeros (a failed sample), erase nothing
-    u32 erase;  // nonzero: erase the box
+    u32 erase;  // 0, ERASE_FILL or ERASE_RANDOM
     u32 top;
     u32 left;
     u32 height;
     u32 width;
-    float value[3];  // the erased value per channel, in output units
-    u32 pad;
+    float value[3];  // ERASE_FILL: the erased value per channel, in output units
+    u32 values;      // ERASE_RANDOM: index of the box's 3 * height * width values in the pool
 };
 
 // The conversion of a batch into the slot and its erasing, passed by value: 80 bytes.
 struct FinishBatch {
-    u64 src;    // the 8-bit crops (stoker_op_convert only)
+    u64 src;    // stoker_op_convert: the 8-bit crops; stoker_op_erase: the float pool of
+                // ERASE_RANDOM's values
     u64 dst;    // image 0 of the slot
     u64 heads;  // OpsHead[n]
     u64 image_bytes;
@@ -748,7 +753,9 @@ extern "C" __global__ void stoker_op_convert(FinishBatch b) {
     }
 }
 
-// Grid as stoker_op_convert. RandomErasing: each sample's box gets its value.
+// Grid as stoker_op_convert. RandomErasing: each sample's box gets its value, or with
+// ERASE_RANDOM its values from the pool at src (channel by channel, row by row, as the host
+// drew them: ops::erase_into's order).
 extern "C" __global__ void stoker_op_erase(FinishBatch b) {
     u32 x = blockIdx.x * blockDim.x + threadIdx.x;
     u32 y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -763,8 +770,114 @@ extern "C" __global__ void stoker_op_erase(FinishBatch b) {
             continue;
         }
         u8* img = (u8*)(b.dst + (u64)i * b.image_bytes);
+        const float* drawn = (const float*)b.src + hd.values;
+        u64 at = (u64)(y - hd.top) * hd.width + (x - hd.left);
         for (u32 c = 0; c < 3u; ++c) {
-            store_value(b, img, out_elem(b, x, y, c), hd.value[c]);
+            float v = hd.value[c];
+            if (hd.erase == ERASE_RANDOM) {
+                v = drawn[(u64)c * hd.height * hd.width + at];
+            }
+            store_value(b, img, out_elem(b, x, y, c), v);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The batch mix (docs/augment.md, "MixUp and CutMix"): torchvision's MixUp and CutMix as
+// daemon/pipeline/src/transform/mix.rs computes them on the host, over one view's images in the
+// slot once the whole batch is there. The batch is rolled by one (image i pairs with i - 1,
+// image 0 with the last). MixUp: round(round(prev * other) + round(own * x)) in the dtype (f32
+// products, no contraction, each rounded to f16 / bf16 before the sum as torch rounds its
+// in-place products); CutMix: the box's elements are the previous image's. In place: each
+// thread owns one element position of the view and walks the batch from the last image down,
+// the last image's element kept in a register, so every element is read and written once and
+// no thread reads what another writes.
+
+#define MIX_UP 0u
+#define MIX_CUT 1u
+
+// One view of a batch, passed by value: 64 bytes (kernels::mix::MixBatch).
+struct MixBatch {
+    u64 dst;          // image 0 of the view in the slot
+    u64 image_bytes;  // bytes from one image to the next
+    u32 n;            // images mixed (the served ones)
+    u32 width;
+    u32 height;
+    u32 dtype;  // DTYPE_F16, DTYPE_BF16 or DTYPE_F32
+    u32 layout;
+    u32 kind;     // MIX_UP or MIX_CUT
+    float own;    // MixUp: lam as f32, the weight of an image's own pixels
+    float other;  // MixUp: 1 - lam as f32, the previous image's
+    u32 x1;       // the region mixed: columns x1..x2, rows y1..y2 (the whole image for
+    u32 y1;       // MixUp, CutMix's box)
+    u32 x2;
+    u32 y2;
+};
+
+// IEEE binary16 -> f32, exactly (subnormals, infinities and NaN kept).
+__device__ float f16_to_f32(u16 h) {
+    u32 sign = ((u32)h & 0x8000u) << 16;
+    u32 exp = ((u32)h >> 10) & 0x1fu;
+    u32 mant = (u32)h & 0x3ffu;
+    if (exp == 0u) {
+        float v = (float)mant * 5.9604644775390625e-8f;  // mant * 2^-24, exact
+        return sign ? -v : v;
+    }
+    if (exp == 31u) {
+        return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    }
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+__device__ __forceinline__ float mix_load(u32 dtype, const u8* img, u64 elem) {
+    if (dtype == DTYPE_F32) {
+        return ((const float*)img)[elem];
+    }
+    u16 h = ((const u16*)img)[elem];
+    return dtype == DTYPE_F16 ? f16_to_f32(h) : __uint_as_float((u32)h << 16);
+}
+
+// `v` rounded to the dtype and back (f32 unchanged).
+__device__ __forceinline__ float mix_round(u32 dtype, float v) {
+    if (dtype == DTYPE_F16) {
+        return f16_to_f32(f32_to_f16(v));
+    }
+    if (dtype == DTYPE_BF16) {
+        return __uint_as_float((u32)f32_to_bf16(v) << 16);
+    }
+    return v;
+}
+
+// Element `elem` of `img` (whose own value is `x`) mixed with the previous image's `prev`.
+__device__ __forceinline__ void mix_store(const MixBatch& b, u8* img, u64 elem, float x, float prev) {
+    float v = prev;
+    if (b.kind == MIX_UP) {
+        v = mix_round(b.dtype, prev * b.other) + mix_round(b.dtype, x * b.own);
+    }
+    if (b.dtype == DTYPE_F32) {
+        ((float*)img)[elem] = v;
+    } else {
+        ((u16*)img)[elem] = b.dtype == DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+    }
+}
+
+// Grid: x over the region's columns, y over its rows, z over the 3 channels.
+extern "C" __global__ void stoker_mix(MixBatch b) {
+    u32 x = b.x1 + blockIdx.x * blockDim.x + threadIdx.x;
+    u32 y = b.y1 + blockIdx.y * blockDim.y + threadIdx.y;
+    u32 c = blockIdx.z;
+    if (x >= b.x2 || y >= b.y2 || c >= 3u || b.n == 0u) {
+        return;
+    }
+    u64 pix = (u64)y * b.width + x;
+    u64 elem = b.layout == LAYOUT_NHWC ? pix * 3u + c : (u64)c * b.width * b.height + pix;
+    u8* base = (u8*)b.dst;
+    float last = mix_load(b.dtype, base + (u64)(b.n - 1u) * b.image_bytes, elem);
+    float cur = last;
+    for (u32 i = b.n - 1u; i > 0u; --i) {
+        float prev = mix_load(b.dtype, base + (u64)(i - 1u) * b.image_bytes, elem);
+        mix_store(b, base + (u64)i * b.image_bytes, elem, cur, prev);
+        cur = prev;
+    }
+    mix_store(b, base, elem, cur, last);
 }

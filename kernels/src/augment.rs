@@ -227,6 +227,7 @@ impl AugmentKernels {
             "stoker_op_stats",
             "stoker_op_convert",
             "stoker_op_erase",
+            "stoker_mix",
             "stoker_fill_pattern",
             "stoker_check_pattern",
         ] {

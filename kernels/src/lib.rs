@@ -8,6 +8,7 @@
 
 pub mod augment;
 pub mod image;
+pub mod mix;
 pub mod ops;
 pub mod reference;
 pub mod sources;

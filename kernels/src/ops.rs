@@ -50,6 +50,11 @@ pub const OP_WARP: u32 = 14;
 /// `rot90` by `i[0]` quarter turns.
 pub const OP_ROT90: u32 = 15;
 
+/// `OpsHead::erase` of a box filled with one value per channel.
+pub const ERASE_FILL: u32 = 1;
+/// `OpsHead::erase` of a box of values drawn per element (`value="random"`).
+pub const ERASE_RANDOM: u32 = 2;
+
 /// Bytes of one image's `OpStats` in augment.cu (a mean and three 256-entry tables).
 pub const OP_STATS_BYTES: usize = 784;
 
@@ -99,7 +104,8 @@ pub struct OpsBatch {
 pub struct OpsHead {
     /// Nonzero: zeros (a failed sample or one another route writes), nothing erased.
     pub zero: u32,
-    /// Nonzero: the box below is erased.
+    /// The box below is erased: [`ERASE_FILL`] with `value`, [`ERASE_RANDOM`] with the
+    /// values at `values`; 0: nothing erased.
     pub erase: u32,
     /// First row of the box.
     pub top: u32,
@@ -109,17 +115,19 @@ pub struct OpsHead {
     pub height: u32,
     /// Columns.
     pub width: u32,
-    /// The value per channel in output units.
+    /// The value per channel in output units ([`ERASE_FILL`]).
     pub value: [f32; 3],
-    /// Zero.
-    pub pad: u32,
+    /// [`ERASE_RANDOM`]: the index in the float pool (`FinishBatch::src` of `op_erase`) of
+    /// the box's `3 * height * width` values, channel by channel, row by row.
+    pub values: u32,
 }
 
 /// `FinishBatch` in augment.cu: the conversion into the slot and the erasing, by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FinishBatch {
-    /// The 8-bit crops (`op_convert` only).
+    /// `op_convert`: the 8-bit crops; `op_erase`: the float pool of [`ERASE_RANDOM`]'s
+    /// values (unread without one).
     pub src: u64,
     /// Image 0 of the slot.
     pub dst: u64,
@@ -165,7 +173,7 @@ unsafe impl PlainBytes for OpsHead {}
 // SAFETY: a float has no padding.
 unsafe impl PlainBytes for f32 {}
 
-fn grid(w: u32, h: u32, n: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
+pub(crate) fn grid(w: u32, h: u32, n: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
     (
         (
             w.div_ceil(BLOCK.0),
@@ -182,7 +190,7 @@ impl AugmentKernels {
     /// # Safety
     /// `T` must be the `repr(C)` mirror of the kernel's parameter and the device memory it
     /// names valid until the launch completes on `stream`.
-    unsafe fn launch_one<T: Copy>(
+    pub(crate) unsafe fn launch_one<T: Copy>(
         &self,
         name: &str,
         stream: &Stream,
@@ -246,7 +254,8 @@ impl AugmentKernels {
     /// Launches `stoker_op_erase`: each head's box into the slot.
     ///
     /// # Safety
-    /// As [`AugmentKernels::op_convert`] (`src` unused).
+    /// As [`AugmentKernels::op_convert`], but `src` is the float pool every
+    /// [`ERASE_RANDOM`] head's values lie in (unread without one).
     pub unsafe fn op_erase(&self, stream: &Stream, batch: &FinishBatch) -> Result<(), KernelError> {
         if batch.n == 0 || batch.out_w == 0 || batch.out_h == 0 {
             return Ok(());
@@ -296,6 +305,8 @@ mod tests {
             ("OP_VFLIP", OP_VFLIP),
             ("OP_WARP", OP_WARP),
             ("OP_ROT90", OP_ROT90),
+            ("ERASE_FILL", ERASE_FILL),
+            ("ERASE_RANDOM", ERASE_RANDOM),
         ] {
             assert!(src.contains(&format!("#define {name} {v}u")), "{name}");
         }

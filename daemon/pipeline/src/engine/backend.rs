@@ -37,6 +37,7 @@ use super::job::Job;
 use super::stats::StageStats;
 use super::{EngineConfig, PipelineError, Position};
 use crate::transform::badsample::BadSample;
+use crate::transform::mix::MixDraw;
 
 /// What became of one sample a backend was asked to fill.
 pub type SampleOutcome = Result<(), BadSample>;
@@ -140,6 +141,22 @@ impl std::fmt::Debug for SampleWork<'_> {
     }
 }
 
+/// A whole batch a backend filled into device memory, to be mixed there ([`Backend::mix`]): the
+/// whole batch, every sample settled (`engine::mix`).
+#[derive(Debug, Clone, Copy)]
+pub struct MixWork<'a> {
+    /// The job's spec (the dtype and layout of the images).
+    pub spec: &'a stoker_wire::spec::PipelineSpec,
+    /// What the batch drew: the same as the CPU backend draws for it.
+    pub draw: MixDraw,
+    /// The slot's images (its first image).
+    pub images: SlotImages,
+    /// The ring's slot layout (each view's place and size).
+    pub layout: SlotLayout,
+    /// Samples served in the batch (the padding of a short batch is not mixed).
+    pub n: usize,
+}
+
 /// A GPU (or other hardware) failure that leaves a unit's images unwritten.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{device}: {reason}")]
@@ -187,6 +204,15 @@ pub trait Backend: Send {
 
     /// Zeroes the images of position `at` (a sample reported failed), complete on return.
     fn clear_sample(&mut self, images: SlotImages, layout: &SlotLayout, at: usize);
+
+    /// Mixes a whole batch this backend filled into device memory (every sample settled),
+    /// after the work `filled` stands for; says when the mixed batch is complete. A backend
+    /// that writes device memory must override it; host images keep the default (the engine
+    /// mixes them itself, `engine::mix`).
+    fn mix(&mut self, work: &MixWork<'_>, filled: Completion) -> Completion {
+        let _ = work;
+        filled
+    }
 }
 
 /// Which backend serves (each backend says which it is; the `--backend` choice in

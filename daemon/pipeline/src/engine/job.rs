@@ -197,17 +197,6 @@ impl Job {
     }
 
     /// Whether `pos` lies past the job's last epoch.
-    /// Whether a view has what the GPU's kernels do not do: RandomErasing with
-    /// `value="random"` (normal draws per element). A GPU backend serves such a job on its CPU
-    /// route (docs/augment.md); the operations and filled erasing run in its kernels.
-    pub(super) fn host_route(&self) -> bool {
-        self.view_specs.iter().any(|v| {
-            v.erasing
-                .as_ref()
-                .is_some_and(|e| matches!(e.value, stoker_wire::spec::ErasingValue::Random(_)))
-        })
-    }
-
     pub(super) fn is_past_end(&self, pos: Position) -> bool {
         matches!(self.spec.epochs, Some(e) if pos.epoch >= e as u64)
     }

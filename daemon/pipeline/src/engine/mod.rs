@@ -63,8 +63,8 @@ use crate::transform::decode::{DecodeError, Limits};
 use crate::transform::sampler::SamplerError;
 
 pub use backend::{
-    Backend, BackendFactory, BackendFault, Completion, PendingWork, SampleOutcome, SampleWork,
-    SlotImages, UnitSize, UnitWork,
+    Backend, BackendFactory, BackendFault, Completion, MixWork, PendingWork, SampleOutcome,
+    SampleWork, SlotImages, UnitSize, UnitWork,
 };
 pub use cpu::{CpuBackend, CpuBackendFactory};
 pub use cuda::{CudaBackendFactory, Gpu};
@@ -137,17 +137,6 @@ pub enum PipelineError {
         /// The sampler's reason.
         #[source]
         source: SamplerError,
-    },
-    /// The spec asks for something this engine's backend does not do (yet): the job is
-    /// refused before anything is served rather than served without it.
-    #[error("the {backend} backend does not serve {what}; {hint}")]
-    NotOnBackend {
-        /// The backend's name.
-        backend: &'static str,
-        /// What the spec asks for (`ops`, `erasing`, `batch_mix`).
-        what: &'static str,
-        /// What the user can do instead.
-        hint: &'static str,
     },
     /// A batch mix is asked for over a dataset with a label outside its classes (or none).
     #[error("batch_mix spreads labels over {num_classes} classes, but sample {sample} has label {label}: every label must be 0..{num_classes} (num_classes too small, or a dataset without labels)")]
@@ -407,8 +396,7 @@ impl Engine {
         self.shared.stats.bad_by_reason.snapshot()
     }
 
-    /// Starts filling `ring` for `rank` of `job` from `start` on; refuses a spec whose
-    /// operations this engine's backend does not serve.
+    /// Starts filling `ring` for `rank` of `job` from `start` on.
     pub fn start_feed(
         self: &Arc<Self>,
         job: Arc<Job>,
@@ -416,7 +404,6 @@ impl Engine {
         ring: Arc<dyn SlotMemory>,
         start: Position,
     ) -> Result<Feed, PipelineError> {
-        backend_serves(self.kind, &job.spec)?;
         let sampler = job.sampler(rank)?;
         // Step 0 of an elastic epoch with nothing left is the next epoch's start.
         let start = if start.step == 0 {
@@ -509,20 +496,3 @@ impl Drop for Engine {
 
 #[cfg(test)]
 mod tests;
-
-/// Refuses a spec that asks `kind` for what it does not serve. Every backend serves the
-/// per-sample operations and erasing (a GPU backend on its CPU route, docs/augment.md); the
-/// batch mixes run on the host over host images (`engine::mix`): the CPU backend's only.
-fn backend_serves(
-    kind: BackendKind,
-    spec: &stoker_wire::spec::PipelineSpec,
-) -> Result<(), PipelineError> {
-    if spec.batch_mix.is_none() || kind == BackendKind::Cpu {
-        return Ok(());
-    }
-    Err(PipelineError::NotOnBackend {
-        backend: kind.name(),
-        what: "batch_mix",
-        hint: "serve a job with MixUp or CutMix from a CPU backend (stokerd --backend cpu); docs/augment.md says what each backend serves",
-    })
-}

@@ -275,18 +275,14 @@ impl FeedShared {
         let done = match self.last_filled(unit) {
             Some(n) if done.is_ok() => {
                 let b = MixBatch {
-                    spec: &self.job.spec,
-                    seed: self.job.seed,
-                    world_size: self.job.world_size,
-                    rank: self.rank,
-                    pos: unit.pos,
-                    slot: unit.slot,
                     n,
+                    ..unit.mix_batch()
                 };
                 // SAFETY: every unit of the batch is filled (`last_filled` counted this one
                 // last, once), and this unit's `units_left` is not yet counted down, so the
                 // batch is not published: no one else reads or writes the slot.
-                unsafe { mix_batch(&b, &*self.ring, scratch) }
+                unsafe { mix_batch(&b, &*self.ring, scratch) };
+                Ok(())
             }
             _ => done,
         };
@@ -346,5 +342,19 @@ impl Unit {
     /// When the batch is due: its reads wait for objects no longer.
     pub(super) fn due(&self) -> Option<Instant> {
         self.staged.as_ref().map(|s| s.due())
+    }
+
+    /// The batch mix's view of this unit's batch (all its samples).
+    pub(super) fn mix_batch(&self) -> MixBatch<'_> {
+        let job = &self.feed.job;
+        MixBatch {
+            spec: &job.spec,
+            seed: job.seed,
+            world_size: job.world_size,
+            rank: self.feed.rank,
+            pos: self.pos,
+            slot: self.slot,
+            n: self.batch_len,
+        }
     }
 }

@@ -92,7 +92,10 @@ impl Worker {
 
     pub(super) fn run(&mut self) {
         while let Some(unit) = self.shared.next_unit() {
-            match self.fill(&unit) {
+            let filled = self.fill(&unit);
+            let whole = unit.start == 0 && unit.end == unit.batch_len;
+            let (b, ring) = (unit.mix_batch(), &*unit.feed.ring);
+            match super::mix::on_device(&b, whole, ring, &mut *self.backend, filled) {
                 Completion::Done => unit.feed.finish_unit(&unit, Ok(()), &mut self.mix_scratch),
                 Completion::Pending(pending) => {
                     if let Err(e) = self.completions.send(PendingUnit { unit, pending }) {

@@ -16,6 +16,9 @@
 //! - The batch is mixed in place: `roll(1, 0)` pairs position `i` with `i - 1` (0 with the
 //!   last), so positions are rewritten from the last down, and only the last image (or its
 //!   box) is kept aside in a scratch buffer the caller reuses.
+//! - The CUDA backend's kernel (`stoker_mix` in kernels/cu/augment.cu, `engine::mix`) computes
+//!   the same in device memory with the same [`draw`] and [`factors`]; [`mix_images`] is its
+//!   reference (equal bit for bit on the emulated GPU, `tests/cuda_mix.rs`).
 //!
 //! # Limitations
 //! - Every view is mixed with the same draw; CutMix's box is in view 0's pixels, so a spec
@@ -292,7 +295,7 @@ pub fn mix_images(d: &MixDraw, im: &MixImages, bytes: &mut [u8], scratch: &mut V
 
 /// The two factors as torch multiplies by them: `lam` and `1 - lam` (in f64, as Python
 /// computes it), each rounded to f32.
-fn factors(lam: f64) -> (f32, f32) {
+pub fn factors(lam: f64) -> (f32, f32) {
     // Rounding to torch's f32 opmath is the rule here.
     #[allow(clippy::cast_possible_truncation)]
     (lam as f32, (1.0 - lam) as f32)

@@ -23,6 +23,11 @@ static inline unsigned __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 static inline unsigned atomicAdd(unsigned* p, unsigned v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
@@ -92,6 +97,11 @@ static void run_op_erase(const unsigned char* p, const unsigned* g, const unsign
     run_grid(g, b, [&] { stoker_op_erase(batch); });
 }
 
+static void run_mix(const unsigned char* p, const unsigned* g, const unsigned* b) {
+    MixBatch batch = arg<MixBatch>(p, 0);
+    run_grid(g, b, [&] { stoker_mix(batch); });
+}
+
 struct HostKernel {
     const char* name;
     long long param_bytes;  // as the cubin's parameter bank holds them (last offset + size)
@@ -104,6 +114,7 @@ static const HostKernel KERNELS[] = {
     {"stoker_op_stats", (long long)sizeof(OpsBatch), run_op_stats},
     {"stoker_op_convert", (long long)sizeof(FinishBatch), run_op_convert},
     {"stoker_op_erase", (long long)sizeof(FinishBatch), run_op_erase},
+    {"stoker_mix", (long long)sizeof(MixBatch), run_mix},
     {"stoker_fill_pattern", 8 + 8 + 4, run_fill_pattern},
     {"stoker_check_pattern", 8 + 8 + 8 + 8, run_check_pattern},
 };

@@ -2,6 +2,7 @@
 //! CPU), decode, one fused augment launch into the slot, an event (see the parent module).
 //! Uploads go from pinned host memory (`staging`).
 
+mod mix;
 mod ops;
 mod staging;
 mod views;
@@ -20,10 +21,8 @@ use stoker_wire::ring::SlotLayout;
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
 use super::{breaks_context, Gpu, BATCHES_IN_FLIGHT_PER_WORKER};
-use crate::engine::backend::BackendKind;
-use crate::engine::backend::SlotImages;
 use crate::engine::backend::{
-    Backend, BackendFault, Completion, SampleOutcome, SampleWork, UnitWork,
+    Backend, BackendFault, BackendKind, Completion, SampleOutcome, SampleWork, SlotImages, UnitWork,
 };
 use crate::engine::cpu::{too_large, CpuBackend, Sample};
 use crate::engine::{EngineConfig, PipelineError};
@@ -628,7 +627,7 @@ impl Backend for CudaBackend {
             let fault = self.fault("cannot bind the context", &e);
             return Completion::Pending(Box::new(Failed(fault)));
         }
-        if unit.layout.views > 1 || unit.job.host_route() {
+        if unit.layout.views > 1 {
             return self.fill_views(unit, outcomes);
         }
         let pending = self.fill_in_flight(unit);
@@ -663,6 +662,10 @@ impl Backend for CudaBackend {
             self.zeros.resize(layout.view(view).image_bytes, 0);
             self.put_sample(images, layout, (view, at), &self.zeros);
         }
+    }
+
+    fn mix(&mut self, work: &crate::engine::MixWork<'_>, filled: Completion) -> Completion {
+        self.mix_on_stream(work, filled)
     }
 }
 

@@ -85,6 +85,14 @@ pub fn erase_into(
     }
 }
 
+/// Pushes the values `"random"` erasing writes over `area` onto `out`, drawn from `rng` as
+/// [`erase_into`] draws them: channel by channel, row by row, one standard normal draw per
+/// element (the GPU's erasing kernel reads them from its table).
+pub fn random_erasing_values(area: ErasingBox, rng: &mut KeyedRng, out: &mut Vec<f32>) {
+    let elements = 3 * area.height * area.width;
+    out.extend((0..elements).map(|_| normal(rng)));
+}
+
 /// One standard normal draw (Box-Muller).
 #[allow(clippy::cast_possible_truncation)]
 fn normal(rng: &mut KeyedRng) -> f32 {
@@ -166,5 +174,47 @@ mod tests {
             mean.abs() < 0.6 && f.iter().all(|v| v.abs() < 6.0),
             "{mean}"
         );
+    }
+
+    /// The values `random_erasing_values` draws are those `erase_into` writes (NCHW f32 is
+    /// channel by channel, row by row: the pool's order).
+    #[test]
+    fn random_values_are_the_ones_erase_into_writes() {
+        let spec = PipelineSpec::train(1, 8);
+        let area = ErasingBox {
+            top: 1,
+            left: 2,
+            height: 3,
+            width: 5,
+        };
+        let random = ErasingValue::Random(RandomWord::Random);
+        let mut out = vec![0u8; spec.image_bytes()];
+        erase_into(
+            area,
+            &random,
+            &spec,
+            &mut KeyedRng::new(4, 1, 9, Stream::Erasing),
+            &mut out,
+        );
+        let mut pool = Vec::new();
+        random_erasing_values(
+            area,
+            &mut KeyedRng::new(4, 1, 9, Stream::Erasing),
+            &mut pool,
+        );
+        assert_eq!(pool.len(), 45);
+        let f: Vec<f32> = out
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
+            .collect();
+        let mut at = 0;
+        for c in 0..3 {
+            for y in 1..4 {
+                for x in 2..7 {
+                    assert_eq!(f[(c * 8 + y) * 8 + x], pool[at], "c {c} y {y} x {x}");
+                    at += 1;
+                }
+            }
+        }
     }
 }

@@ -32,7 +32,7 @@ mod timing;
 
 pub use convert::convert_into;
 pub use draw::draw_steps;
-pub use erase::{draw_erasing, erase_into, ErasingBox};
+pub use erase::{draw_erasing, erase_into, random_erasing_values, ErasingBox};
 pub use lower::lower;
 
 /// One operation with explicit parameters, as torchvision.transforms.v2.functional takes them

@@ -13,19 +13,23 @@
 //!   per-image mean or table), `op_convert` normalises into the slot. Without operations the
 //!   fused augment writes the slot as before. Then `op_erase` writes the erased boxes.
 //! - One table per batch, uploaded from the batch's pinned staging: `n * max_steps` steps,
-//!   then `n` heads, then the blur weights. Samples the CPU route fills, and failed ones, are
-//!   zero heads (the CPU route's upload, queued after, overwrites its places).
+//!   then `n` heads, then a float pool: the blur weights, then the values of `value="random"`
+//!   erasing. Samples the CPU route fills, and failed ones, are zero heads (the CPU route's
+//!   upload, queued after, overwrites its places).
+//! - `value="random"` erasing: the host draws each element's normal value from the sample's
+//!   generator after its box, as the CPU's `erase_into` does (`random_erasing_values`), so
+//!   both backends write the same values; `op_erase` reads them from the pool.
 //!
 //! # Limitations
-//! - `value="random"` erasing draws one normal value per element from the sample's generator
-//!   on the host; such jobs keep the CPU route (`Job::host_route`).
+//! - Random erasing's values travel in the table: 12 bytes per erased pixel per batch, drawn
+//!   on the host (as the CPU backend draws them).
 //! - Every step position launches over every sample (a copy where a sample has no step), and
 //!   the statistics are one thread per image channel: simple, not fast (docs/cuda.md).
 
 use stoker_kernels::augment::{AugmentBatch, KernelError};
 use stoker_kernels::ops::{
-    FinishBatch, OpStep, OpsBatch, OpsHead, PlainBytes, OP_AUTOCONTRAST, OP_CONTRAST, OP_EQUALIZE,
-    OP_STATS_BYTES,
+    FinishBatch, OpStep, OpsBatch, OpsHead, PlainBytes, ERASE_FILL, ERASE_RANDOM, OP_AUTOCONTRAST,
+    OP_CONTRAST, OP_EQUALIZE, OP_STATS_BYTES,
 };
 use stoker_nvidia::cuda::DeviceBuffer;
 use stoker_wire::spec::ErasingValue;
@@ -34,7 +38,9 @@ use super::staging::HostStaging;
 use super::CudaBackend;
 use crate::engine::backend::{BackendFault, UnitWork};
 use crate::transform::decode::routing::Route;
-use crate::transform::ops::{draw_erasing, draw_steps, lower, Step};
+use crate::transform::ops::{
+    draw_erasing, draw_steps, lower, random_erasing_values, ErasingBox, Step,
+};
 use crate::transform::rng::{KeyedRng, Stream};
 
 /// The operations' buffers, reused between batches.
@@ -49,6 +55,9 @@ pub(super) struct OpsState {
     steps: Vec<OpStep>,
     heads: Vec<OpsHead>,
     weights: Vec<f32>,
+    /// The random erasing values of the batch, appended to `weights` (the pool uploaded with
+    /// the table, which `ERASE_RANDOM` heads index) once the blur weights are in.
+    erase_values: Vec<f32>,
     /// Each sample's drawn steps, one after another, and where each sample's end.
     drawn: Vec<Step>,
     ends: Vec<usize>,
@@ -56,6 +65,38 @@ pub(super) struct OpsState {
     /// The batch has operations / erasing.
     ops: bool,
     erase: bool,
+}
+
+/// The head of a sample erasing `a` with `value`; `value="random"` draws the box's values
+/// from `rng` (after the box, as the CPU's `erase_into`) onto `pool`, which the head indexes.
+fn erasing_head(
+    a: ErasingBox,
+    value: &ErasingValue,
+    rng: &mut KeyedRng,
+    pool: &mut Vec<f32>,
+) -> OpsHead {
+    // Boxes lie inside the output (u32 sides); the values' index is checked against u32 once
+    // the pool is whole (`launch_batch`).
+    #[allow(clippy::cast_possible_truncation)]
+    let [top, left, height, width, values] =
+        [a.top, a.left, a.height, a.width, pool.len()].map(|v| v as u32);
+    let (erase, value) = match value {
+        ErasingValue::Fill(value) => (ERASE_FILL, *value),
+        ErasingValue::Random(_) => {
+            random_erasing_values(a, rng, pool);
+            (ERASE_RANDOM, [0.0; 3])
+        }
+    };
+    OpsHead {
+        erase,
+        top,
+        left,
+        height,
+        width,
+        value,
+        values,
+        ..OpsHead::default()
+    }
 }
 
 impl CudaBackend {
@@ -75,6 +116,7 @@ impl CudaBackend {
         st.drawn.clear();
         st.ends.clear();
         st.heads.clear();
+        st.erase_values.clear();
         for (k, p) in self.plan.iter().enumerate() {
             let index = unit.indices[k];
             let on_gpu = matches!(p.route, Ok(Route::Hardware | Route::Hybrid));
@@ -89,21 +131,8 @@ impl CudaBackend {
             st.ends.push(st.drawn.len());
             if let (true, Some(erasing)) = (on_gpu, &spec.erasing) {
                 let mut rng = KeyedRng::new(seed, epoch, index, Stream::Erasing);
-                let area = draw_erasing(erasing, &mut rng, h, w);
-                if let (Some(a), ErasingValue::Fill(value)) = (area, &erasing.value) {
-                    // Boxes lie inside the output (u32 sides).
-                    #[allow(clippy::cast_possible_truncation)]
-                    let [top, left, height, width] =
-                        [a.top, a.left, a.height, a.width].map(|v| v as u32);
-                    head = OpsHead {
-                        erase: 1,
-                        top,
-                        left,
-                        height,
-                        width,
-                        value: *value,
-                        ..head
-                    };
+                if let Some(a) = draw_erasing(erasing, &mut rng, h, w) {
+                    head = erasing_head(a, &erasing.value, &mut rng, &mut st.erase_values);
                 }
             }
             st.heads.push(head);
@@ -125,13 +154,21 @@ impl CudaBackend {
             st.steps.extend(std::iter::repeat_n(OpStep::default(), pad));
             start = end;
         }
+        // The random erasing values go after the blur weights, in the same pool.
+        let base = st.weights.len();
+        for head in st.heads.iter_mut().filter(|h| h.erase == ERASE_RANDOM) {
+            #[allow(clippy::cast_possible_truncation)]
+            let moved = (base + head.values as usize) as u32;
+            head.values = moved;
+        }
+        st.weights.extend_from_slice(&st.erase_values);
         st.host.extend_from_slice(OpStep::bytes(&st.steps));
         st.host.extend_from_slice(OpsHead::bytes(&st.heads));
         st.host.extend_from_slice(f32::bytes(&st.weights));
         st.host.len()
     }
 
-    fn launch_fault(&self, what: &str, e: KernelError) -> BackendFault {
+    pub(super) fn launch_fault(&self, what: &str, e: KernelError) -> BackendFault {
         match e {
             KernelError::Cuda(c) => self.fault(what, &c),
             other => self.gpu.fault(what, &other, false),
@@ -181,7 +218,15 @@ impl CudaBackend {
             r.map_err(|e| self.launch_fault("augment launch", e))?;
         }
         if self.ops.erase {
-            // SAFETY: as the conversion.
+            if u32::try_from(self.ops.weights.len()).is_err() {
+                let reason = "the batch's random erasing values overflow the kernel's index";
+                return Err(self.gpu.fault("erase launch", &reason, false));
+            }
+            let steps_bytes = self.ops.steps.len() * size_of::<OpStep>();
+            let heads_bytes = self.ops.heads.len() * size_of::<OpsHead>();
+            finish.src = table + (steps_bytes + heads_bytes) as u64;
+            // SAFETY: as the conversion; `src` is the table's float pool, which holds every
+            // random head's values (plan_ops).
             let r = unsafe { self.gpu.kernels.op_erase(&self.stream, &finish) };
             r.map_err(|e| self.launch_fault("erase launch", e))?;
         }

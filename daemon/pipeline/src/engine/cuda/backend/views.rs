@@ -1,14 +1,13 @@
-//! Several views of one image, or a view with `value="random"` erasing, on the CUDA
-//! backend: the CPU route, sample by sample.
+//! Several views of one image on the CUDA backend: the CPU route, sample by sample.
 //!
 //! # Design
-//! - A unit of a job with several views, or whose view erases with random values
-//!   (`Job::host_route`), goes the way of a replacement: each sample is read,
+//! - A unit of a job with several views goes the way of a replacement: each sample is read,
 //!   decoded once and augmented into every view on the host by the backend's own
 //!   [`CpuBackend`](crate::engine::cpu::CpuBackend) (the CPU backend's code, so the views are
 //!   the CPU backend's bit for bit), then each view is copied into its place in device memory.
-//!   Replacements of such a job take the same way. A one-view job's operations and filled
-//!   erasing run in the GPU's kernels instead (`ops`).
+//!   Replacements of such a job take the same way. A one-view job's operations and erasing
+//!   (filled or random) run in the GPU's kernels instead (`ops`); a batch mix of either runs
+//!   on the GPU (`mix`).
 //!
 //! # Limitations
 //! - Nothing of it runs on the GPU: no nvJPEG, no batched kernel; one synchronous upload per
