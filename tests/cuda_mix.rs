@@ -18,7 +18,9 @@ use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
 use stoker_kernels::augment::{dtype_code, layout_code, AugmentKernels};
 use stoker_kernels::mix::{MixBatch, MIX_CUT, MIX_UP};
 use stoker_nvidia::cuda::Device;
-use stoker_pipeline::transform::mix::{cut_box, factors, mix_images, MixDraw, MixImages, MixKind};
+use stoker_pipeline::transform::mix::{
+    cut_box, draw, factors, mix_images, MixDraw, MixImages, MixKind,
+};
 use stoker_testkit::{emulator, Daemon};
 
 /// The least PSNR of a CUDA batch to the CPU backend's (tests/cuda_ops.rs's bound).
@@ -114,7 +116,7 @@ fn the_mix_kernel_is_the_cpu_mix_bit_for_bit() {
     let dev = Device::open(emulator::UUIDS[0].parse().unwrap()).unwrap();
     let kernels = AugmentKernels::load(&dev, &nvrtc, None).unwrap_or_else(|e| panic!("{e}"));
     let stream = dev.stream().unwrap();
-    let (h, w) = (6, 37);
+    let (h, w) = (11, 37);
     let mut bits = Bits(0x9e37_79b9_7f4a_7c15);
     let draws = [
         (5, draw_of(MixKind::MixUp, 0.3271, (0, 0), (h, w))),
@@ -310,6 +312,16 @@ fn mix_jobs_on_the_emulated_gpu_are_the_cpu_backends() {
     let data = dir.path().join("data");
     write_444_folder(&data);
     let (gpu, cpu) = daemons(dir.path());
+    // The choice's six batches draw both mixes (so both kernels' paths run).
+    let choice = jobs()[0].1.batch_mix.clone().unwrap();
+    let kinds: Vec<MixKind> = (0..2)
+        .flat_map(|epoch| (0..3).map(move |step| (epoch, step)))
+        .map(|(epoch, step)| draw(&choice, SEED, epoch, step, 32, 32).kind)
+        .collect();
+    assert!(
+        kinds.contains(&MixKind::MixUp) && kinds.contains(&MixKind::CutMix),
+        "{kinds:?}"
+    );
     for (name, spec) in jobs() {
         let got = drain(gpu.socket(), &data, emulator::UUIDS[0], &spec);
         let want = drain(cpu.socket(), &data, "cpu", &spec);

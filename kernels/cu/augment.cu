@@ -791,7 +791,9 @@ extern "C" __global__ void stoker_op_erase(FinishBatch b) {
 // in-place products); CutMix: the box's elements are the previous image's. In place: each
 // thread owns one element position of the view and walks the batch from the last image down,
 // the last image's element kept in a register, so every element is read and written once and
-// no thread reads what another writes.
+// no thread reads what another writes. Threads in x take consecutive elements of a row's run
+// in memory (a row's (x2 - x1) * 3 interleaved elements in NHWC, one channel's x2 - x1 in
+// NCHW), so a warp's loads and stores are contiguous in either layout.
 
 #define MIX_UP 0u
 #define MIX_CUT 1u
@@ -861,16 +863,18 @@ __device__ __forceinline__ void mix_store(const MixBatch& b, u8* img, u64 elem, 
     }
 }
 
-// Grid: x over the region's columns, y over its rows, z over the 3 channels.
+// Grid: x over the elements of a row's run, y over the region's rows, z over the channel
+// planes (3 in NCHW, 1 in NHWC).
 extern "C" __global__ void stoker_mix(MixBatch b) {
-    u32 x = b.x1 + blockIdx.x * blockDim.x + threadIdx.x;
+    bool nhwc = b.layout == LAYOUT_NHWC;
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     u32 y = b.y1 + blockIdx.y * blockDim.y + threadIdx.y;
     u32 c = blockIdx.z;
-    if (x >= b.x2 || y >= b.y2 || c >= 3u || b.n == 0u) {
+    if (b.x1 >= b.x2 || i >= (b.x2 - b.x1) * (nhwc ? 3u : 1u) || y >= b.y2 ||
+        c >= (nhwc ? 1u : 3u) || b.n == 0u) {
         return;
     }
-    u64 pix = (u64)y * b.width + x;
-    u64 elem = b.layout == LAYOUT_NHWC ? pix * 3u + c : (u64)c * b.width * b.height + pix;
+    u64 elem = nhwc ? ((u64)y * b.width + b.x1) * 3u + i : ((u64)c * b.height + y) * b.width + b.x1 + i;
     u8* base = (u8*)b.dst;
     float last = mix_load(b.dtype, base + (u64)(b.n - 1u) * b.image_bytes, elem);
     float cur = last;

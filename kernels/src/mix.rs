@@ -6,12 +6,14 @@
 //! # Design
 //! One launch per view of a batch, in place in the slot, once every image of the batch is
 //! there: each thread owns one element position of the region mixed (the whole image for
-//! MixUp, CutMix's box) and walks the batch from the last image down (see the `.cu`).
+//! MixUp, CutMix's box) and walks the batch from the last image down, reading and writing
+//! each element once; neighbouring threads take neighbouring elements in either layout (see
+//! the `.cu`).
 //!
 //! # Limitations
 //! Float dtypes only (a spec with a batch mix has one: validation refuses u8).
 
-use crate::augment::{AugmentKernels, KernelError};
+use crate::augment::{AugmentKernels, KernelError, LAYOUT_NHWC};
 use crate::ops::grid;
 use stoker_nvidia::cuda::Stream;
 
@@ -64,9 +66,15 @@ impl AugmentKernels {
         if batch.n == 0 || batch.x1 >= batch.x2 || batch.y1 >= batch.y2 {
             return Ok(());
         }
-        let ((gx, gy, _), block) = grid(batch.x2 - batch.x1, batch.y2 - batch.y1, 1);
+        // x over a row's run of elements, z over the channel planes (see the `.cu`).
+        let (run, planes) = if batch.layout == LAYOUT_NHWC {
+            ((batch.x2 - batch.x1) * 3, 1)
+        } else {
+            (batch.x2 - batch.x1, 3)
+        };
+        let ((gx, gy, _), block) = grid(run, batch.y2 - batch.y1, 1);
         // SAFETY: the caller's promise; MixBatch mirrors the kernel's parameter.
-        unsafe { self.launch_one("stoker_mix", stream, ((gx, gy, 3), block), batch) }
+        unsafe { self.launch_one("stoker_mix", stream, ((gx, gy, planes), block), batch) }
     }
 }
 
