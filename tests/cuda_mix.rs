@@ -15,11 +15,10 @@ use std::time::Duration;
 
 use stoker::spec::{BatchMix, Crop, View};
 use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
-use stoker_kernels::augment::{dtype_code, layout_code, AugmentKernels};
-use stoker_kernels::mix::{MixBatch, MIX_CUT, MIX_UP};
+use stoker_kernels::augment::AugmentKernels;
 use stoker_nvidia::cuda::Device;
 use stoker_pipeline::transform::mix::{
-    cut_box, draw, factors, mix_images, MixDraw, MixImages, MixKind,
+    cut_box, draw, kernel_batch, mix_images, MixDraw, MixImages, MixKind,
 };
 use stoker_testkit::{emulator, Daemon};
 
@@ -61,32 +60,6 @@ impl Bits {
             }
             DType::U8 => unreachable!("a batch mix has a float dtype"),
         }
-    }
-}
-
-/// The kernel's launch for `d` over `n` images of `w` x `h` at `dst`, as the CUDA backend
-/// builds it.
-fn launch(d: &MixDraw, im: &MixImages, dst: u64) -> MixBatch {
-    let (own, other) = factors(d.label_lam);
-    let (kind, [x1, y1, x2, y2]) = match d.cut {
-        Some(c) => (MIX_CUT, [c.x1, c.y1, c.x2, c.y2].map(|v| v as u32)),
-        None => (MIX_UP, [0, 0, im.width as u32, im.height as u32]),
-    };
-    MixBatch {
-        dst,
-        image_bytes: (im.width * im.height * 3 * im.dtype.size()) as u64,
-        n: im.n as u32,
-        width: im.width as u32,
-        height: im.height as u32,
-        dtype: dtype_code(im.dtype),
-        layout: layout_code(im.layout),
-        kind,
-        own,
-        other,
-        x1,
-        y1,
-        x2,
-        y2,
     }
 }
 
@@ -145,7 +118,7 @@ fn the_mix_kernel_is_the_cpu_mix_bit_for_bit() {
                 let buf = dev.alloc(bytes.len() + pad.len()).unwrap();
                 stream.copy_to_device(&buf, 0, &bytes).unwrap();
                 stream.copy_to_device(&buf, bytes.len(), &pad).unwrap();
-                let batch = launch(&d, &im, buf.ptr());
+                let batch = kernel_batch(&d, &im, buf.ptr());
                 // SAFETY: `buf` holds the n images and outlives the launch (synchronised).
                 unsafe { kernels.mix(&stream, &batch) }.unwrap();
                 stream.synchronize().unwrap();
@@ -166,25 +139,6 @@ fn the_mix_kernel_is_the_cpu_mix_bit_for_bit() {
     assert_eq!(launches, 30);
 }
 
-/// A 2-class ImageFolder of 4:4:4 JPEGs (5 a class: batches of 4, 4 and 2): without chroma
-/// upsampling the emulated nvJPEG and the CPU decoder give the same pixels.
-fn write_444_folder(root: &Path) {
-    use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
-    stoker_testkit::images::write_folder_of(root, CLASSES, 5, |c, i| {
-        let seed = c * 1000 + i;
-        let (w, h) = (48 + (seed % 7) * 3, 48 + (seed % 5) * 4);
-        let opts = EncodeOptions {
-            quality: 95,
-            subsampling: Subsampling::S444,
-            ..EncodeOptions::default()
-        };
-        let rgb = stoker_testkit::synthetic_rgb(w, h, seed);
-        JpegEncoder::new()
-            .and_then(|mut e| e.encode_rgb(&rgb, w, h, &opts))
-            .unwrap()
-    });
-}
-
 /// One served batch: labels, soft labels, each view's bytes.
 type Served = (Vec<i64>, Option<Vec<f32>>, Vec<Vec<u8>>);
 
@@ -198,14 +152,7 @@ fn drain(socket: &Path, data: &Path, device: &str, spec: &PipelineSpec) -> Vec<S
     let mut out = Vec::new();
     while let Some(b) = client.next_batch().unwrap() {
         assert!(b.status().iter().all(|&s| s == 0), "a sample was not ok");
-        let views = (0..b.views())
-            .map(|v| {
-                let (h, w) = b.view_size(v);
-                let mut host = vec![0u8; b.n() * h as usize * w as usize * 3 * element];
-                b.copy_view_to_host(v, &mut host).unwrap();
-                host
-            })
-            .collect();
+        let views = stoker_testkit::device_batches::views_to_host(&b, element);
         out.push((
             b.labels().to_vec(),
             b.soft_labels().map(<[f32]>::to_vec),
@@ -215,19 +162,10 @@ fn drain(socket: &Path, data: &Path, device: &str, spec: &PipelineSpec) -> Vec<S
     out
 }
 
-/// A `stokerd --backend cuda` on the emulated GPU and a `stokerd --backend cpu`.
+/// The emulated GPU's daemon and the CPU's (the kernels compiled once per build).
 fn daemons(dir: &Path) -> (Daemon, Daemon) {
-    let (gpu_dir, cpu_dir) = (dir.join("gpu"), dir.join("cpu"));
-    std::fs::create_dir_all(&gpu_dir).unwrap();
-    std::fs::create_dir_all(&cpu_dir).unwrap();
-    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    let log = dir.join("stokerd.log");
-    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
-        cmd.env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-    });
-    (gpu, Daemon::start(&cpu_dir, &["--backend", "cpu"]))
+    emulator::gpu_and_cpu_daemons(dir, &cache)
 }
 
 /// The jobs compared: a choice of MixUp and CutMix over one f32 NCHW view, and MixUp over
@@ -310,7 +248,8 @@ fn mix_jobs_on_the_emulated_gpu_are_the_cpu_backends() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    write_444_folder(&data);
+    // 5 a class: batches of 4, 4 and 2.
+    stoker_testkit::images::write_444_folder(&data, CLASSES, 5);
     let (gpu, cpu) = daemons(dir.path());
     // The choice's six batches draw both mixes (so both kernels' paths run).
     let choice = jobs()[0].1.batch_mix.clone().unwrap();

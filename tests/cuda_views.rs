@@ -52,33 +52,16 @@ fn drain(socket: &Path, data: &Path, device: &str, spec: PipelineSpec) -> Seen {
     assert_eq!(client.image_memory(), memory);
     let mut out = Vec::new();
     while let Some(b) = client.next_batch().unwrap() {
-        let views = (0..b.views())
-            .map(|v| {
-                let (h, w) = b.view_size(v);
-                let mut host = vec![0u8; b.n() * h as usize * w as usize * 3 * element];
-                b.copy_view_to_host(v, &mut host).unwrap();
-                host
-            })
-            .collect();
+        let views = stoker_testkit::device_batches::views_to_host(&b, element);
         out.push((b.indices().to_vec(), b.status().to_vec(), views));
     }
     out
 }
 
-/// A `stokerd --backend cuda` on the emulated GPU and a `stokerd --backend cpu`, each in its
-/// own folder under `dir`.
+/// The emulated GPU's daemon and the CPU's (the kernels compiled once per build).
 fn daemons(dir: &Path) -> (Daemon, Daemon) {
-    let (gpu_dir, cpu_dir) = (dir.join("gpu"), dir.join("cpu"));
-    std::fs::create_dir_all(&gpu_dir).unwrap();
-    std::fs::create_dir_all(&cpu_dir).unwrap();
-    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
-    let log = dir.join("stokerd.log");
-    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
-        cmd.env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-    });
-    (gpu, Daemon::start(&cpu_dir, &["--backend", "cpu"]))
+    emulator::gpu_and_cpu_daemons(dir, &cache)
 }
 
 #[test]
@@ -109,25 +92,6 @@ fn views_on_the_emulated_gpu_are_the_cpu_backends() {
             assert!(g.2[v] == w.2[v], "batch {step} view {v} differs");
         }
     }
-}
-
-/// An ImageFolder of 4:4:4 JPEGs: without chroma upsampling the emulated nvJPEG and the CPU
-/// decoder give the same pixels, so what differs between the backends is the operations.
-fn write_444_folder(root: &Path) {
-    use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
-    stoker_testkit::images::write_folder_of(root, 2, 4, |c, i| {
-        let seed = c * 1000 + i;
-        let (w, h) = (48 + (seed % 7) * 3, 48 + (seed % 5) * 4);
-        let opts = EncodeOptions {
-            quality: 95,
-            subsampling: Subsampling::S444,
-            ..EncodeOptions::default()
-        };
-        let rgb = stoker_testkit::synthetic_rgb(w, h, seed);
-        JpegEncoder::new()
-            .and_then(|mut e| e.encode_rgb(&rgb, w, h, &opts))
-            .unwrap()
-    });
 }
 
 /// The torchvision classification reference's per-view part, and DINO's colour operations.
@@ -232,7 +196,7 @@ fn operations_run_in_the_gpus_kernels_at_40_db_to_the_cpu_backend() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    write_444_folder(&data);
+    stoker_testkit::images::write_444_folder(&data, 2, 4);
     let (gpu, cpu) = daemons(dir.path());
     for (name, spec) in recipes() {
         let got = drain(gpu.socket(), &data, emulator::UUIDS[0], spec.clone());

@@ -199,6 +199,19 @@ pub fn pixels(spec: &PipelineSpec, bytes: &[u8]) -> Vec<f64> {
     }
 }
 
+/// Each view's `n` images of `b` copied to the host (from a device ring or a host one), for a
+/// job whose elements are `element` bytes.
+pub fn views_to_host(b: &Batch, element: usize) -> Vec<Vec<u8>> {
+    (0..b.views())
+        .map(|v| {
+            let (h, w) = b.view_size(v);
+            let mut host = vec![0u8; b.n() * h as usize * w as usize * 3 * element];
+            b.copy_view_to_host(v, &mut host).unwrap();
+            host
+        })
+        .collect()
+}
+
 /// PSNR in dB between two batches' images on the pixel scale (infinite when equal).
 pub fn psnr(spec: &PipelineSpec, a: &[u8], b: &[u8]) -> f64 {
     assert_eq!(a.len(), b.len(), "images of different sizes");

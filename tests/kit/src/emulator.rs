@@ -5,9 +5,10 @@
 #![forbid(unsafe_code)]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use crate::Daemon;
 use stoker_nvidia::loader;
 use stoker_nvidia::nvrtc::Nvrtc;
 
@@ -89,4 +90,20 @@ pub fn run_child(test: &str, role: &str, env: &[(&str, String)]) -> std::process
     crate::child::rerun_test(test, role, |cmd| {
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
     })
+}
+
+/// A `stokerd --backend cuda` on the emulated GPU (its log in `dir/stokerd.log`, its kernels
+/// compiled once into `kernel_cache`) and a `stokerd --backend cpu`, each in its own folder
+/// under `dir`: the pair the CUDA tests compare.
+pub fn gpu_and_cpu_daemons(dir: &Path, kernel_cache: &Path) -> (Daemon, Daemon) {
+    let (gpu_dir, cpu_dir) = (dir.join("gpu"), dir.join("cpu"));
+    std::fs::create_dir_all(&gpu_dir).unwrap();
+    std::fs::create_dir_all(&cpu_dir).unwrap();
+    let wheels = loader::wheel_dir().expect("wheel dir");
+    let log = dir.join("stokerd.log");
+    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+        cmd.env("STOKER_NVIDIA_DIR", wheels)
+            .env("STOKER_CACHE_DIR", kernel_cache);
+    });
+    (gpu, Daemon::start(&cpu_dir, &["--backend", "cpu"]))
 }

@@ -45,6 +45,26 @@ pub fn write_image_folder(root: &Path, classes: u32, per_class: u32, side: u32) 
     })
 }
 
+/// An ImageFolder of 4:4:4 JPEGs (quality 95) of about 48 pixels a side under `root`:
+/// without chroma upsampling the emulated nvJPEG and the CPU decoder give the same pixels, so
+/// what differs between the backends is what comes after the decode.
+pub fn write_444_folder(root: &Path, classes: u32, per_class: u32) -> usize {
+    use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
+    write_folder_of(root, classes, per_class, |c, i| {
+        let seed = c * 1000 + i;
+        let (w, h) = (48 + (seed % 7) * 3, 48 + (seed % 5) * 4);
+        let opts = EncodeOptions {
+            quality: 95,
+            subsampling: Subsampling::S444,
+            ..EncodeOptions::default()
+        };
+        let rgb = synthetic_rgb(w, h, seed);
+        JpegEncoder::new()
+            .and_then(|mut e| e.encode_rgb(&rgb, w, h, &opts))
+            .unwrap()
+    })
+}
+
 /// An ImageFolder under `root`: `classes` subfolders `c0..`, each of `per_class` JPEGs
 /// `img000.jpg`, ... whose bytes `jpeg(class, i)` makes. Returns the number of samples.
 pub fn write_folder_of(

@@ -24,6 +24,7 @@
 //! - A backend writing device memory must mix whole batches: a device ring's unit that is
 //!   not the whole batch fails the feed rather than be served unmixed.
 
+use stoker_wire::ring::SlotLayout;
 use stoker_wire::spec::PipelineSpec;
 
 use super::backend::{Backend, BackendFault, Completion, MixWork, PendingWork, SlotImages};
@@ -86,9 +87,26 @@ pub(super) fn on_device(
 }
 
 /// A batch that cannot be mixed: complete once its fill is, then failed with `fault`.
-struct Unmixed {
-    filled: Completion,
-    fault: BackendFault,
+pub(crate) struct Unmixed {
+    pub(crate) filled: Completion,
+    pub(crate) fault: BackendFault,
+}
+
+/// View `v`'s `n` images in a slot of `layout` as the mix sees them.
+pub(crate) fn view_images(
+    layout: &SlotLayout,
+    v: usize,
+    spec: &PipelineSpec,
+    n: usize,
+) -> MixImages {
+    let r = layout.view(v);
+    MixImages {
+        n,
+        height: r.height as usize,
+        width: r.width as usize,
+        dtype: spec.dtype,
+        layout: spec.layout,
+    }
 }
 
 impl PendingWork for Unmixed {
@@ -119,14 +137,7 @@ pub(super) unsafe fn mix_batch(b: &MixBatch<'_>, ring: &dyn SlotMemory, scratch:
             // (SlotLayout, SlotMemory's contract), and the caller holds the whole slot.
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(base.add(r.offset), b.n * r.image_bytes) };
-            let im = MixImages {
-                n: b.n,
-                height: r.height as usize,
-                width: r.width as usize,
-                dtype: b.spec.dtype,
-                layout: b.spec.layout,
-            };
-            mix_images(&d, &im, bytes, scratch);
+            mix_images(&d, &view_images(&layout, v, b.spec, b.n), bytes, scratch);
         }
     }
     let host = ring.host_ptr(b.slot);

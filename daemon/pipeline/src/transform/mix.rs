@@ -29,6 +29,8 @@
 
 use std::ops::Range;
 
+use stoker_kernels::augment::{dtype_code, layout_code};
+use stoker_kernels::mix::{MixBatch, MIX_CUT, MIX_UP};
 use stoker_wire::spec::{BatchMix, DType, Layout};
 
 use super::rng::{KeyedRng, Stream};
@@ -290,6 +292,36 @@ pub fn mix_images(d: &MixDraw, im: &MixImages, bytes: &mut [u8], scratch: &mut V
             }
             blend(im.dtype, &mut bytes[..ib], scratch, own, other);
         }
+    }
+}
+
+/// The mix kernel's launch (`stoker_mix`, kernels/cu/augment.cu) of `d` over one view's
+/// images `im` at device address `dst`: this module's draw and [`factors`] as the kernel's
+/// parameters (the region: the whole image for MixUp, the box for CutMix).
+pub fn kernel_batch(d: &MixDraw, im: &MixImages, dst: u64) -> MixBatch {
+    let (own, other) = factors(d.label_lam);
+    // Sides and boxes of an output image (u32 sides), a batch below the spec's u32 size.
+    #[allow(clippy::cast_possible_truncation)]
+    let (kind, [x1, y1, x2, y2]) = match d.cut {
+        Some(c) => (MIX_CUT, [c.x1, c.y1, c.x2, c.y2].map(|v| v as u32)),
+        None => (MIX_UP, [0, 0, im.width as u32, im.height as u32]),
+    };
+    #[allow(clippy::cast_possible_truncation)]
+    MixBatch {
+        dst,
+        image_bytes: im.image_bytes() as u64,
+        n: im.n as u32,
+        width: im.width as u32,
+        height: im.height as u32,
+        dtype: dtype_code(im.dtype),
+        layout: layout_code(im.layout),
+        kind,
+        own,
+        other,
+        x1,
+        y1,
+        x2,
+        y2,
     }
 }
 

@@ -22,14 +22,12 @@
 use crate::sync::lock;
 use std::sync::Arc;
 
-use stoker_kernels::augment::{dtype_code, layout_code};
-use stoker_kernels::mix::{MixBatch, MIX_CUT, MIX_UP};
-
 use super::super::pending::{EventPool, EventSet};
 use super::super::{breaks_context, Gpu};
 use super::CudaBackend;
 use crate::engine::backend::{BackendFault, Completion, MixWork, PendingWork, SlotImages};
-use crate::transform::mix::factors;
+use crate::engine::mix::{view_images, Unmixed};
+use crate::transform::mix::kernel_batch;
 
 /// A mixed batch: complete once the event after its mix completed and its fill's completion
 /// was waited for.
@@ -61,52 +59,6 @@ impl PendingWork for MixedBatch {
     }
 }
 
-/// A batch whose mix could not be queued: complete once the fill is, then failed.
-struct MixFailed {
-    filled: Completion,
-    fault: BackendFault,
-}
-
-impl PendingWork for MixFailed {
-    fn wait(self: Box<Self>) -> Result<(), BackendFault> {
-        if let Completion::Pending(p) = self.filled {
-            p.wait()?;
-        }
-        Err(self.fault)
-    }
-}
-
-/// The launch of view `view` of `work`'s batch, whose images start at device address `base`.
-fn view_batch(work: &MixWork<'_>, base: u64, view: usize) -> MixBatch {
-    let r = work.layout.view(view);
-    let d = &work.draw;
-    let (own, other) = factors(d.label_lam);
-    // Boxes lie inside the image (u32 sides), the batch below the spec's u32 batch size.
-    #[allow(clippy::cast_possible_truncation)]
-    let (kind, [x1, y1, x2, y2]) = match d.cut {
-        Some(c) => (MIX_CUT, [c.x1, c.y1, c.x2, c.y2].map(|v| v as u32)),
-        None => (MIX_UP, [0, 0, r.width, r.height]),
-    };
-    #[allow(clippy::cast_possible_truncation)]
-    let n = work.n as u32;
-    MixBatch {
-        dst: base + r.offset as u64,
-        image_bytes: r.image_bytes as u64,
-        n,
-        width: r.width,
-        height: r.height,
-        dtype: dtype_code(work.spec.dtype),
-        layout: layout_code(work.spec.layout),
-        kind,
-        own,
-        other,
-        x1,
-        y1,
-        x2,
-        y2,
-    }
-}
-
 impl CudaBackend {
     /// Queues the mix of `work`'s batch on the stream after what `filled` stands for; the
     /// batch's completion is then the mix's event (see the module docs).
@@ -131,7 +83,7 @@ impl CudaBackend {
             Err(fault) => {
                 // A view's launch may be queued: nothing is finished before the stream is.
                 let _ = self.stream.synchronize();
-                Completion::Pending(Box::new(MixFailed { filled, fault }))
+                Completion::Pending(Box::new(Unmixed { filled, fault }))
             }
         }
     }
@@ -139,7 +91,9 @@ impl CudaBackend {
     /// One launch per view, then the event after them.
     fn queue_mix(&mut self, work: &MixWork<'_>, base: u64) -> Result<EventSet, BackendFault> {
         for view in 0..work.layout.views {
-            let batch = view_batch(work, base, view);
+            let im = view_images(&work.layout, view, work.spec, work.n);
+            let dst = base + work.layout.view(view).offset as u64;
+            let batch = kernel_batch(&work.draw, &im, dst);
             // SAFETY: the view's `n` images lie in the slot's device memory (SlotMemory),
             // which no one else reads or writes before the batch is published, and the work
             // queued for them earlier on this stream runs before the launch.
