@@ -92,6 +92,15 @@ pub(crate) struct Unmixed {
     pub(crate) fault: BackendFault,
 }
 
+impl PendingWork for Unmixed {
+    fn wait(self: Box<Self>) -> Result<(), BackendFault> {
+        if let Completion::Pending(p) = self.filled {
+            p.wait()?;
+        }
+        Err(self.fault)
+    }
+}
+
 /// View `v`'s `n` images in a slot of `layout` as the mix sees them.
 pub(crate) fn view_images(
     layout: &SlotLayout,
@@ -106,15 +115,6 @@ pub(crate) fn view_images(
         width: r.width as usize,
         dtype: spec.dtype,
         layout: spec.layout,
-    }
-}
-
-impl PendingWork for Unmixed {
-    fn wait(self: Box<Self>) -> Result<(), BackendFault> {
-        if let Completion::Pending(p) = self.filled {
-            p.wait()?;
-        }
-        Err(self.fault)
     }
 }
 

@@ -69,11 +69,12 @@ impl CudaBackend {
                 work.images
             );
         };
-        if self.gpu.broken_fault().is_some() {
-            // The fill's completion reports the broken GPU.
-            return filled;
-        }
-        match self.queue_mix(work, base) {
+        let queued = match self.gpu.broken_fault() {
+            // Never served unmixed: the batch fails with the GPU's fault.
+            Some(fault) => Err(fault),
+            None => self.queue_mix(work, base),
+        };
+        match queued {
             Ok(events) => Completion::Pending(Box::new(MixedBatch {
                 gpu: self.gpu.clone(),
                 filled,
