@@ -81,6 +81,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// The remote workers this daemon sends units to.
     pub remote: RemoteConfig,
+    /// `[cuda]`: the GPUs' context scheduling and nvJPEG's inputs.
+    pub cuda: stoker_pipeline::engine::cuda::CudaOptions,
 }
 
 /// `[pipeline]`: how the engine decodes.
@@ -199,6 +201,7 @@ impl Config {
             bad_log_per_second: self.limits.log_bad_samples_per_second,
             throttle: None,
             user_shares: self.limits.shares(),
+            cuda: self.cuda,
         }
     }
 
