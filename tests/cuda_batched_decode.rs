@@ -45,6 +45,8 @@ struct Served {
     pending_max: u64,
     /// The emulated driver's `primary_ctx_flags` of each device, as the daemon left them.
     ctx_flags: Vec<u64>,
+    /// Images the daemon decoded with nvJPEG's GPU-hybrid decoder (its status).
+    hybrid: u64,
 }
 
 /// Serves epoch 0 of 24 same-sized photos of different content, in batches of 4, from
@@ -102,6 +104,8 @@ fn serve_slowly(test: &str, config: &str) -> Option<Served> {
     opts.device = "cpu".parse().unwrap();
     let want = drain(&mut Client::attach(cpu.socket(), opts).unwrap());
     let pid = gpu.pid();
+    let status = stoker_tool::cli::status::query(gpu.socket()).unwrap();
+    let hybrid = status.gpus.iter().map(|g| g.decoded_hybrid).sum();
     let driver = std::fs::read_to_string(stats.join(format!("{pid}.json"))).unwrap_or_default();
     let ctx_flags = serde_json::from_str::<serde_json::Value>(&driver)
         .ok()
@@ -121,6 +125,7 @@ fn serve_slowly(test: &str, config: &str) -> Option<Served> {
         log: std::fs::read_to_string(&log).unwrap(),
         pending_max,
         ctx_flags,
+        hybrid,
     })
 }
 
@@ -192,4 +197,32 @@ fn blocking_sync_and_pinned_inputs_serve_the_cpu_backends_batches() {
     };
     assert_the_cpu_backends(&served);
     assert_eq!(served.ctx_flags.first(), Some(&4), "{:?}", served.ctx_flags);
+}
+
+/// `cuda.hw_decode_share` splits each batch between the hardware engines and nvJPEG's GPU-hybrid
+/// decoder: at 0.5 and at 0 the hybrid decoder takes images, and every sample stays within
+/// nvJPEG's documented tolerance (PSNR >= 40 dB) of the CPU backend's and of the engines-only
+/// run's (share 1.0, the default, which sends none to the hybrid decoder).
+#[test]
+fn the_split_decode_keeps_every_sample_within_nvjpegs_tolerance() {
+    let test = "the_split_decode_keeps_every_sample_within_nvjpegs_tolerance";
+    let Some(engines) = serve_slowly(test, "") else {
+        return;
+    };
+    assert_the_cpu_backends(&engines);
+    assert_eq!(engines.hybrid, 0, "share 1.0: every image on the engines");
+    for share in ["0.5", "0.0"] {
+        let config = format!("[cuda]\nhw_decode_share = {share}\n");
+        let split = serve_slowly(test, &config).unwrap();
+        assert_the_cpu_backends(&split);
+        assert!(
+            split.hybrid > 0,
+            "share {share}: no image took the hybrid decoder"
+        );
+        for (step, (a, b)) in engines.got.iter().zip(&split.got).enumerate() {
+            assert_eq!(a.0, b.0, "share {share}, batch {step}: indices");
+            let p = psnr(&a.1, &b.1);
+            assert!(p >= 40.0, "share {share}, batch {step}: PSNR {p:.1} dB");
+        }
+    }
 }

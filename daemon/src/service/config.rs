@@ -141,6 +141,12 @@ impl Config {
 
     /// The first value out of range, named by its key; `None` when the config is valid.
     pub(crate) fn problem(&self) -> Option<String> {
+        let share = self.cuda.hw_decode_share;
+        if !(0.0..=1.0).contains(&share) {
+            return Some(format!(
+                "cuda.hw_decode_share must be between 0 and 1, got {share}"
+            ));
+        }
         if self.server.slots_per_rank < MIN_SLOTS_PER_RANK {
             return Some(format!(
                 "server.slots_per_rank must be at least {MIN_SLOTS_PER_RANK}, got {}",
@@ -388,6 +394,13 @@ imagenet = "/data/imagenet/train"
             .unwrap_err()
             .to_string();
         assert!(err.contains("absolute"), "{err}");
+        let err = Config::parse("[cuda]\nhw_decode_share = 1.5\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cuda.hw_decode_share") && err.contains("1.5"),
+            "{err}"
+        );
         let err = Config::parse("[metrics]\nlisten = \"nowhere\"\n", Path::new("c"))
             .unwrap_err()
             .to_string();

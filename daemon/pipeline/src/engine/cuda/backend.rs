@@ -4,6 +4,7 @@
 
 mod ops;
 mod slots;
+mod split;
 mod staging;
 mod views;
 
@@ -96,6 +97,8 @@ pub struct CudaBackend {
     hardware_failures: u32,
     /// `cuda.pinned_inputs`: the engines read the bitstreams from the slot's pinned copy.
     pinned_inputs: bool,
+    /// `cuda.hw_decode_share` (`split`).
+    hw_share: f64,
     /// The log of nvJPEG failing on images (a few lines a second, then a count).
     failure_log: RateLimit,
 }
@@ -147,6 +150,7 @@ impl CudaBackend {
             sample_staging,
             hardware_failures: 0,
             pinned_inputs: config.cuda.pinned_inputs,
+            hw_share: config.cuda.hw_decode_share,
             failure_log: RateLimit::new(2),
             gpu,
         })
@@ -215,6 +219,7 @@ impl CudaBackend {
                 host: 0,
             });
         }
+        self.split_hardware();
     }
 
     /// Lays the decoded regions out in the scratch, growing it (after the stream's work on

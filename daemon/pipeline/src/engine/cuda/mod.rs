@@ -79,7 +79,7 @@ pub const BATCHES_IN_FLIGHT_PER_WORKER: usize = 2;
 /// `[cuda]` of the daemon's configuration: how it uses its GPUs' contexts and nvJPEG
 /// (docs/operations.md; measured by `stoker bench --backend cuda --blocking-sync` and
 /// `--pinned-inputs`, docs/cuda.md "Host CPU").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CudaOptions {
     /// Sets `CU_CTX_SCHED_BLOCKING_SYNC` on each GPU's primary context before the daemon first
@@ -89,6 +89,23 @@ pub struct CudaOptions {
     /// nvJPEG reads the hardware engines' bitstreams from pinned memory (each batch's are
     /// copied there) instead of the reader's pageable buffers.
     pub pinned_inputs: bool,
+    /// The share of each batch's engine-decodable images the hardware engines decode; the
+    /// rest go to nvJPEG's GPU-hybrid decoder (`backend/split.rs`). 0 to 1.
+    pub hw_decode_share: f64,
+}
+
+/// `cuda.hw_decode_share`'s default: every engine-decodable image to the engines, until a GPU
+/// measures that a split pays (docs/decisions.md).
+pub const DEFAULT_HW_DECODE_SHARE: f64 = 1.0;
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            blocking_sync: false,
+            pinned_inputs: false,
+            hw_decode_share: DEFAULT_HW_DECODE_SHARE,
+        }
+    }
 }
 
 /// Why a GPU cannot serve.
