@@ -261,6 +261,12 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         "peer.txt",
         "data.txt",
         "bench-prog10.txt",
+        "engines.txt",
+        "engines.json",
+        "engines-blocking-sync.json",
+        "engines-pinned-inputs.json",
+        "bench-blocking-sync.json",
+        "bench-pinned-inputs.json",
         "peer-nvimagecodec.txt",
         "peer-nvimagecodec.json",
         "peer-dali.txt",
@@ -327,6 +333,29 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
             .unwrap()
             > 0.0
     );
+    // The engines with batches in flight, whole and regions; no NVML on the emulated GPU.
+    let engines = row("engines whole: TxS images/s (NVJPG)");
+    assert!(
+        engines.starts_with("1x1 ") && engines.contains(" / 2x2 "),
+        "{summary}"
+    );
+    assert!(engines.contains("(n/a)"), "{summary}");
+    assert!(row("engines regions: TxS images/s (NVJPG)").starts_with("1x1 "));
+    // The host-CPU A/B ran both switches on the engines and end to end.
+    for ab in ["blocking-sync", "pinned-inputs"] {
+        let engines = row(&format!("A/B {ab}: engines 2x2 CPU-s/1000"));
+        assert!(
+            engines.starts_with("whole ") && engines.contains(" -> "),
+            "{summary}"
+        );
+        let e2e = row(&format!("A/B {ab}: end to end CPU-s/1000"));
+        assert!(!e2e.contains("n/a"), "{summary}");
+    }
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("bench-blocking-sync.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["context_flags"], 4, "CU_CTX_SCHED_BLOCKING_SYNC");
     // No torchvision with CUDA on the emulated host: the peer row says why.
     assert!(row("torchvision GPU decode (peer)").starts_with("not available: "));
     assert_eq!(row("stoker / torchvision (goal >= 2x)"), "n/a");

@@ -81,6 +81,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// The remote workers this daemon sends units to.
     pub remote: RemoteConfig,
+    /// `[cuda]`: the GPUs' context scheduling and nvJPEG's inputs.
+    pub cuda: stoker_pipeline::engine::cuda::CudaOptions,
 }
 
 /// `[pipeline]`: how the engine decodes.
@@ -139,6 +141,12 @@ impl Config {
 
     /// The first value out of range, named by its key; `None` when the config is valid.
     pub(crate) fn problem(&self) -> Option<String> {
+        let share = self.cuda.hw_decode_share;
+        if !(0.0..=1.0).contains(&share) {
+            return Some(format!(
+                "cuda.hw_decode_share must be between 0 and 1, got {share}"
+            ));
+        }
         if self.server.slots_per_rank < MIN_SLOTS_PER_RANK {
             return Some(format!(
                 "server.slots_per_rank must be at least {MIN_SLOTS_PER_RANK}, got {}",
@@ -199,6 +207,7 @@ impl Config {
             bad_log_per_second: self.limits.log_bad_samples_per_second,
             throttle: None,
             user_shares: self.limits.shares(),
+            cuda: self.cuda,
         }
     }
 
@@ -385,6 +394,13 @@ imagenet = "/data/imagenet/train"
             .unwrap_err()
             .to_string();
         assert!(err.contains("absolute"), "{err}");
+        let err = Config::parse("[cuda]\nhw_decode_share = 1.5\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cuda.hw_decode_share") && err.contains("1.5"),
+            "{err}"
+        );
         let err = Config::parse("[metrics]\nlisten = \"nowhere\"\n", Path::new("c"))
             .unwrap_err()
             .to_string();

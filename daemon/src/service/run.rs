@@ -192,6 +192,7 @@ pub fn run(
         None => Config::default(),
     };
     args.apply_to(&mut file)?;
+    stoker_nvidia::cuda::set_blocking_sync(file.cuda.blocking_sync); // before any GPU is retained
     let notifier = systemd_notifier();
     let watchdog = systemd::watchdog_interval()?;
     let activated = systemd::listen_fd()?;

@@ -1,7 +1,8 @@
 //! NVIDIA's libraries, loaded at run time: the CUDA driver (`cuda`: devices by UUID, primary
 //! contexts, streams, events, modules and launches, device buffers, VMM rings shared across
 //! processes), NVRTC (`nvrtc`: kernels compiled for the device, cached on disk) and nvJPEG
-//! (`nvjpeg`: batched, hardware and ROI decoding), found as `loader` says.
+//! (`nvjpeg`: batched, hardware and ROI decoding), found as `loader` says; NVML (`nvml`) only
+//! for the hardware JPEG decoders' utilisation in the bench.
 //!
 //! # Design
 //! Each library is three layers, as in cudarc: `sys` (the raw symbols, one
@@ -27,6 +28,7 @@ pub mod cuda;
 pub mod emulator;
 pub mod loader;
 pub mod nvjpeg;
+pub mod nvml;
 pub mod nvrtc;
 mod status;
 pub mod usability;

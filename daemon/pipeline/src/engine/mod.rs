@@ -228,6 +228,8 @@ pub struct EngineConfig {
     pub throttle: Option<Throttle>,
     /// Each uid's share of the workers (a uid not named: 1); see [`scheduler`].
     pub user_shares: std::collections::BTreeMap<u32, f64>,
+    /// `[cuda]`: how the CUDA backend uses its GPUs.
+    pub cuda: cuda::CudaOptions,
 }
 
 /// Artificial delays per image (a slow disk, a slow decoder), for `stoker bench` tests only.
@@ -251,6 +253,7 @@ impl Default for EngineConfig {
             bad_log_per_second: crate::ratelimit::DEFAULT_LINES_PER_SECOND,
             throttle: None,
             user_shares: std::collections::BTreeMap::new(),
+            cuda: cuda::CudaOptions::default(),
         }
     }
 }

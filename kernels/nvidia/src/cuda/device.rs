@@ -4,6 +4,7 @@
 //! that this file knows none of them.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::sys::{self, Driver};
@@ -29,6 +30,23 @@ impl Drop for DeviceInner {
             result::primary_ctx_release(self.d, self.dev)
         });
     }
+}
+
+/// `CU_CTX_SCHED_BLOCKING_SYNC` (cuda.h): "Instruct CUDA to block the CPU thread on a
+/// synchronization primitive when waiting for the GPU to finish work."
+pub const CU_CTX_SCHED_BLOCKING_SYNC: u32 = 0x04;
+
+/// Whether [`Device::open`] sets [`CU_CTX_SCHED_BLOCKING_SYNC`] on a primary context before it
+/// retains it ([`set_blocking_sync`]).
+static BLOCKING_SYNC: AtomicBool = AtomicBool::new(false);
+
+/// Makes every later [`Device::open`] in this process set `CU_CTX_SCHED_BLOCKING_SYNC` on the
+/// primary context before retaining it (`cuDevicePrimaryCtxSetFlags_v2`), so the driver's own
+/// waits (nvJPEG's, a stream synchronise) sleep instead of spinning. The primary context is the
+/// process's: only a process that shares it with no framework (the daemon, the bench) should
+/// ask; a process-wide setting because the driver's is.
+pub fn set_blocking_sync(on: bool) {
+    BLOCKING_SYNC.store(on, Ordering::Relaxed);
 }
 
 /// A GPU with its primary context retained. Cheap to clone; the context is released when the
@@ -68,6 +86,9 @@ impl Device {
         // The ordinal indexes the devices `probe` listed from the driver's `c_int` count.
         #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
         let dev = result::device_get(d, ordinal as i32)?;
+        if BLOCKING_SYNC.load(Ordering::Relaxed) {
+            result::primary_ctx_set_flags(d, dev, CU_CTX_SCHED_BLOCKING_SYNC)?;
+        }
         let ctx = result::primary_ctx_retain(d, dev)?;
         let device = Device {
             inner: Arc::new(DeviceInner {
@@ -79,6 +100,11 @@ impl Device {
         };
         device.bind()?;
         Ok(device)
+    }
+
+    /// The primary context's flags (`cuDevicePrimaryCtxGetState`): its scheduling.
+    pub fn context_flags(&self) -> Result<u32, CudaError> {
+        Ok(result::primary_ctx_get_state(self.inner.d, self.inner.dev)?.0)
     }
 
     /// The device as [`probe`] described it when it was opened.

@@ -37,7 +37,7 @@ mod uuid;
 pub mod vmm;
 
 pub use buffer::DeviceBuffer;
-pub use device::{ContextRestore, Device};
+pub use device::{set_blocking_sync, ContextRestore, Device, CU_CTX_SCHED_BLOCKING_SYNC};
 pub use driver::{driver, probe, try_driver_at, CudaInfo, DeviceInfo};
 pub use module::{Function, Module};
 pub use pinned::PinnedHostBuffer;

@@ -142,6 +142,31 @@ pub(crate) fn primary_ctx_retain(
     Ok(c)
 }
 
+/// `cuDevicePrimaryCtxSetFlags_v2`: the primary context's scheduling flags.
+pub(crate) fn primary_ctx_set_flags(
+    d: &Driver,
+    dev: sys::CUdevice,
+    flags: u32,
+) -> Result<(), CudaError> {
+    // SAFETY: plain values.
+    check("cuDevicePrimaryCtxSetFlags_v2", unsafe {
+        (d.primary_ctx_set_flags)(dev, flags)
+    })
+}
+
+/// `cuDevicePrimaryCtxGetState`: the primary context's flags, and whether it is active.
+pub(crate) fn primary_ctx_get_state(
+    d: &Driver,
+    dev: sys::CUdevice,
+) -> Result<(u32, bool), CudaError> {
+    let (mut flags, mut active): (u32, c_int) = (0, 0);
+    // SAFETY: writes one unsigned and one int.
+    check("cuDevicePrimaryCtxGetState", unsafe {
+        (d.primary_ctx_get_state)(dev, &mut flags, &mut active)
+    })?;
+    Ok((flags, active != 0))
+}
+
 /// # Safety
 /// Must balance one successful [`primary_ctx_retain`] of `dev`.
 pub(crate) unsafe fn primary_ctx_release(d: &Driver, dev: sys::CUdevice) -> Result<(), CudaError> {

@@ -98,6 +98,8 @@ crate::symbol_table! {
     device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CUdevice);
     primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
     primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
+    primary_ctx_set_flags = "cuDevicePrimaryCtxSetFlags_v2": fn(CUdevice, c_uint);
+    primary_ctx_get_state = "cuDevicePrimaryCtxGetState": fn(CUdevice, *mut c_uint, *mut c_int);
     ctx_set_current = "cuCtxSetCurrent": fn(CUcontext);
     ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext);
     stream_create_with_priority = "cuStreamCreateWithPriority": fn(*mut CUstream, c_uint, c_int);

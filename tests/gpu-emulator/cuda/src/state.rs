@@ -34,6 +34,20 @@ pub(crate) struct CtxState {
     pub(crate) refs: u32,
     /// The status every call in this context returns after a sticky error.
     pub(crate) sticky: Option<CUresult>,
+    /// `cuDevicePrimaryCtxSetFlags_v2`'s flags (0: `CU_CTX_SCHED_AUTO`).
+    pub(crate) flags: u32,
+}
+
+/// `CU_CTX_SCHED_BLOCKING_SYNC`: "Instruct CUDA to block the CPU thread on a synchronization
+/// primitive when waiting for the GPU to finish work." (`cuDevicePrimaryCtxSetFlags`)
+pub(crate) const CU_CTX_SCHED_BLOCKING_SYNC: u32 = 0x04;
+
+impl CtxState {
+    /// Whether the driver's waits in this context sleep (`CU_CTX_SCHED_BLOCKING_SYNC`) rather
+    /// than spin.
+    pub(crate) fn blocks(&self) -> bool {
+        self.flags & CU_CTX_SCHED_BLOCKING_SYNC != 0
+    }
 }
 
 pub(crate) struct DeviceState {

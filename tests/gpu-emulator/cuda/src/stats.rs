@@ -4,7 +4,8 @@
 //! `$STOKER_EMU_STATS_DIR/<pid>.json`, rewritten (to a temporary name, then renamed) by
 //! [`changed`] after every change. The file also counts asynchronous host-to-device copies by
 //! their source's memory (`async_uploads_pageable`, `async_uploads_pinned`), so a test can
-//! tell pinned staging from pageable.
+//! tell pinned staging from pageable, and gives each device's primary context flags
+//! (`primary_ctx_flags`, as `cuDevicePrimaryCtxSetFlags_v2` set them).
 
 use std::io::Write;
 
@@ -77,7 +78,8 @@ pub(crate) fn changed(e: &Emu) {
         "{{\"pid\": {}, \"contexts\": {}, \"streams\": {}, \"events\": {}, \"modules\": {}, \
          \"device_allocations\": {}, \"device_bytes\": {}, \"pinned_allocations\": {}, \
          \"pinned_bytes\": {}, \"vmm_allocations\": {}, \"vmm_bytes\": {}, \"vmm_mappings\": {}, \
-         \"reservations\": {}, \"async_uploads_pageable\": {}, \"async_uploads_pinned\": {}}}\n",
+         \"reservations\": {}, \"async_uploads_pageable\": {}, \"async_uploads_pinned\": {}, \
+         \"primary_ctx_flags\": {:?}}}\n",
         std::process::id(),
         l.contexts,
         l.streams,
@@ -92,7 +94,8 @@ pub(crate) fn changed(e: &Emu) {
         l.vmm_mappings,
         l.reservations,
         e.mem.async_uploads.0,
-        e.mem.async_uploads.1
+        e.mem.async_uploads.1,
+        e.devices.iter().map(|d| d.ctx.flags).collect::<Vec<_>>()
     );
     let dir = std::path::PathBuf::from(dir);
     let pid = std::process::id();

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
 use support::*;
@@ -204,4 +204,24 @@ fn primary_contexts_are_reference_counted() {
             ok((c.primary_ctx_release)(1));
         }
     });
+}
+
+#[test]
+fn the_primary_context_keeps_one_scheduling_flag_as_set() {
+    let c = init();
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: local out-parameters.
+    unsafe {
+        // "Only one of the scheduling flags can be set": SPIN | BLOCKING_SYNC is refused.
+        assert_eq!((c.primary_ctx_set_flags)(0, 0x01 | 0x04), INVALID_VALUE);
+        // CU_CTX_SCHED_BLOCKING_SYNC is what GetState then says (other tests of this binary
+        // may hold device 0's context: only their waits change, from spinning to sleeping).
+        ok((c.primary_ctx_set_flags)(0, 0x04));
+        ok((c.primary_ctx_get_state)(0, &mut flags, &mut active));
+        assert_eq!(flags, 0x04);
+        // "overwriting previously set ones".
+        ok((c.primary_ctx_set_flags)(0, 0));
+        ok((c.primary_ctx_get_state)(0, &mut flags, &mut active));
+        assert_eq!(flags, 0);
+    }
 }

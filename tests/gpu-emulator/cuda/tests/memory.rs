@@ -320,7 +320,9 @@ fn live_allocations_are_written_to_the_stats_file() {
         }
         let text = read();
         assert!(text.contains("\"async_uploads_pageable\": 1,"), "{text}");
-        assert!(text.contains("\"async_uploads_pinned\": 2}"), "{text}");
+        assert!(text.contains("\"async_uploads_pinned\": 2,"), "{text}");
+        // Each device's primary context flags, as last set (none here).
+        assert!(text.contains("\"primary_ctx_flags\": [0, 0"), "{text}");
         let m = map(2 * MIB, None, true);
         assert!(read().contains("\"vmm_mappings\": 1,"), "{}", read());
         unmap(&m);

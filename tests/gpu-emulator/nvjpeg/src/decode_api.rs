@@ -212,9 +212,11 @@ fn stream_job(
     path: Path,
     decode: impl FnOnce() + Send + 'static,
     pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stream: usize,
 ) -> Box<dyn FnOnce() + Send> {
     let done = move || {
         pending.fetch_sub(1, Ordering::AcqRel);
+        crate::overlap::ran(stream);
     };
     if path == Path::Hardware {
         // The engines take as long as one stream operation (`STOKER_EMU_OP_DELAY_US`) before
@@ -302,8 +304,6 @@ fn batched(
         });
     }
     let digests: Vec<u64> = queued.iter().map(|q| q.digest).collect();
-    pending.fetch_add(1, Ordering::AcqRel);
-    let on_stream = pending.clone();
     let decode = move || {
         for (i, q) in queued.into_iter().enumerate() {
             // Outputs were checked at the call: the same planes' shapes cannot fail here.
@@ -312,15 +312,31 @@ fn batched(
             }
         }
     };
-    if let Err(e) = enqueue_job(stream, stream_job(path, decode, on_stream)) {
-        pending.fetch_sub(1, Ordering::AcqRel);
-        return Err(e);
-    }
+    enqueue_counted(stream, path, decode, pending)?;
     let mut r = reg();
     for d in digests {
         r.paths.insert(d, path);
     }
     Ok(())
+}
+
+/// Enqueues a batched decode on `stream`, counted pending on its state (and on the stream,
+/// `overlap`) until the stream has run it; a failed enqueue counts nothing.
+fn enqueue_counted(
+    stream: *mut c_void,
+    path: Path,
+    decode: impl FnOnce() + Send + 'static,
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Result<(), Status> {
+    pending.fetch_add(1, Ordering::AcqRel);
+    crate::overlap::enqueued(stream as usize);
+    let on_stream = pending.clone();
+    let r = enqueue_job(stream, stream_job(path, decode, on_stream, stream as usize));
+    if r.is_err() {
+        pending.fetch_sub(1, Ordering::AcqRel);
+        crate::overlap::ran(stream as usize);
+    }
+    r
 }
 
 /// A failed batched decode leaves its state needing `nvjpegDecodeBatchedInitialize` again.

@@ -18,6 +18,8 @@
 //!   refused on a driver of an older CUDA major.
 //! - [`objects`]: handles checked in a registry; the path that decoded each image is recorded
 //!   for tests (`stoker_emu_nvjpeg_path`).
+//! - [`overlap`]: the most batched decodes pending on one stream at once, for tests
+//!   (`$STOKER_EMU_STATS_DIR/<pid>.nvjpeg.json`).
 //!
 //! # Limitations
 //! Only the calls stoker makes are exported. `NVJPEG_OUTPUT_UNCHANGED` / `YUV` are
@@ -45,5 +47,6 @@ mod decode;
 pub mod decode_api;
 mod header;
 mod objects;
+mod overlap;
 mod status;
 mod version;

@@ -4,10 +4,13 @@
 
 mod mix;
 mod ops;
+mod slots;
+mod split;
 mod staging;
 mod views;
 
 use crate::sync::lock;
+use slots::InFlight;
 use staging::HostStaging;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -16,7 +19,7 @@ use std::time::Instant;
 
 use stoker_kernels::augment::{AugmentBatch, AugmentSample};
 use stoker_nvidia::cuda::{CudaError, DeviceBuffer, Stream};
-use stoker_nvidia::nvjpeg::{DeviceImage, HardwareBatchState, NvjpegDecoder, NvjpegError, Roi};
+use stoker_nvidia::nvjpeg::{DeviceImage, NvjpegDecoder, NvjpegError, Roi};
 use stoker_wire::ring::SlotLayout;
 
 use super::pending::{EventPool, EventSet, Failed, PendingBatch};
@@ -35,10 +38,10 @@ use crate::transform::decode::routing::{route_image, Route, Routed};
 /// Device allocations are aligned to this within the scratch.
 const SCRATCH_ALIGN: usize = 256;
 
-/// Bound of one worker's scratch for decoded images (two workers per GPU): 1 GiB holds a batch
-/// of 256 whole 1.3-megapixel images (random-resized crops decode only their region); images
-/// past it in a batch take the CPU path, so a batch of huge photos costs CPU time, never the
-/// rank.
+/// Bound of one batch's scratch for decoded images (one per batch in flight, two workers per
+/// GPU): 1 GiB holds a batch of 256 whole 1.3-megapixel images (random-resized crops decode
+/// only their region); images past it in a batch take the CPU path, so a batch of huge photos
+/// costs CPU time, never the rank.
 const MAX_SCRATCH_BYTES: usize = 1 << 30;
 
 /// nvJPEG failures in a row on the hardware engines (not bad images, not CUDA errors) after
@@ -65,28 +68,17 @@ struct Planned {
     host: usize,
 }
 
-/// What a batch in flight holds until its work has run on the stream: the bitstreams it read
-/// (nvJPEG reads them asynchronously), the nvJPEG state it decoded with, and the pinned memory
-/// its uploads read.
-#[derive(Default)]
-struct InFlight {
-    /// The read buffers, swapped with the reader's for the batch.
-    bufs: Vec<Vec<u8>>,
-    hardware: Option<HardwareBatchState>,
-    /// Always set once made (`Option` only for `Default`, which `mem::take` needs).
-    staging: Option<HostStaging>,
-}
-
 /// One worker's GPU tools: a stream, an nvJPEG decoder, the CPU backend (reads, the CPU
 /// path, replacements), scratch for decoded images and the kernel's sample array.
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
     // Field order: everything using the stream's work goes before the stream; the decoder
     // and the states made from it before the device (they bind the context on drop).
-    /// Used in turn, one per batch this worker has in flight.
+    /// Used in turn, one per batch this worker has in flight (`slots`).
     in_flight: Vec<InFlight>,
     next: usize,
     decoder: NvjpegDecoder,
+    /// The scratch of the batch being filled (its slot's, swapped in for the batch).
     scratch: Option<DeviceBuffer>,
     samples_dev: Option<DeviceBuffer>,
     ops: ops::OpsState,
@@ -102,6 +94,10 @@ pub struct CudaBackend {
     sample_staging: RefCell<HostStaging>,
     /// nvJPEG failures in a row on the hardware engines ([`HARDWARE_FAILURES_BEFORE_OFF`]).
     hardware_failures: u32,
+    /// `cuda.pinned_inputs`: the engines read the bitstreams from the slot's pinned copy.
+    pinned_inputs: bool,
+    /// `cuda.hw_decode_share` (`split`).
+    hw_share: f64,
     /// The log of nvJPEG failing on images (a few lines a second, then a count).
     failure_log: RateLimit,
 }
@@ -132,11 +128,7 @@ impl CudaBackend {
         let in_flight = (0..BATCHES_IN_FLIGHT_PER_WORKER)
             .map(|_| {
                 let hardware = decoder.hardware_batch_state().map_err(nvjpeg)?;
-                Ok(InFlight {
-                    bufs: Vec::new(),
-                    hardware,
-                    staging: Some(HostStaging::new(gpu.device()).map_err(pinned)?),
-                })
+                InFlight::new(gpu.device(), hardware).map_err(pinned)
             })
             .collect::<Result<_, PipelineError>>()?;
         let sample_staging = RefCell::new(HostStaging::new(gpu.device()).map_err(pinned)?);
@@ -156,6 +148,8 @@ impl CudaBackend {
             zeros: Vec::new(),
             sample_staging,
             hardware_failures: 0,
+            pinned_inputs: config.cuda.pinned_inputs,
+            hw_share: config.cuda.hw_decode_share,
             failure_log: RateLimit::new(2),
             gpu,
         })
@@ -163,34 +157,6 @@ impl CudaBackend {
 
     fn fault(&self, what: &str, e: &CudaError) -> BackendFault {
         self.gpu.fault(what, e, breaks_context(e))
-    }
-
-    /// Reads, routes and enqueues the unit with the next of `in_flight`: once the batch that
-    /// used it last has been decoded, its buffers take this batch's bitstreams and stay with
-    /// them until this batch's decode has run, while the other batches in flight keep theirs.
-    fn fill_in_flight(&mut self, unit: &UnitWork<'_>) -> Result<PendingBatch, BackendFault> {
-        let at = self.next;
-        self.next = (at + 1) % self.in_flight.len();
-        let mut mine = std::mem::take(&mut self.in_flight[at]);
-        let idle = mine.hardware.as_ref().map_or(Ok(()), |s| s.wait_idle());
-        let pending = match idle {
-            Err(e) => {
-                // Nothing read: the batch's fault speaks for every sample.
-                self.plan.clear();
-                self.plan
-                    .resize(unit.indices.len(), Planned::unread(Ok(Route::Cpu)));
-                Err(self.nvjpeg_fault(e))
-            }
-            Ok(()) => {
-                std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
-                self.plan_unit(unit);
-                let pending = self.enqueue(unit, &mut mine);
-                std::mem::swap(&mut self.cpu.bufs, &mut mine.bufs);
-                pending
-            }
-        };
-        self.in_flight[at] = mine;
-        pending
     }
 
     /// A failure of nvJPEG itself (not of an image) as the batch's fault.
@@ -252,6 +218,7 @@ impl CudaBackend {
                 host: 0,
             });
         }
+        self.split_hardware();
     }
 
     /// Lays the decoded regions out in the scratch, growing it (after the stream's work on
@@ -286,13 +253,13 @@ impl CudaBackend {
 
     /// Decodes the hardware images with one batched call on `state`, then the hybrid ones;
     /// an image nvJPEG fails on goes to the CPU path.
-    fn decode_gpu(&mut self, state: &mut Option<HardwareBatchState>) -> Result<(), BackendFault> {
+    fn decode_gpu(&mut self, mine: &mut InFlight) -> Result<(), BackendFault> {
         let hw: Vec<usize> = self.routed(Route::Hardware);
         if !hw.is_empty() && !self.decoder.has_hardware() {
             // Switched off after repeated failures: they take the CPU path.
             hw.iter().for_each(|&k| self.plan[k].route = Ok(Route::Cpu));
         } else if !hw.is_empty() {
-            match self.decode_hardware(state, &hw) {
+            match self.decode_hardware(mine, &hw) {
                 // One image the engines fail on (a bad image, or nvJPEG failing while it
                 // decodes): decode the others one by one, so only that one goes to the CPU
                 // path.
@@ -303,7 +270,7 @@ impl CudaBackend {
                             self.plan[k].route = Ok(Route::Cpu);
                             continue;
                         }
-                        let r = self.decode_hardware(state, &[k]);
+                        let r = self.decode_hardware(mine, &[k]);
                         self.settle_nvjpeg(r, &[k], Route::Hardware)?;
                     }
                 }
@@ -330,22 +297,25 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Enqueues images `ks` of the plan on the hardware engines with `state`.
-    fn decode_hardware(
-        &mut self,
-        state: &mut Option<HardwareBatchState>,
-        ks: &[usize],
-    ) -> Result<(), NvjpegError> {
-        let Some(state) = state.as_mut() else {
+    /// Enqueues images `ks` of the plan on the hardware engines with the slot's state.
+    fn decode_hardware(&mut self, mine: &mut InFlight, ks: &[usize]) -> Result<(), NvjpegError> {
+        let InFlight {
+            hardware, inputs, ..
+        } = mine;
+        let Some(state) = hardware.as_mut() else {
             return Err(NvjpegError::Invalid("no hardware decoder".into()));
         };
-        let jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
+        let mut jpegs: Vec<&[u8]> = ks.iter().map(|&k| self.cpu.bufs[k].as_slice()).collect();
+        if self.pinned_inputs {
+            jpegs = slots::pin_inputs(self.gpu.device(), state, inputs, &jpegs)?;
+        }
         let rois: Vec<Option<Roi>> = ks.iter().map(|&k| self.plan[k].roi).collect();
         let outs: Vec<DeviceImage> = ks.iter().map(|&k| self.out(k)).collect();
-        // SAFETY: each output is a region of the scratch sized height * pitch (`place`), which
-        // lives until the stream's work on it is done (it is only replaced after a
-        // synchronise); the bitstreams are this batch's read buffers, which `fill` keeps with
-        // `state` and reads into again only after `state`'s decode has run; each image was
+        // SAFETY: each output is a region of the batch's scratch sized height * pitch (`place`),
+        // which lives until the stream's work on it is done (it is only replaced after a
+        // synchronise) and which the kernels of its slot's last batch have read (`slots`); the
+        // bitstreams are this batch's read buffers (or their pinned copies), which `fill` keeps
+        // with `state` and writes again only after `state`'s decode has run; each image was
         // accepted by `hardware_supports` with its ROI.
         unsafe {
             self.decoder
@@ -491,14 +461,10 @@ impl CudaBackend {
         let t0 = Instant::now();
         self.place().map_err(|e| self.fault("decode scratch", &e))?;
         // The hardware engines write the decoded images without waiting for work queued
-        // before them on the stream (seen on an H200: docs/cuda.md, "First GPU run"): the last
-        // batch's kernel must have read the scratch before this batch is decoded into it.
-        if self.plan.iter().any(|p| p.route == Ok(Route::Hardware)) {
-            self.stream
-                .synchronize()
-                .map_err(|e| self.fault("decode scratch", &e))?;
-        }
-        self.decode_gpu(&mut mine.hardware)?;
+        // before them on the stream (seen on an H200: docs/cuda.md, "First GPU run"): the
+        // kernels of this slot's last batch must have read its scratch first (`slots`).
+        self.wait_for_scratch(mine)?;
+        self.decode_gpu(mine)?;
         self.decode_cpu(unit);
         let events = self.take_events()?;
         let rec = |s: &CudaBackend, e: &stoker_nvidia::cuda::Event| {
@@ -538,6 +504,7 @@ impl CudaBackend {
         // n * image_bytes from there (SlotMemory); the samples array and every decoded image
         // it names live in this backend's buffers, replaced only after a synchronise.
         self.launch_batch(unit, staging, batch)?;
+        slots::record_read(&mine.read, &self.stream).map_err(|e| self.fault("event record", &e))?;
         self.upload_cpu(staging, first, unit.layout.image_bytes)?;
         staging
             .finish(&self.stream)
@@ -596,10 +563,10 @@ impl Planned {
 }
 
 /// The pixels a crop's filter taps can reach when they stay inside the crop box: its
-/// bounding box in whole pixels, within the image.
+/// bounding box in whole pixels, within the image (the region nvJPEG decodes for it).
 // Clamped into the image's u32 bounds (`as` saturates a negative to 0).
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-fn crop_region(crop: CropBox, width: u32, height: u32) -> Roi {
+pub fn crop_region(crop: CropBox, width: u32, height: u32) -> Roi {
     let x0 = (crop.x.floor().max(0.0) as u32).min(width.saturating_sub(1));
     let y0 = (crop.y.floor().max(0.0) as u32).min(height.saturating_sub(1));
     let x1 = ((crop.x + crop.w).ceil() as u32).clamp(x0 + 1, width);

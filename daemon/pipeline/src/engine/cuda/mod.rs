@@ -27,9 +27,11 @@
 //!   the others drained, and it exits with 75 for systemd or the clients to start it again).
 //!
 //! - A worker keeps [`BATCHES_IN_FLIGHT_PER_WORKER`] batches in flight, each with its own read
-//!   buffers and nvJPEG hardware state, used in turn: nvJPEG's batched decode reads its
-//!   bitstreams asynchronously, so a batch's buffers are read into again only after its decode
-//!   has run on the stream (the state's event), while the next batch is read into the others.
+//!   buffers, nvJPEG hardware state and scratch for decoded images, used in turn
+//!   (`backend/slots.rs`): nvJPEG's batched decode reads its bitstreams asynchronously, so a
+//!   batch's buffers are read into again only after its decode has run on the stream (the
+//!   state's event), and the engines decode into a scratch only after the kernels of its last
+//!   batch have read it (its slot's event), while the other batch stays queued.
 //!
 //! # Limitations
 //! - Uploads (per-sample parameters, CPU-path images, replacements) go from pinned host memory,
@@ -38,9 +40,9 @@
 //!   bitstreams into its own pinned staging, so only that copy is slower.
 //! - A hybrid decode synchronises the stream before the next one (its pinned buffer is
 //!   reused); progressive images are the rare case.
-//! - The scratch for decoded images grows to the largest batch seen (synchronising first),
-//!   at most 1 GiB per worker (images past it take the CPU path); it never shrinks, and
-//!   quotas count ring memory, not scratch.
+//! - Each batch in flight's scratch for decoded images grows to the largest batch it saw
+//!   (synchronising first), at most 1 GiB each (images past it take the CPU path); it never
+//!   shrinks, and quotas count ring memory, not scratch.
 //! - Images over the pixel limit go to the CPU path, whose decoder refuses them with the CPU
 //!   backend's reason.
 
@@ -66,13 +68,45 @@ use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
 use crate::engine::backend::BackendKind;
 use crate::metrics::LatencyHistogram;
-pub use backend::CudaBackend;
+pub use backend::{crop_region, CudaBackend};
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
 pub const STREAMS_PER_GPU: usize = 2;
 /// Batches one worker may have in flight on its stream, each with its own read buffers and
 /// nvJPEG state (the next batch is read and decoded while the last one's decode runs).
 pub const BATCHES_IN_FLIGHT_PER_WORKER: usize = 2;
+
+/// `[cuda]` of the daemon's configuration: how it uses its GPUs' contexts and nvJPEG
+/// (docs/operations.md; measured by `stoker bench --backend cuda --blocking-sync` and
+/// `--pinned-inputs`, docs/cuda.md "Host CPU").
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaOptions {
+    /// Sets `CU_CTX_SCHED_BLOCKING_SYNC` on each GPU's primary context before the daemon first
+    /// retains it, so the driver's and nvJPEG's own waits sleep instead of spinning. The daemon
+    /// shares its primary context with no framework (clients run in their own processes).
+    pub blocking_sync: bool,
+    /// nvJPEG reads the hardware engines' bitstreams from pinned memory (each batch's are
+    /// copied there) instead of the reader's pageable buffers.
+    pub pinned_inputs: bool,
+    /// The share of each batch's engine-decodable images the hardware engines decode; the
+    /// rest go to nvJPEG's GPU-hybrid decoder (`backend/split.rs`). 0 to 1.
+    pub hw_decode_share: f64,
+}
+
+/// `cuda.hw_decode_share`'s default: every engine-decodable image to the engines, until a GPU
+/// measures that a split pays (docs/decisions.md).
+pub const DEFAULT_HW_DECODE_SHARE: f64 = 1.0;
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            blocking_sync: false,
+            pinned_inputs: false,
+            hw_decode_share: DEFAULT_HW_DECODE_SHARE,
+        }
+    }
+}
 
 /// Why a GPU cannot serve.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -3,6 +3,9 @@
 //! - **decode only**: nvJPEG's batched decode on the hardware JPEG engines, whole images held
 //!   in memory, one `--batch` at a time: the ceiling the serving path can approach. Images the
 //!   engines refuse are counted in the decode mix (hybrid / cpu) and left out of the rate.
+//! - **the engines with batches in flight** (`decode_streams.rs`): `--decode-streams` threads x
+//!   states, whole images and the crops' regions, with the NVJPG engines' utilisation and the
+//!   CPU-seconds per 1000 images per thread.
 //! - **end to end**: a real `stokerd --backend cuda` serving one real client process
 //!   (`stoker bench-client --device ...`) over a device ring; the client reads every byte of
 //!   every batch with a kernel on its own stream and releases after it, as training would.
@@ -33,9 +36,10 @@
 use crate::cli::Exit;
 use serde::Serialize;
 use stoker_nvidia::cuda::{Device, DeviceBuffer};
-use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib};
+use stoker_nvidia::nvjpeg::{NvjpegDecoder, NvjpegLib, Roi};
 use stoker_pipeline::transform::decode::routing::Route;
 
+use super::decode_streams::{time_streams, EngineImage, StreamsRow};
 use super::*;
 use crate::cli::gpu::{decode_sync, emulated_banner, route, DecodeMix, GpuImage};
 use stoker_pipeline::transform::decode::{CpuDecoder, Limits};
@@ -88,6 +92,13 @@ pub(super) struct CudaBenchReport {
     pub samples: usize,
     pub mix: DecodeMix,
     pub decode_only: CudaRow,
+    /// The engines with `--decode-streams` threads x batches in flight, whole and regions.
+    pub decode_streams: Vec<StreamsRow>,
+    /// `--blocking-sync` / `--pinned-inputs` (here and in the daemon), and the primary
+    /// context's flags as the driver reports them.
+    pub blocking_sync: bool,
+    pub pinned_inputs: bool,
+    pub context_flags: Option<u32>,
     pub end_to_end: CudaRow,
     /// End to end over decode only.
     pub fraction_of_ceiling: Option<f64>,
@@ -127,6 +138,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
     let Some(uuid) = resolved.gpu_uuid() else {
         return Err("--device cpu with --backend cuda: name a GPU".into());
     };
+    stoker_nvidia::cuda::set_blocking_sync(args.blocking_sync);
     let device = Device::open(uuid).map_err(|e| format!("{uuid}: {e}"))?;
     let lib = NvjpegLib::global().map_err(|e| e.to_string())?;
     let mut decoder =
@@ -138,7 +150,8 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         "decode only: nvJPEG hardware engines, batches of {}",
         args.spec.batch
     ));
-    let (decode_only, mix, samples) = decode_ceiling(args, &ds, &device, &mut decoder);
+    let (decode_only, decode_streams, mix, samples) =
+        decode_ceiling(args, &spec, &ds, &device, &mut decoder);
     let (engines, cores) = decoder.hardware_info();
     drop(decoder);
     let end_to_end = if args.decode_only || args.in_process {
@@ -168,17 +181,23 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         samples,
         mix,
         decode_only,
+        decode_streams,
+        blocking_sync: args.blocking_sync,
+        pinned_inputs: args.pinned_inputs,
+        context_flags: device.context_flags().ok(),
         end_to_end,
         fraction_of_ceiling,
     })
 }
 
-/// A sample the engines take: its bytes, output size and device buffer.
+/// A sample the engines take: its bytes, output size, device buffer, and the region of its
+/// crop the serving path decodes where the engines take it.
 struct HwImage {
     jpeg: Vec<u8>,
     width: u32,
     height: u32,
     out: DeviceBuffer,
+    roi: Option<Roi>,
 }
 
 /// The samples routed, and the ones the hardware engines take in buffers of their own (up to
@@ -187,13 +206,14 @@ struct HwImage {
 // step, which file or process) and printed as is.
 fn hardware_images(
     samples: Vec<(u64, Vec<u8>)>,
+    (spec, seed): (&PipelineSpec, u64),
     device: &Device,
     decoder: &mut NvjpegDecoder,
 ) -> Result<(Vec<HwImage>, DecodeMix), String> {
     let mut cpu = CpuDecoder::new(Limits::default()).map_err(|e| e.to_string())?;
     let budget = device.info().total_memory / 4;
     let (mut used, mut mix, mut out) = (0u64, DecodeMix::default(), Vec::new());
-    for (_, jpeg) in samples {
+    for (index, jpeg) in samples {
         let r = route(decoder, &jpeg, None, &cpu.limits()).route;
         mix.add(r);
         let Ok(h) = cpu.probe(&jpeg) else { continue };
@@ -204,28 +224,36 @@ fn hardware_images(
         used += bytes;
         let bytes = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes"))?;
         let buf = device.alloc(bytes).map_err(|e| e.to_string())?;
+        let (crop, _) = stoker_pipeline::transform::augment::sample_params(
+            spec, h.width, h.height, seed, 0, index,
+        );
+        let region = stoker_pipeline::engine::cuda::crop_region(crop, h.width, h.height);
+        let roi = route(decoder, &jpeg, Some(region), &cpu.limits()).roi;
         out.push(HwImage {
             jpeg,
             width: h.width,
             height: h.height,
             out: buf,
+            roi,
         });
     }
     Ok((out, mix))
 }
 
-/// The decode-only row, the decode mix of the samples, and how many samples were loaded.
+/// The decode-only row, the rows with batches in flight, the decode mix of the samples, and
+/// how many samples were loaded.
 fn decode_ceiling(
     args: &BenchArgs,
+    spec: &PipelineSpec,
     ds: &stoker_pipeline::source::index::Dataset,
     device: &Device,
     decoder: &mut NvjpegDecoder,
-) -> (CudaRow, DecodeMix, usize) {
+) -> (CudaRow, Vec<StreamsRow>, DecodeMix, usize) {
     let samples = load_samples(ds, args.decode_sample, args.seed);
     let n = samples.len();
-    let (images, mix) = match hardware_images(samples, device, decoder) {
+    let (images, mix) = match hardware_images(samples, (spec, args.seed), device, decoder) {
         Ok(x) => x,
-        Err(e) => return (CudaRow::unavailable(e), DecodeMix::default(), n),
+        Err(e) => return (CudaRow::unavailable(e), Vec::new(), DecodeMix::default(), n),
     };
     if images.is_empty() {
         let why = if decoder.has_hardware() {
@@ -233,12 +261,83 @@ fn decode_ceiling(
         } else {
             "this GPU has no hardware JPEG decoder (nvjpegCreateEx(HARDWARE) failed)".into()
         };
-        return (CudaRow::unavailable(why), mix, n);
+        return (CudaRow::unavailable(why), Vec::new(), mix, n);
     }
-    match time_decodes(args, device, decoder, &images) {
-        Ok(row) => (row, mix, n),
-        Err(e) => (CudaRow::unavailable(format!("nvJPEG: {e}")), mix, n),
+    let row = match time_decodes(args, device, decoder, &images) {
+        Ok(row) => row,
+        Err(e) => CudaRow::unavailable(format!("nvJPEG: {e}")),
+    };
+    let streams = match streams_rows(args, device, &images) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("stoker bench: decode streams: {e}");
+            Vec::new()
+        }
+    };
+    (row, streams, mix, n)
+}
+
+/// Every `--decode-streams` configuration on whole images, then on the crops' regions (where
+/// any image has one), from pinned copies of the bitstreams with `--pinned-inputs`.
+// String error: one message for the user, composed at the CLI edge.
+fn streams_rows(
+    args: &BenchArgs,
+    device: &Device,
+    images: &[HwImage],
+) -> Result<Vec<StreamsRow>, String> {
+    let lib = NvjpegLib::global().map_err(|e| e.to_string())?;
+    let pinned = if args.pinned_inputs {
+        let total: usize = images.iter().map(|i| i.jpeg.len()).sum();
+        let mut buf = stoker_nvidia::cuda::PinnedHostBuffer::new(device, total.max(1))
+            .map_err(|e| e.to_string())?;
+        let mut at = 0;
+        for i in images {
+            buf.as_mut_slice()[at..at + i.jpeg.len()].copy_from_slice(&i.jpeg);
+            at += i.jpeg.len();
+        }
+        Some(buf)
+    } else {
+        None
+    };
+    let mut at = 0;
+    let mut whole = Vec::with_capacity(images.len());
+    for i in images {
+        let jpeg = match &pinned {
+            Some(p) => &p.as_slice()[at..at + i.jpeg.len()],
+            None => i.jpeg.as_slice(),
+        };
+        at += i.jpeg.len();
+        whole.push(EngineImage {
+            jpeg,
+            roi: None,
+            width: i.width,
+            out: &i.out,
+        });
     }
+    let regions: Vec<EngineImage<'_>> = (whole.iter().zip(images))
+        .map(|(w, i)| EngineImage { roi: i.roi, ..*w })
+        .collect();
+    let mut sets = vec![("whole images", whole)];
+    if images.iter().any(|i| i.roi.is_some()) {
+        sets.push(("regions", regions));
+    }
+    let batch = (args.spec.batch as usize).max(1);
+    let mut rows = Vec::new();
+    for (what, set) in &sets {
+        for &cfg in &args.decode_streams {
+            progress(&format!(
+                "decode only: {cfg} (threads x batches in flight), {what}"
+            ));
+            rows.push(time_streams(
+                device,
+                &lib,
+                set,
+                cfg,
+                (batch, args.min_seconds),
+            )?);
+        }
+    }
+    Ok(rows)
 }
 
 /// Decodes `images` in batches until at least one pass and `--min-seconds` are done (after a
@@ -376,6 +475,7 @@ fn cuda_table(r: &CudaBenchReport) -> String {
             ),
         };
     }
+    s += &super::decode_streams::table(&r.decode_streams);
     if let Some(mix) = r.end_to_end.mix {
         s += &format!(
             "end to end, the daemon's decode mix: {mix}; per batch: decode {:.2} ms (host), \

@@ -55,6 +55,18 @@ pub struct BenchArgs {
     /// With `--backend cuda`: only the hardware decoder's rate, no daemon.
     #[arg(long)]
     pub(crate) decode_only: bool,
+    /// With `--backend cuda`: the engines' rate with T threads x S batches in flight each
+    /// (`T` or `TxS`), on whole images and on the crops' regions, e.g. 1,2,4,2x2.
+    #[arg(long, value_delimiter = ',', default_value = "1x2")]
+    pub(crate) decode_streams: Vec<decode_streams::DecodeStreams>,
+    /// With `--backend cuda`: CU_CTX_SCHED_BLOCKING_SYNC on the primary context, here and in
+    /// the daemon it starts (`cuda.blocking_sync`).
+    #[arg(long)]
+    pub(crate) blocking_sync: bool,
+    /// With `--backend cuda`: nvJPEG reads the bitstreams from pinned memory, here and in the
+    /// daemon it starts (`cuda.pinned_inputs`).
+    #[arg(long)]
+    pub(crate) pinned_inputs: bool,
     /// Decode worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub(crate) threads: usize,
@@ -657,6 +669,7 @@ fn timed_epochs(epochs: u64, min_seconds: f64, rate: f64, samples: usize) -> u64
 }
 
 mod cuda;
+mod decode_streams;
 mod peers;
 mod recipe;
 mod report;

@@ -169,9 +169,17 @@ pub(super) fn start_stokerd(
 ) -> Result<(PathBuf, Option<ChildGuard>), String> {
     let socket = dir.join("stoker.sock");
     let log_path = dir.join("stokerd.log");
+    let config = dir.join("stoker.toml");
+    let cuda = format!(
+        "[cuda]\nblocking_sync = {}\npinned_inputs = {}\n",
+        args.blocking_sync, args.pinned_inputs
+    );
+    std::fs::write(&config, cuda).map_err(|e| format!("{}: {e}", config.display()))?;
     let log =
         std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
     let child = Command::new(stokerd_path(args)?)
+        .arg("--config")
+        .arg(&config)
         .arg("--socket")
         .arg(&socket)
         .arg("--threads")

@@ -284,7 +284,8 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CUresult {
     api("cuDevicePrimaryCtxReset_v2", |a| release(a, dev, true))
 }
 
-/// Writes the primary context's flags (always 0) and whether it is active (retained).
+/// Writes the primary context's flags (as last set, else 0) and whether it is active
+/// (retained).
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxGetState(
     dev: c_int,
@@ -292,12 +293,33 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
     active: *mut c_int,
 ) -> CUresult {
     api("cuDevicePrimaryCtxGetState", |a| {
-        let refs = on_device(a, dev, |e, d| e.devices[d].ctx.refs)?;
+        let (refs, set) = on_device(a, dev, |e, d| {
+            (e.devices[d].ctx.refs, e.devices[d].ctx.flags)
+        })?;
         // SAFETY: out-parameters from the caller.
         unsafe {
-            out(flags, 0)?;
+            out(flags, set)?;
             out(active, c_int::from(refs > 0))
         }
+    })
+}
+
+/// Sets the primary context's flags, "overwriting previously set ones", active or not;
+/// more than one scheduling flag is `CUDA_ERROR_INVALID_VALUE` ("Only one of the scheduling
+/// flags can be set"). `CU_CTX_SCHED_BLOCKING_SYNC` makes the context's stream and context
+/// synchronisations sleep instead of spin (docs/cuda.md, emulator rule 21).
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: u32) -> CUresult {
+    api("cuDevicePrimaryCtxSetFlags_v2", |a| {
+        // CU_CTX_SCHED_SPIN, _YIELD, _BLOCKING_SYNC: the scheduling flags (CU_CTX_SCHED_MASK).
+        if (flags & 0x07).count_ones() > 1 {
+            return Err(status::INVALID_VALUE);
+        }
+        let mut e = a.lock();
+        let d = device(&e, dev)?;
+        e.devices[d].ctx.flags = flags;
+        crate::stats::changed(&e);
+        Ok(())
     })
 }
 

@@ -138,14 +138,19 @@ pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
     api("cuStreamSynchronize", |a| {
-        let (dev, w) = {
+        let (dev, w, blocks) = {
             let mut e = a.lock();
             let dev = e.current()?;
-            (dev, e.stream(stream as u64, dev)?)
+            let blocks = e.devices[dev].ctx.blocks();
+            (dev, e.stream(stream as u64, dev)?, blocks)
         };
         // The primary context's default scheduling (`CU_CTX_SCHED_AUTO`) spins while there are
-        // no more contexts than processors, as here.
-        w.spin(w.tail());
+        // no more contexts than processors, as here; `CU_CTX_SCHED_BLOCKING_SYNC` blocks.
+        if blocks {
+            w.wait(w.tail());
+        } else {
+            w.spin(w.tail());
+        }
         a.lock().usable(dev)
     })
 }
@@ -169,7 +174,7 @@ pub extern "C" fn cuStreamQuery(stream: *mut c_void) -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
     api("cuCtxSynchronize", |a| {
-        let (dev, workers) = {
+        let (dev, workers, blocks) = {
             let mut e = a.lock();
             let dev = e.current()?;
             let mut w: Vec<Arc<Worker>> = e
@@ -179,10 +184,14 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
                 .map(|s| s.worker.clone())
                 .collect();
             w.push(e.null_stream(dev));
-            (dev, w)
+            (dev, w, e.devices[dev].ctx.blocks())
         };
         for w in workers {
-            w.spin(w.tail());
+            if blocks {
+                w.wait(w.tail());
+            } else {
+                w.spin(w.tail());
+            }
         }
         a.lock().usable(dev)
     })

@@ -66,6 +66,8 @@ table! {
     primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut *mut c_void, c_int) -> R;
     primary_ctx_release = "cuDevicePrimaryCtxRelease_v2": fn(c_int) -> R;
     primary_ctx_reset = "cuDevicePrimaryCtxReset_v2": fn(c_int) -> R;
+    primary_ctx_set_flags = "cuDevicePrimaryCtxSetFlags_v2": fn(c_int, c_uint) -> R;
+    primary_ctx_get_state = "cuDevicePrimaryCtxGetState": fn(c_int, *mut c_uint, *mut c_int) -> R;
     ctx_set_current = "cuCtxSetCurrent": fn(*mut c_void) -> R;
     ctx_synchronize = "cuCtxSynchronize": fn() -> R;
     stream_create = "cuStreamCreate": fn(*mut *mut c_void, c_uint) -> R;
