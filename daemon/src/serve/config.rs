@@ -123,6 +123,9 @@ pub struct LimitsConfig {
     /// Bytes of JPEG entry points (`transform::decode`'s table) one uid's jobs may keep; over
     /// it the uid's own oldest files go, and all of them when its last job ends.
     pub entry_bytes_per_uid: u64,
+    /// Seconds a uid's entry points stay after its last job ends, so that its next job finds
+    /// them (0: they go with the job); still within `entry_bytes_per_uid`.
+    pub entry_grace_s: u64,
 }
 
 impl LimitsConfig {
@@ -183,6 +186,7 @@ impl Default for LimitsConfig {
             max_index_entries: WalkLimits::default().max_entries,
             max_index_depth: WalkLimits::default().max_depth,
             entry_bytes_per_uid: DEFAULT_ENTRY_BYTES_PER_UID,
+            entry_grace_s: stoker_pipeline::transform::decode::DEFAULT_ENTRY_GRACE.as_secs(),
         }
     }
 }

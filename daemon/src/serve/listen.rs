@@ -243,6 +243,8 @@ impl Server {
         let engine = config.engine.clone();
         let budget = usize::try_from(config.limits.entry_bytes_per_uid).unwrap_or(usize::MAX);
         stoker_pipeline::transform::decode::set_entry_budget(budget);
+        let grace = std::time::Duration::from_secs(config.limits.entry_grace_s);
+        stoker_pipeline::transform::decode::set_entry_grace(grace);
         let cpu = Engine::with_backends(engine.clone(), &CpuBackendFactory, extra)?;
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {
