@@ -480,6 +480,12 @@ fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
     }
 }
 
+/// The bytes of every shared photo, or `None` where the data is absent.
+fn shared_photos() -> Option<Vec<Vec<u8>>> {
+    let files = shared_data("photos")?;
+    Some(files.iter().map(|p| std::fs::read(p).unwrap()).collect())
+}
+
 /// How fast the walk goes beside libjpeg's own entropy decoding (`EntropyDecoder`: every
 /// coefficient, no IDCT), over every photo, whole files, alternating: what a file's first
 /// epoch pays for the rows above its crop. `cargo test --release -p stoker-daemon --lib
@@ -487,10 +493,9 @@ fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
 #[test]
 #[ignore = "a measurement"]
 fn walk_speed_against_libjpegs_entropy_decoding() {
-    let Some(files) = shared_data("photos") else {
+    let Some(jpegs) = shared_photos() else {
         return;
     };
-    let jpegs: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let mut libjpeg = super::super::EntropyDecoder::new(Limits::default()).unwrap();
     let (mut walk_s, mut lib_s) = (Vec::new(), Vec::new());
     for _ in 0..5 {
@@ -524,15 +529,14 @@ fn walk_speed_against_libjpegs_entropy_decoding() {
 /// turn on a fresh owner each round, medians of 5: libjpeg's plain decode of the crop (no
 /// entries), then through `decode_for_crop` a one-epoch job's first sight (a plain decode
 /// and the mark), the second (the walk, then a decode from the entries: every first sight
-/// of a job of more epochs) and a later one (kept entries). `cargo test --release -p stoker-pipeline --lib first_sight_costs --
-/// --ignored --nocapture`.
+/// of a job of more epochs) and a later one (kept entries). `cargo test --release -p
+/// stoker-pipeline --lib first_sight_costs -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement"]
 fn first_sight_costs_against_plain_decode() {
-    let Some(files) = shared_data("photos") else {
+    let Some(jpegs) = shared_photos() else {
         return;
     };
-    let jpegs: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let mut rng = Rng(0xF1_257);
     let crops: Vec<CropBox> = jpegs
         .iter()
