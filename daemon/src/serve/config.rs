@@ -135,6 +135,15 @@ impl LimitsConfig {
             .unwrap_or((self.max_clients / 2).max(1))
     }
 
+    /// Puts `entry_bytes_per_uid` and `entry_grace_s` in force for the process's JPEG
+    /// entry-point table (a serving daemon's and a worker's alike).
+    pub(crate) fn apply_entry_limits(&self) {
+        let budget = usize::try_from(self.entry_bytes_per_uid).unwrap_or(usize::MAX);
+        stoker_pipeline::transform::decode::set_entry_budget(budget);
+        let grace = std::time::Duration::from_secs(self.entry_grace_s);
+        stoker_pipeline::transform::decode::set_entry_grace(grace);
+    }
+
     /// `max_jobs_per_uid`, or half of `max_jobs` (at least 1).
     pub(crate) fn jobs_per_uid(&self) -> usize {
         self.max_jobs_per_uid.unwrap_or((self.max_jobs / 2).max(1))

@@ -15,7 +15,7 @@
 //!   grace period (`limits.entry_grace_s`), so a job that follows soon after (the next run of
 //!   a script, a benchmark's next round) finds them instead of walking every file again; a
 //!   new hold within it keeps them. When the grace passes with no hold, one thread
-//!   (`stoker-entry-grace`, started at the first idle scope) drops them and, where much was
+//!   (`stoker-entry-grace`, started with the daemon's grace) drops them and, where much was
 //!   freed, asks the allocator to return free pages to the system (glibc keeps freed memory
 //!   in its arenas otherwise). An idle owner's entries are still within its budget: the
 //!   grace bounds how long they stay, not how much.
@@ -111,10 +111,14 @@ pub fn set_entry_budget(bytes: usize) {
 }
 
 /// Sets how long an owner's entries stay after its last job ends (`limits.entry_grace_s`;
-/// zero: they go with the last job).
+/// zero: they go with the last job). A grace starts the thread that ends graces now, so a
+/// daemon's threads are the same before its first job and after its last.
 pub fn set_entry_grace(grace: Duration) {
     let ms = usize::try_from(grace.as_millis()).unwrap_or(usize::MAX);
     GRACE_MS.store(ms, Ordering::Relaxed);
+    if !grace.is_zero() {
+        start_grace_thread();
+    }
 }
 
 fn grace() -> Duration {
@@ -329,7 +333,7 @@ fn release(all: &mut HashMap<u32, Scope>, owner: u32) -> usize {
 }
 
 /// Starts, once per process, the thread that drops idle owners' entries when their grace
-/// passes.
+/// passes (at the first grace set, or the first idle owner).
 fn start_grace_thread() {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
