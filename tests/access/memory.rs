@@ -1,5 +1,6 @@
 //! Memory per user: one user's crafted tall JPEGs fill no more of the entry-point table than
-//! that user's budget, and the table lets a user's entries go when the user's last job ends;
+//! that user's budget, and the table lets a user's entries go when the grace after the
+//! user's last job ends (`limits.entry_grace_s`) has passed;
 //! jobs of one user on one dataset share one index, and another user's jobs get their own.
 //! Both read from the daemon's own gauges (`stoker_entry_table_bytes`, `stoker_index_bytes`).
 
@@ -73,6 +74,18 @@ fn once_no_jobs(metrics: &str, name: &str) -> u64 {
     value
 }
 
+/// Waits until gauge `name` reads `value` (an idle user's entries go when their grace
+/// passes), then returns it; after 30 s, whatever it reads. A wait for a state, not a time.
+fn once_back_to(metrics: &str, name: &str, value: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut now = gauge(metrics, name);
+    while now != value && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        now = gauge(metrics, name);
+    }
+    now
+}
+
 #[test]
 fn one_users_tall_jpegs_stay_within_its_entry_budget_and_go_with_its_jobs() {
     let test = "one_users_tall_jpegs_stay_within_its_entry_budget_and_go_with_its_jobs";
@@ -80,12 +93,16 @@ fn one_users_tall_jpegs_stay_within_its_entry_budget_and_go_with_its_jobs() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (daemon, metrics) =
-        memory_daemon(dir.path(), &format!("entry_bytes_per_uid = {ENTRY_BUDGET}"));
-    // Root reads the tall files once and stays attached: its job lives.
+    // A grace of a second: entries outlive their owner's last job by that (the wait below).
+    let (daemon, metrics) = memory_daemon(
+        dir.path(),
+        &format!("entry_bytes_per_uid = {ENTRY_BUDGET}\nentry_grace_s = 1"),
+    );
+    // Root reads the tall files twice (a file's first sight is decoded plainly, its second
+    // walks) and stays attached: its job lives.
     let mut mine = Client::attach(
         daemon.socket(),
-        options("tall", "root-tall", 0, 1, spec(4, 16, Some(1))),
+        options("tall", "root-tall", 0, 1, spec(4, 16, Some(2))),
     )
     .unwrap();
     let batches = drain(&mut mine);
@@ -107,7 +124,7 @@ fn one_users_tall_jpegs_stay_within_its_entry_budget_and_go_with_its_jobs() {
         &[daemon.socket().as_os_str(), "tall".as_ref()],
     );
     assert!(said.contains("trained 120 images"), "{said}");
-    let both = gauge(&metrics, "stoker_entry_table_bytes");
+    let both = once_back_to(&metrics, "stoker_entry_table_bytes", held);
     println!("after uid {OTHER_UID}'s job ended: {both} bytes");
     if both != held {
         wrong.push(format!(

@@ -28,7 +28,8 @@ use stoker_pipeline::engine::BadSamplePolicy;
 
 /// The version of this protocol, checked in the handshake.
 /// 2: every frame after the handshake carries a MAC ([`super::seal`]).
-pub(crate) const WIRE_VERSION: u32 = 2;
+/// 3: the MAC is keyed BLAKE3 (it was HMAC-SHA256).
+pub(crate) const WIRE_VERSION: u32 = 3;
 /// The largest control message (a unit's index list, a job's spec).
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 20;
 

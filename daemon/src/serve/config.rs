@@ -123,6 +123,9 @@ pub struct LimitsConfig {
     /// Bytes of JPEG entry points (`transform::decode`'s table) one uid's jobs may keep; over
     /// it the uid's own oldest files go, and all of them when its last job ends.
     pub entry_bytes_per_uid: u64,
+    /// Seconds a uid's entry points stay after its last job ends, so that its next job finds
+    /// them (0: they go with the job); still within `entry_bytes_per_uid`.
+    pub entry_grace_s: u64,
 }
 
 impl LimitsConfig {
@@ -130,6 +133,15 @@ impl LimitsConfig {
     pub(crate) fn clients_per_uid(&self) -> usize {
         self.max_clients_per_uid
             .unwrap_or((self.max_clients / 2).max(1))
+    }
+
+    /// Puts `entry_bytes_per_uid` and `entry_grace_s` in force for the process's JPEG
+    /// entry-point table (a serving daemon's and a worker's alike).
+    pub(crate) fn apply_entry_limits(&self) {
+        let budget = usize::try_from(self.entry_bytes_per_uid).unwrap_or(usize::MAX);
+        stoker_pipeline::transform::decode::set_entry_budget(budget);
+        let grace = std::time::Duration::from_secs(self.entry_grace_s);
+        stoker_pipeline::transform::decode::set_entry_grace(grace);
     }
 
     /// `max_jobs_per_uid`, or half of `max_jobs` (at least 1).
@@ -183,6 +195,7 @@ impl Default for LimitsConfig {
             max_index_entries: WalkLimits::default().max_entries,
             max_index_depth: WalkLimits::default().max_depth,
             entry_bytes_per_uid: DEFAULT_ENTRY_BYTES_PER_UID,
+            entry_grace_s: stoker_pipeline::transform::decode::DEFAULT_ENTRY_GRACE.as_secs(),
         }
     }
 }

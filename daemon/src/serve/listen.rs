@@ -241,8 +241,7 @@ impl Server {
         extra: &[ExtraWorkers<'_>],
     ) -> Result<Server, ServerError> {
         let engine = config.engine.clone();
-        let budget = usize::try_from(config.limits.entry_bytes_per_uid).unwrap_or(usize::MAX);
-        stoker_pipeline::transform::decode::set_entry_budget(budget);
+        config.limits.apply_entry_limits();
         let cpu = Engine::with_backends(engine.clone(), &CpuBackendFactory, extra)?;
         let engines = Arc::new(Engines::new(cpu, backend, engine));
         let registry = Arc::new(Registry {

@@ -315,6 +315,7 @@ fn start_worker(file: &Config) -> Result<(), ServiceError> {
     if file.worker.listen.is_none() {
         return Ok(());
     }
+    file.limits.apply_entry_limits();
     let open = stoker_pipeline::source::index::OpenOptions {
         limits: file.limits.walk(),
         objects: Some(ObjectStore::new(&file.s3, &file.datasets)),

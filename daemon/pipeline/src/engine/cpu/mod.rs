@@ -183,6 +183,8 @@ impl CpuBackend {
         );
         let (out_h, out_w) = job.spec.crop.output_size();
         self.decoder.set_entry_scope(job.owner);
+        self.decoder
+            .set_entry_reads_once(job.spec.epochs == Some(1));
         let within = self.decoder.decode_for_crop(
             data,
             turn.to_stored(crop, header.width, header.height),

@@ -85,6 +85,8 @@ impl CpuBackend {
             flips[v] = flip;
         }
         self.decoder.set_entry_scope(job.owner);
+        self.decoder
+            .set_entry_reads_once(job.spec.epochs == Some(1));
         let region = self
             .decoder
             .decode_for_views(data, &wants[..n], &mut self.image)?;

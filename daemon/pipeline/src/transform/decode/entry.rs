@@ -17,6 +17,13 @@
 //!   cannot be crafted to collide with another's, nor can a user time whether another has
 //!   read a file. The walk resumes from the deepest row known: over all epochs a file is
 //!   walked at most once.
+//! - A job that reads each file once (one epoch: `CpuDecoder::set_entry_reads_once`) does
+//!   not walk at a file's first sight: it decodes plainly and leaves a mark, and the walk
+//!   waits for a second sight (a later job's, within the owner's grace). A walk and a decode
+//!   from its entries cost 1.6 times libjpeg's plain decode of a training crop, a decode
+//!   from kept entries 0.6 times it: the walk pays off from the second read, so a job of
+//!   more epochs walks at once, and a one-epoch job (a cold epoch from object storage, an
+//!   evaluation pass) pays no walk (docs/decisions.md, "The walk at a file's second sight").
 //! - The decode reads a partial stream (`synthetic.rs`) built from synthetic MCUs coded with
 //!   the file's own Huffman tables so that (1) the DC predictors at their end equal an
 //!   entry's and (2) their length in bits leaves the original bits at their own alignment, so
@@ -103,11 +110,29 @@ impl Grid {
 }
 
 /// A file's entries: rows `0..` in `grid`, up to the first entry of the deepest row walked;
-/// empty when the file has none (its walk failed).
+/// empty when the file has none (its walk failed), or when it was only seen once
+/// ([`Kept::seen`]).
 #[derive(Debug)]
 struct Kept {
     grid: Grid,
     list: Vec<RowEntry>,
+}
+
+impl Kept {
+    /// The mark of a file seen once and not walked (an empty grid).
+    fn seen() -> Kept {
+        Kept {
+            grid: Grid {
+                group: 0,
+                per_row: 0,
+            },
+            list: Vec::new(),
+        }
+    }
+
+    fn is_seen(&self) -> bool {
+        self.grid.per_row == 0
+    }
 }
 
 /// (owner uid, seeded hash of the bytes, their length).
@@ -466,6 +491,7 @@ fn read_dht(mut body: &[u8], tables: &mut [Option<Huff>; 8]) -> Option<()> {
 /// of row `rows.1`) into `out`, from the process's table, walking on from the deepest row it
 /// knows where needed (and keeping what the walk finds); their grid, or `None` when the file
 /// has none.
+#[cfg(test)]
 fn entries(
     b: &[u8],
     scan: &Scan,
@@ -473,7 +499,17 @@ fn entries(
     scope: u32,
     out: &mut Vec<RowEntry>,
 ) -> Option<Grid> {
-    let key = (scope, content_hash(b), b.len());
+    entries_of((scope, content_hash(b), b.len()), b, scan, rows, out)
+}
+
+/// [`entries`] of the file `b` whose key is `key`.
+fn entries_of(
+    key: Key,
+    b: &[u8],
+    scan: &Scan,
+    rows: (usize, usize),
+    out: &mut Vec<RowEntry>,
+) -> Option<Grid> {
     let first = RowEntry {
         byte: u32::try_from(scan.frame.scan_at).ok()?,
         bit: 0,
@@ -483,7 +519,7 @@ fn entries(
     // `out` holds entries `at..` of the file's list, ending with the deepest one known.
     let (grid, at) = {
         let t = table::table(key);
-        match t.get(&key) {
+        match t.get(&key).filter(|k| !k.is_seen()) {
             Some(k) if k.list.is_empty() => return None,
             Some(k) => {
                 let per_row = k.grid.per_row as usize;
@@ -515,6 +551,8 @@ fn entries(
     };
     let known = at + out.len();
     let from = (known - 1, out[out.len() - 1]);
+    #[cfg(test)]
+    tests::WALKS.with(|w| w.set(w.get() + 1));
     let walked = scan.walk(b, grid, from, rows.1, out).is_some();
     table::keep(key, grid, (first, known), walked, &out[known - at..]);
     if !walked {
@@ -566,9 +604,16 @@ impl CpuDecoder {
         // before, and so walks to the end.
         let (x, y, w, h) = region;
         let bottom = y + h >= factor.scale(f.height);
+        // A job that reads each file once decodes a file's first sight plainly, leaving a
+        // mark: the walk and a decode from its entries cost more than libjpeg's plain
+        // decode, and pay off only from a second read (a later job's, within the grace).
+        let key = (self.entry_scope, content_hash(bytes), bytes.len());
+        if self.entry_reads_once && table::first_sight(key) {
+            return Ok(false);
+        }
         let mut found = Vec::new();
         let last = if narrow || bottom { rows.1 } else { rows.0 };
-        let Some(kept) = entries(bytes, &scan, (rows.0, last), self.entry_scope, &mut found) else {
+        let Some(kept) = entries_of(key, bytes, &scan, (rows.0, last), &mut found) else {
             return Ok(false);
         };
         if bottom && !found.last().is_some_and(|&e| ends_data(bytes, e)) {
@@ -607,7 +652,10 @@ impl CpuDecoder {
 mod synthetic;
 mod table;
 
-pub use table::{entry_table_bytes, set_entry_budget, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE};
+pub use table::{
+    entry_table_bytes, set_entry_budget, set_entry_grace, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE,
+    DEFAULT_ENTRY_GRACE,
+};
 
 #[cfg(test)]
 #[path = "entry_tests.rs"]

@@ -9,11 +9,14 @@ use super::super::sys::PixelFormat;
 use super::super::{plan_region, probe, Limits};
 use super::synthetic::Writer;
 use super::*;
+use std::time::{Duration, Instant};
 use stoker_kernels::reference::CropBox;
 
 thread_local! {
     /// Decodes on this thread that took a stream of column groups.
     pub(super) static COLUMN_DECODES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Walks on this thread (`entries` finding rows the table did not know).
+    pub(super) static WALKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The file's entries from the top to the first of row `rows` in `grid`, by one walk.
@@ -140,6 +143,60 @@ fn entries_do_not_depend_on_how_the_walk_was_split() {
     }
 }
 
+/// A one-epoch job's first sight of a file decodes plainly and keeps only the mark that it
+/// was seen (no walk); a second sight walks and takes the column stream, with the same
+/// pixels. A job of more epochs walks at the first sight.
+#[test]
+fn a_one_epoch_jobs_first_sight_decodes_plainly_and_a_second_walks() {
+    let jpeg = encode(517, 389, 2, PixelFormat::Rgb);
+    let header = probe(&jpeg).unwrap();
+    let mut dec = CpuDecoder::new(Limits::default()).unwrap();
+    let kept = |owner: u32| {
+        let key = (owner, content_hash(&jpeg), jpeg.len());
+        table::table(key)
+            .get(&key)
+            .map(|k| (k.is_seen(), k.list.len()))
+    };
+    let (walks, columns) = (
+        || WALKS.with(std::cell::Cell::get),
+        || COLUMN_DECODES.with(std::cell::Cell::get),
+    );
+    // The middle of the right half: below the first rows, beside the first column groups.
+    let want = CropBox::new(258.0, 120.0, 250.0, 190.0);
+    let plan = plan_region(&header, want, (224, 224), &dec.factors).unwrap();
+    let region = plan.crop.unwrap();
+    let (mut a, mut b) = (RgbImage::default(), RgbImage::default());
+    dec.begin(&jpeg).unwrap();
+    dec.run(&jpeg, &header, &plan, &mut a).unwrap();
+    for (owner, once) in [(4301, true), (4302, false)] {
+        dec.set_entry_scope(owner);
+        dec.set_entry_reads_once(once);
+        let (w, c) = (walks(), columns());
+        let took = dec.run_from_entry(&jpeg, &plan, region, &mut b).unwrap();
+        if once {
+            assert!(
+                !took && walks() == w,
+                "a one-epoch job walked at the first sight"
+            );
+            assert_eq!(
+                kept(owner),
+                Some((true, 0)),
+                "the first sight kept more than a mark"
+            );
+            assert!(dec.run_from_entry(&jpeg, &plan, region, &mut b).unwrap());
+        } else {
+            assert!(took, "a job of more epochs did not walk at the first sight");
+        }
+        assert!(a == b, "reads once {once}: the pixels differ");
+        assert_eq!((walks(), columns()), (w + 1, c + 1), "reads once {once}");
+        let (seen, walked) = kept(owner).unwrap();
+        assert!(
+            !seen && walked > 1,
+            "reads once {once}: no entries were kept"
+        );
+    }
+}
+
 /// Two owners decoding the same bytes keep separate entries: neither reads the other's.
 #[test]
 fn owners_never_share_entries() {
@@ -181,7 +238,9 @@ fn owners_over_their_budget_lose_only_their_own_oldest_files() {
     let found = vec![e; 99];
     let budget = table::bytes_of(100) * 3;
     let (a, b) = (4101, 4102);
-    let (hold_a, hold_b) = (EntryHold::new(a), EntryHold::new(b));
+    // No grace: the entries go with the last hold (the grace has its own test).
+    let hold = |owner| EntryHold::with_grace(owner, Duration::ZERO);
+    let (hold_a, hold_b) = (hold(a), hold(b));
     let kept = |owner: u32, file: u64| {
         let key = (owner, file, 1000);
         table::table(key).get(&key).map(|k| k.list.len())
@@ -221,6 +280,54 @@ fn owners_over_their_budget_lose_only_their_own_oldest_files() {
     );
     drop(hold_b);
     assert_eq!(kept(b, 0), None);
+}
+
+/// An owner's entries stay the grace after its last hold ends, and a new hold within it finds
+/// them without walking again; an owner whose grace passes with no hold loses them.
+#[test]
+fn an_owners_entries_stay_for_the_grace_after_its_last_hold() {
+    let jpeg = encode(333, 251, 1, PixelFormat::Rgb);
+    let scan = Scan::parse(&jpeg).unwrap();
+    let walks = || WALKS.with(std::cell::Cell::get);
+    let kept = |owner: u32| {
+        let key = (owner, content_hash(&jpeg), jpeg.len());
+        table::table(key).get(&key).map(|k| k.list.len())
+    };
+    let mut found = Vec::new();
+    // Owner a: a long grace; its next job comes within it.
+    let a = 4401;
+    let hold = EntryHold::with_grace(a, Duration::from_secs(600));
+    entries(&jpeg, &scan, (9, 9), a, &mut found).unwrap();
+    let (walked, before) = (kept(a), walks());
+    drop(hold);
+    assert_eq!(
+        kept(a),
+        walked,
+        "the entries went with the last hold, grace or not"
+    );
+    let _next = EntryHold::with_grace(a, Duration::from_secs(600));
+    entries(&jpeg, &scan, (9, 9), a, &mut found).unwrap();
+    assert_eq!(walks(), before, "the next job walked the file again");
+    // Owner b: a short grace, and no job after it.
+    let b = 4402;
+    let hold = EntryHold::with_grace(b, Duration::from_millis(50));
+    entries(&jpeg, &scan, (9, 9), b, &mut found).unwrap();
+    assert!(kept(b).is_some());
+    drop(hold);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while kept(b).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the entries outlived their grace"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(table::scope_bytes(b), 0);
+    assert_eq!(
+        kept(a),
+        walked,
+        "owner {b}'s grace took owner {a}'s entries"
+    );
 }
 
 /// Decodes `want` of `jpeg` from the top and by the entry path (or the plain decode where
@@ -373,6 +480,12 @@ fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
     }
 }
 
+/// The bytes of every shared photo, or `None` where the data is absent.
+fn shared_photos() -> Option<Vec<Vec<u8>>> {
+    let files = shared_data("photos")?;
+    Some(files.iter().map(|p| std::fs::read(p).unwrap()).collect())
+}
+
 /// How fast the walk goes beside libjpeg's own entropy decoding (`EntropyDecoder`: every
 /// coefficient, no IDCT), over every photo, whole files, alternating: what a file's first
 /// epoch pays for the rows above its crop. `cargo test --release -p stoker-daemon --lib
@@ -380,10 +493,9 @@ fn the_synthetic_row_reaches_any_predictors_at_any_alignment() {
 #[test]
 #[ignore = "a measurement"]
 fn walk_speed_against_libjpegs_entropy_decoding() {
-    let Some(files) = shared_data("photos") else {
+    let Some(jpegs) = shared_photos() else {
         return;
     };
-    let jpegs: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let mut libjpeg = super::super::EntropyDecoder::new(Limits::default()).unwrap();
     let (mut walk_s, mut lib_s) = (Vec::new(), Vec::new());
     for _ in 0..5 {
@@ -410,5 +522,57 @@ fn walk_speed_against_libjpegs_entropy_decoding() {
         per(walk_s[2]),
         per(lib_s[2]),
         walk_s[2] / lib_s[2]
+    );
+}
+
+/// What a training crop (`random_crop`'s box, out at 224) of each photo costs, passes in
+/// turn on a fresh owner each round, medians of 5: libjpeg's plain decode of the crop (no
+/// entries), then through `decode_for_crop` a one-epoch job's first sight (a plain decode
+/// and the mark), the second (the walk, then a decode from the entries: every first sight
+/// of a job of more epochs) and a later one (kept entries). `cargo test --release -p
+/// stoker-pipeline --lib first_sight_costs -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement"]
+fn first_sight_costs_against_plain_decode() {
+    let Some(jpegs) = shared_photos() else {
+        return;
+    };
+    let mut rng = Rng(0xF1_257);
+    let crops: Vec<CropBox> = jpegs
+        .iter()
+        .map(|j| {
+            let h = probe(j).unwrap();
+            random_crop(&mut rng, h.width, h.height).0
+        })
+        .collect();
+    let mut dec = CpuDecoder::new(Limits::default()).unwrap();
+    let mut out = RgbImage::default();
+    let mut passes = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    dec.set_entry_reads_once(true);
+    for round in 0..5 {
+        dec.set_entry_scope(4500 + round);
+        for (pass, times) in passes.iter_mut().enumerate() {
+            let t = Instant::now();
+            for (jpeg, &want) in jpegs.iter().zip(&crops) {
+                if pass == 0 {
+                    let header = dec.begin(jpeg).unwrap();
+                    let plan = plan_region(&header, want, (224, 224), &dec.factors).unwrap();
+                    dec.run(jpeg, &header, &plan, &mut out).unwrap();
+                } else {
+                    dec.decode_for_crop(jpeg, want, (224, 224), &mut out)
+                        .unwrap();
+                }
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e3 / jpegs.len() as f64);
+        }
+    }
+    let [plain, first, second, later] = passes.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[2]
+    });
+    eprintln!(
+        "{} photos, ms per crop, medians of 5: plain decode {plain:.3}; first sight {first:.3}, \
+         second {second:.3}, later {later:.3}",
+        jpegs.len()
     );
 }

@@ -54,7 +54,10 @@ use stoker_kernels::image::{CropBox, RgbImage};
 
 pub use encode::{EncodeOptions, JpegEncoder};
 pub use entropy::EntropyDecoder;
-pub use entry::{entry_table_bytes, set_entry_budget, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE};
+pub use entry::{
+    entry_table_bytes, set_entry_budget, set_entry_grace, EntryHold, DEFAULT_ENTRY_BYTES_PER_SCOPE,
+    DEFAULT_ENTRY_GRACE,
+};
 pub use error::DecodeError;
 pub use format::ImageFormat;
 pub use header::{ColorSpace, JpegHeader, Subsampling};
@@ -343,6 +346,8 @@ pub struct CpuDecoder {
     partial: restart::PartialStream,
     /// Whose entry points (`entry`) decodes use and keep: the job owner's uid.
     entry_scope: u32,
+    /// Whether the job decoding reads each file once (`entry`: no walk at a first sight).
+    entry_reads_once: bool,
 }
 
 impl std::fmt::Debug for CpuDecoder {
@@ -351,6 +356,7 @@ impl std::fmt::Debug for CpuDecoder {
             .field("limits", &self.limits)
             .field("fast_upsample", &self.fast_upsample)
             .field("entry_scope", &self.entry_scope)
+            .field("entry_reads_once", &self.entry_reads_once)
             .finish_non_exhaustive()
     }
 }
@@ -367,6 +373,7 @@ impl CpuDecoder {
             fast_upsample: false,
             partial: restart::PartialStream::default(),
             entry_scope: 0,
+            entry_reads_once: false,
         })
     }
 
@@ -374,6 +381,13 @@ impl CpuDecoder {
     /// decodes never read, nor time, what another's learnt.
     pub fn set_entry_scope(&mut self, owner: u32) {
         self.entry_scope = owner;
+    }
+
+    /// Sets whether the next decodes' job reads each file once (one epoch): a file's first
+    /// sight then decodes plainly and leaves a mark instead of walking for entry points,
+    /// which would pay off only from a second read (`entry`).
+    pub fn set_entry_reads_once(&mut self, once: bool) {
+        self.entry_reads_once = once;
     }
 
     fn new_limited_handle(limits: &Limits, fast_upsample: bool) -> Result<TjHandle, DecodeError> {
