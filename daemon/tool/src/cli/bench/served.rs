@@ -40,7 +40,7 @@ pub(super) fn run_served(
     let _cleanup = RemoveDir(dir.clone());
     let (socket, daemon) = match &args.socket {
         Some(s) => (s.clone(), None),
-        None => start_stokerd(args, &dir, threads, &[])?,
+        None => start_stokerd(args, &dir, threads, "")?,
     };
     if let Some(ds) = cold {
         evict(ds);
@@ -157,35 +157,35 @@ fn percentile(values: &[f64], p: f64) -> f64 {
     }
 }
 
-/// Starts `stokerd` on a socket in `dir`, with `extra` arguments, and waits until it
-/// listens.
+/// Starts `stokerd` on a socket in `dir`, its config file the bench's `[cuda]` switches
+/// followed by `config` (more sections, TOML; stokerd takes one `--config`), and waits until
+/// it listens.
 // String error: a failed run is one message for the user, composed at the CLI edge (which
 // step, which file or process) and printed as is.
 pub(super) fn start_stokerd(
     args: &BenchArgs,
     dir: &Path,
     threads: usize,
-    extra: &[&std::ffi::OsStr],
+    config: &str,
 ) -> Result<(PathBuf, Option<ChildGuard>), String> {
     let socket = dir.join("stoker.sock");
     let log_path = dir.join("stokerd.log");
-    let config = dir.join("stoker.toml");
-    let cuda = format!(
-        "[cuda]\nblocking_sync = {}\npinned_inputs = {}\n",
+    let config_path = dir.join("stoker.toml");
+    let text = format!(
+        "[cuda]\nblocking_sync = {}\npinned_inputs = {}\n{config}",
         args.blocking_sync, args.pinned_inputs
     );
-    std::fs::write(&config, cuda).map_err(|e| format!("{}: {e}", config.display()))?;
+    std::fs::write(&config_path, text).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let log =
         std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
     let child = Command::new(stokerd_path(args)?)
         .arg("--config")
-        .arg(&config)
+        .arg(&config_path)
         .arg("--socket")
         .arg(&socket)
         .arg("--threads")
         .arg(threads.to_string())
         .args(["--backend", daemon_backend(args)])
-        .args(extra)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -19,7 +19,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::ffi::OsStr;
 use std::path::Path;
 
 use clap::Args;
@@ -178,10 +177,7 @@ fn one_round(
             config += &format!("connections = {n}\n");
         }
     }
-    let config_path = dir.join("home.toml");
-    std::fs::write(&config_path, config).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let extra = [OsStr::new("--config"), config_path.as_os_str()];
-    let (socket, daemon) = start_stokerd(args, &dir, threads, &extra)?;
+    let (socket, daemon) = start_stokerd(args, &dir, threads, &config)?;
     let pid = daemon.as_ref().map(|d| d.0.id());
     let cpu0 = pid.and_then(crate::bench::cpu_seconds_of).unwrap_or(0.0);
     let workers0 = secret.and_then(|_| worker_figures(&w.worker_metrics));
