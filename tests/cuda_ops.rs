@@ -17,7 +17,8 @@ use stoker_kernels::ops::{
 use stoker_kernels::reference::test_image;
 use stoker_nvidia::cuda::{Device, DeviceBuffer, Stream};
 use stoker_pipeline::transform::ops::{
-    apply_step, convert_into, erase_into, lower, random_erasing_values, ErasingBox, OpScratch, Step,
+    apply_step, convert_into, erase_into, lower, random_erasing_values, Affine, ErasingBox,
+    OpScratch, Step,
 };
 use stoker_pipeline::transform::rng::{KeyedRng, Stream as RngStream};
 use stoker_testkit::emulator;
@@ -137,7 +138,7 @@ fn max_diff(a: &[u8], b: &[u8]) -> u8 {
 }
 
 fn affine(angle: f64, translate: [f64; 2], shear: [f64; 2], mode: Interpolation) -> Step {
-    Step::Affine {
+    Step::Affine(Affine {
         angle,
         translate,
         scale: 1.1,
@@ -145,7 +146,7 @@ fn affine(angle: f64, translate: [f64; 2], shear: [f64; 2], mode: Interpolation)
         interpolation: mode,
         fill: [10.0, 200.0, 30.0],
         center: None,
-    }
+    })
 }
 
 /// Each case: the step, a wrong version of it, and whether it must be exact.

@@ -8,7 +8,7 @@
 use stoker_wire::spec::{Interpolation, Op};
 
 use super::policy::{self, Aug, Table, SPACE};
-use super::Step;
+use super::{Affine, Step};
 use crate::transform::rng::KeyedRng;
 
 /// A uniform f32 in `[lo, hi)` (torch's `uniform_`), drawn in f64.
@@ -224,7 +224,7 @@ fn draw_affine(op: &Op, rng: &mut KeyedRng, width: u32, height: u32) -> Step {
         let y = f64::from(uniform(rng, [c, d]));
         [x, y]
     });
-    Step::Affine {
+    Step::Affine(Affine {
         angle,
         translate,
         scale,
@@ -232,7 +232,7 @@ fn draw_affine(op: &Op, rng: &mut KeyedRng, width: u32, height: u32) -> Step {
         interpolation,
         fill,
         center: center.map(|[x, y]| [f64::from(x), f64::from(y)]),
-    }
+    })
 }
 
 /// What a policy's operation needs besides the operation and its bin.

@@ -17,29 +17,34 @@
 //! - torch computes the grid in f32; a source position within an f32 rounding of a pixel
 //!   boundary (nearest) can then pick the neighbour pixel.
 
+use serde::{Deserialize, Serialize};
 use stoker_kernels::image::RgbImage;
 use stoker_wire::spec::Interpolation;
 
 use super::colour::round_even;
 
 /// The parameters of one affine warp, as torchvision.transforms.v2.functional.affine takes
-/// them: degrees, pixels, a factor, degrees.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Affine {
+/// them: degrees, pixels, a factor, degrees ([`super::Step::Affine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Affine {
     /// Rotation, degrees (clockwise on screen, torchvision's `affine` sign).
-    pub(super) angle: f64,
+    pub angle: f64,
     /// Shift in pixels.
-    pub(super) translate: [f64; 2],
+    pub translate: [f64; 2],
     /// Scale factor.
-    pub(super) scale: f64,
+    pub scale: f64,
     /// Shear, degrees, x then y.
-    pub(super) shear: [f64; 2],
+    pub shear: [f64; 2],
     /// Sampling.
-    pub(super) interpolation: Interpolation,
-    /// RGB of pixels from outside the image.
-    pub(super) fill: [f32; 3],
+    #[serde(default)]
+    pub interpolation: Interpolation,
+    /// RGB 0..=255 of pixels from outside the image.
+    #[serde(default)]
+    pub fill: [f32; 3],
     /// Centre in pixels; the image's centre when `None`.
-    pub(super) center: Option<[f64; 2]>,
+    #[serde(default)]
+    pub center: Option<[f64; 2]>,
 }
 
 /// torchvision's `_get_inverse_affine_matrix(center, angle, translate, scale, shear)`, the

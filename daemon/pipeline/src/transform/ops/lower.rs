@@ -50,26 +50,7 @@ pub fn lower(step: &Step, width: u32, height: u32, weights: &mut Vec<f32>) -> Op
             s.i = [kernel_size[0], kernel_size[1], at];
             s
         }
-        Step::Affine {
-            angle,
-            translate,
-            scale,
-            shear,
-            interpolation,
-            fill,
-            center,
-        } => {
-            let a = geometry::Affine {
-                angle,
-                translate,
-                scale,
-                shear,
-                interpolation,
-                fill,
-                center,
-            };
-            warp(width, height, &a)
-        }
+        Step::Affine(a) => warp(width, height, &a),
         Step::Rotate {
             angle,
             interpolation,

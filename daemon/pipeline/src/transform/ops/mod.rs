@@ -33,6 +33,7 @@ mod timing;
 pub use convert::convert_into;
 pub use draw::draw_steps;
 pub use erase::{draw_erasing, erase_into, random_erasing_values, ErasingBox};
+pub use geometry::Affine;
 pub use lower::lower;
 
 /// One operation with explicit parameters, as torchvision.transforms.v2.functional takes them
@@ -93,25 +94,7 @@ pub enum Step {
     /// `vertical_flip`.
     VerticalFlip,
     /// `affine(angle, translate, scale, shear, interpolation, fill, center)`.
-    Affine {
-        /// Degrees.
-        angle: f64,
-        /// Pixels.
-        translate: [f64; 2],
-        /// Factor.
-        scale: f64,
-        /// Degrees, x then y.
-        shear: [f64; 2],
-        /// Sampling.
-        #[serde(default)]
-        interpolation: Interpolation,
-        /// RGB 0..=255 of pixels from outside.
-        #[serde(default)]
-        fill: [f32; 3],
-        /// Centre in pixels; the image's centre when `None`.
-        #[serde(default)]
-        center: Option<[f64; 2]>,
-    },
+    Affine(Affine),
     /// `rotate(angle, interpolation, expand=False, center, fill)`.
     Rotate {
         /// Degrees, counter-clockwise.
@@ -192,13 +175,13 @@ impl Step {
             Step::Posterize { bits } if bits > 8 => {
                 refuse(format!("bits must be 0..=8, got {bits}"))
             }
-            Step::Affine {
+            Step::Affine(Affine {
                 angle,
                 translate,
                 scale,
                 shear,
                 ..
-            } if !(angle.is_finite()
+            }) if !(angle.is_finite()
                 && translate.iter().chain(&shear).all(|v| v.is_finite())
                 && scale.is_finite()
                 && scale > 0.0) =>
@@ -247,26 +230,7 @@ pub fn apply_step(step: &Step, img: &mut RgbImage, scratch: &mut OpScratch) {
         Step::Autocontrast => colour::autocontrast(img),
         Step::Invert => colour::invert(img),
         Step::VerticalFlip => geometry::vertical_flip(img),
-        Step::Affine {
-            angle,
-            translate,
-            scale,
-            shear,
-            interpolation,
-            fill,
-            center,
-        } => {
-            let a = geometry::Affine {
-                angle,
-                translate,
-                scale,
-                shear,
-                interpolation,
-                fill,
-                center,
-            };
-            geometry::affine(img, &a, &mut scratch.bytes);
-        }
+        Step::Affine(a) => geometry::affine(img, &a, &mut scratch.bytes),
         Step::Rotate {
             angle,
             interpolation,

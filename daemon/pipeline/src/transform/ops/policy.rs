@@ -4,7 +4,7 @@
 
 use stoker_wire::spec::{AutoAugmentPolicy, Interpolation};
 
-use super::{linspace, Step};
+use super::{linspace, Affine, Step};
 
 /// One operation of the policies' augmentation spaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,14 +97,16 @@ pub(super) fn step(
     fill: [f32; 3],
 ) -> Option<Step> {
     let m = f64::from(magnitude);
-    let affine = |translate: [f64; 2], shear: [f64; 2], center: Option<[f64; 2]>| Step::Affine {
-        angle: 0.0,
-        translate,
-        scale: 1.0,
-        shear,
-        interpolation,
-        fill,
-        center,
+    let affine = |translate: [f64; 2], shear: [f64; 2], center: Option<[f64; 2]>| {
+        Step::Affine(Affine {
+            angle: 0.0,
+            translate,
+            scale: 1.0,
+            shear,
+            interpolation,
+            fill,
+            center,
+        })
     };
     let shear = m.atan().to_degrees();
     Some(match aug {
@@ -298,7 +300,7 @@ mod tests {
         );
         assert_eq!(
             step(TranslateX, -3.7, near, fill),
-            Some(Step::Affine {
+            Some(Step::Affine(Affine {
                 angle: 0.0,
                 translate: [-3.0, 0.0],
                 scale: 1.0,
@@ -306,9 +308,9 @@ mod tests {
                 interpolation: near,
                 fill,
                 center: None
-            })
+            }))
         );
-        let Some(Step::Affine { shear, center, .. }) = step(ShearY, 1.0, near, fill) else {
+        let Some(Step::Affine(Affine { shear, center, .. })) = step(ShearY, 1.0, near, fill) else {
             panic!("a shear is an affine");
         };
         assert!((shear[1] - 45.0).abs() < 1e-9 && center == Some([0.0, 0.0]));

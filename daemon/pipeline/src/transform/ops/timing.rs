@@ -6,7 +6,7 @@ use std::time::Instant;
 use stoker_kernels::image::RgbImage;
 use stoker_wire::spec::Interpolation;
 
-use super::{apply_step, convert_into, OpScratch, Step};
+use super::{apply_step, convert_into, Affine, OpScratch, Step};
 
 #[test]
 #[ignore = "a measurement, run by hand in release"]
@@ -34,7 +34,7 @@ fn timing() {
         Step::Posterize { bits: 4 },
         Step::Equalize,
         Step::Autocontrast,
-        Step::Affine {
+        Step::Affine(Affine {
             angle: 12.0,
             translate: [3.0, -2.0],
             scale: 1.0,
@@ -42,8 +42,8 @@ fn timing() {
             interpolation: Interpolation::Nearest,
             fill: [0.0; 3],
             center: None,
-        },
-        Step::Affine {
+        }),
+        Step::Affine(Affine {
             angle: 12.0,
             translate: [3.0, -2.0],
             scale: 1.0,
@@ -51,7 +51,7 @@ fn timing() {
             interpolation: Interpolation::Bilinear,
             fill: [0.0; 3],
             center: None,
-        },
+        }),
     ];
     let mut scratch = OpScratch::new();
     for step in &steps {
