@@ -13,14 +13,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use stoker::spec::{BatchMix, Crop, View};
+use stoker::spec::BatchMix;
 use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
 use stoker_kernels::augment::AugmentKernels;
 use stoker_nvidia::cuda::Device;
 use stoker_pipeline::transform::mix::{
     cut_box, draw, kernel_batch, mix_images, MixDraw, MixImages, MixKind,
 };
-use stoker_testkit::{emulator, Daemon};
+use stoker_testkit::{emulator, local_view, Daemon};
 
 /// The least PSNR of a CUDA batch to the CPU backend's (tests/cuda_ops.rs's bound).
 const MIN_DB: f64 = 40.0;
@@ -189,16 +189,7 @@ fn jobs() -> [(&'static str, PipelineSpec); 2] {
         epochs: Some(2),
         ..PipelineSpec::train(4, 32)
     };
-    let local = View {
-        crop: Crop::RandomResized {
-            size: [16, 16],
-            scale: [0.05, 0.4],
-            ratio: [0.75, 4.0 / 3.0],
-        },
-        flip_prob: 0.5,
-        ops: Vec::new(),
-        erasing: None,
-    };
+    let local = local_view(16);
     [
         (
             "MixUp or CutMix, f32 NCHW",

@@ -11,21 +11,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use stoker::spec::{Crop, View};
 use stoker::{AttachOptions, Client, DType, ImageMemory, PipelineSpec};
-use stoker_testkit::{emulator, write_image_folder, Daemon};
+use stoker_testkit::{emulator, local_view, write_image_folder, Daemon};
 
 fn spec() -> PipelineSpec {
-    let local = View {
-        crop: Crop::RandomResized {
-            size: [16, 16],
-            scale: [0.05, 0.4],
-            ratio: [0.75, 4.0 / 3.0],
-        },
-        flip_prob: 0.5,
-        ops: Vec::new(),
-        erasing: None,
-    };
+    let local = local_view(16);
     PipelineSpec {
         dtype: DType::U8,
         epochs: Some(1),

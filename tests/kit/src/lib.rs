@@ -44,6 +44,18 @@ pub use images::{
     encode_jpeg, synthetic_rgb, temp_image_folder, tiny_dataset, write_image_folder, write_jpeg,
 };
 
+/// DINO's local view at `side` pixels: RandomResizedCrop(scale 0.05-0.4, ratio 3/4-4/3) and a
+/// flip at 0.5, no operations.
+pub fn local_view(side: u32) -> stoker::spec::View {
+    use stoker::spec::{Crop, View};
+    let crop = Crop::RandomResized {
+        size: [side, side],
+        scale: [0.05, 0.4],
+        ratio: [0.75, 4.0 / 3.0],
+    };
+    View::new(crop, 0.5)
+}
+
 /// FNV-1a over byte slices: a stable hash for comparing batches across runs and processes.
 pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
