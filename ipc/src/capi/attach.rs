@@ -312,23 +312,9 @@ pub unsafe extern "C" fn stoker_client_class_name(
                 )),
                 n => Failure::invalid(format!("class {index} is beyond the {n} classes")),
             })?;
-        // SAFETY: non-NULL (checked), writable by the caller's promise.
-        unsafe { name_len.write(name.len()) };
-        if buf.is_null() {
-            return Ok(STOKER_OK);
-        }
-        if buf_len <= name.len() {
-            return Err(Failure::invalid(format!(
-                "buffer of {buf_len} bytes is too small for class name of {} bytes and its NUL",
-                name.len()
-            )));
-        }
-        // SAFETY: `buf` is writable for `buf_len` > name.len() bytes by the caller's promise.
-        unsafe {
-            std::ptr::copy_nonoverlapping(name.as_ptr(), buf.cast::<u8>(), name.len());
-            buf.add(name.len()).write(0);
-        }
-        Ok(STOKER_OK)
+        // SAFETY: `name_len` is non-NULL (checked) and `buf` NULL or writable for `buf_len`
+        // bytes, by the caller's promise.
+        unsafe { copy_name(name, buf, buf_len, name_len) }
     })
 }
 
