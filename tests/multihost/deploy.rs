@@ -8,26 +8,13 @@ use super::*;
 /// against the Kubernetes schemas.)
 #[test]
 fn the_kubernetes_config_map_holds_a_valid_config() {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
-    let manifest = std::fs::read_to_string(deploy.join("configmap.yaml")).unwrap();
-    // The block scalar under `stoker.toml: |`, indented by four spaces.
-    let toml: String = manifest
-        .lines()
-        .skip_while(|l| l.trim() != "stoker.toml: |")
-        .skip(1)
-        .take_while(|l| l.is_empty() || l.starts_with("    "))
-        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
-        .collect();
-    assert!(toml.contains("[server]"), "no stoker.toml block found");
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("stoker.toml");
-    std::fs::write(&path, &toml).unwrap();
-    let config = stoker_daemon::service::config::Config::load(&path).unwrap();
+    let (_, config) = stoker_testkit::manifest_config("configmap.yaml", "[server]");
     assert_eq!(
         config.server.socket.as_deref(),
         Some(Path::new("/run/stoker/stoker.sock"))
     );
     assert_eq!(config.metrics.listen.as_deref(), Some("0.0.0.0:9464"));
+    let deploy = stoker_testkit::repo_root().join("deploy/kubernetes");
     let daemonset = std::fs::read_to_string(deploy.join("daemonset.yaml")).unwrap();
     assert!(daemonset.contains("prometheus.io/port: \"9464\""));
     assert!(daemonset.contains("mountPath: /run/stoker\n"));

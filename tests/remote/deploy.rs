@@ -8,20 +8,7 @@ use super::*;
 /// the Kubernetes schemas.)
 #[test]
 fn the_kubernetes_worker_manifests_hold_a_valid_worker_config() {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
-    let manifest = std::fs::read_to_string(deploy.join("workers.yaml")).unwrap();
-    let toml: String = manifest
-        .lines()
-        .skip_while(|l| l.trim() != "stoker.toml: |")
-        .skip(1)
-        .take_while(|l| l.is_empty() || l.starts_with("    "))
-        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
-        .collect();
-    assert!(toml.contains("[worker]"), "no stoker.toml block found");
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("stoker.toml");
-    std::fs::write(&path, &toml).unwrap();
-    let config = stoker_daemon::service::config::Config::load(&path).unwrap();
+    let (manifest, config) = stoker_testkit::manifest_config("workers.yaml", "[worker]");
     assert_eq!(config.worker.listen.as_deref(), Some("0.0.0.0:7411"));
     assert_eq!(config.access.dataset_roots, [PathBuf::from("/data")]);
     let secret = config.worker.secret_file.unwrap();

@@ -237,6 +237,34 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
+/// A Kubernetes manifest of `deploy/kubernetes` (its text) and the `stoker.toml` its
+/// ConfigMap carries (the block scalar under `stoker.toml: |`, indented by four spaces), loaded
+/// with stokerd's own parser; `section` (e.g. `[worker]`) must stand in that block.
+pub fn manifest_config(
+    manifest: &str,
+    section: &str,
+) -> (String, stoker_daemon::service::config::Config) {
+    let path = repo_root().join("deploy/kubernetes").join(manifest);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let toml: String = text
+        .lines()
+        .skip_while(|l| l.trim() != "stoker.toml: |")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+        .collect();
+    assert!(
+        toml.contains(section),
+        "{manifest}: no stoker.toml block with {section}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let config_path = tmp.path().join("stoker.toml");
+    std::fs::write(&config_path, &toml).unwrap();
+    let config = stoker_daemon::service::config::Config::load(&config_path)
+        .unwrap_or_else(|e| panic!("{manifest}'s stoker.toml: {e}"));
+    (text, config)
+}
+
 /// The cargo profile directory the running test binary was built into (`target/debug`).
 pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

@@ -39,7 +39,9 @@ pub mod rank_orders;
 pub mod shards;
 pub mod wire;
 
-pub use daemon::{proc_fd_targets, proc_rss_kib, read_log, stokerd_path, Daemon};
+pub use daemon::{
+    manifest_config, proc_fd_targets, proc_rss_kib, read_log, repo_root, stokerd_path, Daemon,
+};
 pub use images::{
     encode_jpeg, synthetic_rgb, temp_image_folder, tiny_dataset, write_image_folder, write_jpeg,
 };
