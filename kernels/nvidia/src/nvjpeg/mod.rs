@@ -34,6 +34,7 @@ mod decoupled;
 mod for_driver;
 mod handles;
 mod image;
+mod lane;
 mod result;
 mod sys;
 
@@ -48,6 +49,7 @@ use crate::loader::Loaded;
 use decoupled::Decoupled;
 use handles::{DecodeParams, JpegState, JpegStream, LibHandle};
 pub use image::{DeviceImage, JpegInfo, Roi};
+pub use lane::{DecoupledBackend, HybridLane, DEFAULT_HYBRID_HUFFMAN_THRESHOLD};
 
 crate::status_type! {
     /// An nvJPEG status code.
@@ -533,6 +535,13 @@ impl NvjpegDecoder {
         self.device.bind()?;
         // SAFETY: the caller's promises.
         unsafe { state.decode(stream, jpegs, rois, outs) }
+    }
+
+    /// A lane of the batched non-engine decode ([`HybridLane`]): its own decoupled decoders,
+    /// states, pinned buffers and stream, made from this decoder's library handle, for one
+    /// pool thread.
+    pub fn hybrid_lane(&self) -> Result<HybridLane, NvjpegError> {
+        HybridLane::new(&self.handle, &self.device)
     }
 
     /// Decodes one image with nvJPEG's decoupled decoder for it (host phase, transfer, device
