@@ -392,7 +392,7 @@ impl NvjpegDecoder {
                 .map(|_| HardwareBatchState::new(&handle, device))
                 .transpose()?,
             hardware_off: false,
-            decoupled: Decoupled::new(&handle)?,
+            decoupled: Decoupled::new(&handle, device)?,
             stream: JpegStream::create(&handle)?,
             handle,
             max_batch,
@@ -565,6 +565,8 @@ impl NvjpegDecoder {
         let s = handle.sys();
         let dd = self.decoupled.for_file(progressive);
         dd.params.set_roi(roi)?;
+        // The last transfer from the pinned buffer the host phase writes must have run.
+        dd.read.synchronize()?;
         let d = dd.objects(&handle);
         let mut image = out.as_nvjpeg();
         // SAFETY: every object is live and owned by `self`; `jpeg` outlives the parse and host
@@ -572,7 +574,10 @@ impl NvjpegDecoder {
         unsafe {
             result::jpeg_stream_parse(s, d.handle, jpeg, js)?;
             result::decode_jpeg_host(s, d, dd.params.raw(), js)?;
-            result::decode_jpeg_transfer_to_device(s, d, js, stream.raw())?;
+            let transferred = result::decode_jpeg_transfer_to_device(s, d, js, stream.raw());
+            // Recorded whatever the outcome: a failed transfer may have enqueued its copy.
+            dd.read.record(stream)?;
+            transferred?;
             result::decode_jpeg_device(s, d, &mut image, stream.raw())
         }
     }
