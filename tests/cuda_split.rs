@@ -7,44 +7,15 @@
 //! 79), a state used by two threads (rule 70) or pixels read before the pool's event would show;
 //! the samples must be the CPU backend's (PSNR >= 40 dB per batch, the same statuses).
 
-// Test code: small sizes and pixel values chosen by the test (the cast lints are for shipped
-// code).
-#![allow(clippy::cast_precision_loss)]
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use stoker::{AttachOptions, Client, DType, Layout, PipelineSpec};
 use stoker_pipeline::transform::decode::{EncodeOptions, JpegEncoder, Subsampling};
-use stoker_testkit::{emulator, synthetic_rgb, Daemon};
-
-/// One batch as served: its indices, per-sample statuses and u8 pixels.
-type Batch = (Vec<u64>, Vec<u8>, Vec<f64>);
-
-/// Every batch of epoch 0 for the only rank.
-fn drain(client: &mut Client) -> Vec<Batch> {
-    let mut out = Vec::new();
-    while let Some(batch) = client.next_batch().unwrap() {
-        if batch.epoch() > 0 {
-            break;
-        }
-        // Host or device images alike.
-        let mut host = vec![0u8; batch.images_len()];
-        batch.copy_images_to_host(&mut host).unwrap();
-        out.push((
-            batch.indices().to_vec(),
-            batch.status().to_vec(),
-            host.into_iter().map(f64::from).collect(),
-        ));
-    }
-    out
-}
-
-fn psnr(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let mse = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>() / a.len() as f64;
-    10.0 * (255.0f64.powi(2) / mse.max(1e-12)).log10()
-}
+use stoker_testkit::batches::drain_copies;
+use stoker_testkit::device_batches::{assert_matches_cpu, HostBatch};
+use stoker_testkit::edge_manifest::edge_dir;
+use stoker_testkit::{emulator, synthetic_rgb};
 
 /// A folder of 24 same-sized 4:4:4 photos of different content (no chroma upsampling tells
 /// the decoders apart), every `progressive_every`-th one progressive (0: none).
@@ -65,49 +36,43 @@ fn photos(data: &Path, progressive_every: u32) {
 /// What one epoch served from the CUDA daemon and from the CPU daemon, the CUDA daemon's log
 /// (its stderr too: the emulators' lines) and its decode mix (hardware, hybrid, cpu).
 struct Served {
-    got: Vec<Batch>,
-    want: Vec<Batch>,
+    spec: PipelineSpec,
+    got: Vec<HostBatch>,
+    want: Vec<HostBatch>,
     log: String,
     mix: (u64, u64, u64),
 }
 
-/// Serves epoch 0 of `data` in batches of 4 from `stokerd --backend cuda` on the emulated GPU
+/// Serves one epoch of `data` in batches of 4 from `stokerd --backend cuda` on the emulated GPU
 /// (20 ms per stream operation, `config` as its stoker.toml) and from the CPU backend; `None`
 /// without NVRTC.
 fn serve(test: &str, data: &Path, config: &str) -> Option<Served> {
     emulator::use_emulator();
     emulator::nvrtc(test)?;
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("stokerd.log");
-    let (gpu_dir, cpu_dir) = (dir.path().join("gpu"), dir.path().join("cpu"));
-    for d in [&gpu_dir, &cpu_dir] {
-        std::fs::create_dir_all(d).unwrap();
-    }
-    let wheels = stoker_nvidia::loader::wheel_dir().expect("wheel dir");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache");
     let toml = dir.path().join("stoker.toml");
     std::fs::write(&toml, config).unwrap();
-    let flags = ["--backend", "cuda", "--config", toml.to_str().unwrap()];
-    let gpu = Daemon::start_logged_with(&gpu_dir, &flags, &log, |cmd| {
-        cmd.env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env("STOKER_EMU_OP_DELAY_US", "20000")
-            .env("STOKER_NVIDIA_DIR", wheels)
-            .env("STOKER_CACHE_DIR", cache);
-    });
-    let cpu = Daemon::start(&cpu_dir, &["--backend", "cpu"]);
+    let env = [
+        ("RUST_LOG", "info"),
+        ("NO_COLOR", "1"),
+        ("STOKER_EMU_OP_DELAY_US", "20000"),
+    ];
+    let flags = ["--config", toml.to_str().unwrap()];
+    let (gpu, cpu) = emulator::gpu_and_cpu_daemons_with(dir.path(), &cache, &flags, &env);
     let spec = PipelineSpec {
         dtype: DType::U8,
         layout: Layout::Nhwc,
+        epochs: Some(1),
         ..PipelineSpec::train(4, 64)
     };
-    let mut opts = AttachOptions::new("split", data.to_str().unwrap(), spec);
+    let mut opts = AttachOptions::new("split", data.to_str().unwrap(), spec.clone());
     opts.seed = 5;
     opts.device = emulator::UUIDS[0].parse().unwrap();
     opts.connect_timeout = Duration::from_secs(10);
-    let got = drain(&mut Client::attach(gpu.socket(), opts.clone()).unwrap());
+    let got = drain_copies(&mut Client::attach(gpu.socket(), opts.clone()).unwrap());
     opts.device = "cpu".parse().unwrap();
-    let want = drain(&mut Client::attach(cpu.socket(), opts).unwrap());
+    let want = drain_copies(&mut Client::attach(cpu.socket(), opts).unwrap());
     let status = stoker_tool::cli::status::query(gpu.socket()).unwrap();
     let mix = status.gpus.iter().fold((0, 0, 0), |m, g| {
         (
@@ -118,9 +83,10 @@ fn serve(test: &str, data: &Path, config: &str) -> Option<Served> {
     });
     drop(gpu);
     Some(Served {
+        spec,
         got,
         want,
-        log: std::fs::read_to_string(&log).unwrap(),
+        log: std::fs::read_to_string(dir.path().join("stokerd.log")).unwrap(),
         mix,
     })
 }
@@ -131,15 +97,7 @@ fn assert_the_cpu_backends(served: &Served, what: &str) {
     for line in ["undefined on a real library", "changed between the call"] {
         assert!(!served.log.contains(line), "{what}: {line}\n{}", served.log);
     }
-    assert_eq!(served.got.len(), served.want.len(), "{what}: batches");
-    let low: Vec<String> = (served.got.iter().zip(&served.want).enumerate())
-        .filter_map(|(step, (g, w))| {
-            assert_eq!((&g.0, &g.1), (&w.0, &w.1), "{what}: batch {step}");
-            let p = psnr(&g.2, &w.2);
-            (p < 40.0).then(|| format!("batch {step}: PSNR {p:.1} dB"))
-        })
-        .collect();
-    assert!(low.is_empty(), "{what}: {low:?}");
+    assert_matches_cpu(what, &served.spec, &served.got, &served.want, 40.0);
 }
 
 /// At share 1.0 (the default) the engines decode every image; at 0.65 the pool decodes the
@@ -211,15 +169,6 @@ fn progressive_files_go_through_the_pool_on_the_host_huffman_decoder() {
     }
 }
 
-fn edge_dir(test: &str) -> Option<PathBuf> {
-    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
-    if edge.join("MANIFEST.tsv").is_file() {
-        return Some(edge);
-    }
-    eprintln!("SKIPPED {test}: no {}", edge.display());
-    None
-}
-
 /// A corrupt file in the pool's share (share 0: every image there) fails its own sample only,
 /// as the CPU backend fails it, with a log line naming it; the other images are decoded by
 /// the pool and the rank goes on.
@@ -241,7 +190,7 @@ fn a_corrupt_file_in_the_pool_share_fails_only_its_sample_by_name() {
     assert_the_cpu_backends(&served, "share 0");
     let bad: usize = (served.got.iter())
         // Replaced (1) or failed (2), by the policy; padding of the last batch is 3.
-        .map(|b| b.1.iter().filter(|&&s| matches!(s, 1 | 2)).count())
+        .map(|b| b.status.iter().filter(|&&s| matches!(s, 1 | 2)).count())
         .sum();
     assert_eq!(bad, 1, "one bad sample, the corrupt file's");
     assert!(
