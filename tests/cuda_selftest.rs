@@ -354,7 +354,7 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         assert!(!e2e.contains("n/a"), "{summary}");
     }
     // The split decode ran end to end at shares 1, 0.65 and 0: a ratio and a suggested share.
-    let split = row("stoker above its engines-only rate (split pays > 1)");
+    let split = row("split: best share / engines only (pays > 1)");
     assert!(
         split.contains("x at share ") && split.contains("suggested share 0."),
         "{summary}"
