@@ -267,6 +267,8 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         "engines-pinned-inputs.json",
         "bench-blocking-sync.json",
         "bench-pinned-inputs.json",
+        "split.txt",
+        "split.json",
         "peer-nvimagecodec.txt",
         "peer-nvimagecodec.json",
         "peer-dali.txt",
@@ -351,6 +353,12 @@ fn gpu_check_runs_everything_on_the_emulator_and_writes_its_folder() {
         let e2e = row(&format!("A/B {ab}: end to end CPU-s/1000"));
         assert!(!e2e.contains("n/a"), "{summary}");
     }
+    // The split decode ran end to end at shares 1, 0.65 and 0: a ratio and a suggested share.
+    let split = row("split: best share / engines only (pays > 1)");
+    assert!(
+        split.contains("x at share ") && split.contains("suggested share 0."),
+        "{summary}"
+    );
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("bench-blocking-sync.json")).unwrap(),
     )

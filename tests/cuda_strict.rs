@@ -12,20 +12,12 @@
 // code).
 #![allow(clippy::cast_precision_loss)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use stoker::{AttachOptions, Client, DType, PipelineSpec};
+use stoker_testkit::edge_manifest::edge_dir;
 use stoker_testkit::{emulator, write_image_folder, Daemon};
-
-fn edge_dir(test: &str) -> Option<PathBuf> {
-    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/edge");
-    if edge.join("MANIFEST.tsv").is_file() {
-        return Some(edge);
-    }
-    eprintln!("SKIPPED {test}: no {}", edge.display());
-    None
-}
 
 /// The least PSNR of one served sample against the CPU backend's. Lower than the batch-wide
 /// `emulator::MIN_BACKEND_PSNR_DB`: the emulated nvJPEG upsamples chroma by replication, as

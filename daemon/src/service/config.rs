@@ -147,6 +147,13 @@ impl Config {
                 "cuda.hw_decode_share must be between 0 and 1, got {share}"
             ));
         }
+        let threads = self.cuda.hybrid_threads;
+        let most = stoker_pipeline::engine::cuda::MAX_HYBRID_THREADS;
+        if !(1..=most).contains(&threads) {
+            return Some(format!(
+                "cuda.hybrid_threads must be between 1 and {most}, got {threads}"
+            ));
+        }
         if self.server.slots_per_rank < MIN_SLOTS_PER_RANK {
             return Some(format!(
                 "server.slots_per_rank must be at least {MIN_SLOTS_PER_RANK}, got {}",
@@ -399,6 +406,13 @@ imagenet = "/data/imagenet/train"
             .to_string();
         assert!(
             err.contains("cuda.hw_decode_share") && err.contains("1.5"),
+            "{err}"
+        );
+        let err = Config::parse("[cuda]\nhybrid_threads = 0\n", Path::new("c"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cuda.hybrid_threads") && err.contains("got 0"),
             "{err}"
         );
         let err = Config::parse("[metrics]\nlisten = \"nowhere\"\n", Path::new("c"))

@@ -48,7 +48,7 @@ pub fn drain(c: &mut Client) -> Vec<Got> {
 }
 
 /// Every batch left in the client's job, copied; panics on a client error.
-pub(crate) fn drain_copies(c: &mut Client) -> Vec<HostBatch> {
+pub fn drain_copies(c: &mut Client) -> Vec<HostBatch> {
     let mut out = Vec::new();
     while let Some(b) = c.next_batch().unwrap() {
         out.push(HostBatch::of(&b));

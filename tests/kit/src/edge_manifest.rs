@@ -5,9 +5,20 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use stoker_tool::edge_manifest::Expected;
+
+/// The edge corpus beside the repository (`../shared/data/edge`), or `None` with a loud
+/// SKIPPED line naming `test` where it is missing.
+pub fn edge_dir(test: &str) -> Option<PathBuf> {
+    let edge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/edge");
+    if edge.join("MANIFEST.tsv").is_file() {
+        return Some(edge);
+    }
+    eprintln!("SKIPPED {test}: no {}", edge.display());
+    None
+}
 
 /// `(file name, expected outcome)` for every row of `edge/MANIFEST.tsv`, in its order (the
 /// tool's reader); a manifest that cannot be read fails the test.

@@ -96,14 +96,29 @@ pub fn run_child(test: &str, role: &str, env: &[(&str, String)]) -> std::process
 /// compiled once into `kernel_cache`) and a `stokerd --backend cpu`, each in its own folder
 /// under `dir`: the pair the CUDA tests compare.
 pub fn gpu_and_cpu_daemons(dir: &Path, kernel_cache: &Path) -> (Daemon, Daemon) {
+    gpu_and_cpu_daemons_with(dir, kernel_cache, &[], &[])
+}
+
+/// As [`gpu_and_cpu_daemons`], the CUDA daemon given `flags` more and `env` (emulator
+/// settings, its log level).
+pub fn gpu_and_cpu_daemons_with(
+    dir: &Path,
+    kernel_cache: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Daemon, Daemon) {
     let (gpu_dir, cpu_dir) = (dir.join("gpu"), dir.join("cpu"));
     std::fs::create_dir_all(&gpu_dir).unwrap();
     std::fs::create_dir_all(&cpu_dir).unwrap();
     let wheels = loader::wheel_dir().expect("wheel dir");
     let log = dir.join("stokerd.log");
-    let gpu = Daemon::start_logged_with(&gpu_dir, &["--backend", "cuda"], &log, |cmd| {
+    let flags: Vec<&str> = ["--backend", "cuda"].iter().chain(flags).copied().collect();
+    let gpu = Daemon::start_logged_with(&gpu_dir, &flags, &log, |cmd| {
         cmd.env("STOKER_NVIDIA_DIR", wheels)
             .env("STOKER_CACHE_DIR", kernel_cache);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
     });
     (gpu, Daemon::start(&cpu_dir, &["--backend", "cpu"]))
 }

@@ -262,6 +262,21 @@ pub(crate) unsafe fn event_record(
     check("cuEventRecord", unsafe { (d.event_record)(e, s) })
 }
 
+/// `cuStreamWaitEvent(s, e, 0)`: later work on `s` waits for `e`'s last record.
+///
+/// # Safety
+/// Both handles must be live.
+pub(crate) unsafe fn stream_wait_event(
+    d: &Driver,
+    s: sys::CUstream,
+    e: sys::CUevent,
+) -> Result<(), CudaError> {
+    // SAFETY: the caller promises both handles are live.
+    check("cuStreamWaitEvent", unsafe {
+        (d.stream_wait_event)(s, e, 0)
+    })
+}
+
 /// # Safety
 /// `e` must be live.
 pub(crate) unsafe fn event_synchronize(d: &Driver, e: sys::CUevent) -> Result<(), CudaError> {

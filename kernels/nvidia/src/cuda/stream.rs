@@ -26,6 +26,15 @@ impl Stream {
         done.synchronize()
     }
 
+    /// Makes the work queued on this stream from now on wait until the work recorded before
+    /// `event` (its last record, as of this call) has completed, without the host waiting
+    /// (`cuStreamWaitEvent`); the event may have been recorded on another stream.
+    pub fn wait_event(&self, event: &Event) -> Result<(), CudaError> {
+        self.device.bind()?;
+        // SAFETY: both handles are live while `self` and `event` are.
+        unsafe { result::stream_wait_event(self.device.driver(), self.raw, event.raw) }
+    }
+
     /// The driver's handle, for calls this crate does not wrap (nvJPEG's decodes, raw copies).
     pub fn raw(&self) -> sys::CUstream {
         self.raw

@@ -106,6 +106,7 @@ crate::symbol_table! {
     stream_get_priority = "cuStreamGetPriority": fn(CUstream, *mut c_int);
     ctx_get_stream_priority_range = "cuCtxGetStreamPriorityRange": fn(*mut c_int, *mut c_int);
     stream_destroy = "cuStreamDestroy_v2": fn(CUstream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CUstream, CUevent, c_uint);
     event_create = "cuEventCreate": fn(*mut CUevent, c_uint);
     event_record = "cuEventRecord": fn(CUevent, CUstream);
     event_synchronize = "cuEventSynchronize": fn(CUevent);

@@ -10,7 +10,10 @@
 //!   before choosing `NVJPEG_BACKEND_GPU_HYBRID`) do; everything else to the GPU-hybrid one.
 //!   Support is then asked of that decoder (`nvjpegDecoderJpegSupported`) and the decode runs
 //!   on it, so the question and the answer are the same decoder's.
-//! - Each decoder has its own state with its own pinned and device buffers, attached once.
+//! - Each decoder has its own state with its own pinned and device buffers, attached once,
+//!   and an event recorded after each transfer: the transfer reads the pinned buffer on the
+//!   stream, so the next host phase, which writes it, waits for that event first (emulator
+//!   rule 79). The batched non-engine decode double-buffers instead (`lane.rs`).
 //!
 //! # Limitations
 //! - DALI and nvImageCodec also send small sequential images to the hybrid decoder (a size
@@ -23,11 +26,15 @@ use super::handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, LibHandle, PinnedBuffer,
 };
 use super::{result, sys, NvjpegError};
+use crate::cuda::{Device, Event};
 
 /// One decoupled decoder with its state and buffers. Field order is drop order: the state
 /// goes before the buffers attached to it and the decoder it was made for.
 pub(super) struct DecoupledDecoder {
     pub params: DecodeParams,
+    /// Recorded after the last transfer, which read the pinned buffer (never recorded:
+    /// complete).
+    pub read: Event,
     state: JpegState,
     _device_buf: DeviceStaging,
     _pinned: PinnedBuffer,
@@ -35,7 +42,11 @@ pub(super) struct DecoupledDecoder {
 }
 
 impl DecoupledDecoder {
-    fn new(handle: &Arc<LibHandle>, backend: std::ffi::c_int) -> Result<Self, NvjpegError> {
+    fn new(
+        handle: &Arc<LibHandle>,
+        device: &Device,
+        backend: std::ffi::c_int,
+    ) -> Result<Self, NvjpegError> {
         let decoder = JpegDecoder::create(handle, backend)?;
         let state = JpegState::for_decoder(handle, &decoder)?;
         let pinned = PinnedBuffer::create(handle)?;
@@ -49,6 +60,7 @@ impl DecoupledDecoder {
         }
         Ok(DecoupledDecoder {
             params: DecodeParams::create(handle, sys::OUTPUT_RGBI)?,
+            read: device.event(false)?,
             state,
             _device_buf: device_buf,
             _pinned: pinned,
@@ -72,10 +84,10 @@ pub(super) struct Decoupled {
 }
 
 impl Decoupled {
-    pub(super) fn new(handle: &Arc<LibHandle>) -> Result<Decoupled, NvjpegError> {
+    pub(super) fn new(handle: &Arc<LibHandle>, device: &Device) -> Result<Decoupled, NvjpegError> {
         Ok(Decoupled {
-            gpu_hybrid: DecoupledDecoder::new(handle, sys::BACKEND_GPU_HYBRID)?,
-            hybrid: DecoupledDecoder::new(handle, sys::BACKEND_HYBRID)?,
+            gpu_hybrid: DecoupledDecoder::new(handle, device, sys::BACKEND_GPU_HYBRID)?,
+            hybrid: DecoupledDecoder::new(handle, device, sys::BACKEND_HYBRID)?,
         })
     }
 

@@ -34,6 +34,7 @@ mod decoupled;
 mod for_driver;
 mod handles;
 mod image;
+mod lane;
 mod result;
 mod sys;
 
@@ -48,6 +49,7 @@ use crate::loader::Loaded;
 use decoupled::Decoupled;
 use handles::{DecodeParams, JpegState, JpegStream, LibHandle};
 pub use image::{DeviceImage, JpegInfo, Roi};
+pub use lane::{DecoupledBackend, HybridLane, DEFAULT_HYBRID_HUFFMAN_THRESHOLD};
 
 crate::status_type! {
     /// An nvJPEG status code.
@@ -390,7 +392,7 @@ impl NvjpegDecoder {
                 .map(|_| HardwareBatchState::new(&handle, device))
                 .transpose()?,
             hardware_off: false,
-            decoupled: Decoupled::new(&handle)?,
+            decoupled: Decoupled::new(&handle, device)?,
             stream: JpegStream::create(&handle)?,
             handle,
             max_batch,
@@ -535,6 +537,13 @@ impl NvjpegDecoder {
         unsafe { state.decode(stream, jpegs, rois, outs) }
     }
 
+    /// A lane of the batched non-engine decode ([`HybridLane`]): its own decoupled decoders,
+    /// states, pinned buffers and stream, made from this decoder's library handle, for one
+    /// pool thread.
+    pub fn hybrid_lane(&self) -> Result<HybridLane, NvjpegError> {
+        HybridLane::new(&self.handle, &self.device)
+    }
+
     /// Decodes one image with nvJPEG's decoupled decoder for it (host phase, transfer, device
     /// phase: the hybrid decoder for a `progressive` file, the GPU-hybrid one otherwise), for
     /// images the engines refuse.
@@ -556,6 +565,8 @@ impl NvjpegDecoder {
         let s = handle.sys();
         let dd = self.decoupled.for_file(progressive);
         dd.params.set_roi(roi)?;
+        // The last transfer from the pinned buffer the host phase writes must have run.
+        dd.read.synchronize()?;
         let d = dd.objects(&handle);
         let mut image = out.as_nvjpeg();
         // SAFETY: every object is live and owned by `self`; `jpeg` outlives the parse and host
@@ -563,7 +574,10 @@ impl NvjpegDecoder {
         unsafe {
             result::jpeg_stream_parse(s, d.handle, jpeg, js)?;
             result::decode_jpeg_host(s, d, dd.params.raw(), js)?;
-            result::decode_jpeg_transfer_to_device(s, d, js, stream.raw())?;
+            let transferred = result::decode_jpeg_transfer_to_device(s, d, js, stream.raw());
+            // Recorded whatever the outcome: a failed transfer may have enqueued its copy.
+            dd.read.record(stream)?;
+            transferred?;
             result::decode_jpeg_device(s, d, &mut image, stream.raw())
         }
     }

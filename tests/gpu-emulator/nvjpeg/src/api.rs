@@ -65,7 +65,7 @@ destroy! {
     nvjpegJpegStreamDestroy: Object::Stream(_),
     nvjpegDecodeParamsDestroy: Object::Params(_),
     nvjpegDecoderDestroy: Object::Decoder(_),
-    nvjpegBufferPinnedDestroy: Object::Pinned,
+    nvjpegBufferPinnedDestroy: Object::Pinned(_),
     nvjpegBufferDeviceDestroy: Object::Device,
 }
 
@@ -201,7 +201,7 @@ fn new_state() -> Object {
     Object::State(StateObj {
         batch: None,
         pending: Default::default(),
-        pinned: false,
+        pinned: None,
         device: false,
         phase: Phase::Idle,
         doomed: None,
@@ -438,7 +438,7 @@ pub extern "C" fn nvjpegBufferPinnedCreate(
     buf: *mut *mut c_void,
 ) -> Status {
     call("nvjpegBufferPinnedCreate", || {
-        create(h, Object::Pinned, buf)
+        create(h, Object::Pinned(Default::default()), buf)
     })
 }
 
@@ -465,13 +465,14 @@ enum Buffer {
 /// Attaches `buf` to `state`, once `buf` is a buffer of the kind named.
 fn attach(state: *mut c_void, buf: *mut c_void, kind: Buffer) -> Result<(), Status> {
     let mut r = reg();
-    match (r.get(buf)?, kind) {
-        (Object::Pinned, Buffer::Pinned) | (Object::Device, Buffer::Device) => {}
+    let pinned = match (r.get(buf)?, kind) {
+        (Object::Pinned(transfers), Buffer::Pinned) => Some(transfers.clone()),
+        (Object::Device, Buffer::Device) => None,
         _ => return Err(status::INVALID_PARAMETER),
-    }
+    };
     let s = r.state(state)?;
     match kind {
-        Buffer::Pinned => s.pinned = true,
+        Buffer::Pinned => s.pinned = pinned,
         Buffer::Device => s.device = true,
     }
     Ok(())

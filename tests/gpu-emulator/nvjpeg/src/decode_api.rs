@@ -12,7 +12,9 @@
 //!   (`NVJPEG_STATUS_INVALID_PARAMETER` and a line on stderr), and a failed batched decode
 //!   leaves it needing Initialize again.
 //! - The decoupled path's device phase writes the pixels on the caller's stream; its host
-//!   phase decodes during the call.
+//!   phase decodes during the call. Its transfer reads the state's attached pinned buffer when
+//!   the caller's stream gets there, so a host phase that writes that buffer before then is
+//!   refused (`INVALID_PARAMETER` and a line on stderr, rule 79).
 //! - Each decoded image is recorded with its path (`stoker_emu_nvjpeg_path`).
 
 use std::ffi::{c_int, c_uchar, c_void};
@@ -413,7 +415,19 @@ pub extern "C" fn nvjpegDecodeJpegHost(
             let backend = r.decoder(decoder)?;
             let p = *r.params(params)?;
             // No pinned buffer attached is allowed: "the state will use heap host memory".
-            r.bound(h, state, "nvjpegDecodeJpegHost")?;
+            let s = r.bound(h, state, "nvjpegDecodeJpegHost")?;
+            // The host phase writes the attached pinned buffer, which a transfer still pending
+            // on its stream reads (rule 79).
+            if s.pinned
+                .as_ref()
+                .is_some_and(|t| t.load(Ordering::Acquire) > 0)
+            {
+                undefined(
+                    "nvjpegDecodeJpegHost",
+                    "a pinned buffer written while a transfer that reads it is still pending \
+                     on its stream (wait for an event recorded after that transfer)",
+                )?;
+            }
             let s = r.stream(stream)?;
             if !header::backend_takes(&s.header, backend) {
                 return Err(status::JPEG_NOT_SUPPORTED);
@@ -447,28 +461,41 @@ pub extern "C" fn nvjpegDecodeJpegTransferToDevice(
     decoder: *mut c_void,
     state: *mut c_void,
     stream: *mut c_void,
-    _cuda_stream: *mut c_void,
+    cuda_stream: *mut c_void,
 ) -> Status {
     call("nvjpegDecodeJpegTransferToDevice", || {
-        let mut r = reg();
-        r.bound(h, state, "nvjpegDecodeJpegTransferToDevice")?;
-        r.decoder(decoder)?;
-        r.stream(stream)?;
-        let s = r.state(state)?;
-        if !s.device {
-            return Err(status::INVALID_PARAMETER);
-        }
-        fail_at(s, Stage::Transfer)?;
-        match std::mem::replace(&mut s.phase, Phase::Idle) {
-            Phase::Host(p) => {
-                s.phase = Phase::Transferred(p);
-                Ok(())
+        let transfers = {
+            let mut r = reg();
+            r.bound(h, state, "nvjpegDecodeJpegTransferToDevice")?;
+            r.decoder(decoder)?;
+            r.stream(stream)?;
+            let s = r.state(state)?;
+            if !s.device {
+                return Err(status::INVALID_PARAMETER);
             }
-            other => {
-                s.phase = other;
-                Err(status::INVALID_PARAMETER)
+            fail_at(s, Stage::Transfer)?;
+            match std::mem::replace(&mut s.phase, Phase::Idle) {
+                Phase::Host(p) => s.phase = Phase::Transferred(p),
+                other => {
+                    s.phase = other;
+                    return Err(status::INVALID_PARAMETER);
+                }
             }
-        }
+            s.pinned.clone()
+        };
+        // The copy out of the attached pinned buffer runs when `cuda_stream` gets there: until
+        // then the buffer is busy (rule 79).
+        let Some(transfers) = transfers else {
+            return Ok(());
+        };
+        transfers.fetch_add(1, Ordering::AcqRel);
+        let on_stream = transfers.clone();
+        let copied = move || {
+            on_stream.fetch_sub(1, Ordering::AcqRel);
+        };
+        enqueue_job(cuda_stream, Box::new(copied)).inspect_err(|_| {
+            transfers.fetch_sub(1, Ordering::AcqRel);
+        })
     })
 }
 

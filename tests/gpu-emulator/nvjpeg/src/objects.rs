@@ -51,7 +51,8 @@ pub(crate) struct StateObj {
     pub(crate) batch: Option<(usize, OutputFormat)>,
     /// Batched decodes with this state enqueued on a stream and not yet run there.
     pub(crate) pending: Arc<AtomicUsize>,
-    pub(crate) pinned: bool,
+    /// The attached pinned buffer's count of transfers still pending on a stream.
+    pub(crate) pinned: Option<Arc<AtomicUsize>>,
     pub(crate) device: bool,
     pub(crate) phase: Phase,
     /// The decoupled phase that fails for the image in progress, and how
@@ -86,7 +87,9 @@ pub(crate) enum Object {
     Stream(Option<StreamObj>),
     Params(ParamsObj),
     Decoder(c_int),
-    Pinned,
+    /// A pinned buffer: its transfers (`nvjpegDecodeJpegTransferToDevice`) still pending on a
+    /// stream, which read it.
+    Pinned(Arc<AtomicUsize>),
     Device,
 }
 
@@ -225,7 +228,7 @@ impl Registry {
     }
 }
 
-fn undefined(call: &str, why: &str) -> Result<(), Status> {
+pub(crate) fn undefined(call: &str, why: &str) -> Result<(), Status> {
     eprintln!("stoker nvJPEG emulator: {call}: {why}; undefined on a real library");
     Err(status::INVALID_PARAMETER)
 }

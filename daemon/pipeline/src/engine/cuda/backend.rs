@@ -4,12 +4,14 @@
 
 mod mix;
 mod ops;
+mod pool;
 mod slots;
 mod split;
 mod staging;
 mod views;
 
 use crate::sync::lock;
+pub use pool::{DEFAULT_HYBRID_THREADS, MAX_HYBRID_THREADS};
 use slots::InFlight;
 use staging::HostStaging;
 use std::cell::RefCell;
@@ -60,6 +62,8 @@ struct Planned {
     roi: Option<Roi>,
     /// A progressive file (the decoupled decoder that takes it).
     progressive: bool,
+    /// The whole image's pixels (its decoupled decoder: `pool`).
+    pixels: u64,
     width: u32,
     height: u32,
     /// Offset of the decoded region in the scratch.
@@ -73,7 +77,10 @@ struct Planned {
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
     // Field order: everything using the stream's work goes before the stream; the decoder
-    // and the states made from it before the device (they bind the context on drop).
+    // and the states made from it before the device (they bind the context on drop). The
+    // pool first: its threads end (their streams' work done) before what they write goes.
+    /// The batched non-engine decode's threads, started at the first image for them.
+    pool: Option<pool::HybridPool>,
     /// Used in turn, one per batch this worker has in flight (`slots`).
     in_flight: Vec<InFlight>,
     next: usize,
@@ -98,6 +105,9 @@ pub struct CudaBackend {
     pinned_inputs: bool,
     /// `cuda.hw_decode_share` (`split`).
     hw_share: f64,
+    /// `cuda.hybrid_threads` and `cuda.hybrid_huffman_threshold` (`pool`).
+    hybrid_threads: usize,
+    huffman_threshold: u64,
     /// The log of nvJPEG failing on images (a few lines a second, then a count).
     failure_log: RateLimit,
 }
@@ -133,6 +143,7 @@ impl CudaBackend {
             .collect::<Result<_, PipelineError>>()?;
         let sample_staging = RefCell::new(HostStaging::new(gpu.device()).map_err(pinned)?);
         Ok(CudaBackend {
+            pool: None,
             in_flight,
             next: 0,
             decoder,
@@ -150,6 +161,8 @@ impl CudaBackend {
             hardware_failures: 0,
             pinned_inputs: config.cuda.pinned_inputs,
             hw_share: config.cuda.hw_decode_share,
+            hybrid_threads: config.cuda.hybrid_threads,
+            huffman_threshold: config.cuda.hybrid_huffman_threshold,
             failure_log: RateLimit::new(2),
             gpu,
         })
@@ -212,6 +225,7 @@ impl CudaBackend {
                 flip,
                 roi,
                 progressive: routed.progressive,
+                pixels: u64::from(w) * u64::from(h),
                 width: rw,
                 height: rh,
                 offset: 0,
@@ -251,8 +265,8 @@ impl CudaBackend {
         }
     }
 
-    /// Decodes the hardware images with one batched call on `state`, then the hybrid ones;
-    /// an image nvJPEG fails on goes to the CPU path.
+    /// Decodes the hardware images with one batched call on `state`, then the hybrid ones on
+    /// the pool (`pool`); an image nvJPEG fails on goes to the CPU path.
     fn decode_gpu(&mut self, mine: &mut InFlight) -> Result<(), BackendFault> {
         let hw: Vec<usize> = self.routed(Route::Hardware);
         if !hw.is_empty() && !self.decoder.has_hardware() {
@@ -277,24 +291,8 @@ impl CudaBackend {
                 r => self.settle_nvjpeg(r, &hw, Route::Hardware)?,
             }
         }
-        for k in self.routed(Route::Hybrid) {
-            let out = self.out(k);
-            // SAFETY: as above, for one image.
-            let r = unsafe {
-                self.decoder.decode_hybrid(
-                    &self.stream,
-                    &self.cpu.bufs[k],
-                    self.plan[k].roi,
-                    self.plan[k].progressive,
-                    out,
-                )
-            };
-            // The hybrid state's pinned buffer is reused by the next image: wait for this
-            // one, and take what the wait reports as this image's outcome.
-            let r = r.and_then(|()| self.stream.synchronize().map_err(NvjpegError::from));
-            self.settle_nvjpeg(r, &[k], Route::Hybrid)?;
-        }
-        Ok(())
+        // The engines' batch is enqueued: the pool decodes the rest meanwhile.
+        self.decode_on_pool()
     }
 
     /// Enqueues images `ks` of the plan on the hardware engines with the slot's state.
@@ -554,6 +552,7 @@ impl Planned {
             flip: false,
             roi: None,
             progressive: false,
+            pixels: 0,
             width: 0,
             height: 0,
             offset: 0,

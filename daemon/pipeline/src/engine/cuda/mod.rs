@@ -68,7 +68,7 @@ use super::backend::{Backend, BackendFactory, BackendFault, UnitSize};
 use super::{EngineConfig, PipelineError};
 use crate::engine::backend::BackendKind;
 use crate::metrics::LatencyHistogram;
-pub use backend::{crop_region, CudaBackend};
+pub use backend::{crop_region, CudaBackend, DEFAULT_HYBRID_THREADS, MAX_HYBRID_THREADS};
 
 /// Worker threads (each with its own stream) of one GPU's engine: batches in flight at once.
 pub const STREAMS_PER_GPU: usize = 2;
@@ -92,6 +92,13 @@ pub struct CudaOptions {
     /// The share of each batch's engine-decodable images the hardware engines decode; the
     /// rest go to nvJPEG's GPU-hybrid decoder (`backend/split.rs`). 0 to 1.
     pub hw_decode_share: f64,
+    /// Threads per worker of the batched non-engine decode (`backend/pool.rs`), each with its
+    /// own nvJPEG decoupled decoders, pinned buffers and stream. 1 to 64.
+    pub hybrid_threads: usize,
+    /// Images of more pixels than this take nvJPEG's GPU Huffman decoder (GPU-hybrid) in the
+    /// non-engine decode; others (and progressive files) the host's (hybrid), as DALI's and
+    /// nvImageCodec's `hybrid_huffman_threshold`.
+    pub hybrid_huffman_threshold: u64,
 }
 
 /// `cuda.hw_decode_share`'s default: every engine-decodable image to the engines, until a GPU
@@ -104,6 +111,8 @@ impl Default for CudaOptions {
             blocking_sync: false,
             pinned_inputs: false,
             hw_decode_share: DEFAULT_HW_DECODE_SHARE,
+            hybrid_threads: DEFAULT_HYBRID_THREADS,
+            hybrid_huffman_threshold: stoker_nvidia::nvjpeg::DEFAULT_HYBRID_HUFFMAN_THRESHOLD,
         }
     }
 }

@@ -102,6 +102,8 @@ pub(super) struct CudaBenchReport {
     pub end_to_end: CudaRow,
     /// End to end over decode only.
     pub fraction_of_ceiling: Option<f64>,
+    /// `--hw-shares`: end to end at each share (`split.rs`).
+    pub split: Option<super::split::SplitReport>,
 }
 
 pub(super) fn run(args: &BenchArgs, spec: PipelineSpec, json_path: &Path) -> Exit {
@@ -138,6 +140,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
     let Some(uuid) = resolved.gpu_uuid() else {
         return Err("--device cpu with --backend cuda: name a GPU".into());
     };
+    super::split::check(&args.hw_shares)?;
     stoker_nvidia::cuda::set_blocking_sync(args.blocking_sync);
     let device = Device::open(uuid).map_err(|e| format!("{uuid}: {e}"))?;
     let lib = NvjpegLib::global().map_err(|e| e.to_string())?;
@@ -166,6 +169,21 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
             decode_only.images_per_s,
         )
     };
+    let split = super::split::run(args, |at| {
+        let row = served_row(
+            at,
+            &resolved.to_string(),
+            &data,
+            &ds,
+            decode_only.images_per_s,
+        );
+        super::split::ShareRow {
+            images_per_s: row.images_per_s,
+            reason: row.reason,
+            mix: row.mix,
+            ..Default::default()
+        }
+    });
     let fraction_of_ceiling = end_to_end
         .images_per_s
         .zip(decode_only.images_per_s)
@@ -187,6 +205,7 @@ fn bench_cuda(args: &BenchArgs, spec: PipelineSpec) -> Result<CudaBenchReport, S
         context_flags: device.context_flags().ok(),
         end_to_end,
         fraction_of_ceiling,
+        split,
     })
 }
 
@@ -486,6 +505,9 @@ fn cuda_table(r: &CudaBenchReport) -> String {
     }
     if let Some(f) = r.fraction_of_ceiling {
         s += &format!("\nend to end / hardware decode ceiling: {f:.2}\n");
+    }
+    if let Some(split) = &r.split {
+        s += &super::split::table(split);
     }
     if r.emulated.is_some() {
         s += "\n(EMULATED GPU: these figures say nothing about a real GPU)\n";

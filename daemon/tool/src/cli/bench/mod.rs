@@ -67,6 +67,12 @@ pub struct BenchArgs {
     /// daemon it starts (`cuda.pinned_inputs`).
     #[arg(long)]
     pub(crate) pinned_inputs: bool,
+    /// With `--backend cuda`: end to end at each `cuda.hw_decode_share`, e.g. 1,0.65,0.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) hw_shares: Vec<f64>,
+    /// `[cuda]` keys for the daemon the run starts (set by `--hw-shares`).
+    #[arg(skip)]
+    pub(crate) daemon_config: String,
     /// Decode worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub(crate) threads: usize,
@@ -675,6 +681,7 @@ mod recipe;
 mod report;
 mod served;
 mod spec_args;
+mod split;
 mod views;
 mod workers;
 

@@ -40,7 +40,7 @@ pub(super) fn run_served(
     let _cleanup = RemoveDir(dir.clone());
     let (socket, daemon) = match &args.socket {
         Some(s) => (s.clone(), None),
-        None => start_stokerd(args, &dir, threads, "")?,
+        None => start_stokerd(args, &dir, threads, &args.daemon_config)?,
     };
     if let Some(ds) = cold {
         evict(ds);

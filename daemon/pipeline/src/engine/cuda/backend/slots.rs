@@ -10,8 +10,9 @@
 //!   on the stream (emulator rule 76, seen on an H200: docs/cuda.md, "Decoded images not
 //!   overwritten by the next batch"), so a scratch may be decoded into again only once the
 //!   kernel that read it last has run. Each slot records an event after its batch's kernels
-//!   and waits for that event alone (`cuEventSynchronize`) before the engines decode into its
-//!   scratch: the other slot's batch stays in flight, its decode and kernel still queued.
+//!   and waits for that event alone (`cuEventSynchronize`) before the engines or the pool
+//!   (`pool`, on streams of its own) decode into its scratch: the other slot's batch stays in
+//!   flight, its decode and kernel still queued.
 //!
 //! # Limitations
 //! - One scratch per slot doubles the worker's bound for decoded images (at most
@@ -139,10 +140,12 @@ impl CudaBackend {
         pending
     }
 
-    /// Before the hardware engines decode into this batch's scratch: waits for the kernels
-    /// that read it last (this slot's previous batch), not for the rest of the stream.
+    /// Before the hardware engines or the pool (on streams of their own) decode into this
+    /// batch's scratch: waits for the kernels that read it last (this slot's previous batch),
+    /// not for the rest of the stream.
     pub(super) fn wait_for_scratch(&self, mine: &InFlight) -> Result<(), BackendFault> {
-        if self.plan.iter().any(|p| p.route == Ok(Route::Hardware)) {
+        let elsewhere = |p: &Planned| matches!(p.route, Ok(Route::Hardware | Route::Hybrid));
+        if self.plan.iter().any(elsewhere) {
             mine.wait_scratch_read()
                 .map_err(|e| self.fault("decode scratch", &e))?;
         }
