@@ -53,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 
+mod buffers;
 pub mod cache;
 pub mod client;
 pub mod config;

@@ -6,9 +6,11 @@
 //! its size, and the keyed hash of its bytes recorded when they were fetched, hashed again
 //! whenever the file changed since its last check ([`crate::source::integrity`]); an entry that fails
 //! is deleted and fetched again, never served.
-//! Files are written to a temporary name in the same folder and renamed into place, so a
-//! reader never sees a partial file. One download per object at a time: later askers wait for
-//! the one in flight.
+//! An entry is one file holding the object's bytes, its tag on its inode (format 2; format 1,
+//! a tag file beside it, is still read, and written where the file system has no user
+//! extended attributes: [`crate::source::integrity`]). It gets its name only once whole and
+//! tagged ([`writer`]), so a reader never sees a partial file. One download per object at a
+//! time: later askers wait for the one in flight.
 //!
 //! # Design
 //! - The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
@@ -34,7 +36,6 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -520,18 +521,19 @@ impl NodeCache {
     }
 
     /// Writes the file of `name`, whose bytes `bytes` (tagged `tag`) [`NodeCache::finish`]
-    /// handed to readers from memory: its tag, then the bytes to a temporary name moved into
-    /// place, making room while the disk is full (for a second at most). Blocking: call it
-    /// off the request threads. Should it fail, the entry is forgotten (its readers had their
-    /// bytes; the next one fetches it again).
+    /// handed to readers from memory: one file, tagged on its inode, named once whole
+    /// ([`writer::Writer::publish`]), making room while the disk is full (for a second at
+    /// most). Blocking: call it off the request threads. Should it fail, the entry is
+    /// forgotten (its readers had their bytes; the next one fetches it again).
     pub(crate) fn write_behind(&self, name: &str, bytes: &[u8], tag: &Tag) {
-        let temp = self.temp_path(name);
         let path = self.dir.join(name);
         // No sync: a file torn by a crash fails its tag at the next start and is fetched again.
-        let write = || stoker_private::replace_file(&temp)?.write_all(bytes);
+        let temp = || self.temp_path(name);
         let written = self
-            .retry_full(bytes.len() as u64, write)
-            .and_then(|()| self.put_in_place(&temp, &path, tag));
+            .retry_full(bytes.len() as u64, || {
+                (self.writer).publish(&self.dir, &path, temp, bytes, tag)
+            })
+            .map(|()| fs::metadata(&path).ok().and_then(|m| Stamp::settled(&m)));
         let mut st = self.lock();
         match written {
             Ok(stamp) => {
@@ -550,7 +552,6 @@ impl NodeCache {
                 }
             }
             Err(e) => {
-                let _ = fs::remove_file(&temp);
                 tracing::warn!(file = %path.display(), error = %e, "node cache: an object's file could not be written; it will be fetched again");
                 if let Some(old) = st.entries.remove(name) {
                     st.total -= old.size;
@@ -604,9 +605,10 @@ impl NodeCache {
     }
 
     /// Records `tag` (the keyed hash of the bytes in `temp`, computed as they were received)
-    /// beside `path`, then moves `temp` there; the file's stamp, once settled.
+    /// on `temp`, then moves it to `path`; the file's stamp, once settled.
     fn put_in_place(&self, temp: &Path, path: &Path, tag: &Tag) -> std::io::Result<Option<Stamp>> {
-        self.retry_full(0, || integrity::write_tag(path, tag))?;
+        let file = fs::File::open(temp)?;
+        self.retry_full(0, || integrity::record_tag(&file, path, tag))?;
         fs::rename(temp, path)?;
         Ok(fs::metadata(path).ok().and_then(|m| Stamp::settled(&m)))
     }
@@ -629,8 +631,9 @@ impl NodeCache {
         Self::drop_hot(&mut st, name);
         st.total -= e.size;
         let path = self.dir.join(name);
+        let removed = fs::remove_file(&path).is_ok();
         let _ = fs::remove_file(integrity::tag_path(&path));
-        fs::remove_file(path).is_ok()
+        removed
     }
 
     /// Removes least recently used objects (never `keep`, never a pinned one) until the total

@@ -210,3 +210,92 @@ fn entries_spared_while_written_are_evicted_once_written_when_over_the_cap() {
     assert_eq!(c.total(), 4, "the cap holds once they are written");
     assert!(!dir.path().join(&p).exists() && dir.path().join(&q).exists());
 }
+
+/// Whether the file system of `dir` keeps user extended attributes (the tag's home).
+fn has_xattrs(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    fs::write(&probe, b"").unwrap();
+    let set = rustix::fs::setxattr(&probe, "user.probe", b"1", rustix::fs::XattrFlags::empty());
+    fs::remove_file(&probe).unwrap();
+    set.is_ok()
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = (fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_entry_is_one_file_with_its_tag_on_its_inode_and_old_entries_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Arc::new(NodeCache::open(dir.path(), 100).unwrap());
+    let a = NodeCache::name("e", "b", "a", "etag", 4);
+    let b = NodeCache::name("e", "b", "b", "etag", 4);
+    put_hot(&c, &a, b"aaaa", true); // written behind
+    put(&c, &b, b"bbbb"); // received into its temporary file
+    let tag_of = |bytes: &[u8]| c.tags().tag_of_bytes(bytes);
+    let mut want = vec![a.clone(), b.clone(), integrity::KEY_FILE.to_owned()];
+    if has_xattrs(dir.path()) {
+        want.sort();
+        assert_eq!(
+            names_in(dir.path()),
+            want,
+            "one file per object, nothing beside"
+        );
+    } else {
+        assert!(
+            integrity::tag_path(&dir.path().join(&a)).exists(),
+            "the tag file"
+        );
+    }
+    assert_eq!(
+        integrity::read_tag(&dir.path().join(&a)),
+        Some(tag_of(b"aaaa"))
+    );
+    assert_eq!(
+        integrity::read_tag(&dir.path().join(&b)),
+        Some(tag_of(b"bbbb"))
+    );
+    // An entry an earlier version left (format 1: its tag in a file beside it) is taken in,
+    // as are this version's.
+    let old = NodeCache::name("e", "b", "old", "etag", 4);
+    fs::write(dir.path().join(&old), b"oooo").unwrap();
+    integrity::write_tag(&dir.path().join(&old), &tag_of(b"oooo")).unwrap();
+    let c2 = NodeCache::open(dir.path(), 100).unwrap();
+    for n in [&a, &b, &old] {
+        assert!(matches!(c2.claim(n), Claim::Ready(Cached::File(_))), "{n}");
+    }
+    if !has_xattrs(dir.path()) {
+        return;
+    }
+    // A tag of another format, or cut short, is broken: the entry is deleted, fetched again.
+    let set = |n: &str, v: &[u8]| {
+        let flags = rustix::fs::XattrFlags::empty();
+        rustix::fs::setxattr(dir.path().join(n), integrity::TAG_XATTR, v, flags).unwrap();
+    };
+    set(&a, &[9; 33]);
+    set(&b, &[integrity::TAG_FORMAT; 20]);
+    let c3 = NodeCache::open(dir.path(), 100).unwrap();
+    assert!(matches!(c3.claim(&a), Claim::Fetch(_)));
+    assert!(matches!(c3.claim(&b), Claim::Fetch(_)));
+    assert!(!dir.path().join(&a).exists() && !dir.path().join(&b).exists());
+}
+
+#[test]
+fn a_file_written_by_another_process_meanwhile_is_replaced_not_doubled() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Arc::new(NodeCache::open(dir.path(), 100).unwrap());
+    let a = NodeCache::name("e", "b", "a", "etag", 4);
+    let got = put_hot(&c, &a, b"aaaa", false);
+    // Another daemon sharing the folder put its copy (here torn) under the name first.
+    fs::write(dir.path().join(&a), b"aa\0\0").unwrap();
+    c.write_behind(&a, &got, &c.tags().tag_of_bytes(b"aaaa"));
+    assert_eq!(fs::read(dir.path().join(&a)).unwrap(), b"aaaa");
+    assert!(!names_in(dir.path()).iter().any(|n| n.contains(".tmp.")));
+    let c2 = NodeCache::open(dir.path(), 100).unwrap();
+    assert!(matches!(c2.claim(&a), Claim::Ready(Cached::File(_))));
+}
