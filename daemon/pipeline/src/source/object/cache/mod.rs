@@ -314,12 +314,12 @@ impl NodeCache {
         format!("{k:016x}-{:016x}-{size}", fnv1a(&[etag.as_bytes()]))
     }
 
-    /// Asks for the object stored as `name` (see [`NodeCache::name`]).
-    pub fn claim(&self, name: &str) -> Claim {
+    /// Asks for the object stored as `name` (see [`NodeCache::name`]), `object` in logs.
+    pub fn claim(&self, name: &str, object: &dyn std::fmt::Display) -> Claim {
         if let Some(bytes) = self.take_hot(name) {
             return Claim::Ready(Cached::Memory(bytes));
         }
-        if let Some(path) = self.checked(name) {
+        if let Some(path) = self.checked(name, object) {
             return Claim::Ready(Cached::File(path));
         }
         let mut st = self.lock();
@@ -366,7 +366,7 @@ impl NodeCache {
 
     /// The path of `name` if it is here and passes its check (see the module's docs); an entry
     /// that fails is forgotten and deleted. The file is hashed outside the lock.
-    fn checked(&self, name: &str) -> Option<PathBuf> {
+    fn checked(&self, name: &str, object: &dyn std::fmt::Display) -> Option<PathBuf> {
         let e = self.lock().entries.get(name).copied()?;
         let path = self.dir.join(name);
         let meta = fs::metadata(&path).ok().filter(|m| m.len() == e.size);
@@ -388,7 +388,7 @@ impl NodeCache {
         }
         // Removed, or changed behind our back: never served, fetched again.
         if meta.is_some() {
-            tracing::warn!(file = %path.display(), "node cache: an entry no longer holds the bytes fetched (its keyed hash differs); deleted, fetching it again");
+            tracing::warn!(%object, file = %path.display(), "node cache: the copy of an object no longer holds the bytes fetched (its keyed hash differs: torn by a crash, or changed); deleted, fetching it again");
             metrics::counter!(super::metric::CACHE_REQUESTS_TOTAL, "result" => "rejected")
                 .increment(1);
         }
@@ -670,29 +670,9 @@ fn remove_entry_files(path: &Path) {
     let _ = fs::remove_file(integrity::tag_path(path));
 }
 
-/// The size at the end of a cache file name.
-fn size_of_name(name: &str) -> Option<u64> {
-    let mut parts = name.split('-');
-    let (_, _, size) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    size.parse().ok()
-}
-
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in *p {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
+mod names;
 #[cfg(test)]
 mod tests;
 mod writer;
+
+use names::{fnv1a, size_of_name};
