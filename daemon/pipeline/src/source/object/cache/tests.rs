@@ -40,6 +40,18 @@ fn put_hot(c: &NodeCache, name: &str, bytes: &[u8], write: bool) -> Bytes {
     got
 }
 
+/// A cache of `cap` bytes in a fresh folder.
+fn opened(cap: u64) -> (tempfile::TempDir, Arc<NodeCache>) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Arc::new(NodeCache::open(dir.path(), cap).unwrap());
+    (dir, c)
+}
+
+/// The file name of the 4-byte object `key`.
+fn named(key: &str) -> String {
+    NodeCache::name("e", "b", key, "etag", 4)
+}
+
 #[test]
 fn objects_are_reused_and_least_recently_used_evicted() {
     let dir = tempfile::tempdir().unwrap();
@@ -68,10 +80,8 @@ fn objects_are_reused_and_least_recently_used_evicted() {
 
 #[test]
 fn a_pinned_object_is_not_evicted_and_room_is_made_from_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = Arc::new(NodeCache::open(dir.path(), 4).unwrap());
-    let a = NodeCache::name("e", "b", "a", "etag", 4);
-    let b = NodeCache::name("e", "b", "b", "etag", 4);
+    let (dir, c) = opened(4);
+    let (a, b) = (named("a"), named("b"));
     let pin = c.pin(&a);
     put(&c, &a, b"aaaa");
     put(&c, &b, b"bbbb"); // over the cap, but a is pinned: the cap is overrun
@@ -240,10 +250,8 @@ fn names_in(dir: &Path) -> Vec<String> {
 
 #[test]
 fn an_entry_is_one_file_with_its_tag_on_its_inode_and_old_entries_are_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = Arc::new(NodeCache::open(dir.path(), 100).unwrap());
-    let a = NodeCache::name("e", "b", "a", "etag", 4);
-    let b = NodeCache::name("e", "b", "b", "etag", 4);
+    let (dir, c) = opened(100);
+    let (a, b) = (named("a"), named("b"));
     put_hot(&c, &a, b"aaaa", true); // written behind
     put(&c, &b, b"bbbb"); // received into its temporary file
     let tag_of = |bytes: &[u8]| c.tags().tag_of_bytes(bytes);
@@ -271,7 +279,7 @@ fn an_entry_is_one_file_with_its_tag_on_its_inode_and_old_entries_are_read() {
     );
     // An entry an earlier version left (format 1: its tag in a file beside it) is taken in,
     // as are this version's.
-    let old = NodeCache::name("e", "b", "old", "etag", 4);
+    let old = named("old");
     fs::write(dir.path().join(&old), b"oooo").unwrap();
     integrity::write_tag(&dir.path().join(&old), &tag_of(b"oooo")).unwrap();
     let c2 = NodeCache::open(dir.path(), 100).unwrap();
@@ -299,9 +307,8 @@ fn an_entry_is_one_file_with_its_tag_on_its_inode_and_old_entries_are_read() {
 
 #[test]
 fn a_file_written_by_another_process_meanwhile_is_replaced_not_doubled() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = Arc::new(NodeCache::open(dir.path(), 100).unwrap());
-    let a = NodeCache::name("e", "b", "a", "etag", 4);
+    let (dir, c) = opened(100);
+    let a = named("a");
     let got = put_hot(&c, &a, b"aaaa", false);
     // Another daemon sharing the folder put its copy (here torn) under the name first.
     fs::write(dir.path().join(&a), b"aa\0\0").unwrap();
