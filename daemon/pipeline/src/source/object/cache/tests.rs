@@ -321,3 +321,20 @@ fn a_file_written_by_another_process_meanwhile_is_replaced_not_doubled() {
         Claim::Ready(Cached::File(_))
     ));
 }
+
+#[test]
+fn where_unnamed_files_are_refused_a_temporary_name_moved_into_place_does_the_same() {
+    let (dir, c) = opened(100);
+    c.writer.named.store(true, Ordering::Relaxed);
+    let a = named("a");
+    put_hot(&c, &a, b"aaaa", true);
+    assert_eq!(fs::read(dir.path().join(&a)).unwrap(), b"aaaa");
+    let tag = c.tags().tag_of_bytes(b"aaaa");
+    assert_eq!(integrity::read_tag(&dir.path().join(&a)), Some(tag));
+    assert!(!names_in(dir.path()).iter().any(|n| n.contains(".tmp.")));
+    let c2 = NodeCache::open(dir.path(), 100).unwrap();
+    assert!(matches!(
+        c2.claim(&a, &"s3://b/k"),
+        Claim::Ready(Cached::File(_))
+    ));
+}

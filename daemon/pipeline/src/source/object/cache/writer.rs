@@ -38,7 +38,7 @@ type Job = (String, Bytes, Tag);
 pub(super) struct Writer {
     tx: Mutex<Option<Sender<Job>>>,
     /// Whether the folder refused an unnamed file: files go through named temporary ones.
-    named: AtomicBool,
+    pub(super) named: AtomicBool,
 }
 
 impl Writer {
