@@ -143,10 +143,53 @@ fn a_cache_file_changed_on_disk_is_fetched_again_never_served() {
         local
     };
     corrupt_all();
-    let daemon = s.daemon("prefetch = false", &["--threads", "2"]);
+    let config = write_config(s.dir.path(), &s.weed, "prefetch = false", "");
+    let log = s.dir.path().join("restarted.log");
+    let flags = ["--threads", "2", "--config", config.to_str().unwrap()];
+    let daemon = Daemon::start_logged(s.dir.path(), &flags, &log);
     check(
         &batches(daemon.socket(), &url, "restarted"),
         &local,
         "changed before a restart",
+    );
+    // Each refusal is logged with the object it holds, not only its hashed file name.
+    let log = std::fs::read_to_string(&log).unwrap();
+    let refused = (log.lines())
+        .filter(|l| l.contains("no longer holds the bytes fetched") && l.contains(&url))
+        .count();
+    assert!(refused >= 18, "{refused} refusals naming the object: {log}");
+}
+
+/// Two daemons on one node-cache folder (a restart overlapping the old daemon, or two
+/// daemons of one uid): both read the dataset, each writes the objects it fetched, and the
+/// folder keeps one file per object, no temporary file left, and a tag file beside an entry
+/// only where the file system has no extended attributes to hold its tag.
+#[test]
+fn two_daemons_sharing_a_node_cache_keep_one_file_per_object() {
+    let s = Served::folder();
+    let objects = s.dir.path().join("objects");
+    let config = write_config(s.dir.path(), &s.weed, "prefetch = false", "");
+    let other = s.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let a = Daemon::start_configured(s.dir.path(), &config, &["--threads", "2"]);
+    let b = Daemon::start_configured(&other, &config, &["--threads", "2"]);
+    let local = batches(a.socket(), s.folder.to_str().unwrap(), "local");
+    let url = format!("s3://{BUCKET}/folder");
+    for (daemon, job) in [(&a, "a"), (&b, "b"), (&a, "a again"), (&b, "b again")] {
+        let seen = batches(daemon.socket(), &url, job);
+        assert!(
+            all_ok(&seen) && seen == local,
+            "{job}: the local folder's batches"
+        );
+    }
+    assert_eq!(cached_settled(&objects, 18).len(), 18);
+    let names: Vec<String> = (std::fs::read_dir(&objects).unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "key")
+        .collect();
+    let tags = names.iter().filter(|n| n.ends_with(".sum")).count();
+    assert!(
+        names.len() == 18 + tags && (tags == 0 || tags == 18),
+        "one file per object, nothing left beside: {names:?}"
     );
 }

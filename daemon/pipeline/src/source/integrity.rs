@@ -4,8 +4,12 @@
 //!
 //! # Design
 //! - The key is 32 random bytes in `<cache folder>/key` (mode 0600, made once by the first
-//!   daemon or tool that opens the folder, shared by all of them). An entry `NAME` has its tag
-//!   in `NAME.sum` (64 hex digits) beside it, written before the entry is moved into place.
+//!   daemon or tool that opens the folder, shared by all of them). A node-cache entry carries
+//!   its tag on its own inode, in the extended attribute [`TAG_XATTR`] (format 2: the byte
+//!   [`TAG_FORMAT`], then the 32 bytes), set before the entry gets its name: one file per
+//!   entry. Where the file system has no user extended attributes, and for the dataset index
+//!   caches, the tag is in `NAME.sum` (64 hex digits, format 1) beside the entry, written
+//!   before the entry is moved into place; an entry of either format is read.
 //!   A download is tagged as it is received ([`Tagger`]), in the pass that receives it.
 //! - A file is hashed again whenever its [`Stamp`] (device, inode, size, modification and
 //!   change times) differs from the one of its last good check: after a restart (no stamp
@@ -31,6 +35,11 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 /// The suffix of an entry's tag file.
 pub(crate) const TAG_SUFFIX: &str = ".sum";
+/// The extended attribute that holds an entry's tag on its inode.
+pub(crate) const TAG_XATTR: &str = "user.stoker.tag";
+/// The first byte of [`TAG_XATTR`]'s value: its format (1 is the tag file). Any other value,
+/// or another length, is a broken tag: the entry is not served.
+pub(crate) const TAG_FORMAT: u8 = 2;
 /// The key's file name in the cache folder.
 pub(crate) const KEY_FILE: &str = "key";
 const KEY_BYTES: usize = 32;
@@ -183,8 +192,27 @@ pub(crate) fn write_tag(path: &Path, tag: &Tag) -> std::io::Result<()> {
     stoker_private::replace_file(&tag_path(path))?.write_all(hex.as_bytes())
 }
 
-/// The tag recorded for the entry at `path`; `None` if there is none or it is broken.
+/// Records `tag` as the tag of the entry `path` whose bytes `file` holds (not in place yet):
+/// on `file`'s inode ([`TAG_XATTR`]), or in the tag file beside `path` where the file system
+/// has no user extended attributes.
+pub(crate) fn record_tag(file: &fs::File, path: &Path, tag: &Tag) -> std::io::Result<()> {
+    let mut value = [TAG_FORMAT; 33];
+    value[1..].copy_from_slice(tag);
+    match rustix::fs::fsetxattr(file, TAG_XATTR, &value, rustix::fs::XattrFlags::empty()) {
+        Err(rustix::io::Errno::OPNOTSUPP) => write_tag(path, tag),
+        r => r.map_err(std::io::Error::from),
+    }
+}
+
+/// The tag recorded for the entry at `path` (on its inode, else in its tag file); `None` if
+/// there is none or it is broken.
 pub(crate) fn read_tag(path: &Path) -> Option<Tag> {
+    let mut value = [0u8; 34];
+    match rustix::fs::getxattr(path, TAG_XATTR, &mut value[..]) {
+        Ok(33) if value[0] == TAG_FORMAT => return value[1..33].try_into().ok(),
+        Ok(_) | Err(rustix::io::Errno::RANGE) => return None,
+        Err(_) => {}
+    }
     let text = fs::read_to_string(tag_path(path)).ok()?;
     let text = text.trim();
     if text.len() != 64 {

@@ -388,7 +388,7 @@ impl<'a> Body<'a> {
             // Only objects small enough to hold are received into memory (the caller's
             // rule); the listed size is checked against every chunk, so this is the most
             // it grows to.
-            None => Body::Memory(Vec::with_capacity(usize::try_from(size).unwrap_or(0))),
+            None => Body::Memory(super::buffers::take(usize::try_from(size).unwrap_or(0))),
         })
     }
 
@@ -404,7 +404,7 @@ impl<'a> Body<'a> {
 
     fn into_bytes(self) -> Option<Bytes> {
         match self {
-            Body::Memory(v) => Some(Bytes::from(v)),
+            Body::Memory(v) => Some(super::buffers::freeze(v)),
             Body::File(..) => None,
         }
     }

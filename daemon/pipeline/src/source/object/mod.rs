@@ -53,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 
+mod buffers;
 pub mod cache;
 pub mod client;
 pub mod config;
@@ -444,7 +445,11 @@ impl Fetcher {
         flow: &Flow,
     ) -> Claim {
         let name = obj.cache_name();
-        let claim = cache.claim(&name);
+        // The URL is written out only if a log line names it.
+        let claim = cache.claim(
+            &name,
+            &format_args!("s3://{}/{}", obj.remote.bucket(), obj.key),
+        );
         if let Claim::Fetch(p) = &claim {
             let (cache, obj, p) = (cache.clone(), obj.clone(), p.clone());
             let (fetcher, flow) = (self.clone(), flow.clone());

@@ -36,6 +36,14 @@ pub(crate) struct Piece {
     len: u64,
 }
 
+impl std::fmt::Display for Piece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = &self.obj;
+        let end = self.offset + self.len;
+        write!(f, "{} bytes {}..{end}", o.remote.url(&o.key), self.offset)
+    }
+}
+
 impl Piece {
     pub(crate) fn new(obj: ObjectRef, offset: u64, len: u64) -> Piece {
         Piece { obj, offset, len }
@@ -98,7 +106,7 @@ pub(super) fn start(
         .enumerate()
         .map(|(i, p)| {
             let name = p.cache_name();
-            let claim = cache.claim(&name);
+            let claim = cache.claim(&name, p);
             let hit = !matches!(claim, Claim::Fetch(_));
             let result = if hit { "hit" } else { "miss" };
             metrics::counter!(metric::CACHE_REQUESTS_TOTAL, "result" => result).increment(1);
@@ -194,7 +202,7 @@ pub(super) fn prefetch_piece(
     flow: &Flow,
 ) {
     let name = piece.cache_name();
-    if let Claim::Fetch(pending) = cache.claim(&name) {
+    if let Claim::Fetch(pending) = cache.claim(&name, piece) {
         spawn_group(
             fetcher,
             cache,

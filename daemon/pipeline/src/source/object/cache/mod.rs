@@ -6,9 +6,11 @@
 //! its size, and the keyed hash of its bytes recorded when they were fetched, hashed again
 //! whenever the file changed since its last check ([`crate::source::integrity`]); an entry that fails
 //! is deleted and fetched again, never served.
-//! Files are written to a temporary name in the same folder and renamed into place, so a
-//! reader never sees a partial file. One download per object at a time: later askers wait for
-//! the one in flight.
+//! An entry is one file holding the object's bytes, its tag on its inode (format 2; format 1,
+//! a tag file beside it, is still read, and written where the file system has no user
+//! extended attributes: [`crate::source::integrity`]). It gets its name only once whole and
+//! tagged ([`writer`]), so a reader never sees a partial file. One download per object at a
+//! time: later askers wait for the one in flight.
 //!
 //! # Design
 //! - The bookkeeping (sizes, last use as a counter, downloads in flight) is one mutex-guarded
@@ -34,7 +36,6 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -313,12 +314,12 @@ impl NodeCache {
         format!("{k:016x}-{:016x}-{size}", fnv1a(&[etag.as_bytes()]))
     }
 
-    /// Asks for the object stored as `name` (see [`NodeCache::name`]).
-    pub fn claim(&self, name: &str) -> Claim {
+    /// Asks for the object stored as `name` (see [`NodeCache::name`]), `object` in logs.
+    pub fn claim(&self, name: &str, object: &dyn std::fmt::Display) -> Claim {
         if let Some(bytes) = self.take_hot(name) {
             return Claim::Ready(Cached::Memory(bytes));
         }
-        if let Some(path) = self.checked(name) {
+        if let Some(path) = self.checked(name, object) {
             return Claim::Ready(Cached::File(path));
         }
         let mut st = self.lock();
@@ -365,7 +366,7 @@ impl NodeCache {
 
     /// The path of `name` if it is here and passes its check (see the module's docs); an entry
     /// that fails is forgotten and deleted. The file is hashed outside the lock.
-    fn checked(&self, name: &str) -> Option<PathBuf> {
+    fn checked(&self, name: &str, object: &dyn std::fmt::Display) -> Option<PathBuf> {
         let e = self.lock().entries.get(name).copied()?;
         let path = self.dir.join(name);
         let meta = fs::metadata(&path).ok().filter(|m| m.len() == e.size);
@@ -387,7 +388,7 @@ impl NodeCache {
         }
         // Removed, or changed behind our back: never served, fetched again.
         if meta.is_some() {
-            tracing::warn!(file = %path.display(), "node cache: an entry no longer holds the bytes fetched (its keyed hash differs); deleted, fetching it again");
+            tracing::warn!(%object, file = %path.display(), "node cache: the copy of an object no longer holds the bytes fetched (its keyed hash differs: torn by a crash, or changed); deleted, fetching it again");
             metrics::counter!(super::metric::CACHE_REQUESTS_TOTAL, "result" => "rejected")
                 .increment(1);
         }
@@ -520,18 +521,19 @@ impl NodeCache {
     }
 
     /// Writes the file of `name`, whose bytes `bytes` (tagged `tag`) [`NodeCache::finish`]
-    /// handed to readers from memory: its tag, then the bytes to a temporary name moved into
-    /// place, making room while the disk is full (for a second at most). Blocking: call it
-    /// off the request threads. Should it fail, the entry is forgotten (its readers had their
-    /// bytes; the next one fetches it again).
+    /// handed to readers from memory: one file, tagged on its inode, named once whole
+    /// ([`writer::Writer::publish`]), making room while the disk is full (for a second at
+    /// most). Blocking: call it off the request threads. Should it fail, the entry is
+    /// forgotten (its readers had their bytes; the next one fetches it again).
     pub(crate) fn write_behind(&self, name: &str, bytes: &[u8], tag: &Tag) {
-        let temp = self.temp_path(name);
         let path = self.dir.join(name);
         // No sync: a file torn by a crash fails its tag at the next start and is fetched again.
-        let write = || stoker_private::replace_file(&temp)?.write_all(bytes);
+        let temp = || self.temp_path(name);
         let written = self
-            .retry_full(bytes.len() as u64, write)
-            .and_then(|()| self.put_in_place(&temp, &path, tag));
+            .retry_full(bytes.len() as u64, || {
+                (self.writer).publish(&self.dir, &path, temp, bytes, tag)
+            })
+            .map(|()| fs::metadata(&path).ok().and_then(|m| Stamp::settled(&m)));
         let mut st = self.lock();
         match written {
             Ok(stamp) => {
@@ -550,7 +552,6 @@ impl NodeCache {
                 }
             }
             Err(e) => {
-                let _ = fs::remove_file(&temp);
                 tracing::warn!(file = %path.display(), error = %e, "node cache: an object's file could not be written; it will be fetched again");
                 if let Some(old) = st.entries.remove(name) {
                     st.total -= old.size;
@@ -604,9 +605,10 @@ impl NodeCache {
     }
 
     /// Records `tag` (the keyed hash of the bytes in `temp`, computed as they were received)
-    /// beside `path`, then moves `temp` there; the file's stamp, once settled.
+    /// on `temp`, then moves it to `path`; the file's stamp, once settled.
     fn put_in_place(&self, temp: &Path, path: &Path, tag: &Tag) -> std::io::Result<Option<Stamp>> {
-        self.retry_full(0, || integrity::write_tag(path, tag))?;
+        let file = fs::File::open(temp)?;
+        self.retry_full(0, || integrity::record_tag(&file, path, tag))?;
         fs::rename(temp, path)?;
         Ok(fs::metadata(path).ok().and_then(|m| Stamp::settled(&m)))
     }
@@ -629,8 +631,9 @@ impl NodeCache {
         Self::drop_hot(&mut st, name);
         st.total -= e.size;
         let path = self.dir.join(name);
+        let removed = fs::remove_file(&path).is_ok();
         let _ = fs::remove_file(integrity::tag_path(&path));
-        fs::remove_file(path).is_ok()
+        removed
     }
 
     /// Removes least recently used objects (never `keep`, never a pinned one) until the total
@@ -667,29 +670,9 @@ fn remove_entry_files(path: &Path) {
     let _ = fs::remove_file(integrity::tag_path(path));
 }
 
-/// The size at the end of a cache file name.
-fn size_of_name(name: &str) -> Option<u64> {
-    let mut parts = name.split('-');
-    let (_, _, size) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    size.parse().ok()
-}
-
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in *p {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
+mod names;
 #[cfg(test)]
 mod tests;
 mod writer;
+
+use names::{fnv1a, size_of_name};
