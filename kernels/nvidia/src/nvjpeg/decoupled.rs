@@ -26,7 +26,7 @@ use super::handles::{
     DecodeParams, DeviceStaging, JpegDecoder, JpegState, LibHandle, PinnedBuffer,
 };
 use super::{result, sys, NvjpegError};
-use crate::cuda::{Device, Event};
+use crate::cuda::{Device, Event, Stream};
 
 /// One decoupled decoder with its state and buffers. Field order is drop order: the state
 /// goes before the buffers attached to it and the decoder it was made for.
@@ -99,5 +99,34 @@ impl Decoupled {
         } else {
             &mut self.gpu_hybrid
         }
+    }
+}
+
+/// One image through a decoupled decoder, its pinned buffer free: the parse of `jpeg` into
+/// `jpeg_stream`, the host phase, the transfer on `stream` with `read` recorded after it (
+/// whatever its outcome: a failed transfer may have enqueued its copy), and the device phase
+/// into `image`.
+///
+/// # Safety
+/// Every object is live and used by this thread only; no pending transfer still reads the
+/// pinned buffer attached to `objects.state`; `image` names writable device memory that stays
+/// valid until `stream` has run the work. `jpeg` needs to outlive only this call (the parse
+/// and the host phase copy what they need).
+pub(super) unsafe fn decode_phases(
+    s: &sys::Nvjpeg,
+    (objects, params): (result::Decoupled, sys::DecodeParams),
+    (jpeg, jpeg_stream): (&[u8], sys::JpegStream),
+    (stream, read): (&Stream, &Event),
+    image: &mut sys::NvjpegImage,
+) -> Result<(), NvjpegError> {
+    // SAFETY: the caller's promises.
+    unsafe {
+        result::jpeg_stream_parse(s, objects.handle, jpeg, jpeg_stream)?;
+        result::decode_jpeg_host(s, objects, params, jpeg_stream)?;
+        let transferred =
+            result::decode_jpeg_transfer_to_device(s, objects, jpeg_stream, stream.raw());
+        read.record(stream)?;
+        transferred?;
+        result::decode_jpeg_device(s, objects, image, stream.raw())
     }
 }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use super::handles::{DecodeParams, DeviceStaging, JpegDecoder, JpegState, JpegStream};
 use super::handles::{LibHandle, PinnedBuffer};
-use super::{result, sys, DeviceImage, NvjpegError, Roi};
+use super::{decoupled, result, sys, DeviceImage, NvjpegError, Roi};
 use crate::cuda::{Device, Event, Stream};
 
 /// `hybrid_huffman_threshold`'s default in DALI and nvImageCodec: images of more pixels than
@@ -173,20 +173,18 @@ impl HybridLane {
             state: d.state.raw(),
         };
         let mut image = out.as_nvjpeg();
-        let cuda = self.stream.raw();
         // SAFETY: every object is live and used by this lane's thread only; `jpeg` outlives
         // the parse and the host phase, which copy what they need (into the pinned buffer,
         // which no transfer still reads: waited above); the caller promises `out`.
         unsafe {
             result::state_attach_pinned_buffer(s, objects.state, b.pinned.raw())?;
-            result::jpeg_stream_parse(s, objects.handle, jpeg, b.stream.raw())?;
-            result::decode_jpeg_host(s, objects, self.params.raw(), b.stream.raw())?;
-            let transferred =
-                result::decode_jpeg_transfer_to_device(s, objects, b.stream.raw(), cuda);
-            // Recorded whatever the outcome: a failed transfer may have enqueued its copy.
-            b.read.record(&self.stream)?;
-            transferred?;
-            result::decode_jpeg_device(s, objects, &mut image, cuda)
+            decoupled::decode_phases(
+                s,
+                (objects, self.params.raw()),
+                (jpeg, b.stream.raw()),
+                (&self.stream, &b.read),
+                &mut image,
+            )
         }
     }
 

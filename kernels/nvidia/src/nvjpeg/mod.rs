@@ -569,16 +569,16 @@ impl NvjpegDecoder {
         dd.read.synchronize()?;
         let d = dd.objects(&handle);
         let mut image = out.as_nvjpeg();
-        // SAFETY: every object is live and owned by `self`; `jpeg` outlives the parse and host
-        // phases, which copy what they need; the caller promises `out`.
+        // SAFETY: every object is live and owned by `self`; the pinned buffer's last transfer
+        // has run (waited above); the caller promises `out`.
         unsafe {
-            result::jpeg_stream_parse(s, d.handle, jpeg, js)?;
-            result::decode_jpeg_host(s, d, dd.params.raw(), js)?;
-            let transferred = result::decode_jpeg_transfer_to_device(s, d, js, stream.raw());
-            // Recorded whatever the outcome: a failed transfer may have enqueued its copy.
-            dd.read.record(stream)?;
-            transferred?;
-            result::decode_jpeg_device(s, d, &mut image, stream.raw())
+            decoupled::decode_phases(
+                s,
+                (d, dd.params.raw()),
+                (jpeg, js),
+                (stream, &dd.read),
+                &mut image,
+            )
         }
     }
 }
